@@ -1,0 +1,58 @@
+//===- PtcBase.td - ptc dialect definition and type constraints -*- tablegen -*-===//
+//
+// The `ptc` dialect describes a training step with global shapes and no
+// parallelism. Later passes (autodiff, sharding, pipelining) rewrite it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_BASE_TD
+#define PTC_BASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Ptc_Dialect : Dialect {
+  let name = "ptc";
+  let cppNamespace = "::mlir::ptc";
+  let summary = "Training-step operations for the ptc distributed training compiler";
+  let description = [{
+    The `ptc` dialect holds the operations a transformer, an MLP or a
+    mixture-of-experts model needs in training: dense algebra (matmul,
+    elementwise arithmetic), the fused blocks that kernels and parallelism
+    treat as a whole (layer norm, softmax, causal attention, cross entropy),
+    layout changes (reshape, transpose, slice, concat), reductions, and MoE
+    routing (top-k gate, dispatch, combine).
+
+    Values are ranked tensors with static, *global* shapes; element types are
+    `f32`, `bf16` or `f16` for activations and weights and `i32` for token ids
+    and expert indices. Functions, constants and control flow come from the
+    upstream `func` and `arith` dialects.
+
+    Function arguments carry their role as discardable attributes:
+    `ptc.param = "<name>"` marks a trainable parameter (names follow nanoGPT,
+    e.g. `transformer.h.0.attn.c_attn.weight`), `ptc.input = "<name>"` marks a
+    per-step input (token ids, targets).
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::arith::ArithDialect"];
+  let hasRegionArgAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Argument attribute naming a trainable parameter.
+    static constexpr ::llvm::StringLiteral kParamAttrName = "ptc.param";
+    /// Argument attribute naming a per-step input.
+    static constexpr ::llvm::StringLiteral kInputAttrName = "ptc.input";
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Ptc_FloatElement : AnyTypeOf<[F32, BF16, F16], "f32, bf16 or f16">;
+def Ptc_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+def Ptc_IdTensor : StaticShapeTensorOf<[I32]>;
+def Ptc_AnyTensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
+
+class Ptc_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Ptc_Dialect, mnemonic, traits>;
+
+#endif // PTC_BASE_TD

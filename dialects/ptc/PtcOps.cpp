@@ -1,0 +1,457 @@
+//===- PtcOps.cpp - ptc operation verifiers, shape functions, builders ----===//
+
+#include "dialects/ptc/PtcOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+int64_t mlir::ptc::getNumElements(ShapedType type) {
+  int64_t n = 1;
+  for (int64_t d : type.getShape())
+    n *= d;
+  return n;
+}
+
+namespace {
+/// Prints a shape as `4x8x16` (or `scalar` for rank 0) in diagnostics.
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  if (shape.empty())
+    return "scalar";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  llvm::interleave(shape, os, "x");
+  return s;
+}
+
+/// Maps a possibly negative axis into [0, rank), or fails.
+FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return failure();
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// Shared tail of every verifier that has a shape function: the declared
+/// result type must be the inferred one.
+LogicalResult checkResultType(Operation *op, Type actual, FailureOr<RankedTensorType> inferred) {
+  if (failed(inferred))
+    return failure();
+  if (actual != *inferred)
+    return op->emitOpError() << "result type " << actual << " does not match the expected "
+                             << *inferred;
+  return success();
+}
+
+LogicalResult checkSameElementType(EmitErrorFn emitError, StringRef what, Type a, StringRef whatB,
+                                   Type b) {
+  if (a == b)
+    return success();
+  return emitError() << what << " element type " << a << " differs from " << whatB
+                     << " element type " << b;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Shape functions
+//===----------------------------------------------------------------------===//
+
+FailureOr<RankedTensorType> mlir::ptc::inferBroadcastType(RankedTensorType lhs,
+                                                          RankedTensorType rhs,
+                                                          EmitErrorFn emitError) {
+  if (failed(checkSameElementType(emitError, "lhs", lhs.getElementType(), "rhs",
+                                  rhs.getElementType())))
+    return failure();
+  int64_t rank = std::max(lhs.getRank(), rhs.getRank());
+  SmallVector<int64_t> shape(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t li = i - (rank - lhs.getRank()), ri = i - (rank - rhs.getRank());
+    int64_t l = li >= 0 ? lhs.getDimSize(li) : 1;
+    int64_t r = ri >= 0 ? rhs.getDimSize(ri) : 1;
+    if (l != r && l != 1 && r != 1) {
+      emitError() << "operand shapes " << shapeStr(lhs.getShape()) << " and "
+                  << shapeStr(rhs.getShape()) << " do not broadcast: dimension " << i
+                  << " of the result would need both " << l << " and " << r;
+      return failure();
+    }
+    shape[i] = l == 1 ? r : l;
+  }
+  return RankedTensorType::get(shape, lhs.getElementType());
+}
+
+Type mlir::ptc::inferBroadcastTypeOrFallback(Location loc, Value lhs, Value rhs) {
+  auto lhsType = cast<RankedTensorType>(lhs.getType());
+  auto inferred = inferBroadcastType(lhsType, cast<RankedTensorType>(rhs.getType()),
+                                     [&] { return mlir::emitError(loc); });
+  return succeeded(inferred) ? Type(*inferred) : Type(lhsType);
+}
+
+FailureOr<RankedTensorType> mlir::ptc::inferMatmulType(RankedTensorType lhs, RankedTensorType rhs,
+                                                       bool transposeLhs, bool transposeRhs,
+                                                       EmitErrorFn emitError) {
+  if (failed(checkSameElementType(emitError, "lhs", lhs.getElementType(), "rhs",
+                                  rhs.getElementType())))
+    return failure();
+  int64_t rank = lhs.getRank();
+  if (rank < 2) {
+    emitError() << "lhs must have rank >= 2, got rank " << rank;
+    return failure();
+  }
+  if (rhs.getRank() != 2 && rhs.getRank() != rank) {
+    emitError() << "rhs must have rank 2 or the rank of lhs (" << rank << "), got rank "
+                << rhs.getRank();
+    return failure();
+  }
+  if (rhs.getRank() == rank) {
+    for (int64_t i = 0; i < rank - 2; ++i) {
+      if (lhs.getDimSize(i) != rhs.getDimSize(i)) {
+        emitError() << "batch dimension " << i << " differs: lhs has " << lhs.getDimSize(i)
+                    << ", rhs has " << rhs.getDimSize(i);
+        return failure();
+      }
+    }
+  }
+  int64_t m = lhs.getDimSize(rank - (transposeLhs ? 1 : 2));
+  int64_t kl = lhs.getDimSize(rank - (transposeLhs ? 2 : 1));
+  int64_t rr = rhs.getRank();
+  int64_t kr = rhs.getDimSize(rr - (transposeRhs ? 1 : 2));
+  int64_t n = rhs.getDimSize(rr - (transposeRhs ? 2 : 1));
+  if (kl != kr) {
+    emitError() << "contracting dimensions differ: lhs has " << kl << ", rhs has " << kr
+                << " (lhs " << shapeStr(lhs.getShape()) << (transposeLhs ? " transposed" : "")
+                << ", rhs " << shapeStr(rhs.getShape()) << (transposeRhs ? " transposed" : "")
+                << ")";
+    return failure();
+  }
+  SmallVector<int64_t> shape(lhs.getShape().drop_back(2));
+  shape.push_back(m);
+  shape.push_back(n);
+  return RankedTensorType::get(shape, lhs.getElementType());
+}
+
+FailureOr<RankedTensorType> mlir::ptc::inferEmbeddingType(RankedTensorType table,
+                                                          RankedTensorType indices,
+                                                          EmitErrorFn emitError) {
+  if (table.getRank() != 2) {
+    emitError() << "table must have rank 2 ([rows, dim]), got rank " << table.getRank();
+    return failure();
+  }
+  SmallVector<int64_t> shape(indices.getShape());
+  shape.push_back(table.getDimSize(1));
+  return RankedTensorType::get(shape, table.getElementType());
+}
+
+FailureOr<RankedTensorType> mlir::ptc::inferCrossEntropyType(RankedTensorType logits,
+                                                             RankedTensorType targets,
+                                                             EmitErrorFn emitError) {
+  if (logits.getRank() != targets.getRank() + 1) {
+    emitError() << "logits must have one more dimension (classes) than targets, got logits "
+                << shapeStr(logits.getShape()) << " and targets " << shapeStr(targets.getShape());
+    return failure();
+  }
+  for (int64_t i = 0; i < targets.getRank(); ++i) {
+    if (logits.getDimSize(i) != targets.getDimSize(i)) {
+      emitError() << "dimension " << i << " differs: logits have " << logits.getDimSize(i)
+                  << ", targets have " << targets.getDimSize(i);
+      return failure();
+    }
+  }
+  return RankedTensorType::get({}, logits.getElementType());
+}
+
+FailureOr<RankedTensorType> mlir::ptc::inferTransposeType(RankedTensorType input,
+                                                          ArrayRef<int64_t> permutation,
+                                                          EmitErrorFn emitError) {
+  int64_t rank = input.getRank();
+  SmallVector<bool> seen(rank, false);
+  bool valid = static_cast<int64_t>(permutation.size()) == rank;
+  for (int64_t p : permutation) {
+    if (!valid || p < 0 || p >= rank || seen[p]) {
+      valid = false;
+      break;
+    }
+    seen[p] = true;
+  }
+  if (!valid) {
+    emitError() << "permutation [" << llvm::make_range(permutation.begin(), permutation.end())
+                << "] is not a permutation of the " << rank << " input dimensions";
+    return failure();
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t p : permutation)
+    shape.push_back(input.getDimSize(p));
+  return RankedTensorType::get(shape, input.getElementType());
+}
+
+FailureOr<RankedTensorType> mlir::ptc::inferReduceType(RankedTensorType input,
+                                                       ArrayRef<int64_t> axes, bool keepDims,
+                                                       EmitErrorFn emitError) {
+  int64_t rank = input.getRank();
+  SmallVector<bool> reduced(rank, false);
+  for (int64_t axis : axes) {
+    FailureOr<int64_t> a = normalizeAxis(axis, rank);
+    if (failed(a)) {
+      emitError() << "axis " << axis << " is out of range for rank " << rank;
+      return failure();
+    }
+    if (reduced[*a]) {
+      emitError() << "axis " << axis << " is reduced twice";
+      return failure();
+    }
+    reduced[*a] = true;
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (!reduced[i])
+      shape.push_back(input.getDimSize(i));
+    else if (keepDims)
+      shape.push_back(1);
+  }
+  return RankedTensorType::get(shape, input.getElementType());
+}
+
+//===----------------------------------------------------------------------===//
+// Verifiers
+//===----------------------------------------------------------------------===//
+
+#define PTC_BINARY_VERIFIER(OP)                                                                    \
+  LogicalResult OP::verify() {                                                                     \
+    return checkResultType(*this, getType(),                                                       \
+                           inferBroadcastType(getLhs().getType(), getRhs().getType(),              \
+                                              [&] { return emitOpError(); }));                     \
+  }
+PTC_BINARY_VERIFIER(AddOp)
+PTC_BINARY_VERIFIER(SubOp)
+PTC_BINARY_VERIFIER(MulOp)
+PTC_BINARY_VERIFIER(DivOp)
+#undef PTC_BINARY_VERIFIER
+
+LogicalResult MatmulOp::verify() {
+  return checkResultType(*this, getType(),
+                         inferMatmulType(getLhs().getType(), getRhs().getType(),
+                                         getTransposeLhs(), getTransposeRhs(),
+                                         [&] { return emitOpError(); }));
+}
+
+void MatmulOp::build(OpBuilder &builder, OperationState &state, Value lhs, Value rhs,
+                     bool transposeLhs, bool transposeRhs) {
+  auto lhsType = cast<RankedTensorType>(lhs.getType());
+  auto inferred = inferMatmulType(lhsType, cast<RankedTensorType>(rhs.getType()), transposeLhs,
+                                  transposeRhs, [&] { return mlir::emitError(state.location); });
+  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(lhsType), lhs, rhs,
+        transposeLhs, transposeRhs);
+}
+
+LogicalResult LayerNormOp::verify() {
+  RankedTensorType input = getInput().getType(), weight = getWeight().getType();
+  if (input.getRank() < 1)
+    return emitOpError() << "input must have rank >= 1";
+  if (weight.getRank() != 1 || weight.getDimSize(0) != input.getShape().back())
+    return emitOpError() << "weight and bias must have shape [" << input.getShape().back()
+                         << "] (the normalized dimension), got " << shapeStr(weight.getShape());
+  if (failed(checkSameElementType([&] { return emitOpError(); }, "input",
+                                  input.getElementType(), "weight", weight.getElementType())))
+    return failure();
+  if (!(getEpsilon().convertToDouble() > 0.0))
+    return emitOpError() << "epsilon must be positive, got " << getEpsilon().convertToDouble();
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  if (failed(normalizeAxis(getAxis(), getInput().getType().getRank())))
+    return emitOpError() << "axis " << getAxis() << " is out of range for rank "
+                         << getInput().getType().getRank();
+  return success();
+}
+
+LogicalResult CausalAttentionOp::verify() {
+  RankedTensorType type = getQuery().getType();
+  if (type.getRank() != 4)
+    return emitOpError() << "operands must have shape [batch, heads, seq, head_dim], got rank "
+                         << type.getRank();
+  if (std::optional<llvm::APFloat> scale = getScale();
+      scale && !(scale->convertToDouble() > 0.0))
+    return emitOpError() << "scale must be positive, got " << scale->convertToDouble();
+  return success();
+}
+
+double CausalAttentionOp::getScaleOrDefault() {
+  if (std::optional<llvm::APFloat> scale = getScale())
+    return scale->convertToDouble();
+  return 1.0 / std::sqrt(static_cast<double>(getQuery().getType().getDimSize(3)));
+}
+
+LogicalResult EmbeddingOp::verify() {
+  return checkResultType(*this, getType(),
+                         inferEmbeddingType(getTable().getType(), getIndices().getType(),
+                                            [&] { return emitOpError(); }));
+}
+
+void EmbeddingOp::build(OpBuilder &builder, OperationState &state, Value table, Value indices) {
+  auto tableType = cast<RankedTensorType>(table.getType());
+  auto inferred = inferEmbeddingType(tableType, cast<RankedTensorType>(indices.getType()),
+                                     [&] { return mlir::emitError(state.location); });
+  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(tableType), table, indices);
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return checkResultType(*this, getType(),
+                         inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
+                                               [&] { return emitOpError(); }));
+}
+
+void CrossEntropyOp::build(OpBuilder &builder, OperationState &state, Value logits,
+                           Value targets) {
+  auto logitsType = cast<RankedTensorType>(logits.getType());
+  auto inferred = inferCrossEntropyType(logitsType, cast<RankedTensorType>(targets.getType()),
+                                        [&] { return mlir::emitError(state.location); });
+  build(builder, state,
+        succeeded(inferred) ? Type(*inferred)
+                            : Type(RankedTensorType::get({}, logitsType.getElementType())),
+        logits, targets);
+}
+
+LogicalResult ReshapeOp::verify() {
+  int64_t in = getNumElements(getInput().getType()), out = getNumElements(getType());
+  if (in != out)
+    return emitOpError() << "cannot reshape " << shapeStr(getInput().getType().getShape()) << " ("
+                         << in << " elements) to " << shapeStr(getType().getShape()) << " ("
+                         << out << " elements)";
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  return checkResultType(*this, getType(),
+                         inferTransposeType(getInput().getType(), getPermutation(),
+                                            [&] { return emitOpError(); }));
+}
+
+void TransposeOp::build(OpBuilder &builder, OperationState &state, Value input,
+                        ArrayRef<int64_t> permutation) {
+  auto inputType = cast<RankedTensorType>(input.getType());
+  auto inferred = inferTransposeType(inputType, permutation,
+                                     [&] { return mlir::emitError(state.location); });
+  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(inputType), input,
+        builder.getDenseI64ArrayAttr(permutation));
+}
+
+LogicalResult SliceOp::verify() {
+  RankedTensorType input = getInput().getType(), result = getType();
+  ArrayRef<int64_t> offsets = getOffsets();
+  if (result.getRank() != input.getRank())
+    return emitOpError() << "result rank " << result.getRank() << " differs from input rank "
+                         << input.getRank();
+  if (static_cast<int64_t>(offsets.size()) != input.getRank())
+    return emitOpError() << "expected " << input.getRank() << " offsets, got " << offsets.size();
+  for (int64_t i = 0; i < input.getRank(); ++i) {
+    if (offsets[i] < 0 || offsets[i] + result.getDimSize(i) > input.getDimSize(i))
+      return emitOpError() << "slice of dimension " << i << " (offset " << offsets[i]
+                           << ", size " << result.getDimSize(i) << ") exceeds its size "
+                           << input.getDimSize(i);
+  }
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one input";
+  auto first = cast<RankedTensorType>(getInputs().front().getType());
+  int64_t rank = first.getRank();
+  FailureOr<int64_t> axis = normalizeAxis(getAxis(), rank);
+  if (failed(axis))
+    return emitOpError() << "axis " << getAxis() << " is out of range for rank " << rank;
+  SmallVector<int64_t> shape(first.getShape());
+  shape[*axis] = 0;
+  for (auto [i, value] : llvm::enumerate(getInputs())) {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getRank() != rank)
+      return emitOpError() << "input #" << i << " has rank " << type.getRank()
+                           << ", expected " << rank;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != *axis && type.getDimSize(d) != shape[d])
+        return emitOpError() << "input #" << i << " has size " << type.getDimSize(d)
+                             << " in dimension " << d << ", expected " << shape[d];
+    }
+    shape[*axis] += type.getDimSize(*axis);
+  }
+  return checkResultType(*this, getType(), RankedTensorType::get(shape, first.getElementType()));
+}
+
+#define PTC_REDUCE_VERIFIER(OP)                                                                    \
+  LogicalResult OP::verify() {                                                                     \
+    return checkResultType(*this, getType(),                                                       \
+                           inferReduceType(getInput().getType(), getAxes(), getKeepDims(),         \
+                                           [&] { return emitOpError(); }));                        \
+  }
+PTC_REDUCE_VERIFIER(ReduceSumOp)
+PTC_REDUCE_VERIFIER(ReduceMeanOp)
+PTC_REDUCE_VERIFIER(ReduceMaxOp)
+#undef PTC_REDUCE_VERIFIER
+
+LogicalResult TopKGateOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  if (logits.getRank() != 2)
+    return emitOpError() << "logits must have shape [tokens, experts], got rank "
+                         << logits.getRank();
+  int64_t tokens = logits.getDimSize(0), experts = logits.getDimSize(1);
+  int64_t k = getKAttr().getInt();
+  if (k < 1 || k > experts)
+    return emitOpError() << "k = " << k << " must be in [1, " << experts
+                         << "] (the number of experts)";
+  SmallVector<int64_t> expected{tokens, k};
+  auto weightsType = RankedTensorType::get(expected, logits.getElementType());
+  if (getWeights().getType() != weightsType)
+    return emitOpError() << "weights must be " << weightsType << ", got "
+                         << getWeights().getType();
+  if (getIndices().getType().getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "indices must have shape " << shapeStr(expected) << ", got "
+                         << shapeStr(getIndices().getType().getShape());
+  return success();
+}
+
+LogicalResult MoeDispatchOp::verify() {
+  RankedTensorType input = getInput().getType(), indices = getIndices().getType(),
+                   result = getType();
+  if (input.getRank() != 2)
+    return emitOpError() << "input must have shape [tokens, dim], got rank " << input.getRank();
+  if (indices.getRank() != 2 || indices.getDimSize(0) != input.getDimSize(0))
+    return emitOpError() << "indices must have shape [" << input.getDimSize(0)
+                         << ", k], got " << shapeStr(indices.getShape());
+  if (result.getRank() != 3 || result.getDimSize(2) != input.getDimSize(1))
+    return emitOpError() << "result must have shape [experts, capacity, " << input.getDimSize(1)
+                         << "], got " << shapeStr(result.getShape());
+  if (result.getDimSize(0) < 1 || result.getDimSize(1) < 1)
+    return emitOpError() << "result needs at least one expert and a capacity of at least one, got "
+                         << shapeStr(result.getShape());
+  return checkSameElementType([&] { return emitOpError(); }, "result", result.getElementType(),
+                              "input", input.getElementType());
+}
+
+LogicalResult MoeCombineOp::verify() {
+  RankedTensorType experts = getExpertOutput().getType(), weights = getWeights().getType(),
+                   indices = getIndices().getType(), result = getType();
+  if (experts.getRank() != 3)
+    return emitOpError() << "expert_output must have shape [experts, capacity, dim], got rank "
+                         << experts.getRank();
+  if (weights.getRank() != 2)
+    return emitOpError() << "weights must have shape [tokens, k], got rank " << weights.getRank();
+  if (indices.getShape() != weights.getShape())
+    return emitOpError() << "indices shape " << shapeStr(indices.getShape())
+                         << " differs from weights shape " << shapeStr(weights.getShape());
+  if (failed(checkSameElementType([&] { return emitOpError(); }, "weights",
+                                  weights.getElementType(), "expert_output",
+                                  experts.getElementType())))
+    return failure();
+  return checkResultType(
+      *this, result,
+      RankedTensorType::get({weights.getDimSize(0), experts.getDimSize(2)},
+                            experts.getElementType()));
+}
+
+#define GET_OP_CLASSES
+#include "dialects/ptc/PtcOps.cpp.inc"

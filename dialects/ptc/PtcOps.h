@@ -1,0 +1,58 @@
+//===- PtcOps.h - ptc dialect and operations --------------------*- C++ -*-===//
+//
+// The ptc dialect, its operations, and the shape functions that both verify
+// ops and infer result types for builders.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_DIALECTS_PTC_PTCOPS_H
+#define PTC_DIALECTS_PTC_PTCOPS_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialects/ptc/PtcDialect.h.inc"
+
+namespace mlir::ptc {
+
+/// Produces the diagnostic a shape function reports through.
+using EmitErrorFn = llvm::function_ref<InFlightDiagnostic()>;
+
+// Shape functions. Each checks its operands and returns the result type, or
+// emits one diagnostic through `emitError` and fails. Op verifiers and builders
+// share them, so a builder can never produce a type its verifier rejects.
+FailureOr<RankedTensorType> inferBroadcastType(RankedTensorType lhs, RankedTensorType rhs,
+                                               EmitErrorFn emitError);
+FailureOr<RankedTensorType> inferMatmulType(RankedTensorType lhs, RankedTensorType rhs,
+                                            bool transposeLhs, bool transposeRhs,
+                                            EmitErrorFn emitError);
+FailureOr<RankedTensorType> inferEmbeddingType(RankedTensorType table, RankedTensorType indices,
+                                               EmitErrorFn emitError);
+FailureOr<RankedTensorType> inferCrossEntropyType(RankedTensorType logits,
+                                                  RankedTensorType targets,
+                                                  EmitErrorFn emitError);
+FailureOr<RankedTensorType> inferTransposeType(RankedTensorType input,
+                                               ArrayRef<int64_t> permutation,
+                                               EmitErrorFn emitError);
+FailureOr<RankedTensorType> inferReduceType(RankedTensorType input, ArrayRef<int64_t> axes,
+                                            bool keepDims, EmitErrorFn emitError);
+
+/// For builders: the inferred type, or (after reporting the problem at `loc`)
+/// the lhs type, so that the op still exists and fails verification.
+Type inferBroadcastTypeOrFallback(Location loc, Value lhs, Value rhs);
+
+/// Number of elements of a statically shaped tensor type.
+int64_t getNumElements(ShapedType type);
+
+} // namespace mlir::ptc
+
+#define GET_OP_CLASSES
+#include "dialects/ptc/PtcOps.h.inc"
+
+#endif // PTC_DIALECTS_PTC_PTCOPS_H

@@ -1,0 +1,452 @@
+//===- PtcOps.td - ptc model operations --------------------*- tablegen -*-===//
+//
+// Model operations of the ptc dialect. Every op verifies shapes and element
+// types through one shape function per op (PtcOps.cpp), which the custom
+// builders reuse to infer result types.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_OPS_TD
+#define PTC_OPS_TD
+
+include "dialects/ptc/PtcBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/OpBase.td"
+
+//===----------------------------------------------------------------------===//
+// Elementwise arithmetic
+//===----------------------------------------------------------------------===//
+
+class Ptc_BinaryElementwiseOp<string mnemonic, string expr>
+    : Ptc_Op<mnemonic, [Pure]> {
+  let summary = "elementwise " # mnemonic # " with broadcasting";
+  let description = [{
+    Computes `result = }] # expr # [{` elementwise. Operands broadcast as in
+    NumPy: shapes are aligned at their last dimension, and a dimension of size 1
+    (or a missing leading dimension) stretches to the other operand's size. The
+    result has the broadcast shape; all element types must be equal.
+
+    Example (a bias added to every position):
+    ```mlir
+    %y = ptc.}] # mnemonic # [{ %x, %b : tensor<8x64x384xf32>, tensor<384xf32> -> tensor<8x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$lhs, Ptc_FloatTensor:$rhs);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs), [{
+      build($_builder, $_state,
+            ::mlir::ptc::inferBroadcastTypeOrFallback($_state.location, lhs, rhs),
+            lhs, rhs);
+    }]>
+  ];
+}
+
+def Ptc_AddOp : Ptc_BinaryElementwiseOp<"add", "lhs + rhs">;
+def Ptc_SubOp : Ptc_BinaryElementwiseOp<"sub", "lhs - rhs">;
+def Ptc_MulOp : Ptc_BinaryElementwiseOp<"mul", "lhs * rhs">;
+def Ptc_DivOp : Ptc_BinaryElementwiseOp<"div", "lhs / rhs">;
+
+class Ptc_UnaryElementwiseOp<string mnemonic, string what, list<Trait> traits = []>
+    : Ptc_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType], traits)> {
+  let summary = what;
+  let arguments = (ins Ptc_FloatTensor:$input);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Ptc_GeluOp : Ptc_UnaryElementwiseOp<"gelu", "exact (erf) GELU activation"> {
+  let description = [{
+    `result = 0.5 * x * (1 + erf(x / sqrt(2)))`, elementwise: the exact GELU of
+    GPT-2/nanoGPT (`torch.nn.GELU()` with `approximate='none'`).
+
+    ```mlir
+    %y = ptc.gelu %x : tensor<8x64x1536xf32>
+    ```
+  }];
+}
+
+def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit"> {
+  let description = [{
+    `result = max(x, 0)`, elementwise.
+
+    ```mlir
+    %y = ptc.relu %x : tensor<32x256xf32>
+    ```
+  }];
+}
+
+def Ptc_ScaleOp : Ptc_Op<"scale", [Pure, SameOperandsAndResultType]> {
+  let summary = "multiplication by a compile-time constant";
+  let description = [{
+    `result = factor * input`, elementwise, with `factor` a constant known to
+    the compiler (used e.g. for attention scaling and gradient averaging).
+
+    ```mlir
+    %y = ptc.scale %x by 1.250000e-01 : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
+}
+
+def Ptc_ConvertOp : Ptc_Op<"convert", [Pure, SameOperandsAndResultShape]> {
+  let summary = "element type conversion between f32, bf16 and f16";
+  let description = [{
+    Converts every element to the result's element type (round to nearest
+    even when narrowing). Mixed precision inserts these between fp32 master
+    weights and low-precision compute.
+
+    ```mlir
+    %h = ptc.convert %w : tensor<384x128xf32> -> tensor<384x128xbf16>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Dense algebra
+//===----------------------------------------------------------------------===//
+
+def Ptc_MatmulOp : Ptc_Op<"matmul", [Pure]> {
+  let summary = "batched matrix multiplication with optional transposes";
+  let description = [{
+    Multiplies the last two dimensions: `result[..., m, n] = sum_k
+    op(lhs)[..., m, k] * op(rhs)[..., k, n]`, where `op` transposes the last
+    two dimensions when `transpose_lhs` / `transpose_rhs` is set.
+
+    Shapes: `lhs` has rank >= 2. `rhs` either has the same rank and the same
+    leading (batch) dimensions, or has rank 2 and is shared by every batch
+    entry (a weight applied at every position). The result has `lhs`'s batch
+    dimensions. Element types must be equal; accumulation is in f32.
+
+    A linear layer with a PyTorch-layout weight `[out, in]`:
+    ```mlir
+    %y = ptc.matmul %x, %w {transpose_rhs = true}
+        : tensor<8x64x128xf32>, tensor<384x128xf32> -> tensor<8x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$lhs, Ptc_FloatTensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs,
+                   CArg<"bool", "false">:$transposeLhs,
+                   CArg<"bool", "false">:$transposeRhs)>
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Fused neural-network blocks
+//===----------------------------------------------------------------------===//
+
+def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [Pure,
+    AllTypesMatch<["input", "result"]>, AllTypesMatch<["weight", "bias"]>]> {
+  let summary = "layer normalization over the last dimension, with affine weight and bias";
+  let description = [{
+    For every row `x` along the last dimension (size `N`):
+    `result = (x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias`, with the
+    biased variance (as `torch.nn.LayerNorm`). `weight` and `bias` have shape
+    `[N]` and the input's element type.
+
+    ```mlir
+    %y = ptc.layer_norm %x, %g, %b {epsilon = 1.000000e-05 : f64}
+        : tensor<8x64x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight,
+                       Ptc_FloatTensor:$bias,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+  let summary = "numerically stable softmax along one axis";
+  let description = [{
+    `result = exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`
+    (negative values count from the end; default: the last axis).
+
+    ```mlir
+    %p = ptc.softmax %logits {axis = -1 : i64} : tensor<512x8xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [Pure,
+    AllTypesMatch<["query", "key", "value", "result"]>]> {
+  let summary = "causal scaled dot-product attention over all heads";
+  let description = [{
+    Operands have shape `[batch, heads, seq, head_dim]`. For every batch entry
+    and head: `result = softmax(mask(query * key^T * scale)) * value`, where the
+    causal mask hides key positions after the query position and `scale`
+    defaults to `1 / sqrt(head_dim)`.
+
+    Attention is one op so that kernels can fuse it (no `seq x seq` matrix in
+    memory) and sequence parallelism can treat it as a whole.
+
+    ```mlir
+    %o = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key,
+                       Ptc_FloatTensor:$value, OptionalAttr<F64Attr>:$scale);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$query `,` $key `,` $value attr-dict `:` type($query)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scale applied to query * key^T: the attribute, or 1/sqrt(head_dim).
+    double getScaleOrDefault();
+  }];
+}
+
+def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure]> {
+  let summary = "row lookup in an embedding table";
+  let description = [{
+    `result[i..., :] = table[indices[i...], :]` for a table of shape
+    `[num_rows, dim]` and `i32` indices of any shape; the result has shape
+    `indices.shape + [dim]`. An index outside `[0, num_rows)` is a runtime
+    error.
+
+    ```mlir
+    %x = ptc.embedding %wte, %tokens
+        : tensor<256x128xf32>, tensor<8x64xi32> -> tensor<8x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$table, Ptc_IdTensor:$indices);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` type($table) `,` type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$indices)>];
+}
+
+def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [Pure]> {
+  let summary = "mean softmax cross-entropy over all positions";
+  let description = [{
+    `logits` has shape `targets.shape + [num_classes]`; `targets` holds `i32`
+    class ids. The result is the scalar
+    `mean_i(logsumexp(logits[i, :]) - logits[i, targets[i]])` over all
+    positions `i`, as `torch.nn.functional.cross_entropy` with reduction
+    `mean`. A target outside `[0, num_classes)` is a runtime error.
+
+    ```mlir
+    %loss = ptc.cross_entropy %logits, %targets
+        : tensor<8x64x256xf32>, tensor<8x64xi32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets);
+  let results = (outs 0DTensorOf<[F32, BF16, F16]>:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::Value":$logits, "::mlir::Value":$targets)>];
+}
+
+//===----------------------------------------------------------------------===//
+// Layout changes
+//===----------------------------------------------------------------------===//
+
+def Ptc_ReshapeOp : Ptc_Op<"reshape", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "reinterpretation of a tensor with another shape";
+  let description = [{
+    Row-major reinterpretation: the element count must be unchanged.
+
+    ```mlir
+    %y = ptc.reshape %x : tensor<8x64x128xf32> -> tensor<8x64x4x32xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_AnyTensor:$input);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ptc_TransposeOp : Ptc_Op<"transpose", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "permutation of dimensions";
+  let description = [{
+    `result.shape[i] = input.shape[permutation[i]]`, and
+    `result[j_0, ..., j_n] = input[k]` with `k[permutation[i]] = j_i`.
+
+    ```mlir
+    %y = ptc.transpose %x permutation = [0, 2, 1, 3]
+        : tensor<8x64x4x32xf32> -> tensor<8x4x64x32xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_AnyTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `permutation` `=` $permutation attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::Value":$input, "::llvm::ArrayRef<int64_t>":$permutation)>];
+}
+
+def Ptc_SliceOp : Ptc_Op<"slice", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "contiguous static slice";
+  let description = [{
+    `result[i...] = input[offsets + i...]`: the result's shape gives the slice
+    sizes and `offsets` its start in every dimension (unit strides). The slice
+    must lie inside the input.
+
+    Taking the query third of a fused QKV projection:
+    ```mlir
+    %q = ptc.slice %qkv offsets = [0, 0, 0]
+        : tensor<8x64x384xf32> -> tensor<8x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_AnyTensor:$input, DenseI64ArrayAttr:$offsets);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `offsets` `=` $offsets attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "concatenation along one axis";
+  let description = [{
+    Joins the inputs along `axis`; all other dimensions must agree.
+
+    ```mlir
+    %y = ptc.concat %a, %b axis = 1
+        : tensor<4x3xf32>, tensor<4x5xf32> -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Ptc_AnyTensor>:$inputs, I64Attr:$axis);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = [{
+    $inputs `axis` `=` $axis attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class Ptc_ReduceOp<string mnemonic, string what>
+    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultElementType]> {
+  let summary = what # " over a set of axes";
+  let description = [{
+    Reduces `input` over `axes` (distinct, in range, negative values count
+    from the end). With `keep_dims` the reduced dimensions stay with size 1;
+    otherwise they are removed (reducing every axis gives a rank-0 tensor).
+
+    ```mlir
+    %s = ptc.}] # mnemonic # [{ %x axes = [0, 1] : tensor<8x64x128xf32> -> tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "false">:$keep_dims);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `axes` `=` $axes attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_ReduceSumOp : Ptc_ReduceOp<"reduce_sum", "sum">;
+def Ptc_ReduceMeanOp : Ptc_ReduceOp<"reduce_mean", "arithmetic mean">;
+def Ptc_ReduceMaxOp : Ptc_ReduceOp<"reduce_max", "maximum">;
+
+//===----------------------------------------------------------------------===//
+// Mixture-of-experts routing
+//===----------------------------------------------------------------------===//
+
+def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [Pure]> {
+  let summary = "softmax router choosing the top-k experts of every token";
+  let description = [{
+    `logits` has shape `[tokens, num_experts]`. For every token the op takes
+    `p = softmax(logits)` and returns the `k` largest probabilities
+    (`weights`, `[tokens, k]`, descending; renormalized to sum to 1 when
+    `normalize` is set) and their expert ids (`indices`, `[tokens, k]`, `i32`;
+    ties go to the lower expert id).
+
+    ```mlir
+    %w, %e = ptc.top_k_gate %logits {k = 2 : i64}
+        : tensor<512x8xf32> -> tensor<512x2xf32>, tensor<512x2xi32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, I64Attr:$k,
+                       DefaultValuedAttr<BoolAttr, "true">:$normalize);
+  let results = (outs Ptc_FloatTensor:$weights, Ptc_IdTensor:$indices);
+  let assemblyFormat = [{
+    $logits attr-dict `:` type($logits) `->` type($weights) `,` type($indices)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [Pure]> {
+  let summary = "scatter of tokens into per-expert buffers of fixed capacity";
+  let description = [{
+    `input` is `[tokens, dim]`, `indices` (from `ptc.top_k_gate`) is
+    `[tokens, k]`; the result is `[num_experts, capacity, dim]`. Assignments
+    `(t, j)` are visited in token-major order; assignment `(t, j)` takes the
+    next free slot `s` of expert `e = indices[t, j]` and
+    `result[e, s, :] = input[t, :]`. Assignments beyond an expert's capacity
+    are dropped (their token skips that expert); unused slots are zero.
+    `ptc.moe_combine` uses the same slot assignment.
+
+    ```mlir
+    %buf = ptc.moe_dispatch %x, %e
+        : tensor<512x128xf32>, tensor<512x2xi32> -> tensor<8x160x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_IdTensor:$indices);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $indices attr-dict `:` type($input) `,` type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [Pure]> {
+  let summary = "weighted gather of expert outputs back to tokens";
+  let description = [{
+    The inverse of `ptc.moe_dispatch`: `expert_output` is
+    `[num_experts, capacity, dim]`, `weights` and `indices` are `[tokens, k]`;
+    the result is `[tokens, dim]` with
+    `result[t, :] = sum_j weights[t, j] * expert_output[e, s, :]` over the
+    assignments `(t, j) -> (e, s)` that fit in capacity (same slot order as
+    dispatch).
+
+    ```mlir
+    %y = ptc.moe_combine %out, %w, %e
+        : tensor<8x160x128xf32>, tensor<512x2xf32>, tensor<512x2xi32> -> tensor<512x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$expert_output, Ptc_FloatTensor:$weights,
+                       Ptc_IdTensor:$indices);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $expert_output `,` $weights `,` $indices attr-dict `:` type($expert_output) `,`
+    type($weights) `,` type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // PTC_OPS_TD

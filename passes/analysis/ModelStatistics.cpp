@@ -1,0 +1,50 @@
+//===- ModelStatistics.cpp - parameter and FLOP counts of a model ---------===//
+
+#include "passes/analysis/ModelStatistics.h"
+
+#include "dialects/ptc/PtcOps.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+double matmulFlops(MatmulOp op) {
+  RankedTensorType result = op.getType();
+  RankedTensorType lhs = op.getLhs().getType();
+  int64_t k = lhs.getDimSize(lhs.getRank() - (op.getTransposeLhs() ? 2 : 1));
+  return 2.0 * static_cast<double>(getNumElements(result)) * static_cast<double>(k);
+}
+
+double attentionFlops(CausalAttentionOp op) {
+  ArrayRef<int64_t> s = op.getQuery().getType().getShape(); // [B, H, S, D]
+  return 4.0 * static_cast<double>(s[0]) * s[1] * s[2] * s[2] * s[3];
+}
+} // namespace
+
+ModelStatistics mlir::ptc::computeModelStatistics(func::FuncOp func) {
+  ModelStatistics stats;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto type = dyn_cast<RankedTensorType>(func.getArgumentTypes()[i]);
+    if (!type)
+      continue;
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)) {
+      stats.params.push_back({name.str(), type});
+      int64_t n = getNumElements(type);
+      stats.numParams += n;
+      stats.paramBytes += n * static_cast<int64_t>(type.getElementTypeBitWidth() / 8);
+    } else if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kInputAttrName)) {
+      stats.inputs.push_back({name.str(), type});
+    }
+  }
+  func.walk([&](Operation *op) {
+    if (op == func.getOperation())
+      return;
+    ++stats.numOps;
+    ++stats.opCounts[op->getName().getStringRef()];
+    if (auto mm = dyn_cast<MatmulOp>(op))
+      stats.forwardFlops += matmulFlops(mm);
+    else if (auto attn = dyn_cast<CausalAttentionOp>(op))
+      stats.forwardFlops += attentionFlops(attn);
+  });
+  return stats;
+}

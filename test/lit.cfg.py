@@ -1,0 +1,20 @@
+# lit configuration for ptc: compiler tests (dialects/, passes/, tools/).
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "ptc"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.ptc_obj_root, "test")
+
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+tool_dirs = [config.ptc_tools_dir, config.llvm_tools_dir]
+llvm_config.add_tool_substitutions(["ptc-opt", "ptc-model"], tool_dirs)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)

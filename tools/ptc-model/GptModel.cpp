@@ -1,0 +1,124 @@
+//===- GptModel.cpp - the standard GPT (nanoGPT model.py) -----------------===//
+//
+// Token + learned position embeddings, pre-LayerNorm blocks (LayerNorm with
+// bias, eps 1e-5), causal multi-head attention with biases, MLP 4h with exact
+// GELU, final LayerNorm, LM head tied to the token embedding, no dropout, mean
+// cross-entropy over all positions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ModelBuilder.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
+  auto positive = [](int64_t v, const char *name) -> llvm::Error {
+    if (v < 1)
+      return llvm::createStringError("gpt: --%s must be at least 1, got %lld", name,
+                                     static_cast<long long>(v));
+    return llvm::Error::success();
+  };
+  for (auto [v, name] : {std::pair{c.layers, "layers"}, std::pair{c.hidden, "hidden"},
+                         std::pair{c.heads, "heads"}, std::pair{c.seq, "seq"},
+                         std::pair{c.vocab, "vocab"}, std::pair{c.batch, "batch"}})
+    if (llvm::Error e = positive(v, name))
+      return e;
+  if (c.hidden % c.heads != 0)
+    return llvm::createStringError("gpt: --hidden %lld is not divisible by --heads %lld",
+                                   static_cast<long long>(c.hidden),
+                                   static_cast<long long>(c.heads));
+  if (c.vocab > 65536)
+    return llvm::createStringError(
+        "gpt: --vocab %lld exceeds 65536 (token files hold uint16 ids)",
+        static_cast<long long>(c.vocab));
+  if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
+    return llvm::createStringError("gpt: --dtype must be f32, bf16 or f16, got '%s'",
+                                   c.dtype.c_str());
+  return llvm::Error::success();
+}
+
+std::vector<TensorSpec> mlir::ptc::gptParameters(const GptConfig &c) {
+  const int64_t h = c.hidden;
+  std::vector<TensorSpec> p;
+  p.push_back({"transformer.wte.weight", {c.vocab, h}});
+  p.push_back({"transformer.wpe.weight", {c.seq, h}});
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string l = "transformer.h." + std::to_string(i) + ".";
+    p.push_back({l + "ln_1.weight", {h}});
+    p.push_back({l + "ln_1.bias", {h}});
+    p.push_back({l + "attn.c_attn.weight", {3 * h, h}});
+    p.push_back({l + "attn.c_attn.bias", {3 * h}});
+    p.push_back({l + "attn.c_proj.weight", {h, h}});
+    p.push_back({l + "attn.c_proj.bias", {h}});
+    p.push_back({l + "ln_2.weight", {h}});
+    p.push_back({l + "ln_2.bias", {h}});
+    p.push_back({l + "mlp.c_fc.weight", {4 * h, h}});
+    p.push_back({l + "mlp.c_fc.bias", {4 * h}});
+    p.push_back({l + "mlp.c_proj.weight", {h, 4 * h}});
+    p.push_back({l + "mlp.c_proj.bias", {h}});
+  }
+  p.push_back({"transformer.ln_f.weight", {h}});
+  p.push_back({"transformer.ln_f.bias", {h}});
+  return p;
+}
+
+namespace {
+Value layerNorm(ModelBuilder &m, Value x, const std::string &prefix) {
+  return LayerNormOp::create(m.builder(), m.loc(prefix), x.getType(), x,
+                             m.param(prefix + ".weight"), m.param(prefix + ".bias"),
+                             m.builder().getF64FloatAttr(1e-5));
+}
+
+Value attention(ModelBuilder &m, const GptConfig &c, Value x, const std::string &prefix) {
+  OpBuilder &b = m.builder();
+  const int64_t B = c.batch, S = c.seq, H = c.hidden, A = c.heads, D = H / A;
+  Location loc = m.loc(prefix);
+  Type et = m.floatType();
+  Value qkv = m.linear(x, prefix + ".c_attn"); // [B, S, 3H]
+  auto headsOf = [&](int64_t part) {
+    auto sliceType = RankedTensorType::get({B, S, H}, et);
+    Value s = SliceOp::create(b, loc, sliceType, qkv, b.getDenseI64ArrayAttr({0, 0, part * H}));
+    Value r = m.reshape(s, {B, S, A, D}, loc);
+    return TransposeOp::create(b, loc, r, ArrayRef<int64_t>{0, 2, 1, 3}).getResult(); // [B,A,S,D]
+  };
+  Value q = headsOf(0), k = headsOf(1), v = headsOf(2);
+  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, /*scale=*/FloatAttr());
+  y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3}); // [B,S,A,D]
+  y = m.reshape(y, {B, S, H}, loc);
+  return m.linear(y, prefix + ".c_proj");
+}
+
+Value mlp(ModelBuilder &m, Value x, const std::string &prefix) {
+  Value h = m.linear(x, prefix + ".c_fc");
+  h = GeluOp::create(m.builder(), m.loc(prefix), h);
+  return m.linear(h, prefix + ".c_proj");
+}
+} // namespace
+
+llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &context,
+                                                               const GptConfig &c) {
+  if (llvm::Error e = validateGptConfig(c))
+    return std::move(e);
+  Type ftype = *parseFloatType(context, c.dtype);
+  Type i32 = IntegerType::get(&context, 32);
+  ModelBuilder m(context, ftype, gptParameters(c),
+                 {{{"tokens", {c.batch, c.seq}}, i32}, {{"targets", {c.batch, c.seq}}, i32}});
+  OpBuilder &b = m.builder();
+
+  Value x = EmbeddingOp::create(b, m.loc("transformer.wte"), m.param("transformer.wte.weight"),
+                                m.input("tokens"));
+  // The position table has exactly `seq` rows, so it broadcasts over the batch.
+  x = AddOp::create(b, m.loc("transformer.wpe"), x, m.param("transformer.wpe.weight"));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string l = "transformer.h." + std::to_string(i);
+    x = AddOp::create(b, m.loc(l), x, attention(m, c, layerNorm(m, x, l + ".ln_1"), l + ".attn"));
+    x = AddOp::create(b, m.loc(l), x, mlp(m, layerNorm(m, x, l + ".ln_2"), l + ".mlp"));
+  }
+  x = layerNorm(m, x, "transformer.ln_f");
+  // LM head tied to the token embedding: logits = x @ wte^T.
+  Value logits = MatmulOp::create(b, m.loc("lm_head"), x, m.param("transformer.wte.weight"),
+                                  /*transposeLhs=*/false, /*transposeRhs=*/true);
+  Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
+  return m.finish(loss);
+}

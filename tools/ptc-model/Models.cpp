@@ -1,0 +1,96 @@
+//===- Models.cpp - helpers shared by the model builders ------------------===//
+
+#include "ModelBuilder.h"
+
+#include "mlir/IR/Verifier.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+int64_t mlir::ptc::countElements(const std::vector<TensorSpec> &specs) {
+  int64_t total = 0;
+  for (const TensorSpec &s : specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape)
+      n *= d;
+    total += n;
+  }
+  return total;
+}
+
+FailureOr<Type> mlir::ptc::parseFloatType(MLIRContext &context, StringRef name) {
+  Builder b(&context);
+  if (name == "f32")
+    return Type(b.getF32Type());
+  if (name == "bf16")
+    return Type(b.getBF16Type());
+  if (name == "f16")
+    return Type(b.getF16Type());
+  return failure();
+}
+
+ModelBuilder::ModelBuilder(MLIRContext &context, Type floatType,
+                           const std::vector<TensorSpec> &params,
+                           const std::vector<Input> &inputs)
+    : b(&context), ftype(floatType) {
+  context.loadDialect<PtcDialect, func::FuncDialect, arith::ArithDialect>();
+  Location moduleLoc = NameLoc::get(b.getStringAttr("train_step"));
+  module = ModuleOp::create(moduleLoc);
+
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  for (const TensorSpec &p : params) {
+    argTypes.push_back(RankedTensorType::get(p.shape, floatType));
+    argAttrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kParamAttrName, b.getStringAttr(p.name))));
+  }
+  for (const Input &in : inputs) {
+    argTypes.push_back(RankedTensorType::get(in.spec.shape, in.elementType));
+    argAttrs.push_back(b.getDictionaryAttr(
+        b.getNamedAttr(PtcDialect::kInputAttrName, b.getStringAttr(in.spec.name))));
+  }
+  auto funcType = b.getFunctionType(argTypes, {});
+  b.setInsertionPointToEnd(module->getBody());
+  func = func::FuncOp::create(b, moduleLoc, "train_step", funcType);
+  func.setAllArgAttrs(argAttrs);
+  Block *entry = func.addEntryBlock();
+  for (auto [i, p] : llvm::enumerate(params))
+    args[p.name] = entry->getArgument(i);
+  for (auto [i, in] : llvm::enumerate(inputs))
+    args[in.spec.name] = entry->getArgument(params.size() + i);
+  b.setInsertionPointToStart(entry);
+}
+
+Location ModelBuilder::loc(const Twine &scope) {
+  return NameLoc::get(b.getStringAttr(scope));
+}
+
+Value ModelBuilder::param(StringRef name) const {
+  auto it = args.find(name);
+  assert(it != args.end() && "model builder asked for an undeclared parameter");
+  return it->second;
+}
+
+Value ModelBuilder::input(StringRef name) const { return param(name); }
+
+Value ModelBuilder::linear(Value x, StringRef prefix, bool bias) {
+  Location l = loc(prefix);
+  Value y = MatmulOp::create(b, l, x, param((prefix + ".weight").str()),
+                             /*transposeLhs=*/false, /*transposeRhs=*/true);
+  if (bias)
+    y = AddOp::create(b, l, y, param((prefix + ".bias").str()));
+  return y;
+}
+
+Value ModelBuilder::reshape(Value x, ArrayRef<int64_t> shape, Location l) {
+  auto type = RankedTensorType::get(shape, cast<RankedTensorType>(x.getType()).getElementType());
+  return ReshapeOp::create(b, l, type, x);
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>> ModelBuilder::finish(Value loss) {
+  func::ReturnOp::create(b, loc("loss"), loss);
+  func.setType(b.getFunctionType(func.getArgumentTypes(), {loss.getType()}));
+  if (failed(verify(*module)))
+    return llvm::createStringError("the generated model does not verify (see the diagnostics above)");
+  return std::move(module);
+}

@@ -1,0 +1,81 @@
+//===- Models.h - builders of the standard ptc training models --*- C++ -*-===//
+//
+// GPT (nanoGPT's model.py), an MLP and a mixture-of-experts classifier, built
+// as one `func.func @train_step` in the ptc dialect: parameters and inputs are
+// arguments (global shapes), the result is the scalar mean loss.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_TOOLS_PTC_MODEL_MODELS_H
+#define PTC_TOOLS_PTC_MODEL_MODELS_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::ptc {
+
+/// A named tensor of a model's signature.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+/// Total element count of `specs`.
+int64_t countElements(const std::vector<TensorSpec> &specs);
+
+/// Element type of parameters and activations: "f32", "bf16" or "f16".
+FailureOr<Type> parseFloatType(MLIRContext &context, StringRef name);
+
+struct GptConfig {
+  int64_t layers = 2;
+  int64_t hidden = 128;
+  int64_t heads = 4;
+  int64_t seq = 64; ///< also the block size (length of the position table)
+  int64_t vocab = 256;
+  int64_t batch = 8;
+  std::string dtype = "f32";
+};
+llvm::Error validateGptConfig(const GptConfig &config);
+/// Parameters in nanoGPT's names and order (lm_head.weight is tied to
+/// transformer.wte.weight and so not listed).
+std::vector<TensorSpec> gptParameters(const GptConfig &config);
+llvm::Expected<OwningOpRef<ModuleOp>> buildGptModel(MLIRContext &context,
+                                                    const GptConfig &config);
+
+struct MlpConfig {
+  int64_t layers = 3; ///< linear layers; ReLU between consecutive ones
+  int64_t input = 64;
+  int64_t hidden = 128;
+  int64_t classes = 10;
+  int64_t batch = 32;
+  std::string dtype = "f32";
+};
+llvm::Error validateMlpConfig(const MlpConfig &config);
+std::vector<TensorSpec> mlpParameters(const MlpConfig &config);
+llvm::Expected<OwningOpRef<ModuleOp>> buildMlpModel(MLIRContext &context,
+                                                    const MlpConfig &config);
+
+struct MoeConfig {
+  int64_t input = 64;   ///< model dimension
+  int64_t hidden = 128; ///< expert MLP hidden dimension
+  int64_t experts = 4;
+  int64_t topK = 2;
+  double capacityFactor = 1.25;
+  int64_t classes = 10;
+  int64_t batch = 32; ///< tokens per step
+  std::string dtype = "f32";
+};
+llvm::Error validateMoeConfig(const MoeConfig &config);
+/// Slots per expert: ceil(capacityFactor * batch * topK / experts).
+int64_t moeCapacity(const MoeConfig &config);
+std::vector<TensorSpec> moeParameters(const MoeConfig &config);
+llvm::Expected<OwningOpRef<ModuleOp>> buildMoeModel(MLIRContext &context,
+                                                    const MoeConfig &config);
+
+} // namespace mlir::ptc
+
+#endif // PTC_TOOLS_PTC_MODEL_MODELS_H

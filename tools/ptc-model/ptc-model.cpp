@@ -1,0 +1,129 @@
+//===- ptc-model.cpp - writes ptc training models (gpt, mlp, moe) ---------===//
+//
+//   ptc-model gpt --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --batch 8 -o gpt.mlir
+//   ptc-model mlp --layers 3 --input 64 --hidden 128 --classes 10 --batch 32
+//   ptc-model moe --experts 4 --top-k 2 ...
+//   ptc-model gpt --list-parameters     # names and shapes, one per line
+//
+//===----------------------------------------------------------------------===//
+
+#include "Models.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+namespace cl = llvm::cl;
+
+namespace {
+cl::SubCommand gptCmd("gpt", "GPT as in nanoGPT's model.py (the standard model)");
+cl::SubCommand mlpCmd("mlp", "multi-layer perceptron classifier");
+cl::SubCommand moeCmd("moe", "mixture-of-experts classifier (top-k router, expert MLPs)");
+
+cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
+                                cl::value_desc("file"), cl::init("-"), cl::sub(cl::SubCommand::getAll()));
+cl::opt<bool> listParameters("list-parameters",
+                             cl::desc("Print parameter names and shapes instead of the model"),
+                             cl::sub(cl::SubCommand::getAll()));
+cl::opt<std::string> dtype("dtype", cl::desc("Parameter/activation type: f32, bf16 or f16"),
+                           cl::init("f32"), cl::sub(cl::SubCommand::getAll()));
+cl::opt<int64_t> batch("batch", cl::desc("Global batch (sequences for gpt, rows otherwise)"),
+                       cl::init(-1), cl::sub(cl::SubCommand::getAll()));
+cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(-1),
+                        cl::sub(cl::SubCommand::getAll()));
+cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks (gpt) or linear layers (mlp)"),
+                        cl::init(-1), cl::sub(gptCmd), cl::sub(mlpCmd));
+
+cl::opt<int64_t> heads("heads", cl::desc("Attention heads"), cl::init(4), cl::sub(gptCmd));
+cl::opt<int64_t> seq("seq", cl::desc("Sequence length (= block size)"), cl::init(64),
+                     cl::sub(gptCmd));
+cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary size"), cl::init(256), cl::sub(gptCmd));
+
+cl::opt<int64_t> input("input", cl::desc("Input (model) dimension"), cl::init(64),
+                       cl::sub(mlpCmd), cl::sub(moeCmd));
+cl::opt<int64_t> classes("classes", cl::desc("Output classes"), cl::init(10), cl::sub(mlpCmd),
+                         cl::sub(moeCmd));
+cl::opt<int64_t> experts("experts", cl::desc("Number of experts"), cl::init(4), cl::sub(moeCmd));
+cl::opt<int64_t> topK("top-k", cl::desc("Experts per token"), cl::init(2), cl::sub(moeCmd));
+cl::opt<double> capacityFactor("capacity-factor",
+                               cl::desc("Expert capacity = ceil(factor * tokens * k / experts)"),
+                               cl::init(1.25), cl::sub(moeCmd));
+
+int64_t orDefault(int64_t value, int64_t fallback) { return value < 0 ? fallback : value; }
+
+int fail(const Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "ptc-model") << message << "\n";
+  return 1;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "ptc-model: writes ptc training models\n");
+
+  MLIRContext context;
+  std::vector<TensorSpec> params;
+  llvm::Expected<OwningOpRef<ModuleOp>> module = llvm::createStringError("no model");
+  if (gptCmd) {
+    GptConfig c;
+    c.layers = orDefault(layers, c.layers);
+    c.hidden = orDefault(hidden, c.hidden);
+    c.heads = heads;
+    c.seq = seq;
+    c.vocab = vocab;
+    c.batch = orDefault(batch, c.batch);
+    c.dtype = dtype;
+    params = gptParameters(c);
+    module = buildGptModel(context, c);
+  } else if (mlpCmd) {
+    MlpConfig c;
+    c.layers = orDefault(layers, c.layers);
+    c.input = input;
+    c.hidden = orDefault(hidden, c.hidden);
+    c.classes = classes;
+    c.batch = orDefault(batch, c.batch);
+    c.dtype = dtype;
+    params = mlpParameters(c);
+    module = buildMlpModel(context, c);
+  } else if (moeCmd) {
+    MoeConfig c;
+    c.input = input;
+    c.hidden = orDefault(hidden, c.hidden);
+    c.experts = experts;
+    c.topK = topK;
+    c.capacityFactor = capacityFactor;
+    c.classes = classes;
+    c.batch = orDefault(batch, c.batch);
+    c.dtype = dtype;
+    params = moeParameters(c);
+    module = buildMoeModel(context, c);
+  } else {
+    llvm::consumeError(module.takeError());
+    return fail("name a model: ptc-model gpt|mlp|moe [options] (see ptc-model <model> --help)");
+  }
+  if (!module)
+    return fail(llvm::toString(module.takeError()));
+
+  std::string errorMessage;
+  std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &errorMessage);
+  if (!output)
+    return fail(errorMessage);
+  if (listParameters) {
+    for (const TensorSpec &p : params) {
+      output->os() << p.name << " [";
+      llvm::interleaveComma(p.shape, output->os());
+      output->os() << "]\n";
+    }
+    output->os() << "total " << countElements(params) << "\n";
+  } else {
+    (*module)->print(output->os());
+    output->os() << "\n";
+  }
+  output->keep();
+  return 0;
+}
