@@ -31,10 +31,10 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
     return op->emitError() << "'" << attrName << "' on argument #" << argIndex
                            << " must be a non-empty string";
 
+  // MLIR verifies argument attributes of function-like ops only.
   auto func = dyn_cast<FunctionOpInterface>(op);
-  if (!func || regionIndex != 0)
-    return op->emitError() << "'" << attrName
-                           << "' is only valid on arguments of a function's body";
+  if (!func)
+    return success();
 
   Type argType = func.getArgumentTypes()[argIndex];
   auto tensorType = dyn_cast<RankedTensorType>(argType);

@@ -358,8 +358,7 @@ LogicalResult SliceOp::verify() {
 }
 
 LogicalResult ConcatOp::verify() {
-  if (getInputs().empty())
-    return emitOpError() << "needs at least one input";
+  // ODS already rejects an empty input list.
   auto first = cast<RankedTensorType>(getInputs().front().getType());
   int64_t rank = first.getRank();
   FailureOr<int64_t> axis = normalizeAxis(getAxis(), rank);
