@@ -1,12 +1,45 @@
-//===- Passes.h - registration of all ptc passes ----------------*- C++ -*-===//
+//===- Passes.h - registration of all ptc passes and pipelines --*- C++ -*-===//
 
 #ifndef PTC_PASSES_PASSES_H
 #define PTC_PASSES_PASSES_H
 
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
 namespace mlir::ptc {
+
+/// Options of the `ptc-compile` pipeline (model IR -> plan file).
+struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOptions> {
+  PassOptions::Option<std::string> plan{*this, "plan",
+                                        llvm::cl::desc("Plan file to write (required)")};
+  PassOptions::Option<std::string> optimizer{
+      *this, "optimizer", llvm::cl::desc("adamw, sgd or none (forward + backward only)"),
+      llvm::cl::init("adamw")};
+  PassOptions::Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
+                                 llvm::cl::init(1e-3)};
+  PassOptions::Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                                    llvm::cl::init(0.9)};
+  PassOptions::Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                                    llvm::cl::init(0.999)};
+  PassOptions::Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
+                                  llvm::cl::init(1e-8)};
+  PassOptions::Option<double> weightDecay{
+      *this, "weight-decay", llvm::cl::desc("Weight decay on rank >= 2 parameters"),
+      llvm::cl::init(0.0)};
+  PassOptions::Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                                       llvm::cl::init(0.9)};
+  PassOptions::Option<double> maxGradNorm{
+      *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
+      llvm::cl::init(0.0)};
+};
+
+/// autodiff -> optimizer -> cse -> plan-memory -> export-plan.
+void buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options);
+
 /// Registers every ptc pass and named pipeline with the global registry, so
 /// that ptc-opt accepts them as flags and inside --pass-pipeline.
 void registerAllPasses();
+
 } // namespace mlir::ptc
 
 #endif // PTC_PASSES_PASSES_H

@@ -31,15 +31,36 @@ def Ptc_Dialect : Dialect {
     Function arguments carry their role as discardable attributes:
     `ptc.param = "<name>"` marks a trainable parameter (names follow nanoGPT,
     e.g. `transformer.h.0.attn.c_attn.weight`), `ptc.input = "<name>"` marks a
-    per-step input (token ids, targets).
+    per-step input (token ids, targets), `ptc.state = "<name>"` marks
+    optimizer state (added by `ptc-optimizer`). `ptc.init = "normal:<std>" |
+    "zeros" | "ones"` says how a parameter is initialized.
+
+    Function results carry theirs: `ptc.loss` (the scalar loss),
+    `ptc.grad = "<param>"` (a parameter's gradient, from `ptc-autodiff`),
+    `ptc.update = "<param or state>"` (the new value of an argument, from
+    `ptc-optimizer`; plans update it in place) and `ptc.grad_norm`.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::arith::ArithDialect"];
   let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     /// Argument attribute naming a trainable parameter.
     static constexpr ::llvm::StringLiteral kParamAttrName = "ptc.param";
     /// Argument attribute naming a per-step input.
     static constexpr ::llvm::StringLiteral kInputAttrName = "ptc.input";
+    /// Argument attribute naming optimizer state.
+    static constexpr ::llvm::StringLiteral kStateAttrName = "ptc.state";
+    /// Argument attribute giving a parameter's initializer.
+    static constexpr ::llvm::StringLiteral kInitAttrName = "ptc.init";
+    /// Result attributes.
+    static constexpr ::llvm::StringLiteral kLossAttrName = "ptc.loss";
+    static constexpr ::llvm::StringLiteral kGradAttrName = "ptc.grad";
+    static constexpr ::llvm::StringLiteral kUpdateAttrName = "ptc.update";
+    static constexpr ::llvm::StringLiteral kGradNormAttrName = "ptc.grad_norm";
+
+    /// Parses a `ptc.init` value: "zeros", "ones" or "normal:<std>" with std > 0.
+    static ::llvm::LogicalResult parseInit(::llvm::StringRef spec, ::llvm::StringRef &kind,
+                                           double &stddev);
   }];
 }
 

@@ -9,6 +9,7 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 #include "dialects/ptc/PtcDialect.cpp.inc"
+#include "dialects/ptc/PtcInterfaces.cpp.inc"
 
 void PtcDialect::initialize() {
   addOperations<
@@ -17,12 +18,27 @@ void PtcDialect::initialize() {
       >();
 }
 
-/// Checks `ptc.param` / `ptc.input` on function arguments: a non-empty string
-/// name, a statically shaped tensor, and no name used twice in one function.
+LogicalResult PtcDialect::parseInit(StringRef spec, StringRef &kind, double &stddev) {
+  stddev = 0.0;
+  if (spec == "zeros" || spec == "ones") {
+    kind = spec;
+    return success();
+  }
+  if (!spec.consume_front("normal:") || spec.getAsDouble(stddev) || !(stddev > 0.0))
+    return failure();
+  kind = "normal";
+  return success();
+}
+
+/// Checks argument roles (`ptc.param`, `ptc.input`, `ptc.state`) and
+/// `ptc.init`: non-empty string names, statically shaped tensors, float
+/// parameters and state, and no name used twice in one function.
 LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regionIndex,
                                                    unsigned argIndex, NamedAttribute attr) {
   StringRef attrName = attr.getName().strref();
-  if (attrName != kParamAttrName && attrName != kInputAttrName)
+  const StringLiteral roles[] = {kParamAttrName, kInputAttrName, kStateAttrName};
+  bool isRole = llvm::is_contained(roles, attrName);
+  if (!isRole && attrName != kInitAttrName)
     return op->emitError() << "unknown ptc argument attribute '" << attrName
                            << "' on argument #" << argIndex;
 
@@ -36,29 +52,80 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
   if (!func)
     return success();
 
+  if (attrName == kInitAttrName) {
+    StringRef kind;
+    double stddev;
+    if (failed(parseInit(name.getValue(), kind, stddev)))
+      return op->emitError() << "'ptc.init' on argument #" << argIndex << " must be \"zeros\", "
+                             << "\"ones\" or \"normal:<std>\" with std > 0, got \""
+                             << name.getValue() << "\"";
+    if (!func.getArgAttr(argIndex, kParamAttrName))
+      return op->emitError() << "'ptc.init' on argument #" << argIndex
+                             << " needs a 'ptc.param' on the same argument";
+    return success();
+  }
+
   Type argType = func.getArgumentTypes()[argIndex];
   auto tensorType = dyn_cast<RankedTensorType>(argType);
   if (!tensorType || !tensorType.hasStaticShape())
     return op->emitError() << "argument #" << argIndex << " ('" << name.getValue()
                            << "') must be a statically shaped tensor, got " << argType;
-  if (attrName == kParamAttrName && !isa<FloatType>(tensorType.getElementType()))
-    return op->emitError() << "parameter '" << name.getValue()
+  if (attrName != kInputAttrName && !isa<FloatType>(tensorType.getElementType()))
+    return op->emitError() << (attrName == kParamAttrName ? "parameter" : "optimizer state")
+                           << " '" << name.getValue()
                            << "' must have a floating-point element type, got "
                            << tensorType.getElementType();
+  for (StringRef other : roles)
+    if (other != attrName && func.getArgAttr(argIndex, other))
+      return op->emitError() << "argument #" << argIndex << " has both '" << attrName
+                             << "' and '" << other << "'";
 
   // Names identify tensors in plans, checkpoints and safetensors files.
-  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
-    if (i == argIndex)
-      continue;
-    for (StringRef other : {kParamAttrName, kInputAttrName}) {
-      auto otherName = func.getArgAttrOfType<StringAttr>(i, other);
-      if (otherName && otherName == name) {
-        if (i < argIndex)
-          return success(); // reported once, at the later argument
+  for (unsigned i = argIndex + 1, e = func.getNumArguments(); i < e; ++i)
+    for (StringRef other : roles)
+      if (func.getArgAttrOfType<StringAttr>(i, other) == name)
         return op->emitError() << "tensor name '" << name.getValue()
                                << "' is used by arguments #" << argIndex << " and #" << i;
-      }
-    }
-  }
   return success();
+}
+
+/// Checks result roles: `ptc.loss` (unit, rank-0 float), `ptc.grad_norm`
+/// (unit), `ptc.grad` / `ptc.update` (names of arguments of the function).
+LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned regionIndex,
+                                                      unsigned resultIndex, NamedAttribute attr) {
+  StringRef attrName = attr.getName().strref();
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return success();
+  Type resultType = func.getResultTypes()[resultIndex];
+  if (attrName == kLossAttrName || attrName == kGradNormAttrName) {
+    auto t = dyn_cast<RankedTensorType>(resultType);
+    if (!isa<UnitAttr>(attr.getValue()) || !t || t.getRank() != 0 ||
+        !isa<FloatType>(t.getElementType()))
+      return op->emitError() << "'" << attrName << "' on result #" << resultIndex
+                             << " must be a unit attribute on a scalar float tensor";
+    return success();
+  }
+  if (attrName != kGradAttrName && attrName != kUpdateAttrName)
+    return op->emitError() << "unknown ptc result attribute '" << attrName << "' on result #"
+                           << resultIndex;
+  auto name = dyn_cast<StringAttr>(attr.getValue());
+  if (!name)
+    return op->emitError() << "'" << attrName << "' on result #" << resultIndex
+                           << " must name an argument";
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto param = func.getArgAttrOfType<StringAttr>(i, kParamAttrName);
+    auto state = func.getArgAttrOfType<StringAttr>(i, kStateAttrName);
+    if (param != name && (attrName == kGradAttrName || state != name))
+      continue;
+    if (func.getArgumentTypes()[i] != resultType)
+      return op->emitError() << "result #" << resultIndex << " ('" << attrName << "' of '"
+                             << name.getValue() << "') has type " << resultType
+                             << " but the argument has type " << func.getArgumentTypes()[i];
+    return success();
+  }
+  return op->emitError() << "'" << attrName << "' on result #" << resultIndex << " names '"
+                         << name.getValue() << "', which is not "
+                         << (attrName == kGradAttrName ? "a parameter" : "a parameter or state")
+                         << " of the function";
 }

@@ -8,6 +8,7 @@
 #include "llvm/ADT/SmallSet.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::ptc;
@@ -247,37 +248,52 @@ void MatmulOp::build(OpBuilder &builder, OperationState &state, Value lhs, Value
         transposeLhs, transposeRhs);
 }
 
-LogicalResult LayerNormOp::verify() {
-  RankedTensorType input = getInput().getType(), weight = getWeight().getType();
+namespace {
+LogicalResult verifyLayerNormOperands(Operation *op, RankedTensorType input,
+                                      RankedTensorType weight, double epsilon) {
   if (input.getRank() < 1)
-    return emitOpError() << "input must have rank >= 1";
+    return op->emitOpError() << "input must have rank >= 1";
   if (weight.getRank() != 1 || weight.getDimSize(0) != input.getShape().back())
-    return emitOpError() << "weight and bias must have shape [" << input.getShape().back()
-                         << "] (the normalized dimension), got " << shapeStr(weight.getShape());
-  if (failed(checkSameElementType([&] { return emitOpError(); }, "input",
+    return op->emitOpError() << "weight and bias must have shape [" << input.getShape().back()
+                             << "] (the normalized dimension), got "
+                             << shapeStr(weight.getShape());
+  if (failed(checkSameElementType([&] { return op->emitOpError(); }, "input",
                                   input.getElementType(), "weight", weight.getElementType())))
     return failure();
-  if (!(getEpsilon().convertToDouble() > 0.0))
-    return emitOpError() << "epsilon must be positive, got " << getEpsilon().convertToDouble();
+  if (!(epsilon > 0.0))
+    return op->emitOpError() << "epsilon must be positive, got " << epsilon;
   return success();
+}
+
+LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
+  if (failed(normalizeAxis(axis, rank)))
+    return op->emitOpError() << "axis " << axis << " is out of range for rank " << rank;
+  return success();
+}
+
+LogicalResult verifyAttentionOperands(Operation *op, RankedTensorType type,
+                                      std::optional<llvm::APFloat> scale) {
+  if (type.getRank() != 4)
+    return op->emitOpError()
+           << "operands must have shape [batch, heads, seq, head_dim], got rank "
+           << type.getRank();
+  if (scale && !(scale->convertToDouble() > 0.0))
+    return op->emitOpError() << "scale must be positive, got " << scale->convertToDouble();
+  return success();
+}
+} // namespace
+
+LogicalResult LayerNormOp::verify() {
+  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
+                                 getEpsilon().convertToDouble());
 }
 
 LogicalResult SoftmaxOp::verify() {
-  if (failed(normalizeAxis(getAxis(), getInput().getType().getRank())))
-    return emitOpError() << "axis " << getAxis() << " is out of range for rank "
-                         << getInput().getType().getRank();
-  return success();
+  return verifyAxis(*this, getAxis(), getInput().getType().getRank());
 }
 
 LogicalResult CausalAttentionOp::verify() {
-  RankedTensorType type = getQuery().getType();
-  if (type.getRank() != 4)
-    return emitOpError() << "operands must have shape [batch, heads, seq, head_dim], got rank "
-                         << type.getRank();
-  if (std::optional<llvm::APFloat> scale = getScale();
-      scale && !(scale->convertToDouble() > 0.0))
-    return emitOpError() << "scale must be positive, got " << scale->convertToDouble();
-  return success();
+  return verifyAttentionOperands(*this, getQuery().getType(), getScale());
 }
 
 double CausalAttentionOp::getScaleOrDefault() {
@@ -431,25 +447,207 @@ LogicalResult MoeDispatchOp::verify() {
                               "input", input.getElementType());
 }
 
-LogicalResult MoeCombineOp::verify() {
-  RankedTensorType experts = getExpertOutput().getType(), weights = getWeights().getType(),
-                   indices = getIndices().getType(), result = getType();
-  if (experts.getRank() != 3)
-    return emitOpError() << "expert_output must have shape [experts, capacity, dim], got rank "
-                         << experts.getRank();
-  if (weights.getRank() != 2)
-    return emitOpError() << "weights must have shape [tokens, k], got rank " << weights.getRank();
-  if (indices.getShape() != weights.getShape())
-    return emitOpError() << "indices shape " << shapeStr(indices.getShape())
-                         << " differs from weights shape " << shapeStr(weights.getShape());
-  if (failed(checkSameElementType([&] { return emitOpError(); }, "weights",
+namespace {
+/// Checks `[experts, capacity, dim]` expert buffers against `[tokens, k]`
+/// weights and indices; returns the `[tokens, dim]` token-side type.
+FailureOr<RankedTensorType> verifyCombineOperands(Operation *op, RankedTensorType experts,
+                                                  RankedTensorType weights,
+                                                  RankedTensorType indices) {
+  if (experts.getRank() != 3) {
+    op->emitOpError() << "expert_output must have shape [experts, capacity, dim], got rank "
+                      << experts.getRank();
+    return failure();
+  }
+  if (weights.getRank() != 2) {
+    op->emitOpError() << "weights must have shape [tokens, k], got rank " << weights.getRank();
+    return failure();
+  }
+  if (indices.getShape() != weights.getShape()) {
+    op->emitOpError() << "indices shape " << shapeStr(indices.getShape())
+                      << " differs from weights shape " << shapeStr(weights.getShape());
+    return failure();
+  }
+  if (failed(checkSameElementType([&] { return op->emitOpError(); }, "weights",
                                   weights.getElementType(), "expert_output",
                                   experts.getElementType())))
     return failure();
-  return checkResultType(
-      *this, result,
-      RankedTensorType::get({weights.getDimSize(0), experts.getDimSize(2)},
-                            experts.getElementType()));
+  return RankedTensorType::get({weights.getDimSize(0), experts.getDimSize(2)},
+                               experts.getElementType());
+}
+} // namespace
+
+LogicalResult MoeCombineOp::verify() {
+  return checkResultType(*this, getType(),
+                         verifyCombineOperands(*this, getExpertOutput().getType(),
+                                               getWeights().getType(), getIndices().getType()));
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult BroadcastOp::verify() {
+  RankedTensorType input = getInput().getType(), result = getType();
+  auto inferred = inferBroadcastType(input, result, [&] { return emitOpError(); });
+  if (failed(inferred))
+    return failure();
+  if (*inferred != result)
+    return emitOpError() << "cannot broadcast " << shapeStr(input.getShape()) << " to "
+                         << shapeStr(result.getShape());
+  return success();
+}
+
+LogicalResult PadOp::verify() {
+  RankedTensorType input = getInput().getType(), result = getType();
+  ArrayRef<int64_t> offsets = getOffsets();
+  if (result.getRank() != input.getRank() ||
+      static_cast<int64_t>(offsets.size()) != input.getRank())
+    return emitOpError() << "input, result and offsets must have the same rank";
+  for (int64_t i = 0; i < input.getRank(); ++i)
+    if (offsets[i] < 0 || offsets[i] + input.getDimSize(i) > result.getDimSize(i))
+      return emitOpError() << "padded region of dimension " << i << " (offset " << offsets[i]
+                           << ", size " << input.getDimSize(i) << ") exceeds the result size "
+                           << result.getDimSize(i);
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  return verifyAxis(*this, getAxis(), getOutput().getType().getRank());
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
+                                 getEpsilon().convertToDouble());
+}
+
+LogicalResult CausalAttentionGradOp::verify() {
+  return verifyAttentionOperands(*this, getQuery().getType(), getScale());
+}
+
+double CausalAttentionGradOp::getScaleOrDefault() {
+  if (std::optional<llvm::APFloat> scale = getScale())
+    return scale->convertToDouble();
+  return 1.0 / std::sqrt(static_cast<double>(getQuery().getType().getDimSize(3)));
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  RankedTensorType table = getType();
+  auto expected = inferEmbeddingType(table, getIndices().getType(), [&] { return emitOpError(); });
+  if (failed(expected))
+    return failure();
+  if (*expected != getGrad().getType())
+    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
+                         << *expected;
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  auto loss = inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
+                                    [&] { return emitOpError(); });
+  if (failed(loss))
+    return failure();
+  if (*loss != getGrad().getType())
+    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
+                         << *loss;
+  return success();
+}
+
+LogicalResult ReduceMaxGradOp::verify() {
+  auto reduced = inferReduceType(getInput().getType(), getAxes(), getKeepDims(),
+                                 [&] { return emitOpError(); });
+  if (failed(reduced))
+    return failure();
+  if (*reduced != getGrad().getType())
+    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
+                         << *reduced;
+  return success();
+}
+
+LogicalResult TopKGateGradOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  if (logits.getRank() != 2)
+    return emitOpError() << "logits must have shape [tokens, experts], got rank "
+                         << logits.getRank();
+  RankedTensorType indices = getIndices().getType(), wgrad = getWeightsGrad().getType();
+  if (indices.getRank() != 2 || indices.getDimSize(0) != logits.getDimSize(0) ||
+      indices.getDimSize(1) > logits.getDimSize(1) || indices.getShape() != wgrad.getShape())
+    return emitOpError() << "indices and weights_grad must have shape [" << logits.getDimSize(0)
+                         << ", k] with k <= " << logits.getDimSize(1) << ", got "
+                         << shapeStr(indices.getShape()) << " and " << shapeStr(wgrad.getShape());
+  return checkSameElementType([&] { return emitOpError(); }, "weights_grad",
+                              wgrad.getElementType(), "logits", logits.getElementType());
+}
+
+LogicalResult MoeDispatchGradOp::verify() {
+  RankedTensorType grad = getGrad().getType(), indices = getIndices().getType();
+  if (grad.getRank() != 3)
+    return emitOpError() << "grad must have shape [experts, capacity, dim], got rank "
+                         << grad.getRank();
+  if (indices.getRank() != 2)
+    return emitOpError() << "indices must have shape [tokens, k], got rank " << indices.getRank();
+  return checkResultType(*this, getType(),
+                         RankedTensorType::get({indices.getDimSize(0), grad.getDimSize(2)},
+                                               grad.getElementType()));
+}
+
+LogicalResult MoeCombineGradOp::verify() {
+  auto tokens = verifyCombineOperands(*this, getExpertOutput().getType(), getWeights().getType(),
+                                      getIndices().getType());
+  if (failed(tokens))
+    return failure();
+  if (*tokens != getGrad().getType())
+    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
+                         << *tokens;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult checkHyperparameter(Operation *op, StringRef name, double value, double low,
+                                  bool lowInclusive, double high) {
+  bool ok = (lowInclusive ? value >= low : value > low) && value < high;
+  if (!ok)
+    return op->emitOpError() << name << " = " << value << " must be in " << (lowInclusive ? "[" : "(")
+                             << low << ", " << high << ")";
+  return success();
+}
+} // namespace
+
+LogicalResult AdamWUpdateOp::verify() {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||
+      failed(checkHyperparameter(*this, "beta1", getBeta1().convertToDouble(), 0, true, 1)) ||
+      failed(checkHyperparameter(*this, "beta2", getBeta2().convertToDouble(), 0, true, 1)) ||
+      failed(checkHyperparameter(*this, "eps", getEps().convertToDouble(), 0, false, inf)) ||
+      failed(checkHyperparameter(*this, "weight_decay", getWeightDecay().convertToDouble(), 0,
+                                 true, inf)))
+    return failure();
+  return success();
+}
+
+LogicalResult SgdUpdateOp::verify() {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||
+      failed(checkHyperparameter(*this, "momentum", getMomentum().convertToDouble(), 0, true, inf)) ||
+      failed(checkHyperparameter(*this, "weight_decay", getWeightDecay().convertToDouble(), 0,
+                                 true, inf)))
+    return failure();
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  if (getClipped().size() != getGrads().size())
+    return emitOpError() << "expected " << getGrads().size() << " clipped results, got "
+                         << getClipped().size();
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(getGrads(), getClipped())))
+    if (std::get<0>(pair).getType() != std::get<1>(pair).getType())
+      return emitOpError() << "clipped result #" << i << " must have the type of grad #" << i
+                           << ", " << std::get<0>(pair).getType();
+  const double inf = std::numeric_limits<double>::infinity();
+  return checkHyperparameter(*this, "max_norm", getMaxNorm().convertToDouble(), 0, false, inf);
 }
 
 #define GET_OP_CLASSES

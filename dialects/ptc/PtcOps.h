@@ -18,6 +18,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/ptc/PtcDialect.h.inc"
+#include "dialects/ptc/PtcInterfaces.h.inc"
 
 namespace mlir::ptc {
 

@@ -10,6 +10,7 @@
 #define PTC_OPS_TD
 
 include "dialects/ptc/PtcBase.td"
+include "dialects/ptc/PtcInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/OpBase.td"
@@ -19,7 +20,7 @@ include "mlir/IR/OpBase.td"
 //===----------------------------------------------------------------------===//
 
 class Ptc_BinaryElementwiseOp<string mnemonic, string expr>
-    : Ptc_Op<mnemonic, [Pure]> {
+    : Ptc_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "elementwise " # mnemonic # " with broadcasting";
   let description = [{
     Computes `result = }] # expr # [{` elementwise. Operands broadcast as in
@@ -53,7 +54,7 @@ def Ptc_MulOp : Ptc_BinaryElementwiseOp<"mul", "lhs * rhs">;
 def Ptc_DivOp : Ptc_BinaryElementwiseOp<"div", "lhs / rhs">;
 
 class Ptc_UnaryElementwiseOp<string mnemonic, string what, list<Trait> traits = []>
-    : Ptc_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType], traits)> {
+    : Ptc_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>], traits)> {
   let summary = what;
   let arguments = (ins Ptc_FloatTensor:$input);
   let results = (outs Ptc_FloatTensor:$result);
@@ -81,7 +82,7 @@ def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit"> {
   }];
 }
 
-def Ptc_ScaleOp : Ptc_Op<"scale", [Pure, SameOperandsAndResultType]> {
+def Ptc_ScaleOp : Ptc_Op<"scale", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "multiplication by a compile-time constant";
   let description = [{
     `result = factor * input`, elementwise, with `factor` a constant known to
@@ -96,7 +97,7 @@ def Ptc_ScaleOp : Ptc_Op<"scale", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def Ptc_ConvertOp : Ptc_Op<"convert", [Pure, SameOperandsAndResultShape]> {
+def Ptc_ConvertOp : Ptc_Op<"convert", [Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "element type conversion between f32, bf16 and f16";
   let description = [{
     Converts every element to the result's element type (round to nearest
@@ -116,7 +117,7 @@ def Ptc_ConvertOp : Ptc_Op<"convert", [Pure, SameOperandsAndResultShape]> {
 // Dense algebra
 //===----------------------------------------------------------------------===//
 
-def Ptc_MatmulOp : Ptc_Op<"matmul", [Pure]> {
+def Ptc_MatmulOp : Ptc_Op<"matmul", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "batched matrix multiplication with optional transposes";
   let description = [{
     Multiplies the last two dimensions: `result[..., m, n] = sum_k
@@ -153,7 +154,7 @@ def Ptc_MatmulOp : Ptc_Op<"matmul", [Pure]> {
 // Fused neural-network blocks
 //===----------------------------------------------------------------------===//
 
-def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [Pure,
+def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["input", "result"]>, AllTypesMatch<["weight", "bias"]>]> {
   let summary = "layer normalization over the last dimension, with affine weight and bias";
   let description = [{
@@ -177,7 +178,7 @@ def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [Pure,
   let hasVerifier = 1;
 }
 
-def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "numerically stable softmax along one axis";
   let description = [{
     `result = exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`
@@ -194,7 +195,7 @@ def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [Pure,
+def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["query", "key", "value", "result"]>]> {
   let summary = "causal scaled dot-product attention over all heads";
   let description = [{
@@ -221,7 +222,7 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [Pure,
   }];
 }
 
-def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure]> {
+def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "row lookup in an embedding table";
   let description = [{
     `result[i..., :] = table[indices[i...], :]` for a table of shape
@@ -243,7 +244,7 @@ def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure]> {
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$indices)>];
 }
 
-def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [Pure]> {
+def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "mean softmax cross-entropy over all positions";
   let description = [{
     `logits` has shape `targets.shape + [num_classes]`; `targets` holds `i32`
@@ -270,7 +271,7 @@ def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [Pure]> {
 // Layout changes
 //===----------------------------------------------------------------------===//
 
-def Ptc_ReshapeOp : Ptc_Op<"reshape", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_ReshapeOp : Ptc_Op<"reshape", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "reinterpretation of a tensor with another shape";
   let description = [{
     Row-major reinterpretation: the element count must be unchanged.
@@ -285,7 +286,7 @@ def Ptc_ReshapeOp : Ptc_Op<"reshape", [Pure, SameOperandsAndResultElementType]> 
   let hasVerifier = 1;
 }
 
-def Ptc_TransposeOp : Ptc_Op<"transpose", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_TransposeOp : Ptc_Op<"transpose", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "permutation of dimensions";
   let description = [{
     `result.shape[i] = input.shape[permutation[i]]`, and
@@ -305,7 +306,7 @@ def Ptc_TransposeOp : Ptc_Op<"transpose", [Pure, SameOperandsAndResultElementTyp
   let builders = [OpBuilder<(ins "::mlir::Value":$input, "::llvm::ArrayRef<int64_t>":$permutation)>];
 }
 
-def Ptc_SliceOp : Ptc_Op<"slice", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_SliceOp : Ptc_Op<"slice", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "contiguous static slice";
   let description = [{
     `result[i...] = input[offsets + i...]`: the result's shape gives the slice
@@ -326,7 +327,7 @@ def Ptc_SliceOp : Ptc_Op<"slice", [Pure, SameOperandsAndResultElementType]> {
   let hasVerifier = 1;
 }
 
-def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "concatenation along one axis";
   let description = [{
     Joins the inputs along `axis`; all other dimensions must agree.
@@ -349,7 +350,7 @@ def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType]> {
 //===----------------------------------------------------------------------===//
 
 class Ptc_ReduceOp<string mnemonic, string what>
-    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultElementType]> {
+    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = what # " over a set of axes";
   let description = [{
     Reduces `input` over `axes` (distinct, in range, negative values count
@@ -377,7 +378,7 @@ def Ptc_ReduceMaxOp : Ptc_ReduceOp<"reduce_max", "maximum">;
 // Mixture-of-experts routing
 //===----------------------------------------------------------------------===//
 
-def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [Pure]> {
+def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "softmax router choosing the top-k experts of every token";
   let description = [{
     `logits` has shape `[tokens, num_experts]`. For every token the op takes
@@ -400,7 +401,7 @@ def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [Pure]> {
+def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "scatter of tokens into per-expert buffers of fixed capacity";
   let description = [{
     `input` is `[tokens, dim]`, `indices` (from `ptc.top_k_gate`) is
@@ -424,7 +425,7 @@ def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [Pure]> {
+def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "weighted gather of expert outputs back to tokens";
   let description = [{
     The inverse of `ptc.moe_dispatch`: `expert_output` is
@@ -448,5 +449,8 @@ def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [Pure]> {
   }];
   let hasVerifier = 1;
 }
+
+include "dialects/ptc/PtcGradOps.td"
+include "dialects/ptc/PtcOptimizerOps.td"
 
 #endif // PTC_OPS_TD

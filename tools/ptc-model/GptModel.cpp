@@ -9,6 +9,8 @@
 
 #include "ModelBuilder.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::ptc;
 
@@ -39,27 +41,33 @@ llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
 }
 
 std::vector<TensorSpec> mlir::ptc::gptParameters(const GptConfig &c) {
+  // nanoGPT's initialization: N(0, 0.02) for embeddings and linear weights,
+  // N(0, 0.02/sqrt(2*layers)) for the projections into the residual stream,
+  // zero biases, LayerNorm weight 1 and bias 0.
   const int64_t h = c.hidden;
+  const std::string normal = "normal:0.02";
+  const std::string residual =
+      "normal:" + std::to_string(0.02 / std::sqrt(2.0 * static_cast<double>(c.layers)));
   std::vector<TensorSpec> p;
-  p.push_back({"transformer.wte.weight", {c.vocab, h}});
-  p.push_back({"transformer.wpe.weight", {c.seq, h}});
+  p.push_back({"transformer.wte.weight", {c.vocab, h}, normal});
+  p.push_back({"transformer.wpe.weight", {c.seq, h}, normal});
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string l = "transformer.h." + std::to_string(i) + ".";
-    p.push_back({l + "ln_1.weight", {h}});
-    p.push_back({l + "ln_1.bias", {h}});
-    p.push_back({l + "attn.c_attn.weight", {3 * h, h}});
-    p.push_back({l + "attn.c_attn.bias", {3 * h}});
-    p.push_back({l + "attn.c_proj.weight", {h, h}});
-    p.push_back({l + "attn.c_proj.bias", {h}});
-    p.push_back({l + "ln_2.weight", {h}});
-    p.push_back({l + "ln_2.bias", {h}});
-    p.push_back({l + "mlp.c_fc.weight", {4 * h, h}});
-    p.push_back({l + "mlp.c_fc.bias", {4 * h}});
-    p.push_back({l + "mlp.c_proj.weight", {h, 4 * h}});
-    p.push_back({l + "mlp.c_proj.bias", {h}});
+    p.push_back({l + "ln_1.weight", {h}, "ones"});
+    p.push_back({l + "ln_1.bias", {h}, "zeros"});
+    p.push_back({l + "attn.c_attn.weight", {3 * h, h}, normal});
+    p.push_back({l + "attn.c_attn.bias", {3 * h}, "zeros"});
+    p.push_back({l + "attn.c_proj.weight", {h, h}, residual});
+    p.push_back({l + "attn.c_proj.bias", {h}, "zeros"});
+    p.push_back({l + "ln_2.weight", {h}, "ones"});
+    p.push_back({l + "ln_2.bias", {h}, "zeros"});
+    p.push_back({l + "mlp.c_fc.weight", {4 * h, h}, normal});
+    p.push_back({l + "mlp.c_fc.bias", {4 * h}, "zeros"});
+    p.push_back({l + "mlp.c_proj.weight", {h, 4 * h}, residual});
+    p.push_back({l + "mlp.c_proj.bias", {h}, "zeros"});
   }
-  p.push_back({"transformer.ln_f.weight", {h}});
-  p.push_back({"transformer.ln_f.bias", {h}});
+  p.push_back({"transformer.ln_f.weight", {h}, "ones"});
+  p.push_back({"transformer.ln_f.bias", {h}, "zeros"});
   return p;
 }
 

@@ -7,6 +7,8 @@
 
 #include "ModelBuilder.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::ptc;
 
@@ -29,8 +31,10 @@ std::vector<TensorSpec> mlir::ptc::mlpParameters(const MlpConfig &c) {
     int64_t in = i == 0 ? c.input : c.hidden;
     int64_t out = i == c.layers - 1 ? c.classes : c.hidden;
     std::string l = "layers." + std::to_string(i);
-    p.push_back({l + ".weight", {out, in}});
-    p.push_back({l + ".bias", {out}});
+    // N(0, 1/in): unit-variance activations through each layer.
+    p.push_back({l + ".weight", {out, in},
+                 "normal:" + std::to_string(1.0 / std::sqrt(static_cast<double>(in)))});
+    p.push_back({l + ".bias", {out}, "zeros"});
   }
   return p;
 }

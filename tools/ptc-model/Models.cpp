@@ -41,8 +41,11 @@ ModelBuilder::ModelBuilder(MLIRContext &context, Type floatType,
   SmallVector<DictionaryAttr> argAttrs;
   for (const TensorSpec &p : params) {
     argTypes.push_back(RankedTensorType::get(p.shape, floatType));
-    argAttrs.push_back(
-        b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kParamAttrName, b.getStringAttr(p.name))));
+    SmallVector<NamedAttribute> attrs{
+        b.getNamedAttr(PtcDialect::kParamAttrName, b.getStringAttr(p.name))};
+    if (!p.init.empty())
+      attrs.push_back(b.getNamedAttr(PtcDialect::kInitAttrName, b.getStringAttr(p.init)));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
   }
   for (const Input &in : inputs) {
     argTypes.push_back(RankedTensorType::get(in.spec.shape, in.elementType));

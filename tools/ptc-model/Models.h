@@ -22,6 +22,8 @@ namespace mlir::ptc {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
+  /// Initializer of a parameter (`ptc.init`): "zeros", "ones" or "normal:<std>".
+  std::string init = "";
 };
 
 /// Total element count of `specs`.

@@ -40,11 +40,14 @@ int64_t mlir::ptc::moeCapacity(const MoeConfig &c) {
 }
 
 std::vector<TensorSpec> mlir::ptc::moeParameters(const MoeConfig &c) {
-  return {{"router.weight", {c.experts, c.input}},
-          {"experts.w_in", {c.experts, c.input, c.hidden}},
-          {"experts.w_out", {c.experts, c.hidden, c.input}},
-          {"head.weight", {c.classes, c.input}},
-          {"head.bias", {c.classes}}};
+  auto fanIn = [](int64_t n) {
+    return "normal:" + std::to_string(1.0 / std::sqrt(static_cast<double>(n)));
+  };
+  return {{"router.weight", {c.experts, c.input}, "normal:0.02"},
+          {"experts.w_in", {c.experts, c.input, c.hidden}, fanIn(c.input)},
+          {"experts.w_out", {c.experts, c.hidden, c.input}, fanIn(c.hidden)},
+          {"head.weight", {c.classes, c.input}, fanIn(c.input)},
+          {"head.bias", {c.classes}, "zeros"}};
 }
 
 llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildMoeModel(MLIRContext &context,

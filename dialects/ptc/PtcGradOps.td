@@ -1,0 +1,254 @@
+//===- PtcGradOps.td - ops that reverse-mode rules emit ----*- tablegen -*-===//
+//
+// Backward counterparts of the fused forward ops, plus the two layout ops
+// (broadcast, pad) that gradients of broadcasting and slicing need. They are
+// built by `ptc-autodiff`; each names the forward op it differentiates.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_GRAD_OPS_TD
+#define PTC_GRAD_OPS_TD
+
+def Ptc_BroadcastOp : Ptc_Op<"broadcast", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "NumPy-style broadcast to a larger shape";
+  let description = [{
+    Stretches dimensions of size 1 and adds leading dimensions so that the
+    input takes the result's shape (the gradient of a reduction).
+
+    ```mlir
+    %y = ptc.broadcast %x : tensor<64x1xf32> -> tensor<8x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ptc_PadOp : Ptc_Op<"pad", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "zero padding around a tensor (the gradient of a slice)";
+  let description = [{
+    The result is zero except for the region starting at `offsets` with the
+    input's shape, which holds the input.
+
+    ```mlir
+    %y = ptc.pad %g offsets = [0, 0, 128] : tensor<8x64x128xf32> -> tensor<8x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, DenseI64ArrayAttr:$offsets);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `offsets` `=` $offsets attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+class Ptc_UnaryGradOp<string mnemonic, string forward>
+    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "gradient of `ptc." # forward # "`";
+  let description = [{
+    `result = grad * d}] # forward # [{(input)/d input`, elementwise.
+
+    ```mlir
+    %dx = ptc.}] # mnemonic # [{ %x, %g : tensor<8x64x512xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$grad);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $grad attr-dict `:` type($input)";
+}
+
+def Ptc_GeluGradOp : Ptc_UnaryGradOp<"gelu_grad", "gelu">;
+def Ptc_ReluGradOp : Ptc_UnaryGradOp<"relu_grad", "relu">;
+
+def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [Pure, SameOperandsAndResultType]> {
+  let summary = "gradient of `ptc.softmax`, from its output";
+  let description = [{
+    With `y = softmax(x)` along `axis`: `result = y * (grad - sum(grad * y))`,
+    the sum taken along `axis`.
+
+    ```mlir
+    %dx = ptc.softmax_grad %y, %g : tensor<512x8xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$output, Ptc_FloatTensor:$grad,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$output `,` $grad attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [Pure,
+    AllTypesMatch<["input", "grad", "input_grad"]>,
+    AllTypesMatch<["weight", "weight_grad", "bias_grad"]>]> {
+  let summary = "gradient of `ptc.layer_norm` (input, weight and bias)";
+  let description = [{
+    Recomputes the row statistics of `input` and returns the gradients of
+    the input, the weight and the bias of the matching `ptc.layer_norm`.
+
+    ```mlir
+    %dx, %dw, %db = ptc.layer_norm_grad %x, %w, %g : tensor<8x64x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight, Ptc_FloatTensor:$grad,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Ptc_FloatTensor:$input_grad, Ptc_FloatTensor:$weight_grad,
+                      Ptc_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $grad attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [Pure,
+    AllTypesMatch<["query", "key", "value", "grad", "query_grad", "key_grad", "value_grad"]>]> {
+  let summary = "gradient of `ptc.causal_attention` (query, key and value)";
+  let description = [{
+    Recomputes the attention probabilities (no saved `seq x seq` matrix) and
+    returns the gradients of query, key and value.
+
+    ```mlir
+    %dq, %dk, %dv = ptc.causal_attention_grad %q, %k, %v, %g : tensor<8x4x64x32xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
+                       Ptc_FloatTensor:$grad, OptionalAttr<F64Attr>:$scale);
+  let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
+                      Ptc_FloatTensor:$value_grad);
+  let assemblyFormat = "$query `,` $key `,` $value `,` $grad attr-dict `:` type($query)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scale applied to query * key^T: the attribute, or 1/sqrt(head_dim).
+    double getScaleOrDefault();
+  }];
+}
+
+def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [Pure]> {
+  let summary = "gradient of `ptc.embedding`: rows scatter-added into the table shape";
+  let description = [{
+    `result[r, :] = sum of grad[i..., :] over positions with indices[i...] == r`;
+    the result has the table's type.
+
+    ```mlir
+    %dt = ptc.embedding_grad %tokens, %g
+        : tensor<8x64xi32>, tensor<8x64x128xf32> -> tensor<256x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_IdTensor:$indices, Ptc_FloatTensor:$grad);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $indices `,` $grad attr-dict `:` type($indices) `,` type($grad) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [Pure,
+    AllTypesMatch<["logits", "result"]>]> {
+  let summary = "gradient of `ptc.cross_entropy` with respect to the logits";
+  let description = [{
+    `result = grad * (softmax(logits) - onehot(targets)) / num_positions`,
+    with `grad` the scalar gradient of the mean loss.
+
+    ```mlir
+    %dl = ptc.cross_entropy_grad %logits, %targets, %g
+        : tensor<8x64x256xf32>, tensor<8x64xi32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets,
+                       0DTensorOf<[F32, BF16, F16]>:$grad);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $grad attr-dict `:` type($logits) `,` type($targets) `,` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [Pure,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "gradient of `ptc.reduce_max`";
+  let description = [{
+    Routes `grad` to the positions that hold the maximum, split evenly among
+    ties (as `torch.amax`); zero elsewhere. `axes` and `keep_dims` are those
+    of the forward op.
+
+    ```mlir
+    %dx = ptc.reduce_max_grad %x, %g axes = [1] : tensor<8x64xf32>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$grad, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "false">:$keep_dims);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad `axes` `=` $axes attr-dict `:` type($input) `,` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [Pure,
+    AllTypesMatch<["logits", "result"]>]> {
+  let summary = "gradient of `ptc.top_k_gate` with respect to the router logits";
+  let description = [{
+    Differentiates the selected (and, with `normalize`, renormalized) softmax
+    probabilities; the selection itself has no gradient.
+
+    ```mlir
+    %dl = ptc.top_k_gate_grad %logits, %e, %gw
+        : tensor<512x8xf32>, tensor<512x2xi32>, tensor<512x2xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$indices,
+                       Ptc_FloatTensor:$weights_grad,
+                       DefaultValuedAttr<BoolAttr, "true">:$normalize);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $indices `,` $weights_grad attr-dict `:` type($logits) `,` type($indices) `,`
+    type($weights_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [Pure]> {
+  let summary = "gradient of `ptc.moe_dispatch`: expert slots gathered back to tokens";
+  let description = [{
+    `result[t, :] = sum over assignments (t, j) -> (e, s) within capacity of
+    grad[e, s, :]`.
+
+    ```mlir
+    %dx = ptc.moe_dispatch_grad %g, %e
+        : tensor<8x160x128xf32>, tensor<512x2xi32> -> tensor<512x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$grad, Ptc_IdTensor:$indices);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_MoeCombineGradOp : Ptc_Op<"moe_combine_grad", [Pure,
+    AllTypesMatch<["expert_output", "expert_output_grad"]>,
+    AllTypesMatch<["weights", "weights_grad"]>]> {
+  let summary = "gradient of `ptc.moe_combine` (expert outputs and weights)";
+  let description = [{
+    `expert_output_grad[e, s, :] = weights[t, j] * grad[t, :]` for the
+    assignment `(t, j) -> (e, s)` (zero for unused slots) and
+    `weights_grad[t, j] = dot(grad[t, :], expert_output[e, s, :])` (zero when
+    the assignment was dropped).
+
+    ```mlir
+    %do, %dw = ptc.moe_combine_grad %out, %w, %e, %g
+        : tensor<8x160x128xf32>, tensor<512x2xf32>, tensor<512x2xi32>, tensor<512x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$expert_output, Ptc_FloatTensor:$weights,
+                       Ptc_IdTensor:$indices, Ptc_FloatTensor:$grad);
+  let results = (outs Ptc_FloatTensor:$expert_output_grad, Ptc_FloatTensor:$weights_grad);
+  let assemblyFormat = [{
+    $expert_output `,` $weights `,` $indices `,` $grad attr-dict `:` type($expert_output) `,`
+    type($weights) `,` type($indices) `,` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // PTC_GRAD_OPS_TD

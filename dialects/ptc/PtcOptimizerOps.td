@@ -1,0 +1,86 @@
+//===- PtcOptimizerOps.td - optimizer update ops -----------*- tablegen -*-===//
+//
+// Fused parameter updates that `ptc-optimizer` appends after the backward
+// pass. Each op takes a parameter, its gradient and its optimizer state and
+// returns the new parameter and state (the plan updates them in place).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_OPTIMIZER_OPS_TD
+#define PTC_OPTIMIZER_OPS_TD
+
+def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [Pure,
+    AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
+                   "new_exp_avg_sq"]>]> {
+  let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
+  let description = [{
+    With `t = step` (a scalar already counting this step):
+    ```
+    p  = p * (1 - lr * weight_decay)
+    m  = beta1 * m + (1 - beta1) * g
+    v  = beta2 * v + (1 - beta2) * g * g
+    p  = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    ```
+
+    ```mlir
+    %p2, %m2, %v2 = ptc.adamw_update %p, %g, %m, %v, %t
+        {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64,
+         weight_decay = 0.1 : f64} : tensor<384x128xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad, Ptc_FloatTensor:$exp_avg,
+                       Ptc_FloatTensor:$exp_avg_sq, 0DTensorOf<[F32]>:$step,
+                       F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay);
+  let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_exp_avg,
+                      Ptc_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:` type($param) `,` type($step)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [Pure,
+    AllTypesMatch<["param", "grad", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
+  let summary = "one SGD step with momentum (torch.optim.SGD semantics, dampening 0)";
+  let description = [{
+    ```
+    g = g + weight_decay * p
+    b = momentum * b + g
+    p = p - lr * b
+    ```
+
+    ```mlir
+    %p2, %b2 = ptc.sgd_update %p, %g, %b {lr = 0.1 : f64, momentum = 0.9 : f64,
+                                          weight_decay = 0.0 : f64} : tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad,
+                       Ptc_FloatTensor:$momentum_buffer, F64Attr:$lr, F64Attr:$momentum,
+                       F64Attr:$weight_decay);
+  let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_momentum_buffer);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $momentum_buffer attr-dict `:` type($param)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [Pure]> {
+  let summary = "scales gradients so that their global L2 norm is at most max_norm";
+  let description = [{
+    `norm = sqrt(sum of squares of every element of every grad)`; each result
+    is `grad * min(1, max_norm / (norm + 1e-6))` (torch.nn.utils.clip_grad_norm_).
+    The last result is `norm`, before clipping.
+
+    ```mlir
+    %c0, %c1, %norm = ptc.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
+        : (tensor<384x128xf32>, tensor<384xf32>) -> (tensor<384x128xf32>, tensor<384xf32>, tensor<f32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Ptc_FloatTensor>:$grads, F64Attr:$max_norm);
+  let results = (outs Variadic<Ptc_FloatTensor>:$clipped, 0DTensorOf<[F32]>:$norm);
+  let assemblyFormat = "$grads attr-dict `:` functional-type($grads, results)";
+  let hasVerifier = 1;
+}
+
+#endif // PTC_OPTIMIZER_OPS_TD

@@ -1,0 +1,51 @@
+//===- Pipelines.cpp - ptc's named pass pipelines -------------------------===//
+
+#include "passes/Passes.h"
+
+#include "passes/analysis/Passes.h"
+#include "passes/autodiff/Passes.h"
+#include "passes/export/Passes.h"
+#include "passes/memory/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
+  pm.addNestedPass<func::FuncOp>(createAutodiffPass());
+  if (options.optimizer != "none") {
+    OptimizerPassOptions opt;
+    opt.optimizer = options.optimizer;
+    opt.lr = options.lr;
+    opt.beta1 = options.beta1;
+    opt.beta2 = options.beta2;
+    opt.eps = options.eps;
+    opt.weightDecay = options.weightDecay;
+    opt.momentum = options.momentum;
+    opt.maxGradNorm = options.maxGradNorm;
+    pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
+  }
+  pm.addPass(createCSEPass());
+  pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
+  ExportPlanPassOptions exportOptions;
+  exportOptions.output = options.plan;
+  pm.addPass(createExportPlanPass(exportOptions));
+}
+
+namespace {
+void registerPipelines() {
+  PassPipelineRegistration<mlir::ptc::CompilePipelineOptions>(
+      "ptc-compile",
+      "Compile a ptc model to a plan: autodiff, optimizer, cse, memory planning, export",
+      mlir::ptc::buildCompilePipeline);
+}
+} // namespace
+
+void mlir::ptc::registerAllPasses() {
+  mlir::ptc::registerAnalysisPasses();
+  registerAutodiffPasses();
+  registerMemoryPasses();
+  registerExportPasses();
+  registerPipelines();
+}

@@ -1,0 +1,135 @@
+//===- Autodiff.cpp - reverse-mode AD over ptc ops ------------------------===//
+
+#include "passes/autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_AUTODIFFPASS
+#include "passes/autodiff/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+Value splatConstant(OpBuilder &b, Location loc, Type type, double value) {
+  auto t = cast<RankedTensorType>(type);
+  auto attr = DenseElementsAttr::get(t, b.getFloatAttr(t.getElementType(), value));
+  return arith::ConstantOp::create(b, loc, attr);
+}
+
+LogicalResult differentiate(func::FuncOp func) {
+  if (!func.getBody().hasOneBlock())
+    return func.emitOpError() << "ptc-autodiff expects a function with a single block";
+  Block &block = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  if (ret.getNumOperands() != 1 || !isFloatTensor(ret.getOperand(0)) ||
+      cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() != 0)
+    return func.emitOpError() << "ptc-autodiff expects the function to return one scalar float "
+                                 "loss, got "
+                              << ret.getNumOperands() << " results";
+  Value loss = ret.getOperand(0);
+
+  // Values that depend on a parameter (forward) ...
+  llvm::DenseSet<Value> active;
+  SmallVector<BlockArgument> params;
+  for (BlockArgument arg : block.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName)) {
+      params.push_back(arg);
+      active.insert(arg);
+    }
+  for (Operation &op : block.without_terminator())
+    if (llvm::any_of(op.getOperands(), [&](Value v) { return active.contains(v); }))
+      for (Value r : op.getResults())
+        if (isFloatTensor(r))
+          active.insert(r);
+  // ... and that the loss depends on (backward).
+  llvm::DenseSet<Value> useful{loss};
+  for (Operation &op : llvm::reverse(block.without_terminator()))
+    if (llvm::any_of(op.getResults(), [&](Value v) { return useful.contains(v); }))
+      for (Value v : op.getOperands())
+        useful.insert(v);
+  auto needsGrad = [&](Value v) { return active.contains(v) && useful.contains(v); };
+
+  OpBuilder b(ret);
+  llvm::DenseMap<Value, Value> grads;
+  auto accumulate = [&](Value v, Value g, Location loc) {
+    auto [it, inserted] = grads.try_emplace(v, g);
+    if (!inserted)
+      it->second = AddOp::create(b, loc, it->second, g);
+  };
+  if (needsGrad(loss))
+    grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), 1.0);
+
+  SmallVector<Operation *> forward;
+  for (Operation &op : block.without_terminator())
+    forward.push_back(&op);
+  for (Operation *op : llvm::reverse(forward)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      resultGrads.push_back(grads.lookup(r));
+      any |= static_cast<bool>(resultGrads.back());
+    }
+    if (!any)
+      continue;
+    SmallVector<bool> needed;
+    for (Value v : op->getOperands())
+      needed.push_back(isFloatTensor(v) && needsGrad(v));
+    if (llvm::none_of(needed, [](bool n) { return n; }))
+      continue;
+    auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
+    if (!differentiable)
+      return op->emitOpError() << "has no reverse-mode rule, but the loss depends on it "
+                                  "through a parameter";
+    SmallVector<Value> operandGrads;
+    if (failed(differentiable.buildVjp(b, resultGrads, needed, operandGrads)))
+      return failure();
+    for (auto [operand, g, need] : llvm::zip(op->getOperands(), operandGrads, needed))
+      if (need && g)
+        accumulate(operand, g, op->getLoc());
+  }
+
+  // Results: the loss, then every parameter's gradient in argument order.
+  SmallVector<Value> results{loss};
+  SmallVector<DictionaryAttr> resultAttrs{
+      b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kLossAttrName, b.getUnitAttr()))};
+  for (BlockArgument p : params) {
+    Value g = grads.lookup(p);
+    if (!g) // the loss does not use this parameter
+      g = splatConstant(b, func.getLoc(), p.getType(), 0.0);
+    results.push_back(g);
+    auto name = func.getArgAttrOfType<StringAttr>(p.getArgNumber(), PtcDialect::kParamAttrName);
+    resultAttrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradAttrName, name)));
+  }
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  SmallVector<Type> resultTypes;
+  for (Value v : results)
+    resultTypes.push_back(v.getType());
+  func.setType(b.getFunctionType(func.getArgumentTypes(), resultTypes));
+  func.setAllResultAttrs(resultAttrs);
+  return success();
+}
+
+struct AutodiffPass : mlir::ptc::impl::AutodiffPassBase<AutodiffPass> {
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    bool hasParams = false;
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      hasParams |= static_cast<bool>(func.getArgAttr(i, PtcDialect::kParamAttrName));
+    if (!hasParams || func.isExternal())
+      return;
+    if (failed(differentiate(func)))
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,138 @@
+//===- Optimizer.cpp - append AdamW / SGD updates after the backward pass -===//
+
+#include "passes/autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_OPTIMIZERPASS
+#include "passes/autodiff/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
+  using OptimizerPassBase::OptimizerPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal() || func.getNumResults() == 0 ||
+        !func.getResultAttr(0, PtcDialect::kLossAttrName))
+      return; // not a differentiated training step
+    if (optimizer != "adamw" && optimizer != "sgd") {
+      func.emitError() << "unknown optimizer '" << optimizer << "' (expected adamw or sgd)";
+      return signalPassFailure();
+    }
+    const bool adamw = optimizer == "adamw";
+    Block &block = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    OpBuilder b(ret);
+    Location loc = func.getLoc();
+
+    // Pair each gradient result with its parameter argument.
+    struct Entry {
+      BlockArgument param;
+      StringAttr name;
+      Value grad;
+    };
+    SmallVector<Entry> entries;
+    for (unsigned r = 1; r < func.getNumResults(); ++r) {
+      auto name = func.getResultAttrOfType<StringAttr>(r, PtcDialect::kGradAttrName);
+      if (!name) {
+        func.emitError() << "result #" << r << " is not a 'ptc.grad' result; run ptc-optimizer "
+                         << "directly after ptc-autodiff";
+        return signalPassFailure();
+      }
+      for (BlockArgument arg : block.getArguments())
+        if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName) ==
+            name)
+          entries.push_back({arg, name, ret.getOperand(r)});
+    }
+
+    // Optimizer state arguments go right after the last parameter.
+    unsigned insertAt = 0;
+    for (const Entry &e : entries)
+      insertAt = std::max(insertAt, e.param.getArgNumber() + 1);
+    auto addState = [&](Type type, const Twine &name) -> BlockArgument {
+      auto attrs = b.getDictionaryAttr(
+          b.getNamedAttr(PtcDialect::kStateAttrName, b.getStringAttr(name)));
+      if (failed(func.insertArgument(insertAt, type, attrs, loc)))
+        return {};
+      return func.getArgument(insertAt++);
+    };
+
+    SmallVector<Value> grads;
+    for (const Entry &e : entries)
+      grads.push_back(e.grad);
+    Value gradNorm;
+    if (maxGradNorm > 0.0) {
+      SmallVector<Type> types;
+      for (Value g : grads)
+        types.push_back(g.getType());
+      types.push_back(RankedTensorType::get({}, b.getF32Type()));
+      auto clip = ClipGradNormOp::create(b, loc, types, grads, b.getF64FloatAttr(maxGradNorm));
+      for (auto [i, c] : llvm::enumerate(clip.getClipped()))
+        grads[i] = c;
+      gradNorm = clip.getNorm();
+    }
+
+    SmallVector<Value> results{ret.getOperand(0)};
+    SmallVector<DictionaryAttr> resultAttrs{func.getResultAttrDict(0)};
+    if (gradNorm) {
+      results.push_back(gradNorm);
+      resultAttrs.push_back(
+          b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradNormAttrName, b.getUnitAttr())));
+    }
+    auto update = [&](Value v, StringRef name) {
+      results.push_back(v);
+      resultAttrs.push_back(b.getDictionaryAttr(
+          b.getNamedAttr(PtcDialect::kUpdateAttrName, b.getStringAttr(name))));
+    };
+
+    Value step;
+    if (adamw) {
+      auto scalar = RankedTensorType::get({}, b.getF32Type());
+      BlockArgument stepArg = addState(scalar, "optimizer.step");
+      auto one = arith::ConstantOp::create(
+          b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
+      step = AddOp::create(b, loc, stepArg, one);
+    }
+    for (auto [i, e] : llvm::enumerate(entries)) {
+      Type t = e.param.getType();
+      double wd = cast<RankedTensorType>(t).getRank() >= 2 ? weightDecay.getValue() : 0.0;
+      std::string base = e.name.str();
+      Location ploc = NameLoc::get(b.getStringAttr("optimizer:" + base));
+      if (adamw) {
+        BlockArgument m = addState(t, base + ".exp_avg");
+        BlockArgument v = addState(t, base + ".exp_avg_sq");
+        auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step,
+                                        b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
+                                        b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
+                                        b.getF64FloatAttr(wd));
+        update(op.getNewParam(), base);
+        update(op.getNewExpAvg(), base + ".exp_avg");
+        update(op.getNewExpAvgSq(), base + ".exp_avg_sq");
+      } else {
+        BlockArgument buf = addState(t, base + ".momentum_buffer");
+        auto op = SgdUpdateOp::create(b, ploc, t, t, e.param, grads[i], buf,
+                                      b.getF64FloatAttr(lr), b.getF64FloatAttr(momentum),
+                                      b.getF64FloatAttr(wd));
+        update(op.getNewParam(), base);
+        update(op.getNewMomentumBuffer(), base + ".momentum_buffer");
+      }
+    }
+    if (adamw)
+      update(step, "optimizer.step");
+
+    func::ReturnOp::create(b, ret.getLoc(), results);
+    ret.erase();
+    SmallVector<Type> resultTypes;
+    for (Value v : results)
+      resultTypes.push_back(v.getType());
+    func.setType(b.getFunctionType(func.getArgumentTypes(), resultTypes));
+    func.setAllResultAttrs(resultAttrs);
+  }
+};
+} // namespace

@@ -1,0 +1,64 @@
+//===- Passes.td - autodiff and optimizer passes -----------*- tablegen -*-===//
+
+#ifndef PTC_PASSES_AUTODIFF_PASSES_TD
+#define PTC_PASSES_AUTODIFF_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def AutodiffPass : Pass<"ptc-autodiff", "::mlir::func::FuncOp"> {
+  let summary = "Reverse-mode automatic differentiation of a loss function";
+  let description = [{
+    Turns a function with `ptc.param` arguments that returns one scalar loss
+    into forward + backward in the same function: after the forward ops it
+    emits, in reverse order, each op's vector-Jacobian product (the op's
+    `DifferentiableOpInterface` rule), summing gradients of values with
+    several uses. Only values that depend on a parameter and that the loss
+    depends on get gradients; everything else is pruned. A parameter the loss
+    does not use gets a zero gradient.
+
+    Input:
+    ```mlir
+    func.func @f(%w: tensor<4x8xf32> {ptc.param = "w"}, %x: tensor<2x8xf32> {ptc.input = "x"})
+        -> tensor<f32>
+    ```
+    Output:
+    ```mlir
+    func.func @f(%w: ..., %x: ...) -> (tensor<f32> {ptc.loss}, tensor<4x8xf32> {ptc.grad = "w"})
+    ```
+    Functions without `ptc.param` arguments are left alone.
+  }];
+  let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
+}
+
+def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
+  let summary = "Append the optimizer step (AdamW or SGD) after the backward pass";
+  let description = [{
+    Takes a function from `ptc-autodiff` (results: `ptc.loss`, then one
+    `ptc.grad` per parameter) and adds the optimizer: state arguments
+    (`ptc.state`: `<param>.exp_avg`, `<param>.exp_avg_sq` and `optimizer.step`
+    for AdamW; `<param>.momentum_buffer` for SGD), optional global-norm
+    gradient clipping, and one fused update per parameter. Results become the
+    loss, the gradient norm (when clipping), and the new value of every
+    parameter and state (`ptc.update = "<name>"`), which plans apply in place.
+
+    Weight decay applies to parameters of rank >= 2 only (matrices and
+    embeddings, not biases or LayerNorm weights), as nanoGPT configures
+    torch.optim.AdamW.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw or sgd">,
+    Option<"lr", "lr", "double", /*default=*/"1e-3", "Learning rate">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
+           "Weight decay (decoupled for AdamW, L2 for SGD) on rank >= 2 parameters">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.9", "SGD momentum">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",
+           "Clip gradients to this global L2 norm (0: no clipping)">
+  ];
+  let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
+}
+
+#endif // PTC_PASSES_AUTODIFF_PASSES_TD

@@ -1,0 +1,353 @@
+//===- ExportPlan.cpp - serialize a training step to a FlatBuffers plan ---===//
+
+#include "passes/export/Passes.h"
+#include "passes/memory/Passes.h"
+
+#include "runtime/plan/plan_format.h"
+#include "runtime/plan/plan_generated.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_EXPORTPLANPASS
+#include "passes/export/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+namespace fb = ::flatbuffers;
+namespace pp = ::ptc::plan;
+
+namespace {
+FailureOr<pp::DType> toDType(Type t, Location loc) {
+  if (t.isF32())
+    return pp::DType::F32;
+  if (t.isBF16())
+    return pp::DType::BF16;
+  if (t.isF16())
+    return pp::DType::F16;
+  if (t.isInteger(32))
+    return pp::DType::I32;
+  return emitError(loc) << "element type " << t << " has no plan dtype";
+}
+
+int64_t normAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+SmallVector<int64_t> normAxes(ArrayRef<int64_t> axes, int64_t rank) {
+  SmallVector<int64_t> out;
+  for (int64_t a : axes)
+    out.push_back(normAxis(a, rank));
+  return out;
+}
+
+/// Opcode and attributes of one ptc op.
+struct Lowered {
+  Lowered(pp::OpCode code, SmallVector<int64_t> ints = {}, SmallVector<double> floats = {})
+      : code(code), ints(std::move(ints)), floats(std::move(floats)) {}
+  pp::OpCode code;
+  SmallVector<int64_t> ints;
+  SmallVector<double> floats;
+};
+
+FailureOr<Lowered> lowerOp(Operation *op) {
+  auto rankOf = [](Value v) { return cast<RankedTensorType>(v.getType()).getRank(); };
+  using C = pp::OpCode;
+  return llvm::TypeSwitch<Operation *, FailureOr<Lowered>>(op)
+      .Case([](AddOp) { return Lowered{C::Add}; })
+      .Case([](SubOp) { return Lowered{C::Sub}; })
+      .Case([](MulOp) { return Lowered{C::Mul}; })
+      .Case([](DivOp) { return Lowered{C::Div}; })
+      .Case([](ScaleOp o) { return Lowered{C::Scale, {}, {o.getFactor().convertToDouble()}}; })
+      .Case([](GeluOp) { return Lowered{C::Gelu}; })
+      .Case([](ReluOp) { return Lowered{C::Relu}; })
+      .Case([](ConvertOp) { return Lowered{C::Convert}; })
+      .Case([](MatmulOp o) {
+        return Lowered{C::Matmul, {o.getTransposeLhs(), o.getTransposeRhs()}, {}};
+      })
+      .Case([](LayerNormOp o) {
+        return Lowered{C::LayerNorm, {}, {o.getEpsilon().convertToDouble()}};
+      })
+      .Case([&](SoftmaxOp o) {
+        return Lowered{C::Softmax, {normAxis(o.getAxis(), rankOf(o.getInput()))}, {}};
+      })
+      .Case([](CausalAttentionOp o) {
+        return Lowered{C::CausalAttention, {}, {o.getScaleOrDefault()}};
+      })
+      .Case([](EmbeddingOp) { return Lowered{C::Embedding}; })
+      .Case([](CrossEntropyOp) { return Lowered{C::CrossEntropy}; })
+      .Case([](ReshapeOp) { return Lowered{C::Reshape}; })
+      .Case([](TransposeOp o) {
+        return Lowered{C::Transpose, SmallVector<int64_t>(o.getPermutation()), {}};
+      })
+      .Case([](SliceOp o) { return Lowered{C::Slice, SmallVector<int64_t>(o.getOffsets()), {}}; })
+      .Case([&](ConcatOp o) {
+        return Lowered{C::Concat, {normAxis(o.getAxis(), o.getType().getRank())}, {}};
+      })
+      .Case([&](ReduceSumOp o) {
+        return Lowered{C::ReduceSum, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
+      })
+      .Case([&](ReduceMeanOp o) {
+        return Lowered{C::ReduceMean, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
+      })
+      .Case([&](ReduceMaxOp o) {
+        return Lowered{C::ReduceMax, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
+      })
+      .Case([](TopKGateOp o) {
+        return Lowered{C::TopKGate, {o.getKAttr().getInt(), o.getNormalize()}, {}};
+      })
+      .Case([](MoeDispatchOp) { return Lowered{C::MoeDispatch}; })
+      .Case([](MoeCombineOp) { return Lowered{C::MoeCombine}; })
+      .Case([](BroadcastOp) { return Lowered{C::Broadcast}; })
+      .Case([](PadOp o) { return Lowered{C::Pad, SmallVector<int64_t>(o.getOffsets()), {}}; })
+      .Case([](GeluGradOp) { return Lowered{C::GeluGrad}; })
+      .Case([](ReluGradOp) { return Lowered{C::ReluGrad}; })
+      .Case([&](SoftmaxGradOp o) {
+        return Lowered{C::SoftmaxGrad, {normAxis(o.getAxis(), rankOf(o.getOutput()))}, {}};
+      })
+      .Case([](LayerNormGradOp o) {
+        return Lowered{C::LayerNormGrad, {}, {o.getEpsilon().convertToDouble()}};
+      })
+      .Case([](CausalAttentionGradOp o) {
+        return Lowered{C::CausalAttentionGrad, {}, {o.getScaleOrDefault()}};
+      })
+      .Case([](EmbeddingGradOp) { return Lowered{C::EmbeddingGrad}; })
+      .Case([](CrossEntropyGradOp) { return Lowered{C::CrossEntropyGrad}; })
+      .Case([&](ReduceMaxGradOp o) {
+        return Lowered{C::ReduceMaxGrad, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
+      })
+      .Case([](TopKGateGradOp o) { return Lowered{C::TopKGateGrad, {o.getNormalize()}, {}}; })
+      .Case([](MoeDispatchGradOp) { return Lowered{C::MoeDispatchGrad}; })
+      .Case([](MoeCombineGradOp) { return Lowered{C::MoeCombineGrad}; })
+      .Case([](AdamWUpdateOp o) {
+        return Lowered{C::AdamWUpdate,
+                       {},
+                       {o.getLr().convertToDouble(), o.getBeta1().convertToDouble(),
+                        o.getBeta2().convertToDouble(), o.getEps().convertToDouble(),
+                        o.getWeightDecay().convertToDouble()}};
+      })
+      .Case([](SgdUpdateOp o) {
+        return Lowered{C::SgdUpdate,
+                       {},
+                       {o.getLr().convertToDouble(), o.getMomentum().convertToDouble(),
+                        o.getWeightDecay().convertToDouble()}};
+      })
+      .Case([](ClipGradNormOp o) {
+        return Lowered{C::ClipGradNorm, {}, {o.getMaxNorm().convertToDouble()}};
+      })
+      .Default([](Operation *op) -> FailureOr<Lowered> {
+        return op->emitOpError() << "has no plan instruction";
+      });
+}
+
+std::string locationString(Location loc) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return s;
+}
+
+struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
+  using ExportPlanPassBase::ExportPlanPassBase;
+
+  void runOnOperation() override {
+    if (output.empty()) {
+      getOperation().emitError() << "ptc-export-plan needs output=<plan file>";
+      return signalPassFailure();
+    }
+    func::FuncOp step;
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal() || func.getNumResults() == 0 ||
+          !func.getResultAttr(0, PtcDialect::kLossAttrName))
+        continue;
+      if (step) {
+        func.emitError() << "a plan holds one training step, but @" << step.getSymName()
+                         << " and @" << func.getSymName() << " both return a 'ptc.loss'";
+        return signalPassFailure();
+      }
+      step = func;
+    }
+    if (!step) {
+      getOperation().emitError()
+          << "no function returns a 'ptc.loss' result; run ptc-autodiff first";
+      return signalPassFailure();
+    }
+    if (failed(exportStep(step)))
+      return signalPassFailure();
+  }
+
+  LogicalResult exportStep(func::FuncOp func) {
+    auto arenaAttr = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName);
+    auto unsharedAttr = func->getAttrOfType<IntegerAttr>(kArenaBytesUnsharedAttrName);
+    if (!arenaAttr || !unsharedAttr)
+      return func.emitError() << "no memory plan; run ptc-plan-memory before ptc-export-plan";
+
+    fb::FlatBufferBuilder fbb(1 << 16);
+    std::vector<fb::Offset<pp::Tensor>> tensors;
+    llvm::DenseMap<Value, int32_t> tensorOf;
+    Block &block = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+
+    auto addTensor = [&](Value v, StringRef name, pp::TensorKind kind, int64_t offset,
+                         pp::InitKind init, double initStd,
+                         ArrayRef<char> data) -> FailureOr<int32_t> {
+      auto type = cast<RankedTensorType>(v.getType());
+      FailureOr<pp::DType> dtype = toDType(type.getElementType(), v.getLoc());
+      if (failed(dtype))
+        return failure();
+      std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+      auto nameOff = fbb.CreateString(name.str());
+      auto shapeOff = fbb.CreateVector(shape);
+      fb::Offset<fb::Vector<uint8_t>> dataOff;
+      if (!data.empty())
+        dataOff = fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()), data.size());
+      pp::TensorBuilder tb(fbb);
+      tb.add_name(nameOff);
+      tb.add_kind(kind);
+      tb.add_dtype(*dtype);
+      tb.add_shape(shapeOff);
+      tb.add_arena_offset(offset);
+      tb.add_init(init);
+      tb.add_init_std(initStd);
+      if (!data.empty())
+        tb.add_data(dataOff);
+      tensors.push_back(tb.Finish());
+      int32_t id = static_cast<int32_t>(tensors.size() - 1);
+      tensorOf[v] = id;
+      return id;
+    };
+
+    // Arguments: parameters, optimizer state, inputs.
+    llvm::StringMap<BlockArgument> argByName;
+    for (BlockArgument arg : block.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      pp::TensorKind kind;
+      StringAttr name;
+      if ((name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)))
+        kind = pp::TensorKind::Parameter;
+      else if ((name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kStateAttrName)))
+        kind = pp::TensorKind::OptimizerState;
+      else if ((name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kInputAttrName)))
+        kind = pp::TensorKind::Input;
+      else
+        return func.emitError() << "argument #" << i
+                                << " has no role (ptc.param, ptc.state or ptc.input)";
+      pp::InitKind init = pp::InitKind::None;
+      double stddev = 0.0;
+      if (kind == pp::TensorKind::Parameter) {
+        init = pp::InitKind::Zeros;
+        if (auto spec = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kInitAttrName)) {
+          StringRef k;
+          if (failed(PtcDialect::parseInit(spec.getValue(), k, stddev)))
+            return func.emitError() << "bad ptc.init on argument #" << i;
+          init = k == "ones" ? pp::InitKind::Ones
+                 : k == "normal" ? pp::InitKind::Normal
+                                 : pp::InitKind::Zeros;
+        }
+      } else if (kind == pp::TensorKind::OptimizerState) {
+        init = pp::InitKind::Zeros;
+      }
+      argByName[name.getValue()] = arg;
+      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {})))
+        return failure();
+    }
+
+    // Results returned with ptc.update are written into their argument.
+    llvm::DenseMap<Value, BlockArgument> inPlace;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+      if (auto name = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kUpdateAttrName))
+        inPlace[v] = argByName.lookup(name.getValue());
+
+    std::vector<fb::Offset<pp::Instruction>> instructions;
+    llvm::DenseMap<BlockArgument, Operation *> overwrittenBy;
+    int temporaryCount = 0;
+    for (Operation &op : block.without_terminator()) {
+      if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+        auto dense = dyn_cast<DenseElementsAttr>(cst.getValue());
+        if (!dense)
+          return cst.emitOpError() << "only dense tensor constants can be exported";
+        if (failed(addTensor(cst.getResult(), "constant", pp::TensorKind::Constant, -1,
+                             pp::InitKind::None, 0.0, dense.getRawData())))
+          return failure();
+        continue;
+      }
+      auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(kOffsetsAttrName);
+      if (!offsets || offsets.size() != static_cast<int64_t>(op.getNumResults()))
+        return op.emitOpError() << "has no memory plan; run ptc-plan-memory before ptc-export-plan";
+      FailureOr<Lowered> lowered = lowerOp(&op);
+      if (failed(lowered))
+        return failure();
+
+      std::vector<int32_t> inputs, outputs;
+      for (Value v : op.getOperands()) {
+        // Reading an argument after its in-place update would see the new value.
+        if (auto arg = dyn_cast<BlockArgument>(v); arg && overwrittenBy.count(arg))
+          return op.emitOpError() << "reads '" << v << "' after it was updated in place"
+                                  << " (the update is at " << overwrittenBy[arg]->getLoc() << ")";
+        inputs.push_back(tensorOf.at(v));
+      }
+      for (auto [r, offset] : llvm::zip(op.getResults(), offsets.asArrayRef())) {
+        if (BlockArgument target = inPlace.lookup(r)) {
+          tensorOf[r] = tensorOf.at(target);
+          overwrittenBy[target] = &op;
+        } else {
+          if (offset < 0)
+            return op.emitOpError() << "result has no arena offset";
+          if (failed(addTensor(r, "t" + std::to_string(temporaryCount++),
+                               pp::TensorKind::Temporary, offset, pp::InitKind::None, 0.0, {})))
+            return failure();
+        }
+        outputs.push_back(tensorOf.at(r));
+      }
+      std::vector<int64_t> ints(lowered->ints.begin(), lowered->ints.end());
+      std::vector<double> floats(lowered->floats.begin(), lowered->floats.end());
+      auto in = fbb.CreateVector(inputs);
+      auto out = fbb.CreateVector(outputs);
+      auto intsOff = fbb.CreateVector(ints);
+      auto floatsOff = fbb.CreateVector(floats);
+      auto locOff = fbb.CreateString(locationString(op.getLoc()));
+      instructions.push_back(
+          pp::CreateInstruction(fbb, lowered->code, in, out, intsOff, floatsOff, locOff));
+    }
+
+    std::vector<fb::Offset<pp::Output>> outputs;
+    std::string optimizer;
+    func.walk([&](Operation *op) {
+      if (isa<AdamWUpdateOp>(op))
+        optimizer = "adamw";
+      else if (isa<SgdUpdateOp>(op))
+        optimizer = "sgd";
+    });
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      std::string name;
+      if (func.getResultAttr(i, PtcDialect::kLossAttrName))
+        name = "loss";
+      else if (func.getResultAttr(i, PtcDialect::kGradNormAttrName))
+        name = "grad_norm";
+      else if (auto p = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName))
+        name = "grad:" + p.str();
+      else if (func.getResultAttr(i, PtcDialect::kUpdateAttrName))
+        continue; // written in place
+      else
+        return func.emitError() << "result #" << i << " has no role (ptc.loss, ptc.grad, "
+                                << "ptc.grad_norm or ptc.update)";
+      outputs.push_back(pp::CreateOutput(fbb, fbb.CreateString(name), tensorOf.at(v)));
+    }
+
+    auto plan = pp::CreatePlan(
+        fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), numRanks,
+        fbb.CreateVector(tensors), fbb.CreateVector(instructions), fbb.CreateVector(outputs),
+        arenaAttr.getInt(), unsharedAttr.getInt(), fbb.CreateString(optimizer));
+    pp::FinishPlanBuffer(fbb, plan);
+
+    std::error_code ec;
+    llvm::raw_fd_ostream os(output, ec, llvm::sys::fs::OF_None);
+    if (ec)
+      return func.emitError() << "cannot write plan '" << output << "': " << ec.message();
+    os.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+    return success();
+  }
+};
+} // namespace

@@ -1,0 +1,28 @@
+//===- Passes.td - plan export -----------------------------*- tablegen -*-===//
+
+#ifndef PTC_PASSES_EXPORT_PASSES_TD
+#define PTC_PASSES_EXPORT_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ExportPlanPass : Pass<"ptc-export-plan", "::mlir::ModuleOp"> {
+  let summary = "Write the training step as a FlatBuffers plan for ptc-run";
+  let description = [{
+    Serializes the one function with a `ptc.loss` result (after
+    `ptc-plan-memory`) into the plan format of `runtime/plan/plan.fbs`:
+    a tensor table (parameters with their initializers, optimizer state,
+    inputs, constants, arena temporaries), one instruction per ptc op, and the
+    named outputs (`loss`, `grad_norm`, `grad:<param>`). Results returned
+    with `ptc.update` become in-place writes of their argument; the pass
+    rejects IR that would read the old value after such a write. The IR is
+    left unchanged.
+  }];
+  let options = [
+    Option<"output", "output", "std::string", /*default=*/"\"\"",
+           "Path of the plan file to write">,
+    Option<"numRanks", "num-ranks", "int", /*default=*/"1",
+           "Number of ranks the plan runs on">
+  ];
+}
+
+#endif // PTC_PASSES_EXPORT_PASSES_TD

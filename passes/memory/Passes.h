@@ -1,0 +1,29 @@
+//===- Passes.h - memory planning -------------------------------*- C++ -*-===//
+
+#ifndef PTC_PASSES_MEMORY_PASSES_H
+#define PTC_PASSES_MEMORY_PASSES_H
+
+#include "dialects/ptc/PtcOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DECL
+#include "passes/memory/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/memory/Passes.h.inc"
+
+/// Attribute names written by ptc-plan-memory and read by ptc-export-plan.
+inline constexpr llvm::StringLiteral kOffsetsAttrName = "ptc.offsets";
+inline constexpr llvm::StringLiteral kArenaBytesAttrName = "ptc.arena_bytes";
+inline constexpr llvm::StringLiteral kArenaBytesUnsharedAttrName = "ptc.arena_bytes_unshared";
+
+/// Bytes of a statically shaped tensor.
+int64_t getTensorBytes(RankedTensorType type);
+
+/// Whether `result` (a function result value) is written in place into an
+/// argument: true for values returned with `ptc.update`.
+bool isInPlaceUpdate(Value value);
+} // namespace mlir::ptc
+
+#endif // PTC_PASSES_MEMORY_PASSES_H

@@ -1,0 +1,129 @@
+//===- PlanMemory.cpp - lifetimes and arena offsets of temporaries --------===//
+
+#include "passes/memory/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_PLANMEMORYPASS
+#include "passes/memory/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+int64_t mlir::ptc::getTensorBytes(RankedTensorType type) {
+  return getNumElements(type) * static_cast<int64_t>((type.getElementTypeBitWidth() + 7) / 8);
+}
+
+bool mlir::ptc::isInPlaceUpdate(Value value) {
+  for (OpOperand &use : value.getUses()) {
+    auto ret = dyn_cast<func::ReturnOp>(use.getOwner());
+    if (!ret)
+      continue;
+    auto func = ret->getParentOfType<func::FuncOp>();
+    if (func.getResultAttr(use.getOperandNumber(), PtcDialect::kUpdateAttrName))
+      return true;
+  }
+  return false;
+}
+
+namespace {
+constexpr int64_t kAlignment = 64;
+
+struct Buffer {
+  Value value;
+  int64_t bytes;
+  int64_t start, end; // op indices, inclusive
+  int64_t offset = -1;
+};
+
+struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
+  using PlanMemoryPassBase::PlanMemoryPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal())
+      return;
+    Block &block = func.getBody().front();
+    llvm::DenseMap<Operation *, int64_t> index;
+    int64_t n = 0;
+    for (Operation &op : block)
+      index[&op] = n++;
+
+    SmallVector<Buffer> buffers;
+    llvm::DenseMap<Value, size_t> bufferOf;
+    for (Operation &op : block) {
+      if (isa<arith::ConstantOp, func::ReturnOp>(op))
+        continue;
+      for (Value r : op.getResults()) {
+        auto type = dyn_cast<RankedTensorType>(r.getType());
+        if (!type || !type.hasStaticShape()) {
+          op.emitOpError() << "result of type " << r.getType()
+                           << " has no static size for memory planning";
+          return signalPassFailure();
+        }
+        if (isInPlaceUpdate(r))
+          continue;
+        int64_t end = index[&op];
+        for (Operation *user : r.getUsers())
+          end = std::max(end, index[user]);
+        bufferOf[r] = buffers.size();
+        buffers.push_back({r, getTensorBytes(type), index[&op], end});
+      }
+    }
+
+    // Largest first, each at the lowest offset free over its whole lifetime.
+    SmallVector<size_t> order(buffers.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    llvm::sort(order, [&](size_t a, size_t b) {
+      return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes : a < b;
+    });
+    SmallVector<size_t> placed;
+    int64_t arena = 0, unshared = 0;
+    for (size_t i : order) {
+      Buffer &buf = buffers[i];
+      int64_t size = llvm::alignTo(buf.bytes, kAlignment);
+      unshared += size;
+      SmallVector<std::pair<int64_t, int64_t>> busy;
+      for (size_t j : placed) {
+        const Buffer &other = buffers[j];
+        if (other.start <= buf.end && buf.start <= other.end)
+          busy.push_back({other.offset, other.offset + llvm::alignTo(other.bytes, kAlignment)});
+      }
+      llvm::sort(busy);
+      int64_t offset = 0;
+      for (auto [lo, hi] : busy) {
+        if (offset + size <= lo)
+          break;
+        offset = std::max(offset, hi);
+      }
+      buf.offset = offset;
+      arena = std::max(arena, offset + size);
+      placed.push_back(i);
+    }
+
+    Builder b(&getContext());
+    for (Operation &op : block) {
+      if (isa<arith::ConstantOp, func::ReturnOp>(op))
+        continue;
+      SmallVector<int64_t> offsets;
+      for (Value r : op.getResults()) {
+        auto it = bufferOf.find(r);
+        offsets.push_back(it == bufferOf.end() ? -1 : buffers[it->second].offset);
+      }
+      op.setAttr(kOffsetsAttrName, b.getDenseI64ArrayAttr(offsets));
+    }
+    func->setAttr(kArenaBytesAttrName, b.getI64IntegerAttr(arena));
+    func->setAttr(kArenaBytesUnsharedAttrName, b.getI64IntegerAttr(unshared));
+    if (report) {
+      llvm::outs() << "ptc-plan-memory @" << func.getSymName() << ": " << buffers.size()
+                   << " temporaries, arena " << arena << " bytes (" << unshared
+                   << " without reuse)\n";
+      llvm::outs().flush();
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,12 @@
+// Version and identity of the plan format shared by compiler and runtime.
+#ifndef PTC_RUNTIME_PLAN_PLAN_FORMAT_H
+#define PTC_RUNTIME_PLAN_PLAN_FORMAT_H
+
+#include <cstdint>
+
+namespace ptc::plan {
+/// Increase when the meaning of existing plan fields changes.
+inline constexpr uint32_t kFormatVersion = 1;
+} // namespace ptc::plan
+
+#endif // PTC_RUNTIME_PLAN_PLAN_FORMAT_H
