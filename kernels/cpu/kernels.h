@@ -1,0 +1,101 @@
+// CPU kernels (f32; i32 ids), one entry point per op kind. Shapes come
+// verified from the plan loader; kernels that read ids check their range and
+// report bad ids through Status. Matmuls go through OpenBLAS; the rest are
+// OpenMP loops written to vectorize.
+#ifndef PTC_KERNELS_CPU_KERNELS_H
+#define PTC_KERNELS_CPU_KERNELS_H
+
+#include "runtime/base/status.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace ptc::kernels::cpu {
+
+using Shape = std::vector<int64_t>;
+
+enum class Binary { Add, Sub, Mul, Div };
+void binary(Binary kind, const float *a, const Shape &as, const float *b, const Shape &bs,
+            float *out, const Shape &os);
+void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os);
+void scale(const float *in, float *out, int64_t n, float factor);
+void gelu(const float *in, float *out, int64_t n);
+void geluGrad(const float *x, const float *g, float *out, int64_t n);
+void relu(const float *in, float *out, int64_t n);
+void reluGrad(const float *x, const float *g, float *out, int64_t n);
+void copy(const void *in, void *out, int64_t bytes);
+
+/// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b is rank 2 (shared) or batched like a.
+void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
+            bool transA, bool transB);
+
+void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
+               int64_t cols, float eps);
+void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                   float *db, int64_t rows, int64_t cols, float eps);
+
+void softmax(const float *x, float *out, const Shape &shape, int64_t axis);
+void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis);
+
+/// q, k, v, out: [batch, heads, seq, dim]; causal; no seq x seq buffer.
+void causalAttention(const float *q, const float *k, const float *v, float *out,
+                     const Shape &shape, float scale);
+void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
+                         float *dq, float *dk, float *dv, const Shape &shape, float scale);
+
+Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+                 int64_t count, float *out);
+Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+                     int64_t rows, int64_t dim);
+
+/// Mean cross-entropy over `rows` rows of `classes` logits.
+Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                    float *loss);
+Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+                        int64_t rows, int64_t classes, float *out);
+
+void transpose(const void *in, const Shape &is, void *out, const std::vector<int64_t> &perm,
+               int64_t elemBytes);
+/// Copies the box of `small`'s shape at `offsets` of `big`, in either direction.
+void sliceCopy(const void *big, const Shape &bigShape, void *small, const Shape &smallShape,
+               const std::vector<int64_t> &offsets, int64_t elemBytes, bool toSmall);
+void pad(const float *in, const Shape &is, float *out, const Shape &os,
+         const std::vector<int64_t> &offsets);
+void concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes, void *out,
+            int64_t axis, int64_t elemBytes);
+
+enum class Reduce { Sum, Mean, Max };
+void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
+            float *out);
+void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
+                   const float *g, float *out);
+
+void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
+              float *weights, int32_t *indices);
+Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+                    int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out);
+Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
+                   int64_t dim, int64_t experts, int64_t capacity, float *out);
+Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
+                       int64_t dim, int64_t experts, int64_t capacity, float *out);
+Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+                  int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
+                  float *out);
+Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+                      const float *g, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                      int64_t capacity, float *dExpertOut, float *dWeights);
+
+struct AdamW {
+  float lr, beta1, beta2, eps, weightDecay;
+};
+void adamwUpdate(float *param, const float *grad, float *m, float *v, float step,
+                 const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV);
+void sgdUpdate(float *param, const float *grad, float *buf, float lr, float momentum,
+               float weightDecay, int64_t n, float *outParam, float *outBuf);
+/// Scales every gradient by min(1, maxNorm / (norm + 1e-6)); returns norm.
+float clipGradNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                   const std::vector<float *> &outs, float maxNorm);
+
+} // namespace ptc::kernels::cpu
+
+#endif // PTC_KERNELS_CPU_KERNELS_H

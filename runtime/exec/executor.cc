@@ -1,0 +1,291 @@
+// Executor: storage layout and the opcode -> kernel dispatch.
+
+#include "runtime/exec/executor.h"
+
+#include "kernels/cpu/kernels.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace ptc {
+
+using plan::OpCode;
+using plan::TensorKind;
+namespace k = kernels::cpu;
+
+namespace {
+constexpr size_t kAlignment = 64;
+
+uint8_t *allocateAligned(int64_t bytes) {
+  size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kAlignment - 1) /
+                kAlignment * kAlignment;
+  void *p = std::aligned_alloc(kAlignment, size);
+  if (p)
+    std::memset(p, 0, size);
+  return static_cast<uint8_t *>(p);
+}
+
+uint64_t splitmix64(uint64_t &state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+} // namespace
+
+void fillNormal(float *out, int64_t n, double stddev, uint64_t seed, const std::string &name) {
+  uint64_t state = seed * 0x100000001B3ull ^ 0xCBF29CE484222325ull;
+  for (char c : name) // FNV-1a over the name
+    state = (state ^ static_cast<uint8_t>(c)) * 0x100000001B3ull;
+  const double twoPi = 6.283185307179586;
+  for (int64_t i = 0; i < n; i += 2) {
+    // Box-Muller on two uniforms in (0, 1].
+    double u1 = (static_cast<double>(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+    double u2 = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = static_cast<float>(stddev * r * std::cos(twoPi * u2));
+    if (i + 1 < n)
+      out[i + 1] = static_cast<float>(stddev * r * std::sin(twoPi * u2));
+  }
+}
+
+StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const LoadedPlan> plan) {
+  std::unique_ptr<Executor> ex(new Executor(plan));
+  const auto &tensors = plan->tensors();
+  ex->storage_.assign(tensors.size(), nullptr);
+  ex->arenaBytes_ = plan->plan().arena_bytes();
+  uint8_t *arena = allocateAligned(ex->arenaBytes_);
+  if (!arena)
+    return error(StatusCode::kInternal, "cannot allocate the ", ex->arenaBytes_, "-byte arena");
+  ex->buffers_.emplace_back(arena, std::free);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo &t = tensors[i];
+    if (t.kind == TensorKind::Temporary) {
+      ex->storage_[i] = arena + t.arenaOffset;
+      continue;
+    }
+    uint8_t *buf = allocateAligned(t.bytes);
+    if (!buf)
+      return error(StatusCode::kInternal, "cannot allocate ", t.bytes, " bytes for '", t.name, "'");
+    ex->buffers_.emplace_back(buf, std::free);
+    ex->storage_[i] = buf;
+    ex->persistentBytes_ += t.bytes;
+    if (t.kind == TensorKind::Constant) {
+      const auto *data = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->data();
+      int64_t elem = dtypeSize(t.dtype);
+      if (static_cast<int64_t>(data->size()) == t.bytes)
+        std::memcpy(buf, data->data(), static_cast<size_t>(t.bytes));
+      else // splat
+        for (int64_t e = 0; e < t.numElements; ++e)
+          std::memcpy(buf + e * elem, data->data(), static_cast<size_t>(elem));
+    }
+  }
+  return ex;
+}
+
+void Executor::initialize(uint64_t seed) {
+  const auto &tensors = plan_->tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo &t = tensors[i];
+    if (t.kind == TensorKind::OptimizerState) {
+      std::memset(storage_[i], 0, static_cast<size_t>(t.bytes));
+      continue;
+    }
+    if (t.kind != TensorKind::Parameter)
+      continue;
+    const plan::Tensor *pt = plan_->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    float *p = static_cast<float *>(storage_[i]);
+    switch (pt->init()) {
+    case plan::InitKind::Normal:
+      fillNormal(p, t.numElements, pt->init_std(), seed, t.name);
+      break;
+    case plan::InitKind::Ones:
+      std::fill(p, p + t.numElements, 1.0f);
+      break;
+    default:
+      std::fill(p, p + t.numElements, 0.0f);
+      break;
+    }
+  }
+}
+
+Status Executor::step() {
+  const auto *instructions = plan_->plan().instructions();
+  for (size_t n = 0; n < instructions->size(); ++n) {
+    const plan::Instruction *inst = instructions->Get(static_cast<flatbuffers::uoffset_t>(n));
+    Status status = run(*inst);
+    if (!status.isOk()) {
+      std::string loc = inst->location() ? inst->location()->str() : "";
+      return Status(status.code(), "instruction #" + std::to_string(n) + " (" +
+                                       opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) +
+                                       "): " + status.message());
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::run(const plan::Instruction &inst) {
+  const auto &in = *inst.inputs();
+  const auto &out = *inst.outputs();
+  auto T = [&](int32_t id) -> const TensorInfo & { return plan_->tensor(id); };
+  auto I = [&](size_t i) { return f32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
+  auto O = [&](size_t i) { return f32(out[static_cast<flatbuffers::uoffset_t>(i)]); };
+  auto IS = [&](size_t i) -> const k::Shape & { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
+  auto OS = [&](size_t i) -> const k::Shape & { return T(out[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
+  auto N = [&](size_t i) { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).numElements; };
+  auto ints = [&]() {
+    return inst.ints() ? std::vector<int64_t>(inst.ints()->begin(), inst.ints()->end())
+                       : std::vector<int64_t>();
+  };
+  auto F = [&](size_t i) { return static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i))); };
+  auto ids = [&](size_t i) { return i32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
+
+  switch (inst.op()) {
+  case OpCode::Add:
+  case OpCode::Sub:
+  case OpCode::Mul:
+  case OpCode::Div: {
+    k::Binary kind = inst.op() == OpCode::Add   ? k::Binary::Add
+                     : inst.op() == OpCode::Sub ? k::Binary::Sub
+                     : inst.op() == OpCode::Mul ? k::Binary::Mul
+                                                : k::Binary::Div;
+    k::binary(kind, I(0), IS(0), I(1), IS(1), O(0), OS(0));
+    return Status::ok();
+  }
+  case OpCode::Scale:
+    k::scale(I(0), O(0), N(0), F(0));
+    return Status::ok();
+  case OpCode::Gelu:
+    k::gelu(I(0), O(0), N(0));
+    return Status::ok();
+  case OpCode::Relu:
+    k::relu(I(0), O(0), N(0));
+    return Status::ok();
+  case OpCode::Convert:
+  case OpCode::Reshape:
+    k::copy(data(in[0]), data(out[0]), T(in[0]).bytes);
+    return Status::ok();
+  case OpCode::Matmul: {
+    auto a = ints();
+    k::matmul(I(0), IS(0), I(1), IS(1), O(0), a[0] != 0, a[1] != 0);
+    return Status::ok();
+  }
+  case OpCode::LayerNorm: {
+    int64_t cols = IS(0).back();
+    k::layerNorm(I(0), I(1), I(2), O(0), N(0) / cols, cols, F(0));
+    return Status::ok();
+  }
+  case OpCode::LayerNormGrad: {
+    int64_t cols = IS(0).back();
+    k::layerNormGrad(I(0), I(1), I(2), O(0), O(1), O(2), N(0) / cols, cols, F(0));
+    return Status::ok();
+  }
+  case OpCode::Softmax:
+    k::softmax(I(0), O(0), IS(0), ints()[0]);
+    return Status::ok();
+  case OpCode::SoftmaxGrad:
+    k::softmaxGrad(I(0), I(1), O(0), IS(0), ints()[0]);
+    return Status::ok();
+  case OpCode::CausalAttention:
+    k::causalAttention(I(0), I(1), I(2), O(0), IS(0), F(0));
+    return Status::ok();
+  case OpCode::CausalAttentionGrad:
+    k::causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), F(0));
+    return Status::ok();
+  case OpCode::Embedding:
+    return k::embedding(I(0), IS(0)[0], IS(0)[1], ids(1), N(1), O(0));
+  case OpCode::EmbeddingGrad:
+    return k::embeddingGrad(ids(0), N(0), I(1), O(0), OS(0)[0], OS(0)[1]);
+  case OpCode::CrossEntropy: {
+    int64_t classes = IS(0).back();
+    return k::crossEntropy(I(0), ids(1), N(0) / classes, classes, O(0));
+  }
+  case OpCode::CrossEntropyGrad: {
+    int64_t classes = IS(0).back();
+    return k::crossEntropyGrad(I(0), ids(1), I(2), N(0) / classes, classes, O(0));
+  }
+  case OpCode::Transpose:
+    k::transpose(data(in[0]), IS(0), data(out[0]), ints(), dtypeSize(T(in[0]).dtype));
+    return Status::ok();
+  case OpCode::Slice:
+    k::sliceCopy(data(in[0]), IS(0), data(out[0]), OS(0), ints(), dtypeSize(T(in[0]).dtype),
+                 /*toSmall=*/true);
+    return Status::ok();
+  case OpCode::Pad:
+    k::pad(I(0), IS(0), O(0), OS(0), ints());
+    return Status::ok();
+  case OpCode::Concat: {
+    std::vector<const void *> ptrs;
+    std::vector<k::Shape> shapes;
+    for (size_t i = 0; i < in.size(); ++i) {
+      ptrs.push_back(data(in[static_cast<flatbuffers::uoffset_t>(i)]));
+      shapes.push_back(IS(i));
+    }
+    k::concat(ptrs, shapes, data(out[0]), ints()[0], dtypeSize(T(out[0]).dtype));
+    return Status::ok();
+  }
+  case OpCode::ReduceSum:
+  case OpCode::ReduceMean:
+  case OpCode::ReduceMax: {
+    k::Reduce kind = inst.op() == OpCode::ReduceSum    ? k::Reduce::Sum
+                     : inst.op() == OpCode::ReduceMean ? k::Reduce::Mean
+                                                       : k::Reduce::Max;
+    k::reduce(kind, I(0), IS(0), ints(), O(0));
+    return Status::ok();
+  }
+  case OpCode::ReduceMaxGrad:
+    k::reduceMaxGrad(I(0), IS(0), ints(), I(1), O(0));
+    return Status::ok();
+  case OpCode::Broadcast:
+    k::broadcastTo(I(0), IS(0), O(0), OS(0));
+    return Status::ok();
+  case OpCode::GeluGrad:
+    k::geluGrad(I(0), I(1), O(0), N(0));
+    return Status::ok();
+  case OpCode::ReluGrad:
+    k::reluGrad(I(0), I(1), O(0), N(0));
+    return Status::ok();
+  case OpCode::TopKGate: {
+    auto a = ints();
+    k::topKGate(I(0), IS(0)[0], IS(0)[1], a[0], a[1] != 0, O(0), i32(out[1]));
+    return Status::ok();
+  }
+  case OpCode::TopKGateGrad:
+    return k::topKGateGrad(I(0), ids(1), I(2), IS(0)[0], IS(0)[1], IS(1)[1], ints()[0] != 0, O(0));
+  case OpCode::MoeDispatch:
+    return k::moeDispatch(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[1], OS(0)[0], OS(0)[1], O(0));
+  case OpCode::MoeDispatchGrad:
+    return k::moeDispatchGrad(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
+                              O(0));
+  case OpCode::MoeCombine:
+    return k::moeCombine(I(0), I(1), ids(2), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
+                         O(0));
+  case OpCode::MoeCombineGrad:
+    return k::moeCombineGrad(I(0), I(1), ids(2), I(3), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0],
+                             IS(0)[1], O(0), O(1));
+  case OpCode::AdamWUpdate:
+    k::adamwUpdate(I(0), I(1), I(2), I(3), *I(4), k::AdamW{F(0), F(1), F(2), F(3), F(4)}, N(0),
+                   O(0), O(1), O(2));
+    return Status::ok();
+  case OpCode::SgdUpdate:
+    k::sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), O(0), O(1));
+    return Status::ok();
+  case OpCode::ClipGradNorm: {
+    std::vector<const float *> grads;
+    std::vector<float *> outs;
+    std::vector<int64_t> sizes;
+    for (size_t i = 0; i < in.size(); ++i) {
+      grads.push_back(I(i));
+      outs.push_back(O(i));
+      sizes.push_back(N(i));
+    }
+    *O(in.size()) = k::clipGradNorm(grads, sizes, outs, F(0));
+    return Status::ok();
+  }
+  }
+  return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
+               " has no CPU kernel");
+}
+
+} // namespace ptc

@@ -1,0 +1,55 @@
+// The CPU executor: owns the storage of every plan tensor (persistent
+// parameters/state/inputs/constants, and one arena for temporaries) and runs
+// the plan's instructions in order, one kernel call each.
+#ifndef PTC_RUNTIME_EXEC_EXECUTOR_H
+#define PTC_RUNTIME_EXEC_EXECUTOR_H
+
+#include "runtime/base/status.h"
+#include "runtime/plan/plan_loader.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ptc {
+
+class Executor {
+public:
+  static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const LoadedPlan> plan);
+
+  const LoadedPlan &plan() const { return *plan_; }
+
+  /// Raw storage of tensor `id` (plan tensor index).
+  void *data(int32_t id) { return storage_[static_cast<size_t>(id)]; }
+  float *f32(int32_t id) { return static_cast<float *>(data(id)); }
+  int32_t *i32(int32_t id) { return static_cast<int32_t *>(data(id)); }
+
+  /// Initializes parameters from their plan initializers and zeroes optimizer
+  /// state. Each tensor draws from its own stream seeded by (seed, name), so
+  /// the values do not depend on the tensor order.
+  void initialize(uint64_t seed);
+
+  /// Runs every instruction once (one training step).
+  Status step();
+
+  /// Bytes of the arena and of persistent storage.
+  int64_t arenaBytes() const { return arenaBytes_; }
+  int64_t persistentBytes() const { return persistentBytes_; }
+
+private:
+  explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
+  Status run(const plan::Instruction &inst);
+
+  std::shared_ptr<const LoadedPlan> plan_;
+  std::vector<std::unique_ptr<uint8_t[], void (*)(void *)>> buffers_;
+  std::vector<void *> storage_;
+  int64_t arenaBytes_ = 0, persistentBytes_ = 0;
+};
+
+/// Deterministic N(0, std) values for tensor `name` under `seed`.
+void fillNormal(float *out, int64_t n, double stddev, uint64_t seed, const std::string &name);
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_EXEC_EXECUTOR_H

@@ -1,0 +1,136 @@
+// safetensors reading and writing (header parsed with nlohmann::json).
+
+#include "runtime/io/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace ptc {
+
+namespace {
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+} // namespace
+
+Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty())
+    header["__metadata__"] = metadata;
+  int64_t offset = 0;
+  for (const NamedTensor &t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape)
+      n *= d;
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * n}}};
+    offset += 4 * n;
+  }
+  std::string text = header.dump();
+  while (text.size() % 8 != 0)
+    text += ' ';
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out)
+      return error(StatusCode::kNotFound, "cannot write '", tmp, "'");
+    uint64_t len = text.size();
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i)
+      le[i] = static_cast<unsigned char>(len >> (8 * i));
+    out.write(reinterpret_cast<const char *>(le), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const NamedTensor &t : tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape)
+        n *= d;
+      out.write(reinterpret_cast<const char *>(t.data), static_cast<std::streamsize>(4 * n));
+    }
+    if (!out.flush())
+      return error(StatusCode::kDataLoss, "failed writing '", tmp, "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return error(StatusCode::kDataLoss, "cannot rename '", tmp, "' to '", path, "'");
+  return Status::ok();
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return error(StatusCode::kNotFound, "cannot open safetensors file '", path, "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bad = [&](const auto &...parts) {
+    return error(StatusCode::kDataLoss, "safetensors file '", path, "': ", parts...);
+  };
+  if (bytes.size() < 8)
+    return bad("shorter than its 8-byte header length");
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i)
+    len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  if (len > bytes.size() - 8)
+    return bad("header length ", len, " exceeds the file size ", bytes.size());
+  SafetensorsFile file;
+  file.path_ = path;
+  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(len),
+                                                nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object())
+    return bad("header is not a JSON object");
+  file.data_.assign(bytes.begin() + 8 + static_cast<int64_t>(len), bytes.end());
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__")
+      continue;
+    const nlohmann::json &v = it.value();
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
+        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+      return bad("entry '", it.key(), "' lacks dtype, shape or data_offsets");
+    Entry e;
+    e.dtype = v["dtype"].get<std::string>();
+    for (const auto &d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        return bad("entry '", it.key(), "' has an invalid shape");
+      e.shape.push_back(d.get<int64_t>());
+    }
+    if (!v["data_offsets"][0].is_number_integer() || !v["data_offsets"][1].is_number_integer())
+      return bad("entry '", it.key(), "' has invalid data_offsets");
+    e.begin = v["data_offsets"][0].get<int64_t>();
+    e.end = v["data_offsets"][1].get<int64_t>();
+    if (e.begin < 0 || e.end < e.begin || e.end > static_cast<int64_t>(file.data_.size()))
+      return bad("entry '", it.key(), "' data [", e.begin, ", ", e.end, ") lies outside the ",
+                 file.data_.size(), "-byte data section");
+    file.entries_[it.key()] = e;
+  }
+  return file;
+}
+
+Status SafetensorsFile::copyTo(const std::string &name, const std::vector<int64_t> &shape,
+                               float *out) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end())
+    return error(StatusCode::kNotFound, "safetensors file '", path_, "' has no tensor '", name,
+                 "'");
+  const Entry &e = it->second;
+  if (e.dtype != "F32")
+    return invalidArgument("safetensors file '", path_, "': tensor '", name, "' is ", e.dtype,
+                           ", expected F32");
+  if (e.shape != shape)
+    return invalidArgument("safetensors file '", path_, "': tensor '", name, "' has shape ",
+                           shapeStr(e.shape), ", the model expects ", shapeStr(shape));
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  if (e.end - e.begin != 4 * n)
+    return invalidArgument("safetensors file '", path_, "': tensor '", name, "' holds ",
+                           e.end - e.begin, " bytes, shape ", shapeStr(shape), " needs ", 4 * n);
+  std::memcpy(out, data_.data() + e.begin, static_cast<size_t>(4 * n));
+  return Status::ok();
+}
+
+} // namespace ptc

@@ -1,0 +1,49 @@
+// safetensors files (8-byte little-endian header length, JSON header with
+// dtype/shape/data_offsets per tensor, then raw little-endian data).
+#ifndef PTC_RUNTIME_IO_SAFETENSORS_H
+#define PTC_RUNTIME_IO_SAFETENSORS_H
+
+#include "runtime/base/status.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ptc {
+
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float *data; ///< f32, shape's element count
+};
+
+/// Writes f32 tensors to `path` atomically (a temporary file renamed over it),
+/// so an existing file is never left half-written.
+Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata = {});
+
+class SafetensorsFile {
+public:
+  static StatusOr<SafetensorsFile> read(const std::string &path);
+
+  struct Entry {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    int64_t begin = 0, end = 0;
+  };
+  const std::map<std::string, Entry> &entries() const { return entries_; }
+
+  /// Copies tensor `name` into `out`, which has `shape` (f32). Errors name the
+  /// file, the tensor and the mismatch.
+  Status copyTo(const std::string &name, const std::vector<int64_t> &shape, float *out) const;
+
+private:
+  std::string path_;
+  std::vector<uint8_t> data_; // bytes after the header
+  std::map<std::string, Entry> entries_;
+};
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_IO_SAFETENSORS_H

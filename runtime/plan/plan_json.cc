@@ -1,0 +1,61 @@
+// JSON rendering of a verified plan (ptc-run --dump-plan).
+
+#include "runtime/plan/plan_loader.h"
+
+#include <nlohmann/json.hpp>
+
+namespace ptc {
+
+std::string planToJson(const LoadedPlan &loaded) {
+  const plan::Plan &p = loaded.plan();
+  nlohmann::ordered_json j;
+  j["format_version"] = p.format_version();
+  j["producer"] = p.producer() ? p.producer()->str() : "";
+  j["num_ranks"] = p.num_ranks();
+  j["optimizer"] = p.optimizer() ? p.optimizer()->str() : "";
+  j["arena_bytes"] = p.arena_bytes();
+  j["arena_bytes_unshared"] = p.arena_bytes_unshared();
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < loaded.tensors().size(); ++i) {
+    const TensorInfo &t = loaded.tensors()[i];
+    nlohmann::ordered_json tj;
+    tj["id"] = i;
+    tj["name"] = t.name;
+    tj["kind"] = tensorKindName(t.kind);
+    tj["dtype"] = dtypeName(t.dtype);
+    tj["shape"] = t.shape;
+    if (t.kind == plan::TensorKind::Temporary)
+      tj["arena_offset"] = t.arenaOffset;
+    const plan::Tensor *pt = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (t.kind == plan::TensorKind::Parameter) {
+      tj["init"] = plan::EnumNameInitKind(pt->init());
+      if (pt->init() == plan::InitKind::Normal)
+        tj["init_std"] = pt->init_std();
+    }
+    tensors.push_back(tj);
+  }
+  j["tensors"] = tensors;
+  nlohmann::ordered_json instructions = nlohmann::ordered_json::array();
+  for (const plan::Instruction *inst : *p.instructions()) {
+    nlohmann::ordered_json ij;
+    ij["op"] = opcodeName(inst->op());
+    ij["inputs"] = std::vector<int32_t>(inst->inputs()->begin(), inst->inputs()->end());
+    ij["outputs"] = std::vector<int32_t>(inst->outputs()->begin(), inst->outputs()->end());
+    if (inst->ints() && inst->ints()->size())
+      ij["ints"] = std::vector<int64_t>(inst->ints()->begin(), inst->ints()->end());
+    if (inst->floats() && inst->floats()->size())
+      ij["floats"] = std::vector<double>(inst->floats()->begin(), inst->floats()->end());
+    if (inst->location())
+      ij["location"] = inst->location()->str();
+    instructions.push_back(ij);
+  }
+  j["instructions"] = instructions;
+  nlohmann::ordered_json outputs = nlohmann::ordered_json::object();
+  if (p.outputs())
+    for (const plan::Output *o : *p.outputs())
+      outputs[o->name() ? o->name()->str() : ""] = o->tensor();
+  j["outputs"] = outputs;
+  return j.dump(1);
+}
+
+} // namespace ptc

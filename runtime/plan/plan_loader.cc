@@ -1,0 +1,618 @@
+// Plan loading and verification. A plan is untrusted input: every index,
+// shape and offset is checked here once, so that kernels can trust them.
+
+#include "runtime/plan/plan_loader.h"
+
+#include "runtime/plan/plan_format.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <set>
+
+namespace ptc {
+
+using plan::DType;
+using plan::OpCode;
+using plan::TensorKind;
+
+int64_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::BF16:
+  case DType::F16:
+    return 2;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType dtype) {
+  const char *name = plan::EnumNameDType(dtype);
+  return name && *name ? name : "unknown";
+}
+
+const char *opcodeName(OpCode op) {
+  const char *name = plan::EnumNameOpCode(op);
+  return name && *name ? name : "unknown";
+}
+
+const char *tensorKindName(TensorKind kind) {
+  const char *name = plan::EnumNameTensorKind(kind);
+  return name && *name ? name : "unknown";
+}
+
+StatusOr<std::shared_ptr<const LoadedPlan>> LoadedPlan::loadFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return error(StatusCode::kNotFound, "cannot open plan '", path, "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  return loadBytes(std::move(bytes), path);
+}
+
+StatusOr<std::shared_ptr<const LoadedPlan>> LoadedPlan::loadBytes(std::vector<uint8_t> bytes,
+                                                                  const std::string &origin) {
+  auto loaded = std::shared_ptr<LoadedPlan>(new LoadedPlan());
+  loaded->bytes_ = std::move(bytes);
+  loaded->origin_ = origin;
+  Status status = loaded->verify();
+  if (!status.isOk())
+    return Status(status.code(), "plan '" + origin + "': " + status.message());
+  return std::shared_ptr<const LoadedPlan>(std::move(loaded));
+}
+
+int32_t LoadedPlan::findTensor(const std::string &name, TensorKind kind) const {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].kind == kind && tensors_[i].name == name)
+      return static_cast<int32_t>(i);
+  return -1;
+}
+
+int32_t LoadedPlan::findOutput(const std::string &name) const {
+  if (!plan_->outputs())
+    return -1;
+  for (const plan::Output *out : *plan_->outputs())
+    if (out->name() && out->name()->str() == name)
+      return out->tensor();
+  return -1;
+}
+
+namespace {
+using Shape = std::vector<int64_t>;
+
+std::string shapeStr(const Shape &s) {
+  if (s.empty())
+    return "scalar";
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? "x" : "") + std::to_string(s[i]);
+  return out;
+}
+
+int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
+  int64_t p = 1;
+  for (size_t i = from; i < std::min(to, s.size()); ++i)
+    p *= s[i];
+  return p;
+}
+
+std::optional<Shape> broadcastShape(const Shape &a, const Shape &b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t x = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
+    int64_t y = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
+    if (x != y && x != 1 && y != 1)
+      return std::nullopt;
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+/// Checks one instruction against the tensor table.
+class InstructionChecker {
+public:
+  InstructionChecker(const plan::Instruction &inst, const std::vector<TensorInfo> &tensors)
+      : inst_(inst), tensors_(tensors) {
+    if (inst.inputs())
+      in_.assign(inst.inputs()->begin(), inst.inputs()->end());
+    if (inst.outputs())
+      out_.assign(inst.outputs()->begin(), inst.outputs()->end());
+    if (inst.ints())
+      ints_.assign(inst.ints()->begin(), inst.ints()->end());
+    if (inst.floats())
+      floats_.assign(inst.floats()->begin(), inst.floats()->end());
+  }
+
+  Status check();
+  const std::vector<int32_t> &inputs() const { return in_; }
+  const std::vector<int32_t> &outputs() const { return out_; }
+
+private:
+  template <typename... Parts> Status fail(const Parts &...parts) {
+    return invalidArgument(parts...);
+  }
+  const Shape &in(size_t i) const { return tensors_[in_[i]].shape; }
+  const Shape &out(size_t i) const { return tensors_[out_[i]].shape; }
+  Status counts(size_t nIn, size_t nOut, size_t nInts = 0, size_t nFloats = 0);
+  Status expectShape(const Shape &actual, const Shape &expected, const char *what);
+  Status dtypes(std::initializer_list<int> i32Inputs = {});
+  Status matmul();
+  Status reduce(const Shape &input, const Shape &reduced);
+
+  const plan::Instruction &inst_;
+  const std::vector<TensorInfo> &tensors_;
+  std::vector<int32_t> in_, out_;
+  std::vector<int64_t> ints_;
+  std::vector<double> floats_;
+};
+
+Status InstructionChecker::counts(size_t nIn, size_t nOut, size_t nInts, size_t nFloats) {
+  if (in_.size() != nIn || out_.size() != nOut)
+    return fail("expects ", nIn, " inputs and ", nOut, " outputs, has ", in_.size(), " and ",
+                out_.size());
+  if (ints_.size() != nInts || floats_.size() != nFloats)
+    return fail("expects ", nInts, " integer and ", nFloats, " float attributes, has ",
+                ints_.size(), " and ", floats_.size());
+  return Status::ok();
+}
+
+Status InstructionChecker::expectShape(const Shape &actual, const Shape &expected,
+                                       const char *what) {
+  if (actual != expected)
+    return fail(what, " has shape ", shapeStr(actual), ", expected ", shapeStr(expected));
+  return Status::ok();
+}
+
+/// Every operand is f32 except the listed i32 inputs (ids).
+Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs) {
+  for (size_t i = 0; i < in_.size(); ++i) {
+    bool ids = std::find(i32Inputs.begin(), i32Inputs.end(), static_cast<int>(i)) != i32Inputs.end();
+    DType want = ids ? DType::I32 : DType::F32;
+    if (tensors_[in_[i]].dtype != want)
+      return fail("input #", i, " ('", tensors_[in_[i]].name, "') is ",
+                  dtypeName(tensors_[in_[i]].dtype), ", expected ", dtypeName(want));
+  }
+  for (size_t i = 0; i < out_.size(); ++i) {
+    DType want = (static_cast<OpCode>(inst_.op()) == OpCode::TopKGate && i == 1) ? DType::I32
+                                                                                 : DType::F32;
+    if (tensors_[out_[i]].dtype != want)
+      return fail("output #", i, " is ", dtypeName(tensors_[out_[i]].dtype), ", expected ",
+                  dtypeName(want));
+  }
+  return Status::ok();
+}
+
+Status InstructionChecker::matmul() {
+  PTC_RETURN_IF_ERROR(counts(2, 1, 2, 0));
+  const Shape &a = in(0), &b = in(1);
+  bool ta = ints_[0] != 0, tb = ints_[1] != 0;
+  if (a.size() < 2 || (b.size() != 2 && b.size() != a.size()))
+    return fail("operand ranks ", a.size(), " and ", b.size(), " are not a matmul");
+  if (b.size() == a.size())
+    for (size_t i = 0; i + 2 < a.size(); ++i)
+      if (a[i] != b[i])
+        return fail("batch dimension ", i, " differs");
+  size_t r = a.size(), rb = b.size();
+  int64_t m = ta ? a[r - 1] : a[r - 2], k = ta ? a[r - 2] : a[r - 1];
+  int64_t kb = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
+  if (k != kb)
+    return fail("contracting dimensions differ: ", k, " and ", kb);
+  Shape expected(a.begin(), a.end() - 2);
+  expected.push_back(m);
+  expected.push_back(n);
+  return expectShape(out(0), expected, "result");
+}
+
+Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
+  std::set<int64_t> axes;
+  for (int64_t a : ints_) {
+    if (a < 0 || a >= static_cast<int64_t>(input.size()) || !axes.insert(a).second)
+      return fail("reduction axis ", a, " is invalid for rank ", input.size());
+  }
+  int64_t kept = 1;
+  for (size_t i = 0; i < input.size(); ++i)
+    if (!axes.count(static_cast<int64_t>(i)))
+      kept *= input[i];
+  if (product(reduced) != kept)
+    return fail("reduced tensor has ", product(reduced), " elements, expected ", kept);
+  return Status::ok();
+}
+
+Status InstructionChecker::check() {
+  for (int32_t id : in_)
+    if (id < 0 || static_cast<size_t>(id) >= tensors_.size())
+      return fail("input tensor index ", id, " is out of range");
+  for (int32_t id : out_) {
+    if (id < 0 || static_cast<size_t>(id) >= tensors_.size())
+      return fail("output tensor index ", id, " is out of range");
+    TensorKind kind = tensors_[id].kind;
+    if (kind == TensorKind::Input || kind == TensorKind::Constant)
+      return fail("writes ", tensorKindName(kind), " tensor '", tensors_[id].name, "'");
+  }
+  OpCode op = static_cast<OpCode>(inst_.op());
+  switch (op) {
+  case OpCode::Add:
+  case OpCode::Sub:
+  case OpCode::Mul:
+  case OpCode::Div: {
+    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    auto b = broadcastShape(in(0), in(1));
+    if (!b)
+      return fail("shapes ", shapeStr(in(0)), " and ", shapeStr(in(1)), " do not broadcast");
+    return expectShape(out(0), *b, "result");
+  }
+  case OpCode::Scale:
+  case OpCode::Gelu:
+  case OpCode::Relu:
+  case OpCode::Convert:
+    PTC_RETURN_IF_ERROR(counts(1, 1, 0, op == OpCode::Scale ? 1 : 0));
+    PTC_RETURN_IF_ERROR(dtypes());
+    return expectShape(out(0), in(0), "result");
+  case OpCode::Matmul:
+    PTC_RETURN_IF_ERROR(dtypes());
+    return matmul();
+  case OpCode::LayerNorm:
+    PTC_RETURN_IF_ERROR(counts(3, 1, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).empty())
+      return fail("input must have rank >= 1");
+    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
+    PTC_RETURN_IF_ERROR(expectShape(in(2), {in(0).back()}, "bias"));
+    return expectShape(out(0), in(0), "result");
+  case OpCode::Softmax:
+    PTC_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size()))
+      return fail("axis ", ints_[0], " is out of range");
+    return expectShape(out(0), in(0), "result");
+  case OpCode::CausalAttention:
+    PTC_RETURN_IF_ERROR(counts(3, 1, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).size() != 4)
+      return fail("query must have rank 4");
+    for (size_t i = 1; i < 3; ++i)
+      PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), i == 1 ? "key" : "value"));
+    return expectShape(out(0), in(0), "result");
+  case OpCode::Embedding: {
+    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(dtypes({1}));
+    if (in(0).size() != 2)
+      return fail("table must have rank 2");
+    Shape expected = in(1);
+    expected.push_back(in(0)[1]);
+    return expectShape(out(0), expected, "result");
+  }
+  case OpCode::CrossEntropy:
+  case OpCode::CrossEntropyGrad: {
+    bool grad = op == OpCode::CrossEntropyGrad;
+    PTC_RETURN_IF_ERROR(counts(grad ? 3 : 2, 1));
+    PTC_RETURN_IF_ERROR(dtypes({1}));
+    const Shape &logits = in(0), &targets = in(1);
+    if (logits.size() != targets.size() + 1 ||
+        !std::equal(targets.begin(), targets.end(), logits.begin()))
+      return fail("logits ", shapeStr(logits), " do not match targets ", shapeStr(targets));
+    if (grad)
+      PTC_RETURN_IF_ERROR(expectShape(in(2), {}, "loss gradient"));
+    return expectShape(out(0), grad ? logits : Shape{}, "result");
+  }
+  case OpCode::Reshape:
+    PTC_RETURN_IF_ERROR(counts(1, 1));
+    if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
+      return fail("reshape changes the dtype");
+    if (product(in(0)) != product(out(0)))
+      return fail("reshape changes the element count from ", product(in(0)), " to ",
+                  product(out(0)));
+    return Status::ok();
+  case OpCode::Transpose: {
+    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != in(0).size())
+      return fail("expects one input, one output and a permutation of its rank");
+    if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
+      return fail("transpose changes the dtype");
+    Shape expected;
+    std::set<int64_t> seen;
+    for (int64_t p : ints_) {
+      if (p < 0 || p >= static_cast<int64_t>(in(0).size()) || !seen.insert(p).second)
+        return fail("invalid permutation");
+      expected.push_back(in(0)[p]);
+    }
+    return expectShape(out(0), expected, "result");
+  }
+  case OpCode::Slice:
+  case OpCode::Pad: {
+    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != in(0).size() ||
+        out(0).size() != in(0).size())
+      return fail("expects one input, one output of the same rank and one offset per dimension");
+    if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
+      return fail("changes the dtype");
+    const Shape &small = op == OpCode::Slice ? out(0) : in(0);
+    const Shape &big = op == OpCode::Slice ? in(0) : out(0);
+    for (size_t i = 0; i < small.size(); ++i)
+      if (ints_[i] < 0 || ints_[i] + small[i] > big[i])
+        return fail("region of dimension ", i, " is out of bounds");
+    return Status::ok();
+  }
+  case OpCode::Concat: {
+    if (in_.empty() || out_.size() != 1 || ints_.size() != 1)
+      return fail("expects inputs, one output and an axis");
+    int64_t axis = ints_[0];
+    Shape expected = in(0);
+    if (axis < 0 || axis >= static_cast<int64_t>(expected.size()))
+      return fail("axis ", axis, " is out of range");
+    expected[axis] = 0;
+    for (size_t i = 0; i < in_.size(); ++i) {
+      if (in(i).size() != expected.size() || tensors_[in_[i]].dtype != tensors_[out_[0]].dtype)
+        return fail("input #", i, " does not match");
+      for (size_t d = 0; d < expected.size(); ++d)
+        if (static_cast<int64_t>(d) != axis && in(i)[d] != expected[d])
+          return fail("input #", i, " does not match in dimension ", d);
+      expected[axis] += in(i)[axis];
+    }
+    return expectShape(out(0), expected, "result");
+  }
+  case OpCode::ReduceSum:
+  case OpCode::ReduceMean:
+  case OpCode::ReduceMax:
+    if (in_.size() != 1 || out_.size() != 1)
+      return fail("expects one input and one output");
+    PTC_RETURN_IF_ERROR(dtypes());
+    return reduce(in(0), out(0));
+  case OpCode::ReduceMaxGrad:
+    if (in_.size() != 2 || out_.size() != 1)
+      return fail("expects two inputs and one output");
+    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(reduce(in(0), in(1)));
+    return expectShape(out(0), in(0), "result");
+  case OpCode::TopKGate: {
+    PTC_RETURN_IF_ERROR(counts(1, 2, 2, 0));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).size() != 2 || ints_[0] < 1 || ints_[0] > in(0)[1])
+      return fail("needs [tokens, experts] logits and 1 <= k <= experts");
+    Shape expected{in(0)[0], ints_[0]};
+    PTC_RETURN_IF_ERROR(expectShape(out(0), expected, "weights"));
+    return expectShape(out(1), expected, "indices");
+  }
+  case OpCode::TopKGateGrad:
+    PTC_RETURN_IF_ERROR(counts(3, 1, 1, 0));
+    PTC_RETURN_IF_ERROR(dtypes({1}));
+    if (in(0).size() != 2 || in(1).size() != 2 || in(1)[0] != in(0)[0] || in(1)[1] > in(0)[1])
+      return fail("needs [tokens, experts] logits and [tokens, k] indices");
+    PTC_RETURN_IF_ERROR(expectShape(in(2), in(1), "weights gradient"));
+    return expectShape(out(0), in(0), "result");
+  case OpCode::MoeDispatch:
+    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(dtypes({1}));
+    if (in(0).size() != 2 || in(1).size() != 2 || in(1)[0] != in(0)[0] || out(0).size() != 3 ||
+        out(0)[2] != in(0)[1] || out(0)[0] < 1 || out(0)[1] < 1)
+      return fail("needs [tokens, dim] input, [tokens, k] indices, [experts, capacity, dim] result");
+    return Status::ok();
+  case OpCode::MoeDispatchGrad:
+    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(dtypes({1}));
+    if (in(0).size() != 3 || in(1).size() != 2)
+      return fail("needs [experts, capacity, dim] gradient and [tokens, k] indices");
+    return expectShape(out(0), {in(1)[0], in(0)[2]}, "result");
+  case OpCode::MoeCombine:
+  case OpCode::MoeCombineGrad: {
+    bool grad = op == OpCode::MoeCombineGrad;
+    PTC_RETURN_IF_ERROR(counts(grad ? 4 : 3, grad ? 2 : 1));
+    PTC_RETURN_IF_ERROR(dtypes({2}));
+    if (in(0).size() != 3 || in(1).size() != 2 || in(2) != in(1))
+      return fail("needs [experts, capacity, dim] outputs and [tokens, k] weights and indices");
+    Shape tokens{in(1)[0], in(0)[2]};
+    if (!grad)
+      return expectShape(out(0), tokens, "result");
+    PTC_RETURN_IF_ERROR(expectShape(in(3), tokens, "gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "expert_output gradient"));
+    return expectShape(out(1), in(1), "weights gradient");
+  }
+  case OpCode::Broadcast: {
+    PTC_RETURN_IF_ERROR(counts(1, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    auto b = broadcastShape(in(0), out(0));
+    if (!b || *b != out(0))
+      return fail("cannot broadcast ", shapeStr(in(0)), " to ", shapeStr(out(0)));
+    return Status::ok();
+  }
+  case OpCode::GeluGrad:
+  case OpCode::ReluGrad:
+  case OpCode::SoftmaxGrad:
+    PTC_RETURN_IF_ERROR(counts(2, 1, op == OpCode::SoftmaxGrad ? 1 : 0, 0));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (op == OpCode::SoftmaxGrad && (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size())))
+      return fail("axis ", ints_[0], " is out of range");
+    PTC_RETURN_IF_ERROR(expectShape(in(1), in(0), "gradient"));
+    return expectShape(out(0), in(0), "result");
+  case OpCode::LayerNormGrad:
+    PTC_RETURN_IF_ERROR(counts(3, 3, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).empty())
+      return fail("input must have rank >= 1");
+    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
+    PTC_RETURN_IF_ERROR(expectShape(in(2), in(0), "gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "input gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "weight gradient"));
+    return expectShape(out(2), in(1), "bias gradient");
+  case OpCode::CausalAttentionGrad:
+    PTC_RETURN_IF_ERROR(counts(4, 3, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).size() != 4)
+      return fail("query must have rank 4");
+    for (size_t i = 1; i < 4; ++i)
+      PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), "operand"));
+    for (size_t i = 0; i < 3; ++i)
+      PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
+    return Status::ok();
+  case OpCode::EmbeddingGrad: {
+    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(dtypes({0}));
+    if (out(0).size() != 2)
+      return fail("table gradient must have rank 2");
+    Shape expected = in(0);
+    expected.push_back(out(0)[1]);
+    return expectShape(in(1), expected, "gradient");
+  }
+  case OpCode::AdamWUpdate:
+  case OpCode::SgdUpdate: {
+    bool adam = op == OpCode::AdamWUpdate;
+    PTC_RETURN_IF_ERROR(counts(adam ? 5 : 3, adam ? 3 : 2, 0, adam ? 5 : 3));
+    PTC_RETURN_IF_ERROR(dtypes());
+    for (size_t i = 1; i < (adam ? 4u : 3u); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), "operand"));
+    if (adam)
+      PTC_RETURN_IF_ERROR(expectShape(in(4), {}, "step"));
+    for (size_t i = 0; i < out_.size(); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
+    return Status::ok();
+  }
+  case OpCode::ClipGradNorm:
+    if (in_.empty() || out_.size() != in_.size() + 1 || floats_.size() != 1)
+      return fail("expects n gradients, n + 1 results and max_norm");
+    PTC_RETURN_IF_ERROR(dtypes());
+    for (size_t i = 0; i < in_.size(); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "clipped gradient"));
+    return expectShape(out(in_.size()), {}, "norm");
+  }
+  return fail("unknown opcode ", static_cast<int>(inst_.op()));
+}
+} // namespace
+
+int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
+  int64_t bound = -1;
+  auto tighten = [&](int64_t b) { bound = bound < 0 ? b : std::min(bound, b); };
+  for (const plan::Instruction *inst : *loaded.plan().instructions()) {
+    const auto &in = *inst->inputs();
+    auto shape = [&](size_t i) -> const Shape & {
+      return loaded.tensor(in[static_cast<flatbuffers::uoffset_t>(i)]).shape;
+    };
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[static_cast<flatbuffers::uoffset_t>(i)] != tensor)
+        continue;
+      switch (inst->op()) {
+      case OpCode::Embedding:
+        if (i == 1)
+          tighten(shape(0)[0]);
+        break;
+      case OpCode::CrossEntropy:
+      case OpCode::CrossEntropyGrad:
+        if (i == 1)
+          tighten(shape(0).back());
+        break;
+      case OpCode::EmbeddingGrad:
+        if (i == 0)
+          tighten(loaded.tensor((*inst->outputs())[0]).shape[0]);
+        break;
+      default:
+        break;
+      }
+    }
+  }
+  return bound;
+}
+
+Status LoadedPlan::verify() {
+  if (bytes_.size() < 8 || !plan::PlanBufferHasIdentifier(bytes_.data()))
+    return error(StatusCode::kDataLoss, "not a ptc plan (missing file identifier \"",
+                 plan::PlanIdentifier(), "\")");
+  flatbuffers::Verifier verifier(bytes_.data(), bytes_.size());
+  if (!plan::VerifyPlanBuffer(verifier))
+    return error(StatusCode::kDataLoss, "corrupt or truncated plan (FlatBuffers verification failed)");
+  plan_ = plan::GetPlan(bytes_.data());
+  if (plan_->format_version() > plan::kFormatVersion)
+    return invalidArgument("plan format version ", plan_->format_version(),
+                           " is newer than this ptc-run supports (", plan::kFormatVersion,
+                           "); rebuild the plan with a matching ptc-opt or update ptc-run");
+  if (plan_->format_version() == 0)
+    return invalidArgument("plan has no format version");
+  if (!plan_->tensors() || !plan_->instructions())
+    return invalidArgument("plan has no tensor or instruction table");
+  if (plan_->num_ranks() < 1)
+    return invalidArgument("plan needs ", plan_->num_ranks(), " ranks");
+
+  const int64_t arena = plan_->arena_bytes();
+  if (arena < 0)
+    return invalidArgument("negative arena size");
+  std::set<std::pair<int, std::string>> names;
+  for (size_t i = 0; i < plan_->tensors()->size(); ++i) {
+    const plan::Tensor *t = plan_->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    TensorInfo info;
+    info.name = t->name() ? t->name()->str() : "";
+    info.kind = t->kind();
+    info.dtype = t->dtype();
+    auto where = [&] { return "tensor #" + std::to_string(i) + " ('" + info.name + "')"; };
+    if (info.kind > TensorKind::MAX || info.dtype > DType::MAX)
+      return invalidArgument(where(), " has an unknown kind or dtype");
+    if (t->shape())
+      info.shape.assign(t->shape()->begin(), t->shape()->end());
+    for (int64_t d : info.shape) {
+      if (d < 0 || d > (int64_t(1) << 40))
+        return invalidArgument(where(), " has invalid dimension ", d);
+      info.numElements *= d;
+      if (info.numElements > (int64_t(1) << 40))
+        return invalidArgument(where(), " is too large");
+    }
+    info.bytes = info.numElements * dtypeSize(info.dtype);
+    if (info.dtype == DType::BF16 || info.dtype == DType::F16)
+      return error(StatusCode::kUnimplemented, where(), " is ", dtypeName(info.dtype),
+                   "; the CPU backend runs f32 plans only");
+    bool persistent = info.kind == TensorKind::Parameter || info.kind == TensorKind::OptimizerState ||
+                      info.kind == TensorKind::Input;
+    if (persistent && info.name.empty())
+      return invalidArgument(where(), " needs a name");
+    if (persistent && !names.insert({static_cast<int>(info.kind), info.name}).second)
+      return invalidArgument("two ", tensorKindName(info.kind), " tensors are named '",
+                             info.name, "'");
+    if (info.kind == TensorKind::Temporary) {
+      info.arenaOffset = t->arena_offset();
+      if (info.arenaOffset < 0 || info.arenaOffset % 4 != 0 || info.arenaOffset + info.bytes > arena)
+        return invalidArgument(where(), " at arena offset ", info.arenaOffset, " (", info.bytes,
+                               " bytes) lies outside the ", arena, "-byte arena");
+    }
+    if (info.kind == TensorKind::Constant) {
+      int64_t size = t->data() ? static_cast<int64_t>(t->data()->size()) : 0;
+      if (size != info.bytes && size != dtypeSize(info.dtype))
+        return invalidArgument(where(), " has ", size, " bytes of data, expected ", info.bytes,
+                               " or one splat element");
+    }
+    if (info.kind == TensorKind::Parameter && t->init() == plan::InitKind::Normal &&
+        !(t->init_std() > 0))
+      return invalidArgument(where(), " has a normal initializer with std ", t->init_std());
+    tensors_.push_back(std::move(info));
+  }
+
+  // Instructions: operand checks and def-before-use of temporaries.
+  std::vector<bool> written(tensors_.size(), false);
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    written[i] = tensors_[i].kind != TensorKind::Temporary;
+  for (size_t n = 0; n < plan_->instructions()->size(); ++n) {
+    const plan::Instruction *inst = plan_->instructions()->Get(static_cast<flatbuffers::uoffset_t>(n));
+    InstructionChecker checker(*inst, tensors_);
+    Status status = checker.check();
+    auto where = [&] {
+      std::string loc = inst->location() ? inst->location()->str() : "";
+      return "instruction #" + std::to_string(n) + " (" + opcodeName(inst->op()) +
+             (loc.empty() ? "" : " at " + loc) + ")";
+    };
+    if (!status.isOk())
+      return Status(status.code(), where() + ": " + status.message());
+    for (int32_t id : checker.inputs())
+      if (!written[id])
+        return invalidArgument(where(), " reads temporary '", tensors_[id].name,
+                               "' before any instruction writes it");
+    for (int32_t id : checker.outputs())
+      written[id] = true;
+  }
+  if (plan_->outputs())
+    for (const plan::Output *out : *plan_->outputs())
+      if (out->tensor() < 0 || static_cast<size_t>(out->tensor()) >= tensors_.size() ||
+          !written[out->tensor()])
+        return invalidArgument("output '", out->name() ? out->name()->str() : "", "' refers to ",
+                               "an invalid or unwritten tensor");
+  return Status::ok();
+}
+
+} // namespace ptc

@@ -1,0 +1,69 @@
+// Loads a plan file: FlatBuffers Verifier first, then semantic checks (format
+// version, indices, shapes and dtypes of every instruction, arena bounds,
+// def-before-use), so that execution never re-checks. The result is immutable.
+#ifndef PTC_RUNTIME_PLAN_PLAN_LOADER_H
+#define PTC_RUNTIME_PLAN_PLAN_LOADER_H
+
+#include "runtime/base/status.h"
+#include "runtime/plan/plan_generated.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ptc {
+
+/// Element size in bytes of a plan dtype.
+int64_t dtypeSize(plan::DType dtype);
+const char *dtypeName(plan::DType dtype);
+const char *opcodeName(plan::OpCode op);
+const char *tensorKindName(plan::TensorKind kind);
+
+struct TensorInfo {
+  std::string name;
+  plan::TensorKind kind;
+  plan::DType dtype;
+  std::vector<int64_t> shape;
+  int64_t numElements = 1;
+  int64_t bytes = 0;
+  int64_t arenaOffset = -1;
+};
+
+/// A verified plan: the raw bytes plus decoded tensor information.
+class LoadedPlan {
+public:
+  /// Reads and verifies `path`.
+  static StatusOr<std::shared_ptr<const LoadedPlan>> loadFile(const std::string &path);
+  /// Verifies an in-memory plan (copied). `origin` names it in errors.
+  static StatusOr<std::shared_ptr<const LoadedPlan>> loadBytes(std::vector<uint8_t> bytes,
+                                                               const std::string &origin);
+
+  const plan::Plan &plan() const { return *plan_; }
+  const std::vector<TensorInfo> &tensors() const { return tensors_; }
+  const TensorInfo &tensor(int32_t id) const { return tensors_[static_cast<size_t>(id)]; }
+  /// Index of the tensor with this name and kind, or -1.
+  int32_t findTensor(const std::string &name, plan::TensorKind kind) const;
+  /// Index of the named output ("loss", "grad_norm", "grad:<param>"), or -1.
+  int32_t findOutput(const std::string &name) const;
+  const std::string &origin() const { return origin_; }
+
+private:
+  Status verify();
+  std::vector<uint8_t> bytes_;
+  const plan::Plan *plan_ = nullptr;
+  std::vector<TensorInfo> tensors_;
+  std::string origin_;
+};
+
+/// The exclusive upper bound of the ids in i32 tensor `tensor`, from the
+/// instructions that read it (embedding rows, cross-entropy classes, number of
+/// experts), or -1 when no instruction bounds it.
+int64_t idUpperBound(const LoadedPlan &plan, int32_t tensor);
+
+/// The plan as JSON (for --dump-plan and FileCheck tests).
+std::string planToJson(const LoadedPlan &plan);
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_PLAN_PLAN_LOADER_H

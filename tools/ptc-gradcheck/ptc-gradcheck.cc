@@ -1,0 +1,174 @@
+// ptc-gradcheck: checks the gradients of a forward+backward plan (compiled
+// with optimizer=none) against central finite differences of its loss.
+// Parameters start from the plan's initializers; float inputs are N(0, 1);
+// id inputs are uniform below the bound the plan's instructions give them.
+//   ptc-gradcheck grad.plan [--seed S] [--eps E] [--rtol R] [--atol A] [--samples N]
+
+#include "runtime/exec/executor.h"
+#include "runtime/plan/plan_loader.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace ptc;
+
+int main(int argc, char **argv) {
+  std::string planPath;
+  uint64_t seed = 7;
+  double eps = 1e-2, rtol = 2e-2, atol = 1e-4;
+  int64_t samples = 24;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char * {
+      if (i + 1 >= argc) {
+        std::cerr << "ptc-gradcheck: error: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--seed")
+      seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--eps")
+      eps = std::atof(next());
+    else if (a == "--rtol")
+      rtol = std::atof(next());
+    else if (a == "--atol")
+      atol = std::atof(next());
+    else if (a == "--samples")
+      samples = std::atoll(next());
+    else if (planPath.empty())
+      planPath = a;
+    else {
+      std::cerr << "ptc-gradcheck: error: unexpected argument '" << a << "'\n";
+      return 2;
+    }
+  }
+  auto loaded = LoadedPlan::loadFile(planPath);
+  if (!loaded.isOk()) {
+    std::cerr << "ptc-gradcheck: error: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  std::shared_ptr<const LoadedPlan> plan = *loaded;
+  auto created = Executor::create(plan);
+  if (!created.isOk()) {
+    std::cerr << "ptc-gradcheck: error: " << created.status().message() << "\n";
+    return 1;
+  }
+  Executor &ex = **created;
+  ex.initialize(seed);
+  int32_t lossId = plan->findOutput("loss");
+  if (lossId < 0 || (plan->plan().optimizer() && plan->plan().optimizer()->size())) {
+    std::cerr << "ptc-gradcheck: error: needs a forward+backward plan (ptc-compile "
+                 "optimizer=none) with a 'loss' output\n";
+    return 1;
+  }
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < plan->tensors().size(); ++i) {
+    const TensorInfo &t = plan->tensors()[i];
+    if (t.kind != plan::TensorKind::Input)
+      continue;
+    if (t.dtype == plan::DType::I32) {
+      int64_t bound = idUpperBound(*plan, static_cast<int32_t>(i));
+      if (bound < 1) {
+        std::cerr << "ptc-gradcheck: error: no instruction bounds the ids of input '" << t.name
+                  << "'\n";
+        return 1;
+      }
+      std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(bound - 1));
+      for (int64_t e = 0; e < t.numElements; ++e)
+        ex.i32(static_cast<int32_t>(i))[e] = dist(rng);
+    } else {
+      fillNormal(ex.f32(static_cast<int32_t>(i)), t.numElements, 1.0, seed, t.name);
+    }
+  }
+  // Parameters initialized to constants (zeros/ones) would hide bugs that
+  // depend on their values: perturb every parameter a little.
+  for (size_t i = 0; i < plan->tensors().size(); ++i) {
+    const TensorInfo &t = plan->tensors()[i];
+    if (t.kind != plan::TensorKind::Parameter)
+      continue;
+    std::vector<float> noise(static_cast<size_t>(t.numElements));
+    fillNormal(noise.data(), t.numElements, 0.5, seed + 1, t.name);
+    for (int64_t e = 0; e < t.numElements; ++e)
+      ex.f32(static_cast<int32_t>(i))[e] += noise[static_cast<size_t>(e)];
+  }
+
+  auto lossAt = [&]() -> double {
+    Status s = ex.step();
+    if (!s.isOk()) {
+      std::cerr << "ptc-gradcheck: error: " << s.message() << "\n";
+      std::exit(1);
+    }
+    return *ex.f32(lossId);
+  };
+  const double base = lossAt();
+  // Copy the analytic gradients before perturbing.
+  struct Check {
+    int32_t param;
+    std::vector<float> grad;
+  };
+  std::vector<Check> checks;
+  for (size_t i = 0; i < plan->tensors().size(); ++i) {
+    const TensorInfo &t = plan->tensors()[i];
+    if (t.kind != plan::TensorKind::Parameter)
+      continue;
+    int32_t g = plan->findOutput("grad:" + t.name);
+    if (g < 0) {
+      std::cerr << "ptc-gradcheck: error: no gradient output for parameter '" << t.name << "'\n";
+      return 1;
+    }
+    float *gp = ex.f32(g);
+    checks.push_back({static_cast<int32_t>(i), std::vector<float>(gp, gp + t.numElements)});
+  }
+
+  bool passed = true;
+  for (Check &c : checks) {
+    const TensorInfo &t = plan->tensor(c.param);
+    float *p = ex.f32(c.param);
+    int64_t stride = std::max<int64_t>(1, t.numElements / samples);
+    double maxAbs = 0, maxRel = 0;
+    int64_t checked = 0, bad = 0, kinks = 0;
+    for (int64_t e = 0; e < t.numElements; e += stride) {
+      float saved = p[e];
+      p[e] = saved + static_cast<float>(eps);
+      double up = lossAt();
+      p[e] = saved - static_cast<float>(eps);
+      double down = lossAt();
+      p[e] = saved;
+      // Where the one-sided slopes disagree, the loss is not smooth within eps
+      // (a ReLU or max switching): finite differences say nothing there.
+      double right = (up - base) / eps, left = (base - down) / eps;
+      if (std::fabs(right - left) > 0.25 * std::max(std::fabs(right), std::fabs(left)) + 10 * atol) {
+        ++kinks;
+        continue;
+      }
+      double fd = (up - down) / (2 * eps), g = c.grad[static_cast<size_t>(e)];
+      double err = std::fabs(fd - g), scale = std::max(std::fabs(fd), std::fabs(g));
+      maxAbs = std::max(maxAbs, err);
+      if (scale > 0)
+        maxRel = std::max(maxRel, err / scale);
+      if (err > atol + rtol * scale) {
+        if (bad++ < 3)
+          std::printf("gradcheck: %s[%lld]: analytic %.6g, finite difference %.6g\n",
+                      t.name.c_str(), static_cast<long long>(e), g, fd);
+        passed = false;
+      }
+      ++checked;
+    }
+    std::printf("gradcheck: %s: %lld elements, max abs err %.3g, max rel err %.3g%s%s\n",
+                t.name.c_str(), static_cast<long long>(checked), maxAbs, maxRel,
+                kinks ? (" (" + std::to_string(kinks) + " non-smooth points skipped)").c_str() : "",
+                bad ? " MISMATCH" : "");
+    if (checked == 0) {
+      std::printf("gradcheck: %s: no smooth point to check\n", t.name.c_str());
+      passed = false;
+    }
+  }
+  std::printf("gradcheck: %s\n", passed ? "passed" : "FAILED");
+  return passed ? 0 : 1;
+}

@@ -1,0 +1,243 @@
+// ptc-run: executes a ptc plan (one training step per iteration) on the CPU.
+//   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
+//   ptc-run gpt.plan --dump-plan
+
+#include "runtime/exec/executor.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/io/token_data.h"
+#include "runtime/plan/plan_loader.h"
+
+#include <cblas.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+using namespace ptc;
+
+const char *kUsage = R"(usage: ptc-run PLAN [options]
+  --data FILE         uint16 token file (nanoGPT .bin) feeding the 'tokens'/'targets' inputs
+  --steps N           training steps to run (default 100)
+  --init FILE         initial parameters from a safetensors file (default: the plan's initializers)
+  --seed S            seed of the plan's initializers (default 1337)
+  --save FILE         write the final parameters as safetensors
+  --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
+  --log-every N       progress line every N steps (default 10; 0: none)
+  --threads N         kernel and BLAS threads (default: OpenMP's default)
+  --dump-plan         print the verified plan as JSON and exit
+)";
+
+int fail(const std::string &message) {
+  std::cerr << "ptc-run: error: " << message << "\n";
+  return 1;
+}
+
+int64_t parseInt(const std::string &flag, const char *value, bool &ok) {
+  char *end = nullptr;
+  long long v = std::strtoll(value, &end, 10);
+  if (!end || *end || v < 0) {
+    std::cerr << "ptc-run: error: " << flag << " expects a non-negative integer, got '" << value
+              << "'\n";
+    ok = false;
+  }
+  return v;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  std::map<std::string, std::string> opts;
+  std::string planPath;
+  bool dumpPlan = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (a == "--dump-plan") {
+      dumpPlan = true;
+    } else if (a.rfind("--", 0) == 0) {
+      static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
+                                    "--metrics", "--log-every", "--threads"};
+      if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
+          std::end(known)) {
+        std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
+        return 2;
+      }
+      if (i + 1 >= argc) {
+        std::cerr << "ptc-run: error: " << a << " needs a value\n";
+        return 2;
+      }
+      opts[a] = argv[++i];
+    } else if (planPath.empty()) {
+      planPath = a;
+    } else {
+      std::cerr << "ptc-run: error: unexpected argument '" << a << "'\n" << kUsage;
+      return 2;
+    }
+  }
+  if (planPath.empty()) {
+    std::cerr << "ptc-run: error: no plan given\n" << kUsage;
+    return 2;
+  }
+  bool ok = true;
+  int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
+  int64_t seed = opts.count("--seed") ? parseInt("--seed", opts["--seed"].c_str(), ok) : 1337;
+  int64_t logEvery =
+      opts.count("--log-every") ? parseInt("--log-every", opts["--log-every"].c_str(), ok) : 10;
+  if (opts.count("--threads")) {
+    int64_t threads = parseInt("--threads", opts["--threads"].c_str(), ok);
+    if (ok && threads > 0) {
+#ifdef _OPENMP
+      omp_set_num_threads(static_cast<int>(threads));
+#endif
+      openblas_set_num_threads(static_cast<int>(threads));
+    }
+  }
+  if (!ok)
+    return 2;
+
+  auto loaded = LoadedPlan::loadFile(planPath);
+  if (!loaded.isOk())
+    return fail(loaded.status().message());
+  std::shared_ptr<const LoadedPlan> plan = *loaded;
+  if (dumpPlan) {
+    std::cout << planToJson(*plan) << "\n";
+    return 0;
+  }
+  if (plan->plan().num_ranks() != 1)
+    return fail("plan '" + planPath + "' needs " + std::to_string(plan->plan().num_ranks()) +
+                " ranks; this ptc-run runs single-rank plans");
+  int32_t lossId = plan->findOutput("loss");
+  if (lossId < 0)
+    return fail("plan '" + planPath + "' has no 'loss' output");
+  int32_t gradNormId = plan->findOutput("grad_norm");
+
+  // Inputs: the standard model reads 'tokens' and 'targets' [batch, seq] from --data.
+  int32_t tokensId = plan->findTensor("tokens", plan::TensorKind::Input);
+  int32_t targetsId = plan->findTensor("targets", plan::TensorKind::Input);
+  for (size_t i = 0; i < plan->tensors().size(); ++i) {
+    const TensorInfo &t = plan->tensors()[i];
+    if (t.kind == plan::TensorKind::Input && t.name != "tokens" && t.name != "targets")
+      return fail("plan input '" + t.name +
+                  "' has no data source (ptc-run feeds 'tokens' and 'targets' from --data)");
+  }
+  if (tokensId < 0 || targetsId < 0)
+    return fail("plan '" + planPath + "' lacks the 'tokens' and 'targets' inputs");
+  const TensorInfo &tokensInfo = plan->tensor(tokensId);
+  if (tokensInfo.shape.size() != 2 || plan->tensor(targetsId).shape != tokensInfo.shape ||
+      tokensInfo.dtype != plan::DType::I32)
+    return fail("inputs 'tokens' and 'targets' must both be [batch, seq] i32");
+  const int64_t batch = tokensInfo.shape[0], seq = tokensInfo.shape[1];
+  int64_t vocab = idUpperBound(*plan, tokensId);
+  int64_t classes = idUpperBound(*plan, targetsId);
+  if (classes >= 0 && (vocab < 0 || classes < vocab))
+    vocab = classes;
+  if (vocab < 0)
+    vocab = 65536;
+  if (!opts.count("--data"))
+    return fail("--data FILE is required (a uint16 token file; see ptc-tokenize)");
+  auto data = TokenData::load(opts["--data"], seq, vocab);
+  if (!data.isOk())
+    return fail(data.status().message());
+
+  auto created = Executor::create(plan);
+  if (!created.isOk())
+    return fail(created.status().message());
+  Executor &ex = **created;
+  ex.initialize(static_cast<uint64_t>(seed));
+  std::vector<int32_t> params;
+  for (size_t i = 0; i < plan->tensors().size(); ++i)
+    if (plan->tensors()[i].kind == plan::TensorKind::Parameter)
+      params.push_back(static_cast<int32_t>(i));
+  if (opts.count("--init")) {
+    auto file = SafetensorsFile::read(opts["--init"]);
+    if (!file.isOk())
+      return fail(file.status().message());
+    for (int32_t id : params) {
+      Status s = file->copyTo(plan->tensor(id).name, plan->tensor(id).shape, ex.f32(id));
+      if (!s.isOk())
+        return fail(s.message());
+    }
+  }
+
+  std::ofstream metrics;
+  if (opts.count("--metrics")) {
+    metrics.open(opts["--metrics"], std::ios::trunc);
+    if (!metrics)
+      return fail("cannot write metrics file '" + opts["--metrics"] + "'");
+  }
+  int64_t numParams = 0;
+  for (int32_t id : params)
+    numParams += plan->tensor(id).numElements;
+  std::cout << "ptc-run: " << planPath << ": " << numParams << " parameters, batch " << batch
+            << " x seq " << seq << ", " << plan->plan().instructions()->size()
+            << " instructions, arena " << ex.arenaBytes() / 1024 << " KiB, data "
+            << data->size() << " tokens\n";
+
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto last = start;
+  int64_t lastStep = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    data->fillBatch(step, batch, seq, 0, batch, ex.i32(tokensId), ex.i32(targetsId));
+    auto t0 = Clock::now();
+    Status s = ex.step();
+    if (!s.isOk())
+      return fail("step " + std::to_string(step) + ": " + s.message());
+    auto t1 = Clock::now();
+    float loss = *ex.f32(lossId);
+    if (!std::isfinite(loss))
+      return fail("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
+                  "; stopping (lower the learning rate or enable max-grad-norm)");
+    double stepSeconds = std::chrono::duration<double>(t1 - t0).count();
+    double elapsed = std::chrono::duration<double>(t1 - start).count();
+    double tokensPerSecond = static_cast<double>(batch * seq) / stepSeconds;
+    if (metrics.is_open()) {
+      char line[256];
+      int n = std::snprintf(line, sizeof line,
+                            "{\"step\":%lld,\"loss\":%.9g,\"tokens_per_s\":%.1f,\"elapsed_s\":%.4f",
+                            static_cast<long long>(step), loss, tokensPerSecond, elapsed);
+      metrics.write(line, n);
+      if (gradNormId >= 0) {
+        n = std::snprintf(line, sizeof line, ",\"grad_norm\":%.9g", *ex.f32(gradNormId));
+        metrics.write(line, n);
+      }
+      metrics << "}\n";
+    }
+    if (logEvery > 0 && ((step + 1) % logEvery == 0 || step == 0 || step + 1 == steps)) {
+      double window = std::chrono::duration<double>(t1 - last).count();
+      double tps = static_cast<double>((step + 1 - lastStep) * batch * seq) / std::max(window, 1e-9);
+      char line[256];
+      std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | %9.0f tok/s | %7.1f s",
+                    static_cast<long long>(step + 1), static_cast<long long>(steps), loss,
+                    step == 0 ? tokensPerSecond : tps, elapsed);
+      std::cout << line << "\n" << std::flush;
+      last = t1;
+      lastStep = step + 1;
+    }
+  }
+
+  if (opts.count("--save")) {
+    std::vector<NamedTensor> out;
+    for (int32_t id : params)
+      out.push_back({plan->tensor(id).name, plan->tensor(id).shape, ex.f32(id)});
+    Status s = writeSafetensors(opts["--save"], out,
+                                {{"format", "pt"}, {"producer", "ptc-run"},
+                                 {"steps", std::to_string(steps)}});
+    if (!s.isOk())
+      return fail(s.message());
+    std::cout << "ptc-run: saved " << out.size() << " parameters to " << opts["--save"] << "\n";
+  }
+  return 0;
+}
