@@ -7,7 +7,7 @@ from lit.llvm import llvm_config
 config.name = "ptc"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "Inputs"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "Inputs", "e2e"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.ptc_obj_root, "test")
 
@@ -15,6 +15,7 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.ptc_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["ptc-opt", "ptc-model"], tool_dirs)
+llvm_config.add_tool_substitutions(
+    ["ptc-opt", "ptc-model", "ptc-run", "ptc-tokenize", "ptc-gradcheck", "split-file"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)

@@ -31,10 +31,14 @@ Value unbroadcast(OpBuilder &b, Location loc, Value grad, RankedTensorType targe
       axes.push_back(i);
     keptShape.push_back(reduce ? 1 : gradType.getDimSize(i));
   }
+  // Reducing only the missing leading dimensions yields the target directly.
+  bool leadingOnly = llvm::all_of(axes, [&](int64_t a) { return a < lead; });
   Value summed = grad;
   if (!axes.empty())
-    summed = ReduceSumOp::create(b, loc, RankedTensorType::get(keptShape, target.getElementType()),
-                                 grad, b.getDenseI64ArrayAttr(axes), b.getBoolAttr(true));
+    summed = ReduceSumOp::create(
+        b, loc,
+        leadingOnly ? target : RankedTensorType::get(keptShape, target.getElementType()), grad,
+        b.getDenseI64ArrayAttr(axes), b.getBoolAttr(!leadingOnly));
   if (tensorType(summed) != target)
     summed = ReshapeOp::create(b, loc, target, summed);
   return summed;

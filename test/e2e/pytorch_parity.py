@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Oracle 2: ptc-run and PyTorch train the same GPT from the same safetensors weights
+on the same batches; per-step losses must agree to 1e-4 relative and final weights
+to 1e-3 (max abs difference relative to the tensor's max magnitude).
+
+usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--optimizer adamw|sgd] [--steps N]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_gpt as ref  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--optimizer", default="adamw")
+    ap.add_argument("--steps", type=int, default=25)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+
+    L, H, A, S, V, B = 2, 64, 4, 32, 256, 4
+    hp = dict(lr=2e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, momentum=0.9)
+    max_norm = 1.0
+    w = lambda name: os.path.join(args.workdir, name)
+
+    corpus = open("/usr/share/common-licenses/GPL-3", "rb").read()[:40000]
+    data = np.frombuffer(corpus, dtype=np.uint8).astype(np.uint16)
+    data.astype("<u2").tofile(w("data.bin"))
+
+    model = ref.GPT(L, H, A, S, V)
+    ref.save_safetensors(w("init.safetensors"), ref.state(model))
+
+    run = lambda *cmd: subprocess.run(cmd, check=True)
+    run(os.path.join(args.bin, "ptc-model"), "gpt", "--layers", str(L), "--hidden", str(H),
+        "--heads", str(A), "--seq", str(S), "--vocab", str(V), "--batch", str(B),
+        "-o", w("gpt.mlir"))
+    opts = (f"plan={w('gpt.plan')} optimizer={args.optimizer} lr={hp['lr']} "
+            f"beta1={hp['betas'][0]} beta2={hp['betas'][1]} eps={hp['eps']} "
+            f"weight-decay={hp['weight_decay']} momentum={hp['momentum']} max-grad-norm={max_norm}")
+    run(os.path.join(args.bin, "ptc-opt"), w("gpt.mlir"), f"--ptc-compile={opts}", "-o", os.devnull)
+    run(os.path.join(args.bin, "ptc-run"), w("gpt.plan"), "--data", w("data.bin"),
+        "--steps", str(args.steps), "--init", w("init.safetensors"), "--metrics", w("run.jsonl"),
+        "--save", w("final.safetensors"), "--threads", "2", "--log-every", "0")
+    ptc_losses = [json.loads(line)["loss"] for line in open(w("run.jsonl"))]
+
+    opt = ref.make_optimizer(model, args.optimizer, **hp)
+    torch_losses = ref.train(model, opt, data, args.steps, B, S, max_grad_norm=max_norm)
+
+    worst_loss = 0.0
+    for step, (a, b) in enumerate(zip(ptc_losses, torch_losses)):
+        rel = abs(a - b) / abs(b)
+        worst_loss = max(worst_loss, rel)
+        print(f"step {step:3d}  ptc {a:.7f}  torch {b:.7f}  rel {rel:.2e}")
+    final = ref.load_safetensors(w("final.safetensors"))
+    expected = ref.state(model)
+    worst_weight, worst_name = 0.0, ""
+    for name, t in expected.items():
+        if name not in final:
+            print(f"FAIL: {name} missing from ptc's saved weights")
+            return 1
+        err = (final[name] - t).abs().max().item() / max(t.abs().max().item(), 1e-12)
+        if err > worst_weight:
+            worst_weight, worst_name = err, name
+    print(f"max loss rel err {worst_loss:.2e} (bound 1e-4) over {args.steps} {args.optimizer} steps")
+    print(f"max weight rel err {worst_weight:.2e} (bound 1e-3) in {worst_name}")
+    ok = (len(ptc_losses) == args.steps and worst_loss <= 1e-4 and worst_weight <= 1e-3)
+    print("pytorch parity:", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+// safetensors and token data: round trips, the batch order, and errors that
+// name the file and tensor.
+
+#include "runtime/io/safetensors.h"
+#include "runtime/io/token_data.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace ptc;
+
+namespace {
+std::string tempPath(const std::string &name) {
+  return ::testing::TempDir() + "/ptc-io-" + name;
+}
+
+TEST(Safetensors, RoundTripAndErrors) {
+  std::string path = tempPath("w.safetensors");
+  std::vector<float> a{1, 2, 3, 4, 5, 6}, b{7};
+  ASSERT_TRUE(writeSafetensors(path, {{"a", {2, 3}, a.data()}, {"b", {1}, b.data()}}).isOk());
+  auto file = SafetensorsFile::read(path);
+  ASSERT_TRUE(file.isOk()) << file.status().message();
+  std::vector<float> out(6);
+  ASSERT_TRUE(file->copyTo("a", {2, 3}, out.data()).isOk());
+  EXPECT_EQ(out, a);
+  Status missing = file->copyTo("c", {1}, out.data());
+  EXPECT_EQ(missing.message(), "safetensors file '" + path + "' has no tensor 'c'");
+  Status shape = file->copyTo("a", {3, 2}, out.data());
+  EXPECT_EQ(shape.message(), "safetensors file '" + path +
+                                 "': tensor 'a' has shape [2, 3], the model expects [3, 2]");
+}
+
+TEST(Safetensors, RejectsTruncatedFile) {
+  std::string path = tempPath("t.safetensors");
+  std::vector<float> a(100, 1.0f);
+  ASSERT_TRUE(writeSafetensors(path, {{"a", {100}, a.data()}}).isOk());
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), 200);
+  auto file = SafetensorsFile::read(path);
+  ASSERT_FALSE(file.isOk());
+  EXPECT_NE(file.status().message().find("lies outside the"), std::string::npos)
+      << file.status().message();
+}
+
+TEST(TokenData, BatchOrderFollowsTheStandardModel) {
+  std::string path = tempPath("d.bin");
+  std::vector<uint16_t> tokens(100);
+  for (int i = 0; i < 100; ++i)
+    tokens[i] = static_cast<uint16_t>(i);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<char *>(tokens.data()), 200);
+  auto data = TokenData::load(path, /*seq=*/8, /*vocab=*/256);
+  ASSERT_TRUE(data.isOk()) << data.status().message();
+  std::vector<int32_t> x(2 * 8), y(2 * 8);
+  // step 6, batch 2: window j starts at ((6*2 + j) * 8) mod (100 - 8 - 1) = 96 mod 91, 104 mod 91.
+  data->fillBatch(6, 2, 8, 0, 2, x.data(), y.data());
+  EXPECT_EQ(x[0], 5);
+  EXPECT_EQ(y[0], 6);
+  EXPECT_EQ(x[8], 13);
+  EXPECT_EQ(y[15], 21);
+}
+
+TEST(TokenData, RejectsShortFileAndLargeIds) {
+  std::string path = tempPath("short.bin");
+  std::vector<uint16_t> tokens{1, 2, 3, 300};
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<char *>(tokens.data()), 8);
+  auto shortData = TokenData::load(path, 8, 256);
+  ASSERT_FALSE(shortData.isOk());
+  EXPECT_EQ(shortData.status().message(),
+            "data file '" + path + "' has 4 tokens; one window of seq 8 needs at least 10");
+  auto bigId = TokenData::load(path, 2, 256);
+  ASSERT_FALSE(bigId.isOk());
+  EXPECT_EQ(bigId.status().message(), "data file '" + path +
+                                          "': token id 300 at position 3 is not below the "
+                                          "model's vocab 256");
+}
+} // namespace

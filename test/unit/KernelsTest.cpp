@@ -1,0 +1,138 @@
+// CPU kernels against naive references (the fused and strided paths).
+
+#include "kernels/cpu/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace ptc::kernels::cpu;
+
+namespace {
+std::vector<float> randomVector(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+void expectNear(const std::vector<float> &a, const std::vector<float> &b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], tol) << "at " << i;
+}
+
+TEST(Kernels, MatmulAllTransposesSharedAndBatched) {
+  const int64_t B = 3, M = 4, K = 5, N = 6;
+  for (bool shared : {true, false})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        auto a = randomVector(B * M * K, 1), b = randomVector((shared ? 1 : B) * K * N, 2);
+        std::vector<float> out(B * M * N), ref(B * M * N, 0.0f);
+        Shape as = ta ? Shape{B, K, M} : Shape{B, M, K};
+        Shape bs = shared ? (tb ? Shape{N, K} : Shape{K, N}) : (tb ? Shape{B, N, K} : Shape{B, K, N});
+        matmul(a.data(), as, b.data(), bs, out.data(), ta, tb);
+        for (int64_t x = 0; x < B; ++x)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              float s = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                float av = ta ? a[x * M * K + k * M + i] : a[x * M * K + i * K + k];
+                int64_t bo = shared ? 0 : x * K * N;
+                float bv = tb ? b[bo + j * K + k] : b[bo + k * N + j];
+                s += av * bv;
+              }
+              ref[x * M * N + i * N + j] = s;
+            }
+        expectNear(out, ref, 1e-4f);
+      }
+}
+
+TEST(Kernels, CausalAttentionMatchesDenseSoftmax) {
+  const int64_t B = 2, H = 2, S = 7, D = 4;
+  auto q = randomVector(B * H * S * D, 3), k = randomVector(B * H * S * D, 4),
+       v = randomVector(B * H * S * D, 5);
+  std::vector<float> out(q.size()), ref(q.size(), 0.0f);
+  float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  causalAttention(q.data(), k.data(), v.data(), out.data(), {B, H, S, D}, scale);
+  for (int64_t h = 0; h < B * H; ++h)
+    for (int64_t i = 0; i < S; ++i) {
+      std::vector<float> s(S, -INFINITY);
+      float mx = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        float dot = 0;
+        for (int64_t c = 0; c < D; ++c)
+          dot += q[(h * S + i) * D + c] * k[(h * S + j) * D + c];
+        s[j] = dot * scale;
+        mx = std::max(mx, s[j]);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j <= i; ++j)
+        sum += std::exp(s[j] - mx);
+      for (int64_t j = 0; j <= i; ++j)
+        for (int64_t c = 0; c < D; ++c)
+          ref[(h * S + i) * D + c] += std::exp(s[j] - mx) / sum * v[(h * S + j) * D + c];
+    }
+  expectNear(out, ref, 1e-5f);
+}
+
+TEST(Kernels, TransposeAndSliceAndConcat) {
+  std::vector<float> a(2 * 3 * 4);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<float>(i);
+  std::vector<float> t(a.size());
+  transpose(a.data(), {2, 3, 4}, t.data(), {2, 0, 1}, sizeof(float)); // -> [4, 2, 3]
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_EQ(t[1], 4.0f);  // [0][0][1] = a[0][1][0]
+  EXPECT_EQ(t[3], 12.0f); // [0][1][0] = a[1][0][0]
+  EXPECT_EQ(t[6], 1.0f);  // [1][0][0] = a[0][0][1]
+  std::vector<float> s(2 * 2 * 2);
+  sliceCopy(a.data(), {2, 3, 4}, s.data(), {2, 2, 2}, {0, 1, 2}, sizeof(float), true);
+  EXPECT_EQ(s, (std::vector<float>{6, 7, 10, 11, 18, 19, 22, 23}));
+  std::vector<float> c(2 * 5);
+  std::vector<float> x{1, 2, 3, 4}, y{5, 6, 7, 8, 9, 10};
+  concat({x.data(), y.data()}, {{2, 2}, {2, 3}}, c.data(), 1, sizeof(float));
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 5, 6, 7, 3, 4, 8, 9, 10}));
+}
+
+TEST(Kernels, ReductionsOverLeadingAndTrailingAxes) {
+  std::vector<float> a(2 * 3 * 4);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<float>(i);
+  std::vector<float> sum(4), mx(2 * 3), mean(3);
+  reduce(Reduce::Sum, a.data(), {2, 3, 4}, {0, 1}, sum.data());
+  EXPECT_EQ(sum, (std::vector<float>{60, 66, 72, 78}));
+  reduce(Reduce::Max, a.data(), {2, 3, 4}, {2}, mx.data());
+  EXPECT_EQ(mx, (std::vector<float>{3, 7, 11, 15, 19, 23}));
+  reduce(Reduce::Mean, a.data(), {2, 3, 4}, {0, 2}, mean.data());
+  EXPECT_EQ(mean, (std::vector<float>{7.5f, 11.5f, 15.5f}));
+}
+
+TEST(Kernels, CrossEntropyRejectsTargetOutOfRange) {
+  std::vector<float> logits(2 * 3, 0.0f);
+  std::vector<int32_t> targets{1, 3};
+  float loss;
+  ptc::Status s = crossEntropy(logits.data(), targets.data(), 2, 3, &loss);
+  EXPECT_EQ(s.message(), "target 3 at position 1 is outside [0, 3)");
+  targets[1] = 2;
+  ASSERT_TRUE(crossEntropy(logits.data(), targets.data(), 2, 3, &loss).isOk());
+  EXPECT_NEAR(loss, std::log(3.0f), 1e-6f);
+}
+
+TEST(Kernels, MoeDispatchDropsBeyondCapacity) {
+  // 3 tokens, top-1, all to expert 0 with capacity 2: token 2 is dropped.
+  std::vector<float> x{1, 2, 3};
+  std::vector<int32_t> e{0, 0, 0};
+  std::vector<float> buf(2 * 2 * 1), y(3);
+  ASSERT_TRUE(moeDispatch(x.data(), e.data(), 3, 1, 1, 2, 2, buf.data()).isOk());
+  EXPECT_EQ(buf, (std::vector<float>{1, 2, 0, 0}));
+  std::vector<float> w{0.5f, 1.0f, 1.0f};
+  ASSERT_TRUE(moeCombine(buf.data(), w.data(), e.data(), 3, 1, 1, 2, 2, y.data()).isOk());
+  EXPECT_EQ(y, (std::vector<float>{0.5f, 2.0f, 0.0f}));
+  e[1] = 5;
+  EXPECT_FALSE(moeDispatch(x.data(), e.data(), 3, 1, 1, 2, 2, buf.data()).isOk());
+}
+} // namespace

@@ -1,0 +1,124 @@
+// The plan loader rejects every malformed plan with a message naming the
+// problem: bad identifier, truncation, newer format, bad indices, shapes,
+// arena bounds, reads before writes.
+
+#include "runtime/plan/plan_format.h"
+#include "runtime/plan/plan_loader.h"
+
+#include <gtest/gtest.h>
+
+using namespace ptc;
+namespace fb = flatbuffers;
+
+namespace {
+struct TensorDesc {
+  std::string name;
+  plan::TensorKind kind;
+  std::vector<int64_t> shape;
+  int64_t offset = -1;
+};
+struct InstDesc {
+  plan::OpCode op;
+  std::vector<int32_t> in, out;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+};
+
+std::vector<uint8_t> buildPlan(const std::vector<TensorDesc> &tensors,
+                               const std::vector<InstDesc> &insts, int64_t arena,
+                               uint32_t version = plan::kFormatVersion) {
+  fb::FlatBufferBuilder b;
+  std::vector<fb::Offset<plan::Tensor>> ts;
+  for (const TensorDesc &t : tensors)
+    ts.push_back(plan::CreateTensor(b, b.CreateString(t.name), t.kind, plan::DType::F32,
+                                    b.CreateVector(t.shape), t.offset, plan::InitKind::Zeros));
+  std::vector<fb::Offset<plan::Instruction>> is;
+  for (const InstDesc &i : insts)
+    is.push_back(plan::CreateInstruction(b, i.op, b.CreateVector(i.in), b.CreateVector(i.out),
+                                         b.CreateVector(i.ints), b.CreateVector(i.floats)));
+  std::vector<fb::Offset<plan::Output>> outs{plan::CreateOutput(b, b.CreateString("loss"), 2)};
+  auto p = plan::CreatePlan(b, version, b.CreateString("test"), 1, b.CreateVector(ts),
+                            b.CreateVector(is), b.CreateVector(outs), arena, arena);
+  plan::FinishPlanBuffer(b, p);
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+// y[2x4] = x[2x3] @ w[3x4], loss-like output is the temporary.
+std::vector<TensorDesc> matmulTensors() {
+  return {{"x", plan::TensorKind::Input, {2, 3}},
+          {"w", plan::TensorKind::Parameter, {3, 4}},
+          {"y", plan::TensorKind::Temporary, {2, 4}, 0}};
+}
+
+std::string loadError(const std::vector<uint8_t> &bytes) {
+  auto loaded = LoadedPlan::loadBytes(bytes, "test.plan");
+  return loaded.isOk() ? "" : loaded.status().message();
+}
+
+TEST(PlanLoader, AcceptsAValidPlan) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32);
+  EXPECT_EQ(loadError(bytes), "");
+}
+
+TEST(PlanLoader, RejectsMissingIdentifier) {
+  std::vector<uint8_t> bytes(64, 0);
+  EXPECT_NE(loadError(bytes).find("not a ptc plan"), std::string::npos);
+}
+
+TEST(PlanLoader, RejectsTruncatedPlan) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32);
+  bytes.resize(bytes.size() / 2);
+  std::string err = loadError(bytes);
+  EXPECT_NE(err.find("corrupt or truncated plan"), std::string::npos) << err;
+}
+
+TEST(PlanLoader, RejectsNewerFormatVersion) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32,
+                         plan::kFormatVersion + 1);
+  EXPECT_NE(loadError(bytes).find("plan format version 2 is newer than this ptc-run supports (1)"),
+            std::string::npos);
+}
+
+TEST(PlanLoader, RejectsTensorIndexOutOfRange) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 7}, {2}, {0, 0}, {}}}, 32);
+  EXPECT_NE(loadError(bytes).find("instruction #0 (Matmul): input tensor index 7 is out of range"),
+            std::string::npos);
+}
+
+TEST(PlanLoader, RejectsMatmulShapeMismatch) {
+  auto tensors = matmulTensors();
+  tensors[1].shape = {5, 4};
+  auto bytes = buildPlan(tensors, {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32);
+  EXPECT_NE(loadError(bytes).find("contracting dimensions differ: 3 and 5"), std::string::npos);
+}
+
+TEST(PlanLoader, RejectsTemporaryOutsideArena) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 16);
+  EXPECT_NE(loadError(bytes).find("lies outside the 16-byte arena"), std::string::npos);
+}
+
+TEST(PlanLoader, RejectsReadBeforeWrite) {
+  auto tensors = matmulTensors();
+  tensors.push_back({"z", plan::TensorKind::Temporary, {2, 4}, 32});
+  auto bytes = buildPlan(tensors, {{plan::OpCode::Relu, {3}, {2}, {}, {}}}, 64);
+  EXPECT_NE(loadError(bytes).find("reads temporary 'z' before any instruction writes it"),
+            std::string::npos);
+}
+
+TEST(PlanLoader, RejectsWritingAnInput) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Relu, {1}, {0}, {}, {}}}, 32);
+  EXPECT_NE(loadError(bytes).find("writes Input tensor 'x'"), std::string::npos);
+}
+
+TEST(PlanLoader, RejectsWrongAttributeCount) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0}, {}}}, 32);
+  EXPECT_NE(loadError(bytes).find("expects 2 integer and 0 float attributes"), std::string::npos);
+}
+
+TEST(PlanLoader, RejectsDuplicateParameterNames) {
+  auto tensors = matmulTensors();
+  tensors.push_back({"w", plan::TensorKind::Parameter, {3, 4}});
+  auto bytes = buildPlan(tensors, {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32);
+  EXPECT_NE(loadError(bytes).find("two Parameter tensors are named 'w'"), std::string::npos);
+}
+} // namespace
