@@ -19,3 +19,6 @@ llvm_config.add_tool_substitutions(
     ["ptc-opt", "ptc-model", "ptc-run", "ptc-tokenize", "ptc-gradcheck", "split-file"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)
+
+# Reference numerics and small checks use Debian's python (numpy, torch).
+config.substitutions.append(("%python", "/usr/bin/python3"))

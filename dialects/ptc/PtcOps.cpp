@@ -8,6 +8,7 @@
 #include "llvm/ADT/SmallSet.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 using namespace mlir;
@@ -606,12 +607,21 @@ LogicalResult MoeCombineGradOp::verify() {
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// Shortest form of a number in diagnostics ("0.5", "1e-08", "inf").
+std::string num(double v) {
+  if (std::isinf(v))
+    return v > 0 ? "inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 LogicalResult checkHyperparameter(Operation *op, StringRef name, double value, double low,
                                   bool lowInclusive, double high) {
   bool ok = (lowInclusive ? value >= low : value > low) && value < high;
   if (!ok)
-    return op->emitOpError() << name << " = " << value << " must be in " << (lowInclusive ? "[" : "(")
-                             << low << ", " << high << ")";
+    return op->emitOpError() << name << " = " << num(value) << " must be in "
+                             << (lowInclusive ? "[" : "(") << num(low) << ", " << num(high) << ")";
   return success();
 }
 } // namespace

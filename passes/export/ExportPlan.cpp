@@ -142,7 +142,14 @@ FailureOr<Lowered> lowerOp(Operation *op) {
       });
 }
 
+/// `file:line:col` or the name of a NameLoc; other locations as MLIR prints them.
 std::string locationString(Location loc) {
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return (file.getFilename().getValue() + ":" + Twine(file.getLine()) + ":" +
+            Twine(file.getColumn()))
+        .str();
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
   std::string s;
   llvm::raw_string_ostream os(s);
   loc.print(os);

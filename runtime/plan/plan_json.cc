@@ -55,7 +55,23 @@ std::string planToJson(const LoadedPlan &loaded) {
     for (const plan::Output *o : *p.outputs())
       outputs[o->name() ? o->name()->str() : ""] = o->tensor();
   j["outputs"] = outputs;
-  return j.dump(1);
+  // One line per field, tensor and instruction: readable, and easy to grep.
+  std::string text = "{\n";
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    text += first ? "" : ",\n";
+    first = false;
+    text += " \"" + it.key() + "\": ";
+    if (it.value().is_array()) {
+      text += "[";
+      for (size_t i = 0; i < it.value().size(); ++i)
+        text += (i ? ",\n  " : "\n  ") + it.value()[i].dump();
+      text += it.value().empty() ? "]" : "\n ]";
+    } else {
+      text += it.value().dump();
+    }
+  }
+  return text + "\n}";
 }
 
 } // namespace ptc
