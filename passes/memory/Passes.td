@@ -13,12 +13,13 @@ def PlanMemoryPass : Pass<"ptc-plan-memory", "::mlir::func::FuncOp"> {
     definition to its last use (to the end for returned values). Buffers are
     placed greedily, largest first, at the lowest 64-byte-aligned offset that
     does not overlap any buffer live at the same time; an op's results never
-    share memory with its operands.
+    share memory with its operands, except a `ptc.reshape`, whose result is a
+    view of its operand's buffer (the copy becomes a no-op).
 
     The result is recorded as attributes: `ptc.offsets = array<i64: ...>` on
     each op (one per result, -1 outside the arena) and `ptc.arena_bytes` /
     `ptc.arena_bytes_unshared` on the function. With `report`, prints one line
-    per function: temporaries, arena bytes and what no reuse would need.
+    per function: buffers, arena bytes and what no reuse would need.
   }];
   let options = [
     Option<"report", "report", "bool", /*default=*/"false",

@@ -69,6 +69,16 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
         int64_t end = index[&op];
         for (Operation *user : r.getUsers())
           end = std::max(end, index[user]);
+        // A reshape of an arena value is a view of the same bytes: it shares
+        // its operand's buffer, which then lives as long as either.
+        if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+          auto source = bufferOf.find(reshape.getInput());
+          if (source != bufferOf.end()) {
+            bufferOf[r] = source->second;
+            buffers[source->second].end = std::max(buffers[source->second].end, end);
+            continue;
+          }
+        }
         bufferOf[r] = buffers.size();
         buffers.push_back({r, getTensorBytes(type), index[&op], end});
       }
@@ -120,7 +130,7 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     func->setAttr(kArenaBytesUnsharedAttrName, b.getI64IntegerAttr(unshared));
     if (report) {
       llvm::outs() << "ptc-plan-memory @" << func.getSymName() << ": " << buffers.size()
-                   << " temporaries, arena " << arena << " bytes (" << unshared
+                   << " buffers, arena " << arena << " bytes (" << unshared
                    << " without reuse)\n";
       llvm::outs().flush();
     }

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/kernels.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -110,11 +111,18 @@ void Executor::initialize(uint64_t seed) {
   }
 }
 
-Status Executor::step() {
+Status Executor::step(std::vector<double> *profile) {
   const auto *instructions = plan_->plan().instructions();
   for (size_t n = 0; n < instructions->size(); ++n) {
     const plan::Instruction *inst = instructions->Get(static_cast<flatbuffers::uoffset_t>(n));
+    auto t0 = std::chrono::steady_clock::now();
     Status status = run(*inst);
+    if (profile) {
+      size_t op = static_cast<size_t>(inst->op());
+      if (profile->size() <= op)
+        profile->resize(op + 1, 0.0);
+      (*profile)[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     if (!status.isOk()) {
       std::string loc = inst->location() ? inst->location()->str() : "";
       return Status(status.code(), "instruction #" + std::to_string(n) + " (" +

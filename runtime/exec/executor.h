@@ -30,8 +30,9 @@ public:
   /// the values do not depend on the tensor order.
   void initialize(uint64_t seed);
 
-  /// Runs every instruction once (one training step).
-  Status step();
+  /// Runs every instruction once (one training step). With `profile` (one
+  /// entry per opcode), adds each instruction's wall time to its opcode.
+  Status step(std::vector<double> *profile = nullptr);
 
   /// Bytes of the arena and of persistent storage.
   int64_t arenaBytes() const { return arenaBytes_; }

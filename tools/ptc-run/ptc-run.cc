@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +35,7 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
   --log-every N       progress line every N steps (default 10; 0: none)
   --threads N         kernel and BLAS threads (default: OpenMP's default)
+  --profile           print the time spent per op kind at the end
   --dump-plan         print the verified plan as JSON and exit
 )";
 
@@ -57,7 +59,7 @@ int64_t parseInt(const std::string &flag, const char *value, bool &ok) {
 int main(int argc, char **argv) {
   std::map<std::string, std::string> opts;
   std::string planPath;
-  bool dumpPlan = false;
+  bool dumpPlan = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -66,6 +68,8 @@ int main(int argc, char **argv) {
     }
     if (a == "--dump-plan") {
       dumpPlan = true;
+    } else if (a == "--profile") {
+      profile = true;
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads"};
@@ -185,6 +189,7 @@ int main(int argc, char **argv) {
             << " instructions, arena " << ex.arenaBytes() / 1024 << " KiB, data "
             << data->size() << " tokens\n";
 
+  std::vector<double> opTimes;
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto last = start;
@@ -192,7 +197,7 @@ int main(int argc, char **argv) {
   for (int64_t step = 0; step < steps; ++step) {
     data->fillBatch(step, batch, seq, 0, batch, ex.i32(tokensId), ex.i32(targetsId));
     auto t0 = Clock::now();
-    Status s = ex.step();
+    Status s = ex.step(profile ? &opTimes : nullptr);
     if (!s.isOk())
       return fail("step " + std::to_string(step) + ": " + s.message());
     auto t1 = Clock::now();
@@ -225,6 +230,25 @@ int main(int argc, char **argv) {
       std::cout << line << "\n" << std::flush;
       last = t1;
       lastStep = step + 1;
+    }
+  }
+
+  if (profile && steps > 0) {
+    std::vector<std::pair<double, int>> rows;
+    double total = 0;
+    for (size_t op = 0; op < opTimes.size(); ++op)
+      if (opTimes[op] > 0) {
+        rows.push_back({opTimes[op], static_cast<int>(op)});
+        total += opTimes[op];
+      }
+    std::sort(rows.rbegin(), rows.rend());
+    std::cout << "profile: time per step by op kind\n";
+    for (auto [t, op] : rows) {
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-22s %8.3f ms  %5.1f%%",
+                    opcodeName(static_cast<plan::OpCode>(op)), 1e3 * t / static_cast<double>(steps),
+                    100.0 * t / total);
+      std::cout << line << "\n";
     }
   }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Benchmark: training step time of ptc-run vs PyTorch eager on the same GPT, same
+machine, same thread count, in one invocation. Prints per-step times, their ratio,
+and model FLOP/s as a fraction of OpenBLAS sgemm throughput.
+
+usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30]
+       [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8 --vocab 256]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "e2e"))
+import reference_gpt as ref  # noqa: E402
+
+
+def model_flops(L, H, A, S, B, V):
+    """Training FLOPs of one step: 3x the forward matmuls (incl. the LM head) and
+    dense attention (4*B*S*S*H per layer), the convention MFU figures use."""
+    tokens = B * S
+    matmul = 2 * tokens * (L * (3 * H * H + H * H + 8 * H * H) + H * V)
+    attention = L * 4 * B * S * S * H
+    return 3 * (matmul + attention)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=256)
+    a = ap.parse_args()
+    L, H, A, S, B, V = a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab
+    binp = lambda t: os.path.join(a.bin, t)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+
+    sgemm_out = subprocess.run([binp("ptc-bench-sgemm"), "1024", str(a.threads)], env=env,
+                               check=True, capture_output=True, text=True).stdout
+    sgemm = float(re.search(r"([0-9.]+) GFLOP/s", sgemm_out).group(1)) * 1e9
+
+    with tempfile.TemporaryDirectory() as d:
+        w = lambda n: os.path.join(d, n)
+        corpus = open("/usr/share/common-licenses/GPL-3", "rb").read()
+        data = np.frombuffer(corpus, dtype=np.uint8).astype(np.uint16)
+        data.astype("<u2").tofile(w("data.bin"))
+        subprocess.run([binp("ptc-model"), "gpt", "--layers", str(L), "--hidden", str(H),
+                        "--heads", str(A), "--seq", str(S), "--vocab", str(V), "--batch", str(B),
+                        "-o", w("gpt.mlir")], check=True)
+        subprocess.run([binp("ptc-opt"), w("gpt.mlir"),
+                        f"--ptc-compile=plan={w('gpt.plan')} optimizer=adamw lr=1e-3", "-o",
+                        os.devnull], check=True)
+        subprocess.run([binp("ptc-run"), w("gpt.plan"), "--data", w("data.bin"), "--steps",
+                        str(a.steps + a.warmup), "--threads", str(a.threads), "--log-every", "0",
+                        "--metrics", w("run.jsonl")], env=env, check=True, stdout=subprocess.DEVNULL)
+        rows = [json.loads(l) for l in open(w("run.jsonl"))][a.warmup:]
+        ptc_step = statistics.median(B * S / r["tokens_per_s"] for r in rows)
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = ref.GPT(L, H, A, S, V)
+    opt = ref.make_optimizer(model, "adamw", lr=1e-3)
+    times = []
+    for step in range(a.steps + a.warmup):
+        x, y = ref.batch(data, step, B, S)
+        t0 = time.perf_counter()
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    torch_step = statistics.median(times[a.warmup:])
+
+    flops = model_flops(L, H, A, S, B, V)
+    print(f"config: layers {L}, hidden {H}, heads {A}, seq {S}, batch {B}, vocab {V}, AdamW, "
+          f"{a.threads} threads, median of {a.steps} steps")
+    print(f"OpenBLAS sgemm 1024^3: {sgemm / 1e9:.1f} GFLOP/s")
+    print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
+    for name, t in (("ptc-run", ptc_step), ("pytorch", torch_step)):
+        rate = flops / t
+        print(f"{name:8s} step {t * 1e3:8.1f} ms  {B * S / t:9.0f} tok/s  "
+              f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of sgemm")
+    print(f"ptc-run / pytorch step time: {ptc_step / torch_step:.2f}x (goal: <= 0.5x)")
+
+
+if __name__ == "__main__":
+    main()
