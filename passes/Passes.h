@@ -28,12 +28,17 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(0.0)};
   PassOptions::Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
                                        llvm::cl::init(0.9)};
+  PassOptions::Option<std::string> mesh{
+      *this, "mesh", llvm::cl::desc("Device mesh, e.g. dp:2,tp:2 (default: one device)")};
+  PassOptions::Option<bool> explain{
+      *this, "explain", llvm::cl::desc("Print every inserted collective, its cause and cost"),
+      llvm::cl::init(false)};
   PassOptions::Option<double> maxGradNorm{
       *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
       llvm::cl::init(0.0)};
 };
 
-/// autodiff -> optimizer -> cse -> plan-memory -> export-plan.
+/// autodiff -> optimizer -> cse -> [shard -> cse] -> plan-memory -> export-plan.
 void buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options);
 
 /// Registers every ptc pass and named pipeline with the global registry, so

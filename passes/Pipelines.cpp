@@ -6,6 +6,7 @@
 #include "passes/autodiff/Passes.h"
 #include "passes/export/Passes.h"
 #include "passes/memory/Passes.h"
+#include "passes/sharding/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -27,6 +28,13 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
   pm.addPass(createCSEPass());
+  if (!options.mesh.empty()) {
+    ShardPassOptions shard;
+    shard.mesh = options.mesh;
+    shard.explain = options.explain;
+    pm.addPass(createShardPass(shard));
+    pm.addPass(createCSEPass());
+  }
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   ExportPlanPassOptions exportOptions;
   exportOptions.output = options.plan;
@@ -46,6 +54,7 @@ void mlir::ptc::registerAllPasses() {
   mlir::ptc::registerAnalysisPasses();
   registerAutodiffPasses();
   registerMemoryPasses();
+  registerShardingPasses();
   registerExportPasses();
   registerPipelines();
 }

@@ -39,10 +39,18 @@ def Ptc_Dialect : Dialect {
     `ptc.grad = "<param>"` (a parameter's gradient, from `ptc-autodiff`),
     `ptc.update = "<param or state>"` (the new value of an argument, from
     `ptc-optimizer`; plans update it in place) and `ptc.grad_norm`.
+
+    Distribution: the module attribute `ptc.mesh = {axes = ["dp", "tp"],
+    shape = array<i64: 2, 2>}` names the device mesh; an argument may carry a
+    user sharding `ptc.sharding = "[dp, _]"` (one mesh axis or `_` per
+    dimension). `ptc-shard` partitions the step into per-device (local) shapes
+    and inserts the collectives (`ptc.all_reduce`, `ptc.all_gather`,
+    `ptc.shard_slice`).
   }];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::arith::ArithDialect"];
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     /// Argument attribute naming a trainable parameter.
     static constexpr ::llvm::StringLiteral kParamAttrName = "ptc.param";
@@ -57,6 +65,11 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGradAttrName = "ptc.grad";
     static constexpr ::llvm::StringLiteral kUpdateAttrName = "ptc.update";
     static constexpr ::llvm::StringLiteral kGradNormAttrName = "ptc.grad_norm";
+    /// Module attribute: the device mesh, `{axes = ["dp", "tp"], shape = array<i64: 2, 2>}`.
+    static constexpr ::llvm::StringLiteral kMeshAttrName = "ptc.mesh";
+    /// Argument attribute: a user sharding annotation, e.g. "[dp, _]" (one
+    /// mesh axis or `_` per dimension).
+    static constexpr ::llvm::StringLiteral kShardingAttrName = "ptc.sharding";
 
     /// Parses a `ptc.init` value: "zeros", "ones" or "normal:<std>" with std > 0.
     static ::llvm::LogicalResult parseInit(::llvm::StringRef spec, ::llvm::StringRef &kind,

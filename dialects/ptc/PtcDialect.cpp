@@ -1,5 +1,6 @@
 //===- PtcDialect.cpp - ptc dialect registration and attribute checks -----===//
 
+#include "dialects/ptc/PtcMesh.h"
 #include "dialects/ptc/PtcOps.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -38,6 +39,21 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
   StringRef attrName = attr.getName().strref();
   const StringLiteral roles[] = {kParamAttrName, kInputAttrName, kStateAttrName};
   bool isRole = llvm::is_contained(roles, attrName);
+  if (attrName == kShardingAttrName) {
+    auto spec = dyn_cast<StringAttr>(attr.getValue());
+    if (!spec)
+      return op->emitError() << "'ptc.sharding' on argument #" << argIndex
+                             << " must be a string such as \"[dp, _]\"";
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto type = func ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex]) : nullptr;
+    FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
+    if (type && succeeded(mesh) &&
+        failed(parseShardingSpec(spec.getValue(), *mesh, type.getRank(), [&] {
+          return op->emitError() << "argument #" << argIndex << ": ";
+        })))
+      return failure();
+    return success(); // checked against the mesh by ptc-shard when the module has none yet
+  }
   if (!isRole && attrName != kInitAttrName)
     return op->emitError() << "unknown ptc argument attribute '" << attrName
                            << "' on argument #" << argIndex;

@@ -452,5 +452,6 @@ def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [Pure, DeclareOpInterfaceMethods<Pt
 
 include "dialects/ptc/PtcGradOps.td"
 include "dialects/ptc/PtcOptimizerOps.td"
+include "dialects/ptc/PtcDistOps.td"
 
 #endif // PTC_OPS_TD

@@ -1,6 +1,7 @@
 //===- ExportPlan.cpp - serialize a training step to a FlatBuffers plan ---===//
 
 #include "passes/export/Passes.h"
+#include "dialects/ptc/PtcMesh.h"
 #include "passes/memory/Passes.h"
 
 #include "runtime/plan/plan_format.h"
@@ -52,7 +53,13 @@ struct Lowered {
   SmallVector<double> floats;
 };
 
-FailureOr<Lowered> lowerOp(Operation *op) {
+FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
+  auto axisIndices = [&](ArrayAttr axes) {
+    SmallVector<int64_t> out;
+    for (Attribute a : axes)
+      out.push_back(mesh ? mesh->axisIndex(cast<StringAttr>(a).getValue()) : -1);
+    return out;
+  };
   auto rankOf = [](Value v) { return cast<RankedTensorType>(v.getType()).getRank(); };
   using C = pp::OpCode;
   return llvm::TypeSwitch<Operation *, FailureOr<Lowered>>(op)
@@ -137,6 +144,13 @@ FailureOr<Lowered> lowerOp(Operation *op) {
       .Case([](ClipGradNormOp o) {
         return Lowered{C::ClipGradNorm, {}, {o.getMaxNorm().convertToDouble()}};
       })
+      .Case([&](AllReduceOp o) { return Lowered{C::AllReduce, axisIndices(o.getAxes()), {}}; })
+      .Case([&](AllGatherOp o) {
+        return Lowered{C::AllGather, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
+      })
+      .Case([&](ShardSliceOp o) {
+        return Lowered{C::ShardSlice, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
+      })
       .Default([](Operation *op) -> FailureOr<Lowered> {
         return op->emitOpError() << "has no plan instruction";
       });
@@ -191,6 +205,13 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     if (!arenaAttr || !unsharedAttr)
       return func.emitError() << "no memory plan; run ptc-plan-memory before ptc-export-plan";
 
+    std::optional<MeshInfo> mesh;
+    if (getOperation()->hasAttr(PtcDialect::kMeshAttrName)) {
+      FailureOr<MeshInfo> m = getEnclosingMesh(getOperation());
+      if (failed(m))
+        return failure();
+      mesh = *m;
+    }
     fb::FlatBufferBuilder fbb(1 << 16);
     std::vector<fb::Offset<pp::Tensor>> tensors;
     llvm::DenseMap<Value, int32_t> tensorOf;
@@ -198,8 +219,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     auto ret = cast<func::ReturnOp>(block.getTerminator());
 
     auto addTensor = [&](Value v, StringRef name, pp::TensorKind kind, int64_t offset,
-                         pp::InitKind init, double initStd,
-                         ArrayRef<char> data) -> FailureOr<int32_t> {
+                         pp::InitKind init, double initStd, ArrayRef<char> data,
+                         ArrayRef<int> dimAxes = {}) -> FailureOr<int32_t> {
       auto type = cast<RankedTensorType>(v.getType());
       FailureOr<pp::DType> dtype = toDType(type.getElementType(), v.getLoc());
       if (failed(dtype))
@@ -207,11 +228,16 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
       auto nameOff = fbb.CreateString(name.str());
       auto shapeOff = fbb.CreateVector(shape);
+      fb::Offset<fb::Vector<int32_t>> axesOff;
+      if (!dimAxes.empty())
+        axesOff = fbb.CreateVector(std::vector<int32_t>(dimAxes.begin(), dimAxes.end()));
       fb::Offset<fb::Vector<uint8_t>> dataOff;
       if (!data.empty())
         dataOff = fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()), data.size());
       pp::TensorBuilder tb(fbb);
       tb.add_name(nameOff);
+      if (!dimAxes.empty())
+        tb.add_dim_axes(axesOff);
       tb.add_kind(kind);
       tb.add_dtype(*dtype);
       tb.add_shape(shapeOff);
@@ -257,7 +283,18 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         init = pp::InitKind::Zeros;
       }
       argByName[name.getValue()] = arg;
-      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {})))
+      SmallVector<int> dimAxes;
+      if (mesh) {
+        dimAxes.assign(cast<RankedTensorType>(arg.getType()).getRank(), -1);
+        if (auto spec = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kShardingAttrName)) {
+          FailureOr<SmallVector<int>> parsed = parseShardingSpec(
+              spec.getValue(), *mesh, dimAxes.size(), [&] { return func.emitError(); });
+          if (failed(parsed))
+            return failure();
+          dimAxes = *parsed;
+        }
+      }
+      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes)))
         return failure();
     }
 
@@ -283,7 +320,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(kOffsetsAttrName);
       if (!offsets || offsets.size() != static_cast<int64_t>(op.getNumResults()))
         return op.emitOpError() << "has no memory plan; run ptc-plan-memory before ptc-export-plan";
-      FailureOr<Lowered> lowered = lowerOp(&op);
+      FailureOr<Lowered> lowered = lowerOp(&op, mesh ? &*mesh : nullptr);
       if (failed(lowered))
         return failure();
 
@@ -343,10 +380,18 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       outputs.push_back(pp::CreateOutput(fbb, fbb.CreateString(name), tensorOf.at(v)));
     }
 
+    std::vector<fb::Offset<pp::MeshAxis>> meshAxes;
+    int32_t ranks = 1;
+    if (mesh)
+      for (auto [name, size] : llvm::zip(mesh->axes, mesh->sizes)) {
+        meshAxes.push_back(pp::CreateMeshAxis(fbb, fbb.CreateString(name), static_cast<int32_t>(size)));
+        ranks *= static_cast<int32_t>(size);
+      }
     auto plan = pp::CreatePlan(
-        fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), numRanks,
-        fbb.CreateVector(tensors), fbb.CreateVector(instructions), fbb.CreateVector(outputs),
-        arenaAttr.getInt(), unsharedAttr.getInt(), fbb.CreateString(optimizer));
+        fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), ranks,
+        mesh ? fbb.CreateVector(meshAxes) : 0, fbb.CreateVector(tensors),
+        fbb.CreateVector(instructions), fbb.CreateVector(outputs), arenaAttr.getInt(),
+        unsharedAttr.getInt(), fbb.CreateString(optimizer));
     pp::FinishPlanBuffer(fbb, plan);
 
     std::error_code ec;

@@ -14,14 +14,13 @@ def ExportPlanPass : Pass<"ptc-export-plan", "::mlir::ModuleOp"> {
     inputs, constants, arena temporaries), one instruction per ptc op, and the
     named outputs (`loss`, `grad_norm`, `grad:<param>`). Results returned
     with `ptc.update` become in-place writes of their argument; the pass
-    rejects IR that would read the old value after such a write. The IR is
-    left unchanged.
+    rejects IR that would read the old value after such a write. A module
+    with a `ptc.mesh` (after `ptc-shard`) gives the plan its mesh, the number
+    of ranks, and each argument's sharding. The IR is left unchanged.
   }];
   let options = [
     Option<"output", "output", "std::string", /*default=*/"\"\"",
-           "Path of the plan file to write">,
-    Option<"numRanks", "num-ranks", "int", /*default=*/"1",
-           "Number of ranks the plan runs on">
+           "Path of the plan file to write">
   ];
 }
 

@@ -279,6 +279,10 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::SgdUpdate:
     k::sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), O(0), O(1));
     return Status::ok();
+  case OpCode::AllReduce:
+  case OpCode::AllGather:
+  case OpCode::ShardSlice:
+    return runCollective(inst);
   case OpCode::ClipGradNorm: {
     std::vector<const float *> grads;
     std::vector<float *> outs;
@@ -294,6 +298,66 @@ Status Executor::run(const plan::Instruction &inst) {
   }
   return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
                " has no CPU kernel");
+}
+
+Status Executor::runCollective(const plan::Instruction &inst) {
+  const auto &in = *inst.inputs();
+  const auto &out = *inst.outputs();
+  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  std::string what = inst.location() ? inst.location()->str() : "";
+  switch (inst.op()) {
+  case OpCode::AllReduce: {
+    // One bucket: pack, sum once, unpack.
+    int64_t total = 0;
+    for (int32_t id : in)
+      total += plan_->tensor(id).numElements;
+    staging_.resize(static_cast<size_t>(total));
+    int64_t off = 0;
+    for (int32_t id : in) {
+      std::memcpy(staging_.data() + off, data(id), static_cast<size_t>(plan_->tensor(id).bytes));
+      off += plan_->tensor(id).numElements;
+    }
+    if (comm_)
+      PTC_RETURN_IF_ERROR(comm_->allReduceSum(staging_.data(), total, {axes.begin(), axes.end()},
+                                              "a " + std::to_string(total * 4) + "-byte bucket at " + what));
+    off = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      int32_t id = out[static_cast<flatbuffers::uoffset_t>(i)];
+      std::memcpy(data(id), staging_.data() + off, static_cast<size_t>(plan_->tensor(id).bytes));
+      off += plan_->tensor(id).numElements;
+    }
+    return Status::ok();
+  }
+  case OpCode::AllGather: {
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int axis = axes[0];
+    int64_t dim = inst.ints()->Get(1);
+    int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
+    staging_.resize(static_cast<size_t>(src.numElements * parts));
+    if (comm_)
+      PTC_RETURN_IF_ERROR(comm_->allGather(data(in[0]), staging_.data(), src.bytes, axis,
+                                           "'" + src.name + "' at " + what));
+    else
+      std::memcpy(staging_.data(), data(in[0]), static_cast<size_t>(src.bytes));
+    std::vector<int64_t> offsets(src.shape.size(), 0);
+    for (int p = 0; p < parts; ++p) {
+      offsets[static_cast<size_t>(dim)] = p * src.shape[static_cast<size_t>(dim)];
+      k::sliceCopy(data(out[0]), dst.shape, staging_.data() + p * src.numElements, src.shape,
+                   offsets, dtypeSize(src.dtype), /*toSmall=*/false);
+    }
+    return Status::ok();
+  }
+  default: { // ShardSlice: this rank's block, no communication
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int64_t dim = inst.ints()->Get(1);
+    int coord = comm_ ? comm_->coords()[static_cast<size_t>(axes[0])] : 0;
+    std::vector<int64_t> offsets(src.shape.size(), 0);
+    offsets[static_cast<size_t>(dim)] = coord * dst.shape[static_cast<size_t>(dim)];
+    k::sliceCopy(data(in[0]), src.shape, data(out[0]), dst.shape, offsets, dtypeSize(src.dtype),
+                 /*toSmall=*/true);
+    return Status::ok();
+  }
+  }
 }
 
 } // namespace ptc

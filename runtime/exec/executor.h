@@ -5,6 +5,7 @@
 #define PTC_RUNTIME_EXEC_EXECUTOR_H
 
 #include "runtime/base/status.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/plan/plan_loader.h"
 
 #include <cstdint>
@@ -34,6 +35,10 @@ public:
   /// entry per opcode), adds each instruction's wall time to its opcode.
   Status step(std::vector<double> *profile = nullptr);
 
+  /// The communicator for the plan's collectives (none: every mesh axis has
+  /// size 1, or the plan has no mesh). Not owned.
+  void setCommunicator(Communicator *comm) { comm_ = comm; }
+
   /// Bytes of the arena and of persistent storage.
   int64_t arenaBytes() const { return arenaBytes_; }
   int64_t persistentBytes() const { return persistentBytes_; }
@@ -42,7 +47,11 @@ private:
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
   Status run(const plan::Instruction &inst);
 
+  Status runCollective(const plan::Instruction &inst);
+
   std::shared_ptr<const LoadedPlan> plan_;
+  Communicator *comm_ = nullptr;
+  std::vector<float> staging_;
   std::vector<std::unique_ptr<uint8_t[], void (*)(void *)>> buffers_;
   std::vector<void *> storage_;
   int64_t arenaBytes_ = 0, persistentBytes_ = 0;

@@ -6,7 +6,8 @@
 
 namespace ptc::plan {
 /// Increase when the meaning of existing plan fields changes.
-inline constexpr uint32_t kFormatVersion = 1;
+/// 2: mesh, per-tensor dim_axes, collectives.
+inline constexpr uint32_t kFormatVersion = 2;
 } // namespace ptc::plan
 
 #endif // PTC_RUNTIME_PLAN_PLAN_FORMAT_H

@@ -12,6 +12,12 @@ std::string planToJson(const LoadedPlan &loaded) {
   j["format_version"] = p.format_version();
   j["producer"] = p.producer() ? p.producer()->str() : "";
   j["num_ranks"] = p.num_ranks();
+  if (!loaded.meshAxes().empty()) {
+    nlohmann::ordered_json mesh = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < loaded.meshAxes().size(); ++i)
+      mesh[loaded.meshAxes()[i]] = loaded.meshSizes()[i];
+    j["mesh"] = mesh;
+  }
   j["optimizer"] = p.optimizer() ? p.optimizer()->str() : "";
   j["arena_bytes"] = p.arena_bytes();
   j["arena_bytes_unshared"] = p.arena_bytes_unshared();
@@ -24,6 +30,12 @@ std::string planToJson(const LoadedPlan &loaded) {
     tj["kind"] = tensorKindName(t.kind);
     tj["dtype"] = dtypeName(t.dtype);
     tj["shape"] = t.shape;
+    if (!t.dimAxes.empty()) {
+      std::string spec = "[";
+      for (size_t d = 0; d < t.dimAxes.size(); ++d)
+        spec += (d ? ", " : "") + (t.dimAxes[d] < 0 ? std::string("_") : loaded.meshAxes()[t.dimAxes[d]]);
+      tj["sharding"] = spec + "]";
+    }
     if (t.kind == plan::TensorKind::Temporary)
       tj["arena_offset"] = t.arenaOffset;
     const plan::Tensor *pt = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));

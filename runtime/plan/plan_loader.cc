@@ -115,8 +115,9 @@ std::optional<Shape> broadcastShape(const Shape &a, const Shape &b) {
 /// Checks one instruction against the tensor table.
 class InstructionChecker {
 public:
-  InstructionChecker(const plan::Instruction &inst, const std::vector<TensorInfo> &tensors)
-      : inst_(inst), tensors_(tensors) {
+  InstructionChecker(const plan::Instruction &inst, const std::vector<TensorInfo> &tensors,
+                     const std::vector<int> &meshSizes)
+      : inst_(inst), tensors_(tensors), meshSizes_(meshSizes) {
     if (inst.inputs())
       in_.assign(inst.inputs()->begin(), inst.inputs()->end());
     if (inst.outputs())
@@ -142,9 +143,11 @@ private:
   Status dtypes(std::initializer_list<int> i32Inputs = {});
   Status matmul();
   Status reduce(const Shape &input, const Shape &reduced);
+  Status blocked(const Shape &whole, const Shape &block);
 
   const plan::Instruction &inst_;
   const std::vector<TensorInfo> &tensors_;
+  const std::vector<int> &meshSizes_;
   std::vector<int32_t> in_, out_;
   std::vector<int64_t> ints_;
   std::vector<double> floats_;
@@ -219,6 +222,19 @@ Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
       kept *= input[i];
   if (product(reduced) != kept)
     return fail("reduced tensor has ", product(reduced), " elements, expected ", kept);
+  return Status::ok();
+}
+
+Status InstructionChecker::blocked(const Shape &whole, const Shape &block) {
+  if (ints_.size() != 2 || ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
+    return fail("needs [mesh axis, dim] with a valid mesh axis");
+  int64_t axis = ints_[0], dim = ints_[1], parts = meshSizes_[axis];
+  if (whole.size() != block.size() || dim < 0 || dim >= static_cast<int64_t>(whole.size()))
+    return fail("dim ", dim, " is out of range or the ranks differ");
+  for (size_t d = 0; d < whole.size(); ++d)
+    if (whole[d] != (static_cast<int64_t>(d) == dim ? block[d] * parts : block[d]))
+      return fail("shapes ", shapeStr(whole), " and ", shapeStr(block), " are not ", parts,
+                  " blocks along dim ", dim);
   return Status::ok();
 }
 
@@ -469,6 +485,27 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
     return Status::ok();
   }
+  case OpCode::AllReduce: {
+    if (in_.empty() || out_.size() != in_.size() || ints_.empty())
+      return fail("expects n inputs, n outputs and mesh axes");
+    PTC_RETURN_IF_ERROR(dtypes());
+    std::set<int64_t> seen;
+    for (int64_t a : ints_)
+      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()) || !seen.insert(a).second)
+        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
+    for (size_t i = 0; i < in_.size(); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "result"));
+    return Status::ok();
+  }
+  case OpCode::AllGather:
+    if (in_.size() != 1 || out_.size() != 1)
+      return fail("expects one input and one output");
+    PTC_RETURN_IF_ERROR(dtypes());
+    return blocked(out(0), in(0));
+  case OpCode::ShardSlice:
+    if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
+      return fail("expects one input and one output of the same dtype");
+    return blocked(in(0), out(0));
   case OpCode::ClipGradNorm:
     if (in_.empty() || out_.size() != in_.size() + 1 || floats_.size() != 1)
       return fail("expects n gradients, n + 1 results and max_norm");
@@ -532,6 +569,19 @@ Status LoadedPlan::verify() {
     return invalidArgument("plan has no tensor or instruction table");
   if (plan_->num_ranks() < 1)
     return invalidArgument("plan needs ", plan_->num_ranks(), " ranks");
+  int64_t meshRanks = 1;
+  if (plan_->mesh())
+    for (const plan::MeshAxis *axis : *plan_->mesh()) {
+      std::string name = axis->name() ? axis->name()->str() : "";
+      if (name.empty() || axis->size() < 1 || axis->size() > 65536)
+        return invalidArgument("mesh axis '", name, "' has size ", axis->size());
+      meshAxes_.push_back(name);
+      meshSizes_.push_back(axis->size());
+      meshRanks *= axis->size();
+    }
+  if (meshRanks != plan_->num_ranks())
+    return invalidArgument("plan needs ", plan_->num_ranks(), " ranks but its mesh has ",
+                           meshRanks, " devices");
 
   const int64_t arena = plan_->arena_bytes();
   if (arena < 0)
@@ -556,6 +606,15 @@ Status LoadedPlan::verify() {
         return invalidArgument(where(), " is too large");
     }
     info.bytes = info.numElements * dtypeSize(info.dtype);
+    if (t->dim_axes()) {
+      info.dimAxes.assign(t->dim_axes()->begin(), t->dim_axes()->end());
+      if (info.dimAxes.size() != info.shape.size())
+        return invalidArgument(where(), " has ", info.dimAxes.size(), " mesh axes for rank ",
+                               info.shape.size());
+      for (int a : info.dimAxes)
+        if (a < -1 || a >= static_cast<int>(meshSizes_.size()))
+          return invalidArgument(where(), " names mesh axis ", a, ", which the plan's mesh lacks");
+    }
     if (info.dtype == DType::BF16 || info.dtype == DType::F16)
       return error(StatusCode::kUnimplemented, where(), " is ", dtypeName(info.dtype),
                    "; the CPU backend runs f32 plans only");
@@ -590,7 +649,7 @@ Status LoadedPlan::verify() {
     written[i] = tensors_[i].kind != TensorKind::Temporary;
   for (size_t n = 0; n < plan_->instructions()->size(); ++n) {
     const plan::Instruction *inst = plan_->instructions()->Get(static_cast<flatbuffers::uoffset_t>(n));
-    InstructionChecker checker(*inst, tensors_);
+    InstructionChecker checker(*inst, tensors_, meshSizes_);
     Status status = checker.check();
     auto where = [&] {
       std::string loc = inst->location() ? inst->location()->str() : "";

@@ -22,6 +22,8 @@ const char *tensorKindName(plan::TensorKind kind);
 
 struct TensorInfo {
   std::string name;
+  /// Mesh axis per dimension (-1: whole); empty for single-device plans.
+  std::vector<int> dimAxes;
   plan::TensorKind kind;
   plan::DType dtype;
   std::vector<int64_t> shape;
@@ -47,12 +49,17 @@ public:
   /// Index of the named output ("loss", "grad_norm", "grad:<param>"), or -1.
   int32_t findOutput(const std::string &name) const;
   const std::string &origin() const { return origin_; }
+  /// Mesh axis names and sizes (empty for a single-device plan).
+  const std::vector<std::string> &meshAxes() const { return meshAxes_; }
+  const std::vector<int> &meshSizes() const { return meshSizes_; }
 
 private:
   Status verify();
   std::vector<uint8_t> bytes_;
   const plan::Plan *plan_ = nullptr;
   std::vector<TensorInfo> tensors_;
+  std::vector<std::string> meshAxes_;
+  std::vector<int> meshSizes_;
   std::string origin_;
 };
 

@@ -2,6 +2,7 @@
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
+#include "runtime/comm/communicator.h"
 #include "runtime/exec/executor.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/token_data.h"
@@ -13,7 +14,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
+#include <unistd.h>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -37,11 +40,87 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --threads N         kernel and BLAS threads (default: OpenMP's default)
   --profile           print the time spent per op kind at the end
   --dump-plan         print the verified plan as JSON and exit
+  --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
+  --collective-timeout S  fail a collective that does not finish within S seconds (default 300)
 )";
 
+bool gMultiRank = false;
+
 int fail(const std::string &message) {
-  std::cerr << "ptc-run: error: " << message << "\n";
+  // One write, so that lines of several ranks do not interleave.
+  std::string line = "ptc-run: error: " +
+                     (gMultiRank ? "rank " + std::to_string(worldRank()) + ": " : std::string()) +
+                     message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  // Peers may be waiting in a collective: take the whole job down.
+  if (gMultiRank)
+    abortMpi(1);
   return 1;
+}
+
+/// `ptc-run --np N ARGS...` re-executes itself under mpirun with N ranks.
+int launchWithMpirun(int argc, char **argv, const std::string &np) {
+  std::vector<std::string> args{"mpirun", "-np", np};
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  args.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--np") {
+      ++i;
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  // Local convenience: allow root and more ranks than cores (OpenMPI).
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  std::vector<char *> cargs;
+  for (std::string &a : args)
+    cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execvp("mpirun", cargs.data());
+  std::cerr << "ptc-run: error: cannot start mpirun for --np " << np << ": " << std::strerror(errno)
+            << "\n";
+  return 1;
+}
+
+/// Kind, group and size of every collective, in order: must be the same on
+/// every rank, or some rank would wait forever.
+std::string collectiveSignature(const LoadedPlan &plan) {
+  std::string sig;
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    plan::OpCode op = inst->op();
+    if (op != plan::OpCode::AllReduce && op != plan::OpCode::AllGather)
+      continue;
+    int64_t count = 0;
+    for (int32_t id : *inst->inputs())
+      count += plan.tensor(id).numElements;
+    sig += std::string(opcodeName(op)) + "(axes";
+    for (int64_t a : *inst->ints())
+      sig += " " + std::to_string(a);
+    sig += ", f32 x " + std::to_string(count) + ");";
+    if (op == plan::OpCode::AllGather)
+      sig.insert(sig.size() - 2, ", dim " + std::to_string(inst->ints()->Get(1)));
+  }
+  return sig;
+}
+
+/// The first collective where `a` and `b` differ.
+std::string firstDifference(const std::string &a, const std::string &b) {
+  size_t i = 0, n = 0;
+  while (true) {
+    size_t ea = a.find(';', i), eb = b.find(';', i);
+    std::string ca = ea == std::string::npos ? "(none)" : a.substr(i, ea - i);
+    std::string cb = eb == std::string::npos ? "(none)" : b.substr(i, eb - i);
+    if (ca != cb)
+      return "collective #" + std::to_string(n) + ": " + ca + " vs " + cb;
+    if (ea == std::string::npos)
+      return "";
+    i = ea + 1;
+    ++n;
+  }
 }
 
 int64_t parseInt(const std::string &flag, const char *value, bool &ok) {
@@ -72,7 +151,8 @@ int main(int argc, char **argv) {
       profile = true;
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
-                                    "--metrics", "--log-every", "--threads"};
+                                    "--metrics", "--log-every", "--threads", "--np",
+                                    "--collective-timeout"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
         std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
@@ -95,6 +175,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   bool ok = true;
+  if (opts.count("--np")) {
+    parseInt("--np", opts["--np"].c_str(), ok);
+    if (!ok)
+      return 2;
+    return launchWithMpirun(argc, argv, opts["--np"]);
+  }
+  double timeout = opts.count("--collective-timeout") ? std::atof(opts["--collective-timeout"].c_str()) : 300.0;
+  if (!(timeout > 0)) {
+    std::cerr << "ptc-run: error: --collective-timeout expects a positive number of seconds\n";
+    return 2;
+  }
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
   int64_t seed = opts.count("--seed") ? parseInt("--seed", opts["--seed"].c_str(), ok) : 1337;
   int64_t logEvery =
@@ -119,9 +210,43 @@ int main(int argc, char **argv) {
     std::cout << planToJson(*plan) << "\n";
     return 0;
   }
-  if (plan->plan().num_ranks() != 1)
-    return fail("plan '" + planPath + "' needs " + std::to_string(plan->plan().num_ranks()) +
-                " ranks; this ptc-run runs single-rank plans");
+  // Ranks: one process per device of the plan's mesh, from the launcher.
+  Mesh mesh{plan->meshAxes(), plan->meshSizes()};
+  std::unique_ptr<Communicator> comm;
+  const int needRanks = plan->plan().num_ranks();
+  if (needRanks > 1 || launchedByMpi()) {
+    if (!launchedByMpi())
+      return fail("plan '" + planPath + "' needs " + std::to_string(needRanks) + " ranks (mesh " +
+                  mesh.describe() + "); launch it with mpirun -np " + std::to_string(needRanks) +
+                  " ptc-run ... or ptc-run --np " + std::to_string(needRanks) + " ...");
+    auto created = createMpiCommunicator(mesh, timeout);
+    if (!created.isOk()) {
+      // Every rank sees the same mismatch: report it on each and leave cleanly.
+      std::string line = "ptc-run: error: " + created.status().message() + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+      finalizeMpi();
+      return 1;
+    }
+    comm = std::move(*created);
+    gMultiRank = comm->worldSize() > 1;
+    // All ranks must issue the same collectives in the same order.
+    auto sigs = comm->allGatherStrings(collectiveSignature(*plan));
+    if (!sigs.isOk())
+      return fail(sigs.status().message());
+    for (int r = 1; r < comm->worldSize(); ++r)
+      if ((*sigs)[static_cast<size_t>(r)] != (*sigs)[0]) {
+        if (comm->rank() == 0)
+          std::cerr << "ptc-run: error: rank " << r
+                    << "'s plan does not issue the same collectives as rank 0's; first difference at "
+                    << firstDifference((*sigs)[0], (*sigs)[static_cast<size_t>(r)])
+                    << " (rank 0 vs rank " << r << ")\n"
+                    << std::flush;
+        finalizeMpi();
+        return 1;
+      }
+  }
+  const bool leader = !comm || comm->rank() == 0;
   int32_t lossId = plan->findOutput("loss");
   if (lossId < 0)
     return fail("plan '" + planPath + "' has no 'loss' output");
@@ -142,7 +267,11 @@ int main(int argc, char **argv) {
   if (tokensInfo.shape.size() != 2 || plan->tensor(targetsId).shape != tokensInfo.shape ||
       tokensInfo.dtype != plan::DType::I32)
     return fail("inputs 'tokens' and 'targets' must both be [batch, seq] i32");
-  const int64_t batch = tokensInfo.shape[0], seq = tokensInfo.shape[1];
+  // A dp-sharded input holds this rank's rows [c * b, (c + 1) * b) of the global batch.
+  const int64_t localBatch = tokensInfo.shape[0], seq = tokensInfo.shape[1];
+  int batchAxis = tokensInfo.dimAxes.empty() ? -1 : tokensInfo.dimAxes[0];
+  const int64_t batch = localBatch * (batchAxis >= 0 ? plan->meshSizes()[static_cast<size_t>(batchAxis)] : 1);
+  const int64_t rowBegin = batchAxis >= 0 && comm ? comm->coords()[static_cast<size_t>(batchAxis)] * localBatch : 0;
   int64_t vocab = idUpperBound(*plan, tokensId);
   int64_t classes = idUpperBound(*plan, targetsId);
   if (classes >= 0 && (vocab < 0 || classes < vocab))
@@ -159,12 +288,18 @@ int main(int argc, char **argv) {
   if (!created.isOk())
     return fail(created.status().message());
   Executor &ex = **created;
+  ex.setCommunicator(comm.get());
   ex.initialize(static_cast<uint64_t>(seed));
   std::vector<int32_t> params;
   for (size_t i = 0; i < plan->tensors().size(); ++i)
     if (plan->tensors()[i].kind == plan::TensorKind::Parameter)
       params.push_back(static_cast<int32_t>(i));
   if (opts.count("--init")) {
+    for (int32_t id : params)
+      for (int a : plan->tensor(id).dimAxes)
+        if (a >= 0)
+          return fail("parameter '" + plan->tensor(id).name +
+                      "' is sharded; --init of sharded parameters is not supported yet");
     auto file = SafetensorsFile::read(opts["--init"]);
     if (!file.isOk())
       return fail(file.status().message());
@@ -176,7 +311,7 @@ int main(int argc, char **argv) {
   }
 
   std::ofstream metrics;
-  if (opts.count("--metrics")) {
+  if (opts.count("--metrics") && leader) {
     metrics.open(opts["--metrics"], std::ios::trunc);
     if (!metrics)
       return fail("cannot write metrics file '" + opts["--metrics"] + "'");
@@ -184,10 +319,13 @@ int main(int argc, char **argv) {
   int64_t numParams = 0;
   for (int32_t id : params)
     numParams += plan->tensor(id).numElements;
-  std::cout << "ptc-run: " << planPath << ": " << numParams << " parameters, batch " << batch
-            << " x seq " << seq << ", " << plan->plan().instructions()->size()
-            << " instructions, arena " << ex.arenaBytes() / 1024 << " KiB, data "
-            << data->size() << " tokens\n";
+  if (leader)
+    std::cout << "ptc-run: " << planPath << ": " << numParams << " parameters"
+              << (comm ? " per rank" : "") << ", batch " << batch << " x seq " << seq << ", "
+              << plan->plan().instructions()->size() << " instructions, arena "
+              << ex.arenaBytes() / 1024 << " KiB, data " << data->size() << " tokens"
+              << (comm ? ", " + std::to_string(comm->worldSize()) + " ranks (mesh " + mesh.describe() + ")" : "")
+              << "\n";
 
   std::vector<double> opTimes;
   using Clock = std::chrono::steady_clock;
@@ -195,7 +333,8 @@ int main(int argc, char **argv) {
   auto last = start;
   int64_t lastStep = 0;
   for (int64_t step = 0; step < steps; ++step) {
-    data->fillBatch(step, batch, seq, 0, batch, ex.i32(tokensId), ex.i32(targetsId));
+    data->fillBatch(step, batch, seq, rowBegin, rowBegin + localBatch, ex.i32(tokensId),
+                    ex.i32(targetsId));
     auto t0 = Clock::now();
     Status s = ex.step(profile ? &opTimes : nullptr);
     if (!s.isOk())
@@ -220,7 +359,7 @@ int main(int argc, char **argv) {
       }
       metrics << "}\n";
     }
-    if (logEvery > 0 && ((step + 1) % logEvery == 0 || step == 0 || step + 1 == steps)) {
+    if (leader && logEvery > 0 && ((step + 1) % logEvery == 0 || step == 0 || step + 1 == steps)) {
       double window = std::chrono::duration<double>(t1 - last).count();
       double tps = static_cast<double>((step + 1 - lastStep) * batch * seq) / std::max(window, 1e-9);
       char line[256];
@@ -233,7 +372,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  if (profile && steps > 0) {
+  if (profile && steps > 0 && leader) {
     std::vector<std::pair<double, int>> rows;
     double total = 0;
     for (size_t op = 0; op < opTimes.size(); ++op)
@@ -252,10 +391,15 @@ int main(int argc, char **argv) {
     }
   }
 
-  if (opts.count("--save")) {
+  if (opts.count("--save") && leader) {
     std::vector<NamedTensor> out;
-    for (int32_t id : params)
+    for (int32_t id : params) {
+      for (int a : plan->tensor(id).dimAxes)
+        if (a >= 0)
+          return fail("parameter '" + plan->tensor(id).name +
+                      "' is sharded; --save of sharded parameters is not supported yet");
       out.push_back({plan->tensor(id).name, plan->tensor(id).shape, ex.f32(id)});
+    }
     Status s = writeSafetensors(opts["--save"], out,
                                 {{"format", "pt"}, {"producer", "ptc-run"},
                                  {"steps", std::to_string(steps)}});
@@ -263,5 +407,6 @@ int main(int argc, char **argv) {
       return fail(s.message());
     std::cout << "ptc-run: saved " << out.size() << " parameters to " << opts["--save"] << "\n";
   }
+  finalizeMpi();
   return 0;
 }

@@ -1,0 +1,199 @@
+//===- PtcDist.cpp - mesh attribute, sharding specs, collective verifiers -===//
+
+#include "dialects/ptc/PtcMesh.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+int64_t MeshInfo::numDevices() const {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  return n;
+}
+
+int MeshInfo::axisIndex(StringRef name) const {
+  for (auto [i, a] : llvm::enumerate(axes))
+    if (a == name)
+      return static_cast<int>(i);
+  return -1;
+}
+
+DictionaryAttr MeshInfo::toAttr(MLIRContext *context) const {
+  Builder b(context);
+  SmallVector<StringRef> names(axes.begin(), axes.end());
+  return b.getDictionaryAttr({b.getNamedAttr("axes", b.getStrArrayAttr(names)),
+                              b.getNamedAttr("shape", b.getDenseI64ArrayAttr(sizes))});
+}
+
+namespace {
+LogicalResult checkMesh(const MeshInfo &mesh, EmitErrorFn emitError) {
+  if (mesh.axes.empty())
+    return emitError() << "the mesh needs at least one axis";
+  llvm::StringSet<> seen;
+  for (auto [name, size] : llvm::zip(mesh.axes, mesh.sizes)) {
+    if (name.empty() || name == "_")
+      return emitError() << "mesh axis names must be non-empty and not '_'";
+    if (!seen.insert(name).second)
+      return emitError() << "mesh axis '" << name << "' appears twice";
+    if (size < 1)
+      return emitError() << "mesh axis '" << name << "' has size " << size
+                         << "; sizes must be at least 1";
+  }
+  return success();
+}
+} // namespace
+
+FailureOr<MeshInfo> mlir::ptc::parseMeshSpec(StringRef spec, EmitErrorFn emitError) {
+  MeshInfo mesh;
+  SmallVector<StringRef> parts;
+  spec.split(parts, ',', -1, /*KeepEmpty=*/false);
+  for (StringRef part : parts) {
+    auto [name, size] = part.trim().split(':');
+    int64_t n;
+    if (name.trim().empty() || size.trim().getAsInteger(10, n)) {
+      emitError() << "mesh axis '" << part.trim() << "' must be written name:size (e.g. dp:2)";
+      return failure();
+    }
+    mesh.axes.push_back(name.trim().str());
+    mesh.sizes.push_back(n);
+  }
+  if (failed(checkMesh(mesh, emitError)))
+    return failure();
+  return mesh;
+}
+
+FailureOr<MeshInfo> mlir::ptc::parseMeshAttr(Attribute attr, EmitErrorFn emitError) {
+  auto dict = dyn_cast<DictionaryAttr>(attr);
+  auto axes = dict ? dict.getAs<ArrayAttr>("axes") : ArrayAttr();
+  auto shape = dict ? dict.getAs<DenseI64ArrayAttr>("shape") : DenseI64ArrayAttr();
+  if (!axes || !shape || static_cast<int64_t>(axes.size()) != shape.size() ||
+      !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); })) {
+    emitError() << "'ptc.mesh' must be {axes = [names...], shape = array<i64: sizes...>} "
+                   "with one size per axis";
+    return failure();
+  }
+  MeshInfo mesh;
+  for (Attribute a : axes)
+    mesh.axes.push_back(cast<StringAttr>(a).str());
+  mesh.sizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+  if (failed(checkMesh(mesh, emitError)))
+    return failure();
+  return mesh;
+}
+
+FailureOr<MeshInfo> mlir::ptc::getEnclosingMesh(Operation *op) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  Attribute attr = module ? module->getAttr(PtcDialect::kMeshAttrName) : Attribute();
+  if (!attr)
+    return failure();
+  return parseMeshAttr(attr, [&] { return op->emitError(); });
+}
+
+FailureOr<SmallVector<int>> mlir::ptc::parseShardingSpec(StringRef spec, const MeshInfo &mesh,
+                                                         int64_t rank, EmitErrorFn emitError) {
+  StringRef body = spec.trim();
+  if (!body.consume_front("[") || !body.consume_back("]")) {
+    emitError() << "sharding \"" << spec << "\" must be written [axis or _, ...]";
+    return failure();
+  }
+  SmallVector<StringRef> parts;
+  if (!body.trim().empty())
+    body.split(parts, ',');
+  if (static_cast<int64_t>(parts.size()) != rank) {
+    emitError() << "sharding \"" << spec << "\" has " << parts.size()
+                << " entries for a tensor of rank " << rank;
+    return failure();
+  }
+  SmallVector<int> dims;
+  for (StringRef p : parts) {
+    p = p.trim();
+    if (p == "_") {
+      dims.push_back(-1);
+      continue;
+    }
+    int axis = mesh.axisIndex(p);
+    if (axis < 0) {
+      emitError() << "sharding \"" << spec << "\" names '" << p << "', which is not a mesh axis";
+      return failure();
+    }
+    if (llvm::is_contained(dims, axis)) {
+      emitError() << "sharding \"" << spec << "\" uses mesh axis '" << p << "' twice";
+      return failure();
+    }
+    dims.push_back(axis);
+  }
+  return dims;
+}
+
+LogicalResult PtcDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  if (attr.getName() == kMeshAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'ptc.mesh' belongs on the module";
+    return parseMeshAttr(attr.getValue(), [&] { return op->emitError(); });
+  }
+  return success(); // pass bookkeeping (ptc.offsets, ptc.arena_bytes, ptc.shardings, ...)
+}
+
+//===----------------------------------------------------------------------===//
+// Collective verifiers
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Resolves `axes` against the enclosing mesh; returns the product of their sizes.
+FailureOr<int64_t> resolveAxes(Operation *op, ArrayAttr axes, bool single) {
+  if (axes.empty() || (single && axes.size() != 1))
+    return op->emitOpError() << (single ? "needs exactly one mesh axis" : "needs mesh axes");
+  FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
+  if (failed(mesh))
+    return op->emitOpError() << "needs a 'ptc.mesh' on the enclosing module";
+  int64_t size = 1;
+  for (Attribute a : axes) {
+    int i = mesh->axisIndex(cast<StringAttr>(a).getValue());
+    if (i < 0)
+      return op->emitOpError() << "axis '" << cast<StringAttr>(a).getValue()
+                               << "' is not in the module's mesh";
+    size *= mesh->sizes[i];
+  }
+  return size;
+}
+
+LogicalResult verifyBlocked(Operation *op, RankedTensorType whole, RankedTensorType block,
+                            int64_t dim, int64_t parts) {
+  if (whole.getRank() != block.getRank() || dim < 0 || dim >= whole.getRank())
+    return op->emitOpError() << "dim " << dim << " is out of range, or the ranks differ";
+  for (int64_t d = 0; d < whole.getRank(); ++d) {
+    int64_t expected = d == dim ? block.getDimSize(d) * parts : block.getDimSize(d);
+    if (whole.getDimSize(d) != expected)
+      return op->emitOpError() << "the gathered tensor must be " << parts
+                               << " blocks along dim " << dim << " of the local one, got "
+                               << whole << " and " << block;
+  }
+  return success();
+}
+} // namespace
+
+LogicalResult AllReduceOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one operand";
+  if (getInputs().getTypes() != getResults().getTypes())
+    return emitOpError() << "results must have the operand types";
+  return resolveAxes(*this, getAxes(), /*single=*/false);
+}
+
+LogicalResult AllGatherOp::verify() {
+  FailureOr<int64_t> parts = resolveAxes(*this, getAxes(), /*single=*/true);
+  if (failed(parts))
+    return failure();
+  return verifyBlocked(*this, getType(), getInput().getType(), getDim(), *parts);
+}
+
+LogicalResult ShardSliceOp::verify() {
+  FailureOr<int64_t> parts = resolveAxes(*this, getAxes(), /*single=*/true);
+  if (failed(parts))
+    return failure();
+  return verifyBlocked(*this, getInput().getType(), getType(), getDim(), *parts);
+}

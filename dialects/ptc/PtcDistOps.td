@@ -1,0 +1,77 @@
+//===- PtcDistOps.td - collectives over mesh axes ----------*- tablegen -*-===//
+//
+// Collectives that `ptc-shard` inserts when it partitions a training step
+// over the device mesh named by the module's `ptc.mesh` attribute. Operands
+// and results have local (per-device) shapes. `axes` names mesh axes; the
+// group of a device is the devices that differ from it only along `axes`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_DIST_OPS_TD
+#define PTC_DIST_OPS_TD
+
+def Ptc_AllReduceOp : Ptc_Op<"all_reduce", [Pure]> {
+  let summary = "sum over a mesh group, of one or more tensors (a bucket)";
+  let description = [{
+    Every device of the group gets, for each operand, the elementwise sum of
+    that operand over the group. Several operands form one bucket (one
+    collective on the wire). With `axes = ["dp"]` on a `dp = 2` mesh:
+
+    | device | operand | result    |
+    |--------|---------|-----------|
+    | dp=0   | a0      | a0 + a1   |
+    | dp=1   | a1      | a0 + a1   |
+
+    ```mlir
+    %g0, %g1 = ptc.all_reduce %a, %b {axes = ["dp"]}
+        : (tensor<128x64xf32>, tensor<64xf32>) -> (tensor<128x64xf32>, tensor<64xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Ptc_FloatTensor>:$inputs, StrArrayAttr:$axes);
+  let results = (outs Variadic<Ptc_FloatTensor>:$results);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, $results)";
+  let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::ValueRange":$inputs, "::mlir::ArrayAttr":$axes), [{
+    build($_builder, $_state, inputs.getTypes(), inputs, axes);
+  }]>];
+}
+
+def Ptc_AllGatherOp : Ptc_Op<"all_gather", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "concatenation of the group's shards along one dimension";
+  let description = [{
+    Every device gets the operands of the whole group (one mesh axis),
+    concatenated along `dim` in the order of the axis coordinate. With
+    `axes = ["tp"]`, `dim = 1` on a `tp = 2` mesh:
+
+    | device | operand | result      |
+    |--------|---------|-------------|
+    | tp=0   | x0      | [x0, x1]    |
+    | tp=1   | x1      | [x0, x1]    |
+
+    ```mlir
+    %y = ptc.all_gather %x {axes = ["tp"], dim = 1 : i64} : tensor<8x32xf32> -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "this device's block of a replicated tensor (no communication)";
+  let description = [{
+    The inverse of `ptc.all_gather`: a device with coordinate `c` along the
+    axis keeps block `c` of `dim` (of size `input / axis size`).
+
+    ```mlir
+    %x = ptc.shard_slice %y {axes = ["dp"], dim = 0 : i64} : tensor<8x64xf32> -> tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_AnyTensor:$input, StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // PTC_DIST_OPS_TD

@@ -1,0 +1,53 @@
+//===- Passes.td - sharding and collective insertion -------*- tablegen -*-===//
+
+#ifndef PTC_PASSES_SHARDING_PASSES_TD
+#define PTC_PASSES_SHARDING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
+  let summary = "Partition a training step over a device mesh and insert collectives";
+  let description = [{
+    Gives every value of the training step (forward, backward and optimizer)
+    a sharding — one mesh axis or none per dimension, plus the axes over
+    which it is a partial sum — rewrites the step to per-device (local)
+    shapes, and inserts collectives where a consumer needs another sharding
+    than its producer gives: `ptc.all_reduce` (partial -> full sum),
+    `ptc.all_gather` (sharded -> replicated), `ptc.shard_slice`
+    (replicated -> sharded, no communication).
+
+    Shardings come, in order of priority, from user annotations
+    (`ptc.sharding = "[dp, _]"` on arguments), default rules (the batch
+    dimension of every `ptc.input` is sharded over `dp`; parameters and
+    optimizer state are replicated), and propagation through each op's rule
+    in program order. Where operands disagree, the smaller one is resharded;
+    two user annotations that disagree are an error. Every op records its
+    results' shardings and their origin in `ptc.shardings`.
+
+    Reductions over a sharded dimension yield partial sums (the parameter
+    gradients of data parallelism, the row-parallel matmul of tensor
+    parallelism); means rescale by the shard count. Gradient all-reduces that
+    are ready together are bucketed into one collective of at most
+    `bucket-mb` MiB. With `explain`, prints every collective: the values and
+    shardings that caused it, its bytes per device and its time under an
+    alpha-beta model (`alpha-us`, `beta-gbps`).
+
+    The mesh comes from `mesh` ("dp:2,tp:2") and is recorded on the module as
+    `ptc.mesh`.
+  }];
+  let options = [
+    Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
+           "Device mesh, e.g. dp:2,tp:2 (default: the module's ptc.mesh)">,
+    Option<"explain", "explain", "bool", /*default=*/"false",
+           "Print every inserted collective with its cause and cost">,
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
+           "Largest all-reduce bucket in MiB">,
+    Option<"alphaUs", "alpha-us", "double", /*default=*/"5.0",
+           "Cost model: latency per message step in microseconds">,
+    Option<"betaGbps", "beta-gbps", "double", /*default=*/"10.0",
+           "Cost model: link bandwidth in GB/s">
+  ];
+  let dependentDialects = ["::mlir::ptc::PtcDialect"];
+}
+
+#endif // PTC_PASSES_SHARDING_PASSES_TD

@@ -1,0 +1,843 @@
+//===- Shard.cpp - sharding propagation, local shapes, collectives --------===//
+//
+// One pass in program order over the (single-block) training step:
+//   1. argument shardings: annotation > default rule (inputs: batch -> dp);
+//   2. per op, a rule maps operand shardings to the operand shardings it
+//      needs and to its result shardings; mismatching operands are resharded
+//      (all_reduce / all_gather / shard_slice inserted right before the op);
+//   3. results get local types; means over sharded rows are rescaled;
+//   4. the return needs losses replicated and updates like their argument;
+//   5. all-reduces that are ready together are merged into buckets.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/sharding/Passes.h"
+
+#include "dialects/ptc/PtcMesh.h"
+#include "passes/memory/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_SHARDPASS
+#include "passes/sharding/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+
+/// One mesh axis (or -1) per dimension, and the axes over which the value is
+/// a partial sum.
+struct Sharding {
+  SmallVector<int> dims;
+  SmallVector<int> partial; // sorted, unique
+  bool operator==(const Sharding &o) const { return dims == o.dims && partial == o.partial; }
+  bool operator!=(const Sharding &o) const { return !(*this == o); }
+  static Sharding replicated(int64_t rank) { return {SmallVector<int>(rank, -1), {}}; }
+  bool usesAxis(int a) const { return llvm::is_contained(dims, a) || llvm::is_contained(partial, a); }
+  Sharding withoutPartial() const { return {dims, {}}; }
+};
+
+/// Where a value's sharding came from, for diagnostics and `ptc.shardings`.
+struct Origin {
+  std::string how;           // "annotation", "default", "propagated", "rule"
+  BlockArgument annotatedArg; // the annotated argument this sharding derives from, if any
+};
+
+void addPartial(SmallVector<int> &partial, int axis) {
+  if (!llvm::is_contained(partial, axis)) {
+    partial.push_back(axis);
+    llvm::sort(partial);
+  }
+}
+
+struct Collective {
+  Operation *op;
+  std::string cause;
+};
+
+class Partitioner {
+public:
+  Partitioner(func::FuncOp func, const MeshInfo &mesh) : func(func), mesh(mesh), b(func) {}
+
+  LogicalResult run();
+  SmallVector<Collective> collectives;
+
+  std::string str(const Sharding &s) const {
+    std::string out = "[";
+    for (auto [i, a] : llvm::enumerate(s.dims))
+      out += (i ? ", " : "") + (a < 0 ? std::string("_") : mesh.axes[a]);
+    out += "]";
+    if (!s.partial.empty()) {
+      out += " partial(";
+      for (auto [i, a] : llvm::enumerate(s.partial))
+        out += (i ? ", " : "") + mesh.axes[a];
+      out += ")";
+    }
+    return out;
+  }
+
+private:
+  int64_t axisSize(int a) const { return a < 0 ? 1 : mesh.sizes[a]; }
+  RankedTensorType global(Value v) const { return globalType.lookup(v); }
+  const Sharding &sharding(Value v) { return shardings[v]; }
+  std::string describe(Value v);
+
+  FailureOr<RankedTensorType> localType(Value v, RankedTensorType g, const Sharding &s,
+                                        Operation *where);
+  FailureOr<Value> reshard(Value v, const Sharding &target, Operation *user, StringRef why);
+  LogicalResult setResult(Value r, const Sharding &s, Origin origin, Operation *where);
+  LogicalResult processOp(Operation *op);
+  LogicalResult processReturn(func::ReturnOp ret);
+  /// Inserts `scale(r, factor)` after r's producer and redirects r's other uses.
+  void rescale(Value r, double factor);
+  LogicalResult conflict(Operation *op, Value a, Value b);
+
+  func::FuncOp func;
+  const MeshInfo &mesh;
+  OpBuilder b;
+  llvm::DenseMap<Value, Sharding> shardings;
+  llvm::DenseMap<Value, Origin> origins;
+  llvm::DenseMap<Value, RankedTensorType> globalType;
+  std::map<std::pair<void *, std::string>, Value> reshardCache;
+};
+
+std::string Partitioner::describe(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    for (StringRef role : {PtcDialect::kParamAttrName, PtcDialect::kStateAttrName,
+                           PtcDialect::kInputAttrName})
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), role))
+        return "'" + name.str() + "'";
+    return "argument #" + std::to_string(arg.getArgNumber());
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "the result of " << v.getDefiningOp()->getName() << " at " << v.getLoc();
+  return s;
+}
+
+FailureOr<RankedTensorType> Partitioner::localType(Value v, RankedTensorType g, const Sharding &s,
+                                                   Operation *where) {
+  SmallVector<int64_t> shape(g.getShape());
+  for (auto [d, a] : llvm::enumerate(s.dims)) {
+    if (a < 0)
+      continue;
+    if (shape[d] % mesh.sizes[a] != 0) {
+      InFlightDiagnostic diag = where ? where->emitOpError() : mlir::emitError(v.getLoc());
+      diag << describe(v) << " dimension " << d << " (size " << shape[d]
+           << ") is not divisible by mesh axis '" << mesh.axes[a] << "' (size " << mesh.sizes[a]
+           << ")";
+      return failure();
+    }
+    shape[d] /= mesh.sizes[a];
+  }
+  return RankedTensorType::get(shape, g.getElementType());
+}
+
+LogicalResult Partitioner::setResult(Value r, const Sharding &s, Origin origin, Operation *where) {
+  auto g = cast<RankedTensorType>(r.getType());
+  globalType[r] = g;
+  FailureOr<RankedTensorType> local = localType(r, g, s, where);
+  if (failed(local))
+    return failure();
+  r.setType(*local);
+  shardings[r] = s;
+  origins[r] = std::move(origin);
+  return success();
+}
+
+FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation *user,
+                                      StringRef why) {
+  const Sharding from = sharding(v);
+  if (from == target)
+    return v;
+  auto key = std::make_pair(v.getAsOpaquePointer(), str(target));
+  if (auto it = reshardCache.find(key); it != reshardCache.end())
+    return it->second;
+  b.setInsertionPoint(user);
+  Location loc = user->getLoc();
+  Value cur = v;
+  Sharding curS = from;
+  RankedTensorType g = global(v);
+  auto cause = [&](StringRef kind) {
+    return (Twine(kind) + " of " + describe(v) + " from " + str(curS) + " to " + str(target) +
+            " for " + user->getName().getStringRef() + " (" + why + ")")
+        .str();
+  };
+  // 1. Finish pending sums the consumer does not accept.
+  SmallVector<int> reduce;
+  for (int a : curS.partial)
+    if (!llvm::is_contained(target.partial, a))
+      reduce.push_back(a);
+  if (!reduce.empty()) {
+    SmallVector<StringRef> names;
+    for (int a : reduce)
+      names.push_back(mesh.axes[a]);
+    auto ar = AllReduceOp::create(b, loc, ValueRange{cur}, b.getStrArrayAttr(names));
+    collectives.push_back({ar, cause("all_reduce")});
+    cur = ar.getResult(0);
+    Sharding next = curS;
+    next.partial.clear();
+    for (int a : curS.partial)
+      if (!llvm::is_contained(reduce, a))
+        next.partial.push_back(a);
+    curS = next;
+  }
+  // 2. Per dimension: gather what the consumer wants whole, slice what it wants split.
+  for (size_t d = 0; d < curS.dims.size(); ++d) {
+    int a = curS.dims[d], want = target.dims[d];
+    if (a == want)
+      continue;
+    if (a >= 0) {
+      Sharding next = curS;
+      next.dims[d] = -1;
+      auto type = cast<RankedTensorType>(localType(v, g, next, user).value());
+      auto ag = AllGatherOp::create(b, loc, type, cur, b.getStrArrayAttr({mesh.axes[a]}),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(d)));
+      collectives.push_back({ag, cause("all_gather")});
+      cur = ag;
+      curS = next;
+    }
+    if (want >= 0) {
+      Sharding next = curS;
+      next.dims[d] = want;
+      FailureOr<RankedTensorType> type = localType(v, g, next, user);
+      if (failed(type))
+        return failure();
+      cur = ShardSliceOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[want]}),
+                                 b.getI64IntegerAttr(static_cast<int64_t>(d)));
+      curS = next;
+    }
+  }
+  shardings[cur] = curS;
+  globalType[cur] = g;
+  origins[cur] = {"reshard", origins[v].annotatedArg};
+  reshardCache[key] = cur;
+  return cur;
+}
+
+void Partitioner::rescale(Value r, double factor) {
+  b.setInsertionPointAfterValue(r);
+  auto scaled = ScaleOp::create(b, r.getLoc(), r, b.getF64FloatAttr(factor));
+  r.replaceAllUsesExcept(scaled, scaled);
+  shardings[scaled] = shardings[r];
+  globalType[scaled] = globalType[r];
+  origins[scaled] = origins[r];
+}
+
+LogicalResult Partitioner::conflict(Operation *op, Value a, Value b2) {
+  BlockArgument x = origins[a].annotatedArg, y = origins[b2].annotatedArg;
+  if (!x || !y || x == y)
+    return success();
+  InFlightDiagnostic diag = op->emitOpError()
+                            << "conflicting sharding annotations meet here: " << str(sharding(a))
+                            << " from " << describe(x) << " and " << str(sharding(b2)) << " from "
+                            << describe(y);
+  diag.attachNote(func.getLoc()) << describe(x) << " is annotated "
+                                 << func.getArgAttr(x.getArgNumber(), PtcDialect::kShardingAttrName);
+  diag.attachNote(func.getLoc()) << describe(y) << " is annotated "
+                                 << func.getArgAttr(y.getArgNumber(), PtcDialect::kShardingAttrName);
+  return failure();
+}
+
+LogicalResult Partitioner::processOp(Operation *op) {
+  // Operand shardings wanted, result shardings produced, per-result rescale.
+  SmallVector<Sharding> want;
+  SmallVector<Sharding> out;
+  SmallVector<double> scale(op->getNumResults(), 1.0);
+  for (Value v : op->getOperands())
+    want.push_back(sharding(v));
+  auto rank = [&](Value v) { return global(v).getRank(); };
+  auto rankR = [&](unsigned i) { return cast<RankedTensorType>(op->getResult(i).getType()).getRank(); };
+  auto shardFactor = [&](ArrayRef<int> axes) {
+    int64_t f = 1;
+    for (int a : axes)
+      f *= axisSize(a);
+    return f;
+  };
+  // Operands of non-linear computations must be complete sums.
+  auto full = [&](unsigned i) { want[i].partial.clear(); };
+  auto replicate = [&](unsigned i) { want[i] = Sharding::replicated(rank(op->getOperand(i))); };
+  auto like = [&](unsigned i, const Sharding &s) { want[i] = s.withoutPartial(); };
+
+  LogicalResult status = success();
+  llvm::TypeSwitch<Operation *>(op)
+      .Case<arith::ConstantOp>([&](auto) { out.push_back(Sharding::replicated(rankR(0))); })
+      .Case<AddOp, SubOp, MulOp, DivOp>([&](Operation *o) {
+        Value lhs = o->getOperand(0), rhs = o->getOperand(1);
+        RankedTensorType gl = global(lhs), gr = global(rhs);
+        int64_t r = rankR(0);
+        auto resultType = cast<RankedTensorType>(o->getResult(0).getType());
+        // Result dim -> operand dim (or -1 when broadcast).
+        auto mapDim = [&](RankedTensorType t, int64_t d) -> int64_t {
+          int64_t od = d - (r - t.getRank());
+          return od >= 0 && t.getDimSize(od) == resultType.getDimSize(d) ? od : -1;
+        };
+        // The larger operand keeps its sharding; the other follows.
+        bool lhsLeads = getNumElements(gl) >= getNumElements(gr);
+        Value lead = lhsLeads ? lhs : rhs, follow = lhsLeads ? rhs : lhs;
+        RankedTensorType gLead = lhsLeads ? gl : gr, gFollow = lhsLeads ? gr : gl;
+        Sharding res = Sharding::replicated(r);
+        for (int64_t d = 0; d < r; ++d) {
+          int64_t ld = mapDim(gLead, d), fd = mapDim(gFollow, d);
+          int a = ld >= 0 ? sharding(lead).dims[ld] : -1;
+          int f = fd >= 0 ? sharding(follow).dims[fd] : -1;
+          if (a >= 0 && f >= 0 && a != f && failed(conflict(o, lead, follow))) {
+            status = failure();
+            return;
+          }
+          int pick = a >= 0 ? a : f;
+          if (pick >= 0 && llvm::is_contained(res.dims, pick))
+            pick = -1;
+          res.dims[d] = pick;
+        }
+        for (Value v : {lhs, rhs}) {
+          unsigned i = v == lhs ? 0 : 1;
+          RankedTensorType gv = global(v);
+          Sharding w = Sharding::replicated(gv.getRank());
+          for (int64_t d = 0; d < r; ++d) {
+            int64_t od = mapDim(gv, d);
+            if (od >= 0)
+              w.dims[od] = res.dims[d];
+          }
+          w.partial = sharding(v).partial;
+          want[i] = w;
+        }
+        // Linear cases keep partial sums; anything else sums first.
+        bool isAdd = isa<AddOp, SubOp>(o);
+        const auto &pl = want[0].partial, &pr = want[1].partial;
+        if (isAdd) {
+          if (pl != pr) {
+            full(0);
+            full(1);
+          }
+          res.partial = want[0].partial;
+        } else if (isa<MulOp>(o) && !pl.empty() && !pr.empty()) {
+          full(1);
+          res.partial = want[0].partial;
+        } else if (isa<DivOp>(o)) {
+          full(1);
+          res.partial = want[0].partial;
+        } else {
+          res.partial = pl.empty() ? pr : pl;
+        }
+        // An axis cannot both split a dimension and carry a pending sum.
+        for (int a : SmallVector<int>(res.partial))
+          if (llvm::is_contained(res.dims, a)) {
+            full(0);
+            full(1);
+            res.partial.clear();
+          }
+        out.push_back(res);
+      })
+      .Case<ScaleOp, ConvertOp>([&](Operation *) { out.push_back(want[0]); })
+      .Case<GeluOp, ReluOp>([&](Operation *) {
+        full(0);
+        out.push_back(want[0]);
+      })
+      .Case<GeluGradOp, ReluGradOp>([&](Operation *) {
+        full(0);
+        like(1, want[0]);
+        out.push_back(want[0]);
+      })
+      .Case<MatmulOp>([&](MatmulOp mm) {
+        int64_t r = rank(mm.getLhs()), rb = rank(mm.getRhs());
+        bool tl = mm.getTransposeLhs(), tr = mm.getTransposeRhs();
+        int64_t mDim = tl ? r - 1 : r - 2, kDim = tl ? r - 2 : r - 1;
+        int64_t kDimB = tr ? rb - 1 : rb - 2, nDim = tr ? rb - 2 : rb - 1;
+        Sharding sa = want[0], sb = want[1];
+        if (!sa.partial.empty() && !sb.partial.empty())
+          sb.partial.clear();
+        Sharding res = Sharding::replicated(r);
+        for (int64_t d = 0; d < r - 2; ++d)
+          res.dims[d] = sa.dims[d];
+        if (rb == r)
+          for (int64_t d = 0; d < r - 2; ++d)
+            sb.dims[d] = sa.dims[d];
+        // Contracting dimension: split both the same way -> partial sum.
+        int ka = sa.dims[kDim], kb = sb.dims[kDimB];
+        int k = ka >= 0 ? ka : kb;
+        if (ka >= 0 && kb >= 0 && ka != kb && failed(conflict(mm, mm.getLhs(), mm.getRhs()))) {
+          status = failure();
+          return;
+        }
+        auto used = [&](int a) { return a >= 0 && (llvm::is_contained(res.dims, a)); };
+        if (used(k))
+          k = -1;
+        sa.dims[kDim] = k;
+        sb.dims[kDimB] = k;
+        int m = sa.dims[mDim];
+        if (used(m) || m == k)
+          m = -1;
+        sa.dims[mDim] = m;
+        res.dims[r - 2] = m;
+        int n = sb.dims[nDim];
+        if (used(n) || n == k || n == m)
+          n = -1;
+        sb.dims[nDim] = n;
+        res.dims[r - 1] = n;
+        res.partial = sa.partial.empty() ? sb.partial : sa.partial;
+        if (k >= 0) {
+          if (llvm::is_contained(res.partial, k) || llvm::is_contained(res.dims, k)) {
+            sa.partial.clear();
+            sb.partial.clear();
+            res.partial.clear();
+          }
+          addPartial(res.partial, k);
+        }
+        want[0] = sa;
+        want[1] = sb;
+        out.push_back(res);
+      })
+      .Case<LayerNormOp>([&](LayerNormOp) {
+        full(0);
+        want[0].dims.back() = -1;
+        replicate(1);
+        replicate(2);
+        out.push_back(want[0]);
+      })
+      .Case<LayerNormGradOp>([&](LayerNormGradOp) {
+        full(0);
+        want[0].dims.back() = -1;
+        replicate(1);
+        like(2, want[0]);
+        out.push_back(want[0]);
+        Sharding w = Sharding::replicated(1);
+        for (int a : want[0].dims)
+          if (a >= 0)
+            addPartial(w.partial, a);
+        out.push_back(w);
+        out.push_back(w);
+      })
+      .Case<SoftmaxOp>([&](SoftmaxOp s) {
+        full(0);
+        want[0].dims[s.getAxis() < 0 ? s.getAxis() + rank(s.getInput()) : s.getAxis()] = -1;
+        out.push_back(want[0]);
+      })
+      .Case<SoftmaxGradOp>([&](SoftmaxGradOp s) {
+        full(0);
+        want[0].dims[s.getAxis() < 0 ? s.getAxis() + rank(s.getOutput()) : s.getAxis()] = -1;
+        like(1, want[0]);
+        out.push_back(want[0]);
+      })
+      .Case<CausalAttentionOp, CausalAttentionGradOp>([&](Operation *o) {
+        full(0);
+        want[0].dims[2] = want[0].dims[3] = -1; // sequence and head dim stay whole
+        for (unsigned i = 1; i < o->getNumOperands(); ++i)
+          like(i, want[0]);
+        for (unsigned i = 0; i < o->getNumResults(); ++i)
+          out.push_back(want[0]);
+      })
+      .Case<EmbeddingOp>([&](EmbeddingOp) {
+        replicate(0);
+        Sharding res = want[1];
+        res.dims.push_back(-1);
+        out.push_back(res);
+      })
+      .Case<EmbeddingGradOp>([&](EmbeddingGradOp) {
+        Sharding g = want[0];
+        g.dims.push_back(-1);
+        want[1] = g;
+        Sharding res = Sharding::replicated(2);
+        for (int a : want[0].dims)
+          if (a >= 0)
+            addPartial(res.partial, a);
+        out.push_back(res);
+      })
+      .Case<CrossEntropyOp, CrossEntropyGradOp>([&](Operation *o) {
+        full(0);
+        want[0].dims.back() = -1;
+        want[1].dims.assign(want[0].dims.begin(), want[0].dims.end() - 1);
+        SmallVector<int> rows;
+        for (int a : want[1].dims)
+          if (a >= 0)
+            rows.push_back(a);
+        // The kernel averages over local rows: scale by local/global rows.
+        scale[0] = 1.0 / static_cast<double>(shardFactor(rows));
+        if (isa<CrossEntropyOp>(o)) {
+          Sharding res = Sharding::replicated(0);
+          for (int a : rows)
+            addPartial(res.partial, a);
+          out.push_back(res);
+        } else {
+          replicate(2);
+          out.push_back(want[0]);
+        }
+      })
+      .Case<ReshapeOp>([&](ReshapeOp rs) {
+        RankedTensorType gi = global(rs.getInput());
+        auto go = cast<RankedTensorType>(rs.getType());
+        Sharding res = Sharding::replicated(go.getRank());
+        res.partial = want[0].partial;
+        // A split dimension maps to the output dimension that starts at the
+        // same outer product and holds whole blocks.
+        for (int64_t d = 0; d < gi.getRank(); ++d) {
+          int a = want[0].dims[d];
+          if (a < 0)
+            continue;
+          int64_t prefix = 1, mapped = -1;
+          for (int64_t i = 0; i < d; ++i)
+            prefix *= gi.getDimSize(i);
+          int64_t p = 1;
+          for (int64_t e = 0; e < go.getRank(); ++e) {
+            if (p == prefix) {
+              int64_t in = gi.getDimSize(d), outSize = go.getDimSize(e);
+              bool merge = outSize % in == 0, split = in % outSize == 0;
+              if ((merge || split) && outSize % axisSize(a) == 0 && (split ? true : in % axisSize(a) == 0))
+                mapped = e;
+              break;
+            }
+            p *= go.getDimSize(e);
+          }
+          if (mapped >= 0)
+            res.dims[mapped] = a;
+          else
+            want[0].dims[d] = -1;
+        }
+        out.push_back(res);
+      })
+      .Case<TransposeOp>([&](TransposeOp t) {
+        Sharding res = want[0];
+        for (auto [i, p] : llvm::enumerate(t.getPermutation()))
+          res.dims[i] = want[0].dims[p];
+        out.push_back(res);
+      })
+      .Case<SliceOp, PadOp>([&](Operation *o) {
+        RankedTensorType gi = global(o->getOperand(0));
+        auto go = cast<RankedTensorType>(o->getResult(0).getType());
+        for (int64_t d = 0; d < gi.getRank(); ++d)
+          if (gi.getDimSize(d) != go.getDimSize(d))
+            want[0].dims[d] = -1;
+        out.push_back(want[0]);
+      })
+      .Case<ConcatOp>([&](ConcatOp c) {
+        int64_t axis = c.getAxis() < 0 ? c.getAxis() + c.getType().getRank() : c.getAxis();
+        Sharding s = want[0];
+        s.dims[axis] = -1;
+        bool samePartial = llvm::all_of(want, [&](const Sharding &w) { return w.partial == s.partial; });
+        if (!samePartial)
+          s.partial.clear();
+        for (unsigned i = 0; i < want.size(); ++i)
+          want[i] = s;
+        out.push_back(s);
+      })
+      .Case<ReduceSumOp, ReduceMeanOp>([&](Operation *o) {
+        ArrayRef<int64_t> axes = isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getAxes()
+                                                     : cast<ReduceMeanOp>(o).getAxes();
+        bool keep = isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getKeepDims()
+                                        : cast<ReduceMeanOp>(o).getKeepDims();
+        int64_t r = rank(o->getOperand(0));
+        SmallVector<bool> reduced(r, false);
+        for (int64_t a : axes)
+          reduced[a < 0 ? a + r : a] = true;
+        Sharding res;
+        res.partial = want[0].partial;
+        SmallVector<int> split;
+        for (int64_t d = 0; d < r; ++d) {
+          if (!reduced[d])
+            res.dims.push_back(want[0].dims[d]);
+          else {
+            if (keep)
+              res.dims.push_back(-1);
+            if (want[0].dims[d] >= 0) {
+              split.push_back(want[0].dims[d]);
+              addPartial(res.partial, want[0].dims[d]);
+            }
+          }
+        }
+        if (isa<ReduceMeanOp>(o))
+          scale[0] = 1.0 / static_cast<double>(shardFactor(split));
+        out.push_back(res);
+      })
+      .Case<ReduceMaxOp>([&](ReduceMaxOp rm) {
+        full(0);
+        int64_t r = rank(rm.getInput());
+        SmallVector<bool> reduced(r, false);
+        for (int64_t a : rm.getAxes())
+          reduced[a < 0 ? a + r : a] = true;
+        Sharding res;
+        for (int64_t d = 0; d < r; ++d) {
+          if (reduced[d])
+            want[0].dims[d] = -1;
+          if (!reduced[d] || rm.getKeepDims())
+            res.dims.push_back(reduced[d] ? -1 : want[0].dims[d]);
+        }
+        out.push_back(res);
+      })
+      .Case<ReduceMaxGradOp>([&](ReduceMaxGradOp rm) {
+        full(0);
+        int64_t r = rank(rm.getInput());
+        SmallVector<bool> reduced(r, false);
+        for (int64_t a : rm.getAxes())
+          reduced[a < 0 ? a + r : a] = true;
+        Sharding g;
+        for (int64_t d = 0; d < r; ++d) {
+          if (reduced[d])
+            want[0].dims[d] = -1;
+          if (!reduced[d] || rm.getKeepDims())
+            g.dims.push_back(reduced[d] ? -1 : want[0].dims[d]);
+        }
+        want[1] = g;
+        out.push_back(want[0]);
+      })
+      .Case<BroadcastOp>([&](BroadcastOp bc) {
+        RankedTensorType gi = global(bc.getInput());
+        auto go = cast<RankedTensorType>(bc.getType());
+        Sharding res = Sharding::replicated(go.getRank());
+        res.partial = want[0].partial;
+        int64_t lead = go.getRank() - gi.getRank();
+        for (int64_t d = 0; d < gi.getRank(); ++d) {
+          if (gi.getDimSize(d) == go.getDimSize(lead + d))
+            res.dims[lead + d] = want[0].dims[d];
+          else
+            want[0].dims[d] = -1;
+        }
+        out.push_back(res);
+      })
+      .Case<AdamWUpdateOp, SgdUpdateOp>([&](Operation *o) {
+        Sharding p = want[0].withoutPartial();
+        want[0] = p;
+        for (unsigned i = 1; i < o->getNumOperands(); ++i) {
+          if (rank(o->getOperand(i)) == 0)
+            replicate(i);
+          else
+            like(i, p);
+        }
+        for (unsigned i = 0; i < o->getNumResults(); ++i)
+          out.push_back(p);
+      })
+      .Default([&](Operation *o) {
+        // Routers, MoE dispatch/combine, clipping: whole tensors on every device.
+        for (unsigned i = 0; i < o->getNumOperands(); ++i)
+          replicate(i);
+        for (unsigned i = 0; i < o->getNumResults(); ++i)
+          out.push_back(Sharding::replicated(rankR(i)));
+      });
+  if (failed(status))
+    return failure();
+
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    FailureOr<Value> v = reshard(op->getOperand(i), want[i], op, "operand #" + std::to_string(i));
+    if (failed(v))
+      return failure();
+    op->setOperand(i, *v);
+  }
+  // Results inherit the annotated source of their first annotated operand.
+  BlockArgument annotated;
+  for (Value v : op->getOperands())
+    if (!annotated)
+      annotated = origins[v].annotatedArg;
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    if (failed(setResult(op->getResult(i), out[i], {"propagated", annotated}, op)))
+      return failure();
+    if (scale[i] != 1.0)
+      rescale(op->getResult(i), scale[i]);
+  }
+  return success();
+}
+
+LogicalResult Partitioner::processReturn(func::ReturnOp ret) {
+  llvm::StringMap<BlockArgument> argByName;
+  for (BlockArgument arg : func.getArguments())
+    for (StringRef role : {PtcDialect::kParamAttrName, PtcDialect::kStateAttrName})
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), role))
+        argByName[name.getValue()] = arg;
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+    Value v = ret.getOperand(i);
+    Sharding target = Sharding::replicated(global(v).getRank());
+    std::string why = "a replicated result";
+    auto update = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kUpdateAttrName);
+    auto grad = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName);
+    if (StringAttr name = update ? update : grad) {
+      if (BlockArgument arg = argByName.lookup(name.getValue())) {
+        target = sharding(arg);
+        why = "the sharding of '" + name.str() + "'";
+      }
+    }
+    FailureOr<Value> nv = reshard(v, target, ret, why);
+    if (failed(nv))
+      return failure();
+    ret.setOperand(i, *nv);
+  }
+  return success();
+}
+
+LogicalResult Partitioner::run() {
+  Block &block = func.getBody().front();
+  int dp = mesh.axisIndex("dp");
+  // 1. Arguments.
+  for (BlockArgument arg : block.getArguments()) {
+    auto g = dyn_cast<RankedTensorType>(arg.getType());
+    if (!g)
+      return func.emitError() << "argument #" << arg.getArgNumber() << " is not a ranked tensor";
+    Sharding s = Sharding::replicated(g.getRank());
+    Origin origin{"default", {}};
+    if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      PtcDialect::kShardingAttrName)) {
+      FailureOr<SmallVector<int>> dims = parseShardingSpec(
+          spec.getValue(), mesh, g.getRank(),
+          [&] { return mlir::emitError(arg.getLoc()) << describe(arg) << ": "; });
+      if (failed(dims))
+        return failure();
+      s.dims = *dims;
+      origin = {"annotation", arg};
+    } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && dp >= 0 &&
+               g.getRank() >= 1 && mesh.sizes[dp] > 1) {
+      s.dims[0] = dp; // default rule: the batch dimension of inputs goes to dp
+      origin = {"default: batch -> dp", {}};
+    }
+    if (failed(setResult(arg, s, origin, nullptr)))
+      return failure();
+  }
+  // 2. Ops in program order (collectives and rescales inserted on the way).
+  SmallVector<Operation *> ops;
+  for (Operation &op : block)
+    ops.push_back(&op);
+  for (Operation *op : ops) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      if (failed(processReturn(ret)))
+        return failure();
+      continue;
+    }
+    if (failed(processOp(op)))
+      return failure();
+  }
+  // 3. Record the shardings, annotate arguments, retype the function.
+  Builder builder(func.getContext());
+  for (Operation &op : block) {
+    if (op.getNumResults() == 0)
+      continue;
+    SmallVector<Attribute> strs;
+    for (Value r : op.getResults())
+      strs.push_back(builder.getStringAttr(str(sharding(r)) + " (" + origins[r].how + ")"));
+    op.setAttr("ptc.shardings", builder.getArrayAttr(strs));
+  }
+  for (BlockArgument arg : block.getArguments()) {
+    Sharding s = sharding(arg);
+    std::string spec = str(s);
+    func.setArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName, builder.getStringAttr(spec));
+  }
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  func.setType(builder.getFunctionType(block.getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}
+
+/// Merges single-tensor all-reduces over the same axes whose operands are all
+/// ready at the first of them, up to `capBytes` per bucket.
+void bucketAllReduces(func::FuncOp func, double capBytes, SmallVector<Collective> &collectives) {
+  Block &block = func.getBody().front();
+  SmallVector<AllReduceOp> pending;
+  int64_t bytes = 0;
+  auto flush = [&]() {
+    if (pending.size() > 1) {
+      OpBuilder b(pending.front());
+      SmallVector<Value> inputs;
+      std::string cause = "bucket of " + std::to_string(pending.size()) + ":";
+      for (AllReduceOp ar : pending)
+        inputs.push_back(ar.getInputs()[0]);
+      auto merged = AllReduceOp::create(b, pending.front().getLoc(), inputs, pending.front().getAxes());
+      for (auto [i, ar] : llvm::enumerate(pending)) {
+        for (Collective &c : collectives)
+          if (c.op == ar.getOperation()) {
+            cause += "\n      " + c.cause;
+            c.op = nullptr;
+          }
+        ar.getResult(0).replaceAllUsesWith(merged.getResult(i));
+        ar.erase();
+      }
+      SmallVector<Attribute> strs(merged.getNumResults(),
+                                  StringAttr::get(func.getContext(), "(bucketed all_reduce)"));
+      merged->setAttr("ptc.shardings", ArrayAttr::get(func.getContext(), strs));
+      collectives.push_back({merged, cause});
+    }
+    pending.clear();
+    bytes = 0;
+  };
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    auto ar = dyn_cast<AllReduceOp>(op);
+    if (!ar || ar.getInputs().size() != 1)
+      continue;
+    Value in = ar.getInputs()[0];
+    int64_t size = getTensorBytes(cast<RankedTensorType>(in.getType()));
+    bool ready = pending.empty() ||
+                 (ar.getAxes() == pending.front().getAxes() &&
+                  (isa<BlockArgument>(in) || in.getDefiningOp()->isBeforeInBlock(pending.front())) &&
+                  bytes + size <= capBytes);
+    if (!ready)
+      flush();
+    pending.push_back(ar);
+    bytes += size;
+  }
+  flush();
+}
+
+struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
+  using ShardPassBase::ShardPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto emit = [&] { return module.emitError(); };
+    FailureOr<MeshInfo> meshInfo =
+        mesh.empty() ? getEnclosingMesh(module) : parseMeshSpec(mesh, emit);
+    if (failed(meshInfo)) {
+      if (mesh.empty())
+        module.emitError() << "ptc-shard needs a mesh: mesh=dp:2,tp:2 or a 'ptc.mesh' module attribute";
+      return signalPassFailure();
+    }
+    module->setAttr(PtcDialect::kMeshAttrName, meshInfo->toAttr(&getContext()));
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal() || !func.getBody().hasOneBlock())
+        continue;
+      Partitioner partitioner(func, *meshInfo);
+      if (failed(partitioner.run()))
+        return signalPassFailure();
+      bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);
+      if (explain)
+        report(func, *meshInfo, partitioner.collectives);
+    }
+  }
+
+  void report(func::FuncOp func, const MeshInfo &meshInfo, ArrayRef<Collective> collectives) {
+    llvm::raw_ostream &os = llvm::outs();
+    double alpha = alphaUs * 1e-6, beta = betaGbps * 1e9;
+    double total = 0;
+    int count = 0;
+    os << "ptc-shard @" << func.getSymName() << " on mesh";
+    for (auto [a, s] : llvm::zip(meshInfo.axes, meshInfo.sizes))
+      os << " " << a << "=" << s;
+    os << "\n";
+    for (const Collective &c : collectives) {
+      if (!c.op)
+        continue;
+      int64_t p = 1;
+      for (Attribute a : c.op->getAttrOfType<ArrayAttr>("axes"))
+        p *= meshInfo.sizes[meshInfo.axisIndex(cast<StringAttr>(a).getValue())];
+      int64_t bytes = 0;
+      double seconds = 0;
+      if (isa<AllReduceOp>(c.op)) {
+        for (Value v : c.op->getOperands())
+          bytes += getTensorBytes(cast<RankedTensorType>(v.getType()));
+        // Ring all-reduce: reduce-scatter + all-gather.
+        seconds = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / beta;
+      } else {
+        bytes = getTensorBytes(cast<RankedTensorType>(c.op->getResult(0).getType()));
+        seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;
+      }
+      total += seconds;
+      ++count;
+      os << "  " << c.op->getName().getStringRef() << " over " << c.op->getAttr("axes") << " at "
+         << c.op->getLoc() << ": " << bytes << " bytes per device, est. "
+         << llvm::format("%.1f", seconds * 1e6) << " us\n    " << c.cause << "\n";
+    }
+    os << "  " << count << " collectives, est. " << llvm::format("%.1f", total * 1e6)
+       << " us per step (alpha " << llvm::format("%g", alphaUs.getValue()) << " us, beta "
+       << llvm::format("%g", betaGbps.getValue()) << " GB/s)\n";
+    os.flush();
+  }
+};
+} // namespace

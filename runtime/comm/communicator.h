@@ -1,0 +1,70 @@
+// Communicator: the collectives an SPMD plan needs, over groups of the device
+// mesh. A group is named by a set of mesh axes: the ranks that differ from
+// this one only along those axes. Implementations: MPI (mpi_communicator.cc);
+// a single process needs none.
+#ifndef PTC_RUNTIME_COMM_COMMUNICATOR_H
+#define PTC_RUNTIME_COMM_COMMUNICATOR_H
+
+#include "runtime/base/status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ptc {
+
+/// The device mesh of a plan: ranks are numbered row-major over the axes.
+struct Mesh {
+  std::vector<std::string> axes;
+  std::vector<int> sizes;
+
+  int numRanks() const;
+  /// Coordinates of `rank` along every axis.
+  std::vector<int> coords(int rank) const;
+  /// "dp=2 x tp=2"
+  std::string describe() const;
+};
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+  const Mesh &mesh() const { return mesh_; }
+  const std::vector<int> &coords() const { return coords_; }
+
+  /// In-place elementwise sum of `count` floats over the group of `axes`.
+  virtual Status allReduceSum(float *data, int64_t count, const std::vector<int> &axes,
+                              const std::string &what) = 0;
+  /// Gathers `bytes` from every member of the group of `axis` into `out`
+  /// (member blocks in coordinate order).
+  virtual Status allGather(const void *in, void *out, int64_t bytes, int axis,
+                           const std::string &what) = 0;
+  /// Gathers one string per rank on every rank (small metadata only).
+  virtual StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) = 0;
+
+protected:
+  Mesh mesh_;
+  std::vector<int> coords_;
+};
+
+/// Whether a launcher (OpenMPI, MPICH/Hydra, Slurm) started this process.
+bool launchedByMpi();
+
+/// Initializes MPI and builds a communicator for `mesh`, with collectives that
+/// fail (naming the collective, group and timeout) instead of hanging when a
+/// peer dies or stalls for `timeoutSeconds`. The world size must equal the
+/// mesh size; otherwise the error says both.
+StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh,
+                                                              double timeoutSeconds);
+/// Finalizes MPI if it was initialized (normal exit).
+void finalizeMpi();
+/// Aborts every rank of the job (after an unrecoverable error on this one).
+[[noreturn]] void abortMpi(int code);
+/// This process's world rank, 0 without MPI.
+int worldRank();
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_COMM_COMMUNICATOR_H
