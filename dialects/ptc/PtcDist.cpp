@@ -93,8 +93,8 @@ FailureOr<MeshInfo> mlir::ptc::getEnclosingMesh(Operation *op) {
   return parseMeshAttr(attr, [&] { return op->emitError(); });
 }
 
-FailureOr<SmallVector<int>> mlir::ptc::parseShardingSpec(StringRef spec, const MeshInfo &mesh,
-                                                         int64_t rank, EmitErrorFn emitError) {
+FailureOr<ShardingSpec> mlir::ptc::parseShardingSpec(StringRef spec, const MeshInfo &mesh,
+                                                     int64_t rank, EmitErrorFn emitError) {
   StringRef body = spec.trim();
   if (!body.consume_front("[") || !body.consume_back("]")) {
     emitError() << "sharding \"" << spec << "\" must be written [axis or _, ...]";
@@ -108,25 +108,35 @@ FailureOr<SmallVector<int>> mlir::ptc::parseShardingSpec(StringRef spec, const M
                 << " entries for a tensor of rank " << rank;
     return failure();
   }
-  SmallVector<int> dims;
+  ShardingSpec out;
   for (StringRef p : parts) {
     p = p.trim();
     if (p == "_") {
-      dims.push_back(-1);
+      out.axes.push_back(-1);
+      out.blocks.push_back(1);
       continue;
     }
-    int axis = mesh.axisIndex(p);
+    auto [name, blockText] = p.split('/');
+    int blocks = 1;
+    if (!blockText.empty() && (blockText.trim().getAsInteger(10, blocks) || blocks < 1)) {
+      emitError() << "sharding \"" << spec << "\": block count in '" << p
+                  << "' must be a positive integer";
+      return failure();
+    }
+    int axis = mesh.axisIndex(name.trim());
     if (axis < 0) {
-      emitError() << "sharding \"" << spec << "\" names '" << p << "', which is not a mesh axis";
+      emitError() << "sharding \"" << spec << "\" names '" << name.trim()
+                  << "', which is not a mesh axis";
       return failure();
     }
-    if (llvm::is_contained(dims, axis)) {
-      emitError() << "sharding \"" << spec << "\" uses mesh axis '" << p << "' twice";
+    if (llvm::is_contained(out.axes, axis)) {
+      emitError() << "sharding \"" << spec << "\" uses mesh axis '" << name.trim() << "' twice";
       return failure();
     }
-    dims.push_back(axis);
+    out.axes.push_back(axis);
+    out.blocks.push_back(blocks);
   }
-  return dims;
+  return out;
 }
 
 LogicalResult PtcDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
@@ -162,9 +172,12 @@ FailureOr<int64_t> resolveAxes(Operation *op, ArrayAttr axes, bool single) {
 }
 
 LogicalResult verifyBlocked(Operation *op, RankedTensorType whole, RankedTensorType block,
-                            int64_t dim, int64_t parts) {
+                            int64_t dim, int64_t parts, int64_t blocks) {
   if (whole.getRank() != block.getRank() || dim < 0 || dim >= whole.getRank())
     return op->emitOpError() << "dim " << dim << " is out of range, or the ranks differ";
+  if (blocks < 1 || block.getDimSize(dim) % blocks != 0)
+    return op->emitOpError() << "blocks = " << blocks << " must divide the local size "
+                             << block.getDimSize(dim) << " of dim " << dim;
   for (int64_t d = 0; d < whole.getRank(); ++d) {
     int64_t expected = d == dim ? block.getDimSize(d) * parts : block.getDimSize(d);
     if (whole.getDimSize(d) != expected)
@@ -188,12 +201,14 @@ LogicalResult AllGatherOp::verify() {
   FailureOr<int64_t> parts = resolveAxes(*this, getAxes(), /*single=*/true);
   if (failed(parts))
     return failure();
-  return verifyBlocked(*this, getType(), getInput().getType(), getDim(), *parts);
+  return verifyBlocked(*this, getType(), getInput().getType(), getDim(), *parts,
+                       getBlocksAttr().getInt());
 }
 
 LogicalResult ShardSliceOp::verify() {
   FailureOr<int64_t> parts = resolveAxes(*this, getAxes(), /*single=*/true);
   if (failed(parts))
     return failure();
-  return verifyBlocked(*this, getInput().getType(), getType(), getDim(), *parts);
+  return verifyBlocked(*this, getInput().getType(), getType(), getDim(), *parts,
+                       getBlocksAttr().getInt());
 }

@@ -48,11 +48,15 @@ def Ptc_AllGatherOp : Ptc_Op<"all_gather", [Pure, SameOperandsAndResultElementTy
     | tp=0   | x0      | [x0, x1]    |
     | tp=1   | x1      | [x0, x1]    |
 
+    With `blocks = k`, `dim` consists of k equal blocks, each split over the
+    group: block b of the result is [b of x0, b of x1, ...].
+
     ```mlir
     %y = ptc.all_gather %x {axes = ["tp"], dim = 1 : i64} : tensor<8x32xf32> -> tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$dim);
+  let arguments = (ins Ptc_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$dim,
+                       DefaultValuedAttr<I64Attr, "1">:$blocks);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
@@ -62,13 +66,15 @@ def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElement
   let summary = "this device's block of a replicated tensor (no communication)";
   let description = [{
     The inverse of `ptc.all_gather`: a device with coordinate `c` along the
-    axis keeps block `c` of `dim` (of size `input / axis size`).
+    axis keeps block `c` of `dim` (of size `input / axis size`); with
+    `blocks = k`, part `c` of each of the k equal blocks of `dim`.
 
     ```mlir
     %x = ptc.shard_slice %y {axes = ["dp"], dim = 0 : i64} : tensor<8x64xf32> -> tensor<4x64xf32>
     ```
   }];
-  let arguments = (ins Ptc_AnyTensor:$input, StrArrayAttr:$axes, I64Attr:$dim);
+  let arguments = (ins Ptc_AnyTensor:$input, StrArrayAttr:$axes, I64Attr:$dim,
+                       DefaultValuedAttr<I64Attr, "1">:$blocks);
   let results = (outs Ptc_AnyTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;

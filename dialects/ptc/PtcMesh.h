@@ -28,10 +28,17 @@ FailureOr<MeshInfo> parseMeshAttr(Attribute attr, EmitErrorFn emitError);
 /// The mesh of the module enclosing `op`, if it has one (failure: no mesh or invalid).
 FailureOr<MeshInfo> getEnclosingMesh(Operation *op);
 
-/// Parses a sharding annotation "[dp, _, tp]" for a tensor of `rank`: the
-/// mesh axis index per dimension (-1 for `_`).
-FailureOr<SmallVector<int>> parseShardingSpec(StringRef spec, const MeshInfo &mesh, int64_t rank,
-                                              EmitErrorFn emitError);
+/// A parsed sharding annotation: per dimension the mesh axis (-1: whole) and
+/// the block count. "tp/3" splits each of the dimension's 3 equal blocks over
+/// tp (a fused QKV projection keeps every head's q, k and v on one device).
+struct ShardingSpec {
+  SmallVector<int> axes;
+  SmallVector<int> blocks;
+};
+
+/// Parses "[dp, _, tp/3]" for a tensor of `rank`.
+FailureOr<ShardingSpec> parseShardingSpec(StringRef spec, const MeshInfo &mesh, int64_t rank,
+                                          EmitErrorFn emitError);
 
 } // namespace mlir::ptc
 

@@ -510,6 +510,30 @@ void sliceCopy(const void *big, const Shape &bigShape, void *small, const Shape 
   }
 }
 
+void copyBox(const void *src, const Shape &srcShape, const std::vector<int64_t> &srcOffsets,
+             void *dst, const Shape &dstShape, const std::vector<int64_t> &dstOffsets,
+             const Shape &box, int64_t elemBytes) {
+  int64_t n = product(box);
+  if (n == 0)
+    return;
+  if (box.empty()) {
+    std::memcpy(dst, src, static_cast<size_t>(elemBytes));
+    return;
+  }
+  std::vector<int64_t> ss = stridesOf(srcShape), ds = stridesOf(dstShape);
+  int64_t s0 = 0, d0 = 0;
+  for (size_t i = 0; i < box.size(); ++i) {
+    s0 += srcOffsets[i] * ss[i];
+    d0 += dstOffsets[i] * ds[i];
+  }
+  int64_t inner = box.back(), rows = n / inner;
+  const char *sp = static_cast<const char *>(src);
+  char *dp = static_cast<char *>(dst);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dp + (d0 + rowOffset(r, box, ds)) * elemBytes,
+                sp + (s0 + rowOffset(r, box, ss)) * elemBytes, static_cast<size_t>(inner * elemBytes));
+}
+
 void pad(const float *in, const Shape &is, float *out, const Shape &os,
          const std::vector<int64_t> &offsets) {
   std::fill(out, out + product(os), 0.0f);

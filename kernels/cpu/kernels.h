@@ -59,6 +59,10 @@ void transpose(const void *in, const Shape &is, void *out, const std::vector<int
 /// Copies the box of `small`'s shape at `offsets` of `big`, in either direction.
 void sliceCopy(const void *big, const Shape &bigShape, void *small, const Shape &smallShape,
                const std::vector<int64_t> &offsets, int64_t elemBytes, bool toSmall);
+/// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`.
+void copyBox(const void *src, const Shape &srcShape, const std::vector<int64_t> &srcOffsets,
+             void *dst, const Shape &dstShape, const std::vector<int64_t> &dstOffsets,
+             const Shape &box, int64_t elemBytes);
 void pad(const float *in, const Shape &is, float *out, const Shape &os,
          const std::vector<int64_t> &offsets);
 void concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes, void *out,

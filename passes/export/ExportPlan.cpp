@@ -146,10 +146,16 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       })
       .Case([&](AllReduceOp o) { return Lowered{C::AllReduce, axisIndices(o.getAxes()), {}}; })
       .Case([&](AllGatherOp o) {
-        return Lowered{C::AllGather, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
+        return Lowered{C::AllGather,
+                       {axisIndices(o.getAxes())[0], o.getDimAttr().getInt(),
+                        o.getBlocksAttr().getInt()},
+                       {}};
       })
       .Case([&](ShardSliceOp o) {
-        return Lowered{C::ShardSlice, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
+        return Lowered{C::ShardSlice,
+                       {axisIndices(o.getAxes())[0], o.getDimAttr().getInt(),
+                        o.getBlocksAttr().getInt()},
+                       {}};
       })
       .Default([](Operation *op) -> FailureOr<Lowered> {
         return op->emitOpError() << "has no plan instruction";
@@ -220,7 +226,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
 
     auto addTensor = [&](Value v, StringRef name, pp::TensorKind kind, int64_t offset,
                          pp::InitKind init, double initStd, ArrayRef<char> data,
-                         ArrayRef<int> dimAxes = {}) -> FailureOr<int32_t> {
+                         ArrayRef<int> dimAxes = {},
+                         ArrayRef<int> dimBlocks = {}) -> FailureOr<int32_t> {
       auto type = cast<RankedTensorType>(v.getType());
       FailureOr<pp::DType> dtype = toDType(type.getElementType(), v.getLoc());
       if (failed(dtype))
@@ -228,16 +235,20 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
       auto nameOff = fbb.CreateString(name.str());
       auto shapeOff = fbb.CreateVector(shape);
-      fb::Offset<fb::Vector<int32_t>> axesOff;
-      if (!dimAxes.empty())
+      fb::Offset<fb::Vector<int32_t>> axesOff, blocksOff;
+      if (!dimAxes.empty()) {
         axesOff = fbb.CreateVector(std::vector<int32_t>(dimAxes.begin(), dimAxes.end()));
+        blocksOff = fbb.CreateVector(std::vector<int32_t>(dimBlocks.begin(), dimBlocks.end()));
+      }
       fb::Offset<fb::Vector<uint8_t>> dataOff;
       if (!data.empty())
         dataOff = fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()), data.size());
       pp::TensorBuilder tb(fbb);
       tb.add_name(nameOff);
-      if (!dimAxes.empty())
+      if (!dimAxes.empty()) {
         tb.add_dim_axes(axesOff);
+        tb.add_dim_blocks(blocksOff);
+      }
       tb.add_kind(kind);
       tb.add_dtype(*dtype);
       tb.add_shape(shapeOff);
@@ -283,18 +294,20 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         init = pp::InitKind::Zeros;
       }
       argByName[name.getValue()] = arg;
-      SmallVector<int> dimAxes;
+      SmallVector<int> dimAxes, dimBlocks;
       if (mesh) {
         dimAxes.assign(cast<RankedTensorType>(arg.getType()).getRank(), -1);
+        dimBlocks.assign(dimAxes.size(), 1);
         if (auto spec = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kShardingAttrName)) {
-          FailureOr<SmallVector<int>> parsed = parseShardingSpec(
+          FailureOr<ShardingSpec> parsed = parseShardingSpec(
               spec.getValue(), *mesh, dimAxes.size(), [&] { return func.emitError(); });
           if (failed(parsed))
             return failure();
-          dimAxes = *parsed;
+          dimAxes = parsed->axes;
+          dimBlocks = parsed->blocks;
         }
       }
-      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes)))
+      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes, dimBlocks)))
         return failure();
     }
 

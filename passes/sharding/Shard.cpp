@@ -31,15 +31,30 @@ using namespace mlir::ptc;
 
 namespace {
 
-/// One mesh axis (or -1) per dimension, and the axes over which the value is
+/// How one dimension is split: over mesh axis `axis` (-1: whole), as
+/// `blocks` equal blocks each split over the axis (1: a plain split).
+/// Converts to and from the axis index so that rules read like integers.
+struct DimShard {
+  int axis = -1;
+  int blocks = 1;
+  DimShard(int axis = -1, int blocks = 1) : axis(axis), blocks(axis < 0 ? 1 : blocks) {}
+  operator int() const { return axis; }
+  bool operator==(const DimShard &o) const { return axis == o.axis && blocks == o.blocks; }
+  bool operator!=(const DimShard &o) const { return !(*this == o); }
+};
+
+/// One mesh axis (or none) per dimension, and the axes over which the value is
 /// a partial sum.
 struct Sharding {
-  SmallVector<int> dims;
+  SmallVector<DimShard> dims;
   SmallVector<int> partial; // sorted, unique
   bool operator==(const Sharding &o) const { return dims == o.dims && partial == o.partial; }
   bool operator!=(const Sharding &o) const { return !(*this == o); }
-  static Sharding replicated(int64_t rank) { return {SmallVector<int>(rank, -1), {}}; }
-  bool usesAxis(int a) const { return llvm::is_contained(dims, a) || llvm::is_contained(partial, a); }
+  static Sharding replicated(int64_t rank) { return {SmallVector<DimShard>(rank), {}}; }
+  bool usesAxis(int a) const { return hasAxis(a) || llvm::is_contained(partial, a); }
+  bool hasAxis(int a) const {
+    return llvm::any_of(dims, [&](const DimShard &d) { return d.axis == a; });
+  }
   Sharding withoutPartial() const { return {dims, {}}; }
 };
 
@@ -71,7 +86,9 @@ public:
   std::string str(const Sharding &s) const {
     std::string out = "[";
     for (auto [i, a] : llvm::enumerate(s.dims))
-      out += (i ? ", " : "") + (a < 0 ? std::string("_") : mesh.axes[a]);
+      out += (i ? ", " : "") +
+             (a.axis < 0 ? std::string("_")
+                         : mesh.axes[a.axis] + (a.blocks > 1 ? "/" + std::to_string(a.blocks) : ""));
     out += "]";
     if (!s.partial.empty()) {
       out += " partial(";
@@ -124,14 +141,15 @@ std::string Partitioner::describe(Value v) {
 FailureOr<RankedTensorType> Partitioner::localType(Value v, RankedTensorType g, const Sharding &s,
                                                    Operation *where) {
   SmallVector<int64_t> shape(g.getShape());
-  for (auto [d, a] : llvm::enumerate(s.dims)) {
+  for (auto [d, ds] : llvm::enumerate(s.dims)) {
+    int a = ds.axis;
     if (a < 0)
       continue;
-    if (shape[d] % mesh.sizes[a] != 0) {
+    if (shape[d] % (mesh.sizes[a] * ds.blocks) != 0) {
       InFlightDiagnostic diag = where ? where->emitOpError() : mlir::emitError(v.getLoc());
       diag << describe(v) << " dimension " << d << " (size " << shape[d]
            << ") is not divisible by mesh axis '" << mesh.axes[a] << "' (size " << mesh.sizes[a]
-           << ")";
+           << ")" << (ds.blocks > 1 ? " times its " + std::to_string(ds.blocks) + " blocks" : "");
       return failure();
     }
     shape[d] /= mesh.sizes[a];
@@ -190,27 +208,29 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   }
   // 2. Per dimension: gather what the consumer wants whole, slice what it wants split.
   for (size_t d = 0; d < curS.dims.size(); ++d) {
-    int a = curS.dims[d], want = target.dims[d];
+    DimShard a = curS.dims[d], want = target.dims[d];
     if (a == want)
       continue;
-    if (a >= 0) {
+    if (a.axis >= 0) {
       Sharding next = curS;
-      next.dims[d] = -1;
+      next.dims[d] = DimShard();
       auto type = cast<RankedTensorType>(localType(v, g, next, user).value());
-      auto ag = AllGatherOp::create(b, loc, type, cur, b.getStrArrayAttr({mesh.axes[a]}),
-                                    b.getI64IntegerAttr(static_cast<int64_t>(d)));
+      auto ag = AllGatherOp::create(b, loc, type, cur, b.getStrArrayAttr({mesh.axes[a.axis]}),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(d)),
+                                    b.getI64IntegerAttr(a.blocks));
       collectives.push_back({ag, cause("all_gather")});
       cur = ag;
       curS = next;
     }
-    if (want >= 0) {
+    if (want.axis >= 0) {
       Sharding next = curS;
       next.dims[d] = want;
       FailureOr<RankedTensorType> type = localType(v, g, next, user);
       if (failed(type))
         return failure();
-      cur = ShardSliceOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[want]}),
-                                 b.getI64IntegerAttr(static_cast<int64_t>(d)));
+      cur = ShardSliceOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[want.axis]}),
+                                 b.getI64IntegerAttr(static_cast<int64_t>(d)),
+                                 b.getI64IntegerAttr(want.blocks));
       curS = next;
     }
   }
@@ -285,15 +305,15 @@ LogicalResult Partitioner::processOp(Operation *op) {
         Sharding res = Sharding::replicated(r);
         for (int64_t d = 0; d < r; ++d) {
           int64_t ld = mapDim(gLead, d), fd = mapDim(gFollow, d);
-          int a = ld >= 0 ? sharding(lead).dims[ld] : -1;
-          int f = fd >= 0 ? sharding(follow).dims[fd] : -1;
-          if (a >= 0 && f >= 0 && a != f && failed(conflict(o, lead, follow))) {
+          DimShard a = ld >= 0 ? sharding(lead).dims[ld] : DimShard();
+          DimShard f = fd >= 0 ? sharding(follow).dims[fd] : DimShard();
+          if (a.axis >= 0 && f.axis >= 0 && a != f && failed(conflict(o, lead, follow))) {
             status = failure();
             return;
           }
-          int pick = a >= 0 ? a : f;
-          if (pick >= 0 && llvm::is_contained(res.dims, pick))
-            pick = -1;
+          DimShard pick = a.axis >= 0 ? a : f;
+          if (pick.axis >= 0 && res.hasAxis(pick.axis))
+            pick = DimShard();
           res.dims[d] = pick;
         }
         for (Value v : {lhs, rhs}) {
@@ -328,7 +348,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
         }
         // An axis cannot both split a dimension and carry a pending sum.
         for (int a : SmallVector<int>(res.partial))
-          if (llvm::is_contained(res.dims, a)) {
+          if (res.hasAxis(a)) {
             full(0);
             full(1);
             res.partial.clear();
@@ -360,35 +380,36 @@ LogicalResult Partitioner::processOp(Operation *op) {
           for (int64_t d = 0; d < r - 2; ++d)
             sb.dims[d] = sa.dims[d];
         // Contracting dimension: split both the same way -> partial sum.
-        int ka = sa.dims[kDim], kb = sb.dims[kDimB];
-        int k = ka >= 0 ? ka : kb;
-        if (ka >= 0 && kb >= 0 && ka != kb && failed(conflict(mm, mm.getLhs(), mm.getRhs()))) {
+        DimShard ka = sa.dims[kDim], kb = sb.dims[kDimB];
+        DimShard k = ka.axis >= 0 ? ka : kb;
+        if (ka.axis >= 0 && kb.axis >= 0 && ka != kb &&
+            failed(conflict(mm, mm.getLhs(), mm.getRhs()))) {
           status = failure();
           return;
         }
-        auto used = [&](int a) { return a >= 0 && (llvm::is_contained(res.dims, a)); };
+        auto used = [&](const DimShard &a) { return a.axis >= 0 && res.hasAxis(a.axis); };
         if (used(k))
-          k = -1;
+          k = DimShard();
         sa.dims[kDim] = k;
         sb.dims[kDimB] = k;
-        int m = sa.dims[mDim];
-        if (used(m) || m == k)
-          m = -1;
+        DimShard m = sa.dims[mDim];
+        if (used(m) || (m.axis >= 0 && m.axis == k.axis))
+          m = DimShard();
         sa.dims[mDim] = m;
         res.dims[r - 2] = m;
-        int n = sb.dims[nDim];
-        if (used(n) || n == k || n == m)
-          n = -1;
+        DimShard n = sb.dims[nDim];
+        if (used(n) || (n.axis >= 0 && (n.axis == k.axis || n.axis == m.axis)))
+          n = DimShard();
         sb.dims[nDim] = n;
         res.dims[r - 1] = n;
         res.partial = sa.partial.empty() ? sb.partial : sa.partial;
-        if (k >= 0) {
-          if (llvm::is_contained(res.partial, k) || llvm::is_contained(res.dims, k)) {
+        if (k.axis >= 0) {
+          if (llvm::is_contained(res.partial, k.axis) || res.hasAxis(k.axis)) {
             sa.partial.clear();
             sb.partial.clear();
             res.partial.clear();
           }
-          addPartial(res.partial, k);
+          addPartial(res.partial, k.axis);
         }
         want[0] = sa;
         want[1] = sb;
@@ -408,9 +429,9 @@ LogicalResult Partitioner::processOp(Operation *op) {
         like(2, want[0]);
         out.push_back(want[0]);
         Sharding w = Sharding::replicated(1);
-        for (int a : want[0].dims)
-          if (a >= 0)
-            addPartial(w.partial, a);
+        for (const DimShard &a : want[0].dims)
+          if (a.axis >= 0)
+            addPartial(w.partial, a.axis);
         out.push_back(w);
         out.push_back(w);
       })
@@ -444,9 +465,9 @@ LogicalResult Partitioner::processOp(Operation *op) {
         g.dims.push_back(-1);
         want[1] = g;
         Sharding res = Sharding::replicated(2);
-        for (int a : want[0].dims)
-          if (a >= 0)
-            addPartial(res.partial, a);
+        for (const DimShard &a : want[0].dims)
+          if (a.axis >= 0)
+            addPartial(res.partial, a.axis);
         out.push_back(res);
       })
       .Case<CrossEntropyOp, CrossEntropyGradOp>([&](Operation *o) {
@@ -454,9 +475,9 @@ LogicalResult Partitioner::processOp(Operation *op) {
         want[0].dims.back() = -1;
         want[1].dims.assign(want[0].dims.begin(), want[0].dims.end() - 1);
         SmallVector<int> rows;
-        for (int a : want[1].dims)
-          if (a >= 0)
-            rows.push_back(a);
+        for (const DimShard &a : want[1].dims)
+          if (a.axis >= 0)
+            rows.push_back(a.axis);
         // The kernel averages over local rows: scale by local/global rows.
         scale[0] = 1.0 / static_cast<double>(shardFactor(rows));
         if (isa<CrossEntropyOp>(o)) {
@@ -477,7 +498,8 @@ LogicalResult Partitioner::processOp(Operation *op) {
         // A split dimension maps to the output dimension that starts at the
         // same outer product and holds whole blocks.
         for (int64_t d = 0; d < gi.getRank(); ++d) {
-          int a = want[0].dims[d];
+          DimShard ds = want[0].dims[d];
+          int a = ds.axis;
           if (a < 0)
             continue;
           int64_t prefix = 1, mapped = -1;
@@ -488,16 +510,18 @@ LogicalResult Partitioner::processOp(Operation *op) {
             if (p == prefix) {
               int64_t in = gi.getDimSize(d), outSize = go.getDimSize(e);
               bool merge = outSize % in == 0, split = in % outSize == 0;
-              if ((merge || split) && outSize % axisSize(a) == 0 && (split ? true : in % axisSize(a) == 0))
+              if (ds.blocks > 1 ? outSize == in
+                                : (merge || split) && outSize % axisSize(a) == 0 &&
+                                      (split || in % axisSize(a) == 0))
                 mapped = e;
               break;
             }
             p *= go.getDimSize(e);
           }
           if (mapped >= 0)
-            res.dims[mapped] = a;
+            res.dims[mapped] = ds;
           else
-            want[0].dims[d] = -1;
+            want[0].dims[d] = DimShard();
         }
         out.push_back(res);
       })
@@ -510,10 +534,33 @@ LogicalResult Partitioner::processOp(Operation *op) {
       .Case<SliceOp, PadOp>([&](Operation *o) {
         RankedTensorType gi = global(o->getOperand(0));
         auto go = cast<RankedTensorType>(o->getResult(0).getType());
-        for (int64_t d = 0; d < gi.getRank(); ++d)
-          if (gi.getDimSize(d) != go.getDimSize(d))
-            want[0].dims[d] = -1;
-        out.push_back(want[0]);
+        ArrayRef<int64_t> offsets = isa<SliceOp>(o) ? cast<SliceOp>(o).getOffsets()
+                                                    : cast<PadOp>(o).getOffsets();
+        bool slice = isa<SliceOp>(o);
+        Sharding res = want[0];
+        SmallVector<int64_t> localOffsets(offsets);
+        for (int64_t d = 0; d < gi.getRank(); ++d) {
+          if (gi.getDimSize(d) == go.getDimSize(d))
+            continue;
+          // One whole block of a blocked dimension is a plainly split piece
+          // (slice), and a split piece padded into k blocks is blocked (pad).
+          int64_t big = slice ? gi.getDimSize(d) : go.getDimSize(d);
+          int64_t small = slice ? go.getDimSize(d) : gi.getDimSize(d);
+          DimShard ds = want[0].dims[d];
+          bool aligned = big % small == 0 && offsets[d] % small == 0;
+          if (slice && ds.axis >= 0 && aligned && ds.blocks == big / small) {
+            res.dims[d] = DimShard(ds.axis);
+            localOffsets[d] /= axisSize(ds.axis); // block b starts at b * small / p locally
+          } else if (!slice && ds.axis >= 0 && ds.blocks == 1 && aligned) {
+            res.dims[d] = DimShard(ds.axis, static_cast<int>(big / small));
+            localOffsets[d] /= axisSize(ds.axis);
+          } else {
+            want[0].dims[d] = DimShard();
+            res.dims[d] = DimShard();
+          }
+        }
+        o->setAttr("offsets", DenseI64ArrayAttr::get(o->getContext(), localOffsets));
+        out.push_back(res);
       })
       .Case<ConcatOp>([&](ConcatOp c) {
         int64_t axis = c.getAxis() < 0 ? c.getAxis() + c.getType().getRank() : c.getAxis();
@@ -544,9 +591,9 @@ LogicalResult Partitioner::processOp(Operation *op) {
           else {
             if (keep)
               res.dims.push_back(-1);
-            if (want[0].dims[d] >= 0) {
-              split.push_back(want[0].dims[d]);
-              addPartial(res.partial, want[0].dims[d]);
+            if (want[0].dims[d].axis >= 0) {
+              split.push_back(want[0].dims[d].axis);
+              addPartial(res.partial, want[0].dims[d].axis);
             }
           }
         }
@@ -565,7 +612,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
           if (reduced[d])
             want[0].dims[d] = -1;
           if (!reduced[d] || rm.getKeepDims())
-            res.dims.push_back(reduced[d] ? -1 : want[0].dims[d]);
+            res.dims.push_back(reduced[d] ? DimShard() : want[0].dims[d]);
         }
         out.push_back(res);
       })
@@ -580,7 +627,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
           if (reduced[d])
             want[0].dims[d] = -1;
           if (!reduced[d] || rm.getKeepDims())
-            g.dims.push_back(reduced[d] ? -1 : want[0].dims[d]);
+            g.dims.push_back(reduced[d] ? DimShard() : want[0].dims[d]);
         }
         want[1] = g;
         out.push_back(want[0]);
@@ -620,6 +667,21 @@ LogicalResult Partitioner::processOp(Operation *op) {
       });
   if (failed(status))
     return failure();
+
+  // A user annotation is only overridden by the op's needs, never by another
+  // user annotation: that is a conflict the user must resolve.
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    Value vi = op->getOperand(i);
+    if (!origins[vi].annotatedArg || want[i].dims == sharding(vi).dims)
+      continue;
+    for (unsigned j = 0; j < op->getNumOperands(); ++j) {
+      Value vj = op->getOperand(j);
+      if (i != j && origins[vj].annotatedArg && want[j].dims == sharding(vj).dims &&
+          llvm::any_of(sharding(vj).dims, [](const DimShard &d) { return d.axis >= 0; }) &&
+          failed(conflict(op, vj, vi)))
+        return failure();
+    }
+  }
 
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     FailureOr<Value> v = reshard(op->getOperand(i), want[i], op, "operand #" + std::to_string(i));
@@ -667,9 +729,102 @@ LogicalResult Partitioner::processReturn(func::ReturnOp ret) {
   return success();
 }
 
+/// Follows reshapes and transposes back to the value they view.
+Value stripViews(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ReshapeOp, TransposeOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
+/// Default rule for tensor parallelism (Megatron-LM): in every linear layer
+/// x @ W^T of the forward pass, W is column-parallel ("[tp, _]", its bias
+/// "[tp]") when its output feeds an activation or is cut into equal slices
+/// (a fused QKV projection: "[tp/3, _]", split by heads), and row-parallel
+/// ("[_, tp]") when its input comes from attention or an activation. An
+/// embedding table used as the LM head stays replicated. Optimizer state
+/// follows its parameter.
+llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
+                                                            const MeshInfo &mesh) {
+  llvm::DenseMap<BlockArgument, std::string> specs;
+  int tp = mesh.axisIndex("tp");
+  if (tp < 0 || mesh.sizes[tp] < 2)
+    return specs;
+  int64_t tpSize = mesh.sizes[tp];
+  auto param = [&](Value v) -> BlockArgument {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg
+                                                                                    : BlockArgument();
+  };
+  func.walk([&](MatmulOp mm) {
+    BlockArgument w = param(mm.getRhs());
+    if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs() || mm.getRhs().getType().getRank() != 2)
+      return;
+    if (llvm::any_of(w.getUsers(), [](Operation *u) { return isa<EmbeddingOp>(u); }))
+      return; // tied LM head
+    int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
+    int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
+    Operation *src = stripViews(mm.getLhs()).getDefiningOp();
+    if (src && isa<CausalAttentionOp, GeluOp, ReluOp>(src)) {
+      if (inFeatures % tpSize == 0)
+        specs.try_emplace(w, "[_, tp]");
+      return;
+    }
+    Value out = mm.getResult();
+    BlockArgument bias;
+    if (out.hasOneUse())
+      if (auto add = dyn_cast<AddOp>(*out.getUsers().begin()))
+        if (BlockArgument b = param(add.getRhs()); b && add.getRhs().getType().getRank() == 1) {
+          bias = b;
+          out = add.getResult();
+        }
+    int64_t blocks = 0;
+    bool activation = !out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
+      return isa<GeluOp, GeluGradOp, ReluOp, ReluGradOp>(u);
+    });
+    if (activation) {
+      blocks = 1;
+    } else if (!out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
+                 return isa<SliceOp>(u);
+               })) {
+      int64_t piece = cast<SliceOp>(*out.getUsers().begin()).getType().getShape().back();
+      bool equal = llvm::all_of(out.getUsers(), [&](Operation *u) {
+        auto sl = cast<SliceOp>(u);
+        return sl.getType().getShape().back() == piece && sl.getOffsets().back() % piece == 0;
+      });
+      if (equal && piece > 0 && outFeatures % piece == 0)
+        blocks = outFeatures / piece;
+    }
+    if (blocks == 0 || outFeatures % (tpSize * blocks) != 0)
+      return;
+    std::string axis = blocks > 1 ? "tp/" + std::to_string(blocks) : "tp";
+    specs.try_emplace(w, "[" + axis + ", _]");
+    if (bias)
+      specs.try_emplace(bias, "[" + axis + "]");
+  });
+  // Optimizer state is sharded like its parameter.
+  func.walk([&](Operation *op) {
+    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
+      return;
+    auto p = dyn_cast<BlockArgument>(op->getOperand(0));
+    auto it = p ? specs.find(p) : specs.end();
+    if (it == specs.end())
+      return;
+    std::string spec = it->second;
+    for (Value v : op->getOperands().drop_front(2))
+      if (auto state = dyn_cast<BlockArgument>(v);
+          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
+        specs.try_emplace(state, spec);
+  });
+  return specs;
+}
+
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
   int dp = mesh.axisIndex("dp");
+  llvm::DenseMap<BlockArgument, std::string> defaults = megatronDefaults(func, mesh);
   // 1. Arguments.
   for (BlockArgument arg : block.getArguments()) {
     auto g = dyn_cast<RankedTensorType>(arg.getType());
@@ -679,13 +834,22 @@ LogicalResult Partitioner::run() {
     Origin origin{"default", {}};
     if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                       PtcDialect::kShardingAttrName)) {
-      FailureOr<SmallVector<int>> dims = parseShardingSpec(
+      FailureOr<ShardingSpec> parsed = parseShardingSpec(
           spec.getValue(), mesh, g.getRank(),
           [&] { return mlir::emitError(arg.getLoc()) << describe(arg) << ": "; });
-      if (failed(dims))
+      if (failed(parsed))
         return failure();
-      s.dims = *dims;
+      for (int64_t d = 0; d < g.getRank(); ++d)
+        s.dims[d] = DimShard(parsed->axes[d], parsed->blocks[d]);
       origin = {"annotation", arg};
+    } else if (auto it = defaults.find(arg); it != defaults.end()) {
+      FailureOr<ShardingSpec> parsed =
+          parseShardingSpec(it->second, mesh, g.getRank(), [&] { return func.emitError(); });
+      if (failed(parsed))
+        return failure();
+      for (int64_t d = 0; d < g.getRank(); ++d)
+        s.dims[d] = DimShard(parsed->axes[d], parsed->blocks[d]);
+      origin = {"default: Megatron tensor parallel", {}};
     } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && dp >= 0 &&
                g.getRank() >= 1 && mesh.sizes[dp] > 1) {
       s.dims[0] = dp; // default rule: the batch dimension of inputs goes to dp

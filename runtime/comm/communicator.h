@@ -41,6 +41,8 @@ public:
   /// (member blocks in coordinate order).
   virtual Status allGather(const void *in, void *out, int64_t bytes, int axis,
                            const std::string &what) = 0;
+  /// Gathers `bytes` from every rank into `out` on rank 0 (rank order).
+  virtual Status gatherToRoot(const void *in, int64_t bytes, void *out) = 0;
   /// Gathers one string per rank on every rank (small metadata only).
   virtual StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) = 0;
 

@@ -72,6 +72,13 @@ public:
     return wait(req, "all_gather", what, {axis});
   }
 
+  Status gatherToRoot(const void *in, int64_t bytes, void *out) override {
+    MPI_Request req;
+    PTC_MPI(MPI_Igather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                        MPI_BYTE, 0, MPI_COMM_WORLD, &req));
+    return wait(req, "gather", "parameters for saving", {});
+  }
+
   StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) override {
     int len = static_cast<int>(mine.size());
     std::vector<int> lens(size_), displs(size_);

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/kernels.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -85,6 +86,80 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   return ex;
 }
 
+std::vector<int> Executor::coords() const {
+  return comm_ ? comm_->coords() : std::vector<int>(plan_->meshSizes().size(), 0);
+}
+
+template <typename Fn>
+void Executor::forEachLocalBox(const TensorInfo &t, const std::vector<int> &coords, Fn fn) const {
+  // Per dimension the (whole offset, local offset, length) pieces this device holds.
+  struct Piece {
+    int64_t whole, local, len;
+  };
+  std::vector<std::vector<Piece>> pieces(t.shape.size());
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    int a = t.dimAxes.empty() ? -1 : t.dimAxes[d];
+    if (a < 0) {
+      pieces[d].push_back({0, 0, t.shape[d]});
+      continue;
+    }
+    int64_t k = t.dimBlocks[d], p = plan_->meshSizes()[static_cast<size_t>(a)];
+    int64_t whole = t.globalShape[d], piece = whole / (k * p);
+    for (int64_t b = 0; b < k; ++b)
+      pieces[d].push_back({b * (whole / k) + coords[static_cast<size_t>(a)] * piece, b * piece, piece});
+  }
+  std::vector<size_t> idx(t.shape.size(), 0);
+  while (true) {
+    std::vector<int64_t> wholeOff, localOff, box;
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      wholeOff.push_back(pieces[d][idx[d]].whole);
+      localOff.push_back(pieces[d][idx[d]].local);
+      box.push_back(pieces[d][idx[d]].len);
+    }
+    fn(wholeOff, localOff, box);
+    size_t d = t.shape.size();
+    while (d > 0 && ++idx[d - 1] == pieces[d - 1].size())
+      idx[--d] = 0;
+    if (d == 0)
+      return;
+  }
+}
+
+void Executor::loadFromWhole(int32_t id, const float *whole) {
+  const TensorInfo &t = plan_->tensor(id);
+  forEachLocalBox(t, coords(), [&](const auto &wholeOff, const auto &localOff, const auto &box) {
+    k::copyBox(whole, t.globalShape, wholeOff, data(id), t.shape, localOff, box, sizeof(float));
+  });
+}
+
+StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
+  const TensorInfo &t = plan_->tensor(id);
+  bool sharded = std::any_of(t.dimAxes.begin(), t.dimAxes.end(), [](int a) { return a >= 0; });
+  if (!comm_ || !sharded) {
+    if (comm_ && comm_->rank() != 0)
+      return std::vector<float>();
+    return std::vector<float>(f32(id), f32(id) + t.numElements);
+  }
+  int world = comm_->worldSize();
+  std::vector<float> all(comm_->rank() == 0 ? static_cast<size_t>(t.numElements * world) : 0);
+  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(data(id), t.bytes, all.data()));
+  if (comm_->rank() != 0)
+    return std::vector<float>();
+  int64_t wholeCount = 1;
+  for (int64_t d : t.globalShape)
+    wholeCount *= d;
+  std::vector<float> whole(static_cast<size_t>(wholeCount));
+  for (int r = 0; r < world; ++r) {
+    const float *local = all.data() + static_cast<int64_t>(r) * t.numElements;
+    forEachLocalBox(t, comm_->mesh().coords(r),
+                    [&](const auto &wholeOff, const auto &localOff, const auto &box) {
+                      k::copyBox(local, t.shape, localOff, whole.data(), t.globalShape, wholeOff,
+                                 box, sizeof(float));
+                    });
+  }
+  return whole;
+}
+
 void Executor::initialize(uint64_t seed) {
   const auto &tensors = plan_->tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -98,9 +173,21 @@ void Executor::initialize(uint64_t seed) {
     const plan::Tensor *pt = plan_->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
     float *p = static_cast<float *>(storage_[i]);
     switch (pt->init()) {
-    case plan::InitKind::Normal:
-      fillNormal(p, t.numElements, pt->init_std(), seed, t.name);
+    case plan::InitKind::Normal: {
+      // Draw the whole tensor and keep the local part: every layout gets the
+      // single-device values.
+      int64_t wholeCount = 1;
+      for (int64_t d : t.globalShape)
+        wholeCount *= d;
+      if (wholeCount == t.numElements) {
+        fillNormal(p, t.numElements, pt->init_std(), seed, t.name);
+      } else {
+        std::vector<float> whole(static_cast<size_t>(wholeCount));
+        fillNormal(whole.data(), wholeCount, pt->init_std(), seed, t.name);
+        loadFromWhole(static_cast<int32_t>(i), whole.data());
+      }
       break;
+    }
     case plan::InitKind::Ones:
       std::fill(p, p + t.numElements, 1.0f);
       break;
@@ -339,22 +426,36 @@ Status Executor::runCollective(const plan::Instruction &inst) {
                                            "'" + src.name + "' at " + what));
     else
       std::memcpy(staging_.data(), data(in[0]), static_cast<size_t>(src.bytes));
-    std::vector<int64_t> offsets(src.shape.size(), 0);
-    for (int p = 0; p < parts; ++p) {
-      offsets[static_cast<size_t>(dim)] = p * src.shape[static_cast<size_t>(dim)];
-      k::sliceCopy(data(out[0]), dst.shape, staging_.data() + p * src.numElements, src.shape,
-                   offsets, dtypeSize(src.dtype), /*toSmall=*/false);
-    }
+    // Rank p's block b goes to b * (whole / blocks) + p * piece along dim.
+    int64_t blocks = inst.ints()->Get(2), local = src.shape[static_cast<size_t>(dim)];
+    int64_t piece = local / blocks, whole = dst.shape[static_cast<size_t>(dim)];
+    std::vector<int64_t> srcOff(src.shape.size(), 0), dstOff(src.shape.size(), 0);
+    std::vector<int64_t> box = src.shape;
+    box[static_cast<size_t>(dim)] = piece;
+    for (int p = 0; p < parts; ++p)
+      for (int64_t b = 0; b < blocks; ++b) {
+        srcOff[static_cast<size_t>(dim)] = b * piece;
+        dstOff[static_cast<size_t>(dim)] = b * (whole / blocks) + p * piece;
+        k::copyBox(staging_.data() + p * src.numElements, src.shape, srcOff, data(out[0]),
+                   dst.shape, dstOff, box, dtypeSize(src.dtype));
+      }
     return Status::ok();
   }
   default: { // ShardSlice: this rank's block, no communication
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
     int64_t dim = inst.ints()->Get(1);
     int coord = comm_ ? comm_->coords()[static_cast<size_t>(axes[0])] : 0;
-    std::vector<int64_t> offsets(src.shape.size(), 0);
-    offsets[static_cast<size_t>(dim)] = coord * dst.shape[static_cast<size_t>(dim)];
-    k::sliceCopy(data(in[0]), src.shape, data(out[0]), dst.shape, offsets, dtypeSize(src.dtype),
-                 /*toSmall=*/true);
+    int64_t blocks = inst.ints()->Get(2), local = dst.shape[static_cast<size_t>(dim)];
+    int64_t piece = local / blocks, whole = src.shape[static_cast<size_t>(dim)];
+    std::vector<int64_t> srcOff(src.shape.size(), 0), dstOff(src.shape.size(), 0);
+    std::vector<int64_t> box = dst.shape;
+    box[static_cast<size_t>(dim)] = piece;
+    for (int64_t b = 0; b < blocks; ++b) {
+      srcOff[static_cast<size_t>(dim)] = b * (whole / blocks) + coord * piece;
+      dstOff[static_cast<size_t>(dim)] = b * piece;
+      k::copyBox(data(in[0]), src.shape, srcOff, data(out[0]), dst.shape, dstOff, box,
+                 dtypeSize(src.dtype));
+    }
     return Status::ok();
   }
   }

@@ -31,6 +31,12 @@ public:
   /// the values do not depend on the tensor order.
   void initialize(uint64_t seed);
 
+  /// Sets the local part of tensor `id` from its whole value (global shape).
+  void loadFromWhole(int32_t id, const float *whole);
+  /// The whole value of tensor `id` on rank 0 (collective: every rank calls
+  /// it; other ranks get an empty vector).
+  StatusOr<std::vector<float>> gatherWhole(int32_t id);
+
   /// Runs every instruction once (one training step). With `profile` (one
   /// entry per opcode), adds each instruction's wall time to its opcode.
   Status step(std::vector<double> *profile = nullptr);
@@ -48,6 +54,11 @@ private:
   Status run(const plan::Instruction &inst);
 
   Status runCollective(const plan::Instruction &inst);
+  /// Calls fn(wholeOffsets, localOffsets, box) for every box of tensor `t`'s
+  /// local part that a device at `coords` holds.
+  template <typename Fn>
+  void forEachLocalBox(const TensorInfo &t, const std::vector<int> &coords, Fn fn) const;
+  std::vector<int> coords() const;
 
   std::shared_ptr<const LoadedPlan> plan_;
   Communicator *comm_ = nullptr;

@@ -33,7 +33,10 @@ std::string planToJson(const LoadedPlan &loaded) {
     if (!t.dimAxes.empty()) {
       std::string spec = "[";
       for (size_t d = 0; d < t.dimAxes.size(); ++d)
-        spec += (d ? ", " : "") + (t.dimAxes[d] < 0 ? std::string("_") : loaded.meshAxes()[t.dimAxes[d]]);
+        spec += (d ? ", " : "") +
+                (t.dimAxes[d] < 0 ? std::string("_")
+                                  : loaded.meshAxes()[t.dimAxes[d]] +
+                                        (t.dimBlocks[d] > 1 ? "/" + std::to_string(t.dimBlocks[d]) : ""));
       tj["sharding"] = spec + "]";
     }
     if (t.kind == plan::TensorKind::Temporary)

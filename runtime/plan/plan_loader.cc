@@ -226,8 +226,11 @@ Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
 }
 
 Status InstructionChecker::blocked(const Shape &whole, const Shape &block) {
-  if (ints_.size() != 2 || ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
-    return fail("needs [mesh axis, dim] with a valid mesh axis");
+  if (ints_.size() != 3 || ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
+    return fail("needs [mesh axis, dim, blocks] with a valid mesh axis");
+  if (ints_[2] < 1 || ints_[1] < 0 || ints_[1] >= static_cast<int64_t>(block.size()) ||
+      block[static_cast<size_t>(ints_[1])] % ints_[2] != 0)
+    return fail("blocks ", ints_[2], " do not divide dim ", ints_[1]);
   int64_t axis = ints_[0], dim = ints_[1], parts = meshSizes_[axis];
   if (whole.size() != block.size() || dim < 0 || dim >= static_cast<int64_t>(whole.size()))
     return fail("dim ", dim, " is out of range or the ranks differ");
@@ -614,7 +617,21 @@ Status LoadedPlan::verify() {
       for (int a : info.dimAxes)
         if (a < -1 || a >= static_cast<int>(meshSizes_.size()))
           return invalidArgument(where(), " names mesh axis ", a, ", which the plan's mesh lacks");
+      if (t->dim_blocks())
+        info.dimBlocks.assign(t->dim_blocks()->begin(), t->dim_blocks()->end());
+      else
+        info.dimBlocks.assign(info.dimAxes.size(), 1);
+      if (info.dimBlocks.size() != info.dimAxes.size())
+        return invalidArgument(where(), " has ", info.dimBlocks.size(), " block counts for rank ",
+                               info.dimAxes.size());
+      for (size_t d = 0; d < info.dimAxes.size(); ++d)
+        if (info.dimBlocks[d] < 1 || info.shape[d] % info.dimBlocks[d] != 0)
+          return invalidArgument(where(), " has an invalid block count in dimension ", d);
     }
+    info.globalShape = info.shape;
+    for (size_t d = 0; d < info.dimAxes.size(); ++d)
+      if (info.dimAxes[d] >= 0)
+        info.globalShape[d] *= meshSizes_[static_cast<size_t>(info.dimAxes[d])];
     if (info.dtype == DType::BF16 || info.dtype == DType::F16)
       return error(StatusCode::kUnimplemented, where(), " is ", dtypeName(info.dtype),
                    "; the CPU backend runs f32 plans only");

@@ -24,6 +24,10 @@ struct TensorInfo {
   std::string name;
   /// Mesh axis per dimension (-1: whole); empty for single-device plans.
   std::vector<int> dimAxes;
+  /// Blocks per dimension (1: a plain split), with dimAxes.
+  std::vector<int> dimBlocks;
+  /// The whole tensor's shape (the local shape times the split factors).
+  std::vector<int64_t> globalShape;
   plan::TensorKind kind;
   plan::DType dtype;
   std::vector<int64_t> shape;

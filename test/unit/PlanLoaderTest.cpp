@@ -30,7 +30,7 @@ std::vector<uint8_t> buildPlan(const std::vector<TensorDesc> &tensors,
   fb::FlatBufferBuilder b;
   std::vector<fb::Offset<plan::Tensor>> ts;
   for (const TensorDesc &t : tensors)
-    ts.push_back(plan::CreateTensor(b, b.CreateString(t.name), 0, t.kind, plan::DType::F32,
+    ts.push_back(plan::CreateTensor(b, b.CreateString(t.name), 0, 0, t.kind, plan::DType::F32,
                                     b.CreateVector(t.shape), t.offset, plan::InitKind::Zeros));
   std::vector<fb::Offset<plan::Instruction>> is;
   for (const InstDesc &i : insts)

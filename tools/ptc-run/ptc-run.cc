@@ -295,18 +295,20 @@ int main(int argc, char **argv) {
     if (plan->tensors()[i].kind == plan::TensorKind::Parameter)
       params.push_back(static_cast<int32_t>(i));
   if (opts.count("--init")) {
-    for (int32_t id : params)
-      for (int a : plan->tensor(id).dimAxes)
-        if (a >= 0)
-          return fail("parameter '" + plan->tensor(id).name +
-                      "' is sharded; --init of sharded parameters is not supported yet");
+    // Every rank reads the whole tensors and keeps its part.
     auto file = SafetensorsFile::read(opts["--init"]);
     if (!file.isOk())
       return fail(file.status().message());
     for (int32_t id : params) {
-      Status s = file->copyTo(plan->tensor(id).name, plan->tensor(id).shape, ex.f32(id));
+      const TensorInfo &t = plan->tensor(id);
+      int64_t count = 1;
+      for (int64_t d : t.globalShape)
+        count *= d;
+      std::vector<float> whole(static_cast<size_t>(count));
+      Status s = file->copyTo(t.name, t.globalShape, whole.data());
       if (!s.isOk())
         return fail(s.message());
+      ex.loadFromWhole(id, whole.data());
     }
   }
 
@@ -391,15 +393,23 @@ int main(int argc, char **argv) {
     }
   }
 
-  if (opts.count("--save") && leader) {
+  if (opts.count("--save")) {
+    // Sharded parameters are gathered whole on rank 0, which writes the file.
+    std::vector<std::vector<float>> wholes;
     std::vector<NamedTensor> out;
     for (int32_t id : params) {
-      for (int a : plan->tensor(id).dimAxes)
-        if (a >= 0)
-          return fail("parameter '" + plan->tensor(id).name +
-                      "' is sharded; --save of sharded parameters is not supported yet");
-      out.push_back({plan->tensor(id).name, plan->tensor(id).shape, ex.f32(id)});
+      auto whole = ex.gatherWhole(id);
+      if (!whole.isOk())
+        return fail(whole.status().message());
+      wholes.push_back(std::move(*whole));
     }
+    if (!leader) {
+      finalizeMpi();
+      return 0;
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+      out.push_back({plan->tensor(params[i]).name, plan->tensor(params[i]).globalShape,
+                     wholes[i].data()});
     Status s = writeSafetensors(opts["--save"], out,
                                 {{"format", "pt"}, {"producer", "ptc-run"},
                                  {"steps", std::to_string(steps)}});

@@ -1,0 +1,36 @@
+// RUN: ptc-opt %s -split-input-file --ptc-shard="mesh=dp:2,tp:2" -verify-diagnostics
+
+// A dimension that the mesh axis does not divide.
+// expected-error @+1 {{'x' dimension 0 (size 3) is not divisible by mesh axis 'dp' (size 2)}}
+func.func @indivisible(%x: tensor<3x4xf32> {ptc.input = "x"}) -> tensor<3x4xf32> {
+  %0 = ptc.relu %x : tensor<3x4xf32>
+  return %0 : tensor<3x4xf32>
+}
+
+// -----
+
+// Two user annotations that disagree where they meet.
+// expected-note @+2 {{'a' is annotated "[tp, _]"}}
+// expected-note @+1 {{'b' is annotated "[_, tp]"}}
+func.func @conflict(%a: tensor<4x4xf32> {ptc.param = "a", ptc.sharding = "[tp, _]"},
+                    %b: tensor<4x4xf32> {ptc.param = "b", ptc.sharding = "[_, tp]"}) -> tensor<4x4xf32> {
+  // expected-error @+1 {{'ptc.add' op conflicting sharding annotations meet here: [tp, _] from 'a' and [_, tp] from 'b'}}
+  %0 = ptc.add %a, %b : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+// An annotation naming an axis the mesh lacks.
+// expected-error @+1 {{'w': sharding "[ep, _]" names 'ep', which is not a mesh axis}}
+func.func @unknown_axis(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = "[ep, _]"}) -> tensor<4x4xf32> {
+  return %w : tensor<4x4xf32>
+}
+
+// -----
+
+// A block count that does not divide the dimension.
+// expected-error @+1 {{'w' dimension 0 (size 6) is not divisible by mesh axis 'tp' (size 2) times its 2 blocks}}
+func.func @blocks(%w: tensor<6x4xf32> {ptc.param = "w", ptc.sharding = "[tp/2, _]"}) -> tensor<6x4xf32> {
+  return %w : tensor<6x4xf32>
+}
