@@ -74,8 +74,9 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
         if (auto reshape = dyn_cast<ReshapeOp>(op)) {
           auto source = bufferOf.find(reshape.getInput());
           if (source != bufferOf.end()) {
-            bufferOf[r] = source->second;
-            buffers[source->second].end = std::max(buffers[source->second].end, end);
+            size_t shared = source->second; // before the insertion below rehashes
+            bufferOf[r] = shared;
+            buffers[shared].end = std::max(buffers[shared].end, end);
             continue;
           }
         }

@@ -245,9 +245,13 @@ void Partitioner::rescale(Value r, double factor) {
   b.setInsertionPointAfterValue(r);
   auto scaled = ScaleOp::create(b, r.getLoc(), r, b.getF64FloatAttr(factor));
   r.replaceAllUsesExcept(scaled, scaled);
-  shardings[scaled] = shardings[r];
-  globalType[scaled] = globalType[r];
-  origins[scaled] = origins[r];
+  // Copy first: inserting the new key may rehash and move the old entries.
+  Sharding s = shardings[r];
+  RankedTensorType g = globalType[r];
+  Origin o = origins[r];
+  shardings[scaled] = s;
+  globalType[scaled] = g;
+  origins[scaled] = o;
 }
 
 LogicalResult Partitioner::conflict(Operation *op, Value a, Value b2) {
