@@ -2,16 +2,25 @@
 # The main job on its embedded default: installs what is missing, builds, then
 #  1. tokenizes real English text every Debian machine has (/usr/share/common-licenses),
 #  2. writes the default GPT (2 layers, hidden 128, 4 heads, seq 64, vocab 256, batch 8),
-#  3. compiles it with ptc-opt (autodiff, AdamW, memory plan) into a plan,
-#  4. trains it with ptc-run and shows the loss fall.
+#  3. compiles it with ptc-opt (autodiff, AdamW, sharding over a dp=2 x tp=2 mesh:
+#     data parallel x Megatron tensor parallel, memory plan) into a plan,
+#  4. trains it with ptc-run on 4 MPI ranks and shows the loss fall.
 # Outputs go to out/ (PTC_OUT_DIR): corpus.bin, gpt.mlir, gpt.plan, run.jsonl, final.safetensors.
-#   PTC_STEPS (default 1000), PTC_CORPUS (a text file to use instead of the licenses)
+#   PTC_STEPS (default 1000), PTC_CORPUS (a text file to use instead of the licenses),
+#   PTC_MESH (default dp:2,tp:2; empty: one process)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BIN=${PTC_BUILD_DIR:-build}/bin
 OUT=${PTC_OUT_DIR:-out}
 STEPS=${PTC_STEPS:-1000}
+MESH=${PTC_MESH-dp:2,tp:2}
+RANKS=1
+MESH_OPT=""
+if [ -n "$MESH" ]; then
+  MESH_OPT=" mesh=$MESH"
+  for axis in ${MESH//,/ }; do RANKS=$((RANKS * ${axis#*:})); done
+fi
 mkdir -p "$OUT"
 
 if [ -n "${PTC_CORPUS:-}" ]; then
@@ -22,9 +31,11 @@ else
 fi
 "$BIN/ptc-model" gpt --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --batch 8 -o "$OUT/gpt.mlir"
 "$BIN/ptc-opt" "$OUT/gpt.mlir" --ptc-summarize-model \
-  --ptc-compile="plan=$OUT/gpt.plan optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0" \
+  --ptc-compile="plan=$OUT/gpt.plan optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0$MESH_OPT" \
   -o "$OUT/gpt.compiled.mlir"
-"$BIN/ptc-run" "$OUT/gpt.plan" --data "$OUT/corpus.bin" --steps "$STEPS" --log-every 100 \
+NP=()
+if [ "$RANKS" -gt 1 ]; then NP=(--np "$RANKS" --threads 1); fi
+"$BIN/ptc-run" "$OUT/gpt.plan" "${NP[@]}" --data "$OUT/corpus.bin" --steps "$STEPS" --log-every 100 \
   --metrics "$OUT/run.jsonl" --save "$OUT/final.safetensors"
 
 # First loss vs the mean of the last 50 steps.

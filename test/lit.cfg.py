@@ -22,3 +22,8 @@ llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)
 
 # Reference numerics and small checks use Debian's python (numpy, torch).
 config.substitutions.append(("%python", "/usr/bin/python3"))
+
+# Multi-rank tests start OpenMPI's mpirun, as root on CI and with more ranks than cores.
+for var, value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+                   ("OMPI_MCA_rmaps_base_oversubscribe", "1")):
+    config.environment[var] = value

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""Benchmark: data parallelism on this machine, in one invocation.
+  ptc-run 1 process (2 threads)  vs  ptc-run dp=2 (2 processes x 1 thread), same global batch,
+  and PyTorch DDP (gloo, 2 processes x 1 thread) on the same model.
+Prints median step times and ratios.
+
+usage: bench/dp_scaling.py [--bin build/bin] [--steps 20] [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
+
+
+def ddp_worker(rank, world, cfg, port, steps, warmup, out):
+    import torch
+    import torch.distributed as dist
+    import reference_gpt as ref
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    L, H, A, S, B, V = cfg
+    model = torch.nn.parallel.DistributedDataParallel(ref.GPT(L, H, A, S, V))
+    opt = ref.make_optimizer(model.module, "adamw", lr=1e-3)
+    data = np.frombuffer(open("/usr/share/common-licenses/GPL-3", "rb").read(),
+                         dtype=np.uint8).astype(np.uint16)
+    times = []
+    local = B // world
+    for step in range(steps + warmup):
+        x, y = ref.batch(data, step, B, S)
+        x, y = x[rank * local:(rank + 1) * local], y[rank * local:(rank + 1) * local]
+        t0 = time.perf_counter()
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    if rank == 0:
+        out.put(statistics.median(times[warmup:]))
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"))
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=256)
+    a = ap.parse_args()
+    cfg = (a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab)
+    b = lambda t: os.path.join(a.bin, t)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+    with tempfile.TemporaryDirectory() as d:
+        w = lambda n: os.path.join(d, n)
+        np.frombuffer(open("/usr/share/common-licenses/GPL-3", "rb").read(),
+                      dtype=np.uint8).astype("<u2").tofile(w("data.bin"))
+        subprocess.run([b("ptc-model"), "gpt", "--layers", str(a.layers), "--hidden",
+                        str(a.hidden), "--heads", str(a.heads), "--seq", str(a.seq), "--vocab",
+                        str(a.vocab), "--batch", str(a.batch), "-o", w("gpt.mlir")], check=True)
+
+        def ptc(mesh, ranks, threads):
+            plan = w(f"gpt-{ranks}.plan")
+            extra = f" mesh={mesh}" if mesh else ""
+            subprocess.run([b("ptc-opt"), w("gpt.mlir"),
+                            f"--ptc-compile=plan={plan} optimizer=adamw lr=1e-3{extra}", "-o",
+                            os.devnull], check=True)
+            cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps",
+                   str(a.steps + a.warmup), "--log-every", "0", "--threads", str(threads),
+                   "--metrics", w(f"m{ranks}.jsonl")]
+            if ranks > 1:
+                cmd += ["--np", str(ranks)]
+            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+            rows = [json.loads(l) for l in open(w(f"m{ranks}.jsonl"))][a.warmup:]
+            return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
+
+        one = ptc(None, 1, 2)
+        two = ptc("dp:2", 2, 1)
+
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()
+    port = 29500 + os.getpid() % 1000
+    procs = [ctx.Process(target=ddp_worker, args=(r, 2, cfg, port, a.steps, a.warmup, q))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    ddp = q.get()
+
+    print(f"config: layers {a.layers}, hidden {a.hidden}, heads {a.heads}, seq {a.seq}, "
+          f"global batch {a.batch}, AdamW; median of {a.steps} steps; 2 cores")
+    print(f"ptc-run 1 process x 2 threads : {one * 1e3:8.1f} ms/step")
+    print(f"ptc-run dp=2 x 1 thread       : {two * 1e3:8.1f} ms/step  ({two / one:.2f}x the 1-process time)")
+    print(f"PyTorch DDP gloo 2 x 1 thread : {ddp * 1e3:8.1f} ms/step  (ptc dp=2 / DDP: {two / ddp:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""No hang, ever: while a 2-rank data-parallel run trains, one rank is killed (or,
+with --signal STOP, frozen); the job must end with a non-zero status and an error
+naming a rank within a bounded time. A killed rank is reported by the launcher
+(OpenMPI names the dead rank); a frozen one by ptc-run's collective timeout on its
+peer, which names the collective, the mesh axes and itself, then aborts the job.
+
+usage: dead_rank.py --bin BUILD/bin --workdir DIR [--signal KILL|STOP] [--bound 60]
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def rank_pids(plan):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"ptc-run") and plan.encode() in cmd:
+            pids.append(int(pid))
+    return sorted(pids)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--bound", type=float, default=60.0)
+    ap.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    w = lambda n: os.path.join(args.workdir, n)
+    b = lambda t: os.path.join(args.bin, t)
+    open(w("text.txt"), "wb").write(open("/usr/share/common-licenses/GPL-3", "rb").read())
+    subprocess.run([b("ptc-tokenize"), "-o", w("data.bin"), w("text.txt")], check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4",
+                    "--seq", "32", "--batch", "8", "-o", w("gpt.mlir")], check=True)
+    plan = w(f"dead-rank-{args.signal.lower()}.plan")
+    subprocess.run([b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} mesh=dp:2", "-o",
+                    os.devnull], check=True)
+    job = subprocess.Popen([b("ptc-run"), plan, "--np", "2", "--data", w("data.bin"), "--steps",
+                            "1000000", "--log-every", "100", "--threads", "1",
+                            "--collective-timeout", "5"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 30
+    pids = []
+    while time.time() < deadline and len(pids) < 2:
+        time.sleep(0.2)
+        pids = rank_pids(plan)
+    if len(pids) < 2:
+        job.kill()
+        print("FAIL: the two ranks did not start")
+        return 1
+    time.sleep(2.0)  # let it train
+    victim = pids[-1]
+    os.kill(victim, signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP)
+    killed = time.time()
+    try:
+        out, _ = job.communicate(timeout=args.bound)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        for pid in rank_pids(plan):
+            os.kill(pid, signal.SIGKILL)
+        print(f"FAIL: the job still ran {args.bound:.0f} s after a rank was killed (a hang)")
+        return 1
+    elapsed = time.time() - killed
+    tail = "\n".join(out.strip().splitlines()[-12:])
+    print(tail)
+    named = "rank 1" in out or "rank 0" in out
+    if args.signal == "STOP":
+        named = named and "did not complete within" in out
+    ok = job.returncode != 0 and named
+    for pid in rank_pids(plan):  # a frozen rank that outlived the job
+        os.kill(pid, signal.SIGKILL)
+    print(f"job exited with status {job.returncode} {elapsed:.1f} s after rank pid {victim} got "
+          f"SIG{args.signal}; error names a rank: {named}")
+    print("dead rank:", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
