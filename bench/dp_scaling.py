@@ -15,10 +15,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
+import common  # noqa: E402
 
 
 def ddp_worker(rank, world, cfg, port, steps, warmup, out):
@@ -32,8 +32,7 @@ def ddp_worker(rank, world, cfg, port, steps, warmup, out):
     L, H, A, S, B, V = cfg
     model = torch.nn.parallel.DistributedDataParallel(ref.GPT(L, H, A, S, V))
     opt = ref.make_optimizer(model.module, "adamw", lr=1e-3)
-    data = np.frombuffer(open("/usr/share/common-licenses/GPL-3", "rb").read(),
-                         dtype=np.uint8).astype(np.uint16)
+    data = common.corpus_tokens()
     times = []
     local = B // world
     for step in range(steps + warmup):
@@ -52,15 +51,7 @@ def ddp_worker(rank, world, cfg, port, steps, warmup, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"))
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=256)
+    common.add_model_options(ap, steps=20)
     a = ap.parse_args()
     cfg = (a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab)
     b = lambda t: os.path.join(a.bin, t)
@@ -68,18 +59,11 @@ def main():
 
     with tempfile.TemporaryDirectory() as d:
         w = lambda n: os.path.join(d, n)
-        np.frombuffer(open("/usr/share/common-licenses/GPL-3", "rb").read(),
-                      dtype=np.uint8).astype("<u2").tofile(w("data.bin"))
-        subprocess.run([b("ptc-model"), "gpt", "--layers", str(a.layers), "--hidden",
-                        str(a.hidden), "--heads", str(a.heads), "--seq", str(a.seq), "--vocab",
-                        str(a.vocab), "--batch", str(a.batch), "-o", w("gpt.mlir")], check=True)
+        common.write_data(w("data.bin"))
 
         def ptc(mesh, ranks, threads):
             plan = w(f"gpt-{ranks}.plan")
-            extra = f" mesh={mesh}" if mesh else ""
-            subprocess.run([b("ptc-opt"), w("gpt.mlir"),
-                            f"--ptc-compile=plan={plan} optimizer=adamw lr=1e-3{extra}", "-o",
-                            os.devnull], check=True)
+            common.compile_gpt(a, d, plan, "optimizer=adamw lr=1e-3" + (f" mesh={mesh}" if mesh else ""))
             cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps",
                    str(a.steps + a.warmup), "--log-every", "0", "--threads", str(threads),
                    "--metrics", w(f"m{ranks}.jsonl")]

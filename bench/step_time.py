@@ -16,10 +16,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "e2e"))
+import common  # noqa: E402
 import reference_gpt as ref  # noqa: E402
 
 
@@ -34,16 +35,8 @@ def model_flops(L, H, A, S, B, V):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin"))
+    common.add_model_options(ap, steps=30)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=256)
     a = ap.parse_args()
     L, H, A, S, B, V = a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab
     binp = lambda t: os.path.join(a.bin, t)
@@ -53,17 +46,11 @@ def main():
                                check=True, capture_output=True, text=True).stdout
     sgemm = float(re.search(r"([0-9.]+) GFLOP/s", sgemm_out).group(1)) * 1e9
 
+    data = common.corpus_tokens()
     with tempfile.TemporaryDirectory() as d:
         w = lambda n: os.path.join(d, n)
-        corpus = open("/usr/share/common-licenses/GPL-3", "rb").read()
-        data = np.frombuffer(corpus, dtype=np.uint8).astype(np.uint16)
-        data.astype("<u2").tofile(w("data.bin"))
-        subprocess.run([binp("ptc-model"), "gpt", "--layers", str(L), "--hidden", str(H),
-                        "--heads", str(A), "--seq", str(S), "--vocab", str(V), "--batch", str(B),
-                        "-o", w("gpt.mlir")], check=True)
-        subprocess.run([binp("ptc-opt"), w("gpt.mlir"),
-                        f"--ptc-compile=plan={w('gpt.plan')} optimizer=adamw lr=1e-3", "-o",
-                        os.devnull], check=True)
+        common.write_data(w("data.bin"))
+        common.compile_gpt(a, d, w("gpt.plan"), "optimizer=adamw lr=1e-3")
         subprocess.run([binp("ptc-run"), w("gpt.plan"), "--data", w("data.bin"), "--steps",
                         str(a.steps + a.warmup), "--threads", str(a.threads), "--log-every", "0",
                         "--metrics", w("run.jsonl")], env=env, check=True, stdout=subprocess.DEVNULL)

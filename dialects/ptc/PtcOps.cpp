@@ -21,6 +21,19 @@ int64_t mlir::ptc::getNumElements(ShapedType type) {
   return n;
 }
 
+void mlir::ptc::replaceReturn(func::FuncOp func, ArrayRef<Value> results,
+                              ArrayRef<DictionaryAttr> resultAttrs) {
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  OpBuilder b(ret);
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  SmallVector<Type> types;
+  for (Value v : results)
+    types.push_back(v.getType());
+  func.setType(b.getFunctionType(func.getArgumentTypes(), types));
+  func.setAllResultAttrs(resultAttrs);
+}
+
 namespace {
 /// Prints a shape as `4x8x16` (or `scalar` for rank 0) in diagnostics.
 std::string shapeStr(ArrayRef<int64_t> shape) {

@@ -48,6 +48,11 @@ FailureOr<RankedTensorType> inferReduceType(RankedTensorType input, ArrayRef<int
 /// the lhs type, so that the op still exists and fails verification.
 Type inferBroadcastTypeOrFallback(Location loc, Value lhs, Value rhs);
 
+/// Replaces `func`'s return with one returning `results`, with one attribute
+/// dictionary per result, and updates the function type.
+void replaceReturn(func::FuncOp func, ArrayRef<Value> results,
+                   ArrayRef<DictionaryAttr> resultAttrs);
+
 /// Number of elements of a statically shaped tensor type.
 int64_t getNumElements(ShapedType type);
 

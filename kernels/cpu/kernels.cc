@@ -184,20 +184,28 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
                 0.0f, out + i * m * n, static_cast<int>(n));
 }
 
+namespace {
+/// Mean and 1/sqrt(biased variance + eps) of one row, two-pass for accuracy.
+inline void rowStats(const float *x, int64_t cols, float eps, float &mean, float &rstd) {
+  mean = 0.0f;
+  for (int64_t c = 0; c < cols; ++c)
+    mean += x[c];
+  mean /= static_cast<float>(cols);
+  float var = 0.0f;
+  for (int64_t c = 0; c < cols; ++c)
+    var += (x[c] - mean) * (x[c] - mean);
+  rstd = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
+}
+} // namespace
+
 void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
                int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * cols;
     float *yr = out + r * cols;
-    float mean = 0.0f;
-    for (int64_t c = 0; c < cols; ++c)
-      mean += xr[c];
-    mean /= static_cast<float>(cols);
-    float var = 0.0f;
-    for (int64_t c = 0; c < cols; ++c)
-      var += (xr[c] - mean) * (xr[c] - mean);
-    float rstd = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
+    float mean, rstd;
+    rowStats(xr, cols, eps, mean, rstd);
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c)
       yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
@@ -214,14 +222,8 @@ void layerNormGrad(const float *x, const float *w, const float *g, float *dx, fl
 #pragma omp for
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = x + r * cols, *gr = g + r * cols;
-      float mean = 0.0f;
-      for (int64_t c = 0; c < cols; ++c)
-        mean += xr[c];
-      mean /= static_cast<float>(cols);
-      float var = 0.0f;
-      for (int64_t c = 0; c < cols; ++c)
-        var += (xr[c] - mean) * (xr[c] - mean);
-      float rstd = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
+      float mean, rstd;
+      rowStats(xr, cols, eps, mean, rstd);
       float sumD = 0.0f, sumDX = 0.0f;
       for (int64_t c = 0; c < cols; ++c) {
         xhat[c] = (xr[c] - mean) * rstd;

@@ -110,13 +110,7 @@ LogicalResult differentiate(func::FuncOp func) {
     resultAttrs.push_back(
         b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradAttrName, name)));
   }
-  func::ReturnOp::create(b, ret.getLoc(), results);
-  ret.erase();
-  SmallVector<Type> resultTypes;
-  for (Value v : results)
-    resultTypes.push_back(v.getType());
-  func.setType(b.getFunctionType(func.getArgumentTypes(), resultTypes));
-  func.setAllResultAttrs(resultAttrs);
+  replaceReturn(func, results, resultAttrs);
   return success();
 }
 

@@ -126,13 +126,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (adamw)
       update(step, "optimizer.step");
 
-    func::ReturnOp::create(b, ret.getLoc(), results);
-    ret.erase();
-    SmallVector<Type> resultTypes;
-    for (Value v : results)
-      resultTypes.push_back(v.getType());
-    func.setType(b.getFunctionType(func.getArgumentTypes(), resultTypes));
-    func.setAllResultAttrs(resultAttrs);
+    replaceReturn(func, results, resultAttrs);
   }
 };
 } // namespace

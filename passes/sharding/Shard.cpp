@@ -605,36 +605,30 @@ LogicalResult Partitioner::processOp(Operation *op) {
           scale[0] = 1.0 / static_cast<double>(shardFactor(split));
         out.push_back(res);
       })
-      .Case<ReduceMaxOp>([&](ReduceMaxOp rm) {
+      .Case<ReduceMaxOp, ReduceMaxGradOp>([&](Operation *o) {
+        // The maximum needs whole reduced dimensions; the rest keep their split.
         full(0);
-        int64_t r = rank(rm.getInput());
+        ArrayRef<int64_t> axes = isa<ReduceMaxOp>(o) ? cast<ReduceMaxOp>(o).getAxes()
+                                                     : cast<ReduceMaxGradOp>(o).getAxes();
+        bool keep = isa<ReduceMaxOp>(o) ? cast<ReduceMaxOp>(o).getKeepDims()
+                                        : cast<ReduceMaxGradOp>(o).getKeepDims();
+        int64_t r = rank(o->getOperand(0));
         SmallVector<bool> reduced(r, false);
-        for (int64_t a : rm.getAxes())
+        for (int64_t a : axes)
           reduced[a < 0 ? a + r : a] = true;
-        Sharding res;
+        Sharding kept;
         for (int64_t d = 0; d < r; ++d) {
           if (reduced[d])
-            want[0].dims[d] = -1;
-          if (!reduced[d] || rm.getKeepDims())
-            res.dims.push_back(reduced[d] ? DimShard() : want[0].dims[d]);
+            want[0].dims[d] = DimShard();
+          if (!reduced[d] || keep)
+            kept.dims.push_back(reduced[d] ? DimShard() : want[0].dims[d]);
         }
-        out.push_back(res);
-      })
-      .Case<ReduceMaxGradOp>([&](ReduceMaxGradOp rm) {
-        full(0);
-        int64_t r = rank(rm.getInput());
-        SmallVector<bool> reduced(r, false);
-        for (int64_t a : rm.getAxes())
-          reduced[a < 0 ? a + r : a] = true;
-        Sharding g;
-        for (int64_t d = 0; d < r; ++d) {
-          if (reduced[d])
-            want[0].dims[d] = -1;
-          if (!reduced[d] || rm.getKeepDims())
-            g.dims.push_back(reduced[d] ? DimShard() : want[0].dims[d]);
+        if (isa<ReduceMaxOp>(o)) {
+          out.push_back(kept);
+        } else {
+          want[1] = kept; // the gradient has the reduced shape
+          out.push_back(want[0]);
         }
-        want[1] = g;
-        out.push_back(want[0]);
       })
       .Case<BroadcastOp>([&](BroadcastOp bc) {
         RankedTensorType gi = global(bc.getInput());

@@ -1,0 +1,42 @@
+"""Helpers shared by the benchmarks: the bench configuration's options, the data file,
+and building a GPT plan with ptc-model + ptc-opt."""
+import os
+import subprocess
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = "/usr/share/common-licenses/GPL-3"
+
+
+def add_model_options(ap, steps):
+    """The bench configuration of the issue tracker: 4 layers, hidden 256, 8 heads,
+    seq 128, batch 8, vocab 256."""
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"))
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=256)
+
+
+def corpus_tokens():
+    return np.frombuffer(open(CORPUS, "rb").read(), dtype=np.uint8).astype(np.uint16)
+
+
+def write_data(path):
+    corpus_tokens().astype("<u2").tofile(path)
+
+
+def compile_gpt(a, workdir, plan, options):
+    """ptc-model gpt with the configuration in `a`, then ptc-compile with `options`."""
+    b = lambda t: os.path.join(a.bin, t)
+    mlir = os.path.join(workdir, "gpt.mlir")
+    subprocess.run([b("ptc-model"), "gpt", "--layers", str(a.layers), "--hidden", str(a.hidden),
+                    "--heads", str(a.heads), "--seq", str(a.seq), "--vocab", str(a.vocab),
+                    "--batch", str(a.batch), "-o", mlir], check=True)
+    subprocess.run([b("ptc-opt"), mlir, f"--ptc-compile=plan={plan} {options}", "-o",
+                    os.devnull], check=True)
