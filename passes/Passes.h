@@ -30,6 +30,10 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
                                        llvm::cl::init(0.9)};
   PassOptions::Option<std::string> mesh{
       *this, "mesh", llvm::cl::desc("Device mesh, e.g. dp:2,tp:2 (default: one device)")};
+  PassOptions::Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("With a tp axis: also split the sequence over tp (Megatron-SP)"),
+      llvm::cl::init(false)};
   PassOptions::Option<bool> explain{
       *this, "explain", llvm::cl::desc("Print every inserted collective, its cause and cost"),
       llvm::cl::init(false)};

@@ -32,6 +32,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     ShardPassOptions shard;
     shard.mesh = options.mesh;
     shard.explain = options.explain;
+    shard.sequenceParallel = options.sequenceParallel;
     pm.addPass(createShardPass(shard));
     pm.addPass(createCSEPass());
   }

@@ -212,3 +212,10 @@ LogicalResult ShardSliceOp::verify() {
   return verifyBlocked(*this, getInput().getType(), getType(), getDim(), *parts,
                        getBlocksAttr().getInt());
 }
+
+LogicalResult ReduceScatterOp::verify() {
+  FailureOr<int64_t> parts = resolveAxes(*this, getAxes(), /*single=*/true);
+  if (failed(parts))
+    return failure();
+  return verifyBlocked(*this, getInput().getType(), getType(), getDimAttr().getInt(), *parts, 1);
+}

@@ -62,6 +62,29 @@ def Ptc_AllGatherOp : Ptc_Op<"all_gather", [Pure, SameOperandsAndResultElementTy
   let hasVerifier = 1;
 }
 
+def Ptc_ReduceScatterOp : Ptc_Op<"reduce_scatter", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "sum over a mesh group, each device keeping one block of the result";
+  let description = [{
+    Sums the operand over the group (one mesh axis) and leaves on the device
+    with coordinate `c` block `c` of the sum along `dim` (sequence
+    parallelism's exit from a row-parallel layer). With `axes = ["tp"]`,
+    `dim = 0` on a `tp = 2` mesh:
+
+    | device | operand      | result      |
+    |--------|--------------|-------------|
+    | tp=0   | [a0; b0]     | a0 + a1     |
+    | tp=1   | [a1; b1]     | b0 + b1     |
+
+    ```mlir
+    %y = ptc.reduce_scatter %x {axes = ["tp"], dim = 1 : i64} : tensor<8x64x128xf32> -> tensor<8x32x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElementType]> {
   let summary = "this device's block of a replicated tensor (no communication)";
   let description = [{

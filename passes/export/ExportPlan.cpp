@@ -151,6 +151,9 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
                         o.getBlocksAttr().getInt()},
                        {}};
       })
+      .Case([&](ReduceScatterOp o) {
+        return Lowered{C::ReduceScatter, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
+      })
       .Case([&](ShardSliceOp o) {
         return Lowered{C::ShardSlice,
                        {axisIndices(o.getAxes())[0], o.getDimAttr().getInt(),

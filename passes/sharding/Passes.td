@@ -13,8 +13,9 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
     which it is a partial sum — rewrites the step to per-device (local)
     shapes, and inserts collectives where a consumer needs another sharding
     than its producer gives: `ptc.all_reduce` (partial -> full sum),
-    `ptc.all_gather` (sharded -> replicated), `ptc.shard_slice`
-    (replicated -> sharded, no communication).
+    `ptc.reduce_scatter` (partial -> sharded), `ptc.all_gather`
+    (sharded -> replicated), `ptc.shard_slice` (replicated -> sharded, no
+    communication).
 
     Shardings come, in order of priority, from user annotations
     (`ptc.sharding = "[dp, _]"` on arguments), default rules (the batch
@@ -23,6 +24,11 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
     in program order. Where operands disagree, the smaller one is resharded;
     two user annotations that disagree are an error. Every op records its
     results' shardings and their origin in `ptc.shardings`.
+
+    With `sequence-parallel`, the sequence dimension (dim 1) of the inputs is
+    split over `tp` too, so LayerNorms and residual adds run on sequence
+    shards; entering a column-parallel layer then all-gathers the sequence and
+    leaving a row-parallel one reduce-scatters it (`ptc.reduce_scatter`).
 
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
@@ -38,6 +44,9 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
   let options = [
     Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
            "Device mesh, e.g. dp:2,tp:2 (default: the module's ptc.mesh)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
+           "Also split the sequence dimension of inputs over tp (Megatron sequence "
+           "parallelism: LayerNorm and residuals on sequence shards)">,
     Option<"explain", "explain", "bool", /*default=*/"false",
            "Print every inserted collective with its cause and cost">,
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",

@@ -78,7 +78,8 @@ struct Collective {
 
 class Partitioner {
 public:
-  Partitioner(func::FuncOp func, const MeshInfo &mesh) : func(func), mesh(mesh), b(func) {}
+  Partitioner(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel)
+      : func(func), mesh(mesh), b(func), sequenceParallel(sequenceParallel) {}
 
   LogicalResult run();
   SmallVector<Collective> collectives;
@@ -118,6 +119,7 @@ private:
   func::FuncOp func;
   const MeshInfo &mesh;
   OpBuilder b;
+  bool sequenceParallel;
   llvm::DenseMap<Value, Sharding> shardings;
   llvm::DenseMap<Value, Origin> origins;
   llvm::DenseMap<Value, RankedTensorType> globalType;
@@ -192,6 +194,28 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   for (int a : curS.partial)
     if (!llvm::is_contained(target.partial, a))
       reduce.push_back(a);
+  // A pending sum over an axis that the consumer wants to split a dimension
+  // over: reduce-scatter along that dimension (half the traffic of an
+  // all-reduce, and no slice afterwards).
+  for (int a : SmallVector<int>(reduce)) {
+    for (size_t d = 0; d < target.dims.size(); ++d) {
+      if (target.dims[d].axis != a || target.dims[d].blocks != 1 || curS.dims[d].axis >= 0)
+        continue;
+      Sharding next = curS;
+      next.dims[d] = DimShard(a);
+      llvm::erase(next.partial, a);
+      FailureOr<RankedTensorType> type = localType(v, g, next, user);
+      if (failed(type))
+        return failure();
+      auto rs = ReduceScatterOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[a]}),
+                                        b.getI64IntegerAttr(static_cast<int64_t>(d)));
+      collectives.push_back({rs, cause("reduce_scatter")});
+      cur = rs;
+      curS = next;
+      llvm::erase(reduce, a);
+      break;
+    }
+  }
   if (!reduce.empty()) {
     SmallVector<StringRef> names;
     for (int a : reduce)
@@ -274,6 +298,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
   SmallVector<Sharding> want;
   SmallVector<Sharding> out;
   SmallVector<double> scale(op->getNumResults(), 1.0);
+  SmallVector<double> operandScale(op->getNumOperands(), 1.0);
   for (Value v : op->getOperands())
     want.push_back(sharding(v));
   auto rank = [&](Value v) { return global(v).getRank(); };
@@ -335,12 +360,21 @@ LogicalResult Partitioner::processOp(Operation *op) {
         // Linear cases keep partial sums; anything else sums first.
         bool isAdd = isa<AddOp, SubOp>(o);
         const auto &pl = want[0].partial, &pr = want[1].partial;
+        int scaleOperand = -1;
         if (isAdd) {
-          if (pl != pr) {
-            full(0);
-            full(1);
+          if (pl.empty() != pr.empty()) {
+            // partial + whole stays partial if the whole side is divided by the
+            // group size: the sum over the group restores it (a bias added to
+            // a row-parallel output before its reduce-scatter or all-reduce).
+            scaleOperand = pl.empty() ? 0 : 1;
+            res.partial = pl.empty() ? pr : pl;
+          } else {
+            if (pl != pr) {
+              full(0);
+              full(1);
+            }
+            res.partial = want[0].partial;
           }
-          res.partial = want[0].partial;
         } else if (isa<MulOp>(o) && !pl.empty() && !pr.empty()) {
           full(1);
           res.partial = want[0].partial;
@@ -357,6 +391,8 @@ LogicalResult Partitioner::processOp(Operation *op) {
             full(1);
             res.partial.clear();
           }
+        if (scaleOperand >= 0 && !res.partial.empty())
+          operandScale[scaleOperand] = 1.0 / static_cast<double>(shardFactor(res.partial));
         out.push_back(res);
       })
       .Case<ScaleOp, ConvertOp>([&](Operation *) { out.push_back(want[0]); })
@@ -396,16 +432,18 @@ LogicalResult Partitioner::processOp(Operation *op) {
           k = DimShard();
         sa.dims[kDim] = k;
         sb.dims[kDimB] = k;
-        DimShard m = sa.dims[mDim];
-        if (used(m) || (m.axis >= 0 && m.axis == k.axis))
-          m = DimShard();
-        sa.dims[mDim] = m;
-        res.dims[r - 2] = m;
+        // The weight's split (N) wins over the activation's (M): gathering
+        // activations is what tensor/sequence parallelism expects.
         DimShard n = sb.dims[nDim];
-        if (used(n) || (n.axis >= 0 && (n.axis == k.axis || n.axis == m.axis)))
+        if (used(n) || (n.axis >= 0 && n.axis == k.axis))
           n = DimShard();
         sb.dims[nDim] = n;
         res.dims[r - 1] = n;
+        DimShard m = sa.dims[mDim];
+        if (used(m) || (m.axis >= 0 && (m.axis == k.axis || m.axis == n.axis)))
+          m = DimShard();
+        sa.dims[mDim] = m;
+        res.dims[r - 2] = m;
         res.partial = sa.partial.empty() ? sb.partial : sa.partial;
         if (k.axis >= 0) {
           if (llvm::is_contained(res.partial, k.axis) || res.hasAxis(k.axis)) {
@@ -685,7 +723,19 @@ LogicalResult Partitioner::processOp(Operation *op) {
     FailureOr<Value> v = reshard(op->getOperand(i), want[i], op, "operand #" + std::to_string(i));
     if (failed(v))
       return failure();
-    op->setOperand(i, *v);
+    Value nv = *v;
+    if (operandScale[i] != 1.0) {
+      b.setInsertionPoint(op);
+      Value scaled = ScaleOp::create(b, op->getLoc(), nv, b.getF64FloatAttr(operandScale[i]));
+      Sharding sc = shardings[nv];
+      RankedTensorType gt = globalType[nv];
+      Origin org = origins[nv];
+      shardings[scaled] = sc;
+      globalType[scaled] = gt;
+      origins[scaled] = org;
+      nv = scaled;
+    }
+    op->setOperand(i, nv);
   }
   // Results inherit the annotated source of their first annotated operand.
   BlockArgument annotated;
@@ -853,6 +903,13 @@ LogicalResult Partitioner::run() {
       s.dims[0] = dp; // default rule: the batch dimension of inputs goes to dp
       origin = {"default: batch -> dp", {}};
     }
+    int tp = mesh.axisIndex("tp");
+    if (sequenceParallel && tp >= 0 && mesh.sizes[tp] > 1 && g.getRank() >= 2 &&
+        !func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName) &&
+        func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
+      s.dims[1] = tp; // sequence parallelism: the sequence dimension goes to tp
+      origin.how += ", sequence -> tp";
+    }
     if (failed(setResult(arg, s, origin, nullptr)))
       return failure();
   }
@@ -890,12 +947,23 @@ LogicalResult Partitioner::run() {
 }
 
 /// Merges single-tensor all-reduces over the same axes whose operands are all
-/// ready at the first of them, up to `capBytes` per bucket.
+/// ready at the first of them, up to `capBytes` per bucket (one open bucket
+/// per set of axes, so interleaved groups still bucket).
 void bucketAllReduces(func::FuncOp func, double capBytes, SmallVector<Collective> &collectives) {
   Block &block = func.getBody().front();
-  SmallVector<AllReduceOp> pending;
-  int64_t bytes = 0;
-  auto flush = [&]() {
+  struct Bucket {
+    SmallVector<AllReduceOp> ops;
+    int64_t bytes = 0;
+  };
+  std::map<std::string, Bucket> open;
+  auto key = [](AllReduceOp ar) {
+    std::string k;
+    for (Attribute a : ar.getAxes())
+      k += cast<StringAttr>(a).str() + ",";
+    return k;
+  };
+  auto flush = [&](Bucket &bucket) {
+    SmallVector<AllReduceOp> &pending = bucket.ops;
     if (pending.size() > 1) {
       OpBuilder b(pending.front());
       SmallVector<Value> inputs;
@@ -918,24 +986,25 @@ void bucketAllReduces(func::FuncOp func, double capBytes, SmallVector<Collective
       collectives.push_back({merged, cause});
     }
     pending.clear();
-    bytes = 0;
+    bucket.bytes = 0;
   };
   for (Operation &op : llvm::make_early_inc_range(block)) {
     auto ar = dyn_cast<AllReduceOp>(op);
     if (!ar || ar.getInputs().size() != 1)
       continue;
+    Bucket &bucket = open[key(ar)];
     Value in = ar.getInputs()[0];
     int64_t size = getTensorBytes(cast<RankedTensorType>(in.getType()));
-    bool ready = pending.empty() ||
-                 (ar.getAxes() == pending.front().getAxes() &&
-                  (isa<BlockArgument>(in) || in.getDefiningOp()->isBeforeInBlock(pending.front())) &&
-                  bytes + size <= capBytes);
-    if (!ready)
-      flush();
-    pending.push_back(ar);
-    bytes += size;
+    bool fits = bucket.ops.empty() ||
+                ((isa<BlockArgument>(in) || in.getDefiningOp()->isBeforeInBlock(bucket.ops.front())) &&
+                 bucket.bytes + size <= capBytes);
+    if (!fits)
+      flush(bucket);
+    bucket.ops.push_back(ar);
+    bucket.bytes += size;
   }
-  flush();
+  for (auto &[k, bucket] : open)
+    flush(bucket);
 }
 
 struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
@@ -955,7 +1024,7 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal() || !func.getBody().hasOneBlock())
         continue;
-      Partitioner partitioner(func, *meshInfo);
+      Partitioner partitioner(func, *meshInfo, sequenceParallel);
       if (failed(partitioner.run()))
         return signalPassFailure();
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);
@@ -986,6 +1055,9 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
           bytes += getTensorBytes(cast<RankedTensorType>(v.getType()));
         // Ring all-reduce: reduce-scatter + all-gather.
         seconds = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / beta;
+      } else if (isa<ReduceScatterOp>(c.op)) {
+        bytes = getTensorBytes(cast<RankedTensorType>(c.op->getOperand(0).getType()));
+        seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;
       } else {
         bytes = getTensorBytes(cast<RankedTensorType>(c.op->getResult(0).getType()));
         seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;

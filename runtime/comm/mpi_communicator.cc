@@ -61,6 +61,17 @@ public:
     return wait(req, "all_reduce", what, axes);
   }
 
+  Status reduceScatterSum(const float *in, float *out, int64_t count, int axis,
+                          const std::string &what) override {
+    auto comm = group({axis});
+    if (!comm.isOk())
+      return comm.status();
+    MPI_Request req;
+    PTC_MPI(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, *comm,
+                                      &req));
+    return wait(req, "reduce_scatter", what, {axis});
+  }
+
   Status allGather(const void *in, void *out, int64_t bytes, int axis,
                    const std::string &what) override {
     auto comm = group({axis});

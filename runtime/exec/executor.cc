@@ -125,10 +125,11 @@ void Executor::forEachLocalBox(const TensorInfo &t, const std::vector<int> &coor
   }
 }
 
-void Executor::loadFromWhole(int32_t id, const float *whole) {
+void Executor::loadFromWhole(int32_t id, const void *whole) {
   const TensorInfo &t = plan_->tensor(id);
   forEachLocalBox(t, coords(), [&](const auto &wholeOff, const auto &localOff, const auto &box) {
-    k::copyBox(whole, t.globalShape, wholeOff, data(id), t.shape, localOff, box, sizeof(float));
+    k::copyBox(whole, t.globalShape, wholeOff, data(id), t.shape, localOff, box,
+               dtypeSize(t.dtype));
   });
 }
 
@@ -369,6 +370,7 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::AllReduce:
   case OpCode::AllGather:
   case OpCode::ShardSlice:
+  case OpCode::ReduceScatter:
     return runCollective(inst);
   case OpCode::ClipGradNorm: {
     std::vector<const float *> grads;
@@ -439,6 +441,25 @@ Status Executor::runCollective(const plan::Instruction &inst) {
         k::copyBox(staging_.data() + p * src.numElements, src.shape, srcOff, data(out[0]),
                    dst.shape, dstOff, box, dtypeSize(src.dtype));
       }
+    return Status::ok();
+  }
+  case OpCode::ReduceScatter: {
+    // Lay the input out as one contiguous block per group member, then sum-scatter.
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int axis = axes[0];
+    int64_t dim = inst.ints()->Get(1);
+    int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
+    staging_.resize(static_cast<size_t>(src.numElements));
+    std::vector<int64_t> offsets(src.shape.size(), 0);
+    for (int p = 0; p < parts; ++p) {
+      offsets[static_cast<size_t>(dim)] = p * dst.shape[static_cast<size_t>(dim)];
+      k::sliceCopy(data(in[0]), src.shape, staging_.data() + p * dst.numElements, dst.shape,
+                   offsets, sizeof(float), /*toSmall=*/true);
+    }
+    if (comm_)
+      return comm_->reduceScatterSum(staging_.data(), f32(out[0]), dst.numElements, axis,
+                                     "'" + src.name + "' at " + what);
+    std::memcpy(data(out[0]), staging_.data(), static_cast<size_t>(dst.bytes));
     return Status::ok();
   }
   default: { // ShardSlice: this rank's block, no communication

@@ -32,7 +32,7 @@ public:
   void initialize(uint64_t seed);
 
   /// Sets the local part of tensor `id` from its whole value (global shape).
-  void loadFromWhole(int32_t id, const float *whole);
+  void loadFromWhole(int32_t id, const void *whole);
   /// The whole value of tensor `id` on rank 0 (collective: every rank calls
   /// it; other ranks get an empty vector).
   StatusOr<std::vector<float>> gatherWhole(int32_t id);

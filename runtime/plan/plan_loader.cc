@@ -505,6 +505,13 @@ Status InstructionChecker::check() {
       return fail("expects one input and one output");
     PTC_RETURN_IF_ERROR(dtypes());
     return blocked(out(0), in(0));
+  case OpCode::ReduceScatter: {
+    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 2)
+      return fail("expects one input, one output and [mesh axis, dim]");
+    PTC_RETURN_IF_ERROR(dtypes());
+    ints_.push_back(1); // blocks
+    return blocked(in(0), out(0));
+  }
   case OpCode::ShardSlice:
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");

@@ -7,7 +7,8 @@ each gradient element: where the exact gradient is zero (a key bias: softmax ign
 it) or cancels to almost nothing, rounding differences between layouts still move
 the weight by a fraction of lr.
 
-usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 dp:2,tp:2]
+usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
+(a layout ending in +sp adds sequence parallelism)
 """
 import argparse
 import json
@@ -23,7 +24,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--layouts", nargs="+", default=["dp:2", "tp:2", "dp:2,tp:2"])
+    ap.add_argument("--layouts", nargs="+", default=["dp:2", "tp:2", "tp:2+sp", "dp:2,tp:2", "dp:2,tp:2+sp"])
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -42,7 +43,9 @@ def main():
 
     def train(layout, tag):
         plan = w(f"{tag}.plan")
-        mesh = f" mesh={layout}" if layout else ""
+        sp = layout is not None and layout.endswith("+sp")
+        layout = layout[:-3] if sp else layout
+        mesh = (f" mesh={layout}" if layout else "") + (" sequence-parallel=true" if sp else "")
         run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)
         ranks = 1
         for part in (layout or "").split(","):
@@ -60,7 +63,7 @@ def main():
     base_losses, base_weights = train(None, "single")
     ok = True
     for layout in args.layouts:
-        tag = layout.replace(":", "").replace(",", "x")
+        tag = layout.replace(":", "").replace(",", "x").replace("+", "-")
         losses, weights = train(layout, tag)
         loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, base_losses))
         weight_err, worst = 0.0, ""

@@ -92,7 +92,8 @@ std::string collectiveSignature(const LoadedPlan &plan) {
   std::string sig;
   for (const plan::Instruction *inst : *plan.plan().instructions()) {
     plan::OpCode op = inst->op();
-    if (op != plan::OpCode::AllReduce && op != plan::OpCode::AllGather)
+    if (op != plan::OpCode::AllReduce && op != plan::OpCode::AllGather &&
+        op != plan::OpCode::ReduceScatter)
       continue;
     int64_t count = 0;
     for (int32_t id : *inst->inputs())
@@ -101,7 +102,7 @@ std::string collectiveSignature(const LoadedPlan &plan) {
     for (int64_t a : *inst->ints())
       sig += " " + std::to_string(a);
     sig += ", f32 x " + std::to_string(count) + ");";
-    if (op == plan::OpCode::AllGather)
+    if (op == plan::OpCode::AllGather || op == plan::OpCode::ReduceScatter)
       sig.insert(sig.size() - 2, ", dim " + std::to_string(inst->ints()->Get(1)));
   }
   return sig;
@@ -267,11 +268,9 @@ int main(int argc, char **argv) {
   if (tokensInfo.shape.size() != 2 || plan->tensor(targetsId).shape != tokensInfo.shape ||
       tokensInfo.dtype != plan::DType::I32)
     return fail("inputs 'tokens' and 'targets' must both be [batch, seq] i32");
-  // A dp-sharded input holds this rank's rows [c * b, (c + 1) * b) of the global batch.
-  const int64_t localBatch = tokensInfo.shape[0], seq = tokensInfo.shape[1];
-  int batchAxis = tokensInfo.dimAxes.empty() ? -1 : tokensInfo.dimAxes[0];
-  const int64_t batch = localBatch * (batchAxis >= 0 ? plan->meshSizes()[static_cast<size_t>(batchAxis)] : 1);
-  const int64_t rowBegin = batchAxis >= 0 && comm ? comm->coords()[static_cast<size_t>(batchAxis)] * localBatch : 0;
+  // Inputs may be split (rows over dp, the sequence over tp): each rank builds the
+  // global batch and keeps its part.
+  const int64_t batch = tokensInfo.globalShape[0], seq = tokensInfo.globalShape[1];
   int64_t vocab = idUpperBound(*plan, tokensId);
   int64_t classes = idUpperBound(*plan, targetsId);
   if (classes >= 0 && (vocab < 0 || classes < vocab))
@@ -330,13 +329,16 @@ int main(int argc, char **argv) {
               << "\n";
 
   std::vector<double> opTimes;
+  std::vector<int32_t> wholeTokens(static_cast<size_t>(batch * seq)),
+      wholeTargets(static_cast<size_t>(batch * seq));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto last = start;
   int64_t lastStep = 0;
   for (int64_t step = 0; step < steps; ++step) {
-    data->fillBatch(step, batch, seq, rowBegin, rowBegin + localBatch, ex.i32(tokensId),
-                    ex.i32(targetsId));
+    data->fillBatch(step, batch, seq, 0, batch, wholeTokens.data(), wholeTargets.data());
+    ex.loadFromWhole(tokensId, wholeTokens.data());
+    ex.loadFromWhole(targetsId, wholeTargets.data());
     auto t0 = Clock::now();
     Status s = ex.step(profile ? &opTimes : nullptr);
     if (!s.isOk())

@@ -1,0 +1,182 @@
+// Every diagnostic of the mesh attribute and the collective verifiers.
+// RUN: ptc-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{'ptc.mesh' must be {axes = [names...], shape = array<i64: sizes...>} with one size per axis}}
+module attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2, 2>}} {
+}
+
+// -----
+
+// expected-error @+1 {{mesh axis 'dp' appears twice}}
+module attributes {ptc.mesh = {axes = ["dp", "dp"], shape = array<i64: 2, 2>}} {
+}
+
+// -----
+
+// expected-error @+1 {{mesh axis 'tp' has size 0; sizes must be at least 1}}
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 0>}} {
+}
+
+// -----
+
+// expected-error @+1 {{mesh axis names must be non-empty and not '_'}}
+module attributes {ptc.mesh = {axes = ["_"], shape = array<i64: 2>}} {
+}
+
+// -----
+
+// expected-error @+1 {{the mesh needs at least one axis}}
+module attributes {ptc.mesh = {axes = [], shape = array<i64>}} {
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{'ptc.mesh' belongs on the module}}
+  func.func @f() attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2>}} {
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @no_mesh(%x: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error @+1 {{'ptc.all_reduce' op needs a 'ptc.mesh' on the enclosing module}}
+    %0 = ptc.all_reduce %x {axes = ["dp"]} : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2>}} {
+  func.func @unknown_axis(%x: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error @+1 {{'ptc.all_reduce' op axis 'tp' is not in the module's mesh}}
+    %0 = ptc.all_reduce %x {axes = ["tp"]} : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2>}} {
+  func.func @no_axes(%x: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error @+1 {{'ptc.all_reduce' op needs mesh axes}}
+    %0 = ptc.all_reduce %x {axes = []} : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2>}} {
+  func.func @types(%x: tensor<4xf32>) -> tensor<2xf32> {
+    // expected-error @+1 {{'ptc.all_reduce' op results must have the operand types}}
+    %0 = ptc.all_reduce %x {axes = ["dp"]} : (tensor<4xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2>}} {
+  func.func @empty() {
+    // expected-error @+1 {{'ptc.all_reduce' op needs at least one operand}}
+    ptc.all_reduce {axes = ["dp"]} : () -> ()
+    return
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
+  func.func @gather_axes(%x: tensor<4xf32>) -> tensor<16xf32> {
+    // expected-error @+1 {{'ptc.all_gather' op needs exactly one mesh axis}}
+    %0 = ptc.all_gather %x {axes = ["dp", "tp"], dim = 0 : i64} : tensor<4xf32> -> tensor<16xf32>
+    return %0 : tensor<16xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @gather_shape(%x: tensor<4xf32>) -> tensor<12xf32> {
+    // expected-error @+1 {{'ptc.all_gather' op the gathered tensor must be 2 blocks along dim 0 of the local one, got 'tensor<12xf32>' and 'tensor<4xf32>'}}
+    %0 = ptc.all_gather %x {axes = ["tp"], dim = 0 : i64} : tensor<4xf32> -> tensor<12xf32>
+    return %0 : tensor<12xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @gather_dim(%x: tensor<4xf32>) -> tensor<8xf32> {
+    // expected-error @+1 {{'ptc.all_gather' op dim 1 is out of range, or the ranks differ}}
+    %0 = ptc.all_gather %x {axes = ["tp"], dim = 1 : i64} : tensor<4xf32> -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @slice_blocks(%x: tensor<6xf32>) -> tensor<3xf32> {
+    // expected-error @+1 {{'ptc.shard_slice' op blocks = 2 must divide the local size 3 of dim 0}}
+    %0 = ptc.shard_slice %x {axes = ["tp"], dim = 0 : i64, blocks = 2 : i64} : tensor<6xf32> -> tensor<3xf32>
+    return %0 : tensor<3xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
+  func.func @scatter_shape(%x: tensor<8x4xf32>) -> tensor<4x4xf32> {
+    // expected-error @+1 {{'ptc.reduce_scatter' op the gathered tensor must be 4 blocks along dim 0 of the local one, got 'tensor<8x4xf32>' and 'tensor<4x4xf32>'}}
+    %0 = ptc.reduce_scatter %x {axes = ["tp"], dim = 0 : i64} : tensor<8x4xf32> -> tensor<4x4xf32>
+    return %0 : tensor<4x4xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // expected-error @+1 {{argument #0: sharding "[tp, tp]" uses mesh axis 'tp' twice}}
+  func.func @spec_twice(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = "[tp, tp]"}) {
+    return
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // expected-error @+1 {{argument #0: sharding "[tp]" has 1 entries for a tensor of rank 2}}
+  func.func @spec_rank(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = "[tp]"}) {
+    return
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // expected-error @+1 {{argument #0: sharding "tp, _" must be written [axis or _, ...]}}
+  func.func @spec_syntax(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = "tp, _"}) {
+    return
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // expected-error @+1 {{argument #0: sharding "[tp/x, _]": block count in 'tp/x' must be a positive integer}}
+  func.func @spec_blocks(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = "[tp/x, _]"}) {
+    return
+  }
+}
+
+// -----
+
+// expected-error @+1 {{'ptc.sharding' on argument #0 must be a string such as "[dp, _]"}}
+func.func @spec_type(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = 3 : i64}) {
+  return
+}

@@ -1,0 +1,21 @@
+// Round-trip of the collectives and the mesh attribute.
+// RUN: ptc-opt %s | ptc-opt | FileCheck %s
+// RUN: ptc-opt %s --mlir-print-op-generic | ptc-opt | FileCheck %s
+
+// CHECK: module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}}
+module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}} {
+  // CHECK-LABEL: func.func @collectives
+  // CHECK-SAME: {ptc.param = "w", ptc.sharding = "[tp/3, _]"}
+  func.func @collectives(%w: tensor<24x8xf32> {ptc.param = "w", ptc.sharding = "[tp/3, _]"},
+                         %x: tensor<4x8xf32>, %g: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<4x2xf32>, tensor<1x8xf32>) {
+    // CHECK: ptc.all_reduce %{{.*}}, %{{.*}} {axes = ["dp"]} : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+    %a, %b = ptc.all_reduce %x, %g {axes = ["dp"]} : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+    // CHECK: ptc.all_gather %{{.*}} {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<16x8xf32>
+    %c = ptc.all_gather %a {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<16x8xf32>
+    // CHECK: ptc.shard_slice %{{.*}} {axes = ["tp"], blocks = 2 : i64, dim = 1 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>
+    %d = ptc.shard_slice %a {axes = ["tp"], dim = 1 : i64, blocks = 2 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>
+    // CHECK: ptc.reduce_scatter %{{.*}} {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<1x8xf32>
+    %e = ptc.reduce_scatter %a {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<1x8xf32>
+    return %a, %b, %c, %d, %e : tensor<4x8xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<4x2xf32>, tensor<1x8xf32>
+  }
+}
