@@ -219,3 +219,41 @@ LogicalResult ReduceScatterOp::verify() {
     return failure();
   return verifyBlocked(*this, getInput().getType(), getType(), getDimAttr().getInt(), *parts, 1);
 }
+
+LogicalResult VocabParallelCrossEntropyOp::verify() {
+  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
+    return failure();
+  auto loss = inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
+                                    [&] { return emitOpError(); });
+  if (failed(loss))
+    return failure();
+  if (*loss != getType())
+    return emitOpError() << "result type " << getType() << " does not match the expected "
+                         << *loss;
+  return success();
+}
+
+LogicalResult VocabParallelCrossEntropyGradOp::verify() {
+  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
+    return failure();
+  auto loss = inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
+                                    [&] { return emitOpError(); });
+  if (failed(loss))
+    return failure();
+  if (*loss != getGrad().getType())
+    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
+                         << *loss;
+  return success();
+}
+
+/// The mesh axis of a vocabulary-parallel table must exist.
+LogicalResult mlir::ptc::verifyVocabAxis(Operation *op, std::optional<StringRef> axis) {
+  if (!axis)
+    return success();
+  FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
+  if (failed(mesh))
+    return op->emitOpError() << "vocab_axis needs a 'ptc.mesh' on the enclosing module";
+  if (mesh->axisIndex(*axis) < 0)
+    return op->emitOpError() << "vocab_axis '" << *axis << "' is not in the module's mesh";
+  return success();
+}

@@ -85,6 +85,49 @@ def Ptc_ReduceScatterOp : Ptc_Op<"reduce_scatter", [Pure, SameOperandsAndResultE
   let hasVerifier = 1;
 }
 
+def Ptc_VocabParallelCrossEntropyOp : Ptc_Op<"vocab_parallel_cross_entropy", [Pure]> {
+  let summary = "mean cross-entropy of logits whose classes are split over a mesh axis";
+  let description = [{
+    The local program of `ptc.cross_entropy` when the class dimension is split
+    over `axes` (a vocabulary-parallel LM head): every device holds a block of
+    classes; the row maximum, the sum of exponentials and the target logit are
+    combined over the group, so every device gets the mean loss of its rows
+    over all classes. Targets are global class ids.
+
+    ```mlir
+    %l = ptc.vocab_parallel_cross_entropy %logits, %t {axes = ["tp"]}
+        : tensor<8x64x128xf32>, tensor<8x64xi32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets, StrArrayAttr:$axes);
+  let results = (outs 0DTensorOf<[F32, BF16, F16]>:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_VocabParallelCrossEntropyGradOp : Ptc_Op<"vocab_parallel_cross_entropy_grad", [Pure,
+    AllTypesMatch<["logits", "result"]>]> {
+  let summary = "gradient of `ptc.vocab_parallel_cross_entropy` for the local classes";
+  let description = [{
+    `grad * (softmax(logits) - onehot(targets)) / rows` for this device's block
+    of classes, with the softmax normalized over the whole group.
+
+    ```mlir
+    %d = ptc.vocab_parallel_cross_entropy_grad %logits, %t, %g {axes = ["tp"]}
+        : tensor<8x64x128xf32>, tensor<8x64xi32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets,
+                       0DTensorOf<[F32, BF16, F16]>:$grad, StrArrayAttr:$axes);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $grad attr-dict `:` type($logits) `,` type($targets) `,` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
 def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElementType]> {
   let summary = "this device's block of a replicated tensor (no communication)";
   let description = [{

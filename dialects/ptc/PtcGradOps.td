@@ -127,14 +127,16 @@ def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [Pure]> {
   let summary = "gradient of `ptc.embedding`: rows scatter-added into the table shape";
   let description = [{
     `result[r, :] = sum of grad[i..., :] over positions with indices[i...] == r`;
-    the result has the table's type.
+    the result has the table's type. With `vocab_axis`, the result is this
+    device's block of rows (as for `ptc.embedding`).
 
     ```mlir
     %dt = ptc.embedding_grad %tokens, %g
         : tensor<8x64xi32>, tensor<8x64x128xf32> -> tensor<256x128xf32>
     ```
   }];
-  let arguments = (ins Ptc_IdTensor:$indices, Ptc_FloatTensor:$grad);
+  let arguments = (ins Ptc_IdTensor:$indices, Ptc_FloatTensor:$grad,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
     $indices `,` $grad attr-dict `:` type($indices) `,` type($grad) `->` type($result)

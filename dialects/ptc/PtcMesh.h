@@ -40,6 +40,9 @@ struct ShardingSpec {
 FailureOr<ShardingSpec> parseShardingSpec(StringRef spec, const MeshInfo &mesh, int64_t rank,
                                           EmitErrorFn emitError);
 
+/// Checks the optional `vocab_axis` of an embedding (or its gradient).
+LogicalResult verifyVocabAxis(Operation *op, std::optional<StringRef> axis);
+
 } // namespace mlir::ptc
 
 #endif // PTC_DIALECTS_PTC_PTCMESH_H

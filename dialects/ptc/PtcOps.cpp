@@ -1,6 +1,7 @@
 //===- PtcOps.cpp - ptc operation verifiers, shape functions, builders ----===//
 
 #include "dialects/ptc/PtcOps.h"
+#include "dialects/ptc/PtcMesh.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -317,6 +318,8 @@ double CausalAttentionOp::getScaleOrDefault() {
 }
 
 LogicalResult EmbeddingOp::verify() {
+  if (failed(verifyVocabAxis(*this, getVocabAxis())))
+    return failure();
   return checkResultType(*this, getType(),
                          inferEmbeddingType(getTable().getType(), getIndices().getType(),
                                             [&] { return emitOpError(); }));
@@ -326,7 +329,8 @@ void EmbeddingOp::build(OpBuilder &builder, OperationState &state, Value table, 
   auto tableType = cast<RankedTensorType>(table.getType());
   auto inferred = inferEmbeddingType(tableType, cast<RankedTensorType>(indices.getType()),
                                      [&] { return mlir::emitError(state.location); });
-  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(tableType), table, indices);
+  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(tableType), table, indices,
+        StringAttr());
 }
 
 LogicalResult CrossEntropyOp::verify() {
@@ -545,6 +549,8 @@ double CausalAttentionGradOp::getScaleOrDefault() {
 }
 
 LogicalResult EmbeddingGradOp::verify() {
+  if (failed(verifyVocabAxis(*this, getVocabAxis())))
+    return failure();
   RankedTensorType table = getType();
   auto expected = inferEmbeddingType(table, getIndices().getType(), [&] { return emitOpError(); });
   if (failed(expected))

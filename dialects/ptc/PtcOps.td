@@ -230,12 +230,19 @@ def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure, DeclareOpInterfaceMethods<Ptc_D
     `indices.shape + [dim]`. An index outside `[0, num_rows)` is a runtime
     error.
 
+    With `vocab_axis` (set by `ptc-shard` for a vocabulary-parallel table),
+    the table is this device's block of rows along that mesh axis: block `c`
+    holds rows `[c * num_rows, (c + 1) * num_rows)` of the whole table, and
+    indices outside the block give zero rows (the group's results sum to the
+    lookup in the whole table).
+
     ```mlir
     %x = ptc.embedding %wte, %tokens
         : tensor<256x128xf32>, tensor<8x64xi32> -> tensor<8x64x128xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$table, Ptc_IdTensor:$indices);
+  let arguments = (ins Ptc_FloatTensor:$table, Ptc_IdTensor:$indices,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
     $table `,` $indices attr-dict `:` type($table) `,` type($indices) `->` type($result)

@@ -240,7 +240,8 @@ LogicalResult EmbeddingOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<b
                                     SmallVectorImpl<Value> &og) {
   og.assign(2, Value());
   if (needed[0])
-    og[0] = EmbeddingGradOp::create(b, getLoc(), getTable().getType(), getIndices(), rg[0]);
+    og[0] = EmbeddingGradOp::create(b, getLoc(), getTable().getType(), getIndices(), rg[0],
+                                    getVocabAxisAttr());
   return success();
 }
 

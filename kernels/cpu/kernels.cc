@@ -384,28 +384,66 @@ Status badId(const char *what, int64_t id, int64_t pos, int64_t limit) {
 } // namespace
 
 Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                 int64_t count, float *out) {
+                 int64_t count, float *out, int64_t rowOffset, int64_t totalRows) {
+  if (totalRows < 0)
+    totalRows = rows;
   for (int64_t i = 0; i < count; ++i)
-    if (ids[i] < 0 || ids[i] >= rows)
-      return badId("embedding index", ids[i], i, rows);
+    if (ids[i] < 0 || ids[i] >= totalRows)
+      return badId("embedding index", ids[i], i, totalRows);
 #pragma omp parallel for if (count * dim > 32768)
-  for (int64_t i = 0; i < count; ++i)
-    std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim,
-                sizeof(float) * static_cast<size_t>(dim));
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t r = static_cast<int64_t>(ids[i]) - rowOffset;
+    if (r >= 0 && r < rows)
+      std::memcpy(out + i * dim, table + r * dim, sizeof(float) * static_cast<size_t>(dim));
+    else
+      std::fill(out + i * dim, out + (i + 1) * dim, 0.0f);
+  }
   return Status::ok();
 }
 
 Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
-                     int64_t rows, int64_t dim) {
+                     int64_t rows, int64_t dim, int64_t rowOffset, int64_t totalRows) {
+  if (totalRows < 0)
+    totalRows = rows;
   std::fill(dtable, dtable + rows * dim, 0.0f);
   for (int64_t i = 0; i < count; ++i) {
-    if (ids[i] < 0 || ids[i] >= rows)
-      return badId("embedding index", ids[i], i, rows);
-    float *row = dtable + static_cast<int64_t>(ids[i]) * dim;
+    if (ids[i] < 0 || ids[i] >= totalRows)
+      return badId("embedding index", ids[i], i, totalRows);
+    int64_t r = static_cast<int64_t>(ids[i]) - rowOffset;
+    if (r < 0 || r >= rows)
+      continue;
+    float *row = dtable + r * dim;
     const float *gi = g + i * dim;
 #pragma omp simd
     for (int64_t c = 0; c < dim; ++c)
       row[c] += gi[c];
+  }
+  return Status::ok();
+}
+
+void rowMax(const float *logits, int64_t rows, int64_t classes, float *out) {
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = *std::max_element(logits + r * classes, logits + (r + 1) * classes);
+}
+
+void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out) {
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = 0.0f;
+    for (int64_t c = 0; c < classes; ++c)
+      s += std::exp(logits[r * classes + c] - max[r]);
+    out[r] = s;
+  }
+}
+
+Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                   int64_t offset, int64_t totalClasses, float *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] < 0 || targets[r] >= totalClasses)
+      return badId("target", targets[r], r, totalClasses);
+    int64_t c = static_cast<int64_t>(targets[r]) - offset;
+    out[r] = c >= 0 && c < classes ? logits[r * classes + c] : 0.0f;
   }
   return Status::ok();
 }

@@ -43,10 +43,20 @@ void causalAttention(const float *q, const float *k, const float *v, float *out,
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, float scale);
 
+/// With `rowOffset`/`totalRows` (a vocabulary-parallel block of the table):
+/// ids in [0, totalRows) outside [rowOffset, rowOffset + rows) give zero rows.
 Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                 int64_t count, float *out);
+                 int64_t count, float *out, int64_t rowOffset = 0, int64_t totalRows = -1);
 Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
-                     int64_t rows, int64_t dim);
+                     int64_t rows, int64_t dim, int64_t rowOffset = 0, int64_t totalRows = -1);
+
+/// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
+/// classes) of `totalClasses` on this device): row maxima, row sums of
+/// exp(x - max), and the target logit (0 where another device holds it).
+void rowMax(const float *logits, int64_t rows, int64_t classes, float *out);
+void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out);
+Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                   int64_t offset, int64_t totalClasses, float *out);
 
 /// Mean cross-entropy over `rows` rows of `classes` logits.
 Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,

@@ -83,7 +83,10 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       .Case([](CausalAttentionOp o) {
         return Lowered{C::CausalAttention, {}, {o.getScaleOrDefault()}};
       })
-      .Case([](EmbeddingOp) { return Lowered{C::Embedding}; })
+      .Case([&](EmbeddingOp o) {
+        return o.getVocabAxis() ? Lowered{C::Embedding, {mesh ? mesh->axisIndex(*o.getVocabAxis()) : -1}, {}}
+                                : Lowered{C::Embedding};
+      })
       .Case([](CrossEntropyOp) { return Lowered{C::CrossEntropy}; })
       .Case([](ReshapeOp) { return Lowered{C::Reshape}; })
       .Case([](TransposeOp o) {
@@ -120,7 +123,17 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       .Case([](CausalAttentionGradOp o) {
         return Lowered{C::CausalAttentionGrad, {}, {o.getScaleOrDefault()}};
       })
-      .Case([](EmbeddingGradOp) { return Lowered{C::EmbeddingGrad}; })
+      .Case([&](EmbeddingGradOp o) {
+        return o.getVocabAxis()
+                   ? Lowered{C::EmbeddingGrad, {mesh ? mesh->axisIndex(*o.getVocabAxis()) : -1}, {}}
+                   : Lowered{C::EmbeddingGrad};
+      })
+      .Case([&](VocabParallelCrossEntropyOp o) {
+        return Lowered{C::VocabParallelCrossEntropy, axisIndices(o.getAxes()), {}};
+      })
+      .Case([&](VocabParallelCrossEntropyGradOp o) {
+        return Lowered{C::VocabParallelCrossEntropyGrad, axisIndices(o.getAxes()), {}};
+      })
       .Case([](CrossEntropyGradOp) { return Lowered{C::CrossEntropyGrad}; })
       .Case([&](ReduceMaxGradOp o) {
         return Lowered{C::ReduceMaxGrad, normAxes(o.getAxes(), rankOf(o.getInput())), {}};

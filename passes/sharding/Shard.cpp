@@ -299,6 +299,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
   SmallVector<Sharding> out;
   SmallVector<double> scale(op->getNumResults(), 1.0);
   SmallVector<double> operandScale(op->getNumOperands(), 1.0);
+  int vocabAxis = -1; // set when a cross-entropy becomes vocabulary parallel
   for (Value v : op->getOperands())
     want.push_back(sharding(v));
   auto rank = [&](Value v) { return global(v).getRank(); };
@@ -496,13 +497,25 @@ LogicalResult Partitioner::processOp(Operation *op) {
         for (unsigned i = 0; i < o->getNumResults(); ++i)
           out.push_back(want[0]);
       })
-      .Case<EmbeddingOp>([&](EmbeddingOp) {
-        replicate(0);
+      .Case<EmbeddingOp>([&](EmbeddingOp e) {
+        // A table split by rows (vocabulary parallel): each device looks up
+        // its rows, the group's results sum to the lookup.
+        DimShard rows = want[0].dims[0];
+        bool vocab = rows.axis >= 0 && rows.blocks == 1 && !want[1].hasAxis(rows.axis);
         Sharding res = want[1];
-        res.dims.push_back(-1);
+        res.dims.push_back(DimShard());
+        if (vocab) {
+          want[0].dims[1] = DimShard();
+          want[0].partial.clear();
+          addPartial(res.partial, rows.axis);
+          e.setVocabAxisAttr(b.getStringAttr(mesh.axes[rows.axis]));
+        } else {
+          replicate(0);
+          e.removeVocabAxisAttr();
+        }
         out.push_back(res);
       })
-      .Case<EmbeddingGradOp>([&](EmbeddingGradOp) {
+      .Case<EmbeddingGradOp>([&](EmbeddingGradOp eg) {
         Sharding g = want[0];
         g.dims.push_back(-1);
         want[1] = g;
@@ -510,11 +523,27 @@ LogicalResult Partitioner::processOp(Operation *op) {
         for (const DimShard &a : want[0].dims)
           if (a.axis >= 0)
             addPartial(res.partial, a.axis);
+        // The gradient of a vocabulary-parallel lookup keeps the table's rows.
+        eg.removeVocabAxisAttr();
+        for (Operation *user : eg.getIndices().getUsers())
+          if (auto e = dyn_cast<EmbeddingOp>(user); e && e.getVocabAxis()) {
+            int a = mesh.axisIndex(*e.getVocabAxis());
+            if (!llvm::is_contained(res.partial, a)) {
+              res.dims[0] = DimShard(a);
+              eg.setVocabAxisAttr(b.getStringAttr(*e.getVocabAxis()));
+            }
+            break;
+          }
         out.push_back(res);
       })
       .Case<CrossEntropyOp, CrossEntropyGradOp>([&](Operation *o) {
         full(0);
-        want[0].dims.back() = -1;
+        // Classes split plainly over an axis: the vocabulary-parallel kernel.
+        DimShard classes = want[0].dims.back();
+        if (classes.axis >= 0 && classes.blocks == 1)
+          vocabAxis = classes.axis;
+        else
+          want[0].dims.back() = -1;
         want[1].dims.assign(want[0].dims.begin(), want[0].dims.end() - 1);
         SmallVector<int> rows;
         for (const DimShard &a : want[1].dims)
@@ -748,6 +777,28 @@ LogicalResult Partitioner::processOp(Operation *op) {
     if (scale[i] != 1.0)
       rescale(op->getResult(i), scale[i]);
   }
+  if (vocabAxis >= 0) {
+    b.setInsertionPoint(op);
+    ArrayAttr axes = b.getStrArrayAttr({mesh.axes[vocabAxis]});
+    Operation *replacement =
+        isa<CrossEntropyOp>(op)
+            ? VocabParallelCrossEntropyOp::create(b, op->getLoc(), op->getResult(0).getType(),
+                                                  op->getOperand(0), op->getOperand(1), axes)
+                  .getOperation()
+            : VocabParallelCrossEntropyGradOp::create(b, op->getLoc(), op->getResult(0).getType(),
+                                                      op->getOperand(0), op->getOperand(1),
+                                                      op->getOperand(2), axes)
+                  .getOperation();
+    Value old = op->getResult(0), now = replacement->getResult(0);
+    Sharding sh = shardings[old];
+    RankedTensorType gt = globalType[old];
+    Origin org = origins[old];
+    shardings[now] = sh;
+    globalType[now] = gt;
+    origins[now] = org;
+    old.replaceAllUsesWith(now);
+    op->erase();
+  }
   return success();
 }
 
@@ -795,7 +846,8 @@ Value stripViews(Value v) {
 /// embedding table used as the LM head stays replicated. Optimizer state
 /// follows its parameter.
 llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
-                                                            const MeshInfo &mesh) {
+                                                            const MeshInfo &mesh,
+                                                            bool sequenceParallel) {
   llvm::DenseMap<BlockArgument, std::string> specs;
   int tp = mesh.axisIndex("tp");
   if (tp < 0 || mesh.sizes[tp] < 2)
@@ -806,12 +858,21 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
     return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg
                                                                                     : BlockArgument();
   };
+  // Vocabulary-parallel embedding (and so LM head, when tied): rows over tp.
+  // With sequence parallelism the lookup's tokens are split over tp already,
+  // so the table stays whole there.
+  if (!sequenceParallel)
+    func.walk([&](EmbeddingOp e) {
+      BlockArgument table = param(e.getTable());
+      if (table && e.getTable().getType().getDimSize(0) % tpSize == 0)
+        specs.try_emplace(table, "[tp, _]");
+    });
   func.walk([&](MatmulOp mm) {
     BlockArgument w = param(mm.getRhs());
     if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs() || mm.getRhs().getType().getRank() != 2)
       return;
     if (llvm::any_of(w.getUsers(), [](Operation *u) { return isa<EmbeddingOp>(u); }))
-      return; // tied LM head
+      return; // tied LM head: follows the embedding rule
     int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
     int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
     Operation *src = stripViews(mm.getLhs()).getDefiningOp();
@@ -872,7 +933,8 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
   int dp = mesh.axisIndex("dp");
-  llvm::DenseMap<BlockArgument, std::string> defaults = megatronDefaults(func, mesh);
+  llvm::DenseMap<BlockArgument, std::string> defaults =
+      megatronDefaults(func, mesh, sequenceParallel);
   // 1. Arguments.
   for (BlockArgument arg : block.getArguments()) {
     auto g = dyn_cast<RankedTensorType>(arg.getType());

@@ -37,6 +37,9 @@ public:
   /// In-place elementwise sum of `count` floats over the group of `axes`.
   virtual Status allReduceSum(float *data, int64_t count, const std::vector<int> &axes,
                               const std::string &what) = 0;
+  /// In-place elementwise maximum over the group of `axes`.
+  virtual Status allReduceMax(float *data, int64_t count, const std::vector<int> &axes,
+                              const std::string &what) = 0;
   /// Sums `in` (one block of `count` floats per group member, in coordinate
   /// order) over the group of `axis`; this member keeps its block in `out`.
   virtual Status reduceScatterSum(const float *in, float *out, int64_t count, int axis,

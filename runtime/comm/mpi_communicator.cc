@@ -61,6 +61,17 @@ public:
     return wait(req, "all_reduce", what, axes);
   }
 
+  Status allReduceMax(float *data, int64_t count, const std::vector<int> &axes,
+                      const std::string &what) override {
+    auto comm = group(axes);
+    if (!comm.isOk())
+      return comm.status();
+    MPI_Request req;
+    PTC_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_MAX, *comm,
+                           &req));
+    return wait(req, "all_reduce(max)", what, axes);
+  }
+
   Status reduceScatterSum(const float *in, float *out, int64_t count, int axis,
                           const std::string &what) override {
     auto comm = group({axis});

@@ -289,10 +289,27 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::CausalAttentionGrad:
     k::causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), F(0));
     return Status::ok();
-  case OpCode::Embedding:
-    return k::embedding(I(0), IS(0)[0], IS(0)[1], ids(1), N(1), O(0));
-  case OpCode::EmbeddingGrad:
-    return k::embeddingGrad(ids(0), N(0), I(1), O(0), OS(0)[0], OS(0)[1]);
+  case OpCode::Embedding: {
+    int64_t rows = IS(0)[0], offset = 0, total = rows;
+    if (inst.ints() && inst.ints()->size() == 1) { // vocabulary-parallel block of rows
+      size_t axis = static_cast<size_t>(inst.ints()->Get(0));
+      offset = coords()[axis] * rows;
+      total = rows * plan_->meshSizes()[axis];
+    }
+    return k::embedding(I(0), rows, IS(0)[1], ids(1), N(1), O(0), offset, total);
+  }
+  case OpCode::EmbeddingGrad: {
+    int64_t rows = OS(0)[0], offset = 0, total = rows;
+    if (inst.ints() && inst.ints()->size() == 1) {
+      size_t axis = static_cast<size_t>(inst.ints()->Get(0));
+      offset = coords()[axis] * rows;
+      total = rows * plan_->meshSizes()[axis];
+    }
+    return k::embeddingGrad(ids(0), N(0), I(1), O(0), rows, OS(0)[1], offset, total);
+  }
+  case OpCode::VocabParallelCrossEntropy:
+  case OpCode::VocabParallelCrossEntropyGrad:
+    return runVocabParallelCrossEntropy(inst);
   case OpCode::CrossEntropy: {
     int64_t classes = IS(0).back();
     return k::crossEntropy(I(0), ids(1), N(0) / classes, classes, O(0));
@@ -387,6 +404,53 @@ Status Executor::run(const plan::Instruction &inst) {
   }
   return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
                " has no CPU kernel");
+}
+
+Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
+  // Megatron's parallel cross-entropy: each device holds a block of classes;
+  // the row maximum, sum of exponentials and target logit are combined over
+  // the group, so no device needs all logits.
+  const auto &in = *inst.inputs();
+  const TensorInfo &logits = plan_->tensor(in[0]);
+  int axis = static_cast<int>(inst.ints()->Get(0));
+  int64_t classes = logits.shape.back(), rows = logits.numElements / classes;
+  int64_t offset = coords()[static_cast<size_t>(axis)] * classes;
+  int64_t total = classes * plan_->meshSizes()[static_cast<size_t>(axis)];
+  std::string what = "cross-entropy at " + std::string(inst.location() ? inst.location()->c_str() : "");
+  std::vector<float> mx(static_cast<size_t>(rows)), sum(static_cast<size_t>(rows)),
+      target(static_cast<size_t>(rows));
+  const float *x = f32(in[0]);
+  k::rowMax(x, rows, classes, mx.data());
+  if (comm_)
+    PTC_RETURN_IF_ERROR(comm_->allReduceMax(mx.data(), rows, {axis}, what));
+  k::rowSumExp(x, rows, classes, mx.data(), sum.data());
+  if (comm_)
+    PTC_RETURN_IF_ERROR(comm_->allReduceSum(sum.data(), rows, {axis}, what));
+  float *out = f32((*inst.outputs())[0]);
+  if (inst.op() == OpCode::VocabParallelCrossEntropy) {
+    PTC_RETURN_IF_ERROR(k::targetLogit(x, i32(in[1]), rows, classes, offset, total, target.data()));
+    if (comm_)
+      PTC_RETURN_IF_ERROR(comm_->allReduceSum(target.data(), rows, {axis}, what));
+    double loss = 0.0;
+    for (int64_t r = 0; r < rows; ++r)
+      loss += std::log(static_cast<double>(sum[static_cast<size_t>(r)])) + mx[static_cast<size_t>(r)] -
+              target[static_cast<size_t>(r)];
+    *out = static_cast<float>(loss / static_cast<double>(rows));
+    return Status::ok();
+  }
+  const int32_t *t = i32(in[1]);
+  const float scale = *f32(in[2]) / static_cast<float>(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] < 0 || t[r] >= total)
+      return invalidArgument("target ", t[r], " at position ", r, " is outside [0, ", total, ")");
+    float inv = scale / sum[static_cast<size_t>(r)];
+    for (int64_t c = 0; c < classes; ++c)
+      out[r * classes + c] = std::exp(x[r * classes + c] - mx[static_cast<size_t>(r)]) * inv;
+    int64_t local = static_cast<int64_t>(t[r]) - offset;
+    if (local >= 0 && local < classes)
+      out[r * classes + local] -= scale;
+  }
+  return Status::ok();
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {

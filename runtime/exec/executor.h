@@ -54,6 +54,7 @@ private:
   Status run(const plan::Instruction &inst);
 
   Status runCollective(const plan::Instruction &inst);
+  Status runVocabParallelCrossEntropy(const plan::Instruction &inst);
   /// Calls fn(wholeOffsets, localOffsets, box) for every box of tensor `t`'s
   /// local part that a device at `coords` holds.
   template <typename Fn>

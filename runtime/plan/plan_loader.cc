@@ -144,6 +144,13 @@ private:
   Status matmul();
   Status reduce(const Shape &input, const Shape &reduced);
   Status blocked(const Shape &whole, const Shape &block);
+  /// An optional single mesh-axis attribute (vocabulary-parallel ops).
+  Status vocabAxis() {
+    if (ints_.size() > 1 || (ints_.size() == 1 && (ints_[0] < 0 ||
+                                                    ints_[0] >= static_cast<int64_t>(meshSizes_.size()))))
+      return fail("needs at most one valid mesh axis, has ", ints_.size(), " integer attributes");
+    return Status::ok();
+  }
 
   const plan::Instruction &inst_;
   const std::vector<TensorInfo> &tensors_;
@@ -298,7 +305,8 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), i == 1 ? "key" : "value"));
     return expectShape(out(0), in(0), "result");
   case OpCode::Embedding: {
-    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(vocabAxis());
+    PTC_RETURN_IF_ERROR(counts(2, 1, ints_.size()));
     PTC_RETURN_IF_ERROR(dtypes({1}));
     if (in(0).size() != 2)
       return fail("table must have rank 2");
@@ -307,9 +315,14 @@ Status InstructionChecker::check() {
     return expectShape(out(0), expected, "result");
   }
   case OpCode::CrossEntropy:
-  case OpCode::CrossEntropyGrad: {
-    bool grad = op == OpCode::CrossEntropyGrad;
-    PTC_RETURN_IF_ERROR(counts(grad ? 3 : 2, 1));
+  case OpCode::CrossEntropyGrad:
+  case OpCode::VocabParallelCrossEntropy:
+  case OpCode::VocabParallelCrossEntropyGrad: {
+    bool grad = op == OpCode::CrossEntropyGrad || op == OpCode::VocabParallelCrossEntropyGrad;
+    bool vocab = op == OpCode::VocabParallelCrossEntropy || op == OpCode::VocabParallelCrossEntropyGrad;
+    PTC_RETURN_IF_ERROR(counts(grad ? 3 : 2, 1, vocab ? 1 : 0));
+    if (vocab)
+      PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(dtypes({1}));
     const Shape &logits = in(0), &targets = in(1);
     if (logits.size() != targets.size() + 1 ||
@@ -467,7 +480,8 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
     return Status::ok();
   case OpCode::EmbeddingGrad: {
-    PTC_RETURN_IF_ERROR(counts(2, 1));
+    PTC_RETURN_IF_ERROR(vocabAxis());
+    PTC_RETURN_IF_ERROR(counts(2, 1, ints_.size()));
     PTC_RETURN_IF_ERROR(dtypes({0}));
     if (out(0).size() != 2)
       return fail("table gradient must have rank 2");
@@ -529,6 +543,14 @@ Status InstructionChecker::check() {
 } // namespace
 
 int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
+  // Vocabulary-parallel ops hold 1/n of the rows or classes (n: their mesh axis).
+  auto splitOf = [&](const plan::Instruction &inst) -> int64_t {
+    bool split = inst.op() == OpCode::VocabParallelCrossEntropy ||
+                 inst.op() == OpCode::VocabParallelCrossEntropyGrad ||
+                 ((inst.op() == OpCode::Embedding || inst.op() == OpCode::EmbeddingGrad) &&
+                  inst.ints() && inst.ints()->size() == 1);
+    return split ? loaded.meshSizes()[static_cast<size_t>(inst.ints()->Get(0))] : 1;
+  };
   int64_t bound = -1;
   auto tighten = [&](int64_t b) { bound = bound < 0 ? b : std::min(bound, b); };
   for (const plan::Instruction *inst : *loaded.plan().instructions()) {
@@ -542,16 +564,18 @@ int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
       switch (inst->op()) {
       case OpCode::Embedding:
         if (i == 1)
-          tighten(shape(0)[0]);
+          tighten(shape(0)[0] * splitOf(*inst));
         break;
       case OpCode::CrossEntropy:
       case OpCode::CrossEntropyGrad:
+      case OpCode::VocabParallelCrossEntropy:
+      case OpCode::VocabParallelCrossEntropyGrad:
         if (i == 1)
-          tighten(shape(0).back());
+          tighten(shape(0).back() * splitOf(*inst));
         break;
       case OpCode::EmbeddingGrad:
         if (i == 0)
-          tighten(loaded.tensor((*inst->outputs())[0]).shape[0]);
+          tighten(loaded.tensor((*inst->outputs())[0]).shape[0] * splitOf(*inst));
         break;
       default:
         break;

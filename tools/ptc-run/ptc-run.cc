@@ -93,7 +93,8 @@ std::string collectiveSignature(const LoadedPlan &plan) {
   for (const plan::Instruction *inst : *plan.plan().instructions()) {
     plan::OpCode op = inst->op();
     if (op != plan::OpCode::AllReduce && op != plan::OpCode::AllGather &&
-        op != plan::OpCode::ReduceScatter)
+        op != plan::OpCode::ReduceScatter && op != plan::OpCode::VocabParallelCrossEntropy &&
+        op != plan::OpCode::VocabParallelCrossEntropyGrad)
       continue;
     int64_t count = 0;
     for (int32_t id : *inst->inputs())

@@ -180,3 +180,53 @@ module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 func.func @spec_type(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = 3 : i64}) {
   return
 }
+
+// -----
+
+module {
+  func.func @vocab_no_mesh(%t: tensor<16x8xf32>, %ids: tensor<4xi32>) -> tensor<4x8xf32> {
+    // expected-error @+1 {{'ptc.embedding' op vocab_axis needs a 'ptc.mesh' on the enclosing module}}
+    %0 = ptc.embedding %t, %ids {vocab_axis = "tp"} : tensor<16x8xf32>, tensor<4xi32> -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp"], shape = array<i64: 2>}} {
+  func.func @vocab_axis(%ids: tensor<4xi32>, %g: tensor<4x8xf32>) -> tensor<16x8xf32> {
+    // expected-error @+1 {{'ptc.embedding_grad' op vocab_axis 'tp' is not in the module's mesh}}
+    %0 = ptc.embedding_grad %ids, %g {vocab_axis = "tp"} : tensor<4xi32>, tensor<4x8xf32> -> tensor<16x8xf32>
+    return %0 : tensor<16x8xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @vpce_result(%l: tensor<4x16xf32>, %t: tensor<4xi32>) -> tensor<bf16> {
+    // expected-error @+1 {{'ptc.vocab_parallel_cross_entropy' op result type 'tensor<bf16>' does not match the expected 'tensor<f32>'}}
+    %0 = ptc.vocab_parallel_cross_entropy %l, %t {axes = ["tp"]} : tensor<4x16xf32>, tensor<4xi32> -> tensor<bf16>
+    return %0 : tensor<bf16>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @vpce_grad(%l: tensor<4x16xf32>, %t: tensor<4xi32>, %g: tensor<f16>) -> tensor<4x16xf32> {
+    // expected-error @+1 {{'ptc.vocab_parallel_cross_entropy_grad' op grad type 'tensor<f16>' does not match the expected 'tensor<f32>'}}
+    %0 = ptc.vocab_parallel_cross_entropy_grad %l, %t, %g {axes = ["tp"]} : tensor<4x16xf32>, tensor<4xi32>, tensor<f16>
+    return %0 : tensor<4x16xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @vpce_shapes(%l: tensor<4x16xf32>, %t: tensor<8xi32>) -> tensor<f32> {
+    // expected-error @+1 {{'ptc.vocab_parallel_cross_entropy' op dimension 0 differs: logits have 4, targets have 8}}
+    %0 = ptc.vocab_parallel_cross_entropy %l, %t {axes = ["tp"]} : tensor<4x16xf32>, tensor<8xi32> -> tensor<f32>
+    return %0 : tensor<f32>
+  }
+}

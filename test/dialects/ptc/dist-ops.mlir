@@ -18,4 +18,18 @@ module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}} {
     %e = ptc.reduce_scatter %a {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<1x8xf32>
     return %a, %b, %c, %d, %e : tensor<4x8xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<4x2xf32>, tensor<1x8xf32>
   }
+
+  // CHECK-LABEL: func.func @vocab_parallel
+  func.func @vocab_parallel(%t: tensor<16x8xf32>, %ids: tensor<4x6xi32>, %l: tensor<4x6x16xf32>, %g: tensor<f32>, %d: tensor<4x6x8xf32>)
+      -> (tensor<4x6x8xf32>, tensor<16x8xf32>, tensor<f32>, tensor<4x6x16xf32>) {
+    // CHECK: ptc.embedding %{{.*}}, %{{.*}} {vocab_axis = "tp"} : tensor<16x8xf32>, tensor<4x6xi32> -> tensor<4x6x8xf32>
+    %0 = ptc.embedding %t, %ids {vocab_axis = "tp"} : tensor<16x8xf32>, tensor<4x6xi32> -> tensor<4x6x8xf32>
+    // CHECK: ptc.embedding_grad %{{.*}}, %{{.*}} {vocab_axis = "tp"} : tensor<4x6xi32>, tensor<4x6x8xf32> -> tensor<16x8xf32>
+    %1 = ptc.embedding_grad %ids, %d {vocab_axis = "tp"} : tensor<4x6xi32>, tensor<4x6x8xf32> -> tensor<16x8xf32>
+    // CHECK: ptc.vocab_parallel_cross_entropy %{{.*}}, %{{.*}} {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32> -> tensor<f32>
+    %2 = ptc.vocab_parallel_cross_entropy %l, %ids {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32> -> tensor<f32>
+    // CHECK: ptc.vocab_parallel_cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32>, tensor<f32>
+    %3 = ptc.vocab_parallel_cross_entropy_grad %l, %ids, %g {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32>, tensor<f32>
+    return %0, %1, %2, %3 : tensor<4x6x8xf32>, tensor<16x8xf32>, tensor<f32>, tensor<4x6x16xf32>
+  }
 }
