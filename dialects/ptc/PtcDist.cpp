@@ -257,3 +257,25 @@ LogicalResult mlir::ptc::verifyVocabAxis(Operation *op, std::optional<StringRef>
     return op->emitOpError() << "vocab_axis '" << *axis << "' is not in the module's mesh";
   return success();
 }
+
+LogicalResult AllToAllOp::verify() {
+  FailureOr<int64_t> parts = resolveAxes(*this, getAxes(), /*single=*/true);
+  if (failed(parts))
+    return failure();
+  RankedTensorType in = getInput().getType(), out = getType();
+  int64_t split = getSplitDimAttr().getInt(), concat = getConcatDimAttr().getInt();
+  if (in.getRank() != out.getRank() || split < 0 || split >= in.getRank() || concat < 0 ||
+      concat >= in.getRank() || split == concat)
+    return emitOpError() << "split_dim " << split << " and concat_dim " << concat
+                         << " must be two different dimensions of the operand";
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    int64_t expected = d == concat ? in.getDimSize(d) * *parts
+                       : d == split ? in.getDimSize(d) / *parts
+                                    : in.getDimSize(d);
+    if ((d == split && in.getDimSize(d) % *parts != 0) || out.getDimSize(d) != expected)
+      return emitOpError() << "result must be " << *parts << " times larger along concat_dim "
+                           << concat << " and " << *parts << " times smaller along split_dim "
+                           << split << ", got " << in << " -> " << out;
+  }
+  return success();
+}

@@ -85,6 +85,32 @@ def Ptc_ReduceScatterOp : Ptc_Op<"reduce_scatter", [Pure, SameOperandsAndResultE
   let hasVerifier = 1;
 }
 
+def Ptc_AllToAllOp : Ptc_Op<"all_to_all", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "moves a split from one dimension to another within a mesh group";
+  let description = [{
+    The operand is split along `concat_dim` over the axis and whole along
+    `split_dim`; the result is whole along `concat_dim` and split along
+    `split_dim`. Device `c` sends block `r` of `split_dim` to device `r` and
+    places what it receives from device `r` at block `r` of `concat_dim`.
+    With `axes = ["tp"]`, `split_dim = 1`, `concat_dim = 0` on `tp = 2`:
+
+    | device | operand          | result            |
+    |--------|------------------|-------------------|
+    | tp=0   | [x00, x01]       | [x00; x10]        |
+    | tp=1   | [x10, x11]       | [x01; x11]        |
+
+    ```mlir
+    %y = ptc.all_to_all %x {axes = ["tp"], split_dim = 1 : i64, concat_dim = 0 : i64}
+        : tensor<4x8xf32> -> tensor<8x4xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$split_dim,
+                       I64Attr:$concat_dim);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Ptc_VocabParallelCrossEntropyOp : Ptc_Op<"vocab_parallel_cross_entropy", [Pure]> {
   let summary = "mean cross-entropy of logits whose classes are split over a mesh axis";
   let description = [{

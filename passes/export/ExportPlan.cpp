@@ -164,6 +164,12 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
                         o.getBlocksAttr().getInt()},
                        {}};
       })
+      .Case([&](AllToAllOp o) {
+        return Lowered{C::AllToAll,
+                       {axisIndices(o.getAxes())[0], o.getSplitDimAttr().getInt(),
+                        o.getConcatDimAttr().getInt()},
+                       {}};
+      })
       .Case([&](ReduceScatterOp o) {
         return Lowered{C::ReduceScatter, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
       })

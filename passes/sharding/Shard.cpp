@@ -230,7 +230,30 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
         next.partial.push_back(a);
     curS = next;
   }
-  // 2. Per dimension: gather what the consumer wants whole, slice what it wants split.
+  // 2. A split moving from one dimension to another on the same axis: all_to_all.
+  for (size_t d1 = 0; d1 < curS.dims.size(); ++d1) {
+    DimShard a = curS.dims[d1];
+    if (a.axis < 0 || a.blocks != 1 || target.dims[d1].axis == a.axis)
+      continue;
+    for (size_t d2 = 0; d2 < curS.dims.size(); ++d2) {
+      if (d2 == d1 || curS.dims[d2].axis >= 0 || target.dims[d2] != DimShard(a.axis))
+        continue;
+      Sharding next = curS;
+      next.dims[d1] = DimShard();
+      next.dims[d2] = DimShard(a.axis);
+      FailureOr<RankedTensorType> type = localType(v, g, next, user);
+      if (failed(type))
+        return failure();
+      auto a2a = AllToAllOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[a.axis]}),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(d2)),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(d1)));
+      collectives.push_back({a2a, cause("all_to_all")});
+      cur = a2a;
+      curS = next;
+      break;
+    }
+  }
+  // 3. Per dimension: gather what the consumer wants whole, slice what it wants split.
   for (size_t d = 0; d < curS.dims.size(); ++d) {
     DimShard a = curS.dims[d], want = target.dims[d];
     if (a == want)
@@ -328,23 +351,29 @@ LogicalResult Partitioner::processOp(Operation *op) {
           int64_t od = d - (r - t.getRank());
           return od >= 0 && t.getDimSize(od) == resultType.getDimSize(d) ? od : -1;
         };
-        // The larger operand keeps its sharding; the other follows.
-        bool lhsLeads = getNumElements(gl) >= getNumElements(gr);
+        // The operand whose sharding a user annotated leads; otherwise the
+        // larger one keeps its sharding and the other follows.
+        bool la = static_cast<bool>(origins[lhs].annotatedArg),
+             ra = static_cast<bool>(origins[rhs].annotatedArg);
+        bool lhsLeads = la != ra ? la : getNumElements(gl) >= getNumElements(gr);
         Value lead = lhsLeads ? lhs : rhs, follow = lhsLeads ? rhs : lhs;
         RankedTensorType gLead = lhsLeads ? gl : gr, gFollow = lhsLeads ? gr : gl;
         Sharding res = Sharding::replicated(r);
+        // The lead's splits first, then the follower's where their axes are free.
+        for (int64_t d = 0; d < r; ++d)
+          if (int64_t ld = mapDim(gLead, d); ld >= 0)
+            res.dims[d] = sharding(lead).dims[ld];
         for (int64_t d = 0; d < r; ++d) {
-          int64_t ld = mapDim(gLead, d), fd = mapDim(gFollow, d);
-          DimShard a = ld >= 0 ? sharding(lead).dims[ld] : DimShard();
+          int64_t fd = mapDim(gFollow, d);
           DimShard f = fd >= 0 ? sharding(follow).dims[fd] : DimShard();
-          if (a.axis >= 0 && f.axis >= 0 && a != f && failed(conflict(o, lead, follow))) {
+          if (f.axis < 0)
+            continue;
+          if (res.dims[d].axis >= 0 && res.dims[d] != f && failed(conflict(o, lead, follow))) {
             status = failure();
             return;
           }
-          DimShard pick = a.axis >= 0 ? a : f;
-          if (pick.axis >= 0 && res.hasAxis(pick.axis))
-            pick = DimShard();
-          res.dims[d] = pick;
+          if (res.dims[d].axis < 0 && !res.hasAxis(f.axis))
+            res.dims[d] = f;
         }
         for (Value v : {lhs, rhs}) {
           unsigned i = v == lhs ? 0 : 1;
@@ -1117,6 +1146,9 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
           bytes += getTensorBytes(cast<RankedTensorType>(v.getType()));
         // Ring all-reduce: reduce-scatter + all-gather.
         seconds = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / beta;
+      } else if (isa<AllToAllOp>(c.op)) {
+        bytes = getTensorBytes(cast<RankedTensorType>(c.op->getOperand(0).getType()));
+        seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;
       } else if (isa<ReduceScatterOp>(c.op)) {
         bytes = getTensorBytes(cast<RankedTensorType>(c.op->getOperand(0).getType()));
         seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;

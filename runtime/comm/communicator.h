@@ -44,6 +44,10 @@ public:
   /// order) over the group of `axis`; this member keeps its block in `out`.
   virtual Status reduceScatterSum(const float *in, float *out, int64_t count, int axis,
                                   const std::string &what) = 0;
+  /// Sends block r of `in` (`bytes` each, coordinate order) to member r of the
+  /// group of `axis`; block r of `out` receives member r's block.
+  virtual Status allToAll(const void *in, void *out, int64_t bytes, int axis,
+                          const std::string &what) = 0;
   /// Gathers `bytes` from every member of the group of `axis` into `out`
   /// (member blocks in coordinate order).
   virtual Status allGather(const void *in, void *out, int64_t bytes, int axis,

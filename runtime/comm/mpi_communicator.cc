@@ -83,6 +83,17 @@ public:
     return wait(req, "reduce_scatter", what, {axis});
   }
 
+  Status allToAll(const void *in, void *out, int64_t bytes, int axis,
+                  const std::string &what) override {
+    auto comm = group({axis});
+    if (!comm.isOk())
+      return comm.status();
+    MPI_Request req;
+    PTC_MPI(MPI_Ialltoall(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                          MPI_BYTE, *comm, &req));
+    return wait(req, "all_to_all", what, {axis});
+  }
+
   Status allGather(const void *in, void *out, int64_t bytes, int axis,
                    const std::string &what) override {
     auto comm = group({axis});

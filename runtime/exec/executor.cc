@@ -388,6 +388,7 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::AllGather:
   case OpCode::ShardSlice:
   case OpCode::ReduceScatter:
+  case OpCode::AllToAll:
     return runCollective(inst);
   case OpCode::ClipGradNorm: {
     std::vector<const float *> grads;
@@ -505,6 +506,36 @@ Status Executor::runCollective(const plan::Instruction &inst) {
         k::copyBox(staging_.data() + p * src.numElements, src.shape, srcOff, data(out[0]),
                    dst.shape, dstOff, box, dtypeSize(src.dtype));
       }
+    return Status::ok();
+  }
+  case OpCode::AllToAll: {
+    // Pack block r of split_dim for member r, exchange, unpack member r's block
+    // at block r of concat_dim.
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int axis = axes[0];
+    size_t split = static_cast<size_t>(inst.ints()->Get(1)), concat = static_cast<size_t>(inst.ints()->Get(2));
+    int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
+    std::vector<int64_t> box = src.shape;
+    box[split] /= parts;
+    int64_t blockElems = src.numElements / parts;
+    staging_.resize(static_cast<size_t>(2 * src.numElements));
+    float *send = staging_.data(), *recv = staging_.data() + src.numElements;
+    std::vector<int64_t> zero(src.shape.size(), 0), off(src.shape.size(), 0);
+    for (int p = 0; p < parts; ++p) {
+      off.assign(src.shape.size(), 0);
+      off[split] = p * box[split];
+      k::copyBox(data(in[0]), src.shape, off, send + p * blockElems, box, zero, box, sizeof(float));
+    }
+    if (comm_)
+      PTC_RETURN_IF_ERROR(comm_->allToAll(send, recv, blockElems * 4, axis,
+                                          "'" + src.name + "' at " + what));
+    else
+      std::memcpy(recv, send, static_cast<size_t>(src.bytes));
+    for (int p = 0; p < parts; ++p) {
+      off.assign(src.shape.size(), 0);
+      off[concat] = p * box[concat];
+      k::copyBox(recv + p * blockElems, box, zero, data(out[0]), dst.shape, off, box, sizeof(float));
+    }
     return Status::ok();
   }
   case OpCode::ReduceScatter: {

@@ -526,6 +526,21 @@ Status InstructionChecker::check() {
     ints_.push_back(1); // blocks
     return blocked(in(0), out(0));
   }
+  case OpCode::AllToAll: {
+    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 3 || ints_[0] < 0 ||
+        ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
+      return fail("expects one input, one output and [mesh axis, split dim, concat dim]");
+    PTC_RETURN_IF_ERROR(dtypes());
+    int64_t p = meshSizes_[static_cast<size_t>(ints_[0])], split = ints_[1], concat = ints_[2];
+    int64_t rank = static_cast<int64_t>(in(0).size());
+    if (split < 0 || split >= rank || concat < 0 || concat >= rank || split == concat ||
+        out(0).size() != in(0).size() || in(0)[static_cast<size_t>(split)] % p != 0)
+      return fail("invalid split/concat dims");
+    Shape expected = in(0);
+    expected[static_cast<size_t>(split)] /= p;
+    expected[static_cast<size_t>(concat)] *= p;
+    return expectShape(out(0), expected, "result");
+  }
   case OpCode::ShardSlice:
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");

@@ -94,7 +94,7 @@ std::string collectiveSignature(const LoadedPlan &plan) {
     plan::OpCode op = inst->op();
     if (op != plan::OpCode::AllReduce && op != plan::OpCode::AllGather &&
         op != plan::OpCode::ReduceScatter && op != plan::OpCode::VocabParallelCrossEntropy &&
-        op != plan::OpCode::VocabParallelCrossEntropyGrad)
+        op != plan::OpCode::VocabParallelCrossEntropyGrad && op != plan::OpCode::AllToAll)
       continue;
     int64_t count = 0;
     for (int32_t id : *inst->inputs())

@@ -230,3 +230,23 @@ module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
     return %0 : tensor<f32>
   }
 }
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @a2a_dims(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+    // expected-error @+1 {{'ptc.all_to_all' op split_dim 1 and concat_dim 1 must be two different dimensions of the operand}}
+    %0 = ptc.all_to_all %x {axes = ["tp"], split_dim = 1 : i64, concat_dim = 1 : i64} : tensor<4x8xf32> -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @a2a_shape(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+    // expected-error @+1 {{'ptc.all_to_all' op result must be 2 times larger along concat_dim 0 and 2 times smaller along split_dim 1, got 'tensor<4x8xf32>' -> 'tensor<4x8xf32>'}}
+    %0 = ptc.all_to_all %x {axes = ["tp"], split_dim = 1 : i64, concat_dim = 0 : i64} : tensor<4x8xf32> -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}

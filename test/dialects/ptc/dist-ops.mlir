@@ -14,6 +14,8 @@ module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}} {
     %c = ptc.all_gather %a {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<16x8xf32>
     // CHECK: ptc.shard_slice %{{.*}} {axes = ["tp"], blocks = 2 : i64, dim = 1 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>
     %d = ptc.shard_slice %a {axes = ["tp"], dim = 1 : i64, blocks = 2 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>
+    // CHECK: ptc.all_to_all %{{.*}} {axes = ["tp"], concat_dim = 0 : i64, split_dim = 1 : i64} : tensor<4x8xf32> -> tensor<16x2xf32>
+    %f = ptc.all_to_all %a {axes = ["tp"], split_dim = 1 : i64, concat_dim = 0 : i64} : tensor<4x8xf32> -> tensor<16x2xf32>
     // CHECK: ptc.reduce_scatter %{{.*}} {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<1x8xf32>
     %e = ptc.reduce_scatter %a {axes = ["tp"], dim = 0 : i64} : tensor<4x8xf32> -> tensor<1x8xf32>
     return %a, %b, %c, %d, %e : tensor<4x8xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<4x2xf32>, tensor<1x8xf32>
