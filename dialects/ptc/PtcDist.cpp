@@ -145,6 +145,22 @@ LogicalResult PtcDialect::verifyOperationAttribute(Operation *op, NamedAttribute
       return op->emitError() << "'ptc.mesh' belongs on the module";
     return parseMeshAttr(attr.getValue(), [&] { return op->emitError(); });
   }
+  if (attr.getName() == kShardingAttrName) {
+    // A user annotation on an op's results: one spec per result.
+    auto specs = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!specs || specs.size() != op->getNumResults() ||
+        !llvm::all_of(specs, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitOpError() << "'ptc.sharding' needs one sharding string per result, e.g. "
+                                  "[\"[dp, _]\"]";
+    FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
+    if (succeeded(mesh))
+      for (auto [spec, result] : llvm::zip(specs, op->getResults()))
+        if (auto type = dyn_cast<RankedTensorType>(result.getType()))
+          if (failed(parseShardingSpec(cast<StringAttr>(spec).getValue(), *mesh, type.getRank(),
+                                       [&] { return op->emitOpError(); })))
+            return failure();
+    return success();
+  }
   return success(); // pass bookkeeping (ptc.offsets, ptc.arena_bytes, ptc.shardings, ...)
 }
 

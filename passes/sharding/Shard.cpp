@@ -61,7 +61,7 @@ struct Sharding {
 /// Where a value's sharding came from, for diagnostics and `ptc.shardings`.
 struct Origin {
   std::string how;           // "annotation", "default", "propagated", "rule"
-  BlockArgument annotatedArg; // the annotated argument this sharding derives from, if any
+  Value annotated; // the annotated argument or op result this sharding derives from, if any
 };
 
 void addPartial(SmallVector<int> &partial, int axis) {
@@ -115,6 +115,11 @@ private:
   /// Inserts `scale(r, factor)` after r's producer and redirects r's other uses.
   void rescale(Value r, double factor);
   LogicalResult conflict(Operation *op, Value a, Value b);
+  /// Reshards `value` (op result `source` or its rescaled copy) to the user
+  /// annotation `spec` right after it is produced.
+  LogicalResult constrain(Value value, Value source, StringRef spec);
+  /// The annotation text of an annotated argument or op result.
+  std::string annotationOf(Value v);
 
   func::FuncOp func;
   const MeshInfo &mesh;
@@ -283,7 +288,7 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   }
   shardings[cur] = curS;
   globalType[cur] = g;
-  origins[cur] = {"reshard", origins[v].annotatedArg};
+  origins[cur] = {"reshard", origins[v].annotated};
   reshardCache[key] = cur;
   return cur;
 }
@@ -301,18 +306,52 @@ void Partitioner::rescale(Value r, double factor) {
   origins[scaled] = o;
 }
 
+std::string Partitioner::annotationOf(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kShardingAttrName))
+      return spec.str();
+  if (auto res = dyn_cast<OpResult>(v))
+    if (auto specs = res.getOwner()->getAttrOfType<ArrayAttr>(PtcDialect::kShardingAttrName))
+      if (res.getResultNumber() < specs.size())
+        if (auto spec = dyn_cast<StringAttr>(specs[res.getResultNumber()]))
+          return spec.str();
+  return "";
+}
+
+LogicalResult Partitioner::constrain(Value value, Value source, StringRef spec) {
+  RankedTensorType g = global(value);
+  FailureOr<ShardingSpec> parsed = parseShardingSpec(spec, mesh, g.getRank(), [&] {
+    return mlir::emitError(source.getLoc()) << describe(source) << ": ";
+  });
+  if (failed(parsed))
+    return failure();
+  Sharding target = Sharding::replicated(g.getRank());
+  for (int64_t d = 0; d < g.getRank(); ++d)
+    target.dims[d] = DimShard(parsed->axes[d], parsed->blocks[d]);
+  Operation *after = value.getDefiningOp()->getNextNode();
+  llvm::SmallPtrSet<Operation *, 8> before(value.getUsers().begin(), value.getUsers().end());
+  FailureOr<Value> v = reshard(value, target, after, "a user annotation");
+  if (failed(v))
+    return failure();
+  if (*v != value) {
+    value.replaceUsesWithIf(*v, [&](OpOperand &use) {
+      return before.contains(use.getOwner());
+    });
+  }
+  origins[*v] = {"annotation", source};
+  return success();
+}
+
 LogicalResult Partitioner::conflict(Operation *op, Value a, Value b2) {
-  BlockArgument x = origins[a].annotatedArg, y = origins[b2].annotatedArg;
+  Value x = origins[a].annotated, y = origins[b2].annotated;
   if (!x || !y || x == y)
     return success();
   InFlightDiagnostic diag = op->emitOpError()
                             << "conflicting sharding annotations meet here: " << str(sharding(a))
                             << " from " << describe(x) << " and " << str(sharding(b2)) << " from "
                             << describe(y);
-  diag.attachNote(func.getLoc()) << describe(x) << " is annotated "
-                                 << func.getArgAttr(x.getArgNumber(), PtcDialect::kShardingAttrName);
-  diag.attachNote(func.getLoc()) << describe(y) << " is annotated "
-                                 << func.getArgAttr(y.getArgNumber(), PtcDialect::kShardingAttrName);
+  for (Value v : {x, y})
+    diag.attachNote(v.getLoc()) << describe(v) << " is annotated \"" << annotationOf(v) << "\"";
   return failure();
 }
 
@@ -353,8 +392,8 @@ LogicalResult Partitioner::processOp(Operation *op) {
         };
         // The operand whose sharding a user annotated leads; otherwise the
         // larger one keeps its sharding and the other follows.
-        bool la = static_cast<bool>(origins[lhs].annotatedArg),
-             ra = static_cast<bool>(origins[rhs].annotatedArg);
+        bool la = static_cast<bool>(origins[lhs].annotated),
+             ra = static_cast<bool>(origins[rhs].annotated);
         bool lhsLeads = la != ra ? la : getNumElements(gl) >= getNumElements(gr);
         Value lead = lhsLeads ? lhs : rhs, follow = lhsLeads ? rhs : lhs;
         RankedTensorType gLead = lhsLeads ? gl : gr, gFollow = lhsLeads ? gr : gl;
@@ -766,11 +805,11 @@ LogicalResult Partitioner::processOp(Operation *op) {
   // user annotation: that is a conflict the user must resolve.
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     Value vi = op->getOperand(i);
-    if (!origins[vi].annotatedArg || want[i].dims == sharding(vi).dims)
+    if (!origins[vi].annotated || want[i].dims == sharding(vi).dims)
       continue;
     for (unsigned j = 0; j < op->getNumOperands(); ++j) {
       Value vj = op->getOperand(j);
-      if (i != j && origins[vj].annotatedArg && want[j].dims == sharding(vj).dims &&
+      if (i != j && origins[vj].annotated && want[j].dims == sharding(vj).dims &&
           llvm::any_of(sharding(vj).dims, [](const DimShard &d) { return d.axis >= 0; }) &&
           failed(conflict(op, vj, vi)))
         return failure();
@@ -796,15 +835,25 @@ LogicalResult Partitioner::processOp(Operation *op) {
     op->setOperand(i, nv);
   }
   // Results inherit the annotated source of their first annotated operand.
-  BlockArgument annotated;
+  Value annotated;
   for (Value v : op->getOperands())
     if (!annotated)
-      annotated = origins[v].annotatedArg;
+      annotated = origins[v].annotated;
+  auto constraints = op->getAttrOfType<ArrayAttr>(PtcDialect::kShardingAttrName);
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
-    if (failed(setResult(op->getResult(i), out[i], {"propagated", annotated}, op)))
+    Value r = op->getResult(i);
+    if (failed(setResult(r, out[i], {"propagated", annotated}, op)))
       return failure();
     if (scale[i] != 1.0)
-      rescale(op->getResult(i), scale[i]);
+      rescale(r, scale[i]);
+    // A user annotation on the value: reshard right after it is computed.
+    if (constraints && i < constraints.size()) {
+      // After a rescale, the scaled copy is what the other users read.
+      Value current = scale[i] != 1.0 ? (*r.getUsers().begin())->getResult(0) : r;
+      if (auto spec = dyn_cast<StringAttr>(constraints[i]);
+          spec && failed(constrain(current, r, spec.getValue())))
+        return failure();
+    }
   }
   if (vocabAxis >= 0) {
     b.setInsertionPoint(op);

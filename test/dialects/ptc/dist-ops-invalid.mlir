@@ -250,3 +250,11 @@ module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
     return %0 : tensor<4x8xf32>
   }
 }
+
+// -----
+
+func.func @op_annotation(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ptc.gelu' op 'ptc.sharding' needs one sharding string per result, e.g. ["[dp, _]"]}}
+  %0 = ptc.gelu %x {ptc.sharding = "[dp]"} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

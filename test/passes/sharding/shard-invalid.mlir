@@ -9,9 +9,9 @@ func.func @indivisible(%x: tensor<3x4xf32> {ptc.input = "x"}) -> tensor<3x4xf32>
 
 // -----
 
-// Two user annotations that disagree where they meet.
+// Two user annotations that disagree where they meet; notes point at both.
 // expected-note @+2 {{'a' is annotated "[tp, _]"}}
-// expected-note @+1 {{'b' is annotated "[_, tp]"}}
+// expected-note @+2 {{'b' is annotated "[_, tp]"}}
 func.func @conflict(%a: tensor<4x4xf32> {ptc.param = "a", ptc.sharding = "[tp, _]"},
                     %b: tensor<4x4xf32> {ptc.param = "b", ptc.sharding = "[_, tp]"}) -> tensor<4x4xf32> {
   // expected-error @+1 {{'ptc.add' op conflicting sharding annotations meet here: [tp, _] from 'a' and [_, tp] from 'b'}}
@@ -33,4 +33,17 @@ func.func @unknown_axis(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = "[e
 // expected-error @+1 {{'w' dimension 0 (size 6) is not divisible by mesh axis 'tp' (size 2) times its 2 blocks}}
 func.func @blocks(%w: tensor<6x4xf32> {ptc.param = "w", ptc.sharding = "[tp/2, _]"}) -> tensor<6x4xf32> {
   return %w : tensor<6x4xf32>
+}
+
+// -----
+
+// An annotated value conflicting with an annotated argument.
+// expected-note @+1 {{'a' is annotated "[tp, _]"}}
+func.func @value_conflict(%a: tensor<4x4xf32> {ptc.param = "a", ptc.sharding = "[tp, _]"},
+                          %x: tensor<4x4xf32> {ptc.param = "x"}) -> tensor<4x4xf32> {
+  // expected-note @+1 {{is annotated "[_, tp]"}}
+  %g = ptc.gelu %x {ptc.sharding = ["[_, tp]"]} : tensor<4x4xf32>
+  // expected-error @+1 {{'ptc.add' op conflicting sharding annotations meet here}}
+  %0 = ptc.add %a, %g : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
 }
