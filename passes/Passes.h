@@ -34,6 +34,8 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       *this, "sequence-parallel",
       llvm::cl::desc("With a tp axis: also split the sequence over tp (Megatron-SP)"),
       llvm::cl::init(false)};
+  PassOptions::Option<int> zero{*this, "zero",
+                                 llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};
   PassOptions::Option<bool> explain{
       *this, "explain", llvm::cl::desc("Print every inserted collective, its cause and cost"),
       llvm::cl::init(false)};

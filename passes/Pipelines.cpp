@@ -33,6 +33,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     shard.mesh = options.mesh;
     shard.explain = options.explain;
     shard.sequenceParallel = options.sequenceParallel;
+    shard.zero = options.zero;
     pm.addPass(createShardPass(shard));
     pm.addPass(createCSEPass());
   }

@@ -30,6 +30,14 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
     shards; entering a column-parallel layer then all-gathers the sequence and
     leaving a row-parallel one reduce-scatters it (`ptc.reduce_scatter`).
 
+    ZeRO is sharding too: with `zero=1` every optimizer state tensor is split
+    over `dp` along its first dimension that `dp` divides (and no other axis
+    splits), the update runs on that shard and the new parameter is
+    all-gathered; gradients arrive reduce-scattered (so stages 1 and 2 emit the
+    same collectives here); `zero=3` splits the parameters the same way, so
+    each use all-gathers them into a temporary that the memory plan frees after
+    its last use. A stage with no `dp` axis (or dp=1) is a warning.
+
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
     parallelism); means rescale by the shard count. Gradient all-reduces that
@@ -47,6 +55,9 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
     Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
            "Also split the sequence dimension of inputs over tp (Megatron sequence "
            "parallelism: LayerNorm and residuals on sequence shards)">,
+    Option<"zero", "zero", "int", /*default=*/"0",
+           "ZeRO stage over dp: 1 splits optimizer state, 2 also gradients, 3 also "
+           "parameters (gathered before each use)">,
     Option<"explain", "explain", "bool", /*default=*/"false",
            "Print every inserted collective with its cause and cost">,
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",

@@ -78,8 +78,8 @@ struct Collective {
 
 class Partitioner {
 public:
-  Partitioner(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel)
-      : func(func), mesh(mesh), b(func), sequenceParallel(sequenceParallel) {}
+  Partitioner(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel, int zero)
+      : func(func), mesh(mesh), b(func), sequenceParallel(sequenceParallel), zero(zero) {}
 
   LogicalResult run();
   SmallVector<Collective> collectives;
@@ -125,6 +125,7 @@ private:
   const MeshInfo &mesh;
   OpBuilder b;
   bool sequenceParallel;
+  int zero;
   llvm::DenseMap<Value, Sharding> shardings;
   llvm::DenseMap<Value, Origin> origins;
   llvm::DenseMap<Value, RankedTensorType> globalType;
@@ -182,7 +183,11 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   if (from == target)
     return v;
   auto key = std::make_pair(v.getAsOpaquePointer(), str(target));
-  if (auto it = reshardCache.find(key); it != reshardCache.end())
+  // ZeRO-3 gathers a parameter for each use, so that the memory plan can free
+  // the whole copy right after it instead of keeping it for the backward pass.
+  auto arg = dyn_cast<BlockArgument>(v);
+  bool reuse = !(zero >= 3 && arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName));
+  if (auto it = reshardCache.find(key); reuse && it != reshardCache.end())
     return it->second;
   b.setInsertionPoint(user);
   Location loc = user->getLoc();
@@ -780,7 +785,15 @@ LogicalResult Partitioner::processOp(Operation *op) {
         out.push_back(res);
       })
       .Case<AdamWUpdateOp, SgdUpdateOp>([&](Operation *o) {
+        // The update runs where the optimizer state lives: under ZeRO the
+        // state is split over dp, the parameter and gradient are cut to match
+        // and the new parameter is gathered where the whole one is needed.
         Sharding p = want[0].withoutPartial();
+        if (rank(o->getOperand(2)) > 0) {
+          Sharding state = sharding(o->getOperand(2)).withoutPartial();
+          if (llvm::any_of(state.dims, [](const DimShard &d) { return d.axis >= 0; }))
+            p = state;
+        }
         want[0] = p;
         for (unsigned i = 1; i < o->getNumOperands(); ++i) {
           if (rank(o->getOperand(i)) == 0)
@@ -1008,11 +1021,66 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
   return specs;
 }
 
+/// ZeRO as sharding: optimizer state (stage >= 1) and parameters (stage 3)
+/// split over dp along their first dimension that no other axis splits and
+/// that dp divides, on top of the tensor-parallel defaults.
+void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
+                  llvm::DenseMap<BlockArgument, std::string> &specs) {
+  int dp = mesh.axisIndex("dp");
+  if (zero < 1 || dp < 0 || mesh.sizes[dp] < 2)
+    return;
+  int64_t dpSize = mesh.sizes[dp];
+  auto withDp = [&](BlockArgument arg) -> std::optional<std::string> {
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName))
+      return std::nullopt; // user annotations stand
+    FailureOr<ShardingSpec> base = ShardingSpec{SmallVector<int>(type.getRank(), -1),
+                                                SmallVector<int>(type.getRank(), 1)};
+    if (auto it = specs.find(arg); it != specs.end())
+      base = parseShardingSpec(it->second, mesh, type.getRank(), [&] { return func.emitError(); });
+    if (failed(base))
+      return std::nullopt;
+    std::string out = "[";
+    bool placed = false;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      std::string entry = "_";
+      int a = base->axes[d];
+      if (a >= 0)
+        entry = mesh.axes[a] + (base->blocks[d] > 1 ? "/" + std::to_string(base->blocks[d]) : "");
+      else if (!placed && type.getDimSize(d) % dpSize == 0) {
+        entry = "dp";
+        placed = true;
+      }
+      out += (d ? ", " : "") + entry;
+    }
+    if (!placed)
+      return std::nullopt;
+    return out + "]";
+  };
+  func.walk([&](Operation *op) {
+    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
+      return;
+    auto param = dyn_cast<BlockArgument>(op->getOperand(0));
+    if (!param)
+      return;
+    std::optional<std::string> spec = withDp(param);
+    if (!spec)
+      return;
+    for (Value v : op->getOperands().drop_front(2))
+      if (auto state = dyn_cast<BlockArgument>(v);
+          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
+        specs[state] = *spec;
+    if (zero >= 3)
+      specs[param] = *spec;
+  });
+}
+
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
   int dp = mesh.axisIndex("dp");
   llvm::DenseMap<BlockArgument, std::string> defaults =
       megatronDefaults(func, mesh, sequenceParallel);
+  zeroDefaults(func, mesh, zero, defaults);
   // 1. Arguments.
   for (BlockArgument arg : block.getArguments()) {
     auto g = dyn_cast<RankedTensorType>(arg.getType());
@@ -1037,7 +1105,7 @@ LogicalResult Partitioner::run() {
         return failure();
       for (int64_t d = 0; d < g.getRank(); ++d)
         s.dims[d] = DimShard(parsed->axes[d], parsed->blocks[d]);
-      origin = {"default: Megatron tensor parallel", {}};
+      origin = {"default rule", {}};
     } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && dp >= 0 &&
                g.getRank() >= 1 && mesh.sizes[dp] > 1) {
       s.dims[0] = dp; // default rule: the batch dimension of inputs goes to dp
@@ -1164,7 +1232,15 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal() || !func.getBody().hasOneBlock())
         continue;
-      Partitioner partitioner(func, *meshInfo, sequenceParallel);
+      if (zero < 0 || zero > 3) {
+        module.emitError() << "zero = " << zero << " is not a ZeRO stage (0, 1, 2 or 3)";
+        return signalPassFailure();
+      }
+      int dpAxis = meshInfo->axisIndex("dp");
+      if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2))
+        mlir::emitWarning(func.getLoc())
+            << "zero=" << zero << " has no effect without a dp axis of size >= 2";
+      Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
       if (failed(partitioner.run()))
         return signalPassFailure();
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);

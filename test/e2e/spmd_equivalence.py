@@ -8,7 +8,7 @@ it) or cancels to almost nothing, rounding differences between layouts still mov
 the weight by a fraction of lr.
 
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
-(a layout ending in +sp adds sequence parallelism)
+(+sp adds sequence parallelism, +zeroN a ZeRO stage)
 """
 import argparse
 import json
@@ -24,7 +24,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--layouts", nargs="+", default=["dp:2", "tp:2", "tp:2+sp", "dp:2,tp:2", "dp:2,tp:2+sp"])
+    ap.add_argument("--layouts", nargs="+",
+                    default=["dp:2", "tp:2", "tp:2+sp", "dp:2,tp:2", "dp:2,tp:2+sp", "dp:2+zero1",
+                             "dp:2+zero3", "dp:2,tp:2+zero3"])
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -43,9 +45,11 @@ def main():
 
     def train(layout, tag):
         plan = w(f"{tag}.plan")
-        sp = layout is not None and layout.endswith("+sp")
-        layout = layout[:-3] if sp else layout
-        mesh = (f" mesh={layout}" if layout else "") + (" sequence-parallel=true" if sp else "")
+        mods = layout.split("+")[1:] if layout else []
+        layout = layout.split("+")[0] if layout else layout
+        mesh = (f" mesh={layout}" if layout else "") + \
+            (" sequence-parallel=true" if "sp" in mods else "") + \
+            "".join(f" zero={m[4:]}" for m in mods if m.startswith("zero"))
         run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)
         ranks = 1
         for part in (layout or "").split(","):

@@ -318,14 +318,21 @@ int main(int argc, char **argv) {
     if (!metrics)
       return fail("cannot write metrics file '" + opts["--metrics"] + "'");
   }
-  int64_t numParams = 0;
-  for (int32_t id : params)
+  int64_t numParams = 0, paramBytes = 0, stateBytes = 0;
+  for (int32_t id : params) {
     numParams += plan->tensor(id).numElements;
+    paramBytes += plan->tensor(id).bytes;
+  }
+  for (const TensorInfo &t : plan->tensors())
+    if (t.kind == plan::TensorKind::OptimizerState)
+      stateBytes += t.bytes;
   if (leader)
     std::cout << "ptc-run: " << planPath << ": " << numParams << " parameters"
               << (comm ? " per rank" : "") << ", batch " << batch << " x seq " << seq << ", "
-              << plan->plan().instructions()->size() << " instructions, arena "
-              << ex.arenaBytes() / 1024 << " KiB, data " << data->size() << " tokens"
+              << plan->plan().instructions()->size() << " instructions, memory per rank: "
+              << "parameters " << paramBytes / 1024 << " KiB, optimizer state "
+              << stateBytes / 1024 << " KiB, arena " << ex.arenaBytes() / 1024
+              << " KiB; data " << data->size() << " tokens"
               << (comm ? ", " + std::to_string(comm->worldSize()) + " ranks (mesh " + mesh.describe() + ")" : "")
               << "\n";
 
