@@ -1233,13 +1233,13 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
       if (func.isExternal() || !func.getBody().hasOneBlock())
         continue;
       if (zero < 0 || zero > 3) {
-        module.emitError() << "zero = " << zero << " is not a ZeRO stage (0, 1, 2 or 3)";
+        module.emitError() << "zero = " << zero.getValue() << " is not a ZeRO stage (0, 1, 2 or 3)";
         return signalPassFailure();
       }
       int dpAxis = meshInfo->axisIndex("dp");
       if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2))
-        mlir::emitWarning(func.getLoc())
-            << "zero=" << zero << " has no effect without a dp axis of size >= 2";
+        module.emitWarning() << "zero=" << zero.getValue()
+                             << " has no effect without a dp axis of size >= 2";
       Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
       if (failed(partitioner.run()))
         return signalPassFailure();
