@@ -239,27 +239,15 @@ LogicalResult ReduceScatterOp::verify() {
 LogicalResult VocabParallelCrossEntropyOp::verify() {
   if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
     return failure();
-  auto loss = inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
-                                    [&] { return emitOpError(); });
-  if (failed(loss))
-    return failure();
-  if (*loss != getType())
-    return emitOpError() << "result type " << getType() << " does not match the expected "
-                         << *loss;
-  return success();
+  return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(), getType(),
+                                "result");
 }
 
 LogicalResult VocabParallelCrossEntropyGradOp::verify() {
   if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
     return failure();
-  auto loss = inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
-                                    [&] { return emitOpError(); });
-  if (failed(loss))
-    return failure();
-  if (*loss != getGrad().getType())
-    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
-                         << *loss;
-  return success();
+  return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
+                                getGrad().getType(), "grad");
 }
 
 /// The mesh axis of a vocabulary-parallel table must exist.

@@ -561,15 +561,21 @@ LogicalResult EmbeddingGradOp::verify() {
   return success();
 }
 
-LogicalResult CrossEntropyGradOp::verify() {
-  auto loss = inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
-                                    [&] { return emitOpError(); });
-  if (failed(loss))
+LogicalResult mlir::ptc::verifyCrossEntropyLoss(Operation *op, RankedTensorType logits,
+                                                 RankedTensorType targets, Type loss,
+                                                 StringRef what) {
+  auto expected = inferCrossEntropyType(logits, targets, [&] { return op->emitOpError(); });
+  if (failed(expected))
     return failure();
-  if (*loss != getGrad().getType())
-    return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
-                         << *loss;
+  if (*expected != loss)
+    return op->emitOpError() << what << " type " << loss << " does not match the expected "
+                             << *expected;
   return success();
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
+                                getGrad().getType(), "grad");
 }
 
 LogicalResult ReduceMaxGradOp::verify() {

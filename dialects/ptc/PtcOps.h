@@ -44,6 +44,11 @@ FailureOr<RankedTensorType> inferTransposeType(RankedTensorType input,
 FailureOr<RankedTensorType> inferReduceType(RankedTensorType input, ArrayRef<int64_t> axes,
                                             bool keepDims, EmitErrorFn emitError);
 
+/// Checks a cross-entropy's logits/targets and that `loss` (its result, or
+/// the gradient of its result) is the scalar it produces; `what` names it.
+LogicalResult verifyCrossEntropyLoss(Operation *op, RankedTensorType logits,
+                                     RankedTensorType targets, Type loss, StringRef what);
+
 /// For builders: the inferred type, or (after reporting the problem at `loc`)
 /// the lhs type, so that the op still exists and fails verification.
 Type inferBroadcastTypeOrFallback(Location loc, Value lhs, Value rhs);

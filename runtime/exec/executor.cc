@@ -289,23 +289,19 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::CausalAttentionGrad:
     k::causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), F(0));
     return Status::ok();
-  case OpCode::Embedding: {
-    int64_t rows = IS(0)[0], offset = 0, total = rows;
-    if (inst.ints() && inst.ints()->size() == 1) { // vocabulary-parallel block of rows
-      size_t axis = static_cast<size_t>(inst.ints()->Get(0));
-      offset = coords()[axis] * rows;
-      total = rows * plan_->meshSizes()[axis];
-    }
-    return k::embedding(I(0), rows, IS(0)[1], ids(1), N(1), O(0), offset, total);
-  }
+  case OpCode::Embedding:
   case OpCode::EmbeddingGrad: {
-    int64_t rows = OS(0)[0], offset = 0, total = rows;
+    // A vocabulary-parallel table is this device's block of rows.
+    bool grad = inst.op() == OpCode::EmbeddingGrad;
+    int64_t rows = grad ? OS(0)[0] : IS(0)[0], dim = grad ? OS(0)[1] : IS(0)[1];
+    int64_t offset = 0, total = rows;
     if (inst.ints() && inst.ints()->size() == 1) {
       size_t axis = static_cast<size_t>(inst.ints()->Get(0));
       offset = coords()[axis] * rows;
       total = rows * plan_->meshSizes()[axis];
     }
-    return k::embeddingGrad(ids(0), N(0), I(1), O(0), rows, OS(0)[1], offset, total);
+    return grad ? k::embeddingGrad(ids(0), N(0), I(1), O(0), rows, dim, offset, total)
+                : k::embedding(I(0), rows, dim, ids(1), N(1), O(0), offset, total);
   }
   case OpCode::VocabParallelCrossEntropy:
   case OpCode::VocabParallelCrossEntropyGrad:
