@@ -203,7 +203,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
 
   void runOnOperation() override {
     if (output.empty()) {
-      getOperation().emitError() << "ptc-export-plan needs output=<plan file>";
+      getOperation().emitError()
+          << "ptc-export-plan needs output=<plan file> (with ptc-compile: plan=<plan file>)";
       return signalPassFailure();
     }
     func::FuncOp step;

@@ -1,6 +1,6 @@
 // RUN: ptc-opt %s -split-input-file --ptc-export-plan="output=%t.plan" -verify-diagnostics
 // RUN: not ptc-opt %s -split-input-file --ptc-export-plan 2>&1 | FileCheck %s --check-prefix=NO-OUTPUT
-// NO-OUTPUT: error: ptc-export-plan needs output=<plan file>
+// NO-OUTPUT: error: ptc-export-plan needs output=<plan file> (with ptc-compile: plan=<plan file>)
 
 // Nothing to export.
 // expected-error @+1 {{no function returns a 'ptc.loss' result; run ptc-autodiff first}}
