@@ -55,9 +55,9 @@ def Ptc_AllGatherOp : Ptc_Op<"all_gather", [Pure, SameOperandsAndResultElementTy
     %y = ptc.all_gather %x {axes = ["tp"], dim = 1 : i64} : tensor<8x32xf32> -> tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$dim,
+  let arguments = (ins Ptc_AnyTensor:$input, StrArrayAttr:$axes, I64Attr:$dim,
                        DefaultValuedAttr<I64Attr, "1">:$blocks);
-  let results = (outs Ptc_FloatTensor:$result);
+  let results = (outs Ptc_AnyTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }

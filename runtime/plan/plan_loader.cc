@@ -515,9 +515,8 @@ Status InstructionChecker::check() {
     return Status::ok();
   }
   case OpCode::AllGather:
-    if (in_.size() != 1 || out_.size() != 1)
-      return fail("expects one input and one output");
-    PTC_RETURN_IF_ERROR(dtypes());
+    if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
+      return fail("expects one input and one output of the same dtype");
     return blocked(out(0), in(0));
   case OpCode::ReduceScatter: {
     if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 2)
