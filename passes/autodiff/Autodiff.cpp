@@ -14,6 +14,8 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
+constexpr llvm::StringLiteral kBackwardAttrName = "ptc.backward";
+
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
   return t && isa<FloatType>(t.getElementType());
@@ -65,12 +67,11 @@ LogicalResult differentiate(func::FuncOp func) {
     if (!inserted)
       it->second = AddOp::create(b, loc, it->second, g);
   };
-  if (needsGrad(loss))
-    grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), 1.0);
-
   SmallVector<Operation *> forward;
   for (Operation &op : block.without_terminator())
     forward.push_back(&op);
+  if (needsGrad(loss))
+    grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), 1.0);
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGrads;
     bool any = false;
@@ -111,6 +112,12 @@ LogicalResult differentiate(func::FuncOp func) {
         b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradAttrName, name)));
   }
   replaceReturn(func, results, resultAttrs);
+  // Mark the backward pass, so that memory reports can tell which forward
+  // values it keeps alive.
+  llvm::SmallPtrSet<Operation *, 32> forwardOps(forward.begin(), forward.end());
+  for (Operation &op : block.without_terminator())
+    if (!forwardOps.contains(&op))
+      op.setAttr(kBackwardAttrName, b.getUnitAttr());
   return success();
 }
 
