@@ -36,6 +36,12 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(false)};
   PassOptions::Option<int> zero{*this, "zero",
                                  llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};
+  PassOptions::Option<bool> reportMemory{
+      *this, "report-memory", llvm::cl::desc("Print the per-device memory report"),
+      llvm::cl::init(false)};
+  PassOptions::Option<std::string> deviceMemory{
+      *this, "device-memory",
+      llvm::cl::desc("Fail when the predicted peak exceeds this (e.g. 80GB)")};
   PassOptions::Option<bool> explain{
       *this, "explain", llvm::cl::desc("Print every inserted collective, its cause and cost"),
       llvm::cl::init(false)};

@@ -38,6 +38,11 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     pm.addPass(createCSEPass());
   }
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
+  if (options.reportMemory || !options.deviceMemory.empty()) {
+    ReportMemoryPassOptions report;
+    report.deviceMemory = options.deviceMemory;
+    pm.addPass(createReportMemoryPass(report));
+  }
   ExportPlanPassOptions exportOptions;
   exportOptions.output = options.plan;
   pm.addPass(createExportPlanPass(exportOptions));

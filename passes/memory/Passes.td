@@ -27,4 +27,34 @@ def PlanMemoryPass : Pass<"ptc-plan-memory", "::mlir::func::FuncOp"> {
   ];
 }
 
+def ReportMemoryPass : Pass<"ptc-report-memory", "::mlir::ModuleOp"> {
+  let summary = "Per-device memory: model state, saved activations, buffers, predicted peak";
+  let description = [{
+    After `ptc-plan-memory`, prints per device (local shapes): the bytes of
+    parameters, gradients (the values the optimizer consumes), optimizer
+    state, inputs and constants, activations the backward pass keeps (values
+    computed before the first `ptc.backward` op and read after it), the
+    largest communication buffer, the planned arena of temporaries, and the
+    predicted peak = persistent tensors + arena + communication buffer — what
+    `ptc-run` allocates. Without a tensor-parallel axis it also prints the
+    ZeRO paper's model-state formula for the stage in use (fp32 AdamW:
+    4 + 4 + 8 bytes per parameter).
+
+    With `device-memory` (e.g. 80GB, 512MiB), a predicted peak above it is an
+    error naming the largest consumers. With `params` (e.g. 7.5e9) it reads no
+    IR and prints the ZeRO paper's model-state memory per device for `dp`
+    devices at every stage (mixed-precision AdamW: 2 + 2 + 12 bytes per
+    parameter; `fp32`: 4 + 4 + 8).
+  }];
+  let options = [
+    Option<"deviceMemory", "device-memory", "std::string", /*default=*/"\"\"",
+           "Fail when the predicted peak exceeds this (e.g. 80GB, 512MiB)">,
+    Option<"params", "params", "double", /*default=*/"0",
+           "Estimate for a model of this many parameters without IR">,
+    Option<"dp", "dp", "int", /*default=*/"1", "Data-parallel devices (with params)">,
+    Option<"fp32", "fp32", "bool", /*default=*/"false",
+           "With params: fp32 training instead of mixed precision">
+  ];
+}
+
 #endif // PTC_PASSES_MEMORY_PASSES_TD

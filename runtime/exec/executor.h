@@ -48,6 +48,10 @@ public:
   /// Bytes of the arena and of persistent storage.
   int64_t arenaBytes() const { return arenaBytes_; }
   int64_t persistentBytes() const { return persistentBytes_; }
+  /// High-water mark of the buffer collectives pack and unpack through.
+  int64_t communicationBytes() const {
+    return static_cast<int64_t>(staging_.capacity() * sizeof(float));
+  }
 
 private:
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}

@@ -599,6 +599,36 @@ int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
   return bound;
 }
 
+int64_t predictedPeakBytes(const LoadedPlan &loaded) {
+  int64_t total = loaded.plan().arena_bytes(), comm = 0;
+  for (const TensorInfo &t : loaded.tensors())
+    if (t.kind != TensorKind::Temporary)
+      total += t.bytes;
+  for (const plan::Instruction *inst : *loaded.plan().instructions()) {
+    auto bytesOf = [&](int32_t id) { return loaded.tensor(id).bytes; };
+    int64_t c = 0;
+    switch (inst->op()) {
+    case OpCode::AllReduce:
+      for (int32_t id : *inst->inputs())
+        c += bytesOf(id);
+      break;
+    case OpCode::AllGather:
+      c = bytesOf((*inst->outputs())[0]);
+      break;
+    case OpCode::ReduceScatter:
+      c = bytesOf((*inst->inputs())[0]);
+      break;
+    case OpCode::AllToAll:
+      c = 2 * bytesOf((*inst->inputs())[0]);
+      break;
+    default:
+      break;
+    }
+    comm = std::max(comm, c);
+  }
+  return total + comm;
+}
+
 Status LoadedPlan::verify() {
   if (bytes_.size() < 8 || !plan::PlanBufferHasIdentifier(bytes_.data()))
     return error(StatusCode::kDataLoss, "not a ptc plan (missing file identifier \"",

@@ -72,6 +72,11 @@ private:
 /// experts), or -1 when no instruction bounds it.
 int64_t idUpperBound(const LoadedPlan &plan, int32_t tensor);
 
+/// What the compiler's memory report predicts a rank allocates: persistent
+/// tensors (parameters, state, inputs, constants), the arena, and the largest
+/// collective buffer.
+int64_t predictedPeakBytes(const LoadedPlan &plan);
+
 /// The plan as JSON (for --dump-plan and FileCheck tests).
 std::string planToJson(const LoadedPlan &plan);
 

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <fstream>
 #include <iostream>
@@ -39,6 +40,7 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --log-every N       progress line every N steps (default 10; 0: none)
   --threads N         kernel and BLAS threads (default: OpenMP's default)
   --profile           print the time spent per op kind at the end
+  --memory-report     print the memory this rank allocated against the compiler's prediction
   --dump-plan         print the verified plan as JSON and exit
   --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
   --collective-timeout S  fail a collective that does not finish within S seconds (default 300)
@@ -140,7 +142,7 @@ int64_t parseInt(const std::string &flag, const char *value, bool &ok) {
 int main(int argc, char **argv) {
   std::map<std::string, std::string> opts;
   std::string planPath;
-  bool dumpPlan = false, profile = false;
+  bool dumpPlan = false, profile = false, memoryReport = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -151,6 +153,8 @@ int main(int argc, char **argv) {
       dumpPlan = true;
     } else if (a == "--profile") {
       profile = true;
+    } else if (a == "--memory-report") {
+      memoryReport = true;
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads", "--np",
@@ -401,6 +405,25 @@ int main(int argc, char **argv) {
                     100.0 * t / total);
       std::cout << line << "\n";
     }
+  }
+
+  if (memoryReport && leader) {
+    // Everything ptc-run allocates for the plan is known up front; the process
+    // peak adds code, MPI and BLAS buffers.
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    int64_t allocated = ex.persistentBytes() + ex.arenaBytes() + ex.communicationBytes();
+    int64_t predicted = predictedPeakBytes(*plan);
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "memory (rank 0): allocated %lld B (tensors %lld + arena %lld + communication "
+                  "%lld), predicted %lld B (%.1f%% off); process peak RSS %lld KiB\n",
+                  static_cast<long long>(allocated), static_cast<long long>(ex.persistentBytes()),
+                  static_cast<long long>(ex.arenaBytes()),
+                  static_cast<long long>(ex.communicationBytes()), static_cast<long long>(predicted),
+                  predicted ? 100.0 * static_cast<double>(allocated - predicted) / static_cast<double>(predicted) : 0.0,
+                  static_cast<long long>(usage.ru_maxrss));
+    std::cout << line;
   }
 
   if (opts.count("--save")) {

@@ -1,0 +1,222 @@
+//===- ReportMemory.cpp - per-device memory report and budget check -------===//
+
+#include "passes/memory/Passes.h"
+
+#include "dialects/ptc/PtcMesh.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_REPORTMEMORYPASS
+#include "passes/memory/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+std::string human(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format(u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return s;
+}
+
+/// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30).
+FailureOr<double> parseBytes(StringRef text) {
+  StringRef number = text.take_while([](char c) { return isdigit(c) || c == '.' || c == 'e' || c == 'E' || c == '+'; });
+  StringRef unit = text.drop_front(number.size()).trim();
+  double value;
+  if (number.getAsDouble(value) || value <= 0)
+    return failure();
+  static const std::pair<const char *, double> units[] = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (auto [name, scale] : units)
+    if (unit == name)
+      return value * scale;
+  return failure();
+}
+
+struct Consumer {
+  std::string what;
+  int64_t bytes;
+};
+
+struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass> {
+  using ReportMemoryPassBase::ReportMemoryPassBase;
+
+  void runOnOperation() override {
+    if (params > 0) {
+      estimate();
+      return;
+    }
+    std::optional<double> budget;
+    if (!deviceMemory.empty()) {
+      FailureOr<double> parsed = parseBytes(deviceMemory);
+      if (failed(parsed)) {
+        getOperation().emitError() << "device-memory '" << deviceMemory
+                                   << "' is not a size such as 80GB or 512MiB";
+        return signalPassFailure();
+      }
+      budget = *parsed;
+    }
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal() && func->hasAttr(kArenaBytesAttrName) &&
+          failed(report(func, budget)))
+        return signalPassFailure();
+  }
+
+  /// The ZeRO paper's model-state bytes per device (Rajbhandari et al., Fig. 1).
+  void estimate() {
+    double psi = params, nd = std::max<int>(1, dp);
+    double p = fp32 ? 4 : 2, g = fp32 ? 4 : 2, k = fp32 ? 8 : 12;
+    llvm::raw_ostream &os = llvm::outs();
+    os << "ZeRO model-state memory per device for " << llvm::format("%g", psi)
+       << " parameters on " << dp << " data-parallel devices (" << (fp32 ? "fp32" : "mixed-precision")
+       << " AdamW: " << llvm::format("%g + %g + %g", p, g, k) << " bytes per parameter):\n";
+    double stages[4] = {(p + g + k) * psi, (p + g) * psi + k * psi / nd, p * psi + (g + k) * psi / nd,
+                        (p + g + k) * psi / nd};
+    const char *names[4] = {"zero=0 (baseline)", "zero=1 (optimizer state)",
+                            "zero=2 (+ gradients)", "zero=3 (+ parameters)"};
+    for (int i = 0; i < 4; ++i)
+      os << llvm::format("  %-26s %10.2f GB\n", names[i], stages[i] / 1e9);
+    os.flush();
+  }
+
+  LogicalResult report(func::FuncOp func, std::optional<double> budget) {
+    Block &block = func.getBody().front();
+    std::vector<Consumer> consumers;
+    int64_t paramBytes = 0, stateBytes = 0, inputBytes = 0, constBytes = 0, gradBytes = 0,
+            activationBytes = 0, commBytes = 0, localParams = 0, perParamStateBytes = 0;
+    for (BlockArgument arg : block.getArguments()) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      int64_t bytes = getTensorBytes(type);
+      unsigned i = arg.getArgNumber();
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)) {
+        paramBytes += bytes;
+        localParams += getNumElements(type);
+        consumers.push_back({"parameter '" + name.str() + "'", bytes});
+      } else if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kStateAttrName)) {
+        stateBytes += bytes;
+        if (type.getRank() > 0) // the step counter is not per-parameter state
+          perParamStateBytes += bytes;
+        consumers.push_back({"optimizer state '" + name.str() + "'", bytes});
+      } else {
+        inputBytes += bytes;
+      }
+    }
+    Operation *firstBackward = nullptr;
+    llvm::DenseSet<Value> grads;
+    for (Operation &op : block) {
+      if (!firstBackward && op.hasAttr("ptc.backward"))
+        firstBackward = &op;
+      if (auto cst = dyn_cast<arith::ConstantOp>(op))
+        constBytes += getTensorBytes(cast<RankedTensorType>(cst.getType()));
+      if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
+        grads.insert(op.getOperand(1));
+      int64_t comm = 0;
+      if (isa<AllReduceOp>(op))
+        for (Value v : op.getOperands())
+          comm += getTensorBytes(cast<RankedTensorType>(v.getType()));
+      else if (isa<AllGatherOp>(op))
+        comm = getTensorBytes(cast<RankedTensorType>(op.getResult(0).getType()));
+      else if (isa<ReduceScatterOp>(op))
+        comm = getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
+      else if (isa<AllToAllOp>(op))
+        comm = 2 * getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
+      commBytes = std::max(commBytes, comm);
+    }
+    for (Value g : grads)
+      gradBytes += getTensorBytes(cast<RankedTensorType>(g.getType()));
+    if (firstBackward) {
+      for (Operation &op : block) {
+        if (&op == firstBackward)
+          break;
+        if (isa<arith::ConstantOp>(op))
+          continue;
+        for (Value r : op.getResults())
+          if (llvm::any_of(r.getUsers(), [&](Operation *u) {
+                return u == firstBackward || firstBackward->isBeforeInBlock(u);
+              }))
+            activationBytes += getTensorBytes(cast<RankedTensorType>(r.getType()));
+      }
+    }
+    int64_t arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName).getInt();
+    int64_t peak = paramBytes + stateBytes + inputBytes + constBytes + arena + commBytes;
+
+    llvm::raw_ostream &os = llvm::outs();
+    FailureOr<MeshInfo> mesh = getEnclosingMesh(getOperation());
+    os << "ptc-report-memory @" << func.getSymName() << " (per device";
+    if (succeeded(mesh))
+      for (auto [a, s] : llvm::zip(mesh->axes, mesh->sizes))
+        os << ", " << a << "=" << s;
+    os << ")\n";
+    auto line = [&](const char *what, int64_t bytes, StringRef note = "") {
+      os << llvm::format("  %-20s %14lld B  %12s", what, static_cast<long long>(bytes),
+                         human(static_cast<double>(bytes)).c_str());
+      if (!note.empty())
+        os << "  " << note;
+      os << "\n";
+    };
+    line("parameters", paramBytes, (Twine(localParams) + " values").str());
+    line("gradients", gradBytes, "inputs of the optimizer updates (in the arena)");
+    line("optimizer state", stateBytes);
+    line("inputs, constants", inputBytes + constBytes);
+    line("saved activations", activationBytes, "forward values read by the backward pass (in the arena)");
+    line("communication", commBytes, "largest collective buffer");
+    line("arena", arena, "all temporaries, reused by lifetime");
+    line("predicted peak", peak, "parameters + state + inputs + constants + arena + communication");
+
+    // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp).
+    bool hasTp = succeeded(mesh) && mesh->axisIndex("tp") >= 0 &&
+                 mesh->sizes[mesh->axisIndex("tp")] > 1;
+    if (!grads.empty() && !hasTp) {
+      int64_t psi = 0;
+      for (BlockArgument arg : block.getArguments())
+        if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName)) {
+          int64_t n = getNumElements(cast<RankedTensorType>(arg.getType()));
+          if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                            PtcDialect::kShardingAttrName);
+              spec && succeeded(mesh))
+            if (auto parsed = parseShardingSpec(spec.getValue(), *mesh,
+                                                cast<RankedTensorType>(arg.getType()).getRank(),
+                                                [&] { return func.emitError(); });
+                succeeded(parsed))
+              for (int a : parsed->axes)
+                if (a >= 0)
+                  n *= mesh->sizes[a];
+          psi += n;
+        }
+      int dpSize = succeeded(mesh) && mesh->axisIndex("dp") >= 0 ? mesh->sizes[mesh->axisIndex("dp")] : 1;
+      os << "  ZeRO formula (fp32 AdamW, 4 + 4 + 8 bytes x " << psi << " parameters, dp=" << dpSize
+         << "): params " << paramBytes << " B = 4 psi" << (paramBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "")
+         << ", optimizer state " << perParamStateBytes << " B = 8 psi"
+         << (perParamStateBytes * dpSize == 8 * psi && dpSize > 1 ? " / dp" : "") << ", gradients " << gradBytes
+         << " B = 4 psi" << (gradBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "") << "\n";
+    }
+    os.flush();
+
+    if (budget && static_cast<double>(peak) > *budget) {
+      consumers.push_back({"the arena of temporaries", arena});
+      llvm::sort(consumers, [](const Consumer &a, const Consumer &b) { return a.bytes > b.bytes; });
+      InFlightDiagnostic diag = func.emitError()
+                                << "predicted peak " << human(static_cast<double>(peak))
+                                << " per device exceeds the device memory " << deviceMemory
+                                << "; largest consumers:";
+      for (size_t i = 0; i < std::min<size_t>(5, consumers.size()); ++i)
+        diag << (i ? ", " : " ") << consumers[i].what << " (" << human(consumers[i].bytes) << ")";
+      return failure();
+    }
+    return success();
+  }
+};
+} // namespace
