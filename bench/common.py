@@ -1,7 +1,9 @@
 """Helpers shared by the benchmarks: the bench configuration's options, the data file,
 and building a GPT plan with ptc-model + ptc-opt."""
 import os
+import statistics
 import subprocess
+import time
 
 import numpy as np
 
@@ -40,3 +42,21 @@ def compile_gpt(a, workdir, plan, options):
                     "--batch", str(a.batch), "-o", mlir], check=True)
     subprocess.run([b("ptc-opt"), mlir, f"--ptc-compile=plan={plan} {options}", "-o",
                     os.devnull], check=True)
+
+
+def time_torch_steps(model, opt, data, steps, warmup, batch, seq, rows=None):
+    """Median seconds of a PyTorch training step on the standard batches; `rows`
+    (begin, end) keeps only those rows of each global batch (a DDP rank's part)."""
+    import reference_gpt as ref
+    times = []
+    for step in range(steps + warmup):
+        x, y = ref.batch(data, step, batch, seq)
+        if rows:
+            x, y = x[rows[0]:rows[1]], y[rows[0]:rows[1]]
+        t0 = time.perf_counter()
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[warmup:])

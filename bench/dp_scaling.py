@@ -13,7 +13,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -32,20 +31,11 @@ def ddp_worker(rank, world, cfg, port, steps, warmup, out):
     L, H, A, S, B, V = cfg
     model = torch.nn.parallel.DistributedDataParallel(ref.GPT(L, H, A, S, V))
     opt = ref.make_optimizer(model.module, "adamw", lr=1e-3)
-    data = common.corpus_tokens()
-    times = []
     local = B // world
-    for step in range(steps + warmup):
-        x, y = ref.batch(data, step, B, S)
-        x, y = x[rank * local:(rank + 1) * local], y[rank * local:(rank + 1) * local]
-        t0 = time.perf_counter()
-        loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
+    step = common.time_torch_steps(model, opt, common.corpus_tokens(), steps, warmup, B, S,
+                                   rows=(rank * local, (rank + 1) * local))
     if rank == 0:
-        out.put(statistics.median(times[warmup:]))
+        out.put(step)
     dist.destroy_process_group()
 
 

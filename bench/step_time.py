@@ -14,7 +14,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
@@ -61,16 +60,7 @@ def main():
     torch.manual_seed(0)
     model = ref.GPT(L, H, A, S, V)
     opt = ref.make_optimizer(model, "adamw", lr=1e-3)
-    times = []
-    for step in range(a.steps + a.warmup):
-        x, y = ref.batch(data, step, B, S)
-        t0 = time.perf_counter()
-        loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    torch_step = statistics.median(times[a.warmup:])
+    torch_step = common.time_torch_steps(model, opt, data, a.steps, a.warmup, B, S)
 
     flops = model_flops(L, H, A, S, B, V)
     print(f"config: layers {L}, hidden {H}, heads {A}, seq {S}, batch {B}, vocab {V}, AdamW, "

@@ -51,7 +51,6 @@ struct Sharding {
   bool operator==(const Sharding &o) const { return dims == o.dims && partial == o.partial; }
   bool operator!=(const Sharding &o) const { return !(*this == o); }
   static Sharding replicated(int64_t rank) { return {SmallVector<DimShard>(rank), {}}; }
-  bool usesAxis(int a) const { return hasAxis(a) || llvm::is_contained(partial, a); }
   bool hasAxis(int a) const {
     return llvm::any_of(dims, [&](const DimShard &d) { return d.axis == a; });
   }
@@ -112,8 +111,9 @@ private:
   LogicalResult setResult(Value r, const Sharding &s, Origin origin, Operation *where);
   LogicalResult processOp(Operation *op);
   LogicalResult processReturn(func::ReturnOp ret);
-  /// Inserts `scale(r, factor)` after r's producer and redirects r's other uses.
-  void rescale(Value r, double factor);
+  /// Inserts `scale(r, factor)` after r's producer, redirects r's other uses
+  /// to it and returns it.
+  Value rescale(Value r, double factor);
   LogicalResult conflict(Operation *op, Value a, Value b);
   /// Reshards `value` (op result `source` or its rescaled copy) to the user
   /// annotation `spec` right after it is produced.
@@ -298,7 +298,7 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   return cur;
 }
 
-void Partitioner::rescale(Value r, double factor) {
+Value Partitioner::rescale(Value r, double factor) {
   b.setInsertionPointAfterValue(r);
   auto scaled = ScaleOp::create(b, r.getLoc(), r, b.getF64FloatAttr(factor));
   r.replaceAllUsesExcept(scaled, scaled);
@@ -309,6 +309,7 @@ void Partitioner::rescale(Value r, double factor) {
   shardings[scaled] = s;
   globalType[scaled] = g;
   origins[scaled] = o;
+  return scaled;
 }
 
 std::string Partitioner::annotationOf(Value v) {
@@ -857,16 +858,13 @@ LogicalResult Partitioner::processOp(Operation *op) {
     Value r = op->getResult(i);
     if (failed(setResult(r, out[i], {"propagated", annotated}, op)))
       return failure();
-    if (scale[i] != 1.0)
-      rescale(r, scale[i]);
+    // After a rescale, the scaled copy is what the other users read.
+    Value current = scale[i] != 1.0 ? rescale(r, scale[i]) : r;
     // A user annotation on the value: reshard right after it is computed.
-    if (constraints && i < constraints.size()) {
-      // After a rescale, the scaled copy is what the other users read.
-      Value current = scale[i] != 1.0 ? (*r.getUsers().begin())->getResult(0) : r;
+    if (constraints && i < constraints.size())
       if (auto spec = dyn_cast<StringAttr>(constraints[i]);
           spec && failed(constrain(current, r, spec.getValue())))
         return failure();
-    }
   }
   if (vocabAxis >= 0) {
     b.setInsertionPoint(op);

@@ -140,10 +140,13 @@ private:
   const Shape &out(size_t i) const { return tensors_[out_[i]].shape; }
   Status counts(size_t nIn, size_t nOut, size_t nInts = 0, size_t nFloats = 0);
   Status expectShape(const Shape &actual, const Shape &expected, const char *what);
-  Status dtypes(std::initializer_list<int> i32Inputs = {});
+  Status dtypes(std::initializer_list<int> i32Inputs = {},
+                std::initializer_list<int> i32Outputs = {});
   Status matmul();
   Status reduce(const Shape &input, const Shape &reduced);
-  Status blocked(const Shape &whole, const Shape &block);
+  /// `whole` is `parts` blocks of `block` along `dim` (parts = the axis size),
+  /// for ints = [axis, dim] plus, with `hasBlocks`, [blocks].
+  Status blocked(const Shape &whole, const Shape &block, bool hasBlocks);
   /// An optional single mesh-axis attribute (vocabulary-parallel ops).
   Status vocabAxis() {
     if (ints_.size() > 1 || (ints_.size() == 1 && (ints_[0] < 0 ||
@@ -177,8 +180,9 @@ Status InstructionChecker::expectShape(const Shape &actual, const Shape &expecte
   return Status::ok();
 }
 
-/// Every operand is f32 except the listed i32 inputs (ids).
-Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs) {
+/// Every operand and result is f32 except the listed i32 ones (ids).
+Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
+                                  std::initializer_list<int> i32Outputs) {
   for (size_t i = 0; i < in_.size(); ++i) {
     bool ids = std::find(i32Inputs.begin(), i32Inputs.end(), static_cast<int>(i)) != i32Inputs.end();
     DType want = ids ? DType::I32 : DType::F32;
@@ -187,8 +191,8 @@ Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs) {
                   dtypeName(tensors_[in_[i]].dtype), ", expected ", dtypeName(want));
   }
   for (size_t i = 0; i < out_.size(); ++i) {
-    DType want = (static_cast<OpCode>(inst_.op()) == OpCode::TopKGate && i == 1) ? DType::I32
-                                                                                 : DType::F32;
+    bool ids = std::find(i32Outputs.begin(), i32Outputs.end(), static_cast<int>(i)) != i32Outputs.end();
+    DType want = ids ? DType::I32 : DType::F32;
     if (tensors_[out_[i]].dtype != want)
       return fail("output #", i, " is ", dtypeName(tensors_[out_[i]].dtype), ", expected ",
                   dtypeName(want));
@@ -232,15 +236,16 @@ Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
   return Status::ok();
 }
 
-Status InstructionChecker::blocked(const Shape &whole, const Shape &block) {
-  if (ints_.size() != 3 || ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
-    return fail("needs [mesh axis, dim, blocks] with a valid mesh axis");
-  if (ints_[2] < 1 || ints_[1] < 0 || ints_[1] >= static_cast<int64_t>(block.size()) ||
-      block[static_cast<size_t>(ints_[1])] % ints_[2] != 0)
-    return fail("blocks ", ints_[2], " do not divide dim ", ints_[1]);
-  int64_t axis = ints_[0], dim = ints_[1], parts = meshSizes_[axis];
+Status InstructionChecker::blocked(const Shape &whole, const Shape &block, bool hasBlocks) {
+  if (ints_.size() != (hasBlocks ? 3u : 2u) || ints_[0] < 0 ||
+      ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
+    return fail("needs [mesh axis, dim", hasBlocks ? ", blocks" : "", "] with a valid mesh axis");
+  int64_t axis = ints_[0], dim = ints_[1], blocks = hasBlocks ? ints_[2] : 1;
+  int64_t parts = meshSizes_[static_cast<size_t>(axis)];
   if (whole.size() != block.size() || dim < 0 || dim >= static_cast<int64_t>(whole.size()))
     return fail("dim ", dim, " is out of range or the ranks differ");
+  if (blocks < 1 || block[static_cast<size_t>(dim)] % blocks != 0)
+    return fail("blocks ", blocks, " do not divide dim ", dim);
   for (size_t d = 0; d < whole.size(); ++d)
     if (whole[d] != (static_cast<int64_t>(d) == dim ? block[d] * parts : block[d]))
       return fail("shapes ", shapeStr(whole), " and ", shapeStr(block), " are not ", parts,
@@ -401,7 +406,7 @@ Status InstructionChecker::check() {
     return expectShape(out(0), in(0), "result");
   case OpCode::TopKGate: {
     PTC_RETURN_IF_ERROR(counts(1, 2, 2, 0));
-    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(dtypes({}, {1}));
     if (in(0).size() != 2 || ints_[0] < 1 || ints_[0] > in(0)[1])
       return fail("needs [tokens, experts] logits and 1 <= k <= experts");
     Shape expected{in(0)[0], ints_[0]};
@@ -517,14 +522,12 @@ Status InstructionChecker::check() {
   case OpCode::AllGather:
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");
-    return blocked(out(0), in(0));
-  case OpCode::ReduceScatter: {
-    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 2)
-      return fail("expects one input, one output and [mesh axis, dim]");
+    return blocked(out(0), in(0), /*hasBlocks=*/true);
+  case OpCode::ReduceScatter:
+    if (in_.size() != 1 || out_.size() != 1)
+      return fail("expects one input and one output");
     PTC_RETURN_IF_ERROR(dtypes());
-    ints_.push_back(1); // blocks
-    return blocked(in(0), out(0));
-  }
+    return blocked(in(0), out(0), /*hasBlocks=*/false);
   case OpCode::AllToAll: {
     if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 3 || ints_[0] < 0 ||
         ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
@@ -543,7 +546,7 @@ Status InstructionChecker::check() {
   case OpCode::ShardSlice:
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");
-    return blocked(in(0), out(0));
+    return blocked(in(0), out(0), /*hasBlocks=*/true);
   case OpCode::ClipGradNorm:
     if (in_.empty() || out_.size() != in_.size() + 1 || floats_.size() != 1)
       return fail("expects n gradients, n + 1 results and max_norm");
