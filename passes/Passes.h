@@ -48,9 +48,27 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<double> maxGradNorm{
       *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
       llvm::cl::init(0.0)};
+  PassOptions::Option<int64_t> microbatches{
+      *this, "microbatches",
+      llvm::cl::desc("Micro-batches per step (gradient accumulation; pipeline schedules)"),
+      llvm::cl::init(1)};
+  PassOptions::Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("Pipeline schedule: gpipe, 1f1b, interleaved-1f1b or zb-h1"),
+      llvm::cl::init("1f1b")};
+  PassOptions::Option<int> virtualStages{
+      *this, "virtual-stages", llvm::cl::desc("Model chunks per pipeline rank (interleaving)"),
+      llvm::cl::init(1)};
+  PassOptions::Option<bool> scheduleReport{
+      *this, "schedule-report",
+      llvm::cl::desc("Print the pipeline schedule report (bubble, in-flight, p2p bytes)"),
+      llvm::cl::init(false)};
+  PassOptions::Option<std::string> scheduleSvg{
+      *this, "schedule-svg", llvm::cl::desc("Write the pipeline diagram (SVG) to this file")};
 };
 
-/// autodiff -> optimizer -> cse -> [shard -> cse] -> plan-memory -> export-plan.
+/// [microbatch] -> autodiff -> optimizer -> cse -> [shard -> cse] -> [split-stages ->
+/// schedule-pipeline] -> plan-memory -> export-plan.
 void buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options);
 
 /// Registers every ptc pass and named pipeline with the global registry, so

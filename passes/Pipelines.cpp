@@ -6,6 +6,7 @@
 #include "passes/autodiff/Passes.h"
 #include "passes/export/Passes.h"
 #include "passes/memory/Passes.h"
+#include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
@@ -13,7 +14,30 @@
 
 using namespace mlir;
 
+namespace {
+/// The size of axis `pp` in a "pp:2,dp:2" mesh spec (1 without one; a
+/// malformed spec is diagnosed by ptc-shard).
+int64_t pipelineSize(StringRef spec) {
+  SmallVector<StringRef> parts;
+  spec.split(parts, ',');
+  for (StringRef part : parts) {
+    auto [name, size] = part.trim().split(':');
+    int64_t n = 1;
+    if (name.trim() == "pp" && !size.trim().getAsInteger(10, n))
+      return n;
+  }
+  return 1;
+}
+} // namespace
+
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
+  const bool pipelined = options.microbatches != 1 || pipelineSize(options.mesh) > 1 ||
+                         options.virtualStages != 1;
+  if (pipelined) {
+    MicrobatchPassOptions mb;
+    mb.count = options.microbatches;
+    pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
+  }
   pm.addNestedPass<func::FuncOp>(createAutodiffPass());
   if (options.optimizer != "none") {
     OptimizerPassOptions opt;
@@ -36,6 +60,17 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     shard.zero = options.zero;
     pm.addPass(createShardPass(shard));
     pm.addPass(createCSEPass());
+  }
+  if (pipelined) {
+    SplitStagesPassOptions split;
+    split.virtualStages = options.virtualStages;
+    split.splitWeight = StringRef(options.schedule).starts_with("zb");
+    pm.addPass(createSplitStagesPass(split));
+    SchedulePipelinePassOptions sched;
+    sched.schedule = options.schedule;
+    sched.report = options.scheduleReport;
+    sched.svg = options.scheduleSvg;
+    pm.addPass(createSchedulePipelinePass(sched));
   }
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
@@ -62,6 +97,7 @@ void mlir::ptc::registerAllPasses() {
   registerAutodiffPasses();
   registerMemoryPasses();
   registerShardingPasses();
+  registerPipelinePasses();
   registerExportPasses();
   registerPipelines();
 }

@@ -39,6 +39,11 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
   StringRef attrName = attr.getName().strref();
   const StringLiteral roles[] = {kParamAttrName, kInputAttrName, kStateAttrName};
   bool isRole = llvm::is_contained(roles, attrName);
+  if (attrName == "ptc.stage") { // the pipeline chunk holding the parameter (ptc-split-stages)
+    if (!isa<IntegerAttr>(attr.getValue()))
+      return op->emitError() << "'ptc.stage' on argument #" << argIndex << " must be an integer";
+    return success();
+  }
   if (attrName == kShardingAttrName) {
     auto spec = dyn_cast<StringAttr>(attr.getValue());
     if (!spec)

@@ -283,3 +283,22 @@ LogicalResult AllToAllOp::verify() {
   }
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Pipeline point-to-point
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyChannel(Operation *op, int64_t channel, int64_t peer, StringRef peerName) {
+  if (channel < 0)
+    return op->emitOpError() << "channel must be >= 0, got " << channel;
+  if (peer < 0)
+    return op->emitOpError() << "'" << peerName << "' must be a chunk index >= 0, got " << peer;
+  if (auto stage = op->getAttrOfType<IntegerAttr>("ptc.stage"); stage && stage.getInt() == peer)
+    return op->emitOpError() << "sends to its own chunk " << peer;
+  return success();
+}
+} // namespace
+
+LogicalResult SendOp::verify() { return verifyChannel(*this, getChannel(), getTo(), "to"); }
+LogicalResult RecvOp::verify() { return verifyChannel(*this, getChannel(), getFrom(), "from"); }

@@ -172,4 +172,60 @@ def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElement
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Micro-batches and pipeline stages
+//===----------------------------------------------------------------------===//
+
+def Ptc_MicrobatchSumOp : Ptc_Op<"microbatch_sum", [Pure, SameOperandsAndResultType]> {
+  let summary = "sum of a per-micro-batch value over the micro-batches of a step";
+  let description = [{
+    In a training step whose function carries `ptc.microbatches = M`, the ops
+    that depend on the inputs run once per micro-batch (B/M rows each). This op
+    is the boundary between them and the once-per-step ops (gradient
+    reduction, optimizer): its result is the sum of its operand over the M
+    micro-batches (gradient accumulation). `ptc-autodiff` puts one on the loss
+    and on every parameter gradient.
+
+    ```mlir
+    %g = ptc.microbatch_sum %g_mb : tensor<128x64xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Ptc_SendOp : Ptc_Op<"send"> {
+  let summary = "point-to-point send of a value to another pipeline stage";
+  let description = [{
+    Inserted by `ptc-split-stages`: the value, produced on pipeline chunk
+    `ptc.stage`, is needed on chunk `to`. `channel` pairs it with the one
+    `ptc.recv` of the same channel. Per-micro-batch values travel once per
+    micro-batch (the schedule says when); `per_step` ones (a tied parameter)
+    once per step, before the first micro-batch.
+
+    ```mlir
+    ptc.send %x {channel = 0 : i64, to = 1 : i64} : tensor<8x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_AnyTensor:$input, I64Attr:$channel, I64Attr:$to, UnitAttr:$per_step);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ptc_RecvOp : Ptc_Op<"recv"> {
+  let summary = "point-to-point receive of a value from another pipeline stage";
+  let description = [{
+    The receiving end of channel `channel`: the value sent by chunk `from`.
+
+    ```mlir
+    %x = ptc.recv {channel = 0 : i64, from = 0 : i64} : tensor<8x64x128xf32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$channel, I64Attr:$from, UnitAttr:$per_step);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 #endif // PTC_DIST_OPS_TD

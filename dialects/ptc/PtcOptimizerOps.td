@@ -70,14 +70,17 @@ def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [Pure]> {
   let description = [{
     `norm = sqrt(sum of squares of every element of every grad)`; each result
     is `grad * min(1, max_norm / (norm + 1e-6))` (torch.nn.utils.clip_grad_norm_).
-    The last result is `norm`, before clipping.
+    The last result is `norm`, before clipping. With `axes`, the sum of
+    squares also runs over the devices of that mesh group (each holds the
+    gradients of other parameters, e.g. another pipeline stage's).
 
     ```mlir
     %c0, %c1, %norm = ptc.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
         : (tensor<384x128xf32>, tensor<384xf32>) -> (tensor<384x128xf32>, tensor<384xf32>, tensor<f32>)
     ```
   }];
-  let arguments = (ins Variadic<Ptc_FloatTensor>:$grads, F64Attr:$max_norm);
+  let arguments = (ins Variadic<Ptc_FloatTensor>:$grads, F64Attr:$max_norm,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Variadic<Ptc_FloatTensor>:$clipped, 0DTensorOf<[F32]>:$norm);
   let assemblyFormat = "$grads attr-dict `:` functional-type($grads, results)";
   let hasVerifier = 1;

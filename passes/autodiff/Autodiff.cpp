@@ -15,6 +15,10 @@ using namespace mlir::ptc;
 
 namespace {
 constexpr llvm::StringLiteral kBackwardAttrName = "ptc.backward";
+// Micro-batched steps only: forward ops get an id, backward ops the id of the
+// forward op they differentiate (read by ptc-split-stages).
+constexpr llvm::StringLiteral kForwardIdAttrName = "ptc.forward_id";
+constexpr llvm::StringLiteral kVjpOfAttrName = "ptc.vjp_of";
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -70,6 +74,13 @@ LogicalResult differentiate(func::FuncOp func) {
   SmallVector<Operation *> forward;
   for (Operation &op : block.without_terminator())
     forward.push_back(&op);
+  const bool microbatched = func->hasAttr("ptc.microbatches");
+  llvm::DenseMap<Operation *, size_t> forwardId;
+  if (microbatched)
+    for (auto [i, op] : llvm::enumerate(forward)) {
+      forwardId[op] = i;
+      op->setAttr(kForwardIdAttrName, b.getI64IntegerAttr(static_cast<int64_t>(i)));
+    }
   if (needsGrad(loss))
     grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), 1.0);
   for (Operation *op : llvm::reverse(forward)) {
@@ -91,11 +102,21 @@ LogicalResult differentiate(func::FuncOp func) {
       return op->emitOpError() << "has no reverse-mode rule, but the loss depends on it "
                                   "through a parameter";
     SmallVector<Value> operandGrads;
+    Operation *before = ret->getPrevNode();
     if (failed(differentiable.buildVjp(b, resultGrads, needed, operandGrads)))
       return failure();
     for (auto [operand, g, need] : llvm::zip(op->getOperands(), operandGrads, needed))
       if (need && g)
         accumulate(operand, g, op->getLoc());
+    // In a micro-batched step, pipeline stage splitting places each backward
+    // op with the forward op it differentiates.
+    if (microbatched) {
+      auto id = b.getI64IntegerAttr(static_cast<int64_t>(forwardId.lookup(op)));
+      for (Operation *o = before ? before->getNextNode() : &block.front(); o != ret;
+           o = o->getNextNode())
+        if (!o->hasAttr(kVjpOfAttrName))
+          o->setAttr(kVjpOfAttrName, id);
+    }
   }
 
   // Results: the loss, then every parameter's gradient in argument order.
@@ -111,6 +132,11 @@ LogicalResult differentiate(func::FuncOp func) {
     resultAttrs.push_back(
         b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradAttrName, name)));
   }
+  // A micro-batched step accumulates the loss and the gradients over its
+  // micro-batches (ptc-microbatch).
+  if (func->hasAttr("ptc.microbatches"))
+    for (Value &v : results)
+      v = MicrobatchSumOp::create(b, v.getLoc(), v);
   replaceReturn(func, results, resultAttrs);
   // Mark the backward pass, so that memory reports can tell which forward
   // values it keeps alive.

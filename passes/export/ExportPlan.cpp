@@ -6,9 +6,11 @@
 
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_generated.h"
+#include "runtime/schedule/schedule.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include <map>
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -154,9 +156,15 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
                        {o.getLr().convertToDouble(), o.getMomentum().convertToDouble(),
                         o.getWeightDecay().convertToDouble()}};
       })
-      .Case([](ClipGradNormOp o) {
-        return Lowered{C::ClipGradNorm, {}, {o.getMaxNorm().convertToDouble()}};
+      .Case([&](ClipGradNormOp o) {
+        SmallVector<int64_t> axes;
+        if (o.getAxes())
+          axes = axisIndices(*o.getAxes());
+        return Lowered{C::ClipGradNorm, axes, {o.getMaxNorm().convertToDouble()}};
       })
+      .Case([](SendOp o) { return Lowered{C::Send, {static_cast<int64_t>(o.getChannel())}, {}}; })
+      .Case([](RecvOp o) { return Lowered{C::Recv, {static_cast<int64_t>(o.getChannel())}, {}}; })
+      .Case([](MicrobatchSumOp) { return Lowered{C::MicrobatchSum}; })
       .Case([&](AllReduceOp o) { return Lowered{C::AllReduce, axisIndices(o.getAxes()), {}}; })
       .Case([&](AllGatherOp o) {
         return Lowered{C::AllGather,
@@ -228,6 +236,56 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       return signalPassFailure();
   }
 
+  static pp::Segment toSegment(Operation *op) {
+    StringRef s = op->getAttrOfType<StringAttr>("ptc.segment").getValue();
+    return s == "backward" ? pp::Segment::Backward
+           : s == "weight" ? pp::Segment::Weight
+                           : pp::Segment::Forward;
+  }
+
+  FailureOr<fb::Offset<pp::Pipeline>>
+  exportPipeline(fb::FlatBufferBuilder &fbb, func::FuncOp func, DictionaryAttr pipeline,
+                 const MeshInfo *mesh,
+                 const std::map<int64_t, std::pair<Operation *, int32_t>> &sends,
+                 const std::map<int64_t, std::pair<Operation *, int32_t>> &recvs) {
+    auto schedule = func->getAttrOfType<DictionaryAttr>("ptc.schedule");
+    auto arenas = func->getAttrOfType<DenseI64ArrayAttr>("ptc.arena_bytes_per_rank");
+    if (!schedule || !arenas)
+      return func.emitError() << "pipelined step without a schedule or per-rank memory plan; run "
+                                 "ptc-schedule-pipeline and ptc-plan-memory before ptc-export-plan";
+    std::vector<fb::Offset<pp::Channel>> channels;
+    for (size_t c = 0; c < sends.size(); ++c) {
+      auto s = sends.find(static_cast<int64_t>(c)), r = recvs.find(static_cast<int64_t>(c));
+      if (s == sends.end() || r == recvs.end())
+        return func.emitError() << "channel " << c << " lacks its send or its recv";
+      auto send = cast<SendOp>(s->second.first);
+      channels.push_back(pp::CreateChannel(
+          fbb, static_cast<int32_t>(send->getAttrOfType<IntegerAttr>("ptc.stage").getInt()),
+          static_cast<int32_t>(send.getTo()), toSegment(send), toSegment(r->second.first),
+          send.getPerStep(), s->second.second, r->second.second));
+    }
+    std::vector<fb::Offset<pp::RankActions>> ranks;
+    for (Attribute list : cast<ArrayAttr>(schedule.get("actions"))) {
+      std::vector<pp::Action> actions;
+      for (Attribute a : cast<ArrayAttr>(list)) {
+        auto parsed = ::ptc::schedule::parseAction(cast<StringAttr>(a).str());
+        if (!parsed.isOk())
+          return func.emitError() << parsed.status().message();
+        actions.emplace_back(static_cast<pp::ActionKind>(parsed->kind), parsed->chunk, parsed->mb,
+                             parsed->channel);
+      }
+      ranks.push_back(pp::CreateRankActions(fbb, fbb.CreateVectorOfStructs(actions)));
+    }
+    std::vector<int64_t> arenaBytes(arenas.asArrayRef().begin(), arenas.asArrayRef().end());
+    return pp::CreatePipeline(
+        fbb, mesh ? mesh->axisIndex("pp") : -1,
+        static_cast<int32_t>(cast<IntegerAttr>(pipeline.get("ranks")).getInt()),
+        static_cast<int32_t>(cast<IntegerAttr>(pipeline.get("chunks")).getInt()),
+        cast<BoolAttr>(pipeline.get("split_weight")).getValue(),
+        fbb.CreateString(cast<StringAttr>(schedule.get("name")).str()), fbb.CreateVector(channels),
+        fbb.CreateVector(ranks), fbb.CreateVector(arenaBytes));
+  }
+
   LogicalResult exportStep(func::FuncOp func) {
     auto arenaAttr = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName);
     auto unsharedAttr = func->getAttrOfType<IntegerAttr>(kArenaBytesUnsharedAttrName);
@@ -241,6 +299,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         return failure();
       mesh = *m;
     }
+    auto pipelineAttr = func->getAttrOfType<DictionaryAttr>("ptc.pipeline");
+    int ranks = pipelineAttr ? static_cast<int>(cast<IntegerAttr>(pipelineAttr.get("ranks")).getInt()) : 0;
     fb::FlatBufferBuilder fbb(1 << 16);
     std::vector<fb::Offset<pp::Tensor>> tensors;
     llvm::DenseMap<Value, int32_t> tensorOf;
@@ -249,8 +309,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
 
     auto addTensor = [&](Value v, StringRef name, pp::TensorKind kind, int64_t offset,
                          pp::InitKind init, double initStd, ArrayRef<char> data,
-                         ArrayRef<int> dimAxes = {},
-                         ArrayRef<int> dimBlocks = {}) -> FailureOr<int32_t> {
+                         ArrayRef<int> dimAxes = {}, ArrayRef<int> dimBlocks = {},
+                         int ppRank = -1) -> FailureOr<int32_t> {
       auto type = cast<RankedTensorType>(v.getType());
       FailureOr<pp::DType> dtype = toDType(type.getElementType(), v.getLoc());
       if (failed(dtype))
@@ -280,6 +340,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       tb.add_init_std(initStd);
       if (!data.empty())
         tb.add_data(dataOff);
+      tb.add_pp_rank(ppRank);
       tensors.push_back(tb.Finish());
       int32_t id = static_cast<int32_t>(tensors.size() - 1);
       tensorOf[v] = id;
@@ -330,7 +391,11 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
           dimBlocks = parsed->blocks;
         }
       }
-      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes, dimBlocks)))
+      int ppRank = -1;
+      if (auto stage = func.getArgAttrOfType<IntegerAttr>(i, "ptc.stage"); stage && ranks > 0)
+        ppRank = static_cast<int>(stage.getInt() % ranks);
+      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes, dimBlocks,
+                           ppRank)))
         return failure();
     }
 
@@ -341,6 +406,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         inPlace[v] = argByName.lookup(name.getValue());
 
     std::vector<fb::Offset<pp::Instruction>> instructions;
+    std::map<int64_t, std::pair<Operation *, int32_t>> sends, recvs; // channel -> (op, tensor)
     llvm::DenseMap<BlockArgument, Operation *> overwrittenBy;
     int temporaryCount = 0;
     for (Operation &op : block.without_terminator()) {
@@ -388,8 +454,21 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       auto intsOff = fbb.CreateVector(ints);
       auto floatsOff = fbb.CreateVector(floats);
       auto locOff = fbb.CreateString(locationString(op.getLoc()));
-      instructions.push_back(
-          pp::CreateInstruction(fbb, lowered->code, in, out, intsOff, floatsOff, locOff));
+      int32_t chunk = -1;
+      pp::Segment segment = pp::Segment::Step;
+      if (auto stage = op.getAttrOfType<IntegerAttr>("ptc.stage"))
+        chunk = static_cast<int32_t>(stage.getInt());
+      if (auto seg = op.getAttrOfType<StringAttr>("ptc.segment"))
+        segment = seg.getValue() == "forward"    ? pp::Segment::Forward
+                  : seg.getValue() == "backward" ? pp::Segment::Backward
+                  : seg.getValue() == "weight"   ? pp::Segment::Weight
+                                                 : pp::Segment::Step;
+      if (auto send = dyn_cast<SendOp>(op))
+        sends[send.getChannel()] = {&op, inputs[0]};
+      if (auto recv = dyn_cast<RecvOp>(op))
+        recvs[recv.getChannel()] = {&op, outputs[0]};
+      instructions.push_back(pp::CreateInstruction(fbb, lowered->code, in, out, intsOff, floatsOff,
+                                                   locOff, chunk, segment));
     }
 
     std::vector<fb::Offset<pp::Output>> outputs;
@@ -417,17 +496,28 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     }
 
     std::vector<fb::Offset<pp::MeshAxis>> meshAxes;
-    int32_t ranks = 1;
+    int32_t numRanks = 1;
     if (mesh)
       for (auto [name, size] : llvm::zip(mesh->axes, mesh->sizes)) {
         meshAxes.push_back(pp::CreateMeshAxis(fbb, fbb.CreateString(name), static_cast<int32_t>(size)));
-        ranks *= static_cast<int32_t>(size);
+        numRanks *= static_cast<int32_t>(size);
       }
+    fb::Offset<pp::Pipeline> pipelineOff;
+    int32_t microbatches = 1;
+    if (auto mb = func->getAttrOfType<IntegerAttr>("ptc.microbatches"))
+      microbatches = static_cast<int32_t>(mb.getInt());
+    if (pipelineAttr) {
+      FailureOr<fb::Offset<pp::Pipeline>> built =
+          exportPipeline(fbb, func, pipelineAttr, mesh ? &*mesh : nullptr, sends, recvs);
+      if (failed(built))
+        return failure();
+      pipelineOff = *built;
+    }
     auto plan = pp::CreatePlan(
-        fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), ranks,
+        fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), numRanks,
         mesh ? fbb.CreateVector(meshAxes) : 0, fbb.CreateVector(tensors),
         fbb.CreateVector(instructions), fbb.CreateVector(outputs), arenaAttr.getInt(),
-        unsharedAttr.getInt(), fbb.CreateString(optimizer));
+        unsharedAttr.getInt(), fbb.CreateString(optimizer), microbatches, pipelineOff);
     pp::FinishPlanBuffer(fbb, plan);
 
     std::error_code ec;

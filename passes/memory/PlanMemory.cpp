@@ -37,7 +37,14 @@ struct Buffer {
   int64_t bytes;
   int64_t start, end; // op indices, inclusive
   int64_t offset = -1;
+  int rank = -1;      // pipeline rank that holds it (-1: every rank)
 };
+
+/// The pipeline rank an op runs on (-1: every rank, or no pipeline).
+int pipelineRankOf(Operation *op, int ranks) {
+  auto stage = op->getAttrOfType<IntegerAttr>("ptc.stage");
+  return ranks <= 0 || !stage || stage.getInt() < 0 ? -1 : static_cast<int>(stage.getInt() % ranks);
+}
 
 struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
   using PlanMemoryPassBase::PlanMemoryPassBase;
@@ -52,6 +59,11 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     for (Operation &op : block)
       index[&op] = n++;
 
+    // Pipelined steps: buffers of different pipeline ranks never conflict;
+    // micro-batch accumulators and per-step receives live the whole step.
+    int ranks = 0;
+    if (auto pipeline = func->getAttrOfType<DictionaryAttr>("ptc.pipeline"))
+      ranks = static_cast<int>(cast<IntegerAttr>(pipeline.get("ranks")).getInt());
     SmallVector<Buffer> buffers;
     llvm::DenseMap<Value, size_t> bufferOf;
     for (Operation &op : block) {
@@ -80,8 +92,15 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
             continue;
           }
         }
+        int64_t start = index[&op];
+        if (isa<MicrobatchSumOp>(op))
+          start = 0;
+        if (auto recv = dyn_cast<RecvOp>(op); recv && recv.getPerStep()) {
+          start = 0;
+          end = n;
+        }
         bufferOf[r] = buffers.size();
-        buffers.push_back({r, getTensorBytes(type), index[&op], end});
+        buffers.push_back({r, getTensorBytes(type), start, end, -1, pipelineRankOf(&op, ranks)});
       }
     }
 
@@ -101,7 +120,8 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
       SmallVector<std::pair<int64_t, int64_t>> busy;
       for (size_t j : placed) {
         const Buffer &other = buffers[j];
-        if (other.start <= buf.end && buf.start <= other.end)
+        bool sameRank = buf.rank < 0 || other.rank < 0 || buf.rank == other.rank;
+        if (sameRank && other.start <= buf.end && buf.start <= other.end)
           busy.push_back({other.offset, other.offset + llvm::alignTo(other.bytes, kAlignment)});
       }
       llvm::sort(busy);
@@ -128,6 +148,15 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
       op.setAttr(kOffsetsAttrName, b.getDenseI64ArrayAttr(offsets));
     }
     func->setAttr(kArenaBytesAttrName, b.getI64IntegerAttr(arena));
+    if (ranks > 0) {
+      SmallVector<int64_t> perRank(static_cast<size_t>(ranks), 0);
+      for (const Buffer &buf : buffers)
+        for (int r = 0; r < ranks; ++r)
+          if (buf.rank < 0 || buf.rank == r)
+            perRank[static_cast<size_t>(r)] = std::max(
+                perRank[static_cast<size_t>(r)], buf.offset + static_cast<int64_t>(llvm::alignTo(buf.bytes, kAlignment)));
+      func->setAttr("ptc.arena_bytes_per_rank", b.getDenseI64ArrayAttr(perRank));
+    }
     func->setAttr(kArenaBytesUnsharedAttrName, b.getI64IntegerAttr(unshared));
     if (report) {
       llvm::outs() << "ptc-plan-memory @" << func.getSymName() << ": " << buffers.size()

@@ -470,7 +470,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
           operandScale[scaleOperand] = 1.0 / static_cast<double>(shardFactor(res.partial));
         out.push_back(res);
       })
-      .Case<ScaleOp, ConvertOp>([&](Operation *) { out.push_back(want[0]); })
+      .Case<ScaleOp, ConvertOp, MicrobatchSumOp>([&](Operation *) { out.push_back(want[0]); })
       .Case<GeluOp, ReluOp>([&](Operation *) {
         full(0);
         out.push_back(want[0]);

@@ -7,7 +7,9 @@
 namespace ptc::plan {
 /// Increase when the meaning of existing plan fields changes.
 /// 2: mesh, per-tensor dim_axes, collectives.
-inline constexpr uint32_t kFormatVersion = 2;
+/// 3: micro-batches and pipeline schedules (an older runtime would run every
+///    instruction once).
+inline constexpr uint32_t kFormatVersion = 3;
 } // namespace ptc::plan
 
 #endif // PTC_RUNTIME_PLAN_PLAN_FORMAT_H

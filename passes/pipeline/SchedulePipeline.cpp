@@ -1,0 +1,123 @@
+//===- SchedulePipeline.cpp - per-rank action lists of a pipeline ---------===//
+
+#include "passes/pipeline/Passes.h"
+
+#include "passes/memory/Passes.h"
+#include "runtime/schedule/schedule.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_SCHEDULEPIPELINEPASS
+#include "passes/pipeline/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+namespace sch = ::ptc::schedule;
+
+namespace {
+sch::Segment segmentOf(Operation *op) {
+  StringRef s = op->getAttrOfType<StringAttr>(kSegmentAttrName).getValue();
+  return s == "backward" ? sch::Segment::Backward
+         : s == "weight" ? sch::Segment::Weight
+                         : sch::Segment::Forward;
+}
+
+struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<SchedulePipelinePass> {
+  using SchedulePipelinePassBase::SchedulePipelinePassBase;
+
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      auto pipeline = func->getAttrOfType<DictionaryAttr>(kPipelineAttrName);
+      if (!pipeline)
+        continue;
+      if (failed(schedulePipeline(func, pipeline)))
+        return signalPassFailure();
+    }
+  }
+
+  LogicalResult schedulePipeline(func::FuncOp func, DictionaryAttr pipeline) {
+    sch::Pipeline p;
+    p.ranks = static_cast<int>(cast<IntegerAttr>(pipeline.get("ranks")).getInt());
+    p.chunks = static_cast<int>(cast<IntegerAttr>(pipeline.get("chunks")).getInt());
+    p.splitWeight = cast<BoolAttr>(pipeline.get("split_weight")).getValue();
+    p.microbatches =
+        static_cast<int>(func->getAttrOfType<IntegerAttr>(kMicrobatchesAttrName).getInt());
+    llvm::DenseMap<int64_t, sch::Channel> channels;
+    func.walk([&](SendOp send) {
+      sch::Channel &ch = channels[send.getChannel()];
+      ch.from = static_cast<int>(send->getAttrOfType<IntegerAttr>(kStageAttrName).getInt());
+      ch.to = static_cast<int>(send.getTo());
+      ch.fromSegment = segmentOf(send);
+      ch.perStep = send.getPerStep();
+      ch.bytes = getTensorBytes(cast<RankedTensorType>(send.getInput().getType()));
+    });
+    func.walk([&](RecvOp recv) { channels[recv.getChannel()].toSegment = segmentOf(recv); });
+    p.channels.resize(channels.size());
+    for (auto &[id, ch] : channels) {
+      if (id < 0 || id >= static_cast<int64_t>(channels.size()))
+        return func.emitError() << "channel ids must be 0.." << channels.size() - 1;
+      p.channels[static_cast<size_t>(id)] = ch;
+    }
+    ::ptc::Status s = sch::generate(schedule, p);
+    if (s.isOk())
+      s = sch::verify(p);
+    if (!s.isOk())
+      return func.emitError() << "schedule '" << schedule << "': " << s.message();
+
+    Builder b(func.getContext());
+    SmallVector<Attribute> ranks;
+    for (const auto &list : p.actions) {
+      SmallVector<Attribute> actions;
+      for (const sch::Action &a : list)
+        actions.push_back(b.getStringAttr(sch::describe(a)));
+      ranks.push_back(b.getArrayAttr(actions));
+    }
+    func->setAttr(kScheduleAttrName,
+                  b.getDictionaryAttr({b.getNamedAttr("name", b.getStringAttr(schedule)),
+                                       b.getNamedAttr("actions", b.getArrayAttr(ranks))}));
+
+    if (!report && svg.empty())
+      return success();
+    ::ptc::StatusOr<sch::Report> rep = sch::simulate(p);
+    if (!rep.isOk())
+      return func.emitError() << rep.status().message();
+    if (report) {
+      auto &os = llvm::outs();
+      int v = p.virtualStages();
+      os << "ptc-schedule-pipeline @" << func.getSymName() << ": " << schedule << ", " << p.ranks
+         << " ranks x " << v << " virtual stage" << (v > 1 ? "s" : "") << ", " << p.microbatches
+         << " micro-batches, " << p.channels.size() << " channels\n";
+      for (int r = 0; r < p.ranks; ++r) {
+        size_t ri = static_cast<size_t>(r);
+        os << llvm::format("  rank %d: %zu actions, busy %.3f of %.3f, peak in flight %d "
+                           "(%.2f micro-batches), sends %lld bytes per step\n",
+                           r, p.actions[ri].size(), rep->busy[ri], rep->makespan,
+                           rep->peakInFlight[ri],
+                           static_cast<double>(rep->peakInFlight[ri]) / v,
+                           static_cast<long long>(rep->sendBytes[ri]));
+      }
+      double closed = sch::closedFormBubble(schedule, p.ranks, v, p.microbatches);
+      os << llvm::format("  bubble %.4f", rep->bubble);
+      if (closed >= 0)
+        os << llvm::format(" (closed form %.4f)", closed);
+      os << "\n";
+      os.flush();
+    }
+    if (!svg.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream out(svg, ec, llvm::sys::fs::OF_Text);
+      if (ec)
+        return func.emitError() << "cannot write '" << svg << "': " << ec.message();
+      out << sch::svg(p, *rep,
+                      schedule + ": " + std::to_string(p.ranks) + " ranks, " +
+                          std::to_string(p.microbatches) + " micro-batches");
+    }
+    return success();
+  }
+};
+} // namespace

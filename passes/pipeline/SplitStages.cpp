@@ -1,0 +1,450 @@
+//===- SplitStages.cpp - cut a training step into pipeline chunks ---------===//
+
+#include "passes/pipeline/Passes.h"
+
+#include "dialects/ptc/PtcMesh.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <map>
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_SPLITSTAGESPASS
+#include "passes/pipeline/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+enum Seg { kForward = 0, kBackward = 1, kWeight = 2, kStep = 3 };
+const char *segName(int s) {
+  static const char *names[] = {"forward", "backward", "weight", "step"};
+  return names[s];
+}
+
+int64_t numel(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? getNumElements(t) : 0;
+}
+
+/// Relative cost of an op: multiply-adds for matmuls and attention, elements
+/// touched otherwise.
+double costOf(Operation *op) {
+  if (auto mm = dyn_cast<MatmulOp>(op)) {
+    auto lhs = mm.getLhs().getType();
+    int64_t k = mm.getTransposeLhs() ? lhs.getDimSize(lhs.getRank() - 2) : lhs.getDimSize(lhs.getRank() - 1);
+    return 2.0 * static_cast<double>(numel(mm.getResult())) * static_cast<double>(k);
+  }
+  if (auto att = dyn_cast<CausalAttentionOp>(op)) {
+    auto q = att.getQuery().getType();
+    int64_t t = q.getDimSize(q.getRank() - 2);
+    return 2.0 * static_cast<double>(numel(att.getQuery())) * static_cast<double>(t);
+  }
+  double bytes = 0;
+  for (Value v : op->getResults())
+    bytes += static_cast<double>(numel(v));
+  return bytes;
+}
+
+struct Splitter {
+  Splitter(func::FuncOp func, ModuleOp module, int ranks, int chunks, bool splitWeight,
+           std::optional<MeshInfo> mesh)
+      : func(func), module(module), ranks(ranks), chunks(chunks), splitWeight(splitWeight),
+        mesh(std::move(mesh)) {}
+  func::FuncOp func;
+  ModuleOp module;
+  int ranks, chunks;
+  bool splitWeight;
+  std::optional<MeshInfo> mesh;
+
+  llvm::DenseMap<Operation *, int> chunk, seg;
+  llvm::DenseMap<Value, int> home; // parameter / state arguments
+
+  LogicalResult run();
+};
+
+LogicalResult Splitter::run() {
+  Block &block = func.getBody().front();
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    if (!isa<arith::ConstantOp>(op))
+      ops.push_back(&op);
+  llvm::DenseMap<Operation *, size_t> index;
+  for (auto [i, op] : llvm::enumerate(ops))
+    index[op] = i;
+  auto producer = [&](Value v) -> Operation * {
+    Operation *def = v.getDefiningOp();
+    return def && index.count(def) ? def : nullptr;
+  };
+
+  // 1. Per-micro-batch ops: those depending on the inputs (up to the
+  //    micro-batch sums) and those feeding them.
+  llvm::DenseSet<Operation *> dependent, perMb;
+  llvm::DenseSet<Value> inputDependent;
+  for (BlockArgument arg : block.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName))
+      inputDependent.insert(arg);
+  for (Operation *op : ops) {
+    if (!llvm::any_of(op->getOperands(), [&](Value v) { return inputDependent.contains(v); }))
+      continue;
+    dependent.insert(op);
+    if (!isa<MicrobatchSumOp>(op))
+      for (Value r : op->getResults())
+        inputDependent.insert(r);
+  }
+  perMb = dependent;
+  for (Operation *op : llvm::reverse(ops))
+    if (perMb.contains(op))
+      for (Value v : op->getOperands())
+        if (Operation *def = producer(v))
+          perMb.insert(def);
+  for (Operation *op : ops)
+    if (perMb.contains(op))
+      for (Value v : op->getOperands())
+        if (Operation *def = producer(v); def && !perMb.contains(def))
+          return op->emitOpError() << "runs once per micro-batch but reads a value computed after "
+                                      "the micro-batches";
+
+  // 2. Forward / backward: backward ops are those autodiff marked and what
+  //    depends on them.
+  llvm::DenseSet<Operation *> backward;
+  for (Operation *op : ops) {
+    if (!perMb.contains(op))
+      continue;
+    bool b = op->hasAttr("ptc.backward") || llvm::any_of(op->getOperands(), [&](Value v) {
+               Operation *def = producer(v);
+               return def && backward.contains(def);
+             });
+    if (b)
+      backward.insert(op);
+  }
+
+  // 3. Cut the forward ops where one activation crosses, balancing cost.
+  SmallVector<Operation *> fwd;
+  for (Operation *op : ops)
+    if (perMb.contains(op) && !backward.contains(op))
+      fwd.push_back(op);
+  llvm::DenseMap<Operation *, size_t> fwdIndex;
+  for (auto [i, op] : llvm::enumerate(fwd))
+    fwdIndex[op] = i;
+  size_t n = fwd.size();
+  SmallVector<int> crossing(n + 1, 0);
+  for (auto [i, op] : llvm::enumerate(fwd)) {
+    if (!dependent.contains(op))
+      continue; // parameter-only work moves to its users' chunk
+    for (Value r : op->getResults()) {
+      size_t last = i;
+      for (Operation *user : r.getUsers())
+        if (auto it = fwdIndex.find(user); it != fwdIndex.end())
+          last = std::max(last, it->second);
+      for (size_t k = i + 1; k <= last; ++k)
+        ++crossing[k];
+    }
+  }
+  SmallVector<double> prefix(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + costOf(fwd[i]);
+  SmallVector<size_t> candidates;
+  int best = INT_MAX;
+  for (size_t k = 1; k < n; ++k)
+    if (dependent.contains(fwd[k]) && crossing[k] > 0)
+      best = std::min(best, crossing[k]);
+  for (size_t k = 1; k < n; ++k)
+    if (dependent.contains(fwd[k]) && crossing[k] == best)
+      candidates.push_back(k);
+  if (static_cast<int>(candidates.size()) < chunks - 1)
+    return func.emitError() << "cannot cut the forward pass into " << chunks
+                            << " pipeline chunks: it has only " << candidates.size()
+                            << " places where a single activation crosses (between layers); use "
+                               "fewer stages or virtual stages";
+  SmallVector<size_t> cuts;
+  size_t from = 0;
+  for (int j = 1; j < chunks; ++j) {
+    double target = prefix[n] * j / chunks;
+    size_t lastAllowed = candidates.size() - static_cast<size_t>(chunks - j);
+    size_t pick = from;
+    for (size_t c = from; c <= lastAllowed; ++c)
+      if (std::abs(prefix[candidates[c]] - target) < std::abs(prefix[candidates[pick]] - target))
+        pick = c;
+    cuts.push_back(candidates[pick]);
+    from = pick + 1;
+  }
+  for (size_t i = 0; i < n; ++i)
+    chunk[fwd[i]] = static_cast<int>(llvm::count_if(cuts, [&](size_t c) { return c <= i; }));
+
+  // 4. Chunks of the other per-micro-batch ops: backward ops join the lowest
+  //    chunk among the activations and gradients they read; ops that read only
+  //    parameters (and the forward parameter-only ops) join their first user.
+  auto chunkOfValue = [&](Value v) -> int {
+    Operation *def = producer(v);
+    if (!def || !inputDependent.contains(v) || !chunk.count(def))
+      return -1;
+    return chunk[def];
+  };
+  llvm::DenseMap<int64_t, Operation *> forwardById;
+  for (Operation *op : fwd)
+    if (auto id = op->getAttrOfType<IntegerAttr>("ptc.forward_id"))
+      forwardById[id.getInt()] = op;
+  for (Operation *op : ops) {
+    if (!backward.contains(op))
+      continue;
+    if (auto id = op->getAttrOfType<IntegerAttr>("ptc.vjp_of"))
+      if (Operation *f = forwardById.lookup(id.getInt()); f && dependent.contains(f)) {
+        chunk[op] = chunk[f];
+        continue;
+      }
+    int c = INT_MAX;
+    for (Value v : op->getOperands())
+      if (int k = chunkOfValue(v); k >= 0)
+        c = std::min(c, k);
+    if (isa<MicrobatchSumOp>(op)) // with its operand, whatever it is
+      if (Operation *def = producer(op->getOperand(0)); def && chunk.count(def))
+        c = chunk[def];
+    if (c != INT_MAX)
+      chunk[op] = c;
+  }
+  for (Operation *op : llvm::reverse(ops)) {
+    if (!perMb.contains(op) || (chunk.count(op) && dependent.contains(op)))
+      continue;
+    int c = INT_MAX;
+    for (Value r : op->getResults())
+      for (Operation *user : r.getUsers())
+        if (auto it = chunk.find(user); it != chunk.end() && perMb.contains(user))
+          c = std::min(c, it->second);
+    chunk[op] = c == INT_MAX ? (chunk.count(op) ? chunk[op] : 0) : c;
+  }
+  for (Operation *op : ops)
+    if (perMb.contains(op) && dependent.contains(op) && !chunk.count(op))
+      chunk[op] = 0;
+
+  // Parameters and state live with their first per-micro-batch user.
+  for (BlockArgument arg : block.getArguments()) {
+    int c = INT_MAX;
+    for (Operation *user : arg.getUsers())
+      if (perMb.contains(user))
+        c = std::min(c, chunk[user]);
+    if (c != INT_MAX)
+      home[arg] = c;
+  }
+
+  // 5. Once-per-step ops: with their operands; all-reduce buckets and norm
+  //    clipping split per pipeline rank.
+  OpBuilder b(func.getContext());
+  auto rankOfChunk = [&](int c) { return c < 0 ? -1 : c % ranks; };
+  auto stepChunk = [&](Value v) -> int {
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      auto it = home.find(arg);
+      return it == home.end() ? -1 : it->second;
+    }
+    Operation *def = producer(v);
+    return def && chunk.count(def) ? chunk[def] : -1;
+  };
+  SmallVector<Operation *> erase;
+  for (Operation *op : ops) {
+    if (perMb.contains(op))
+      continue;
+    if (isa<AllReduceOp, ClipGradNormOp>(op)) {
+      // Group operands by the pipeline rank that holds them.
+      std::map<int, SmallVector<unsigned>> byRank;
+      for (auto [i, v] : llvm::enumerate(op->getOperands()))
+        byRank[rankOfChunk(stepChunk(v))].push_back(static_cast<unsigned>(i));
+      if (byRank.size() > 1 && byRank.count(-1))
+        return op->emitOpError() << "mixes values of no pipeline stage with staged ones";
+      if (byRank.size() == 1) {
+        chunk[op] = stepChunk(op->getOperand(byRank.begin()->second.front()));
+        if (auto clip = dyn_cast<ClipGradNormOp>(op); clip && ranks > 1)
+          clip.setAxesAttr(b.getStrArrayAttr({"pp"}));
+        continue;
+      }
+      b.setInsertionPoint(op);
+      bool first = true;
+      for (auto &[rank, idx] : byRank) {
+        SmallVector<Value> operands;
+        int c = INT_MAX;
+        for (unsigned i : idx) {
+          operands.push_back(op->getOperand(i));
+          c = std::min(c, stepChunk(op->getOperand(i)));
+        }
+        Operation *part;
+        if (auto ar = dyn_cast<AllReduceOp>(op)) {
+          part = AllReduceOp::create(b, op->getLoc(), ValueRange(operands), ar.getAxes());
+        } else {
+          auto clip = cast<ClipGradNormOp>(op);
+          SmallVector<Type> types;
+          for (Value v : operands)
+            types.push_back(v.getType());
+          types.push_back(clip.getNorm().getType());
+          part = ClipGradNormOp::create(b, op->getLoc(), types, operands, clip.getMaxNormAttr(),
+                                        b.getStrArrayAttr({"pp"}));
+          if (first) // every rank computes the same norm; keep rank 0's
+            clip.getNorm().replaceAllUsesWith(part->getResults().back());
+        }
+        for (auto [k, i] : llvm::enumerate(idx))
+          op->getResult(i).replaceAllUsesWith(part->getResult(static_cast<unsigned>(k)));
+        for (NamedAttribute a : op->getDiscardableAttrs())
+          part->setAttr(a.getName(), a.getValue());
+        chunk[part] = c;
+        seg[part] = kStep;
+        first = false;
+      }
+      erase.push_back(op);
+      continue;
+    }
+    int c = -1;
+    std::optional<int> rank;
+    for (Value v : op->getOperands()) {
+      int k = stepChunk(v);
+      if (k < 0)
+        continue;
+      if (rank && *rank != rankOfChunk(k))
+        return op->emitOpError() << "runs once per step but reads values of pipeline ranks "
+                                 << *rank << " and " << rankOfChunk(k);
+      rank = rankOfChunk(k);
+      c = c < 0 ? k : std::min(c, k);
+    }
+    chunk[op] = c;
+  }
+  for (Operation *op : erase) {
+    chunk.erase(op);
+    op->erase();
+  }
+
+  // 6. Segments (weight-gradient split: backward ops the chunk's outgoing
+  //    gradients do not need).
+  for (Operation &o : block.without_terminator()) {
+    Operation *op = &o;
+    if (isa<arith::ConstantOp>(op) || seg.count(op))
+      continue;
+    seg[op] = !perMb.contains(op) ? kStep : backward.contains(op) ? kBackward : kForward;
+  }
+  if (splitWeight) {
+    llvm::DenseSet<Operation *> needed;
+    for (Operation *op : llvm::reverse(ops)) {
+      if (!backward.contains(op))
+        continue;
+      bool need = needed.contains(op);
+      for (Value r : op->getResults())
+        for (Operation *user : r.getUsers())
+          if (perMb.contains(user) && chunk.lookup(user) != chunk[op])
+            need = true;
+      if (!need) {
+        seg[op] = kWeight;
+        continue;
+      }
+      needed.insert(op);
+      for (Value v : op->getOperands())
+        if (Operation *def = producer(v); def && backward.contains(def) && chunk[def] == chunk[op])
+          needed.insert(def);
+    }
+  }
+
+  // 7. Channels: a per-micro-batch value used by another chunk, and a
+  //    parameter used away from its home chunk (sent once per step).
+  int64_t channel = 0;
+  auto mark = [&](Operation *op, int c, int s) {
+    op->setAttr(kStageAttrName, b.getI64IntegerAttr(c));
+    op->setAttr(kSegmentAttrName, b.getStringAttr(segName(s)));
+  };
+  auto connect = [&](Value v, int fromChunk, int fromSeg, bool perStep, Operation *after) {
+    std::map<int, SmallVector<OpOperand *>> usesByChunk;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (!perMb.contains(user) || isa<SendOp>(user))
+        continue;
+      if (chunk[user] != fromChunk)
+        usesByChunk[chunk[user]].push_back(&use);
+    }
+    for (auto &[to, uses] : usesByChunk) {
+      Operation *firstUser = uses.front()->getOwner();
+      int toSeg = kWeight;
+      for (OpOperand *use : uses) {
+        if (index.count(use->getOwner()) &&
+            index[use->getOwner()] < index[firstUser])
+          firstUser = use->getOwner();
+        toSeg = std::min(toSeg, seg[use->getOwner()]);
+      }
+      if (perStep)
+        b.setInsertionPointToStart(&block);
+      else
+        b.setInsertionPointAfter(after);
+      auto send = SendOp::create(b, v.getLoc(), v, channel, to, perStep);
+      mark(send, fromChunk, fromSeg);
+      if (perStep)
+        b.setInsertionPointAfter(send);
+      else
+        b.setInsertionPoint(firstUser);
+      auto recv = RecvOp::create(b, v.getLoc(), v.getType(), channel, fromChunk, perStep);
+      mark(recv, to, perStep ? kForward : toSeg);
+      for (OpOperand *use : uses)
+        use->set(recv.getResult());
+      ++channel;
+    }
+  };
+  for (BlockArgument arg : block.getArguments())
+    if (auto it = home.find(arg); it != home.end())
+      connect(arg, it->second, kForward, /*perStep=*/true, nullptr);
+  for (Operation *op : ops) {
+    if (!perMb.contains(op) || !chunk.count(op))
+      continue;
+    for (Value r : op->getResults())
+      connect(r, chunk[op], seg[op], /*perStep=*/false, op);
+  }
+  for (auto [op, c] : chunk)
+    mark(op, c, seg[op]);
+  func.walk([](Operation *op) {
+    op->removeAttr("ptc.forward_id");
+    op->removeAttr("ptc.vjp_of");
+  });
+  for (auto [arg, c] : home)
+    func.setArgAttr(cast<BlockArgument>(arg).getArgNumber(), kStageAttrName, b.getI64IntegerAttr(c));
+
+  // Once-per-step ops of no chunk run on every rank; check the rest.
+  func->setAttr(kPipelineAttrName,
+                b.getDictionaryAttr({b.getNamedAttr("ranks", b.getI64IntegerAttr(ranks)),
+                                     b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
+                                     b.getNamedAttr("split_weight", b.getBoolAttr(splitWeight))}));
+  return success();
+}
+
+struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
+  using SplitStagesPassBase::SplitStagesPassBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::optional<MeshInfo> mesh;
+    int pp = 1;
+    if (module->hasAttr(PtcDialect::kMeshAttrName)) {
+      FailureOr<MeshInfo> m = getEnclosingMesh(module);
+      if (failed(m))
+        return signalPassFailure();
+      mesh = *m;
+      if (int a = mesh->axisIndex("pp"); a >= 0)
+        pp = static_cast<int>(mesh->sizes[a]);
+    }
+    int ranks = stages > 0 ? static_cast<int>(stages) : pp;
+    if (ranks != pp && ranks > 1) {
+      module.emitError() << "stages = " << ranks << " needs a mesh axis 'pp' of that size (mesh "
+                         << (mesh ? "has pp = " + std::to_string(pp) : std::string("is absent"))
+                         << ")";
+      return signalPassFailure();
+    }
+    if (virtualStages < 1 || (virtualStages > 1 && ranks < 2)) {
+      module.emitError() << "virtual-stages = " << virtualStages
+                         << " needs at least 2 pipeline ranks (and must be >= 1)";
+      return signalPassFailure();
+    }
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      if (!func->hasAttr(kMicrobatchesAttrName)) {
+        func.emitError() << "has no micro-batches; run ptc-microbatch before ptc-autodiff";
+        return signalPassFailure();
+      }
+      Splitter s(func, module, ranks, ranks * static_cast<int>(virtualStages), splitWeight, mesh);
+      if (failed(s.run()))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,109 @@
+// Pipeline schedules: per-rank action lists (forward / backward / weight-
+// gradient of one model chunk for one micro-batch, send, receive), their
+// generators (GPipe, 1F1B, interleaved 1F1B, ZB-H1), verification and a timing
+// simulation. Shared by the compiler (ptc-schedule-pipeline builds, checks and
+// reports a schedule) and the runtime (the plan loader checks the schedule it
+// is given before running it). No MLIR, no MPI.
+#ifndef PTC_RUNTIME_SCHEDULE_SCHEDULE_H
+#define PTC_RUNTIME_SCHEDULE_SCHEDULE_H
+
+#include "runtime/base/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ptc::schedule {
+
+/// What a chunk computes for one micro-batch: its forward ops, its backward
+/// ops (with a weight-gradient split: only those the input gradient needs), or
+/// the rest of its backward ops (weight gradients).
+enum class Segment : int8_t { Forward = 0, Backward = 1, Weight = 2 };
+const char *segmentName(Segment s);
+
+enum class ActionKind : int8_t { Forward = 0, Backward = 1, Weight = 2, Send = 3, Recv = 4 };
+
+struct Action {
+  ActionKind kind = ActionKind::Forward;
+  int chunk = -1;   // compute actions: the model chunk
+  int mb = -1;      // micro-batch; -1 for once-per-step transfers
+  int channel = -1; // send / recv
+  bool isCompute() const { return kind <= ActionKind::Weight; }
+  Segment segment() const { return static_cast<Segment>(kind); }
+};
+
+/// A value produced by one chunk and used by another.
+struct Channel {
+  int from = 0, to = 0;                  // chunks
+  Segment fromSegment = Segment::Forward; // producer segment (per micro-batch)
+  Segment toSegment = Segment::Forward;   // first consumer segment
+  bool perStep = false; // sent once per step before the micro-batches (a tied parameter)
+  int64_t bytes = 0;
+};
+
+struct Pipeline {
+  int ranks = 1;        // pipeline ranks (the pp axis)
+  int chunks = 1;       // model chunks: ranks x virtual stages; chunk c lives on rank c % ranks
+  int microbatches = 1;
+  bool splitWeight = false; // whether Weight actions exist (zero-bubble schedules)
+  std::vector<Channel> channels;
+  std::vector<std::vector<Action>> actions; // per pipeline rank, in execution order
+
+  int rankOf(int chunk) const { return chunk % ranks; }
+  int virtualStages() const { return chunks / ranks; }
+};
+
+/// "F c1 mb3", "SEND ch2 mb3", "RECV ch0 (per step)".
+std::string describe(const Action &a);
+
+/// Parses describe()'s output.
+StatusOr<Action> parseAction(const std::string &text);
+
+/// The schedule names generate() accepts.
+const std::vector<std::string> &scheduleNames();
+
+/// Fills `p.actions` with schedule `name` ("gpipe", "1f1b", "interleaved-1f1b",
+/// "zb-h1") for p.ranks, p.chunks and p.microbatches, sends right after the
+/// action producing a value and receives right before the action consuming it.
+/// Errors name the unsupported combination (e.g. interleaving with a
+/// micro-batch count that is not a multiple of the rank count).
+Status generate(const std::string &name, Pipeline &p);
+
+/// Checks that the action lists run correctly: every action valid for its
+/// rank, every (chunk, segment, micro-batch) computed exactly once, every
+/// receive matched by exactly one send, data dependencies in order on each
+/// rank, and no deadlock (receives block, sends do not). The first problem is
+/// the error.
+Status verify(const Pipeline &p);
+
+/// One compute action placed in simulated time.
+struct Box {
+  int rank;
+  Action action;
+  double start, end;
+};
+
+/// Timing with equal stages: per micro-batch a rank's forward takes 1 unit,
+/// its backward 2 (1 + 1 with a weight split), each chunk 1/v of that.
+struct Report {
+  double makespan = 0;
+  double bubble = 0;                 // idle / makespan, averaged over ranks
+  std::vector<double> busy;          // per rank
+  std::vector<int> peakInFlight;     // per rank: most (chunk, mb) activation sets held at once
+  std::vector<int64_t> sendBytes;    // per rank per step
+  std::vector<Box> boxes;
+};
+
+/// Simulates the (verified) action lists.
+StatusOr<Report> simulate(const Pipeline &p);
+
+/// The closed-form bubble fraction of a schedule with equal stage times:
+/// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) interleaved; < 0 if none.
+double closedFormBubble(const std::string &name, int ranks, int virtualStages, int microbatches);
+
+/// The classic pipeline diagram: one row per rank, one box per action.
+std::string svg(const Pipeline &p, const Report &r, const std::string &title);
+
+} // namespace ptc::schedule
+
+#endif // PTC_RUNTIME_SCHEDULE_SCHEDULE_H
