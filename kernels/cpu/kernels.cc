@@ -863,8 +863,7 @@ void sgdUpdate(float *param, const float *grad, float *buf, float lr, float mome
   }
 }
 
-float clipGradNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                   const std::vector<float *> &outs, float maxNorm) {
+double sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes) {
   double total = 0.0;
   for (size_t t = 0; t < grads.size(); ++t) {
     const float *g = grads[t];
@@ -874,11 +873,21 @@ float clipGradNorm(const std::vector<const float *> &grads, const std::vector<in
       s += static_cast<double>(g[i]) * g[i];
     total += s;
   }
-  float norm = static_cast<float>(std::sqrt(total));
+  return total;
+}
+
+float clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                 const std::vector<float *> &outs, float maxNorm, double sumSquares) {
+  float norm = static_cast<float>(std::sqrt(sumSquares));
   float coef = std::min(1.0f, maxNorm / (norm + 1e-6f));
   for (size_t t = 0; t < grads.size(); ++t)
     scale(grads[t], outs[t], sizes[t], coef);
   return norm;
+}
+
+float clipGradNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                   const std::vector<float *> &outs, float maxNorm) {
+  return clipByNorm(grads, sizes, outs, maxNorm, sumOfSquares(grads, sizes));
 }
 
 } // namespace ptc::kernels::cpu

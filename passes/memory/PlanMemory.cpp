@@ -5,6 +5,9 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
+#include <optional>
+
 namespace mlir::ptc {
 #define GEN_PASS_DEF_PLANMEMORYPASS
 #include "passes/memory/Passes.h.inc"
@@ -64,6 +67,45 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     int ranks = 0;
     if (auto pipeline = func->getAttrOfType<DictionaryAttr>("ptc.pipeline"))
       ranks = static_cast<int>(cast<IntegerAttr>(pipeline.get("ranks")).getInt());
+    // A segment (chunk, forward/backward/weight) of a pipelined step runs as a
+    // whole, after copying in the values it reads from other segments and
+    // the values it receives: those are live from the segment's first op.
+    std::map<std::pair<int64_t, std::string>, int64_t> firstOfSegment;
+    auto segmentOf = [](Operation *op) -> std::optional<std::pair<int64_t, std::string>> {
+      auto stage = op->getAttrOfType<IntegerAttr>("ptc.stage");
+      auto seg = op->getAttrOfType<StringAttr>("ptc.segment");
+      if (!stage || !seg || seg.getValue() == "step" || isa<SendOp>(op))
+        return std::nullopt;
+      return std::make_pair(stage.getInt(), seg.str());
+    };
+    std::map<std::pair<int64_t, std::string>, int64_t> lastOfSegment;
+    for (Operation &op : block)
+      if (auto seg = segmentOf(&op)) {
+        firstOfSegment.try_emplace(*seg, index[&op]);
+        lastOfSegment[*seg] = index[&op];
+      }
+    // ... and what a segment hands on (to another segment or a send) is
+    // copied out after its last op.
+    auto liveUntil = [&](Operation *op, Value r, int64_t end) {
+      auto own = segmentOf(op);
+      if (!own)
+        return end;
+      for (Operation *user : r.getUsers())
+        if (isa<SendOp>(user) || (segmentOf(user) && segmentOf(user) != own))
+          return std::max(end, lastOfSegment[*own]);
+      return end;
+    };
+    auto liveFrom = [&](Operation *op, Value r) {
+      int64_t start = index[op];
+      auto own = segmentOf(op);
+      if (own && isa<RecvOp>(op))
+        start = firstOfSegment[*own];
+      for (Operation *user : r.getUsers())
+        if (auto seg = segmentOf(user); seg && seg != own)
+          start = std::min(start, firstOfSegment[*seg]);
+      return start;
+    };
+
     SmallVector<Buffer> buffers;
     llvm::DenseMap<Value, size_t> bufferOf;
     for (Operation &op : block) {
@@ -81,6 +123,7 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
         int64_t end = index[&op];
         for (Operation *user : r.getUsers())
           end = std::max(end, index[user]);
+        end = liveUntil(&op, r, end);
         // A reshape of an arena value is a view of the same bytes: it shares
         // its operand's buffer, which then lives as long as either.
         if (auto reshape = dyn_cast<ReshapeOp>(op)) {
@@ -89,10 +132,11 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
             size_t shared = source->second; // before the insertion below rehashes
             bufferOf[r] = shared;
             buffers[shared].end = std::max(buffers[shared].end, end);
+            buffers[shared].start = std::min(buffers[shared].start, liveFrom(&op, r));
             continue;
           }
         }
-        int64_t start = index[&op];
+        int64_t start = liveFrom(&op, r);
         if (isa<MicrobatchSumOp>(op))
           start = 0;
         if (auto recv = dyn_cast<RecvOp>(op); recv && recv.getPerStep()) {

@@ -54,6 +54,15 @@ public:
                            const std::string &what) = 0;
   /// Gathers `bytes` from every rank into `out` on rank 0 (rank order).
   virtual Status gatherToRoot(const void *in, int64_t bytes, void *out) = 0;
+  /// Point-to-point along mesh axis `axis`: to / from the rank whose
+  /// coordinate on `axis` is `peer` (all other coordinates equal to this
+  /// one's). A send copies `data` and returns at once; flushSends() waits for
+  /// every send to be delivered. A receive blocks (up to the timeout).
+  virtual Status send(const void *data, int64_t bytes, int axis, int peer, int tag,
+                      const std::string &what) = 0;
+  virtual Status recv(void *data, int64_t bytes, int axis, int peer, int tag,
+                      const std::string &what) = 0;
+  virtual Status flushSends() = 0;
   /// Gathers one string per rank on every rank (small metadata only).
   virtual StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) = 0;
 

@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <list>
 #include <map>
+#include <vector>
 #include <thread>
 
 namespace ptc {
@@ -133,6 +135,46 @@ public:
     return out;
   }
 
+  Status send(const void *data, int64_t bytes, int axis, int peer, int tag,
+              const std::string &what) override {
+    auto comm = group({axis});
+    if (!comm.isOk())
+      return comm.status();
+    // Reap delivered sends, then post this one from a private copy.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int done = 0;
+      PTC_MPI(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
+      it = done ? pending_.erase(it) : std::next(it);
+    }
+    pending_.push_back({std::vector<uint8_t>(static_cast<const uint8_t *>(data),
+                                             static_cast<const uint8_t *>(data) + bytes),
+                        MPI_REQUEST_NULL, what, axis, peer});
+    Pending &p = pending_.back();
+    PTC_MPI(MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, *comm, &p.req));
+    return Status::ok();
+  }
+
+  Status recv(void *data, int64_t bytes, int axis, int peer, int tag,
+              const std::string &what) override {
+    auto comm = group({axis});
+    if (!comm.isOk())
+      return comm.status();
+    MPI_Request req;
+    PTC_MPI(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, *comm, &req));
+    return wait(req, "recv", what + " from " + mesh_.axes[static_cast<size_t>(axis)] + "=" +
+                                 std::to_string(peer), {axis});
+  }
+
+  Status flushSends() override {
+    for (Pending &p : pending_)
+      PTC_RETURN_IF_ERROR(wait(p.req, "send", p.what + " to " +
+                                                  mesh_.axes[static_cast<size_t>(p.axis)] + "=" +
+                                                  std::to_string(p.peer),
+                               {p.axis}));
+    pending_.clear();
+    return Status::ok();
+  }
+
   Status split() {
     // Build every single-axis group up front: MPI_Comm_split is collective.
     for (size_t a = 0; a < mesh_.axes.size(); ++a) {
@@ -190,6 +232,13 @@ private:
                  ": a peer rank died or stopped responding");
   }
 
+  struct Pending {
+    std::vector<uint8_t> data;
+    MPI_Request req;
+    std::string what;
+    int axis, peer;
+  };
+  std::list<Pending> pending_;
   int rank_, size_;
   double timeout_;
   std::map<unsigned, MPI_Comm> groups_;

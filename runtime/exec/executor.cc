@@ -52,26 +52,62 @@ void fillNormal(float *out, int64_t n, double stddev, uint64_t seed, const std::
   }
 }
 
-StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const LoadedPlan> plan) {
+StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const LoadedPlan> plan,
+                                                     int pipelineRank) {
   std::unique_ptr<Executor> ex(new Executor(plan));
   const auto &tensors = plan->tensors();
   ex->storage_.assign(tensors.size(), nullptr);
+  ex->ppRank_ = pipelineRank;
   ex->arenaBytes_ = plan->plan().arena_bytes();
+  // A pipelined plan: this rank holds the tensors its chunks read and write.
+  std::vector<bool> here(tensors.size(), true);
+  if (plan->pipelined()) {
+    const schedule::Pipeline &p = plan->pipeline();
+    if (pipelineRank < 0 || pipelineRank >= p.ranks)
+      return invalidArgument("pipeline rank ", pipelineRank, " outside [0, ", p.ranks, ")");
+    ex->arenaBytes_ = plan->plan().pipeline()->arena_bytes()->Get(static_cast<flatbuffers::uoffset_t>(pipelineRank));
+    here.assign(tensors.size(), false);
+    for (const plan::Instruction *inst : *plan->plan().instructions()) {
+      if (inst->chunk() >= 0 && p.rankOf(inst->chunk()) != pipelineRank)
+        continue;
+      for (int32_t id : *inst->inputs())
+        here[static_cast<size_t>(id)] = true;
+      for (int32_t id : *inst->outputs())
+        here[static_cast<size_t>(id)] = true;
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      int home = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->pp_rank();
+      if (home == pipelineRank || tensors[i].kind == TensorKind::Constant)
+        here[i] = true;
+    }
+  }
+  std::vector<bool> isOutput(tensors.size(), false);
+  if (plan->plan().outputs())
+    for (const plan::Output *o : *plan->plan().outputs())
+      isOutput[static_cast<size_t>(o->tensor())] = true;
   uint8_t *arena = allocateAligned(ex->arenaBytes_);
   if (!arena)
     return error(StatusCode::kInternal, "cannot allocate the ", ex->arenaBytes_, "-byte arena");
   ex->buffers_.emplace_back(arena, std::free);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
-    if (t.kind == TensorKind::Temporary) {
+    if (t.kind == TensorKind::Temporary && here[i]) {
+      if (t.arenaOffset + t.bytes > ex->arenaBytes_)
+        return invalidArgument("tensor #", i, " at arena offset ", t.arenaOffset,
+                               " lies outside pipeline rank ", pipelineRank, "'s ",
+                               ex->arenaBytes_, "-byte arena");
       ex->storage_[i] = arena + t.arenaOffset;
       continue;
     }
+    if (!here[i] && !isOutput[i])
+      continue;
     uint8_t *buf = allocateAligned(t.bytes);
     if (!buf)
       return error(StatusCode::kInternal, "cannot allocate ", t.bytes, " bytes for '", t.name, "'");
     ex->buffers_.emplace_back(buf, std::free);
     ex->storage_[i] = buf;
+    if (t.kind == TensorKind::Temporary)
+      continue; // another pipeline rank's output, received after each step
     ex->persistentBytes_ += t.bytes;
     if (t.kind == TensorKind::Constant) {
       const auto *data = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->data();
@@ -83,6 +119,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
           std::memcpy(buf + e * elem, data->data(), static_cast<size_t>(elem));
     }
   }
+  if (plan->pipelined())
+    PTC_RETURN_IF_ERROR(ex->preparePipeline());
   return ex;
 }
 
@@ -126,6 +164,8 @@ void Executor::forEachLocalBox(const TensorInfo &t, const std::vector<int> &coor
 }
 
 void Executor::loadFromWhole(int32_t id, const void *whole) {
+  if (!holds(id))
+    return;
   const TensorInfo &t = plan_->tensor(id);
   forEachLocalBox(t, coords(), [&](const auto &wholeOff, const auto &localOff, const auto &box) {
     k::copyBox(whole, t.globalShape, wholeOff, data(id), t.shape, localOff, box,
@@ -136,6 +176,13 @@ void Executor::loadFromWhole(int32_t id, const void *whole) {
 StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   const TensorInfo &t = plan_->tensor(id);
   bool sharded = std::any_of(t.dimAxes.begin(), t.dimAxes.end(), [](int a) { return a >= 0; });
+  // In a pipelined plan the tensor lives on its pipeline rank's processes.
+  int home = plan_->pipelined()
+                 ? plan_->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(id))->pp_rank()
+                 : -1;
+  int axis = plan_->pipelineAxis();
+  if (home > 0 && axis >= 0)
+    sharded = true;
   if (!comm_ || !sharded) {
     if (comm_ && comm_->rank() != 0)
       return std::vector<float>();
@@ -143,7 +190,8 @@ StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   }
   int world = comm_->worldSize();
   std::vector<float> all(comm_->rank() == 0 ? static_cast<size_t>(t.numElements * world) : 0);
-  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(data(id), t.bytes, all.data()));
+  std::vector<float> none(holds(id) ? 0 : static_cast<size_t>(t.numElements));
+  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(holds(id) ? data(id) : none.data(), t.bytes, all.data()));
   if (comm_->rank() != 0)
     return std::vector<float>();
   int64_t wholeCount = 1;
@@ -151,6 +199,8 @@ StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
     wholeCount *= d;
   std::vector<float> whole(static_cast<size_t>(wholeCount));
   for (int r = 0; r < world; ++r) {
+    if (home >= 0 && axis >= 0 && comm_->mesh().coords(r)[static_cast<size_t>(axis)] != home)
+      continue;
     const float *local = all.data() + static_cast<int64_t>(r) * t.numElements;
     forEachLocalBox(t, comm_->mesh().coords(r),
                     [&](const auto &wholeOff, const auto &localOff, const auto &box) {
@@ -165,6 +215,8 @@ void Executor::initialize(uint64_t seed) {
   const auto &tensors = plan_->tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
+    if (!storage_[i])
+      continue;
     if (t.kind == TensorKind::OptimizerState) {
       std::memset(storage_[i], 0, static_cast<size_t>(t.bytes));
       continue;
@@ -199,7 +251,23 @@ void Executor::initialize(uint64_t seed) {
   }
 }
 
+void Executor::setInput(int32_t id, const void *wholeBatch) {
+  if (!plan_->pipelined()) {
+    loadFromWhole(id, wholeBatch);
+    return;
+  }
+  const TensorInfo &t = plan_->tensor(id);
+  int64_t bytes = t.bytes;
+  for (size_t d = 0; d < t.shape.size(); ++d)
+    bytes = bytes / t.shape[d] * t.globalShape[d];
+  bytes *= plan_->microbatches();
+  auto &buf = batches_[id];
+  buf.assign(static_cast<const uint8_t *>(wholeBatch), static_cast<const uint8_t *>(wholeBatch) + bytes);
+}
+
 Status Executor::step(std::vector<double> *profile) {
+  if (plan_->pipelined())
+    return runPipelined(profile);
   const auto *instructions = plan_->plan().instructions();
   for (size_t n = 0; n < instructions->size(); ++n) {
     const plan::Instruction *inst = instructions->Get(static_cast<flatbuffers::uoffset_t>(n));
@@ -395,9 +463,27 @@ Status Executor::run(const plan::Instruction &inst) {
       outs.push_back(O(i));
       sizes.push_back(N(i));
     }
-    *O(in.size()) = k::clipGradNorm(grads, sizes, outs, F(0));
+    double total = k::sumOfSquares(grads, sizes);
+    if (inst.ints() && inst.ints()->size() > 0 && comm_) {
+      // The other gradients live on other ranks (pipeline stages): sum there too.
+      std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+      float partial = static_cast<float>(total);
+      PTC_RETURN_IF_ERROR(comm_->allReduceSum(&partial, 1, axes, "the gradient norm"));
+      total = partial;
+    }
+    *O(in.size()) = k::clipByNorm(grads, sizes, outs, F(0), total);
     return Status::ok();
   }
+  case OpCode::MicrobatchSum: {
+    float *acc = O(0);
+    const float *x = I(0);
+    for (int64_t i = 0, e = N(0); i < e; ++i)
+      acc[i] += x[i];
+    return Status::ok();
+  }
+  case OpCode::Send:
+  case OpCode::Recv:
+    return error(StatusCode::kInternal, "point-to-point instructions run as schedule actions");
   }
   return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
                " has no CPU kernel");

@@ -9,6 +9,7 @@
 #include "runtime/plan/plan_loader.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,7 +18,10 @@ namespace ptc {
 
 class Executor {
 public:
-  static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const LoadedPlan> plan);
+  /// `pipelineRank`: this process's coordinate on the plan's pipeline axis
+  /// (it allocates and runs only that rank's chunks).
+  static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const LoadedPlan> plan,
+                                                    int pipelineRank = 0);
 
   const LoadedPlan &plan() const { return *plan_; }
 
@@ -37,9 +41,29 @@ public:
   /// it; other ranks get an empty vector).
   StatusOr<std::vector<float>> gatherWhole(int32_t id);
 
-  /// Runs every instruction once (one training step). With `profile` (one
+  /// Sets input `id` for the next step from the whole global batch (all
+  /// micro-batches; rows = micro-batch rows x micro-batches).
+  void setInput(int32_t id, const void *wholeBatch);
+
+  /// Runs one training step: every instruction once, or for a pipelined plan
+  /// this rank's schedule (compute actions over the micro-batches, sends and
+  /// receives) and then its once-per-step instructions. With `profile` (one
   /// entry per opcode), adds each instruction's wall time to its opcode.
   Status step(std::vector<double> *profile = nullptr);
+
+  /// Whether tensor `id` has storage on this rank (pipelined plans hold only
+  /// their chunks' tensors).
+  bool holds(int32_t id) const { return storage_[static_cast<size_t>(id)] != nullptr; }
+
+  /// Records one event per schedule action (name, start, duration in us).
+  struct TraceEvent {
+    std::string name;
+    double startUs, durationUs;
+  };
+  void setTracing(bool on) { tracing_ = on; }
+  const std::vector<TraceEvent> &trace() const { return trace_; }
+  /// Most bytes the activation stash held at once (pipelined plans).
+  int64_t stashPeakBytes() const { return stashPeak_; }
 
   /// The communicator for the plan's collectives (none: every mesh axis has
   /// size 1, or the plan has no mesh). Not owned.
@@ -65,8 +89,39 @@ private:
   void forEachLocalBox(const TensorInfo &t, const std::vector<int> &coords, Fn fn) const;
   std::vector<int> coords() const;
 
+  /// Pipelined plans.
+  struct SegmentPlan {
+    std::vector<uint32_t> instructions;
+    std::vector<int32_t> imports;                 // read here, produced by another segment
+    std::vector<std::pair<int32_t, int>> exports; // produced here: (tensor, consumers elsewhere)
+    bool readsInputs = false;
+  };
+  struct Stashed {
+    std::vector<uint8_t> bytes;
+    int consumers = 0;
+  };
+  Status preparePipeline();
+  Status runPipelined(std::vector<double> *profile);
+  Status runInstruction(uint32_t n, std::vector<double> *profile);
+  Status runAction(const schedule::Action &a, std::vector<double> *profile);
+  void loadMicrobatch(int mb);
+  Status stash(int32_t tensor, int mb, const void *data, int consumers);
+  Status unstash(int32_t tensor, int mb, void *out);
+  Status shareOutputs();
+
   std::shared_ptr<const LoadedPlan> plan_;
   Communicator *comm_ = nullptr;
+  int ppRank_ = 0;
+  std::map<std::pair<int, int>, SegmentPlan> segments_; // (chunk, segment)
+  std::vector<uint32_t> stepInstructions_;
+  std::vector<int32_t> accumulators_;
+  std::map<int32_t, int> recvConsumers_;
+  std::map<std::pair<int32_t, int>, Stashed> stash_;
+  int64_t stashBytes_ = 0, stashPeak_ = 0;
+  std::map<int32_t, std::vector<uint8_t>> batches_; // input -> whole batch
+  std::vector<std::pair<int32_t, int>> remoteOutputs_; // (output tensor, producing pipeline rank)
+  bool tracing_ = false;
+  std::vector<TraceEvent> trace_;
   std::vector<float> staging_;
   std::vector<std::unique_ptr<uint8_t[], void (*)(void *)>> buffers_;
   std::vector<void *> storage_;

@@ -547,9 +547,22 @@ Status InstructionChecker::check() {
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");
     return blocked(in(0), out(0), /*hasBlocks=*/true);
+  case OpCode::Send:
+  case OpCode::Recv:
+    PTC_RETURN_IF_ERROR(counts(op == OpCode::Send ? 1 : 0, op == OpCode::Send ? 0 : 1, 1, 0));
+    return Status::ok();
+  case OpCode::MicrobatchSum:
+    PTC_RETURN_IF_ERROR(counts(1, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (tensors_[out_[0]].kind != TensorKind::Temporary)
+      return fail("must accumulate into a temporary");
+    return expectShape(out(0), in(0), "result");
   case OpCode::ClipGradNorm:
     if (in_.empty() || out_.size() != in_.size() + 1 || floats_.size() != 1)
       return fail("expects n gradients, n + 1 results and max_norm");
+    for (int64_t a : ints_)
+      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
+        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
     PTC_RETURN_IF_ERROR(dtypes());
     for (size_t i = 0; i < in_.size(); ++i)
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "clipped gradient"));
@@ -760,12 +773,103 @@ Status LoadedPlan::verify() {
     for (int32_t id : checker.outputs())
       written[id] = true;
   }
+  PTC_RETURN_IF_ERROR(verifyPipeline());
   if (plan_->outputs())
     for (const plan::Output *out : *plan_->outputs())
       if (out->tensor() < 0 || static_cast<size_t>(out->tensor()) >= tensors_.size() ||
           !written[out->tensor()])
         return invalidArgument("output '", out->name() ? out->name()->str() : "", "' refers to ",
                                "an invalid or unwritten tensor");
+  return Status::ok();
+}
+
+Status LoadedPlan::verifyPipeline() {
+  const plan::Pipeline *pl = plan_->pipeline();
+  microbatches_ = plan_->microbatches();
+  if (microbatches_ < 1)
+    return invalidArgument("micro-batch count ", microbatches_, " must be >= 1");
+  const auto &insts = *plan_->instructions();
+  if (!pl) {
+    if (microbatches_ != 1)
+      return invalidArgument(microbatches_, " micro-batches but no pipeline schedule");
+    for (const plan::Instruction *inst : insts)
+      if (inst->op() == OpCode::Send || inst->op() == OpCode::Recv ||
+          inst->op() == OpCode::MicrobatchSum)
+        return invalidArgument(opcodeName(inst->op()), " instruction in a plan without a pipeline");
+    return Status::ok();
+  }
+  schedule::Pipeline &p = pipeline_;
+  p.ranks = pl->ranks();
+  p.chunks = pl->chunks();
+  p.microbatches = microbatches_;
+  p.splitWeight = pl->split_weight();
+  ppAxis_ = pl->axis();
+  if (ppAxis_ >= static_cast<int>(meshSizes_.size()) ||
+      (ppAxis_ < 0 ? p.ranks != 1 : meshSizes_[static_cast<size_t>(ppAxis_)] != p.ranks))
+    return invalidArgument("pipeline of ", p.ranks, " ranks does not match mesh axis ", ppAxis_);
+  if (p.chunks < p.ranks || p.chunks % p.ranks != 0)
+    return invalidArgument("pipeline of ", p.ranks, " ranks cannot hold ", p.chunks, " chunks");
+  if (!pl->arena_bytes() || pl->arena_bytes()->size() != static_cast<size_t>(p.ranks))
+    return invalidArgument("pipeline needs one arena size per rank");
+  for (int64_t a : *pl->arena_bytes())
+    if (a < 0 || a > plan_->arena_bytes())
+      return invalidArgument("pipeline rank arena of ", a, " bytes exceeds the plan's arena");
+  auto segmentOk = [](plan::Segment s) { return s <= plan::Segment::Weight; };
+  if (pl->channels())
+    for (size_t c = 0; c < pl->channels()->size(); ++c) {
+      const plan::Channel *ch = pl->channels()->Get(static_cast<flatbuffers::uoffset_t>(c));
+      if (!segmentOk(ch->from_segment()) || !segmentOk(ch->to_segment()) || ch->send_tensor() < 0 ||
+          static_cast<size_t>(ch->send_tensor()) >= tensors_.size() || ch->recv_tensor() < 0 ||
+          static_cast<size_t>(ch->recv_tensor()) >= tensors_.size() ||
+          tensors_[ch->send_tensor()].bytes != tensors_[ch->recv_tensor()].bytes)
+        return invalidArgument("channel ", c, " is malformed");
+      p.channels.push_back({ch->from_chunk(), ch->to_chunk(),
+                            static_cast<schedule::Segment>(ch->from_segment()),
+                            static_cast<schedule::Segment>(ch->to_segment()), ch->per_step(),
+                            tensors_[ch->send_tensor()].bytes});
+    }
+  // Send / recv instructions and their channels, one each.
+  std::vector<int> sends(p.channels.size(), 0), recvs(p.channels.size(), 0);
+  for (size_t n = 0; n < insts.size(); ++n) {
+    const plan::Instruction *inst = insts.Get(static_cast<flatbuffers::uoffset_t>(n));
+    if (inst->chunk() < -1 || inst->chunk() >= p.chunks || inst->segment() > plan::Segment::Step)
+      return invalidArgument("instruction #", n, " has chunk ", inst->chunk(), " of ", p.chunks);
+    if (inst->op() != OpCode::Send && inst->op() != OpCode::Recv)
+      continue;
+    int64_t c = (*inst->ints())[0];
+    if (c < 0 || static_cast<size_t>(c) >= p.channels.size())
+      return invalidArgument("instruction #", n, " (", opcodeName(inst->op()), ") uses channel ", c,
+                             ", the plan has ", p.channels.size());
+    const plan::Channel *ch = pl->channels()->Get(static_cast<flatbuffers::uoffset_t>(c));
+    bool isSend = inst->op() == OpCode::Send;
+    int32_t tensor = isSend ? (*inst->inputs())[0] : (*inst->outputs())[0];
+    if (tensor != (isSend ? ch->send_tensor() : ch->recv_tensor()) ||
+        inst->chunk() != (isSend ? ch->from_chunk() : ch->to_chunk()))
+      return invalidArgument("instruction #", n, " (", opcodeName(inst->op()),
+                             ") does not match channel ", c);
+    ++(isSend ? sends : recvs)[static_cast<size_t>(c)];
+  }
+  for (size_t c = 0; c < p.channels.size(); ++c)
+    if (sends[c] != 1 || recvs[c] != 1)
+      return invalidArgument("channel ", c, " (chunk ", p.channels[c].from, " -> ",
+                             p.channels[c].to, ") has ", sends[c], " send and ", recvs[c],
+                             " recv instructions, expected one each");
+  if (!pl->actions())
+    return invalidArgument("pipeline has no schedule");
+  for (const plan::RankActions *list : *pl->actions()) {
+    p.actions.emplace_back();
+    if (list->actions())
+      for (const plan::Action *a : *list->actions()) {
+        if (a->kind() > plan::ActionKind::MAX)
+          return invalidArgument("schedule action of unknown kind");
+        p.actions.back().push_back({static_cast<schedule::ActionKind>(a->kind()), a->chunk(),
+                                    a->mb(), a->channel()});
+      }
+  }
+  Status s = schedule::verify(p);
+  if (!s.isOk())
+    return invalidArgument("schedule '", pl->schedule() ? pl->schedule()->str() : "", "': ",
+                           s.message());
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/plan/plan_generated.h"
+#include "runtime/schedule/schedule.h"
 
 #include <cstdint>
 #include <memory>
@@ -57,8 +58,21 @@ public:
   const std::vector<std::string> &meshAxes() const { return meshAxes_; }
   const std::vector<int> &meshSizes() const { return meshSizes_; }
 
+  /// Micro-batches per step (1: none).
+  int microbatches() const { return microbatches_; }
+  /// Whether the plan runs a schedule of actions (micro-batches or stages).
+  bool pipelined() const { return plan_->pipeline() != nullptr; }
+  /// The verified schedule (pipelined plans).
+  const schedule::Pipeline &pipeline() const { return pipeline_; }
+  /// Mesh axis of the pipeline ranks (-1: none).
+  int pipelineAxis() const { return ppAxis_; }
+
 private:
   Status verify();
+  Status verifyPipeline();
+  int microbatches_ = 1;
+  int ppAxis_ = -1;
+  schedule::Pipeline pipeline_;
   std::vector<uint8_t> bytes_;
   const plan::Plan *plan_ = nullptr;
   std::vector<TensorInfo> tensors_;

@@ -42,6 +42,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
   --dump-plan         print the verified plan as JSON and exit
+  --trace FILE        write a Chrome-trace / Perfetto JSON timeline of every rank's schedule
+                      actions (pipelined plans; the last step)
   --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
   --collective-timeout S  fail a collective that does not finish within S seconds (default 300)
 )";
@@ -158,7 +160,7 @@ int main(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads", "--np",
-                                    "--collective-timeout"};
+                                    "--collective-timeout", "--trace"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
         std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
@@ -180,6 +182,7 @@ int main(int argc, char **argv) {
     std::cerr << "ptc-run: error: no plan given\n" << kUsage;
     return 2;
   }
+  const std::string tracePath = opts.count("--trace") ? opts["--trace"] : "";
   bool ok = true;
   if (opts.count("--np")) {
     parseInt("--np", opts["--np"].c_str(), ok);
@@ -275,7 +278,9 @@ int main(int argc, char **argv) {
     return fail("inputs 'tokens' and 'targets' must both be [batch, seq] i32");
   // Inputs may be split (rows over dp, the sequence over tp): each rank builds the
   // global batch and keeps its part.
-  const int64_t batch = tokensInfo.globalShape[0], seq = tokensInfo.globalShape[1];
+  // A micro-batched plan's inputs hold one micro-batch.
+  const int64_t batch = tokensInfo.globalShape[0] * plan->microbatches(),
+                seq = tokensInfo.globalShape[1];
   int64_t vocab = idUpperBound(*plan, tokensId);
   int64_t classes = idUpperBound(*plan, targetsId);
   if (classes >= 0 && (vocab < 0 || classes < vocab))
@@ -288,7 +293,10 @@ int main(int argc, char **argv) {
   if (!data.isOk())
     return fail(data.status().message());
 
-  auto created = Executor::create(plan);
+  int pipelineRank = comm && plan->pipelineAxis() >= 0
+                         ? comm->coords()[static_cast<size_t>(plan->pipelineAxis())]
+                         : 0;
+  auto created = Executor::create(plan, pipelineRank);
   if (!created.isOk())
     return fail(created.status().message());
   Executor &ex = **created;
@@ -349,8 +357,9 @@ int main(int argc, char **argv) {
   int64_t lastStep = 0;
   for (int64_t step = 0; step < steps; ++step) {
     data->fillBatch(step, batch, seq, 0, batch, wholeTokens.data(), wholeTargets.data());
-    ex.loadFromWhole(tokensId, wholeTokens.data());
-    ex.loadFromWhole(targetsId, wholeTargets.data());
+    ex.setInput(tokensId, wholeTokens.data());
+    ex.setInput(targetsId, wholeTargets.data());
+    ex.setTracing(tracePath.size() > 0 && step + 1 == steps);
     auto t0 = Clock::now();
     Status s = ex.step(profile ? &opTimes : nullptr);
     if (!s.isOk())
@@ -385,6 +394,37 @@ int main(int argc, char **argv) {
       std::cout << line << "\n" << std::flush;
       last = t1;
       lastStep = step + 1;
+    }
+  }
+
+  if (!tracePath.empty()) {
+    // Chrome trace event format: one row (tid) per rank, times in us.
+    std::string mine;
+    for (const Executor::TraceEvent &e : ex.trace()) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "{\"name\":\"%s\",\"cat\":\"%c\",\"ph\":\"X\",\"ts\":%.1f,\"dur\":%.1f,"
+                    "\"pid\":0,\"tid\":%d},\n",
+                    e.name.c_str(), e.name[0], e.startUs, e.durationUs, comm ? comm->rank() : 0);
+      mine += line;
+    }
+    std::vector<std::string> all{mine};
+    if (comm) {
+      auto gathered = comm->allGatherStrings(mine);
+      if (!gathered.isOk())
+        return fail(gathered.status().message());
+      all = *gathered;
+    }
+    if (leader) {
+      std::ofstream out(tracePath, std::ios::trunc);
+      if (!out)
+        return fail("cannot write trace file '" + tracePath + "'");
+      out << "{\"traceEvents\":[\n";
+      for (size_t r = 0; r < all.size(); ++r)
+        out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << r
+            << ",\"args\":{\"name\":\"rank " << r << "\"}},\n" << all[r];
+      out << "{\"name\":\"end\",\"ph\":\"i\",\"ts\":0,\"pid\":0,\"tid\":0,\"s\":\"g\"}]}\n";
+      std::cout << "ptc-run: wrote trace of the last step to " << tracePath << "\n";
     }
   }
 
