@@ -238,7 +238,7 @@ LogicalResult Splitter::run() {
       auto it = home.find(arg);
       return it == home.end() ? -1 : it->second;
     }
-    Operation *def = producer(v);
+    Operation *def = v.getDefiningOp(); // also the per-rank ops made below
     return def && chunk.count(def) ? chunk[def] : -1;
   };
   SmallVector<Operation *> erase;
