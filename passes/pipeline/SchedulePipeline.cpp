@@ -95,11 +95,13 @@ struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<Schedule
       for (int r = 0; r < p.ranks; ++r) {
         size_t ri = static_cast<size_t>(r);
         os << llvm::format("  rank %d: %zu actions, busy %.3f of %.3f, peak in flight %d "
-                           "(%.2f micro-batches), sends %lld bytes per step\n",
+                           "(%.2f micro-batches)",
                            r, p.actions[ri].size(), rep->busy[ri], rep->makespan,
                            rep->peakInFlight[ri],
-                           static_cast<double>(rep->peakInFlight[ri]) / v,
-                           static_cast<long long>(rep->sendBytes[ri]));
+                           static_cast<double>(rep->peakInFlight[ri]) / v);
+        if (p.splitWeight)
+          os << ", awaiting W " << rep->peakAwaitingWeight[ri];
+        os << ", sends " << rep->sendBytes[ri] << " bytes per step\n";
       }
       double closed = sch::closedFormBubble(schedule, p.ranks, v, p.microbatches);
       os << llvm::format("  bubble %.4f", rep->bubble);

@@ -62,6 +62,10 @@ std::string planToJson(const LoadedPlan &loaded) {
       ij["floats"] = std::vector<double>(inst->floats()->begin(), inst->floats()->end());
     if (inst->location())
       ij["location"] = inst->location()->str();
+    if (inst->chunk() >= 0 || inst->segment() != plan::Segment::Step) {
+      ij["chunk"] = inst->chunk();
+      ij["segment"] = plan::EnumNameSegment(inst->segment());
+    }
     instructions.push_back(ij);
   }
   j["instructions"] = instructions;
@@ -70,6 +74,34 @@ std::string planToJson(const LoadedPlan &loaded) {
     for (const plan::Output *o : *p.outputs())
       outputs[o->name() ? o->name()->str() : ""] = o->tensor();
   j["outputs"] = outputs;
+  if (loaded.pipelined()) {
+    const schedule::Pipeline &sp = loaded.pipeline();
+    j["microbatches"] = sp.microbatches;
+    j["pipeline"] = {{"schedule", p.pipeline()->schedule() ? p.pipeline()->schedule()->str() : ""},
+                     {"ranks", sp.ranks},
+                     {"chunks", sp.chunks},
+                     {"split_weight", sp.splitWeight}};
+    nlohmann::ordered_json channels = nlohmann::ordered_json::array();
+    for (size_t c = 0; c < sp.channels.size(); ++c) {
+      const plan::Channel *ch = p.pipeline()->channels()->Get(static_cast<flatbuffers::uoffset_t>(c));
+      channels.push_back({{"id", c},
+                          {"from", ch->from_chunk()},
+                          {"to", ch->to_chunk()},
+                          {"segments", std::string(plan::EnumNameSegment(ch->from_segment())) +
+                                           " -> " + plan::EnumNameSegment(ch->to_segment())},
+                          {"per_step", ch->per_step()},
+                          {"bytes", sp.channels[c].bytes}});
+    }
+    j["channels"] = channels;
+    nlohmann::ordered_json actions = nlohmann::ordered_json::array();
+    for (const auto &list : sp.actions) {
+      std::string line;
+      for (const schedule::Action &a : list)
+        line += (line.empty() ? "" : ", ") + schedule::describe(a);
+      actions.push_back(line);
+    }
+    j["actions"] = actions;
+  }
   // One line per field, tensor and instruction: readable, and easy to grep.
   std::string text = "{\n";
   bool first = true;

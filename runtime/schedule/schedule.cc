@@ -83,8 +83,9 @@ Action compute(Segment s, int chunk, int mb) {
 }
 
 /// ZB-H1 by list scheduling with unit-time F, B and W: a rank runs a ready B
-/// first, else a ready F while fewer than (ranks - rank) micro-batches are in
-/// flight (the 1F1B memory bound), else a deferred W (filling bubbles).
+/// first, else a ready F while fewer than (ranks - rank) micro-batches await
+/// their B (1F1B's bound on forward activations), else a deferred W: weight
+/// gradients fill what would be bubbles.
 std::vector<std::vector<Action>> zeroBubbleH1(int p, int m) {
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> doneF(p, std::vector<double>(m, inf)), doneB = doneF;
@@ -98,7 +99,7 @@ std::vector<std::vector<Action>> zeroBubbleH1(int p, int m) {
         continue;
       int b = nextB[r], f = nextF[r];
       bool bReady = b < m && doneF[r][b] <= t && (r == p - 1 || doneB[r + 1][b] <= t);
-      bool fReady = f < m && f - nextW[r] < p - r && (r == 0 || doneF[r - 1][f] <= t);
+      bool fReady = f < m && f - nextB[r] < p - r && (r == 0 || doneF[r - 1][f] <= t);
       bool wReady = nextW[r] < nextB[r];
       if (bReady) {
         order[r].push_back(compute(Segment::Backward, r, b));
@@ -279,14 +280,19 @@ StatusOr<Report> run(const Pipeline &p) {
     idle += rep.makespan > 0 ? (rep.makespan - b) / rep.makespan : 0;
   rep.bubble = idle / static_cast<double>(ranks);
   rep.peakInFlight.assign(ranks, 0);
-  std::vector<int> held(ranks, 0);
-  ActionKind last = p.splitWeight ? ActionKind::Weight : ActionKind::Backward;
+  rep.peakAwaitingWeight.assign(ranks, 0);
+  std::vector<int> held(ranks, 0), awaiting(ranks, 0);
   for (const Box &b : rep.boxes) {
     size_t r = static_cast<size_t>(b.rank);
-    if (b.action.kind == ActionKind::Forward)
+    if (b.action.kind == ActionKind::Forward) {
       rep.peakInFlight[r] = std::max(rep.peakInFlight[r], ++held[r]);
-    else if (b.action.kind == last)
+    } else if (b.action.kind == ActionKind::Backward) {
       --held[r];
+      if (p.splitWeight)
+        rep.peakAwaitingWeight[r] = std::max(rep.peakAwaitingWeight[r], ++awaiting[r]);
+    } else {
+      --awaiting[r];
+    }
   }
   return rep;
 }

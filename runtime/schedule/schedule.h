@@ -89,7 +89,8 @@ struct Report {
   double makespan = 0;
   double bubble = 0;                 // idle / makespan, averaged over ranks
   std::vector<double> busy;          // per rank
-  std::vector<int> peakInFlight;     // per rank: most (chunk, mb) activation sets held at once
+  std::vector<int> peakInFlight;       // per rank: most (chunk, mb) forwards awaiting their B
+  std::vector<int> peakAwaitingWeight; // per rank: most (chunk, mb) B's awaiting their W
   std::vector<int64_t> sendBytes;    // per rank per step
   std::vector<Box> boxes;
 };
