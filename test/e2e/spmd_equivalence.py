@@ -8,7 +8,8 @@ it) or cancels to almost nothing, rounding differences between layouts still mov
 the weight by a fraction of lr.
 
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
-(+sp adds sequence parallelism, +zeroN a ZeRO stage)
+(+sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
++zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages)
 """
 import argparse
 import json
@@ -49,7 +50,11 @@ def main():
         layout = layout.split("+")[0] if layout else layout
         mesh = (f" mesh={layout}" if layout else "") + \
             (" sequence-parallel=true" if "sp" in mods else "") + \
-            "".join(f" zero={m[4:]}" for m in mods if m.startswith("zero"))
+            "".join(f" zero={m[4:]}" for m in mods if m.startswith("zero")) + \
+            "".join(f" microbatches={m[2:]}" for m in mods if m.startswith("mb")) + \
+            "".join(f" schedule={m}" for m in mods if m in ("gpipe", "1f1b", "zb-h1")) + \
+            "".join(f" schedule=interleaved-1f1b virtual-stages={m[2:]}"
+                    for m in mods if m.startswith("il"))
         run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)
         ranks = 1
         for part in (layout or "").split(","):
@@ -77,7 +82,7 @@ def main():
                 weight_err, worst = err, name
         good = len(losses) == args.steps and loss_err <= 1e-5 and weight_err <= 1e-4
         ok &= good
-        print(f"{layout:10s} loss rel err {loss_err:.2e} (bound 1e-5), weight abs err {weight_err:.2e} "
+        print(f"{layout:22s} loss rel err {loss_err:.2e} (bound 1e-5), weight abs err {weight_err:.2e} "
               f"(bound 1e-4, {worst}): {'ok' if good else 'MISMATCH'}")
     print("spmd equivalence:", "passed" if ok else "FAILED")
     return 0 if ok else 1
