@@ -5,7 +5,10 @@ naming a rank within a bounded time. A killed rank is reported by the launcher
 (OpenMPI names the dead rank); a frozen one by ptc-run's collective timeout on its
 peer, which names the collective, the mesh axes and itself, then aborts the job.
 
-usage: dead_rank.py --bin BUILD/bin --workdir DIR [--signal KILL|STOP] [--bound 60]
+With --pipeline, the 2 ranks are pipeline stages (4 micro-batches, 1F1B): the frozen
+stage's peer times out in a point-to-point receive instead.
+
+usage: dead_rank.py --bin BUILD/bin --workdir DIR [--signal KILL|STOP] [--bound 60] [--pipeline]
 """
 import argparse
 import os
@@ -35,6 +38,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--bound", type=float, default=60.0)
     ap.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
+    ap.add_argument("--pipeline", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     w = lambda n: os.path.join(args.workdir, n)
@@ -44,8 +48,9 @@ def main():
                    stdout=subprocess.DEVNULL)
     subprocess.run([b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4",
                     "--seq", "32", "--batch", "8", "-o", w("gpt.mlir")], check=True)
-    plan = w(f"dead-rank-{args.signal.lower()}.plan")
-    subprocess.run([b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} mesh=dp:2", "-o",
+    plan = w(f"dead-rank-{args.signal.lower()}{'-pp' if args.pipeline else ''}.plan")
+    layout = "mesh=pp:2 microbatches=4" if args.pipeline else "mesh=dp:2"
+    subprocess.run([b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {layout}", "-o",
                     os.devnull], check=True)
     job = subprocess.Popen([b("ptc-run"), plan, "--np", "2", "--data", w("data.bin"), "--steps",
                             "1000000", "--log-every", "100", "--threads", "1",
