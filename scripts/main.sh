@@ -7,7 +7,8 @@
 #  4. trains it with ptc-run on 4 MPI ranks and shows the loss fall.
 # Outputs go to out/ (PTC_OUT_DIR): corpus.bin, gpt.mlir, gpt.plan, run.jsonl, final.safetensors.
 #   PTC_STEPS (default 1000), PTC_CORPUS (a text file to use instead of the licenses),
-#   PTC_MESH (default dp:2,tp:2; empty: one process)
+#   PTC_MESH (default dp:2,tp:2; empty: one process; e.g. pp:2,dp:2 for pipeline stages),
+#   PTC_MICROBATCHES (default 1; micro-batches per step), PTC_SCHEDULE (default 1f1b)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,6 +22,7 @@ if [ -n "$MESH" ]; then
   MESH_OPT=" mesh=$MESH"
   for axis in ${MESH//,/ }; do RANKS=$((RANKS * ${axis#*:})); done
 fi
+MESH_OPT+=" microbatches=${PTC_MICROBATCHES:-1} schedule=${PTC_SCHEDULE:-1f1b}"
 mkdir -p "$OUT"
 
 if [ -n "${PTC_CORPUS:-}" ]; then

@@ -66,20 +66,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
     if (pipelineRank < 0 || pipelineRank >= p.ranks)
       return invalidArgument("pipeline rank ", pipelineRank, " outside [0, ", p.ranks, ")");
     ex->arenaBytes_ = plan->plan().pipeline()->arena_bytes()->Get(static_cast<flatbuffers::uoffset_t>(pipelineRank));
-    here.assign(tensors.size(), false);
-    for (const plan::Instruction *inst : *plan->plan().instructions()) {
-      if (inst->chunk() >= 0 && p.rankOf(inst->chunk()) != pipelineRank)
-        continue;
-      for (int32_t id : *inst->inputs())
-        here[static_cast<size_t>(id)] = true;
-      for (int32_t id : *inst->outputs())
-        here[static_cast<size_t>(id)] = true;
-    }
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      int home = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->pp_rank();
-      if (home == pipelineRank || tensors[i].kind == TensorKind::Constant)
-        here[i] = true;
-    }
+    here = plan->tensorsOnPipelineRank(pipelineRank);
   }
   std::vector<bool> isOutput(tensors.size(), false);
   if (plan->plan().outputs())
@@ -106,9 +93,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
       return error(StatusCode::kInternal, "cannot allocate ", t.bytes, " bytes for '", t.name, "'");
     ex->buffers_.emplace_back(buf, std::free);
     ex->storage_[i] = buf;
+    ex->persistentBytes_ += t.bytes;
     if (t.kind == TensorKind::Temporary)
       continue; // another pipeline rank's output, received after each step
-    ex->persistentBytes_ += t.bytes;
     if (t.kind == TensorKind::Constant) {
       const auto *data = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->data();
       int64_t elem = dtypeSize(t.dtype);

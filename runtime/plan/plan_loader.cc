@@ -615,12 +615,40 @@ int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
   return bound;
 }
 
-int64_t predictedPeakBytes(const LoadedPlan &loaded) {
+std::vector<bool> LoadedPlan::tensorsOnPipelineRank(int rank) const {
+  std::vector<bool> here(tensors_.size(), !pipelined());
+  if (!pipelined())
+    return here;
+  for (const plan::Instruction *inst : *plan_->instructions()) {
+    if (!runsOnPipelineRank(*inst, rank))
+      continue;
+    for (int32_t id : *inst->inputs())
+      here[static_cast<size_t>(id)] = true;
+    for (int32_t id : *inst->outputs())
+      here[static_cast<size_t>(id)] = true;
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (plan_->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->pp_rank() == rank ||
+        tensors_[i].kind == TensorKind::Constant)
+      here[i] = true;
+  return here;
+}
+
+int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
   int64_t total = loaded.plan().arena_bytes(), comm = 0;
-  for (const TensorInfo &t : loaded.tensors())
-    if (t.kind != TensorKind::Temporary)
-      total += t.bytes;
+  if (loaded.pipelined())
+    total = loaded.plan().pipeline()->arena_bytes()->Get(static_cast<flatbuffers::uoffset_t>(pipelineRank));
+  std::vector<bool> here = loaded.tensorsOnPipelineRank(pipelineRank);
+  for (size_t i = 0; i < loaded.tensors().size(); ++i)
+    if (loaded.tensors()[i].kind != TensorKind::Temporary && here[i])
+      total += loaded.tensors()[i].bytes;
+  if (loaded.plan().outputs()) // another pipeline rank's outputs, received after each step
+    for (const plan::Output *o : *loaded.plan().outputs())
+      if (!here[static_cast<size_t>(o->tensor())])
+        total += loaded.tensor(o->tensor()).bytes;
   for (const plan::Instruction *inst : *loaded.plan().instructions()) {
+    if (!loaded.runsOnPipelineRank(*inst, pipelineRank))
+      continue;
     auto bytesOf = [&](int32_t id) { return loaded.tensor(id).bytes; };
     int64_t c = 0;
     switch (inst->op()) {

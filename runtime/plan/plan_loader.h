@@ -66,6 +66,14 @@ public:
   const schedule::Pipeline &pipeline() const { return pipeline_; }
   /// Mesh axis of the pipeline ranks (-1: none).
   int pipelineAxis() const { return ppAxis_; }
+  /// Which tensors a process of pipeline rank `rank` holds: those its
+  /// instructions read or write, the parameters/state it owns, constants
+  /// (all tensors when the plan is not pipelined).
+  std::vector<bool> tensorsOnPipelineRank(int rank) const;
+  /// Whether instruction `inst` runs on pipeline rank `rank`.
+  bool runsOnPipelineRank(const plan::Instruction &inst, int rank) const {
+    return !pipelined() || inst.chunk() < 0 || pipeline_.rankOf(inst.chunk()) == rank;
+  }
 
 private:
   Status verify();
@@ -88,8 +96,9 @@ int64_t idUpperBound(const LoadedPlan &plan, int32_t tensor);
 
 /// What the compiler's memory report predicts a rank allocates: persistent
 /// tensors (parameters, state, inputs, constants), the arena, and the largest
-/// collective buffer.
-int64_t predictedPeakBytes(const LoadedPlan &plan);
+/// collective buffer (of pipeline rank `pipelineRank` for a pipelined plan; its
+/// activation stash is dynamic and not included).
+int64_t predictedPeakBytes(const LoadedPlan &plan, int pipelineRank = 0);
 
 /// The plan as JSON (for --dump-plan and FileCheck tests).
 std::string planToJson(const LoadedPlan &plan);

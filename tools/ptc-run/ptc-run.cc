@@ -330,14 +330,16 @@ int main(int argc, char **argv) {
     if (!metrics)
       return fail("cannot write metrics file '" + opts["--metrics"] + "'");
   }
+  // What this rank holds (a pipeline stage holds its chunks' parameters only).
   int64_t numParams = 0, paramBytes = 0, stateBytes = 0;
-  for (int32_t id : params) {
-    numParams += plan->tensor(id).numElements;
-    paramBytes += plan->tensor(id).bytes;
-  }
-  for (const TensorInfo &t : plan->tensors())
-    if (t.kind == plan::TensorKind::OptimizerState)
-      stateBytes += t.bytes;
+  for (int32_t id : params)
+    if (ex.holds(id)) {
+      numParams += plan->tensor(id).numElements;
+      paramBytes += plan->tensor(id).bytes;
+    }
+  for (size_t i = 0; i < plan->tensors().size(); ++i)
+    if (plan->tensors()[i].kind == plan::TensorKind::OptimizerState && ex.holds(static_cast<int32_t>(i)))
+      stateBytes += plan->tensors()[i].bytes;
   if (leader)
     std::cout << "ptc-run: " << planPath << ": " << numParams << " parameters"
               << (comm ? " per rank" : "") << ", batch " << batch << " x seq " << seq << ", "
@@ -453,7 +455,7 @@ int main(int argc, char **argv) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
     int64_t allocated = ex.persistentBytes() + ex.arenaBytes() + ex.communicationBytes();
-    int64_t predicted = predictedPeakBytes(*plan);
+    int64_t predicted = predictedPeakBytes(*plan, pipelineRank);
     char line[512];
     std::snprintf(line, sizeof line,
                   "memory (rank 0): allocated %lld B (tensors %lld + arena %lld + communication "
@@ -464,6 +466,9 @@ int main(int argc, char **argv) {
                   predicted ? 100.0 * static_cast<double>(allocated - predicted) / static_cast<double>(predicted) : 0.0,
                   static_cast<long long>(usage.ru_maxrss));
     std::cout << line;
+    if (plan->pipelined())
+      std::cout << "memory (rank 0): activation stash peak " << ex.stashPeakBytes()
+                << " B (values waiting between segments and micro-batches)\n";
   }
 
   if (opts.count("--save")) {
