@@ -20,6 +20,8 @@ inline constexpr llvm::StringLiteral kPipelineAttrName = "ptc.pipeline";
 /// On every op of a split step: its chunk (-1: every pipeline rank) and segment.
 inline constexpr llvm::StringLiteral kStageAttrName = "ptc.stage";
 inline constexpr llvm::StringLiteral kSegmentAttrName = "ptc.segment";
+/// On a forward op of the model: a new pipeline chunk starts here.
+inline constexpr llvm::StringLiteral kStageBoundaryAttrName = "ptc.stage_boundary";
 /// On the step function: {name, actions = [[action strings] per rank]}.
 inline constexpr llvm::StringLiteral kScheduleAttrName = "ptc.schedule";
 } // namespace mlir::ptc

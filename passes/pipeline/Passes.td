@@ -36,7 +36,8 @@ def SplitStagesPass : Pass<"ptc-split-stages", "::mlir::ModuleOp"> {
     The forward ops are cut into `stages` x `virtual-stages` chunks at places
     where a single activation crosses (between layers), balanced by a cost
     model (matmul and attention FLOPs, bytes elsewhere); fewer such places
-    than cuts is an error. Chunk c runs on pipeline rank c mod `stages`. A
+    than cuts is an error. Forward ops marked `ptc.stage_boundary` in the
+    model start a new chunk instead (exactly chunks - 1 of them). Chunk c runs on pipeline rank c mod `stages`. A
     backward op joins the lowest chunk among the values it reads (its forward
     op's chunk); a parameter lives with its first user; once-per-step ops
     with their parameter (ops of no chunk, such as the step counter, run on

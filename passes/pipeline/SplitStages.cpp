@@ -146,6 +146,21 @@ LogicalResult Splitter::run() {
   SmallVector<double> prefix(n + 1, 0.0);
   for (size_t i = 0; i < n; ++i)
     prefix[i + 1] = prefix[i] + costOf(fwd[i]);
+  // User-marked boundaries (`ptc.stage_boundary` on a forward op: a new chunk
+  // starts there) win over the cost model.
+  SmallVector<size_t> marked;
+  for (size_t k = 0; k < n; ++k)
+    if (fwd[k]->hasAttr(kStageBoundaryAttrName))
+      marked.push_back(k);
+  if (!marked.empty()) {
+    if (static_cast<int>(marked.size()) != chunks - 1 || marked.front() == 0)
+      return fwd[marked.front()]->emitOpError()
+             << "is one of " << marked.size() << " ops marked 'ptc.stage_boundary', but "
+             << chunks << " pipeline chunks need " << chunks - 1
+             << " boundaries, none at the first forward op";
+    for (size_t i = 0; i < n; ++i)
+      chunk[fwd[i]] = static_cast<int>(llvm::count_if(marked, [&](size_t c) { return c <= i; }));
+  }
   SmallVector<size_t> candidates;
   int best = INT_MAX;
   for (size_t k = 1; k < n; ++k)
@@ -154,14 +169,16 @@ LogicalResult Splitter::run() {
   for (size_t k = 1; k < n; ++k)
     if (dependent.contains(fwd[k]) && crossing[k] == best)
       candidates.push_back(k);
-  if (static_cast<int>(candidates.size()) < chunks - 1)
+  if (!marked.empty()) {
+    // chunks assigned above
+  } else if (static_cast<int>(candidates.size()) < chunks - 1)
     return func.emitError() << "cannot cut the forward pass into " << chunks
                             << " pipeline chunks: it has only " << candidates.size()
                             << " places where a single activation crosses (between layers); use "
                                "fewer stages or virtual stages";
   SmallVector<size_t> cuts;
   size_t from = 0;
-  for (int j = 1; j < chunks; ++j) {
+  for (int j = 1; j < chunks && marked.empty(); ++j) {
     double target = prefix[n] * j / chunks;
     size_t lastAllowed = candidates.size() - static_cast<size_t>(chunks - j);
     size_t pick = from;
@@ -171,8 +188,9 @@ LogicalResult Splitter::run() {
     cuts.push_back(candidates[pick]);
     from = pick + 1;
   }
-  for (size_t i = 0; i < n; ++i)
-    chunk[fwd[i]] = static_cast<int>(llvm::count_if(cuts, [&](size_t c) { return c <= i; }));
+  if (marked.empty())
+    for (size_t i = 0; i < n; ++i)
+      chunk[fwd[i]] = static_cast<int>(llvm::count_if(cuts, [&](size_t c) { return c <= i; }));
 
   // 4. Chunks of the other per-micro-batch ops: backward ops join the lowest
   //    chunk among the activations and gradients they read; ops that read only
