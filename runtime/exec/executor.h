@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,7 +104,7 @@ private:
   Status preparePipeline();
   Status runPipelined(std::vector<double> *profile);
   Status runInstruction(uint32_t n, std::vector<double> *profile);
-  Status runAction(const schedule::Action &a, std::vector<double> *profile);
+  Status runAction(size_t index, std::vector<double> *profile);
   void loadMicrobatch(int mb);
   Status stash(int32_t tensor, int mb, const void *data, int consumers);
   Status unstash(int32_t tensor, int mb, void *out);
@@ -116,6 +117,10 @@ private:
   std::vector<uint32_t> stepInstructions_;
   std::vector<int32_t> accumulators_;
   std::map<int32_t, int> recvConsumers_;
+  std::map<int32_t, std::set<std::pair<int, int>>> readers_; // tensor -> segments importing it
+  std::map<int32_t, int> sendsOf_;                           // tensor -> send instructions
+  std::vector<int> nextCompute_;                             // per action: next compute action
+  std::set<std::pair<int32_t, int>> direct_; // (tensor, mb) left in the arena for the next action
   std::map<std::pair<int32_t, int>, Stashed> stash_;
   int64_t stashBytes_ = 0, stashPeak_ = 0;
   std::map<int32_t, std::vector<uint8_t>> batches_; // input -> whole batch

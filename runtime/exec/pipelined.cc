@@ -102,6 +102,16 @@ Status Executor::preparePipeline() {
   }
   for (int32_t id : received)
     recvConsumers_[id] = static_cast<int>(readers[id].size());
+  readers_ = readers;
+  sendsOf_ = sends;
+  // The next compute action after each action: a value its consumer reads
+  // right away stays in the arena (no stash copies).
+  const auto &actions = p.actions[static_cast<size_t>(ppRank_)];
+  nextCompute_.assign(actions.size(), -1);
+  for (int i = static_cast<int>(actions.size()) - 2; i >= 0; --i)
+    nextCompute_[static_cast<size_t>(i)] = actions[static_cast<size_t>(i) + 1].isCompute()
+                                               ? i + 1
+                                               : nextCompute_[static_cast<size_t>(i) + 1];
   // Outputs produced on another pipeline rank come to rank 0 after each step.
   if (plan_->plan().outputs())
     for (const plan::Output *o : *plan_->plan().outputs())
@@ -178,8 +188,10 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   return Status::ok();
 }
 
-Status Executor::runAction(const schedule::Action &a, std::vector<double> *profile) {
+Status Executor::runAction(size_t index, std::vector<double> *profile) {
   const schedule::Pipeline &p = plan_->pipeline();
+  const auto &actions = p.actions[static_cast<size_t>(ppRank_)];
+  const schedule::Action &a = actions[index];
   if (a.kind == schedule::ActionKind::Send || a.kind == schedule::ActionKind::Recv) {
     const plan::Channel *ch = plan_->plan().pipeline()->channels()->Get(static_cast<flatbuffers::uoffset_t>(a.channel));
     bool isSend = a.kind == schedule::ActionKind::Send;
@@ -218,11 +230,26 @@ Status Executor::runAction(const schedule::Action &a, std::vector<double> *profi
   if (sp.readsInputs)
     loadMicrobatch(a.mb);
   for (int32_t id : sp.imports)
-    PTC_RETURN_IF_ERROR(unstash(id, a.mb, data(id)));
+    if (!direct_.erase({id, a.mb}))
+      PTC_RETURN_IF_ERROR(unstash(id, a.mb, data(id)));
   for (uint32_t n : sp.instructions)
     PTC_RETURN_IF_ERROR(runInstruction(n, profile));
-  for (auto [id, consumers] : sp.exports)
-    PTC_RETURN_IF_ERROR(stash(id, a.mb, data(id), consumers));
+  // A value whose only consumer is the next compute action (same micro-batch)
+  // stays where it is: between the two only transfers run, which do not
+  // touch the arena's per-micro-batch values.
+  int next = nextCompute_[index];
+  std::pair<int, int> nextSegment{-2, -2};
+  if (next >= 0 && actions[static_cast<size_t>(next)].mb == a.mb)
+    nextSegment = {actions[static_cast<size_t>(next)].chunk,
+                   static_cast<int>(actions[static_cast<size_t>(next)].kind)};
+  for (auto [id, consumers] : sp.exports) {
+    const auto &readers = readers_[id];
+    if (consumers == 1 && sendsOf_[id] == 0 && readers.size() == 1 &&
+        *readers.begin() == nextSegment)
+      direct_.insert({id, a.mb});
+    else
+      PTC_RETURN_IF_ERROR(stash(id, a.mb, data(id), consumers));
+  }
   return Status::ok();
 }
 
@@ -238,7 +265,7 @@ Status Executor::runPipelined(std::vector<double> *profile) {
   const auto &actions = p.actions[static_cast<size_t>(ppRank_)];
   for (size_t i = 0; i < actions.size(); ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    Status s = runAction(actions[i], profile);
+    Status s = runAction(i, profile);
     if (!s.isOk())
       return Status(s.code(), "pipeline rank " + std::to_string(ppRank_) + " action #" +
                                   std::to_string(i) + " (" + schedule::describe(actions[i]) +
@@ -249,10 +276,12 @@ Status Executor::runPipelined(std::vector<double> *profile) {
   }
   if (comm_)
     PTC_RETURN_IF_ERROR(comm_->flushSends());
-  if (!stash_.empty())
-    return error(StatusCode::kInternal, stash_.size(),
+  if (!stash_.empty() || !direct_.empty())
+    return error(StatusCode::kInternal, stash_.size() + direct_.size(),
                  " stashed values were never consumed (first: tensor #",
-                 stash_.begin()->first.first, " of micro-batch ", stash_.begin()->first.second, ")");
+                 stash_.empty() ? direct_.begin()->first : stash_.begin()->first.first,
+                 " of micro-batch ",
+                 stash_.empty() ? direct_.begin()->second : stash_.begin()->first.second, ")");
   auto t0 = std::chrono::steady_clock::now();
   for (uint32_t n : stepInstructions_)
     PTC_RETURN_IF_ERROR(runInstruction(n, profile));

@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Benchmark: pipeline parallelism on this machine, in one invocation.
+  ptc-run 1 process x 2 threads (whole batch), the same with M micro-batches (gradient
+  accumulation), and 2 pipeline stages (2 processes x 1 thread) with each schedule,
+  against PyTorch eager on one process x 2 threads (same model, batches and optimizer).
+Prints median step times, ratios, and each schedule's closed-form bubble: with equal stages
+and two threads that scale perfectly in one process, a 2-stage pipeline of one thread per
+stage takes 1 / (1 - bubble) of the 1-process time (less when one process does not scale).
+
+usage: bench/pipeline.py [--bin build/bin] [--microbatches 4] [--steps 20] [model options]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
+import common  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    common.add_model_options(ap, steps=20)
+    ap.add_argument("--microbatches", type=int, default=4)
+    a = ap.parse_args()
+    m = a.microbatches
+    b = lambda t: os.path.join(a.bin, t)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+    with tempfile.TemporaryDirectory() as d:
+        w = lambda n: os.path.join(d, n)
+        common.write_data(w("data.bin"))
+
+        def ptc(tag, options, ranks, threads):
+            plan = w(f"{tag}.plan")
+            common.compile_gpt(a, d, plan, "optimizer=adamw lr=1e-3 " + options)
+            cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps",
+                   str(a.steps + a.warmup), "--log-every", "0", "--threads", str(threads),
+                   "--metrics", w(f"{tag}.jsonl")]
+            if ranks > 1:
+                cmd += ["--np", str(ranks)]
+            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+            rows = [json.loads(l) for l in open(w(f"{tag}.jsonl"))][a.warmup:]
+            return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
+
+        one = ptc("one", "", 1, 2)
+        acc = ptc("acc", f"microbatches={m}", 1, 2)
+        schedules = [("gpipe", "schedule=gpipe"),
+                     ("1f1b", "schedule=1f1b"),
+                     ("interleaved-1f1b v=2", "schedule=interleaved-1f1b virtual-stages=2"),
+                     ("zb-h1", "schedule=zb-h1")]
+        bubbles = {"gpipe": 1 / (m + 1), "1f1b": 1 / (m + 1), "interleaved-1f1b v=2": 1 / (2 * m + 1),
+                   "zb-h1": 1 / (3 * m + 1)}
+        pipe = {name: ptc(name.split()[0], f"mesh=pp:2 microbatches={m} {opts}", 2, 1)
+                for name, opts in schedules}
+
+    import torch
+    import reference_gpt as ref
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = ref.GPT(a.layers, a.hidden, a.heads, a.seq, a.vocab)
+    opt = ref.make_optimizer(model, "adamw", lr=1e-3)
+    torch_step = common.time_torch_steps(model, opt, common.corpus_tokens(), a.steps, a.warmup,
+                                         a.batch, a.seq)
+
+    print(f"config: layers {a.layers}, hidden {a.hidden}, heads {a.heads}, seq {a.seq}, "
+          f"global batch {a.batch}, {m} micro-batches, AdamW; median of {a.steps} steps; 2 cores")
+    print(f"PyTorch eager 1 process x 2 threads   : {torch_step * 1e3:8.1f} ms/step")
+    print(f"ptc-run 1 process x 2 threads         : {one * 1e3:8.1f} ms/step  "
+          f"({one / torch_step:.2f}x PyTorch)")
+    print(f"ptc-run 1 process, {m} micro-batches    : {acc * 1e3:8.1f} ms/step  "
+          f"({acc / one:.2f}x the whole-batch step)")
+    for name, t in pipe.items():
+        best = 1 / (1 - bubbles[name])
+        print(f"ptc-run pp=2 {name:21s}: {t * 1e3:8.1f} ms/step  ({t / one:.2f}x 1 process, "
+              f"{t / torch_step:.2f}x PyTorch; bubble {bubbles[name]:.3f}, expected {best:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
