@@ -201,14 +201,16 @@ def Ptc_SendOp : Ptc_Op<"send"> {
     Inserted by `ptc-split-stages`: the value, produced on pipeline chunk
     `ptc.stage`, is needed on chunk `to`. `channel` pairs it with the one
     `ptc.recv` of the same channel. Per-micro-batch values travel once per
-    micro-batch (the schedule says when); `per_step` ones (a tied parameter)
-    once per step, before the first micro-batch.
+    micro-batch (the schedule says when); `per_step` ones once per step:
+    before the first micro-batch (a tied parameter), or with `at_end` after
+    the last (a gradient already summed over the micro-batches).
 
     ```mlir
     ptc.send %x {channel = 0 : i64, to = 1 : i64} : tensor<8x64x128xf32>
     ```
   }];
-  let arguments = (ins Ptc_AnyTensor:$input, I64Attr:$channel, I64Attr:$to, UnitAttr:$per_step);
+  let arguments = (ins Ptc_AnyTensor:$input, I64Attr:$channel, I64Attr:$to, UnitAttr:$per_step,
+                       UnitAttr:$at_end);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
@@ -222,7 +224,7 @@ def Ptc_RecvOp : Ptc_Op<"recv"> {
     %x = ptc.recv {channel = 0 : i64, from = 0 : i64} : tensor<8x64x128xf32>
     ```
   }];
-  let arguments = (ins I64Attr:$channel, I64Attr:$from, UnitAttr:$per_step);
+  let arguments = (ins I64Attr:$channel, I64Attr:$from, UnitAttr:$per_step, UnitAttr:$at_end);
   let results = (outs Ptc_AnyTensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -262,7 +262,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       channels.push_back(pp::CreateChannel(
           fbb, static_cast<int32_t>(send->getAttrOfType<IntegerAttr>("ptc.stage").getInt()),
           static_cast<int32_t>(send.getTo()), toSegment(send), toSegment(r->second.first),
-          send.getPerStep(), s->second.second, r->second.second));
+          send.getPerStep(), s->second.second, r->second.second, send.getAtEnd()));
     }
     std::vector<fb::Offset<pp::RankActions>> ranks;
     for (Attribute list : cast<ArrayAttr>(schedule.get("actions"))) {

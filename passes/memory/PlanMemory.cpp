@@ -137,8 +137,10 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
           }
         }
         int64_t start = liveFrom(&op, r);
-        if (isa<MicrobatchSumOp>(op))
+        if (isa<MicrobatchSumOp>(op)) { // accumulates over the step's actions
           start = 0;
+          end = n;
+        }
         if (auto recv = dyn_cast<RecvOp>(op); recv && recv.getPerStep()) {
           start = 0;
           end = n;

@@ -54,6 +54,7 @@ struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<Schedule
       ch.to = static_cast<int>(send.getTo());
       ch.fromSegment = segmentOf(send);
       ch.perStep = send.getPerStep();
+      ch.atEnd = send.getAtEnd();
       ch.bytes = getTensorBytes(cast<RankedTensorType>(send.getInput().getType()));
     });
     func.walk([&](RecvOp recv) { channels[recv.getChannel()].toSegment = segmentOf(recv); });

@@ -247,9 +247,53 @@ LogicalResult Splitter::run() {
       home[arg] = c;
   }
 
+  // 4b. A gradient that adds contributions of two chunks (the tied embedding's)
+  //     is summed over the micro-batches on each chunk first and added once
+  //     per step: one transfer per step instead of one per micro-batch.
+  OpBuilder b(func.getContext());
+  SmallVector<MicrobatchSumOp> sums;
+  for (Operation *op : ops)
+    if (auto ms = dyn_cast<MicrobatchSumOp>(op))
+      sums.push_back(ms);
+  for (MicrobatchSumOp ms : sums) {
+    auto add = ms.getInput().getDefiningOp<AddOp>();
+    if (!add || !add->hasOneUse() || !chunk.count(add))
+      continue;
+    Operation *l = add.getLhs().getDefiningOp(), *r = add.getRhs().getDefiningOp();
+    if (!l || !r || !chunk.count(l) || !chunk.count(r) || chunk[l] == chunk[r])
+      continue;
+    b.setInsertionPoint(ms);
+    auto sumL = MicrobatchSumOp::create(b, ms.getLoc(), add.getLhs());
+    auto sumR = MicrobatchSumOp::create(b, ms.getLoc(), add.getRhs());
+    auto total = AddOp::create(b, add.getLoc(), sumL.getResult(), sumR.getResult());
+    for (Operation *o : {sumL.getOperation(), sumR.getOperation()}) {
+      perMb.insert(o);
+      backward.insert(o);
+    }
+    chunk[sumL] = chunk[l];
+    chunk[sumR] = chunk[r];
+    chunk[total] = chunk[add];
+    ms.getResult().replaceAllUsesWith(total.getResult());
+    for (Operation *dead : {ms.getOperation(), add.getOperation()}) {
+      perMb.erase(dead);
+      dependent.erase(dead);
+      backward.erase(dead);
+      chunk.erase(dead);
+      index.erase(dead);
+    }
+    ms.erase();
+    add.erase();
+  }
+  ops.clear();
+  index.clear();
+  for (Operation &op : block.without_terminator())
+    if (!isa<arith::ConstantOp>(op)) {
+      index[&op] = ops.size();
+      ops.push_back(&op);
+    }
+
   // 5. Once-per-step ops: with their operands; all-reduce buckets and norm
   //    clipping split per pipeline rank.
-  OpBuilder b(func.getContext());
   auto rankOfChunk = [&](int c) { return c < 0 ? -1 : c % ranks; };
   auto stepChunk = [&](Value v) -> int {
     if (auto arg = dyn_cast<BlockArgument>(v)) {
@@ -310,6 +354,8 @@ LogicalResult Splitter::run() {
       erase.push_back(op);
       continue;
     }
+    if (chunk.count(op))
+      continue; // placed above (a per-step sum of two chunks' gradients)
     int c = -1;
     std::optional<int> rank;
     for (Value v : op->getOperands()) {
@@ -408,6 +454,27 @@ LogicalResult Splitter::run() {
       continue;
     for (Value r : op->getResults())
       connect(r, chunk[op], seg[op], /*perStep=*/false, op);
+  }
+  // Once-per-step values of another pipeline rank: sent after the
+  // micro-batches.
+  for (Operation *op : ops) {
+    if (perMb.contains(op) || !chunk.count(op) || chunk[op] < 0)
+      continue;
+    for (OpOperand &use : op->getOpOperands()) {
+      Operation *def = use.get().getDefiningOp();
+      if (!def || !chunk.count(def) || chunk[def] < 0 ||
+          chunk[def] % ranks == chunk[op] % ranks)
+        continue;
+      b.setInsertionPointAfter(def);
+      auto send = SendOp::create(b, def->getLoc(), use.get(), channel, chunk[op], true, true);
+      mark(send, chunk[def], kStep);
+      b.setInsertionPoint(op);
+      auto recv = RecvOp::create(b, def->getLoc(), use.get().getType(), channel, chunk[def], true,
+                                 true);
+      mark(recv, chunk[op], kStep);
+      use.set(recv.getResult());
+      ++channel;
+    }
   }
   for (auto [op, c] : chunk)
     mark(op, c, seg[op]);

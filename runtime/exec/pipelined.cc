@@ -45,7 +45,10 @@ Status Executor::preparePipeline() {
     if (inst->op() == OpCode::MicrobatchSum)
       accumulators_.push_back((*inst->outputs())[0]);
     if (inst->segment() == plan::Segment::Step) {
-      stepInstructions_.push_back(n);
+      if (inst->op() == OpCode::Recv)
+        perStep.insert((*inst->outputs())[0]);
+      if (inst->op() != OpCode::Send && inst->op() != OpCode::Recv) // those are actions
+        stepInstructions_.push_back(n);
       continue;
     }
     for (int32_t id : *inst->outputs()) {

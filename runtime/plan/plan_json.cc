@@ -87,9 +87,11 @@ std::string planToJson(const LoadedPlan &loaded) {
       channels.push_back({{"id", c},
                           {"from", ch->from_chunk()},
                           {"to", ch->to_chunk()},
-                          {"segments", std::string(plan::EnumNameSegment(ch->from_segment())) +
-                                           " -> " + plan::EnumNameSegment(ch->to_segment())},
-                          {"per_step", ch->per_step()},
+                          {"segments", ch->per_step()
+                                           ? std::string(ch->at_end() ? "after the micro-batches"
+                                                                      : "before the micro-batches")
+                                           : std::string(plan::EnumNameSegment(ch->from_segment())) +
+                                                 " -> " + plan::EnumNameSegment(ch->to_segment())},
                           {"bytes", sp.channels[c].bytes}});
     }
     j["channels"] = channels;

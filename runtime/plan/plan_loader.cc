@@ -851,10 +851,12 @@ Status LoadedPlan::verifyPipeline() {
           static_cast<size_t>(ch->recv_tensor()) >= tensors_.size() ||
           tensors_[ch->send_tensor()].bytes != tensors_[ch->recv_tensor()].bytes)
         return invalidArgument("channel ", c, " is malformed");
+      if (ch->at_end() && !ch->per_step())
+        return invalidArgument("channel ", c, " is sent at the end but not once per step");
       p.channels.push_back({ch->from_chunk(), ch->to_chunk(),
                             static_cast<schedule::Segment>(ch->from_segment()),
                             static_cast<schedule::Segment>(ch->to_segment()), ch->per_step(),
-                            tensors_[ch->send_tensor()].bytes});
+                            ch->at_end(), tensors_[ch->send_tensor()].bytes});
     }
   // Send / recv instructions and their channels, one each.
   std::vector<int> sends(p.channels.size(), 0), recvs(p.channels.size(), 0);

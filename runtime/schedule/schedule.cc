@@ -197,7 +197,7 @@ Status generate(const std::string &name, Pipeline &p) {
       for (size_t c = 0; c < p.channels.size(); ++c) {
         const Channel &ch = p.channels[c];
         int rank = pass == 0 ? p.rankOf(ch.from) : p.rankOf(ch.to);
-        if (ch.perStep && rank == r)
+        if (ch.perStep && !ch.atEnd && rank == r)
           out.push_back({pass == 0 ? ActionKind::Send : ActionKind::Recv, -1, -1,
                          static_cast<int>(c)});
       }
@@ -214,6 +214,14 @@ Status generate(const std::string &name, Pipeline &p) {
           out.push_back({ActionKind::Send, -1, a.mb, static_cast<int>(c)});
       }
     }
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t c = 0; c < p.channels.size(); ++c) {
+        const Channel &ch = p.channels[c];
+        int rank = pass == 0 ? p.rankOf(ch.from) : p.rankOf(ch.to);
+        if (ch.perStep && ch.atEnd && rank == r)
+          out.push_back({pass == 0 ? ActionKind::Send : ActionKind::Recv, -1, -1,
+                         static_cast<int>(c)});
+      }
   }
   return Status::ok();
 }
@@ -386,12 +394,22 @@ Status verify(const Pipeline &p) {
     const Channel &ch = p.channels[static_cast<size_t>(c)];
     Action a{static_cast<ActionKind>(kind), -1, mb, c};
     if (static_cast<ActionKind>(kind) == ActionKind::Send) {
+      if (ch.atEnd)
+        for (int m = 0; m < p.microbatches; ++m)
+          for (int s = 0; s < segments; ++s)
+            if (i < pos(ch.from, static_cast<Segment>(s), m))
+              return invalidArgument("rank ", p.rankOf(ch.from), " runs ", describe(a),
+                                     " at action #", i, " before ",
+                                     describe(compute(static_cast<Segment>(s), ch.from, m)),
+                                     " (it carries a sum over every micro-batch)");
       if (!ch.perStep && i < pos(ch.from, ch.fromSegment, mb))
         return invalidArgument("rank ", p.rankOf(ch.from), " runs ", describe(a), " at action #", i,
                                " before ", describe(compute(ch.fromSegment, ch.from, mb)),
                                " produces it");
       continue;
     }
+    if (ch.atEnd)
+      continue; // read by the once-per-step instructions, after every action
     size_t need = ch.perStep ? pos(ch.to, Segment::Forward, 0) : pos(ch.to, ch.toSegment, mb);
     if (ch.perStep)
       for (int m = 0; m < p.microbatches; ++m)

@@ -38,6 +38,7 @@ struct Channel {
   Segment fromSegment = Segment::Forward; // producer segment (per micro-batch)
   Segment toSegment = Segment::Forward;   // first consumer segment
   bool perStep = false; // sent once per step before the micro-batches (a tied parameter)
+  bool atEnd = false;   // per step, after the micro-batches (a gradient summed over them)
   int64_t bytes = 0;
 };
 
