@@ -48,6 +48,13 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<double> maxGradNorm{
       *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
       llvm::cl::init(0.0)};
+  PassOptions::Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("Compute precision: fp32, bf16 or f16 (fp32 master weights and optimizer)"),
+      llvm::cl::init("fp32")};
+  PassOptions::Option<double> lossScale{
+      *this, "loss-scale", llvm::cl::desc("Static loss scale (for f16 compute)"),
+      llvm::cl::init(1.0)};
   PassOptions::Option<int64_t> microbatches{
       *this, "microbatches",
       llvm::cl::desc("Micro-batches per step (gradient accumulation; pipeline schedules)"),

@@ -33,12 +33,19 @@ int64_t pipelineSize(StringRef spec) {
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
   const bool pipelined = options.microbatches != 1 || pipelineSize(options.mesh) > 1 ||
                          options.virtualStages != 1;
+  if (options.precision != "fp32") {
+    MixedPrecisionPassOptions mp;
+    mp.dtype = options.precision;
+    pm.addNestedPass<func::FuncOp>(createMixedPrecisionPass(mp));
+  }
   if (pipelined) {
     MicrobatchPassOptions mb;
     mb.count = options.microbatches;
     pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
   }
-  pm.addNestedPass<func::FuncOp>(createAutodiffPass());
+  AutodiffPassOptions ad;
+  ad.lossScale = options.lossScale;
+  pm.addNestedPass<func::FuncOp>(createAutodiffPass(ad));
   if (options.optimizer != "none") {
     OptimizerPassOptions opt;
     opt.optimizer = options.optimizer;

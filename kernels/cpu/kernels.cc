@@ -863,6 +863,56 @@ void sgdUpdate(float *param, const float *grad, float *buf, float lr, float mome
   }
 }
 
+namespace {
+inline float bf16ToF32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint16_t f32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+} // namespace
+
+void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n) {
+  if (from == to) {
+    std::memcpy(out, in, static_cast<size_t>(n) * (from == FloatType::F32 ? 4 : 2));
+    return;
+  }
+  auto load = [&](int64_t i) -> float {
+    switch (from) {
+    case FloatType::F32:
+      return static_cast<const float *>(in)[i];
+    case FloatType::BF16:
+      return bf16ToF32(static_cast<const uint16_t *>(in)[i]);
+    case FloatType::F16:
+      return static_cast<float>(static_cast<const _Float16 *>(in)[i]);
+    }
+    return 0.0f;
+  };
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = load(i);
+    switch (to) {
+    case FloatType::F32:
+      static_cast<float *>(out)[i] = v;
+      break;
+    case FloatType::BF16:
+      static_cast<uint16_t *>(out)[i] = f32ToBf16(v);
+      break;
+    case FloatType::F16:
+      static_cast<_Float16 *>(out)[i] = static_cast<_Float16>(v);
+      break;
+    }
+  }
+}
+
 double sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes) {
   double total = 0.0;
   for (size_t t = 0; t < grads.size(); ++t) {

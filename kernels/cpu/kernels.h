@@ -25,6 +25,11 @@ void relu(const float *in, float *out, int64_t n);
 void reluGrad(const float *x, const float *g, float *out, int64_t n);
 void copy(const void *in, void *out, int64_t bytes);
 
+/// Float storage types (mixed precision: bf16 / f16 storage, f32 math).
+enum class FloatType { F32, BF16, F16 };
+/// Converts n elements (round to nearest even when narrowing).
+void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n);
+
 /// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b is rank 2 (shared) or batched like a.
 void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
             bool transA, bool transB);

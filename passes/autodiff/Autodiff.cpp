@@ -31,7 +31,7 @@ Value splatConstant(OpBuilder &b, Location loc, Type type, double value) {
   return arith::ConstantOp::create(b, loc, attr);
 }
 
-LogicalResult differentiate(func::FuncOp func) {
+LogicalResult differentiate(func::FuncOp func, double lossScale) {
   if (!func.getBody().hasOneBlock())
     return func.emitOpError() << "ptc-autodiff expects a function with a single block";
   Block &block = func.getBody().front();
@@ -82,7 +82,7 @@ LogicalResult differentiate(func::FuncOp func) {
       op->setAttr(kForwardIdAttrName, b.getI64IntegerAttr(static_cast<int64_t>(i)));
     }
   if (needsGrad(loss))
-    grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), 1.0);
+    grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), lossScale);
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGrads;
     bool any = false;
@@ -127,6 +127,8 @@ LogicalResult differentiate(func::FuncOp func) {
     Value g = grads.lookup(p);
     if (!g) // the loss does not use this parameter
       g = splatConstant(b, func.getLoc(), p.getType(), 0.0);
+    else if (lossScale != 1.0)
+      g = ScaleOp::create(b, func.getLoc(), g, b.getF64FloatAttr(1.0 / lossScale));
     results.push_back(g);
     auto name = func.getArgAttrOfType<StringAttr>(p.getArgNumber(), PtcDialect::kParamAttrName);
     resultAttrs.push_back(
@@ -148,6 +150,7 @@ LogicalResult differentiate(func::FuncOp func) {
 }
 
 struct AutodiffPass : mlir::ptc::impl::AutodiffPassBase<AutodiffPass> {
+  using AutodiffPassBase::AutodiffPassBase;
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     bool hasParams = false;
@@ -155,7 +158,11 @@ struct AutodiffPass : mlir::ptc::impl::AutodiffPassBase<AutodiffPass> {
       hasParams |= static_cast<bool>(func.getArgAttr(i, PtcDialect::kParamAttrName));
     if (!hasParams || func.isExternal())
       return;
-    if (failed(differentiate(func)))
+    if (lossScale <= 0.0) {
+      func.emitError() << "loss-scale must be > 0, got " << lossScale;
+      return signalPassFailure();
+    }
+    if (failed(differentiate(func, lossScale)))
       signalPassFailure();
   }
 };

@@ -26,8 +26,33 @@ def AutodiffPass : Pass<"ptc-autodiff", "::mlir::func::FuncOp"> {
     func.func @f(%w: ..., %x: ...) -> (tensor<f32> {ptc.loss}, tensor<4x8xf32> {ptc.grad = "w"})
     ```
     Functions without `ptc.param` arguments are left alone.
+
+    With `loss-scale = S` the backward pass starts from S instead of 1 and
+    every gradient is divided by S at the end (static loss scaling: small
+    fp16 gradients stay representable).
   }];
+  let options = [
+    Option<"lossScale", "loss-scale", "double", /*default=*/"1.0",
+           "Seed the backward pass with this factor and divide gradients by it">
+  ];
   let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
+}
+
+def MixedPrecisionPass : Pass<"ptc-mixed-precision", "::mlir::func::FuncOp"> {
+  let summary = "Compute the forward model in bf16 or f16 with fp32 master weights";
+  let description = [{
+    Runs on the forward model, before `ptc-autodiff`. Every f32 parameter
+    stays f32 (the master copy the optimizer updates) and gets one
+    `ptc.convert` to `dtype` for its uses; float inputs and constants are
+    converted where used; every op computes in `dtype` — except the
+    cross-entropy, which reads its logits in f32 so that the loss keeps full
+    precision. Returned values are converted back to f32. The backward pass
+    (the VJP of `ptc.convert` is a convert back) then produces f32 gradients
+    for the f32 optimizer.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"bf16\"", "bf16 or f16">
+  ];
 }
 
 def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {

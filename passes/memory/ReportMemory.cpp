@@ -203,6 +203,22 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
          << (perParamStateBytes * dpSize == 8 * psi && dpSize > 1 ? " / dp" : "") << ", gradients " << gradBytes
          << " B = 4 psi" << (gradBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "") << "\n";
     }
+    // Mixed precision: low-precision working copies of the fp32 master weights.
+    int64_t copyBytes = 0;
+    std::string copyType;
+    for (BlockArgument arg : block.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName))
+        for (Operation *user : arg.getUsers())
+          if (auto convert = dyn_cast<ConvertOp>(user)) {
+            copyBytes += getTensorBytes(convert.getType());
+            if (copyType.empty())
+              llvm::raw_string_ostream(copyType) << convert.getType().getElementType() << " ";
+          }
+    if (copyBytes > 0)
+      os << "  mixed precision: " << copyType << "working copies of the parameters " << copyBytes
+         << " B (2 bytes each, in the arena, converted from the fp32 master weights every step); "
+            "master weights, gradients and AdamW state stay fp32 (4 + 4 + 8 bytes per parameter, "
+            "the 16 of the ZeRO paper's 2 + 2 + 12 in another split)\n";
     os.flush();
 
     if (budget && static_cast<double>(peak) > *budget) {

@@ -276,7 +276,69 @@ Status Executor::step(std::vector<double> *profile) {
   return Status::ok();
 }
 
+namespace {
+k::FloatType floatTypeOf(plan::DType d) {
+  return d == plan::DType::BF16 ? k::FloatType::BF16
+         : d == plan::DType::F16 ? k::FloatType::F16
+                                 : k::FloatType::F32;
+}
+bool isLowPrecision(plan::DType d) { return d == plan::DType::BF16 || d == plan::DType::F16; }
+} // namespace
+
 Status Executor::run(const plan::Instruction &inst) {
+  const auto &in = *inst.inputs();
+  const auto &out = *inst.outputs();
+  if (inst.op() == OpCode::Convert) {
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    k::convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]), floatTypeOf(dst.dtype),
+                    src.numElements);
+    return Status::ok();
+  }
+  // Mixed precision: bf16 / f16 storage, f32 math. Ops that only move bytes
+  // run on the stored type; the others see f32 copies of their low-precision
+  // tensors, and their low-precision results are rounded back.
+  switch (inst.op()) {
+  case OpCode::Reshape:
+  case OpCode::Transpose:
+  case OpCode::Slice:
+  case OpCode::Concat:
+  case OpCode::ShardSlice:
+  case OpCode::AllGather:
+    return runKernel(inst);
+  default:
+    break;
+  }
+  std::vector<int32_t> low;
+  for (int32_t id : in)
+    if (isLowPrecision(plan_->tensor(id).dtype) && std::find(low.begin(), low.end(), id) == low.end())
+      low.push_back(id);
+  for (int32_t id : out)
+    if (isLowPrecision(plan_->tensor(id).dtype) && std::find(low.begin(), low.end(), id) == low.end())
+      low.push_back(id);
+  if (low.empty())
+    return runKernel(inst);
+  if (widened_.size() < low.size())
+    widened_.resize(low.size());
+  std::vector<void *> saved;
+  for (size_t i = 0; i < low.size(); ++i) {
+    const TensorInfo &t = plan_->tensor(low[i]);
+    widened_[i].resize(static_cast<size_t>(t.numElements));
+    k::convertFloat(data(low[i]), floatTypeOf(t.dtype), widened_[i].data(), k::FloatType::F32,
+                    t.numElements);
+    saved.push_back(storage_[static_cast<size_t>(low[i])]);
+    storage_[static_cast<size_t>(low[i])] = widened_[i].data();
+  }
+  Status status = runKernel(inst);
+  for (size_t i = 0; i < low.size(); ++i) {
+    storage_[static_cast<size_t>(low[i])] = saved[i];
+    if (std::find(out.begin(), out.end(), low[i]) != out.end())
+      k::convertFloat(widened_[i].data(), k::FloatType::F32, data(low[i]),
+                      floatTypeOf(plan_->tensor(low[i]).dtype), plan_->tensor(low[i]).numElements);
+  }
+  return status;
+}
+
+Status Executor::runKernel(const plan::Instruction &inst) {
   const auto &in = *inst.inputs();
   const auto &out = *inst.outputs();
   auto T = [&](int32_t id) -> const TensorInfo & { return plan_->tensor(id); };
@@ -537,7 +599,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     staging_.resize(static_cast<size_t>(total));
     int64_t off = 0;
     for (int32_t id : in) {
-      std::memcpy(staging_.data() + off, data(id), static_cast<size_t>(plan_->tensor(id).bytes));
+      std::memcpy(staging_.data() + off, data(id), static_cast<size_t>(plan_->tensor(id).numElements) * sizeof(float));
       off += plan_->tensor(id).numElements;
     }
     if (comm_)
@@ -546,7 +608,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     off = 0;
     for (size_t i = 0; i < out.size(); ++i) {
       int32_t id = out[static_cast<flatbuffers::uoffset_t>(i)];
-      std::memcpy(data(id), staging_.data() + off, static_cast<size_t>(plan_->tensor(id).bytes));
+      std::memcpy(data(id), staging_.data() + off, static_cast<size_t>(plan_->tensor(id).numElements) * sizeof(float));
       off += plan_->tensor(id).numElements;
     }
     return Status::ok();
@@ -572,7 +634,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
       for (int64_t b = 0; b < blocks; ++b) {
         srcOff[static_cast<size_t>(dim)] = b * piece;
         dstOff[static_cast<size_t>(dim)] = b * (whole / blocks) + p * piece;
-        k::copyBox(staging_.data() + p * src.numElements, src.shape, srcOff, data(out[0]),
+        k::copyBox(reinterpret_cast<const uint8_t *>(staging_.data()) + p * src.bytes, src.shape, srcOff, data(out[0]),
                    dst.shape, dstOff, box, dtypeSize(src.dtype));
       }
     return Status::ok();
@@ -599,7 +661,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
       PTC_RETURN_IF_ERROR(comm_->allToAll(send, recv, blockElems * 4, axis,
                                           "'" + src.name + "' at " + what));
     else
-      std::memcpy(recv, send, static_cast<size_t>(src.bytes));
+      std::memcpy(recv, send, static_cast<size_t>(src.numElements) * sizeof(float));
     for (int p = 0; p < parts; ++p) {
       off.assign(src.shape.size(), 0);
       off[concat] = p * box[concat];
@@ -623,7 +685,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     if (comm_)
       return comm_->reduceScatterSum(staging_.data(), f32(out[0]), dst.numElements, axis,
                                      "'" + src.name + "' at " + what);
-    std::memcpy(data(out[0]), staging_.data(), static_cast<size_t>(dst.bytes));
+    std::memcpy(data(out[0]), staging_.data(), static_cast<size_t>(dst.numElements) * sizeof(float));
     return Status::ok();
   }
   default: { // ShardSlice: this rank's block, no communication

@@ -183,19 +183,30 @@ Status InstructionChecker::expectShape(const Shape &actual, const Shape &expecte
 /// Every operand and result is f32 except the listed i32 ones (ids).
 Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
                                   std::initializer_list<int> i32Outputs) {
+  // Ids are i32; every float tensor of one instruction has one float dtype
+  // (f32, or bf16 / f16 in mixed precision; ptc.convert changes it).
+  std::optional<DType> floatType;
+  auto check = [&](int32_t id, bool ids, const std::string &what) -> Status {
+    DType d = tensors_[id].dtype;
+    if (ids ? d != DType::I32 : d == DType::I32)
+      return fail(what, " is ", dtypeName(d), ", expected ", ids ? "i32" : "a float type");
+    if (!ids && floatType && d != *floatType)
+      return fail(what, " is ", dtypeName(d), ", but the instruction's other float tensors are ",
+                  dtypeName(*floatType));
+    if (!ids)
+      floatType = d;
+    return Status::ok();
+  };
+  bool convert = inst_.op() == OpCode::Convert;
   for (size_t i = 0; i < in_.size(); ++i) {
     bool ids = std::find(i32Inputs.begin(), i32Inputs.end(), static_cast<int>(i)) != i32Inputs.end();
-    DType want = ids ? DType::I32 : DType::F32;
-    if (tensors_[in_[i]].dtype != want)
-      return fail("input #", i, " ('", tensors_[in_[i]].name, "') is ",
-                  dtypeName(tensors_[in_[i]].dtype), ", expected ", dtypeName(want));
+    PTC_RETURN_IF_ERROR(check(in_[i], ids, "input #" + std::to_string(i) + " ('" + tensors_[in_[i]].name + "')"));
   }
+  if (convert)
+    floatType.reset();
   for (size_t i = 0; i < out_.size(); ++i) {
     bool ids = std::find(i32Outputs.begin(), i32Outputs.end(), static_cast<int>(i)) != i32Outputs.end();
-    DType want = ids ? DType::I32 : DType::F32;
-    if (tensors_[out_[i]].dtype != want)
-      return fail("output #", i, " is ", dtypeName(tensors_[out_[i]].dtype), ", expected ",
-                  dtypeName(want));
+    PTC_RETURN_IF_ERROR(check(out_[i], ids, "output #" + std::to_string(i)));
   }
   return Status::ok();
 }
@@ -751,9 +762,6 @@ Status LoadedPlan::verify() {
     for (size_t d = 0; d < info.dimAxes.size(); ++d)
       if (info.dimAxes[d] >= 0)
         info.globalShape[d] *= meshSizes_[static_cast<size_t>(info.dimAxes[d])];
-    if (info.dtype == DType::BF16 || info.dtype == DType::F16)
-      return error(StatusCode::kUnimplemented, where(), " is ", dtypeName(info.dtype),
-                   "; the CPU backend runs f32 plans only");
     bool persistent = info.kind == TensorKind::Parameter || info.kind == TensorKind::OptimizerState ||
                       info.kind == TensorKind::Input;
     if (persistent && info.name.empty())

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 using namespace ptc::kernels::cpu;
@@ -136,3 +137,31 @@ TEST(Kernels, MoeDispatchDropsBeyondCapacity) {
   EXPECT_FALSE(moeDispatch(x.data(), e.data(), 3, 1, 1, 2, 2, buf.data()).isOk());
 }
 } // namespace
+
+// Mixed precision storage: bf16 rounds to nearest even, keeps NaN and
+// infinities; f16 round-trips the values it can represent.
+TEST(Kernels, ConvertFloatRoundsToNearestEven) {
+  using k = ptc::kernels::cpu::FloatType;
+  const float in[] = {1.0f, 1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-8f, -2.5f, 65504.0f,
+                      std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  const int n = sizeof in / sizeof in[0];
+  uint16_t bf16[n];
+  float back[n];
+  ptc::kernels::cpu::convertFloat(in, k::F32, bf16, k::BF16, n);
+  ptc::kernels::cpu::convertFloat(bf16, k::BF16, back, k::F32, n);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f);                 // halfway: ties to the even mantissa
+  EXPECT_EQ(back[2], 1.0f + 0x1.0p-7f);     // above halfway: rounds up
+  EXPECT_EQ(back[3], -2.5f);
+  EXPECT_EQ(back[4], 65536.0f);             // 8 mantissa bits
+  EXPECT_TRUE(std::isinf(back[5]));
+  EXPECT_TRUE(std::isnan(back[6]));
+  uint16_t f16[n];
+  ptc::kernels::cpu::convertFloat(in, k::F32, f16, k::F16, n);
+  ptc::kernels::cpu::convertFloat(f16, k::F16, back, k::F32, n);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1.0p-8f);     // f16 has 10 mantissa bits
+  EXPECT_EQ(back[3], -2.5f);
+  EXPECT_EQ(back[4], 65504.0f);             // the largest f16
+  EXPECT_TRUE(std::isnan(back[6]));
+}

@@ -1,0 +1,93 @@
+//===- MixedPrecision.cpp - low-precision compute, fp32 master weights ----===//
+
+#include "passes/autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_MIXEDPRECISIONPASS
+#include "passes/autodiff/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+RankedTensorType withElement(Type t, Type element) {
+  auto ranked = cast<RankedTensorType>(t);
+  return RankedTensorType::get(ranked.getShape(), element);
+}
+
+bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+struct MixedPrecisionPass : mlir::ptc::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
+  using MixedPrecisionPassBase::MixedPrecisionPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal())
+      return;
+    OpBuilder b(func.getContext());
+    Type low;
+    if (dtype == "bf16")
+      low = b.getBF16Type();
+    else if (dtype == "f16")
+      low = b.getF16Type();
+    else {
+      func.emitError() << "mixed precision dtype must be bf16 or f16, got '" << dtype << "'";
+      return signalPassFailure();
+    }
+    Type f32 = b.getF32Type();
+    Block &block = func.getBody().front();
+    auto convert = [&](Value v, Type element) -> Value {
+      return ConvertOp::create(b, v.getLoc(), withElement(v.getType(), element), v);
+    };
+
+    // Arguments (master weights, float inputs): one conversion each.
+    b.setInsertionPointToStart(&block);
+    for (BlockArgument arg : block.getArguments()) {
+      if (!isFloatTensor(arg) || arg.use_empty())
+        continue;
+      if (!cast<RankedTensorType>(arg.getType()).getElementType().isF32()) {
+        func.emitError() << "argument #" << arg.getArgNumber()
+                         << " must be f32 (the master copy), got " << arg.getType();
+        return signalPassFailure();
+      }
+      Value c = convert(arg, low);
+      arg.replaceAllUsesExcept(c, c.getDefiningOp());
+    }
+
+    for (Operation &op : llvm::make_early_inc_range(block.without_terminator())) {
+      if (isa<arith::ConstantOp>(op) || (isa<ConvertOp>(op) && op.getBlock() == &block &&
+                                         op.getOperand(0).getDefiningOp() == nullptr))
+        continue;
+      b.setInsertionPoint(&op);
+      if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+        // The loss in f32: logits converted up, the result stays f32.
+        if (!ce.getLogits().getType().getElementType().isF32())
+          ce.getLogitsMutable().assign(convert(ce.getLogits(), f32));
+        continue;
+      }
+      for (OpOperand &operand : op.getOpOperands()) {
+        Value v = operand.get();
+        if (isFloatTensor(v) && cast<RankedTensorType>(v.getType()).getElementType() != low)
+          operand.set(convert(v, low));
+      }
+      for (Value r : op.getResults())
+        if (isFloatTensor(r))
+          r.setType(withElement(r.getType(), low));
+    }
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    b.setInsertionPoint(ret);
+    for (OpOperand &operand : ret->getOpOperands())
+      if (isFloatTensor(operand.get()) &&
+          !cast<RankedTensorType>(operand.get().getType()).getElementType().isF32())
+        operand.set(convert(operand.get(), f32));
+    func.setFunctionType(
+        FunctionType::get(func.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
+  }
+};
+} // namespace
