@@ -8,6 +8,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <set>
+
 namespace mlir::ptc {
 #define GEN_PASS_DEF_REPORTMEMORYPASS
 #include "passes/memory/Passes.h.inc"
@@ -52,6 +54,73 @@ struct Consumer {
 };
 
 struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass> {
+  /// For the standard GPT (parameters named transformer.h.<i>.*): the saved
+  /// activations of one transformer layer by the formulas of Korthikanti et al.
+  /// (Reducing Activation Recomputation in Large Transformer Models), adapted to
+  /// what this graph keeps: no dropout masks, and attention scores recomputed
+  /// by the fused causal attention (no 5as/h term).
+  LogicalResult reportLayerActivations(func::FuncOp func, const MeshInfo *mesh,
+                                       int64_t activationBytes) {
+    Block &block = func.getBody().front();
+    std::set<std::string> layers;
+    int64_t h = 0, b = 0, s = 0;
+    int t = 1;
+    bool sp = false;
+    for (BlockArgument arg : block.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)) {
+        StringRef n = name.getValue();
+        if (n.starts_with("transformer.h.") && n.ends_with(".ln_1.weight")) {
+          layers.insert(n.str());
+          h = type.getDimSize(0);
+        }
+      } else if (auto input = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kInputAttrName);
+                 input && input.getValue() == "tokens" && type.getRank() == 2) {
+        b = type.getDimSize(0);
+        s = type.getDimSize(1);
+        if (auto spec = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kShardingAttrName); spec && mesh)
+          if (auto parsed = parseShardingSpec(spec.getValue(), *mesh, 2, [&] { return func.emitError(); });
+              succeeded(parsed) && parsed->axes[1] >= 0) {
+            s *= mesh->sizes[parsed->axes[1]];
+            sp = true;
+          }
+      }
+    }
+    if (layers.empty() || !h || !b)
+      return success();
+    if (mesh && mesh->axisIndex("tp") >= 0)
+      t = static_cast<int>(mesh->sizes[mesh->axisIndex("tp")]);
+    int64_t e = 4;
+    func.walk([&](LayerNormOp ln) {
+      e = (ln.getType().getElementTypeBitWidth() + 7) / 8;
+      return WalkResult::interrupt();
+    });
+    // Korthikanti et al., in bytes at 2 bytes per element: sbh(10 + 24/t + 5as/(ht)) with tensor
+    // parallelism, sbh(34/t + 5as/(ht)) with sequence parallelism; minus the dropout masks
+    // (2 sbh, or 2 sbh / t) and the attention scores (the 5as/(ht) term).
+    double sbh = static_cast<double>(s) * static_cast<double>(b) * static_cast<double>(h);
+    double perLayer = (sp ? 32.0 / t : 8.0 + 24.0 / t) * sbh * static_cast<double>(e) / 2.0;
+    double gathered = sp ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
+    auto &os = llvm::outs();
+    os << llvm::format("  activations per layer (Korthikanti et al.; s=%lld b=%lld h=%lld t=%d%s, "
+                       "%lld-byte values, no dropout, attention scores recomputed): ",
+                       static_cast<long long>(s), static_cast<long long>(b),
+                       static_cast<long long>(h), t, sp ? " with SP" : "",
+                       static_cast<long long>(e));
+    os << llvm::format(sp ? "32 sbh/t" : "sbh (8 + 24/t)") << " x " << e << "/2 = "
+       << static_cast<int64_t>(perLayer) << " B";
+    if (sp)
+      os << " + " << static_cast<int64_t>(gathered)
+         << " B of all-gathered inputs of the 2 column-parallel matmuls kept for backward "
+            "(Megatron gathers them again)";
+    int64_t layersBytes = static_cast<int64_t>((perLayer + gathered) * layers.size());
+    os << "; x " << layers.size() << " layers = " << layersBytes << " B, the other "
+       << activationBytes - layersBytes << " B of saved activations are embeddings, the final "
+          "LayerNorm and the logits\n";
+    return success();
+  }
+
   using ReportMemoryPassBase::ReportMemoryPassBase;
 
   void runOnOperation() override {
@@ -143,6 +212,9 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
           break;
         if (isa<arith::ConstantOp>(op))
           continue;
+        // Low-precision copies of parameters are model state, not activations.
+        if (auto convert = dyn_cast<ConvertOp>(op); convert && isa<BlockArgument>(convert.getInput()))
+          continue;
         for (Value r : op.getResults())
           if (llvm::any_of(r.getUsers(), [&](Operation *u) {
                 return u == firstBackward || firstBackward->isBeforeInBlock(u);
@@ -203,6 +275,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
          << (perParamStateBytes * dpSize == 8 * psi && dpSize > 1 ? " / dp" : "") << ", gradients " << gradBytes
          << " B = 4 psi" << (gradBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "") << "\n";
     }
+    if (failed(reportLayerActivations(func, succeeded(mesh) ? &*mesh : nullptr, activationBytes)))
+      return failure();
     // Mixed precision: low-precision working copies of the fp32 master weights.
     int64_t copyBytes = 0;
     std::string copyType;

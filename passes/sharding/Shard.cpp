@@ -942,10 +942,24 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
   if (tp < 0 || mesh.sizes[tp] < 2)
     return specs;
   int64_t tpSize = mesh.sizes[tp];
+  // A parameter, or its low-precision working copy (mixed precision).
   auto param = [&](Value v) -> BlockArgument {
+    if (auto convert = v.getDefiningOp<ConvertOp>())
+      v = convert.getInput();
     auto arg = dyn_cast<BlockArgument>(v);
     return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg
                                                                                     : BlockArgument();
+  };
+  auto usedByEmbedding = [](BlockArgument w) {
+    for (Operation *u : w.getUsers()) {
+      if (isa<EmbeddingOp>(u))
+        return true;
+      if (isa<ConvertOp>(u) && llvm::any_of(u->getUsers(), [](Operation *c) {
+            return isa<EmbeddingOp>(c);
+          }))
+        return true;
+    }
+    return false;
   };
   // Vocabulary-parallel embedding (and so LM head, when tied): rows over tp.
   // With sequence parallelism the lookup's tokens are split over tp already,
@@ -960,7 +974,7 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
     BlockArgument w = param(mm.getRhs());
     if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs() || mm.getRhs().getType().getRank() != 2)
       return;
-    if (llvm::any_of(w.getUsers(), [](Operation *u) { return isa<EmbeddingOp>(u); }))
+    if (usedByEmbedding(w))
       return; // tied LM head: follows the embedding rule
     int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
     int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
