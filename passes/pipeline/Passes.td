@@ -85,4 +85,18 @@ def SchedulePipelinePass : Pass<"ptc-schedule-pipeline", "::mlir::ModuleOp"> {
   ];
 }
 
+def ScheduleReportPass : Pass<"ptc-schedule-report", "::mlir::ModuleOp"> {
+  let summary = "Report on the pipeline schedule of an already scheduled step";
+  let description = [{
+    Reads back the action lists `ptc-schedule-pipeline` stored (e.g. after
+    `--ptc-compile="mesh=pp:4 microbatches=8 ..."`), verifies them and prints
+    the same report: per rank the simulated busy time with equal stage times,
+    peak in-flight micro-batches and point-to-point bytes, and the bubble next
+    to its closed form. With `svg`, also writes the pipeline diagram.
+  }];
+  let options = [
+    Option<"svg", "svg", "std::string", /*default=*/"\"\"", "Write the pipeline diagram here">
+  ];
+}
+
 #endif // PTC_PASSES_PIPELINE_PASSES_TD
