@@ -52,6 +52,10 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       *this, "precision",
       llvm::cl::desc("Compute precision: fp32, bf16 or f16 (fp32 master weights and optimizer)"),
       llvm::cl::init("fp32")};
+  PassOptions::Option<std::string> gradReduceDtype{
+      *this, "grad-reduce-dtype",
+      llvm::cl::desc("Type of the data-parallel gradient reductions: f32 or bf16"),
+      llvm::cl::init("f32")};
   PassOptions::Option<double> lossScale{
       *this, "loss-scale", llvm::cl::desc("Static loss scale (for f16 compute)"),
       llvm::cl::init(1.0)};

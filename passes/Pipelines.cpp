@@ -65,6 +65,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     shard.explain = options.explain;
     shard.sequenceParallel = options.sequenceParallel;
     shard.zero = options.zero;
+    shard.gradReduceDtype = options.gradReduceDtype;
     pm.addPass(createShardPass(shard));
     pm.addPass(createCSEPass());
   }

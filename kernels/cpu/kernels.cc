@@ -863,23 +863,6 @@ void sgdUpdate(float *param, const float *grad, float *buf, float lr, float mome
   }
 }
 
-namespace {
-inline float bf16ToF32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint16_t f32ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-} // namespace
-
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n) {
   if (from == to) {
     std::memcpy(out, in, static_cast<size_t>(n) * (from == FloatType::F32 ? 4 : 2));

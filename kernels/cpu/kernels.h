@@ -8,6 +8,7 @@
 #include "runtime/base/status.h"
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace ptc::kernels::cpu {
@@ -24,6 +25,22 @@ void geluGrad(const float *x, const float *g, float *out, int64_t n);
 void relu(const float *in, float *out, int64_t n);
 void reluGrad(const float *x, const float *g, float *out, int64_t n);
 void copy(const void *in, void *out, int64_t bytes);
+
+/// bf16 <-> f32 (round to nearest even; NaN stays NaN).
+inline float bf16ToF32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint16_t f32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
 
 /// Float storage types (mixed precision: bf16 / f16 storage, f32 math).
 enum class FloatType { F32, BF16, F16 };

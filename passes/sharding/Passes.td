@@ -60,6 +60,8 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
            "parameters (gathered before each use)">,
     Option<"explain", "explain", "bool", /*default=*/"false",
            "Print every inserted collective with its cause and cost">,
+    Option<"gradReduceDtype", "grad-reduce-dtype", "std::string", /*default=*/"\"f32\"",
+           "Type of the data-parallel gradient reductions: f32 or bf16 (half the bytes)">,
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
            "Largest all-reduce bucket in MiB">,
     Option<"alphaUs", "alpha-us", "double", /*default=*/"5.0",

@@ -1258,6 +1258,77 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);
       if (explain)
         report(func, *meshInfo, partitioner.collectives);
+      if (gradReduceDtype == "bf16") {
+        reduceInBf16(func, dpAxis);
+      } else if (gradReduceDtype != "f32") {
+        module.emitError() << "grad-reduce-dtype must be f32 or bf16, got '"
+                           << gradReduceDtype.getValue() << "'";
+        return signalPassFailure();
+      }
+    }
+  }
+
+  /// Gradient reductions over dp (all-reduce buckets, ZeRO reduce-scatters)
+  /// of f32 tensors run in bf16: a convert before, a convert after. Scalars
+  /// (the loss) stay f32, split off into their own bucket.
+  void reduceInBf16(func::FuncOp func, int dpAxis) {
+    if (dpAxis < 0)
+      return;
+    OpBuilder b(func.getContext());
+    auto isDpOnly = [&](ArrayAttr axes) {
+      return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == "dp";
+    };
+    auto wide = [](Value v) {
+      auto t = cast<RankedTensorType>(v.getType());
+      return t.getElementType().isF32() && t.getRank() > 0;
+    };
+    auto toType = [](Value v, Type e) {
+      return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(), e);
+    };
+    SmallVector<Operation *> ops;
+    func.walk([&](Operation *op) {
+      if (auto ar = dyn_cast<AllReduceOp>(op); ar && isDpOnly(ar.getAxes()))
+        ops.push_back(op);
+      if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && isDpOnly(rs.getAxes()) && wide(rs.getInput()))
+        ops.push_back(op);
+    });
+    for (Operation *op : ops) {
+      b.setInsertionPoint(op);
+      if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+        Value in = ConvertOp::create(b, op->getLoc(), toType(rs.getInput(), b.getBF16Type()), rs.getInput());
+        auto low = ReduceScatterOp::create(b, op->getLoc(), toType(rs.getResult(), b.getBF16Type()), in,
+                                           rs.getAxes(), rs.getDimAttr());
+        Value back = ConvertOp::create(b, op->getLoc(), rs.getResult().getType(), low.getResult());
+        low->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+        rs.getResult().replaceAllUsesWith(back);
+        op->erase();
+        continue;
+      }
+      auto ar = cast<AllReduceOp>(op);
+      SmallVector<unsigned> lowIdx, keepIdx;
+      for (auto [i, v] : llvm::enumerate(ar.getInputs()))
+        (wide(v) ? lowIdx : keepIdx).push_back(static_cast<unsigned>(i));
+      if (lowIdx.empty())
+        continue;
+      SmallVector<Value> lowIn;
+      for (unsigned i : lowIdx)
+        lowIn.push_back(ConvertOp::create(b, op->getLoc(), toType(ar.getInputs()[i], b.getBF16Type()),
+                                          ar.getInputs()[i]));
+      auto lowOp = AllReduceOp::create(b, op->getLoc(), ValueRange(lowIn), ar.getAxes());
+      lowOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+      for (auto [k, i] : llvm::enumerate(lowIdx))
+        ar.getResult(i).replaceAllUsesWith(ConvertOp::create(
+            b, op->getLoc(), ar.getResult(i).getType(), lowOp.getResult(static_cast<unsigned>(k))));
+      if (!keepIdx.empty()) {
+        SmallVector<Value> keepIn;
+        for (unsigned i : keepIdx)
+          keepIn.push_back(ar.getInputs()[i]);
+        auto keepOp = AllReduceOp::create(b, op->getLoc(), ValueRange(keepIn), ar.getAxes());
+        keepOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+        for (auto [k, i] : llvm::enumerate(keepIdx))
+          ar.getResult(i).replaceAllUsesWith(keepOp.getResult(static_cast<unsigned>(k)));
+      }
+      op->erase();
     }
   }
 

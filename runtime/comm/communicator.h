@@ -37,6 +37,10 @@ public:
   /// In-place elementwise sum of `count` floats over the group of `axes`.
   virtual Status allReduceSum(float *data, int64_t count, const std::vector<int> &axes,
                               const std::string &what) = 0;
+  /// The same for bf16 values (each pairwise sum rounded to bf16, as NCCL
+  /// does): half the bytes on the wire.
+  virtual Status allReduceSumBf16(uint16_t *data, int64_t count, const std::vector<int> &axes,
+                                  const std::string &what) = 0;
   /// In-place elementwise maximum over the group of `axes`.
   virtual Status allReduceMax(float *data, int64_t count, const std::vector<int> &axes,
                               const std::string &what) = 0;
@@ -44,6 +48,8 @@ public:
   /// order) over the group of `axis`; this member keeps its block in `out`.
   virtual Status reduceScatterSum(const float *in, float *out, int64_t count, int axis,
                                   const std::string &what) = 0;
+  virtual Status reduceScatterSumBf16(const uint16_t *in, uint16_t *out, int64_t count, int axis,
+                                     const std::string &what) = 0;
   /// Sends block r of `in` (`bytes` each, coordinate order) to member r of the
   /// group of `axis`; block r of `out` receives member r's block.
   virtual Status allToAll(const void *in, void *out, int64_t bytes, int axis,

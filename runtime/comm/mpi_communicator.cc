@@ -4,6 +4,8 @@
 
 #include "runtime/comm/communicator.h"
 
+#include "kernels/cpu/kernels.h"
+
 #include <mpi.h>
 
 #include <chrono>
@@ -36,6 +38,14 @@ bool mpiInitialized() {
     }                                                                                              \
   } while (0)
 
+/// MPI has no bf16 type: a commutative user operation on 16-bit words.
+void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
+  const auto *a = static_cast<const uint16_t *>(in);
+  auto *b = static_cast<uint16_t *>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = kernels::cpu::f32ToBf16(kernels::cpu::bf16ToF32(a[i]) + kernels::cpu::bf16ToF32(b[i]));
+}
+
 class MpiCommunicator : public Communicator {
 public:
   MpiCommunicator(const Mesh &mesh, int rank, int size, double timeout)
@@ -44,9 +54,12 @@ public:
     coords_ = mesh.coords(rank);
   }
   ~MpiCommunicator() override {
-    if (mpiInitialized())
+    if (mpiInitialized()) {
       for (auto &[mask, comm] : groups_)
         MPI_Comm_free(&comm);
+      if (bf16Sum_ != MPI_OP_NULL)
+        MPI_Op_free(&bf16Sum_);
+    }
   }
 
   int rank() const override { return rank_; }
@@ -61,6 +74,28 @@ public:
     PTC_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, *comm,
                            &req));
     return wait(req, "all_reduce", what, axes);
+  }
+
+  Status allReduceSumBf16(uint16_t *data, int64_t count, const std::vector<int> &axes,
+                          const std::string &what) override {
+    auto comm = group(axes);
+    if (!comm.isOk())
+      return comm.status();
+    MPI_Request req;
+    PTC_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_UINT16_T, bf16Op(),
+                           *comm, &req));
+    return wait(req, "all_reduce(bf16)", what, axes);
+  }
+
+  Status reduceScatterSumBf16(const uint16_t *in, uint16_t *out, int64_t count, int axis,
+                              const std::string &what) override {
+    auto comm = group({axis});
+    if (!comm.isOk())
+      return comm.status();
+    MPI_Request req;
+    PTC_MPI(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), MPI_UINT16_T, bf16Op(),
+                                      *comm, &req));
+    return wait(req, "reduce_scatter(bf16)", what, {axis});
   }
 
   Status allReduceMax(float *data, int64_t count, const std::vector<int> &axes,
@@ -238,6 +273,12 @@ private:
     std::string what;
     int axis, peer;
   };
+  MPI_Op bf16Op() {
+    if (bf16Sum_ == MPI_OP_NULL)
+      MPI_Op_create(&bf16Sum, /*commute=*/1, &bf16Sum_);
+    return bf16Sum_;
+  }
+  MPI_Op bf16Sum_ = MPI_OP_NULL;
   std::list<Pending> pending_;
   int rank_, size_;
   double timeout_;

@@ -305,6 +305,12 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::ShardSlice:
   case OpCode::AllGather:
     return runKernel(inst);
+  case OpCode::AllReduce:
+  case OpCode::ReduceScatter:
+    // bf16 gradient reduction: bf16 on the wire.
+    if (plan_->tensor(in[0]).dtype == plan::DType::BF16)
+      return runBf16Reduction(inst);
+    break;
   default:
     break;
   }
@@ -336,6 +342,49 @@ Status Executor::run(const plan::Instruction &inst) {
                       floatTypeOf(plan_->tensor(low[i]).dtype), plan_->tensor(low[i]).numElements);
   }
   return status;
+}
+
+Status Executor::runBf16Reduction(const plan::Instruction &inst) {
+  const auto &in = *inst.inputs();
+  const auto &out = *inst.outputs();
+  std::string what = inst.location() ? inst.location()->str() : "";
+  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  if (inst.op() == OpCode::AllReduce) {
+    int64_t total = 0;
+    for (int32_t id : in)
+      total += plan_->tensor(id).numElements;
+    staging16_.resize(static_cast<size_t>(total));
+    int64_t off = 0;
+    for (int32_t id : in) {
+      std::memcpy(staging16_.data() + off, data(id), static_cast<size_t>(plan_->tensor(id).bytes));
+      off += plan_->tensor(id).numElements;
+    }
+    if (comm_)
+      PTC_RETURN_IF_ERROR(comm_->allReduceSumBf16(staging16_.data(), total, axes,
+                                                  "a " + std::to_string(total * 2) +
+                                                      "-byte bf16 bucket at " + what));
+    off = 0;
+    for (int32_t id : out) {
+      std::memcpy(data(id), staging16_.data() + off, static_cast<size_t>(plan_->tensor(id).bytes));
+      off += plan_->tensor(id).numElements;
+    }
+    return Status::ok();
+  }
+  const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+  int64_t dim = inst.ints()->Get(1);
+  int parts = plan_->meshSizes()[static_cast<size_t>(axes[0])];
+  staging16_.resize(static_cast<size_t>(src.numElements));
+  std::vector<int64_t> offsets(src.shape.size(), 0);
+  for (int p = 0; p < parts; ++p) {
+    offsets[static_cast<size_t>(dim)] = p * dst.shape[static_cast<size_t>(dim)];
+    k::sliceCopy(data(in[0]), src.shape, staging16_.data() + p * dst.numElements, dst.shape,
+                 offsets, sizeof(uint16_t), /*toSmall=*/true);
+  }
+  if (comm_)
+    return comm_->reduceScatterSumBf16(staging16_.data(), static_cast<uint16_t *>(data(out[0])),
+                                       dst.numElements, axes[0], "'" + src.name + "' at " + what);
+  std::memcpy(data(out[0]), staging16_.data(), static_cast<size_t>(dst.bytes));
+  return Status::ok();
 }
 
 Status Executor::runKernel(const plan::Instruction &inst) {

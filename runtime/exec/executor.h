@@ -82,6 +82,8 @@ private:
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
   Status run(const plan::Instruction &inst);
   Status runKernel(const plan::Instruction &inst);
+  Status runBf16Reduction(const plan::Instruction &inst);
+  std::vector<uint16_t> staging16_;
   std::vector<std::vector<float>> widened_; // f32 copies of bf16 / f16 tensors
 
   Status runCollective(const plan::Instruction &inst);

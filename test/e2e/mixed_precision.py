@@ -5,7 +5,8 @@ loss scale). Low-precision rounding makes the runs drift apart slowly, so the bo
 documented, not 1e-5: per-step losses within 2% (bf16) / 1% (f16) relative of fp32 over 60
 steps, and every run learns (mean of the last 10 losses at least 1.5 below the first loss).
 bf16 on a pp:2 x dp:2 mesh (4 micro-batches) and on dp:2 x tp:2 with sequence parallelism must
-match bf16 on one process within 1%.
+match bf16 on one process within 1%; fp32 training whose data-parallel gradient reduction
+(ZeRO-2 reduce-scatter) runs in bf16 stays within 2% of fp32.
 
 usage: mixed_precision.py --bin BUILD/bin --workdir DIR
 """
@@ -60,6 +61,8 @@ def main():
     compare("f16 (loss scale 1024)", train("f16", "precision=f16 loss-scale=1024"), fp32, 1e-2)
     compare("bf16 pp:2,dp:2 vs bf16", train("bf16-3d", "precision=bf16 mesh=pp:2,dp:2 microbatches=4", 4),
             bf16, 1e-2)
+    compare("dp:2 bf16 grad reduction",
+            train("dp2-bf16-reduce", "mesh=dp:2 zero=2 grad-reduce-dtype=bf16", 2), fp32, 2e-2)
     compare("bf16 dp:2,tp:2+sp vs bf16",
             train("bf16-tp", "precision=bf16 mesh=dp:2,tp:2 sequence-parallel=true", 4), bf16, 1e-2)
     print("mixed precision:", "passed" if ok else "FAILED")
