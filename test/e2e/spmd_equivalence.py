@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--layouts", nargs="+",
                     default=["dp:2", "tp:2", "tp:2+sp", "dp:2,tp:2", "dp:2,tp:2+sp", "dp:2+zero1",
                              "dp:2+zero2", "dp:2+zero3", "dp:4", "dp:4+zero1", "dp:4+zero2",
-                             "dp:4+zero3", "dp:2,tp:2+zero3"])
+                             "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3"])
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
