@@ -59,6 +59,17 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<double> lossScale{
       *this, "loss-scale", llvm::cl::desc("Static loss scale (for f16 compute)"),
       llvm::cl::init(1.0)};
+  PassOptions::Option<bool> dynamicLossScale{
+      *this, "dynamic-loss-scale",
+      llvm::cl::desc("Dynamic loss scaling: skip overflowing steps, halve / grow the scale"),
+      llvm::cl::init(false)};
+  PassOptions::Option<double> lossScaleInit{
+      *this, "loss-scale-init", llvm::cl::desc("Initial dynamic loss scale"),
+      llvm::cl::init(65536.0)};
+  PassOptions::Option<int64_t> lossScaleWindow{
+      *this, "loss-scale-window",
+      llvm::cl::desc("Steps without overflow before the dynamic loss scale doubles"),
+      llvm::cl::init(1000)};
   PassOptions::Option<int64_t> microbatches{
       *this, "microbatches",
       llvm::cl::desc("Micro-batches per step (gradient accumulation; pipeline schedules)"),

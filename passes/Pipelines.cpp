@@ -56,6 +56,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.weightDecay = options.weightDecay;
     opt.momentum = options.momentum;
     opt.maxGradNorm = options.maxGradNorm;
+    opt.dynamicLossScale = options.dynamicLossScale;
+    opt.lossScaleInit = options.lossScaleInit;
+    opt.lossScaleWindow = options.lossScaleWindow;
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
   pm.addPass(createCSEPass());

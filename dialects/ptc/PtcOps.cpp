@@ -685,5 +685,15 @@ LogicalResult ClipGradNormOp::verify() {
   return checkHyperparameter(*this, "max_norm", getMaxNorm().convertToDouble(), 0, false, inf);
 }
 
+LogicalResult UnscaleGradsOp::verify() {
+  if (getUnscaled().size() != getGrads().size())
+    return emitOpError() << "expected " << getGrads().size() << " unscaled results, got "
+                         << getUnscaled().size();
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(getGrads(), getUnscaled())))
+    if (std::get<0>(pair).getType() != std::get<1>(pair).getType())
+      return emitOpError() << "unscaled result #" << i << " must have the type of grad #" << i;
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/ptc/PtcOps.cpp.inc"

@@ -14,7 +14,8 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [Pure,
                    "new_exp_avg_sq"]>]> {
   let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
   let description = [{
-    With `t = step` (a scalar already counting this step):
+    With `t = step` (a scalar already counting this step); with `skip` (a
+    scalar, dynamic loss scaling) non-zero, nothing changes:
     ```
     p  = p * (1 - lr * weight_decay)
     m  = beta1 * m + (1 - beta1) * g
@@ -30,12 +31,13 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [Pure,
   }];
   let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad, Ptc_FloatTensor:$exp_avg,
                        Ptc_FloatTensor:$exp_avg_sq, 0DTensorOf<[F32]>:$step,
+                       Optional<0DTensorOf<[F32]>>:$skip,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                        F64Attr:$weight_decay);
   let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_exp_avg,
                       Ptc_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:` type($param) `,` type($step)
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`skip` `(` $skip^ `:` type($skip) `)`)? attr-dict `:` type($param) `,` type($step)
   }];
   let hasVerifier = 1;
 }
@@ -49,6 +51,7 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [Pure,
     b = momentum * b + g
     p = p - lr * b
     ```
+    With `skip` (a scalar, dynamic loss scaling) non-zero, nothing changes.
 
     ```mlir
     %p2, %b2 = ptc.sgd_update %p, %g, %b {lr = 0.1 : f64, momentum = 0.9 : f64,
@@ -56,11 +59,11 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [Pure,
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad,
-                       Ptc_FloatTensor:$momentum_buffer, F64Attr:$lr, F64Attr:$momentum,
-                       F64Attr:$weight_decay);
+                       Ptc_FloatTensor:$momentum_buffer, Optional<0DTensorOf<[F32]>>:$skip,
+                       F64Attr:$lr, F64Attr:$momentum, F64Attr:$weight_decay);
   let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_momentum_buffer);
   let assemblyFormat = [{
-    $param `,` $grad `,` $momentum_buffer attr-dict `:` type($param)
+    $param `,` $grad `,` $momentum_buffer (`skip` `(` $skip^ `:` type($skip) `)`)? attr-dict `:` type($param)
   }];
   let hasVerifier = 1;
 }
@@ -84,6 +87,65 @@ def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [Pure]> {
   let results = (outs Variadic<Ptc_FloatTensor>:$clipped, 0DTensorOf<[F32]>:$norm);
   let assemblyFormat = "$grads attr-dict `:` functional-type($grads, results)";
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Dynamic loss scaling
+//===----------------------------------------------------------------------===//
+
+def Ptc_LossScaleOp : Ptc_Op<"loss_scale", [Pure, AllTypesMatch<["exponent", "scale"]>]> {
+  let summary = "the current loss scale: initial * 2^exponent";
+  let description = [{
+    The factor the backward pass starts from under dynamic loss scaling;
+    `exponent` is optimizer state (starts at 0), moved by
+    `ptc.loss_scale_update`.
+
+    ```mlir
+    %s = ptc.loss_scale %e {initial = 65536.0 : f64} : tensor<f32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$exponent, F64Attr:$initial);
+  let results = (outs 0DTensorOf<[F32]>:$scale);
+  let assemblyFormat = "$exponent attr-dict `:` type($scale)";
+}
+
+def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [Pure]> {
+  let summary = "gradients divided by the loss scale, and whether any is not finite";
+  let description = [{
+    Each result is its gradient divided by `scale`; the last result is 1.0
+    when any element of any gradient is infinite or NaN (over the devices of
+    the `axes` groups too, which hold other parts of the gradients), else 0.
+
+    ```mlir
+    %g0, %g1, %inf = ptc.unscale_grads %a, %b by %s
+        : (tensor<128x64xf32>, tensor<64xf32>, tensor<f32>)
+          -> (tensor<128x64xf32>, tensor<64xf32>, tensor<f32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Ptc_FloatTensor>:$grads, 0DTensorOf<[F32]>:$scale,
+                       OptionalAttr<StrArrayAttr>:$axes);
+  let results = (outs Variadic<Ptc_FloatTensor>:$unscaled, 0DTensorOf<[F32]>:$found_inf);
+  let assemblyFormat = "$grads `by` $scale attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Ptc_LossScaleUpdateOp : Ptc_Op<"loss_scale_update", [Pure,
+    AllTypesMatch<["exponent", "good_steps", "found_inf", "new_exponent", "new_good_steps"]>]> {
+  let summary = "halve the loss scale after an overflow, double it after `window` good steps";
+  let description = [{
+    ```
+    if found_inf: exponent -= 1, good = 0          (the step was skipped)
+    else:         good += 1; if good == window: exponent += 1, good = 0
+    ```
+
+    ```mlir
+    %e2, %g2 = ptc.loss_scale_update %e, %g, %inf {window = 1000 : i64} : tensor<f32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$exponent, 0DTensorOf<[F32]>:$good_steps,
+                       0DTensorOf<[F32]>:$found_inf, I64Attr:$window);
+  let results = (outs 0DTensorOf<[F32]>:$new_exponent, 0DTensorOf<[F32]>:$new_good_steps);
+  let assemblyFormat = "$exponent `,` $good_steps `,` $found_inf attr-dict `:` type($exponent)";
 }
 
 #endif // PTC_OPTIMIZER_OPS_TD

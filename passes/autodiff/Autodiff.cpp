@@ -81,8 +81,11 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
       forwardId[op] = i;
       op->setAttr(kForwardIdAttrName, b.getI64IntegerAttr(static_cast<int64_t>(i)));
     }
-  if (needsGrad(loss))
+  if (needsGrad(loss)) {
     grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), lossScale);
+    // Dynamic loss scaling (ptc-optimizer) replaces the seed by the scale.
+    grads[loss].getDefiningOp()->setAttr("ptc.loss_seed", b.getUnitAttr());
+  }
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGrads;
     bool any = false;

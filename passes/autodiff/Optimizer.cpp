@@ -66,6 +66,43 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     SmallVector<Value> grads;
     for (const Entry &e : entries)
       grads.push_back(e.grad);
+
+    // Dynamic loss scaling: the backward pass starts from the current scale;
+    // gradients are unscaled and checked; a step with an overflow changes
+    // nothing but the scale.
+    auto scalar = RankedTensorType::get({}, b.getF32Type());
+    Value skip, scale;
+    BlockArgument scaleExp, scaleGood;
+    if (dynamicLossScale) {
+      Operation *seed = nullptr;
+      func.walk([&](arith::ConstantOp c) {
+        if (c->hasAttr("ptc.loss_seed"))
+          seed = c;
+      });
+      if (!seed) {
+        func.emitError() << "dynamic loss scaling needs the backward pass's seed; run "
+                            "ptc-autodiff (without loss-scale) first";
+        return signalPassFailure();
+      }
+      if (lossScaleInit <= 0.0 || lossScaleWindow < 1) {
+        func.emitError() << "loss-scale-init must be > 0 and loss-scale-window >= 1";
+        return signalPassFailure();
+      }
+      scaleExp = addState(scalar, "loss_scale.exponent");
+      scaleGood = addState(scalar, "loss_scale.good_steps");
+      OpBuilder sb = OpBuilder::atBlockBegin(&block);
+      scale = LossScaleOp::create(sb, loc, scalar, scaleExp, sb.getF64FloatAttr(lossScaleInit));
+      seed->getResult(0).replaceAllUsesWith(scale);
+      seed->erase();
+      SmallVector<Type> types;
+      for (Value g : grads)
+        types.push_back(g.getType());
+      types.push_back(scalar);
+      auto unscale = UnscaleGradsOp::create(b, loc, types, grads, scale, ArrayAttr());
+      for (auto [i, u] : llvm::enumerate(unscale.getUnscaled()))
+        grads[i] = u;
+      skip = unscale.getFoundInf();
+    }
     Value gradNorm;
     if (maxGradNorm > 0.0) {
       SmallVector<Type> types;
@@ -86,6 +123,11 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       resultAttrs.push_back(
           b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradNormAttrName, b.getUnitAttr())));
     }
+    if (scale) {
+      results.push_back(scale);
+      resultAttrs.push_back(
+          b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kLossScaleAttrName, b.getUnitAttr())));
+    }
     auto update = [&](Value v, StringRef name) {
       results.push_back(v);
       resultAttrs.push_back(b.getDictionaryAttr(
@@ -94,10 +136,11 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
 
     Value step;
     if (adamw) {
-      auto scalar = RankedTensorType::get({}, b.getF32Type());
       BlockArgument stepArg = addState(scalar, "optimizer.step");
-      auto one = arith::ConstantOp::create(
+      Value one = arith::ConstantOp::create(
           b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
+      if (skip) // a skipped step does not count
+        one = SubOp::create(b, loc, one, skip);
       step = AddOp::create(b, loc, stepArg, one);
     }
     for (auto [i, e] : llvm::enumerate(entries)) {
@@ -108,7 +151,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       if (adamw) {
         BlockArgument m = addState(t, base + ".exp_avg");
         BlockArgument v = addState(t, base + ".exp_avg_sq");
-        auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step,
+        auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step, skip,
                                         b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
                                         b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
                                         b.getF64FloatAttr(wd));
@@ -117,7 +160,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         update(op.getNewExpAvgSq(), base + ".exp_avg_sq");
       } else {
         BlockArgument buf = addState(t, base + ".momentum_buffer");
-        auto op = SgdUpdateOp::create(b, ploc, t, t, e.param, grads[i], buf,
+        auto op = SgdUpdateOp::create(b, ploc, t, t, e.param, grads[i], buf, skip,
                                       b.getF64FloatAttr(lr), b.getF64FloatAttr(momentum),
                                       b.getF64FloatAttr(wd));
         update(op.getNewParam(), base);
@@ -126,6 +169,12 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     }
     if (adamw)
       update(step, "optimizer.step");
+    if (skip) {
+      auto next = LossScaleUpdateOp::create(b, loc, scalar, scalar, scaleExp, scaleGood, skip,
+                                            b.getI64IntegerAttr(lossScaleWindow));
+      update(next.getNewExponent(), "loss_scale.exponent");
+      update(next.getNewGoodSteps(), "loss_scale.good_steps");
+    }
 
     replaceReturn(func, results, resultAttrs);
   }

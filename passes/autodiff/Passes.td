@@ -80,6 +80,12 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
            "Weight decay (decoupled for AdamW, L2 for SGD) on rank >= 2 parameters">,
     Option<"momentum", "momentum", "double", /*default=*/"0.9", "SGD momentum">,
+    Option<"dynamicLossScale", "dynamic-loss-scale", "bool", /*default=*/"false",
+           "Dynamic loss scaling: skip steps whose gradients overflow and halve the scale">,
+    Option<"lossScaleInit", "loss-scale-init", "double", /*default=*/"65536.0",
+           "Initial dynamic loss scale">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", /*default=*/"1000",
+           "Double the dynamic loss scale after this many steps without overflow">,
     Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",
            "Clip gradients to this global L2 norm (0: no clipping)">
   ];

@@ -162,6 +162,18 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
           axes = axisIndices(*o.getAxes());
         return Lowered{C::ClipGradNorm, axes, {o.getMaxNorm().convertToDouble()}};
       })
+      .Case([](LossScaleOp o) {
+        return Lowered{C::LossScale, {}, {o.getInitial().convertToDouble()}};
+      })
+      .Case([&](UnscaleGradsOp o) {
+        SmallVector<int64_t> axes;
+        if (o.getAxes())
+          axes = axisIndices(*o.getAxes());
+        return Lowered{C::UnscaleGrads, axes, {}};
+      })
+      .Case([](LossScaleUpdateOp o) {
+        return Lowered{C::LossScaleUpdate, {static_cast<int64_t>(o.getWindow())}, {}};
+      })
       .Case([](SendOp o) { return Lowered{C::Send, {static_cast<int64_t>(o.getChannel())}, {}}; })
       .Case([](RecvOp o) { return Lowered{C::Recv, {static_cast<int64_t>(o.getChannel())}, {}}; })
       .Case([](MicrobatchSumOp) { return Lowered{C::MicrobatchSum}; })
@@ -485,6 +497,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         name = "loss";
       else if (func.getResultAttr(i, PtcDialect::kGradNormAttrName))
         name = "grad_norm";
+      else if (func.getResultAttr(i, PtcDialect::kLossScaleAttrName))
+        name = "loss_scale";
       else if (auto p = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName))
         name = "grad:" + p.str();
       else if (func.getResultAttr(i, PtcDialect::kUpdateAttrName))

@@ -106,6 +106,42 @@ LogicalResult Splitter::run() {
         if (Operation *def = producer(v); def && !perMb.contains(def))
           return op->emitOpError() << "runs once per micro-batch but reads a value computed after "
                                       "the micro-batches";
+  // Work that depends only on parameters or state (the dynamic loss scale)
+  // and that both the micro-batches and the once-per-step ops read: the step
+  // gets its own copy.
+  {
+    OpBuilder cb(func.getContext());
+    bool cloned = false;
+    for (Operation *op : ops) {
+      if (!perMb.contains(op) || dependent.contains(op))
+        continue;
+      SmallVector<OpOperand *> stepUses;
+      for (Value r : op->getResults())
+        for (OpOperand &use : r.getUses())
+          if (!perMb.contains(use.getOwner()) && !isa<func::ReturnOp>(use.getOwner()))
+            stepUses.push_back(&use);
+      if (stepUses.empty())
+        continue;
+      Operation *first = stepUses.front()->getOwner();
+      for (OpOperand *use : stepUses)
+        if (index.count(use->getOwner()) && index[use->getOwner()] < index[first])
+          first = use->getOwner();
+      cb.setInsertionPoint(first);
+      Operation *copy = cb.clone(*op);
+      for (OpOperand *use : stepUses)
+        use->set(copy->getResult(cast<OpResult>(use->get()).getResultNumber()));
+      cloned = true;
+    }
+    if (cloned) {
+      ops.clear();
+      index.clear();
+      for (Operation &op : block.without_terminator())
+        if (!isa<arith::ConstantOp>(op)) {
+          index[&op] = ops.size();
+          ops.push_back(&op);
+        }
+    }
+  }
 
   // 2. Forward / backward: backward ops are those autodiff marked and what
   //    depends on them.
@@ -362,9 +398,13 @@ LogicalResult Splitter::run() {
       int k = stepChunk(v);
       if (k < 0)
         continue;
-      if (rank && *rank != rankOfChunk(k))
+      if (rank && *rank != rankOfChunk(k)) {
+        if (isa<UnscaleGradsOp>(op))
+          return op->emitOpError() << "dynamic loss scaling is not supported with pipeline "
+                                      "stages yet (use a static loss-scale)";
         return op->emitOpError() << "runs once per step but reads values of pipeline ranks "
                                  << *rank << " and " << rankOfChunk(k);
+      }
       rank = rankOfChunk(k);
       c = c < 0 ? k : std::min(c, k);
     }

@@ -540,12 +540,65 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     return k::moeCombineGrad(I(0), I(1), ids(2), I(3), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0],
                              IS(0)[1], O(0), O(1));
   case OpCode::AdamWUpdate:
-    k::adamwUpdate(I(0), I(1), I(2), I(3), *I(4), k::AdamW{F(0), F(1), F(2), F(3), F(4)}, N(0),
-                   O(0), O(1), O(2));
+  case OpCode::SgdUpdate: {
+    bool adam = inst.op() == OpCode::AdamWUpdate;
+    size_t base = adam ? 5 : 3;
+    if (in.size() > base && *I(base) != 0.0f) {
+      // Dynamic loss scaling found an overflow: the step changes nothing
+      // (outputs that are not the inputs themselves get their values).
+      const size_t from[] = {0, 2, 3};
+      for (size_t o = 0; o < out.size(); ++o)
+        if (out[static_cast<flatbuffers::uoffset_t>(o)] != in[static_cast<flatbuffers::uoffset_t>(from[o])])
+          std::memcpy(O(o), I(from[o]), static_cast<size_t>(N(from[o])) * sizeof(float));
+      return Status::ok();
+    }
+    if (adam)
+      k::adamwUpdate(I(0), I(1), I(2), I(3), *I(4), k::AdamW{F(0), F(1), F(2), F(3), F(4)}, N(0),
+                     O(0), O(1), O(2));
+    else
+      k::sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), O(0), O(1));
     return Status::ok();
-  case OpCode::SgdUpdate:
-    k::sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), O(0), O(1));
+  }
+  case OpCode::LossScale:
+    *O(0) = static_cast<float>(F(0) * std::exp2(static_cast<double>(*I(0))));
     return Status::ok();
+  case OpCode::LossScaleUpdate: {
+    float exponent = *I(0), good = *I(1);
+    if (*I(2) != 0.0f) {
+      exponent -= 1.0f;
+      good = 0.0f;
+    } else if ((good += 1.0f) >= static_cast<float>(inst.ints()->Get(0))) {
+      exponent += 1.0f;
+      good = 0.0f;
+    }
+    *O(0) = exponent;
+    *O(1) = good;
+    return Status::ok();
+  }
+  case OpCode::UnscaleGrads: {
+    size_t n = in.size() - 1;
+    float inv = 1.0f / *I(n);
+    float found = 0.0f;
+    for (size_t t = 0; t < n; ++t) {
+      const float *g = I(t);
+      float *u = O(t);
+      int64_t count = N(t);
+      int bad = 0;
+#pragma omp parallel for reduction(| : bad) if (count > 32768)
+      for (int64_t i = 0; i < count; ++i) {
+        bad |= !std::isfinite(g[i]);
+        u[i] = g[i] * inv;
+      }
+      if (bad)
+        found = 1.0f;
+    }
+    if (inst.ints() && inst.ints()->size() > 0 && comm_) {
+      std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+      PTC_RETURN_IF_ERROR(comm_->allReduceMax(&found, 1, axes, "the gradient overflow flag"));
+    }
+    *O(n) = found;
+    return Status::ok();
+  }
   case OpCode::AllReduce:
   case OpCode::AllGather:
   case OpCode::ShardSlice:

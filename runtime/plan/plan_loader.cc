@@ -508,7 +508,11 @@ Status InstructionChecker::check() {
   case OpCode::AdamWUpdate:
   case OpCode::SgdUpdate: {
     bool adam = op == OpCode::AdamWUpdate;
-    PTC_RETURN_IF_ERROR(counts(adam ? 5 : 3, adam ? 3 : 2, 0, adam ? 5 : 3));
+    size_t base = adam ? 5 : 3;
+    bool skip = in_.size() == base + 1; // the skip flag of dynamic loss scaling
+    PTC_RETURN_IF_ERROR(counts(skip ? base + 1 : base, adam ? 3 : 2, 0, adam ? 5 : 3));
+    if (skip)
+      PTC_RETURN_IF_ERROR(expectShape(in(base), {}, "skip flag"));
     PTC_RETURN_IF_ERROR(dtypes());
     for (size_t i = 1; i < (adam ? 4u : 3u); ++i)
       PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), "operand"));
@@ -558,6 +562,30 @@ Status InstructionChecker::check() {
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");
     return blocked(in(0), out(0), /*hasBlocks=*/true);
+  case OpCode::LossScale:
+    PTC_RETURN_IF_ERROR(counts(1, 1, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(expectShape(in(0), {}, "exponent"));
+    return expectShape(out(0), {}, "scale");
+  case OpCode::LossScaleUpdate:
+    PTC_RETURN_IF_ERROR(counts(3, 2, 1, 0));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (ints_[0] < 1)
+      return fail("window must be >= 1, got ", ints_[0]);
+    for (size_t i = 0; i < 3; ++i)
+      PTC_RETURN_IF_ERROR(expectShape(in(i), {}, "operand"));
+    return Status::ok();
+  case OpCode::UnscaleGrads:
+    if (in_.size() < 2 || out_.size() != in_.size())
+      return fail("expects n gradients and the scale, n results and the overflow flag");
+    PTC_RETURN_IF_ERROR(dtypes());
+    for (int64_t a : ints_)
+      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
+        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
+    for (size_t i = 0; i + 1 < in_.size(); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "unscaled gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scale"));
+    return expectShape(out(out_.size() - 1), {}, "overflow flag");
   case OpCode::Send:
   case OpCode::Recv:
     PTC_RETURN_IF_ERROR(counts(op == OpCode::Send ? 1 : 0, op == OpCode::Send ? 0 : 1, 1, 0));

@@ -37,6 +37,7 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --seed S            seed of the plan's initializers (default 1337)
   --save FILE         write the final parameters as safetensors
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
+                      [, loss_scale]
   --log-every N       progress line every N steps (default 10; 0: none)
   --threads N         kernel and BLAS threads (default: OpenMP's default)
   --profile           print the time spent per op kind at the end
@@ -260,6 +261,9 @@ int main(int argc, char **argv) {
   if (lossId < 0)
     return fail("plan '" + planPath + "' has no 'loss' output");
   int32_t gradNormId = plan->findOutput("grad_norm");
+  int32_t lossScaleId = plan->findOutput("loss_scale");
+  int64_t skippedSteps = 0;
+  float lastScale = 0.0f;
 
   // Inputs: the standard model reads 'tokens' and 'targets' [batch, seq] from --data.
   int32_t tokensId = plan->findTensor("tokens", plan::TensorKind::Input);
@@ -371,6 +375,14 @@ int main(int argc, char **argv) {
     if (!std::isfinite(loss))
       return fail("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
                   "; stopping (lower the learning rate or enable max-grad-norm)");
+    if (lossScaleId >= 0) {
+      // Dynamic loss scaling: a lower scale than the last step's means that
+      // step overflowed and was skipped.
+      float scale = *ex.f32(lossScaleId);
+      if (step > 0 && scale < lastScale)
+        ++skippedSteps;
+      lastScale = scale;
+    }
     double stepSeconds = std::chrono::duration<double>(t1 - t0).count();
     double elapsed = std::chrono::duration<double>(t1 - start).count();
     double tokensPerSecond = static_cast<double>(batch * seq) / stepSeconds;
@@ -381,7 +393,13 @@ int main(int argc, char **argv) {
                             static_cast<long long>(step), loss, tokensPerSecond, elapsed);
       metrics.write(line, n);
       if (gradNormId >= 0) {
-        n = std::snprintf(line, sizeof line, ",\"grad_norm\":%.9g", *ex.f32(gradNormId));
+        float norm = *ex.f32(gradNormId); // not finite on a step skipped by loss scaling
+        n = std::isfinite(norm) ? std::snprintf(line, sizeof line, ",\"grad_norm\":%.9g", norm)
+                                : std::snprintf(line, sizeof line, ",\"grad_norm\":null");
+        metrics.write(line, n);
+      }
+      if (lossScaleId >= 0) {
+        n = std::snprintf(line, sizeof line, ",\"loss_scale\":%.9g", *ex.f32(lossScaleId));
         metrics.write(line, n);
       }
       metrics << "}\n";
@@ -429,6 +447,10 @@ int main(int argc, char **argv) {
       std::cout << "ptc-run: wrote trace of the last step to " << tracePath << "\n";
     }
   }
+
+  if (lossScaleId >= 0 && leader)
+    std::cout << "dynamic loss scale: " << lastScale << " at the last step; " << skippedSteps
+              << " of the steps before it overflowed and were skipped\n";
 
   if (profile && steps > 0 && leader) {
     std::vector<std::pair<double, int>> rows;
