@@ -44,6 +44,25 @@ def compile_gpt(a, workdir, plan, options):
                     os.devnull], check=True)
 
 
+def ptc_step_seconds(a, workdir, tag, options, ranks, threads):
+    """Compiles the bench GPT with `options`, trains it with ptc-run on `ranks`
+    processes x `threads` threads, and returns the median step time after warm-up."""
+    import json
+    b = lambda t: os.path.join(a.bin, t)
+    w = lambda n: os.path.join(workdir, n)
+    plan = w(f"{tag}.plan")
+    compile_gpt(a, workdir, plan, "optimizer=adamw lr=1e-3 " + options)
+    cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(a.steps + a.warmup),
+           "--log-every", "0", "--threads", str(threads), "--metrics", w(f"{tag}.jsonl")]
+    if ranks > 1:
+        cmd += ["--np", str(ranks)]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    rows = [json.loads(l) for l in open(w(f"{tag}.jsonl"))][a.warmup:]
+    return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
+
+
 def time_torch_steps(model, opt, data, steps, warmup, batch, seq, rows=None):
     """Median seconds of a PyTorch training step on the standard batches; `rows`
     (begin, end) keeps only those rows of each global batch (a DDP rank's part)."""

@@ -7,10 +7,7 @@ Prints median step times and ratios.
 usage: bench/dp_scaling.py [--bin build/bin] [--steps 20] [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8]
 """
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -44,25 +41,10 @@ def main():
     common.add_model_options(ap, steps=20)
     a = ap.parse_args()
     cfg = (a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab)
-    b = lambda t: os.path.join(a.bin, t)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-
     with tempfile.TemporaryDirectory() as d:
-        w = lambda n: os.path.join(d, n)
-        common.write_data(w("data.bin"))
-
-        def ptc(mesh, ranks, threads):
-            plan = w(f"gpt-{ranks}.plan")
-            common.compile_gpt(a, d, plan, "optimizer=adamw lr=1e-3" + (f" mesh={mesh}" if mesh else ""))
-            cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps",
-                   str(a.steps + a.warmup), "--log-every", "0", "--threads", str(threads),
-                   "--metrics", w(f"m{ranks}.jsonl")]
-            if ranks > 1:
-                cmd += ["--np", str(ranks)]
-            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-            rows = [json.loads(l) for l in open(w(f"m{ranks}.jsonl"))][a.warmup:]
-            return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
-
+        common.write_data(os.path.join(d, "data.bin"))
+        ptc = lambda mesh, ranks, threads: common.ptc_step_seconds(
+            a, d, f"gpt-{ranks}", f"mesh={mesh}" if mesh else "", ranks, threads)
         one = ptc(None, 1, 2)
         two = ptc("dp:2", 2, 1)
 

@@ -10,10 +10,7 @@ stage takes 1 / (1 - bubble) of the 1-process time (less when one process does n
 usage: bench/pipeline.py [--bin build/bin] [--microbatches 4] [--steps 20] [model options]
 """
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -29,26 +26,10 @@ def main():
     ap.add_argument("--microbatches", type=int, default=4)
     a = ap.parse_args()
     m = a.microbatches
-    b = lambda t: os.path.join(a.bin, t)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-
     with tempfile.TemporaryDirectory() as d:
-        w = lambda n: os.path.join(d, n)
-        common.write_data(w("data.bin"))
-
-        def ptc(tag, options, ranks, threads):
-            plan = w(f"{tag}.plan")
-            common.compile_gpt(a, d, plan, "optimizer=adamw lr=1e-3 " + options)
-            cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps",
-                   str(a.steps + a.warmup), "--log-every", "0", "--threads", str(threads),
-                   "--metrics", w(f"{tag}.jsonl")]
-            if ranks > 1:
-                cmd += ["--np", str(ranks)]
-            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-            rows = [json.loads(l) for l in open(w(f"{tag}.jsonl"))][a.warmup:]
-            return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
-
+        common.write_data(os.path.join(d, "data.bin"))
+        ptc = lambda tag, options, ranks, threads: common.ptc_step_seconds(
+            a, d, tag, options, ranks, threads)
         one = ptc("one", "", 1, 2)
         acc = ptc("acc", f"microbatches={m}", 1, 2)
         schedules = [("gpipe", "schedule=gpipe"),

@@ -673,26 +673,28 @@ LogicalResult SgdUpdateOp::verify() {
   return success();
 }
 
-LogicalResult ClipGradNormOp::verify() {
-  if (getClipped().size() != getGrads().size())
-    return emitOpError() << "expected " << getGrads().size() << " clipped results, got "
-                         << getClipped().size();
-  for (auto [i, pair] : llvm::enumerate(llvm::zip(getGrads(), getClipped())))
+/// One result per gradient, of its type (clipping, unscaling).
+LogicalResult verifyOnePerGrad(Operation *op, ValueRange grads, ValueRange results,
+                               StringRef what) {
+  if (results.size() != grads.size())
+    return op->emitOpError() << "expected " << grads.size() << " " << what << " results, got "
+                             << results.size();
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(grads, results)))
     if (std::get<0>(pair).getType() != std::get<1>(pair).getType())
-      return emitOpError() << "clipped result #" << i << " must have the type of grad #" << i
-                           << ", " << std::get<0>(pair).getType();
+      return op->emitOpError() << what << " result #" << i << " must have the type of grad #" << i
+                               << ", " << std::get<0>(pair).getType();
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  if (failed(verifyOnePerGrad(*this, getGrads(), getClipped(), "clipped")))
+    return failure();
   const double inf = std::numeric_limits<double>::infinity();
   return checkHyperparameter(*this, "max_norm", getMaxNorm().convertToDouble(), 0, false, inf);
 }
 
 LogicalResult UnscaleGradsOp::verify() {
-  if (getUnscaled().size() != getGrads().size())
-    return emitOpError() << "expected " << getGrads().size() << " unscaled results, got "
-                         << getUnscaled().size();
-  for (auto [i, pair] : llvm::enumerate(llvm::zip(getGrads(), getUnscaled())))
-    if (std::get<0>(pair).getType() != std::get<1>(pair).getType())
-      return emitOpError() << "unscaled result #" << i << " must have the type of grad #" << i;
-  return success();
+  return verifyOnePerGrad(*this, getGrads(), getUnscaled(), "unscaled");
 }
 
 #define GET_OP_CLASSES

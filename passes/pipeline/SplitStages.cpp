@@ -67,13 +67,19 @@ struct Splitter {
 
 LogicalResult Splitter::run() {
   Block &block = func.getBody().front();
+  // The ops (constants aside) in order, and their positions; again after a rewrite.
   SmallVector<Operation *> ops;
-  for (Operation &op : block.without_terminator())
-    if (!isa<arith::ConstantOp>(op))
-      ops.push_back(&op);
   llvm::DenseMap<Operation *, size_t> index;
-  for (auto [i, op] : llvm::enumerate(ops))
-    index[op] = i;
+  auto collectOps = [&] {
+    ops.clear();
+    index.clear();
+    for (Operation &op : block.without_terminator())
+      if (!isa<arith::ConstantOp>(op)) {
+        index[&op] = ops.size();
+        ops.push_back(&op);
+      }
+  };
+  collectOps();
   auto producer = [&](Value v) -> Operation * {
     Operation *def = v.getDefiningOp();
     return def && index.count(def) ? def : nullptr;
@@ -132,15 +138,8 @@ LogicalResult Splitter::run() {
         use->set(copy->getResult(cast<OpResult>(use->get()).getResultNumber()));
       cloned = true;
     }
-    if (cloned) {
-      ops.clear();
-      index.clear();
-      for (Operation &op : block.without_terminator())
-        if (!isa<arith::ConstantOp>(op)) {
-          index[&op] = ops.size();
-          ops.push_back(&op);
-        }
-    }
+    if (cloned)
+      collectOps();
   }
 
   // 2. Forward / backward: backward ops are those autodiff marked and what
@@ -320,13 +319,7 @@ LogicalResult Splitter::run() {
     ms.erase();
     add.erase();
   }
-  ops.clear();
-  index.clear();
-  for (Operation &op : block.without_terminator())
-    if (!isa<arith::ConstantOp>(op)) {
-      index[&op] = ops.size();
-      ops.push_back(&op);
-    }
+  collectOps();
 
   // 5. Once-per-step ops: with their operands; all-reduce buckets and norm
   //    clipping split per pipeline rank.

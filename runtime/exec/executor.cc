@@ -238,6 +238,25 @@ void Executor::initialize(uint64_t seed) {
   }
 }
 
+Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
+  const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
+  auto t0 = std::chrono::steady_clock::now();
+  Status status = run(*inst);
+  if (profile) {
+    size_t op = static_cast<size_t>(inst->op());
+    if (profile->size() <= op)
+      profile->resize(op + 1, 0.0);
+    (*profile)[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (!status.isOk()) {
+    std::string loc = inst->location() ? inst->location()->str() : "";
+    return Status(status.code(), "instruction #" + std::to_string(n) + " (" +
+                                     opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) +
+                                     "): " + status.message());
+  }
+  return Status::ok();
+}
+
 void Executor::setInput(int32_t id, const void *wholeBatch) {
   if (!plan_->pipelined()) {
     loadFromWhole(id, wholeBatch);
@@ -255,24 +274,8 @@ void Executor::setInput(int32_t id, const void *wholeBatch) {
 Status Executor::step(std::vector<double> *profile) {
   if (plan_->pipelined())
     return runPipelined(profile);
-  const auto *instructions = plan_->plan().instructions();
-  for (size_t n = 0; n < instructions->size(); ++n) {
-    const plan::Instruction *inst = instructions->Get(static_cast<flatbuffers::uoffset_t>(n));
-    auto t0 = std::chrono::steady_clock::now();
-    Status status = run(*inst);
-    if (profile) {
-      size_t op = static_cast<size_t>(inst->op());
-      if (profile->size() <= op)
-        profile->resize(op + 1, 0.0);
-      (*profile)[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    if (!status.isOk()) {
-      std::string loc = inst->location() ? inst->location()->str() : "";
-      return Status(status.code(), "instruction #" + std::to_string(n) + " (" +
-                                       opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) +
-                                       "): " + status.message());
-    }
-  }
+  for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
+    PTC_RETURN_IF_ERROR(runInstruction(n, profile));
   return Status::ok();
 }
 
@@ -344,6 +347,21 @@ Status Executor::run(const plan::Instruction &inst) {
   return status;
 }
 
+void Executor::blocksForReduceScatter(const plan::Instruction &inst, void *staging,
+                                      size_t elementBytes) {
+  const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
+  const TensorInfo &dst = plan_->tensor((*inst.outputs())[0]);
+  size_t dim = static_cast<size_t>(inst.ints()->Get(1));
+  int parts = plan_->meshSizes()[static_cast<size_t>(inst.ints()->Get(0))];
+  std::vector<int64_t> offsets(src.shape.size(), 0);
+  for (int p = 0; p < parts; ++p) {
+    offsets[dim] = p * dst.shape[dim];
+    k::sliceCopy(data((*inst.inputs())[0]), src.shape,
+                 static_cast<uint8_t *>(staging) + p * dst.numElements * static_cast<int64_t>(elementBytes),
+                 dst.shape, offsets, elementBytes, /*toSmall=*/true);
+  }
+}
+
 Status Executor::runBf16Reduction(const plan::Instruction &inst) {
   const auto &in = *inst.inputs();
   const auto &out = *inst.outputs();
@@ -371,15 +389,8 @@ Status Executor::runBf16Reduction(const plan::Instruction &inst) {
     return Status::ok();
   }
   const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-  int64_t dim = inst.ints()->Get(1);
-  int parts = plan_->meshSizes()[static_cast<size_t>(axes[0])];
   staging16_.resize(static_cast<size_t>(src.numElements));
-  std::vector<int64_t> offsets(src.shape.size(), 0);
-  for (int p = 0; p < parts; ++p) {
-    offsets[static_cast<size_t>(dim)] = p * dst.shape[static_cast<size_t>(dim)];
-    k::sliceCopy(data(in[0]), src.shape, staging16_.data() + p * dst.numElements, dst.shape,
-                 offsets, sizeof(uint16_t), /*toSmall=*/true);
-  }
+  blocksForReduceScatter(inst, staging16_.data(), sizeof(uint16_t));
   if (comm_)
     return comm_->reduceScatterSumBf16(staging16_.data(), static_cast<uint16_t *>(data(out[0])),
                                        dst.numElements, axes[0], "'" + src.name + "' at " + what);
@@ -775,15 +786,8 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     // Lay the input out as one contiguous block per group member, then sum-scatter.
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
     int axis = axes[0];
-    int64_t dim = inst.ints()->Get(1);
-    int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
     staging_.resize(static_cast<size_t>(src.numElements));
-    std::vector<int64_t> offsets(src.shape.size(), 0);
-    for (int p = 0; p < parts; ++p) {
-      offsets[static_cast<size_t>(dim)] = p * dst.shape[static_cast<size_t>(dim)];
-      k::sliceCopy(data(in[0]), src.shape, staging_.data() + p * dst.numElements, dst.shape,
-                   offsets, sizeof(float), /*toSmall=*/true);
-    }
+    blocksForReduceScatter(inst, staging_.data(), sizeof(float));
     if (comm_)
       return comm_->reduceScatterSum(staging_.data(), f32(out[0]), dst.numElements, axis,
                                      "'" + src.name + "' at " + what);

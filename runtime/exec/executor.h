@@ -83,6 +83,8 @@ private:
   Status run(const plan::Instruction &inst);
   Status runKernel(const plan::Instruction &inst);
   Status runBf16Reduction(const plan::Instruction &inst);
+  /// Lays a reduce-scatter's input out as one contiguous block per group member.
+  void blocksForReduceScatter(const plan::Instruction &inst, void *staging, size_t elementBytes);
   std::vector<uint16_t> staging16_;
   std::vector<std::vector<float>> widened_; // f32 copies of bf16 / f16 tensors
 

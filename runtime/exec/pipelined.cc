@@ -172,25 +172,6 @@ void Executor::loadMicrobatch(int mb) {
   }
 }
 
-Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
-  const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
-  auto t0 = std::chrono::steady_clock::now();
-  Status status = run(*inst);
-  if (profile) {
-    size_t op = static_cast<size_t>(inst->op());
-    if (profile->size() <= op)
-      profile->resize(op + 1, 0.0);
-    (*profile)[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  if (!status.isOk()) {
-    std::string loc = inst->location() ? inst->location()->str() : "";
-    return Status(status.code(), "instruction #" + std::to_string(n) + " (" +
-                                     opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) +
-                                     "): " + status.message());
-  }
-  return Status::ok();
-}
-
 Status Executor::runAction(size_t index, std::vector<double> *profile) {
   const schedule::Pipeline &p = plan_->pipeline();
   const auto &actions = p.actions[static_cast<size_t>(ppRank_)];

@@ -14,8 +14,10 @@ usage: mixed_precision.py --bin BUILD/bin --workdir DIR
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
 
 def main():
@@ -24,12 +26,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=60)
     args = ap.parse_args()
-    os.makedirs(args.workdir, exist_ok=True)
-    w = lambda name: os.path.join(args.workdir, name)
-    b = lambda tool: os.path.join(args.bin, tool)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    run = lambda *cmd: subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    w, b, run = harness.tools(args.bin, args.workdir)
     run(b("ptc-tokenize"), "-o", w("data.bin"), "/usr/share/common-licenses/GPL-3")
     run(b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",
         "--vocab", "256", "--batch", "8", "-o", w("gpt.mlir"))

@@ -14,10 +14,10 @@ usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import reference_gpt as ref  # noqa: E402
 
 
@@ -31,12 +31,7 @@ def main():
                              "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3"])
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
-    os.makedirs(args.workdir, exist_ok=True)
-    w = lambda name: os.path.join(args.workdir, name)
-    b = lambda tool: os.path.join(args.bin, tool)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    run = lambda *cmd: subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    w, b, run = harness.tools(args.bin, args.workdir)
 
     text = open("/usr/share/common-licenses/GPL-3", "rb").read()[:30000]
     open(w("text.txt"), "wb").write(text)
