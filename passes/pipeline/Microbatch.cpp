@@ -263,7 +263,7 @@ struct MicrobatchPass : mlir::ptc::impl::MicrobatchPassBase<MicrobatchPass> {
     if (func.isExternal())
       return;
     if (count < 1) {
-      func.emitError() << "micro-batch count must be >= 1, got " << count;
+      func.emitError() << "micro-batch count must be >= 1, got " << static_cast<int64_t>(count);
       return signalPassFailure();
     }
     if (func->hasAttr(kMicrobatchesAttrName)) {

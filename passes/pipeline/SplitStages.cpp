@@ -548,8 +548,8 @@ struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
       return signalPassFailure();
     }
     if (virtualStages < 1 || (virtualStages > 1 && ranks < 2)) {
-      module.emitError() << "virtual-stages = " << virtualStages
-                         << " needs at least 2 pipeline ranks (and must be >= 1)";
+      module.emitError() << "virtual-stages = " << static_cast<int>(virtualStages)
+                         << (virtualStages < 1 ? " must be >= 1" : " needs at least 2 pipeline ranks");
       return signalPassFailure();
     }
     for (auto func : module.getOps<func::FuncOp>()) {
