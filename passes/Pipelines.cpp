@@ -76,6 +76,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     SplitStagesPassOptions split;
     split.virtualStages = options.virtualStages;
     split.splitWeight = StringRef(options.schedule).starts_with("zb");
+    split.report = options.scheduleReport;
     pm.addPass(createSplitStagesPass(split));
     SchedulePipelinePassOptions sched;
     sched.schedule = options.schedule;

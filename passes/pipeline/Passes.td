@@ -58,7 +58,9 @@ def SplitStagesPass : Pass<"ptc-split-stages", "::mlir::ModuleOp"> {
     Option<"virtualStages", "virtual-stages", "int", /*default=*/"1",
            "Model chunks per pipeline rank (interleaved schedules)">,
     Option<"splitWeight", "split-weight", "bool", /*default=*/"false",
-           "Separate weight-gradient ops from input-gradient ops">
+           "Separate weight-gradient ops from input-gradient ops">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Print each chunk's share of the forward cost and where it starts">
   ];
 }
 

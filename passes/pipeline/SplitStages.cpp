@@ -6,6 +6,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <map>
 
@@ -50,14 +52,15 @@ double costOf(Operation *op) {
 
 struct Splitter {
   Splitter(func::FuncOp func, ModuleOp module, int ranks, int chunks, bool splitWeight,
-           std::optional<MeshInfo> mesh)
+           std::optional<MeshInfo> mesh, bool report)
       : func(func), module(module), ranks(ranks), chunks(chunks), splitWeight(splitWeight),
-        mesh(std::move(mesh)) {}
+        mesh(std::move(mesh)), report(report) {}
   func::FuncOp func;
   ModuleOp module;
   int ranks, chunks;
   bool splitWeight;
   std::optional<MeshInfo> mesh;
+  bool report;
 
   llvm::DenseMap<Operation *, int> chunk, seg;
   llvm::DenseMap<Value, int> home; // parameter / state arguments
@@ -226,6 +229,31 @@ LogicalResult Splitter::run() {
   if (marked.empty())
     for (size_t i = 0; i < n; ++i)
       chunk[fwd[i]] = static_cast<int>(llvm::count_if(cuts, [&](size_t c) { return c <= i; }));
+
+  if (report) {
+    // Per chunk: share of the forward cost, and where it starts.
+    SmallVector<double> cost(static_cast<size_t>(chunks), 0.0);
+    SmallVector<Operation *> firstOp(static_cast<size_t>(chunks), nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      size_t c = static_cast<size_t>(chunk[fwd[i]]);
+      cost[c] += costOf(fwd[i]);
+      if (!firstOp[c])
+        firstOp[c] = fwd[i];
+    }
+    auto &os = llvm::outs();
+    os << "ptc-split-stages @" << func.getSymName() << ": " << chunks << " chunks on " << ranks
+       << " pipeline ranks, " << (marked.empty() ? "cut where one activation crosses"
+                                                 : "cut at the marked boundaries")
+       << "\n";
+    for (int c = 0; c < chunks; ++c) {
+      os << llvm::format("  chunk %d (rank %d): %5.1f%% of the forward cost, from ", c,
+                         c % ranks, 100.0 * cost[static_cast<size_t>(c)] / std::max(prefix[n], 1.0));
+      if (Operation *op = firstOp[static_cast<size_t>(c)])
+        os << op->getName() << " at " << op->getLoc();
+      os << "\n";
+    }
+    os.flush();
+  }
 
   // 4. Chunks of the other per-micro-batch ops: backward ops join the lowest
   //    chunk among the activations and gradients they read; ops that read only
@@ -559,7 +587,8 @@ struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
         func.emitError() << "has no micro-batches; run ptc-microbatch before ptc-autodiff";
         return signalPassFailure();
       }
-      Splitter s(func, module, ranks, ranks * static_cast<int>(virtualStages), splitWeight, mesh);
+      Splitter s(func, module, ranks, ranks * static_cast<int>(virtualStages), splitWeight, mesh,
+                 report);
       if (failed(s.run()))
         return signalPassFailure();
     }
