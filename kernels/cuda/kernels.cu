@@ -71,46 +71,36 @@ __global__ void reluKernel(const float *in, float *out, int64_t n) {
     out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-/// Block-wide sum of one float per thread (blockDim.x a multiple of 32, <= 1024).
-__device__ float blockSum(float v) {
-  __shared__ float partial[32];
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_down_sync(0xffffffffu, v, o);
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0)
-    partial[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? partial[lane] : 0.0f;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1)
-      v += __shfl_down_sync(0xffffffffu, v, o);
-  __shared__ float total;
-  if (threadIdx.x == 0)
-    total = v;
-  __syncthreads();
-  return total;
-}
+struct SumOp {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct MaxOp {
+  __device__ float operator()(float x, float y) const { return fmaxf(x, y); }
+};
 
-__device__ float blockMax(float v) {
+/// Block-wide reduction of one float per thread (blockDim.x a multiple of 32,
+/// <= 1024); every thread gets the result.
+template <typename Op> __device__ float blockReduce(float v, float identity, Op op) {
   __shared__ float partial[32];
+  __shared__ float total;
   for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    v = op(v, __shfl_down_sync(0xffffffffu, v, o));
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads();
   if (lane == 0)
     partial[warp] = v;
   __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? partial[lane] : -INFINITY;
+  v = threadIdx.x < blockDim.x / 32 ? partial[lane] : identity;
   if (warp == 0)
     for (int o = 16; o > 0; o >>= 1)
-      v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
-  __shared__ float total;
+      v = op(v, __shfl_down_sync(0xffffffffu, v, o));
   if (threadIdx.x == 0)
     total = v;
   __syncthreads();
   return total;
 }
+__device__ float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
+__device__ float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 
 /// One block per row.
 __global__ void layerNormKernel(const float *x, const float *w, const float *b, float *out,

@@ -4,6 +4,8 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/kernels.h"
 
+#include "test/unit/TestUtil.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,14 +15,7 @@ namespace cpu = ptc::kernels::cpu;
 namespace gpu = ptc::kernels::cuda;
 
 namespace {
-std::vector<float> randomVector(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return v;
-}
+using ptc::test::randomVector;
 
 /// A device copy of a host vector, freed at scope exit.
 template <typename T> struct DeviceVector {

@@ -2,6 +2,8 @@
 
 #include "kernels/cpu/kernels.h"
 
+#include "test/unit/TestUtil.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,14 +13,7 @@
 using namespace ptc::kernels::cpu;
 
 namespace {
-std::vector<float> randomVector(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return v;
-}
+using ptc::test::randomVector;
 
 void expectNear(const std::vector<float> &a, const std::vector<float> &b, float tol) {
   ASSERT_EQ(a.size(), b.size());
