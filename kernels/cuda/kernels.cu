@@ -102,6 +102,19 @@ template <typename Op> __device__ float blockReduce(float v, float identity, Op 
 __device__ float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
 __device__ float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 
+/// Block-wide max of a row and the sum of exp(x - max) over it (softmax
+/// normalizer); every thread gets both.
+__device__ float rowExpSum(const float *row, int64_t cols, float &max) {
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    m = fmaxf(m, row[c]);
+  max = blockMax(m);
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    s += expf(row[c] - max);
+  return blockSum(s);
+}
+
 /// One block per row.
 __global__ void layerNormKernel(const float *x, const float *w, const float *b, float *out,
                                 int64_t cols, float eps) {
@@ -122,14 +135,8 @@ __global__ void layerNormKernel(const float *x, const float *w, const float *b, 
 __global__ void softmaxKernel(const float *x, float *out, int64_t cols) {
   const float *row = x + blockIdx.x * cols;
   float *o = out + blockIdx.x * cols;
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    m = fmaxf(m, row[c]);
-  m = blockMax(m);
-  float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    s += expf(row[c] - m);
-  float inv = 1.0f / blockSum(s);
+  float m;
+  float inv = 1.0f / rowExpSum(row, cols, m);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     o[c] = expf(row[c] - m) * inv;
 }
@@ -139,14 +146,8 @@ __global__ void crossEntropyKernel(const float *logits, const int32_t *targets, 
                                    int64_t classes, float *loss, int *bad) {
   const float *row = logits + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    m = fmaxf(m, row[c]);
-  m = blockMax(m);
-  float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    s += expf(row[c] - m);
-  s = blockSum(s);
+  float m;
+  float s = rowExpSum(row, classes, m);
   if (threadIdx.x == 0) {
     if (t < 0 || t >= classes) {
       *bad = 1;
@@ -161,14 +162,9 @@ __global__ void crossEntropyGradKernel(const float *logits, const int32_t *targe
   const float *row = logits + blockIdx.x * classes;
   float *o = out + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    m = fmaxf(m, row[c]);
-  m = blockMax(m);
-  float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    s += expf(row[c] - m);
-  float scale = *g / static_cast<float>(rows), inv = scale / blockSum(s);
+  float m;
+  float s = rowExpSum(row, classes, m);
+  float scale = *g / static_cast<float>(rows), inv = scale / s;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
     o[c] = expf(row[c] - m) * inv - (c == t ? scale : 0.0f);
 }
