@@ -10,8 +10,10 @@ namespace mlir::ptc {
 
 /// Options of the `ptc-compile` pipeline (model IR -> plan file).
 struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOptions> {
-  PassOptions::Option<std::string> plan{*this, "plan",
-                                        llvm::cl::desc("Plan file to write (required)")};
+  PassOptions::Option<std::string> plan{
+      *this, "plan",
+      llvm::cl::desc("Plan file to write (none: stop at the compiled IR; ptc-opt also takes "
+                     "-o FILE.plan)")};
   PassOptions::Option<std::string> optimizer{
       *this, "optimizer", llvm::cl::desc("adamw, sgd or none (forward + backward only)"),
       llvm::cl::init("adamw")};

@@ -90,6 +90,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     report.deviceMemory = options.deviceMemory;
     pm.addPass(createReportMemoryPass(report));
   }
+  // Without a plan file the pipeline stops at the compiled IR (and reports).
+  if (options.plan.empty())
+    return;
   ExportPlanPassOptions exportOptions;
   exportOptions.output = options.plan;
   pm.addPass(createExportPlanPass(exportOptions));
