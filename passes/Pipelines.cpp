@@ -15,15 +15,15 @@
 using namespace mlir;
 
 namespace {
-/// The size of axis `pp` in a "pp:2,dp:2" mesh spec (1 without one; a
+/// The size of axis `axis` in a "pp:2,dp:2" mesh spec (1 without one; a
 /// malformed spec is diagnosed by ptc-shard).
-int64_t pipelineSize(StringRef spec) {
+int64_t axisSize(StringRef spec, StringRef axis) {
   SmallVector<StringRef> parts;
   spec.split(parts, ',');
   for (StringRef part : parts) {
     auto [name, size] = part.trim().split(':');
     int64_t n = 1;
-    if (name.trim() == "pp" && !size.trim().getAsInteger(10, n))
+    if (name.trim() == axis && !size.trim().getAsInteger(10, n))
       return n;
   }
   return 1;
@@ -31,7 +31,7 @@ int64_t pipelineSize(StringRef spec) {
 } // namespace
 
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
-  const bool pipelined = options.microbatches != 1 || pipelineSize(options.mesh) > 1 ||
+  const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, "pp") > 1 ||
                          options.virtualStages != 1;
   if (options.precision != "fp32") {
     MixedPrecisionPassOptions mp;
@@ -41,6 +41,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (pipelined) {
     MicrobatchPassOptions mb;
     mb.count = options.microbatches;
+    mb.dataParallel = axisSize(options.mesh, "dp");
     pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
   }
   AutodiffPassOptions ad;

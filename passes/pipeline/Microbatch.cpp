@@ -30,9 +30,10 @@ constexpr int kNone = -1, kMean = -2, kSum = -3;
 int rankOf(Value v) { return static_cast<int>(cast<RankedTensorType>(v.getType()).getRank()); }
 
 struct Microbatcher {
-  Microbatcher(func::FuncOp func, int64_t count) : func(func), count(count) {}
+  Microbatcher(func::FuncOp func, int64_t count, int64_t dataParallel)
+      : func(func), count(count), dataParallel(std::max<int64_t>(dataParallel, 1)) {}
   func::FuncOp func;
-  int64_t count;
+  int64_t count, dataParallel;
   llvm::DenseMap<Value, int> dim;
 
 
@@ -196,14 +197,19 @@ struct Microbatcher {
       if (!func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName))
         continue;
       auto type = cast<RankedTensorType>(arg.getType());
-      if (type.getRank() == 0 || type.getDimSize(0) % count != 0)
-        return func.emitError() << "input '"
-                                << func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                                     PtcDialect::kInputAttrName)
-                                       .getValue()
-                                << "' of type " << type << ": its batch of "
-                                << (type.getRank() ? type.getDimSize(0) : 1)
-                                << " rows does not split into " << count << " micro-batches";
+      if (type.getRank() == 0 || type.getDimSize(0) % (count * dataParallel) != 0) {
+        InFlightDiagnostic diag =
+            func.emitError() << "input '"
+                             << func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                                  PtcDialect::kInputAttrName)
+                                    .getValue()
+                             << "' of type " << type << ": its batch of "
+                             << (type.getRank() ? type.getDimSize(0) : 1)
+                             << " rows does not split into " << count << " micro-batches";
+        if (dataParallel > 1)
+          diag << " x " << dataParallel << " data-parallel ranks";
+        return diag;
+      }
       dim[arg] = 0;
       SmallVector<int64_t> shape(type.getShape());
       shape[0] /= count;
@@ -270,7 +276,7 @@ struct MicrobatchPass : mlir::ptc::impl::MicrobatchPassBase<MicrobatchPass> {
       func.emitError() << "is already split into micro-batches";
       return signalPassFailure();
     }
-    Microbatcher m(func, count);
+    Microbatcher m(func, count, dataParallel);
     if (failed(m.run()))
       signalPassFailure();
   }

@@ -20,7 +20,9 @@ def MicrobatchPass : Pass<"ptc-microbatch", "::mlir::func::FuncOp"> {
     batch, MoE routing with its capacity) are errors naming the op.
   }];
   let options = [
-    Option<"count", "count", "int64_t", /*default=*/"1", "Micro-batches per step">
+    Option<"count", "count", "int64_t", /*default=*/"1", "Micro-batches per step">,
+    Option<"dataParallel", "data-parallel", "int64_t", /*default=*/"1",
+           "Data-parallel ranks the micro-batches are split over later (checked up front)">
   ];
 }
 
