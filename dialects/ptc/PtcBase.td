@@ -72,6 +72,26 @@ def Ptc_Dialect : Dialect {
     /// mesh axis or `_` per dimension).
     static constexpr ::llvm::StringLiteral kShardingAttrName = "ptc.sharding";
 
+    /// Autodiff: on backward ops; in micro-batched steps also the id of each
+    /// forward op and, on backward ops, the id of the forward op they
+    /// differentiate (read by ptc-split-stages); on the backward pass's seed.
+    static constexpr ::llvm::StringLiteral kBackwardAttrName = "ptc.backward";
+    static constexpr ::llvm::StringLiteral kForwardIdAttrName = "ptc.forward_id";
+    static constexpr ::llvm::StringLiteral kVjpOfAttrName = "ptc.vjp_of";
+    static constexpr ::llvm::StringLiteral kLossSeedAttrName = "ptc.loss_seed";
+    /// On the step function: the micro-batch count (ptc-microbatch).
+    static constexpr ::llvm::StringLiteral kMicrobatchesAttrName = "ptc.microbatches";
+    /// On the step function: {ranks, chunks, split_weight} (ptc-split-stages).
+    static constexpr ::llvm::StringLiteral kPipelineAttrName = "ptc.pipeline";
+    /// On every op of a split step (and on parameters): its chunk (-1: every
+    /// pipeline rank); on ops also the segment ("forward", "backward", "weight", "step").
+    static constexpr ::llvm::StringLiteral kStageAttrName = "ptc.stage";
+    static constexpr ::llvm::StringLiteral kSegmentAttrName = "ptc.segment";
+    /// On a forward op of the model: a new pipeline chunk starts here.
+    static constexpr ::llvm::StringLiteral kStageBoundaryAttrName = "ptc.stage_boundary";
+    /// On the step function: {name, actions = [[action strings] per rank]}.
+    static constexpr ::llvm::StringLiteral kScheduleAttrName = "ptc.schedule";
+
     /// Parses a `ptc.init` value: "zeros", "ones" or "normal:<std>" with std > 0.
     static ::llvm::LogicalResult parseInit(::llvm::StringRef spec, ::llvm::StringRef &kind,
                                            double &stddev);

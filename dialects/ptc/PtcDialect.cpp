@@ -39,7 +39,7 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
   StringRef attrName = attr.getName().strref();
   const StringLiteral roles[] = {kParamAttrName, kInputAttrName, kStateAttrName};
   bool isRole = llvm::is_contained(roles, attrName);
-  if (attrName == "ptc.stage") { // the pipeline chunk holding the parameter (ptc-split-stages)
+  if (attrName == PtcDialect::kStageAttrName) { // the pipeline chunk holding the parameter (ptc-split-stages)
     if (!isa<IntegerAttr>(attr.getValue()))
       return op->emitError() << "'ptc.stage' on argument #" << argIndex << " must be an integer";
     return success();

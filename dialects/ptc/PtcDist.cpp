@@ -294,7 +294,7 @@ LogicalResult verifyChannel(Operation *op, int64_t channel, int64_t peer, String
     return op->emitOpError() << "channel must be >= 0, got " << channel;
   if (peer < 0)
     return op->emitOpError() << "'" << peerName << "' must be a chunk index >= 0, got " << peer;
-  if (auto stage = op->getAttrOfType<IntegerAttr>("ptc.stage"); stage && stage.getInt() == peer)
+  if (auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName); stage && stage.getInt() == peer)
     return op->emitOpError() << "sends to its own chunk " << peer;
   return success();
 }

@@ -15,6 +15,17 @@
 using namespace mlir;
 using namespace mlir::ptc;
 
+std::optional<SegmentKind> mlir::ptc::getSegment(Operation *op) {
+  auto seg = op->getAttrOfType<StringAttr>(PtcDialect::kSegmentAttrName);
+  if (!seg)
+    return std::nullopt;
+  return llvm::StringSwitch<SegmentKind>(seg.getValue())
+      .Case("forward", SegmentKind::Forward)
+      .Case("backward", SegmentKind::Backward)
+      .Case("weight", SegmentKind::Weight)
+      .Default(SegmentKind::Step);
+}
+
 int64_t mlir::ptc::getNumElements(ShapedType type) {
   int64_t n = 1;
   for (int64_t d : type.getShape())

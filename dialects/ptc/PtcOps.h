@@ -61,6 +61,12 @@ void replaceReturn(func::FuncOp func, ArrayRef<Value> results,
 /// Number of elements of a statically shaped tensor type.
 int64_t getNumElements(ShapedType type);
 
+/// The part of a split training step an op belongs to (its `ptc.segment`,
+/// set by ptc-split-stages); the values are those of the plan's Segment.
+enum class SegmentKind { Forward, Backward, Weight, Step };
+/// None: the op carries no segment.
+std::optional<SegmentKind> getSegment(Operation *op);
+
 } // namespace mlir::ptc
 
 #define GET_OP_CLASSES

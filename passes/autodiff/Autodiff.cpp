@@ -14,11 +14,6 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
-constexpr llvm::StringLiteral kBackwardAttrName = "ptc.backward";
-// Micro-batched steps only: forward ops get an id, backward ops the id of the
-// forward op they differentiate (read by ptc-split-stages).
-constexpr llvm::StringLiteral kForwardIdAttrName = "ptc.forward_id";
-constexpr llvm::StringLiteral kVjpOfAttrName = "ptc.vjp_of";
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -74,17 +69,17 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
   SmallVector<Operation *> forward;
   for (Operation &op : block.without_terminator())
     forward.push_back(&op);
-  const bool microbatched = func->hasAttr("ptc.microbatches");
+  const bool microbatched = func->hasAttr(PtcDialect::kMicrobatchesAttrName);
   llvm::DenseMap<Operation *, size_t> forwardId;
   if (microbatched)
     for (auto [i, op] : llvm::enumerate(forward)) {
       forwardId[op] = i;
-      op->setAttr(kForwardIdAttrName, b.getI64IntegerAttr(static_cast<int64_t>(i)));
+      op->setAttr(PtcDialect::kForwardIdAttrName, b.getI64IntegerAttr(static_cast<int64_t>(i)));
     }
   if (needsGrad(loss)) {
     grads[loss] = splatConstant(b, func.getLoc(), loss.getType(), lossScale);
     // Dynamic loss scaling (ptc-optimizer) replaces the seed by the scale.
-    grads[loss].getDefiningOp()->setAttr("ptc.loss_seed", b.getUnitAttr());
+    grads[loss].getDefiningOp()->setAttr(PtcDialect::kLossSeedAttrName, b.getUnitAttr());
   }
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGrads;
@@ -117,8 +112,8 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
       auto id = b.getI64IntegerAttr(static_cast<int64_t>(forwardId.lookup(op)));
       for (Operation *o = before ? before->getNextNode() : &block.front(); o != ret;
            o = o->getNextNode())
-        if (!o->hasAttr(kVjpOfAttrName))
-          o->setAttr(kVjpOfAttrName, id);
+        if (!o->hasAttr(PtcDialect::kVjpOfAttrName))
+          o->setAttr(PtcDialect::kVjpOfAttrName, id);
     }
   }
 
@@ -139,7 +134,7 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
   }
   // A micro-batched step accumulates the loss and the gradients over its
   // micro-batches (ptc-microbatch).
-  if (func->hasAttr("ptc.microbatches"))
+  if (func->hasAttr(PtcDialect::kMicrobatchesAttrName))
     for (Value &v : results)
       v = MicrobatchSumOp::create(b, v.getLoc(), v);
   replaceReturn(func, results, resultAttrs);
@@ -148,7 +143,7 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
   llvm::SmallPtrSet<Operation *, 32> forwardOps(forward.begin(), forward.end());
   for (Operation &op : block.without_terminator())
     if (!forwardOps.contains(&op))
-      op.setAttr(kBackwardAttrName, b.getUnitAttr());
+      op.setAttr(PtcDialect::kBackwardAttrName, b.getUnitAttr());
   return success();
 }
 

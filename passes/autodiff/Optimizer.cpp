@@ -76,7 +76,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (dynamicLossScale) {
       Operation *seed = nullptr;
       func.walk([&](arith::ConstantOp c) {
-        if (c->hasAttr("ptc.loss_seed"))
+        if (c->hasAttr(PtcDialect::kLossSeedAttrName))
           seed = c;
       });
       if (!seed) {

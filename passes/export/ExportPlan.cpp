@@ -8,6 +8,10 @@
 #include "runtime/plan/plan_generated.h"
 #include "runtime/schedule/schedule.h"
 
+static_assert(static_cast<int>(mlir::ptc::SegmentKind::Step) ==
+                  static_cast<int>(ptc::plan::Segment::Step),
+              "ptc.segment values and the plan's Segment enum must agree");
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include <map>
@@ -248,11 +252,10 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       return signalPassFailure();
   }
 
+  /// A channel's producer / consumer segment (once-per-step channels: Forward).
   static pp::Segment toSegment(Operation *op) {
-    StringRef s = op->getAttrOfType<StringAttr>("ptc.segment").getValue();
-    return s == "backward" ? pp::Segment::Backward
-           : s == "weight" ? pp::Segment::Weight
-                           : pp::Segment::Forward;
+    SegmentKind s = getSegment(op).value_or(SegmentKind::Forward);
+    return s == SegmentKind::Step ? pp::Segment::Forward : static_cast<pp::Segment>(s);
   }
 
   FailureOr<fb::Offset<pp::Pipeline>>
@@ -260,8 +263,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
                  const MeshInfo *mesh,
                  const std::map<int64_t, std::pair<Operation *, int32_t>> &sends,
                  const std::map<int64_t, std::pair<Operation *, int32_t>> &recvs) {
-    auto schedule = func->getAttrOfType<DictionaryAttr>("ptc.schedule");
-    auto arenas = func->getAttrOfType<DenseI64ArrayAttr>("ptc.arena_bytes_per_rank");
+    auto schedule = func->getAttrOfType<DictionaryAttr>(PtcDialect::kScheduleAttrName);
+    auto arenas = func->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesPerRankAttrName);
     if (!schedule || !arenas)
       return func.emitError() << "pipelined step without a schedule or per-rank memory plan; run "
                                  "ptc-schedule-pipeline and ptc-plan-memory before ptc-export-plan";
@@ -272,7 +275,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         return func.emitError() << "channel " << c << " lacks its send or its recv";
       auto send = cast<SendOp>(s->second.first);
       channels.push_back(pp::CreateChannel(
-          fbb, static_cast<int32_t>(send->getAttrOfType<IntegerAttr>("ptc.stage").getInt()),
+          fbb, static_cast<int32_t>(send->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName).getInt()),
           static_cast<int32_t>(send.getTo()), toSegment(send), toSegment(r->second.first),
           send.getPerStep(), s->second.second, r->second.second, send.getAtEnd()));
     }
@@ -311,7 +314,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         return failure();
       mesh = *m;
     }
-    auto pipelineAttr = func->getAttrOfType<DictionaryAttr>("ptc.pipeline");
+    auto pipelineAttr = func->getAttrOfType<DictionaryAttr>(PtcDialect::kPipelineAttrName);
     int ranks = pipelineAttr ? static_cast<int>(cast<IntegerAttr>(pipelineAttr.get("ranks")).getInt()) : 0;
     fb::FlatBufferBuilder fbb(1 << 16);
     std::vector<fb::Offset<pp::Tensor>> tensors;
@@ -404,7 +407,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         }
       }
       int ppRank = -1;
-      if (auto stage = func.getArgAttrOfType<IntegerAttr>(i, "ptc.stage"); stage && ranks > 0)
+      if (auto stage = func.getArgAttrOfType<IntegerAttr>(i, PtcDialect::kStageAttrName); stage && ranks > 0)
         ppRank = static_cast<int>(stage.getInt() % ranks);
       if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes, dimBlocks,
                            ppRank)))
@@ -467,14 +470,9 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       auto floatsOff = fbb.CreateVector(floats);
       auto locOff = fbb.CreateString(locationString(op.getLoc()));
       int32_t chunk = -1;
-      pp::Segment segment = pp::Segment::Step;
-      if (auto stage = op.getAttrOfType<IntegerAttr>("ptc.stage"))
+      auto segment = static_cast<pp::Segment>(getSegment(&op).value_or(SegmentKind::Step));
+      if (auto stage = op.getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName))
         chunk = static_cast<int32_t>(stage.getInt());
-      if (auto seg = op.getAttrOfType<StringAttr>("ptc.segment"))
-        segment = seg.getValue() == "forward"    ? pp::Segment::Forward
-                  : seg.getValue() == "backward" ? pp::Segment::Backward
-                  : seg.getValue() == "weight"   ? pp::Segment::Weight
-                                                 : pp::Segment::Step;
       if (auto send = dyn_cast<SendOp>(op))
         sends[send.getChannel()] = {&op, inputs[0]};
       if (auto recv = dyn_cast<RecvOp>(op))
@@ -518,7 +516,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       }
     fb::Offset<pp::Pipeline> pipelineOff;
     int32_t microbatches = 1;
-    if (auto mb = func->getAttrOfType<IntegerAttr>("ptc.microbatches"))
+    if (auto mb = func->getAttrOfType<IntegerAttr>(PtcDialect::kMicrobatchesAttrName))
       microbatches = static_cast<int32_t>(mb.getInt());
     if (pipelineAttr) {
       FailureOr<fb::Offset<pp::Pipeline>> built =

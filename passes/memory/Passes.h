@@ -17,6 +17,8 @@ namespace mlir::ptc {
 inline constexpr llvm::StringLiteral kOffsetsAttrName = "ptc.offsets";
 inline constexpr llvm::StringLiteral kArenaBytesAttrName = "ptc.arena_bytes";
 inline constexpr llvm::StringLiteral kArenaBytesUnsharedAttrName = "ptc.arena_bytes_unshared";
+/// Pipelined steps: the arena each pipeline rank needs.
+inline constexpr llvm::StringLiteral kArenaBytesPerRankAttrName = "ptc.arena_bytes_per_rank";
 
 /// Bytes of a statically shaped tensor.
 int64_t getTensorBytes(RankedTensorType type);

@@ -45,7 +45,7 @@ struct Buffer {
 
 /// The pipeline rank an op runs on (-1: every rank, or no pipeline).
 int pipelineRankOf(Operation *op, int ranks) {
-  auto stage = op->getAttrOfType<IntegerAttr>("ptc.stage");
+  auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName);
   return ranks <= 0 || !stage || stage.getInt() < 0 ? -1 : static_cast<int>(stage.getInt() % ranks);
 }
 
@@ -65,20 +65,21 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     // Pipelined steps: buffers of different pipeline ranks never conflict;
     // micro-batch accumulators and per-step receives live the whole step.
     int ranks = 0;
-    if (auto pipeline = func->getAttrOfType<DictionaryAttr>("ptc.pipeline"))
+    if (auto pipeline = func->getAttrOfType<DictionaryAttr>(PtcDialect::kPipelineAttrName))
       ranks = static_cast<int>(cast<IntegerAttr>(pipeline.get("ranks")).getInt());
     // A segment (chunk, forward/backward/weight) of a pipelined step runs as a
     // whole, after copying in the values it reads from other segments and
     // the values it receives: those are live from the segment's first op.
-    std::map<std::pair<int64_t, std::string>, int64_t> firstOfSegment;
-    auto segmentOf = [](Operation *op) -> std::optional<std::pair<int64_t, std::string>> {
-      auto stage = op->getAttrOfType<IntegerAttr>("ptc.stage");
-      auto seg = op->getAttrOfType<StringAttr>("ptc.segment");
-      if (!stage || !seg || seg.getValue() == "step" || isa<SendOp>(op))
+    using SegmentKey = std::pair<int64_t, SegmentKind>; // (chunk, segment)
+    std::map<SegmentKey, int64_t> firstOfSegment;
+    auto segmentOf = [](Operation *op) -> std::optional<SegmentKey> {
+      auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName);
+      std::optional<SegmentKind> seg = getSegment(op);
+      if (!stage || !seg || *seg == SegmentKind::Step || isa<SendOp>(op))
         return std::nullopt;
-      return std::make_pair(stage.getInt(), seg.str());
+      return SegmentKey{stage.getInt(), *seg};
     };
-    std::map<std::pair<int64_t, std::string>, int64_t> lastOfSegment;
+    std::map<SegmentKey, int64_t> lastOfSegment;
     for (Operation &op : block)
       if (auto seg = segmentOf(&op)) {
         firstOfSegment.try_emplace(*seg, index[&op]);
@@ -201,7 +202,7 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
           if (buf.rank < 0 || buf.rank == r)
             perRank[static_cast<size_t>(r)] = std::max(
                 perRank[static_cast<size_t>(r)], buf.offset + static_cast<int64_t>(llvm::alignTo(buf.bytes, kAlignment)));
-      func->setAttr("ptc.arena_bytes_per_rank", b.getDenseI64ArrayAttr(perRank));
+      func->setAttr(kArenaBytesPerRankAttrName, b.getDenseI64ArrayAttr(perRank));
     }
     func->setAttr(kArenaBytesUnsharedAttrName, b.getI64IntegerAttr(unshared));
     if (report) {

@@ -186,7 +186,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     Operation *firstBackward = nullptr;
     llvm::DenseSet<Value> grads;
     for (Operation &op : block) {
-      if (!firstBackward && op.hasAttr("ptc.backward"))
+      if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
         firstBackward = &op;
       if (auto cst = dyn_cast<arith::ConstantOp>(op))
         constBytes += getTensorBytes(cast<RankedTensorType>(cst.getType()));

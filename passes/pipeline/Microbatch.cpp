@@ -257,7 +257,7 @@ struct Microbatcher {
     }
     func.setFunctionType(
         FunctionType::get(func.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
-    func->setAttr(kMicrobatchesAttrName, b.getI64IntegerAttr(count));
+    func->setAttr(PtcDialect::kMicrobatchesAttrName, b.getI64IntegerAttr(count));
     return success();
   }
 };
@@ -272,7 +272,7 @@ struct MicrobatchPass : mlir::ptc::impl::MicrobatchPassBase<MicrobatchPass> {
       func.emitError() << "micro-batch count must be >= 1, got " << static_cast<int64_t>(count);
       return signalPassFailure();
     }
-    if (func->hasAttr(kMicrobatchesAttrName)) {
+    if (func->hasAttr(PtcDialect::kMicrobatchesAttrName)) {
       func.emitError() << "is already split into micro-batches";
       return signalPassFailure();
     }

@@ -21,11 +21,10 @@ using namespace mlir::ptc;
 namespace sch = ::ptc::schedule;
 
 namespace {
+/// A channel's producer / consumer segment (once-per-step channels: Forward).
 sch::Segment segmentOf(Operation *op) {
-  StringRef s = op->getAttrOfType<StringAttr>(kSegmentAttrName).getValue();
-  return s == "backward" ? sch::Segment::Backward
-         : s == "weight" ? sch::Segment::Weight
-                         : sch::Segment::Forward;
+  SegmentKind s = getSegment(op).value_or(SegmentKind::Forward);
+  return s == SegmentKind::Step ? sch::Segment::Forward : static_cast<sch::Segment>(s);
 }
 
 /// The pipeline of a split step: chunks, micro-batches and the channels of
@@ -35,11 +34,11 @@ FailureOr<sch::Pipeline> pipelineOf(func::FuncOp func, DictionaryAttr pipeline) 
   p.ranks = static_cast<int>(cast<IntegerAttr>(pipeline.get("ranks")).getInt());
   p.chunks = static_cast<int>(cast<IntegerAttr>(pipeline.get("chunks")).getInt());
   p.splitWeight = cast<BoolAttr>(pipeline.get("split_weight")).getValue();
-  p.microbatches = static_cast<int>(func->getAttrOfType<IntegerAttr>(kMicrobatchesAttrName).getInt());
+  p.microbatches = static_cast<int>(func->getAttrOfType<IntegerAttr>(PtcDialect::kMicrobatchesAttrName).getInt());
   llvm::DenseMap<int64_t, sch::Channel> channels;
   func.walk([&](SendOp send) {
     sch::Channel &ch = channels[send.getChannel()];
-    ch.from = static_cast<int>(send->getAttrOfType<IntegerAttr>(kStageAttrName).getInt());
+    ch.from = static_cast<int>(send->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName).getInt());
     ch.to = static_cast<int>(send.getTo());
     ch.fromSegment = segmentOf(send);
     ch.perStep = send.getPerStep();
@@ -102,7 +101,7 @@ struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<Schedule
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>()) {
-      auto pipeline = func->getAttrOfType<DictionaryAttr>(kPipelineAttrName);
+      auto pipeline = func->getAttrOfType<DictionaryAttr>(PtcDialect::kPipelineAttrName);
       if (!pipeline)
         continue;
       if (failed(schedulePipeline(func, pipeline)))
@@ -129,7 +128,7 @@ struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<Schedule
         actions.push_back(b.getStringAttr(sch::describe(a)));
       ranks.push_back(b.getArrayAttr(actions));
     }
-    func->setAttr(kScheduleAttrName,
+    func->setAttr(PtcDialect::kScheduleAttrName,
                   b.getDictionaryAttr({b.getNamedAttr("name", b.getStringAttr(schedule)),
                                        b.getNamedAttr("actions", b.getArrayAttr(ranks))}));
     if (!report && svg.empty())
@@ -146,8 +145,8 @@ struct ScheduleReportPass : mlir::ptc::impl::ScheduleReportPassBase<ScheduleRepo
   void runOnOperation() override {
     bool any = false;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
-      auto pipeline = func->getAttrOfType<DictionaryAttr>(kPipelineAttrName);
-      auto schedule = func->getAttrOfType<DictionaryAttr>(kScheduleAttrName);
+      auto pipeline = func->getAttrOfType<DictionaryAttr>(PtcDialect::kPipelineAttrName);
+      auto schedule = func->getAttrOfType<DictionaryAttr>(PtcDialect::kScheduleAttrName);
       if (!pipeline || !schedule)
         continue;
       any = true;

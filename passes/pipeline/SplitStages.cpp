@@ -51,15 +51,11 @@ double costOf(Operation *op) {
 }
 
 struct Splitter {
-  Splitter(func::FuncOp func, ModuleOp module, int ranks, int chunks, bool splitWeight,
-           std::optional<MeshInfo> mesh, bool report)
-      : func(func), module(module), ranks(ranks), chunks(chunks), splitWeight(splitWeight),
-        mesh(std::move(mesh)), report(report) {}
+  Splitter(func::FuncOp func, int ranks, int chunks, bool splitWeight, bool report)
+      : func(func), ranks(ranks), chunks(chunks), splitWeight(splitWeight), report(report) {}
   func::FuncOp func;
-  ModuleOp module;
   int ranks, chunks;
   bool splitWeight;
-  std::optional<MeshInfo> mesh;
   bool report;
 
   llvm::DenseMap<Operation *, int> chunk, seg;
@@ -151,7 +147,7 @@ LogicalResult Splitter::run() {
   for (Operation *op : ops) {
     if (!perMb.contains(op))
       continue;
-    bool b = op->hasAttr("ptc.backward") || llvm::any_of(op->getOperands(), [&](Value v) {
+    bool b = op->hasAttr(PtcDialect::kBackwardAttrName) || llvm::any_of(op->getOperands(), [&](Value v) {
                Operation *def = producer(v);
                return def && backward.contains(def);
              });
@@ -188,7 +184,7 @@ LogicalResult Splitter::run() {
   // starts there) win over the cost model.
   SmallVector<size_t> marked;
   for (size_t k = 0; k < n; ++k)
-    if (fwd[k]->hasAttr(kStageBoundaryAttrName))
+    if (fwd[k]->hasAttr(PtcDialect::kStageBoundaryAttrName))
       marked.push_back(k);
   if (!marked.empty()) {
     if (static_cast<int>(marked.size()) != chunks - 1 || marked.front() == 0)
@@ -266,12 +262,12 @@ LogicalResult Splitter::run() {
   };
   llvm::DenseMap<int64_t, Operation *> forwardById;
   for (Operation *op : fwd)
-    if (auto id = op->getAttrOfType<IntegerAttr>("ptc.forward_id"))
+    if (auto id = op->getAttrOfType<IntegerAttr>(PtcDialect::kForwardIdAttrName))
       forwardById[id.getInt()] = op;
   for (Operation *op : ops) {
     if (!backward.contains(op))
       continue;
-    if (auto id = op->getAttrOfType<IntegerAttr>("ptc.vjp_of"))
+    if (auto id = op->getAttrOfType<IntegerAttr>(PtcDialect::kVjpOfAttrName))
       if (Operation *f = forwardById.lookup(id.getInt()); f && dependent.contains(f)) {
         chunk[op] = chunk[f];
         continue;
@@ -469,8 +465,8 @@ LogicalResult Splitter::run() {
   //    parameter used away from its home chunk (sent once per step).
   int64_t channel = 0;
   auto mark = [&](Operation *op, int c, int s) {
-    op->setAttr(kStageAttrName, b.getI64IntegerAttr(c));
-    op->setAttr(kSegmentAttrName, b.getStringAttr(segName(s)));
+    op->setAttr(PtcDialect::kStageAttrName, b.getI64IntegerAttr(c));
+    op->setAttr(PtcDialect::kSegmentAttrName, b.getStringAttr(segName(s)));
   };
   auto connect = [&](Value v, int fromChunk, int fromSeg, bool perStep, Operation *after) {
     std::map<int, SmallVector<OpOperand *>> usesByChunk;
@@ -540,14 +536,14 @@ LogicalResult Splitter::run() {
   for (auto [op, c] : chunk)
     mark(op, c, seg[op]);
   func.walk([](Operation *op) {
-    op->removeAttr("ptc.forward_id");
-    op->removeAttr("ptc.vjp_of");
+    op->removeAttr(PtcDialect::kForwardIdAttrName);
+    op->removeAttr(PtcDialect::kVjpOfAttrName);
   });
   for (auto [arg, c] : home)
-    func.setArgAttr(cast<BlockArgument>(arg).getArgNumber(), kStageAttrName, b.getI64IntegerAttr(c));
+    func.setArgAttr(cast<BlockArgument>(arg).getArgNumber(), PtcDialect::kStageAttrName,
+                    b.getI64IntegerAttr(c));
 
-  // Once-per-step ops of no chunk run on every rank; check the rest.
-  func->setAttr(kPipelineAttrName,
+  func->setAttr(PtcDialect::kPipelineAttrName,
                 b.getDictionaryAttr({b.getNamedAttr("ranks", b.getI64IntegerAttr(ranks)),
                                      b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
                                      b.getNamedAttr("split_weight", b.getBoolAttr(splitWeight))}));
@@ -583,12 +579,11 @@ struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      if (!func->hasAttr(kMicrobatchesAttrName)) {
+      if (!func->hasAttr(PtcDialect::kMicrobatchesAttrName)) {
         func.emitError() << "has no micro-batches; run ptc-microbatch before ptc-autodiff";
         return signalPassFailure();
       }
-      Splitter s(func, module, ranks, ranks * static_cast<int>(virtualStages), splitWeight, mesh,
-                 report);
+      Splitter s(func, ranks, ranks * static_cast<int>(virtualStages), splitWeight, report);
       if (failed(s.run()))
         return signalPassFailure();
     }

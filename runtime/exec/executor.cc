@@ -317,15 +317,15 @@ Status Executor::run(const plan::Instruction &inst) {
   default:
     break;
   }
-  std::vector<int32_t> low;
-  for (int32_t id : in)
-    if (isLowPrecision(plan_->tensor(id).dtype) && std::find(low.begin(), low.end(), id) == low.end())
-      low.push_back(id);
-  for (int32_t id : out)
-    if (isLowPrecision(plan_->tensor(id).dtype) && std::find(low.begin(), low.end(), id) == low.end())
-      low.push_back(id);
-  if (low.empty())
+  // fp32 instructions (the common case) go straight to their kernel.
+  auto isLow = [&](int32_t id) { return isLowPrecision(plan_->tensor(id).dtype); };
+  if (std::none_of(in.begin(), in.end(), isLow) && std::none_of(out.begin(), out.end(), isLow))
     return runKernel(inst);
+  std::vector<int32_t> low;
+  for (const auto *ids : {&in, &out})
+    for (int32_t id : *ids)
+      if (isLow(id) && std::find(low.begin(), low.end(), id) == low.end())
+        low.push_back(id);
   if (widened_.size() < low.size())
     widened_.resize(low.size());
   std::vector<void *> saved;
