@@ -27,3 +27,7 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 for var, value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
                    ("OMPI_MCA_rmaps_base_oversubscribe", "1")):
     config.environment[var] = value
+
+# A visible NVIDIA GPU: tests that expect "no GPU" do not apply.
+if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+    config.available_features.add("gpu")

@@ -832,7 +832,7 @@ Status moeCombineGrad(const float *expertOut, const float *weights, const int32_
   return Status::ok();
 }
 
-void adamwUpdate(float *param, const float *grad, float *m, float *v, float step,
+void adamwUpdate(const float *param, const float *grad, const float *m, const float *v, float step,
                  const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step));
@@ -852,7 +852,7 @@ void adamwUpdate(float *param, const float *grad, float *m, float *v, float step
   }
 }
 
-void sgdUpdate(float *param, const float *grad, float *buf, float lr, float momentum,
+void sgdUpdate(const float *param, const float *grad, const float *buf, float lr, float momentum,
                float weightDecay, int64_t n, float *outParam, float *outBuf) {
 #pragma omp parallel for simd if (n > 32768)
   for (int64_t i = 0; i < n; ++i) {

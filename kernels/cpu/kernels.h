@@ -124,9 +124,9 @@ Status moeCombineGrad(const float *expertOut, const float *weights, const int32_
 struct AdamW {
   float lr, beta1, beta2, eps, weightDecay;
 };
-void adamwUpdate(float *param, const float *grad, float *m, float *v, float step,
+void adamwUpdate(const float *param, const float *grad, const float *m, const float *v, float step,
                  const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV);
-void sgdUpdate(float *param, const float *grad, float *buf, float lr, float momentum,
+void sgdUpdate(const float *param, const float *grad, const float *buf, float lr, float momentum,
                float weightDecay, int64_t n, float *outParam, float *outBuf);
 /// Scales every gradient by min(1, maxNorm / (norm + 1e-6)); returns norm.
 /// Sum of squares of every element of every tensor (for a norm spread over ranks).

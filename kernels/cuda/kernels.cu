@@ -1,4 +1,6 @@
-// CUDA kernels (see kernels.h).
+// CUDA kernels (see kernels.h). Simple, correct kernels first: one thread per
+// output element or per row, block reductions where a row is long; the matmuls
+// (most of the FLOPs) go to cuBLAS.
 
 #include "kernels/cuda/kernels.h"
 
@@ -8,69 +10,141 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <mutex>
 
 namespace ptc::kernels::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+constexpr int kMaxRank = 8;
 cudaStream_t S(void *stream) { return static_cast<cudaStream_t>(stream); }
-unsigned blocksFor(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned blocksFor(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1));
+}
+int64_t product(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
 
+/// Sizes and strides of up to 8 dimensions, passed to kernels by value.
+struct Dims {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+};
+Dims rowMajor(const Shape &s) {
+  Dims d;
+  d.rank = static_cast<int>(s.size());
+  int64_t acc = 1;
+  for (int i = d.rank - 1; i >= 0; --i) {
+    d.size[i] = s[static_cast<size_t>(i)];
+    d.stride[i] = acc;
+    acc *= s[static_cast<size_t>(i)];
+  }
+  return d;
+}
+
+#define PTC_GRID_LOOP(i, n)                                                                       \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);           \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__device__ void recordError(ErrorRecord *err, int kind, int64_t id, int64_t where, int64_t limit) {
+  if (atomicCAS(&err->kind, 0, -1) == 0) {
+    err->id = id;
+    err->where = where;
+    err->limit = limit;
+    __threadfence();
+    atomicExch(&err->kind, kind);
+  }
+}
+
+// ---- Elementwise ---------------------------------------------------------------
 struct BroadcastShape {
   int rank;
-  int64_t out[8], aStride[8], bStride[8];
+  int64_t out[kMaxRank], aStride[kMaxRank], bStride[kMaxRank];
 };
 
 template <typename Op>
 __global__ void binaryKernel(const float *a, const float *b, float *out, int64_t n,
                              BroadcastShape s, Op op) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n)
-    return;
-  int64_t rest = i, ai = 0, bi = 0;
-  for (int d = s.rank - 1; d >= 0; --d) {
-    int64_t c = rest % s.out[d];
-    rest /= s.out[d];
-    ai += c * s.aStride[d];
-    bi += c * s.bStride[d];
+  PTC_GRID_LOOP(i, n) {
+    int64_t rest = i, ai = 0, bi = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      int64_t c = rest % s.out[d];
+      rest /= s.out[d];
+      ai += c * s.aStride[d];
+      bi += c * s.bStride[d];
+    }
+    out[i] = op(a[ai], b[bi]);
   }
-  out[i] = op(a[ai], b[bi]);
 }
 
 struct AddOp { __device__ float operator()(float x, float y) const { return x + y; } };
 struct SubOp { __device__ float operator()(float x, float y) const { return x - y; } };
 struct MulOp { __device__ float operator()(float x, float y) const { return x * y; } };
 struct DivOp { __device__ float operator()(float x, float y) const { return x / y; } };
+struct FirstOp { __device__ float operator()(float x, float) const { return x; } };
 
-__global__ void scaleKernel(const float *in, float *out, int64_t n, float f) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n)
-    out[i] = in[i] * f;
+BroadcastShape broadcastShape(const Shape &as, const Shape &bs, const Shape &os) {
+  BroadcastShape s{};
+  s.rank = static_cast<int>(os.size());
+  auto strides = [&](const Shape &shape, int64_t *st) {
+    int64_t acc = 1;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      int sd = d - (s.rank - static_cast<int>(shape.size()));
+      int64_t size = sd >= 0 ? shape[static_cast<size_t>(sd)] : 1;
+      st[d] = size == 1 ? 0 : acc;
+      acc *= size;
+    }
+  };
+  for (int d = 0; d < s.rank; ++d)
+    s.out[d] = os[static_cast<size_t>(d)];
+  strides(as, s.aStride);
+  strides(bs, s.bStride);
+  return s;
 }
 
-__global__ void geluKernel(const float *in, float *out, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n)
-    out[i] = 0.5f * in[i] * (1.0f + erff(in[i] * 0.70710678118654752f));
+__device__ float normalCdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__global__ void unaryKernel(int op, const float *in, float *out, int64_t n, float f) {
+  PTC_GRID_LOOP(i, n) {
+    float x = in[i];
+    out[i] = op == 0 ? x * f : op == 1 ? x * normalCdf(x) : (x > 0.0f ? x : 0.0f);
+  }
 }
 
-__global__ void geluGradKernel(const float *x, const float *g, float *out, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n)
-    return;
-  float v = x[i];
-  float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
-  float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-  out[i] = g[i] * (cdf + v * pdf);
+__global__ void unaryGradKernel(int op, const float *x, const float *g, float *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) {
+    float v = x[i];
+    if (op == 0)
+      out[i] = g[i] * (normalCdf(v) + v * 0.39894228040143268f * expf(-0.5f * v * v));
+    else
+      out[i] = v > 0.0f ? g[i] : 0.0f;
+  }
 }
 
-__global__ void reluKernel(const float *in, float *out, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n)
-    out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+__device__ float loadFloat(const void *in, int type, int64_t i) {
+  if (type == 1)
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(in)[i]);
+  if (type == 2)
+    return __half2float(static_cast<const __half *>(in)[i]);
+  return static_cast<const float *>(in)[i];
 }
 
+__global__ void convertKernel(const void *in, int from, void *out, int to, int64_t n) {
+  PTC_GRID_LOOP(i, n) {
+    float x = loadFloat(in, from, i);
+    if (to == 1)
+      static_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(x);
+    else if (to == 2)
+      static_cast<__half *>(out)[i] = __float2half_rn(x);
+    else
+      static_cast<float *>(out)[i] = x;
+  }
+}
+
+// ---- Reductions inside a block -----------------------------------------------------
 struct SumOp {
   __device__ float operator()(float x, float y) const { return x + y; }
 };
@@ -102,8 +176,7 @@ template <typename Op> __device__ float blockReduce(float v, float identity, Op 
 __device__ float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
 __device__ float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 
-/// Block-wide max of a row and the sum of exp(x - max) over it (softmax
-/// normalizer); every thread gets both.
+/// Block-wide max of a row and the sum of exp(x - max) over it.
 __device__ float rowExpSum(const float *row, int64_t cols, float &max) {
   float m = -INFINITY;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
@@ -115,24 +188,87 @@ __device__ float rowExpSum(const float *row, int64_t cols, float &max) {
   return blockSum(s);
 }
 
+// ---- LayerNorm -----------------------------------------------------------------
+/// Mean and 1/sqrt(var + eps) of one row (two passes), for every thread of the block.
+__device__ void rowStats(const float *row, int64_t cols, float eps, float &mean, float &rstd) {
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    s += row[c];
+  mean = blockSum(s) / static_cast<float>(cols);
+  float q = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    q += (row[c] - mean) * (row[c] - mean);
+  rstd = rsqrtf(blockSum(q) / static_cast<float>(cols) + eps);
+}
+
 /// One block per row.
 __global__ void layerNormKernel(const float *x, const float *w, const float *b, float *out,
                                 int64_t cols, float eps) {
   const float *row = x + blockIdx.x * cols;
   float *o = out + blockIdx.x * cols;
-  float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    s += row[c];
-  float mean = blockSum(s) / static_cast<float>(cols);
-  float q = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    q += (row[c] - mean) * (row[c] - mean);
-  float rstd = rsqrtf(blockSum(q) / static_cast<float>(cols) + eps);
+  float mean, rstd;
+  rowStats(row, cols, eps, mean, rstd);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     o[c] = (row[c] - mean) * rstd * w[c] + b[c];
 }
 
-__global__ void softmaxKernel(const float *x, float *out, int64_t cols) {
+/// One block per row: dx = rstd (g w - mean(g w) - xhat mean(g w xhat)).
+__global__ void layerNormGradRowKernel(const float *x, const float *w, const float *g, float *dx,
+                                       int64_t cols, float eps) {
+  const float *row = x + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
+  float mean, rstd;
+  rowStats(row, cols, eps, mean, rstd);
+  float sd = 0.0f, sdx = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float d = gr[c] * w[c];
+    sd += d;
+    sdx += d * (row[c] - mean) * rstd;
+  }
+  float mD = blockSum(sd) / static_cast<float>(cols);
+  float mDX = blockSum(sdx) / static_cast<float>(cols);
+  float *o = dx + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    o[c] = rstd * (gr[c] * w[c] - mD - (row[c] - mean) * rstd * mDX);
+}
+
+/// Per row: mean and rstd into stats[2 * row + {0, 1}].
+__global__ void layerNormStatsKernel(const float *x, int64_t cols, float eps, float *stats) {
+  float mean, rstd;
+  rowStats(x + blockIdx.x * cols, cols, eps, mean, rstd);
+  if (threadIdx.x == 0) {
+    stats[2 * blockIdx.x] = mean;
+    stats[2 * blockIdx.x + 1] = rstd;
+  }
+}
+
+/// dw, db: blocks of 32 columns x 8 row groups, reduced in shared memory.
+__global__ void layerNormGradColumnsKernel(const float *x, const float *g, const float *stats,
+                                           float *dw, float *db, int64_t rows, int64_t cols) {
+  __shared__ float sw[8][33], sb[8][33];
+  int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float aw = 0.0f, ab = 0.0f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8) {
+      float xhat = (x[r * cols + c] - stats[2 * r]) * stats[2 * r + 1];
+      aw += g[r * cols + c] * xhat;
+      ab += g[r * cols + c];
+    }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int y = 0; y < 8; ++y) {
+      tw += sw[y][threadIdx.x];
+      tb += sb[y][threadIdx.x];
+    }
+    dw[c] = tw;
+    db[c] = tb;
+  }
+}
+
+// ---- Softmax ---------------------------------------------------------------------
+__global__ void softmaxLastKernel(const float *x, float *out, int64_t cols) {
   const float *row = x + blockIdx.x * cols;
   float *o = out + blockIdx.x * cols;
   float m;
@@ -141,16 +277,162 @@ __global__ void softmaxKernel(const float *x, float *out, int64_t cols) {
     o[c] = expf(row[c] - m) * inv;
 }
 
-/// One block per row: adds this row's loss / rows into *loss.
+/// Softmax along a middle axis: one thread per (outer, inner) pair.
+__global__ void softmaxStridedKernel(const float *x, float *out, int64_t outer, int64_t n,
+                                     int64_t inner) {
+  PTC_GRID_LOOP(t, outer * inner) {
+    int64_t base = (t / inner) * n * inner + t % inner;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j < n; ++j)
+      m = fmaxf(m, x[base + j * inner]);
+    for (int64_t j = 0; j < n; ++j)
+      s += expf(x[base + j * inner] - m);
+    for (int64_t j = 0; j < n; ++j)
+      out[base + j * inner] = expf(x[base + j * inner] - m) / s;
+  }
+}
+
+__global__ void softmaxGradLastKernel(const float *y, const float *g, float *out, int64_t cols) {
+  const float *yr = y + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
+  float d = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    d += yr[c] * gr[c];
+  float dot = blockSum(d);
+  float *o = out + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    o[c] = yr[c] * (gr[c] - dot);
+}
+
+__global__ void softmaxGradStridedKernel(const float *y, const float *g, float *out,
+                                         int64_t outer, int64_t n, int64_t inner) {
+  PTC_GRID_LOOP(t, outer * inner) {
+    int64_t base = (t / inner) * n * inner + t % inner;
+    float dot = 0.0f;
+    for (int64_t j = 0; j < n; ++j)
+      dot += y[base + j * inner] * g[base + j * inner];
+    for (int64_t j = 0; j < n; ++j)
+      out[base + j * inner] = y[base + j * inner] * (g[base + j * inner] - dot);
+  }
+}
+
+// ---- Causal attention --------------------------------------------------------------
+/// One thread per (batch x head, query row): online softmax over the keys up
+/// to the row, accumulating p v (no seq x seq buffer).
+__global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
+                                      int64_t bh, int64_t seq, int64_t dim, float scale) {
+  PTC_GRID_LOOP(i, bh * seq) {
+    int64_t head = i / seq, row = i % seq;
+    const float *qi = q + i * dim;
+    const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
+    float acc[kMaxAttentionDim];
+    for (int64_t d = 0; d < dim; ++d)
+      acc[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j <= row; ++j) {
+      float s = 0.0f;
+      for (int64_t d = 0; d < dim; ++d)
+        s += qi[d] * kh[j * dim + d];
+      s *= scale;
+      float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
+      l = l * correction + p;
+      for (int64_t d = 0; d < dim; ++d)
+        acc[d] = acc[d] * correction + p * vh[j * dim + d];
+      m = mNew;
+    }
+    for (int64_t d = 0; d < dim; ++d)
+      out[i * dim + d] = acc[d] / l;
+  }
+}
+
+/// One thread per (batch x head, query row i): recompute the row's softmax
+/// statistics and output, then dq_i; dk and dv are accumulated atomically
+/// (they must be zero on entry).
+__global__ void causalAttentionGradKernel(const float *q, const float *k, const float *v,
+                                          const float *g, float *dq, float *dk, float *dv,
+                                          int64_t bh, int64_t seq, int64_t dim, float scale) {
+  PTC_GRID_LOOP(i, bh * seq) {
+    int64_t head = i / seq, row = i % seq;
+    const float *qi = q + i * dim, *gi = g + i * dim;
+    const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
+    float *dkh = dk + head * seq * dim, *dvh = dv + head * seq * dim;
+    float o[kMaxAttentionDim], dqi[kMaxAttentionDim];
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) {
+      o[d] = 0.0f;
+      dqi[d] = 0.0f;
+    }
+    for (int64_t j = 0; j <= row; ++j) {
+      float s = 0.0f;
+      for (int64_t d = 0; d < dim; ++d)
+        s += qi[d] * kh[j * dim + d];
+      s *= scale;
+      float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
+      l = l * correction + p;
+      for (int64_t d = 0; d < dim; ++d)
+        o[d] = o[d] * correction + p * vh[j * dim + d];
+      m = mNew;
+    }
+    float t = 0.0f; // sum_j p_j (g_i . v_j) = g_i . o_i
+    for (int64_t d = 0; d < dim; ++d)
+      t += gi[d] * o[d] / l;
+    for (int64_t j = 0; j <= row; ++j) {
+      float s = 0.0f, dp = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) {
+        s += qi[d] * kh[j * dim + d];
+        dp += gi[d] * vh[j * dim + d];
+      }
+      float p = expf(s * scale - m) / l;
+      float ds = p * (dp - t) * scale;
+      for (int64_t d = 0; d < dim; ++d) {
+        dqi[d] += ds * kh[j * dim + d];
+        atomicAdd(&dkh[j * dim + d], ds * qi[d]);
+        atomicAdd(&dvh[j * dim + d], p * gi[d]);
+      }
+    }
+    for (int64_t d = 0; d < dim; ++d)
+      dq[i * dim + d] = dqi[d];
+  }
+}
+
+// ---- Embedding and cross-entropy -----------------------------------------------------
+__global__ void embeddingKernel(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+                                int64_t n, float *out, int64_t offset, int64_t total,
+                                ErrorRecord *err) {
+  PTC_GRID_LOOP(i, n * dim) {
+    int64_t t = i / dim, id = ids[t];
+    if ((id < 0 || id >= total) && i % dim == 0)
+      recordError(err, kBadEmbeddingId, id, t, total);
+    int64_t r = id - offset;
+    out[i] = r >= 0 && r < rows ? table[r * dim + i % dim] : 0.0f;
+  }
+}
+
+__global__ void embeddingGradKernel(const int32_t *ids, int64_t n, const float *g, float *dtable,
+                                    int64_t rows, int64_t dim, int64_t offset, int64_t total,
+                                    ErrorRecord *err) {
+  PTC_GRID_LOOP(i, n * dim) {
+    int64_t t = i / dim, id = ids[t];
+    if (id < 0 || id >= total) {
+      if (i % dim == 0)
+        recordError(err, kBadEmbeddingId, id, t, total);
+      continue;
+    }
+    int64_t r = id - offset;
+    if (r >= 0 && r < rows)
+      atomicAdd(&dtable[r * dim + i % dim], g[i]);
+  }
+}
+
+/// One block per row: adds this row's loss / rows into *loss (zeroed first).
 __global__ void crossEntropyKernel(const float *logits, const int32_t *targets, int64_t rows,
-                                   int64_t classes, float *loss, int *bad) {
+                                   int64_t classes, float *loss, ErrorRecord *err) {
   const float *row = logits + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
   float m;
   float s = rowExpSum(row, classes, m);
   if (threadIdx.x == 0) {
     if (t < 0 || t >= classes) {
-      *bad = 1;
+      recordError(err, kBadTarget, t, blockIdx.x, classes);
       return;
     }
     atomicAdd(loss, (logf(s) + m - row[t]) / static_cast<float>(rows));
@@ -158,10 +440,13 @@ __global__ void crossEntropyKernel(const float *logits, const int32_t *targets, 
 }
 
 __global__ void crossEntropyGradKernel(const float *logits, const int32_t *targets, const float *g,
-                                       int64_t rows, int64_t classes, float *out) {
+                                       int64_t rows, int64_t classes, float *out,
+                                       ErrorRecord *err) {
   const float *row = logits + blockIdx.x * classes;
   float *o = out + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
+  if (threadIdx.x == 0 && (t < 0 || t >= classes))
+    recordError(err, kBadTarget, t, blockIdx.x, classes);
   float m;
   float s = rowExpSum(row, classes, m);
   float scale = *g / static_cast<float>(rows), inv = scale / s;
@@ -169,224 +454,775 @@ __global__ void crossEntropyGradKernel(const float *logits, const int32_t *targe
     o[c] = expf(row[c] - m) * inv - (c == t ? scale : 0.0f);
 }
 
-__global__ void embeddingKernel(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                                int64_t n, float *out) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n * dim)
-    return;
-  int64_t r = ids[i / dim];
-  out[i] = r >= 0 && r < rows ? table[r * dim + i % dim] : 0.0f;
+__global__ void rowMaxKernel(const float *x, int64_t cols, float *out) {
+  const float *row = x + blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    m = fmaxf(m, row[c]);
+  m = blockMax(m);
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = m;
 }
 
-/// One thread per (batch x head, query row): online softmax over the keys up
-/// to the row (no seq x seq buffer); dim <= 256.
-__global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
-                                      int64_t bh, int64_t seq, int64_t dim, float scale) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= bh * seq)
-    return;
-  int64_t head = i / seq, row = i % seq;
-  const float *qi = q + i * dim;
-  const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
-  float acc[256];
-  for (int64_t d = 0; d < dim; ++d)
-    acc[d] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = 0; j <= row; ++j) {
-    float s = 0.0f;
-    for (int64_t d = 0; d < dim; ++d)
-      s += qi[d] * kh[j * dim + d];
-    s *= scale;
-    float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
-    l = l * correction + p;
-    for (int64_t d = 0; d < dim; ++d)
-      acc[d] = acc[d] * correction + p * vh[j * dim + d];
-    m = mNew;
+__global__ void rowSumExpKernel(const float *x, int64_t cols, const float *max, float *out) {
+  const float *row = x + blockIdx.x * cols;
+  float s = 0.0f, m = max[blockIdx.x];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    s += expf(row[c] - m);
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = s;
+}
+
+__global__ void targetLogitKernel(const float *x, const int32_t *targets, int64_t rows,
+                                  int64_t classes, int64_t offset, int64_t total, float *out,
+                                  ErrorRecord *err) {
+  PTC_GRID_LOOP(r, rows) {
+    int64_t t = targets[r];
+    if (t < 0 || t >= total)
+      recordError(err, kBadTarget, t, r, total);
+    int64_t c = t - offset;
+    out[r] = c >= 0 && c < classes ? x[r * classes + c] : 0.0f;
   }
-  for (int64_t d = 0; d < dim; ++d)
-    out[i * dim + d] = acc[d] / l;
 }
 
-__global__ void adamwKernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                            float b1, float b2, float eps, float wd, float c1, float c2) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n)
+__global__ void lossFromPartsKernel(const float *max, const float *sum, const float *target,
+                                    int64_t rows, float *loss) {
+  float s = 0.0f;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    s += logf(sum[r]) + max[r] - target[r];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    *loss = s / static_cast<float>(rows);
+}
+
+__global__ void vocabParallelGradKernel(const float *x, const int32_t *targets, const float *g,
+                                        const float *max, const float *sum, int64_t rows,
+                                        int64_t classes, int64_t offset, int64_t total,
+                                        float *out, ErrorRecord *err) {
+  int64_t r = blockIdx.x;
+  int64_t t = targets[r];
+  if (threadIdx.x == 0 && (t < 0 || t >= total))
+    recordError(err, kBadTarget, t, r, total);
+  float scale = *g / static_cast<float>(rows), inv = scale / sum[r], m = max[r];
+  int64_t local = t - offset;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
+    out[r * classes + c] = expf(x[r * classes + c] - m) * inv - (c == local ? scale : 0.0f);
+}
+
+// ---- Layout ------------------------------------------------------------------------
+template <typename T>
+__global__ void transposeKernel(const T *in, T *out, int64_t n, Dims outShape, Dims inStride) {
+  PTC_GRID_LOOP(i, n) {
+    int64_t rest = i, src = 0;
+    for (int d = outShape.rank - 1; d >= 0; --d) {
+      src += (rest % outShape.size[d]) * inStride.stride[d];
+      rest /= outShape.size[d];
+    }
+    out[i] = in[src];
+  }
+}
+
+template <typename T>
+__global__ void copyBoxKernel(const T *src, T *dst, int64_t n, Dims box, Dims srcStride,
+                              Dims dstStride, int64_t srcBase, int64_t dstBase) {
+  PTC_GRID_LOOP(i, n) {
+    int64_t rest = i, s = srcBase, d = dstBase;
+    for (int k = box.rank - 1; k >= 0; --k) {
+      int64_t c = rest % box.size[k];
+      rest /= box.size[k];
+      s += c * srcStride.stride[k];
+      d += c * dstStride.stride[k];
+    }
+    dst[d] = src[s];
+  }
+}
+
+/// Reduction: `kept` enumerates the output, `red` the reduced positions (both
+/// with input strides).
+__global__ void reduceKernel(int op, const float *in, float *out, int64_t outN, Dims kept,
+                             Dims red, int64_t count) {
+  PTC_GRID_LOOP(o, outN) {
+    int64_t rest = o, base = 0;
+    for (int d = kept.rank - 1; d >= 0; --d) {
+      base += (rest % kept.size[d]) * kept.stride[d];
+      rest /= kept.size[d];
+    }
+    float acc = op == 2 ? -INFINITY : 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t rr = r, off = base;
+      for (int d = red.rank - 1; d >= 0; --d) {
+        off += (rr % red.size[d]) * red.stride[d];
+        rr /= red.size[d];
+      }
+      acc = op == 2 ? fmaxf(acc, in[off]) : acc + in[off];
+    }
+    out[o] = op == 1 ? acc / static_cast<float>(count) : acc;
+  }
+}
+
+/// d max: g split evenly over the positions that hold the maximum.
+__global__ void reduceMaxGradKernel(const float *in, const float *g, float *out, int64_t outN,
+                                    Dims kept, Dims red, int64_t count) {
+  PTC_GRID_LOOP(o, outN) {
+    int64_t rest = o, base = 0;
+    for (int d = kept.rank - 1; d >= 0; --d) {
+      base += (rest % kept.size[d]) * kept.stride[d];
+      rest /= kept.size[d];
+    }
+    auto offset = [&](int64_t r) {
+      int64_t off = base;
+      for (int d = red.rank - 1; d >= 0; --d) {
+        off += (r % red.size[d]) * red.stride[d];
+        r /= red.size[d];
+      }
+      return off;
+    };
+    float mx = -INFINITY;
+    for (int64_t r = 0; r < count; ++r)
+      mx = fmaxf(mx, in[offset(r)]);
+    float ties = 0.0f;
+    for (int64_t r = 0; r < count; ++r)
+      ties += in[offset(r)] == mx ? 1.0f : 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t off = offset(r);
+      out[off] = in[off] == mx ? g[o] / ties : 0.0f;
+    }
+  }
+}
+
+// ---- Mixture of experts ----------------------------------------------------------
+__device__ void softmaxStats(const float *x, int64_t n, float &max, float &sum) {
+  max = -INFINITY;
+  for (int64_t e = 0; e < n; ++e)
+    max = fmaxf(max, x[e]);
+  sum = 0.0f;
+  for (int64_t e = 0; e < n; ++e)
+    sum += expf(x[e] - max);
+}
+
+/// One thread per token: the k most probable experts (lowest index on ties).
+__global__ void topKGateKernel(const float *logits, int64_t tokens, int64_t experts, int64_t k,
+                               bool normalize, float *weights, int32_t *indices) {
+  PTC_GRID_LOOP(t, tokens) {
+    const float *x = logits + t * experts;
+    float mx, sum;
+    softmaxStats(x, experts, mx, sum);
+    float total = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      float bestP = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i)
+          taken |= indices[t * k + i] == e;
+        float p = expf(x[e] - mx) / sum;
+        if (!taken && (best < 0 || p > bestP)) {
+          best = e;
+          bestP = p;
+        }
+      }
+      indices[t * k + j] = static_cast<int32_t>(best);
+      weights[t * k + j] = bestP;
+      total += bestP;
+    }
+    if (normalize)
+      for (int64_t j = 0; j < k; ++j)
+        weights[t * k + j] /= total;
+  }
+}
+
+__global__ void topKGateGradKernel(const float *logits, const int32_t *indices, const float *gw,
+                                   int64_t tokens, int64_t experts, int64_t k, bool normalize,
+                                   float *out, ErrorRecord *err) {
+  PTC_GRID_LOOP(t, tokens) {
+    const float *x = logits + t * experts;
+    const int32_t *idx = indices + t * k;
+    const float *g = gw + t * k;
+    bool ok = true;
+    for (int64_t j = 0; j < k; ++j)
+      if (idx[j] < 0 || idx[j] >= experts) {
+        recordError(err, kBadExpert, idx[j], t * k + j, experts);
+        ok = false;
+      }
+    if (!ok)
+      continue;
+    float mx, sum;
+    softmaxStats(x, experts, mx, sum);
+    auto p = [&](int64_t e) { return expf(x[e] - mx) / sum; };
+    float chosen = 0.0f, c = 0.0f;
+    for (int64_t j = 0; j < k; ++j)
+      chosen += p(idx[j]);
+    if (normalize)
+      for (int64_t j = 0; j < k; ++j)
+        c += g[j] * p(idx[j]) / chosen;
+    // dp_e is non-zero only on the chosen experts.
+    auto dp = [&](int64_t e) {
+      float d = 0.0f;
+      for (int64_t j = 0; j < k; ++j)
+        if (idx[j] == e)
+          d += normalize ? (g[j] - c) / chosen : g[j];
+      return d;
+    };
+    float dot = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      bool first = true;
+      for (int64_t i = 0; i < j; ++i)
+        first &= idx[i] != idx[j];
+      if (first)
+        dot += p(idx[j]) * dp(idx[j]);
+    }
+    for (int64_t e = 0; e < experts; ++e)
+      out[t * experts + e] = p(e) * (dp(e) - dot);
+  }
+}
+
+/// One thread per expert, scanning the assignments in token order (as the CPU).
+__global__ void assignSlotsKernel(const int32_t *indices, int64_t n, int64_t experts,
+                                  int64_t capacity, int32_t *slots, ErrorRecord *err) {
+  PTC_GRID_LOOP(e, experts) {
+    int64_t used = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t x = indices[i];
+      if (x == e)
+        slots[i] = used < capacity ? static_cast<int32_t>(used++) : -1;
+      else if (e == 0 && (x < 0 || x >= experts)) {
+        recordError(err, kBadExpert, x, i, experts);
+        slots[i] = -1;
+      }
+    }
+  }
+}
+
+__global__ void moeDispatchKernel(const float *x, const int32_t *indices, const int32_t *slots,
+                                  int64_t n, int64_t k, int64_t dim, int64_t capacity,
+                                  float *out) {
+  PTC_GRID_LOOP(i, n * dim) {
+    int64_t a = i / dim, c = i % dim;
+    if (slots[a] >= 0)
+      out[(indices[a] * capacity + slots[a]) * dim + c] = x[(a / k) * dim + c];
+  }
+}
+
+__global__ void moeGatherKernel(const float *src, const float *weights, const int32_t *indices,
+                                const int32_t *slots, int64_t tokens, int64_t k, int64_t dim,
+                                int64_t capacity, float *out) {
+  PTC_GRID_LOOP(i, tokens * dim) {
+    int64_t t = i / dim, c = i % dim;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t a = t * k + j;
+      if (slots[a] >= 0)
+        acc += (weights ? weights[a] : 1.0f) * src[(indices[a] * capacity + slots[a]) * dim + c];
+    }
+    out[i] = acc;
+  }
+}
+
+__global__ void moeCombineGradKernel(const float *expertOut, const float *weights,
+                                     const int32_t *indices, const int32_t *slots, const float *g,
+                                     int64_t n, int64_t k, int64_t dim, int64_t capacity,
+                                     float *dExpertOut, float *dWeights) {
+  PTC_GRID_LOOP(a, n) {
+    float dot = 0.0f;
+    if (slots[a] >= 0) {
+      int64_t off = (indices[a] * capacity + slots[a]) * dim;
+      const float *gt = g + (a / k) * dim;
+      for (int64_t c = 0; c < dim; ++c) {
+        dExpertOut[off + c] = weights[a] * gt[c];
+        dot += gt[c] * expertOut[off + c];
+      }
+    }
+    dWeights[a] = dot;
+  }
+}
+
+// ---- Optimizer ---------------------------------------------------------------------
+__global__ void adamwKernel(const float *param, const float *grad, const float *m, const float *v,
+                            const float *step, int64_t n, float lr, float b1, float b2, float eps,
+                            float wd, const float *skip, float *outP, float *outM, float *outV) {
+  bool keep = skip && *skip != 0.0f;
+  double t = static_cast<double>(*step);
+  float stepSize = static_cast<float>(lr / (1.0 - pow(static_cast<double>(b1), t)));
+  float bc2Sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t)));
+  float decay = 1.0f - lr * wd;
+  PTC_GRID_LOOP(i, n) {
+    if (keep) {
+      outP[i] = param[i];
+      outM[i] = m[i];
+      outV[i] = v[i];
+      continue;
+    }
+    float g = grad[i];
+    float mi = m[i] + (g - m[i]) * (1.0f - b1);
+    float vi = v[i] * b2 + (1.0f - b2) * g * g;
+    float denom = sqrtf(vi) / bc2Sqrt + eps;
+    outP[i] = param[i] * decay - stepSize * mi / denom;
+    outM[i] = mi;
+    outV[i] = vi;
+  }
+}
+
+__global__ void sgdKernel(const float *param, const float *grad, const float *buf, float lr,
+                          float momentum, float wd, int64_t n, const float *skip, float *outP,
+                          float *outB) {
+  bool keep = skip && *skip != 0.0f;
+  PTC_GRID_LOOP(i, n) {
+    if (keep) {
+      outP[i] = param[i];
+      outB[i] = buf[i];
+      continue;
+    }
+    float g = grad[i] + wd * param[i];
+    float b = momentum * buf[i] + g;
+    outB[i] = b;
+    outP[i] = param[i] - lr * b;
+  }
+}
+
+__global__ void sumSquaresKernel(const float *x, int64_t n, float *out) {
+  float s = 0.0f;
+  PTC_GRID_LOOP(i, n) s += x[i] * x[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    atomicAdd(out, s);
+}
+
+__global__ void clipKernel(const float *g, float *out, int64_t n, float maxNorm,
+                           const float *sumSquares) {
+  float coef = fminf(1.0f, maxNorm / (sqrtf(*sumSquares) + 1e-6f));
+  PTC_GRID_LOOP(i, n) out[i] = g[i] * coef;
+}
+
+__global__ void normKernel(const float *sumSquares, float *norm) { *norm = sqrtf(*sumSquares); }
+
+__global__ void unscaleKernel(const float *g, float *out, int64_t n, const float *scale,
+                              float *found) {
+  float inv = 1.0f / *scale;
+  bool bad = false;
+  PTC_GRID_LOOP(i, n) {
+    bad |= !isfinite(g[i]);
+    out[i] = g[i] * inv;
+  }
+  if (bad)
+    *found = 1.0f;
+}
+
+/// A grid for grid-stride loops: enough blocks to fill the GPU, not more.
+unsigned gridFor(int64_t n) { return std::min<unsigned>(blocksFor(n), 4096u); }
+} // namespace
+
+std::string describe(const ErrorRecord &e) {
+  const char *what = e.kind == kBadEmbeddingId ? "embedding index"
+                     : e.kind == kBadTarget    ? "target"
+                                               : "expert index";
+  return std::string(what) + " " + std::to_string(e.id) + " at position " +
+         std::to_string(e.where) + " is outside [0, " + std::to_string(e.limit) + ")";
+}
+
+void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs,
+            float *out, const Shape &os, void *stream) {
+  BroadcastShape s = broadcastShape(as, bs, os);
+  int64_t n = product(os);
+  unsigned grid = gridFor(n);
+  switch (op) {
+  case Binary::Add:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, AddOp{});
+    break;
+  case Binary::Sub:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, SubOp{});
+    break;
+  case Binary::Mul:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, MulOp{});
+    break;
+  case Binary::Div:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, DivOp{});
+    break;
+  }
+}
+
+void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os, void *stream) {
+  BroadcastShape s = broadcastShape(is, is, os);
+  int64_t n = product(os);
+  binaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, in, out, n, s, FirstOp{});
+}
+
+void unary(Unary op, const float *in, float *out, int64_t n, float factor, void *stream) {
+  unaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<int>(op), in, out, n, factor);
+}
+
+void unaryGrad(UnaryGrad op, const float *x, const float *g, float *out, int64_t n,
+               void *stream) {
+  unaryGradKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<int>(op), x, g, out, n);
+}
+
+void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,
+                  void *stream) {
+  convertKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, static_cast<int>(from), out,
+                                                        static_cast<int>(to), n);
+}
+
+void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
+               int64_t cols, float eps, void *stream) {
+  if (rows > 0)
+    layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, b, out, cols,
+                                                                             eps);
+}
+
+void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                   float *db, int64_t rows, int64_t cols, float eps, float *rowStats,
+                   void *stream) {
+  if (rows == 0)
     return;
-  float x = p[i] * (1.0f - lr * wd);
-  float mi = b1 * m[i] + (1.0f - b1) * g[i];
-  float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-  m[i] = mi;
-  v[i] = vi;
-  p[i] = x - lr / c1 * mi / (sqrtf(vi) / sqrtf(c2) + eps);
+  layerNormGradRowKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, g, dx,
+                                                                                  cols, eps);
+  layerNormStatsKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, cols, eps,
+                                                                                rowStats);
+  layerNormGradColumnsKernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0,
+                               S(stream)>>>(x, g, rowStats, dw, db, rows, cols);
 }
 
-__device__ float loadFloat(const void *in, int type, int64_t i) {
-  if (type == 1)
-    return __bfloat162float(static_cast<const __nv_bfloat16 *>(in)[i]);
-  if (type == 2)
-    return __half2float(static_cast<const __half *>(in)[i]);
-  return static_cast<const float *>(in)[i];
-}
-
-__global__ void convertKernel(const void *in, int from, void *out, int to, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n)
+void softmax(const float *x, float *out, const Shape &shape, int64_t axis, void *stream) {
+  int64_t n = shape[static_cast<size_t>(axis)], total = product(shape);
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  if (total == 0)
     return;
-  float x = loadFloat(in, from, i);
-  if (to == 1)
-    static_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(x);
-  else if (to == 2)
-    static_cast<__half *>(out)[i] = __float2half_rn(x);
+  if (inner == 1)
+    softmaxLastKernel<<<static_cast<unsigned>(total / n), kThreads, 0, S(stream)>>>(x, out, n);
   else
-    static_cast<float *>(out)[i] = x;
+    softmaxStridedKernel<<<gridFor(total / n), kThreads, 0, S(stream)>>>(x, out, total / n / inner,
+                                                                          n, inner);
 }
 
-cublasHandle_t handle() {
-  static cublasHandle_t h = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] { cublasCreate(&h); });
-  return h;
+void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis,
+                 void *stream) {
+  int64_t n = shape[static_cast<size_t>(axis)], total = product(shape);
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  if (total == 0)
+    return;
+  if (inner == 1)
+    softmaxGradLastKernel<<<static_cast<unsigned>(total / n), kThreads, 0, S(stream)>>>(y, g, out,
+                                                                                        n);
+  else
+    softmaxGradStridedKernel<<<gridFor(total / n), kThreads, 0, S(stream)>>>(
+        y, g, out, total / n / inner, n, inner);
+}
+
+void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,
+                     int64_t seq, int64_t dim, float scale, void *stream) {
+  causalAttentionKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, out, bh, seq, dim,
+                                                                  scale);
+}
+
+void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
+                         float *dq, float *dk, float *dv, int64_t bh, int64_t seq, int64_t dim,
+                         float scale, void *stream) {
+  size_t bytes = static_cast<size_t>(bh * seq * dim) * sizeof(float);
+  cudaMemsetAsync(dk, 0, bytes, S(stream));
+  cudaMemsetAsync(dv, 0, bytes, S(stream));
+  causalAttentionGradKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, g, dq, dk, dv, bh,
+                                                                      seq, dim, scale);
+}
+
+void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n,
+               float *out, int64_t rowOffset, int64_t totalRows, ErrorRecord *err,
+               void *stream) {
+  embeddingKernel<<<gridFor(n * dim), kThreads, 0, S(stream)>>>(table, rows, dim, ids, n, out,
+                                                                rowOffset, totalRows, err);
+}
+
+void embeddingGrad(const int32_t *ids, int64_t n, const float *g, float *dtable, int64_t rows,
+                   int64_t dim, int64_t rowOffset, int64_t totalRows, ErrorRecord *err,
+                   void *stream) {
+  cudaMemsetAsync(dtable, 0, static_cast<size_t>(rows * dim) * sizeof(float), S(stream));
+  embeddingGradKernel<<<gridFor(n * dim), kThreads, 0, S(stream)>>>(ids, n, g, dtable, rows, dim,
+                                                                    rowOffset, totalRows, err);
+}
+
+void crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                  float *loss, ErrorRecord *err, void *stream) {
+  cudaMemsetAsync(loss, 0, sizeof(float), S(stream));
+  if (rows > 0)
+    crossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+        logits, targets, rows, classes, loss, err);
+}
+
+void crossEntropyGrad(const float *logits, const int32_t *targets, const float *g, int64_t rows,
+                      int64_t classes, float *out, ErrorRecord *err, void *stream) {
+  if (rows > 0)
+    crossEntropyGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+        logits, targets, g, rows, classes, out, err);
+}
+
+void rowMax(const float *logits, int64_t rows, int64_t classes, float *out, void *stream) {
+  if (rows > 0)
+    rowMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(logits, classes, out);
+}
+
+void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out,
+               void *stream) {
+  if (rows > 0)
+    rowSumExpKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(logits, classes, max,
+                                                                             out);
+}
+
+void targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                 int64_t offset, int64_t total, float *out, ErrorRecord *err, void *stream) {
+  targetLogitKernel<<<gridFor(rows), kThreads, 0, S(stream)>>>(logits, targets, rows, classes,
+                                                               offset, total, out, err);
+}
+
+void lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
+                   float *loss, void *stream) {
+  lossFromPartsKernel<<<1, 1024, 0, S(stream)>>>(max, sumExp, target, rows, loss);
+}
+
+void vocabParallelGrad(const float *logits, const int32_t *targets, const float *g,
+                       const float *max, const float *sumExp, int64_t rows, int64_t classes,
+                       int64_t offset, int64_t total, float *out, ErrorRecord *err,
+                       void *stream) {
+  if (rows > 0)
+    vocabParallelGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+        logits, targets, g, max, sumExp, rows, classes, offset, total, out, err);
+}
+
+namespace {
+template <typename T>
+void launchTranspose(const void *in, void *out, int64_t n, const Dims &os, const Dims &st,
+                     void *stream) {
+  transposeKernel<T><<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<const T *>(in),
+                                                            static_cast<T *>(out), n, os, st);
+}
+template <typename T>
+void launchCopyBox(const void *src, void *dst, int64_t n, const Dims &box, const Dims &ss,
+                   const Dims &ds, int64_t s0, int64_t d0, void *stream) {
+  copyBoxKernel<T><<<gridFor(n), kThreads, 0, S(stream)>>>(
+      static_cast<const T *>(src), static_cast<T *>(dst), n, box, ss, ds, s0, d0);
 }
 } // namespace
 
-bool gpuAvailable() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+void transpose(const void *in, const Shape &is, void *out, const Shape &perm, int64_t elemBytes,
+               void *stream) {
+  int64_t n = product(is);
+  if (n == 0)
+    return;
+  Dims inDims = rowMajor(is), os, st;
+  os.rank = st.rank = inDims.rank;
+  for (int i = 0; i < inDims.rank; ++i) {
+    os.size[i] = inDims.size[perm[static_cast<size_t>(i)]];
+    st.stride[i] = inDims.stride[perm[static_cast<size_t>(i)]];
+  }
+  switch (elemBytes) {
+  case 1:
+    launchTranspose<uint8_t>(in, out, n, os, st, stream);
+    break;
+  case 2:
+    launchTranspose<uint16_t>(in, out, n, os, st, stream);
+    break;
+  case 8:
+    launchTranspose<uint64_t>(in, out, n, os, st, stream);
+    break;
+  default:
+    launchTranspose<uint32_t>(in, out, n, os, st, stream);
+    break;
+  }
 }
 
-Status check(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess)
-    e = cudaDeviceSynchronize();
-  if (e != cudaSuccess)
-    return error(StatusCode::kInternal, what, ": CUDA error ", cudaGetErrorString(e));
-  return Status::ok();
+void copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
+             const Shape &dstShape, const Shape &dstOffsets, const Shape &box, int64_t elemBytes,
+             void *stream) {
+  int64_t n = product(box);
+  if (n == 0)
+    return;
+  Dims b = rowMajor(box), ss = rowMajor(srcShape), ds = rowMajor(dstShape);
+  int64_t s0 = 0, d0 = 0;
+  for (size_t i = 0; i < box.size(); ++i) {
+    s0 += srcOffsets[i] * ss.stride[i];
+    d0 += dstOffsets[i] * ds.stride[i];
+  }
+  switch (elemBytes) {
+  case 1:
+    launchCopyBox<uint8_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  case 2:
+    launchCopyBox<uint16_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  case 8:
+    launchCopyBox<uint64_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  default:
+    launchCopyBox<uint32_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  }
 }
 
-void *deviceAlloc(int64_t bytes) {
-  void *p = nullptr;
-  if (cudaMalloc(&p, static_cast<size_t>(bytes)) != cudaSuccess)
-    return nullptr;
-  return p;
+namespace {
+/// Splits the input dims into kept (output order) and reduced ones.
+void splitAxes(const Shape &is, const Shape &axes, Dims &kept, Dims &red, int64_t &outN,
+               int64_t &count) {
+  Dims in = rowMajor(is);
+  outN = count = 1;
+  for (int d = 0; d < in.rank; ++d) {
+    bool reduced = false;
+    for (int64_t a : axes)
+      reduced |= a == d;
+    Dims &to = reduced ? red : kept;
+    to.size[to.rank] = in.size[d];
+    to.stride[to.rank] = in.stride[d];
+    ++to.rank;
+    (reduced ? count : outN) *= in.size[d];
+  }
 }
-void deviceFree(void *p) { cudaFree(p); }
-void copyToDevice(void *dst, const void *src, int64_t bytes) {
-  cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice);
-}
-void copyToHost(void *dst, const void *src, int64_t bytes) {
-  cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost);
-}
-void synchronize() { cudaDeviceSynchronize(); }
+} // namespace
 
-void binary(Binary kind, const float *a, const std::vector<int64_t> &as, const float *b,
-            const std::vector<int64_t> &bs, float *out, const std::vector<int64_t> &os,
+void reduce(Reduce op, const float *in, const Shape &is, const Shape &axes, float *out,
             void *stream) {
-  BroadcastShape s{};
-  s.rank = static_cast<int>(os.size());
-  int64_t n = 1;
-  auto strides = [&](const std::vector<int64_t> &shape, int64_t *st) {
-    int64_t acc = 1;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      int sd = d - (s.rank - static_cast<int>(shape.size()));
-      int64_t size = sd >= 0 ? shape[static_cast<size_t>(sd)] : 1;
-      st[d] = size == 1 ? 0 : acc;
-      acc *= size;
-    }
-  };
-  for (int d = 0; d < s.rank; ++d) {
-    s.out[d] = os[static_cast<size_t>(d)];
-    n *= os[static_cast<size_t>(d)];
-  }
-  strides(as, s.aStride);
-  strides(bs, s.bStride);
-  switch (kind) {
-  case Binary::Add:
-    binaryKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(a, b, out, n, s, AddOp{});
-    break;
-  case Binary::Sub:
-    binaryKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(a, b, out, n, s, SubOp{});
-    break;
-  case Binary::Mul:
-    binaryKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(a, b, out, n, s, MulOp{});
-    break;
-  case Binary::Div:
-    binaryKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(a, b, out, n, s, DivOp{});
-    break;
-  }
+  Dims kept, red;
+  int64_t outN, count;
+  splitAxes(is, axes, kept, red, outN, count);
+  reduceKernel<<<gridFor(outN), kThreads, 0, S(stream)>>>(static_cast<int>(op), in, out, outN,
+                                                          kept, red, count);
 }
 
-void scale(const float *in, float *out, int64_t n, float factor, void *stream) {
-  scaleKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(in, out, n, factor);
+void reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *g,
+                   float *out, void *stream) {
+  Dims kept, red;
+  int64_t outN, count;
+  splitAxes(is, axes, kept, red, outN, count);
+  reduceMaxGradKernel<<<gridFor(outN), kThreads, 0, S(stream)>>>(in, g, out, outN, kept, red,
+                                                                 count);
 }
-void gelu(const float *in, float *out, int64_t n, void *stream) {
-  geluKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(in, out, n);
+
+void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
+              float *weights, int32_t *indices, void *stream) {
+  topKGateKernel<<<gridFor(tokens), kThreads, 0, S(stream)>>>(logits, tokens, experts, k,
+                                                              normalize, weights, indices);
 }
-void geluGrad(const float *x, const float *g, float *out, int64_t n, void *stream) {
-  geluGradKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(x, g, out, n);
-}
-void relu(const float *in, float *out, int64_t n, void *stream) {
-  reluKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(in, out, n);
-}
-void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
-               int64_t cols, float eps, void *stream) {
-  layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, b, out, cols, eps);
-}
-void softmaxLastAxis(const float *x, float *out, int64_t rows, int64_t cols, void *stream) {
-  softmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, out, cols);
-}
-void crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                  float *loss, int *badTarget, void *stream) {
-  cudaMemsetAsync(loss, 0, sizeof(float), S(stream));
-  crossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
-      logits, targets, rows, classes, loss, badTarget);
-}
-void crossEntropyGrad(const float *logits, const int32_t *targets, const float *g, int64_t rows,
-                      int64_t classes, float *out, void *stream) {
-  crossEntropyGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
-      logits, targets, g, rows, classes, out);
-}
-void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n,
-               float *out, void *stream) {
-  embeddingKernel<<<blocksFor(n * dim), kThreads, 0, S(stream)>>>(table, rows, dim, ids, n, out);
-}
-Status causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,
-                       int64_t seq, int64_t dim, float scale, void *stream) {
-  if (dim > 256)
-    return error(StatusCode::kUnimplemented, "causal attention with head dimension ", dim,
-                 " (at most 256)");
-  causalAttentionKernel<<<blocksFor(bh * seq), kThreads, 0, S(stream)>>>(q, k, v, out, bh, seq,
-                                                                          dim, scale);
-  return Status::ok();
-}
-void adamwUpdate(float *param, const float *grad, float *m, float *v, float step,
-                 const AdamW &hp, int64_t n, void *stream) {
-  float c1 = 1.0f - std::pow(hp.beta1, step), c2 = 1.0f - std::pow(hp.beta2, step);
-  adamwKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(param, grad, m, v, n, hp.lr, hp.beta1,
-                                                         hp.beta2, hp.eps, hp.weightDecay, c1, c2);
-}
-void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,
+
+void topKGateGrad(const float *logits, const int32_t *indices, const float *gw, int64_t tokens,
+                  int64_t experts, int64_t k, bool normalize, float *out, ErrorRecord *err,
                   void *stream) {
-  convertKernel<<<blocksFor(n), kThreads, 0, S(stream)>>>(in, static_cast<int>(from), out,
-                                                          static_cast<int>(to), n);
+  topKGateGradKernel<<<gridFor(tokens), kThreads, 0, S(stream)>>>(logits, indices, gw, tokens,
+                                                                  experts, k, normalize, out, err);
 }
 
-Status matmul(const float *a, const float *b, float *c, int64_t batch, int64_t m, int64_t n,
-              int64_t k, bool transA, bool transB, int64_t strideA, int64_t strideB,
-              int64_t strideC, void *stream) {
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  cublasHandle_t h = handle();
+void assignSlots(const int32_t *indices, int64_t tokens, int64_t k, int64_t experts,
+                 int64_t capacity, int32_t *slots, ErrorRecord *err, void *stream) {
+  assignSlotsKernel<<<gridFor(experts), kThreads, 0, S(stream)>>>(indices, tokens * k, experts,
+                                                                  capacity, slots, err);
+}
+
+void moeDispatch(const float *x, const int32_t *indices, const int32_t *slots, int64_t tokens,
+                 int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out,
+                 void *stream) {
+  cudaMemsetAsync(out, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(float),
+                  S(stream));
+  moeDispatchKernel<<<gridFor(tokens * k * dim), kThreads, 0, S(stream)>>>(
+      x, indices, slots, tokens * k, k, dim, capacity, out);
+}
+
+void moeDispatchGrad(const float *g, const int32_t *indices, const int32_t *slots,
+                     int64_t tokens, int64_t k, int64_t dim, int64_t capacity, float *out,
+                     void *stream) {
+  moeGatherKernel<<<gridFor(tokens * dim), kThreads, 0, S(stream)>>>(
+      g, nullptr, indices, slots, tokens, k, dim, capacity, out);
+}
+
+void moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+                const int32_t *slots, int64_t tokens, int64_t k, int64_t dim, int64_t capacity,
+                float *out, void *stream) {
+  moeGatherKernel<<<gridFor(tokens * dim), kThreads, 0, S(stream)>>>(
+      expertOut, weights, indices, slots, tokens, k, dim, capacity, out);
+}
+
+void moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+                    const int32_t *slots, const float *g, int64_t tokens, int64_t k, int64_t dim,
+                    int64_t experts, int64_t capacity, float *dExpertOut, float *dWeights,
+                    void *stream) {
+  cudaMemsetAsync(dExpertOut, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(float),
+                  S(stream));
+  moeCombineGradKernel<<<gridFor(tokens * k), kThreads, 0, S(stream)>>>(
+      expertOut, weights, indices, slots, g, tokens * k, k, dim, capacity, dExpertOut, dWeights);
+}
+
+void adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
+                 const float *step, const AdamW &hp, int64_t n, const float *skip,
+                 float *outParam, float *outM, float *outV, void *stream) {
+  adamwKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, m, v, step, n, hp.lr, hp.beta1,
+                                                      hp.beta2, hp.eps, hp.weightDecay, skip,
+                                                      outParam, outM, outV);
+}
+
+void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
+               float momentum, float weightDecay, int64_t n, const float *skip, float *outParam,
+               float *outBuf, void *stream) {
+  sgdKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, buf, lr, momentum, weightDecay, n,
+                                                    skip, outParam, outBuf);
+}
+
+void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                  float *out, void *stream) {
+  cudaMemsetAsync(out, 0, sizeof(float), S(stream));
+  for (size_t t = 0; t < grads.size(); ++t)
+    if (sizes[t] > 0)
+      sumSquaresKernel<<<std::min<unsigned>(gridFor(sizes[t]), 1024u), kThreads, 0, S(stream)>>>(
+          grads[t], sizes[t], out);
+}
+
+void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
+                float *norm, void *stream) {
+  for (size_t t = 0; t < grads.size(); ++t)
+    clipKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t], maxNorm,
+                                                              sumSquares);
+  // After every scale (norm may be the sum-of-squares scalar itself).
+  normKernel<<<1, 1, 0, S(stream)>>>(sumSquares, norm);
+}
+
+void unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+             const std::vector<float *> &outs, const float *scale, float *found, void *stream) {
+  // `found` may alias nothing read here; cleared first, set by any block that sees inf / nan.
+  cudaMemsetAsync(found, 0, sizeof(float), S(stream));
+  for (size_t t = 0; t < grads.size(); ++t)
+    unscaleKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t],
+                                                                 scale, found);
+}
+
+int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, const Shape &bs,
+           void *out, bool transA, bool transB, FloatType type, bool allowTf32, void *stream) {
+  size_t r = as.size(), rb = bs.size();
+  int64_t m = transA ? as[r - 1] : as[r - 2], k = transA ? as[r - 2] : as[r - 1];
+  int64_t n = transB ? bs[rb - 2] : bs[rb - 1];
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < r; ++d)
+    batch *= as[d];
+  bool shared = rb == 2;
+  auto h = static_cast<cublasHandle_t>(cublasHandle);
   cublasSetStream(h, S(stream));
+  cudaDataType_t dt = type == FloatType::BF16 ? CUDA_R_16BF
+                      : type == FloatType::F16 ? CUDA_R_16F
+                                               : CUDA_R_32F;
+  cublasComputeType_t ct = type == FloatType::F32 && allowTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                               : CUBLAS_COMPUTE_32F;
   const float one = 1.0f, zero = 0.0f;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   int ldb = static_cast<int>(transB ? k : n), lda = static_cast<int>(transA ? m : k);
-  cublasStatus_t st = cublasSgemmStridedBatched(
-      h, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
-      strideB, a, lda, strideA, &zero, c, static_cast<int>(n), strideC, static_cast<int>(batch));
-  if (st != CUBLAS_STATUS_SUCCESS)
-    return error(StatusCode::kInternal, "cublasSgemmStridedBatched failed with status ",
-                 static_cast<int>(st));
-  return Status::ok();
+  if (shared && !transA) {
+    // Every batch row shares B: one GEMM over batch * m rows.
+    m *= batch;
+    batch = 1;
+  }
+  cublasStatus_t st = cublasGemmStridedBatchedEx(
+      h, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, b, dt, ldb,
+      shared ? 0 : k * n, a, dt, lda, m * k, &zero, out, dt, static_cast<int>(n), m * n,
+      static_cast<int>(batch), ct, CUBLAS_GEMM_DEFAULT);
+  return static_cast<int>(st);
 }
 
 } // namespace ptc::kernels::cuda

@@ -32,6 +32,10 @@ public:
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
   const Mesh &mesh() const { return mesh_; }
+  /// Whether the buffers are device memory and the collectives are enqueued
+  /// on the device's communication stream (NCCL) rather than done on host
+  /// memory before returning (MPI).
+  virtual bool deviceResident() const { return false; }
   const std::vector<int> &coords() const { return coords_; }
 
   /// In-place elementwise sum of `count` floats over the group of `axes`.

@@ -17,17 +17,6 @@ using plan::TensorKind;
 namespace k = kernels::cpu;
 
 namespace {
-constexpr size_t kAlignment = 64;
-
-uint8_t *allocateAligned(int64_t bytes) {
-  size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kAlignment - 1) /
-                kAlignment * kAlignment;
-  void *p = std::aligned_alloc(kAlignment, size);
-  if (p)
-    std::memset(p, 0, size);
-  return static_cast<uint8_t *>(p);
-}
-
 uint64_t splitmix64(uint64_t &state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -53,8 +42,12 @@ void fillNormal(float *out, int64_t n, double stddev, uint64_t seed, const std::
 }
 
 StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const LoadedPlan> plan,
-                                                     int pipelineRank) {
+                                                     int pipelineRank,
+                                                     std::unique_ptr<Device> device) {
   std::unique_ptr<Executor> ex(new Executor(plan));
+  ex->dev_ = device ? std::move(device) : createCpuDevice();
+  Device &dev = *ex->dev_;
+  ex->staging_ = DeviceBuffer(&dev);
   const auto &tensors = plan->tensors();
   ex->storage_.assign(tensors.size(), nullptr);
   ex->ppRank_ = pipelineRank;
@@ -72,10 +65,17 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   if (plan->plan().outputs())
     for (const plan::Output *o : *plan->plan().outputs())
       isOutput[static_cast<size_t>(o->tensor())] = true;
-  uint8_t *arena = allocateAligned(ex->arenaBytes_);
-  if (!arena)
-    return error(StatusCode::kInternal, "cannot allocate the ", ex->arenaBytes_, "-byte arena");
-  ex->buffers_.emplace_back(arena, std::free);
+  auto allocate = [&](int64_t bytes, const std::string &what) -> StatusOr<uint8_t *> {
+    auto p = dev.allocate(bytes);
+    if (!p.isOk())
+      return Status(p.status().code(), "cannot allocate " + what + " on " + dev.describe() +
+                                           ": " + p.status().message());
+    ex->buffers_.push_back(*p);
+    return static_cast<uint8_t *>(*p);
+  };
+  auto arena = allocate(ex->arenaBytes_, "the " + std::to_string(ex->arenaBytes_) + "-byte arena");
+  if (!arena.isOk())
+    return arena.status();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
     if (t.kind == TensorKind::Temporary && here[i]) {
@@ -83,32 +83,42 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
         return invalidArgument("tensor #", i, " at arena offset ", t.arenaOffset,
                                " lies outside pipeline rank ", pipelineRank, "'s ",
                                ex->arenaBytes_, "-byte arena");
-      ex->storage_[i] = arena + t.arenaOffset;
+      ex->storage_[i] = *arena + t.arenaOffset;
       continue;
     }
     if (!here[i] && !isOutput[i])
       continue;
-    uint8_t *buf = allocateAligned(t.bytes);
-    if (!buf)
-      return error(StatusCode::kInternal, "cannot allocate ", t.bytes, " bytes for '", t.name, "'");
-    ex->buffers_.emplace_back(buf, std::free);
-    ex->storage_[i] = buf;
+    auto buf = allocate(t.bytes, std::to_string(t.bytes) + " bytes for '" + t.name + "'");
+    if (!buf.isOk())
+      return buf.status();
+    ex->storage_[i] = *buf;
     ex->persistentBytes_ += t.bytes;
     if (t.kind == TensorKind::Temporary)
       continue; // another pipeline rank's output, received after each step
     if (t.kind == TensorKind::Constant) {
       const auto *data = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->data();
       int64_t elem = dtypeSize(t.dtype);
+      std::vector<uint8_t> host(static_cast<size_t>(t.bytes));
       if (static_cast<int64_t>(data->size()) == t.bytes)
-        std::memcpy(buf, data->data(), static_cast<size_t>(t.bytes));
+        std::memcpy(host.data(), data->data(), static_cast<size_t>(t.bytes));
       else // splat
         for (int64_t e = 0; e < t.numElements; ++e)
-          std::memcpy(buf + e * elem, data->data(), static_cast<size_t>(elem));
+          std::memcpy(host.data() + e * elem, data->data(), static_cast<size_t>(elem));
+      PTC_RETURN_IF_ERROR(dev.copy(*buf, host.data(), t.bytes, CopyKind::HostToDevice));
     }
   }
   if (plan->pipelined())
     PTC_RETURN_IF_ERROR(ex->preparePipeline());
   return ex;
+}
+
+Executor::~Executor() {
+  stash_.clear();
+  if (dev_) {
+    (void)dev_->synchronize();
+    for (void *p : buffers_)
+      dev_->release(p);
+  }
 }
 
 std::vector<int> Executor::coords() const {
@@ -150,14 +160,35 @@ void Executor::forEachLocalBox(const TensorInfo &t, const std::vector<int> &coor
   }
 }
 
-void Executor::loadFromWhole(int32_t id, const void *whole) {
+Status Executor::loadFromWhole(int32_t id, const void *whole) {
   if (!holds(id))
-    return;
+    return Status::ok();
   const TensorInfo &t = plan_->tensor(id);
+  // Cut the local part out on the host, then copy it over in one piece.
+  void *local = data(id);
+  std::vector<uint8_t> host;
+  if (!dev_->hostAddressable()) {
+    host.resize(static_cast<size_t>(t.bytes));
+    local = host.data();
+  }
   forEachLocalBox(t, coords(), [&](const auto &wholeOff, const auto &localOff, const auto &box) {
-    k::copyBox(whole, t.globalShape, wholeOff, data(id), t.shape, localOff, box,
-               dtypeSize(t.dtype));
+    k::copyBox(whole, t.globalShape, wholeOff, local, t.shape, localOff, box, dtypeSize(t.dtype));
   });
+  if (!host.empty())
+    return dev_->copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice);
+  return Status::ok();
+}
+
+Status Executor::readLocal(int32_t id, void *out) {
+  return dev_->copy(out, data(id), plan_->tensor(id).bytes, CopyKind::DeviceToHost);
+}
+
+StatusOr<float> Executor::scalar(int32_t id) {
+  float value = 0.0f;
+  Status s = dev_->copy(&value, data(id), sizeof value, CopyKind::DeviceToHost);
+  if (!s.isOk())
+    return s;
+  return value;
 }
 
 StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
@@ -170,15 +201,17 @@ StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   int axis = plan_->pipelineAxis();
   if (home > 0 && axis >= 0)
     sharded = true;
+  std::vector<float> mine(static_cast<size_t>(t.numElements));
+  if (holds(id))
+    PTC_RETURN_IF_ERROR(readLocal(id, mine.data()));
   if (!comm_ || !sharded) {
     if (comm_ && comm_->rank() != 0)
       return std::vector<float>();
-    return std::vector<float>(f32(id), f32(id) + t.numElements);
+    return mine;
   }
   int world = comm_->worldSize();
   std::vector<float> all(comm_->rank() == 0 ? static_cast<size_t>(t.numElements * world) : 0);
-  std::vector<float> none(holds(id) ? 0 : static_cast<size_t>(t.numElements));
-  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(holds(id) ? data(id) : none.data(), t.bytes, all.data()));
+  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(mine.data(), t.bytes, all.data()));
   if (comm_->rank() != 0)
     return std::vector<float>();
   int64_t wholeCount = 1;
@@ -198,50 +231,49 @@ StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   return whole;
 }
 
-void Executor::initialize(uint64_t seed) {
+Status Executor::initialize(uint64_t seed) {
   const auto &tensors = plan_->tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
     if (!storage_[i])
       continue;
     if (t.kind == TensorKind::OptimizerState) {
-      std::memset(storage_[i], 0, static_cast<size_t>(t.bytes));
+      PTC_RETURN_IF_ERROR(dev_->zero(storage_[i], t.bytes));
       continue;
     }
     if (t.kind != TensorKind::Parameter)
       continue;
     const plan::Tensor *pt = plan_->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
-    float *p = static_cast<float *>(storage_[i]);
+    int64_t wholeCount = 1;
+    for (int64_t d : t.globalShape)
+      wholeCount *= d;
+    // Draw the whole tensor and keep the local part: every layout gets the
+    // single-device values.
+    std::vector<float> whole(static_cast<size_t>(wholeCount), 0.0f);
     switch (pt->init()) {
-    case plan::InitKind::Normal: {
-      // Draw the whole tensor and keep the local part: every layout gets the
-      // single-device values.
-      int64_t wholeCount = 1;
-      for (int64_t d : t.globalShape)
-        wholeCount *= d;
-      if (wholeCount == t.numElements) {
-        fillNormal(p, t.numElements, pt->init_std(), seed, t.name);
-      } else {
-        std::vector<float> whole(static_cast<size_t>(wholeCount));
-        fillNormal(whole.data(), wholeCount, pt->init_std(), seed, t.name);
-        loadFromWhole(static_cast<int32_t>(i), whole.data());
-      }
+    case plan::InitKind::Normal:
+      fillNormal(whole.data(), wholeCount, pt->init_std(), seed, t.name);
       break;
-    }
     case plan::InitKind::Ones:
-      std::fill(p, p + t.numElements, 1.0f);
+      std::fill(whole.begin(), whole.end(), 1.0f);
       break;
     default:
-      std::fill(p, p + t.numElements, 0.0f);
       break;
     }
+    PTC_RETURN_IF_ERROR(loadFromWhole(static_cast<int32_t>(i), whole.data()));
   }
+  return Status::ok();
 }
 
 Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
   auto t0 = std::chrono::steady_clock::now();
-  Status status = run(*inst);
+  Status status = awaitPending(*inst);
+  if (status.isOk())
+    status = run(*inst);
+  // Kernels on a GPU run asynchronously: a profile waits for each.
+  if (profile && status.isOk() && !dev_->hostAddressable())
+    status = dev_->synchronize();
   if (profile) {
     size_t op = static_cast<size_t>(inst->op());
     if (profile->size() <= op)
@@ -257,11 +289,9 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   return Status::ok();
 }
 
-void Executor::setInput(int32_t id, const void *wholeBatch) {
-  if (!plan_->pipelined()) {
-    loadFromWhole(id, wholeBatch);
-    return;
-  }
+Status Executor::setInput(int32_t id, const void *wholeBatch) {
+  if (!plan_->pipelined())
+    return loadFromWhole(id, wholeBatch);
   const TensorInfo &t = plan_->tensor(id);
   int64_t bytes = t.bytes;
   for (size_t d = 0; d < t.shape.size(); ++d)
@@ -269,21 +299,27 @@ void Executor::setInput(int32_t id, const void *wholeBatch) {
   bytes *= plan_->microbatches();
   auto &buf = batches_[id];
   buf.assign(static_cast<const uint8_t *>(wholeBatch), static_cast<const uint8_t *>(wholeBatch) + bytes);
+  return Status::ok();
 }
 
 Status Executor::step(std::vector<double> *profile) {
   if (plan_->pipelined())
-    return runPipelined(profile);
-  for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
-    PTC_RETURN_IF_ERROR(runInstruction(n, profile));
+    PTC_RETURN_IF_ERROR(runPipelined(profile));
+  else
+    for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
+      PTC_RETURN_IF_ERROR(runInstruction(n, profile));
+  pending_.clear();
+  Status s = dev_->synchronize();
+  if (!s.isOk())
+    return Status(s.code(), "the step's work on " + dev_->describe() + " failed: " + s.message());
   return Status::ok();
 }
 
 namespace {
-k::FloatType floatTypeOf(plan::DType d) {
-  return d == plan::DType::BF16 ? k::FloatType::BF16
-         : d == plan::DType::F16 ? k::FloatType::F16
-                                 : k::FloatType::F32;
+FloatType floatTypeOf(plan::DType d) {
+  return d == plan::DType::BF16 ? FloatType::BF16
+         : d == plan::DType::F16 ? FloatType::F16
+                                 : FloatType::F32;
 }
 bool isLowPrecision(plan::DType d) { return d == plan::DType::BF16 || d == plan::DType::F16; }
 } // namespace
@@ -293,9 +329,8 @@ Status Executor::run(const plan::Instruction &inst) {
   const auto &out = *inst.outputs();
   if (inst.op() == OpCode::Convert) {
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    k::convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]), floatTypeOf(dst.dtype),
-                    src.numElements);
-    return Status::ok();
+    return dev_->convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]),
+                              floatTypeOf(dst.dtype), src.numElements);
   }
   // Mixed precision: bf16 / f16 storage, f32 math. Ops that only move bytes
   // run on the stored type; the others see f32 copies of their low-precision
@@ -312,7 +347,8 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::ReduceScatter:
     // bf16 gradient reduction: bf16 on the wire.
     if (plan_->tensor(in[0]).dtype == plan::DType::BF16)
-      return runBf16Reduction(inst);
+      return inst.op() == OpCode::AllReduce ? runBucketAllReduce(inst, /*bf16=*/true)
+                                            : runReduceScatter(inst, /*bf16=*/true);
     break;
   default:
     break;
@@ -326,76 +362,195 @@ Status Executor::run(const plan::Instruction &inst) {
     for (int32_t id : *ids)
       if (isLow(id) && std::find(low.begin(), low.end(), id) == low.end())
         low.push_back(id);
-  if (widened_.size() < low.size())
-    widened_.resize(low.size());
+  while (widened_.size() < low.size())
+    widened_.emplace_back(dev_.get());
+  for (size_t i = 0; i < low.size(); ++i)
+    PTC_RETURN_IF_ERROR(widened_[i].reserve(plan_->tensor(low[i]).numElements * 4));
   std::vector<void *> saved;
   for (size_t i = 0; i < low.size(); ++i) {
     const TensorInfo &t = plan_->tensor(low[i]);
-    widened_[i].resize(static_cast<size_t>(t.numElements));
-    k::convertFloat(data(low[i]), floatTypeOf(t.dtype), widened_[i].data(), k::FloatType::F32,
-                    t.numElements);
+    PTC_RETURN_IF_ERROR(dev_->convertFloat(data(low[i]), floatTypeOf(t.dtype), widened_[i].data(),
+                                           FloatType::F32, t.numElements));
     saved.push_back(storage_[static_cast<size_t>(low[i])]);
     storage_[static_cast<size_t>(low[i])] = widened_[i].data();
   }
   Status status = runKernel(inst);
   for (size_t i = 0; i < low.size(); ++i) {
     storage_[static_cast<size_t>(low[i])] = saved[i];
-    if (std::find(out.begin(), out.end(), low[i]) != out.end())
-      k::convertFloat(widened_[i].data(), k::FloatType::F32, data(low[i]),
-                      floatTypeOf(plan_->tensor(low[i]).dtype), plan_->tensor(low[i]).numElements);
+    if (status.isOk() && std::find(out.begin(), out.end(), low[i]) != out.end())
+      status = dev_->convertFloat(widened_[i].data(), FloatType::F32, data(low[i]),
+                                  floatTypeOf(plan_->tensor(low[i]).dtype),
+                                  plan_->tensor(low[i]).numElements);
   }
   return status;
 }
 
-void Executor::blocksForReduceScatter(const plan::Instruction &inst, void *staging,
-                                      size_t elementBytes) {
+Status Executor::blocksForReduceScatter(const plan::Instruction &inst, void *staging,
+                                        int64_t elementBytes) {
   const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
   const TensorInfo &dst = plan_->tensor((*inst.outputs())[0]);
   size_t dim = static_cast<size_t>(inst.ints()->Get(1));
   int parts = plan_->meshSizes()[static_cast<size_t>(inst.ints()->Get(0))];
-  std::vector<int64_t> offsets(src.shape.size(), 0);
+  std::vector<int64_t> offsets(src.shape.size(), 0), zero(src.shape.size(), 0);
   for (int p = 0; p < parts; ++p) {
     offsets[dim] = p * dst.shape[dim];
-    k::sliceCopy(data((*inst.inputs())[0]), src.shape,
-                 static_cast<uint8_t *>(staging) + p * dst.numElements * static_cast<int64_t>(elementBytes),
-                 dst.shape, offsets, elementBytes, /*toSmall=*/true);
+    PTC_RETURN_IF_ERROR(dev_->copyBox(data((*inst.inputs())[0]), src.shape, offsets,
+                                      static_cast<uint8_t *>(staging) + p * dst.numElements * elementBytes,
+                                      dst.shape, zero, dst.shape, elementBytes));
   }
+  return Status::ok();
 }
 
-Status Executor::runBf16Reduction(const plan::Instruction &inst) {
+// ---- Collectives ------------------------------------------------------------
+// A communicator works on host memory (MPI: device data goes through host
+// copies unless the device is the CPU) or on device memory, enqueued on the
+// device's communication stream (NCCL): then the communication stream waits
+// for the compute work so far, and the compute stream waits for the
+// collective only where an instruction reads its result (gradient buckets), so
+// that reduction overlaps the rest of the backward pass.
+
+bool Executor::commOnDevice() const { return comm_ && comm_->deviceResident(); }
+
+StatusOr<void *> Executor::commView(const void *p, int64_t bytes, int slot, bool load) {
+  if (dev_->hostAddressable() || commOnDevice())
+    return const_cast<void *>(p);
+  auto &host = hostStaging_[static_cast<size_t>(slot)];
+  if (static_cast<int64_t>(host.size()) < bytes)
+    host.resize(static_cast<size_t>(bytes));
+  if (load)
+    PTC_RETURN_IF_ERROR(dev_->copy(host.data(), p, bytes, CopyKind::DeviceToHost));
+  return static_cast<void *>(host.data());
+}
+
+Status Executor::commWriteBack(void *p, void *view, int64_t bytes) {
+  if (view == p)
+    return Status::ok();
+  return dev_->copy(p, view, bytes, CopyKind::HostToDevice);
+}
+
+Status Executor::enterComm() {
+  if (!commOnDevice())
+    return Status::ok();
+  if (lastComm_ >= 0) // the staging buffer may still feed the previous collective
+    PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Compute, lastComm_));
+  auto ev = dev_->record(StreamKind::Compute);
+  if (!ev.isOk())
+    return ev.status();
+  return dev_->wait(StreamKind::Communication, *ev);
+}
+
+Status Executor::leaveComm(const std::vector<int32_t> &results, bool overlap) {
+  if (!commOnDevice())
+    return Status::ok();
+  auto ev = dev_->record(StreamKind::Communication);
+  if (!ev.isOk())
+    return ev.status();
+  lastComm_ = *ev;
+  if (!overlap)
+    return dev_->wait(StreamKind::Compute, *ev);
+  for (int32_t id : results)
+    pending_[id] = *ev;
+  return Status::ok();
+}
+
+Status Executor::awaitPending(const plan::Instruction &inst) {
+  if (pending_.empty())
+    return Status::ok();
+  for (const auto *ids : {inst.inputs(), inst.outputs()})
+    for (int32_t id : *ids) {
+      auto it = pending_.find(id);
+      if (it == pending_.end())
+        continue;
+      PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Compute, it->second));
+      pending_.erase(it);
+    }
+  return Status::ok();
+}
+
+Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
+  // One bucket: pack, sum once, unpack.
   const auto &in = *inst.inputs();
   const auto &out = *inst.outputs();
   std::string what = inst.location() ? inst.location()->str() : "";
   std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
-  if (inst.op() == OpCode::AllReduce) {
-    int64_t total = 0;
-    for (int32_t id : in)
-      total += plan_->tensor(id).numElements;
-    staging16_.resize(static_cast<size_t>(total));
-    int64_t off = 0;
-    for (int32_t id : in) {
-      std::memcpy(staging16_.data() + off, data(id), static_cast<size_t>(plan_->tensor(id).bytes));
-      off += plan_->tensor(id).numElements;
-    }
-    if (comm_)
-      PTC_RETURN_IF_ERROR(comm_->allReduceSumBf16(staging16_.data(), total, axes,
-                                                  "a " + std::to_string(total * 2) +
-                                                      "-byte bf16 bucket at " + what));
-    off = 0;
-    for (int32_t id : out) {
-      std::memcpy(data(id), staging16_.data() + off, static_cast<size_t>(plan_->tensor(id).bytes));
-      off += plan_->tensor(id).numElements;
-    }
-    return Status::ok();
+  int64_t total = 0;
+  for (int32_t id : in)
+    total += plan_->tensor(id).bytes;
+  PTC_RETURN_IF_ERROR(enterComm());
+  PTC_RETURN_IF_ERROR(staging_.reserve(total));
+  uint8_t *staging = static_cast<uint8_t *>(staging_.data());
+  int64_t off = 0;
+  for (int32_t id : in) {
+    PTC_RETURN_IF_ERROR(dev_->copy(staging + off, data(id), plan_->tensor(id).bytes,
+                                   CopyKind::DeviceToDevice));
+    off += plan_->tensor(id).bytes;
   }
-  const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-  staging16_.resize(static_cast<size_t>(src.numElements));
-  blocksForReduceScatter(inst, staging16_.data(), sizeof(uint16_t));
-  if (comm_)
-    return comm_->reduceScatterSumBf16(staging16_.data(), static_cast<uint16_t *>(data(out[0])),
-                                       dst.numElements, axes[0], "'" + src.name + "' at " + what);
-  std::memcpy(data(out[0]), staging16_.data(), static_cast<size_t>(dst.bytes));
-  return Status::ok();
+  if (comm_) {
+    PTC_RETURN_IF_ERROR(enterComm());
+    auto view = commView(staging, total, 0, true);
+    if (!view.isOk())
+      return view.status();
+    std::string bucket = "a " + std::to_string(total) + "-byte " + (bf16 ? "bf16 " : "") +
+                         "bucket at " + what;
+    PTC_RETURN_IF_ERROR(bf16 ? comm_->allReduceSumBf16(static_cast<uint16_t *>(*view), total / 2,
+                                                        axes, bucket)
+                             : comm_->allReduceSum(static_cast<float *>(*view), total / 4, axes,
+                                                   bucket));
+    PTC_RETURN_IF_ERROR(commWriteBack(staging, *view, total));
+  }
+  // Unpacked on the stream the sum ran on.
+  StreamKind stream = commOnDevice() ? StreamKind::Communication : StreamKind::Compute;
+  off = 0;
+  std::vector<int32_t> results;
+  for (int32_t id : out) {
+    PTC_RETURN_IF_ERROR(dev_->copyOn(stream, data(id), staging + off, plan_->tensor(id).bytes));
+    off += plan_->tensor(id).bytes;
+    results.push_back(id);
+  }
+  return leaveComm(results, /*overlap=*/true);
+}
+
+Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
+  // Lay the input out as one contiguous block per group member, then sum-scatter.
+  const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
+  int32_t outId = (*inst.outputs())[0];
+  const TensorInfo &dst = plan_->tensor(outId);
+  int axis = static_cast<int>(inst.ints()->Get(0));
+  std::string what = "'" + src.name + "' at " + (inst.location() ? inst.location()->str() : "");
+  PTC_RETURN_IF_ERROR(enterComm());
+  PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes));
+  PTC_RETURN_IF_ERROR(blocksForReduceScatter(inst, staging_.data(), dtypeSize(src.dtype)));
+  if (!comm_)
+    return dev_->copy(data(outId), staging_.data(), dst.bytes, CopyKind::DeviceToDevice);
+  PTC_RETURN_IF_ERROR(enterComm());
+  auto in = commView(staging_.data(), src.bytes, 0, true);
+  if (!in.isOk())
+    return in.status();
+  auto outView = commView(data(outId), dst.bytes, 1, false);
+  if (!outView.isOk())
+    return outView.status();
+  PTC_RETURN_IF_ERROR(
+      bf16 ? comm_->reduceScatterSumBf16(static_cast<const uint16_t *>(*in),
+                                         static_cast<uint16_t *>(*outView), dst.numElements, axis,
+                                         what)
+           : comm_->reduceScatterSum(static_cast<const float *>(*in),
+                                     static_cast<float *>(*outView), dst.numElements, axis, what));
+  PTC_RETURN_IF_ERROR(commWriteBack(data(outId), *outView, dst.bytes));
+  return leaveComm({outId}, /*overlap=*/true);
+}
+
+Status Executor::allReduceSmall(float *values, int64_t count, const std::vector<int> &axes,
+                                bool max, const std::string &what) {
+  // Per-row or scalar reductions that the next kernel needs at once.
+  PTC_RETURN_IF_ERROR(enterComm());
+  auto view = commView(values, count * 4, 0, true);
+  if (!view.isOk())
+    return view.status();
+  float *v = static_cast<float *>(*view);
+  PTC_RETURN_IF_ERROR(max ? comm_->allReduceMax(v, count, axes, what)
+                          : comm_->allReduceSum(v, count, axes, what));
+  PTC_RETURN_IF_ERROR(commWriteBack(values, v, count * 4));
+  return leaveComm({}, /*overlap=*/false);
 }
 
 Status Executor::runKernel(const plan::Instruction &inst) {
@@ -404,8 +559,8 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   auto T = [&](int32_t id) -> const TensorInfo & { return plan_->tensor(id); };
   auto I = [&](size_t i) { return f32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
   auto O = [&](size_t i) { return f32(out[static_cast<flatbuffers::uoffset_t>(i)]); };
-  auto IS = [&](size_t i) -> const k::Shape & { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
-  auto OS = [&](size_t i) -> const k::Shape & { return T(out[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
+  auto IS = [&](size_t i) -> const Shape & { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
+  auto OS = [&](size_t i) -> const Shape & { return T(out[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
   auto N = [&](size_t i) { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).numElements; };
   auto ints = [&]() {
     return inst.ints() ? std::vector<int64_t>(inst.ints()->begin(), inst.ints()->end())
@@ -413,59 +568,48 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   };
   auto F = [&](size_t i) { return static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i))); };
   auto ids = [&](size_t i) { return i32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
+  Device &d = *dev_;
 
   switch (inst.op()) {
   case OpCode::Add:
   case OpCode::Sub:
   case OpCode::Mul:
   case OpCode::Div: {
-    k::Binary kind = inst.op() == OpCode::Add   ? k::Binary::Add
-                     : inst.op() == OpCode::Sub ? k::Binary::Sub
-                     : inst.op() == OpCode::Mul ? k::Binary::Mul
-                                                : k::Binary::Div;
-    k::binary(kind, I(0), IS(0), I(1), IS(1), O(0), OS(0));
-    return Status::ok();
+    BinaryOp kind = inst.op() == OpCode::Add   ? BinaryOp::Add
+                    : inst.op() == OpCode::Sub ? BinaryOp::Sub
+                    : inst.op() == OpCode::Mul ? BinaryOp::Mul
+                                               : BinaryOp::Div;
+    return d.binary(kind, I(0), IS(0), I(1), IS(1), O(0), OS(0));
   }
   case OpCode::Scale:
-    k::scale(I(0), O(0), N(0), F(0));
-    return Status::ok();
+    return d.unary(UnaryOp::Scale, I(0), O(0), N(0), F(0));
   case OpCode::Gelu:
-    k::gelu(I(0), O(0), N(0));
-    return Status::ok();
+    return d.unary(UnaryOp::Gelu, I(0), O(0), N(0), 0.0f);
   case OpCode::Relu:
-    k::relu(I(0), O(0), N(0));
-    return Status::ok();
+    return d.unary(UnaryOp::Relu, I(0), O(0), N(0), 0.0f);
   case OpCode::Convert:
   case OpCode::Reshape:
-    k::copy(data(in[0]), data(out[0]), T(in[0]).bytes);
-    return Status::ok();
+    return d.copy(data(out[0]), data(in[0]), T(in[0]).bytes, CopyKind::DeviceToDevice);
   case OpCode::Matmul: {
     auto a = ints();
-    k::matmul(I(0), IS(0), I(1), IS(1), O(0), a[0] != 0, a[1] != 0);
-    return Status::ok();
+    return d.matmul(I(0), IS(0), I(1), IS(1), O(0), a[0] != 0, a[1] != 0);
   }
   case OpCode::LayerNorm: {
     int64_t cols = IS(0).back();
-    k::layerNorm(I(0), I(1), I(2), O(0), N(0) / cols, cols, F(0));
-    return Status::ok();
+    return d.layerNorm(I(0), I(1), I(2), O(0), N(0) / cols, cols, F(0));
   }
   case OpCode::LayerNormGrad: {
     int64_t cols = IS(0).back();
-    k::layerNormGrad(I(0), I(1), I(2), O(0), O(1), O(2), N(0) / cols, cols, F(0));
-    return Status::ok();
+    return d.layerNormGrad(I(0), I(1), I(2), O(0), O(1), O(2), N(0) / cols, cols, F(0));
   }
   case OpCode::Softmax:
-    k::softmax(I(0), O(0), IS(0), ints()[0]);
-    return Status::ok();
+    return d.softmax(I(0), O(0), IS(0), ints()[0]);
   case OpCode::SoftmaxGrad:
-    k::softmaxGrad(I(0), I(1), O(0), IS(0), ints()[0]);
-    return Status::ok();
+    return d.softmaxGrad(I(0), I(1), O(0), IS(0), ints()[0]);
   case OpCode::CausalAttention:
-    k::causalAttention(I(0), I(1), I(2), O(0), IS(0), F(0));
-    return Status::ok();
+    return d.causalAttention(I(0), I(1), I(2), O(0), IS(0), F(0));
   case OpCode::CausalAttentionGrad:
-    k::causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), F(0));
-    return Status::ok();
+    return d.causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), F(0));
   case OpCode::Embedding:
   case OpCode::EmbeddingGrad: {
     // A vocabulary-parallel table is this device's block of rows.
@@ -477,137 +621,122 @@ Status Executor::runKernel(const plan::Instruction &inst) {
       offset = coords()[axis] * rows;
       total = rows * plan_->meshSizes()[axis];
     }
-    return grad ? k::embeddingGrad(ids(0), N(0), I(1), O(0), rows, dim, offset, total)
-                : k::embedding(I(0), rows, dim, ids(1), N(1), O(0), offset, total);
+    return grad ? d.embeddingGrad(ids(0), N(0), I(1), O(0), rows, dim, offset, total)
+                : d.embedding(I(0), rows, dim, ids(1), N(1), O(0), offset, total);
   }
   case OpCode::VocabParallelCrossEntropy:
   case OpCode::VocabParallelCrossEntropyGrad:
     return runVocabParallelCrossEntropy(inst);
   case OpCode::CrossEntropy: {
     int64_t classes = IS(0).back();
-    return k::crossEntropy(I(0), ids(1), N(0) / classes, classes, O(0));
+    return d.crossEntropy(I(0), ids(1), N(0) / classes, classes, O(0));
   }
   case OpCode::CrossEntropyGrad: {
     int64_t classes = IS(0).back();
-    return k::crossEntropyGrad(I(0), ids(1), I(2), N(0) / classes, classes, O(0));
+    return d.crossEntropyGrad(I(0), ids(1), I(2), N(0) / classes, classes, O(0));
   }
   case OpCode::Transpose:
-    k::transpose(data(in[0]), IS(0), data(out[0]), ints(), dtypeSize(T(in[0]).dtype));
-    return Status::ok();
+    return d.transpose(data(in[0]), IS(0), data(out[0]), ints(), dtypeSize(T(in[0]).dtype));
   case OpCode::Slice:
-    k::sliceCopy(data(in[0]), IS(0), data(out[0]), OS(0), ints(), dtypeSize(T(in[0]).dtype),
-                 /*toSmall=*/true);
-    return Status::ok();
+    return d.copyBox(data(in[0]), IS(0), ints(), data(out[0]), OS(0),
+                     Shape(OS(0).size(), 0), OS(0), dtypeSize(T(in[0]).dtype));
   case OpCode::Pad:
-    k::pad(I(0), IS(0), O(0), OS(0), ints());
-    return Status::ok();
+    return d.pad(I(0), IS(0), O(0), OS(0), ints());
   case OpCode::Concat: {
     std::vector<const void *> ptrs;
-    std::vector<k::Shape> shapes;
+    std::vector<Shape> shapes;
     for (size_t i = 0; i < in.size(); ++i) {
       ptrs.push_back(data(in[static_cast<flatbuffers::uoffset_t>(i)]));
       shapes.push_back(IS(i));
     }
-    k::concat(ptrs, shapes, data(out[0]), ints()[0], dtypeSize(T(out[0]).dtype));
-    return Status::ok();
+    return d.concat(ptrs, shapes, data(out[0]), ints()[0], dtypeSize(T(out[0]).dtype));
   }
   case OpCode::ReduceSum:
   case OpCode::ReduceMean:
   case OpCode::ReduceMax: {
-    k::Reduce kind = inst.op() == OpCode::ReduceSum    ? k::Reduce::Sum
-                     : inst.op() == OpCode::ReduceMean ? k::Reduce::Mean
-                                                       : k::Reduce::Max;
-    k::reduce(kind, I(0), IS(0), ints(), O(0));
-    return Status::ok();
+    ReduceOp kind = inst.op() == OpCode::ReduceSum    ? ReduceOp::Sum
+                    : inst.op() == OpCode::ReduceMean ? ReduceOp::Mean
+                                                      : ReduceOp::Max;
+    return d.reduce(kind, I(0), IS(0), ints(), O(0));
   }
   case OpCode::ReduceMaxGrad:
-    k::reduceMaxGrad(I(0), IS(0), ints(), I(1), O(0));
-    return Status::ok();
+    return d.reduceMaxGrad(I(0), IS(0), ints(), I(1), O(0));
   case OpCode::Broadcast:
-    k::broadcastTo(I(0), IS(0), O(0), OS(0));
-    return Status::ok();
+    return d.broadcastTo(I(0), IS(0), O(0), OS(0));
   case OpCode::GeluGrad:
-    k::geluGrad(I(0), I(1), O(0), N(0));
-    return Status::ok();
+    return d.unaryGrad(UnaryGradOp::Gelu, I(0), I(1), O(0), N(0));
   case OpCode::ReluGrad:
-    k::reluGrad(I(0), I(1), O(0), N(0));
-    return Status::ok();
+    return d.unaryGrad(UnaryGradOp::Relu, I(0), I(1), O(0), N(0));
   case OpCode::TopKGate: {
     auto a = ints();
-    k::topKGate(I(0), IS(0)[0], IS(0)[1], a[0], a[1] != 0, O(0), i32(out[1]));
-    return Status::ok();
+    return d.topKGate(I(0), IS(0)[0], IS(0)[1], a[0], a[1] != 0, O(0), i32(out[1]));
   }
   case OpCode::TopKGateGrad:
-    return k::topKGateGrad(I(0), ids(1), I(2), IS(0)[0], IS(0)[1], IS(1)[1], ints()[0] != 0, O(0));
+    return d.topKGateGrad(I(0), ids(1), I(2), IS(0)[0], IS(0)[1], IS(1)[1], ints()[0] != 0, O(0));
   case OpCode::MoeDispatch:
-    return k::moeDispatch(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[1], OS(0)[0], OS(0)[1], O(0));
+    return d.moeDispatch(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[1], OS(0)[0], OS(0)[1], O(0));
   case OpCode::MoeDispatchGrad:
-    return k::moeDispatchGrad(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
-                              O(0));
+    return d.moeDispatchGrad(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
+                             O(0));
   case OpCode::MoeCombine:
-    return k::moeCombine(I(0), I(1), ids(2), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
-                         O(0));
+    return d.moeCombine(I(0), I(1), ids(2), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
+                        O(0));
   case OpCode::MoeCombineGrad:
-    return k::moeCombineGrad(I(0), I(1), ids(2), I(3), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0],
-                             IS(0)[1], O(0), O(1));
-  case OpCode::AdamWUpdate:
-  case OpCode::SgdUpdate: {
-    bool adam = inst.op() == OpCode::AdamWUpdate;
-    size_t base = adam ? 5 : 3;
-    if (in.size() > base && *I(base) != 0.0f) {
-      // Dynamic loss scaling found an overflow: the step changes nothing
-      // (outputs that are not the inputs themselves get their values).
-      const size_t from[] = {0, 2, 3};
-      for (size_t o = 0; o < out.size(); ++o)
-        if (out[static_cast<flatbuffers::uoffset_t>(o)] != in[static_cast<flatbuffers::uoffset_t>(from[o])])
-          std::memcpy(O(o), I(from[o]), static_cast<size_t>(N(from[o])) * sizeof(float));
-      return Status::ok();
-    }
-    if (adam)
-      k::adamwUpdate(I(0), I(1), I(2), I(3), *I(4), k::AdamW{F(0), F(1), F(2), F(3), F(4)}, N(0),
-                     O(0), O(1), O(2));
-    else
-      k::sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), O(0), O(1));
-    return Status::ok();
+    return d.moeCombineGrad(I(0), I(1), ids(2), I(3), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0],
+                            IS(0)[1], O(0), O(1));
+  case OpCode::AdamWUpdate: {
+    // An optional 6th input: the overflow flag of dynamic loss scaling (the
+    // step then changes nothing).
+    const float *skip = in.size() > 5 ? I(5) : nullptr;
+    return d.adamwUpdate(I(0), I(1), I(2), I(3), I(4), AdamWParams{F(0), F(1), F(2), F(3), F(4)},
+                         N(0), skip, O(0), O(1), O(2));
   }
-  case OpCode::LossScale:
-    *O(0) = static_cast<float>(F(0) * std::exp2(static_cast<double>(*I(0))));
-    return Status::ok();
+  case OpCode::SgdUpdate: {
+    const float *skip = in.size() > 3 ? I(3) : nullptr;
+    return d.sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), skip, O(0), O(1));
+  }
+  case OpCode::LossScale: {
+    // Once per step on a scalar: computed on the host.
+    auto exponent = scalar(in[0]);
+    if (!exponent.isOk())
+      return exponent.status();
+    float value = static_cast<float>(F(0) * std::exp2(static_cast<double>(*exponent)));
+    return d.copy(O(0), &value, sizeof value, CopyKind::HostToDevice);
+  }
   case OpCode::LossScaleUpdate: {
-    float exponent = *I(0), good = *I(1);
-    if (*I(2) != 0.0f) {
+    float state[3];
+    for (size_t i = 0; i < 3; ++i) {
+      auto v = scalar(in[static_cast<flatbuffers::uoffset_t>(i)]);
+      if (!v.isOk())
+        return v.status();
+      state[i] = *v;
+    }
+    float exponent = state[0], good = state[1];
+    if (state[2] != 0.0f) {
       exponent -= 1.0f;
       good = 0.0f;
     } else if ((good += 1.0f) >= static_cast<float>(inst.ints()->Get(0))) {
       exponent += 1.0f;
       good = 0.0f;
     }
-    *O(0) = exponent;
-    *O(1) = good;
-    return Status::ok();
+    PTC_RETURN_IF_ERROR(d.copy(O(0), &exponent, sizeof exponent, CopyKind::HostToDevice));
+    return d.copy(O(1), &good, sizeof good, CopyKind::HostToDevice);
   }
   case OpCode::UnscaleGrads: {
     size_t n = in.size() - 1;
-    float inv = 1.0f / *I(n);
-    float found = 0.0f;
+    std::vector<const float *> grads;
+    std::vector<float *> outs;
+    std::vector<int64_t> sizes;
     for (size_t t = 0; t < n; ++t) {
-      const float *g = I(t);
-      float *u = O(t);
-      int64_t count = N(t);
-      int bad = 0;
-#pragma omp parallel for reduction(| : bad) if (count > 32768)
-      for (int64_t i = 0; i < count; ++i) {
-        bad |= !std::isfinite(g[i]);
-        u[i] = g[i] * inv;
-      }
-      if (bad)
-        found = 1.0f;
+      grads.push_back(I(t));
+      outs.push_back(O(t));
+      sizes.push_back(N(t));
     }
+    PTC_RETURN_IF_ERROR(d.unscale(grads, sizes, outs, I(n), O(n)));
     if (inst.ints() && inst.ints()->size() > 0 && comm_) {
       std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
-      PTC_RETURN_IF_ERROR(comm_->allReduceMax(&found, 1, axes, "the gradient overflow flag"));
+      return allReduceSmall(O(n), 1, axes, /*max=*/true, "the gradient overflow flag");
     }
-    *O(n) = found;
     return Status::ok();
   }
   case OpCode::AllReduce:
@@ -625,30 +754,24 @@ Status Executor::runKernel(const plan::Instruction &inst) {
       outs.push_back(O(i));
       sizes.push_back(N(i));
     }
-    double total = k::sumOfSquares(grads, sizes);
+    // The norm output holds the sum of squares until the clip replaces it.
+    float *norm = O(in.size());
+    PTC_RETURN_IF_ERROR(d.sumOfSquares(grads, sizes, norm));
     if (inst.ints() && inst.ints()->size() > 0 && comm_) {
       // The other gradients live on other ranks (pipeline stages): sum there too.
       std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
-      float partial = static_cast<float>(total);
-      PTC_RETURN_IF_ERROR(comm_->allReduceSum(&partial, 1, axes, "the gradient norm"));
-      total = partial;
+      PTC_RETURN_IF_ERROR(allReduceSmall(norm, 1, axes, /*max=*/false, "the gradient norm"));
     }
-    *O(in.size()) = k::clipByNorm(grads, sizes, outs, F(0), total);
-    return Status::ok();
+    return d.clipByNorm(grads, sizes, outs, F(0), norm, norm);
   }
-  case OpCode::MicrobatchSum: {
-    float *acc = O(0);
-    const float *x = I(0);
-    for (int64_t i = 0, e = N(0); i < e; ++i)
-      acc[i] += x[i];
-    return Status::ok();
-  }
+  case OpCode::MicrobatchSum:
+    return d.binary(BinaryOp::Add, O(0), OS(0), I(0), IS(0), O(0), OS(0));
   case OpCode::Send:
   case OpCode::Recv:
     return error(StatusCode::kInternal, "point-to-point instructions run as schedule actions");
   }
   return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
-               " has no CPU kernel");
+               " has no kernel on ", d.describe());
 }
 
 Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
@@ -662,40 +785,28 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   int64_t offset = coords()[static_cast<size_t>(axis)] * classes;
   int64_t total = classes * plan_->meshSizes()[static_cast<size_t>(axis)];
   std::string what = "cross-entropy at " + std::string(inst.location() ? inst.location()->c_str() : "");
-  std::vector<float> mx(static_cast<size_t>(rows)), sum(static_cast<size_t>(rows)),
-      target(static_cast<size_t>(rows));
+  // Row maxima, sums and target logits: three rows-long device vectors.
+  if (!rowScratch_.data())
+    rowScratch_ = DeviceBuffer(dev_.get());
+  PTC_RETURN_IF_ERROR(rowScratch_.reserve(3 * rows * 4));
+  float *mx = static_cast<float *>(rowScratch_.data()), *sum = mx + rows, *target = sum + rows;
   const float *x = f32(in[0]);
-  k::rowMax(x, rows, classes, mx.data());
+  const int32_t *t = i32(in[1]);
+  Device &d = *dev_;
+  PTC_RETURN_IF_ERROR(d.rowMax(x, rows, classes, mx));
   if (comm_)
-    PTC_RETURN_IF_ERROR(comm_->allReduceMax(mx.data(), rows, {axis}, what));
-  k::rowSumExp(x, rows, classes, mx.data(), sum.data());
+    PTC_RETURN_IF_ERROR(allReduceSmall(mx, rows, {axis}, /*max=*/true, what));
+  PTC_RETURN_IF_ERROR(d.rowSumExp(x, rows, classes, mx, sum));
   if (comm_)
-    PTC_RETURN_IF_ERROR(comm_->allReduceSum(sum.data(), rows, {axis}, what));
+    PTC_RETURN_IF_ERROR(allReduceSmall(sum, rows, {axis}, /*max=*/false, what));
   float *out = f32((*inst.outputs())[0]);
   if (inst.op() == OpCode::VocabParallelCrossEntropy) {
-    PTC_RETURN_IF_ERROR(k::targetLogit(x, i32(in[1]), rows, classes, offset, total, target.data()));
+    PTC_RETURN_IF_ERROR(d.targetLogit(x, t, rows, classes, offset, total, target));
     if (comm_)
-      PTC_RETURN_IF_ERROR(comm_->allReduceSum(target.data(), rows, {axis}, what));
-    double loss = 0.0;
-    for (int64_t r = 0; r < rows; ++r)
-      loss += std::log(static_cast<double>(sum[static_cast<size_t>(r)])) + mx[static_cast<size_t>(r)] -
-              target[static_cast<size_t>(r)];
-    *out = static_cast<float>(loss / static_cast<double>(rows));
-    return Status::ok();
+      PTC_RETURN_IF_ERROR(allReduceSmall(target, rows, {axis}, /*max=*/false, what));
+    return d.lossFromParts(mx, sum, target, rows, out);
   }
-  const int32_t *t = i32(in[1]);
-  const float scale = *f32(in[2]) / static_cast<float>(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (t[r] < 0 || t[r] >= total)
-      return invalidArgument("target ", t[r], " at position ", r, " is outside [0, ", total, ")");
-    float inv = scale / sum[static_cast<size_t>(r)];
-    for (int64_t c = 0; c < classes; ++c)
-      out[r * classes + c] = std::exp(x[r * classes + c] - mx[static_cast<size_t>(r)]) * inv;
-    int64_t local = static_cast<int64_t>(t[r]) - offset;
-    if (local >= 0 && local < classes)
-      out[r * classes + local] -= scale;
-  }
-  return Status::ok();
+  return d.vocabParallelGrad(x, t, f32(in[2]), mx, sum, rows, classes, offset, total, out);
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {
@@ -703,40 +814,34 @@ Status Executor::runCollective(const plan::Instruction &inst) {
   const auto &out = *inst.outputs();
   std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
   std::string what = inst.location() ? inst.location()->str() : "";
+  Device &d = *dev_;
   switch (inst.op()) {
-  case OpCode::AllReduce: {
-    // One bucket: pack, sum once, unpack.
-    int64_t total = 0;
-    for (int32_t id : in)
-      total += plan_->tensor(id).numElements;
-    staging_.resize(static_cast<size_t>(total));
-    int64_t off = 0;
-    for (int32_t id : in) {
-      std::memcpy(staging_.data() + off, data(id), static_cast<size_t>(plan_->tensor(id).numElements) * sizeof(float));
-      off += plan_->tensor(id).numElements;
-    }
-    if (comm_)
-      PTC_RETURN_IF_ERROR(comm_->allReduceSum(staging_.data(), total, {axes.begin(), axes.end()},
-                                              "a " + std::to_string(total * 4) + "-byte bucket at " + what));
-    off = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      int32_t id = out[static_cast<flatbuffers::uoffset_t>(i)];
-      std::memcpy(data(id), staging_.data() + off, static_cast<size_t>(plan_->tensor(id).numElements) * sizeof(float));
-      off += plan_->tensor(id).numElements;
-    }
-    return Status::ok();
-  }
+  case OpCode::AllReduce:
+    return runBucketAllReduce(inst, /*bf16=*/false);
+  case OpCode::ReduceScatter:
+    return runReduceScatter(inst, /*bf16=*/false);
   case OpCode::AllGather: {
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
     int axis = axes[0];
     int64_t dim = inst.ints()->Get(1);
     int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
-    staging_.resize(static_cast<size_t>(src.numElements * parts));
-    if (comm_)
-      PTC_RETURN_IF_ERROR(comm_->allGather(data(in[0]), staging_.data(), src.bytes, axis,
+    PTC_RETURN_IF_ERROR(enterComm());
+    PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes * parts));
+    uint8_t *staging = static_cast<uint8_t *>(staging_.data());
+    if (comm_) {
+      auto inView = commView(data(in[0]), src.bytes, 0, true);
+      if (!inView.isOk())
+        return inView.status();
+      auto outView = commView(staging, src.bytes * parts, 1, false);
+      if (!outView.isOk())
+        return outView.status();
+      PTC_RETURN_IF_ERROR(comm_->allGather(*inView, *outView, src.bytes, axis,
                                            "'" + src.name + "' at " + what));
-    else
-      std::memcpy(staging_.data(), data(in[0]), static_cast<size_t>(src.bytes));
+      PTC_RETURN_IF_ERROR(commWriteBack(staging, *outView, src.bytes * parts));
+      PTC_RETURN_IF_ERROR(leaveComm({}, /*overlap=*/false));
+    } else {
+      PTC_RETURN_IF_ERROR(d.copy(staging, data(in[0]), src.bytes, CopyKind::DeviceToDevice));
+    }
     // Rank p's block b goes to b * (whole / blocks) + p * piece along dim.
     int64_t blocks = inst.ints()->Get(2), local = src.shape[static_cast<size_t>(dim)];
     int64_t piece = local / blocks, whole = dst.shape[static_cast<size_t>(dim)];
@@ -747,8 +852,8 @@ Status Executor::runCollective(const plan::Instruction &inst) {
       for (int64_t b = 0; b < blocks; ++b) {
         srcOff[static_cast<size_t>(dim)] = b * piece;
         dstOff[static_cast<size_t>(dim)] = b * (whole / blocks) + p * piece;
-        k::copyBox(reinterpret_cast<const uint8_t *>(staging_.data()) + p * src.bytes, src.shape, srcOff, data(out[0]),
-                   dst.shape, dstOff, box, dtypeSize(src.dtype));
+        PTC_RETURN_IF_ERROR(d.copyBox(staging + p * src.bytes, src.shape, srcOff, data(out[0]),
+                                      dst.shape, dstOff, box, dtypeSize(src.dtype)));
       }
     return Status::ok();
   }
@@ -759,39 +864,41 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     int axis = axes[0];
     size_t split = static_cast<size_t>(inst.ints()->Get(1)), concat = static_cast<size_t>(inst.ints()->Get(2));
     int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
+    int64_t elem = dtypeSize(src.dtype);
     std::vector<int64_t> box = src.shape;
     box[split] /= parts;
-    int64_t blockElems = src.numElements / parts;
-    staging_.resize(static_cast<size_t>(2 * src.numElements));
-    float *send = staging_.data(), *recv = staging_.data() + src.numElements;
+    int64_t blockBytes = src.bytes / parts;
+    PTC_RETURN_IF_ERROR(enterComm());
+    PTC_RETURN_IF_ERROR(staging_.reserve(2 * src.bytes));
+    uint8_t *send = static_cast<uint8_t *>(staging_.data()), *recv = send + src.bytes;
     std::vector<int64_t> zero(src.shape.size(), 0), off(src.shape.size(), 0);
     for (int p = 0; p < parts; ++p) {
       off.assign(src.shape.size(), 0);
       off[split] = p * box[split];
-      k::copyBox(data(in[0]), src.shape, off, send + p * blockElems, box, zero, box, sizeof(float));
+      PTC_RETURN_IF_ERROR(d.copyBox(data(in[0]), src.shape, off, send + p * blockBytes, box, zero,
+                                    box, elem));
     }
-    if (comm_)
-      PTC_RETURN_IF_ERROR(comm_->allToAll(send, recv, blockElems * 4, axis,
+    if (comm_) {
+      PTC_RETURN_IF_ERROR(enterComm());
+      auto sendView = commView(send, src.bytes, 0, true);
+      if (!sendView.isOk())
+        return sendView.status();
+      auto recvView = commView(recv, src.bytes, 1, false);
+      if (!recvView.isOk())
+        return recvView.status();
+      PTC_RETURN_IF_ERROR(comm_->allToAll(*sendView, *recvView, blockBytes, axis,
                                           "'" + src.name + "' at " + what));
-    else
-      std::memcpy(recv, send, static_cast<size_t>(src.numElements) * sizeof(float));
+      PTC_RETURN_IF_ERROR(commWriteBack(recv, *recvView, src.bytes));
+      PTC_RETURN_IF_ERROR(leaveComm({}, /*overlap=*/false));
+    } else {
+      PTC_RETURN_IF_ERROR(d.copy(recv, send, src.bytes, CopyKind::DeviceToDevice));
+    }
     for (int p = 0; p < parts; ++p) {
       off.assign(src.shape.size(), 0);
       off[concat] = p * box[concat];
-      k::copyBox(recv + p * blockElems, box, zero, data(out[0]), dst.shape, off, box, sizeof(float));
+      PTC_RETURN_IF_ERROR(d.copyBox(recv + p * blockBytes, box, zero, data(out[0]), dst.shape,
+                                    off, box, elem));
     }
-    return Status::ok();
-  }
-  case OpCode::ReduceScatter: {
-    // Lay the input out as one contiguous block per group member, then sum-scatter.
-    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    int axis = axes[0];
-    staging_.resize(static_cast<size_t>(src.numElements));
-    blocksForReduceScatter(inst, staging_.data(), sizeof(float));
-    if (comm_)
-      return comm_->reduceScatterSum(staging_.data(), f32(out[0]), dst.numElements, axis,
-                                     "'" + src.name + "' at " + what);
-    std::memcpy(data(out[0]), staging_.data(), static_cast<size_t>(dst.numElements) * sizeof(float));
     return Status::ok();
   }
   default: { // ShardSlice: this rank's block, no communication
@@ -806,8 +913,8 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     for (int64_t b = 0; b < blocks; ++b) {
       srcOff[static_cast<size_t>(dim)] = b * (whole / blocks) + coord * piece;
       dstOff[static_cast<size_t>(dim)] = b * piece;
-      k::copyBox(data(in[0]), src.shape, srcOff, data(out[0]), dst.shape, dstOff, box,
-                 dtypeSize(src.dtype));
+      PTC_RETURN_IF_ERROR(d.copyBox(data(in[0]), src.shape, srcOff, data(out[0]), dst.shape,
+                                    dstOff, box, dtypeSize(src.dtype)));
     }
     return Status::ok();
   }

@@ -1,11 +1,13 @@
-// The CPU executor: owns the storage of every plan tensor (persistent
-// parameters/state/inputs/constants, and one arena for temporaries) and runs
-// the plan's instructions in order, one kernel call each.
+// The executor: owns the storage of every plan tensor on its device
+// (persistent parameters/state/inputs/constants, and one arena for
+// temporaries) and runs the plan's instructions in order, one device kernel
+// call each (runtime/device: the CPU or a GPU).
 #ifndef PTC_RUNTIME_EXEC_EXECUTOR_H
 #define PTC_RUNTIME_EXEC_EXECUTOR_H
 
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
 #include "runtime/plan/plan_loader.h"
 
 #include <cstdint>
@@ -21,12 +23,17 @@ class Executor {
 public:
   /// `pipelineRank`: this process's coordinate on the plan's pipeline axis
   /// (it allocates and runs only that rank's chunks).
+  /// `device`: where tensors live and kernels run (default: the CPU).
   static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const LoadedPlan> plan,
-                                                    int pipelineRank = 0);
+                                                    int pipelineRank = 0,
+                                                    std::unique_ptr<Device> device = nullptr);
+  ~Executor();
+
+  Device &device() { return *dev_; }
 
   const LoadedPlan &plan() const { return *plan_; }
 
-  /// Raw storage of tensor `id` (plan tensor index).
+  /// Storage of tensor `id` (plan tensor index) in device memory.
   void *data(int32_t id) { return storage_[static_cast<size_t>(id)]; }
   float *f32(int32_t id) { return static_cast<float *>(data(id)); }
   int32_t *i32(int32_t id) { return static_cast<int32_t *>(data(id)); }
@@ -34,17 +41,21 @@ public:
   /// Initializes parameters from their plan initializers and zeroes optimizer
   /// state. Each tensor draws from its own stream seeded by (seed, name), so
   /// the values do not depend on the tensor order.
-  void initialize(uint64_t seed);
+  Status initialize(uint64_t seed);
 
   /// Sets the local part of tensor `id` from its whole value (global shape).
-  void loadFromWhole(int32_t id, const void *whole);
+  Status loadFromWhole(int32_t id, const void *whole);
+  /// Copies this rank's part of tensor `id` to host memory `out` (its bytes).
+  Status readLocal(int32_t id, void *out);
+  /// The first element of f32 tensor `id` (a loss, a norm), read to the host.
+  StatusOr<float> scalar(int32_t id);
   /// The whole value of tensor `id` on rank 0 (collective: every rank calls
   /// it; other ranks get an empty vector).
   StatusOr<std::vector<float>> gatherWhole(int32_t id);
 
   /// Sets input `id` for the next step from the whole global batch (all
   /// micro-batches; rows = micro-batch rows x micro-batches).
-  void setInput(int32_t id, const void *wholeBatch);
+  Status setInput(int32_t id, const void *wholeBatch);
 
   /// Runs one training step: every instruction once, or for a pipelined plan
   /// this rank's schedule (compute actions over the micro-batches, sends and
@@ -74,20 +85,33 @@ public:
   int64_t arenaBytes() const { return arenaBytes_; }
   int64_t persistentBytes() const { return persistentBytes_; }
   /// High-water mark of the buffer collectives pack and unpack through.
-  int64_t communicationBytes() const {
-    return static_cast<int64_t>(staging_.capacity() * sizeof(float));
-  }
+  int64_t communicationBytes() const { return staging_.capacity(); }
 
 private:
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
+  // First member: destroyed last, after every DeviceBuffer below.
+  std::unique_ptr<Device> dev_;
   Status run(const plan::Instruction &inst);
   Status runKernel(const plan::Instruction &inst);
-  Status runBf16Reduction(const plan::Instruction &inst);
   /// Lays a reduce-scatter's input out as one contiguous block per group member.
-  void blocksForReduceScatter(const plan::Instruction &inst, void *staging, size_t elementBytes);
-  std::vector<uint16_t> staging16_;
-  std::vector<std::vector<float>> widened_; // f32 copies of bf16 / f16 tensors
+  Status blocksForReduceScatter(const plan::Instruction &inst, void *staging, int64_t elementBytes);
+  std::vector<DeviceBuffer> widened_; // f32 copies of bf16 / f16 tensors
 
+  // Collectives (see executor.cc).
+  bool commOnDevice() const;
+  StatusOr<void *> commView(const void *p, int64_t bytes, int slot, bool load);
+  Status commWriteBack(void *p, void *view, int64_t bytes);
+  Status enterComm();
+  Status leaveComm(const std::vector<int32_t> &results, bool overlap);
+  Status awaitPending(const plan::Instruction &inst);
+  Status runBucketAllReduce(const plan::Instruction &inst, bool bf16);
+  Status runReduceScatter(const plan::Instruction &inst, bool bf16);
+  Status allReduceSmall(float *values, int64_t count, const std::vector<int> &axes, bool max,
+                        const std::string &what);
+  std::map<int32_t, Event> pending_; // collective results the compute stream has not waited for
+  Event lastComm_ = -1;
+  std::vector<uint8_t> hostStaging_[2];
+  DeviceBuffer rowScratch_;
   Status runCollective(const plan::Instruction &inst);
   Status runVocabParallelCrossEntropy(const plan::Instruction &inst);
   /// Calls fn(wholeOffsets, localOffsets, box) for every box of tensor `t`'s
@@ -104,17 +128,21 @@ private:
     bool readsInputs = false;
   };
   struct Stashed {
-    std::vector<uint8_t> bytes;
+    DeviceBuffer buffer;
+    int64_t bytes = 0;
     int consumers = 0;
   };
   Status preparePipeline();
   Status runPipelined(std::vector<double> *profile);
   Status runInstruction(uint32_t n, std::vector<double> *profile);
   Status runAction(size_t index, std::vector<double> *profile);
-  void loadMicrobatch(int mb);
+  Status loadMicrobatch(int mb);
   Status stash(int32_t tensor, int mb, const void *data, int consumers);
   Status unstash(int32_t tensor, int mb, void *out);
   Status shareOutputs();
+  /// Point-to-point along the pipeline axis, on device memory.
+  Status sendBytes(const void *p, int64_t bytes, int peer, int tag, const std::string &what);
+  Status recvBytes(void *p, int64_t bytes, int peer, int tag, const std::string &what);
 
   std::shared_ptr<const LoadedPlan> plan_;
   Communicator *comm_ = nullptr;
@@ -133,8 +161,8 @@ private:
   std::vector<std::pair<int32_t, int>> remoteOutputs_; // (output tensor, producing pipeline rank)
   bool tracing_ = false;
   std::vector<TraceEvent> trace_;
-  std::vector<float> staging_;
-  std::vector<std::unique_ptr<uint8_t[], void (*)(void *)>> buffers_;
+  DeviceBuffer staging_;
+  std::vector<void *> buffers_; // device allocations: the arena, persistent tensors
   std::vector<void *> storage_;
   int64_t arenaBytes_ = 0, persistentBytes_ = 0;
 };

@@ -128,10 +128,13 @@ Status Executor::preparePipeline() {
 Status Executor::stash(int32_t tensor, int mb, const void *data, int consumers) {
   int64_t bytes = plan_->tensor(tensor).bytes;
   Stashed &s = stash_[{tensor, mb}];
-  if (!s.bytes.empty())
+  if (s.bytes != 0)
     return error(StatusCode::kInternal, "tensor #", tensor, " of micro-batch ", mb,
                  " is stashed twice");
-  s.bytes.assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + bytes);
+  s.buffer = DeviceBuffer(dev_.get());
+  PTC_RETURN_IF_ERROR(s.buffer.reserve(bytes));
+  PTC_RETURN_IF_ERROR(dev_->copy(s.buffer.data(), data, bytes, CopyKind::DeviceToDevice));
+  s.bytes = bytes;
   s.consumers = consumers;
   stashBytes_ += bytes;
   stashPeak_ = std::max(stashPeak_, stashBytes_);
@@ -144,15 +147,16 @@ Status Executor::unstash(int32_t tensor, int mb, void *out) {
     return error(StatusCode::kInternal, "tensor #", tensor, " of micro-batch ", mb,
                  " is needed but was not produced or received");
   if (out)
-    std::memcpy(out, it->second.bytes.data(), it->second.bytes.size());
+    PTC_RETURN_IF_ERROR(
+        dev_->copy(out, it->second.buffer.data(), it->second.bytes, CopyKind::DeviceToDevice));
   if (--it->second.consumers == 0) {
-    stashBytes_ -= static_cast<int64_t>(it->second.bytes.size());
+    stashBytes_ -= it->second.bytes;
     stash_.erase(it);
   }
   return Status::ok();
 }
 
-void Executor::loadMicrobatch(int mb) {
+Status Executor::loadMicrobatch(int mb) {
   // Micro-batch `mb` of data-parallel rank r is rows [r*B/dp + mb*b, ... + b)
   // of the whole batch (b = B / (dp * M)); DESIGN's batch order per rank.
   for (auto &[id, whole] : batches_) {
@@ -168,8 +172,29 @@ void Executor::loadMicrobatch(int mb) {
     for (int r = 0; r < parts; ++r)
       std::memcpy(part.data() + r * b * rowBytes, whole.data() + (r * perRank + mb * b) * rowBytes,
                   static_cast<size_t>(b * rowBytes));
-    loadFromWhole(id, part.data());
+    PTC_RETURN_IF_ERROR(loadFromWhole(id, part.data()));
   }
+  return Status::ok();
+}
+
+Status Executor::sendBytes(const void *p, int64_t bytes, int peer, int tag,
+                           const std::string &what) {
+  auto view = commView(p, bytes, 0, true);
+  if (!view.isOk())
+    return view.status();
+  PTC_RETURN_IF_ERROR(enterComm());
+  PTC_RETURN_IF_ERROR(comm_->send(*view, bytes, plan_->pipelineAxis(), peer, tag, what));
+  return leaveComm({}, /*overlap=*/false);
+}
+
+Status Executor::recvBytes(void *p, int64_t bytes, int peer, int tag, const std::string &what) {
+  auto view = commView(p, bytes, 1, false);
+  if (!view.isOk())
+    return view.status();
+  PTC_RETURN_IF_ERROR(enterComm());
+  PTC_RETURN_IF_ERROR(comm_->recv(*view, bytes, plan_->pipelineAxis(), peer, tag, what));
+  PTC_RETURN_IF_ERROR(leaveComm({}, /*overlap=*/false));
+  return commWriteBack(p, *view, bytes);
 }
 
 Status Executor::runAction(size_t index, std::vector<double> *profile) {
@@ -189,30 +214,39 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
     if (isSend) {
       if (a.mb < 0) {
         if (comm_ && axis >= 0)
-          return comm_->send(data(tensor), bytes, axis, peer, a.channel, what);
+          return sendBytes(data(tensor), bytes, peer, a.channel, what);
         return Status::ok();
       }
       auto it = stash_.find({tensor, a.mb});
       if (it == stash_.end())
         return error(StatusCode::kInternal, "nothing to send on ", what);
       if (comm_ && axis >= 0)
-        PTC_RETURN_IF_ERROR(comm_->send(it->second.bytes.data(), bytes, axis, peer, a.channel, what));
+        PTC_RETURN_IF_ERROR(sendBytes(it->second.buffer.data(), bytes, peer, a.channel, what));
       return unstash(tensor, a.mb, nullptr);
     }
     if (!comm_ || axis < 0)
       return error(StatusCode::kInternal, "a pipelined plan needs a communicator to receive ", what);
     if (a.mb < 0)
-      return comm_->recv(data(tensor), bytes, axis, peer, a.channel, what);
-    std::vector<uint8_t> buf(static_cast<size_t>(bytes));
-    PTC_RETURN_IF_ERROR(comm_->recv(buf.data(), bytes, axis, peer, a.channel, what));
-    return stash(tensor, a.mb, buf.data(), recvConsumers_[tensor]);
+      return recvBytes(data(tensor), bytes, peer, a.channel, what);
+    // Received straight into a stash entry.
+    Stashed &s = stash_[{tensor, a.mb}];
+    if (s.bytes != 0)
+      return error(StatusCode::kInternal, what, " is received twice");
+    s.buffer = DeviceBuffer(dev_.get());
+    PTC_RETURN_IF_ERROR(s.buffer.reserve(bytes));
+    PTC_RETURN_IF_ERROR(recvBytes(s.buffer.data(), bytes, peer, a.channel, what));
+    s.bytes = bytes;
+    s.consumers = recvConsumers_[tensor];
+    stashBytes_ += bytes;
+    stashPeak_ = std::max(stashPeak_, stashBytes_);
+    return Status::ok();
   }
   auto it = segments_.find({a.chunk, static_cast<int>(a.kind)});
   if (it == segments_.end())
     return Status::ok(); // an empty segment (e.g. no input gradient on the first chunk)
   SegmentPlan &sp = it->second;
   if (sp.readsInputs)
-    loadMicrobatch(a.mb);
+    PTC_RETURN_IF_ERROR(loadMicrobatch(a.mb));
   for (int32_t id : sp.imports)
     if (!direct_.erase({id, a.mb}))
       PTC_RETURN_IF_ERROR(unstash(id, a.mb, data(id)));
@@ -240,7 +274,7 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
 Status Executor::runPipelined(std::vector<double> *profile) {
   const schedule::Pipeline &p = plan_->pipeline();
   for (int32_t id : accumulators_)
-    std::memset(data(id), 0, static_cast<size_t>(plan_->tensor(id).bytes));
+    PTC_RETURN_IF_ERROR(dev_->zero(data(id), plan_->tensor(id).bytes));
   trace_.clear();
   auto start = std::chrono::steady_clock::now();
   auto us = [&](std::chrono::steady_clock::time_point t) {
@@ -281,9 +315,9 @@ Status Executor::shareOutputs() {
   for (auto [id, from] : remoteOutputs_) {
     const std::string what = "output tensor #" + std::to_string(id);
     if (ppRank_ == from)
-      PTC_RETURN_IF_ERROR(comm_->send(data(id), plan_->tensor(id).bytes, axis, 0, 30000 + id % 2000, what));
+      PTC_RETURN_IF_ERROR(sendBytes(data(id), plan_->tensor(id).bytes, 0, 30000 + id % 2000, what));
     else if (ppRank_ == 0)
-      PTC_RETURN_IF_ERROR(comm_->recv(data(id), plan_->tensor(id).bytes, axis, from, 30000 + id % 2000, what));
+      PTC_RETURN_IF_ERROR(recvBytes(data(id), plan_->tensor(id).bytes, from, 30000 + id % 2000, what));
   }
   return comm_->flushSends();
 }

@@ -60,7 +60,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   Executor &ex = **created;
-  ex.initialize(seed);
+  if (Status s = ex.initialize(seed); !s.isOk()) {
+    std::cerr << "ptc-gradcheck: error: " << s.message() << "\n";
+    return 1;
+  }
   int32_t lossId = plan->findOutput("loss");
   if (lossId < 0 || (plan->plan().optimizer() && plan->plan().optimizer()->size())) {
     std::cerr << "ptc-gradcheck: error: needs a forward+backward plan (ptc-compile "

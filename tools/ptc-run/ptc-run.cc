@@ -1,4 +1,5 @@
-// ptc-run: executes a ptc plan (one training step per iteration) on the CPU.
+// ptc-run: executes a ptc plan (one training step per iteration) on the CPU
+// or a GPU (--device).
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
@@ -39,6 +40,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
                       [, loss_scale]
   --log-every N       progress line every N steps (default 10; 0: none)
+  --device D          cpu, cuda or auto (default auto: cuda when a GPU is visible, else cpu);
+                      with several ranks per node, rank r uses GPU (local rank mod GPUs)
   --threads N         kernel and BLAS threads (default: OpenMP's default)
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
@@ -62,6 +65,15 @@ int fail(const std::string &message) {
   if (gMultiRank)
     abortMpi(1);
   return 1;
+}
+
+/// This process's rank among the ranks on its node (OpenMPI, MPICH/Hydra,
+/// Slurm), which picks its GPU.
+int localRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *v = std::getenv(name))
+      return std::atoi(v);
+  return 0;
 }
 
 /// `ptc-run --np N ARGS...` re-executes itself under mpirun with N ranks.
@@ -161,7 +173,7 @@ int main(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads", "--np",
-                                    "--collective-timeout", "--trace"};
+                                    "--collective-timeout", "--trace", "--device"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
         std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
@@ -184,6 +196,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const std::string tracePath = opts.count("--trace") ? opts["--trace"] : "";
+  const std::string deviceName = opts.count("--device") ? opts["--device"] : "auto";
   bool ok = true;
   if (opts.count("--np")) {
     parseInt("--np", opts["--np"].c_str(), ok);
@@ -300,12 +313,17 @@ int main(int argc, char **argv) {
   int pipelineRank = comm && plan->pipelineAxis() >= 0
                          ? comm->coords()[static_cast<size_t>(plan->pipelineAxis())]
                          : 0;
-  auto created = Executor::create(plan, pipelineRank);
+  auto device = createDevice(deviceName, localRank());
+  if (!device.isOk())
+    return fail(device.status().message());
+  std::string deviceText = (*device)->describe();
+  auto created = Executor::create(plan, pipelineRank, std::move(*device));
   if (!created.isOk())
     return fail(created.status().message());
   Executor &ex = **created;
   ex.setCommunicator(comm.get());
-  ex.initialize(static_cast<uint64_t>(seed));
+  if (Status s = ex.initialize(static_cast<uint64_t>(seed)); !s.isOk())
+    return fail(s.message());
   std::vector<int32_t> params;
   for (size_t i = 0; i < plan->tensors().size(); ++i)
     if (plan->tensors()[i].kind == plan::TensorKind::Parameter)
@@ -324,7 +342,8 @@ int main(int argc, char **argv) {
       Status s = file->copyTo(t.name, t.globalShape, whole.data());
       if (!s.isOk())
         return fail(s.message());
-      ex.loadFromWhole(id, whole.data());
+      if (Status s = ex.loadFromWhole(id, whole.data()); !s.isOk())
+        return fail(s.message());
     }
   }
 
@@ -350,7 +369,7 @@ int main(int argc, char **argv) {
               << plan->plan().instructions()->size() << " instructions, memory per rank: "
               << "parameters " << paramBytes / 1024 << " KiB, optimizer state "
               << stateBytes / 1024 << " KiB, arena " << ex.arenaBytes() / 1024
-              << " KiB; data " << data->size() << " tokens"
+              << " KiB; data " << data->size() << " tokens; device " << deviceText
               << (comm ? ", " + std::to_string(comm->worldSize()) + " ranks (mesh " + mesh.describe() + ")" : "")
               << "\n";
 
@@ -363,22 +382,27 @@ int main(int argc, char **argv) {
   int64_t lastStep = 0;
   for (int64_t step = 0; step < steps; ++step) {
     data->fillBatch(step, batch, seq, 0, batch, wholeTokens.data(), wholeTargets.data());
-    ex.setInput(tokensId, wholeTokens.data());
-    ex.setInput(targetsId, wholeTargets.data());
+    for (auto [id, values] : {std::pair{tokensId, &wholeTokens}, std::pair{targetsId, &wholeTargets}})
+      if (Status s = ex.setInput(id, values->data()); !s.isOk())
+        return fail("step " + std::to_string(step) + ": " + s.message());
     ex.setTracing(tracePath.size() > 0 && step + 1 == steps);
     auto t0 = Clock::now();
     Status s = ex.step(profile ? &opTimes : nullptr);
     if (!s.isOk())
       return fail("step " + std::to_string(step) + ": " + s.message());
+    auto readScalar = [&](int32_t id) {
+      auto v = ex.scalar(id);
+      return v.isOk() ? *v : std::nanf("");
+    };
+    float loss = readScalar(lossId); // waits for the step on a GPU
     auto t1 = Clock::now();
-    float loss = *ex.f32(lossId);
     if (!std::isfinite(loss))
       return fail("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
                   "; stopping (lower the learning rate or enable max-grad-norm)");
     if (lossScaleId >= 0) {
       // Dynamic loss scaling: a lower scale than the last step's means that
       // step overflowed and was skipped.
-      float scale = *ex.f32(lossScaleId);
+      float scale = readScalar(lossScaleId);
       if (step > 0 && scale < lastScale)
         ++skippedSteps;
       lastScale = scale;
@@ -393,13 +417,13 @@ int main(int argc, char **argv) {
                             static_cast<long long>(step), loss, tokensPerSecond, elapsed);
       metrics.write(line, n);
       if (gradNormId >= 0) {
-        float norm = *ex.f32(gradNormId); // not finite on a step skipped by loss scaling
+        float norm = readScalar(gradNormId); // not finite on a step skipped by loss scaling
         n = std::isfinite(norm) ? std::snprintf(line, sizeof line, ",\"grad_norm\":%.9g", norm)
                                 : std::snprintf(line, sizeof line, ",\"grad_norm\":null");
         metrics.write(line, n);
       }
       if (lossScaleId >= 0) {
-        n = std::snprintf(line, sizeof line, ",\"loss_scale\":%.9g", *ex.f32(lossScaleId));
+        n = std::snprintf(line, sizeof line, ",\"loss_scale\":%.9g", readScalar(lossScaleId));
         metrics.write(line, n);
       }
       metrics << "}\n";

@@ -1,0 +1,470 @@
+// CudaDevice: one GPU. Memory from cudaMalloc (the executor's arena is one
+// allocation), a compute and a communication stream (non-blocking), events
+// from a pool recycled at synchronize(), cuBLAS on the compute stream, the
+// kernels of kernels/cuda. Kernels that find bad ids record them on the
+// device; synchronize() reports the first one.
+//
+// Environment: PTC_CUDA_TF32=1 lets f32 matmuls use TF32 tensor cores (off by
+// default: f32 plans then match the CPU to ~1e-6).
+
+#include "runtime/device/device.h"
+
+#include "kernels/cuda/kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace ptc {
+namespace {
+namespace g = kernels::cuda;
+
+Status cudaStatus(cudaError_t e, const std::string &what) {
+  if (e == cudaSuccess)
+    return Status::ok();
+  return error(StatusCode::kInternal, what, ": CUDA error ", cudaGetErrorName(e), " (",
+               cudaGetErrorString(e), ")");
+}
+
+g::FloatType toGpu(FloatType t) {
+  return t == FloatType::BF16 ? g::FloatType::BF16
+         : t == FloatType::F16 ? g::FloatType::F16
+                               : g::FloatType::F32;
+}
+
+class CudaDevice final : public Device {
+public:
+  static StatusOr<std::unique_ptr<Device>> create(int ordinal) {
+    std::unique_ptr<CudaDevice> d(new CudaDevice());
+    d->ordinal_ = ordinal;
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(ordinal), "selecting GPU " + std::to_string(ordinal)));
+    cudaDeviceProp prop{};
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaGetDeviceProperties(&prop, ordinal), "querying GPU"));
+    char text[256];
+    std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB)", ordinal, prop.name,
+                  prop.major, prop.minor,
+                  static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    d->name_ = text;
+    PTC_RETURN_IF_ERROR(cudaStatus(
+        cudaStreamCreateWithFlags(&d->compute_, cudaStreamNonBlocking), "creating a stream"));
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaStreamCreateWithFlags(&d->comm_, cudaStreamNonBlocking),
+                                   "creating a stream"));
+    if (cublasCreate(&d->blas_) != CUBLAS_STATUS_SUCCESS)
+      return error(StatusCode::kInternal, "cannot create a cuBLAS handle on ", d->name_);
+    void *err = nullptr;
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&err, sizeof(g::ErrorRecord)), "allocating"));
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaMemset(err, 0, sizeof(g::ErrorRecord)), "clearing"));
+    d->err_ = static_cast<g::ErrorRecord *>(err);
+    const char *tf32 = std::getenv("PTC_CUDA_TF32");
+    d->tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
+    return std::unique_ptr<Device>(std::move(d));
+  }
+
+  ~CudaDevice() override {
+    cudaDeviceSynchronize();
+    for (cudaEvent_t e : events_)
+      cudaEventDestroy(e);
+    for (void *p : {scratch_, static_cast<void *>(err_)})
+      if (p)
+        cudaFree(p);
+    if (blas_)
+      cublasDestroy(blas_);
+    if (compute_)
+      cudaStreamDestroy(compute_);
+    if (comm_)
+      cudaStreamDestroy(comm_);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  std::string describe() const override { return name_; }
+
+  StatusOr<void *> allocate(int64_t bytes) override {
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    if (e != cudaSuccess) {
+      cudaGetLastError(); // clear the sticky-free allocation error
+      size_t freeBytes = 0, totalBytes = 0;
+      cudaMemGetInfo(&freeBytes, &totalBytes);
+      return error(StatusCode::kInternal, "cudaMalloc of ", bytes, " bytes failed on ", name_,
+                   " (", freeBytes, " of ", totalBytes, " bytes free): ", cudaGetErrorString(e));
+    }
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaMemset(p, 0, static_cast<size_t>(bytes)), "clearing"));
+    return p;
+  }
+  void release(void *p) override { cudaFree(p); }
+
+  Status copy(void *dst, const void *src, int64_t bytes, CopyKind kind) override {
+    if (bytes <= 0 || dst == src)
+      return Status::ok();
+    cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
+                       : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
+                                                        : cudaMemcpyDeviceToDevice;
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), k, compute_),
+                                   "copying " + std::to_string(bytes) + " bytes"));
+    if (kind == CopyKind::DeviceToDevice)
+      return Status::ok();
+    // The host buffer is the caller's: done before returning.
+    return cudaStatus(cudaStreamSynchronize(compute_), "copying to or from the host");
+  }
+  Status copyOn(StreamKind stream, void *dst, const void *src, int64_t bytes) override {
+    if (bytes <= 0 || dst == src)
+      return Status::ok();
+    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                      cudaMemcpyDeviceToDevice, streamOf(stream)),
+                      "copying on a stream");
+  }
+  Status zero(void *p, int64_t bytes) override {
+    return cudaStatus(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_), "clearing");
+  }
+
+  Status synchronize() override {
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaDeviceSynchronize(), "running kernels on " + name_));
+    nextEvent_ = 0;
+    g::ErrorRecord rec{};
+    PTC_RETURN_IF_ERROR(
+        cudaStatus(cudaMemcpy(&rec, err_, sizeof rec, cudaMemcpyDeviceToHost), "reading errors"));
+    if (rec.kind == g::kNoError)
+      return Status::ok();
+    cudaMemset(err_, 0, sizeof rec);
+    return invalidArgument(g::describe(rec));
+  }
+
+  StatusOr<Event> record(StreamKind stream) override {
+    if (nextEvent_ == events_.size()) {
+      cudaEvent_t e;
+      PTC_RETURN_IF_ERROR(cudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                                     "creating an event"));
+      events_.push_back(e);
+    }
+    Event id = static_cast<Event>(nextEvent_++);
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaEventRecord(events_[static_cast<size_t>(id)], streamOf(stream)),
+                                   "recording an event"));
+    return id;
+  }
+  Status wait(StreamKind stream, Event event) override {
+    if (event < 0 || static_cast<size_t>(event) >= events_.size())
+      return error(StatusCode::kInternal, "unknown event ", event);
+    return cudaStatus(cudaStreamWaitEvent(streamOf(stream), events_[static_cast<size_t>(event)], 0),
+                      "waiting for an event");
+  }
+  void *nativeStream(StreamKind stream) override { return streamOf(stream); }
+
+  // ---- Kernels ------------------------------------------------------------------
+  Status binary(BinaryOp op, const float *a, const Shape &as, const float *b, const Shape &bs,
+                float *out, const Shape &os) override {
+    PTC_RETURN_IF_ERROR(checkRank(os, "an elementwise op"));
+    g::binary(static_cast<g::Binary>(static_cast<int>(op)), a, as, b, bs, out, os, compute_);
+    return launched("an elementwise op");
+  }
+  Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) override {
+    PTC_RETURN_IF_ERROR(checkRank(os, "broadcast"));
+    g::broadcastTo(in, is, out, os, compute_);
+    return launched("broadcast");
+  }
+  Status unary(UnaryOp op, const float *in, float *out, int64_t n, float factor) override {
+    g::unary(static_cast<g::Unary>(static_cast<int>(op)), in, out, n, factor, compute_);
+    return launched("an elementwise op");
+  }
+  Status unaryGrad(UnaryGradOp op, const float *x, const float *gr, float *out,
+                   int64_t n) override {
+    g::unaryGrad(static_cast<g::UnaryGrad>(static_cast<int>(op)), x, gr, out, n, compute_);
+    return launched("an activation gradient");
+  }
+  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
+                      int64_t n) override {
+    g::convertFloat(in, toGpu(from), out, toGpu(to), n, compute_);
+    return launched("a float conversion");
+  }
+  Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
+                bool transA, bool transB) override {
+    int st = g::matmul(blas_, a, as, b, bs, out, transA, transB, g::FloatType::F32, tf32_,
+                       compute_);
+    if (st != 0)
+      return error(StatusCode::kInternal, "cuBLAS matmul failed with status ", st);
+    return launched("matmul");
+  }
+  Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
+                   int64_t cols, float eps) override {
+    g::layerNorm(x, w, b, out, rows, cols, eps, compute_);
+    return launched("layer norm");
+  }
+  Status layerNormGrad(const float *x, const float *w, const float *gr, float *dx, float *dw,
+                       float *db, int64_t rows, int64_t cols, float eps) override {
+    PTC_RETURN_IF_ERROR(reserveScratch(2 * rows * 4));
+    g::layerNormGrad(x, w, gr, dx, dw, db, rows, cols, eps, static_cast<float *>(scratch_),
+                     compute_);
+    return launched("layer norm gradient");
+  }
+  Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) override {
+    g::softmax(x, out, shape, axis, compute_);
+    return launched("softmax");
+  }
+  Status softmaxGrad(const float *y, const float *gr, float *out, const Shape &shape,
+                     int64_t axis) override {
+    g::softmaxGrad(y, gr, out, shape, axis, compute_);
+    return launched("softmax gradient");
+  }
+  Status causalAttention(const float *q, const float *k, const float *v, float *out,
+                         const Shape &shape, float scale) override {
+    PTC_RETURN_IF_ERROR(checkAttention(shape));
+    g::causalAttention(q, k, v, out, shape[0] * shape[1], shape[2], shape[3], scale, compute_);
+    return launched("causal attention");
+  }
+  Status causalAttentionGrad(const float *q, const float *k, const float *v, const float *gr,
+                             float *dq, float *dk, float *dv, const Shape &shape,
+                             float scale) override {
+    PTC_RETURN_IF_ERROR(checkAttention(shape));
+    g::causalAttentionGrad(q, k, v, gr, dq, dk, dv, shape[0] * shape[1], shape[2], shape[3],
+                           scale, compute_);
+    return launched("causal attention gradient");
+  }
+  Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+                   int64_t count, float *out, int64_t rowOffset, int64_t totalRows) override {
+    g::embedding(table, rows, dim, ids, count, out, rowOffset, totalRows, err_, compute_);
+    return launched("embedding");
+  }
+  Status embeddingGrad(const int32_t *ids, int64_t count, const float *gr, float *dtable,
+                       int64_t rows, int64_t dim, int64_t rowOffset,
+                       int64_t totalRows) override {
+    g::embeddingGrad(ids, count, gr, dtable, rows, dim, rowOffset, totalRows, err_, compute_);
+    return launched("embedding gradient");
+  }
+  Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                      float *loss) override {
+    g::crossEntropy(logits, targets, rows, classes, loss, err_, compute_);
+    return launched("cross-entropy");
+  }
+  Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *gr,
+                          int64_t rows, int64_t classes, float *out) override {
+    g::crossEntropyGrad(logits, targets, gr, rows, classes, out, err_, compute_);
+    return launched("cross-entropy gradient");
+  }
+  Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {
+    g::rowMax(logits, rows, classes, out, compute_);
+    return launched("row maximum");
+  }
+  Status rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max,
+                   float *out) override {
+    g::rowSumExp(logits, rows, classes, max, out, compute_);
+    return launched("row exp-sum");
+  }
+  Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                     int64_t offset, int64_t total, float *out) override {
+    g::targetLogit(logits, targets, rows, classes, offset, total, out, err_, compute_);
+    return launched("target logits");
+  }
+  Status lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
+                       float *loss) override {
+    g::lossFromParts(max, sumExp, target, rows, loss, compute_);
+    return launched("cross-entropy");
+  }
+  Status vocabParallelGrad(const float *x, const int32_t *targets, const float *gr,
+                           const float *max, const float *sumExp, int64_t rows, int64_t classes,
+                           int64_t offset, int64_t total, float *out) override {
+    g::vocabParallelGrad(x, targets, gr, max, sumExp, rows, classes, offset, total, out, err_,
+                         compute_);
+    return launched("cross-entropy gradient");
+  }
+  Status transpose(const void *in, const Shape &is, void *out, const Shape &perm,
+                   int64_t elemBytes) override {
+    PTC_RETURN_IF_ERROR(checkRank(is, "transpose"));
+    g::transpose(in, is, out, perm, elemBytes, compute_);
+    return launched("transpose");
+  }
+  Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
+                 const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
+                 int64_t elemBytes) override {
+    PTC_RETURN_IF_ERROR(checkRank(box, "a slice copy"));
+    g::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes, compute_);
+    return launched("a slice copy");
+  }
+  Status pad(const float *in, const Shape &is, float *out, const Shape &os,
+             const Shape &offsets) override {
+    int64_t n = 1;
+    for (int64_t d : os)
+      n *= d;
+    PTC_RETURN_IF_ERROR(zero(out, n * 4));
+    return copyBox(in, is, Shape(is.size(), 0), out, os, offsets, is, 4);
+  }
+  Status concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes,
+                void *out, int64_t axis, int64_t elemBytes) override {
+    Shape os = shapes[0];
+    os[static_cast<size_t>(axis)] = 0;
+    for (const Shape &s : shapes)
+      os[static_cast<size_t>(axis)] += s[static_cast<size_t>(axis)];
+    Shape offsets(os.size(), 0);
+    for (size_t i = 0; i < ins.size(); ++i) {
+      PTC_RETURN_IF_ERROR(copyBox(ins[i], shapes[i], Shape(os.size(), 0), out, os, offsets,
+                                  shapes[i], elemBytes));
+      offsets[static_cast<size_t>(axis)] += shapes[i][static_cast<size_t>(axis)];
+    }
+    return Status::ok();
+  }
+  Status reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes,
+                float *out) override {
+    PTC_RETURN_IF_ERROR(checkRank(is, "a reduction"));
+    g::reduce(static_cast<g::Reduce>(static_cast<int>(op)), in, is, axes, out, compute_);
+    return launched("a reduction");
+  }
+  Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *gr,
+                       float *out) override {
+    PTC_RETURN_IF_ERROR(checkRank(is, "a max gradient"));
+    g::reduceMaxGrad(in, is, axes, gr, out, compute_);
+    return launched("a max gradient");
+  }
+  Status topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k,
+                  bool normalize, float *weights, int32_t *indices) override {
+    g::topKGate(logits, tokens, experts, k, normalize, weights, indices, compute_);
+    return launched("top-k gate");
+  }
+  Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+                      int64_t tokens, int64_t experts, int64_t k, bool normalize,
+                      float *out) override {
+    g::topKGateGrad(logits, indices, gw, tokens, experts, k, normalize, out, err_, compute_);
+    return launched("top-k gate gradient");
+  }
+  Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
+                     int64_t dim, int64_t experts, int64_t capacity, float *out) override {
+    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+    if (!slots.isOk())
+      return slots.status();
+    g::moeDispatch(x, indices, *slots, tokens, k, dim, experts, capacity, out, compute_);
+    return launched("MoE dispatch");
+  }
+  Status moeDispatchGrad(const float *gr, const int32_t *indices, int64_t tokens, int64_t k,
+                         int64_t dim, int64_t experts, int64_t capacity, float *out) override {
+    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+    if (!slots.isOk())
+      return slots.status();
+    g::moeDispatchGrad(gr, indices, *slots, tokens, k, dim, capacity, out, compute_);
+    return launched("MoE dispatch gradient");
+  }
+  Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+                    int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
+                    float *out) override {
+    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+    if (!slots.isOk())
+      return slots.status();
+    g::moeCombine(expertOut, weights, indices, *slots, tokens, k, dim, capacity, out, compute_);
+    return launched("MoE combine");
+  }
+  Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+                        const float *gr, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                        int64_t capacity, float *dExpertOut, float *dWeights) override {
+    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+    if (!slots.isOk())
+      return slots.status();
+    g::moeCombineGrad(expertOut, weights, indices, *slots, gr, tokens, k, dim, experts, capacity,
+                      dExpertOut, dWeights, compute_);
+    return launched("MoE combine gradient");
+  }
+  Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
+                     const float *step, const AdamWParams &hp, int64_t n, const float *skip,
+                     float *outParam, float *outM, float *outV) override {
+    g::adamwUpdate(param, grad, m, v, step,
+                   g::AdamW{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay}, n, skip, outParam,
+                   outM, outV, compute_);
+    return launched("AdamW");
+  }
+  Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
+                   float momentum, float weightDecay, int64_t n, const float *skip,
+                   float *outParam, float *outBuf) override {
+    g::sgdUpdate(param, grad, buf, lr, momentum, weightDecay, n, skip, outParam, outBuf,
+                 compute_);
+    return launched("SGD");
+  }
+  Status sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                      float *out) override {
+    g::sumOfSquares(grads, sizes, out, compute_);
+    return launched("gradient norm");
+  }
+  Status clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                    const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
+                    float *norm) override {
+    g::clipByNorm(grads, sizes, outs, maxNorm, sumSquares, norm, compute_);
+    return launched("gradient clipping");
+  }
+  Status unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                 const std::vector<float *> &outs, const float *scale, float *found) override {
+    g::unscale(grads, sizes, outs, scale, found, compute_);
+    return launched("gradient unscaling");
+  }
+
+private:
+  CudaDevice() = default;
+  cudaStream_t streamOf(StreamKind s) const {
+    return s == StreamKind::Compute ? compute_ : comm_;
+  }
+  Status launched(const char *what) {
+    return cudaStatus(cudaGetLastError(), std::string("launching ") + what + " on " + name_);
+  }
+  static Status checkRank(const Shape &s, const char *what) {
+    if (s.size() > 8)
+      return error(StatusCode::kUnimplemented, what, " on a rank-", s.size(),
+                   " tensor (the CUDA kernels take rank <= 8)");
+    return Status::ok();
+  }
+  static Status checkAttention(const Shape &shape) {
+    if (shape.size() != 4 || shape[3] > g::kMaxAttentionDim)
+      return error(StatusCode::kUnimplemented, "causal attention with head dimension ",
+                   shape.empty() ? 0 : shape.back(), " (the CUDA kernel takes at most ",
+                   g::kMaxAttentionDim, ")");
+    return Status::ok();
+  }
+  /// Scratch memory for one kernel at a time (stream-ordered reuse).
+  Status reserveScratch(int64_t bytes) {
+    if (bytes <= scratchBytes_)
+      return Status::ok();
+    // The previous scratch may still be in use by queued kernels.
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(compute_), "growing scratch"));
+    if (scratch_)
+      cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratchBytes_ = 0;
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&scratch_, static_cast<size_t>(bytes)),
+                                   "allocating " + std::to_string(bytes) + " bytes of scratch"));
+    scratchBytes_ = bytes;
+    return Status::ok();
+  }
+  StatusOr<const int32_t *> assignSlots(const int32_t *indices, int64_t tokens, int64_t k,
+                                        int64_t experts, int64_t capacity) {
+    PTC_RETURN_IF_ERROR(reserveScratch(tokens * k * 4));
+    auto *slots = static_cast<int32_t *>(scratch_);
+    g::assignSlots(indices, tokens, k, experts, capacity, slots, err_, compute_);
+    PTC_RETURN_IF_ERROR(launched("MoE slot assignment"));
+    return static_cast<const int32_t *>(slots);
+  }
+
+  int ordinal_ = 0;
+  std::string name_;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  g::ErrorRecord *err_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  size_t nextEvent_ = 0;
+  void *scratch_ = nullptr;
+  int64_t scratchBytes_ = 0;
+  bool tf32_ = false;
+};
+} // namespace
+
+bool cudaCompiledIn() { return true; }
+
+bool cudaGpuAvailable() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+StatusOr<std::unique_ptr<Device>> createCudaDevice(int localRank) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return invalidArgument("--device cuda: no usable GPU (",
+                           e != cudaSuccess ? cudaGetErrorString(e) : "no devices", ")");
+  return CudaDevice::create(localRank % count);
+}
+
+} // namespace ptc

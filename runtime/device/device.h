@@ -1,0 +1,215 @@
+// Device: the memory, streams, events and kernels of one accelerator, as the
+// executor sees them. Implementations: CpuDevice (host memory, OpenBLAS +
+// OpenMP kernels; streams run in order on the calling thread) and CudaDevice
+// (one GPU: cudaMalloc'd memory, a compute and a communication stream, CUDA
+// events, cuBLAS + the kernels of kernels/cuda). Pointers passed to the
+// kernels are this device's memory; shapes are row-major.
+//
+// Kernels are enqueued on the compute stream and may still be running when a
+// call returns; copies to or from the host and synchronize() wait. A kernel
+// that finds bad data (ids out of range) reports it through the Status of a
+// later synchronize() on devices that run asynchronously.
+#ifndef PTC_RUNTIME_DEVICE_DEVICE_H
+#define PTC_RUNTIME_DEVICE_DEVICE_H
+
+#include "runtime/base/status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ptc {
+
+using Shape = std::vector<int64_t>;
+
+enum class DeviceKind { Cpu, Cuda };
+enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
+enum class StreamKind { Compute, Communication };
+enum class FloatType { F32, BF16, F16 };
+enum class BinaryOp { Add, Sub, Mul, Div };
+enum class UnaryOp { Scale, Gelu, Relu };
+enum class UnaryGradOp { Gelu, Relu };
+enum class ReduceOp { Sum, Mean, Max };
+
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weightDecay;
+};
+
+/// An event recorded on a stream; another stream can wait for it. Owned by
+/// the device (recycled after synchronize()).
+using Event = int;
+
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  /// "cpu (2 threads)", "cuda:0 (NVIDIA H200, sm_90, 139.8 GiB)".
+  virtual std::string describe() const = 0;
+  /// Whether device pointers are host memory (no copies needed to read them).
+  bool hostAddressable() const { return kind() == DeviceKind::Cpu; }
+
+  // ---- Memory --------------------------------------------------------------
+  /// `bytes` of zeroed memory aligned to 256 bytes (the arena is one such
+  /// allocation, the tensors offsets into it).
+  virtual StatusOr<void *> allocate(int64_t bytes) = 0;
+  virtual void release(void *p) = 0;
+  /// Copies ordered after the work enqueued on the compute stream; copies
+  /// that involve the host return when done.
+  virtual Status copy(void *dst, const void *src, int64_t bytes, CopyKind kind) = 0;
+  /// A device-to-device copy enqueued on `stream`.
+  virtual Status copyOn(StreamKind stream, void *dst, const void *src, int64_t bytes) = 0;
+  virtual Status zero(void *p, int64_t bytes) = 0;
+  /// Waits for every stream; reports errors of earlier asynchronous work.
+  virtual Status synchronize() = 0;
+
+  // ---- Streams and events ----------------------------------------------------
+  /// Records an event after the work enqueued so far on `stream`.
+  virtual StatusOr<Event> record(StreamKind stream) = 0;
+  /// Work enqueued later on `stream` waits for `event`.
+  virtual Status wait(StreamKind stream, Event event) = 0;
+  /// Native handle of a stream (cudaStream_t; nullptr on the CPU).
+  virtual void *nativeStream(StreamKind stream) = 0;
+
+  // ---- Kernels (f32 math; i32 ids) ------------------------------------------
+  /// out = a (op) b with numpy broadcasting of both to out's shape.
+  virtual Status binary(BinaryOp op, const float *a, const Shape &as, const float *b,
+                        const Shape &bs, float *out, const Shape &os) = 0;
+  virtual Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) = 0;
+  /// Scale uses `factor`.
+  virtual Status unary(UnaryOp op, const float *in, float *out, int64_t n, float factor) = 0;
+  virtual Status unaryGrad(UnaryGradOp op, const float *x, const float *g, float *out,
+                           int64_t n) = 0;
+  virtual Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
+                              int64_t n) = 0;
+  /// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b rank 2 (shared) or batched like a.
+  virtual Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs,
+                        float *out, bool transA, bool transB) = 0;
+  virtual Status layerNorm(const float *x, const float *w, const float *b, float *out,
+                           int64_t rows, int64_t cols, float eps) = 0;
+  virtual Status layerNormGrad(const float *x, const float *w, const float *g, float *dx,
+                               float *dw, float *db, int64_t rows, int64_t cols, float eps) = 0;
+  virtual Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) = 0;
+  virtual Status softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
+                             int64_t axis) = 0;
+  /// q, k, v, out: [batch, heads, seq, dim], causal.
+  virtual Status causalAttention(const float *q, const float *k, const float *v, float *out,
+                                 const Shape &shape, float scale) = 0;
+  virtual Status causalAttentionGrad(const float *q, const float *k, const float *v,
+                                     const float *g, float *dq, float *dk, float *dv,
+                                     const Shape &shape, float scale) = 0;
+  /// Rows [rowOffset, rowOffset + rows) of a `totalRows`-row table (vocabulary parallel).
+  virtual Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+                           int64_t count, float *out, int64_t rowOffset, int64_t totalRows) = 0;
+  virtual Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+                               int64_t rows, int64_t dim, int64_t rowOffset,
+                               int64_t totalRows) = 0;
+  /// Mean cross-entropy into *loss (device scalar).
+  virtual Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows,
+                              int64_t classes, float *loss) = 0;
+  /// `g`: device scalar (the loss gradient).
+  virtual Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+                                  int64_t rows, int64_t classes, float *out) = 0;
+  /// Vocabulary-parallel cross-entropy pieces (classes [offset, offset +
+  /// classes) of `total` here): row maxima, row sums of exp(x - max), target
+  /// logits (0 where another device holds the target); then the mean loss
+  /// from the combined pieces, and the gradient block.
+  virtual Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) = 0;
+  virtual Status rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max,
+                           float *out) = 0;
+  virtual Status targetLogit(const float *logits, const int32_t *targets, int64_t rows,
+                             int64_t classes, int64_t offset, int64_t total, float *out) = 0;
+  virtual Status lossFromParts(const float *max, const float *sumExp, const float *target,
+                               int64_t rows, float *loss) = 0;
+  virtual Status vocabParallelGrad(const float *logits, const int32_t *targets, const float *g,
+                                   const float *max, const float *sumExp, int64_t rows,
+                                   int64_t classes, int64_t offset, int64_t total,
+                                   float *out) = 0;
+  /// Layout ops on any element size.
+  virtual Status transpose(const void *in, const Shape &is, void *out, const Shape &perm,
+                           int64_t elemBytes) = 0;
+  /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`.
+  virtual Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets,
+                         void *dst, const Shape &dstShape, const Shape &dstOffsets,
+                         const Shape &box, int64_t elemBytes) = 0;
+  virtual Status pad(const float *in, const Shape &is, float *out, const Shape &os,
+                     const Shape &offsets) = 0;
+  virtual Status concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes,
+                        void *out, int64_t axis, int64_t elemBytes) = 0;
+  virtual Status reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes,
+                        float *out) = 0;
+  virtual Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes,
+                               const float *g, float *out) = 0;
+  // Mixture of experts.
+  virtual Status topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k,
+                          bool normalize, float *weights, int32_t *indices) = 0;
+  virtual Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+                              int64_t tokens, int64_t experts, int64_t k, bool normalize,
+                              float *out) = 0;
+  virtual Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
+                             int64_t dim, int64_t experts, int64_t capacity, float *out) = 0;
+  virtual Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens,
+                                 int64_t k, int64_t dim, int64_t experts, int64_t capacity,
+                                 float *out) = 0;
+  virtual Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+                            int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                            int64_t capacity, float *out) = 0;
+  virtual Status moeCombineGrad(const float *expertOut, const float *weights,
+                                const int32_t *indices, const float *g, int64_t tokens,
+                                int64_t k, int64_t dim, int64_t experts, int64_t capacity,
+                                float *dExpertOut, float *dWeights) = 0;
+  // Optimizer. `skip` (device scalar or nullptr): when non-zero (an overflow
+  // under dynamic loss scaling) the outputs get the inputs' values.
+  virtual Status adamwUpdate(const float *param, const float *grad, const float *m,
+                             const float *v, const float *step, const AdamWParams &hp, int64_t n,
+                             const float *skip, float *outParam, float *outM, float *outV) = 0;
+  virtual Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
+                           float momentum, float weightDecay, int64_t n, const float *skip,
+                           float *outParam, float *outBuf) = 0;
+  /// Sum of squares of every element of every tensor, into *out (device scalar).
+  virtual Status sumOfSquares(const std::vector<const float *> &grads,
+                              const std::vector<int64_t> &sizes, float *out) = 0;
+  /// outs[i] = grads[i] * min(1, maxNorm / (sqrt(*sumSquares) + 1e-6)); *norm = sqrt(*sumSquares).
+  virtual Status clipByNorm(const std::vector<const float *> &grads,
+                            const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
+                            float maxNorm, const float *sumSquares, float *norm) = 0;
+  /// outs[i] = grads[i] / *scale; *found = 1 if any gradient is not finite, else 0.
+  virtual Status unscale(const std::vector<const float *> &grads,
+                         const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
+                         const float *scale, float *found) = 0;
+};
+
+/// A growable block of device memory (collective staging, stash entries).
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(Device *device) : device_(device) {}
+  DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer();
+  /// Makes room for `bytes` (contents are not kept when it grows).
+  Status reserve(int64_t bytes);
+  void *data() const { return data_; }
+  int64_t capacity() const { return capacity_; }
+
+private:
+  Device *device_ = nullptr;
+  void *data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
+/// The CPU device.
+std::unique_ptr<Device> createCpuDevice();
+/// Whether this build has the CUDA backend, and whether a GPU is visible.
+bool cudaCompiledIn();
+bool cudaGpuAvailable();
+/// The CUDA device `ordinal` (e.g. the local rank modulo the GPUs present).
+StatusOr<std::unique_ptr<Device>> createCudaDevice(int ordinal);
+/// "cpu" or "cuda"; "auto" means cuda when a GPU is visible, else cpu.
+StatusOr<std::unique_ptr<Device>> createDevice(const std::string &name, int localRank);
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_DEVICE_DEVICE_H

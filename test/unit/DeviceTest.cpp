@@ -1,0 +1,481 @@
+// The device abstraction: the CPU device's memory, copy and event contract
+// (always), and every kernel of the CUDA device against the CPU device's on
+// the same inputs (label `gpu`: "skipped: no GPU" without one).
+
+#include "runtime/device/device.h"
+
+#include "test/unit/TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace ptc {
+namespace {
+using test::randomVector;
+
+/// Device memory for a test, freed at scope exit.
+class Mem {
+public:
+  explicit Mem(Device &d) : d_(d) {}
+  ~Mem() {
+    for (void *p : owned_)
+      d_.release(p);
+  }
+  template <typename T> T *put(const std::vector<T> &host) {
+    auto p = d_.allocate(static_cast<int64_t>(host.size() * sizeof(T)));
+    EXPECT_TRUE(p.isOk()) << p.status().message();
+    owned_.push_back(*p);
+    EXPECT_TRUE(d_.copy(*p, host.data(), static_cast<int64_t>(host.size() * sizeof(T)),
+                        CopyKind::HostToDevice)
+                    .isOk());
+    return static_cast<T *>(*p);
+  }
+  template <typename T = float> T *zeros(size_t n) { return put(std::vector<T>(n)); }
+  template <typename T = float> std::vector<T> get(const T *p, size_t n) {
+    std::vector<T> host(n);
+    EXPECT_TRUE(d_.copy(host.data(), p, static_cast<int64_t>(n * sizeof(T)), CopyKind::DeviceToHost)
+                    .isOk());
+    return host;
+  }
+
+private:
+  Device &d_;
+  std::vector<void *> owned_;
+};
+
+TEST(CpuDevice, AllocatesZeroedAlignedMemoryAndCopies) {
+  auto dev = createCpuDevice();
+  EXPECT_EQ(dev->kind(), DeviceKind::Cpu);
+  EXPECT_TRUE(dev->hostAddressable());
+  auto p = dev->allocate(1000);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % 256, 0u);
+  const auto *bytes = static_cast<const uint8_t *>(*p);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_EQ(bytes[i], 0) << i;
+  std::vector<float> src{1, 2, 3};
+  ASSERT_TRUE(dev->copy(*p, src.data(), 12, CopyKind::HostToDevice).isOk());
+  ASSERT_TRUE(dev->copyOn(StreamKind::Communication, static_cast<float *>(*p) + 3, *p, 12).isOk());
+  EXPECT_EQ(static_cast<float *>(*p)[4], 2.0f);
+  auto ev = dev->record(StreamKind::Communication);
+  ASSERT_TRUE(ev.isOk());
+  EXPECT_TRUE(dev->wait(StreamKind::Compute, *ev).isOk());
+  EXPECT_TRUE(dev->synchronize().isOk());
+  dev->release(*p);
+}
+
+TEST(CpuDevice, BufferGrowsAndReportsCapacity) {
+  auto dev = createCpuDevice();
+  DeviceBuffer buf(dev.get());
+  EXPECT_EQ(buf.capacity(), 0);
+  ASSERT_TRUE(buf.reserve(64).isOk());
+  void *first = buf.data();
+  ASSERT_TRUE(buf.reserve(32).isOk());
+  EXPECT_EQ(buf.data(), first); // no shrink, no move
+  ASSERT_TRUE(buf.reserve(4096).isOk());
+  EXPECT_EQ(buf.capacity(), 4096);
+}
+
+TEST(CpuDevice, OptimizerSkipLeavesStateUnchanged) {
+  auto dev = createCpuDevice();
+  Mem m(*dev);
+  auto p = randomVector(10, 1), g = randomVector(10, 2), mm = randomVector(10, 3);
+  std::vector<float> v(10, 0.5f);
+  float *dp = m.put(p), *dg = m.put(g), *dm = m.put(mm), *dv = m.put(v);
+  float *step = m.put(std::vector<float>{1.0f}), *skip = m.put(std::vector<float>{1.0f});
+  float *op = m.zeros(10), *om = m.zeros(10), *ov = m.zeros(10);
+  ASSERT_TRUE(dev->adamwUpdate(dp, dg, dm, dv, step, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 10, skip,
+                               op, om, ov)
+                  .isOk());
+  EXPECT_EQ(m.get(op, 10), p);
+  EXPECT_EQ(m.get(om, 10), mm);
+  *skip = 0.0f;
+  ASSERT_TRUE(dev->adamwUpdate(dp, dg, dm, dv, step, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 10, skip,
+                               op, om, ov)
+                  .isOk());
+  EXPECT_NE(m.get(op, 10), p);
+}
+
+TEST(Devices, UnknownOrUnavailableDeviceIsAnError) {
+  auto bad = createDevice("tpu", 0);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("unknown device 'tpu'"), std::string::npos);
+  auto cpu = createDevice("cpu", 0);
+  ASSERT_TRUE(cpu.isOk());
+  auto any = createDevice("auto", 0);
+  ASSERT_TRUE(any.isOk());
+  EXPECT_EQ((*any)->kind(), cudaGpuAvailable() ? DeviceKind::Cuda : DeviceKind::Cpu);
+  if (!cudaGpuAvailable()) {
+    auto cuda = createDevice("cuda", 0);
+    ASSERT_FALSE(cuda.isOk());
+    EXPECT_TRUE(cuda.status().message().find("no usable GPU") != std::string::npos ||
+                cuda.status().message().find("without CUDA") != std::string::npos)
+        << cuda.status().message();
+  }
+}
+
+// ---- CUDA against CPU ----------------------------------------------------------
+
+/// Runs `body` on the CPU and on the GPU device with the same inputs and
+/// compares the float vectors it returns.
+using Body = std::function<std::vector<float>(Device &, Mem &)>;
+
+class CudaConformance : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!cudaGpuAvailable())
+      GTEST_SKIP() << "skipped: no GPU";
+    auto d = createCudaDevice(0);
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    gpu_ = std::move(*d);
+    cpu_ = createCpuDevice();
+  }
+  void compare(const Body &body, float tol = 1e-5f) {
+    std::vector<float> want, got;
+    {
+      Mem m(*cpu_);
+      want = body(*cpu_, m);
+    }
+    {
+      Mem m(*gpu_);
+      got = body(*gpu_, m);
+      Status s = gpu_->synchronize();
+      ASSERT_TRUE(s.isOk()) << s.message();
+    }
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], tol * (1.0f + std::fabs(want[i]))) << "at " << i;
+  }
+  std::unique_ptr<Device> cpu_, gpu_;
+};
+
+#define OK(expr) EXPECT_TRUE((expr).isOk())
+
+TEST_F(CudaConformance, ElementwiseWithBroadcast) {
+  auto a = randomVector(96, 1), b = randomVector(8, 2);
+  for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div})
+    compare([&](Device &d, Mem &m) {
+      float *out = m.zeros(96);
+      OK(d.binary(op, m.put(a), {4, 3, 8}, m.put(b), {8}, out, {4, 3, 8}));
+      return m.get(out, 96);
+    });
+  compare([&](Device &d, Mem &m) {
+    float *out = m.zeros(96);
+    OK(d.broadcastTo(m.put(b), {1, 1, 8}, out, {4, 3, 8}));
+    return m.get(out, 96);
+  });
+}
+
+TEST_F(CudaConformance, ActivationsAndGradients) {
+  auto x = randomVector(1000, 3), g = randomVector(1000, 4);
+  for (UnaryOp op : {UnaryOp::Scale, UnaryOp::Gelu, UnaryOp::Relu})
+    compare([&](Device &d, Mem &m) {
+      float *out = m.zeros(1000);
+      OK(d.unary(op, m.put(x), out, 1000, 0.25f));
+      return m.get(out, 1000);
+    });
+  for (UnaryGradOp op : {UnaryGradOp::Gelu, UnaryGradOp::Relu})
+    compare([&](Device &d, Mem &m) {
+      float *out = m.zeros(1000);
+      OK(d.unaryGrad(op, m.put(x), m.put(g), out, 1000));
+      return m.get(out, 1000);
+    });
+}
+
+TEST_F(CudaConformance, FloatConversionsRoundTheSame) {
+  auto x = randomVector(777, 5);
+  for (FloatType t : {FloatType::BF16, FloatType::F16})
+    compare(
+        [&](Device &d, Mem &m) {
+          uint16_t *narrow = m.zeros<uint16_t>(777);
+          float *back = m.zeros(777);
+          OK(d.convertFloat(m.put(x), FloatType::F32, narrow, t, 777));
+          OK(d.convertFloat(narrow, t, back, FloatType::F32, 777));
+          return m.get(back, 777);
+        },
+        0.0f);
+}
+
+TEST_F(CudaConformance, MatmulSharedAndBatchedWithTransposes) {
+  auto a = randomVector(2 * 3 * 5 * 7, 6), b = randomVector(7 * 4, 7),
+       bb = randomVector(2 * 3 * 7 * 5, 8);
+  compare([&](Device &d, Mem &m) {
+    float *out = m.zeros(2 * 3 * 5 * 4);
+    OK(d.matmul(m.put(a), {2, 3, 5, 7}, m.put(b), {7, 4}, out, false, false));
+    return m.get(out, 120);
+  });
+  compare([&](Device &d, Mem &m) { // a^T b^T: [6, 7, 5]^T x [6, 5, 7]^T -> [6, 5, 5]
+    float *out = m.zeros(6 * 5 * 5);
+    OK(d.matmul(m.put(a), {6, 7, 5}, m.put(bb), {6, 5, 7}, out, true, true));
+    return m.get(out, 150);
+  });
+  compare([&](Device &d, Mem &m) { // shared b with transposed a: [6, 7, 5]^T x [7, 4]
+    float *out = m.zeros(6 * 5 * 4);
+    OK(d.matmul(m.put(a), {6, 7, 5}, m.put(b), {7, 4}, out, true, false));
+    return m.get(out, 120);
+  });
+}
+
+TEST_F(CudaConformance, LayerNormAndGradient) {
+  int64_t rows = 37, cols = 300;
+  auto x = randomVector(rows * cols, 9), w = randomVector(cols, 10), b = randomVector(cols, 11),
+       g = randomVector(rows * cols, 12);
+  compare([&](Device &d, Mem &m) {
+    float *out = m.zeros(rows * cols);
+    OK(d.layerNorm(m.put(x), m.put(w), m.put(b), out, rows, cols, 1e-5f));
+    return m.get(out, rows * cols);
+  });
+  compare(
+      [&](Device &d, Mem &m) {
+        float *dx = m.zeros(rows * cols), *dw = m.zeros(cols), *db = m.zeros(cols);
+        OK(d.layerNormGrad(m.put(x), m.put(w), m.put(g), dx, dw, db, rows, cols, 1e-5f));
+        auto out = m.get(dx, rows * cols);
+        for (float *p : {dw, db}) {
+          auto v = m.get(p, cols);
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      },
+      1e-4f);
+}
+
+TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
+  auto x = randomVector(4 * 9 * 5, 13), g = randomVector(4 * 9 * 5, 14);
+  for (int64_t axis : {2, 1})
+    compare([&](Device &d, Mem &m) {
+      float *y = m.zeros(180), *dx = m.zeros(180);
+      OK(d.softmax(m.put(x), y, {4, 9, 5}, axis));
+      OK(d.softmaxGrad(y, m.put(g), dx, {4, 9, 5}, axis));
+      auto out = m.get(y, 180), grad = m.get(dx, 180);
+      out.insert(out.end(), grad.begin(), grad.end());
+      return out;
+    });
+}
+
+TEST_F(CudaConformance, CausalAttentionAndGradient) {
+  Shape s{2, 3, 17, 16};
+  size_t n = 2 * 3 * 17 * 16;
+  auto q = randomVector(n, 15), k = randomVector(n, 16), v = randomVector(n, 17),
+       g = randomVector(n, 18);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(n), *dv = m.zeros(n);
+        const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
+        OK(d.causalAttention(pq, pk, pv, o, s, 0.25f));
+        OK(d.causalAttentionGrad(pq, pk, pv, m.put(g), dq, dk, dv, s, 0.25f));
+        auto out = m.get(o, n);
+        for (float *p : {dq, dk, dv}) {
+          auto t = m.get(p, n);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        return out;
+      },
+      1e-4f);
+}
+
+TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
+  auto table = randomVector(10 * 8, 19), g = randomVector(6 * 8, 20);
+  std::vector<int32_t> ids{0, 12, 5, 19, 12, 3}; // rows 10..19 live elsewhere
+  compare([&](Device &d, Mem &m) {
+    float *out = m.zeros(6 * 8), *dt = m.zeros(10 * 8);
+    const int32_t *pid = m.put(ids);
+    OK(d.embedding(m.put(table), 10, 8, pid, 6, out, 10, 20));
+    OK(d.embeddingGrad(pid, 6, m.put(g), dt, 10, 8, 10, 20));
+    auto r = m.get(out, 48), t = m.get(dt, 80);
+    r.insert(r.end(), t.begin(), t.end());
+    return r;
+  });
+}
+
+TEST_F(CudaConformance, BadIdsAreReportedAtSynchronize) {
+  Mem m(*gpu_);
+  std::vector<int32_t> ids{1, 70000};
+  float *out = m.zeros(2 * 4);
+  OK(gpu_->embedding(m.put(randomVector(40, 1)), 10, 4, m.put(ids), 2, out, 0, 10));
+  Status s = gpu_->synchronize();
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("embedding index 70000 at position 1 is outside [0, 10)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(gpu_->synchronize().isOk()); // reported once
+}
+
+TEST_F(CudaConformance, CrossEntropyWholeAndVocabularyParallel) {
+  int64_t rows = 12, classes = 50;
+  auto x = randomVector(rows * classes, 21);
+  std::vector<int32_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    t[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % classes);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *loss = m.zeros(1), *dx = m.zeros(rows * classes);
+        const float *px = m.put(x);
+        const int32_t *pt = m.put(t);
+        OK(d.crossEntropy(px, pt, rows, classes, loss));
+        OK(d.crossEntropyGrad(px, pt, m.put(std::vector<float>{2.0f}), rows, classes, dx));
+        auto out = m.get(loss, 1), grad = m.get(dx, rows * classes);
+        out.insert(out.end(), grad.begin(), grad.end());
+        return out;
+      },
+      1e-5f);
+  // This device holds classes [50, 100) of 100.
+  compare(
+      [&](Device &d, Mem &m) {
+        float *mx = m.zeros(rows), *sum = m.zeros(rows), *tl = m.zeros(rows),
+              *loss = m.zeros(1), *dx = m.zeros(rows * classes);
+        const float *px = m.put(x);
+        std::vector<int32_t> shifted(t);
+        for (size_t i = 0; i < shifted.size(); i += 2)
+          shifted[i] += 50;
+        const int32_t *pt = m.put(shifted);
+        OK(d.rowMax(px, rows, classes, mx));
+        OK(d.rowSumExp(px, rows, classes, mx, sum));
+        OK(d.targetLogit(px, pt, rows, classes, 50, 100, tl));
+        OK(d.lossFromParts(mx, sum, tl, rows, loss));
+        OK(d.vocabParallelGrad(px, pt, m.put(std::vector<float>{1.0f}), mx, sum, rows, classes,
+                               50, 100, dx));
+        auto out = m.get(loss, 1);
+        for (auto [p, k] : {std::pair{mx, rows}, std::pair{sum, rows}, std::pair{tl, rows},
+                            std::pair{dx, rows * classes}}) {
+          auto v = m.get(p, static_cast<size_t>(k));
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      },
+      1e-5f);
+}
+
+TEST_F(CudaConformance, LayoutOps) {
+  auto x = randomVector(2 * 3 * 4 * 5, 22), y = randomVector(2 * 2 * 4 * 5, 23);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *t = m.zeros(120), *sl = m.zeros(2 * 2 * 3 * 5), *pd = m.zeros(4 * 5 * 6 * 5),
+              *cat = m.zeros(2 * 5 * 4 * 5);
+        const float *px = m.put(x);
+        OK(d.transpose(px, {2, 3, 4, 5}, t, {0, 2, 1, 3}, 4));
+        OK(d.copyBox(px, {2, 3, 4, 5}, {0, 1, 1, 0}, sl, {2, 2, 3, 5}, {0, 0, 0, 0},
+                     {2, 2, 3, 5}, 4));
+        OK(d.pad(px, {2, 3, 4, 5}, pd, {4, 5, 6, 5}, {1, 1, 2, 0}));
+        OK(d.concat({px, m.put(y)}, {{2, 3, 4, 5}, {2, 2, 4, 5}}, cat, 1, 4));
+        auto out = m.get(t, 120);
+        for (auto [p, n] : {std::pair{sl, 60}, std::pair{pd, 600}, std::pair{cat, 200}}) {
+          auto v = m.get(p, static_cast<size_t>(n));
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      },
+      0.0f);
+  // 2-byte elements (bf16 activations are transposed as stored).
+  compare(
+      [&](Device &d, Mem &m) {
+        std::vector<uint16_t> h(24);
+        for (size_t i = 0; i < h.size(); ++i)
+          h[i] = static_cast<uint16_t>(i * 37);
+        uint16_t *t = m.zeros<uint16_t>(24);
+        OK(d.transpose(m.put(h), {2, 3, 4}, t, {2, 0, 1}, 2));
+        auto r = m.get(t, 24);
+        return std::vector<float>(r.begin(), r.end());
+      },
+      0.0f);
+}
+
+TEST_F(CudaConformance, ReductionsAndMaxGradientWithTies) {
+  auto x = randomVector(3 * 4 * 5, 24), g = randomVector(12, 25);
+  x[7] = x[8] = 9.0f; // a tie inside one reduced row
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max})
+    for (Shape axes : {Shape{1}, Shape{0, 2}, Shape{2}})
+      compare([&](Device &d, Mem &m) {
+        float *out = m.zeros(60);
+        OK(d.reduce(op, m.put(x), {3, 4, 5}, axes, out));
+        int64_t n = 60;
+        for (int64_t a : axes)
+          n /= Shape{3, 4, 5}[static_cast<size_t>(a)];
+        return m.get(out, static_cast<size_t>(n));
+      });
+  compare([&](Device &d, Mem &m) {
+    float *out = m.zeros(60);
+    OK(d.reduceMaxGrad(m.put(x), {3, 4, 5}, {2}, m.put(g), out));
+    return m.get(out, 60);
+  });
+}
+
+TEST_F(CudaConformance, MixtureOfExpertsRoutingWithDrops) {
+  int64_t tokens = 10, experts = 4, k = 2, dim = 6, capacity = 3; // some assignments dropped
+  auto logits = randomVector(tokens * experts, 26), x = randomVector(tokens * dim, 27),
+       gw = randomVector(tokens * k, 28), eo = randomVector(experts * capacity * dim, 29),
+       g = randomVector(tokens * dim, 30), ge = randomVector(experts * capacity * dim, 31);
+  for (bool normalize : {false, true})
+    compare(
+        [&](Device &d, Mem &m) {
+          float *w = m.zeros(tokens * k), *dl = m.zeros(tokens * experts);
+          int32_t *idx = m.zeros<int32_t>(tokens * k);
+          const float *pl = m.put(logits);
+          OK(d.topKGate(pl, tokens, experts, k, normalize, w, idx));
+          OK(d.topKGateGrad(pl, idx, m.put(gw), tokens, experts, k, normalize, dl));
+          float *disp = m.zeros(experts * capacity * dim), *dd = m.zeros(tokens * dim),
+                *comb = m.zeros(tokens * dim), *dexp = m.zeros(experts * capacity * dim),
+                *dwt = m.zeros(tokens * k);
+          const float *pe = m.put(eo);
+          OK(d.moeDispatch(m.put(x), idx, tokens, k, dim, experts, capacity, disp));
+          OK(d.moeDispatchGrad(m.put(ge), idx, tokens, k, dim, experts, capacity, dd));
+          OK(d.moeCombine(pe, w, idx, tokens, k, dim, experts, capacity, comb));
+          OK(d.moeCombineGrad(pe, w, idx, m.put(g), tokens, k, dim, experts, capacity, dexp,
+                              dwt));
+          auto ids = m.get(idx, tokens * k);
+          std::vector<float> out(ids.begin(), ids.end());
+          for (auto [p, n] : {std::pair{w, tokens * k}, std::pair{dl, tokens * experts},
+                              std::pair{disp, experts * capacity * dim},
+                              std::pair{dd, tokens * dim}, std::pair{comb, tokens * dim},
+                              std::pair{dexp, experts * capacity * dim},
+                              std::pair{dwt, tokens * k}}) {
+            auto v = m.get(p, static_cast<size_t>(n));
+            out.insert(out.end(), v.begin(), v.end());
+          }
+          return out;
+        },
+        1e-5f);
+}
+
+TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
+  size_t n = 5000;
+  auto p = randomVector(n, 32), g = randomVector(n, 33), mm = randomVector(n, 34);
+  std::vector<float> v(n, 0.25f);
+  for (float skipValue : {0.0f, 1.0f})
+    compare([&](Device &d, Mem &m) {
+      float *op = m.zeros(n), *om = m.zeros(n), *ov = m.zeros(n), *sb = m.zeros(n),
+            *sp = m.zeros(n);
+      const float *pp = m.put(p), *pg = m.put(g), *pm = m.put(mm);
+      const float *skip = m.put(std::vector<float>{skipValue});
+      OK(d.adamwUpdate(pp, pg, pm, m.put(v), m.put(std::vector<float>{3.0f}),
+                       {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, static_cast<int64_t>(n), skip, op, om,
+                       ov));
+      OK(d.sgdUpdate(pp, pg, pm, 0.1f, 0.9f, 0.01f, static_cast<int64_t>(n), skip, sp, sb));
+      auto out = m.get(op, n);
+      for (float *q : {om, ov, sp, sb}) {
+        auto t = m.get(q, n);
+        out.insert(out.end(), t.begin(), t.end());
+      }
+      return out;
+    });
+  auto g2 = randomVector(300, 35);
+  g2[17] = INFINITY;
+  compare(
+      [&](Device &d, Mem &m) {
+        const float *a = m.put(g), *b = m.put(g2);
+        float *sum = m.zeros(1), *oa = m.zeros(n), *ob = m.zeros(300), *found = m.zeros(1);
+        OK(d.sumOfSquares({a}, {static_cast<int64_t>(n)}, sum));
+        OK(d.clipByNorm({a}, {static_cast<int64_t>(n)}, {oa}, 1.0f, sum, sum)); // aliased, as the executor does
+        OK(d.unscale({a, b}, {static_cast<int64_t>(n), 300}, {oa, ob},
+                     m.put(std::vector<float>{1024.0f}), found));
+        auto out = m.get(sum, 1), f = m.get(found, 1), v1 = m.get(oa, n);
+        out.insert(out.end(), f.begin(), f.end());
+        out.insert(out.end(), v1.begin(), v1.end());
+        return out;
+      },
+      1e-5f);
+}
+
+} // namespace
+} // namespace ptc
