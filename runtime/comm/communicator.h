@@ -14,6 +14,8 @@
 
 namespace ptc {
 
+class Device;
+
 /// The device mesh of a plan: ranks are numbered row-major over the axes.
 struct Mesh {
   std::vector<std::string> axes;
@@ -24,6 +26,21 @@ struct Mesh {
   std::vector<int> coords(int rank) const;
   /// "dp=2 x tp=2"
   std::string describe() const;
+  /// The rank at `coords`.
+  int rankOf(const std::vector<int> &coords) const;
+
+  /// The group of `axes` around a device at `coords`: the devices that differ
+  /// from it only along those axes. `color` numbers the group (row-major over
+  /// the other axes), `key` the member (row-major over `axes`, in mesh axis
+  /// order) -- the arguments of MPI_Comm_split / ncclCommSplit.
+  struct GroupKey {
+    int color, key;
+  };
+  GroupKey groupKey(const std::vector<int> &coords, const std::vector<int> &axes) const;
+  /// World ranks of the group of `axes` around `rank`, in member (key) order.
+  std::vector<int> groupRanks(int rank, const std::vector<int> &axes) const;
+  /// "{dp,tp}" ("{}" for none).
+  std::string describeAxes(const std::vector<int> &axes) const;
 };
 
 class Communicator {
@@ -36,6 +53,10 @@ public:
   /// on the device's communication stream (NCCL) rather than done on host
   /// memory before returning (MPI).
   virtual bool deviceResident() const { return false; }
+  /// Waits until every collective enqueued so far has finished (device
+  /// resident communicators; the others finish each call before returning),
+  /// or fails naming the collective and rank after the timeout.
+  virtual Status drain() { return Status::ok(); }
   const std::vector<int> &coords() const { return coords_; }
 
   /// In-place elementwise sum of `count` floats over the group of `axes`.
@@ -90,6 +111,20 @@ bool launchedByMpi();
 /// mesh size; otherwise the error says both.
 StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh,
                                                               double timeoutSeconds);
+/// Whether this build has the NCCL backend (CUDA builds).
+bool ncclCompiledIn();
+/// NCCL collectives and point-to-point on `device`'s communication stream
+/// (device memory; deviceResident()). `host` (MPI) bootstraps it (the unique
+/// id goes from rank 0 to all) and keeps the host-side calls (gatherToRoot,
+/// allGatherStrings). One NCCL communicator per group in `groups` (sets of
+/// mesh axes; every rank passes the same list) is split from the world one up
+/// front. Every wait polls ncclCommGetAsyncError and the stream; an error or
+/// `timeoutSeconds` without progress aborts the communicators and fails
+/// naming the collective and rank.
+StatusOr<std::unique_ptr<Communicator>>
+createNcclCommunicator(std::unique_ptr<Communicator> host, Device &device,
+                       const std::vector<std::vector<int>> &groups, double timeoutSeconds);
+
 /// Finalizes MPI if it was initialized (normal exit).
 void finalizeMpi();
 /// Aborts every rank of the job (after an unrecoverable error on this one).

@@ -227,16 +227,9 @@ private:
       mask |= 1u << a;
     if (auto it = groups_.find(mask); it != groups_.end())
       return it->second;
-    // Color: coordinates outside the group; key: coordinates inside it.
-    int color = 0, key = 0;
-    for (size_t a = 0; a < mesh_.sizes.size(); ++a) {
-      if (mask & (1u << a))
-        key = key * mesh_.sizes[a] + coords_[a];
-      else
-        color = color * mesh_.sizes[a] + coords_[a];
-    }
+    Mesh::GroupKey k = mesh_.groupKey(coords_, axes);
     MPI_Comm comm;
-    PTC_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm));
+    PTC_MPI(MPI_Comm_split(MPI_COMM_WORLD, k.color, k.key, &comm));
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     groups_[mask] = comm;
     return comm;
@@ -256,14 +249,9 @@ private:
       if (++spins > 1000)
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    std::string group = "world";
-    if (!axes.empty()) {
-      group.clear();
-      for (int a : axes)
-        group += (group.empty() ? "" : ",") + mesh_.axes[a];
-    }
-    return error(StatusCode::kInternal, kind, " of ", what, " over mesh axes {", group,
-                 "} did not complete within ", timeout_, " s on rank ", rank_,
+    std::string group = axes.empty() ? "{world}" : mesh_.describeAxes(axes);
+    return error(StatusCode::kInternal, kind, " of ", what, " over mesh axes ", group,
+                 " did not complete within ", timeout_, " s on rank ", rank_,
                  ": a peer rank died or stopped responding");
   }
 

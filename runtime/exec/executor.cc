@@ -174,18 +174,52 @@ Status Executor::loadFromWhole(int32_t id, const void *whole) {
   forEachLocalBox(t, coords(), [&](const auto &wholeOff, const auto &localOff, const auto &box) {
     k::copyBox(whole, t.globalShape, wholeOff, local, t.shape, localOff, box, dtypeSize(t.dtype));
   });
-  if (!host.empty())
+  if (!host.empty()) {
+    PTC_RETURN_IF_ERROR(hostSync());
     return dev_->copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice);
+  }
   return Status::ok();
 }
 
+Status Executor::hostSync() {
+  return commOnDevice() ? comm_->drain() : Status::ok();
+}
+
+std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan) {
+  std::set<std::vector<int>> groups;
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    const auto *ints = inst->ints();
+    switch (inst->op()) {
+    case OpCode::AllReduce:
+    case OpCode::UnscaleGrads:
+    case OpCode::ClipGradNorm:
+      if (ints && ints->size() > 0)
+        groups.insert(std::vector<int>(ints->begin(), ints->end()));
+      break;
+    case OpCode::AllGather:
+    case OpCode::ReduceScatter:
+    case OpCode::AllToAll:
+    case OpCode::VocabParallelCrossEntropy:
+    case OpCode::VocabParallelCrossEntropyGrad:
+      groups.insert({static_cast<int>(ints->Get(0))});
+      break;
+    default:
+      break;
+    }
+  }
+  return {groups.begin(), groups.end()};
+}
+
 Status Executor::readLocal(int32_t id, void *out) {
+  PTC_RETURN_IF_ERROR(hostSync());
   return dev_->copy(out, data(id), plan_->tensor(id).bytes, CopyKind::DeviceToHost);
 }
 
 StatusOr<float> Executor::scalar(int32_t id) {
   float value = 0.0f;
-  Status s = dev_->copy(&value, data(id), sizeof value, CopyKind::DeviceToHost);
+  Status s = hostSync();
+  if (s.isOk())
+    s = dev_->copy(&value, data(id), sizeof value, CopyKind::DeviceToHost);
   if (!s.isOk())
     return s;
   return value;
@@ -309,6 +343,9 @@ Status Executor::step(std::vector<double> *profile) {
     for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
       PTC_RETURN_IF_ERROR(runInstruction(n, profile));
   pending_.clear();
+  lastComm_ = -1; // events are recycled at synchronize()
+  if (comm_)
+    PTC_RETURN_IF_ERROR(comm_->drain());
   Status s = dev_->synchronize();
   if (!s.isOk())
     return Status(s.code(), "the step's work on " + dev_->describe() + " failed: " + s.message());
@@ -428,11 +465,16 @@ Status Executor::commWriteBack(void *p, void *view, int64_t bytes) {
   return dev_->copy(p, view, bytes, CopyKind::HostToDevice);
 }
 
+Status Executor::reuseStaging() {
+  // The staging buffer may still feed the previous collective.
+  if (commOnDevice() && lastComm_ >= 0)
+    return dev_->wait(StreamKind::Compute, lastComm_);
+  return Status::ok();
+}
+
 Status Executor::enterComm() {
   if (!commOnDevice())
     return Status::ok();
-  if (lastComm_ >= 0) // the staging buffer may still feed the previous collective
-    PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Compute, lastComm_));
   auto ev = dev_->record(StreamKind::Compute);
   if (!ev.isOk())
     return ev.status();
@@ -476,7 +518,7 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   int64_t total = 0;
   for (int32_t id : in)
     total += plan_->tensor(id).bytes;
-  PTC_RETURN_IF_ERROR(enterComm());
+  PTC_RETURN_IF_ERROR(reuseStaging());
   PTC_RETURN_IF_ERROR(staging_.reserve(total));
   uint8_t *staging = static_cast<uint8_t *>(staging_.data());
   int64_t off = 0;
@@ -517,7 +559,7 @@ Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
   const TensorInfo &dst = plan_->tensor(outId);
   int axis = static_cast<int>(inst.ints()->Get(0));
   std::string what = "'" + src.name + "' at " + (inst.location() ? inst.location()->str() : "");
-  PTC_RETURN_IF_ERROR(enterComm());
+  PTC_RETURN_IF_ERROR(reuseStaging());
   PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes));
   PTC_RETURN_IF_ERROR(blocksForReduceScatter(inst, staging_.data(), dtypeSize(src.dtype)));
   if (!comm_)
@@ -825,10 +867,11 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     int axis = axes[0];
     int64_t dim = inst.ints()->Get(1);
     int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
-    PTC_RETURN_IF_ERROR(enterComm());
+    PTC_RETURN_IF_ERROR(reuseStaging());
     PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes * parts));
     uint8_t *staging = static_cast<uint8_t *>(staging_.data());
     if (comm_) {
+      PTC_RETURN_IF_ERROR(enterComm());
       auto inView = commView(data(in[0]), src.bytes, 0, true);
       if (!inView.isOk())
         return inView.status();
@@ -868,7 +911,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     std::vector<int64_t> box = src.shape;
     box[split] /= parts;
     int64_t blockBytes = src.bytes / parts;
-    PTC_RETURN_IF_ERROR(enterComm());
+    PTC_RETURN_IF_ERROR(reuseStaging());
     PTC_RETURN_IF_ERROR(staging_.reserve(2 * src.bytes));
     uint8_t *send = static_cast<uint8_t *>(staging_.data()), *recv = send + src.bytes;
     std::vector<int64_t> zero(src.shape.size(), 0), off(src.shape.size(), 0);

@@ -81,6 +81,10 @@ public:
   /// size 1, or the plan has no mesh). Not owned.
   void setCommunicator(Communicator *comm) { comm_ = comm; }
 
+  /// Every set of mesh axes the plan's collectives run over (communicators
+  /// that build their groups up front need the whole list on every rank).
+  static std::vector<std::vector<int>> collectiveGroups(const LoadedPlan &plan);
+
   /// Bytes of the arena and of persistent storage.
   int64_t arenaBytes() const { return arenaBytes_; }
   int64_t persistentBytes() const { return persistentBytes_; }
@@ -101,9 +105,13 @@ private:
   bool commOnDevice() const;
   StatusOr<void *> commView(const void *p, int64_t bytes, int slot, bool load);
   Status commWriteBack(void *p, void *view, int64_t bytes);
+  Status reuseStaging();
   Status enterComm();
   Status leaveComm(const std::vector<int32_t> &results, bool overlap);
   Status awaitPending(const plan::Instruction &inst);
+  /// Before the host blocks on the device: collectives must finish (or fail
+  /// by timeout) first, or a dead peer would hang the copy.
+  Status hostSync();
   Status runBucketAllReduce(const plan::Instruction &inst, bool bf16);
   Status runReduceScatter(const plan::Instruction &inst, bool bf16);
   Status allReduceSmall(float *values, int64_t count, const std::vector<int> &axes, bool max,
@@ -138,6 +146,8 @@ private:
   Status runAction(size_t index, std::vector<double> *profile);
   Status loadMicrobatch(int mb);
   Status stash(int32_t tensor, int mb, const void *data, int consumers);
+  Status takeStashBuffer(DeviceBuffer &buffer, int64_t bytes);
+  std::vector<DeviceBuffer> stashPool_; // freed stash buffers, reused
   Status unstash(int32_t tensor, int mb, void *out);
   Status shareOutputs();
   /// Point-to-point along the pipeline axis, on device memory.

@@ -131,8 +131,7 @@ Status Executor::stash(int32_t tensor, int mb, const void *data, int consumers) 
   if (s.bytes != 0)
     return error(StatusCode::kInternal, "tensor #", tensor, " of micro-batch ", mb,
                  " is stashed twice");
-  s.buffer = DeviceBuffer(dev_.get());
-  PTC_RETURN_IF_ERROR(s.buffer.reserve(bytes));
+  PTC_RETURN_IF_ERROR(takeStashBuffer(s.buffer, bytes));
   PTC_RETURN_IF_ERROR(dev_->copy(s.buffer.data(), data, bytes, CopyKind::DeviceToDevice));
   s.bytes = bytes;
   s.consumers = consumers;
@@ -151,9 +150,26 @@ Status Executor::unstash(int32_t tensor, int mb, void *out) {
         dev_->copy(out, it->second.buffer.data(), it->second.bytes, CopyKind::DeviceToDevice));
   if (--it->second.consumers == 0) {
     stashBytes_ -= it->second.bytes;
+    stashPool_.push_back(std::move(it->second.buffer));
     stash_.erase(it);
   }
   return Status::ok();
+}
+
+Status Executor::takeStashBuffer(DeviceBuffer &buffer, int64_t bytes) {
+  // Reuse the smallest free buffer that fits: no allocation (and on a GPU no
+  // cudaMalloc / cudaFree, which would synchronize the device) per micro-batch.
+  auto best = stashPool_.end();
+  for (auto it = stashPool_.begin(); it != stashPool_.end(); ++it)
+    if (it->capacity() >= bytes && (best == stashPool_.end() || it->capacity() < best->capacity()))
+      best = it;
+  if (best != stashPool_.end()) {
+    buffer = std::move(*best);
+    stashPool_.erase(best);
+    return Status::ok();
+  }
+  buffer = DeviceBuffer(dev_.get());
+  return buffer.reserve(bytes);
 }
 
 Status Executor::loadMicrobatch(int mb) {
@@ -232,8 +248,7 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
     Stashed &s = stash_[{tensor, a.mb}];
     if (s.bytes != 0)
       return error(StatusCode::kInternal, what, " is received twice");
-    s.buffer = DeviceBuffer(dev_.get());
-    PTC_RETURN_IF_ERROR(s.buffer.reserve(bytes));
+    PTC_RETURN_IF_ERROR(takeStashBuffer(s.buffer, bytes));
     PTC_RETURN_IF_ERROR(recvBytes(s.buffer.data(), bytes, peer, a.channel, what));
     s.bytes = bytes;
     s.consumers = recvConsumers_[tensor];

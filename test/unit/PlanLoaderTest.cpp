@@ -4,6 +4,7 @@
 
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_loader.h"
+#include "test/unit/PlanBuilder.h"
 
 #include <gtest/gtest.h>
 
@@ -11,37 +12,9 @@ using namespace ptc;
 namespace fb = flatbuffers;
 
 namespace {
-struct TensorDesc {
-  std::string name;
-  plan::TensorKind kind;
-  std::vector<int64_t> shape;
-  int64_t offset = -1;
-};
-struct InstDesc {
-  plan::OpCode op;
-  std::vector<int32_t> in, out;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-};
-
-std::vector<uint8_t> buildPlan(const std::vector<TensorDesc> &tensors,
-                               const std::vector<InstDesc> &insts, int64_t arena,
-                               uint32_t version = plan::kFormatVersion) {
-  fb::FlatBufferBuilder b;
-  std::vector<fb::Offset<plan::Tensor>> ts;
-  for (const TensorDesc &t : tensors)
-    ts.push_back(plan::CreateTensor(b, b.CreateString(t.name), 0, 0, t.kind, plan::DType::F32,
-                                    b.CreateVector(t.shape), t.offset, plan::InitKind::Zeros));
-  std::vector<fb::Offset<plan::Instruction>> is;
-  for (const InstDesc &i : insts)
-    is.push_back(plan::CreateInstruction(b, i.op, b.CreateVector(i.in), b.CreateVector(i.out),
-                                         b.CreateVector(i.ints), b.CreateVector(i.floats)));
-  std::vector<fb::Offset<plan::Output>> outs{plan::CreateOutput(b, b.CreateString("loss"), 2)};
-  auto p = plan::CreatePlan(b, version, b.CreateString("test"), 1, 0, b.CreateVector(ts),
-                            b.CreateVector(is), b.CreateVector(outs), arena, arena);
-  plan::FinishPlanBuffer(b, p);
-  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
-}
+using test::TensorDesc;
+using test::InstDesc;
+using test::buildPlan;
 
 // y[2x4] = x[2x3] @ w[3x4], loss-like output is the temporary.
 std::vector<TensorDesc> matmulTensors() {

@@ -42,6 +42,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --log-every N       progress line every N steps (default 10; 0: none)
   --device D          cpu, cuda or auto (default auto: cuda when a GPU is visible, else cpu);
                       with several ranks per node, rank r uses GPU (local rank mod GPUs)
+  --comm C            collectives over mpi, nccl or auto (default auto: NCCL on the device's
+                      communication stream with --device cuda, else MPI)
   --threads N         kernel and BLAS threads (default: OpenMP's default)
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
@@ -173,7 +175,7 @@ int main(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads", "--np",
-                                    "--collective-timeout", "--trace", "--device"};
+                                    "--collective-timeout", "--trace", "--device", "--comm"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
         std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
@@ -197,6 +199,11 @@ int main(int argc, char **argv) {
   }
   const std::string tracePath = opts.count("--trace") ? opts["--trace"] : "";
   const std::string deviceName = opts.count("--device") ? opts["--device"] : "auto";
+  const std::string commName = opts.count("--comm") ? opts["--comm"] : "auto";
+  if (commName != "auto" && commName != "mpi" && commName != "nccl") {
+    std::cerr << "ptc-run: error: unknown --comm '" << commName << "' (expected mpi, nccl or auto)\n";
+    return 2;
+  }
   bool ok = true;
   if (opts.count("--np")) {
     parseInt("--np", opts["--np"].c_str(), ok);
@@ -317,6 +324,18 @@ int main(int argc, char **argv) {
   if (!device.isOk())
     return fail(device.status().message());
   std::string deviceText = (*device)->describe();
+  const bool onGpu = (*device)->kind() == DeviceKind::Cuda;
+  if (commName == "nccl" && !onGpu)
+    return fail("--comm nccl needs the CUDA device (this rank runs on " + deviceText + ")");
+  if (comm && onGpu && commName != "mpi" && (ncclCompiledIn() || commName == "nccl")) {
+    auto nccl = createNcclCommunicator(std::move(comm), **device, Executor::collectiveGroups(*plan),
+                                       timeout);
+    if (!nccl.isOk())
+      return fail(nccl.status().message());
+    comm = std::move(*nccl);
+  }
+  if (comm)
+    deviceText += comm->deviceResident() ? ", collectives: NCCL" : ", collectives: MPI";
   auto created = Executor::create(plan, pipelineRank, std::move(*device));
   if (!created.isOk())
     return fail(created.status().message());

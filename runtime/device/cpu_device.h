@@ -1,0 +1,322 @@
+// CpuDevice: host memory and the kernels of kernels/cpu. Everything runs in
+// order on the calling thread, so events are already complete when recorded.
+#ifndef PTC_RUNTIME_DEVICE_CPU_DEVICE_H
+#define PTC_RUNTIME_DEVICE_CPU_DEVICE_H
+
+#include "runtime/device/device.h"
+
+#include "kernels/cpu/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ptc {
+namespace cpu_device_detail {
+
+inline constexpr size_t kAlignment = 256;
+
+inline kernels::cpu::FloatType toCpu(FloatType t) {
+  return t == FloatType::BF16 ? kernels::cpu::FloatType::BF16
+         : t == FloatType::F16 ? kernels::cpu::FloatType::F16
+                               : kernels::cpu::FloatType::F32;
+}
+
+} // namespace cpu_device_detail
+
+/// The CPU device (not final: tests derive from it to observe stream and
+/// event use).
+class CpuDevice : public Device {
+
+public:
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  std::string describe() const override {
+#ifdef _OPENMP
+    return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+#else
+    return "cpu";
+#endif
+  }
+
+  StatusOr<void *> allocate(int64_t bytes) override {
+    size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + cpu_device_detail::kAlignment - 1) /
+                  cpu_device_detail::kAlignment * cpu_device_detail::kAlignment;
+    void *p = std::aligned_alloc(cpu_device_detail::kAlignment, size);
+    if (!p)
+      return error(StatusCode::kInternal, "cannot allocate ", bytes, " bytes of host memory");
+    std::memset(p, 0, size);
+    return p;
+  }
+  void release(void *p) override { std::free(p); }
+  Status copy(void *dst, const void *src, int64_t bytes, CopyKind) override {
+    if (bytes > 0 && dst != src)
+      std::memmove(dst, src, static_cast<size_t>(bytes));
+    return Status::ok();
+  }
+  Status copyOn(StreamKind, void *dst, const void *src, int64_t bytes) override {
+    return copy(dst, src, bytes, CopyKind::DeviceToDevice);
+  }
+  Status zero(void *p, int64_t bytes) override {
+    std::memset(p, 0, static_cast<size_t>(bytes));
+    return Status::ok();
+  }
+  Status synchronize() override { return Status::ok(); }
+  StatusOr<Event> record(StreamKind) override { return Event{0}; }
+  Status wait(StreamKind, Event) override { return Status::ok(); }
+  void *nativeStream(StreamKind) override { return nullptr; }
+
+  Status binary(BinaryOp op, const float *a, const Shape &as, const float *b, const Shape &bs,
+                float *out, const Shape &os) override {
+    kernels::cpu::binary(static_cast<kernels::cpu::Binary>(static_cast<int>(op)), a, as, b, bs, out, os);
+    return Status::ok();
+  }
+  Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) override {
+    kernels::cpu::broadcastTo(in, is, out, os);
+    return Status::ok();
+  }
+  Status unary(UnaryOp op, const float *in, float *out, int64_t n, float factor) override {
+    switch (op) {
+    case UnaryOp::Scale:
+      kernels::cpu::scale(in, out, n, factor);
+      break;
+    case UnaryOp::Gelu:
+      kernels::cpu::gelu(in, out, n);
+      break;
+    case UnaryOp::Relu:
+      kernels::cpu::relu(in, out, n);
+      break;
+    }
+    return Status::ok();
+  }
+  Status unaryGrad(UnaryGradOp op, const float *x, const float *g, float *out,
+                   int64_t n) override {
+    if (op == UnaryGradOp::Gelu)
+      kernels::cpu::geluGrad(x, g, out, n);
+    else
+      kernels::cpu::reluGrad(x, g, out, n);
+    return Status::ok();
+  }
+  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
+                      int64_t n) override {
+    kernels::cpu::convertFloat(in, cpu_device_detail::toCpu(from), out, cpu_device_detail::toCpu(to), n);
+    return Status::ok();
+  }
+  Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
+                bool transA, bool transB) override {
+    kernels::cpu::matmul(a, as, b, bs, out, transA, transB);
+    return Status::ok();
+  }
+  Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
+                   int64_t cols, float eps) override {
+    kernels::cpu::layerNorm(x, w, b, out, rows, cols, eps);
+    return Status::ok();
+  }
+  Status layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                       float *db, int64_t rows, int64_t cols, float eps) override {
+    kernels::cpu::layerNormGrad(x, w, g, dx, dw, db, rows, cols, eps);
+    return Status::ok();
+  }
+  Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) override {
+    kernels::cpu::softmax(x, out, shape, axis);
+    return Status::ok();
+  }
+  Status softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
+                     int64_t axis) override {
+    kernels::cpu::softmaxGrad(y, g, out, shape, axis);
+    return Status::ok();
+  }
+  Status causalAttention(const float *q, const float *kk, const float *v, float *out,
+                         const Shape &shape, float scale) override {
+    kernels::cpu::causalAttention(q, kk, v, out, shape, scale);
+    return Status::ok();
+  }
+  Status causalAttentionGrad(const float *q, const float *kk, const float *v, const float *g,
+                             float *dq, float *dk, float *dv, const Shape &shape,
+                             float scale) override {
+    kernels::cpu::causalAttentionGrad(q, kk, v, g, dq, dk, dv, shape, scale);
+    return Status::ok();
+  }
+  Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+                   int64_t count, float *out, int64_t rowOffset, int64_t totalRows) override {
+    return kernels::cpu::embedding(table, rows, dim, ids, count, out, rowOffset, totalRows);
+  }
+  Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+                       int64_t rows, int64_t dim, int64_t rowOffset,
+                       int64_t totalRows) override {
+    return kernels::cpu::embeddingGrad(ids, count, g, dtable, rows, dim, rowOffset, totalRows);
+  }
+  Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                      float *loss) override {
+    return kernels::cpu::crossEntropy(logits, targets, rows, classes, loss);
+  }
+  Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+                          int64_t rows, int64_t classes, float *out) override {
+    return kernels::cpu::crossEntropyGrad(logits, targets, g, rows, classes, out);
+  }
+  Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {
+    kernels::cpu::rowMax(logits, rows, classes, out);
+    return Status::ok();
+  }
+  Status rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max,
+                   float *out) override {
+    kernels::cpu::rowSumExp(logits, rows, classes, max, out);
+    return Status::ok();
+  }
+  Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                     int64_t offset, int64_t total, float *out) override {
+    return kernels::cpu::targetLogit(logits, targets, rows, classes, offset, total, out);
+  }
+  Status lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
+                       float *loss) override {
+    double sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r)
+      sum += std::log(static_cast<double>(sumExp[r])) + max[r] - target[r];
+    *loss = static_cast<float>(sum / static_cast<double>(rows));
+    return Status::ok();
+  }
+  Status vocabParallelGrad(const float *x, const int32_t *targets, const float *g,
+                           const float *max, const float *sumExp, int64_t rows, int64_t classes,
+                           int64_t offset, int64_t total, float *out) override {
+    const float scale = *g / static_cast<float>(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (targets[r] < 0 || targets[r] >= total)
+        return invalidArgument("target ", targets[r], " at position ", r, " is outside [0, ",
+                               total, ")");
+      float inv = scale / sumExp[r];
+      for (int64_t c = 0; c < classes; ++c)
+        out[r * classes + c] = std::exp(x[r * classes + c] - max[r]) * inv;
+      int64_t local = static_cast<int64_t>(targets[r]) - offset;
+      if (local >= 0 && local < classes)
+        out[r * classes + local] -= scale;
+    }
+    return Status::ok();
+  }
+  Status transpose(const void *in, const Shape &is, void *out, const Shape &perm,
+                   int64_t elemBytes) override {
+    kernels::cpu::transpose(in, is, out, perm, elemBytes);
+    return Status::ok();
+  }
+  Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
+                 const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
+                 int64_t elemBytes) override {
+    kernels::cpu::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes);
+    return Status::ok();
+  }
+  Status pad(const float *in, const Shape &is, float *out, const Shape &os,
+             const Shape &offsets) override {
+    kernels::cpu::pad(in, is, out, os, offsets);
+    return Status::ok();
+  }
+  Status concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes,
+                void *out, int64_t axis, int64_t elemBytes) override {
+    kernels::cpu::concat(ins, shapes, out, axis, elemBytes);
+    return Status::ok();
+  }
+  Status reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes,
+                float *out) override {
+    kernels::cpu::reduce(static_cast<kernels::cpu::Reduce>(static_cast<int>(op)), in, is, axes, out);
+    return Status::ok();
+  }
+  Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *g,
+                       float *out) override {
+    kernels::cpu::reduceMaxGrad(in, is, axes, g, out);
+    return Status::ok();
+  }
+  Status topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t kk,
+                  bool normalize, float *weights, int32_t *indices) override {
+    kernels::cpu::topKGate(logits, tokens, experts, kk, normalize, weights, indices);
+    return Status::ok();
+  }
+  Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+                      int64_t tokens, int64_t experts, int64_t kk, bool normalize,
+                      float *out) override {
+    return kernels::cpu::topKGateGrad(logits, indices, gw, tokens, experts, kk, normalize, out);
+  }
+  Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t kk,
+                     int64_t dim, int64_t experts, int64_t capacity, float *out) override {
+    return kernels::cpu::moeDispatch(x, indices, tokens, kk, dim, experts, capacity, out);
+  }
+  Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t kk,
+                         int64_t dim, int64_t experts, int64_t capacity, float *out) override {
+    return kernels::cpu::moeDispatchGrad(g, indices, tokens, kk, dim, experts, capacity, out);
+  }
+  Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+                    int64_t tokens, int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
+                    float *out) override {
+    return kernels::cpu::moeCombine(expertOut, weights, indices, tokens, kk, dim, experts, capacity, out);
+  }
+  Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+                        const float *g, int64_t tokens, int64_t kk, int64_t dim, int64_t experts,
+                        int64_t capacity, float *dExpertOut, float *dWeights) override {
+    return kernels::cpu::moeCombineGrad(expertOut, weights, indices, g, tokens, kk, dim, experts, capacity,
+                             dExpertOut, dWeights);
+  }
+  Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
+                     const float *step, const AdamWParams &hp, int64_t n, const float *skip,
+                     float *outParam, float *outM, float *outV) override {
+    if (skip && *skip != 0.0f) {
+      copyUnlessSame(param, outParam, n);
+      copyUnlessSame(m, outM, n);
+      copyUnlessSame(v, outV, n);
+      return Status::ok();
+    }
+    kernels::cpu::adamwUpdate(param, grad, m, v, *step,
+                   kernels::cpu::AdamW{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay}, n, outParam,
+                   outM, outV);
+    return Status::ok();
+  }
+  Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
+                   float momentum, float weightDecay, int64_t n, const float *skip,
+                   float *outParam, float *outBuf) override {
+    if (skip && *skip != 0.0f) {
+      copyUnlessSame(param, outParam, n);
+      copyUnlessSame(buf, outBuf, n);
+      return Status::ok();
+    }
+    kernels::cpu::sgdUpdate(param, grad, buf, lr, momentum, weightDecay, n, outParam, outBuf);
+    return Status::ok();
+  }
+  Status sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                      float *out) override {
+    *out = static_cast<float>(kernels::cpu::sumOfSquares(grads, sizes));
+    return Status::ok();
+  }
+  Status clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                    const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
+                    float *norm) override {
+    *norm = kernels::cpu::clipByNorm(grads, sizes, outs, maxNorm, static_cast<double>(*sumSquares));
+    return Status::ok();
+  }
+  Status unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                 const std::vector<float *> &outs, const float *scale, float *found) override {
+    float inv = 1.0f / *scale;
+    int bad = 0;
+    for (size_t t = 0; t < grads.size(); ++t) {
+      const float *g = grads[t];
+      float *u = outs[t];
+      int64_t count = sizes[t];
+#pragma omp parallel for reduction(| : bad) if (count > 32768)
+      for (int64_t i = 0; i < count; ++i) {
+        bad |= !std::isfinite(g[i]);
+        u[i] = g[i] * inv;
+      }
+    }
+    *found = bad ? 1.0f : 0.0f;
+    return Status::ok();
+  }
+
+private:
+  static void copyUnlessSame(const float *from, float *to, int64_t n) {
+    if (from != to)
+      std::memcpy(to, from, static_cast<size_t>(n) * sizeof(float));
+  }
+};
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_DEVICE_CPU_DEVICE_H
