@@ -344,17 +344,16 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
   }
 }
 
-/// One thread per (batch x head, query row i): recompute the row's softmax
-/// statistics and output, then dq_i; dk and dv are accumulated atomically
-/// (they must be zero on entry).
-__global__ void causalAttentionGradKernel(const float *q, const float *k, const float *v,
-                                          const float *g, float *dq, float *dk, float *dv,
-                                          int64_t bh, int64_t seq, int64_t dim, float scale) {
+/// Backward, pass 1: one thread per (batch x head, query row i): the row's
+/// softmax statistics (max m_i, normalizer l_i), D_i = g_i . o_i and dq_i.
+/// stats[3 * row + {0, 1, 2}] = m_i, l_i, D_i for pass 2.
+__global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
+                                           const float *g, float *dq, float *stats, int64_t bh,
+                                           int64_t seq, int64_t dim, float scale) {
   PTC_GRID_LOOP(i, bh * seq) {
     int64_t head = i / seq, row = i % seq;
     const float *qi = q + i * dim, *gi = g + i * dim;
     const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
-    float *dkh = dk + head * seq * dim, *dvh = dv + head * seq * dim;
     float o[kMaxAttentionDim], dqi[kMaxAttentionDim];
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < dim; ++d) {
@@ -381,16 +380,52 @@ __global__ void causalAttentionGradKernel(const float *q, const float *k, const 
         s += qi[d] * kh[j * dim + d];
         dp += gi[d] * vh[j * dim + d];
       }
-      float p = expf(s * scale - m) / l;
-      float ds = p * (dp - t) * scale;
-      for (int64_t d = 0; d < dim; ++d) {
+      float ds = expf(s * scale - m) / l * (dp - t) * scale;
+      for (int64_t d = 0; d < dim; ++d)
         dqi[d] += ds * kh[j * dim + d];
-        atomicAdd(&dkh[j * dim + d], ds * qi[d]);
-        atomicAdd(&dvh[j * dim + d], p * gi[d]);
-      }
     }
     for (int64_t d = 0; d < dim; ++d)
       dq[i * dim + d] = dqi[d];
+    stats[3 * i] = m;
+    stats[3 * i + 1] = l;
+    stats[3 * i + 2] = t;
+  }
+}
+
+/// Backward, pass 2: one thread per (batch x head, key row j): dk_j and dv_j
+/// over the queries i >= j (no atomics, deterministic).
+__global__ void causalAttentionGradKVKernel(const float *q, const float *k, const float *v,
+                                            const float *g, const float *stats, float *dk,
+                                            float *dv, int64_t bh, int64_t seq, int64_t dim,
+                                            float scale) {
+  PTC_GRID_LOOP(jj, bh * seq) {
+    int64_t head = jj / seq, j = jj % seq;
+    const float *kj = k + jj * dim, *vj = v + jj * dim;
+    const float *qh = q + head * seq * dim, *gh = g + head * seq * dim;
+    const float *st = stats + 3 * head * seq;
+    float dkj[kMaxAttentionDim], dvj[kMaxAttentionDim];
+    for (int64_t d = 0; d < dim; ++d) {
+      dkj[d] = 0.0f;
+      dvj[d] = 0.0f;
+    }
+    for (int64_t i = j; i < seq; ++i) {
+      const float *qi = qh + i * dim, *gi = gh + i * dim;
+      float s = 0.0f, dp = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) {
+        s += qi[d] * kj[d];
+        dp += gi[d] * vj[d];
+      }
+      float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
+      float ds = p * (dp - st[3 * i + 2]) * scale;
+      for (int64_t d = 0; d < dim; ++d) {
+        dvj[d] += p * gi[d];
+        dkj[d] += ds * qi[d];
+      }
+    }
+    for (int64_t d = 0; d < dim; ++d) {
+      dk[jj * dim + d] = dkj[d];
+      dv[jj * dim + d] = dvj[d];
+    }
   }
 }
 
@@ -920,12 +955,11 @@ void causalAttention(const float *q, const float *k, const float *v, float *out,
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, int64_t bh, int64_t seq, int64_t dim,
-                         float scale, void *stream) {
-  size_t bytes = static_cast<size_t>(bh * seq * dim) * sizeof(float);
-  cudaMemsetAsync(dk, 0, bytes, S(stream));
-  cudaMemsetAsync(dv, 0, bytes, S(stream));
-  causalAttentionGradKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, g, dq, dk, dv, bh,
-                                                                      seq, dim, scale);
+                         float scale, float *rowStats, void *stream) {
+  causalAttentionGradQKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, g, dq, rowStats,
+                                                                       bh, seq, dim, scale);
+  causalAttentionGradKVKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, g, rowStats, dk,
+                                                                        dv, bh, seq, dim, scale);
 }
 
 void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n,

@@ -59,10 +59,12 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
 /// pass of online softmax per query, no seq x seq buffer. dim <= 256.
 void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,
                      int64_t seq, int64_t dim, float scale, void *stream);
-/// The backward pass, recomputing the probabilities (no seq x seq buffer).
+/// The backward pass, recomputing the probabilities (no seq x seq buffer):
+/// dq per query row, then dk, dv per key row (no atomics). `rowStats`:
+/// scratch for 3 x bh x seq floats.
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, int64_t bh, int64_t seq, int64_t dim,
-                         float scale, void *stream);
+                         float scale, float *rowStats, void *stream);
 constexpr int64_t kMaxAttentionDim = 256;
 
 // ---- Embedding and cross-entropy ---------------------------------------------

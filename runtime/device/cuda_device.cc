@@ -186,6 +186,13 @@ public:
       return error(StatusCode::kInternal, "cuBLAS matmul failed with status ", st);
     return launched("matmul");
   }
+  Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
+                            const Shape &bs, void *out, bool transA, bool transB) override {
+    int st = g::matmul(blas_, a, as, b, bs, out, transA, transB, toGpu(type), false, compute_);
+    if (st != 0)
+      return error(StatusCode::kInternal, "cuBLAS low-precision matmul failed with status ", st);
+    return launched("matmul");
+  }
   Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
                    int64_t cols, float eps) override {
     g::layerNorm(x, w, b, out, rows, cols, eps, compute_);
@@ -217,8 +224,9 @@ public:
                              float *dq, float *dk, float *dv, const Shape &shape,
                              float scale) override {
     PTC_RETURN_IF_ERROR(checkAttention(shape));
+    PTC_RETURN_IF_ERROR(reserveScratch(3 * shape[0] * shape[1] * shape[2] * 4));
     g::causalAttentionGrad(q, k, v, gr, dq, dk, dv, shape[0] * shape[1], shape[2], shape[3],
-                           scale, compute_);
+                           scale, static_cast<float *>(scratch_), compute_);
     return launched("causal attention gradient");
   }
   Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,

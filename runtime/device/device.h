@@ -85,6 +85,13 @@ public:
   /// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b rank 2 (shared) or batched like a.
   virtual Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs,
                         float *out, bool transA, bool transB) = 0;
+  /// The same on bf16 / f16 operands and result with f32 accumulation
+  /// (tensor cores). Devices without such a path return kUnimplemented; the
+  /// executor then widens the operands to f32 (same rounding: one at the end).
+  virtual Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
+                                    const Shape &bs, void *out, bool transA, bool transB) {
+    return error(StatusCode::kUnimplemented, "no low-precision matmul on ", describe());
+  }
   virtual Status layerNorm(const float *x, const float *w, const float *b, float *out,
                            int64_t rows, int64_t cols, float eps) = 0;
   virtual Status layerNormGrad(const float *x, const float *w, const float *g, float *dx,

@@ -394,6 +394,17 @@ Status Executor::run(const plan::Instruction &inst) {
   auto isLow = [&](int32_t id) { return isLowPrecision(plan_->tensor(id).dtype); };
   if (std::none_of(in.begin(), in.end(), isLow) && std::none_of(out.begin(), out.end(), isLow))
     return runKernel(inst);
+  if (inst.op() == OpCode::Matmul && !dev_->hostAddressable()) {
+    // bf16 / f16 operands and result: tensor cores with f32 accumulation.
+    plan::DType t = plan_->tensor(out[0]).dtype;
+    if (plan_->tensor(in[0]).dtype == t && plan_->tensor(in[1]).dtype == t) {
+      Status s = dev_->matmulLowPrecision(floatTypeOf(t), data(in[0]), plan_->tensor(in[0]).shape,
+                                          data(in[1]), plan_->tensor(in[1]).shape, data(out[0]),
+                                          inst.ints()->Get(0) != 0, inst.ints()->Get(1) != 0);
+      if (s.code() != StatusCode::kUnimplemented)
+        return s;
+    }
+  }
   std::vector<int32_t> low;
   for (const auto *ids : {&in, &out})
     for (int32_t id : *ids)

@@ -218,6 +218,34 @@ TEST_F(CudaConformance, MatmulSharedAndBatchedWithTransposes) {
   });
 }
 
+TEST_F(CudaConformance, Bf16MatmulAccumulatesInF32) {
+  // GPU: cuBLAS on bf16 with f32 accumulation; CPU: the executor's fallback
+  // (widen, f32 matmul, round the result once).
+  auto a = randomVector(4 * 64 * 96, 40), b = randomVector(96 * 48, 41);
+  compare(
+      [&](Device &d, Mem &m) {
+        uint16_t *a16 = m.zeros<uint16_t>(a.size()), *b16 = m.zeros<uint16_t>(b.size()),
+                 *o16 = m.zeros<uint16_t>(4 * 64 * 48);
+        OK(d.convertFloat(m.put(a), FloatType::F32, a16, FloatType::BF16, a.size()));
+        OK(d.convertFloat(m.put(b), FloatType::F32, b16, FloatType::BF16, b.size()));
+        Status s = d.matmulLowPrecision(FloatType::BF16, a16, {4, 64, 96}, b16, {96, 48}, o16,
+                                        false, false);
+        if (s.code() == StatusCode::kUnimplemented) {
+          float *aw = m.zeros(a.size()), *bw = m.zeros(b.size()), *ow = m.zeros(4 * 64 * 48);
+          OK(d.convertFloat(a16, FloatType::BF16, aw, FloatType::F32, a.size()));
+          OK(d.convertFloat(b16, FloatType::BF16, bw, FloatType::F32, b.size()));
+          OK(d.matmul(aw, {4, 64, 96}, bw, {96, 48}, ow, false, false));
+          OK(d.convertFloat(ow, FloatType::F32, o16, FloatType::BF16, 4 * 64 * 48));
+        } else {
+          OK(s);
+        }
+        float *out = m.zeros(4 * 64 * 48);
+        OK(d.convertFloat(o16, FloatType::BF16, out, FloatType::F32, 4 * 64 * 48));
+        return m.get(out, 4 * 64 * 48);
+      },
+      1e-2f);
+}
+
 TEST_F(CudaConformance, LayerNormAndGradient) {
   int64_t rows = 37, cols = 300;
   auto x = randomVector(rows * cols, 9), w = randomVector(cols, 10), b = randomVector(cols, 11),
