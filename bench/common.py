@@ -25,6 +25,15 @@ def add_model_options(ap, steps):
     ap.add_argument("--vocab", type=int, default=256)
 
 
+def model_flops(L, H, A, S, B, V):
+    """Training FLOPs of one step: 3x the forward matmuls (incl. the LM head) and
+    dense attention (4*B*S*S*H per layer), the convention MFU figures use."""
+    tokens = B * S
+    matmul = 2 * tokens * (L * (3 * H * H + H * H + 8 * H * H) + H * V)
+    attention = L * 4 * B * S * S * H
+    return 3 * (matmul + attention)
+
+
 def corpus_tokens():
     return np.frombuffer(open(CORPUS, "rb").read(), dtype=np.uint8).astype(np.uint16)
 

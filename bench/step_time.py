@@ -23,15 +23,6 @@ import common  # noqa: E402
 import reference_gpt as ref  # noqa: E402
 
 
-def model_flops(L, H, A, S, B, V):
-    """Training FLOPs of one step: 3x the forward matmuls (incl. the LM head) and
-    dense attention (4*B*S*S*H per layer), the convention MFU figures use."""
-    tokens = B * S
-    matmul = 2 * tokens * (L * (3 * H * H + H * H + 8 * H * H) + H * V)
-    attention = L * 4 * B * S * S * H
-    return 3 * (matmul + attention)
-
-
 def main():
     ap = argparse.ArgumentParser()
     common.add_model_options(ap, steps=30)
@@ -62,7 +53,7 @@ def main():
     opt = ref.make_optimizer(model, "adamw", lr=1e-3)
     torch_step = common.time_torch_steps(model, opt, data, a.steps, a.warmup, B, S)
 
-    flops = model_flops(L, H, A, S, B, V)
+    flops = common.model_flops(L, H, A, S, B, V)
     print(f"config: layers {L}, hidden {H}, heads {A}, seq {S}, batch {B}, vocab {V}, AdamW, "
           f"{a.threads} threads, median of {a.steps} steps")
     print(f"OpenBLAS sgemm 1024^3: {sgemm / 1e9:.1f} GFLOP/s")

@@ -43,7 +43,7 @@ public:
     PTC_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(ordinal), "selecting GPU " + std::to_string(ordinal)));
     cudaDeviceProp prop{};
     PTC_RETURN_IF_ERROR(cudaStatus(cudaGetDeviceProperties(&prop, ordinal), "querying GPU"));
-    char text[256];
+    char text[512];
     std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB)", ordinal, prop.name,
                   prop.major, prop.minor,
                   static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));

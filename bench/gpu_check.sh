@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# GPU check of the CUDA backend, on a machine with an NVIDIA GPU, CUDA 13,
+# cmake, ninja and PyTorch but no MLIR, MPI, OpenBLAS, FlatBuffers headers or
+# network. Prepare the carried folder here first:
+#   bash bench/gpu_prepare.sh            # writes .gpu-carry/ (git-ignored, ~45 MB)
+# then, on the GPU machine, from the repository root with .gpu-carry/ beside it:
+#   OUT=/some/dir bash bench/gpu_check.sh
+# It
+#  1. builds the runtime there (no compiler, no MPI; dependencies from .gpu-carry/deps),
+#  2. runs every CUDA kernel against the CPU kernel (ptc-device-tests, label gpu),
+#  3. trains the standard GPT on the GPU and compares the losses with the CPU
+#     backend's (computed by gpu_prepare.sh): fp32 within 1e-4 relative; bf16
+#     within 2e-2 relative (bf16 rounding of every activation; the CPU rounds the
+#     same values, but sums in a different order, so the runs drift apart slowly),
+#  4. benchmarks a GPT-2-medium-sized training step (24 layers, hidden 1024, seq
+#     1024, batch 8, bf16) with ptc-run and with PyTorch eager on the same GPU:
+#     tokens/s and MFU of both (PTC_PEAK_TFLOPS, default 989: H100/H200 dense bf16).
+# Results: $OUT/summary.txt (and logs beside it). Exit status: non-zero when a
+# kernel test or a loss comparison fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ptc-gpu-check}
+mkdir -p "$OUT"
+C=$PWD/.gpu-carry
+P=$C/plans
+PEAK=${PTC_PEAK_TFLOPS:-989}
+STEPS=${PTC_GPU_CHECK_STEPS:-50}
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+status=0
+[ -d "$C/deps" ] || { echo "gpu_check: $C is missing; run bench/gpu_prepare.sh first" >&2; exit 2; }
+export LD_LIBRARY_PATH=$C/deps/lib:${LD_LIBRARY_PATH:-}
+PY=${PYTHON:-python3}
+
+say "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+# NCCL: the CUDA toolkit's, else the one PyTorch's wheels bring.
+NCCL_ARGS=()
+if ! ls /usr/local/cuda/lib64/libnccl.so* /usr/local/cuda/lib/libnccl.so* >/dev/null 2>&1; then
+  NCCL_DIR=$($PY -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || true)
+  if [ -n "$NCCL_DIR" ] && [ -f "$NCCL_DIR/include/nccl.h" ]; then
+    NCCL_LIB=$(ls "$NCCL_DIR"/lib/libnccl.so* | head -1)
+    NCCL_ARGS=(-DNCCL_INCLUDE_DIR="$NCCL_DIR/include" -DNCCL_LIBRARY="$NCCL_LIB")
+    export LD_LIBRARY_PATH=$NCCL_DIR/lib:$LD_LIBRARY_PATH
+  fi
+fi
+
+# 1. Build (runtime only).
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
+  -DPTC_WITH_MPI=OFF -DPTC_DEPS_DIR="$C/deps" -DCMAKE_CUDA_ARCHITECTURES=90 "${NCCL_ARGS[@]}" \
+  > "$OUT/build.log" 2>&1 &&
+  ninja -C build-gpu ptc-run ptc-device-tests ptc-runtime-tests >> "$OUT/build.log" 2>&1
+if [ $? -ne 0 ]; then
+  say "build: FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
+fi
+say "build: ok in $(( $(date +%s) - t0 )) s"
+B=build-gpu/bin
+
+# 2. Kernels: CUDA against CPU.
+build-gpu/test/ptc-device-tests > "$OUT/device-tests.log" 2>&1
+rc=$?
+say "kernel tests (ptc-device-tests): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/device-tests.log" | tr -s ' \n' ' ')"
+if grep -q "skipped: no GPU" "$OUT/device-tests.log"; then say "kernel tests: SKIPPED (no GPU visible)"; status=1; fi
+[ $rc -eq 0 ] || { status=1; grep -B2 -A8 "Failure\|FAILED" "$OUT/device-tests.log" | head -60; }
+build-gpu/test/ptc-runtime-tests > "$OUT/runtime-tests.log" 2>&1 || { status=1; say "runtime tests: FAILED"; }
+
+# 3. Losses: GPU against CPU, standard GPT, same seed and data.
+compare() { # name gpu.jsonl cpu.jsonl rtol
+  $PY - "$@" <<'PY'
+import json, sys
+name, gpu, cpu, rtol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+try:
+    g = [json.loads(l)["loss"] for l in open(gpu)]
+except OSError:
+    print(f"{name}: no GPU losses: FAILED")
+    sys.exit(1)
+c = [json.loads(l)["loss"] for l in open(cpu)]
+n = min(len(g), len(c))
+worst = max(abs(a - b) / abs(b) for a, b in zip(g[:n], c[:n])) if n else float("inf")
+ok = n == len(c) and worst <= rtol
+print(f"{name}: {n} steps, loss {c[0]:.4f} -> {c[n-1]:.4f} (cpu) / {g[n-1]:.4f} (gpu), "
+      f"max relative difference {worst:.2e} (bound {rtol:g}): {'ok' if ok else 'FAILED'}")
+sys.exit(0 if ok else 1)
+PY
+}
+for p in fp32 bf16; do
+  $B/ptc-run "$P/gpt-$p.plan" --device cuda --data "$P/data.bin" --steps "$STEPS" --log-every 0 \
+    --metrics "$OUT/gpu-$p.jsonl" > "$OUT/train-$p.log" 2>&1 || { status=1; say "train $p: FAILED"; tail -5 "$OUT/train-$p.log"; }
+done
+bound_fp32=1e-4; bound_bf16=2e-2
+for p in fp32 bf16; do
+  bound=bound_$p
+  compare "losses $p (GPU vs CPU)" "$OUT/gpu-$p.jsonl" "$P/cpu-$p.jsonl" "${!bound}" | tee -a "$SUMMARY"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
+
+# 4. Benchmark: GPT-2 medium, bf16, ptc-run vs PyTorch eager.
+$B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 8 --log-every 1 \
+  --metrics "$OUT/gpt2m-ptc.jsonl" --memory-report > "$OUT/gpt2m-ptc.log" 2>&1 || { status=1; say "gpt2-medium ptc-run: FAILED"; tail -5 "$OUT/gpt2m-ptc.log"; }
+# Where the time goes (each instruction synchronized: slower than the timed run).
+$B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 2 --log-every 0 \
+  --profile > "$OUT/gpt2m-profile.txt" 2>&1 || true
+$PY bench/gpu_torch_gpt.py --peak-tflops "$PEAK" > "$OUT/gpt2m-torch.json" 2> "$OUT/gpt2m-torch.log" || { status=1; say "gpt2-medium pytorch: FAILED"; tail -5 "$OUT/gpt2m-torch.log"; }
+$PY - "$OUT/gpt2m-ptc.jsonl" "$OUT/gpt2m-torch.json" "$PEAK" <<'PY' | tee -a "$SUMMARY"
+import json, statistics, sys, os
+sys.path.insert(0, "bench")
+import common
+flops = common.model_flops(24, 1024, 16, 1024, 8, 50257)
+peak = float(sys.argv[3]) * 1e12
+rows = [json.loads(l) for l in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
+ptc = statistics.median(8 * 1024 / r["tokens_per_s"] for r in rows[3:]) if len(rows) > 3 else None
+torch = json.loads(open(sys.argv[2]).read()) if os.path.getsize(sys.argv[2]) else None
+print(f"GPT-2 medium (24 x 1024, seq 1024, batch 8, bf16), {flops / 1e12:.1f} TFLOP per step, peak {sys.argv[3]} TFLOP/s:")
+if ptc:
+    print(f"  ptc-run        step {ptc * 1e3:8.1f} ms  {8192 / ptc:9.0f} tok/s  MFU {flops / ptc / peak:6.1%}")
+if torch:
+    t = torch["step_s"]
+    print(f"  pytorch eager  step {t * 1e3:8.1f} ms  {8192 / t:9.0f} tok/s  MFU {flops / t / peak:6.1%}  (torch {torch['torch']})")
+if ptc and torch:
+    print(f"  ptc-run / pytorch step time: {ptc / torch['step_s']:.2f}x")
+PY
+grep -A12 "^profile:" "$OUT/gpt2m-profile.txt" | tee -a "$SUMMARY"
+say "result: $([ $status -eq 0 ] && echo ok || echo FAILED)"
+exit $status

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prepares .gpu-carry/ (git-ignored) for bench/gpu_check.sh on a GPU machine
+# that has CUDA, cmake, ninja and PyTorch but no MLIR, MPI, OpenBLAS,
+# FlatBuffers headers or GoogleTest, and no network:
+#   deps/include  FlatBuffers, nlohmann/json, OpenBLAS cblas.h headers and the
+#                 generated plan header (runtime/plan/plan_generated.h)
+#   deps/lib      libopenblas (+ libgfortran, libquadmath) for the CPU kernels
+#   deps/googletest  GoogleTest sources (built there)
+#   plans/        plans compiled here: the standard GPT (fp32, bf16) and a
+#                 GPT-2-medium-sized bf16 model; the token data; the CPU
+#                 backend's losses for the standard GPT (the GPU must match them)
+# Usage: bash bench/gpu_prepare.sh   (after bash scripts/setup.sh; ~2 min)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${PTC_BUILD_DIR:-build}/bin
+C=.gpu-carry
+STEPS=${PTC_GPU_CHECK_STEPS:-50}
+rm -rf "$C" && mkdir -p "$C/deps/include/runtime/plan" "$C/deps/lib" "$C/plans"
+ninja -C "${PTC_BUILD_DIR:-build}" ptc-opt ptc-model ptc-run ptc-tokenize >/dev/null
+
+cp -r /usr/include/flatbuffers /usr/include/nlohmann "$C/deps/include/"
+cp /usr/include/x86_64-linux-gnu/openblas-pthread/{cblas.h,openblas_config.h} "$C/deps/include/"
+cp "${PTC_BUILD_DIR:-build}/runtime/plan/plan_generated.h" "$C/deps/include/runtime/plan/"
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+  cp -L "/usr/lib/x86_64-linux-gnu/$lib" "$C/deps/lib/"
+done
+ln -s libopenblas.so.0 "$C/deps/lib/libopenblas.so"
+cp -r /usr/src/googletest "$C/deps/googletest"
+
+P=$C/plans
+"$BIN/ptc-tokenize" -o "$P/data.bin" /usr/share/common-licenses/GPL-3 >/dev/null
+# The standard GPT of scripts/main.sh on one device, fp32 and bf16.
+OPTS="optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
+"$BIN/ptc-model" gpt --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --batch 8 -o "$P/gpt.mlir"
+"$BIN/ptc-opt" "$P/gpt.mlir" --ptc-compile="plan=$P/gpt-fp32.plan $OPTS" -o /dev/null
+"$BIN/ptc-opt" "$P/gpt.mlir" --ptc-compile="plan=$P/gpt-bf16.plan $OPTS precision=bf16" -o /dev/null
+for p in fp32 bf16; do
+  "$BIN/ptc-run" "$P/gpt-$p.plan" --device cpu --data "$P/data.bin" --steps "$STEPS" --log-every 0 \
+    --metrics "$P/cpu-$p.jsonl" >/dev/null
+done
+# GPT-2 medium (24 layers, hidden 1024, 16 heads, seq 1024, vocab 50257), batch 8, bf16.
+"$BIN/ptc-model" gpt --layers 24 --hidden 1024 --heads 16 --seq 1024 --vocab 50257 --batch 8 \
+  -o "$P/gpt2-medium.mlir"
+"$BIN/ptc-opt" "$P/gpt2-medium.mlir" \
+  --ptc-compile="plan=$P/gpt2-medium-bf16.plan optimizer=adamw lr=1e-4 precision=bf16" -o /dev/null
+rm "$P"/*.mlir
+du -sh "$C"
