@@ -113,8 +113,8 @@ StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh,
                                                               double timeoutSeconds);
 /// Whether this build has the NCCL backend (CUDA builds).
 bool ncclCompiledIn();
-/// NCCL collectives and point-to-point on `device`'s communication stream
-/// (device memory; deviceResident()). `host` (MPI) bootstraps it (the unique
+/// NCCL collectives on `device`'s communication stream (device memory;
+/// deviceResident()); pipeline point-to-point stays on `host` (host memory). `host` (MPI) bootstraps it (the unique
 /// id goes from rank 0 to all) and keeps the host-side calls (gatherToRoot,
 /// allGatherStrings). One NCCL communicator per group in `groups` (sets of
 /// mesh axes; every rank passes the same list) is split from the world one up

@@ -1,5 +1,5 @@
-// NCCL communicator (CUDA builds): collectives and point-to-point on the
-// device's communication stream; the executor orders them against compute
+// NCCL communicator (CUDA builds): collectives on the device's communication
+// stream (pipeline point-to-point stays on MPI through host memory); the executor orders them against compute
 // with events. Non-blocking communicators: every call that reports
 // ncclInProgress, and every drain(), is watched (runtime/comm/watchdog.h), so
 // a dead peer or a NCCL error aborts the communicators and names the
@@ -153,21 +153,21 @@ public:
   StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) override {
     return host_->allGatherStrings(mine);
   }
+  // Pipeline point-to-point: host memory through MPI (see Executor::p2pView:
+  // NCCL sends would block until matched, and 1F1B has both neighbours send
+  // before they receive).
   Status send(const void *data, int64_t bytes, int axis, int peer, int tag,
               const std::string &what) override {
-    int to = peerRank(axis, peer);
-    return enqueue("send", what + " to rank " + std::to_string(to), {}, [&](ncclComm_t) {
-      return ncclSend(data, static_cast<size_t>(bytes), ncclUint8, to, world_, stream_);
-    });
+    return host_->send(data, bytes, axis, peer, tag, what);
   }
   Status recv(void *data, int64_t bytes, int axis, int peer, int tag,
               const std::string &what) override {
-    int from = peerRank(axis, peer);
-    return enqueue("recv", what + " from rank " + std::to_string(from), {}, [&](ncclComm_t) {
-      return ncclRecv(data, static_cast<size_t>(bytes), ncclUint8, from, world_, stream_);
-    });
+    return host_->recv(data, bytes, axis, peer, tag, what);
   }
-  Status flushSends() override { return drain(); }
+  Status flushSends() override {
+    PTC_RETURN_IF_ERROR(drain());
+    return host_->flushSends();
+  }
 
   Status drain() override {
     while (!inflight_.empty()) {
@@ -208,11 +208,6 @@ private:
       if (mask & (1u << a))
         axes.push_back(static_cast<int>(a));
     return axes;
-  }
-  int peerRank(int axis, int peer) const {
-    std::vector<int> c = coords_;
-    c[static_cast<size_t>(axis)] = peer;
-    return mesh_.rankOf(c);
   }
 
   Status checked(ncclResult_t r, const char *call, ncclComm_t c) {

@@ -56,7 +56,8 @@ public:
       return error(StatusCode::kInternal, "cannot create a cuBLAS handle on ", d->name_);
     void *err = nullptr;
     PTC_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&err, sizeof(g::ErrorRecord)), "allocating"));
-    PTC_RETURN_IF_ERROR(cudaStatus(cudaMemset(err, 0, sizeof(g::ErrorRecord)), "clearing"));
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaMemsetAsync(err, 0, sizeof(g::ErrorRecord), d->compute_),
+                                   "clearing"));
     d->err_ = static_cast<g::ErrorRecord *>(err);
     const char *tf32 = std::getenv("PTC_CUDA_TF32");
     d->tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
@@ -91,7 +92,11 @@ public:
       return error(StatusCode::kInternal, "cudaMalloc of ", bytes, " bytes failed on ", name_,
                    " (", freeBytes, " of ", totalBytes, " bytes free): ", cudaGetErrorString(e));
     }
-    PTC_RETURN_IF_ERROR(cudaStatus(cudaMemset(p, 0, static_cast<size_t>(bytes)), "clearing"));
+    // On the compute stream: the streams are non-blocking, so a memset on the
+    // legacy default stream would not be ordered before their kernels.
+    PTC_RETURN_IF_ERROR(cudaStatus(
+        cudaMemsetAsync(p, 0, static_cast<size_t>(std::max<int64_t>(bytes, 1)), compute_),
+        "clearing"));
     return p;
   }
   void release(void *p) override { cudaFree(p); }
@@ -128,7 +133,7 @@ public:
         cudaStatus(cudaMemcpy(&rec, err_, sizeof rec, cudaMemcpyDeviceToHost), "reading errors"));
     if (rec.kind == g::kNoError)
       return Status::ok();
-    cudaMemset(err_, 0, sizeof rec);
+    cudaMemsetAsync(err_, 0, sizeof rec, compute_);
     return invalidArgument(g::describe(rec));
   }
 

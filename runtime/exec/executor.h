@@ -150,7 +150,8 @@ private:
   std::vector<DeviceBuffer> stashPool_; // freed stash buffers, reused
   Status unstash(int32_t tensor, int mb, void *out);
   Status shareOutputs();
-  /// Point-to-point along the pipeline axis, on device memory.
+  /// Point-to-point along the pipeline axis (staged through host memory on GPUs).
+  StatusOr<void *> p2pView(const void *p, int64_t bytes, int slot, bool load);
   Status sendBytes(const void *p, int64_t bytes, int peer, int tag, const std::string &what);
   Status recvBytes(void *p, int64_t bytes, int peer, int tag, const std::string &what);
 

@@ -193,23 +193,37 @@ Status Executor::loadMicrobatch(int mb) {
   return Status::ok();
 }
 
+// Pipeline point-to-point goes through host memory unless the communicator
+// moves device memory for it: sends must complete without waiting for the
+// peer (MPI_Isend copies), which the schedules' deadlock check assumes. NCCL
+// sends block until matched, so two stages that each send before receiving
+// (1F1B's steady state) would wait on each other; NCCL therefore leaves p2p to
+// its host (MPI) communicator.
+StatusOr<void *> Executor::p2pView(const void *p, int64_t bytes, int slot, bool load) {
+  if (dev_->hostAddressable())
+    return const_cast<void *>(p);
+  PTC_RETURN_IF_ERROR(hostSync());
+  auto &host = hostStaging_[static_cast<size_t>(slot)];
+  if (static_cast<int64_t>(host.size()) < bytes)
+    host.resize(static_cast<size_t>(bytes));
+  if (load)
+    PTC_RETURN_IF_ERROR(dev_->copy(host.data(), p, bytes, CopyKind::DeviceToHost));
+  return static_cast<void *>(host.data());
+}
+
 Status Executor::sendBytes(const void *p, int64_t bytes, int peer, int tag,
                            const std::string &what) {
-  auto view = commView(p, bytes, 0, true);
+  auto view = p2pView(p, bytes, 0, true);
   if (!view.isOk())
     return view.status();
-  PTC_RETURN_IF_ERROR(enterComm());
-  PTC_RETURN_IF_ERROR(comm_->send(*view, bytes, plan_->pipelineAxis(), peer, tag, what));
-  return leaveComm({}, /*overlap=*/false);
+  return comm_->send(*view, bytes, plan_->pipelineAxis(), peer, tag, what);
 }
 
 Status Executor::recvBytes(void *p, int64_t bytes, int peer, int tag, const std::string &what) {
-  auto view = commView(p, bytes, 1, false);
+  auto view = p2pView(p, bytes, 1, false);
   if (!view.isOk())
     return view.status();
-  PTC_RETURN_IF_ERROR(enterComm());
   PTC_RETURN_IF_ERROR(comm_->recv(*view, bytes, plan_->pipelineAxis(), peer, tag, what));
-  PTC_RETURN_IF_ERROR(leaveComm({}, /*overlap=*/false));
   return commWriteBack(p, *view, bytes);
 }
 
