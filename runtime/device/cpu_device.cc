@@ -39,9 +39,21 @@ Status DeviceBuffer::reserve(int64_t bytes) {
 
 std::unique_ptr<Device> createCpuDevice() { return std::make_unique<CpuDevice>(); }
 
+namespace {
+class DiscreteCpuDevice final : public CpuDevice {
+public:
+  bool hostAddressable() const override { return false; }
+  std::string describe() const override { return CpuDevice::describe() + " as a discrete device"; }
+};
+} // namespace
+
+std::unique_ptr<Device> createDiscreteCpuDevice() { return std::make_unique<DiscreteCpuDevice>(); }
+
 StatusOr<std::unique_ptr<Device>> createDevice(const std::string &name, int localRank) {
   if (name == "cpu")
     return createCpuDevice();
+  if (name == "cpu-discrete")
+    return createDiscreteCpuDevice();
   if (name == "cuda" || (name == "auto" && cudaGpuAvailable())) {
     if (!cudaCompiledIn())
       return invalidArgument("--device cuda: this ptc-run was built without CUDA (nvcc was not "
@@ -50,7 +62,7 @@ StatusOr<std::unique_ptr<Device>> createDevice(const std::string &name, int loca
   }
   if (name == "auto")
     return createCpuDevice();
-  return invalidArgument("unknown device '", name, "' (expected cpu, cuda or auto)");
+  return invalidArgument("unknown device '", name, "' (expected cpu, cuda, auto or cpu-discrete)");
 }
 
 } // namespace ptc

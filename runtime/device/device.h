@@ -46,8 +46,9 @@ public:
   virtual DeviceKind kind() const = 0;
   /// "cpu (2 threads)", "cuda:0 (NVIDIA H200, sm_90, 139.8 GiB)".
   virtual std::string describe() const = 0;
-  /// Whether device pointers are host memory (no copies needed to read them).
-  bool hostAddressable() const { return kind() == DeviceKind::Cpu; }
+  /// Whether the host may read and write device pointers directly (no
+  /// copies needed).
+  virtual bool hostAddressable() const { return kind() == DeviceKind::Cpu; }
 
   // ---- Memory --------------------------------------------------------------
   /// `bytes` of zeroed memory aligned to 256 bytes (the arena is one such
@@ -209,12 +210,17 @@ private:
 
 /// The CPU device.
 std::unique_ptr<Device> createCpuDevice();
+/// The CPU device presented as a discrete device: the executor reaches its
+/// memory only through copies, as on a GPU, so every staging path of the GPU
+/// backend runs (and is tested) on any machine. `--device cpu-discrete`.
+std::unique_ptr<Device> createDiscreteCpuDevice();
 /// Whether this build has the CUDA backend, and whether a GPU is visible.
 bool cudaCompiledIn();
 bool cudaGpuAvailable();
 /// The CUDA device `ordinal` (e.g. the local rank modulo the GPUs present).
 StatusOr<std::unique_ptr<Device>> createCudaDevice(int ordinal);
-/// "cpu" or "cuda"; "auto" means cuda when a GPU is visible, else cpu.
+/// "cpu", "cuda" or "cpu-discrete"; "auto" means cuda when a GPU is visible,
+/// else cpu.
 StatusOr<std::unique_ptr<Device>> createDevice(const std::string &name, int localRank);
 
 } // namespace ptc

@@ -8,7 +8,8 @@ it) or cancels to almost nothing, rounding differences between layouts still mov
 the weight by a fraction of lr.
 
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
-(+sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
+                           [--device cpu-discrete]
+(layout "1": one process; +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages)
 """
 import argparse
@@ -30,6 +31,8 @@ def main():
                              "dp:2+zero2", "dp:2+zero3", "dp:4", "dp:4+zero1", "dp:4+zero2",
                              "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3"])
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--device", default="cpu",
+                    help="ptc-run --device of the layouts (the single-rank baseline runs on the cpu)")
     args = ap.parse_args()
     w, b, run = harness.tools(args.bin, args.workdir)
 
@@ -40,8 +43,10 @@ def main():
         "--vocab", "256", "--batch", "8", "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
 
-    def train(layout, tag):
+    def train(layout, tag, device="cpu"):
         plan = w(f"{tag}.plan")
+        if layout == "1":
+            layout = None
         mods = layout.split("+")[1:] if layout else []
         layout = layout.split("+")[0] if layout else layout
         mesh = (f" mesh={layout}" if layout else "") + \
@@ -58,7 +63,7 @@ def main():
                 ranks *= int(part.split(":")[1])
         cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(args.steps),
                "--metrics", w(f"{tag}.jsonl"), "--save", w(f"{tag}.safetensors"),
-               "--log-every", "0", "--threads", "1"]
+               "--log-every", "0", "--threads", "1", "--device", device]
         if ranks > 1:
             cmd += ["--np", str(ranks)]
         run(*cmd)
@@ -69,7 +74,7 @@ def main():
     ok = True
     for layout in args.layouts:
         tag = layout.replace(":", "").replace(",", "x").replace("+", "-")
-        losses, weights = train(layout, tag)
+        losses, weights = train(layout, tag, args.device)
         loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, base_losses))
         weight_err, worst = 0.0, ""
         for name, t in base_weights.items():

@@ -41,7 +41,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       [, loss_scale]
   --log-every N       progress line every N steps (default 10; 0: none)
   --device D          cpu, cuda or auto (default auto: cuda when a GPU is visible, else cpu);
-                      with several ranks per node, rank r uses GPU (local rank mod GPUs)
+                      with several ranks per node, rank r uses GPU (local rank mod GPUs);
+                      cpu-discrete: the CPU reached only through copies, as a GPU is (testing)
   --comm C            collectives over mpi, nccl or auto (default auto: NCCL on the device's
                       communication stream with --device cuda, else MPI)
   --threads N         kernel and BLAS threads (default: OpenMP's default)
