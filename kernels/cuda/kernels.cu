@@ -798,6 +798,43 @@ __global__ void adamwKernel(const float *param, const float *grad, const float *
   }
 }
 
+/// One thread per element of the concatenated tensors; the tensor is found by
+/// binary search over the prefix offsets.
+__global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t total,
+                                const float *step, float lr, float b1, float b2, float eps,
+                                float wd, const float *skip) {
+  bool keep = skip && *skip != 0.0f;
+  double t = static_cast<double>(*step);
+  float stepSize = static_cast<float>(lr / (1.0 - pow(static_cast<double>(b1), t)));
+  float bc2Sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t)));
+  float decay = 1.0f - lr * wd;
+  PTC_GRID_LOOP(e, total) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (table[mid].offset <= e)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const AdamWTensor &x = table[lo];
+    int64_t i = e - x.offset;
+    if (keep) {
+      x.outParam[i] = x.param[i];
+      x.outM[i] = x.m[i];
+      x.outV[i] = x.v[i];
+      continue;
+    }
+    float g = x.grad[i];
+    float mi = x.m[i] + (g - x.m[i]) * (1.0f - b1);
+    float vi = x.v[i] * b2 + (1.0f - b2) * g * g;
+    float denom = sqrtf(vi) / bc2Sqrt + eps;
+    x.outParam[i] = x.param[i] * decay - stepSize * mi / denom;
+    x.outM[i] = mi;
+    x.outV[i] = vi;
+  }
+}
+
 __global__ void sgdKernel(const float *param, const float *grad, const float *buf, float lr,
                           float momentum, float wd, int64_t n, const float *skip, float *outP,
                           float *outB) {
@@ -1189,6 +1226,13 @@ void adamwUpdate(const float *param, const float *grad, const float *m, const fl
   adamwKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, m, v, step, n, hp.lr, hp.beta1,
                                                       hp.beta2, hp.eps, hp.weightDecay, skip,
                                                       outParam, outM, outV);
+}
+
+void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const float *step,
+                     const AdamW &hp, const float *skip, void *stream) {
+  if (total > 0)
+    adamwManyKernel<<<gridFor(total), kThreads, 0, S(stream)>>>(
+        table, count, total, step, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, skip);
 }
 
 void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,

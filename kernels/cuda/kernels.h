@@ -133,6 +133,15 @@ struct AdamW {
 void adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
                  const float *step, const AdamW &hp, int64_t n, const float *skip,
                  float *outParam, float *outM, float *outV, void *stream);
+/// Multi-tensor AdamW: `table` (device memory) holds `count` descriptors;
+/// one launch covers every element of every tensor.
+struct AdamWTensor {
+  const float *param, *grad, *m, *v;
+  float *outParam, *outM, *outV;
+  int64_t n, offset; // offset: elements before this tensor (prefix sum)
+};
+void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const float *step,
+                     const AdamW &hp, const float *skip, void *stream);
 void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
                float momentum, float weightDecay, int64_t n, const float *skip, float *outParam,
                float *outBuf, void *stream);

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 namespace ptc {
 namespace {
@@ -382,6 +383,32 @@ public:
                    outM, outV, compute_);
     return launched("AdamW");
   }
+  Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
+                         const AdamWParams &hp, const float *skip) override {
+    std::vector<g::AdamWTensor> table;
+    int64_t total = 0;
+    for (const AdamWTensor &t : tensors) {
+      table.push_back({t.param, t.grad, t.m, t.v, t.outParam, t.outM, t.outV, t.n, total});
+      total += t.n;
+    }
+    // A plan's groups are the same every step: each table is uploaded once.
+    std::string key(reinterpret_cast<const char *>(table.data()),
+                    table.size() * sizeof(g::AdamWTensor));
+    auto it = adamTables_.find(key);
+    if (it == adamTables_.end()) {
+      DeviceBuffer buf(this);
+      PTC_RETURN_IF_ERROR(buf.reserve(static_cast<int64_t>(key.size())));
+      PTC_RETURN_IF_ERROR(
+          copy(buf.data(), key.data(), static_cast<int64_t>(key.size()), CopyKind::HostToDevice));
+      it = adamTables_.emplace(key, std::move(buf)).first;
+    }
+    DeviceBuffer &buf = it->second;
+    g::adamwUpdateMany(static_cast<const g::AdamWTensor *>(buf.data()),
+                       static_cast<int>(table.size()), total, step,
+                       g::AdamW{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay}, skip,
+                       compute_);
+    return launched("multi-tensor AdamW");
+  }
   Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
                    float momentum, float weightDecay, int64_t n, const float *skip,
                    float *outParam, float *outBuf) override {
@@ -460,6 +487,7 @@ private:
   size_t nextEvent_ = 0;
   void *scratch_ = nullptr;
   int64_t scratchBytes_ = 0;
+  std::map<std::string, DeviceBuffer> adamTables_; // multi-tensor AdamW tables by content
   bool tf32_ = false;
 };
 } // namespace

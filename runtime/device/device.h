@@ -171,6 +171,21 @@ public:
   virtual Status adamwUpdate(const float *param, const float *grad, const float *m,
                              const float *v, const float *step, const AdamWParams &hp, int64_t n,
                              const float *skip, float *outParam, float *outM, float *outV) = 0;
+  /// Many AdamW updates with the same hyperparameters, step and skip flag
+  /// (a plan's parameters, one instruction each) in one call: one kernel
+  /// launch on a GPU (multi-tensor apply). Default: one adamwUpdate each.
+  struct AdamWTensor {
+    const float *param, *grad, *m, *v;
+    float *outParam, *outM, *outV;
+    int64_t n;
+  };
+  virtual Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
+                                 const AdamWParams &hp, const float *skip) {
+    for (const AdamWTensor &t : tensors)
+      PTC_RETURN_IF_ERROR(adamwUpdate(t.param, t.grad, t.m, t.v, step, hp, t.n, skip, t.outParam,
+                                      t.outM, t.outV));
+    return Status::ok();
+  }
   virtual Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
                            float momentum, float weightDecay, int64_t n, const float *skip,
                            float *outParam, float *outBuf) = 0;

@@ -109,7 +109,71 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   }
   if (plan->pipelined())
     PTC_RETURN_IF_ERROR(ex->preparePipeline());
+  ex->groupOptimizerUpdates();
   return ex;
+}
+
+void Executor::groupOptimizerUpdates() {
+  // Runs of consecutive f32 AdamW instructions with the same hyperparameters,
+  // step and skip flag become one device call (multi-tensor apply).
+  const auto &insts = *plan_->plan().instructions();
+  uint32_t count = insts.size();
+  groupEnd_.assign(count, 0);
+  covered_.assign(count, false);
+  std::vector<bool> allowed(count, !plan_->pipelined());
+  for (uint32_t n : stepInstructions_)
+    allowed[n] = true;
+  auto isAdamF32 = [&](uint32_t n) {
+    const plan::Instruction *i = insts.Get(n);
+    if (!allowed[n] || i->op() != OpCode::AdamWUpdate)
+      return false;
+    for (const auto *ids : {i->inputs(), i->outputs()})
+      for (int32_t id : *ids)
+        if (plan_->tensor(id).dtype != plan::DType::F32)
+          return false;
+    return true;
+  };
+  auto sameGroup = [&](uint32_t a, uint32_t b) {
+    const plan::Instruction *x = insts.Get(a), *y = insts.Get(b);
+    if (x->inputs()->size() != y->inputs()->size() || x->inputs()->Get(4) != y->inputs()->Get(4) ||
+        (x->inputs()->size() > 5 && x->inputs()->Get(5) != y->inputs()->Get(5)))
+      return false;
+    for (flatbuffers::uoffset_t f = 0; f < 5; ++f)
+      if (x->floats()->Get(f) != y->floats()->Get(f))
+        return false;
+    return true;
+  };
+  for (uint32_t n = 0; n < count; ++n) {
+    if (!isAdamF32(n))
+      continue;
+    uint32_t m = n + 1;
+    while (m < count && isAdamF32(m) && sameGroup(n, m))
+      ++m;
+    if (m - n >= 2) {
+      groupEnd_[n] = m;
+      for (uint32_t k = n + 1; k < m; ++k)
+        covered_[k] = true;
+    }
+    n = m - 1;
+  }
+}
+
+Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
+  const auto &insts = *plan_->plan().instructions();
+  std::vector<Device::AdamWTensor> tensors;
+  for (uint32_t n = first; n < end; ++n) {
+    const plan::Instruction *i = insts.Get(n);
+    PTC_RETURN_IF_ERROR(awaitPending(*i));
+    const auto &in = *i->inputs();
+    const auto &out = *i->outputs();
+    tensors.push_back({f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), f32(out[0]), f32(out[1]),
+                       f32(out[2]), plan_->tensor(in[0]).numElements});
+  }
+  const plan::Instruction *head = insts.Get(first);
+  auto F = [&](flatbuffers::uoffset_t k) { return static_cast<float>(head->floats()->Get(k)); };
+  const float *skip = head->inputs()->size() > 5 ? f32(head->inputs()->Get(5)) : nullptr;
+  return dev_->adamwUpdateMany(tensors, f32(head->inputs()->Get(4)),
+                               AdamWParams{F(0), F(1), F(2), F(3), F(4)}, skip);
 }
 
 Executor::~Executor() {
@@ -301,10 +365,17 @@ Status Executor::initialize(uint64_t seed) {
 
 Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
+  if (covered_[n]) // ran with the optimizer group it belongs to
+    return Status::ok();
   auto t0 = std::chrono::steady_clock::now();
-  Status status = awaitPending(*inst);
-  if (status.isOk())
-    status = run(*inst);
+  Status status;
+  if (groupEnd_[n] != 0) {
+    status = runOptimizerGroup(n, groupEnd_[n]);
+  } else {
+    status = awaitPending(*inst);
+    if (status.isOk())
+      status = run(*inst);
+  }
   // Kernels on a GPU run asynchronously: a profile waits for each.
   if (profile && status.isOk() && !dev_->hostAddressable())
     status = dev_->synchronize();

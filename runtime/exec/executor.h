@@ -96,6 +96,12 @@ private:
   // First member: destroyed last, after every DeviceBuffer below.
   std::unique_ptr<Device> dev_;
   Status run(const plan::Instruction &inst);
+  /// Multi-tensor optimizer groups: groupEnd_[n] != 0 for the first
+  /// instruction of a group (one past its last), covered_ for the others.
+  void groupOptimizerUpdates();
+  Status runOptimizerGroup(uint32_t first, uint32_t end);
+  std::vector<uint32_t> groupEnd_;
+  std::vector<bool> covered_;
   Status runKernel(const plan::Instruction &inst);
   /// Lays a reduce-scatter's input out as one contiguous block per group member.
   Status blocksForReduceScatter(const plan::Instruction &inst, void *staging, int64_t elementBytes);

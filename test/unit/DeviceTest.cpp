@@ -2,8 +2,11 @@
 // (always), and every kernel of the CUDA device against the CPU device's on
 // the same inputs (label `gpu`: "skipped: no GPU" without one).
 
+#include "runtime/device/cpu_device.h"
 #include "runtime/device/device.h"
+#include "runtime/exec/executor.h"
 
+#include "test/unit/PlanBuilder.h"
 #include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -113,6 +116,63 @@ TEST(Devices, UnknownOrUnavailableDeviceIsAnError) {
     EXPECT_TRUE(cuda.status().message().find("no usable GPU") != std::string::npos ||
                 cuda.status().message().find("without CUDA") != std::string::npos)
         << cuda.status().message();
+  }
+}
+
+/// Counts multi-tensor AdamW calls (and their sizes) on the CPU.
+class CountingDevice : public CpuDevice {
+public:
+  Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
+                         const AdamWParams &hp, const float *skip) override {
+    groups.push_back(tensors.size());
+    return CpuDevice::adamwUpdateMany(tensors, step, hp, skip);
+  }
+  std::vector<size_t> groups;
+};
+
+TEST(ExecutorOptimizerGroups, ConsecutiveAdamWWithTheSameSettingsRunAsOneCall) {
+  using plan::OpCode;
+  using plan::TensorKind;
+  using test::InstDesc;
+  // Three parameters with their gradients (inputs) and moments; the third
+  // update has another learning rate and stays on its own.
+  std::vector<test::TensorDesc> t{{"step", TensorKind::OptimizerState, {}}};
+  for (int p = 0; p < 3; ++p) {
+    std::string n = "p" + std::to_string(p);
+    t.push_back({n, TensorKind::Parameter, {5}});
+    t.push_back({n + ".grad", TensorKind::Input, {5}});
+    t.push_back({n + ".m", TensorKind::OptimizerState, {5}});
+    t.push_back({n + ".v", TensorKind::OptimizerState, {5}});
+  }
+  std::vector<InstDesc> insts;
+  for (int p = 0; p < 3; ++p) {
+    int32_t b = 1 + 4 * p;
+    insts.push_back(InstDesc{OpCode::AdamWUpdate, {b, b + 1, b + 2, b + 3, 0}, {b, b + 2, b + 3}, {},
+                             {p == 2 ? 2e-3 : 1e-3, 0.9, 0.95, 1e-8, 0.0}});
+  }
+  auto bytes = test::buildPlan(t, insts, 0);
+  auto loaded = LoadedPlan::loadBytes(bytes, "adamw.plan");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  auto counting = std::make_unique<CountingDevice>();
+  CountingDevice *dev = counting.get();
+  auto grouped = Executor::create(*loaded, 0, std::move(counting));
+  auto reference = Executor::create(*loaded, 0); // the same updates one by one
+  ASSERT_TRUE(grouped.isOk() && reference.isOk());
+  for (Executor *ex : {grouped->get(), reference->get()}) {
+    std::vector<float> one{1.0f};
+    ASSERT_TRUE(ex->loadFromWhole(0, one.data()).isOk());
+    for (int p = 0; p < 3; ++p) {
+      auto g = randomVector(5, static_cast<unsigned>(p));
+      ASSERT_TRUE(ex->loadFromWhole(2 + 4 * p, g.data()).isOk());
+      ASSERT_TRUE(ex->loadFromWhole(1 + 4 * p, randomVector(5, 9 + p).data()).isOk());
+    }
+    ASSERT_TRUE(ex->step().isOk());
+  }
+  EXPECT_EQ(dev->groups, (std::vector<size_t>{2})); // p0 + p1; p2 ran alone
+  for (int32_t id = 1; id < 13; ++id) {
+    auto a = (*grouped)->gatherWhole(id), b = (*reference)->gatherWhole(id);
+    ASSERT_TRUE(a.isOk() && b.isOk());
+    EXPECT_EQ(*a, *b) << "tensor " << id;
   }
 }
 
@@ -487,6 +547,28 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
       }
       return out;
     });
+  // Multi-tensor AdamW: one launch over three tensors of different sizes.
+  compare([&](Device &d, Mem &m) {
+    std::vector<size_t> sizes{1000, 3, 4097};
+    std::vector<Device::AdamWTensor> ts;
+    std::vector<float *> outs;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      size_t k = sizes[i];
+      float *op = m.zeros(k), *om = m.zeros(k), *ov = m.zeros(k);
+      ts.push_back({m.put(randomVector(k, 50 + i)), m.put(randomVector(k, 60 + i)),
+                    m.put(randomVector(k, 70 + i)), m.put(std::vector<float>(k, 0.5f)), op, om, ov,
+                    static_cast<int64_t>(k)});
+      outs.insert(outs.end(), {op, om, ov});
+    }
+    OK(d.adamwUpdateMany(ts, m.put(std::vector<float>{7.0f}), {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f},
+                         nullptr));
+    std::vector<float> out;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto v = m.get(outs[i], sizes[i / 3]);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  });
   auto g2 = randomVector(300, 35);
   g2[17] = INFINITY;
   compare(
