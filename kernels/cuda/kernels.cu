@@ -315,118 +315,167 @@ __global__ void softmaxGradStridedKernel(const float *y, const float *g, float *
   }
 }
 
-// ---- Causal attention --------------------------------------------------------------
-/// One thread per (batch x head, query row): online softmax over the keys up
-/// to the row, accumulating p v (no seq x seq buffer).
+// ---- Causal attention ------------------------------------------------------------
+// One warp per query (or key) row: each lane holds dims lane, lane + 32, ...
+// (up to 8 of them: dim <= 256), dot products are warp sums, key and value
+// rows are read coalesced. Online softmax, so no seq x seq buffer.
+constexpr int kAttentionLanes = 32, kAttentionPerLane = kMaxAttentionDim / kAttentionLanes;
+
+__device__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Warps of this grid, and this warp's index and lane.
+struct WarpIndex {
+  int64_t warp, warps;
+  int lane;
+};
+__device__ WarpIndex warpIndex() {
+  return {(blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kAttentionLanes,
+          static_cast<int64_t>(gridDim.x) * blockDim.x / kAttentionLanes,
+          static_cast<int>(threadIdx.x % kAttentionLanes)};
+}
+
+/// Loads row `r` (dim floats) into this lane's slots.
+__device__ void loadRow(const float *r, int64_t dim, int lane, float *x) {
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    x[t] = d < dim ? r[d] : 0.0f;
+  }
+}
+__device__ float rowDot(const float *x, const float *r, int64_t dim, int lane) {
+  float s = 0.0f;
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    if (d < dim)
+      s += x[t] * r[d];
+  }
+  return warpSum(s);
+}
+
 __global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
                                       int64_t bh, int64_t seq, int64_t dim, float scale) {
-  PTC_GRID_LOOP(i, bh * seq) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
     int64_t head = i / seq, row = i % seq;
-    const float *qi = q + i * dim;
     const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
-    float acc[kMaxAttentionDim];
-    for (int64_t d = 0; d < dim; ++d)
-      acc[d] = 0.0f;
+    float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
+    loadRow(q + i * dim, dim, w.lane, qi);
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = 0; j <= row; ++j) {
-      float s = 0.0f;
-      for (int64_t d = 0; d < dim; ++d)
-        s += qi[d] * kh[j * dim + d];
-      s *= scale;
+      float s = rowDot(qi, kh + j * dim, dim, w.lane) * scale;
       float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
       l = l * correction + p;
-      for (int64_t d = 0; d < dim; ++d)
-        acc[d] = acc[d] * correction + p * vh[j * dim + d];
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        acc[t] = acc[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
+      }
       m = mNew;
     }
-    for (int64_t d = 0; d < dim; ++d)
-      out[i * dim + d] = acc[d] / l;
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim)
+        out[i * dim + d] = acc[t] / l;
+    }
   }
 }
 
-/// Backward, pass 1: one thread per (batch x head, query row i): the row's
-/// softmax statistics (max m_i, normalizer l_i), D_i = g_i . o_i and dq_i.
+/// Backward, pass 1: one warp per query row i: the row's softmax statistics
+/// (max m_i, normalizer l_i), D_i = g_i . o_i and dq_i.
 /// stats[3 * row + {0, 1, 2}] = m_i, l_i, D_i for pass 2.
 __global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
                                            const float *g, float *dq, float *stats, int64_t bh,
                                            int64_t seq, int64_t dim, float scale) {
-  PTC_GRID_LOOP(i, bh * seq) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
     int64_t head = i / seq, row = i % seq;
-    const float *qi = q + i * dim, *gi = g + i * dim;
     const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
-    float o[kMaxAttentionDim], dqi[kMaxAttentionDim];
+    float qi[kAttentionPerLane], gi[kAttentionPerLane], o[kAttentionPerLane] = {},
+        dqi[kAttentionPerLane] = {};
+    loadRow(q + i * dim, dim, w.lane, qi);
+    loadRow(g + i * dim, dim, w.lane, gi);
     float m = -INFINITY, l = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) {
-      o[d] = 0.0f;
-      dqi[d] = 0.0f;
-    }
     for (int64_t j = 0; j <= row; ++j) {
-      float s = 0.0f;
-      for (int64_t d = 0; d < dim; ++d)
-        s += qi[d] * kh[j * dim + d];
-      s *= scale;
+      float s = rowDot(qi, kh + j * dim, dim, w.lane) * scale;
       float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
       l = l * correction + p;
-      for (int64_t d = 0; d < dim; ++d)
-        o[d] = o[d] * correction + p * vh[j * dim + d];
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        o[t] = o[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
+      }
       m = mNew;
     }
-    float t = 0.0f; // sum_j p_j (g_i . v_j) = g_i . o_i
-    for (int64_t d = 0; d < dim; ++d)
-      t += gi[d] * o[d] / l;
+    float part = 0.0f; // D_i = sum_j p_j (g_i . v_j) = g_i . o_i
+    for (int t = 0; t < kAttentionPerLane; ++t)
+      part += gi[t] * o[t] / l;
+    float D = warpSum(part);
     for (int64_t j = 0; j <= row; ++j) {
-      float s = 0.0f, dp = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) {
-        s += qi[d] * kh[j * dim + d];
-        dp += gi[d] * vh[j * dim + d];
+      float s = rowDot(qi, kh + j * dim, dim, w.lane);
+      float dp = rowDot(gi, vh + j * dim, dim, w.lane);
+      float ds = expf(s * scale - m) / l * (dp - D) * scale;
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        if (d < dim)
+          dqi[t] += ds * kh[j * dim + d];
       }
-      float ds = expf(s * scale - m) / l * (dp - t) * scale;
-      for (int64_t d = 0; d < dim; ++d)
-        dqi[d] += ds * kh[j * dim + d];
     }
-    for (int64_t d = 0; d < dim; ++d)
-      dq[i * dim + d] = dqi[d];
-    stats[3 * i] = m;
-    stats[3 * i + 1] = l;
-    stats[3 * i + 2] = t;
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim)
+        dq[i * dim + d] = dqi[t];
+    }
+    if (w.lane == 0) {
+      stats[3 * i] = m;
+      stats[3 * i + 1] = l;
+      stats[3 * i + 2] = D;
+    }
   }
 }
 
-/// Backward, pass 2: one thread per (batch x head, key row j): dk_j and dv_j
-/// over the queries i >= j (no atomics, deterministic).
+/// Backward, pass 2: one warp per key row j: dk_j and dv_j over the queries
+/// i >= j (no atomics, deterministic).
 __global__ void causalAttentionGradKVKernel(const float *q, const float *k, const float *v,
                                             const float *g, const float *stats, float *dk,
                                             float *dv, int64_t bh, int64_t seq, int64_t dim,
                                             float scale) {
-  PTC_GRID_LOOP(jj, bh * seq) {
+  WarpIndex w = warpIndex();
+  for (int64_t jj = w.warp; jj < bh * seq; jj += w.warps) {
     int64_t head = jj / seq, j = jj % seq;
-    const float *kj = k + jj * dim, *vj = v + jj * dim;
     const float *qh = q + head * seq * dim, *gh = g + head * seq * dim;
     const float *st = stats + 3 * head * seq;
-    float dkj[kMaxAttentionDim], dvj[kMaxAttentionDim];
-    for (int64_t d = 0; d < dim; ++d) {
-      dkj[d] = 0.0f;
-      dvj[d] = 0.0f;
-    }
+    float kj[kAttentionPerLane], vj[kAttentionPerLane], dkj[kAttentionPerLane] = {},
+        dvj[kAttentionPerLane] = {};
+    loadRow(k + jj * dim, dim, w.lane, kj);
+    loadRow(v + jj * dim, dim, w.lane, vj);
     for (int64_t i = j; i < seq; ++i) {
       const float *qi = qh + i * dim, *gi = gh + i * dim;
-      float s = 0.0f, dp = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) {
-        s += qi[d] * kj[d];
-        dp += gi[d] * vj[d];
-      }
+      float s = rowDot(kj, qi, dim, w.lane);
+      float dp = rowDot(vj, gi, dim, w.lane);
       float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
       float ds = p * (dp - st[3 * i + 2]) * scale;
-      for (int64_t d = 0; d < dim; ++d) {
-        dvj[d] += p * gi[d];
-        dkj[d] += ds * qi[d];
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        if (d < dim) {
+          dvj[t] += p * gi[d];
+          dkj[t] += ds * qi[d];
+        }
       }
     }
-    for (int64_t d = 0; d < dim; ++d) {
-      dk[jj * dim + d] = dkj[d];
-      dv[jj * dim + d] = dvj[d];
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim) {
+        dk[jj * dim + d] = dkj[t];
+        dv[jj * dim + d] = dvj[t];
+      }
     }
   }
+}
+
+/// Blocks for one warp per row (4 warps a block), capped for grid-stride loops.
+unsigned warpBlocksFor(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((rows + 3) / 4, 1), 65536));
 }
 
 // ---- Embedding and cross-entropy -----------------------------------------------------
@@ -986,17 +1035,17 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
 
 void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,
                      int64_t seq, int64_t dim, float scale, void *stream) {
-  causalAttentionKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, out, bh, seq, dim,
-                                                                  scale);
+  causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, out, bh, seq,
+                                                                        dim, scale);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, int64_t bh, int64_t seq, int64_t dim,
                          float scale, float *rowStats, void *stream) {
-  causalAttentionGradQKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, g, dq, rowStats,
-                                                                       bh, seq, dim, scale);
-  causalAttentionGradKVKernel<<<gridFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, g, rowStats, dk,
-                                                                        dv, bh, seq, dim, scale);
+  causalAttentionGradQKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
+      q, k, v, g, dq, rowStats, bh, seq, dim, scale);
+  causalAttentionGradKVKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
+      q, k, v, g, rowStats, dk, dv, bh, seq, dim, scale);
 }
 
 void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n,
