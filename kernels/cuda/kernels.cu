@@ -355,6 +355,24 @@ __device__ float rowDot(const float *x, const float *r, int64_t dim, int lane) {
   return warpSum(s);
 }
 
+/// Online softmax of query row `row` over keys 0..row: acc = sum_j p_j v_j
+/// (unnormalized), m = max logit, l = sum_j p_j.
+__device__ void attendRow(const float *qi, const float *kh, const float *vh, int64_t row,
+                          int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
+  m = -INFINITY;
+  l = 0.0f;
+  for (int64_t j = 0; j <= row; ++j) {
+    float s = rowDot(qi, kh + j * dim, dim, lane) * scale;
+    float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
+    l = l * correction + p;
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+      acc[t] = acc[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
+    }
+    m = mNew;
+  }
+}
+
 __global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
                                       int64_t bh, int64_t seq, int64_t dim, float scale) {
   WarpIndex w = warpIndex();
@@ -363,17 +381,8 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
     const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
     loadRow(q + i * dim, dim, w.lane, qi);
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j <= row; ++j) {
-      float s = rowDot(qi, kh + j * dim, dim, w.lane) * scale;
-      float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
-      l = l * correction + p;
-      for (int t = 0; t < kAttentionPerLane; ++t) {
-        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-        acc[t] = acc[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
-      }
-      m = mNew;
-    }
+    float m, l;
+    attendRow(qi, kh, vh, row, dim, w.lane, scale, acc, m, l);
     for (int t = 0; t < kAttentionPerLane; ++t) {
       int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
       if (d < dim)
@@ -396,17 +405,8 @@ __global__ void causalAttentionGradQKernel(const float *q, const float *k, const
         dqi[kAttentionPerLane] = {};
     loadRow(q + i * dim, dim, w.lane, qi);
     loadRow(g + i * dim, dim, w.lane, gi);
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j <= row; ++j) {
-      float s = rowDot(qi, kh + j * dim, dim, w.lane) * scale;
-      float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
-      l = l * correction + p;
-      for (int t = 0; t < kAttentionPerLane; ++t) {
-        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-        o[t] = o[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
-      }
-      m = mNew;
-    }
+    float m, l;
+    attendRow(qi, kh, vh, row, dim, w.lane, scale, o, m, l);
     float part = 0.0f; // D_i = sum_j p_j (g_i . v_j) = g_i . o_i
     for (int t = 0; t < kAttentionPerLane; ++t)
       part += gi[t] * o[t] / l;
@@ -1003,34 +1003,41 @@ void layerNormGrad(const float *x, const float *w, const float *g, float *dx, fl
                                S(stream)>>>(x, g, rowStats, dw, db, rows, cols);
 }
 
-void softmax(const float *x, float *out, const Shape &shape, int64_t axis, void *stream) {
-  int64_t n = shape[static_cast<size_t>(axis)], total = product(shape);
-  int64_t inner = 1;
+namespace {
+/// A softmax axis as (rows, axis length, inner stride): rows = outer x inner.
+struct SoftmaxAxis {
+  int64_t rows, n, inner;
+};
+SoftmaxAxis softmaxAxis(const Shape &shape, int64_t axis) {
+  int64_t n = shape[static_cast<size_t>(axis)], inner = 1;
   for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
     inner *= shape[d];
-  if (total == 0)
+  return {n ? product(shape) / n : 0, n, inner};
+}
+} // namespace
+
+void softmax(const float *x, float *out, const Shape &shape, int64_t axis, void *stream) {
+  SoftmaxAxis a = softmaxAxis(shape, axis);
+  if (a.rows == 0)
     return;
-  if (inner == 1)
-    softmaxLastKernel<<<static_cast<unsigned>(total / n), kThreads, 0, S(stream)>>>(x, out, n);
+  if (a.inner == 1)
+    softmaxLastKernel<<<static_cast<unsigned>(a.rows), kThreads, 0, S(stream)>>>(x, out, a.n);
   else
-    softmaxStridedKernel<<<gridFor(total / n), kThreads, 0, S(stream)>>>(x, out, total / n / inner,
-                                                                          n, inner);
+    softmaxStridedKernel<<<gridFor(a.rows), kThreads, 0, S(stream)>>>(x, out, a.rows / a.inner,
+                                                                       a.n, a.inner);
 }
 
 void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis,
                  void *stream) {
-  int64_t n = shape[static_cast<size_t>(axis)], total = product(shape);
-  int64_t inner = 1;
-  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
-    inner *= shape[d];
-  if (total == 0)
+  SoftmaxAxis a = softmaxAxis(shape, axis);
+  if (a.rows == 0)
     return;
-  if (inner == 1)
-    softmaxGradLastKernel<<<static_cast<unsigned>(total / n), kThreads, 0, S(stream)>>>(y, g, out,
-                                                                                        n);
+  if (a.inner == 1)
+    softmaxGradLastKernel<<<static_cast<unsigned>(a.rows), kThreads, 0, S(stream)>>>(y, g, out,
+                                                                                     a.n);
   else
-    softmaxGradStridedKernel<<<gridFor(total / n), kThreads, 0, S(stream)>>>(
-        y, g, out, total / n / inner, n, inner);
+    softmaxGradStridedKernel<<<gridFor(a.rows), kThreads, 0, S(stream)>>>(
+        y, g, out, a.rows / a.inner, a.n, a.inner);
 }
 
 void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,

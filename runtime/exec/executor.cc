@@ -533,6 +533,10 @@ bool Executor::commOnDevice() const { return comm_ && comm_->deviceResident(); }
 StatusOr<void *> Executor::commView(const void *p, int64_t bytes, int slot, bool load) {
   if (dev_->hostAddressable() || commOnDevice())
     return const_cast<void *>(p);
+  return hostStage(p, bytes, slot, load);
+}
+
+StatusOr<void *> Executor::hostStage(const void *p, int64_t bytes, int slot, bool load) {
   auto &host = hostStaging_[static_cast<size_t>(slot)];
   if (static_cast<int64_t>(host.size()) < bytes)
     host.resize(static_cast<size_t>(bytes));

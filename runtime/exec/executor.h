@@ -110,6 +110,8 @@ private:
   // Collectives (see executor.cc).
   bool commOnDevice() const;
   StatusOr<void *> commView(const void *p, int64_t bytes, int slot, bool load);
+  /// Host staging buffer `slot` holding `bytes` (a copy of device `p` when `load`).
+  StatusOr<void *> hostStage(const void *p, int64_t bytes, int slot, bool load);
   Status commWriteBack(void *p, void *view, int64_t bytes);
   Status reuseStaging();
   Status enterComm();

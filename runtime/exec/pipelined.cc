@@ -203,12 +203,7 @@ StatusOr<void *> Executor::p2pView(const void *p, int64_t bytes, int slot, bool 
   if (dev_->hostAddressable())
     return const_cast<void *>(p);
   PTC_RETURN_IF_ERROR(hostSync());
-  auto &host = hostStaging_[static_cast<size_t>(slot)];
-  if (static_cast<int64_t>(host.size()) < bytes)
-    host.resize(static_cast<size_t>(bytes));
-  if (load)
-    PTC_RETURN_IF_ERROR(dev_->copy(host.data(), p, bytes, CopyKind::DeviceToHost));
-  return static_cast<void *>(host.data());
+  return hostStage(p, bytes, slot, load);
 }
 
 Status Executor::sendBytes(const void *p, int64_t bytes, int peer, int tag,
