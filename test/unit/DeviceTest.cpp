@@ -186,7 +186,7 @@ class CudaConformance : public ::testing::Test {
 protected:
   void SetUp() override {
     if (!cudaGpuAvailable())
-      GTEST_SKIP() << "skipped: no GPU";
+      GTEST_SKIP() << (cudaCompiledIn() ? "skipped: no GPU" : "skipped: no GPU (built without CUDA)");
     auto d = createCudaDevice(0);
     ASSERT_TRUE(d.isOk()) << d.status().message();
     gpu_ = std::move(*d);
