@@ -6,6 +6,8 @@
 #                 generated plan header (runtime/plan/plan_generated.h)
 #   deps/lib      libopenblas (+ libgfortran, libquadmath) for the CPU kernels
 #   deps/googletest  GoogleTest sources (built there)
+#   bin/          the same runtime built here (no MPI, sm_80 + sm_90), in case the build
+#                 there fails: ptc-run, ptc-device-tests, ptc-runtime-tests (+ libomp in deps/lib)
 #   plans/        plans compiled here: the standard GPT (fp32, bf16) and a
 #                 GPT-2-medium-sized bf16 model; the token data; the CPU
 #                 backend's losses for the standard GPT (the GPU must match them)
@@ -26,6 +28,17 @@ for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
 done
 ln -s libopenblas.so.0 "$C/deps/lib/libopenblas.so"
 cp -r /usr/src/googletest "$C/deps/googletest"
+
+# Fallback binaries: a runtime-only build without MPI (CUDA, cuBLAS and NCCL come
+# from the GPU machine's CUDA 13).
+cmake -S . -B build-gpu-carry -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
+  -DPTC_WITH_MPI=OFF -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
+  -DPTC_CPU_ARCH=x86-64-v3 >/dev/null
+ninja -C build-gpu-carry ptc-run ptc-device-tests ptc-runtime-tests >/dev/null
+mkdir -p "$C/bin"
+cp build-gpu-carry/bin/ptc-run build-gpu-carry/test/ptc-device-tests \
+  build-gpu-carry/test/ptc-runtime-tests "$C/bin/"
+cp -L /usr/lib/x86_64-linux-gnu/libomp.so.5 "$C/deps/lib/"
 
 P=$C/plans
 "$BIN/ptc-tokenize" -o "$P/data.bin" /usr/share/common-licenses/GPL-3 >/dev/null
