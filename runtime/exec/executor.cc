@@ -76,6 +76,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   auto arena = allocate(ex->arenaBytes_, "the " + std::to_string(ex->arenaBytes_) + "-byte arena");
   if (!arena.isOk())
     return arena.status();
+  // Persistent tensors (parameters, state, inputs, constants, outputs received
+  // from another pipeline rank): one more allocation, 256-byte aligned slots.
+  constexpr int64_t kSlotAlignment = 256;
+  std::vector<int64_t> slot(tensors.size(), -1);
+  int64_t block = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
     if (t.kind == TensorKind::Temporary && here[i]) {
@@ -88,13 +93,19 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
     }
     if (!here[i] && !isOutput[i])
       continue;
-    auto buf = allocate(t.bytes, std::to_string(t.bytes) + " bytes for '" + t.name + "'");
-    if (!buf.isOk())
-      return buf.status();
-    ex->storage_[i] = *buf;
+    slot[i] = block;
+    block += (t.bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
     ex->persistentBytes_ += t.bytes;
-    if (t.kind == TensorKind::Temporary)
-      continue; // another pipeline rank's output, received after each step
+  }
+  auto persistent = allocate(block, std::to_string(block) + " bytes of parameters, state and inputs");
+  if (!persistent.isOk())
+    return persistent.status();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo &t = tensors[i];
+    if (slot[i] < 0)
+      continue;
+    uint8_t *buf = *persistent + slot[i];
+    ex->storage_[i] = buf;
     if (t.kind == TensorKind::Constant) {
       const auto *data = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->data();
       int64_t elem = dtypeSize(t.dtype);
@@ -104,7 +115,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
       else // splat
         for (int64_t e = 0; e < t.numElements; ++e)
           std::memcpy(host.data() + e * elem, data->data(), static_cast<size_t>(elem));
-      PTC_RETURN_IF_ERROR(dev.copy(*buf, host.data(), t.bytes, CopyKind::HostToDevice));
+      PTC_RETURN_IF_ERROR(dev.copy(buf, host.data(), t.bytes, CopyKind::HostToDevice));
     }
   }
   if (plan->pipelined())
