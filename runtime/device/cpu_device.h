@@ -37,7 +37,8 @@ public:
   DeviceKind kind() const override { return DeviceKind::Cpu; }
   std::string describe() const override {
 #ifdef _OPENMP
-    return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+    int threads = omp_get_max_threads();
+    return "cpu (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
 #else
     return "cpu";
 #endif
