@@ -822,29 +822,42 @@ __global__ void moeCombineGradKernel(const float *expertOut, const float *weight
 }
 
 // ---- Optimizer ---------------------------------------------------------------------
+/// AdamW's per-step coefficients (bias corrections from the device step count,
+/// in double as the CPU computes them) and one element's update, torch's order.
+struct AdamWStep {
+  float stepSize, bc2Sqrt, decay, b1, b2, eps;
+  bool keep; // the loss-scaling skip flag: outputs get the inputs
+};
+__device__ AdamWStep adamwStep(const float *step, float lr, float b1, float b2, float eps,
+                               float wd, const float *skip) {
+  double t = static_cast<double>(*step);
+  return {static_cast<float>(lr / (1.0 - pow(static_cast<double>(b1), t))),
+          static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t))), 1.0f - lr * wd, b1,
+          b2, eps, skip && *skip != 0.0f};
+}
+__device__ void adamwElement(const AdamWStep &c, const float *param, const float *grad,
+                             const float *m, const float *v, float *outP, float *outM,
+                             float *outV, int64_t i) {
+  if (c.keep) {
+    outP[i] = param[i];
+    outM[i] = m[i];
+    outV[i] = v[i];
+    return;
+  }
+  float g = grad[i];
+  float mi = m[i] + (g - m[i]) * (1.0f - c.b1);
+  float vi = v[i] * c.b2 + (1.0f - c.b2) * g * g;
+  float denom = sqrtf(vi) / c.bc2Sqrt + c.eps;
+  outP[i] = param[i] * c.decay - c.stepSize * mi / denom;
+  outM[i] = mi;
+  outV[i] = vi;
+}
+
 __global__ void adamwKernel(const float *param, const float *grad, const float *m, const float *v,
                             const float *step, int64_t n, float lr, float b1, float b2, float eps,
                             float wd, const float *skip, float *outP, float *outM, float *outV) {
-  bool keep = skip && *skip != 0.0f;
-  double t = static_cast<double>(*step);
-  float stepSize = static_cast<float>(lr / (1.0 - pow(static_cast<double>(b1), t)));
-  float bc2Sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t)));
-  float decay = 1.0f - lr * wd;
-  PTC_GRID_LOOP(i, n) {
-    if (keep) {
-      outP[i] = param[i];
-      outM[i] = m[i];
-      outV[i] = v[i];
-      continue;
-    }
-    float g = grad[i];
-    float mi = m[i] + (g - m[i]) * (1.0f - b1);
-    float vi = v[i] * b2 + (1.0f - b2) * g * g;
-    float denom = sqrtf(vi) / bc2Sqrt + eps;
-    outP[i] = param[i] * decay - stepSize * mi / denom;
-    outM[i] = mi;
-    outV[i] = vi;
-  }
+  AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
+  PTC_GRID_LOOP(i, n) adamwElement(c, param, grad, m, v, outP, outM, outV, i);
 }
 
 /// One thread per element of the concatenated tensors; the tensor is found by
@@ -852,11 +865,7 @@ __global__ void adamwKernel(const float *param, const float *grad, const float *
 __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t total,
                                 const float *step, float lr, float b1, float b2, float eps,
                                 float wd, const float *skip) {
-  bool keep = skip && *skip != 0.0f;
-  double t = static_cast<double>(*step);
-  float stepSize = static_cast<float>(lr / (1.0 - pow(static_cast<double>(b1), t)));
-  float bc2Sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t)));
-  float decay = 1.0f - lr * wd;
+  AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
   PTC_GRID_LOOP(e, total) {
     int lo = 0, hi = count - 1;
     while (lo < hi) {
@@ -867,20 +876,7 @@ __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t tot
         hi = mid - 1;
     }
     const AdamWTensor &x = table[lo];
-    int64_t i = e - x.offset;
-    if (keep) {
-      x.outParam[i] = x.param[i];
-      x.outM[i] = x.m[i];
-      x.outV[i] = x.v[i];
-      continue;
-    }
-    float g = x.grad[i];
-    float mi = x.m[i] + (g - x.m[i]) * (1.0f - b1);
-    float vi = x.v[i] * b2 + (1.0f - b2) * g * g;
-    float denom = sqrtf(vi) / bc2Sqrt + eps;
-    x.outParam[i] = x.param[i] * decay - stepSize * mi / denom;
-    x.outM[i] = mi;
-    x.outV[i] = vi;
+    adamwElement(c, x.param, x.grad, x.m, x.v, x.outParam, x.outM, x.outV, e - x.offset);
   }
 }
 
