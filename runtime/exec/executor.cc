@@ -142,6 +142,11 @@ void Executor::groupOptimizerUpdates() {
       for (int32_t id : *ids)
         if (plan_->tensor(id).dtype != plan::DType::F32)
           return false;
+    // One launch runs the group's updates concurrently: only when they write
+    // persistent tensors (in place), never arena memory another member reads.
+    for (int32_t id : *i->outputs())
+      if (plan_->tensor(id).kind == TensorKind::Temporary)
+        return false;
     return true;
   };
   auto sameGroup = [&](uint32_t a, uint32_t b) {
