@@ -9,7 +9,7 @@ bf16 on a pp:2 x dp:2 mesh (4 micro-batches) and on dp:2 x tp:2 with sequence pa
 match bf16 on one process within 1%; fp32 training whose data-parallel gradient reduction
 (ZeRO-2 reduce-scatter) runs in bf16 stays within 2% of fp32.
 
-usage: mixed_precision.py --bin BUILD/bin --workdir DIR
+usage: mixed_precision.py --bin BUILD/bin --workdir DIR [--device cpu-discrete]
 """
 import argparse
 import json
@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--device", default="cpu", help="ptc-run --device of every run")
     args = ap.parse_args()
     w, b, run = harness.tools(args.bin, args.workdir)
     run(b("ptc-tokenize"), "-o", w("data.bin"), "/usr/share/common-licenses/GPL-3")
@@ -37,7 +38,8 @@ def main():
             f"--ptc-compile=plan={plan} lr=3e-3 beta2=0.95 max-grad-norm=1.0 {options}", "-o",
             os.devnull)
         cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(args.steps),
-               "--metrics", w(f"{tag}.jsonl"), "--log-every", "0", "--threads", "1"]
+               "--metrics", w(f"{tag}.jsonl"), "--log-every", "0", "--threads", "1",
+               "--device", args.device]
         if ranks > 1:
             cmd += ["--np", str(ranks)]
         run(*cmd)
@@ -85,7 +87,7 @@ def main():
         "dynamic-loss-scale=true loss-scale-init=1e30", "-o", os.devnull)
     for steps, out in ((0, "before"), (3, "after")):
         run(b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(steps), "--log-every", "0",
-            "--save", w(f"{out}.safetensors"))
+            "--save", w(f"{out}.safetensors"), "--device", args.device)
     same = open(w("before.safetensors"), "rb").read().split(b"}", 1)[1] == \
         open(w("after.safetensors"), "rb").read().split(b"}", 1)[1]
     ok &= same
