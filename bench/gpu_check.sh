@@ -17,6 +17,8 @@
 #     tokens/s and MFU of both (PTC_PEAK_TFLOPS, default 989: H100/H200 dense bf16).
 # Results: $OUT/summary.txt (and logs beside it). Exit status: non-zero when a
 # kernel test or a loss comparison fails.
+# PTC_GPU_CHECK_PARTS (default "kernels losses bench") picks the parts after the build,
+# e.g. PTC_GPU_CHECK_PARTS=kernels to iterate on a failing kernel quickly.
 # With this workplace's device tool: run(command="bash bench/gpu_check.sh",
 # carry=[".gpu-carry"], timeout_s=540); the build takes a few minutes of it. If
 # the build fails there, the binaries gpu_prepare.sh built here are used.
@@ -35,6 +37,8 @@ status=0
 [ -d "$C/deps" ] || { echo "gpu_check: $C is missing; run bench/gpu_prepare.sh first" >&2; exit 2; }
 export LD_LIBRARY_PATH=$C/deps/lib:${LD_LIBRARY_PATH:-}
 PY=${PYTHON:-python3}
+PARTS=" ${PTC_GPU_CHECK_PARTS:-kernels losses bench} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 
 say "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 # NCCL: the CUDA toolkit's, else the one PyTorch's wheels bring.
@@ -68,12 +72,14 @@ else
 fi
 
 # 2. Kernels: CUDA against CPU.
+if part kernels; then
 $T/ptc-device-tests > "$OUT/device-tests.log" 2>&1
 rc=$?
 say "kernel tests (ptc-device-tests): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/device-tests.log" | tr -s ' \n' ' ')"
 if grep -q "skipped: no GPU" "$OUT/device-tests.log"; then say "kernel tests: SKIPPED (no GPU visible)"; status=1; fi
 [ $rc -eq 0 ] || { status=1; grep -B2 -A8 "Failure\|FAILED" "$OUT/device-tests.log" | head -60; }
 $T/ptc-runtime-tests > "$OUT/runtime-tests.log" 2>&1 || { status=1; say "runtime tests: FAILED"; }
+fi
 
 # 3. Losses: GPU against CPU, standard GPT, same seed and data.
 compare() { # name gpu.jsonl cpu.jsonl rtol
@@ -94,6 +100,7 @@ print(f"{name}: {n} steps, loss {c[0]:.4f} -> {c[n-1]:.4f} (cpu) / {g[n-1]:.4f} 
 sys.exit(0 if ok else 1)
 PY
 }
+if part losses; then
 for p in fp32 bf16; do
   $B/ptc-run "$P/gpt-$p.plan" --device cuda --data "$P/data.bin" --steps "$STEPS" --log-every 0 \
     --metrics "$OUT/gpu-$p.jsonl" > "$OUT/train-$p.log" 2>&1 || { status=1; say "train $p: FAILED"; tail -5 "$OUT/train-$p.log"; }
@@ -104,8 +111,10 @@ for p in fp32 bf16; do
   compare "losses $p (GPU vs CPU)" "$OUT/gpu-$p.jsonl" "$P/cpu-$p.jsonl" "${!bound}" | tee -a "$SUMMARY"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
+fi
 
 # 4. Benchmark: GPT-2 medium, bf16, ptc-run vs PyTorch eager.
+if part bench; then
 $B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 8 --log-every 1 \
   --metrics "$OUT/gpt2m-ptc.jsonl" --memory-report > "$OUT/gpt2m-ptc.log" 2>&1 || { status=1; say "gpt2-medium ptc-run: FAILED"; tail -5 "$OUT/gpt2m-ptc.log"; }
 # Where the time goes (each instruction synchronized: slower than the timed run).
@@ -131,5 +140,6 @@ if ptc and torch:
     print(f"  ptc-run / pytorch step time: {ptc / torch['step_s']:.2f}x")
 PY
 grep -A12 "^profile:" "$OUT/gpt2m-profile.txt" | tee -a "$SUMMARY"
+fi
 say "result: $([ $status -eq 0 ] && echo ok || echo FAILED)"
 exit $status
