@@ -58,6 +58,10 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       *this, "grad-reduce-dtype",
       llvm::cl::desc("Type of the data-parallel gradient reductions: f32 or bf16"),
       llvm::cl::init("f32")};
+  PassOptions::Option<double> bucketMb{
+      *this, "bucket-mb",
+      llvm::cl::desc("Largest gradient all-reduce bucket in MiB (buckets go out during backward)"),
+      llvm::cl::init(25.0)};
   PassOptions::Option<double> lossScale{
       *this, "loss-scale", llvm::cl::desc("Static loss scale (for f16 compute)"),
       llvm::cl::init(1.0)};

@@ -70,6 +70,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     shard.sequenceParallel = options.sequenceParallel;
     shard.zero = options.zero;
     shard.gradReduceDtype = options.gradReduceDtype;
+    shard.bucketMb = options.bucketMb;
     pm.addPass(createShardPass(shard));
     pm.addPass(createCSEPass());
   }

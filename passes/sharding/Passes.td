@@ -40,9 +40,12 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
 
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
-    parallelism); means rescale by the shard count. Gradient all-reduces that
-    are ready together are bucketed into one collective of at most
-    `bucket-mb` MiB. With `explain`, prints every collective: the values and
+    parallelism); means rescale by the shard count. Each all-reduce moves right
+    after the op producing its operand, and all-reduces of one element type
+    over the same axes are bucketed in program order into collectives of at
+    most `bucket-mb` MiB, each placed at its last member (a bucket also
+    closes before the first reader of one of its results): gradient buckets
+    go out while the backward pass goes on, as in DDP. With `explain`, prints every collective: the values and
     shardings that caused it, its bytes per device and its time under an
     alpha-beta model (`alpha-us`, `beta-gbps`).
 

@@ -1166,26 +1166,50 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
-/// Merges single-tensor all-reduces over the same axes whose operands are all
-/// ready at the first of them, up to `capBytes` per bucket (one open bucket
-/// per set of axes, so interleaved groups still bucket).
+/// Moves each single-tensor all-reduce right after the op that produces its
+/// operand (the partitioner inserts it before the consumer): a gradient's
+/// reduction then starts as soon as the gradient exists, and the runtime
+/// overlaps it with the rest of the backward pass.
+void hoistAllReduces(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    auto ar = dyn_cast<AllReduceOp>(op);
+    if (!ar || ar.getInputs().size() != 1)
+      continue;
+    Operation *def = ar.getInputs()[0].getDefiningOp();
+    if (def && def->getBlock() == &block)
+      ar->moveAfter(def);
+  }
+}
+
+/// Merges single-tensor all-reduces over the same axes and of the same element
+/// type, in program order, into buckets of up to `capBytes` (one open bucket
+/// per key, so interleaved groups still bucket). A bucket's all-reduce goes where its last
+/// member was (every operand is ready there); a bucket closes when full or
+/// before the first op that reads one of its results, so a gradient bucket
+/// is sent while the backward pass computes the next one (DDP's buckets).
 void bucketAllReduces(func::FuncOp func, double capBytes, SmallVector<Collective> &collectives) {
   Block &block = func.getBody().front();
   struct Bucket {
     SmallVector<AllReduceOp> ops;
+    llvm::SmallPtrSet<Operation *, 16> members;
     int64_t bytes = 0;
   };
   std::map<std::string, Bucket> open;
+  // One bucket holds one element type over one set of axes.
   auto key = [](AllReduceOp ar) {
     std::string k;
+    llvm::raw_string_ostream os(k);
     for (Attribute a : ar.getAxes())
-      k += cast<StringAttr>(a).str() + ",";
+      os << cast<StringAttr>(a).str() << ",";
+    os << cast<RankedTensorType>(ar.getInputs()[0].getType()).getElementType();
     return k;
   };
   auto flush = [&](Bucket &bucket) {
     SmallVector<AllReduceOp> &pending = bucket.ops;
     if (pending.size() > 1) {
-      OpBuilder b(pending.front());
+      OpBuilder b(pending.back());
+      b.setInsertionPointAfter(pending.back());
       SmallVector<Value> inputs;
       std::string cause = "bucket of " + std::to_string(pending.size()) + ":";
       for (AllReduceOp ar : pending)
@@ -1206,21 +1230,25 @@ void bucketAllReduces(func::FuncOp func, double capBytes, SmallVector<Collective
       collectives.push_back({merged, cause});
     }
     pending.clear();
+    bucket.members.clear();
     bucket.bytes = 0;
   };
   for (Operation &op : llvm::make_early_inc_range(block)) {
+    // A reader of a pending result closes that bucket first.
+    for (auto &[k, bucket] : open)
+      if (llvm::any_of(op.getOperands(), [&](Value v) {
+            return v.getDefiningOp() && bucket.members.contains(v.getDefiningOp());
+          }))
+        flush(bucket);
     auto ar = dyn_cast<AllReduceOp>(op);
     if (!ar || ar.getInputs().size() != 1)
       continue;
     Bucket &bucket = open[key(ar)];
-    Value in = ar.getInputs()[0];
-    int64_t size = getTensorBytes(cast<RankedTensorType>(in.getType()));
-    bool fits = bucket.ops.empty() ||
-                ((isa<BlockArgument>(in) || in.getDefiningOp()->isBeforeInBlock(bucket.ops.front())) &&
-                 bucket.bytes + size <= capBytes);
-    if (!fits)
+    int64_t size = getTensorBytes(cast<RankedTensorType>(ar.getInputs()[0].getType()));
+    if (!bucket.ops.empty() && bucket.bytes + size > capBytes)
       flush(bucket);
     bucket.ops.push_back(ar);
+    bucket.members.insert(ar);
     bucket.bytes += size;
   }
   for (auto &[k, bucket] : open)
@@ -1255,6 +1283,7 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
       Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
       if (failed(partitioner.run()))
         return signalPassFailure();
+      hoistAllReduces(func);
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);
       if (explain)
         report(func, *meshInfo, partitioner.collectives);

@@ -9,7 +9,8 @@ the weight by a fraction of lr.
 
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
                            [--device cpu-discrete]
-(layout "1": one process; +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
+(layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
+the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages)
 """
 import argparse
@@ -29,7 +30,7 @@ def main():
     ap.add_argument("--layouts", nargs="+",
                     default=["dp:2", "tp:2", "tp:2+sp", "dp:2,tp:2", "dp:2,tp:2+sp", "dp:2+zero1",
                              "dp:2+zero2", "dp:2+zero3", "dp:4", "dp:4+zero1", "dp:4+zero2",
-                             "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3"])
+                             "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3", "dp:2,tp:2+sb"])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--device", default="cpu",
                     help="ptc-run --device of the layouts (the single-rank baseline runs on the cpu)")
@@ -51,6 +52,7 @@ def main():
         layout = layout.split("+")[0] if layout else layout
         mesh = (f" mesh={layout}" if layout else "") + \
             (" sequence-parallel=true" if "sp" in mods else "") + \
+            (" bucket-mb=0.02" if "sb" in mods else "") + \
             "".join(f" zero={m[4:]}" for m in mods if m.startswith("zero")) + \
             "".join(f" microbatches={m[2:]}" for m in mods if m.startswith("mb")) + \
             "".join(f" schedule={m}" for m in mods if m in ("gpipe", "1f1b", "zb-h1")) + \
