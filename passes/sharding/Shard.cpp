@@ -1166,19 +1166,23 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
-/// Moves each single-tensor all-reduce right after the op that produces its
-/// operand (the partitioner inserts it before the consumer): a gradient's
-/// reduction then starts as soon as the gradient exists, and the runtime
-/// overlaps it with the rest of the backward pass.
-void hoistAllReduces(func::FuncOp func) {
+/// Moves each single-tensor all-reduce and each reduce-scatter right after the
+/// op that produces its operand (the partitioner inserts them before the
+/// consumer): a gradient's reduction then starts as soon as the gradient
+/// exists, and the runtime overlaps it with the rest of the backward pass.
+void hoistReductions(func::FuncOp func) {
   Block &block = func.getBody().front();
   for (Operation &op : llvm::make_early_inc_range(block)) {
-    auto ar = dyn_cast<AllReduceOp>(op);
-    if (!ar || ar.getInputs().size() != 1)
+    Value in;
+    if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() == 1)
+      in = ar.getInputs()[0];
+    else if (auto rs = dyn_cast<ReduceScatterOp>(op))
+      in = rs->getOperand(0);
+    else
       continue;
-    Operation *def = ar.getInputs()[0].getDefiningOp();
+    Operation *def = in.getDefiningOp();
     if (def && def->getBlock() == &block)
-      ar->moveAfter(def);
+      op.moveAfter(def);
   }
 }
 
@@ -1283,7 +1287,7 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
       Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
       if (failed(partitioner.run()))
         return signalPassFailure();
-      hoistAllReduces(func);
+      hoistReductions(func);
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);
       if (explain)
         report(func, *meshInfo, partitioner.collectives);
