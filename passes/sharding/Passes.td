@@ -40,8 +40,8 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
 
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
-    parallelism); means rescale by the shard count. Each all-reduce moves right
-    after the op producing its operand, and all-reduces of one element type
+    parallelism); means rescale by the shard count. Each all-reduce and
+    reduce-scatter moves right after the op producing its operand, and all-reduces of one element type
     over the same axes are bucketed in program order into collectives of at
     most `bucket-mb` MiB, each placed at its last member (a bucket also
     closes before the first reader of one of its results): gradient buckets
