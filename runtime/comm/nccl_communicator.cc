@@ -32,11 +32,26 @@ public:
   }
   ~NcclCommunicator() override {
     if (!aborted_) {
-      (void)drain();
+      // Non-blocking communicators: finalize (flushes outstanding work, may
+      // report ncclInProgress), wait until ready, then destroy; any failure or
+      // timeout aborts instead.
+      Status s = drain();
+      std::vector<ncclComm_t> comms;
       for (auto &[mask, c] : groups_)
-        ncclCommDestroy(c);
+        comms.push_back(c);
       if (world_)
-        ncclCommDestroy(world_);
+        comms.push_back(world_);
+      for (ncclComm_t c : comms)
+        if (s.isOk() && !aborted_) {
+          ncclResult_t r = ncclCommFinalize(c);
+          s = r == ncclSuccess || r == ncclInProgress ? ready(c, "finalizing a NCCL communicator")
+                                                      : checked(r, "ncclCommFinalize", c);
+        }
+      if (!s.isOk())
+        abortAll();
+      else
+        for (ncclComm_t c : comms)
+          ncclCommDestroy(c);
     }
     for (const InFlight &f : inflight_)
       cudaEventDestroy(f.done);
