@@ -597,17 +597,21 @@ Status Executor::leaveComm(const std::vector<int32_t> &results, bool overlap) {
   return Status::ok();
 }
 
+Status Executor::awaitTensor(int32_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end())
+    return Status::ok();
+  PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Compute, it->second));
+  pending_.erase(it);
+  return Status::ok();
+}
+
 Status Executor::awaitPending(const plan::Instruction &inst) {
   if (pending_.empty())
     return Status::ok();
   for (const auto *ids : {inst.inputs(), inst.outputs()})
-    for (int32_t id : *ids) {
-      auto it = pending_.find(id);
-      if (it == pending_.end())
-        continue;
-      PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Compute, it->second));
-      pending_.erase(it);
-    }
+    for (int32_t id : *ids)
+      PTC_RETURN_IF_ERROR(awaitTensor(id));
   return Status::ok();
 }
 

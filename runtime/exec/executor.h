@@ -117,6 +117,8 @@ private:
   Status enterComm();
   Status leaveComm(const std::vector<int32_t> &results, bool overlap);
   Status awaitPending(const plan::Instruction &inst);
+  /// The compute stream waits for the collective writing tensor `id`, if any.
+  Status awaitTensor(int32_t id);
   /// Before the host blocks on the device: collectives must finish (or fail
   /// by timeout) first, or a dead peer would hang the copy.
   Status hostSync();

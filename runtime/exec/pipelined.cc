@@ -127,6 +127,7 @@ Status Executor::preparePipeline() {
 
 Status Executor::stash(int32_t tensor, int mb, const void *data, int consumers) {
   int64_t bytes = plan_->tensor(tensor).bytes;
+  PTC_RETURN_IF_ERROR(awaitTensor(tensor)); // e.g. a tensor-parallel all-reduce's result
   Stashed &s = stash_[{tensor, mb}];
   if (s.bytes != 0)
     return error(StatusCode::kInternal, "tensor #", tensor, " of micro-batch ", mb,
