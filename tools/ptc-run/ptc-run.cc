@@ -12,7 +12,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cerrno>
@@ -54,6 +56,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       actions (pipelined plans; the last step)
   --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
   --collective-timeout S  fail a collective that does not finish within S seconds (default 300)
+  --step-timeout S    end the run with an error when one training step takes more than S
+                      seconds, whatever it waits for (a device, a peer; default 3600; 0: off)
 )";
 
 bool gMultiRank = false;
@@ -70,6 +74,55 @@ int fail(const std::string &message) {
     abortMpi(1);
   return 1;
 }
+
+/// Ends the process with an error when a step runs longer than the timeout:
+/// whatever the step waits for (a GPU kernel, a driver, a peer outside any
+/// collective timeout), the run never hangs silently.
+class StepWatchdog {
+public:
+  explicit StepWatchdog(double timeoutSeconds) : timeout_(timeoutSeconds) {
+    if (timeout_ > 0)
+      thread_ = std::thread([this] { watch(); });
+  }
+  ~StepWatchdog() {
+    done_ = true;
+    if (thread_.joinable())
+      thread_.join();
+  }
+  void begin(int64_t step) {
+    startedUs_ = nowUs();
+    step_ = step;
+  }
+  void end() { step_ = -1; }
+
+private:
+  static int64_t nowUs() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void watch() {
+    auto tick = std::chrono::duration<double>(std::min(1.0, timeout_ / 10));
+    while (!done_) {
+      std::this_thread::sleep_for(tick);
+      int64_t step = step_;
+      if (step >= 0 && nowUs() - startedUs_ > static_cast<int64_t>(timeout_ * 1e6)) {
+        char line[256];
+        int n = std::snprintf(line, sizeof line,
+                              "ptc-run: error: rank %d: step %lld has not finished after %g s "
+                              "(--step-timeout): a device or a peer stopped responding\n",
+                              worldRank(), static_cast<long long>(step), timeout_);
+        std::fwrite(line, 1, static_cast<size_t>(n), stderr);
+        std::fflush(stderr);
+        std::_Exit(1); // the launcher takes the other ranks down
+      }
+    }
+  }
+  double timeout_;
+  std::atomic<int64_t> step_{-1}, startedUs_{0};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 /// This process's rank among the ranks on its node (OpenMPI, MPICH/Hydra,
 /// Slurm), which picks its GPU.
@@ -179,7 +232,7 @@ int main(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads", "--np",
-                                    "--collective-timeout", "--trace", "--device", "--comm"};
+                                    "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
         std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
@@ -400,10 +453,25 @@ int main(int argc, char **argv) {
   std::vector<int32_t> wholeTokens(static_cast<size_t>(batch * seq)),
       wholeTargets(static_cast<size_t>(batch * seq));
   using Clock = std::chrono::steady_clock;
+  double stepTimeout = 3600.0;
+  if (opts.count("--step-timeout")) {
+    char *end = nullptr;
+    stepTimeout = std::strtod(opts["--step-timeout"].c_str(), &end);
+    if (end == opts["--step-timeout"].c_str() || *end != '\0' || !(stepTimeout >= 0))
+      return fail("--step-timeout expects a number of seconds >= 0 (0: off), got '" +
+                  opts["--step-timeout"] + "'");
+  }
+  StepWatchdog watchdog(stepTimeout);
+  // Fault injection for the tests: a step that never finishes.
+  const char *hangEnv = std::getenv("PTC_FAULT_HANG_STEP");
+  const int64_t hangStep = hangEnv ? std::atoll(hangEnv) : -1;
   const auto start = Clock::now();
   auto last = start;
   int64_t lastStep = 0;
   for (int64_t step = 0; step < steps; ++step) {
+    watchdog.begin(step);
+    while (step == hangStep)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
     data->fillBatch(step, batch, seq, 0, batch, wholeTokens.data(), wholeTargets.data());
     for (auto [id, values] : {std::pair{tokensId, &wholeTokens}, std::pair{targetsId, &wholeTargets}})
       if (Status s = ex.setInput(id, values->data()); !s.isOk())
@@ -418,6 +486,7 @@ int main(int argc, char **argv) {
       return v.isOk() ? *v : std::nanf("");
     };
     float loss = readScalar(lossId); // waits for the step on a GPU
+    watchdog.end();
     auto t1 = Clock::now();
     if (!std::isfinite(loss))
       return fail("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
