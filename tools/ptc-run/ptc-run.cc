@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <cmath>
 #include <cstdio>
@@ -85,7 +87,11 @@ public:
       thread_ = std::thread([this] { watch(); });
   }
   ~StepWatchdog() {
-    done_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
     if (thread_.joinable())
       thread_.join();
   }
@@ -103,8 +109,8 @@ private:
   }
   void watch() {
     auto tick = std::chrono::duration<double>(std::min(1.0, timeout_ / 10));
-    while (!done_) {
-      std::this_thread::sleep_for(tick);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, tick, [this] { return done_; })) {
       int64_t step = step_;
       if (step >= 0 && nowUs() - startedUs_ > static_cast<int64_t>(timeout_ * 1e6)) {
         char line[256];
@@ -120,7 +126,9 @@ private:
   }
   double timeout_;
   std::atomic<int64_t> step_{-1}, startedUs_{0};
-  std::atomic<bool> done_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false; // guarded by mutex_
   std::thread thread_;
 };
 
