@@ -919,9 +919,4 @@ float clipByNorm(const std::vector<const float *> &grads, const std::vector<int6
   return norm;
 }
 
-float clipGradNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                   const std::vector<float *> &outs, float maxNorm) {
-  return clipByNorm(grads, sizes, outs, maxNorm, sumOfSquares(grads, sizes));
-}
-
 } // namespace ptc::kernels::cpu

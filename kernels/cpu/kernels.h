@@ -128,14 +128,11 @@ void adamwUpdate(const float *param, const float *grad, const float *m, const fl
                  const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV);
 void sgdUpdate(const float *param, const float *grad, const float *buf, float lr, float momentum,
                float weightDecay, int64_t n, float *outParam, float *outBuf);
-/// Scales every gradient by min(1, maxNorm / (norm + 1e-6)); returns norm.
 /// Sum of squares of every element of every tensor (for a norm spread over ranks).
 double sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes);
 /// Scales each tensor by min(1, maxNorm / (sqrt(sumSquares) + 1e-6)); returns the norm.
 float clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
                  const std::vector<float *> &outs, float maxNorm, double sumSquares);
-float clipGradNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                   const std::vector<float *> &outs, float maxNorm);
 
 } // namespace ptc::kernels::cpu
 

@@ -40,7 +40,6 @@ class CudaDevice final : public Device {
 public:
   static StatusOr<std::unique_ptr<Device>> create(int ordinal) {
     std::unique_ptr<CudaDevice> d(new CudaDevice());
-    d->ordinal_ = ordinal;
     PTC_RETURN_IF_ERROR(cudaStatus(cudaSetDevice(ordinal), "selecting GPU " + std::to_string(ordinal)));
     cudaDeviceProp prop{};
     PTC_RETURN_IF_ERROR(cudaStatus(cudaGetDeviceProperties(&prop, ordinal), "querying GPU"));
@@ -128,7 +127,6 @@ public:
 
   Status synchronize() override {
     PTC_RETURN_IF_ERROR(cudaStatus(cudaDeviceSynchronize(), "running kernels on " + name_));
-    nextEvent_ = 0;
     g::ErrorRecord rec{};
     PTC_RETURN_IF_ERROR(
         cudaStatus(cudaMemcpy(&rec, err_, sizeof rec, cudaMemcpyDeviceToHost), "reading errors"));
@@ -156,6 +154,7 @@ public:
     return cudaStatus(cudaStreamWaitEvent(streamOf(stream), events_[static_cast<size_t>(event)], 0),
                       "waiting for an event");
   }
+  void recycleEvents() override { nextEvent_ = 0; }
   void *nativeStream(StreamKind stream) override { return streamOf(stream); }
 
   // ---- Kernels ------------------------------------------------------------------
@@ -478,7 +477,6 @@ private:
     return static_cast<const int32_t *>(slots);
   }
 
-  int ordinal_ = 0;
   std::string name_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cublasHandle_t blas_ = nullptr;

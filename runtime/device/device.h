@@ -37,7 +37,7 @@ struct AdamWParams {
 };
 
 /// An event recorded on a stream; another stream can wait for it. Owned by
-/// the device (recycled after synchronize()).
+/// the device (recycled by recycleEvents()).
 using Event = int;
 
 class Device {
@@ -69,6 +69,9 @@ public:
   virtual StatusOr<Event> record(StreamKind stream) = 0;
   /// Work enqueued later on `stream` waits for `event`.
   virtual Status wait(StreamKind stream, Event event) = 0;
+  /// Every event recorded so far may be reused (after a synchronize(), when
+  /// nothing waits on them any more: the executor's step end).
+  virtual void recycleEvents() {}
   /// Native handle of a stream (cudaStream_t; nullptr on the CPU).
   virtual void *nativeStream(StreamKind stream) = 0;
 

@@ -48,6 +48,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   ex->dev_ = device ? std::move(device) : createCpuDevice();
   Device &dev = *ex->dev_;
   ex->staging_ = DeviceBuffer(&dev);
+  ex->rowScratch_ = DeviceBuffer(&dev);
   const auto &tensors = plan->tensors();
   ex->storage_.assign(tensors.size(), nullptr);
   ex->ppRank_ = pipelineRank;
@@ -429,13 +430,15 @@ Status Executor::step(std::vector<double> *profile) {
   else
     for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
       PTC_RETURN_IF_ERROR(runInstruction(n, profile));
-  pending_.clear();
-  lastComm_ = -1; // events are recycled at synchronize()
   if (comm_)
     PTC_RETURN_IF_ERROR(comm_->drain());
   Status s = dev_->synchronize();
   if (!s.isOk())
     return Status(s.code(), "the step's work on " + dev_->describe() + " failed: " + s.message());
+  // Nothing waits on this step's events any more.
+  pending_.clear();
+  lastComm_ = -1;
+  dev_->recycleEvents();
   return Status::ok();
 }
 
@@ -934,8 +937,6 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   int64_t total = classes * plan_->meshSizes()[static_cast<size_t>(axis)];
   std::string what = "cross-entropy at " + std::string(inst.location() ? inst.location()->c_str() : "");
   // Row maxima, sums and target logits: three rows-long device vectors.
-  if (!rowScratch_.data())
-    rowScratch_ = DeviceBuffer(dev_.get());
   PTC_RETURN_IF_ERROR(rowScratch_.reserve(3 * rows * 4));
   float *mx = static_cast<float *>(rowScratch_.data()), *sum = mx + rows, *target = sum + rows;
   const float *x = f32(in[0]);
