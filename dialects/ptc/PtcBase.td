@@ -107,6 +107,14 @@ def Ptc_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Ptc_IdTensor : StaticShapeTensorOf<[I32]>;
 def Ptc_AnyTensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
 
+// A dimension index where negative values count from the end. Upstream's
+// I64Attr reads back as uint64_t, which turns the default -1 into 2^64 - 1 in
+// every `axis < 0` test; this one reads back signed.
+def Ptc_AxisAttr : TypedSignlessIntegerAttrBase<I64, "int64_t",
+    "64-bit signless integer attribute (a dimension; negative counts from the end)"> {
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
+
 class Ptc_Op<string mnemonic, list<Trait> traits = []>
     : Op<Ptc_Dialect, mnemonic, traits>;
 

@@ -72,7 +72,7 @@ def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [Pure, SameOperandsAndResultType]
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$output, Ptc_FloatTensor:$grad,
-                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+                       DefaultValuedAttr<Ptc_AxisAttr, "-1">:$axis);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$output `,` $grad attr-dict `:` type($output)";
   let hasVerifier = 1;

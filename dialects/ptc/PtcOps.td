@@ -189,7 +189,7 @@ def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareO
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$input,
-                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+                       DefaultValuedAttr<Ptc_AxisAttr, "-1">:$axis);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
@@ -344,7 +344,7 @@ def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType, Dec
         : tensor<4x3xf32>, tensor<4x5xf32> -> tensor<4x8xf32>
     ```
   }];
-  let arguments = (ins Variadic<Ptc_AnyTensor>:$inputs, I64Attr:$axis);
+  let arguments = (ins Variadic<Ptc_AnyTensor>:$inputs, Ptc_AxisAttr:$axis);
   let results = (outs Ptc_AnyTensor:$result);
   let assemblyFormat = [{
     $inputs `axis` `=` $axis attr-dict `:` type($inputs) `->` type($result)

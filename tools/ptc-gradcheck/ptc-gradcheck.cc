@@ -3,6 +3,9 @@
 // Parameters start from the plan's initializers; float inputs are N(0, 1);
 // id inputs are uniform below the bound the plan's instructions give them.
 //   ptc-gradcheck grad.plan [--seed S] [--eps E] [--rtol R] [--atol A] [--samples N]
+// The loss is computed in f32, so a central difference cannot resolve less
+// than a few ulps of the loss over 2 * eps; the default absolute tolerance is
+// that floor (8 ulps of the loss) when it exceeds 1e-4.
 
 #include "runtime/exec/executor.h"
 #include "runtime/plan/plan_loader.h"
@@ -21,6 +24,7 @@ int main(int argc, char **argv) {
   std::string planPath;
   uint64_t seed = 7;
   double eps = 1e-2, rtol = 2e-2, atol = 1e-4;
+  bool atolGiven = false;
   int64_t samples = 24;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -37,8 +41,10 @@ int main(int argc, char **argv) {
       eps = std::atof(next());
     else if (a == "--rtol")
       rtol = std::atof(next());
-    else if (a == "--atol")
+    else if (a == "--atol") {
       atol = std::atof(next());
+      atolGiven = true;
+    }
     else if (a == "--samples")
       samples = std::atoll(next());
     else if (planPath.empty())
@@ -90,13 +96,22 @@ int main(int argc, char **argv) {
     }
   }
   // Parameters initialized to constants (zeros/ones) would hide bugs that
-  // depend on their values: perturb every parameter a little.
+  // depend on their values: perturb every parameter a little, relative to its
+  // initializer's scale (half its std; 0.05 around a constant) so that a real
+  // model stays in the regime it trains in, and by N(0, 0.5) where the plan
+  // gives no initializer (the op-level checks, whose values are the noise).
   for (size_t i = 0; i < plan->tensors().size(); ++i) {
     const TensorInfo &t = plan->tensors()[i];
     if (t.kind != plan::TensorKind::Parameter)
       continue;
+    const plan::Tensor *pt = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    double noiseStd = 0.5;
+    if (pt->init() == plan::InitKind::Normal)
+      noiseStd = 0.5 * pt->init_std();
+    else if (pt->init() != plan::InitKind::None)
+      noiseStd = 0.05;
     std::vector<float> noise(static_cast<size_t>(t.numElements));
-    fillNormal(noise.data(), t.numElements, 0.5, seed + 1, t.name);
+    fillNormal(noise.data(), t.numElements, noiseStd, seed + 1, t.name);
     for (int64_t e = 0; e < t.numElements; ++e)
       ex.f32(static_cast<int32_t>(i))[e] += noise[static_cast<size_t>(e)];
   }
@@ -110,6 +125,17 @@ int main(int argc, char **argv) {
     return *ex.f32(lossId);
   };
   const double base = lossAt();
+  if (!atolGiven) {
+    // One ulp of the f32 loss, and the central difference's rounding floor.
+    float fb = static_cast<float>(std::fabs(base));
+    double ulp = static_cast<double>(std::nextafter(fb, INFINITY) - fb);
+    double floor = 8.0 * ulp / (2.0 * eps);
+    if (floor > atol) {
+      atol = floor;
+      std::printf("gradcheck: loss %.6g in f32: absolute tolerance %.3g (8 ulps over 2 * eps)\n",
+                  base, atol);
+    }
+  }
   // Copy the analytic gradients before perturbing.
   struct Check {
     int32_t param;

@@ -21,38 +21,40 @@ using namespace mlir::ptc;
 namespace cl = llvm::cl;
 
 namespace {
+cl::OptionCategory modelOptions("ptc-model options");
+
 cl::SubCommand gptCmd("gpt", "GPT as in nanoGPT's model.py (the standard model)");
 cl::SubCommand mlpCmd("mlp", "multi-layer perceptron classifier");
 cl::SubCommand moeCmd("moe", "mixture-of-experts classifier (top-k router, expert MLPs)");
 
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
-                                cl::value_desc("file"), cl::init("-"), cl::sub(cl::SubCommand::getAll()));
+                                cl::value_desc("file"), cl::init("-"), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<bool> listParameters("list-parameters",
                              cl::desc("Print parameter names and shapes instead of the model"),
-                             cl::sub(cl::SubCommand::getAll()));
+                             cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<std::string> dtype("dtype", cl::desc("Parameter/activation type: f32, bf16 or f16"),
-                           cl::init("f32"), cl::sub(cl::SubCommand::getAll()));
+                           cl::init("f32"), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> batch("batch", cl::desc("Global batch (sequences for gpt, rows otherwise)"),
-                       cl::init(-1), cl::sub(cl::SubCommand::getAll()));
+                       cl::init(-1), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(-1),
-                        cl::sub(cl::SubCommand::getAll()));
+                        cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks (gpt) or linear layers (mlp)"),
-                        cl::init(-1), cl::sub(gptCmd), cl::sub(mlpCmd));
+                        cl::init(-1), cl::sub(gptCmd), cl::sub(mlpCmd), cl::cat(modelOptions));
 
-cl::opt<int64_t> heads("heads", cl::desc("Attention heads"), cl::init(4), cl::sub(gptCmd));
+cl::opt<int64_t> heads("heads", cl::desc("Attention heads"), cl::init(4), cl::sub(gptCmd), cl::cat(modelOptions));
 cl::opt<int64_t> seq("seq", cl::desc("Sequence length (= block size)"), cl::init(64),
-                     cl::sub(gptCmd));
-cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary size"), cl::init(256), cl::sub(gptCmd));
+                     cl::sub(gptCmd), cl::cat(modelOptions));
+cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary size"), cl::init(256), cl::sub(gptCmd), cl::cat(modelOptions));
 
 cl::opt<int64_t> input("input", cl::desc("Input (model) dimension"), cl::init(64),
-                       cl::sub(mlpCmd), cl::sub(moeCmd));
+                       cl::sub(mlpCmd), cl::sub(moeCmd), cl::cat(modelOptions));
 cl::opt<int64_t> classes("classes", cl::desc("Output classes"), cl::init(10), cl::sub(mlpCmd),
-                         cl::sub(moeCmd));
-cl::opt<int64_t> experts("experts", cl::desc("Number of experts"), cl::init(4), cl::sub(moeCmd));
-cl::opt<int64_t> topK("top-k", cl::desc("Experts per token"), cl::init(2), cl::sub(moeCmd));
+                         cl::sub(moeCmd), cl::cat(modelOptions));
+cl::opt<int64_t> experts("experts", cl::desc("Number of experts"), cl::init(4), cl::sub(moeCmd), cl::cat(modelOptions));
+cl::opt<int64_t> topK("top-k", cl::desc("Experts per token"), cl::init(2), cl::sub(moeCmd), cl::cat(modelOptions));
 cl::opt<double> capacityFactor("capacity-factor",
                                cl::desc("Expert capacity = ceil(factor * tokens * k / experts)"),
-                               cl::init(1.25), cl::sub(moeCmd));
+                               cl::init(1.25), cl::sub(moeCmd), cl::cat(modelOptions));
 
 int64_t orDefault(int64_t value, int64_t fallback) { return value < 0 ? fallback : value; }
 
@@ -64,7 +66,26 @@ int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
-  cl::ParseCommandLineOptions(argc, argv, "ptc-model: writes ptc training models\n");
+  // Only ptc-model's own options in --help (not the LLVM/MLIR ones linked in);
+  // a bad subcommand or option is a usage error (exit status 2).
+  // The model comes first. Checked before LLVM's parser, which reads an
+  // option of another model (`--heads` without `gpt`) as the grouped `-h`.
+  if (argc > 1) {
+    llvm::StringRef first = argv[1];
+    bool help = first == "-h" || first.starts_with("--help") || first.starts_with("-help") ||
+                first == "--version";
+    if (!help && !llvm::is_contained({"gpt", "mlp", "moe"}, first)) {
+      fail("unknown model '" + first + "': the first argument names one of gpt, mlp, moe " +
+           "(see ptc-model --help)");
+      return 2;
+    }
+  }
+  for (cl::SubCommand *sub : {&cl::SubCommand::getTopLevel(), &gptCmd, &mlpCmd, &moeCmd})
+    cl::HideUnrelatedOptions(modelOptions, *sub);
+  if (!cl::ParseCommandLineOptions(argc, argv,
+                                   "ptc-model: writes ptc training models (gpt, mlp, moe)\n",
+                                   &llvm::errs()))
+    return 2;
 
   MLIRContext context;
   std::vector<TensorSpec> params;
