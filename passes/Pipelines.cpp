@@ -2,6 +2,8 @@
 
 #include "passes/Passes.h"
 
+#include "dialects/ptc/PtcMesh.h"
+
 #include "passes/analysis/Passes.h"
 #include "passes/autodiff/Passes.h"
 #include "passes/export/Passes.h"
@@ -31,7 +33,7 @@ int64_t axisSize(StringRef spec, StringRef axis) {
 } // namespace
 
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
-  const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, "pp") > 1 ||
+  const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) > 1 ||
                          options.virtualStages != 1;
   if (options.precision != "fp32") {
     MixedPrecisionPassOptions mp;
@@ -41,7 +43,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (pipelined) {
     MicrobatchPassOptions mb;
     mb.count = options.microbatches;
-    mb.dataParallel = axisSize(options.mesh, "dp");
+    mb.dataParallel = axisSize(options.mesh, meshAxisName(MeshAxisRole::Data));
     pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
   }
   AutodiffPassOptions ad;
@@ -63,7 +65,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
   pm.addPass(createCSEPass());
-  if (!options.mesh.empty()) {
+  // zero= and sequence-parallel= without a mesh reach ptc-shard too, which
+  // refuses them (an option that cannot take effect is an error).
+  if (!options.mesh.empty() || options.zero != 0 || options.sequenceParallel) {
     ShardPassOptions shard;
     shard.mesh = options.mesh;
     shard.explain = options.explain;

@@ -31,6 +31,99 @@ LogicalResult PtcDialect::parseInit(StringRef spec, StringRef &kind, double &std
   return success();
 }
 
+namespace {
+constexpr StringLiteral kRoles[] = {PtcDialect::kParamAttrName, PtcDialect::kInputAttrName,
+                                    PtcDialect::kStateAttrName};
+
+// MLIR calls the verifier hooks below once per attribute. The checks that
+// need the whole function (unique names, result names) run once, from the
+// hook of its first named argument or result, over a name index built once:
+// scanning every argument from every hook made verification (which follows
+// every pass) quadratic in the parameter count.
+
+/// Whether no argument before `argIndex` has a role (stops at the first that
+/// has one: argument 0, in every model ptc writes).
+bool isFirstRoleArgument(FunctionOpInterface func, unsigned argIndex) {
+  for (unsigned i = 0; i < argIndex; ++i)
+    if (DictionaryAttr attrs = func.getArgAttrDict(i))
+      for (StringRef role : kRoles)
+        if (attrs.get(role))
+          return false;
+  return true;
+}
+
+/// Names identify tensors in plans, checkpoints and safetensors files: no
+/// name twice among a function's arguments, whatever their roles.
+LogicalResult verifyUniqueArgumentNames(FunctionOpInterface func) {
+  llvm::StringMap<unsigned> first;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    DictionaryAttr attrs = func.getArgAttrDict(i);
+    if (!attrs)
+      continue;
+    for (StringRef role : kRoles)
+      if (auto name = attrs.getAs<StringAttr>(role)) {
+        auto [it, inserted] = first.try_emplace(name.getValue(), i);
+        if (!inserted)
+          return func->emitError() << "tensor name '" << name.getValue()
+                                   << "' is used by arguments #" << it->second << " and #" << i;
+      }
+  }
+  return success();
+}
+
+/// `ptc.grad` names a parameter, `ptc.update` a parameter or state, each of
+/// the result's type.
+LogicalResult verifyResultNames(FunctionOpInterface func) {
+  llvm::StringMap<unsigned> params, states;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+    if (DictionaryAttr attrs = func.getArgAttrDict(i)) {
+      if (auto name = attrs.getAs<StringAttr>(PtcDialect::kParamAttrName))
+        params.try_emplace(name.getValue(), i);
+      if (auto name = attrs.getAs<StringAttr>(PtcDialect::kStateAttrName))
+        states.try_emplace(name.getValue(), i);
+    }
+  for (unsigned r = 0, e = func.getNumResults(); r < e; ++r) {
+    DictionaryAttr attrs = func.getResultAttrDict(r);
+    if (!attrs)
+      continue;
+    for (StringRef attrName : {PtcDialect::kGradAttrName, PtcDialect::kUpdateAttrName}) {
+      auto name = attrs.getAs<StringAttr>(attrName);
+      if (!name)
+        continue;
+      std::optional<unsigned> match;
+      if (auto it = params.find(name.getValue()); it != params.end())
+        match = it->second;
+      if (auto it = states.find(name.getValue());
+          attrName == PtcDialect::kUpdateAttrName && it != states.end() &&
+          (!match || it->second < *match))
+        match = it->second;
+      Type resultType = func.getResultTypes()[r];
+      if (!match)
+        return func->emitError()
+               << "'" << attrName << "' on result #" << r << " names '" << name.getValue()
+               << "', which is not "
+               << (attrName == PtcDialect::kGradAttrName ? "a parameter" : "a parameter or state")
+               << " of the function";
+      if (func.getArgumentTypes()[*match] != resultType)
+        return func->emitError() << "result #" << r << " ('" << attrName << "' of '"
+                                 << name.getValue() << "') has type " << resultType
+                                 << " but the argument has type "
+                                 << func.getArgumentTypes()[*match];
+    }
+  }
+  return success();
+}
+
+/// Whether no result before `resultIndex` names an argument.
+bool isFirstNamedResult(FunctionOpInterface func, unsigned resultIndex) {
+  for (unsigned r = 0; r < resultIndex; ++r)
+    if (DictionaryAttr attrs = func.getResultAttrDict(r))
+      if (attrs.get(PtcDialect::kGradAttrName) || attrs.get(PtcDialect::kUpdateAttrName))
+        return false;
+  return true;
+}
+} // namespace
+
 /// Checks argument roles (`ptc.param`, `ptc.input`, `ptc.state`) and
 /// `ptc.init`: non-empty string names, statically shaped tensors, float
 /// parameters and state, and no name used twice in one function.
@@ -101,12 +194,8 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
       return op->emitError() << "argument #" << argIndex << " has both '" << attrName
                              << "' and '" << other << "'";
 
-  // Names identify tensors in plans, checkpoints and safetensors files.
-  for (unsigned i = argIndex + 1, e = func.getNumArguments(); i < e; ++i)
-    for (StringRef other : roles)
-      if (func.getArgAttrOfType<StringAttr>(i, other) == name)
-        return op->emitError() << "tensor name '" << name.getValue()
-                               << "' is used by arguments #" << argIndex << " and #" << i;
+  if (isFirstRoleArgument(func, argIndex))
+    return verifyUniqueArgumentNames(func);
   return success();
 }
 
@@ -134,19 +223,7 @@ LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned re
   if (!name)
     return op->emitError() << "'" << attrName << "' on result #" << resultIndex
                            << " must name an argument";
-  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
-    auto param = func.getArgAttrOfType<StringAttr>(i, kParamAttrName);
-    auto state = func.getArgAttrOfType<StringAttr>(i, kStateAttrName);
-    if (param != name && (attrName == kGradAttrName || state != name))
-      continue;
-    if (func.getArgumentTypes()[i] != resultType)
-      return op->emitError() << "result #" << resultIndex << " ('" << attrName << "' of '"
-                             << name.getValue() << "') has type " << resultType
-                             << " but the argument has type " << func.getArgumentTypes()[i];
-    return success();
-  }
-  return op->emitError() << "'" << attrName << "' on result #" << resultIndex << " names '"
-                         << name.getValue() << "', which is not "
-                         << (attrName == kGradAttrName ? "a parameter" : "a parameter or state")
-                         << " of the function";
+  if (isFirstNamedResult(func, resultIndex))
+    return verifyResultNames(func);
+  return success();
 }

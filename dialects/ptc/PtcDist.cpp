@@ -15,6 +15,31 @@ int64_t MeshInfo::numDevices() const {
   return n;
 }
 
+ArrayRef<MeshAxisKind> mlir::ptc::meshAxisKinds() {
+  static const MeshAxisKind kinds[] = {
+      {MeshAxisRole::Data, "dp", "data parallelism, ZeRO", true},
+      {MeshAxisRole::Tensor, "tp", "tensor and sequence parallelism", true},
+      {MeshAxisRole::Pipeline, "pp", "pipeline parallelism", true},
+      {MeshAxisRole::Expert, "ep", "expert parallelism", false},
+      {MeshAxisRole::Context, "cp", "context parallelism", false},
+  };
+  return kinds;
+}
+
+const MeshAxisKind *mlir::ptc::lookupMeshAxisKind(StringRef name) {
+  for (const MeshAxisKind &k : meshAxisKinds())
+    if (k.name == name)
+      return &k;
+  return nullptr;
+}
+
+StringRef mlir::ptc::meshAxisName(MeshAxisRole role) {
+  for (const MeshAxisKind &k : meshAxisKinds())
+    if (k.role == role)
+      return k.name;
+  llvm_unreachable("every role has an axis kind");
+}
+
 int MeshInfo::axisIndex(StringRef name) const {
   for (auto [i, a] : llvm::enumerate(axes))
     if (a == name)
@@ -39,6 +64,19 @@ LogicalResult checkMesh(const MeshInfo &mesh, EmitErrorFn emitError) {
       return emitError() << "mesh axis names must be non-empty and not '_'";
     if (!seen.insert(name).second)
       return emitError() << "mesh axis '" << name << "' appears twice";
+    const MeshAxisKind *kind = lookupMeshAxisKind(name);
+    if (!kind) {
+      InFlightDiagnostic diag = emitError();
+      diag << "unknown mesh axis '" << name << "'; known axes: ";
+      llvm::interleaveComma(meshAxisKinds(), diag, [&](const MeshAxisKind &k) {
+        diag << k.name << " (" << k.description << (k.implemented ? "" : ", not implemented yet")
+             << ")";
+      });
+      return diag;
+    }
+    if (!kind->implemented && size > 1)
+      return emitError() << "mesh axis '" << name << "' (" << kind->description
+                         << ") is not implemented yet: every rank would hold a full replica";
     if (size < 1)
       return emitError() << "mesh axis '" << name << "' has size " << size
                          << "; sizes must be at least 1";

@@ -9,6 +9,25 @@
 
 namespace mlir::ptc {
 
+/// What a mesh axis parallelizes. Every axis name a mesh may use is one entry
+/// of `meshAxisKinds()` (PtcDist.cpp); passes look axes up by role, so a new
+/// kind of parallelism is one entry there plus the rules that use it.
+enum class MeshAxisRole { Data, Tensor, Pipeline, Expert, Context };
+
+struct MeshAxisKind {
+  MeshAxisRole role;
+  StringRef name;        // the axis name in meshes and sharding specs ("dp")
+  StringRef description; // for messages ("data parallelism")
+  bool implemented;      // false: naming it is an error, not a silent replica
+};
+
+/// The axis kinds ptc knows, in documentation order.
+ArrayRef<MeshAxisKind> meshAxisKinds();
+/// The kind of axis `name`, or null.
+const MeshAxisKind *lookupMeshAxisKind(StringRef name);
+/// The axis name of a role ("dp" for Data).
+StringRef meshAxisName(MeshAxisRole role);
+
 /// A mesh: named axes with sizes, devices numbered row-major (last axis fastest).
 struct MeshInfo {
   SmallVector<std::string> axes;
@@ -17,6 +36,13 @@ struct MeshInfo {
   int64_t numDevices() const;
   /// Index of axis `name`, or -1.
   int axisIndex(StringRef name) const;
+  /// Index of the axis with `role`, or -1.
+  int axisIndex(MeshAxisRole role) const { return axisIndex(meshAxisName(role)); }
+  /// Size of the axis with `role` (1 when the mesh has none).
+  int64_t axisSize(MeshAxisRole role) const {
+    int a = axisIndex(role);
+    return a < 0 ? 1 : sizes[static_cast<size_t>(a)];
+  }
   /// Builds the module attribute value.
   DictionaryAttr toAttr(MLIRContext *context) const;
 };

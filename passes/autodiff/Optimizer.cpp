@@ -38,6 +38,10 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       Value grad;
     };
     SmallVector<Entry> entries;
+    llvm::StringMap<SmallVector<BlockArgument, 1>> paramsByName;
+    for (BlockArgument arg : block.getArguments())
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName))
+        paramsByName[name.getValue()].push_back(arg);
     for (unsigned r = 1; r < func.getNumResults(); ++r) {
       auto name = func.getResultAttrOfType<StringAttr>(r, PtcDialect::kGradAttrName);
       if (!name) {
@@ -45,22 +49,53 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
                          << "directly after ptc-autodiff";
         return signalPassFailure();
       }
-      for (BlockArgument arg : block.getArguments())
-        if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName) ==
-            name)
-          entries.push_back({arg, name, ret.getOperand(r)});
+      for (BlockArgument arg : paramsByName.lookup(name.getValue()))
+        entries.push_back({arg, name, ret.getOperand(r)});
     }
 
     // Optimizer state arguments go right after the last parameter.
     unsigned insertAt = 0;
     for (const Entry &e : entries)
       insertAt = std::max(insertAt, e.param.getArgNumber() + 1);
+    // Every state argument in the order addState hands them out, inserted in
+    // one call (one at a time rebuilds the signature each time: quadratic).
+    SmallVector<std::pair<Type, std::string>> states;
+    auto scalarType = RankedTensorType::get({}, b.getF32Type());
+    if (dynamicLossScale) {
+      states.push_back({scalarType, "loss_scale.exponent"});
+      states.push_back({scalarType, "loss_scale.good_steps"});
+    }
+    if (adamw)
+      states.push_back({scalarType, "optimizer.step"});
+    for (const Entry &e : entries) {
+      if (adamw) {
+        states.push_back({e.param.getType(), e.name.str() + ".exp_avg"});
+        states.push_back({e.param.getType(), e.name.str() + ".exp_avg_sq"});
+      } else {
+        states.push_back({e.param.getType(), e.name.str() + ".momentum_buffer"});
+      }
+    }
+    bool inserted = false;
+    size_t nextState = 0;
     auto addState = [&](Type type, const Twine &name) -> BlockArgument {
-      auto attrs = b.getDictionaryAttr(
-          b.getNamedAttr(PtcDialect::kStateAttrName, b.getStringAttr(name)));
-      if (failed(func.insertArgument(insertAt, type, attrs, loc)))
-        return {};
-      return func.getArgument(insertAt++);
+      if (!inserted) {
+        SmallVector<unsigned> at(states.size(), insertAt);
+        SmallVector<Type> types;
+        SmallVector<DictionaryAttr> attrs;
+        for (auto &[t, n] : states) {
+          types.push_back(t);
+          attrs.push_back(b.getDictionaryAttr(
+              b.getNamedAttr(PtcDialect::kStateAttrName, b.getStringAttr(n))));
+        }
+        SmallVector<Location> locs(states.size(), loc);
+        if (failed(func.insertArguments(at, types, attrs, locs)))
+          return {};
+        inserted = true;
+      }
+      assert(nextState < states.size() && states[nextState].first == type &&
+             states[nextState].second == name.str() && "state arguments in the planned order");
+      (void)type;
+      return func.getArgument(insertAt + static_cast<unsigned>(nextState++));
     };
 
     SmallVector<Value> grads;

@@ -293,7 +293,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     }
     std::vector<int64_t> arenaBytes(arenas.asArrayRef().begin(), arenas.asArrayRef().end());
     return pp::CreatePipeline(
-        fbb, mesh ? mesh->axisIndex("pp") : -1,
+        fbb, mesh ? mesh->axisIndex(MeshAxisRole::Pipeline) : -1,
         static_cast<int32_t>(cast<IntegerAttr>(pipeline.get("ranks")).getInt()),
         static_cast<int32_t>(cast<IntegerAttr>(pipeline.get("chunks")).getInt()),
         cast<BoolAttr>(pipeline.get("split_weight")).getValue(),

@@ -158,18 +158,77 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     llvm::sort(order, [&](size_t a, size_t b) {
       return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes : a < b;
     });
-    SmallVector<size_t> placed;
+    // Placed buffers by pipeline rank (slot 0: every rank), so that a buffer
+    // meets only those that can share its memory, and by time: level k cuts
+    // the step into blocks of kTimeBlock * 8^k ops and holds the buffers whose
+    // lifetime spans at most 4 such blocks, listed in each block they touch.
+    // A buffer then meets the placed ones near its lifetime instead of every
+    // placed buffer (which was quadratic in the op count); the set it meets
+    // and so every offset are the same.
+    constexpr int64_t kTimeBlock = 32, kLevelRatio = 8;
+    int64_t lastTime = 0;
+    for (const Buffer &buf : buffers)
+      lastTime = std::max(lastTime, buf.end);
+    SmallVector<int64_t> blockSize{kTimeBlock};
+    while (blockSize.back() * 4 <= lastTime + 1)
+      blockSize.push_back(blockSize.back() * kLevelRatio);
+    auto levelOf = [&](const Buffer &b) {
+      size_t k = 0;
+      while (k + 1 < blockSize.size() && b.end - b.start + 1 > 4 * blockSize[k])
+        ++k;
+      return k;
+    };
+    size_t slots = static_cast<size_t>(std::max(ranks, 0)) + 1;
+    auto slotOf = [](const Buffer &b) { return static_cast<size_t>(b.rank + 1); };
+    // placedIn[slot][level][block]: the placed buffers there
+    std::vector<std::vector<std::vector<SmallVector<size_t, 4>>>> placedIn(slots);
+    for (auto &levels : placedIn)
+      for (int64_t size : blockSize)
+        levels.emplace_back(static_cast<size_t>(lastTime / size + 1));
+    // Buffers live over the whole step (micro-batch accumulators, per-step
+    // receives) overlap every other: per slot, the union of their offset
+    // ranges, kept merged (a few ranges, since they pack), stands for all of
+    // them. Merging overlapping ranges does not change the lowest free offset.
+    std::vector<std::map<int64_t, int64_t>> wholeStep(slots);
+    auto addRange = [](std::map<int64_t, int64_t> &ranges, int64_t lo, int64_t hi) {
+      auto it = ranges.upper_bound(lo);
+      if (it != ranges.begin() && std::prev(it)->second >= lo) {
+        --it;
+        lo = it->first;
+        hi = std::max(hi, it->second);
+        it = ranges.erase(it);
+      }
+      while (it != ranges.end() && it->first <= hi) {
+        hi = std::max(hi, it->second);
+        it = ranges.erase(it);
+      }
+      ranges.emplace(lo, hi);
+    };
+    std::vector<size_t> seenAt(buffers.size(), 0);
+    size_t query = 0;
     int64_t arena = 0, unshared = 0;
     for (size_t i : order) {
       Buffer &buf = buffers[i];
       int64_t size = llvm::alignTo(buf.bytes, kAlignment);
       unshared += size;
       SmallVector<std::pair<int64_t, int64_t>> busy;
-      for (size_t j : placed) {
-        const Buffer &other = buffers[j];
-        bool sameRank = buf.rank < 0 || other.rank < 0 || buf.rank == other.rank;
-        if (sameRank && other.start <= buf.end && buf.start <= other.end)
-          busy.push_back({other.offset, other.offset + llvm::alignTo(other.bytes, kAlignment)});
+      ++query;
+      for (size_t slot = 0; slot < slots; ++slot) {
+        if (buf.rank >= 0 && slot != 0 && slot != slotOf(buf))
+          continue; // another pipeline rank's memory
+        for (auto [lo, hi] : wholeStep[slot])
+          busy.push_back({lo, hi});
+        for (auto [k, blocks] : llvm::enumerate(placedIn[slot]))
+          for (int64_t t = buf.start / blockSize[k]; t <= buf.end / blockSize[k]; ++t)
+            for (size_t j : blocks[static_cast<size_t>(t)]) {
+              if (seenAt[j] == query)
+                continue;
+              seenAt[j] = query;
+              const Buffer &other = buffers[j];
+              if (other.start <= buf.end && buf.start <= other.end)
+                busy.push_back(
+                    {other.offset, other.offset + llvm::alignTo(other.bytes, kAlignment)});
+            }
       }
       llvm::sort(busy);
       int64_t offset = 0;
@@ -180,7 +239,13 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
       }
       buf.offset = offset;
       arena = std::max(arena, offset + size);
-      placed.push_back(i);
+      if (buf.start == 0 && buf.end >= lastTime) {
+        addRange(wholeStep[slotOf(buf)], offset, offset + size);
+        continue;
+      }
+      size_t k = levelOf(buf);
+      for (int64_t t = buf.start / blockSize[k]; t <= buf.end / blockSize[k]; ++t)
+        placedIn[slotOf(buf)][k][static_cast<size_t>(t)].push_back(i);
     }
 
     Builder b(&getContext());

@@ -89,8 +89,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     }
     if (layers.empty() || !h || !b)
       return success();
-    if (mesh && mesh->axisIndex("tp") >= 0)
-      t = static_cast<int>(mesh->sizes[mesh->axisIndex("tp")]);
+    if (mesh && mesh->axisIndex(MeshAxisRole::Tensor) >= 0)
+      t = static_cast<int>(mesh->sizes[mesh->axisIndex(MeshAxisRole::Tensor)]);
     int64_t e = 4;
     func.walk([&](LayerNormOp ln) {
       e = (ln.getType().getElementTypeBitWidth() + 7) / 8;
@@ -249,8 +249,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     line("predicted peak", peak, "parameters + state + inputs + constants + arena + communication");
 
     // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp).
-    bool hasTp = succeeded(mesh) && mesh->axisIndex("tp") >= 0 &&
-                 mesh->sizes[mesh->axisIndex("tp")] > 1;
+    bool hasTp = succeeded(mesh) && mesh->axisIndex(MeshAxisRole::Tensor) >= 0 &&
+                 mesh->sizes[mesh->axisIndex(MeshAxisRole::Tensor)] > 1;
     if (!grads.empty() && !hasTp) {
       int64_t psi = 0;
       for (BlockArgument arg : block.getArguments())
@@ -268,7 +268,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
                   n *= mesh->sizes[a];
           psi += n;
         }
-      int dpSize = succeeded(mesh) && mesh->axisIndex("dp") >= 0 ? mesh->sizes[mesh->axisIndex("dp")] : 1;
+      int dpSize = succeeded(mesh) && mesh->axisIndex(MeshAxisRole::Data) >= 0 ? mesh->sizes[mesh->axisIndex(MeshAxisRole::Data)] : 1;
       os << "  ZeRO formula (fp32 AdamW, 4 + 4 + 8 bytes x " << psi << " parameters, dp=" << dpSize
          << "): params " << paramBytes << " B = 4 psi" << (paramBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "")
          << ", optimizer state " << perParamStateBytes << " B = 8 psi"

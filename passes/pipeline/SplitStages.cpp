@@ -370,7 +370,7 @@ LogicalResult Splitter::run() {
       if (byRank.size() == 1) {
         chunk[op] = stepChunk(op->getOperand(byRank.begin()->second.front()));
         if (auto clip = dyn_cast<ClipGradNormOp>(op); clip && ranks > 1)
-          clip.setAxesAttr(b.getStrArrayAttr({"pp"}));
+          clip.setAxesAttr(b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
         continue;
       }
       b.setInsertionPoint(op);
@@ -392,7 +392,7 @@ LogicalResult Splitter::run() {
             types.push_back(v.getType());
           types.push_back(clip.getNorm().getType());
           part = ClipGradNormOp::create(b, op->getLoc(), types, operands, clip.getMaxNormAttr(),
-                                        b.getStrArrayAttr({"pp"}));
+                                        b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
           if (first) // every rank computes the same norm; keep rank 0's
             clip.getNorm().replaceAllUsesWith(part->getResults().back());
         }
@@ -539,9 +539,16 @@ LogicalResult Splitter::run() {
     op->removeAttr(PtcDialect::kForwardIdAttrName);
     op->removeAttr(PtcDialect::kVjpOfAttrName);
   });
-  for (auto [arg, c] : home)
-    func.setArgAttr(cast<BlockArgument>(arg).getArgNumber(), PtcDialect::kStageAttrName,
-                    b.getI64IntegerAttr(c));
+  // One update of the argument attributes (per argument would be quadratic).
+  SmallVector<DictionaryAttr> argAttrs;
+  func.getAllArgAttrs(argAttrs);
+  for (auto [arg, c] : home) {
+    unsigned i = cast<BlockArgument>(arg).getArgNumber();
+    NamedAttrList attrs(argAttrs[i]);
+    attrs.set(PtcDialect::kStageAttrName, b.getI64IntegerAttr(c));
+    argAttrs[i] = attrs.getDictionary(func.getContext());
+  }
+  func.setAllArgAttrs(argAttrs);
 
   func->setAttr(PtcDialect::kPipelineAttrName,
                 b.getDictionaryAttr({b.getNamedAttr("ranks", b.getI64IntegerAttr(ranks)),
@@ -561,7 +568,7 @@ struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
       if (failed(m))
         return signalPassFailure();
       mesh = *m;
-      if (int a = mesh->axisIndex("pp"); a >= 0)
+      if (int a = mesh->axisIndex(MeshAxisRole::Pipeline); a >= 0)
         pp = static_cast<int>(mesh->sizes[a]);
     }
     int ranks = stages > 0 ? static_cast<int>(stages) : pp;

@@ -934,14 +934,34 @@ Value stripViews(Value v) {
 /// ("[_, tp]") when its input comes from attention or an activation. An
 /// embedding table used as the LM head stays replicated. Optimizer state
 /// follows its parameter.
-llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
-                                                            const MeshInfo &mesh,
-                                                            bool sequenceParallel) {
+FailureOr<llvm::DenseMap<BlockArgument, std::string>>
+megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel) {
   llvm::DenseMap<BlockArgument, std::string> specs;
-  int tp = mesh.axisIndex("tp");
+  int tp = mesh.axisIndex(MeshAxisRole::Tensor);
   if (tp < 0 || mesh.sizes[tp] < 2)
     return specs;
   int64_t tpSize = mesh.sizes[tp];
+  // A layer the rules recognize but the axis cannot split is an error naming
+  // both: running it replicated would waste every tp rank but one.
+  bool indivisible = false;
+  auto paramName = [&](BlockArgument w) {
+    return func.getArgAttrOfType<StringAttr>(w.getArgNumber(), PtcDialect::kParamAttrName).str();
+  };
+  auto cannotSplit = [&](Operation *at, BlockArgument w, StringRef how, int64_t features,
+                         int64_t blocks) {
+    InFlightDiagnostic diag = mlir::emitError(at->getLoc())
+                              << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize
+                              << ") cannot split parameter '" << paramName(w) << "' " << how
+                              << ": its " << features << " features";
+    if (blocks > 1)
+      diag << " are " << blocks << " blocks of " << features / blocks << ", which are not";
+    else
+      diag << " are not";
+    diag << " divisible by " << tpSize;
+    if (blocks > 1)
+      diag << " (a fused attention projection: the head count must be divisible by the tp size)";
+    indivisible = true;
+  };
   // A parameter, or its low-precision working copy (mixed precision).
   auto param = [&](Value v) -> BlockArgument {
     if (auto convert = v.getDefiningOp<ConvertOp>())
@@ -967,8 +987,15 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
   if (!sequenceParallel)
     func.walk([&](EmbeddingOp e) {
       BlockArgument table = param(e.getTable());
-      if (table && e.getTable().getType().getDimSize(0) % tpSize == 0)
-        specs.try_emplace(table, "[tp, _]");
+      if (!table)
+        return;
+      int64_t vocab = e.getTable().getType().getDimSize(0);
+      if (vocab % tpSize == 0)
+        specs.try_emplace(table, "[" + mesh.axes[tp] + ", _]");
+      else
+        mlir::emitWarning(e.getLoc())
+            << "the table '" << paramName(table) << "' stays whole on every '" << mesh.axes[tp]
+            << "' rank: its vocabulary of " << vocab << " is not divisible by " << tpSize;
     });
   func.walk([&](MatmulOp mm) {
     BlockArgument w = param(mm.getRhs());
@@ -981,7 +1008,9 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
     Operation *src = stripViews(mm.getLhs()).getDefiningOp();
     if (src && isa<CausalAttentionOp, GeluOp, ReluOp>(src)) {
       if (inFeatures % tpSize == 0)
-        specs.try_emplace(w, "[_, tp]");
+        specs.try_emplace(w, "[_, " + mesh.axes[tp] + "]");
+      else
+        cannotSplit(mm, w, "by rows (row-parallel)", inFeatures, 1);
       return;
     }
     Value out = mm.getResult();
@@ -1009,9 +1038,14 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
       if (equal && piece > 0 && outFeatures % piece == 0)
         blocks = outFeatures / piece;
     }
-    if (blocks == 0 || outFeatures % (tpSize * blocks) != 0)
+    if (blocks == 0)
       return;
-    std::string axis = blocks > 1 ? "tp/" + std::to_string(blocks) : "tp";
+    if (outFeatures % (tpSize * blocks) != 0) {
+      cannotSplit(mm, w, "by columns (column-parallel)", outFeatures, blocks);
+      return;
+    }
+    std::string tpName = meshAxisName(MeshAxisRole::Tensor).str();
+    std::string axis = blocks > 1 ? tpName + "/" + std::to_string(blocks) : tpName;
     specs.try_emplace(w, "[" + axis + ", _]");
     if (bias)
       specs.try_emplace(bias, "[" + axis + "]");
@@ -1030,6 +1064,8 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
           state && cast<RankedTensorType>(state.getType()).getRank() > 0)
         specs.try_emplace(state, spec);
   });
+  if (indivisible)
+    return failure();
   return specs;
 }
 
@@ -1038,7 +1074,7 @@ llvm::DenseMap<BlockArgument, std::string> megatronDefaults(func::FuncOp func,
 /// that dp divides, on top of the tensor-parallel defaults.
 void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
                   llvm::DenseMap<BlockArgument, std::string> &specs) {
-  int dp = mesh.axisIndex("dp");
+  int dp = mesh.axisIndex(MeshAxisRole::Data);
   if (zero < 1 || dp < 0 || mesh.sizes[dp] < 2)
     return;
   int64_t dpSize = mesh.sizes[dp];
@@ -1060,7 +1096,7 @@ void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
       if (a >= 0)
         entry = mesh.axes[a] + (base->blocks[d] > 1 ? "/" + std::to_string(base->blocks[d]) : "");
       else if (!placed && type.getDimSize(d) % dpSize == 0) {
-        entry = "dp";
+        entry = meshAxisName(MeshAxisRole::Data).str();
         placed = true;
       }
       out += (d ? ", " : "") + entry;
@@ -1089,9 +1125,12 @@ void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
 
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
-  int dp = mesh.axisIndex("dp");
-  llvm::DenseMap<BlockArgument, std::string> defaults =
+  int dp = mesh.axisIndex(MeshAxisRole::Data);
+  FailureOr<llvm::DenseMap<BlockArgument, std::string>> tensorParallel =
       megatronDefaults(func, mesh, sequenceParallel);
+  if (failed(tensorParallel))
+    return failure();
+  llvm::DenseMap<BlockArgument, std::string> defaults = std::move(*tensorParallel);
   zeroDefaults(func, mesh, zero, defaults);
   // 1. Arguments.
   for (BlockArgument arg : block.getArguments()) {
@@ -1123,7 +1162,7 @@ LogicalResult Partitioner::run() {
       s.dims[0] = dp; // default rule: the batch dimension of inputs goes to dp
       origin = {"default: batch -> dp", {}};
     }
-    int tp = mesh.axisIndex("tp");
+    int tp = mesh.axisIndex(MeshAxisRole::Tensor);
     if (sequenceParallel && tp >= 0 && mesh.sizes[tp] > 1 && g.getRank() >= 2 &&
         !func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName) &&
         func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
@@ -1156,11 +1195,16 @@ LogicalResult Partitioner::run() {
       strs.push_back(builder.getStringAttr(str(sharding(r)) + " (" + origins[r].how + ")"));
     op.setAttr("ptc.shardings", builder.getArrayAttr(strs));
   }
+  // All argument attributes in one update (one setArgAttr per argument
+  // rebuilds the whole array each time: quadratic in the parameter count).
+  SmallVector<DictionaryAttr> argAttrs;
+  func.getAllArgAttrs(argAttrs);
   for (BlockArgument arg : block.getArguments()) {
-    Sharding s = sharding(arg);
-    std::string spec = str(s);
-    func.setArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName, builder.getStringAttr(spec));
+    NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
+    attrs.set(PtcDialect::kShardingAttrName, builder.getStringAttr(str(sharding(arg))));
+    argAttrs[arg.getArgNumber()] = attrs.getDictionary(func.getContext());
   }
+  func.setAllArgAttrs(argAttrs);
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   func.setType(builder.getFunctionType(block.getArgumentTypes(), ret.getOperandTypes()));
   return success();
@@ -1267,6 +1311,20 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
     auto emit = [&] { return module.emitError(); };
     FailureOr<MeshInfo> meshInfo =
         mesh.empty() ? getEnclosingMesh(module) : parseMeshSpec(mesh, emit);
+    // zero= and sequence-parallel= that cannot take effect change nothing
+    // but are never silent: a warning naming the axis they need.
+    if (failed(meshInfo) && mesh.empty() && (zero > 0 || sequenceParallel) &&
+        !module->hasAttr(PtcDialect::kMeshAttrName)) {
+      if (zero > 0)
+        module.emitWarning() << "zero=" << zero.getValue() << " has no effect: it shards over the '"
+                             << meshAxisName(MeshAxisRole::Data)
+                             << "' mesh axis, and there is no mesh (add mesh=dp:N)";
+      if (sequenceParallel)
+        module.emitWarning() << "sequence-parallel=true has no effect: it splits over the '"
+                             << meshAxisName(MeshAxisRole::Tensor)
+                             << "' mesh axis, and there is no mesh (add mesh=tp:N)";
+      return;
+    }
     if (failed(meshInfo)) {
       if (mesh.empty())
         module.emitError() << "ptc-shard needs a mesh: mesh=dp:2,tp:2 or a 'ptc.mesh' module attribute";
@@ -1280,10 +1338,16 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
         module.emitError() << "zero = " << zero.getValue() << " is not a ZeRO stage (0, 1, 2 or 3)";
         return signalPassFailure();
       }
-      int dpAxis = meshInfo->axisIndex("dp");
+      int dpAxis = meshInfo->axisIndex(MeshAxisRole::Data);
       if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2))
-        module.emitWarning() << "zero=" << zero.getValue()
-                             << " has no effect without a dp axis of size >= 2";
+        module.emitWarning() << "zero=" << zero.getValue() << " has no effect: it shards over the '"
+                             << meshAxisName(MeshAxisRole::Data)
+                             << "' mesh axis, and the mesh has none of size >= 2";
+      int tpAxis = meshInfo->axisIndex(MeshAxisRole::Tensor);
+      if (sequenceParallel && (tpAxis < 0 || meshInfo->sizes[tpAxis] < 2))
+        module.emitWarning() << "sequence-parallel=true has no effect: it splits over the '"
+                             << meshAxisName(MeshAxisRole::Tensor)
+                             << "' mesh axis, and the mesh has none of size >= 2";
       Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
       if (failed(partitioner.run()))
         return signalPassFailure();
@@ -1309,7 +1373,7 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
       return;
     OpBuilder b(func.getContext());
     auto isDpOnly = [&](ArrayAttr axes) {
-      return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == "dp";
+      return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == meshAxisName(MeshAxisRole::Data);
     };
     auto wide = [](Value v) {
       auto t = cast<RankedTensorType>(v.getType());
