@@ -176,7 +176,7 @@ def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElement
 // Micro-batches and pipeline stages
 //===----------------------------------------------------------------------===//
 
-def Ptc_MicrobatchSumOp : Ptc_Op<"microbatch_sum", [Pure, SameOperandsAndResultType]> {
+def Ptc_MicrobatchSumOp : Ptc_Op<"microbatch_sum", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "sum of a per-micro-batch value over the micro-batches of a step";
   let description = [{
     In a training step whose function carries `ptc.microbatches = M`, the ops

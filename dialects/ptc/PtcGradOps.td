@@ -9,7 +9,7 @@
 #ifndef PTC_GRAD_OPS_TD
 #define PTC_GRAD_OPS_TD
 
-def Ptc_BroadcastOp : Ptc_Op<"broadcast", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "NumPy-style broadcast to a larger shape";
   let description = [{
     Stretches dimensions of size 1 and adds leading dimensions so that the
@@ -25,7 +25,7 @@ def Ptc_BroadcastOp : Ptc_Op<"broadcast", [Pure, SameOperandsAndResultElementTyp
   let hasVerifier = 1;
 }
 
-def Ptc_PadOp : Ptc_Op<"pad", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_PadOp : Ptc_Op<"pad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "zero padding around a tensor (the gradient of a slice)";
   let description = [{
     The result is zero except for the region starting at `offsets` with the
@@ -43,8 +43,12 @@ def Ptc_PadOp : Ptc_Op<"pad", [Pure, SameOperandsAndResultElementType]> {
   let hasVerifier = 1;
 }
 
+// The gradient of an activation (Ptc_UnaryElementwiseOp `forward`): the same
+// kernel function, differentiated.
 class Ptc_UnaryGradOp<string mnemonic, string forward>
-    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultType,
+                        DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+                        DeclareOpInterfaceMethods<Ptc_ElementwiseFunctionOpInterface>]> {
   let summary = "gradient of `ptc." # forward # "`";
   let description = [{
     `result = grad * d}] # forward # [{(input)/d input`, elementwise.
@@ -56,12 +60,20 @@ class Ptc_UnaryGradOp<string mnemonic, string forward>
   let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$grad);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input `,` $grad attr-dict `:` type($input)";
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::inferShardingRule(::mlir::ptc::ShardingRuleContext &ctx) {
+      return ::mlir::ptc::activationGradShardingRule(*this, ctx);
+    }
+    ::llvm::StringRef $cppClass::getFunctionName() { return "}] # forward # [{"; }
+    bool $cppClass::isGradient() { return true; }
+  }];
 }
 
 def Ptc_GeluGradOp : Ptc_UnaryGradOp<"gelu_grad", "gelu">;
 def Ptc_ReluGradOp : Ptc_UnaryGradOp<"relu_grad", "relu">;
+def Ptc_SiluGradOp : Ptc_UnaryGradOp<"silu_grad", "silu">;
 
-def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [Pure, SameOperandsAndResultType]> {
+def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "gradient of `ptc.softmax`, from its output";
   let description = [{
     With `y = softmax(x)` along `axis`: `result = y * (grad - sum(grad * y))`,
@@ -78,7 +90,7 @@ def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [Pure, SameOperandsAndResultType]
   let hasVerifier = 1;
 }
 
-def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [Pure,
+def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["input", "grad", "input_grad"]>,
     AllTypesMatch<["weight", "weight_grad", "bias_grad"]>]> {
   let summary = "gradient of `ptc.layer_norm` (input, weight and bias)";
@@ -100,7 +112,7 @@ def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [Pure,
   let hasVerifier = 1;
 }
 
-def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [Pure,
+def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["query", "key", "value", "grad", "query_grad", "key_grad", "value_grad"]>]> {
   let summary = "gradient of `ptc.causal_attention` (query, key and value)";
   let description = [{
@@ -123,7 +135,7 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [Pure,
   }];
 }
 
-def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [Pure]> {
+def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "gradient of `ptc.embedding`: rows scatter-added into the table shape";
   let description = [{
     `result[r, :] = sum of grad[i..., :] over positions with indices[i...] == r`;
@@ -144,7 +156,7 @@ def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [Pure,
+def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of `ptc.cross_entropy` with respect to the logits";
   let description = [{
@@ -165,7 +177,7 @@ def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [Pure,
   let hasVerifier = 1;
 }
 
-def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [Pure,
+def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "gradient of `ptc.reduce_max`";
   let description = [{

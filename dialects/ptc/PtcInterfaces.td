@@ -28,4 +28,75 @@ def Ptc_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   ];
 }
 
+def Ptc_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
+  let cppNamespace = "::mlir::ptc";
+  let description = [{
+    An op's sharding rule: given the current shardings of its operands (split
+    dimensions over mesh axes, pending partial sums), it states the sharding
+    each operand must have (`ctx.want`, initialized to the current ones) and
+    the sharding of each result (`ctx.out`), and optionally rescales results
+    or operands (means over split rows). `ptc-shard` asks every op in program
+    order and inserts the collectives that turn each operand into what the
+    rule wants. Ops without the interface compute on whole tensors.
+    The rules live in `PtcShardingRules.cpp`, next to the ops' other facts.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Fills `ctx.want` (per operand) and `ctx.out` (per result); fails after
+        a diagnostic (e.g. two user annotations that disagree).
+      }],
+      "::llvm::LogicalResult", "inferShardingRule",
+      (ins "::mlir::ptc::ShardingRuleContext &":$ctx)>
+  ];
+}
+
+def Ptc_MicrobatchOpInterface : OpInterface<"MicrobatchOpInterface"> {
+  let cppNamespace = "::mlir::ptc";
+  let description = [{
+    How an op carries the batch dimension, for `ptc-microbatch`: given the
+    batch dimension of each operand (>= 0, or `kNoBatch`), the batch dimension
+    of its results, `kBatchMean` / `kBatchSum` for a mean / sum over the batch
+    (a loss), or failure after a diagnostic when the op cannot be split into
+    micro-batches (e.g. it normalizes over the batch). Ops without the
+    interface are refused when they see the batch.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The results' batch dimension. `count` is the number of micro-batches
+        (a reshape needs the batch dimension to stay divisible by it).
+      }],
+      "::mlir::FailureOr<int>", "inferBatchDim",
+      (ins "::llvm::ArrayRef<int>":$operandDims, "int64_t":$count)>
+  ];
+}
+
+def Ptc_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::mlir::ptc";
+  let description = [{
+    The arithmetic an op performs, for stage balancing (`ptc-split-stages`),
+    the model summary and the planner. Ops without the interface count the
+    elements they produce.
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point operations (a multiply-add counts 2).",
+      "double", "getFlops", (ins)>
+  ];
+}
+
+def Ptc_ElementwiseFunctionOpInterface : OpInterface<"ElementwiseFunctionOpInterface"> {
+  let cppNamespace = "::mlir::ptc";
+  let description = [{
+    An activation or its gradient: an elementwise function the kernel
+    libraries implement under a name (kernels/common/elementwise.h).
+    `ptc-export-plan` lowers every such op to the plan's `Unary` /
+    `UnaryGrad` instruction naming the function.
+  }];
+  let methods = [
+    InterfaceMethod<"The function's name (`gelu`, `relu`, `silu`).", "::llvm::StringRef",
+                    "getFunctionName", (ins)>,
+    InterfaceMethod<"Whether the op is the function's gradient (input, grad -> dinput).",
+                    "bool", "isGradient", (ins)>
+  ];
+}
+
 #endif // PTC_INTERFACES_TD

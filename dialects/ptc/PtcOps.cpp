@@ -2,6 +2,7 @@
 
 #include "dialects/ptc/PtcOps.h"
 #include "dialects/ptc/PtcMesh.h"
+#include "dialects/ptc/PtcSharding.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -709,4 +710,28 @@ LogicalResult UnscaleGradsOp::verify() {
 }
 
 #define GET_OP_CLASSES
+//===----------------------------------------------------------------------===//
+// Costs (CostOpInterface)
+//===----------------------------------------------------------------------===//
+
+double MatmulOp::getFlops() {
+  RankedTensorType lhs = getLhs().getType();
+  int64_t k = getTransposeLhs() ? lhs.getDimSize(lhs.getRank() - 2)
+                                : lhs.getDimSize(lhs.getRank() - 1);
+  return 2.0 * static_cast<double>(getNumElements(getResult().getType())) *
+         static_cast<double>(k);
+}
+
+double CausalAttentionOp::getFlops() {
+  // Scores and weighted values: 2 multiply-adds per (query, key, feature),
+  // counting every key (as the stage balancer always has).
+  RankedTensorType q = getQuery().getType();
+  int64_t keys = q.getDimSize(q.getRank() - 2);
+  return 2.0 * static_cast<double>(getNumElements(q)) * static_cast<double>(keys);
+}
+
+InFlightDiagnostic mlir::ptc::emitMicrobatchError(Operation *op, const Twine &why) {
+  return op->emitOpError() << "cannot be split into micro-batches: " << why;
+}
+
 #include "dialects/ptc/PtcOps.cpp.inc"

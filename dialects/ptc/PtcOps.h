@@ -18,6 +18,21 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/ptc/PtcDialect.h.inc"
+
+namespace mlir::ptc {
+class ShardingRuleContext;
+
+/// Batch dimension markers of MicrobatchOpInterface::inferBatchDim: no batch,
+/// a mean over the batch, a sum over the batch (a loss).
+constexpr int kNoBatch = -1, kBatchMean = -2, kBatchSum = -3;
+/// The diagnostic of an op that cannot be split into micro-batches.
+InFlightDiagnostic emitMicrobatchError(Operation *op, const Twine &why);
+
+/// Sharding rules shared by op families (PtcShardingRules.cpp).
+LogicalResult activationShardingRule(Operation *op, ShardingRuleContext &ctx);
+LogicalResult activationGradShardingRule(Operation *op, ShardingRuleContext &ctx);
+} // namespace mlir::ptc
+
 #include "dialects/ptc/PtcInterfaces.h.inc"
 
 namespace mlir::ptc {

@@ -20,7 +20,9 @@ include "mlir/IR/OpBase.td"
 //===----------------------------------------------------------------------===//
 
 class Ptc_BinaryElementwiseOp<string mnemonic, string expr>
-    : Ptc_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+    : Ptc_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+                        DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+                        DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>]> {
   let summary = "elementwise " # mnemonic # " with broadcasting";
   let description = [{
     Computes `result = }] # expr # [{` elementwise. Operands broadcast as in
@@ -53,12 +55,30 @@ def Ptc_SubOp : Ptc_BinaryElementwiseOp<"sub", "lhs - rhs">;
 def Ptc_MulOp : Ptc_BinaryElementwiseOp<"mul", "lhs * rhs">;
 def Ptc_DivOp : Ptc_BinaryElementwiseOp<"div", "lhs / rhs">;
 
+// An activation: an elementwise function that the kernel libraries name
+// (kernels/common/elementwise.h lists them). Its sharding rule, batch
+// dimension and plan lowering come from this class, so a new activation is
+// its definition here, its gradient op, its VJP rule and its kernels.
 class Ptc_UnaryElementwiseOp<string mnemonic, string what, list<Trait> traits = []>
-    : Ptc_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>], traits)> {
+    : Ptc_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType,
+        DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_ElementwiseFunctionOpInterface>], traits)> {
   let summary = what;
   let arguments = (ins Ptc_FloatTensor:$input);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::inferShardingRule(::mlir::ptc::ShardingRuleContext &ctx) {
+      return ::mlir::ptc::activationShardingRule(*this, ctx);
+    }
+    ::mlir::FailureOr<int> $cppClass::inferBatchDim(::llvm::ArrayRef<int> dims, int64_t) {
+      return dims[0];
+    }
+    ::llvm::StringRef $cppClass::getFunctionName() { return "}] # mnemonic # [{"; }
+    bool $cppClass::isGradient() { return false; }
+  }];
 }
 
 def Ptc_GeluOp : Ptc_UnaryElementwiseOp<"gelu", "exact (erf) GELU activation"> {
@@ -82,7 +102,18 @@ def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit"> {
   }];
 }
 
-def Ptc_ScaleOp : Ptc_Op<"scale", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_SiluOp : Ptc_UnaryElementwiseOp<"silu", "SiLU (swish) activation"> {
+  let description = [{
+    `result = x * sigmoid(x) = x / (1 + exp(-x))`, elementwise: the activation
+    of Llama's SwiGLU MLP (`torch.nn.functional.silu`).
+
+    ```mlir
+    %y = ptc.silu %x : tensor<8x64x1408xf32>
+    ```
+  }];
+}
+
+def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "multiplication by a compile-time constant";
   let description = [{
     `result = factor * input`, elementwise, with `factor` a constant known to
@@ -97,7 +128,7 @@ def Ptc_ScaleOp : Ptc_Op<"scale", [Pure, SameOperandsAndResultType, DeclareOpInt
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def Ptc_ConvertOp : Ptc_Op<"convert", [Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ConvertOp : Ptc_Op<"convert", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "element type conversion between f32, bf16 and f16";
   let description = [{
     Converts every element to the result's element type (round to nearest
@@ -117,7 +148,7 @@ def Ptc_ConvertOp : Ptc_Op<"convert", [Pure, SameOperandsAndResultShape, Declare
 // Dense algebra
 //===----------------------------------------------------------------------===//
 
-def Ptc_MatmulOp : Ptc_Op<"matmul", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_MatmulOp : Ptc_Op<"matmul", [DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "batched matrix multiplication with optional transposes";
   let description = [{
     Multiplies the last two dimensions: `result[..., m, n] = sum_k
@@ -154,7 +185,7 @@ def Ptc_MatmulOp : Ptc_Op<"matmul", [Pure, DeclareOpInterfaceMethods<Ptc_Differe
 // Fused neural-network blocks
 //===----------------------------------------------------------------------===//
 
-def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["input", "result"]>, AllTypesMatch<["weight", "bias"]>]> {
   let summary = "layer normalization over the last dimension, with affine weight and bias";
   let description = [{
@@ -178,7 +209,7 @@ def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<Ptc_
   let hasVerifier = 1;
 }
 
-def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "numerically stable softmax along one axis";
   let description = [{
     `result = exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`
@@ -195,7 +226,7 @@ def Ptc_SoftmaxOp : Ptc_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareO
   let hasVerifier = 1;
 }
 
-def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["query", "key", "value", "result"]>]> {
   let summary = "causal scaled dot-product attention over all heads";
   let description = [{
@@ -222,7 +253,7 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [Pure, DeclareOpInterface
   }];
 }
 
-def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_EmbeddingOp : Ptc_Op<"embedding", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "row lookup in an embedding table";
   let description = [{
     `result[i..., :] = table[indices[i...], :]` for a table of shape
@@ -251,7 +282,7 @@ def Ptc_EmbeddingOp : Ptc_Op<"embedding", [Pure, DeclareOpInterfaceMethods<Ptc_D
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$indices)>];
 }
 
-def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "mean softmax cross-entropy over all positions";
   let description = [{
     `logits` has shape `targets.shape + [num_classes]`; `targets` holds `i32`
@@ -278,7 +309,7 @@ def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [Pure, DeclareOpInterfaceMethod
 // Layout changes
 //===----------------------------------------------------------------------===//
 
-def Ptc_ReshapeOp : Ptc_Op<"reshape", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ReshapeOp : Ptc_Op<"reshape", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "reinterpretation of a tensor with another shape";
   let description = [{
     Row-major reinterpretation: the element count must be unchanged.
@@ -293,7 +324,7 @@ def Ptc_ReshapeOp : Ptc_Op<"reshape", [Pure, SameOperandsAndResultElementType, D
   let hasVerifier = 1;
 }
 
-def Ptc_TransposeOp : Ptc_Op<"transpose", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_TransposeOp : Ptc_Op<"transpose", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "permutation of dimensions";
   let description = [{
     `result.shape[i] = input.shape[permutation[i]]`, and
@@ -313,7 +344,7 @@ def Ptc_TransposeOp : Ptc_Op<"transpose", [Pure, SameOperandsAndResultElementTyp
   let builders = [OpBuilder<(ins "::mlir::Value":$input, "::llvm::ArrayRef<int64_t>":$permutation)>];
 }
 
-def Ptc_SliceOp : Ptc_Op<"slice", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_SliceOp : Ptc_Op<"slice", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "contiguous static slice";
   let description = [{
     `result[i...] = input[offsets + i...]`: the result's shape gives the slice
@@ -334,7 +365,7 @@ def Ptc_SliceOp : Ptc_Op<"slice", [Pure, SameOperandsAndResultElementType, Decla
   let hasVerifier = 1;
 }
 
-def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ConcatOp : Ptc_Op<"concat", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "concatenation along one axis";
   let description = [{
     Joins the inputs along `axis`; all other dimensions must agree.
@@ -357,7 +388,9 @@ def Ptc_ConcatOp : Ptc_Op<"concat", [Pure, SameOperandsAndResultElementType, Dec
 //===----------------------------------------------------------------------===//
 
 class Ptc_ReduceOp<string mnemonic, string what>
-    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+                        DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+                        DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>]> {
   let summary = what # " over a set of axes";
   let description = [{
     Reduces `input` over `axes` (distinct, in range, negative values count

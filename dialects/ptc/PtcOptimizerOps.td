@@ -9,7 +9,7 @@
 #ifndef PTC_OPTIMIZER_OPS_TD
 #define PTC_OPTIMIZER_OPS_TD
 
-def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [Pure,
+def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
                    "new_exp_avg_sq"]>]> {
   let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
@@ -42,7 +42,7 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [Pure,
   let hasVerifier = 1;
 }
 
-def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [Pure,
+def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["param", "grad", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
   let summary = "one SGD step with momentum (torch.optim.SGD semantics, dampening 0)";
   let description = [{

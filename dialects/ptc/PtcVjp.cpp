@@ -154,6 +154,14 @@ LogicalResult ReluOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> 
   return success();
 }
 
+LogicalResult SiluOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                               SmallVectorImpl<Value> &og) {
+  og.assign(1, Value());
+  if (needed[0])
+    og[0] = SiluGradOp::create(b, getLoc(), getInput(), rg[0]);
+  return success();
+}
+
 LogicalResult ConvertOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                   SmallVectorImpl<Value> &og) {
   og.assign(1, Value());

@@ -114,50 +114,7 @@ void scale(const float *in, float *out, int64_t n, float factor) {
     out[i] = in[i] * factor;
 }
 
-namespace {
-/// Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) with erf from Abramowitz & Stegun
-/// 7.1.26 (absolute error below 1.5e-7); `gauss` receives exp(-x^2 / 2).
-/// Branch-free, so the loops that call it vectorize (libmvec expf).
-inline float normalCdf(float x, float &gauss) {
-  const float z = std::fabs(x) * 0.70710678118654752f;
-  const float t = 1.0f / (1.0f + 0.3275911f * z);
-  const float poly =
-      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  gauss = std::exp(-0.5f * x * x);
-  const float erfAbs = 1.0f - poly * gauss;
-  return 0.5f + 0.5f * std::copysign(erfAbs, x);
-}
-} // namespace
 
-void gelu(const float *in, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    float gauss;
-    out[i] = in[i] * normalCdf(in[i], gauss);
-  }
-}
-
-void geluGrad(const float *x, const float *g, float *out, int64_t n) {
-  const float invSqrt2Pi = 0.39894228040143268f;
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    float gauss;
-    float cdf = normalCdf(x[i], gauss);
-    out[i] = g[i] * (cdf + x[i] * invSqrt2Pi * gauss);
-  }
-}
-
-void relu(const float *in, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = in[i] > 0.0f ? in[i] : 0.0f;
-}
-
-void reluGrad(const float *x, const float *g, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = x[i] > 0.0f ? g[i] : 0.0f;
-}
 
 void copy(const void *in, void *out, int64_t bytes) {
   if (in != out)
@@ -379,12 +336,12 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
 }
 
 namespace {
-Status badId(const char *what, int64_t id, int64_t pos, int64_t limit) {
-  return invalidArgument(what, " ", id, " at position ", pos, " is outside [0, ", limit, ")");
+KernelResult badId(const char *what, int64_t id, int64_t pos, int64_t limit) {
+  return KernelResult::error(what, " ", id, " at position ", pos, " is outside [0, ", limit, ")");
 }
 } // namespace
 
-Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
                  int64_t count, float *out, int64_t rowOffset, int64_t totalRows) {
   if (totalRows < 0)
     totalRows = rows;
@@ -399,10 +356,10 @@ Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *i
     else
       std::fill(out + i * dim, out + (i + 1) * dim, 0.0f);
   }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
                      int64_t rows, int64_t dim, int64_t rowOffset, int64_t totalRows) {
   if (totalRows < 0)
     totalRows = rows;
@@ -419,7 +376,7 @@ Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *d
     for (int64_t c = 0; c < dim; ++c)
       row[c] += gi[c];
   }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
 void rowMax(const float *logits, int64_t rows, int64_t classes, float *out) {
@@ -438,7 +395,7 @@ void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *
   }
 }
 
-Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                    int64_t offset, int64_t totalClasses, float *out) {
   for (int64_t r = 0; r < rows; ++r) {
     if (targets[r] < 0 || targets[r] >= totalClasses)
@@ -446,10 +403,10 @@ Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, in
     int64_t c = static_cast<int64_t>(targets[r]) - offset;
     out[r] = c >= 0 && c < classes ? logits[r * classes + c] : 0.0f;
   }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                     float *loss) {
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] < 0 || targets[r] >= classes)
@@ -465,10 +422,10 @@ Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, i
     total += static_cast<double>(mx + std::log(sum) - x[targets[r]]);
   }
   *loss = static_cast<float>(total / static_cast<double>(rows));
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
                         int64_t rows, int64_t classes, float *out) {
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] < 0 || targets[r] >= classes)
@@ -489,7 +446,7 @@ Status crossEntropyGrad(const float *logits, const int32_t *targets, const float
       o[c] *= inv;
     o[targets[r]] -= scale;
   }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
 void transpose(const void *in, const Shape &is, void *out, const std::vector<int64_t> &perm,
@@ -688,17 +645,18 @@ void softmaxRow(const float *x, int64_t n, float *p) {
 }
 
 /// Slot of every assignment (t, j) in its expert's buffer, or -1 when dropped.
-StatusOr<std::vector<int64_t>> assignSlots(const int32_t *indices, int64_t tokens, int64_t k,
-                                           int64_t experts, int64_t capacity) {
-  std::vector<int64_t> slot(static_cast<size_t>(tokens * k)), used(experts, 0);
+KernelResult assignSlots(const int32_t *indices, int64_t tokens, int64_t k, int64_t experts,
+                         int64_t capacity, std::vector<int64_t> &slot) {
+  slot.assign(static_cast<size_t>(tokens * k), 0);
+  std::vector<int64_t> used(experts, 0);
   for (int64_t i = 0; i < tokens * k; ++i) {
     int32_t e = indices[i];
     if (e < 0 || e >= experts)
-      return invalidArgument("expert index ", e, " of token ", i / k, " is outside [0, ",
+      return KernelResult::error("expert index ", e, " of token ", i / k, " is outside [0, ",
                              experts, ")");
     slot[i] = used[e] < capacity ? used[e]++ : -1;
   }
-  return slot;
+  return KernelResult::ok();
 }
 } // namespace
 
@@ -730,7 +688,7 @@ void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, b
   }
 }
 
-Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                     int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out) {
   for (int64_t i = 0; i < tokens * k; ++i)
     if (indices[i] < 0 || indices[i] >= experts)
@@ -760,68 +718,68 @@ Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw
     for (int64_t e = 0; e < experts; ++e)
       out[t * experts + e] = p[e] * (dp[e] - dot);
   }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
+KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
                    int64_t dim, int64_t experts, int64_t capacity, float *out) {
-  auto slots = assignSlots(indices, tokens, k, experts, capacity);
-  if (!slots.isOk())
-    return slots.status();
+  std::vector<int64_t> slots;
+  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+    return r;
   std::fill(out, out + experts * capacity * dim, 0.0f);
   for (int64_t i = 0; i < tokens * k; ++i)
-    if ((*slots)[i] >= 0)
-      std::memcpy(out + (indices[i] * capacity + (*slots)[i]) * dim, x + (i / k) * dim,
+    if (slots[i] >= 0)
+      std::memcpy(out + (indices[i] * capacity + slots[i]) * dim, x + (i / k) * dim,
                   sizeof(float) * static_cast<size_t>(dim));
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
+KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
                        int64_t dim, int64_t experts, int64_t capacity, float *out) {
-  auto slots = assignSlots(indices, tokens, k, experts, capacity);
-  if (!slots.isOk())
-    return slots.status();
+  std::vector<int64_t> slots;
+  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+    return r;
   std::fill(out, out + tokens * dim, 0.0f);
   for (int64_t i = 0; i < tokens * k; ++i)
-    if ((*slots)[i] >= 0) {
-      const float *src = g + (indices[i] * capacity + (*slots)[i]) * dim;
+    if (slots[i] >= 0) {
+      const float *src = g + (indices[i] * capacity + slots[i]) * dim;
       float *dst = out + (i / k) * dim;
       for (int64_t c = 0; c < dim; ++c)
         dst[c] += src[c];
     }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+KernelResult moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
                   int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
                   float *out) {
-  auto slots = assignSlots(indices, tokens, k, experts, capacity);
-  if (!slots.isOk())
-    return slots.status();
+  std::vector<int64_t> slots;
+  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+    return r;
   std::fill(out, out + tokens * dim, 0.0f);
   for (int64_t i = 0; i < tokens * k; ++i)
-    if ((*slots)[i] >= 0) {
-      const float *src = expertOut + (indices[i] * capacity + (*slots)[i]) * dim;
+    if (slots[i] >= 0) {
+      const float *src = expertOut + (indices[i] * capacity + slots[i]) * dim;
       float *dst = out + (i / k) * dim;
       float w = weights[i];
       for (int64_t c = 0; c < dim; ++c)
         dst[c] += w * src[c];
     }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
-Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
                       const float *g, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
                       int64_t capacity, float *dExpertOut, float *dWeights) {
-  auto slots = assignSlots(indices, tokens, k, experts, capacity);
-  if (!slots.isOk())
-    return slots.status();
+  std::vector<int64_t> slots;
+  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+    return r;
   std::fill(dExpertOut, dExpertOut + experts * capacity * dim, 0.0f);
   for (int64_t i = 0; i < tokens * k; ++i) {
     dWeights[i] = 0.0f;
-    if ((*slots)[i] < 0)
+    if (slots[i] < 0)
       continue;
-    int64_t off = (indices[i] * capacity + (*slots)[i]) * dim;
+    int64_t off = (indices[i] * capacity + slots[i]) * dim;
     const float *gt = g + (i / k) * dim;
     float dot = 0.0f;
     for (int64_t c = 0; c < dim; ++c) {
@@ -830,7 +788,7 @@ Status moeCombineGrad(const float *expertOut, const float *weights, const int32_
     }
     dWeights[i] = dot;
   }
-  return Status::ok();
+  return KernelResult::ok();
 }
 
 void adamwUpdate(const float *param, const float *grad, const float *m, const float *v, float step,

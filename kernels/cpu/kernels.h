@@ -1,11 +1,13 @@
 // CPU kernels (f32; i32 ids), one entry point per op kind. Shapes come
 // verified from the plan loader; kernels that read ids check their range and
-// report bad ids through Status. Matmuls go through OpenBLAS; the rest are
-// OpenMP loops written to vectorize.
+// report bad ids through a KernelResult. Matmuls go through OpenBLAS; the rest
+// are OpenMP loops written to vectorize. Activations: elementwise.cc.
 #ifndef PTC_KERNELS_CPU_KERNELS_H
 #define PTC_KERNELS_CPU_KERNELS_H
 
-#include "runtime/base/status.h"
+#include "kernels/common/elementwise.h"
+#include "kernels/common/error.h"
+#include "kernels/common/types.h"
 
 #include <cstdint>
 #include <cstring>
@@ -13,37 +15,23 @@
 
 namespace ptc::kernels::cpu {
 
-using Shape = std::vector<int64_t>;
+using kernels::bf16ToF32;
+using kernels::f32ToBf16;
+using kernels::FloatType;
+using kernels::KernelResult;
+using kernels::Shape;
+using kernels::UnaryFunction;
 
 enum class Binary { Add, Sub, Mul, Div };
 void binary(Binary kind, const float *a, const Shape &as, const float *b, const Shape &bs,
             float *out, const Shape &os);
 void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os);
 void scale(const float *in, float *out, int64_t n, float factor);
-void gelu(const float *in, float *out, int64_t n);
-void geluGrad(const float *x, const float *g, float *out, int64_t n);
-void relu(const float *in, float *out, int64_t n);
-void reluGrad(const float *x, const float *g, float *out, int64_t n);
+/// The activation `fn` and its gradient (elementwise.cc).
+void unary(UnaryFunction fn, const float *in, float *out, int64_t n);
+void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int64_t n);
 void copy(const void *in, void *out, int64_t bytes);
 
-/// bf16 <-> f32 (round to nearest even; NaN stays NaN).
-inline float bf16ToF32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint16_t f32ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-/// Float storage types (mixed precision: bf16 / f16 storage, f32 math).
-enum class FloatType { F32, BF16, F16 };
 /// Converts n elements (round to nearest even when narrowing).
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n);
 
@@ -67,9 +55,9 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
 
 /// With `rowOffset`/`totalRows` (a vocabulary-parallel block of the table):
 /// ids in [0, totalRows) outside [rowOffset, rowOffset + rows) give zero rows.
-Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
                  int64_t count, float *out, int64_t rowOffset = 0, int64_t totalRows = -1);
-Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
                      int64_t rows, int64_t dim, int64_t rowOffset = 0, int64_t totalRows = -1);
 
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
@@ -77,13 +65,13 @@ Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *d
 /// exp(x - max), and the target logit (0 where another device holds it).
 void rowMax(const float *logits, int64_t rows, int64_t classes, float *out);
 void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out);
-Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                    int64_t offset, int64_t totalClasses, float *out);
 
 /// Mean cross-entropy over `rows` rows of `classes` logits.
-Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                     float *loss);
-Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
                         int64_t rows, int64_t classes, float *out);
 
 void transpose(const void *in, const Shape &is, void *out, const std::vector<int64_t> &perm,
@@ -108,16 +96,16 @@ void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> 
 
 void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
               float *weights, int32_t *indices);
-Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                     int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out);
-Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
+KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
                    int64_t dim, int64_t experts, int64_t capacity, float *out);
-Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
+KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
                        int64_t dim, int64_t experts, int64_t capacity, float *out);
-Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+KernelResult moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
                   int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
                   float *out);
-Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
                       const float *g, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
                       int64_t capacity, float *dExpertOut, float *dWeights);
 

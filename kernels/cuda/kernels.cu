@@ -107,21 +107,44 @@ BroadcastShape broadcastShape(const Shape &as, const Shape &bs, const Shape &os)
 
 __device__ float normalCdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
 
-__global__ void unaryKernel(int op, const float *in, float *out, int64_t n, float f) {
-  PTC_GRID_LOOP(i, n) {
-    float x = in[i];
-    out[i] = op == 0 ? x * f : op == 1 ? x * normalCdf(x) : (x > 0.0f ? x : 0.0f);
-  }
+__global__ void scaleKernel(const float *in, float *out, int64_t n, float f) {
+  PTC_GRID_LOOP(i, n) { out[i] = in[i] * f; }
 }
 
-__global__ void unaryGradKernel(int op, const float *x, const float *g, float *out, int64_t n) {
-  PTC_GRID_LOOP(i, n) {
-    float v = x[i];
-    if (op == 0)
-      out[i] = g[i] * (normalCdf(v) + v * 0.39894228040143268f * expf(-0.5f * v * v));
-    else
-      out[i] = v > 0.0f ? g[i] : 0.0f;
+// One case per entry of PTC_UNARY_FUNCTIONS (kernels/common/elementwise.h).
+__device__ float activation(UnaryFunction fn, float x) {
+  switch (fn) {
+  case UnaryFunction::Gelu:
+    return x * normalCdf(x);
+  case UnaryFunction::Relu:
+    return x > 0.0f ? x : 0.0f;
+  case UnaryFunction::Silu:
+    return x / (1.0f + expf(-x));
   }
+  return 0.0f;
+}
+
+__device__ float activationGrad(UnaryFunction fn, float x, float g) {
+  switch (fn) {
+  case UnaryFunction::Gelu:
+    return g * (normalCdf(x) + x * 0.39894228040143268f * expf(-0.5f * x * x));
+  case UnaryFunction::Relu:
+    return x > 0.0f ? g : 0.0f;
+  case UnaryFunction::Silu: {
+    float s = 1.0f / (1.0f + expf(-x));
+    return g * s * (1.0f + x * (1.0f - s));
+  }
+  }
+  return 0.0f;
+}
+
+__global__ void unaryKernel(UnaryFunction fn, const float *in, float *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = activation(fn, in[i]); }
+}
+
+__global__ void unaryGradKernel(UnaryFunction fn, const float *x, const float *g, float *out,
+                                int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = activationGrad(fn, x[i], g[i]); }
 }
 
 __device__ float loadFloat(const void *in, int type, int64_t i) {
@@ -964,13 +987,17 @@ void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os, 
   binaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, in, out, n, s, FirstOp{});
 }
 
-void unary(Unary op, const float *in, float *out, int64_t n, float factor, void *stream) {
-  unaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<int>(op), in, out, n, factor);
+void scale(const float *in, float *out, int64_t n, float factor, void *stream) {
+  scaleKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, out, n, factor);
 }
 
-void unaryGrad(UnaryGrad op, const float *x, const float *g, float *out, int64_t n,
+void unary(UnaryFunction fn, const float *in, float *out, int64_t n, void *stream) {
+  unaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(fn, in, out, n);
+}
+
+void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int64_t n,
                void *stream) {
-  unaryGradKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<int>(op), x, g, out, n);
+  unaryGradKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(fn, x, g, out, n);
 }
 
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,

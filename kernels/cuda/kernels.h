@@ -10,13 +10,18 @@
 #ifndef PTC_KERNELS_CUDA_KERNELS_H
 #define PTC_KERNELS_CUDA_KERNELS_H
 
+#include "kernels/common/elementwise.h"
+#include "kernels/common/types.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ptc::kernels::cuda {
 
-using Shape = std::vector<int64_t>;
+using kernels::FloatType;
+using kernels::Shape;
+using kernels::UnaryFunction;
 
 /// What a kernel found wrong, written once (the first error wins).
 struct ErrorRecord {
@@ -30,18 +35,18 @@ enum ErrorKind { kNoError = 0, kBadEmbeddingId = 1, kBadTarget = 2, kBadExpert =
 std::string describe(const ErrorRecord &e);
 
 enum class Binary { Add, Sub, Mul, Div };
-enum class Unary { Scale, Gelu, Relu };
-enum class UnaryGrad { Gelu, Relu };
 enum class Reduce { Sum, Mean, Max };
-enum class FloatType { F32, BF16, F16 };
 
 // ---- Elementwise ------------------------------------------------------------
 /// out = a (op) b with numpy broadcasting of a and b to out's shape (rank <= 8).
 void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs,
             float *out, const Shape &os, void *stream);
 void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os, void *stream);
-void unary(Unary op, const float *in, float *out, int64_t n, float factor, void *stream);
-void unaryGrad(UnaryGrad op, const float *x, const float *g, float *out, int64_t n, void *stream);
+void scale(const float *in, float *out, int64_t n, float factor, void *stream);
+/// An activation (kernels/common/elementwise.h) and its gradient.
+void unary(UnaryFunction fn, const float *in, float *out, int64_t n, void *stream);
+void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int64_t n,
+               void *stream);
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,
                   void *stream);
 

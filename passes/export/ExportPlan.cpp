@@ -6,6 +6,7 @@
 
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_generated.h"
+#include "runtime/plan/plan_ops.h"
 #include "runtime/schedule/schedule.h"
 
 static_assert(static_cast<int>(mlir::ptc::SegmentKind::Step) ==
@@ -57,6 +58,7 @@ struct Lowered {
   pp::OpCode code;
   SmallVector<int64_t> ints;
   SmallVector<double> floats;
+  std::string function; // Unary, UnaryGrad
 };
 
 FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
@@ -68,14 +70,19 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
   };
   auto rankOf = [](Value v) { return cast<RankedTensorType>(v.getType()).getRank(); };
   using C = pp::OpCode;
+  // Every activation (and its gradient) is one instruction naming its kernel
+  // function, so a new activation needs no case here.
+  if (auto fn = dyn_cast<ElementwiseFunctionOpInterface>(op)) {
+    Lowered l{fn.isGradient() ? C::UnaryGrad : C::Unary};
+    l.function = fn.getFunctionName().str();
+    return l;
+  }
   return llvm::TypeSwitch<Operation *, FailureOr<Lowered>>(op)
       .Case([](AddOp) { return Lowered{C::Add}; })
       .Case([](SubOp) { return Lowered{C::Sub}; })
       .Case([](MulOp) { return Lowered{C::Mul}; })
       .Case([](DivOp) { return Lowered{C::Div}; })
       .Case([](ScaleOp o) { return Lowered{C::Scale, {}, {o.getFactor().convertToDouble()}}; })
-      .Case([](GeluOp) { return Lowered{C::Gelu}; })
-      .Case([](ReluOp) { return Lowered{C::Relu}; })
       .Case([](ConvertOp) { return Lowered{C::Convert}; })
       .Case([](MatmulOp o) {
         return Lowered{C::Matmul, {o.getTransposeLhs(), o.getTransposeRhs()}, {}};
@@ -118,8 +125,6 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       .Case([](MoeCombineOp) { return Lowered{C::MoeCombine}; })
       .Case([](BroadcastOp) { return Lowered{C::Broadcast}; })
       .Case([](PadOp o) { return Lowered{C::Pad, SmallVector<int64_t>(o.getOffsets()), {}}; })
-      .Case([](GeluGradOp) { return Lowered{C::GeluGrad}; })
-      .Case([](ReluGradOp) { return Lowered{C::ReluGrad}; })
       .Case([&](SoftmaxGradOp o) {
         return Lowered{C::SoftmaxGrad, {normAxis(o.getAxis(), rankOf(o.getOutput()))}, {}};
       })
@@ -440,6 +445,18 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       FailureOr<Lowered> lowered = lowerOp(&op, mesh ? &*mesh : nullptr);
       if (failed(lowered))
         return failure();
+      // What the runtime will accept (runtime/plan/op_table.def).
+      const pp::OpInfo *info = pp::lookupOp(lowered->code);
+      auto fits = [](int expected, size_t actual) {
+        return expected < 0 || static_cast<size_t>(expected) == actual;
+      };
+      if (!fits(info->inputs, op.getNumOperands()) || !fits(info->outputs, op.getNumResults()) ||
+          !fits(info->ints, lowered->ints.size()) || !fits(info->floats, lowered->floats.size()))
+        return op.emitOpError() << "lowers to a " << info->name << " instruction with "
+                                << op.getNumOperands() << " inputs, " << op.getNumResults()
+                                << " outputs, " << lowered->ints.size() << " integer and "
+                                << lowered->floats.size()
+                                << " float attributes, which the plan op table does not allow";
 
       std::vector<int32_t> inputs, outputs;
       for (Value v : op.getOperands()) {
@@ -469,6 +486,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       auto intsOff = fbb.CreateVector(ints);
       auto floatsOff = fbb.CreateVector(floats);
       auto locOff = fbb.CreateString(locationString(op.getLoc()));
+      auto functionOff =
+          lowered->function.empty() ? 0 : fbb.CreateString(lowered->function);
       int32_t chunk = -1;
       auto segment = static_cast<pp::Segment>(getSegment(&op).value_or(SegmentKind::Step));
       if (auto stage = op.getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName))
@@ -478,7 +497,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       if (auto recv = dyn_cast<RecvOp>(op))
         recvs[recv.getChannel()] = {&op, outputs[0]};
       instructions.push_back(pp::CreateInstruction(fbb, lowered->code, in, out, intsOff, floatsOff,
-                                                   locOff, chunk, segment));
+                                                   functionOff, locOff, chunk, segment));
     }
 
     std::vector<fb::Offset<pp::Output>> outputs;

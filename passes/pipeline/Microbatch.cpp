@@ -12,7 +12,6 @@
 #include "passes/pipeline/Passes.h"
 
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::ptc {
 #define GEN_PASS_DEF_MICROBATCHPASS
@@ -23,11 +22,9 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
-// Per value: the batch dimension (>= 0), no batch (kNone), or a per-micro-batch
-// mean / sum over the batch (a loss).
-constexpr int kNone = -1, kMean = -2, kSum = -3;
-
-int rankOf(Value v) { return static_cast<int>(cast<RankedTensorType>(v.getType()).getRank()); }
+// Per value: the batch dimension (>= 0), no batch (kNoBatch), or a per-micro-batch
+// mean / sum over the batch (kBatchMean, kBatchSum: a loss). Each op says how
+// it carries the batch (MicrobatchOpInterface, dialects/ptc/PtcMicrobatchRules.cpp).
 
 struct Microbatcher {
   Microbatcher(func::FuncOp func, int64_t count, int64_t dataParallel)
@@ -36,20 +33,12 @@ struct Microbatcher {
   int64_t count, dataParallel;
   llvm::DenseMap<Value, int> dim;
 
-
   FailureOr<int> rule(Operation *op, SmallVector<int> &in) {
     auto err = [&](const Twine &why) -> FailureOr<int> {
       return op->emitOpError() << "cannot be split into micro-batches: " << why;
     };
-    auto reducedIn = llvm::find_if(in, [](int d) { return d <= kMean; });
+    auto reducedIn = llvm::find_if(in, [](int d) { return d <= kBatchMean; });
     bool anyReduced = reducedIn != in.end();
-    auto batchDims = [&](ArrayRef<int> ds) {
-      SmallVector<int> out;
-      for (int d : ds)
-        if (d >= 0)
-          out.push_back(d);
-      return out;
-    };
     // Linear ops may carry a per-micro-batch loss along.
     if (anyReduced) {
       int kind = *reducedIn;
@@ -58,137 +47,18 @@ struct Microbatcher {
       for (auto [i, d] : llvm::enumerate(in)) {
         if (d >= 0)
           return err("it combines a loss with a per-example value");
-        if (d <= kMean && d != kind)
+        if (d <= kBatchMean && d != kind)
           return err("it combines a mean and a sum over the batch");
-        if (d <= kMean && i == 1 && isa<MulOp, DivOp>(op) && in[0] <= kMean)
+        if (d <= kBatchMean && i == 1 && isa<MulOp, DivOp>(op) && in[0] <= kBatchMean)
           return err("it multiplies two losses");
-        if (i == 1 && d <= kMean && isa<DivOp>(op))
+        if (i == 1 && d <= kBatchMean && isa<DivOp>(op))
           return err("it divides by a loss");
       }
       return kind;
     }
-    return llvm::TypeSwitch<Operation *, FailureOr<int>>(op)
-        .Case<AddOp, SubOp, MulOp, DivOp>([&](Operation *o) -> FailureOr<int> {
-          int r = rankOf(o->getResult(0)), out = kNone;
-          for (auto [v, d] : llvm::zip(o->getOperands(), in)) {
-            if (d < 0)
-              continue;
-            int mapped = d + r - rankOf(v);
-            if (out != kNone && out != mapped)
-              return err("its operands' batch dimensions do not line up");
-            out = mapped;
-          }
-          return out;
-        })
-        .Case<ScaleOp, ConvertOp, GeluOp, ReluOp>([&](Operation *) { return in[0]; })
-        .Case([&](LayerNormOp o) -> FailureOr<int> {
-          if (in[1] >= 0 || in[2] >= 0 || in[0] == rankOf(o.getInput()) - 1)
-            return err("it normalizes over the batch dimension");
-          return in[0];
-        })
-        .Case([&](SoftmaxOp o) -> FailureOr<int> {
-          int64_t axis = o.getAxis() < 0 ? o.getAxis() + rankOf(o.getInput()) : o.getAxis();
-          if (axis == in[0])
-            return err("its axis is the batch dimension");
-          return in[0];
-        })
-        .Case([&](CausalAttentionOp o) -> FailureOr<int> {
-          if (in[0] != in[1] || in[0] != in[2] || in[0] >= rankOf(o.getQuery()) - 2)
-            return err("q, k and v must share a leading batch dimension");
-          return in[0];
-        })
-        .Case([&](MatmulOp o) -> FailureOr<int> {
-          int rl = rankOf(o.getLhs()), rr = rankOf(o.getRhs()), r = rankOf(o.getResult());
-          int lRow = o.getTransposeLhs() ? rl - 1 : rl - 2;
-          int rCol = o.getTransposeRhs() ? rr - 2 : rr - 1;
-          int out = kNone;
-          if (in[0] >= 0) {
-            if (in[0] < rl - 2)
-              out = in[0] + r - rl;
-            else if (in[0] == lRow)
-              out = r - 2;
-            else
-              return err("it contracts over the batch dimension");
-          }
-          if (in[1] >= 0) {
-            int mapped;
-            if (in[1] < rr - 2)
-              mapped = in[1] + r - rr;
-            else if (in[1] == rCol)
-              mapped = r - 1;
-            else
-              return err("it contracts over the batch dimension");
-            if (out != kNone && out != mapped)
-              return err("both operands are per-example along different dimensions");
-            out = mapped;
-          }
-          return out;
-        })
-        .Case([&](EmbeddingOp) -> FailureOr<int> {
-          if (in[0] >= 0)
-            return err("the table depends on the batch");
-          return in[1];
-        })
-        .Case([&](CrossEntropyOp o) -> FailureOr<int> {
-          if (in[0] == rankOf(o.getLogits()) - 1)
-            return err("the classes are the batch dimension");
-          return kMean;
-        })
-        .Case([&](TransposeOp o) -> FailureOr<int> {
-          for (auto [i, p] : llvm::enumerate(o.getPermutation()))
-            if (p == in[0])
-              return static_cast<int>(i);
-          return err("bad permutation");
-        })
-        .Case([&](ReshapeOp o) -> FailureOr<int> {
-          ArrayRef<int64_t> src = o.getInput().getType().getShape();
-          ArrayRef<int64_t> dst = o.getType().getShape();
-          int64_t prefix = 1;
-          for (int i = 0; i < in[0]; ++i)
-            prefix *= src[i];
-          int64_t p = 1;
-          for (size_t e = 0; e < dst.size(); ++e) {
-            if (p == prefix && dst[e] % count == 0)
-              return static_cast<int>(e);
-            p *= dst[e];
-            if (p > prefix)
-              break;
-          }
-          return err("the batch dimension does not survive the reshape");
-        })
-        .Case([&](SliceOp o) -> FailureOr<int> {
-          if (o.getInput().getType().getDimSize(in[0]) * count != o.getType().getDimSize(in[0]))
-            return err("it slices the batch dimension");
-          return in[0];
-        })
-        .Case([&](ConcatOp o) -> FailureOr<int> {
-          SmallVector<int> ds = batchDims(in);
-          int64_t axis = o.getAxis() < 0 ? o.getAxis() + rankOf(o.getResult()) : o.getAxis();
-          if (ds.size() != in.size() || llvm::any_of(ds, [&](int d) { return d != ds[0]; }) ||
-              axis == ds[0])
-            return err("its operands must all be per-example along one dimension, not the axis");
-          return ds[0];
-        })
-        .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *o) -> FailureOr<int> {
-          auto axes = o->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
-          bool keep = o->hasAttr("keep_dims") &&
-                      cast<BoolAttr>(o->getAttr("keep_dims")).getValue();
-          int r = rankOf(o->getOperand(0)), shift = 0;
-          for (int64_t a : axes) {
-            int64_t n = a < 0 ? a + r : a;
-            if (n == in[0]) {
-              if (isa<ReduceMaxOp>(o))
-                return err("a maximum over the batch is not a sum of micro-batch maxima");
-              return isa<ReduceSumOp>(o) ? kSum : kMean;
-            }
-            if (n < in[0] && !keep)
-              ++shift;
-          }
-          return in[0] - shift;
-        })
-        .Default([&](Operation *) -> FailureOr<int> {
-          return err("no micro-batch rule for this op (MoE routing depends on the whole batch)");
-        });
+    if (auto rule = dyn_cast<MicrobatchOpInterface>(op))
+      return rule.inferBatchDim(in, count);
+    return err("no micro-batch rule for this op (MoE routing depends on the whole batch)");
   }
 
   LogicalResult run() {
@@ -220,8 +90,8 @@ struct Microbatcher {
       bool any = false;
       for (Value v : op.getOperands()) {
         auto it = dim.find(v);
-        in.push_back(it == dim.end() ? kNone : it->second);
-        any |= in.back() != kNone;
+        in.push_back(it == dim.end() ? kNoBatch : it->second);
+        any |= in.back() != kNoBatch;
       }
       if (!any)
         continue;
@@ -246,12 +116,12 @@ struct Microbatcher {
     OpBuilder b(ret);
     for (OpOperand &operand : ret->getOpOperands()) {
       auto it = dim.find(operand.get());
-      if (it == dim.end() || it->second == kNone)
+      if (it == dim.end() || it->second == kNoBatch)
         continue;
       if (it->second >= 0)
         return ret.emitOpError() << "returns per-example result #" << operand.getOperandNumber()
                                  << ", which cannot be split into micro-batches";
-      if (it->second == kMean)
+      if (it->second == kBatchMean)
         operand.set(ScaleOp::create(b, ret.getLoc(), operand.get(),
                                     b.getF64FloatAttr(1.0 / static_cast<double>(count))));
     }

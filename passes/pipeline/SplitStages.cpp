@@ -31,23 +31,15 @@ int64_t numel(Value v) {
   return t ? getNumElements(t) : 0;
 }
 
-/// Relative cost of an op: multiply-adds for matmuls and attention, elements
-/// touched otherwise.
+/// Relative cost of an op: its FLOPs where it says (CostOpInterface: matmuls,
+/// attention), the elements it produces otherwise.
 double costOf(Operation *op) {
-  if (auto mm = dyn_cast<MatmulOp>(op)) {
-    auto lhs = mm.getLhs().getType();
-    int64_t k = mm.getTransposeLhs() ? lhs.getDimSize(lhs.getRank() - 2) : lhs.getDimSize(lhs.getRank() - 1);
-    return 2.0 * static_cast<double>(numel(mm.getResult())) * static_cast<double>(k);
-  }
-  if (auto att = dyn_cast<CausalAttentionOp>(op)) {
-    auto q = att.getQuery().getType();
-    int64_t t = q.getDimSize(q.getRank() - 2);
-    return 2.0 * static_cast<double>(numel(att.getQuery())) * static_cast<double>(t);
-  }
-  double bytes = 0;
+  if (auto cost = dyn_cast<CostOpInterface>(op))
+    return cost.getFlops();
+  double elements = 0;
   for (Value v : op->getResults())
-    bytes += static_cast<double>(numel(v));
-  return bytes;
+    elements += static_cast<double>(numel(v));
+  return elements;
 }
 
 struct Splitter {

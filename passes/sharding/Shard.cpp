@@ -14,6 +14,7 @@
 #include "passes/sharding/Passes.h"
 
 #include "dialects/ptc/PtcMesh.h"
+#include "dialects/ptc/PtcSharding.h"
 #include "passes/memory/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -31,44 +32,11 @@ using namespace mlir::ptc;
 
 namespace {
 
-/// How one dimension is split: over mesh axis `axis` (-1: whole), as
-/// `blocks` equal blocks each split over the axis (1: a plain split).
-/// Converts to and from the axis index so that rules read like integers.
-struct DimShard {
-  int axis = -1;
-  int blocks = 1;
-  DimShard(int axis = -1, int blocks = 1) : axis(axis), blocks(axis < 0 ? 1 : blocks) {}
-  operator int() const { return axis; }
-  bool operator==(const DimShard &o) const { return axis == o.axis && blocks == o.blocks; }
-  bool operator!=(const DimShard &o) const { return !(*this == o); }
-};
-
-/// One mesh axis (or none) per dimension, and the axes over which the value is
-/// a partial sum.
-struct Sharding {
-  SmallVector<DimShard> dims;
-  SmallVector<int> partial; // sorted, unique
-  bool operator==(const Sharding &o) const { return dims == o.dims && partial == o.partial; }
-  bool operator!=(const Sharding &o) const { return !(*this == o); }
-  static Sharding replicated(int64_t rank) { return {SmallVector<DimShard>(rank), {}}; }
-  bool hasAxis(int a) const {
-    return llvm::any_of(dims, [&](const DimShard &d) { return d.axis == a; });
-  }
-  Sharding withoutPartial() const { return {dims, {}}; }
-};
-
 /// Where a value's sharding came from, for diagnostics and `ptc.shardings`.
 struct Origin {
-  std::string how;           // "annotation", "default", "propagated", "rule"
+  std::string how; // "annotation", "default", "propagated", "rule"
   Value annotated; // the annotated argument or op result this sharding derives from, if any
 };
-
-void addPartial(SmallVector<int> &partial, int axis) {
-  if (!llvm::is_contained(partial, axis)) {
-    partial.push_back(axis);
-    llvm::sort(partial);
-  }
-}
 
 struct Collective {
   Operation *op;
@@ -99,10 +67,14 @@ public:
     return out;
   }
 
-private:
-  int64_t axisSize(int a) const { return a < 0 ? 1 : mesh.sizes[a]; }
+  // For the ops' sharding rules (RuleContext).
   RankedTensorType global(Value v) const { return globalType.lookup(v); }
   const Sharding &sharding(Value v) { return shardings[v]; }
+  bool isAnnotated(Value v) { return static_cast<bool>(origins[v].annotated); }
+  LogicalResult conflict(Operation *op, Value a, Value b);
+  const MeshInfo &meshInfo() const { return mesh; }
+
+private:
   std::string describe(Value v);
 
   FailureOr<RankedTensorType> localType(Value v, RankedTensorType g, const Sharding &s,
@@ -114,7 +86,6 @@ private:
   /// Inserts `scale(r, factor)` after r's producer, redirects r's other uses
   /// to it and returns it.
   Value rescale(Value r, double factor);
-  LogicalResult conflict(Operation *op, Value a, Value b);
   /// Reshards `value` (op result `source` or its rescaled copy) to the user
   /// annotation `spec` right after it is produced.
   LogicalResult constrain(Value value, Value source, StringRef spec);
@@ -361,459 +332,45 @@ LogicalResult Partitioner::conflict(Operation *op, Value a, Value b2) {
   return failure();
 }
 
-LogicalResult Partitioner::processOp(Operation *op) {
-  // Operand shardings wanted, result shardings produced, per-result rescale.
-  SmallVector<Sharding> want;
-  SmallVector<Sharding> out;
-  SmallVector<double> scale(op->getNumResults(), 1.0);
-  SmallVector<double> operandScale(op->getNumOperands(), 1.0);
-  int vocabAxis = -1; // set when a cross-entropy becomes vocabulary parallel
-  for (Value v : op->getOperands())
-    want.push_back(sharding(v));
-  auto rank = [&](Value v) { return global(v).getRank(); };
-  auto rankR = [&](unsigned i) { return cast<RankedTensorType>(op->getResult(i).getType()).getRank(); };
-  auto shardFactor = [&](ArrayRef<int> axes) {
-    int64_t f = 1;
-    for (int a : axes)
-      f *= axisSize(a);
-    return f;
-  };
-  // Operands of non-linear computations must be complete sums.
-  auto full = [&](unsigned i) { want[i].partial.clear(); };
-  auto replicate = [&](unsigned i) { want[i] = Sharding::replicated(rank(op->getOperand(i))); };
-  auto like = [&](unsigned i, const Sharding &s) { want[i] = s.withoutPartial(); };
+/// What an op's sharding rule sees of the partitioner.
+class RuleContext final : public ShardingRuleContext {
+public:
+  RuleContext(Partitioner &p) : p(p) {}
+  RankedTensorType globalType(Value v) const override { return p.global(v); }
+  const Sharding &sharding(Value v) const override { return p.sharding(v); }
+  bool isAnnotated(Value v) const override { return p.isAnnotated(v); }
+  LogicalResult conflict(Operation *op, Value a, Value b) override { return p.conflict(op, a, b); }
+  const MeshInfo &mesh() const override { return p.meshInfo(); }
 
-  LogicalResult status = success();
-  llvm::TypeSwitch<Operation *>(op)
-      .Case<arith::ConstantOp>([&](auto) { out.push_back(Sharding::replicated(rankR(0))); })
-      .Case<AddOp, SubOp, MulOp, DivOp>([&](Operation *o) {
-        Value lhs = o->getOperand(0), rhs = o->getOperand(1);
-        RankedTensorType gl = global(lhs), gr = global(rhs);
-        int64_t r = rankR(0);
-        auto resultType = cast<RankedTensorType>(o->getResult(0).getType());
-        // Result dim -> operand dim (or -1 when broadcast).
-        auto mapDim = [&](RankedTensorType t, int64_t d) -> int64_t {
-          int64_t od = d - (r - t.getRank());
-          return od >= 0 && t.getDimSize(od) == resultType.getDimSize(d) ? od : -1;
-        };
-        // The operand whose sharding a user annotated leads; otherwise the
-        // larger one keeps its sharding and the other follows.
-        bool la = static_cast<bool>(origins[lhs].annotated),
-             ra = static_cast<bool>(origins[rhs].annotated);
-        bool lhsLeads = la != ra ? la : getNumElements(gl) >= getNumElements(gr);
-        Value lead = lhsLeads ? lhs : rhs, follow = lhsLeads ? rhs : lhs;
-        RankedTensorType gLead = lhsLeads ? gl : gr, gFollow = lhsLeads ? gr : gl;
-        Sharding res = Sharding::replicated(r);
-        // The lead's splits first, then the follower's where their axes are free.
-        for (int64_t d = 0; d < r; ++d)
-          if (int64_t ld = mapDim(gLead, d); ld >= 0)
-            res.dims[d] = sharding(lead).dims[ld];
-        for (int64_t d = 0; d < r; ++d) {
-          int64_t fd = mapDim(gFollow, d);
-          DimShard f = fd >= 0 ? sharding(follow).dims[fd] : DimShard();
-          if (f.axis < 0)
-            continue;
-          if (res.dims[d].axis >= 0 && res.dims[d] != f && failed(conflict(o, lead, follow))) {
-            status = failure();
-            return;
-          }
-          if (res.dims[d].axis < 0 && !res.hasAxis(f.axis))
-            res.dims[d] = f;
-        }
-        for (Value v : {lhs, rhs}) {
-          unsigned i = v == lhs ? 0 : 1;
-          RankedTensorType gv = global(v);
-          Sharding w = Sharding::replicated(gv.getRank());
-          for (int64_t d = 0; d < r; ++d) {
-            int64_t od = mapDim(gv, d);
-            if (od >= 0)
-              w.dims[od] = res.dims[d];
-          }
-          w.partial = sharding(v).partial;
-          want[i] = w;
-        }
-        // Linear cases keep partial sums; anything else sums first.
-        bool isAdd = isa<AddOp, SubOp>(o);
-        const auto &pl = want[0].partial, &pr = want[1].partial;
-        int scaleOperand = -1;
-        if (isAdd) {
-          if (pl.empty() != pr.empty()) {
-            // partial + whole stays partial if the whole side is divided by the
-            // group size: the sum over the group restores it (a bias added to
-            // a row-parallel output before its reduce-scatter or all-reduce).
-            scaleOperand = pl.empty() ? 0 : 1;
-            res.partial = pl.empty() ? pr : pl;
-          } else {
-            if (pl != pr) {
-              full(0);
-              full(1);
-            }
-            res.partial = want[0].partial;
-          }
-        } else if (isa<MulOp>(o) && !pl.empty() && !pr.empty()) {
-          full(1);
-          res.partial = want[0].partial;
-        } else if (isa<DivOp>(o)) {
-          full(1);
-          res.partial = want[0].partial;
-        } else {
-          res.partial = pl.empty() ? pr : pl;
-        }
-        // An axis cannot both split a dimension and carry a pending sum.
-        for (int a : SmallVector<int>(res.partial))
-          if (res.hasAxis(a)) {
-            full(0);
-            full(1);
-            res.partial.clear();
-          }
-        if (scaleOperand >= 0 && !res.partial.empty())
-          operandScale[scaleOperand] = 1.0 / static_cast<double>(shardFactor(res.partial));
-        out.push_back(res);
-      })
-      .Case<ScaleOp, ConvertOp, MicrobatchSumOp>([&](Operation *) { out.push_back(want[0]); })
-      .Case<GeluOp, ReluOp>([&](Operation *) {
-        full(0);
-        out.push_back(want[0]);
-      })
-      .Case<GeluGradOp, ReluGradOp>([&](Operation *) {
-        full(0);
-        like(1, want[0]);
-        out.push_back(want[0]);
-      })
-      .Case<MatmulOp>([&](MatmulOp mm) {
-        int64_t r = rank(mm.getLhs()), rb = rank(mm.getRhs());
-        bool tl = mm.getTransposeLhs(), tr = mm.getTransposeRhs();
-        int64_t mDim = tl ? r - 1 : r - 2, kDim = tl ? r - 2 : r - 1;
-        int64_t kDimB = tr ? rb - 1 : rb - 2, nDim = tr ? rb - 2 : rb - 1;
-        Sharding sa = want[0], sb = want[1];
-        if (!sa.partial.empty() && !sb.partial.empty())
-          sb.partial.clear();
-        Sharding res = Sharding::replicated(r);
-        for (int64_t d = 0; d < r - 2; ++d)
-          res.dims[d] = sa.dims[d];
-        if (rb == r)
-          for (int64_t d = 0; d < r - 2; ++d)
-            sb.dims[d] = sa.dims[d];
-        // Contracting dimension: split both the same way -> partial sum.
-        DimShard ka = sa.dims[kDim], kb = sb.dims[kDimB];
-        DimShard k = ka.axis >= 0 ? ka : kb;
-        if (ka.axis >= 0 && kb.axis >= 0 && ka != kb &&
-            failed(conflict(mm, mm.getLhs(), mm.getRhs()))) {
-          status = failure();
-          return;
-        }
-        auto used = [&](const DimShard &a) { return a.axis >= 0 && res.hasAxis(a.axis); };
-        if (used(k))
-          k = DimShard();
-        sa.dims[kDim] = k;
-        sb.dims[kDimB] = k;
-        // The weight's split (N) wins over the activation's (M): gathering
-        // activations is what tensor/sequence parallelism expects.
-        DimShard n = sb.dims[nDim];
-        if (used(n) || (n.axis >= 0 && n.axis == k.axis))
-          n = DimShard();
-        sb.dims[nDim] = n;
-        res.dims[r - 1] = n;
-        DimShard m = sa.dims[mDim];
-        if (used(m) || (m.axis >= 0 && (m.axis == k.axis || m.axis == n.axis)))
-          m = DimShard();
-        sa.dims[mDim] = m;
-        res.dims[r - 2] = m;
-        res.partial = sa.partial.empty() ? sb.partial : sa.partial;
-        if (k.axis >= 0) {
-          if (llvm::is_contained(res.partial, k.axis) || res.hasAxis(k.axis)) {
-            sa.partial.clear();
-            sb.partial.clear();
-            res.partial.clear();
-          }
-          addPartial(res.partial, k.axis);
-        }
-        want[0] = sa;
-        want[1] = sb;
-        out.push_back(res);
-      })
-      .Case<LayerNormOp>([&](LayerNormOp) {
-        full(0);
-        want[0].dims.back() = -1;
-        replicate(1);
-        replicate(2);
-        out.push_back(want[0]);
-      })
-      .Case<LayerNormGradOp>([&](LayerNormGradOp) {
-        full(0);
-        want[0].dims.back() = -1;
-        replicate(1);
-        like(2, want[0]);
-        out.push_back(want[0]);
-        Sharding w = Sharding::replicated(1);
-        for (const DimShard &a : want[0].dims)
-          if (a.axis >= 0)
-            addPartial(w.partial, a.axis);
-        out.push_back(w);
-        out.push_back(w);
-      })
-      .Case<SoftmaxOp>([&](SoftmaxOp s) {
-        full(0);
-        want[0].dims[s.getAxis() < 0 ? s.getAxis() + rank(s.getInput()) : s.getAxis()] = -1;
-        out.push_back(want[0]);
-      })
-      .Case<SoftmaxGradOp>([&](SoftmaxGradOp s) {
-        full(0);
-        want[0].dims[s.getAxis() < 0 ? s.getAxis() + rank(s.getOutput()) : s.getAxis()] = -1;
-        like(1, want[0]);
-        out.push_back(want[0]);
-      })
-      .Case<CausalAttentionOp, CausalAttentionGradOp>([&](Operation *o) {
-        full(0);
-        want[0].dims[2] = want[0].dims[3] = -1; // sequence and head dim stay whole
-        for (unsigned i = 1; i < o->getNumOperands(); ++i)
-          like(i, want[0]);
-        for (unsigned i = 0; i < o->getNumResults(); ++i)
-          out.push_back(want[0]);
-      })
-      .Case<EmbeddingOp>([&](EmbeddingOp e) {
-        // A table split by rows (vocabulary parallel): each device looks up
-        // its rows, the group's results sum to the lookup.
-        DimShard rows = want[0].dims[0];
-        bool vocab = rows.axis >= 0 && rows.blocks == 1 && !want[1].hasAxis(rows.axis);
-        Sharding res = want[1];
-        res.dims.push_back(DimShard());
-        if (vocab) {
-          want[0].dims[1] = DimShard();
-          want[0].partial.clear();
-          addPartial(res.partial, rows.axis);
-          e.setVocabAxisAttr(b.getStringAttr(mesh.axes[rows.axis]));
-        } else {
-          replicate(0);
-          e.removeVocabAxisAttr();
-        }
-        out.push_back(res);
-      })
-      .Case<EmbeddingGradOp>([&](EmbeddingGradOp eg) {
-        Sharding g = want[0];
-        g.dims.push_back(-1);
-        want[1] = g;
-        Sharding res = Sharding::replicated(2);
-        for (const DimShard &a : want[0].dims)
-          if (a.axis >= 0)
-            addPartial(res.partial, a.axis);
-        // The gradient of a vocabulary-parallel lookup keeps the table's rows.
-        eg.removeVocabAxisAttr();
-        for (Operation *user : eg.getIndices().getUsers())
-          if (auto e = dyn_cast<EmbeddingOp>(user); e && e.getVocabAxis()) {
-            int a = mesh.axisIndex(*e.getVocabAxis());
-            if (!llvm::is_contained(res.partial, a)) {
-              res.dims[0] = DimShard(a);
-              eg.setVocabAxisAttr(b.getStringAttr(*e.getVocabAxis()));
-            }
-            break;
-          }
-        out.push_back(res);
-      })
-      .Case<CrossEntropyOp, CrossEntropyGradOp>([&](Operation *o) {
-        full(0);
-        // Classes split plainly over an axis: the vocabulary-parallel kernel.
-        DimShard classes = want[0].dims.back();
-        if (classes.axis >= 0 && classes.blocks == 1)
-          vocabAxis = classes.axis;
-        else
-          want[0].dims.back() = -1;
-        want[1].dims.assign(want[0].dims.begin(), want[0].dims.end() - 1);
-        SmallVector<int> rows;
-        for (const DimShard &a : want[1].dims)
-          if (a.axis >= 0)
-            rows.push_back(a.axis);
-        // The kernel averages over local rows: scale by local/global rows.
-        scale[0] = 1.0 / static_cast<double>(shardFactor(rows));
-        if (isa<CrossEntropyOp>(o)) {
-          Sharding res = Sharding::replicated(0);
-          for (int a : rows)
-            addPartial(res.partial, a);
-          out.push_back(res);
-        } else {
-          replicate(2);
-          out.push_back(want[0]);
-        }
-      })
-      .Case<ReshapeOp>([&](ReshapeOp rs) {
-        RankedTensorType gi = global(rs.getInput());
-        auto go = cast<RankedTensorType>(rs.getType());
-        Sharding res = Sharding::replicated(go.getRank());
-        res.partial = want[0].partial;
-        // A split dimension maps to the output dimension that starts at the
-        // same outer product and holds whole blocks.
-        for (int64_t d = 0; d < gi.getRank(); ++d) {
-          DimShard ds = want[0].dims[d];
-          int a = ds.axis;
-          if (a < 0)
-            continue;
-          int64_t prefix = 1, mapped = -1;
-          for (int64_t i = 0; i < d; ++i)
-            prefix *= gi.getDimSize(i);
-          int64_t p = 1;
-          for (int64_t e = 0; e < go.getRank(); ++e) {
-            if (p == prefix) {
-              int64_t in = gi.getDimSize(d), outSize = go.getDimSize(e);
-              bool merge = outSize % in == 0, split = in % outSize == 0;
-              if (ds.blocks > 1 ? outSize == in
-                                : (merge || split) && outSize % axisSize(a) == 0 &&
-                                      (split || in % axisSize(a) == 0))
-                mapped = e;
-              break;
-            }
-            p *= go.getDimSize(e);
-          }
-          if (mapped >= 0)
-            res.dims[mapped] = ds;
-          else
-            want[0].dims[d] = DimShard();
-        }
-        out.push_back(res);
-      })
-      .Case<TransposeOp>([&](TransposeOp t) {
-        Sharding res = want[0];
-        for (auto [i, p] : llvm::enumerate(t.getPermutation()))
-          res.dims[i] = want[0].dims[p];
-        out.push_back(res);
-      })
-      .Case<SliceOp, PadOp>([&](Operation *o) {
-        RankedTensorType gi = global(o->getOperand(0));
-        auto go = cast<RankedTensorType>(o->getResult(0).getType());
-        ArrayRef<int64_t> offsets = isa<SliceOp>(o) ? cast<SliceOp>(o).getOffsets()
-                                                    : cast<PadOp>(o).getOffsets();
-        bool slice = isa<SliceOp>(o);
-        Sharding res = want[0];
-        SmallVector<int64_t> localOffsets(offsets);
-        for (int64_t d = 0; d < gi.getRank(); ++d) {
-          if (gi.getDimSize(d) == go.getDimSize(d))
-            continue;
-          // One whole block of a blocked dimension is a plainly split piece
-          // (slice), and a split piece padded into k blocks is blocked (pad).
-          int64_t big = slice ? gi.getDimSize(d) : go.getDimSize(d);
-          int64_t small = slice ? go.getDimSize(d) : gi.getDimSize(d);
-          DimShard ds = want[0].dims[d];
-          bool aligned = big % small == 0 && offsets[d] % small == 0;
-          if (slice && ds.axis >= 0 && aligned && ds.blocks == big / small) {
-            res.dims[d] = DimShard(ds.axis);
-            localOffsets[d] /= axisSize(ds.axis); // block b starts at b * small / p locally
-          } else if (!slice && ds.axis >= 0 && ds.blocks == 1 && aligned) {
-            res.dims[d] = DimShard(ds.axis, static_cast<int>(big / small));
-            localOffsets[d] /= axisSize(ds.axis);
-          } else {
-            want[0].dims[d] = DimShard();
-            res.dims[d] = DimShard();
-          }
-        }
-        o->setAttr("offsets", DenseI64ArrayAttr::get(o->getContext(), localOffsets));
-        out.push_back(res);
-      })
-      .Case<ConcatOp>([&](ConcatOp c) {
-        int64_t axis = c.getAxis() < 0 ? c.getAxis() + c.getType().getRank() : c.getAxis();
-        Sharding s = want[0];
-        s.dims[axis] = -1;
-        bool samePartial = llvm::all_of(want, [&](const Sharding &w) { return w.partial == s.partial; });
-        if (!samePartial)
-          s.partial.clear();
-        for (unsigned i = 0; i < want.size(); ++i)
-          want[i] = s;
-        out.push_back(s);
-      })
-      .Case<ReduceSumOp, ReduceMeanOp>([&](Operation *o) {
-        ArrayRef<int64_t> axes = isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getAxes()
-                                                     : cast<ReduceMeanOp>(o).getAxes();
-        bool keep = isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getKeepDims()
-                                        : cast<ReduceMeanOp>(o).getKeepDims();
-        int64_t r = rank(o->getOperand(0));
-        SmallVector<bool> reduced(r, false);
-        for (int64_t a : axes)
-          reduced[a < 0 ? a + r : a] = true;
-        Sharding res;
-        res.partial = want[0].partial;
-        SmallVector<int> split;
-        for (int64_t d = 0; d < r; ++d) {
-          if (!reduced[d])
-            res.dims.push_back(want[0].dims[d]);
-          else {
-            if (keep)
-              res.dims.push_back(-1);
-            if (want[0].dims[d].axis >= 0) {
-              split.push_back(want[0].dims[d].axis);
-              addPartial(res.partial, want[0].dims[d].axis);
-            }
-          }
-        }
-        if (isa<ReduceMeanOp>(o))
-          scale[0] = 1.0 / static_cast<double>(shardFactor(split));
-        out.push_back(res);
-      })
-      .Case<ReduceMaxOp, ReduceMaxGradOp>([&](Operation *o) {
-        // The maximum needs whole reduced dimensions; the rest keep their split.
-        full(0);
-        ArrayRef<int64_t> axes = isa<ReduceMaxOp>(o) ? cast<ReduceMaxOp>(o).getAxes()
-                                                     : cast<ReduceMaxGradOp>(o).getAxes();
-        bool keep = isa<ReduceMaxOp>(o) ? cast<ReduceMaxOp>(o).getKeepDims()
-                                        : cast<ReduceMaxGradOp>(o).getKeepDims();
-        int64_t r = rank(o->getOperand(0));
-        SmallVector<bool> reduced(r, false);
-        for (int64_t a : axes)
-          reduced[a < 0 ? a + r : a] = true;
-        Sharding kept;
-        for (int64_t d = 0; d < r; ++d) {
-          if (reduced[d])
-            want[0].dims[d] = DimShard();
-          if (!reduced[d] || keep)
-            kept.dims.push_back(reduced[d] ? DimShard() : want[0].dims[d]);
-        }
-        if (isa<ReduceMaxOp>(o)) {
-          out.push_back(kept);
-        } else {
-          want[1] = kept; // the gradient has the reduced shape
-          out.push_back(want[0]);
-        }
-      })
-      .Case<BroadcastOp>([&](BroadcastOp bc) {
-        RankedTensorType gi = global(bc.getInput());
-        auto go = cast<RankedTensorType>(bc.getType());
-        Sharding res = Sharding::replicated(go.getRank());
-        res.partial = want[0].partial;
-        int64_t lead = go.getRank() - gi.getRank();
-        for (int64_t d = 0; d < gi.getRank(); ++d) {
-          if (gi.getDimSize(d) == go.getDimSize(lead + d))
-            res.dims[lead + d] = want[0].dims[d];
-          else
-            want[0].dims[d] = -1;
-        }
-        out.push_back(res);
-      })
-      .Case<AdamWUpdateOp, SgdUpdateOp>([&](Operation *o) {
-        // The update runs where the optimizer state lives: under ZeRO the
-        // state is split over dp, the parameter and gradient are cut to match
-        // and the new parameter is gathered where the whole one is needed.
-        Sharding p = want[0].withoutPartial();
-        if (rank(o->getOperand(2)) > 0) {
-          Sharding state = sharding(o->getOperand(2)).withoutPartial();
-          if (llvm::any_of(state.dims, [](const DimShard &d) { return d.axis >= 0; }))
-            p = state;
-        }
-        want[0] = p;
-        for (unsigned i = 1; i < o->getNumOperands(); ++i) {
-          if (rank(o->getOperand(i)) == 0)
-            replicate(i);
-          else
-            like(i, p);
-        }
-        for (unsigned i = 0; i < o->getNumResults(); ++i)
-          out.push_back(p);
-      })
-      .Default([&](Operation *o) {
-        // Routers, MoE dispatch/combine, clipping: whole tensors on every device.
-        for (unsigned i = 0; i < o->getNumOperands(); ++i)
-          replicate(i);
-        for (unsigned i = 0; i < o->getNumResults(); ++i)
-          out.push_back(Sharding::replicated(rankR(i)));
-      });
-  if (failed(status))
-    return failure();
+private:
+  Partitioner &p;
+};
+
+LogicalResult Partitioner::processOp(Operation *op) {
+  // The op's rule: operand shardings wanted, result shardings produced,
+  // rescales. Constants are whole everywhere; an op without a rule computes
+  // on whole tensors.
+  RuleContext ctx(*this);
+  for (Value v : op->getOperands())
+    ctx.want.push_back(sharding(v));
+  ctx.scale.assign(op->getNumResults(), 1.0);
+  ctx.operandScale.assign(op->getNumOperands(), 1.0);
+  auto rankR = [&](unsigned i) { return cast<RankedTensorType>(op->getResult(i).getType()).getRank(); };
+  if (auto rule = dyn_cast<ShardingRuleOpInterface>(op)) {
+    if (failed(rule.inferShardingRule(ctx)))
+      return failure();
+    if (ctx.out.size() != op->getNumResults() || ctx.want.size() != op->getNumOperands())
+      return op->emitOpError() << "sharding rule gave " << ctx.out.size() << " result and "
+                               << ctx.want.size() << " operand shardings";
+  } else {
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      ctx.replicate(i, global(op->getOperand(i)).getRank());
+    for (unsigned i = 0; i < op->getNumResults(); ++i)
+      ctx.out.push_back(Sharding::replicated(rankR(i)));
+  }
+  SmallVector<Sharding> &want = ctx.want, &out = ctx.out;
+  SmallVector<double> &scale = ctx.scale, &operandScale = ctx.operandScale;
+  int vocabAxis = ctx.vocabAxis;
 
   // A user annotation is only overridden by the op's needs, never by another
   // user annotation: that is a conflict the user must resolve.
@@ -1006,7 +563,7 @@ megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel)
     int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
     int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
     Operation *src = stripViews(mm.getLhs()).getDefiningOp();
-    if (src && isa<CausalAttentionOp, GeluOp, ReluOp>(src)) {
+    if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src))) {
       if (inFeatures % tpSize == 0)
         specs.try_emplace(w, "[_, " + mesh.axes[tp] + "]");
       else
@@ -1023,7 +580,7 @@ megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel)
         }
     int64_t blocks = 0;
     bool activation = !out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
-      return isa<GeluOp, GeluGradOp, ReluOp, ReluGradOp>(u);
+      return isa<ElementwiseFunctionOpInterface>(u);
     });
     if (activation) {
       blocks = 1;

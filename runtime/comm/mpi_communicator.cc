@@ -4,7 +4,7 @@
 
 #include "runtime/comm/communicator.h"
 
-#include "kernels/cpu/kernels.h"
+#include "kernels/common/types.h"
 
 #include <mpi.h>
 
@@ -43,7 +43,7 @@ void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
   const auto *a = static_cast<const uint16_t *>(in);
   auto *b = static_cast<uint16_t *>(inout);
   for (int i = 0; i < *len; ++i)
-    b[i] = kernels::cpu::f32ToBf16(kernels::cpu::bf16ToF32(a[i]) + kernels::cpu::bf16ToF32(b[i]));
+    b[i] = kernels::f32ToBf16(kernels::bf16ToF32(a[i]) + kernels::bf16ToF32(b[i]));
 }
 
 class MpiCommunicator : public Communicator {

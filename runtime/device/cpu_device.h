@@ -21,10 +21,9 @@ namespace cpu_device_detail {
 
 inline constexpr size_t kAlignment = 256;
 
-inline kernels::cpu::FloatType toCpu(FloatType t) {
-  return t == FloatType::BF16 ? kernels::cpu::FloatType::BF16
-         : t == FloatType::F16 ? kernels::cpu::FloatType::F16
-                               : kernels::cpu::FloatType::F32;
+/// A kernel's failure as the runtime's Status.
+inline Status toStatus(const kernels::KernelResult &r) {
+  return r.isOk() ? Status::ok() : invalidArgument(r.message());
 }
 
 } // namespace cpu_device_detail
@@ -80,31 +79,22 @@ public:
     kernels::cpu::broadcastTo(in, is, out, os);
     return Status::ok();
   }
-  Status unary(UnaryOp op, const float *in, float *out, int64_t n, float factor) override {
-    switch (op) {
-    case UnaryOp::Scale:
-      kernels::cpu::scale(in, out, n, factor);
-      break;
-    case UnaryOp::Gelu:
-      kernels::cpu::gelu(in, out, n);
-      break;
-    case UnaryOp::Relu:
-      kernels::cpu::relu(in, out, n);
-      break;
-    }
+  Status scale(const float *in, float *out, int64_t n, float factor) override {
+    kernels::cpu::scale(in, out, n, factor);
     return Status::ok();
   }
-  Status unaryGrad(UnaryGradOp op, const float *x, const float *g, float *out,
+  Status unary(UnaryFunction fn, const float *in, float *out, int64_t n) override {
+    kernels::cpu::unary(fn, in, out, n);
+    return Status::ok();
+  }
+  Status unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out,
                    int64_t n) override {
-    if (op == UnaryGradOp::Gelu)
-      kernels::cpu::geluGrad(x, g, out, n);
-    else
-      kernels::cpu::reluGrad(x, g, out, n);
+    kernels::cpu::unaryGrad(fn, x, g, out, n);
     return Status::ok();
   }
   Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
                       int64_t n) override {
-    kernels::cpu::convertFloat(in, cpu_device_detail::toCpu(from), out, cpu_device_detail::toCpu(to), n);
+    kernels::cpu::convertFloat(in, from, out, to, n);
     return Status::ok();
   }
   Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
@@ -144,20 +134,20 @@ public:
   }
   Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
                    int64_t count, float *out, int64_t rowOffset, int64_t totalRows) override {
-    return kernels::cpu::embedding(table, rows, dim, ids, count, out, rowOffset, totalRows);
+    return cpu_device_detail::toStatus(kernels::cpu::embedding(table, rows, dim, ids, count, out, rowOffset, totalRows));
   }
   Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
                        int64_t rows, int64_t dim, int64_t rowOffset,
                        int64_t totalRows) override {
-    return kernels::cpu::embeddingGrad(ids, count, g, dtable, rows, dim, rowOffset, totalRows);
+    return cpu_device_detail::toStatus(kernels::cpu::embeddingGrad(ids, count, g, dtable, rows, dim, rowOffset, totalRows));
   }
   Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                       float *loss) override {
-    return kernels::cpu::crossEntropy(logits, targets, rows, classes, loss);
+    return cpu_device_detail::toStatus(kernels::cpu::crossEntropy(logits, targets, rows, classes, loss));
   }
   Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
                           int64_t rows, int64_t classes, float *out) override {
-    return kernels::cpu::crossEntropyGrad(logits, targets, g, rows, classes, out);
+    return cpu_device_detail::toStatus(kernels::cpu::crossEntropyGrad(logits, targets, g, rows, classes, out));
   }
   Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {
     kernels::cpu::rowMax(logits, rows, classes, out);
@@ -170,7 +160,7 @@ public:
   }
   Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                      int64_t offset, int64_t total, float *out) override {
-    return kernels::cpu::targetLogit(logits, targets, rows, classes, offset, total, out);
+    return cpu_device_detail::toStatus(kernels::cpu::targetLogit(logits, targets, rows, classes, offset, total, out));
   }
   Status lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
                        float *loss) override {
@@ -236,26 +226,26 @@ public:
   Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                       int64_t tokens, int64_t experts, int64_t kk, bool normalize,
                       float *out) override {
-    return kernels::cpu::topKGateGrad(logits, indices, gw, tokens, experts, kk, normalize, out);
+    return cpu_device_detail::toStatus(kernels::cpu::topKGateGrad(logits, indices, gw, tokens, experts, kk, normalize, out));
   }
   Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t kk,
                      int64_t dim, int64_t experts, int64_t capacity, float *out) override {
-    return kernels::cpu::moeDispatch(x, indices, tokens, kk, dim, experts, capacity, out);
+    return cpu_device_detail::toStatus(kernels::cpu::moeDispatch(x, indices, tokens, kk, dim, experts, capacity, out));
   }
   Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t kk,
                          int64_t dim, int64_t experts, int64_t capacity, float *out) override {
-    return kernels::cpu::moeDispatchGrad(g, indices, tokens, kk, dim, experts, capacity, out);
+    return cpu_device_detail::toStatus(kernels::cpu::moeDispatchGrad(g, indices, tokens, kk, dim, experts, capacity, out));
   }
   Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
                     int64_t tokens, int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
                     float *out) override {
-    return kernels::cpu::moeCombine(expertOut, weights, indices, tokens, kk, dim, experts, capacity, out);
+    return cpu_device_detail::toStatus(kernels::cpu::moeCombine(expertOut, weights, indices, tokens, kk, dim, experts, capacity, out));
   }
   Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
                         const float *g, int64_t tokens, int64_t kk, int64_t dim, int64_t experts,
                         int64_t capacity, float *dExpertOut, float *dWeights) override {
-    return kernels::cpu::moeCombineGrad(expertOut, weights, indices, g, tokens, kk, dim, experts, capacity,
-                             dExpertOut, dWeights);
+    return cpu_device_detail::toStatus(kernels::cpu::moeCombineGrad(expertOut, weights, indices, g, tokens, kk, dim, experts, capacity,
+                             dExpertOut, dWeights));
   }
   Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
                      const float *step, const AdamWParams &hp, int64_t n, const float *skip,

@@ -169,14 +169,18 @@ public:
     g::broadcastTo(in, is, out, os, compute_);
     return launched("broadcast");
   }
-  Status unary(UnaryOp op, const float *in, float *out, int64_t n, float factor) override {
-    g::unary(static_cast<g::Unary>(static_cast<int>(op)), in, out, n, factor, compute_);
-    return launched("an elementwise op");
+  Status scale(const float *in, float *out, int64_t n, float factor) override {
+    g::scale(in, out, n, factor, compute_);
+    return launched("scale");
   }
-  Status unaryGrad(UnaryGradOp op, const float *x, const float *gr, float *out,
+  Status unary(UnaryFunction fn, const float *in, float *out, int64_t n) override {
+    g::unary(fn, in, out, n, compute_);
+    return launched(kernels::unaryFunctionName(fn));
+  }
+  Status unaryGrad(UnaryFunction fn, const float *x, const float *gr, float *out,
                    int64_t n) override {
-    g::unaryGrad(static_cast<g::UnaryGrad>(static_cast<int>(op)), x, gr, out, n, compute_);
-    return launched("an activation gradient");
+    g::unaryGrad(fn, x, gr, out, n, compute_);
+    return launched(kernels::unaryFunctionName(fn));
   }
   Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
                       int64_t n) override {

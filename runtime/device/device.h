@@ -14,6 +14,9 @@
 
 #include "runtime/base/status.h"
 
+#include "kernels/common/elementwise.h"
+#include "kernels/common/types.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,15 +24,14 @@
 
 namespace ptc {
 
-using Shape = std::vector<int64_t>;
+using Shape = kernels::Shape;
+using FloatType = kernels::FloatType;
+using kernels::UnaryFunction;
 
 enum class DeviceKind { Cpu, Cuda };
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 enum class StreamKind { Compute, Communication };
-enum class FloatType { F32, BF16, F16 };
 enum class BinaryOp { Add, Sub, Mul, Div };
-enum class UnaryOp { Scale, Gelu, Relu };
-enum class UnaryGradOp { Gelu, Relu };
 enum class ReduceOp { Sum, Mean, Max };
 
 struct AdamWParams {
@@ -81,8 +83,10 @@ public:
                         const Shape &bs, float *out, const Shape &os) = 0;
   virtual Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) = 0;
   /// Scale uses `factor`.
-  virtual Status unary(UnaryOp op, const float *in, float *out, int64_t n, float factor) = 0;
-  virtual Status unaryGrad(UnaryGradOp op, const float *x, const float *g, float *out,
+  virtual Status scale(const float *in, float *out, int64_t n, float factor) = 0;
+  /// An activation (kernels/common/elementwise.h) and its gradient.
+  virtual Status unary(UnaryFunction fn, const float *in, float *out, int64_t n) = 0;
+  virtual Status unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out,
                            int64_t n) = 0;
   virtual Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
                               int64_t n) = 0;

@@ -704,6 +704,13 @@ Status Executor::allReduceSmall(float *values, int64_t count, const std::vector<
   return leaveComm({}, /*overlap=*/false);
 }
 
+namespace {
+/// The activation a Unary / UnaryGrad instruction names (the loader checked it).
+UnaryFunction unaryFunctionOf(const plan::Instruction &inst) {
+  return *kernels::lookupUnaryFunction(inst.function()->string_view());
+}
+} // namespace
+
 Status Executor::runKernel(const plan::Instruction &inst) {
   const auto &in = *inst.inputs();
   const auto &out = *inst.outputs();
@@ -733,11 +740,9 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     return d.binary(kind, I(0), IS(0), I(1), IS(1), O(0), OS(0));
   }
   case OpCode::Scale:
-    return d.unary(UnaryOp::Scale, I(0), O(0), N(0), F(0));
-  case OpCode::Gelu:
-    return d.unary(UnaryOp::Gelu, I(0), O(0), N(0), 0.0f);
-  case OpCode::Relu:
-    return d.unary(UnaryOp::Relu, I(0), O(0), N(0), 0.0f);
+    return d.scale(I(0), O(0), N(0), F(0));
+  case OpCode::Unary:
+    return d.unary(unaryFunctionOf(inst), I(0), O(0), N(0));
   case OpCode::Convert:
   case OpCode::Reshape:
     return d.copy(data(out[0]), data(in[0]), T(in[0]).bytes, CopyKind::DeviceToDevice);
@@ -814,10 +819,8 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     return d.reduceMaxGrad(I(0), IS(0), ints(), I(1), O(0));
   case OpCode::Broadcast:
     return d.broadcastTo(I(0), IS(0), O(0), OS(0));
-  case OpCode::GeluGrad:
-    return d.unaryGrad(UnaryGradOp::Gelu, I(0), I(1), O(0), N(0));
-  case OpCode::ReluGrad:
-    return d.unaryGrad(UnaryGradOp::Relu, I(0), I(1), O(0), N(0));
+  case OpCode::UnaryGrad:
+    return d.unaryGrad(unaryFunctionOf(inst), I(0), I(1), O(0), N(0));
   case OpCode::TopKGate: {
     auto a = ints();
     return d.topKGate(I(0), IS(0)[0], IS(0)[1], a[0], a[1] != 0, O(0), i32(out[1]));

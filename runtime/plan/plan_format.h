@@ -9,7 +9,12 @@ namespace ptc::plan {
 /// 2: mesh, per-tensor dim_axes, collectives.
 /// 3: micro-batches and pipeline schedules (an older runtime would run every
 ///    instruction once).
-inline constexpr uint32_t kFormatVersion = 3;
+/// 4: activations as Unary / UnaryGrad naming their function (Gelu, Relu,
+///    GeluGrad, ReluGrad opcodes gone); dim_blocks and channels' at_end
+///    (added under version 3).
+/// Every change of plan.fbs needs a new version and a line in
+/// schema-versions.txt (a test compares the schema's hash with it).
+inline constexpr uint32_t kFormatVersion = 4;
 } // namespace ptc::plan
 
 #endif // PTC_RUNTIME_PLAN_PLAN_FORMAT_H

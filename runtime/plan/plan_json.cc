@@ -60,6 +60,8 @@ std::string planToJson(const LoadedPlan &loaded) {
       ij["ints"] = std::vector<int64_t>(inst->ints()->begin(), inst->ints()->end());
     if (inst->floats() && inst->floats()->size())
       ij["floats"] = std::vector<double>(inst->floats()->begin(), inst->floats()->end());
+    if (inst->function())
+      ij["function"] = inst->function()->str();
     if (inst->location())
       ij["location"] = inst->location()->str();
     if (inst->chunk() >= 0 || inst->segment() != plan::Segment::Step) {
@@ -114,10 +116,10 @@ std::string planToJson(const LoadedPlan &loaded) {
     if (it.value().is_array()) {
       text += "[";
       for (size_t i = 0; i < it.value().size(); ++i)
-        text += (i ? ",\n  " : "\n  ") + it.value()[i].dump();
+        text += (i ? ",\n  " : "\n  ") + it.value()[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       text += it.value().empty() ? "]" : "\n ]";
     } else {
-      text += it.value().dump();
+      text += it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
   }
   return text + "\n}";

@@ -4,6 +4,9 @@
 #include "runtime/plan/plan_loader.h"
 
 #include "runtime/plan/plan_format.h"
+#include "runtime/plan/plan_ops.h"
+
+#include "kernels/common/elementwise.h"
 
 #include <algorithm>
 #include <fstream>
@@ -35,8 +38,8 @@ const char *dtypeName(DType dtype) {
 }
 
 const char *opcodeName(OpCode op) {
-  const char *name = plan::EnumNameOpCode(op);
-  return name && *name ? name : "unknown";
+  const plan::OpInfo *info = plan::lookupOp(op);
+  return info ? info->name : "unknown";
 }
 
 const char *tensorKindName(TensorKind kind) {
@@ -147,6 +150,8 @@ private:
   /// `whole` is `parts` blocks of `block` along `dim` (parts = the axis size),
   /// for ints = [axis, dim] plus, with `hasBlocks`, [blocks].
   Status blocked(const Shape &whole, const Shape &block, bool hasBlocks);
+  /// Unary, UnaryGrad: a function the kernels implement.
+  Status unaryFunction();
   /// An optional single mesh-axis attribute (vocabulary-parallel ops).
   Status vocabAxis() {
     if (ints_.size() > 1 || (ints_.size() == 1 && (ints_[0] < 0 ||
@@ -264,6 +269,16 @@ Status InstructionChecker::blocked(const Shape &whole, const Shape &block, bool 
   return Status::ok();
 }
 
+Status InstructionChecker::unaryFunction() {
+  if (!inst_.function())
+    return fail("names no elementwise function (known: ", kernels::unaryFunctionList(), ")");
+  std::string_view name = inst_.function()->string_view();
+  if (!kernels::lookupUnaryFunction(name))
+    return fail("names the unknown elementwise function '", name, "' (known: ",
+                kernels::unaryFunctionList(), ")");
+  return Status::ok();
+}
+
 Status InstructionChecker::check() {
   for (int32_t id : in_)
     if (id < 0 || static_cast<size_t>(id) >= tensors_.size())
@@ -276,6 +291,22 @@ Status InstructionChecker::check() {
       return fail("writes ", tensorKindName(kind), " tensor '", tensors_[id].name, "'");
   }
   OpCode op = static_cast<OpCode>(inst_.op());
+  // What the op table fixes for every instruction of this opcode; the rules
+  // below check what depends on the instruction (shapes, variadic operands).
+  const plan::OpInfo *info = plan::lookupOp(op);
+  if (!info)
+    return fail("has unknown opcode ", static_cast<int>(op));
+  if ((info->inputs >= 0 && in_.size() != static_cast<size_t>(info->inputs)) ||
+      (info->outputs >= 0 && out_.size() != static_cast<size_t>(info->outputs)))
+    return fail("expects ", info->inputs < 0 ? in_.size() : static_cast<size_t>(info->inputs),
+                " inputs and ", info->outputs < 0 ? out_.size() : static_cast<size_t>(info->outputs),
+                " outputs, has ", in_.size(), " and ", out_.size());
+  if ((info->ints >= 0 && ints_.size() != static_cast<size_t>(info->ints)) ||
+      (info->floats >= 0 && floats_.size() != static_cast<size_t>(info->floats)))
+    return fail("expects ", info->ints < 0 ? ints_.size() : static_cast<size_t>(info->ints),
+                " integer and ",
+                info->floats < 0 ? floats_.size() : static_cast<size_t>(info->floats),
+                " float attributes, has ", ints_.size(), " and ", floats_.size());
   switch (op) {
   case OpCode::Add:
   case OpCode::Sub:
@@ -288,9 +319,10 @@ Status InstructionChecker::check() {
       return fail("shapes ", shapeStr(in(0)), " and ", shapeStr(in(1)), " do not broadcast");
     return expectShape(out(0), *b, "result");
   }
+  case OpCode::Unary:
+    PTC_RETURN_IF_ERROR(unaryFunction());
+    [[fallthrough]];
   case OpCode::Scale:
-  case OpCode::Gelu:
-  case OpCode::Relu:
   case OpCode::Convert:
     PTC_RETURN_IF_ERROR(counts(1, 1, 0, op == OpCode::Scale ? 1 : 0));
     PTC_RETURN_IF_ERROR(dtypes());
@@ -466,8 +498,9 @@ Status InstructionChecker::check() {
       return fail("cannot broadcast ", shapeStr(in(0)), " to ", shapeStr(out(0)));
     return Status::ok();
   }
-  case OpCode::GeluGrad:
-  case OpCode::ReluGrad:
+  case OpCode::UnaryGrad:
+    PTC_RETURN_IF_ERROR(unaryFunction());
+    [[fallthrough]];
   case OpCode::SoftmaxGrad:
     PTC_RETURN_IF_ERROR(counts(2, 1, op == OpCode::SoftmaxGrad ? 1 : 0, 0));
     PTC_RETURN_IF_ERROR(dtypes());

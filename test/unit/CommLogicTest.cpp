@@ -101,9 +101,9 @@ public:
     log_->push_back("copy on " + name(s));
     return CpuDevice::copyOn(s, dst, src, bytes);
   }
-  Status unary(UnaryOp op, const float *in, float *out, int64_t n, float f) override {
+  Status scale(const float *in, float *out, int64_t n, float f) override {
     log_->push_back("kernel");
-    return CpuDevice::unary(op, in, out, n, f);
+    return CpuDevice::scale(in, out, n, f);
   }
 
 private:

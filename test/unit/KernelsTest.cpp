@@ -111,7 +111,7 @@ TEST(Kernels, CrossEntropyRejectsTargetOutOfRange) {
   std::vector<float> logits(2 * 3, 0.0f);
   std::vector<int32_t> targets{1, 3};
   float loss;
-  ptc::Status s = crossEntropy(logits.data(), targets.data(), 2, 3, &loss);
+  ptc::kernels::KernelResult s = crossEntropy(logits.data(), targets.data(), 2, 3, &loss);
   EXPECT_EQ(s.message(), "target 3 at position 1 is outside [0, 3)");
   targets[1] = 2;
   ASSERT_TRUE(crossEntropy(logits.data(), targets.data(), 2, 3, &loss).isOk());
@@ -159,4 +159,45 @@ TEST(Kernels, ConvertFloatRoundsToNearestEven) {
   EXPECT_EQ(back[3], -2.5f);
   EXPECT_EQ(back[4], 65504.0f);             // the largest f16
   EXPECT_TRUE(std::isnan(back[6]));
+}
+
+TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
+  std::vector<float> x;
+  for (int i = -40; i <= 40; ++i)
+    x.push_back(0.15f * static_cast<float>(i) + 0.01f); // no point exactly at ReLU's kink
+  const size_t n = x.size();
+  auto closedForm = [](ptc::kernels::UnaryFunction fn, float v) -> double {
+    double d = v;
+    switch (fn) {
+    case ptc::kernels::UnaryFunction::Gelu:
+      return 0.5 * d * (1.0 + std::erf(d / std::sqrt(2.0)));
+    case ptc::kernels::UnaryFunction::Relu:
+      return d > 0 ? d : 0.0;
+    case ptc::kernels::UnaryFunction::Silu:
+      return d / (1.0 + std::exp(-d));
+    }
+    return 0.0;
+  };
+  for (auto fn : {ptc::kernels::UnaryFunction::Gelu, ptc::kernels::UnaryFunction::Relu,
+                  ptc::kernels::UnaryFunction::Silu}) {
+    SCOPED_TRACE(ptc::kernels::unaryFunctionName(fn));
+    std::vector<float> y(n), g(n, 1.0f), dx(n), up(n), down(n), xu(x), xd(x);
+    unary(fn, x.data(), y.data(), static_cast<int64_t>(n));
+    unaryGrad(fn, x.data(), g.data(), dx.data(), static_cast<int64_t>(n));
+    const float eps = 1e-2f;
+    for (size_t i = 0; i < n; ++i) {
+      xu[i] += eps;
+      xd[i] -= eps;
+    }
+    unary(fn, xu.data(), up.data(), static_cast<int64_t>(n));
+    unary(fn, xd.data(), down.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(y[i], closedForm(fn, x[i]), 1e-6 + 1e-6 * std::fabs(y[i])) << "x = " << x[i];
+      double fd = (static_cast<double>(up[i]) - down[i]) / (2.0 * eps);
+      EXPECT_NEAR(dx[i], fd, 2e-3) << "x = " << x[i];
+    }
+  }
+  // The plan's names resolve to the same functions.
+  EXPECT_EQ(ptc::kernels::lookupUnaryFunction("silu"), ptc::kernels::UnaryFunction::Silu);
+  EXPECT_FALSE(ptc::kernels::lookupUnaryFunction("swish").has_value());
 }

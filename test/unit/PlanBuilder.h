@@ -23,6 +23,7 @@ struct InstDesc {
   std::vector<int32_t> in, out;
   std::vector<int64_t> ints;
   std::vector<double> floats;
+  std::string function; // Unary, UnaryGrad
 };
 
 /// A plan of f32 tensors and instructions; output "loss" is tensor 2. `mesh`:
@@ -45,7 +46,8 @@ buildPlan(const std::vector<TensorDesc> &tensors, const std::vector<InstDesc> &i
   std::vector<fb::Offset<plan::Instruction>> is;
   for (const InstDesc &i : insts)
     is.push_back(plan::CreateInstruction(b, i.op, b.CreateVector(i.in), b.CreateVector(i.out),
-                                         b.CreateVector(i.ints), b.CreateVector(i.floats)));
+                                         b.CreateVector(i.ints), b.CreateVector(i.floats),
+                                         i.function.empty() ? 0 : b.CreateString(i.function)));
   std::vector<fb::Offset<plan::Output>> outs{plan::CreateOutput(b, b.CreateString("loss"), 2)};
   auto p = plan::CreatePlan(b, version, b.CreateString("test"), ranks,
                             mesh.empty() ? 0 : b.CreateVector(axes), b.CreateVector(ts),

@@ -75,14 +75,26 @@ TEST(PlanLoader, RejectsTemporaryOutsideArena) {
 TEST(PlanLoader, RejectsReadBeforeWrite) {
   auto tensors = matmulTensors();
   tensors.push_back({"z", plan::TensorKind::Temporary, {2, 4}, 32});
-  auto bytes = buildPlan(tensors, {{plan::OpCode::Relu, {3}, {2}, {}, {}}}, 64);
+  auto bytes = buildPlan(tensors, {{plan::OpCode::Unary, {3}, {2}, {}, {}, "relu"}}, 64);
   EXPECT_NE(loadError(bytes).find("reads temporary 'z' before any instruction writes it"),
             std::string::npos);
 }
 
 TEST(PlanLoader, RejectsWritingAnInput) {
-  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Relu, {1}, {0}, {}, {}}}, 32);
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Unary, {1}, {0}, {}, {}, "relu"}}, 32);
   EXPECT_NE(loadError(bytes).find("writes Input tensor 'x'"), std::string::npos);
+}
+
+TEST(PlanLoader, RejectsUnknownOrMissingElementwiseFunction) {
+  auto tensors = matmulTensors();
+  auto unknown = buildPlan(tensors, {{plan::OpCode::Unary, {2}, {2}, {}, {}, "swish"}}, 32);
+  EXPECT_NE(loadError(unknown).find("names the unknown elementwise function 'swish' (known: gelu, "
+                                    "relu, silu)"),
+            std::string::npos)
+      << loadError(unknown);
+  auto missing = buildPlan(tensors, {{plan::OpCode::UnaryGrad, {2, 2}, {2}, {}, {}}}, 32);
+  EXPECT_NE(loadError(missing).find("names no elementwise function"), std::string::npos)
+      << loadError(missing);
 }
 
 TEST(PlanLoader, RejectsWrongAttributeCount) {

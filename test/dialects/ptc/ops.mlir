@@ -16,6 +16,8 @@ func.func @elementwise(%a: tensor<8x64x384xf32>, %b: tensor<384xf32>, %c: tensor
   %4 = ptc.scale %3 by 0.125 : tensor<8x64x384xf32>
   // CHECK: ptc.gelu %{{.*}} : tensor<8x64x384xf32>
   %5 = ptc.gelu %4 : tensor<8x64x384xf32>
+  // CHECK: ptc.silu %{{.*}} : tensor<8x64x384xf32>
+  %silu = ptc.silu %4 : tensor<8x64x384xf32>
   // CHECK: ptc.relu %{{.*}} : tensor<8x64x384xf32>
   %6 = ptc.relu %5 : tensor<8x64x384xf32>
   return %6 : tensor<8x64x384xf32>

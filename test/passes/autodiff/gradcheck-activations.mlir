@@ -1,4 +1,4 @@
-// Finite-difference checks of the VJP rules of gelu, relu (kinks skipped), softmax on the last and a leading axis.
+// Finite-difference checks of the VJP rules of gelu, relu (kinks skipped), silu, softmax on the last and a leading axis.
 // Each case: ptc-compile with optimizer=none, then ptc-gradcheck compares every
 // parameter gradient of sum(op(...) * r) (r random) with central differences.
 // RUN: rm -rf %t && split-file %s %t
@@ -6,6 +6,8 @@
 // RUN: ptc-gradcheck %t/gelu.plan | FileCheck %s
 // RUN: ptc-opt %t/relu.mlir --ptc-compile="plan=%t/relu.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/relu.plan | FileCheck %s
+// RUN: ptc-opt %t/silu.mlir --ptc-compile="plan=%t/silu.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/silu.plan | FileCheck %s
 // RUN: ptc-opt %t/softmax_last.mlir --ptc-compile="plan=%t/softmax_last.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/softmax_last.plan | FileCheck %s
 // RUN: ptc-opt %t/softmax_axis0.mlir --ptc-compile="plan=%t/softmax_axis0.plan optimizer=none" -o /dev/null
@@ -15,6 +17,14 @@
 //--- gelu.mlir
 func.func @gelu(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
   %y = ptc.gelu %a : tensor<4x6xf32>
+  %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- silu.mlir
+func.func @silu(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %y = ptc.silu %a : tensor<4x6xf32>
   %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
   %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
   return %loss : tensor<f32>

@@ -1,0 +1,259 @@
+//===- PtcMicrobatchRules.cpp - how each op carries the batch dimension --===//
+//
+// MicrobatchOpInterface implementations: given the batch dimension of each
+// operand (kNoBatch where an operand has none), the batch dimension of the
+// results, kBatchMean / kBatchSum for a loss, or an error when the op cannot
+// run on micro-batches. ptc-microbatch (passes/pipeline) is the driver; the
+// activations' rule comes with their ODS class.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/ptc/PtcOps.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+int rankOf(Value v) { return static_cast<int>(cast<RankedTensorType>(v.getType()).getRank()); }
+
+/// The batch dimensions among `ds` (those >= 0).
+SmallVector<int> batchDims(ArrayRef<int> ds) {
+  SmallVector<int> out;
+  for (int d : ds)
+    if (d >= 0)
+      out.push_back(d);
+  return out;
+}
+
+FailureOr<int> addBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  Operation *o = op;
+
+  int r = rankOf(o->getResult(0)), out = kNoBatch;
+  for (auto [v, d] : llvm::zip(o->getOperands(), in)) {
+    if (d < 0)
+      continue;
+    int mapped = d + r - rankOf(v);
+    if (out != kNoBatch && out != mapped)
+      return emitMicrobatchError(op, "its operands' batch dimensions do not line up");
+    out = mapped;
+  }
+  return out;
+}
+
+FailureOr<int> scaleBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+ return in[0];
+}
+
+FailureOr<int> layerNormBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<LayerNormOp>(op);
+
+  if (in[1] >= 0 || in[2] >= 0 || in[0] == rankOf(o.getInput()) - 1)
+    return emitMicrobatchError(op, "it normalizes over the batch dimension");
+  return in[0];
+}
+
+FailureOr<int> softmaxBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<SoftmaxOp>(op);
+
+  int64_t axis = o.getAxis() < 0 ? o.getAxis() + rankOf(o.getInput()) : o.getAxis();
+  if (axis == in[0])
+    return emitMicrobatchError(op, "its axis is the batch dimension");
+  return in[0];
+}
+
+FailureOr<int> causalAttentionBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<CausalAttentionOp>(op);
+
+  if (in[0] != in[1] || in[0] != in[2] || in[0] >= rankOf(o.getQuery()) - 2)
+    return emitMicrobatchError(op, "q, k and v must share a leading batch dimension");
+  return in[0];
+}
+
+FailureOr<int> matmulBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<MatmulOp>(op);
+
+  int rl = rankOf(o.getLhs()), rr = rankOf(o.getRhs()), r = rankOf(o.getResult());
+  int lRow = o.getTransposeLhs() ? rl - 1 : rl - 2;
+  int rCol = o.getTransposeRhs() ? rr - 2 : rr - 1;
+  int out = kNoBatch;
+  if (in[0] >= 0) {
+    if (in[0] < rl - 2)
+      out = in[0] + r - rl;
+    else if (in[0] == lRow)
+      out = r - 2;
+    else
+      return emitMicrobatchError(op, "it contracts over the batch dimension");
+  }
+  if (in[1] >= 0) {
+    int mapped;
+    if (in[1] < rr - 2)
+      mapped = in[1] + r - rr;
+    else if (in[1] == rCol)
+      mapped = r - 1;
+    else
+      return emitMicrobatchError(op, "it contracts over the batch dimension");
+    if (out != kNoBatch && out != mapped)
+      return emitMicrobatchError(op, "both operands are per-example along different dimensions");
+    out = mapped;
+  }
+  return out;
+}
+
+FailureOr<int> embeddingBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+
+  if (in[0] >= 0)
+    return emitMicrobatchError(op, "the table depends on the batch");
+  return in[1];
+}
+
+FailureOr<int> crossEntropyBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<CrossEntropyOp>(op);
+
+  if (in[0] == rankOf(o.getLogits()) - 1)
+    return emitMicrobatchError(op, "the classes are the batch dimension");
+  return kBatchMean;
+}
+
+FailureOr<int> transposeBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<TransposeOp>(op);
+
+  for (auto [i, p] : llvm::enumerate(o.getPermutation()))
+    if (p == in[0])
+      return static_cast<int>(i);
+  return emitMicrobatchError(op, "bad permutation");
+}
+
+FailureOr<int> reshapeBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<ReshapeOp>(op);
+
+  ArrayRef<int64_t> src = o.getInput().getType().getShape();
+  ArrayRef<int64_t> dst = o.getType().getShape();
+  int64_t prefix = 1;
+  for (int i = 0; i < in[0]; ++i)
+    prefix *= src[i];
+  int64_t p = 1;
+  for (size_t e = 0; e < dst.size(); ++e) {
+    if (p == prefix && dst[e] % count == 0)
+      return static_cast<int>(e);
+    p *= dst[e];
+    if (p > prefix)
+      break;
+  }
+  return emitMicrobatchError(op, "the batch dimension does not survive the reshape");
+}
+
+FailureOr<int> sliceBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<SliceOp>(op);
+
+  if (o.getInput().getType().getDimSize(in[0]) * count != o.getType().getDimSize(in[0]))
+    return emitMicrobatchError(op, "it slices the batch dimension");
+  return in[0];
+}
+
+FailureOr<int> concatBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  auto o = cast<ConcatOp>(op);
+
+  SmallVector<int> ds = batchDims(in);
+  int64_t axis = o.getAxis() < 0 ? o.getAxis() + rankOf(o.getResult()) : o.getAxis();
+  if (ds.size() != in.size() || llvm::any_of(ds, [&](int d) { return d != ds[0]; }) ||
+      axis == ds[0])
+    return emitMicrobatchError(op, "its operands must all be per-example along one dimension, not the axis");
+  return ds[0];
+}
+
+FailureOr<int> reduceSumBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
+  Operation *o = op;
+
+  auto axes = o->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+  bool keep = o->hasAttr("keep_dims") &&
+              cast<BoolAttr>(o->getAttr("keep_dims")).getValue();
+  int r = rankOf(o->getOperand(0)), shift = 0;
+  for (int64_t a : axes) {
+    int64_t n = a < 0 ? a + r : a;
+    if (n == in[0]) {
+      if (isa<ReduceMaxOp>(o))
+        return emitMicrobatchError(op, "a maximum over the batch is not a sum of micro-batch maxima");
+      return isa<ReduceSumOp>(o) ? kBatchSum : kBatchMean;
+    }
+    if (n < in[0] && !keep)
+      ++shift;
+  }
+  return in[0] - shift;
+}
+} // namespace
+
+FailureOr<int> AddOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return addBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> SubOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return addBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> MulOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return addBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> DivOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return addBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ScaleOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return scaleBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ConvertOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return scaleBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> LayerNormOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return layerNormBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> SoftmaxOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return softmaxBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> CausalAttentionOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return causalAttentionBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> MatmulOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return matmulBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> EmbeddingOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return embeddingBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> CrossEntropyOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return crossEntropyBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> TransposeOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return transposeBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ReshapeOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return reshapeBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> SliceOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return sliceBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ConcatOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return concatBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ReduceSumOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return reduceSumBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ReduceMeanOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return reduceSumBatchDim(getOperation(), in, count);
+}
+
+FailureOr<int> ReduceMaxOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return reduceSumBatchDim(getOperation(), in, count);
+}

@@ -1,0 +1,526 @@
+//===- PtcShardingRules.cpp - the sharding rule of every ptc op ----------===//
+//
+// ShardingRuleOpInterface implementations: per op, the operand shardings it
+// needs and the shardings of its results, given its operands' current ones.
+// ptc-shard (passes/sharding) is the driver: it asks each op, then inserts the
+// collectives that bring every operand to what the rule wants. An op without
+// a rule computes on whole tensors (the driver replicates its operands).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/ptc/PtcSharding.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+LogicalResult elementwiseBinaryRule(Operation *o, ShardingRuleContext &ctx) {
+  Operation *op = o;
+  auto rankR = [&](unsigned i) { return cast<RankedTensorType>(op->getResult(i).getType()).getRank(); };
+
+  Value lhs = o->getOperand(0), rhs = o->getOperand(1);
+  RankedTensorType gl = ctx.globalType(lhs), gr = ctx.globalType(rhs);
+  int64_t r = rankR(0);
+  auto resultType = cast<RankedTensorType>(o->getResult(0).getType());
+  // Result dim -> operand dim (or -1 when broadcast).
+  auto mapDim = [&](RankedTensorType t, int64_t d) -> int64_t {
+    int64_t od = d - (r - t.getRank());
+    return od >= 0 && t.getDimSize(od) == resultType.getDimSize(d) ? od : -1;
+  };
+  // The operand whose sharding a user annotated leads; otherwise the
+  // larger one keeps its sharding and the other follows.
+  bool la = ctx.isAnnotated(lhs),
+       ra = ctx.isAnnotated(rhs);
+  bool lhsLeads = la != ra ? la : getNumElements(gl) >= getNumElements(gr);
+  Value lead = lhsLeads ? lhs : rhs, follow = lhsLeads ? rhs : lhs;
+  RankedTensorType gLead = lhsLeads ? gl : gr, gFollow = lhsLeads ? gr : gl;
+  Sharding res = Sharding::replicated(r);
+  // The lead's splits first, then the follower's where their axes are free.
+  for (int64_t d = 0; d < r; ++d)
+    if (int64_t ld = mapDim(gLead, d); ld >= 0)
+      res.dims[d] = ctx.sharding(lead).dims[ld];
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t fd = mapDim(gFollow, d);
+    DimShard f = fd >= 0 ? ctx.sharding(follow).dims[fd] : DimShard();
+    if (f.axis < 0)
+      continue;
+    if (res.dims[d].axis >= 0 && res.dims[d] != f && failed(ctx.conflict(o, lead, follow))) {
+      return failure();
+    }
+    if (res.dims[d].axis < 0 && !res.hasAxis(f.axis))
+      res.dims[d] = f;
+  }
+  for (Value v : {lhs, rhs}) {
+    unsigned i = v == lhs ? 0 : 1;
+    RankedTensorType gv = ctx.globalType(v);
+    Sharding w = Sharding::replicated(gv.getRank());
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t od = mapDim(gv, d);
+      if (od >= 0)
+        w.dims[od] = res.dims[d];
+    }
+    w.partial = ctx.sharding(v).partial;
+    ctx.want[i] = w;
+  }
+  // Linear cases keep partial sums; anything else sums first.
+  bool isAdd = isa<AddOp, SubOp>(o);
+  const auto &pl = ctx.want[0].partial, &pr = ctx.want[1].partial;
+  int scaleOperand = -1;
+  if (isAdd) {
+    if (pl.empty() != pr.empty()) {
+      // partial + whole stays partial if the whole side is divided by the
+      // group size: the sum over the group restores it (a bias added to
+      // a row-parallel output before its reduce-scatter or all-reduce).
+      scaleOperand = pl.empty() ? 0 : 1;
+      res.partial = pl.empty() ? pr : pl;
+    } else {
+      if (pl != pr) {
+        ctx.full(0);
+        ctx.full(1);
+      }
+      res.partial = ctx.want[0].partial;
+    }
+  } else if (isa<MulOp>(o) && !pl.empty() && !pr.empty()) {
+    ctx.full(1);
+    res.partial = ctx.want[0].partial;
+  } else if (isa<DivOp>(o)) {
+    ctx.full(1);
+    res.partial = ctx.want[0].partial;
+  } else {
+    res.partial = pl.empty() ? pr : pl;
+  }
+  // An axis cannot both split a dimension and carry a pending sum.
+  for (int a : SmallVector<int>(res.partial))
+    if (res.hasAxis(a)) {
+      ctx.full(0);
+      ctx.full(1);
+      res.partial.clear();
+    }
+  if (scaleOperand >= 0 && !res.partial.empty())
+    ctx.operandScale[scaleOperand] = 1.0 / static_cast<double>(ctx.shardFactor(res.partial));
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult passThroughRule(Operation *, ShardingRuleContext &ctx) {
+ ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+} // namespace
+
+LogicalResult mlir::ptc::activationShardingRule(Operation *, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+LogicalResult mlir::ptc::activationGradShardingRule(Operation *, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.like(1, ctx.want[0]);
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+namespace {
+LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
+  int64_t r = ctx.rank(mm.getLhs()), rb = ctx.rank(mm.getRhs());
+  bool tl = mm.getTransposeLhs(), tr = mm.getTransposeRhs();
+  int64_t mDim = tl ? r - 1 : r - 2, kDim = tl ? r - 2 : r - 1;
+  int64_t kDimB = tr ? rb - 1 : rb - 2, nDim = tr ? rb - 2 : rb - 1;
+  Sharding sa = ctx.want[0], sb = ctx.want[1];
+  if (!sa.partial.empty() && !sb.partial.empty())
+    sb.partial.clear();
+  Sharding res = Sharding::replicated(r);
+  for (int64_t d = 0; d < r - 2; ++d)
+    res.dims[d] = sa.dims[d];
+  if (rb == r)
+    for (int64_t d = 0; d < r - 2; ++d)
+      sb.dims[d] = sa.dims[d];
+  // Contracting dimension: split both the same way -> partial sum.
+  DimShard ka = sa.dims[kDim], kb = sb.dims[kDimB];
+  DimShard k = ka.axis >= 0 ? ka : kb;
+  if (ka.axis >= 0 && kb.axis >= 0 && ka != kb &&
+      failed(ctx.conflict(mm, mm.getLhs(), mm.getRhs()))) {
+    return failure();
+  }
+  auto used = [&](const DimShard &a) { return a.axis >= 0 && res.hasAxis(a.axis); };
+  if (used(k))
+    k = DimShard();
+  sa.dims[kDim] = k;
+  sb.dims[kDimB] = k;
+  // The weight's split (N) wins over the activation's (M): gathering
+  // activations is what tensor/sequence parallelism expects.
+  DimShard n = sb.dims[nDim];
+  if (used(n) || (n.axis >= 0 && n.axis == k.axis))
+    n = DimShard();
+  sb.dims[nDim] = n;
+  res.dims[r - 1] = n;
+  DimShard m = sa.dims[mDim];
+  if (used(m) || (m.axis >= 0 && (m.axis == k.axis || m.axis == n.axis)))
+    m = DimShard();
+  sa.dims[mDim] = m;
+  res.dims[r - 2] = m;
+  res.partial = sa.partial.empty() ? sb.partial : sa.partial;
+  if (k.axis >= 0) {
+    if (llvm::is_contained(res.partial, k.axis) || res.hasAxis(k.axis)) {
+      sa.partial.clear();
+      sb.partial.clear();
+      res.partial.clear();
+    }
+    addPartial(res.partial, k.axis);
+  }
+  ctx.want[0] = sa;
+  ctx.want[1] = sb;
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult layerNormRule(LayerNormOp self, ShardingRuleContext &ctx) {
+  Operation *op = self.getOperation();
+
+  ctx.full(0);
+  ctx.want[0].dims.back() = -1;
+  ctx.replicate(1, ctx.rank(op->getOperand(1)));
+  ctx.replicate(2, ctx.rank(op->getOperand(2)));
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+LogicalResult layerNormGradRule(LayerNormGradOp self, ShardingRuleContext &ctx) {
+  Operation *op = self.getOperation();
+
+  ctx.full(0);
+  ctx.want[0].dims.back() = -1;
+  ctx.replicate(1, ctx.rank(op->getOperand(1)));
+  ctx.like(2, ctx.want[0]);
+  ctx.out.push_back(ctx.want[0]);
+  Sharding w = Sharding::replicated(1);
+  for (const DimShard &a : ctx.want[0].dims)
+    if (a.axis >= 0)
+      addPartial(w.partial, a.axis);
+  ctx.out.push_back(w);
+  ctx.out.push_back(w);
+  return success();
+}
+
+LogicalResult softmaxRule(SoftmaxOp s, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.want[0].dims[s.getAxis() < 0 ? s.getAxis() + ctx.rank(s.getInput()) : s.getAxis()] = -1;
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+LogicalResult softmaxGradRule(SoftmaxGradOp s, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.want[0].dims[s.getAxis() < 0 ? s.getAxis() + ctx.rank(s.getOutput()) : s.getAxis()] = -1;
+  ctx.like(1, ctx.want[0]);
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1; // sequence and head dim stay whole
+  for (unsigned i = 1; i < o->getNumOperands(); ++i)
+    ctx.like(i, ctx.want[0]);
+  for (unsigned i = 0; i < o->getNumResults(); ++i)
+    ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+LogicalResult embeddingRule(EmbeddingOp e, ShardingRuleContext &ctx) {
+  Operation *op = e.getOperation();
+
+  // A table split by rows (vocabulary parallel): each device looks up
+  // its rows, the group's results sum to the lookup.
+  DimShard rows = ctx.want[0].dims[0];
+  bool vocab = rows.axis >= 0 && rows.blocks == 1 && !ctx.want[1].hasAxis(rows.axis);
+  Sharding res = ctx.want[1];
+  res.dims.push_back(DimShard());
+  if (vocab) {
+    ctx.want[0].dims[1] = DimShard();
+    ctx.want[0].partial.clear();
+    addPartial(res.partial, rows.axis);
+    e.setVocabAxisAttr(StringAttr::get(op->getContext(), ctx.mesh().axes[rows.axis]));
+  } else {
+    ctx.replicate(0, ctx.rank(op->getOperand(0)));
+    e.removeVocabAxisAttr();
+  }
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult embeddingGradRule(EmbeddingGradOp eg, ShardingRuleContext &ctx) {
+  Operation *op = eg.getOperation();
+
+  Sharding g = ctx.want[0];
+  g.dims.push_back(-1);
+  ctx.want[1] = g;
+  Sharding res = Sharding::replicated(2);
+  for (const DimShard &a : ctx.want[0].dims)
+    if (a.axis >= 0)
+      addPartial(res.partial, a.axis);
+  // The gradient of a vocabulary-parallel lookup keeps the table's rows.
+  eg.removeVocabAxisAttr();
+  for (Operation *user : eg.getIndices().getUsers())
+    if (auto e = dyn_cast<EmbeddingOp>(user); e && e.getVocabAxis()) {
+      int a = ctx.mesh().axisIndex(*e.getVocabAxis());
+      if (!llvm::is_contained(res.partial, a)) {
+        res.dims[0] = DimShard(a);
+        eg.setVocabAxisAttr(StringAttr::get(op->getContext(), *e.getVocabAxis()));
+      }
+      break;
+    }
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult crossEntropyRule(Operation *o, ShardingRuleContext &ctx) {
+  Operation *op = o;
+
+  ctx.full(0);
+  // Classes split plainly over an axis: the vocabulary-parallel kernel.
+  DimShard classes = ctx.want[0].dims.back();
+  if (classes.axis >= 0 && classes.blocks == 1)
+    ctx.vocabAxis = classes.axis;
+  else
+    ctx.want[0].dims.back() = -1;
+  ctx.want[1].dims.assign(ctx.want[0].dims.begin(), ctx.want[0].dims.end() - 1);
+  SmallVector<int> rows;
+  for (const DimShard &a : ctx.want[1].dims)
+    if (a.axis >= 0)
+      rows.push_back(a.axis);
+  // The kernel averages over local rows: ctx.scale by local/global rows.
+  ctx.scale[0] = 1.0 / static_cast<double>(ctx.shardFactor(rows));
+  if (isa<CrossEntropyOp>(o)) {
+    Sharding res = Sharding::replicated(0);
+    for (int a : rows)
+      addPartial(res.partial, a);
+    ctx.out.push_back(res);
+  } else {
+    ctx.replicate(2, ctx.rank(op->getOperand(2)));
+    ctx.out.push_back(ctx.want[0]);
+  }
+  return success();
+}
+
+LogicalResult reshapeRule(ReshapeOp rs, ShardingRuleContext &ctx) {
+  RankedTensorType gi = ctx.globalType(rs.getInput());
+  auto go = cast<RankedTensorType>(rs.getType());
+  Sharding res = Sharding::replicated(go.getRank());
+  res.partial = ctx.want[0].partial;
+  // A split dimension maps to the output dimension that starts at the
+  // same outer product and holds whole blocks.
+  for (int64_t d = 0; d < gi.getRank(); ++d) {
+    DimShard ds = ctx.want[0].dims[d];
+    int a = ds.axis;
+    if (a < 0)
+      continue;
+    int64_t prefix = 1, mapped = -1;
+    for (int64_t i = 0; i < d; ++i)
+      prefix *= gi.getDimSize(i);
+    int64_t p = 1;
+    for (int64_t e = 0; e < go.getRank(); ++e) {
+      if (p == prefix) {
+        int64_t in = gi.getDimSize(d), outSize = go.getDimSize(e);
+        bool merge = outSize % in == 0, split = in % outSize == 0;
+        if (ds.blocks > 1 ? outSize == in
+                          : (merge || split) && outSize % ctx.axisSize(a) == 0 &&
+                                (split || in % ctx.axisSize(a) == 0))
+          mapped = e;
+        break;
+      }
+      p *= go.getDimSize(e);
+    }
+    if (mapped >= 0)
+      res.dims[mapped] = ds;
+    else
+      ctx.want[0].dims[d] = DimShard();
+  }
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult transposeRule(TransposeOp t, ShardingRuleContext &ctx) {
+  Sharding res = ctx.want[0];
+  for (auto [i, p] : llvm::enumerate(t.getPermutation()))
+    res.dims[i] = ctx.want[0].dims[p];
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult sliceOrPadRule(Operation *o, ShardingRuleContext &ctx) {
+  RankedTensorType gi = ctx.globalType(o->getOperand(0));
+  auto go = cast<RankedTensorType>(o->getResult(0).getType());
+  ArrayRef<int64_t> offsets = isa<SliceOp>(o) ? cast<SliceOp>(o).getOffsets()
+                                              : cast<PadOp>(o).getOffsets();
+  bool slice = isa<SliceOp>(o);
+  Sharding res = ctx.want[0];
+  SmallVector<int64_t> localOffsets(offsets);
+  for (int64_t d = 0; d < gi.getRank(); ++d) {
+    if (gi.getDimSize(d) == go.getDimSize(d))
+      continue;
+    // One whole block of a blocked dimension is a plainly split piece
+    // (slice), and a split piece padded into k blocks is blocked (pad).
+    int64_t big = slice ? gi.getDimSize(d) : go.getDimSize(d);
+    int64_t small = slice ? go.getDimSize(d) : gi.getDimSize(d);
+    DimShard ds = ctx.want[0].dims[d];
+    bool aligned = big % small == 0 && offsets[d] % small == 0;
+    if (slice && ds.axis >= 0 && aligned && ds.blocks == big / small) {
+      res.dims[d] = DimShard(ds.axis);
+      localOffsets[d] /= ctx.axisSize(ds.axis); // block b starts at b * small / p locally
+    } else if (!slice && ds.axis >= 0 && ds.blocks == 1 && aligned) {
+      res.dims[d] = DimShard(ds.axis, static_cast<int>(big / small));
+      localOffsets[d] /= ctx.axisSize(ds.axis);
+    } else {
+      ctx.want[0].dims[d] = DimShard();
+      res.dims[d] = DimShard();
+    }
+  }
+  o->setAttr("offsets", DenseI64ArrayAttr::get(o->getContext(), localOffsets));
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult concatRule(ConcatOp c, ShardingRuleContext &ctx) {
+  int64_t axis = c.getAxis() < 0 ? c.getAxis() + c.getType().getRank() : c.getAxis();
+  Sharding s = ctx.want[0];
+  s.dims[axis] = -1;
+  bool samePartial = llvm::all_of(ctx.want, [&](const Sharding &w) { return w.partial == s.partial; });
+  if (!samePartial)
+    s.partial.clear();
+  for (unsigned i = 0; i < ctx.want.size(); ++i)
+    ctx.want[i] = s;
+  ctx.out.push_back(s);
+  return success();
+}
+
+LogicalResult sumOrMeanRule(Operation *o, ShardingRuleContext &ctx) {
+  ArrayRef<int64_t> axes = isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getAxes()
+                                               : cast<ReduceMeanOp>(o).getAxes();
+  bool keep = isa<ReduceSumOp>(o) ? cast<ReduceSumOp>(o).getKeepDims()
+                                  : cast<ReduceMeanOp>(o).getKeepDims();
+  int64_t r = ctx.rank(o->getOperand(0));
+  SmallVector<bool> reduced(r, false);
+  for (int64_t a : axes)
+    reduced[a < 0 ? a + r : a] = true;
+  Sharding res;
+  res.partial = ctx.want[0].partial;
+  SmallVector<int> split;
+  for (int64_t d = 0; d < r; ++d) {
+    if (!reduced[d])
+      res.dims.push_back(ctx.want[0].dims[d]);
+    else {
+      if (keep)
+        res.dims.push_back(-1);
+      if (ctx.want[0].dims[d].axis >= 0) {
+        split.push_back(ctx.want[0].dims[d].axis);
+        addPartial(res.partial, ctx.want[0].dims[d].axis);
+      }
+    }
+  }
+  if (isa<ReduceMeanOp>(o))
+    ctx.scale[0] = 1.0 / static_cast<double>(ctx.shardFactor(split));
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult maxRule(Operation *o, ShardingRuleContext &ctx) {
+  // The maximum needs whole reduced dimensions; the rest keep their split.
+  ctx.full(0);
+  ArrayRef<int64_t> axes = isa<ReduceMaxOp>(o) ? cast<ReduceMaxOp>(o).getAxes()
+                                               : cast<ReduceMaxGradOp>(o).getAxes();
+  bool keep = isa<ReduceMaxOp>(o) ? cast<ReduceMaxOp>(o).getKeepDims()
+                                  : cast<ReduceMaxGradOp>(o).getKeepDims();
+  int64_t r = ctx.rank(o->getOperand(0));
+  SmallVector<bool> reduced(r, false);
+  for (int64_t a : axes)
+    reduced[a < 0 ? a + r : a] = true;
+  Sharding kept;
+  for (int64_t d = 0; d < r; ++d) {
+    if (reduced[d])
+      ctx.want[0].dims[d] = DimShard();
+    if (!reduced[d] || keep)
+      kept.dims.push_back(reduced[d] ? DimShard() : ctx.want[0].dims[d]);
+  }
+  if (isa<ReduceMaxOp>(o)) {
+    ctx.out.push_back(kept);
+  } else {
+    ctx.want[1] = kept; // the gradient has the reduced shape
+    ctx.out.push_back(ctx.want[0]);
+  }
+  return success();
+}
+
+LogicalResult broadcastRule(BroadcastOp bc, ShardingRuleContext &ctx) {
+  RankedTensorType gi = ctx.globalType(bc.getInput());
+  auto go = cast<RankedTensorType>(bc.getType());
+  Sharding res = Sharding::replicated(go.getRank());
+  res.partial = ctx.want[0].partial;
+  int64_t lead = go.getRank() - gi.getRank();
+  for (int64_t d = 0; d < gi.getRank(); ++d) {
+    if (gi.getDimSize(d) == go.getDimSize(lead + d))
+      res.dims[lead + d] = ctx.want[0].dims[d];
+    else
+      ctx.want[0].dims[d] = -1;
+  }
+  ctx.out.push_back(res);
+  return success();
+}
+
+LogicalResult updateRule(Operation *o, ShardingRuleContext &ctx) {
+  Operation *op = o;
+
+  // The update runs where the optimizer state lives: under ZeRO the
+  // state is split over dp, the parameter and gradient are cut to match
+  // and the new parameter is gathered where the whole one is needed.
+  Sharding p = ctx.want[0].withoutPartial();
+  if (ctx.rank(o->getOperand(2)) > 0) {
+    Sharding state = ctx.sharding(o->getOperand(2)).withoutPartial();
+    if (llvm::any_of(state.dims, [](const DimShard &d) { return d.axis >= 0; }))
+      p = state;
+  }
+  ctx.want[0] = p;
+  for (unsigned i = 1; i < o->getNumOperands(); ++i) {
+    if (ctx.rank(o->getOperand(i)) == 0)
+      ctx.replicate(i, ctx.rank(op->getOperand(i)));
+    else
+      ctx.like(i, p);
+  }
+  for (unsigned i = 0; i < o->getNumResults(); ++i)
+    ctx.out.push_back(p);
+  return success();
+}
+} // namespace
+
+LogicalResult AddOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
+LogicalResult SubOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
+LogicalResult MulOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
+LogicalResult DivOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
+LogicalResult ScaleOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
+LogicalResult ConvertOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
+LogicalResult MicrobatchSumOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
+LogicalResult MatmulOp::inferShardingRule(ShardingRuleContext &ctx) { return matmulRule(*this, ctx); }
+LogicalResult LayerNormOp::inferShardingRule(ShardingRuleContext &ctx) { return layerNormRule(*this, ctx); }
+LogicalResult LayerNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return layerNormGradRule(*this, ctx); }
+LogicalResult SoftmaxOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxRule(*this, ctx); }
+LogicalResult SoftmaxGradOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxGradRule(*this, ctx); }
+LogicalResult CausalAttentionOp::inferShardingRule(ShardingRuleContext &ctx) { return attentionRule(*this, ctx); }
+LogicalResult CausalAttentionGradOp::inferShardingRule(ShardingRuleContext &ctx) { return attentionRule(*this, ctx); }
+LogicalResult EmbeddingOp::inferShardingRule(ShardingRuleContext &ctx) { return embeddingRule(*this, ctx); }
+LogicalResult EmbeddingGradOp::inferShardingRule(ShardingRuleContext &ctx) { return embeddingGradRule(*this, ctx); }
+LogicalResult CrossEntropyOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
+LogicalResult CrossEntropyGradOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
+LogicalResult ReshapeOp::inferShardingRule(ShardingRuleContext &ctx) { return reshapeRule(*this, ctx); }
+LogicalResult TransposeOp::inferShardingRule(ShardingRuleContext &ctx) { return transposeRule(*this, ctx); }
+LogicalResult SliceOp::inferShardingRule(ShardingRuleContext &ctx) { return sliceOrPadRule(*this, ctx); }
+LogicalResult PadOp::inferShardingRule(ShardingRuleContext &ctx) { return sliceOrPadRule(*this, ctx); }
+LogicalResult ConcatOp::inferShardingRule(ShardingRuleContext &ctx) { return concatRule(*this, ctx); }
+LogicalResult ReduceSumOp::inferShardingRule(ShardingRuleContext &ctx) { return sumOrMeanRule(*this, ctx); }
+LogicalResult ReduceMeanOp::inferShardingRule(ShardingRuleContext &ctx) { return sumOrMeanRule(*this, ctx); }
+LogicalResult ReduceMaxOp::inferShardingRule(ShardingRuleContext &ctx) { return maxRule(*this, ctx); }
+LogicalResult ReduceMaxGradOp::inferShardingRule(ShardingRuleContext &ctx) { return maxRule(*this, ctx); }
+LogicalResult BroadcastOp::inferShardingRule(ShardingRuleContext &ctx) { return broadcastRule(*this, ctx); }
+LogicalResult AdamWUpdateOp::inferShardingRule(ShardingRuleContext &ctx) { return updateRule(*this, ctx); }
+LogicalResult SgdUpdateOp::inferShardingRule(ShardingRuleContext &ctx) { return updateRule(*this, ctx); }

@@ -1,0 +1,36 @@
+// Shapes, float storage types and bf16 conversion: the vocabulary the kernel
+// libraries (kernels/cpu, kernels/cuda) and the runtime share. A leaf: it
+// depends on nothing in the project.
+#ifndef PTC_KERNELS_COMMON_TYPES_H
+#define PTC_KERNELS_COMMON_TYPES_H
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace ptc::kernels {
+
+using Shape = std::vector<int64_t>;
+
+/// Float storage types (mixed precision: bf16 / f16 storage, f32 math).
+enum class FloatType { F32, BF16, F16 };
+
+/// bf16 <-> f32 (round to nearest even; NaN stays NaN).
+inline float bf16ToF32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint16_t f32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+} // namespace ptc::kernels
+
+#endif // PTC_KERNELS_COMMON_TYPES_H

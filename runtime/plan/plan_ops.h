@@ -1,0 +1,46 @@
+// The plan op table (op_table.def) as data: what every opcode takes. Shared by
+// the compiler's export and the runtime's loader and JSON dump; depends only on
+// the generated schema header.
+#ifndef PTC_RUNTIME_PLAN_PLAN_OPS_H
+#define PTC_RUNTIME_PLAN_PLAN_OPS_H
+
+#include "runtime/plan/plan_generated.h"
+
+#include <cstddef>
+#include <iterator>
+
+namespace ptc::plan {
+
+struct OpInfo {
+  OpCode code;
+  const char *name;
+  int inputs, outputs, ints, floats; // -1: depends on the instruction
+  const char *intNames, *floatNames;
+};
+
+inline constexpr OpInfo kOpTable[] = {
+#define PTC_PLAN_OP(op, nIn, nOut, nInts, nFloats, intNames, floatNames)                           \
+  {OpCode::op, #op, nIn, nOut, nInts, nFloats, intNames, floatNames},
+#include "runtime/plan/op_table.def"
+#undef PTC_PLAN_OP
+};
+
+static_assert(std::size(kOpTable) == static_cast<size_t>(OpCode::MAX) + 1,
+              "op_table.def needs one row per OpCode of plan.fbs");
+constexpr bool opTableInEnumOrder() {
+  for (size_t i = 0; i < std::size(kOpTable); ++i)
+    if (static_cast<size_t>(kOpTable[i].code) != i)
+      return false;
+  return true;
+}
+static_assert(opTableInEnumOrder(), "op_table.def rows must follow plan.fbs's OpCode order");
+
+/// The row of `code`, or null for a value outside the enum (a corrupt plan).
+inline const OpInfo *lookupOp(OpCode code) {
+  size_t i = static_cast<size_t>(code);
+  return i < std::size(kOpTable) ? &kOpTable[i] : nullptr;
+}
+
+} // namespace ptc::plan
+
+#endif // PTC_RUNTIME_PLAN_PLAN_OPS_H
