@@ -1,5 +1,6 @@
 // ptc-gradcheck: checks the gradients of a forward+backward plan (compiled
-// with optimizer=none) against central finite differences of its loss.
+// with optimizer=none) against central finite differences of its loss, on a
+// TrainingSession whose inputs it draws itself.
 // Parameters start from the plan's initializers; float inputs are N(0, 1);
 // id inputs are uniform below the bound the plan's instructions give them.
 //   ptc-gradcheck grad.plan [--seed S] [--eps E] [--rtol R] [--atol A] [--samples N]
@@ -7,8 +8,7 @@
 // than a few ulps of the loss over 2 * eps; the default absolute tolerance is
 // that floor (8 ulps of the loss) when it exceeds 1e-4.
 
-#include "runtime/exec/executor.h"
-#include "runtime/plan/plan_loader.h"
+#include "runtime/session/training_session.h"
 
 #include <cmath>
 #include <cstdio>
@@ -54,22 +54,20 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  auto loaded = LoadedPlan::loadFile(planPath);
-  if (!loaded.isOk()) {
-    std::cerr << "ptc-gradcheck: error: " << loaded.status().message() << "\n";
-    return 1;
-  }
-  std::shared_ptr<const LoadedPlan> plan = *loaded;
-  auto created = Executor::create(plan);
+  SessionOptions options;
+  options.planPath = planPath;
+  options.device = "cpu"; // the host evaluates the loss between perturbations
+  options.seed = seed;
+  options.needsData = false; // inputs are drawn below
+  options.stepTimeout = 0;
+  auto created = TrainingSession::create(options);
   if (!created.isOk()) {
     std::cerr << "ptc-gradcheck: error: " << created.status().message() << "\n";
     return 1;
   }
-  Executor &ex = **created;
-  if (Status s = ex.initialize(seed); !s.isOk()) {
-    std::cerr << "ptc-gradcheck: error: " << s.message() << "\n";
-    return 1;
-  }
+  TrainingSession &session = **created;
+  std::shared_ptr<const LoadedPlan> plan = session.sharedPlan();
+  Executor &ex = session.executor();
   int32_t lossId = plan->findOutput("loss");
   if (lossId < 0 || (plan->plan().optimizer() && plan->plan().optimizer()->size())) {
     std::cerr << "ptc-gradcheck: error: needs a forward+backward plan (ptc-compile "
@@ -117,12 +115,12 @@ int main(int argc, char **argv) {
   }
 
   auto lossAt = [&]() -> double {
-    Status s = ex.step();
-    if (!s.isOk()) {
-      std::cerr << "ptc-gradcheck: error: " << s.message() << "\n";
+    auto r = session.runStep(0);
+    if (!r.isOk()) {
+      std::cerr << "ptc-gradcheck: error: " << r.status().message() << "\n";
       std::exit(1);
     }
-    return *ex.f32(lossId);
+    return r->loss;
   };
   const double base = lossAt();
   if (!atolGiven) {

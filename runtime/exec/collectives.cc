@@ -1,0 +1,373 @@
+// Executor collectives: staging through the host or the device-resident
+// communicator, gradient buckets, reduce-scatters, vocabulary-parallel
+// cross-entropy and the generic collective dispatch.
+
+#include "runtime/exec/executor.h"
+
+#include "kernels/cpu/kernels.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace ptc {
+
+using plan::OpCode;
+using plan::TensorKind;
+namespace k = kernels::cpu;
+
+std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan) {
+  std::set<std::vector<int>> groups;
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    const auto *ints = inst->ints();
+    switch (inst->op()) {
+    case OpCode::AllReduce:
+    case OpCode::UnscaleGrads:
+    case OpCode::ClipGradNorm:
+      if (ints && ints->size() > 0)
+        groups.insert(std::vector<int>(ints->begin(), ints->end()));
+      break;
+    case OpCode::AllGather:
+    case OpCode::ReduceScatter:
+    case OpCode::AllToAll:
+    case OpCode::VocabParallelCrossEntropy:
+    case OpCode::VocabParallelCrossEntropyGrad:
+      groups.insert({static_cast<int>(ints->Get(0))});
+      break;
+    default:
+      break;
+    }
+  }
+  return {groups.begin(), groups.end()};
+}
+
+Status Executor::blocksForReduceScatter(const plan::Instruction &inst, void *staging,
+                                        int64_t elementBytes) {
+  const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
+  const TensorInfo &dst = plan_->tensor((*inst.outputs())[0]);
+  size_t dim = static_cast<size_t>(inst.ints()->Get(1));
+  int parts = plan_->meshSizes()[static_cast<size_t>(inst.ints()->Get(0))];
+  std::vector<int64_t> offsets(src.shape.size(), 0), zero(src.shape.size(), 0);
+  for (int p = 0; p < parts; ++p) {
+    offsets[dim] = p * dst.shape[dim];
+    PTC_RETURN_IF_ERROR(dev_->copyBox(data((*inst.inputs())[0]), src.shape, offsets,
+                                      static_cast<uint8_t *>(staging) + p * dst.numElements * elementBytes,
+                                      dst.shape, zero, dst.shape, elementBytes));
+  }
+  return Status::ok();
+}
+
+// ---- Collectives ------------------------------------------------------------
+// A communicator works on host memory (MPI: device data goes through host
+// copies unless the device is the CPU) or on device memory, enqueued on the
+// device's communication stream (NCCL): then the communication stream waits
+// for the compute work so far, and the compute stream waits for the
+// collective only where an instruction reads its result (gradient buckets), so
+// that reduction overlaps the rest of the backward pass.
+
+bool Executor::commOnDevice() const { return comm_ && comm_->deviceResident(); }
+
+StatusOr<void *> Executor::commView(const void *p, int64_t bytes, int slot, bool load) {
+  if (dev_->hostAddressable() || commOnDevice())
+    return const_cast<void *>(p);
+  return hostStage(p, bytes, slot, load);
+}
+
+StatusOr<void *> Executor::hostStage(const void *p, int64_t bytes, int slot, bool load) {
+  auto &host = hostStaging_[static_cast<size_t>(slot)];
+  if (static_cast<int64_t>(host.size()) < bytes)
+    host.resize(static_cast<size_t>(bytes));
+  if (load)
+    PTC_RETURN_IF_ERROR(dev_->copy(host.data(), p, bytes, CopyKind::DeviceToHost));
+  return static_cast<void *>(host.data());
+}
+
+Status Executor::commWriteBack(void *p, void *view, int64_t bytes) {
+  if (view == p)
+    return Status::ok();
+  return dev_->copy(p, view, bytes, CopyKind::HostToDevice);
+}
+
+Status Executor::reuseStaging() {
+  // The staging buffer may still feed the previous collective.
+  if (commOnDevice() && lastComm_ >= 0)
+    return dev_->wait(StreamKind::Compute, lastComm_);
+  return Status::ok();
+}
+
+Status Executor::enterComm() {
+  if (!commOnDevice())
+    return Status::ok();
+  auto ev = dev_->record(StreamKind::Compute);
+  if (!ev.isOk())
+    return ev.status();
+  return dev_->wait(StreamKind::Communication, *ev);
+}
+
+Status Executor::leaveComm(const std::vector<int32_t> &results, bool overlap) {
+  if (!commOnDevice())
+    return Status::ok();
+  auto ev = dev_->record(StreamKind::Communication);
+  if (!ev.isOk())
+    return ev.status();
+  lastComm_ = *ev;
+  if (!overlap)
+    return dev_->wait(StreamKind::Compute, *ev);
+  for (int32_t id : results)
+    pending_[id] = *ev;
+  return Status::ok();
+}
+
+Status Executor::awaitTensor(int32_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end())
+    return Status::ok();
+  PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Compute, it->second));
+  pending_.erase(it);
+  return Status::ok();
+}
+
+Status Executor::awaitPending(const plan::Instruction &inst) {
+  if (pending_.empty())
+    return Status::ok();
+  for (const auto *ids : {inst.inputs(), inst.outputs()})
+    for (int32_t id : *ids)
+      PTC_RETURN_IF_ERROR(awaitTensor(id));
+  return Status::ok();
+}
+
+Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
+  // One bucket: pack, sum once, unpack.
+  const auto &in = *inst.inputs();
+  const auto &out = *inst.outputs();
+  std::string what = inst.location() ? inst.location()->str() : "";
+  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  int64_t total = 0;
+  for (int32_t id : in)
+    total += plan_->tensor(id).bytes;
+  PTC_RETURN_IF_ERROR(reuseStaging());
+  PTC_RETURN_IF_ERROR(staging_.reserve(total));
+  uint8_t *staging = static_cast<uint8_t *>(staging_.data());
+  int64_t off = 0;
+  for (int32_t id : in) {
+    PTC_RETURN_IF_ERROR(dev_->copy(staging + off, data(id), plan_->tensor(id).bytes,
+                                   CopyKind::DeviceToDevice));
+    off += plan_->tensor(id).bytes;
+  }
+  if (comm_) {
+    PTC_RETURN_IF_ERROR(enterComm());
+    auto view = commView(staging, total, 0, true);
+    if (!view.isOk())
+      return view.status();
+    std::string bucket = "a " + std::to_string(total) + "-byte " + (bf16 ? "bf16 " : "") +
+                         "bucket at " + what;
+    PTC_RETURN_IF_ERROR(bf16 ? comm_->allReduceSumBf16(static_cast<uint16_t *>(*view), total / 2,
+                                                        axes, bucket)
+                             : comm_->allReduceSum(static_cast<float *>(*view), total / 4, axes,
+                                                   bucket));
+    PTC_RETURN_IF_ERROR(commWriteBack(staging, *view, total));
+  }
+  // Unpacked on the stream the sum ran on.
+  StreamKind stream = commOnDevice() ? StreamKind::Communication : StreamKind::Compute;
+  off = 0;
+  std::vector<int32_t> results;
+  for (int32_t id : out) {
+    PTC_RETURN_IF_ERROR(dev_->copyOn(stream, data(id), staging + off, plan_->tensor(id).bytes));
+    off += plan_->tensor(id).bytes;
+    results.push_back(id);
+  }
+  return leaveComm(results, /*overlap=*/true);
+}
+
+Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
+  // Lay the input out as one contiguous block per group member, then sum-scatter.
+  const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
+  int32_t outId = (*inst.outputs())[0];
+  const TensorInfo &dst = plan_->tensor(outId);
+  int axis = static_cast<int>(inst.ints()->Get(0));
+  std::string what = "'" + src.name + "' at " + (inst.location() ? inst.location()->str() : "");
+  PTC_RETURN_IF_ERROR(reuseStaging());
+  PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes));
+  PTC_RETURN_IF_ERROR(blocksForReduceScatter(inst, staging_.data(), dtypeSize(src.dtype)));
+  if (!comm_)
+    return dev_->copy(data(outId), staging_.data(), dst.bytes, CopyKind::DeviceToDevice);
+  PTC_RETURN_IF_ERROR(enterComm());
+  auto in = commView(staging_.data(), src.bytes, 0, true);
+  if (!in.isOk())
+    return in.status();
+  auto outView = commView(data(outId), dst.bytes, 1, false);
+  if (!outView.isOk())
+    return outView.status();
+  PTC_RETURN_IF_ERROR(
+      bf16 ? comm_->reduceScatterSumBf16(static_cast<const uint16_t *>(*in),
+                                         static_cast<uint16_t *>(*outView), dst.numElements, axis,
+                                         what)
+           : comm_->reduceScatterSum(static_cast<const float *>(*in),
+                                     static_cast<float *>(*outView), dst.numElements, axis, what));
+  PTC_RETURN_IF_ERROR(commWriteBack(data(outId), *outView, dst.bytes));
+  return leaveComm({outId}, /*overlap=*/true);
+}
+
+Status Executor::allReduceSmall(float *values, int64_t count, const std::vector<int> &axes,
+                                bool max, const std::string &what) {
+  // Per-row or scalar reductions that the next kernel needs at once.
+  PTC_RETURN_IF_ERROR(enterComm());
+  auto view = commView(values, count * 4, 0, true);
+  if (!view.isOk())
+    return view.status();
+  float *v = static_cast<float *>(*view);
+  PTC_RETURN_IF_ERROR(max ? comm_->allReduceMax(v, count, axes, what)
+                          : comm_->allReduceSum(v, count, axes, what));
+  PTC_RETURN_IF_ERROR(commWriteBack(values, v, count * 4));
+  return leaveComm({}, /*overlap=*/false);
+}
+
+Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
+  // Megatron's parallel cross-entropy: each device holds a block of classes;
+  // the row maximum, sum of exponentials and target logit are combined over
+  // the group, so no device needs all logits.
+  const auto &in = *inst.inputs();
+  const TensorInfo &logits = plan_->tensor(in[0]);
+  int axis = static_cast<int>(inst.ints()->Get(0));
+  int64_t classes = logits.shape.back(), rows = logits.numElements / classes;
+  int64_t offset = coords()[static_cast<size_t>(axis)] * classes;
+  int64_t total = classes * plan_->meshSizes()[static_cast<size_t>(axis)];
+  std::string what = "cross-entropy at " + std::string(inst.location() ? inst.location()->c_str() : "");
+  // Row maxima, sums and target logits: three rows-long device vectors.
+  PTC_RETURN_IF_ERROR(rowScratch_.reserve(3 * rows * 4));
+  float *mx = static_cast<float *>(rowScratch_.data()), *sum = mx + rows, *target = sum + rows;
+  const float *x = f32(in[0]);
+  const int32_t *t = i32(in[1]);
+  Device &d = *dev_;
+  PTC_RETURN_IF_ERROR(d.rowMax(x, rows, classes, mx));
+  if (comm_)
+    PTC_RETURN_IF_ERROR(allReduceSmall(mx, rows, {axis}, /*max=*/true, what));
+  PTC_RETURN_IF_ERROR(d.rowSumExp(x, rows, classes, mx, sum));
+  if (comm_)
+    PTC_RETURN_IF_ERROR(allReduceSmall(sum, rows, {axis}, /*max=*/false, what));
+  float *out = f32((*inst.outputs())[0]);
+  if (inst.op() == OpCode::VocabParallelCrossEntropy) {
+    PTC_RETURN_IF_ERROR(d.targetLogit(x, t, rows, classes, offset, total, target));
+    if (comm_)
+      PTC_RETURN_IF_ERROR(allReduceSmall(target, rows, {axis}, /*max=*/false, what));
+    return d.lossFromParts(mx, sum, target, rows, out);
+  }
+  return d.vocabParallelGrad(x, t, f32(in[2]), mx, sum, rows, classes, offset, total, out);
+}
+
+Status Executor::runCollective(const plan::Instruction &inst) {
+  const auto &in = *inst.inputs();
+  const auto &out = *inst.outputs();
+  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  std::string what = inst.location() ? inst.location()->str() : "";
+  Device &d = *dev_;
+  switch (inst.op()) {
+  case OpCode::AllReduce:
+    return runBucketAllReduce(inst, /*bf16=*/false);
+  case OpCode::ReduceScatter:
+    return runReduceScatter(inst, /*bf16=*/false);
+  case OpCode::AllGather: {
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int axis = axes[0];
+    int64_t dim = inst.ints()->Get(1);
+    int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
+    PTC_RETURN_IF_ERROR(reuseStaging());
+    PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes * parts));
+    uint8_t *staging = static_cast<uint8_t *>(staging_.data());
+    if (comm_) {
+      PTC_RETURN_IF_ERROR(enterComm());
+      auto inView = commView(data(in[0]), src.bytes, 0, true);
+      if (!inView.isOk())
+        return inView.status();
+      auto outView = commView(staging, src.bytes * parts, 1, false);
+      if (!outView.isOk())
+        return outView.status();
+      PTC_RETURN_IF_ERROR(comm_->allGather(*inView, *outView, src.bytes, axis,
+                                           "'" + src.name + "' at " + what));
+      PTC_RETURN_IF_ERROR(commWriteBack(staging, *outView, src.bytes * parts));
+      PTC_RETURN_IF_ERROR(leaveComm({}, /*overlap=*/false));
+    } else {
+      PTC_RETURN_IF_ERROR(d.copy(staging, data(in[0]), src.bytes, CopyKind::DeviceToDevice));
+    }
+    // Rank p's block b goes to b * (whole / blocks) + p * piece along dim.
+    int64_t blocks = inst.ints()->Get(2), local = src.shape[static_cast<size_t>(dim)];
+    int64_t piece = local / blocks, whole = dst.shape[static_cast<size_t>(dim)];
+    std::vector<int64_t> srcOff(src.shape.size(), 0), dstOff(src.shape.size(), 0);
+    std::vector<int64_t> box = src.shape;
+    box[static_cast<size_t>(dim)] = piece;
+    for (int p = 0; p < parts; ++p)
+      for (int64_t b = 0; b < blocks; ++b) {
+        srcOff[static_cast<size_t>(dim)] = b * piece;
+        dstOff[static_cast<size_t>(dim)] = b * (whole / blocks) + p * piece;
+        PTC_RETURN_IF_ERROR(d.copyBox(staging + p * src.bytes, src.shape, srcOff, data(out[0]),
+                                      dst.shape, dstOff, box, dtypeSize(src.dtype)));
+      }
+    return Status::ok();
+  }
+  case OpCode::AllToAll: {
+    // Pack block r of split_dim for member r, exchange, unpack member r's block
+    // at block r of concat_dim.
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int axis = axes[0];
+    size_t split = static_cast<size_t>(inst.ints()->Get(1)), concat = static_cast<size_t>(inst.ints()->Get(2));
+    int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
+    int64_t elem = dtypeSize(src.dtype);
+    std::vector<int64_t> box = src.shape;
+    box[split] /= parts;
+    int64_t blockBytes = src.bytes / parts;
+    PTC_RETURN_IF_ERROR(reuseStaging());
+    PTC_RETURN_IF_ERROR(staging_.reserve(2 * src.bytes));
+    uint8_t *send = static_cast<uint8_t *>(staging_.data()), *recv = send + src.bytes;
+    std::vector<int64_t> zero(src.shape.size(), 0), off(src.shape.size(), 0);
+    for (int p = 0; p < parts; ++p) {
+      off.assign(src.shape.size(), 0);
+      off[split] = p * box[split];
+      PTC_RETURN_IF_ERROR(d.copyBox(data(in[0]), src.shape, off, send + p * blockBytes, box, zero,
+                                    box, elem));
+    }
+    if (comm_) {
+      PTC_RETURN_IF_ERROR(enterComm());
+      auto sendView = commView(send, src.bytes, 0, true);
+      if (!sendView.isOk())
+        return sendView.status();
+      auto recvView = commView(recv, src.bytes, 1, false);
+      if (!recvView.isOk())
+        return recvView.status();
+      PTC_RETURN_IF_ERROR(comm_->allToAll(*sendView, *recvView, blockBytes, axis,
+                                          "'" + src.name + "' at " + what));
+      PTC_RETURN_IF_ERROR(commWriteBack(recv, *recvView, src.bytes));
+      PTC_RETURN_IF_ERROR(leaveComm({}, /*overlap=*/false));
+    } else {
+      PTC_RETURN_IF_ERROR(d.copy(recv, send, src.bytes, CopyKind::DeviceToDevice));
+    }
+    for (int p = 0; p < parts; ++p) {
+      off.assign(src.shape.size(), 0);
+      off[concat] = p * box[concat];
+      PTC_RETURN_IF_ERROR(d.copyBox(recv + p * blockBytes, box, zero, data(out[0]), dst.shape,
+                                    off, box, elem));
+    }
+    return Status::ok();
+  }
+  default: { // ShardSlice: this rank's block, no communication
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    int64_t dim = inst.ints()->Get(1);
+    int coord = comm_ ? comm_->coords()[static_cast<size_t>(axes[0])] : 0;
+    int64_t blocks = inst.ints()->Get(2), local = dst.shape[static_cast<size_t>(dim)];
+    int64_t piece = local / blocks, whole = src.shape[static_cast<size_t>(dim)];
+    std::vector<int64_t> srcOff(src.shape.size(), 0), dstOff(src.shape.size(), 0);
+    std::vector<int64_t> box = dst.shape;
+    box[static_cast<size_t>(dim)] = piece;
+    for (int64_t b = 0; b < blocks; ++b) {
+      srcOff[static_cast<size_t>(dim)] = b * (whole / blocks) + coord * piece;
+      dstOff[static_cast<size_t>(dim)] = b * piece;
+      PTC_RETURN_IF_ERROR(d.copyBox(data(in[0]), src.shape, srcOff, data(out[0]), dst.shape,
+                                    dstOff, box, dtypeSize(src.dtype)));
+    }
+    return Status::ok();
+  }
+  }
+}
+
+} // namespace ptc

@@ -1,0 +1,333 @@
+#include "runtime/session/training_session.h"
+
+#include "runtime/io/safetensors.h"
+#include "runtime/session/step_watchdog.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+namespace ptc {
+namespace {
+
+/// Kind, group and size of every collective, in order: must be the same on
+/// every rank, or some rank would wait forever.
+std::string collectiveSignature(const LoadedPlan &plan) {
+  std::string sig;
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    plan::OpCode op = inst->op();
+    if (op != plan::OpCode::AllReduce && op != plan::OpCode::AllGather &&
+        op != plan::OpCode::ReduceScatter && op != plan::OpCode::VocabParallelCrossEntropy &&
+        op != plan::OpCode::VocabParallelCrossEntropyGrad && op != plan::OpCode::AllToAll)
+      continue;
+    int64_t count = 0;
+    for (int32_t id : *inst->inputs())
+      count += plan.tensor(id).numElements;
+    sig += std::string(opcodeName(op)) + "(axes";
+    for (int64_t a : *inst->ints())
+      sig += " " + std::to_string(a);
+    sig += ", f32 x " + std::to_string(count) + ");";
+    if (op == plan::OpCode::AllGather || op == plan::OpCode::ReduceScatter)
+      sig.insert(sig.size() - 2, ", dim " + std::to_string(inst->ints()->Get(1)));
+  }
+  return sig;
+}
+
+/// The first collective where `a` and `b` differ.
+std::string firstDifference(const std::string &a, const std::string &b) {
+  size_t i = 0, n = 0;
+  while (true) {
+    size_t ea = a.find(';', i), eb = b.find(';', i);
+    std::string ca = ea == std::string::npos ? "(none)" : a.substr(i, ea - i);
+    std::string cb = eb == std::string::npos ? "(none)" : b.substr(i, eb - i);
+    if (ca != cb)
+      return "collective #" + std::to_string(n) + ": " + ca + " vs " + cb;
+    if (ea == std::string::npos)
+      return "";
+    i = ea + 1;
+    ++n;
+  }
+}
+
+void setScope(FailureScope *scope, FailureScope value) {
+  if (scope)
+    *scope = value;
+}
+
+} // namespace
+
+int localRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *v = std::getenv(name))
+      return std::atoi(v);
+  return 0;
+}
+
+StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &plan,
+                                                           const std::string &planName,
+                                                           Device &device,
+                                                           const std::string &commName,
+                                                           double collectiveTimeout,
+                                                           FailureScope *scope) {
+  setScope(scope, FailureScope::ThisRank);
+  if (commName != "auto" && commName != "mpi" && commName != "nccl")
+    return invalidArgument("unknown --comm '", commName, "' (expected mpi, nccl or auto)");
+  Mesh mesh{plan.meshAxes(), plan.meshSizes()};
+  const int needRanks = plan.plan().num_ranks();
+  const bool onGpu = device.kind() == DeviceKind::Cuda;
+  if (commName == "nccl" && !onGpu)
+    return invalidArgument("--comm nccl needs the CUDA device (this rank runs on ",
+                           device.describe(), ")");
+  std::unique_ptr<Communicator> comm;
+  if (needRanks <= 1 && !launchedByMpi())
+    return comm;
+  if (!launchedByMpi())
+    return invalidArgument("plan '", planName, "' needs ", needRanks, " ranks (mesh ", mesh.describe(),
+                           "); launch it with mpirun -np ", needRanks,
+                           " ptc-run ... or ptc-run --np ", needRanks, " ...");
+  auto created = createMpiCommunicator(mesh, collectiveTimeout);
+  if (!created.isOk()) {
+    setScope(scope, FailureScope::EachRank); // every rank sees the mismatch (its rank in it)
+    return created.status();
+  }
+  comm = std::move(*created);
+  // All ranks must issue the same collectives in the same order.
+  auto sigs = comm->allGatherStrings(collectiveSignature(plan));
+  if (!sigs.isOk())
+    return sigs.status();
+  for (int r = 1; r < comm->worldSize(); ++r)
+    if ((*sigs)[static_cast<size_t>(r)] != (*sigs)[0]) {
+      setScope(scope, FailureScope::AllRanks);
+      return invalidArgument("rank ", r,
+                             "'s plan does not issue the same collectives as rank 0's; first "
+                             "difference at ",
+                             firstDifference((*sigs)[0], (*sigs)[static_cast<size_t>(r)]),
+                             " (rank 0 vs rank ", r, ")");
+    }
+  if (onGpu && commName != "mpi" && (ncclCompiledIn() || commName == "nccl")) {
+    auto nccl = createNcclCommunicator(std::move(comm), device, Executor::collectiveGroups(plan),
+                                       collectiveTimeout);
+    if (!nccl.isOk())
+      return nccl.status();
+    comm = std::move(*nccl);
+  }
+  return comm;
+}
+
+StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(const SessionOptions &options,
+                                                                   FailureScope *scope) {
+  std::unique_ptr<TrainingSession> session(new TrainingSession());
+  FailureScope failureScope = FailureScope::ThisRank;
+  Status s = session->setUp(options, failureScope);
+  setScope(scope, failureScope);
+  if (!s.isOk())
+    return s;
+  return session;
+}
+
+Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope) {
+  options_ = options;
+  auto loaded = LoadedPlan::loadFile(options.planPath);
+  if (!loaded.isOk())
+    return loaded.status();
+  plan_ = *loaded;
+  const LoadedPlan &plan = *plan_;
+  lossId_ = plan.findOutput("loss");
+  if (lossId_ < 0)
+    return invalidArgument("plan '", options.planPath, "' has no 'loss' output");
+  gradNormId_ = plan.findOutput("grad_norm");
+  lossScaleId_ = plan.findOutput("loss_scale");
+
+  if (options.needsData) {
+    // The standard model reads 'tokens' and 'targets' [batch, seq] from the data.
+    tokensId_ = plan.findTensor("tokens", plan::TensorKind::Input);
+    targetsId_ = plan.findTensor("targets", plan::TensorKind::Input);
+    for (const TensorInfo &t : plan.tensors())
+      if (t.kind == plan::TensorKind::Input && t.name != "tokens" && t.name != "targets")
+        return invalidArgument("plan input '", t.name,
+                               "' has no data source (ptc-run feeds 'tokens' and 'targets' "
+                               "from --data)");
+    if (tokensId_ < 0 || targetsId_ < 0)
+      return invalidArgument("plan '", options.planPath,
+                             "' lacks the 'tokens' and 'targets' inputs");
+    const TensorInfo &tokens = plan.tensor(tokensId_);
+    if (tokens.shape.size() != 2 || plan.tensor(targetsId_).shape != tokens.shape ||
+        tokens.dtype != plan::DType::I32)
+      return invalidArgument("inputs 'tokens' and 'targets' must both be [batch, seq] i32");
+    // Inputs may be split (rows over dp, the sequence over tp): each rank
+    // builds the global batch and keeps its part. A micro-batched plan's
+    // inputs hold one micro-batch.
+    batch_ = tokens.globalShape[0] * plan.microbatches();
+    seq_ = tokens.globalShape[1];
+    int64_t vocab = idUpperBound(plan, tokensId_);
+    int64_t classes = idUpperBound(plan, targetsId_);
+    if (classes >= 0 && (vocab < 0 || classes < vocab))
+      vocab = classes;
+    if (vocab < 0)
+      vocab = 65536;
+    if (options.dataPath.empty())
+      return invalidArgument("--data FILE is required (a uint16 token file; see ptc-tokenize)");
+    auto data = TokenData::load(options.dataPath, seq_, vocab);
+    if (!data.isOk())
+      return data.status();
+    data_ = std::move(*data);
+    wholeTokens_.assign(static_cast<size_t>(batch_ * seq_), 0);
+    wholeTargets_.assign(static_cast<size_t>(batch_ * seq_), 0);
+  }
+
+  auto device = createDevice(options.device, localRank());
+  if (!device.isOk())
+    return device.status();
+  auto comm = createCommunicator(plan, options.planPath, **device, options.comm, options.collectiveTimeout, &scope);
+  if (!comm.isOk())
+    return comm.status();
+  scope = FailureScope::ThisRank;
+  comm_ = std::move(*comm);
+  deviceText_ = (*device)->describe();
+  if (comm_)
+    deviceText_ += comm_->deviceResident() ? ", collectives: NCCL" : ", collectives: MPI";
+  pipelineRank_ = comm_ && plan.pipelineAxis() >= 0
+                      ? comm_->coords()[static_cast<size_t>(plan.pipelineAxis())]
+                      : 0;
+  auto created = Executor::create(plan_, pipelineRank_, std::move(*device));
+  if (!created.isOk())
+    return created.status();
+  executor_ = std::move(*created);
+  executor_->setCommunicator(comm_.get());
+  if (Status s = executor_->initialize(options.seed); !s.isOk())
+    return s;
+  if (!options.initPath.empty())
+    return loadParameters(options.initPath);
+  return Status::ok();
+}
+
+Status TrainingSession::loadParameters(const std::string &path) {
+  // Every rank reads the whole tensors and keeps its part.
+  auto file = SafetensorsFile::read(path);
+  if (!file.isOk())
+    return file.status();
+  for (size_t i = 0; i < plan_->tensors().size(); ++i) {
+    const TensorInfo &t = plan_->tensors()[i];
+    if (t.kind != plan::TensorKind::Parameter)
+      continue;
+    int64_t count = 1;
+    for (int64_t d : t.globalShape)
+      count *= d;
+    std::vector<float> whole(static_cast<size_t>(count));
+    PTC_RETURN_IF_ERROR(file->copyTo(t.name, t.globalShape, whole.data()));
+    PTC_RETURN_IF_ERROR(executor_->loadFromWhole(static_cast<int32_t>(i), whole.data()));
+  }
+  return Status::ok();
+}
+
+Status TrainingSession::saveParameters(const std::string &path,
+                                       const std::map<std::string, std::string> &metadata) {
+  // Sharded parameters are gathered whole on every rank; the leader writes.
+  std::vector<int32_t> params;
+  std::vector<std::vector<float>> wholes;
+  for (size_t i = 0; i < plan_->tensors().size(); ++i) {
+    if (plan_->tensors()[i].kind != plan::TensorKind::Parameter)
+      continue;
+    auto whole = executor_->gatherWhole(static_cast<int32_t>(i));
+    if (!whole.isOk())
+      return whole.status();
+    params.push_back(static_cast<int32_t>(i));
+    wholes.push_back(std::move(*whole));
+  }
+  if (!leader())
+    return Status::ok();
+  std::vector<NamedTensor> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    out.push_back({plan_->tensor(params[i]).name, plan_->tensor(params[i]).globalShape,
+                   wholes[i].data()});
+  return writeSafetensors(path, out, metadata);
+}
+
+StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
+  using Clock = std::chrono::steady_clock;
+  if (data_) {
+    data_->fillBatch(step, batch_, seq_, 0, batch_, wholeTokens_.data(), wholeTargets_.data());
+    PTC_RETURN_IF_ERROR(executor_->setInput(tokensId_, wholeTokens_.data()));
+    PTC_RETURN_IF_ERROR(executor_->setInput(targetsId_, wholeTargets_.data()));
+  }
+  executor_->setTracing(traceFrom_ >= 0 && step >= traceFrom_);
+  auto t0 = Clock::now();
+  PTC_RETURN_IF_ERROR(executor_->step(profile_));
+  auto readScalar = [&](int32_t id) {
+    auto v = executor_->scalar(id);
+    return v.isOk() ? *v : std::nanf("");
+  };
+  StepResult r;
+  r.step = step;
+  r.loss = readScalar(lossId_); // waits for the step on a GPU
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.tokens = batch_ * seq_;
+  if (gradNormId_ >= 0)
+    r.gradNorm = readScalar(gradNormId_);
+  if (lossScaleId_ >= 0)
+    r.lossScale = readScalar(lossScaleId_);
+  if (!std::isfinite(r.loss))
+    return invalidArgument("loss is ", r.loss,
+                           "; stopping (lower the learning rate or enable max-grad-norm)");
+  return r;
+}
+
+Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks) {
+  StepWatchdog watchdog(options_.stepTimeout, comm_ ? comm_->rank() : 0);
+  // Fault injection for the tests: a step that never finishes.
+  const char *hangEnv = std::getenv("PTC_FAULT_HANG_STEP");
+  const int64_t hangStep = hangEnv ? std::atoll(hangEnv) : -1;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = first; step < first + steps; ++step) {
+    for (SessionHook *h : hooks)
+      PTC_RETURN_IF_ERROR(h->beforeStep(*this, step));
+    watchdog.begin(step);
+    while (step == hangStep)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    auto result = runStep(step);
+    watchdog.end();
+    if (!result.isOk())
+      return invalidArgument("step ", step, ": ", result.status().message());
+    result->elapsedSeconds =
+        elapsedBase_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (SessionHook *h : hooks)
+      PTC_RETURN_IF_ERROR(h->afterStep(*this, *result));
+  }
+  elapsedBase_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (SessionHook *h : hooks)
+    PTC_RETURN_IF_ERROR(h->afterRun(*this));
+  return Status::ok();
+}
+
+std::string TrainingSession::describe() const {
+  // What this rank holds (a pipeline stage holds its chunks' parameters only).
+  int64_t numParams = 0, paramBytes = 0, stateBytes = 0;
+  for (size_t i = 0; i < plan_->tensors().size(); ++i) {
+    const TensorInfo &t = plan_->tensors()[i];
+    if (!executor_->holds(static_cast<int32_t>(i)))
+      continue;
+    if (t.kind == plan::TensorKind::Parameter) {
+      numParams += t.numElements;
+      paramBytes += t.bytes;
+    } else if (t.kind == plan::TensorKind::OptimizerState) {
+      stateBytes += t.bytes;
+    }
+  }
+  Mesh mesh{plan_->meshAxes(), plan_->meshSizes()};
+  std::string text = std::to_string(numParams) + " parameters" + (comm_ ? " per rank" : "") +
+                     ", batch " + std::to_string(batch_) + " x seq " + std::to_string(seq_) +
+                     ", " + std::to_string(plan_->plan().instructions()->size()) +
+                     " instructions, memory per rank: parameters " +
+                     std::to_string(paramBytes / 1024) + " KiB, optimizer state " +
+                     std::to_string(stateBytes / 1024) + " KiB, arena " +
+                     std::to_string(executor_->arenaBytes() / 1024) + " KiB";
+  if (data_)
+    text += "; data " + std::to_string(data_->size()) + " tokens";
+  text += "; device " + deviceText_;
+  if (comm_)
+    text += ", " + std::to_string(comm_->worldSize()) + " ranks (mesh " + mesh.describe() + ")";
+  return text;
+}
+
+} // namespace ptc

@@ -1,0 +1,131 @@
+// TrainingSession: a plan trained on this process's device, from plan to
+// device, communicator, executor, data and parameters, and the step loop with
+// hooks (metrics, progress, checkpoints and schedules plug in there). ptc-run
+// and ptc-gradcheck are flag parsing around it.
+#ifndef PTC_RUNTIME_SESSION_TRAINING_SESSION_H
+#define PTC_RUNTIME_SESSION_TRAINING_SESSION_H
+
+#include "runtime/comm/communicator.h"
+#include "runtime/exec/executor.h"
+#include "runtime/io/token_data.h"
+#include "runtime/plan/plan_loader.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ptc {
+
+struct SessionOptions {
+  std::string planPath;
+  std::string dataPath;        // uint16 tokens for the 'tokens' / 'targets' inputs
+  std::string initPath;        // safetensors parameters (empty: the plan's initializers)
+  std::string device = "auto"; // cpu, cpu-discrete, cuda, auto
+  std::string comm = "auto";   // mpi, nccl, auto
+  uint64_t seed = 1337;        // the plan's initializers
+  double collectiveTimeout = 300.0;
+  double stepTimeout = 3600.0; // 0: off
+  bool needsData = true;       // false: inputs are set by the caller (ptc-gradcheck)
+};
+
+/// How a failure ends a multi-rank job: only this rank saw it (the job must be
+/// aborted, or peers would wait forever); every rank saw a problem of its own
+/// (each reports it and leaves cleanly); every rank saw the same one (rank 0
+/// reports it, all leave cleanly).
+enum class FailureScope { ThisRank, EachRank, AllRanks };
+
+/// The device is created by createDevice (runtime/device/device.h).
+/// The communicator of a plan's mesh: MPI when launched by mpirun/srun (or
+/// the plan needs several ranks), NCCL on top for a CUDA device (`comm`: mpi,
+/// nccl, auto). Null for a single-process run. Checks that every rank runs
+/// the same collectives.
+/// `planName` names the plan in messages.
+StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &plan,
+                                                           const std::string &planName,
+                                                           Device &device, const std::string &comm,
+                                                           double collectiveTimeout,
+                                                           FailureScope *scope = nullptr);
+
+/// This process's rank among those on its node (OpenMPI, MPICH, Slurm).
+int localRank();
+
+/// What one training step produced.
+struct StepResult {
+  int64_t step = 0;
+  float loss = 0.0f;
+  std::optional<float> gradNorm;  // plans clipping gradients (NaN on a skipped step)
+  std::optional<float> lossScale; // plans with dynamic loss scaling
+  double seconds = 0.0;           // this step
+  double elapsedSeconds = 0.0;    // since the run started
+  int64_t tokens = 0;             // tokens of the global batch
+};
+
+class TrainingSession;
+
+/// Called around every step of TrainingSession::run; a failed Status ends the run.
+class SessionHook {
+public:
+  virtual ~SessionHook() = default;
+  virtual Status beforeStep(TrainingSession &, int64_t /*step*/) { return Status::ok(); }
+  virtual Status afterStep(TrainingSession &, const StepResult &) { return Status::ok(); }
+  virtual Status afterRun(TrainingSession &) { return Status::ok(); }
+};
+
+class TrainingSession {
+public:
+  static StatusOr<std::unique_ptr<TrainingSession>> create(const SessionOptions &options,
+                                                           FailureScope *scope = nullptr);
+
+  /// Feeds step `step`'s batch, runs it and reads its outputs.
+  StatusOr<StepResult> runStep(int64_t step);
+  /// Steps [first, first + steps) with the hooks and the step watchdog.
+  Status run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks);
+
+  /// Parameters from a safetensors file of whole tensors (every rank keeps its part).
+  Status loadParameters(const std::string &path);
+  /// Gathers every parameter whole; the leader writes them (others return ok).
+  Status saveParameters(const std::string &path,
+                        const std::map<std::string, std::string> &metadata);
+
+  const LoadedPlan &plan() const { return *plan_; }
+  std::shared_ptr<const LoadedPlan> sharedPlan() const { return plan_; }
+  Executor &executor() { return *executor_; }
+  Communicator *communicator() { return comm_.get(); }
+  bool leader() const { return !comm_ || comm_->rank() == 0; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int pipelineRank() const { return pipelineRank_; }
+  const TokenData *data() const { return data_ ? &*data_ : nullptr; }
+  int64_t batch() const { return batch_; }
+  int64_t seq() const { return seq_; }
+  /// "437760 parameters, batch 8 x seq 64, ... device cpu (2 threads)".
+  std::string describe() const;
+  /// Per-step time by opcode, accumulated (null: off).
+  void setProfile(std::vector<double> *opTimes) { profile_ = opTimes; }
+  /// Record schedule actions of the steps from `step` on (pipelined plans).
+  void traceFrom(int64_t step) { traceFrom_ = step; }
+
+private:
+  TrainingSession() = default;
+  Status setUp(const SessionOptions &options, FailureScope &scope);
+
+  SessionOptions options_;
+  std::shared_ptr<const LoadedPlan> plan_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Executor> executor_;
+  std::optional<TokenData> data_;
+  std::string deviceText_;
+  int pipelineRank_ = 0;
+  int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, tokensId_ = -1, targetsId_ = -1;
+  int64_t batch_ = 0, seq_ = 0;
+  std::vector<int32_t> wholeTokens_, wholeTargets_;
+  std::vector<double> *profile_ = nullptr;
+  int64_t traceFrom_ = -1;
+  double elapsedBase_ = 0.0;
+};
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_SESSION_TRAINING_SESSION_H
