@@ -70,12 +70,16 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (!options.mesh.empty() || options.zero != 0 || options.sequenceParallel) {
     ShardPassOptions shard;
     shard.mesh = options.mesh;
-    shard.explain = options.explain;
     shard.sequenceParallel = options.sequenceParallel;
     shard.zero = options.zero;
-    shard.gradReduceDtype = options.gradReduceDtype;
-    shard.bucketMb = options.bucketMb;
     pm.addPass(createShardPass(shard));
+    BucketCollectivesPassOptions bucket;
+    bucket.gradReduceDtype = options.gradReduceDtype;
+    bucket.bucketMb = options.bucketMb;
+    pm.addPass(createBucketCollectivesPass(bucket));
+    ExplainCollectivesPassOptions explain;
+    explain.report = options.explain;
+    pm.addPass(createExplainCollectivesPass(explain));
     pm.addPass(createCSEPass());
   }
   if (pipelined) {

@@ -71,6 +71,10 @@ def Ptc_Dialect : Dialect {
     /// Argument attribute: a user sharding annotation, e.g. "[dp, _]" (one
     /// mesh axis or `_` per dimension).
     static constexpr ::llvm::StringLiteral kShardingAttrName = "ptc.sharding";
+    /// On collectives ptc-shard inserted: why (the value, its sharding and the
+    /// consumer that needs another); merged by ptc-bucket-collectives, printed
+    /// by ptc-explain-collectives.
+    static constexpr ::llvm::StringLiteral kCollectiveCauseAttrName = "ptc.cause";
 
     /// Autodiff: on backward ops; in micro-batched steps also the id of each
     /// forward op and, on backward ops, the id of the forward op they

@@ -40,14 +40,13 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
 
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
-    parallelism); means rescale by the shard count. Each all-reduce and
-    reduce-scatter moves right after the op producing its operand, and all-reduces of one element type
-    over the same axes are bucketed in program order into collectives of at
-    most `bucket-mb` MiB, each placed at its last member (a bucket also
-    closes before the first reader of one of its results): gradient buckets
-    go out while the backward pass goes on, as in DDP. With `explain`, prints every collective: the values and
-    shardings that caused it, its bytes per device and its time under an
-    alpha-beta model (`alpha-us`, `beta-gbps`).
+    parallelism); means rescale by the shard count. Every inserted collective
+    records why in `ptc.cause` (for ptc-bucket-collectives and
+    ptc-explain-collectives, the next phases).
+
+    The pass is a driver: each op's sharding rule comes from its
+    ShardingRuleOpInterface (dialects/ptc/PtcShardingRules.cpp), the default
+    rules from ShardingDefaults.cpp.
 
     The mesh comes from `mesh` ("dp:2,tp:2") and is recorded on the module as
     `ptc.mesh`.
@@ -60,13 +59,45 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
            "parallelism: LayerNorm and residuals on sequence shards)">,
     Option<"zero", "zero", "int", /*default=*/"0",
            "ZeRO stage over dp: 1 splits optimizer state, 2 also gradients, 3 also "
-           "parameters (gathered before each use)">,
-    Option<"explain", "explain", "bool", /*default=*/"false",
-           "Print every inserted collective with its cause and cost">,
+           "parameters (gathered before each use)">
+  ];
+  let dependentDialects = ["::mlir::ptc::PtcDialect"];
+}
+
+def BucketCollectivesPass : Pass<"ptc-bucket-collectives", "::mlir::ModuleOp"> {
+  let summary = "Move gradient reductions next to their producers and merge them into buckets";
+  let description = [{
+    Runs after ptc-shard. Each all-reduce and reduce-scatter moves right after
+    the op producing its operand, and single-tensor all-reduces of one element
+    type over the same axes are merged in program order into buckets of at
+    most `bucket-mb` MiB, each placed at its last member (a bucket also closes
+    before the first reader of one of its results): gradient buckets go out
+    while the backward pass goes on, as in DDP. A bucket's `ptc.cause` lists
+    its members'. With `grad-reduce-dtype=bf16` the data-parallel gradient
+    reductions of f32 tensors run in bf16 (a convert before and after; scalars
+    such as the loss keep an f32 bucket).
+  }];
+  let options = [
     Option<"gradReduceDtype", "grad-reduce-dtype", "std::string", /*default=*/"\"f32\"",
            "Type of the data-parallel gradient reductions: f32 or bf16 (half the bytes)">,
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
-           "Largest all-reduce bucket in MiB">,
+           "Largest all-reduce bucket in MiB">
+  ];
+  let dependentDialects = ["::mlir::ptc::PtcDialect"];
+}
+
+def ExplainCollectivesPass : Pass<"ptc-explain-collectives", "::mlir::ModuleOp"> {
+  let summary = "Print every collective with its cause, bytes and estimated time";
+  let description = [{
+    Prints, per function, every collective that carries a `ptc.cause`: the
+    values and shardings that caused it, its bytes per device and its time
+    under an alpha-beta model (`alpha-us` per message step, `beta-gbps` of
+    link bandwidth; ring algorithms), and the total per step. Then drops the
+    causes, so that identical collectives are alike again for cse (ptc-compile
+    runs it with `report=false` when not asked to explain).
+  }];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"true", "Print the report">,
     Option<"alphaUs", "alpha-us", "double", /*default=*/"5.0",
            "Cost model: latency per message step in microseconds">,
     Option<"betaGbps", "beta-gbps", "double", /*default=*/"10.0",

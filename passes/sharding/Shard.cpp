@@ -1,13 +1,18 @@
 //===- Shard.cpp - sharding propagation, local shapes, collectives --------===//
 //
-// One pass in program order over the (single-block) training step:
-//   1. argument shardings: annotation > default rule (inputs: batch -> dp);
-//   2. per op, a rule maps operand shardings to the operand shardings it
-//      needs and to its result shardings; mismatching operands are resharded
-//      (all_reduce / all_gather / shard_slice inserted right before the op);
+// ptc-shard, the partitioning phase, in program order over the
+// (single-block) training step:
+//   1. argument shardings: annotation > default rule (ShardingDefaults.cpp;
+//      inputs: batch -> dp);
+//   2. per op, its rule (ShardingRuleOpInterface) maps operand shardings to
+//      the operand shardings it needs and to its result shardings; mismatching
+//      operands are resharded (all_reduce / reduce_scatter / all_to_all /
+//      all_gather / shard_slice inserted right before the op, each with its
+//      cause);
 //   3. results get local types; means over sharded rows are rescaled;
-//   4. the return needs losses replicated and updates like their argument;
-//   5. all-reduces that are ready together are merged into buckets.
+//   4. the return needs losses replicated and updates like their argument.
+// Bucketing (BucketCollectives.cpp) and the report (ExplainCollectives.cpp)
+// are the next passes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +20,7 @@
 
 #include "dialects/ptc/PtcMesh.h"
 #include "dialects/ptc/PtcSharding.h"
+#include "passes/sharding/ShardingDefaults.h"
 #include "passes/memory/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -474,212 +480,6 @@ LogicalResult Partitioner::processReturn(func::ReturnOp ret) {
   return success();
 }
 
-/// Follows reshapes and transposes back to the value they view.
-Value stripViews(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (!isa<ReshapeOp, TransposeOp>(def))
-      break;
-    v = def->getOperand(0);
-  }
-  return v;
-}
-
-/// Default rule for tensor parallelism (Megatron-LM): in every linear layer
-/// x @ W^T of the forward pass, W is column-parallel ("[tp, _]", its bias
-/// "[tp]") when its output feeds an activation or is cut into equal slices
-/// (a fused QKV projection: "[tp/3, _]", split by heads), and row-parallel
-/// ("[_, tp]") when its input comes from attention or an activation. An
-/// embedding table used as the LM head stays replicated. Optimizer state
-/// follows its parameter.
-FailureOr<llvm::DenseMap<BlockArgument, std::string>>
-megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel) {
-  llvm::DenseMap<BlockArgument, std::string> specs;
-  int tp = mesh.axisIndex(MeshAxisRole::Tensor);
-  if (tp < 0 || mesh.sizes[tp] < 2)
-    return specs;
-  int64_t tpSize = mesh.sizes[tp];
-  // A layer the rules recognize but the axis cannot split is an error naming
-  // both: running it replicated would waste every tp rank but one.
-  bool indivisible = false;
-  auto paramName = [&](BlockArgument w) {
-    return func.getArgAttrOfType<StringAttr>(w.getArgNumber(), PtcDialect::kParamAttrName).str();
-  };
-  auto cannotSplit = [&](Operation *at, BlockArgument w, StringRef how, int64_t features,
-                         int64_t blocks) {
-    InFlightDiagnostic diag = mlir::emitError(at->getLoc())
-                              << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize
-                              << ") cannot split parameter '" << paramName(w) << "' " << how
-                              << ": its " << features << " features";
-    if (blocks > 1)
-      diag << " are " << blocks << " blocks of " << features / blocks << ", which are not";
-    else
-      diag << " are not";
-    diag << " divisible by " << tpSize;
-    if (blocks > 1)
-      diag << " (a fused attention projection: the head count must be divisible by the tp size)";
-    indivisible = true;
-  };
-  // A parameter, or its low-precision working copy (mixed precision).
-  auto param = [&](Value v) -> BlockArgument {
-    if (auto convert = v.getDefiningOp<ConvertOp>())
-      v = convert.getInput();
-    auto arg = dyn_cast<BlockArgument>(v);
-    return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg
-                                                                                    : BlockArgument();
-  };
-  auto usedByEmbedding = [](BlockArgument w) {
-    for (Operation *u : w.getUsers()) {
-      if (isa<EmbeddingOp>(u))
-        return true;
-      if (isa<ConvertOp>(u) && llvm::any_of(u->getUsers(), [](Operation *c) {
-            return isa<EmbeddingOp>(c);
-          }))
-        return true;
-    }
-    return false;
-  };
-  // Vocabulary-parallel embedding (and so LM head, when tied): rows over tp.
-  // With sequence parallelism the lookup's tokens are split over tp already,
-  // so the table stays whole there.
-  if (!sequenceParallel)
-    func.walk([&](EmbeddingOp e) {
-      BlockArgument table = param(e.getTable());
-      if (!table)
-        return;
-      int64_t vocab = e.getTable().getType().getDimSize(0);
-      if (vocab % tpSize == 0)
-        specs.try_emplace(table, "[" + mesh.axes[tp] + ", _]");
-      else
-        mlir::emitWarning(e.getLoc())
-            << "the table '" << paramName(table) << "' stays whole on every '" << mesh.axes[tp]
-            << "' rank: its vocabulary of " << vocab << " is not divisible by " << tpSize;
-    });
-  func.walk([&](MatmulOp mm) {
-    BlockArgument w = param(mm.getRhs());
-    if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs() || mm.getRhs().getType().getRank() != 2)
-      return;
-    if (usedByEmbedding(w))
-      return; // tied LM head: follows the embedding rule
-    int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
-    int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
-    Operation *src = stripViews(mm.getLhs()).getDefiningOp();
-    if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src))) {
-      if (inFeatures % tpSize == 0)
-        specs.try_emplace(w, "[_, " + mesh.axes[tp] + "]");
-      else
-        cannotSplit(mm, w, "by rows (row-parallel)", inFeatures, 1);
-      return;
-    }
-    Value out = mm.getResult();
-    BlockArgument bias;
-    if (out.hasOneUse())
-      if (auto add = dyn_cast<AddOp>(*out.getUsers().begin()))
-        if (BlockArgument b = param(add.getRhs()); b && add.getRhs().getType().getRank() == 1) {
-          bias = b;
-          out = add.getResult();
-        }
-    int64_t blocks = 0;
-    bool activation = !out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
-      return isa<ElementwiseFunctionOpInterface>(u);
-    });
-    if (activation) {
-      blocks = 1;
-    } else if (!out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
-                 return isa<SliceOp>(u);
-               })) {
-      int64_t piece = cast<SliceOp>(*out.getUsers().begin()).getType().getShape().back();
-      bool equal = llvm::all_of(out.getUsers(), [&](Operation *u) {
-        auto sl = cast<SliceOp>(u);
-        return sl.getType().getShape().back() == piece && sl.getOffsets().back() % piece == 0;
-      });
-      if (equal && piece > 0 && outFeatures % piece == 0)
-        blocks = outFeatures / piece;
-    }
-    if (blocks == 0)
-      return;
-    if (outFeatures % (tpSize * blocks) != 0) {
-      cannotSplit(mm, w, "by columns (column-parallel)", outFeatures, blocks);
-      return;
-    }
-    std::string tpName = meshAxisName(MeshAxisRole::Tensor).str();
-    std::string axis = blocks > 1 ? tpName + "/" + std::to_string(blocks) : tpName;
-    specs.try_emplace(w, "[" + axis + ", _]");
-    if (bias)
-      specs.try_emplace(bias, "[" + axis + "]");
-  });
-  // Optimizer state is sharded like its parameter.
-  func.walk([&](Operation *op) {
-    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
-      return;
-    auto p = dyn_cast<BlockArgument>(op->getOperand(0));
-    auto it = p ? specs.find(p) : specs.end();
-    if (it == specs.end())
-      return;
-    std::string spec = it->second;
-    for (Value v : op->getOperands().drop_front(2))
-      if (auto state = dyn_cast<BlockArgument>(v);
-          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
-        specs.try_emplace(state, spec);
-  });
-  if (indivisible)
-    return failure();
-  return specs;
-}
-
-/// ZeRO as sharding: optimizer state (stage >= 1) and parameters (stage 3)
-/// split over dp along their first dimension that no other axis splits and
-/// that dp divides, on top of the tensor-parallel defaults.
-void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
-                  llvm::DenseMap<BlockArgument, std::string> &specs) {
-  int dp = mesh.axisIndex(MeshAxisRole::Data);
-  if (zero < 1 || dp < 0 || mesh.sizes[dp] < 2)
-    return;
-  int64_t dpSize = mesh.sizes[dp];
-  auto withDp = [&](BlockArgument arg) -> std::optional<std::string> {
-    auto type = cast<RankedTensorType>(arg.getType());
-    if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName))
-      return std::nullopt; // user annotations stand
-    FailureOr<ShardingSpec> base = ShardingSpec{SmallVector<int>(type.getRank(), -1),
-                                                SmallVector<int>(type.getRank(), 1)};
-    if (auto it = specs.find(arg); it != specs.end())
-      base = parseShardingSpec(it->second, mesh, type.getRank(), [&] { return func.emitError(); });
-    if (failed(base))
-      return std::nullopt;
-    std::string out = "[";
-    bool placed = false;
-    for (int64_t d = 0; d < type.getRank(); ++d) {
-      std::string entry = "_";
-      int a = base->axes[d];
-      if (a >= 0)
-        entry = mesh.axes[a] + (base->blocks[d] > 1 ? "/" + std::to_string(base->blocks[d]) : "");
-      else if (!placed && type.getDimSize(d) % dpSize == 0) {
-        entry = meshAxisName(MeshAxisRole::Data).str();
-        placed = true;
-      }
-      out += (d ? ", " : "") + entry;
-    }
-    if (!placed)
-      return std::nullopt;
-    return out + "]";
-  };
-  func.walk([&](Operation *op) {
-    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
-      return;
-    auto param = dyn_cast<BlockArgument>(op->getOperand(0));
-    if (!param)
-      return;
-    std::optional<std::string> spec = withDp(param);
-    if (!spec)
-      return;
-    for (Value v : op->getOperands().drop_front(2))
-      if (auto state = dyn_cast<BlockArgument>(v);
-          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
-        specs[state] = *spec;
-    if (zero >= 3)
-      specs[param] = *spec;
-  });
-}
-
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
   int dp = mesh.axisIndex(MeshAxisRole::Data);
@@ -767,99 +567,6 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
-/// Moves each single-tensor all-reduce and each reduce-scatter right after the
-/// op that produces its operand (the partitioner inserts them before the
-/// consumer): a gradient's reduction then starts as soon as the gradient
-/// exists, and the runtime overlaps it with the rest of the backward pass.
-void hoistReductions(func::FuncOp func) {
-  Block &block = func.getBody().front();
-  for (Operation &op : llvm::make_early_inc_range(block)) {
-    Value in;
-    if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() == 1)
-      in = ar.getInputs()[0];
-    else if (auto rs = dyn_cast<ReduceScatterOp>(op))
-      in = rs->getOperand(0);
-    else
-      continue;
-    Operation *def = in.getDefiningOp();
-    if (def && def->getBlock() == &block)
-      op.moveAfter(def);
-  }
-}
-
-/// Merges single-tensor all-reduces over the same axes and of the same element
-/// type, in program order, into buckets of up to `capBytes` (one open bucket
-/// per key, so interleaved groups still bucket). A bucket's all-reduce goes where its last
-/// member was (every operand is ready there); a bucket closes when full or
-/// before the first op that reads one of its results, so a gradient bucket
-/// is sent while the backward pass computes the next one (DDP's buckets).
-void bucketAllReduces(func::FuncOp func, double capBytes, SmallVector<Collective> &collectives) {
-  Block &block = func.getBody().front();
-  struct Bucket {
-    SmallVector<AllReduceOp> ops;
-    llvm::SmallPtrSet<Operation *, 16> members;
-    int64_t bytes = 0;
-  };
-  std::map<std::string, Bucket> open;
-  // One bucket holds one element type over one set of axes.
-  auto key = [](AllReduceOp ar) {
-    std::string k;
-    llvm::raw_string_ostream os(k);
-    for (Attribute a : ar.getAxes())
-      os << cast<StringAttr>(a).str() << ",";
-    os << cast<RankedTensorType>(ar.getInputs()[0].getType()).getElementType();
-    return k;
-  };
-  auto flush = [&](Bucket &bucket) {
-    SmallVector<AllReduceOp> &pending = bucket.ops;
-    if (pending.size() > 1) {
-      OpBuilder b(pending.back());
-      b.setInsertionPointAfter(pending.back());
-      SmallVector<Value> inputs;
-      std::string cause = "bucket of " + std::to_string(pending.size()) + ":";
-      for (AllReduceOp ar : pending)
-        inputs.push_back(ar.getInputs()[0]);
-      auto merged = AllReduceOp::create(b, pending.front().getLoc(), inputs, pending.front().getAxes());
-      for (auto [i, ar] : llvm::enumerate(pending)) {
-        for (Collective &c : collectives)
-          if (c.op == ar.getOperation()) {
-            cause += "\n      " + c.cause;
-            c.op = nullptr;
-          }
-        ar.getResult(0).replaceAllUsesWith(merged.getResult(i));
-        ar.erase();
-      }
-      SmallVector<Attribute> strs(merged.getNumResults(),
-                                  StringAttr::get(func.getContext(), "(bucketed all_reduce)"));
-      merged->setAttr("ptc.shardings", ArrayAttr::get(func.getContext(), strs));
-      collectives.push_back({merged, cause});
-    }
-    pending.clear();
-    bucket.members.clear();
-    bucket.bytes = 0;
-  };
-  for (Operation &op : llvm::make_early_inc_range(block)) {
-    // A reader of a pending result closes that bucket first.
-    for (auto &[k, bucket] : open)
-      if (llvm::any_of(op.getOperands(), [&](Value v) {
-            return v.getDefiningOp() && bucket.members.contains(v.getDefiningOp());
-          }))
-        flush(bucket);
-    auto ar = dyn_cast<AllReduceOp>(op);
-    if (!ar || ar.getInputs().size() != 1)
-      continue;
-    Bucket &bucket = open[key(ar)];
-    int64_t size = getTensorBytes(cast<RankedTensorType>(ar.getInputs()[0].getType()));
-    if (!bucket.ops.empty() && bucket.bytes + size > capBytes)
-      flush(bucket);
-    bucket.ops.push_back(ar);
-    bucket.members.insert(ar);
-    bucket.bytes += size;
-  }
-  for (auto &[k, bucket] : open)
-    flush(bucket);
-}
-
 struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
   using ShardPassBase::ShardPassBase;
 
@@ -908,126 +615,13 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
       Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
       if (failed(partitioner.run()))
         return signalPassFailure();
-      hoistReductions(func);
-      bucketAllReduces(func, bucketMb * 1024.0 * 1024.0, partitioner.collectives);
-      if (explain)
-        report(func, *meshInfo, partitioner.collectives);
-      if (gradReduceDtype == "bf16") {
-        reduceInBf16(func, dpAxis);
-      } else if (gradReduceDtype != "f32") {
-        module.emitError() << "grad-reduce-dtype must be f32 or bf16, got '"
-                           << gradReduceDtype.getValue() << "'";
-        return signalPassFailure();
-      }
+      // Why each collective is there, for ptc-bucket-collectives and
+      // ptc-explain-collectives.
+      for (const Collective &c : partitioner.collectives)
+        if (c.op)
+          c.op->setAttr(PtcDialect::kCollectiveCauseAttrName, StringAttr::get(&getContext(), c.cause));
     }
   }
 
-  /// Gradient reductions over dp (all-reduce buckets, ZeRO reduce-scatters)
-  /// of f32 tensors run in bf16: a convert before, a convert after. Scalars
-  /// (the loss) stay f32, split off into their own bucket.
-  void reduceInBf16(func::FuncOp func, int dpAxis) {
-    if (dpAxis < 0)
-      return;
-    OpBuilder b(func.getContext());
-    auto isDpOnly = [&](ArrayAttr axes) {
-      return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == meshAxisName(MeshAxisRole::Data);
-    };
-    auto wide = [](Value v) {
-      auto t = cast<RankedTensorType>(v.getType());
-      return t.getElementType().isF32() && t.getRank() > 0;
-    };
-    auto toType = [](Value v, Type e) {
-      return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(), e);
-    };
-    SmallVector<Operation *> ops;
-    func.walk([&](Operation *op) {
-      if (auto ar = dyn_cast<AllReduceOp>(op); ar && isDpOnly(ar.getAxes()))
-        ops.push_back(op);
-      if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && isDpOnly(rs.getAxes()) && wide(rs.getInput()))
-        ops.push_back(op);
-    });
-    for (Operation *op : ops) {
-      b.setInsertionPoint(op);
-      if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
-        Value in = ConvertOp::create(b, op->getLoc(), toType(rs.getInput(), b.getBF16Type()), rs.getInput());
-        auto low = ReduceScatterOp::create(b, op->getLoc(), toType(rs.getResult(), b.getBF16Type()), in,
-                                           rs.getAxes(), rs.getDimAttr());
-        Value back = ConvertOp::create(b, op->getLoc(), rs.getResult().getType(), low.getResult());
-        low->setDiscardableAttrs(op->getDiscardableAttrDictionary());
-        rs.getResult().replaceAllUsesWith(back);
-        op->erase();
-        continue;
-      }
-      auto ar = cast<AllReduceOp>(op);
-      SmallVector<unsigned> lowIdx, keepIdx;
-      for (auto [i, v] : llvm::enumerate(ar.getInputs()))
-        (wide(v) ? lowIdx : keepIdx).push_back(static_cast<unsigned>(i));
-      if (lowIdx.empty())
-        continue;
-      SmallVector<Value> lowIn;
-      for (unsigned i : lowIdx)
-        lowIn.push_back(ConvertOp::create(b, op->getLoc(), toType(ar.getInputs()[i], b.getBF16Type()),
-                                          ar.getInputs()[i]));
-      auto lowOp = AllReduceOp::create(b, op->getLoc(), ValueRange(lowIn), ar.getAxes());
-      lowOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
-      for (auto [k, i] : llvm::enumerate(lowIdx))
-        ar.getResult(i).replaceAllUsesWith(ConvertOp::create(
-            b, op->getLoc(), ar.getResult(i).getType(), lowOp.getResult(static_cast<unsigned>(k))));
-      if (!keepIdx.empty()) {
-        SmallVector<Value> keepIn;
-        for (unsigned i : keepIdx)
-          keepIn.push_back(ar.getInputs()[i]);
-        auto keepOp = AllReduceOp::create(b, op->getLoc(), ValueRange(keepIn), ar.getAxes());
-        keepOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
-        for (auto [k, i] : llvm::enumerate(keepIdx))
-          ar.getResult(i).replaceAllUsesWith(keepOp.getResult(static_cast<unsigned>(k)));
-      }
-      op->erase();
-    }
-  }
-
-  void report(func::FuncOp func, const MeshInfo &meshInfo, ArrayRef<Collective> collectives) {
-    llvm::raw_ostream &os = llvm::outs();
-    double alpha = alphaUs * 1e-6, beta = betaGbps * 1e9;
-    double total = 0;
-    int count = 0;
-    os << "ptc-shard @" << func.getSymName() << " on mesh";
-    for (auto [a, s] : llvm::zip(meshInfo.axes, meshInfo.sizes))
-      os << " " << a << "=" << s;
-    os << "\n";
-    for (const Collective &c : collectives) {
-      if (!c.op)
-        continue;
-      int64_t p = 1;
-      for (Attribute a : c.op->getAttrOfType<ArrayAttr>("axes"))
-        p *= meshInfo.sizes[meshInfo.axisIndex(cast<StringAttr>(a).getValue())];
-      int64_t bytes = 0;
-      double seconds = 0;
-      if (isa<AllReduceOp>(c.op)) {
-        for (Value v : c.op->getOperands())
-          bytes += getTensorBytes(cast<RankedTensorType>(v.getType()));
-        // Ring all-reduce: reduce-scatter + all-gather.
-        seconds = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / beta;
-      } else if (isa<AllToAllOp>(c.op)) {
-        bytes = getTensorBytes(cast<RankedTensorType>(c.op->getOperand(0).getType()));
-        seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;
-      } else if (isa<ReduceScatterOp>(c.op)) {
-        bytes = getTensorBytes(cast<RankedTensorType>(c.op->getOperand(0).getType()));
-        seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;
-      } else {
-        bytes = getTensorBytes(cast<RankedTensorType>(c.op->getResult(0).getType()));
-        seconds = (p - 1) * alpha + static_cast<double>(p - 1) / p * bytes / beta;
-      }
-      total += seconds;
-      ++count;
-      os << "  " << c.op->getName().getStringRef() << " over " << c.op->getAttr("axes") << " at "
-         << c.op->getLoc() << ": " << bytes << " bytes per device, est. "
-         << llvm::format("%.1f", seconds * 1e6) << " us\n    " << c.cause << "\n";
-    }
-    os << "  " << count << " collectives, est. " << llvm::format("%.1f", total * 1e6)
-       << " us per step (alpha " << llvm::format("%g", alphaUs.getValue()) << " us, beta "
-       << llvm::format("%g", betaGbps.getValue()) << " GB/s)\n";
-    os.flush();
-  }
 };
 } // namespace

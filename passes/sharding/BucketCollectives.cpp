@@ -1,0 +1,210 @@
+//===- BucketCollectives.cpp - gradient buckets and reduction dtype -------===//
+//
+// ptc-bucket-collectives, the phase after ptc-shard: each all-reduce and
+// reduce-scatter moves right after the op producing its operand, single-tensor
+// all-reduces of one element type over the same axes merge into buckets of at
+// most bucket-mb MiB (DDP's gradient buckets, sent while backward continues),
+// and with grad-reduce-dtype=bf16 the data-parallel reductions run in bf16.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/sharding/Passes.h"
+
+#include "dialects/ptc/PtcMesh.h"
+#include "passes/memory/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <map>
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_BUCKETCOLLECTIVESPASS
+#include "passes/sharding/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+/// Moves each single-tensor all-reduce and each reduce-scatter right after the
+/// op that produces its operand (the partitioner inserts them before the
+/// consumer): a gradient's reduction then starts as soon as the gradient
+/// exists, and the runtime overlaps it with the rest of the backward pass.
+void hoistReductions(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    Value in;
+    if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() == 1)
+      in = ar.getInputs()[0];
+    else if (auto rs = dyn_cast<ReduceScatterOp>(op))
+      in = rs->getOperand(0);
+    else
+      continue;
+    Operation *def = in.getDefiningOp();
+    if (def && def->getBlock() == &block)
+      op.moveAfter(def);
+  }
+}
+
+/// Merges single-tensor all-reduces over the same axes and of the same element
+/// type, in program order, into buckets of up to `capBytes` (one open bucket
+/// per key, so interleaved groups still bucket). A bucket's all-reduce goes where its last
+/// member was (every operand is ready there); a bucket closes when full or
+/// before the first op that reads one of its results, so a gradient bucket
+/// is sent while the backward pass computes the next one (DDP's buckets).
+void bucketAllReduces(func::FuncOp func, double capBytes) {
+  Block &block = func.getBody().front();
+  struct Bucket {
+    SmallVector<AllReduceOp> ops;
+    llvm::SmallPtrSet<Operation *, 16> members;
+    int64_t bytes = 0;
+  };
+  std::map<std::string, Bucket> open;
+  // One bucket holds one element type over one set of axes.
+  auto key = [](AllReduceOp ar) {
+    std::string k;
+    llvm::raw_string_ostream os(k);
+    for (Attribute a : ar.getAxes())
+      os << cast<StringAttr>(a).str() << ",";
+    os << cast<RankedTensorType>(ar.getInputs()[0].getType()).getElementType();
+    return k;
+  };
+  auto flush = [&](Bucket &bucket) {
+    SmallVector<AllReduceOp> &pending = bucket.ops;
+    if (pending.size() > 1) {
+      OpBuilder b(pending.back());
+      b.setInsertionPointAfter(pending.back());
+      SmallVector<Value> inputs;
+      std::string cause = "bucket of " + std::to_string(pending.size()) + ":";
+      for (AllReduceOp ar : pending)
+        inputs.push_back(ar.getInputs()[0]);
+      auto merged = AllReduceOp::create(b, pending.front().getLoc(), inputs, pending.front().getAxes());
+      for (auto [i, ar] : llvm::enumerate(pending)) {
+        if (auto c = ar->getAttrOfType<StringAttr>(PtcDialect::kCollectiveCauseAttrName))
+          cause += "\n      " + c.str();
+        ar.getResult(0).replaceAllUsesWith(merged.getResult(i));
+        ar.erase();
+      }
+      SmallVector<Attribute> strs(merged.getNumResults(),
+                                  StringAttr::get(func.getContext(), "(bucketed all_reduce)"));
+      merged->setAttr("ptc.shardings", ArrayAttr::get(func.getContext(), strs));
+      merged->setAttr(PtcDialect::kCollectiveCauseAttrName, b.getStringAttr(cause));
+    }
+    pending.clear();
+    bucket.members.clear();
+    bucket.bytes = 0;
+  };
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    // A reader of a pending result closes that bucket first.
+    for (auto &entry : open) {
+      Bucket &bucket = entry.second;
+      if (llvm::any_of(op.getOperands(), [&](Value v) {
+            return v.getDefiningOp() && bucket.members.contains(v.getDefiningOp());
+          }))
+        flush(bucket);
+    }
+    auto ar = dyn_cast<AllReduceOp>(op);
+    if (!ar || ar.getInputs().size() != 1)
+      continue;
+    Bucket &bucket = open[key(ar)];
+    int64_t size = getTensorBytes(cast<RankedTensorType>(ar.getInputs()[0].getType()));
+    if (!bucket.ops.empty() && bucket.bytes + size > capBytes)
+      flush(bucket);
+    bucket.ops.push_back(ar);
+    bucket.members.insert(ar);
+    bucket.bytes += size;
+  }
+  for (auto &[k, bucket] : open)
+    flush(bucket);
+}
+
+
+/// Gradient reductions over dp (all-reduce buckets, ZeRO reduce-scatters)
+/// of f32 tensors run in bf16: a convert before, a convert after. Scalars
+/// (the loss) stay f32, split off into their own bucket.
+void reduceInBf16(func::FuncOp func, int dpAxis) {
+  if (dpAxis < 0)
+    return;
+  OpBuilder b(func.getContext());
+  auto isDpOnly = [&](ArrayAttr axes) {
+    return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == meshAxisName(MeshAxisRole::Data);
+  };
+  auto wide = [](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return t.getElementType().isF32() && t.getRank() > 0;
+  };
+  auto toType = [](Value v, Type e) {
+    return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(), e);
+  };
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (auto ar = dyn_cast<AllReduceOp>(op); ar && isDpOnly(ar.getAxes()))
+      ops.push_back(op);
+    if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && isDpOnly(rs.getAxes()) && wide(rs.getInput()))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    b.setInsertionPoint(op);
+    if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+      Value in = ConvertOp::create(b, op->getLoc(), toType(rs.getInput(), b.getBF16Type()), rs.getInput());
+      auto low = ReduceScatterOp::create(b, op->getLoc(), toType(rs.getResult(), b.getBF16Type()), in,
+                                         rs.getAxes(), rs.getDimAttr());
+      Value back = ConvertOp::create(b, op->getLoc(), rs.getResult().getType(), low.getResult());
+      low->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+      rs.getResult().replaceAllUsesWith(back);
+      op->erase();
+      continue;
+    }
+    auto ar = cast<AllReduceOp>(op);
+    SmallVector<unsigned> lowIdx, keepIdx;
+    for (auto [i, v] : llvm::enumerate(ar.getInputs()))
+      (wide(v) ? lowIdx : keepIdx).push_back(static_cast<unsigned>(i));
+    if (lowIdx.empty())
+      continue;
+    SmallVector<Value> lowIn;
+    for (unsigned i : lowIdx)
+      lowIn.push_back(ConvertOp::create(b, op->getLoc(), toType(ar.getInputs()[i], b.getBF16Type()),
+                                        ar.getInputs()[i]));
+    auto lowOp = AllReduceOp::create(b, op->getLoc(), ValueRange(lowIn), ar.getAxes());
+    lowOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    for (auto [k, i] : llvm::enumerate(lowIdx))
+      ar.getResult(i).replaceAllUsesWith(ConvertOp::create(
+          b, op->getLoc(), ar.getResult(i).getType(), lowOp.getResult(static_cast<unsigned>(k))));
+    if (!keepIdx.empty()) {
+      SmallVector<Value> keepIn;
+      for (unsigned i : keepIdx)
+        keepIn.push_back(ar.getInputs()[i]);
+      auto keepOp = AllReduceOp::create(b, op->getLoc(), ValueRange(keepIn), ar.getAxes());
+      keepOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+      for (auto [k, i] : llvm::enumerate(keepIdx))
+        ar.getResult(i).replaceAllUsesWith(keepOp.getResult(static_cast<unsigned>(k)));
+    }
+    op->erase();
+  }
+}
+
+
+struct BucketCollectivesPass
+    : mlir::ptc::impl::BucketCollectivesPassBase<BucketCollectivesPass> {
+  using BucketCollectivesPassBase::BucketCollectivesPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (gradReduceDtype != "f32" && gradReduceDtype != "bf16") {
+      module.emitError() << "grad-reduce-dtype must be f32 or bf16, got '"
+                         << gradReduceDtype.getValue() << "'";
+      return signalPassFailure();
+    }
+    FailureOr<MeshInfo> mesh = getEnclosingMesh(module);
+    int dpAxis = succeeded(mesh) ? mesh->axisIndex(MeshAxisRole::Data) : -1;
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal() || !func.getBody().hasOneBlock())
+        continue;
+      hoistReductions(func);
+      bucketAllReduces(func, bucketMb * 1024.0 * 1024.0);
+      if (gradReduceDtype == "bf16")
+        reduceInBf16(func, dpAxis);
+    }
+  }
+};
+} // namespace

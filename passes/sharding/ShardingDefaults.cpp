@@ -1,0 +1,224 @@
+//===- ShardingDefaults.cpp - default sharding rules (Megatron, ZeRO) -----===//
+//
+// The default shardings of ptc-shard's first phase, below user annotations
+// and above propagation: Megatron-LM's column/row-parallel linear layers and
+// vocabulary-parallel embedding over the tensor axis, ZeRO's optimizer-state
+// (and parameter) splits over the data axis. Both are found from the op
+// structure of the training step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/sharding/ShardingDefaults.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+/// Follows reshapes and transposes back to the value they view.
+Value stripViews(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ReshapeOp, TransposeOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
+/// Default rule for tensor parallelism (Megatron-LM): in every linear layer
+/// x @ W^T of the forward pass, W is column-parallel ("[tp, _]", its bias
+/// "[tp]") when its output feeds an activation or is cut into equal slices
+/// (a fused QKV projection: "[tp/3, _]", split by heads), and row-parallel
+/// ("[_, tp]") when its input comes from attention or an activation. An
+/// embedding table used as the LM head stays replicated. Optimizer state
+/// follows its parameter.
+} // namespace
+
+FailureOr<llvm::DenseMap<BlockArgument, std::string>>
+mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel) {
+  llvm::DenseMap<BlockArgument, std::string> specs;
+  int tp = mesh.axisIndex(MeshAxisRole::Tensor);
+  if (tp < 0 || mesh.sizes[tp] < 2)
+    return specs;
+  int64_t tpSize = mesh.sizes[tp];
+  // A layer the rules recognize but the axis cannot split is an error naming
+  // both: running it replicated would waste every tp rank but one.
+  bool indivisible = false;
+  auto paramName = [&](BlockArgument w) {
+    return func.getArgAttrOfType<StringAttr>(w.getArgNumber(), PtcDialect::kParamAttrName).str();
+  };
+  auto cannotSplit = [&](Operation *at, BlockArgument w, StringRef how, int64_t features,
+                         int64_t blocks) {
+    InFlightDiagnostic diag = mlir::emitError(at->getLoc())
+                              << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize
+                              << ") cannot split parameter '" << paramName(w) << "' " << how
+                              << ": its " << features << " features";
+    if (blocks > 1)
+      diag << " are " << blocks << " blocks of " << features / blocks << ", which are not";
+    else
+      diag << " are not";
+    diag << " divisible by " << tpSize;
+    if (blocks > 1)
+      diag << " (a fused attention projection: the head count must be divisible by the tp size)";
+    indivisible = true;
+  };
+  // A parameter, or its low-precision working copy (mixed precision).
+  auto param = [&](Value v) -> BlockArgument {
+    if (auto convert = v.getDefiningOp<ConvertOp>())
+      v = convert.getInput();
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg
+                                                                                    : BlockArgument();
+  };
+  auto usedByEmbedding = [](BlockArgument w) {
+    for (Operation *u : w.getUsers()) {
+      if (isa<EmbeddingOp>(u))
+        return true;
+      if (isa<ConvertOp>(u) && llvm::any_of(u->getUsers(), [](Operation *c) {
+            return isa<EmbeddingOp>(c);
+          }))
+        return true;
+    }
+    return false;
+  };
+  // Vocabulary-parallel embedding (and so LM head, when tied): rows over tp.
+  // With sequence parallelism the lookup's tokens are split over tp already,
+  // so the table stays whole there.
+  if (!sequenceParallel)
+    func.walk([&](EmbeddingOp e) {
+      BlockArgument table = param(e.getTable());
+      if (!table)
+        return;
+      int64_t vocab = e.getTable().getType().getDimSize(0);
+      if (vocab % tpSize == 0)
+        specs.try_emplace(table, "[" + mesh.axes[tp] + ", _]");
+      else
+        mlir::emitWarning(e.getLoc())
+            << "the table '" << paramName(table) << "' stays whole on every '" << mesh.axes[tp]
+            << "' rank: its vocabulary of " << vocab << " is not divisible by " << tpSize;
+    });
+  func.walk([&](MatmulOp mm) {
+    BlockArgument w = param(mm.getRhs());
+    if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs() || mm.getRhs().getType().getRank() != 2)
+      return;
+    if (usedByEmbedding(w))
+      return; // tied LM head: follows the embedding rule
+    int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
+    int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
+    Operation *src = stripViews(mm.getLhs()).getDefiningOp();
+    if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src))) {
+      if (inFeatures % tpSize == 0)
+        specs.try_emplace(w, "[_, " + mesh.axes[tp] + "]");
+      else
+        cannotSplit(mm, w, "by rows (row-parallel)", inFeatures, 1);
+      return;
+    }
+    Value out = mm.getResult();
+    BlockArgument bias;
+    if (out.hasOneUse())
+      if (auto add = dyn_cast<AddOp>(*out.getUsers().begin()))
+        if (BlockArgument b = param(add.getRhs()); b && add.getRhs().getType().getRank() == 1) {
+          bias = b;
+          out = add.getResult();
+        }
+    int64_t blocks = 0;
+    bool activation = !out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
+      return isa<ElementwiseFunctionOpInterface>(u);
+    });
+    if (activation) {
+      blocks = 1;
+    } else if (!out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
+                 return isa<SliceOp>(u);
+               })) {
+      int64_t piece = cast<SliceOp>(*out.getUsers().begin()).getType().getShape().back();
+      bool equal = llvm::all_of(out.getUsers(), [&](Operation *u) {
+        auto sl = cast<SliceOp>(u);
+        return sl.getType().getShape().back() == piece && sl.getOffsets().back() % piece == 0;
+      });
+      if (equal && piece > 0 && outFeatures % piece == 0)
+        blocks = outFeatures / piece;
+    }
+    if (blocks == 0)
+      return;
+    if (outFeatures % (tpSize * blocks) != 0) {
+      cannotSplit(mm, w, "by columns (column-parallel)", outFeatures, blocks);
+      return;
+    }
+    std::string tpName = meshAxisName(MeshAxisRole::Tensor).str();
+    std::string axis = blocks > 1 ? tpName + "/" + std::to_string(blocks) : tpName;
+    specs.try_emplace(w, "[" + axis + ", _]");
+    if (bias)
+      specs.try_emplace(bias, "[" + axis + "]");
+  });
+  // Optimizer state is sharded like its parameter.
+  func.walk([&](Operation *op) {
+    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
+      return;
+    auto p = dyn_cast<BlockArgument>(op->getOperand(0));
+    auto it = p ? specs.find(p) : specs.end();
+    if (it == specs.end())
+      return;
+    std::string spec = it->second;
+    for (Value v : op->getOperands().drop_front(2))
+      if (auto state = dyn_cast<BlockArgument>(v);
+          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
+        specs.try_emplace(state, spec);
+  });
+  if (indivisible)
+    return failure();
+  return specs;
+}
+
+/// ZeRO as sharding: optimizer state (stage >= 1) and parameters (stage 3)
+/// split over dp along their first dimension that no other axis splits and
+/// that dp divides, on top of the tensor-parallel defaults.
+void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
+                  llvm::DenseMap<BlockArgument, std::string> &specs) {
+  int dp = mesh.axisIndex(MeshAxisRole::Data);
+  if (zero < 1 || dp < 0 || mesh.sizes[dp] < 2)
+    return;
+  int64_t dpSize = mesh.sizes[dp];
+  auto withDp = [&](BlockArgument arg) -> std::optional<std::string> {
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName))
+      return std::nullopt; // user annotations stand
+    FailureOr<ShardingSpec> base = ShardingSpec{SmallVector<int>(type.getRank(), -1),
+                                                SmallVector<int>(type.getRank(), 1)};
+    if (auto it = specs.find(arg); it != specs.end())
+      base = parseShardingSpec(it->second, mesh, type.getRank(), [&] { return func.emitError(); });
+    if (failed(base))
+      return std::nullopt;
+    std::string out = "[";
+    bool placed = false;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      std::string entry = "_";
+      int a = base->axes[d];
+      if (a >= 0)
+        entry = mesh.axes[a] + (base->blocks[d] > 1 ? "/" + std::to_string(base->blocks[d]) : "");
+      else if (!placed && type.getDimSize(d) % dpSize == 0) {
+        entry = meshAxisName(MeshAxisRole::Data).str();
+        placed = true;
+      }
+      out += (d ? ", " : "") + entry;
+    }
+    if (!placed)
+      return std::nullopt;
+    return out + "]";
+  };
+  func.walk([&](Operation *op) {
+    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
+      return;
+    auto param = dyn_cast<BlockArgument>(op->getOperand(0));
+    if (!param)
+      return;
+    std::optional<std::string> spec = withDp(param);
+    if (!spec)
+      return;
+    for (Value v : op->getOperands().drop_front(2))
+      if (auto state = dyn_cast<BlockArgument>(v);
+          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
+        specs[state] = *spec;
+    if (zero >= 3)
+      specs[param] = *spec;
+  });
+}
+
