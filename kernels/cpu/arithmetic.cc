@@ -1,0 +1,119 @@
+// CPU kernels: broadcasting arithmetic, scaling, copies and float conversions.
+#include "kernels/cpu/internal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ptc::kernels::cpu {
+using namespace internal;
+
+namespace {
+template <typename F> inline float apply(F f, float a, float b) { return f(a, b); }
+
+template <typename F>
+void binaryLoop(F f, const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
+                const Shape &os) {
+  int64_t n = product(os);
+  if (as == os && bs == os) {
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(a[i], b[i]);
+    return;
+  }
+  Shape shape = os.empty() ? Shape{1} : os;
+  Shape ash = as, bsh = bs;
+  if (os.empty()) {
+    ash = {1};
+    bsh = {1};
+  }
+  std::vector<int64_t> sa = broadcastStrides(ash, shape), sb = broadcastStrides(bsh, shape);
+  int64_t inner = shape.back(), rows = n / std::max<int64_t>(inner, 1);
+  int64_t ia = sa.back(), ib = sb.back();
+#pragma omp parallel for if (n > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *pa = a + rowOffset(r, shape, sa);
+    const float *pb = b + rowOffset(r, shape, sb);
+    float *po = out + r * inner;
+    if (ia == 1 && ib == 1) {
+#pragma omp simd
+      for (int64_t j = 0; j < inner; ++j)
+        po[j] = f(pa[j], pb[j]);
+    } else {
+      for (int64_t j = 0; j < inner; ++j)
+        po[j] = f(pa[j * ia], pb[j * ib]);
+    }
+  }
+}
+} // namespace
+
+void binary(Binary kind, const float *a, const Shape &as, const float *b, const Shape &bs,
+            float *out, const Shape &os) {
+  switch (kind) {
+  case Binary::Add:
+    return binaryLoop([](float x, float y) { return x + y; }, a, as, b, bs, out, os);
+  case Binary::Sub:
+    return binaryLoop([](float x, float y) { return x - y; }, a, as, b, bs, out, os);
+  case Binary::Mul:
+    return binaryLoop([](float x, float y) { return x * y; }, a, as, b, bs, out, os);
+  case Binary::Div:
+    return binaryLoop([](float x, float y) { return x / y; }, a, as, b, bs, out, os);
+  }
+}
+
+void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) {
+  binaryLoop([](float x, float) { return x; }, in, is, in, is, out, os);
+}
+
+void scale(const float *in, float *out, int64_t n, float factor) {
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = in[i] * factor;
+}
+
+
+
+void copy(const void *in, void *out, int64_t bytes) {
+  if (in != out)
+    std::memmove(out, in, static_cast<size_t>(bytes));
+}
+
+void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n) {
+  if (from == to) {
+    std::memcpy(out, in, static_cast<size_t>(n) * (from == FloatType::F32 ? 4 : 2));
+    return;
+  }
+  auto load = [&](int64_t i) -> float {
+    switch (from) {
+    case FloatType::F32:
+      return static_cast<const float *>(in)[i];
+    case FloatType::BF16:
+      return bf16ToF32(static_cast<const uint16_t *>(in)[i]);
+    case FloatType::F16:
+      return static_cast<float>(static_cast<const _Float16 *>(in)[i]);
+    }
+    return 0.0f;
+  };
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = load(i);
+    switch (to) {
+    case FloatType::F32:
+      static_cast<float *>(out)[i] = v;
+      break;
+    case FloatType::BF16:
+      static_cast<uint16_t *>(out)[i] = f32ToBf16(v);
+      break;
+    case FloatType::F16:
+      static_cast<_Float16 *>(out)[i] = static_cast<_Float16>(v);
+      break;
+    }
+  }
+}
+
+} // namespace ptc::kernels::cpu

@@ -1,0 +1,125 @@
+// CPU kernels: embedding lookups and cross-entropy (whole and vocabulary-parallel pieces).
+#include "kernels/cpu/internal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ptc::kernels::cpu {
+using namespace internal;
+
+
+KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+                 int64_t count, float *out, int64_t rowOffset, int64_t totalRows) {
+  if (totalRows < 0)
+    totalRows = rows;
+  for (int64_t i = 0; i < count; ++i)
+    if (ids[i] < 0 || ids[i] >= totalRows)
+      return badId("embedding index", ids[i], i, totalRows);
+#pragma omp parallel for if (count * dim > 32768)
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t r = static_cast<int64_t>(ids[i]) - rowOffset;
+    if (r >= 0 && r < rows)
+      std::memcpy(out + i * dim, table + r * dim, sizeof(float) * static_cast<size_t>(dim));
+    else
+      std::fill(out + i * dim, out + (i + 1) * dim, 0.0f);
+  }
+  return KernelResult::ok();
+}
+
+KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+                     int64_t rows, int64_t dim, int64_t rowOffset, int64_t totalRows) {
+  if (totalRows < 0)
+    totalRows = rows;
+  std::fill(dtable, dtable + rows * dim, 0.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= totalRows)
+      return badId("embedding index", ids[i], i, totalRows);
+    int64_t r = static_cast<int64_t>(ids[i]) - rowOffset;
+    if (r < 0 || r >= rows)
+      continue;
+    float *row = dtable + r * dim;
+    const float *gi = g + i * dim;
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c)
+      row[c] += gi[c];
+  }
+  return KernelResult::ok();
+}
+
+void rowMax(const float *logits, int64_t rows, int64_t classes, float *out) {
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = *std::max_element(logits + r * classes, logits + (r + 1) * classes);
+}
+
+void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out) {
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = 0.0f;
+    for (int64_t c = 0; c < classes; ++c)
+      s += std::exp(logits[r * classes + c] - max[r]);
+    out[r] = s;
+  }
+}
+
+KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                   int64_t offset, int64_t totalClasses, float *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] < 0 || targets[r] >= totalClasses)
+      return badId("target", targets[r], r, totalClasses);
+    int64_t c = static_cast<int64_t>(targets[r]) - offset;
+    out[r] = c >= 0 && c < classes ? logits[r * classes + c] : 0.0f;
+  }
+  return KernelResult::ok();
+}
+
+KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                    float *loss) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets[r] < 0 || targets[r] >= classes)
+      return badId("target", targets[r], r, classes);
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = logits + r * classes;
+    float mx = *std::max_element(x, x + classes);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c)
+      sum += std::exp(x[c] - mx);
+    total += static_cast<double>(mx + std::log(sum) - x[targets[r]]);
+  }
+  *loss = static_cast<float>(total / static_cast<double>(rows));
+  return KernelResult::ok();
+}
+
+KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+                        int64_t rows, int64_t classes, float *out) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets[r] < 0 || targets[r] >= classes)
+      return badId("target", targets[r], r, classes);
+  const float scale = *g / static_cast<float>(rows);
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = logits + r * classes;
+    float *o = out + r * classes;
+    float mx = *std::max_element(x, x + classes);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) {
+      o[c] = std::exp(x[c] - mx);
+      sum += o[c];
+    }
+    float inv = scale / sum;
+    for (int64_t c = 0; c < classes; ++c)
+      o[c] *= inv;
+    o[targets[r]] -= scale;
+  }
+  return KernelResult::ok();
+}
+
+} // namespace ptc::kernels::cpu

@@ -1,0 +1,98 @@
+// CPU kernels: sums, means and maxima over axes, and the max gradient.
+#include "kernels/cpu/internal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ptc::kernels::cpu {
+using namespace internal;
+
+namespace {
+/// Output strides of each input dim for a reduction (0 on reduced dims).
+std::vector<int64_t> reducedStrides(const Shape &is, const std::vector<int64_t> &axes) {
+  std::vector<bool> reduced(is.size(), false);
+  for (int64_t a : axes)
+    reduced[a] = true;
+  std::vector<int64_t> st(is.size(), 0);
+  int64_t stride = 1;
+  for (int64_t d = static_cast<int64_t>(is.size()) - 1; d >= 0; --d)
+    if (!reduced[d]) {
+      st[d] = stride;
+      stride *= is[d];
+    }
+  return st;
+}
+} // namespace
+
+void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
+            float *out) {
+  int64_t n = product(is);
+  std::vector<int64_t> st = reducedStrides(is, axes);
+  int64_t count = 1;
+  for (int64_t a : axes)
+    count *= is[a];
+  int64_t outN = count ? n / std::max<int64_t>(count, 1) : 0;
+  if (is.empty()) {
+    out[0] = in[0];
+    return;
+  }
+  std::fill(out, out + outN,
+            kind == Reduce::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  int64_t inner = is.back(), rows = n / std::max<int64_t>(inner, 1), ist = st.back();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in + r * inner;
+    float *o = out + rowOffset(r, is, st);
+    if (kind == Reduce::Max) {
+      for (int64_t j = 0; j < inner; ++j)
+        o[j * ist] = std::max(o[j * ist], x[j]);
+    } else if (ist == 0) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < inner; ++j)
+        s += x[j];
+      o[0] += s;
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < inner; ++j)
+        o[j] += x[j];
+    }
+  }
+  if (kind == Reduce::Mean)
+    for (int64_t i = 0; i < outN; ++i)
+      out[i] /= static_cast<float>(count);
+}
+
+void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
+                   const float *g, float *out) {
+  int64_t n = product(is);
+  int64_t count = 1;
+  for (int64_t a : axes)
+    count *= is[a];
+  std::vector<float> mx(static_cast<size_t>(n / std::max<int64_t>(count, 1)));
+  reduce(Reduce::Max, in, is, axes, mx.data());
+  std::vector<float> ties(mx.size(), 0.0f);
+  std::vector<int64_t> st = reducedStrides(is, axes);
+  Shape shape = is.empty() ? Shape{1} : is;
+  if (is.empty())
+    st = {0};
+  int64_t inner = shape.back(), rows = n / inner, ist = st.back();
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t o = rowOffset(r, shape, st);
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t oi = o + j * ist;
+        bool hit = in[r * inner + j] == mx[oi];
+        if (pass == 0)
+          ties[oi] += hit ? 1.0f : 0.0f;
+        else
+          out[r * inner + j] = hit ? g[oi] / ties[oi] : 0.0f;
+      }
+    }
+}
+
+} // namespace ptc::kernels::cpu
