@@ -180,11 +180,44 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     };
     size_t slots = static_cast<size_t>(std::max(ranks, 0)) + 1;
     auto slotOf = [](const Buffer &b) { return static_cast<size_t>(b.rank + 1); };
-    // placedIn[slot][level][block]: the placed buffers there
-    std::vector<std::vector<std::vector<SmallVector<size_t, 4>>>> placedIn(slots);
+    // placedIn[slot][level][block]: the placed buffers there. Per slot and
+    // level, a segment tree over the blocks keeps, for every node, the merged
+    // union of the offset ranges of the buffers in its blocks: the blocks that
+    // lie inside a buffer's lifetime hold only buffers that overlap it, and
+    // since memory is reused over time the union over many blocks stays a few
+    // ranges, which stand for all of them (merging overlapping ranges does not
+    // change the lowest free offset). Only the blocks at the two ends of a
+    // lifetime are searched buffer by buffer.
+    using Ranges = SmallVector<std::pair<int64_t, int64_t>, 2>; // sorted, disjoint
+    struct Level {
+      std::vector<SmallVector<size_t, 4>> buffers; // per block
+      size_t leaves = 1;
+      std::vector<Ranges> tree; // node 1 is the root; leaf b is node leaves + b
+    };
+    std::vector<std::vector<Level>> placedIn(slots);
     for (auto &levels : placedIn)
-      for (int64_t size : blockSize)
-        levels.emplace_back(static_cast<size_t>(lastTime / size + 1));
+      for (int64_t size : blockSize) {
+        Level level;
+        size_t blocks = static_cast<size_t>(lastTime / size + 1);
+        level.buffers.resize(blocks);
+        while (level.leaves < blocks)
+          level.leaves *= 2;
+        level.tree.resize(2 * level.leaves);
+        levels.push_back(std::move(level));
+      }
+    auto addToRanges = [](Ranges &ranges, int64_t lo, int64_t hi) {
+      auto it = llvm::lower_bound(ranges, std::make_pair(lo, lo));
+      if (it != ranges.begin() && std::prev(it)->second >= lo)
+        --it;
+      auto first = it;
+      while (it != ranges.end() && it->first <= hi) {
+        lo = std::min(lo, it->first);
+        hi = std::max(hi, it->second);
+        ++it;
+      }
+      it = ranges.erase(first, it);
+      ranges.insert(it, {lo, hi});
+    };
     // Buffers live over the whole step (micro-batch accumulators, per-step
     // receives) overlap every other: per slot, the union of their offset
     // ranges, kept merged (a few ranges, since they pack), stands for all of
@@ -218,9 +251,24 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
           continue; // another pipeline rank's memory
         for (auto [lo, hi] : wholeStep[slot])
           busy.push_back({lo, hi});
-        for (auto [k, blocks] : llvm::enumerate(placedIn[slot]))
-          for (int64_t t = buf.start / blockSize[k]; t <= buf.end / blockSize[k]; ++t)
-            for (size_t j : blocks[static_cast<size_t>(t)]) {
+        for (auto [k, level] : llvm::enumerate(placedIn[slot])) {
+          int64_t bs = blockSize[k];
+          int64_t first = buf.start / bs, last = buf.end / bs;
+          // Blocks [innerFrom, innerTo] lie inside the lifetime.
+          int64_t innerFrom = first * bs >= buf.start ? first : first + 1;
+          int64_t innerTo = (last + 1) * bs - 1 <= buf.end ? last : last - 1;
+          for (size_t lo = static_cast<size_t>(innerFrom) + level.leaves,
+                      hi = static_cast<size_t>(innerTo) + level.leaves + 1;
+               innerFrom <= innerTo && lo < hi; lo /= 2, hi /= 2) {
+            if (lo & 1)
+              busy.append(level.tree[lo].begin(), level.tree[lo].end()), ++lo;
+            if (hi & 1)
+              --hi, busy.append(level.tree[hi].begin(), level.tree[hi].end());
+          }
+          for (int64_t t : {first, last}) {
+            if (t >= innerFrom && t <= innerTo)
+              continue;
+            for (size_t j : level.buffers[static_cast<size_t>(t)]) {
               if (seenAt[j] == query)
                 continue;
               seenAt[j] = query;
@@ -229,6 +277,10 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
                 busy.push_back(
                     {other.offset, other.offset + llvm::alignTo(other.bytes, kAlignment)});
             }
+            if (first == last)
+              break;
+          }
+        }
       }
       llvm::sort(busy);
       int64_t offset = 0;
@@ -244,8 +296,12 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
         continue;
       }
       size_t k = levelOf(buf);
-      for (int64_t t = buf.start / blockSize[k]; t <= buf.end / blockSize[k]; ++t)
-        placedIn[slotOf(buf)][k][static_cast<size_t>(t)].push_back(i);
+      Level &level = placedIn[slotOf(buf)][k];
+      for (int64_t t = buf.start / blockSize[k]; t <= buf.end / blockSize[k]; ++t) {
+        level.buffers[static_cast<size_t>(t)].push_back(i);
+        for (size_t node = static_cast<size_t>(t) + level.leaves; node >= 1; node /= 2)
+          addToRanges(level.tree[node], offset, offset + size);
+      }
     }
 
     Builder b(&getContext());
