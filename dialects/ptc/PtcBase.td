@@ -51,6 +51,7 @@ def Ptc_Dialect : Dialect {
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
   let hasOperationAttrVerify = 1;
+  let useDefaultAttributePrinterParser = 1;
   let extraClassDeclaration = [{
     /// Argument attribute naming a trainable parameter.
     static constexpr ::llvm::StringLiteral kParamAttrName = "ptc.param";
@@ -121,5 +122,34 @@ def Ptc_AxisAttr : TypedSignlessIntegerAttrBase<I64, "int64_t",
 
 class Ptc_Op<string mnemonic, list<Trait> traits = []>
     : Op<Ptc_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+def Ptc_ShardingAttr : AttrDef<Ptc_Dialect, "Sharding"> {
+  let mnemonic = "sharding";
+  let summary = "how a tensor is split over the device mesh";
+  let description = [{
+    Per dimension the mesh axis it is split over, or `_` (whole), optionally
+    as `k` equal blocks each split over the axis (`tp/3`: a fused QKV
+    projection split by heads), and the axes over which the value is a
+    partial sum. User annotations (`ptc.sharding` on arguments, or a list of
+    them on an op's results) and ptc-shard's result on every argument use it;
+    passes read it without parsing text again. A string with the same text
+    (`"[dp, _]"`) is accepted in annotations.
+
+    ```mlir
+    %w: tensor<384x128xf32> {ptc.param = "attn.c_attn.weight", ptc.sharding = #ptc.sharding<[tp/3, _]>}
+    #ptc.sharding<[dp, _, _], partial(tp)>
+    ```
+  }];
+  let parameters = (ins
+    ArrayRefParameter<"::mlir::StringAttr", "axis per dimension (empty: whole)">:$axes,
+    ArrayRefParameter<"int64_t", "blocks per dimension (1: a plain split)">:$blocks,
+    ArrayRefParameter<"::mlir::StringAttr", "axes of a pending partial sum">:$partial);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
 
 #endif // PTC_BASE_TD

@@ -12,11 +12,97 @@ using namespace mlir::ptc;
 #include "dialects/ptc/PtcDialect.cpp.inc"
 #include "dialects/ptc/PtcInterfaces.cpp.inc"
 
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/ptc/PtcAttrs.cpp.inc"
+
 void PtcDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "dialects/ptc/PtcOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/ptc/PtcAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// #ptc.sharding<[dp, _, tp/3], partial(tp)>
+//===----------------------------------------------------------------------===//
+
+Attribute ShardingAttr::parse(AsmParser &parser, Type) {
+  MLIRContext *ctx = parser.getContext();
+  SmallVector<StringAttr> axes, partial;
+  SmallVector<int64_t> blocks;
+  auto parseDim = [&]() -> ParseResult {
+    if (succeeded(parser.parseOptionalKeyword("_"))) {
+      axes.push_back(StringAttr::get(ctx, ""));
+      blocks.push_back(1);
+      return success();
+    }
+    std::string axis;
+    if (parser.parseKeywordOrString(&axis))
+      return failure();
+    int64_t k = 1;
+    if (succeeded(parser.parseOptionalSlash()) && parser.parseInteger(k))
+      return failure();
+    axes.push_back(StringAttr::get(ctx, axis));
+    blocks.push_back(k);
+    return success();
+  };
+  if (parser.parseLess() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, parseDim))
+    return {};
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("partial") ||
+        parser.parseCommaSeparatedList(AsmParser::Delimiter::Paren, [&]() -> ParseResult {
+          std::string axis;
+          if (parser.parseKeywordOrString(&axis))
+            return failure();
+          partial.push_back(StringAttr::get(ctx, axis));
+          return success();
+        }))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<ShardingAttr>(ctx, axes, blocks, partial);
+}
+
+void ShardingAttr::print(AsmPrinter &printer) const {
+  printer << "<[";
+  for (auto [i, axis] : llvm::enumerate(getAxes())) {
+    printer << (i ? ", " : "");
+    if (axis.getValue().empty())
+      printer << "_";
+    else
+      printer << axis.getValue() << (getBlocks()[i] > 1 ? "/" + std::to_string(getBlocks()[i]) : "");
+  }
+  printer << "]";
+  if (!getPartial().empty()) {
+    printer << ", partial(";
+    llvm::interleaveComma(getPartial(), printer, [&](StringAttr a) { printer << a.getValue(); });
+    printer << ")";
+  }
+  printer << ">";
+}
+
+LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   ArrayRef<StringAttr> axes, ArrayRef<int64_t> blocks,
+                                   ArrayRef<StringAttr> partial) {
+  if (axes.size() != blocks.size())
+    return emitError() << "#ptc.sharding needs one block count per dimension";
+  for (auto [axis, k] : llvm::zip(axes, blocks))
+    if (k < 1 || (axis.getValue().empty() && k != 1))
+      return emitError() << "#ptc.sharding: " << k << " blocks of dimension split over '"
+                         << axis.getValue() << "' (blocks must be >= 1, and 1 for '_')";
+  for (StringAttr a : partial)
+    if (a.getValue().empty())
+      return emitError() << "#ptc.sharding: an empty partial-sum axis";
+  return success();
 }
 
 LogicalResult PtcDialect::parseInit(StringRef spec, StringRef &kind, double &stddev) {
@@ -138,15 +224,14 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
     return success();
   }
   if (attrName == kShardingAttrName) {
-    auto spec = dyn_cast<StringAttr>(attr.getValue());
-    if (!spec)
+    if (!isa<StringAttr, ShardingAttr>(attr.getValue()))
       return op->emitError() << "'ptc.sharding' on argument #" << argIndex
-                             << " must be a string such as \"[dp, _]\"";
+                             << " must be a #ptc.sharding<[dp, _]> (or its text, \"[dp, _]\")";
     auto func = dyn_cast<FunctionOpInterface>(op);
     auto type = func ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex]) : nullptr;
     FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
     if (type && succeeded(mesh) &&
-        failed(parseShardingSpec(spec.getValue(), *mesh, type.getRank(), [&] {
+        failed(getShardingSpec(attr.getValue(), *mesh, type.getRank(), [&] {
           return op->emitError() << "argument #" << argIndex << ": ";
         })))
       return failure();

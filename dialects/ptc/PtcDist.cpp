@@ -131,6 +131,70 @@ FailureOr<MeshInfo> mlir::ptc::getEnclosingMesh(Operation *op) {
   return parseMeshAttr(attr, [&] { return op->emitError(); });
 }
 
+std::string mlir::ptc::shardingText(ShardingAttr attr) {
+  std::string text = "[";
+  for (auto [i, axis] : llvm::enumerate(attr.getAxes())) {
+    text += i ? ", " : "";
+    text += axis.getValue().empty() ? std::string("_") : axis.str();
+    if (attr.getBlocks()[i] > 1)
+      text += "/" + std::to_string(attr.getBlocks()[i]);
+  }
+  return text + "]";
+}
+
+FailureOr<ShardingSpec> mlir::ptc::getShardingSpec(Attribute attr, const MeshInfo &mesh,
+                                                   int64_t rank, EmitErrorFn emitError) {
+  if (auto text = dyn_cast<StringAttr>(attr))
+    return parseShardingSpec(text.getValue(), mesh, rank, emitError);
+  auto typed = dyn_cast<ShardingAttr>(attr);
+  if (!typed) {
+    emitError() << "a sharding must be #ptc.sharding<[axis or _, ...]> (or its text), got "
+                << attr;
+    return failure();
+  }
+  std::string text = shardingText(typed);
+  if (static_cast<int64_t>(typed.getAxes().size()) != rank) {
+    emitError() << "sharding " << text << " has " << typed.getAxes().size()
+                << " entries for a tensor of rank " << rank;
+    return failure();
+  }
+  ShardingSpec out;
+  for (auto [name, blocks] : llvm::zip(typed.getAxes(), typed.getBlocks())) {
+    if (name.getValue().empty()) {
+      out.axes.push_back(-1);
+      out.blocks.push_back(1);
+      continue;
+    }
+    int axis = mesh.axisIndex(name.getValue());
+    if (axis < 0) {
+      emitError() << "sharding " << text << " names '" << name.getValue()
+                  << "', which is not a mesh axis";
+      return failure();
+    }
+    if (llvm::is_contained(out.axes, axis)) {
+      emitError() << "sharding " << text << " uses mesh axis '" << name.getValue() << "' twice";
+      return failure();
+    }
+    out.axes.push_back(axis);
+    out.blocks.push_back(static_cast<int>(blocks));
+  }
+  return out;
+}
+
+ShardingAttr mlir::ptc::getShardingAttr(MLIRContext *context, const MeshInfo &mesh,
+                                        ArrayRef<int> axes, ArrayRef<int> blocks,
+                                        ArrayRef<int> partial) {
+  SmallVector<StringAttr> names, partialNames;
+  SmallVector<int64_t> counts;
+  for (auto [a, k] : llvm::zip(axes, blocks)) {
+    names.push_back(StringAttr::get(context, a < 0 ? "" : mesh.axes[static_cast<size_t>(a)]));
+    counts.push_back(a < 0 ? 1 : k);
+  }
+  for (int a : partial)
+    partialNames.push_back(StringAttr::get(context, mesh.axes[static_cast<size_t>(a)]));
+  return ShardingAttr::get(context, names, counts, partialNames);
+}
+
 FailureOr<ShardingSpec> mlir::ptc::parseShardingSpec(StringRef spec, const MeshInfo &mesh,
                                                      int64_t rank, EmitErrorFn emitError) {
   StringRef body = spec.trim();
@@ -187,15 +251,15 @@ LogicalResult PtcDialect::verifyOperationAttribute(Operation *op, NamedAttribute
     // A user annotation on an op's results: one spec per result.
     auto specs = dyn_cast<ArrayAttr>(attr.getValue());
     if (!specs || specs.size() != op->getNumResults() ||
-        !llvm::all_of(specs, [](Attribute a) { return isa<StringAttr>(a); }))
-      return op->emitOpError() << "'ptc.sharding' needs one sharding string per result, e.g. "
-                                  "[\"[dp, _]\"]";
+        !llvm::all_of(specs, [](Attribute a) { return isa<StringAttr, ShardingAttr>(a); }))
+      return op->emitOpError() << "'ptc.sharding' needs one sharding per result, e.g. "
+                                  "[#ptc.sharding<[dp, _]>] (or [\"[dp, _]\"])";
     FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
     if (succeeded(mesh))
       for (auto [spec, result] : llvm::zip(specs, op->getResults()))
         if (auto type = dyn_cast<RankedTensorType>(result.getType()))
-          if (failed(parseShardingSpec(cast<StringAttr>(spec).getValue(), *mesh, type.getRank(),
-                                       [&] { return op->emitOpError(); })))
+          if (failed(getShardingSpec(spec, *mesh, type.getRank(),
+                                     [&] { return op->emitOpError(); })))
             return failure();
     return success();
   }

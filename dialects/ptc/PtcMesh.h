@@ -66,6 +66,16 @@ struct ShardingSpec {
 FailureOr<ShardingSpec> parseShardingSpec(StringRef spec, const MeshInfo &mesh, int64_t rank,
                                           EmitErrorFn emitError);
 
+/// A sharding annotation, typed (#ptc.sharding<[dp, _]>) or as text ("[dp, _]"),
+/// resolved against `mesh` for a tensor of `rank`.
+FailureOr<ShardingSpec> getShardingSpec(Attribute attr, const MeshInfo &mesh, int64_t rank,
+                                        EmitErrorFn emitError);
+/// The typed attribute of a spec (and its partial-sum axes).
+ShardingAttr getShardingAttr(MLIRContext *context, const MeshInfo &mesh, ArrayRef<int> axes,
+                             ArrayRef<int> blocks, ArrayRef<int> partial = {});
+/// "[dp, _, tp/3]": the text of a sharding attribute's dimensions (messages).
+std::string shardingText(ShardingAttr attr);
+
 /// Checks the optional `vocab_axis` of an embedding (or its gradient).
 LogicalResult verifyVocabAxis(Operation *op, std::optional<StringRef> axis);
 

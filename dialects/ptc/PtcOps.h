@@ -19,6 +19,9 @@
 
 #include "dialects/ptc/PtcDialect.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "dialects/ptc/PtcAttrs.h.inc"
+
 namespace mlir::ptc {
 class ShardingRuleContext;
 

@@ -402,9 +402,9 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       if (mesh) {
         dimAxes.assign(cast<RankedTensorType>(arg.getType()).getRank(), -1);
         dimBlocks.assign(dimAxes.size(), 1);
-        if (auto spec = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kShardingAttrName)) {
-          FailureOr<ShardingSpec> parsed = parseShardingSpec(
-              spec.getValue(), *mesh, dimAxes.size(), [&] { return func.emitError(); });
+        if (Attribute spec = func.getArgAttr(i, PtcDialect::kShardingAttrName)) {
+          FailureOr<ShardingSpec> parsed = getShardingSpec(
+              spec, *mesh, dimAxes.size(), [&] { return func.emitError(); });
           if (failed(parsed))
             return failure();
           dimAxes = parsed->axes;

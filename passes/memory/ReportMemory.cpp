@@ -79,8 +79,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
                  input && input.getValue() == "tokens" && type.getRank() == 2) {
         b = type.getDimSize(0);
         s = type.getDimSize(1);
-        if (auto spec = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kShardingAttrName); spec && mesh)
-          if (auto parsed = parseShardingSpec(spec.getValue(), *mesh, 2, [&] { return func.emitError(); });
+        if (Attribute spec = func.getArgAttr(i, PtcDialect::kShardingAttrName); spec && mesh)
+          if (auto parsed = getShardingSpec(spec, *mesh, 2, [&] { return func.emitError(); });
               succeeded(parsed) && parsed->axes[1] >= 0) {
             s *= mesh->sizes[parsed->axes[1]];
             sp = true;
@@ -256,10 +256,9 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       for (BlockArgument arg : block.getArguments())
         if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName)) {
           int64_t n = getNumElements(cast<RankedTensorType>(arg.getType()));
-          if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                            PtcDialect::kShardingAttrName);
+          if (Attribute spec = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName);
               spec && succeeded(mesh))
-            if (auto parsed = parseShardingSpec(spec.getValue(), *mesh,
+            if (auto parsed = getShardingSpec(spec, *mesh,
                                                 cast<RankedTensorType>(arg.getType()).getRank(),
                                                 [&] { return func.emitError(); });
                 succeeded(parsed))

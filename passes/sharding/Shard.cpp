@@ -94,7 +94,7 @@ private:
   Value rescale(Value r, double factor);
   /// Reshards `value` (op result `source` or its rescaled copy) to the user
   /// annotation `spec` right after it is produced.
-  LogicalResult constrain(Value value, Value source, StringRef spec);
+  LogicalResult constrain(Value value, Value source, Attribute spec);
   /// The annotation text of an annotated argument or op result.
   std::string annotationOf(Value v);
 
@@ -290,20 +290,23 @@ Value Partitioner::rescale(Value r, double factor) {
 }
 
 std::string Partitioner::annotationOf(Value v) {
+  Attribute spec;
   if (auto arg = dyn_cast<BlockArgument>(v))
-    if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kShardingAttrName))
-      return spec.str();
+    spec = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName);
   if (auto res = dyn_cast<OpResult>(v))
     if (auto specs = res.getOwner()->getAttrOfType<ArrayAttr>(PtcDialect::kShardingAttrName))
       if (res.getResultNumber() < specs.size())
-        if (auto spec = dyn_cast<StringAttr>(specs[res.getResultNumber()]))
-          return spec.str();
+        spec = specs[res.getResultNumber()];
+  if (auto text = dyn_cast_or_null<StringAttr>(spec))
+    return text.str();
+  if (auto typed = dyn_cast_or_null<ShardingAttr>(spec))
+    return shardingText(typed);
   return "";
 }
 
-LogicalResult Partitioner::constrain(Value value, Value source, StringRef spec) {
+LogicalResult Partitioner::constrain(Value value, Value source, Attribute spec) {
   RankedTensorType g = global(value);
-  FailureOr<ShardingSpec> parsed = parseShardingSpec(spec, mesh, g.getRank(), [&] {
+  FailureOr<ShardingSpec> parsed = getShardingSpec(spec, mesh, g.getRank(), [&] {
     return mlir::emitError(source.getLoc()) << describe(source) << ": ";
   });
   if (failed(parsed))
@@ -425,8 +428,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
     Value current = scale[i] != 1.0 ? rescale(r, scale[i]) : r;
     // A user annotation on the value: reshard right after it is computed.
     if (constraints && i < constraints.size())
-      if (auto spec = dyn_cast<StringAttr>(constraints[i]);
-          spec && failed(constrain(current, r, spec.getValue())))
+      if (failed(constrain(current, r, constraints[i])))
         return failure();
   }
   if (vocabAxis >= 0) {
@@ -496,10 +498,9 @@ LogicalResult Partitioner::run() {
       return func.emitError() << "argument #" << arg.getArgNumber() << " is not a ranked tensor";
     Sharding s = Sharding::replicated(g.getRank());
     Origin origin{"default", {}};
-    if (auto spec = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                      PtcDialect::kShardingAttrName)) {
-      FailureOr<ShardingSpec> parsed = parseShardingSpec(
-          spec.getValue(), mesh, g.getRank(),
+    if (Attribute spec = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName)) {
+      FailureOr<ShardingSpec> parsed = getShardingSpec(
+          spec, mesh, g.getRank(),
           [&] { return mlir::emitError(arg.getLoc()) << describe(arg) << ": "; });
       if (failed(parsed))
         return failure();
@@ -558,7 +559,14 @@ LogicalResult Partitioner::run() {
   func.getAllArgAttrs(argAttrs);
   for (BlockArgument arg : block.getArguments()) {
     NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
-    attrs.set(PtcDialect::kShardingAttrName, builder.getStringAttr(str(sharding(arg))));
+    const Sharding &sh = sharding(arg);
+    SmallVector<int> axes, blocks;
+    for (const DimShard &d : sh.dims) {
+      axes.push_back(d.axis);
+      blocks.push_back(d.blocks);
+    }
+    attrs.set(PtcDialect::kShardingAttrName,
+              getShardingAttr(func.getContext(), mesh, axes, blocks, sh.partial));
     argAttrs[arg.getArgNumber()] = attrs.getDictionary(func.getContext());
   }
   func.setAllArgAttrs(argAttrs);

@@ -176,7 +176,7 @@ module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 
 // -----
 
-// expected-error @+1 {{'ptc.sharding' on argument #0 must be a string such as "[dp, _]"}}
+// expected-error @+1 {{'ptc.sharding' on argument #0 must be a #ptc.sharding<[dp, _]> (or its text, "[dp, _]")}}
 func.func @spec_type(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = 3 : i64}) {
   return
 }
@@ -254,7 +254,33 @@ module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 // -----
 
 func.func @op_annotation(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'ptc.gelu' op 'ptc.sharding' needs one sharding string per result, e.g. ["[dp, _]"]}}
+  // expected-error @+1 {{'ptc.gelu' op 'ptc.sharding' needs one sharding per result, e.g. [#ptc.sharding<[dp, _]>] (or ["[dp, _]"])}}
   %0 = ptc.gelu %x {ptc.sharding = "[dp]"} : tensor<4xf32>
   return %0 : tensor<4xf32>
+}
+
+// -----
+
+// The typed annotation is checked against the mesh like its text.
+module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
+  // expected-error @+1 {{argument #0: sharding [tp, tp] uses mesh axis 'tp' twice}}
+  func.func @typed_twice(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = #ptc.sharding<[tp, tp]>}) {
+    return
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
+  // expected-error @+1 {{argument #0: sharding [ep, _] names 'ep', which is not a mesh axis}}
+  func.func @typed_axis(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = #ptc.sharding<[ep, _]>}) {
+    return
+  }
+}
+
+// -----
+
+// expected-error @+1 {{#ptc.sharding: 0 blocks of dimension split over 'tp' (blocks must be >= 1, and 1 for '_')}}
+func.func @typed_blocks(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = #ptc.sharding<[tp/0, _]>}) {
+  return
 }

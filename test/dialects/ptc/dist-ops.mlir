@@ -4,6 +4,18 @@
 
 // CHECK: module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}}
 module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}} {
+  // A typed sharding round-trips, blocks and partial sums included; its text
+  // form (the string) is accepted as it is.
+  // CHECK-LABEL: func.func @typed
+  // CHECK-SAME: ptc.sharding = #ptc.sharding<[tp/3, _]>
+  // CHECK-SAME: ptc.sharding = "[dp, _]"
+  // CHECK: ptc.sharding = [#ptc.sharding<[dp, _], partial(tp)>]
+  func.func @typed(%w: tensor<24x8xf32> {ptc.param = "w", ptc.sharding = #ptc.sharding<[tp/3, _]>},
+                   %x: tensor<4x8xf32> {ptc.input = "x", ptc.sharding = "[dp, _]"}) -> tensor<4x8xf32> {
+    %y = ptc.scale %x by 2.0 {ptc.sharding = [#ptc.sharding<[dp, _], partial(tp)>]} : tensor<4x8xf32>
+    return %y : tensor<4x8xf32>
+  }
+
   // CHECK-LABEL: func.func @collectives
   // CHECK-SAME: {ptc.param = "w", ptc.sharding = "[tp/3, _]"}
   func.func @collectives(%w: tensor<24x8xf32> {ptc.param = "w", ptc.sharding = "[tp/3, _]"},

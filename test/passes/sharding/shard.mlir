@@ -3,12 +3,24 @@
 // A split that moves from one dimension to another on the same axis is one
 // all_to_all: y (an input, batch -> dp by default) must follow the annotated x.
 // CHECK-LABEL: func.func @move_split
-// CHECK-SAME: %[[X:.+]]: tensor<4x2xf32> {ptc.input = "x", ptc.sharding = "[_, dp]"}
-// CHECK-SAME: %[[Y:.+]]: tensor<2x4xf32> {ptc.input = "y", ptc.sharding = "[dp, _]"}
+// CHECK-SAME: %[[X:.+]]: tensor<4x2xf32> {ptc.input = "x", ptc.sharding = #ptc.sharding<[_, dp]>}
+// CHECK-SAME: %[[Y:.+]]: tensor<2x4xf32> {ptc.input = "y", ptc.sharding = #ptc.sharding<[dp, _]>}
 // CHECK: %[[T:.+]] = ptc.all_to_all %[[Y]] {axes = ["dp"], concat_dim = 0 : i64, {{.*}}split_dim = 1 : i64} : tensor<2x4xf32> -> tensor<4x2xf32>
 // CHECK: ptc.add %[[X]], %[[T]]
 func.func @move_split(%x: tensor<4x4xf32> {ptc.input = "x", ptc.sharding = "[_, dp]"},
                       %y: tensor<4x4xf32> {ptc.input = "y"}) -> tensor<4x4xf32> {
+  %0 = ptc.add %x, %y : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+// The same with a typed annotation: the text form and #ptc.sharding are one.
+// CHECK-LABEL: func.func @move_split_typed
+// CHECK-SAME: %[[X:.+]]: tensor<4x2xf32> {ptc.input = "x", ptc.sharding = #ptc.sharding<[_, dp]>}
+// CHECK: ptc.all_to_all
+func.func @move_split_typed(%x: tensor<4x4xf32> {ptc.input = "x", ptc.sharding = #ptc.sharding<[_, dp]>},
+                            %y: tensor<4x4xf32> {ptc.input = "y"}) -> tensor<4x4xf32> {
   %0 = ptc.add %x, %y : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
   return %0 : tensor<4x4xf32>
 }

@@ -7,8 +7,8 @@
 // RUN: ptc-opt %s --ptc-compile="plan=%t.plan" -o /dev/null
 // RUN: ptc-run %t.plan --dump-plan | FileCheck %s --check-prefix=PLAN
 
-// TP: ptc.param = "up.weight", ptc.sharding = "[tp, _]"
-// TP: ptc.param = "down.weight", ptc.sharding = "[_, tp]"
+// TP: ptc.param = "up.weight", ptc.sharding = #ptc.sharding<[tp, _]>
+// TP: ptc.param = "down.weight", ptc.sharding = #ptc.sharding<[_, tp]>
 // TP: ptc.silu %{{.*}} : tensor<8x32xf32>
 // TP: ptc.silu_grad %{{.*}}, %{{.*}} : tensor<8x32xf32>
 // MB: ptc.silu %{{.*}} : tensor<2x64xf32>
