@@ -152,4 +152,28 @@ def Ptc_ShardingAttr : AttrDef<Ptc_Dialect, "Sharding"> {
   let genVerifyDecl = 1;
 }
 
+def Ptc_ScheduleActionAttr : AttrDef<Ptc_Dialect, "ScheduleAction"> {
+  let mnemonic = "action";
+  let summary = "one action of a pipeline rank's schedule";
+  let description = [{
+    What ptc-schedule-pipeline puts in a step's `ptc.schedule` action lists and
+    ptc-export-plan and ptc-schedule-report read: compute a chunk's forward,
+    backward or weight segment for a micro-batch, or send / receive on a
+    channel (micro-batch -1: once per step).
+
+    ```mlir
+    #ptc.action<forward chunk 1 mb 3>
+    #ptc.action<send channel 2 mb 3>
+    ```
+  }];
+  let parameters = (ins "int64_t":$kind, "int64_t":$chunk, "int64_t":$mb, "int64_t":$channel);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Action kinds, in the order of the plan's ActionKind.
+    enum Kind : int64_t { Forward = 0, Backward = 1, Weight = 2, Send = 3, Recv = 4 };
+    bool isCompute() const { return getKind() <= Weight; }
+  }];
+}
+
 #endif // PTC_BASE_TD

@@ -33,6 +33,68 @@ void PtcDialect::initialize() {
 // #ptc.sharding<[dp, _, tp/3], partial(tp)>
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// #ptc.action<forward chunk 1 mb 3>, #ptc.action<send channel 2 mb 3>
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr StringLiteral kActionKindNames[] = {"forward", "backward", "weight", "send", "recv"};
+} // namespace
+
+Attribute ScheduleActionAttr::parse(AsmParser &parser, Type) {
+  std::string kindName;
+  if (parser.parseLess() || parser.parseKeywordOrString(&kindName))
+    return {};
+  const auto *found = llvm::find(kActionKindNames, kindName);
+  if (found == std::end(kActionKindNames)) {
+    parser.emitError(parser.getCurrentLocation())
+        << "unknown schedule action '" << kindName
+        << "' (expected forward, backward, weight, send or recv)";
+    return {};
+  }
+  int64_t kind = found - std::begin(kActionKindNames), chunk = -1, mb = -1, channel = -1;
+  while (failed(parser.parseOptionalGreater())) {
+    std::string field;
+    int64_t value;
+    if (parser.parseKeywordOrString(&field) || parser.parseInteger(value))
+      return {};
+    if (field == "chunk")
+      chunk = value;
+    else if (field == "mb")
+      mb = value;
+    else if (field == "channel")
+      channel = value;
+    else {
+      parser.emitError(parser.getCurrentLocation())
+          << "unknown schedule action field '" << field << "' (expected chunk, mb or channel)";
+      return {};
+    }
+  }
+  return parser.getChecked<ScheduleActionAttr>(parser.getContext(), kind, chunk, mb, channel);
+}
+
+void ScheduleActionAttr::print(AsmPrinter &printer) const {
+  printer << "<" << kActionKindNames[getKind()];
+  if (isCompute())
+    printer << " chunk " << getChunk();
+  else
+    printer << " channel " << getChannel();
+  printer << " mb " << getMb() << ">";
+}
+
+LogicalResult ScheduleActionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                         int64_t kind, int64_t chunk, int64_t mb,
+                                         int64_t channel) {
+  if (kind < Forward || kind > Recv)
+    return emitError() << "#ptc.action kind " << kind << " is not an action";
+  if (kind <= Weight ? chunk < 0 : channel < 0)
+    return emitError() << "#ptc.action " << kActionKindNames[kind] << " needs a "
+                       << (kind <= Weight ? "chunk" : "channel") << " >= 0";
+  if (mb < -1)
+    return emitError() << "#ptc.action micro-batch " << mb << " is below -1";
+  return success();
+}
+
 Attribute ShardingAttr::parse(AsmParser &parser, Type) {
   MLIRContext *ctx = parser.getContext();
   SmallVector<StringAttr> axes, partial;

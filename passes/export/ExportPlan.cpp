@@ -288,11 +288,13 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     for (Attribute list : cast<ArrayAttr>(schedule.get("actions"))) {
       std::vector<pp::Action> actions;
       for (Attribute a : cast<ArrayAttr>(list)) {
-        auto parsed = ::ptc::schedule::parseAction(cast<StringAttr>(a).str());
-        if (!parsed.isOk())
-          return func.emitError() << parsed.status().message();
-        actions.emplace_back(static_cast<pp::ActionKind>(parsed->kind), parsed->chunk, parsed->mb,
-                             parsed->channel);
+        auto action = dyn_cast<ScheduleActionAttr>(a);
+        if (!action)
+          return func.emitError() << "'ptc.schedule' holds " << a << ", not a #ptc.action";
+        actions.emplace_back(static_cast<pp::ActionKind>(action.getKind()),
+                             static_cast<int32_t>(action.getChunk()),
+                             static_cast<int32_t>(action.getMb()),
+                             static_cast<int32_t>(action.getChannel()));
       }
       ranks.push_back(pp::CreateRankActions(fbb, fbb.CreateVectorOfStructs(actions)));
     }

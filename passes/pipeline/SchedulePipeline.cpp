@@ -125,7 +125,8 @@ struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<Schedule
     for (const auto &list : p.actions) {
       SmallVector<Attribute> actions;
       for (const sch::Action &a : list)
-        actions.push_back(b.getStringAttr(sch::describe(a)));
+        actions.push_back(ScheduleActionAttr::get(b.getContext(), static_cast<int64_t>(a.kind),
+                                                  a.chunk, a.mb, a.channel));
       ranks.push_back(b.getArrayAttr(actions));
     }
     func->setAttr(PtcDialect::kScheduleAttrName,
@@ -136,6 +137,15 @@ struct SchedulePipelinePass : mlir::ptc::impl::SchedulePipelinePassBase<Schedule
     return ::report(func, p, schedule, report, svg);
   }
 };
+
+sch::Action toScheduleAction(ScheduleActionAttr a) {
+  sch::Action out;
+  out.kind = static_cast<sch::ActionKind>(a.getKind());
+  out.chunk = static_cast<int>(a.getChunk());
+  out.mb = static_cast<int>(a.getMb());
+  out.channel = static_cast<int>(a.getChannel());
+  return out;
+}
 
 /// The report of a step that ptc-schedule-pipeline (or ptc-compile) already
 /// scheduled: its action lists are read back, verified and simulated.
@@ -156,12 +166,12 @@ struct ScheduleReportPass : mlir::ptc::impl::ScheduleReportPassBase<ScheduleRepo
       for (Attribute list : cast<ArrayAttr>(schedule.get("actions"))) {
         p->actions.emplace_back();
         for (Attribute a : cast<ArrayAttr>(list)) {
-          auto parsed = sch::parseAction(cast<StringAttr>(a).str());
-          if (!parsed.isOk()) {
-            func.emitError() << parsed.status().message();
+          auto action = dyn_cast<ScheduleActionAttr>(a);
+          if (!action) {
+            func.emitError() << "'ptc.schedule' holds " << a << ", not a #ptc.action";
             return signalPassFailure();
           }
-          p->actions.back().push_back(*parsed);
+          p->actions.back().push_back(toScheduleAction(action));
         }
       }
       if (failed(::report(func, *p, cast<StringAttr>(schedule.get("name")).getValue(), true, svg)))

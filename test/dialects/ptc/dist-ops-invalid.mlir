@@ -284,3 +284,17 @@ module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
 func.func @typed_blocks(%w: tensor<4x4xf32> {ptc.param = "w", ptc.sharding = #ptc.sharding<[tp/0, _]>}) {
   return
 }
+
+// -----
+
+// expected-error @+1 {{#ptc.action send needs a channel >= 0}}
+func.func @action_channel() attributes {ptc.schedule = {actions = [[#ptc.action<send mb 0>]]}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown schedule action 'jump' (expected forward, backward, weight, send or recv)}}
+func.func @action_kind() attributes {ptc.schedule = {actions = [[#ptc.action<jump chunk 0 mb 0>]]}} {
+  return
+}

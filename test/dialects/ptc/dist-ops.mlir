@@ -16,6 +16,13 @@ module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}} {
     return %y : tensor<4x8xf32>
   }
 
+  // Schedule actions round-trip.
+  // CHECK-LABEL: func.func @scheduled
+  // CHECK-SAME: ptc.schedule = {actions = {{\[\[}}#ptc.action<forward chunk 0 mb 1>, #ptc.action<send channel 2 mb 1>], [#ptc.action<recv channel 0 mb -1>]]
+  func.func @scheduled() attributes {ptc.schedule = {actions = [[#ptc.action<forward chunk 0 mb 1>, #ptc.action<send channel 2 mb 1>], [#ptc.action<recv mb -1 channel 0>]]}} {
+    return
+  }
+
   // CHECK-LABEL: func.func @collectives
   // CHECK-SAME: {ptc.param = "w", ptc.sharding = "[tp/3, _]"}
   func.func @collectives(%w: tensor<24x8xf32> {ptc.param = "w", ptc.sharding = "[tp/3, _]"},
