@@ -15,6 +15,9 @@ namespace ptc::plan {
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
 inline constexpr uint32_t kFormatVersion = 4;
+/// The oldest version this runtime reads: version 4 renumbered the opcodes,
+/// so an older plan would run other kernels than it names.
+inline constexpr uint32_t kOldestFormatVersion = 4;
 } // namespace ptc::plan
 
 #endif // PTC_RUNTIME_PLAN_PLAN_FORMAT_H

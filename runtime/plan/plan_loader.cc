@@ -759,6 +759,11 @@ Status LoadedPlan::verify() {
                            "); rebuild the plan with a matching ptc-opt or update ptc-run");
   if (plan_->format_version() == 0)
     return invalidArgument("plan has no format version");
+  if (plan_->format_version() < plan::kOldestFormatVersion)
+    return invalidArgument("plan format version ", plan_->format_version(),
+                           " is older than this ptc-run reads (", plan::kOldestFormatVersion, " to ",
+                           plan::kFormatVersion,
+                           "): its opcodes mean other things now; recompile it with ptc-opt");
   if (!plan_->tensors() || !plan_->instructions())
     return invalidArgument("plan has no tensor or instruction table");
   if (plan_->num_ranks() < 1)

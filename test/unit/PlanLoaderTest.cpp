@@ -85,6 +85,14 @@ TEST(PlanLoader, RejectsWritingAnInput) {
   EXPECT_NE(loadError(bytes).find("writes Input tensor 'x'"), std::string::npos);
 }
 
+TEST(PlanLoader, RejectsAPlanOlderThanTheOpcodesItUses) {
+  auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32,
+                         plan::kOldestFormatVersion - 1);
+  EXPECT_NE(loadError(bytes).find("plan format version 3 is older than this ptc-run reads (4 to "),
+            std::string::npos)
+      << loadError(bytes);
+}
+
 TEST(PlanLoader, RejectsUnknownOrMissingElementwiseFunction) {
   auto tensors = matmulTensors();
   auto unknown = buildPlan(tensors, {{plan::OpCode::Unary, {2}, {2}, {}, {}, "swish"}}, 32);
