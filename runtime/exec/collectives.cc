@@ -45,14 +45,14 @@ std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan)
 
 Status Executor::blocksForReduceScatter(const plan::Instruction &inst, void *staging,
                                         int64_t elementBytes) {
-  const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
-  const TensorInfo &dst = plan_->tensor((*inst.outputs())[0]);
+  const TensorInfo &src = plan_->tensor((inputsOf(inst))[0]);
+  const TensorInfo &dst = plan_->tensor((outputsOf(inst))[0]);
   size_t dim = static_cast<size_t>(inst.ints()->Get(1));
   int parts = plan_->meshSizes()[static_cast<size_t>(inst.ints()->Get(0))];
   std::vector<int64_t> offsets(src.shape.size(), 0), zero(src.shape.size(), 0);
   for (int p = 0; p < parts; ++p) {
     offsets[dim] = p * dst.shape[dim];
-    PTC_RETURN_IF_ERROR(dev_->copyBox(data((*inst.inputs())[0]), src.shape, offsets,
+    PTC_RETURN_IF_ERROR(dev_->copyBox(data((inputsOf(inst))[0]), src.shape, offsets,
                                       static_cast<uint8_t *>(staging) + p * dst.numElements * elementBytes,
                                       dst.shape, zero, dst.shape, elementBytes));
   }
@@ -132,7 +132,7 @@ Status Executor::awaitTensor(int32_t id) {
 Status Executor::awaitPending(const plan::Instruction &inst) {
   if (pending_.empty())
     return Status::ok();
-  for (const auto *ids : {inst.inputs(), inst.outputs()})
+  for (const auto *ids : {&inputsOf(inst), &outputsOf(inst)})
     for (int32_t id : *ids)
       PTC_RETURN_IF_ERROR(awaitTensor(id));
   return Status::ok();
@@ -140,8 +140,8 @@ Status Executor::awaitPending(const plan::Instruction &inst) {
 
 Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   // One bucket: pack, sum once, unpack.
-  const auto &in = *inst.inputs();
-  const auto &out = *inst.outputs();
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
   std::string what = inst.location() ? inst.location()->str() : "";
   std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
   int64_t total = 0;
@@ -183,8 +183,8 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
 
 Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
   // Lay the input out as one contiguous block per group member, then sum-scatter.
-  const TensorInfo &src = plan_->tensor((*inst.inputs())[0]);
-  int32_t outId = (*inst.outputs())[0];
+  const TensorInfo &src = plan_->tensor((inputsOf(inst))[0]);
+  int32_t outId = (outputsOf(inst))[0];
   const TensorInfo &dst = plan_->tensor(outId);
   int axis = static_cast<int>(inst.ints()->Get(0));
   std::string what = "'" + src.name + "' at " + (inst.location() ? inst.location()->str() : "");
@@ -228,7 +228,7 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   // Megatron's parallel cross-entropy: each device holds a block of classes;
   // the row maximum, sum of exponentials and target logit are combined over
   // the group, so no device needs all logits.
-  const auto &in = *inst.inputs();
+  const auto &in = inputsOf(inst);
   const TensorInfo &logits = plan_->tensor(in[0]);
   int axis = static_cast<int>(inst.ints()->Get(0));
   int64_t classes = logits.shape.back(), rows = logits.numElements / classes;
@@ -247,7 +247,7 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   PTC_RETURN_IF_ERROR(d.rowSumExp(x, rows, classes, mx, sum));
   if (comm_)
     PTC_RETURN_IF_ERROR(allReduceSmall(sum, rows, {axis}, /*max=*/false, what));
-  float *out = f32((*inst.outputs())[0]);
+  float *out = f32((outputsOf(inst))[0]);
   if (inst.op() == OpCode::VocabParallelCrossEntropy) {
     PTC_RETURN_IF_ERROR(d.targetLogit(x, t, rows, classes, offset, total, target));
     if (comm_)
@@ -258,8 +258,8 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {
-  const auto &in = *inst.inputs();
-  const auto &out = *inst.outputs();
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
   std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
   std::string what = inst.location() ? inst.location()->str() : "";
   Device &d = *dev_;

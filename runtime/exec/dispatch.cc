@@ -24,8 +24,8 @@ UnaryFunction unaryFunctionOf(const plan::Instruction &inst) {
 } // namespace
 
 Status Executor::runKernel(const plan::Instruction &inst) {
-  const auto &in = *inst.inputs();
-  const auto &out = *inst.outputs();
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
   auto T = [&](int32_t id) -> const TensorInfo & { return plan_->tensor(id); };
   auto I = [&](size_t i) { return f32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
   auto O = [&](size_t i) { return f32(out[static_cast<flatbuffers::uoffset_t>(i)]); };

@@ -115,21 +115,21 @@ void Executor::groupOptimizerUpdates() {
     const plan::Instruction *i = insts.Get(n);
     if (!allowed[n] || i->op() != OpCode::AdamWUpdate)
       return false;
-    for (const auto *ids : {i->inputs(), i->outputs()})
+    for (const auto *ids : {&inputsOf(*i), &outputsOf(*i)})
       for (int32_t id : *ids)
         if (plan_->tensor(id).dtype != plan::DType::F32)
           return false;
     // One launch runs the group's updates concurrently: only when they write
     // persistent tensors (in place), never arena memory another member reads.
-    for (int32_t id : *i->outputs())
+    for (int32_t id : outputsOf(*i))
       if (plan_->tensor(id).kind == TensorKind::Temporary)
         return false;
     return true;
   };
   auto sameGroup = [&](uint32_t a, uint32_t b) {
     const plan::Instruction *x = insts.Get(a), *y = insts.Get(b);
-    if (x->inputs()->size() != y->inputs()->size() || x->inputs()->Get(4) != y->inputs()->Get(4) ||
-        (x->inputs()->size() > 5 && x->inputs()->Get(5) != y->inputs()->Get(5)))
+    if (inputsOf(*x).size() != inputsOf(*y).size() || inputsOf(*x).Get(4) != inputsOf(*y).Get(4) ||
+        (inputsOf(*x).size() > 5 && inputsOf(*x).Get(5) != inputsOf(*y).Get(5)))
       return false;
     for (flatbuffers::uoffset_t f = 0; f < 5; ++f)
       if (x->floats()->Get(f) != y->floats()->Get(f))
@@ -157,15 +157,15 @@ Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
   for (uint32_t n = first; n < end; ++n) {
     const plan::Instruction *i = insts.Get(n);
     PTC_RETURN_IF_ERROR(awaitPending(*i));
-    const auto &in = *i->inputs();
-    const auto &out = *i->outputs();
+    const auto &in = inputsOf(*i);
+    const auto &out = outputsOf(*i);
     tensors.push_back({f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), f32(out[0]), f32(out[1]),
                        f32(out[2]), plan_->tensor(in[0]).numElements});
   }
   const plan::Instruction *head = insts.Get(first);
   auto F = [&](flatbuffers::uoffset_t k) { return static_cast<float>(head->floats()->Get(k)); };
-  const float *skip = head->inputs()->size() > 5 ? f32(head->inputs()->Get(5)) : nullptr;
-  return dev_->adamwUpdateMany(tensors, f32(head->inputs()->Get(4)),
+  const float *skip = inputsOf(*head).size() > 5 ? f32(inputsOf(*head).Get(5)) : nullptr;
+  return dev_->adamwUpdateMany(tensors, f32(inputsOf(*head).Get(4)),
                                AdamWParams{F(0), F(1), F(2), F(3), F(4)}, skip);
 }
 
@@ -245,8 +245,8 @@ bool isLowPrecision(plan::DType d) { return d == plan::DType::BF16 || d == plan:
 } // namespace
 
 Status Executor::run(const plan::Instruction &inst) {
-  const auto &in = *inst.inputs();
-  const auto &out = *inst.outputs();
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
   if (inst.op() == OpCode::Convert) {
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
     return dev_->convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]),

@@ -43,15 +43,15 @@ Status Executor::preparePipeline() {
       continue;
     int seg = static_cast<int>(inst->segment());
     if (inst->op() == OpCode::MicrobatchSum)
-      accumulators_.push_back((*inst->outputs())[0]);
+      accumulators_.push_back((outputsOf(*inst))[0]);
     if (inst->segment() == plan::Segment::Step) {
       if (inst->op() == OpCode::Recv)
-        perStep.insert((*inst->outputs())[0]);
+        perStep.insert((outputsOf(*inst))[0]);
       if (inst->op() != OpCode::Send && inst->op() != OpCode::Recv) // those are actions
         stepInstructions_.push_back(n);
       continue;
     }
-    for (int32_t id : *inst->outputs()) {
+    for (int32_t id : outputsOf(*inst)) {
       if (inst->op() == OpCode::Recv) {
         (isPerStepRecv(*plan_, id) ? perStep : received).insert(id);
         continue;
@@ -71,7 +71,7 @@ Status Executor::preparePipeline() {
     const plan::Instruction *inst = insts.Get(n);
     if (!mine(inst))
       continue;
-    for (int32_t id : *inst->inputs()) {
+    for (int32_t id : inputsOf(*inst)) {
       const TensorInfo &t = tensors[static_cast<size_t>(id)];
       bool perMb = t.kind == TensorKind::Temporary && !perStep.count(id) &&
                    (producedIn.count(id) || received.count(id));
@@ -119,7 +119,7 @@ Status Executor::preparePipeline() {
   if (plan_->plan().outputs())
     for (const plan::Output *o : *plan_->plan().outputs())
       for (const plan::Instruction *inst : insts)
-        for (int32_t id : *inst->outputs())
+        for (int32_t id : outputsOf(*inst))
           if (id == o->tensor() && inst->chunk() >= 0 && p.rankOf(inst->chunk()) != 0)
             remoteOutputs_.push_back({id, p.rankOf(inst->chunk())});
   return Status::ok();

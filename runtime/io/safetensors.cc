@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -62,6 +63,9 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalidArgument("safetensors file '", path, "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return error(StatusCode::kNotFound, "cannot open safetensors file '", path, "'");

@@ -54,8 +54,8 @@ std::string planToJson(const LoadedPlan &loaded) {
   for (const plan::Instruction *inst : *p.instructions()) {
     nlohmann::ordered_json ij;
     ij["op"] = opcodeName(inst->op());
-    ij["inputs"] = std::vector<int32_t>(inst->inputs()->begin(), inst->inputs()->end());
-    ij["outputs"] = std::vector<int32_t>(inst->outputs()->begin(), inst->outputs()->end());
+    ij["inputs"] = std::vector<int32_t>(inputsOf(*inst).begin(), inputsOf(*inst).end());
+    ij["outputs"] = std::vector<int32_t>(outputsOf(*inst).begin(), outputsOf(*inst).end());
     if (inst->ints() && inst->ints()->size())
       ij["ints"] = std::vector<int64_t>(inst->ints()->begin(), inst->ints()->end());
     if (inst->floats() && inst->floats()->size())

@@ -9,6 +9,7 @@
 #include "kernels/common/elementwise.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -32,6 +33,13 @@ int64_t dtypeSize(DType dtype) {
   return 0;
 }
 
+/// Whether a (signed) schema enum holds one of its values: a corrupt plan can
+/// store any byte, negative ones included.
+template <typename E> bool enumInRange(E value) {
+  auto v = static_cast<int64_t>(value);
+  return v >= static_cast<int64_t>(E::MIN) && v <= static_cast<int64_t>(E::MAX);
+}
+
 const char *dtypeName(DType dtype) {
   const char *name = plan::EnumNameDType(dtype);
   return name && *name ? name : "unknown";
@@ -48,6 +56,9 @@ const char *tensorKindName(TensorKind kind) {
 }
 
 StatusOr<std::shared_ptr<const LoadedPlan>> LoadedPlan::loadFile(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalidArgument("plan '", path, "' is a directory, not a plan file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return error(StatusCode::kNotFound, "cannot open plan '", path, "'");
@@ -122,9 +133,9 @@ public:
                      const std::vector<int> &meshSizes)
       : inst_(inst), tensors_(tensors), meshSizes_(meshSizes) {
     if (inst.inputs())
-      in_.assign(inst.inputs()->begin(), inst.inputs()->end());
+      in_.assign(inputsOf(inst).begin(), inputsOf(inst).end());
     if (inst.outputs())
-      out_.assign(inst.outputs()->begin(), inst.outputs()->end());
+      out_.assign(outputsOf(inst).begin(), outputsOf(inst).end());
     if (inst.ints())
       ints_.assign(inst.ints()->begin(), inst.ints()->end());
     if (inst.floats())
@@ -656,7 +667,7 @@ int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
   int64_t bound = -1;
   auto tighten = [&](int64_t b) { bound = bound < 0 ? b : std::min(bound, b); };
   for (const plan::Instruction *inst : *loaded.plan().instructions()) {
-    const auto &in = *inst->inputs();
+    const auto &in = inputsOf(*inst);
     auto shape = [&](size_t i) -> const Shape & {
       return loaded.tensor(in[static_cast<flatbuffers::uoffset_t>(i)]).shape;
     };
@@ -677,7 +688,7 @@ int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
         break;
       case OpCode::EmbeddingGrad:
         if (i == 0)
-          tighten(loaded.tensor((*inst->outputs())[0]).shape[0] * splitOf(*inst));
+          tighten(loaded.tensor((outputsOf(*inst))[0]).shape[0] * splitOf(*inst));
         break;
       default:
         break;
@@ -694,9 +705,9 @@ std::vector<bool> LoadedPlan::tensorsOnPipelineRank(int rank) const {
   for (const plan::Instruction *inst : *plan_->instructions()) {
     if (!runsOnPipelineRank(*inst, rank))
       continue;
-    for (int32_t id : *inst->inputs())
+    for (int32_t id : inputsOf(*inst))
       here[static_cast<size_t>(id)] = true;
-    for (int32_t id : *inst->outputs())
+    for (int32_t id : outputsOf(*inst))
       here[static_cast<size_t>(id)] = true;
   }
   for (size_t i = 0; i < tensors_.size(); ++i)
@@ -725,17 +736,17 @@ int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
     int64_t c = 0;
     switch (inst->op()) {
     case OpCode::AllReduce:
-      for (int32_t id : *inst->inputs())
+      for (int32_t id : inputsOf(*inst))
         c += bytesOf(id);
       break;
     case OpCode::AllGather:
-      c = bytesOf((*inst->outputs())[0]);
+      c = bytesOf((outputsOf(*inst))[0]);
       break;
     case OpCode::ReduceScatter:
-      c = bytesOf((*inst->inputs())[0]);
+      c = bytesOf((inputsOf(*inst))[0]);
       break;
     case OpCode::AllToAll:
-      c = 2 * bytesOf((*inst->inputs())[0]);
+      c = 2 * bytesOf((inputsOf(*inst))[0]);
       break;
     default:
       break;
@@ -793,8 +804,10 @@ Status LoadedPlan::verify() {
     info.kind = t->kind();
     info.dtype = t->dtype();
     auto where = [&] { return "tensor #" + std::to_string(i) + " ('" + info.name + "')"; };
-    if (info.kind > TensorKind::MAX || info.dtype > DType::MAX)
-      return invalidArgument(where(), " has an unknown kind or dtype");
+    if (!enumInRange(info.kind) || !enumInRange(info.dtype) || !enumInRange(t->init()))
+      return invalidArgument(where(), " has an unknown kind, dtype or initializer (",
+                             static_cast<int>(info.kind), ", ", static_cast<int>(info.dtype), ", ",
+                             static_cast<int>(t->init()), ")");
     if (t->shape())
       info.shape.assign(t->shape()->begin(), t->shape()->end());
     for (int64_t d : info.shape) {
@@ -916,7 +929,7 @@ Status LoadedPlan::verifyPipeline() {
   for (int64_t a : *pl->arena_bytes())
     if (a < 0 || a > plan_->arena_bytes())
       return invalidArgument("pipeline rank arena of ", a, " bytes exceeds the plan's arena");
-  auto segmentOk = [](plan::Segment s) { return s <= plan::Segment::Weight; };
+  auto segmentOk = [](plan::Segment s) { return enumInRange(s) && s <= plan::Segment::Weight; };
   if (pl->channels())
     for (size_t c = 0; c < pl->channels()->size(); ++c) {
       const plan::Channel *ch = pl->channels()->Get(static_cast<flatbuffers::uoffset_t>(c));
@@ -936,7 +949,7 @@ Status LoadedPlan::verifyPipeline() {
   std::vector<int> sends(p.channels.size(), 0), recvs(p.channels.size(), 0);
   for (size_t n = 0; n < insts.size(); ++n) {
     const plan::Instruction *inst = insts.Get(static_cast<flatbuffers::uoffset_t>(n));
-    if (inst->chunk() < -1 || inst->chunk() >= p.chunks || inst->segment() > plan::Segment::Step)
+    if (inst->chunk() < -1 || inst->chunk() >= p.chunks || !enumInRange(inst->segment()))
       return invalidArgument("instruction #", n, " has chunk ", inst->chunk(), " of ", p.chunks);
     if (inst->op() != OpCode::Send && inst->op() != OpCode::Recv)
       continue;
@@ -946,7 +959,7 @@ Status LoadedPlan::verifyPipeline() {
                              ", the plan has ", p.channels.size());
     const plan::Channel *ch = pl->channels()->Get(static_cast<flatbuffers::uoffset_t>(c));
     bool isSend = inst->op() == OpCode::Send;
-    int32_t tensor = isSend ? (*inst->inputs())[0] : (*inst->outputs())[0];
+    int32_t tensor = isSend ? (inputsOf(*inst))[0] : (outputsOf(*inst))[0];
     if (tensor != (isSend ? ch->send_tensor() : ch->recv_tensor()) ||
         inst->chunk() != (isSend ? ch->from_chunk() : ch->to_chunk()))
       return invalidArgument("instruction #", n, " (", opcodeName(inst->op()),
@@ -964,7 +977,7 @@ Status LoadedPlan::verifyPipeline() {
     p.actions.emplace_back();
     if (list->actions())
       for (const plan::Action *a : *list->actions()) {
-        if (a->kind() > plan::ActionKind::MAX)
+        if (!enumInRange(a->kind()))
           return invalidArgument("schedule action of unknown kind");
         p.actions.back().push_back({static_cast<schedule::ActionKind>(a->kind()), a->chunk(),
                                     a->mb(), a->channel()});

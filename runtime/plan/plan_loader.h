@@ -19,6 +19,20 @@ namespace ptc {
 int64_t dtypeSize(plan::DType dtype);
 const char *dtypeName(plan::DType dtype);
 const char *opcodeName(plan::OpCode op);
+
+/// An instruction's input / output tensor ids. The lists are optional in the
+/// schema (a valid FlatBuffer may omit an empty one): an absent list reads as
+/// empty, so no code dereferences a missing vector.
+inline const flatbuffers::Vector<int32_t> &emptyIds() {
+  alignas(8) static const uint32_t kEmpty[2] = {0, 0}; // a length-0 vector
+  return *reinterpret_cast<const flatbuffers::Vector<int32_t> *>(kEmpty);
+}
+inline const flatbuffers::Vector<int32_t> &inputsOf(const plan::Instruction &inst) {
+  return inst.inputs() ? *inst.inputs() : emptyIds();
+}
+inline const flatbuffers::Vector<int32_t> &outputsOf(const plan::Instruction &inst) {
+  return inst.outputs() ? *inst.outputs() : emptyIds();
+}
 const char *tensorKindName(plan::TensorKind kind);
 
 struct TensorInfo {

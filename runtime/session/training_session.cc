@@ -22,7 +22,7 @@ std::string collectiveSignature(const LoadedPlan &plan) {
         op != plan::OpCode::VocabParallelCrossEntropyGrad && op != plan::OpCode::AllToAll)
       continue;
     int64_t count = 0;
-    for (int32_t id : *inst->inputs())
+    for (int32_t id : inputsOf(*inst))
       count += plan.tensor(id).numElements;
     sig += std::string(opcodeName(op)) + "(axes";
     for (int64_t a : *inst->ints())

@@ -4,6 +4,12 @@
 //   ptc-plan-mutate IN OUT swap-recvs   swap the first two per-micro-batch RECVs of
 //                                       the last pipeline rank
 //   ptc-plan-mutate IN OUT drop-send-instruction   remove the first Send instruction
+//   ptc-plan-mutate IN OUT negative-action-kind     rank 0's first action gets kind -1
+//   ptc-plan-mutate IN OUT negative-channel-segment channel 0's producer segment is -1
+//   ptc-plan-mutate IN OUT negative-tensor-kind     tensor 0 gets kind -1
+//   ptc-plan-mutate IN OUT unknown-init             the first parameter's initializer is 9
+//   ptc-plan-mutate IN OUT drop-inputs              the first instruction loses its input list
+//   ptc-plan-mutate IN OUT non-utf8-name            tensor 0 is named with invalid UTF-8 bytes
 
 #include "runtime/plan/plan_generated.h"
 
@@ -16,7 +22,7 @@ using namespace ptc::plan;
 
 int main(int argc, char **argv) {
   if (argc != 4) {
-    std::cerr << "usage: ptc-plan-mutate IN OUT drop-send|swap-recvs|drop-send-instruction\n";
+    std::cerr << "usage: ptc-plan-mutate IN OUT MUTATION (see the file's header)\n";
     return 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
@@ -27,13 +33,49 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::unique_ptr<PlanT> plan(GetPlan(bytes.data())->UnPack());
-  if (!plan->pipeline || plan->pipeline->actions.empty()) {
+  std::string what = argv[3];
+  bool pipelineMutation = what == "drop-send" || what == "swap-recvs" ||
+                          what == "negative-action-kind" || what == "negative-channel-segment";
+  if (pipelineMutation && (!plan->pipeline || plan->pipeline->actions.empty())) {
     std::cerr << "ptc-plan-mutate: the plan has no pipeline schedule\n";
     return 1;
   }
-  std::string what = argv[3];
   bool done = false;
-  if (what == "drop-send") {
+  if (what == "negative-action-kind") {
+    auto &list = plan->pipeline->actions.front()->actions;
+    if (!list.empty()) {
+      const Action &a = list.front();
+      list.front() = Action(static_cast<ActionKind>(-1), a.chunk(), a.mb(), a.channel());
+      done = true;
+    }
+  } else if (what == "negative-channel-segment") {
+    if (!plan->pipeline->channels.empty()) {
+      plan->pipeline->channels.front()->from_segment = static_cast<Segment>(-1);
+      done = true;
+    }
+  } else if (what == "negative-tensor-kind") {
+    if (!plan->tensors.empty()) {
+      plan->tensors.front()->kind = static_cast<TensorKind>(-1);
+      done = true;
+    }
+  } else if (what == "unknown-init") {
+    for (auto &t : plan->tensors)
+      if (!done && t->kind == TensorKind::Parameter) {
+        t->init = static_cast<InitKind>(9);
+        done = true;
+      }
+  } else if (what == "drop-inputs") {
+    for (auto &inst : plan->instructions)
+      if (!done && !inst->inputs.empty()) {
+        inst->inputs.clear(); // Pack writes no list at all for an empty vector
+        done = true;
+      }
+  } else if (what == "non-utf8-name") {
+    if (!plan->tensors.empty()) {
+      plan->tensors.front()->name = "bad\xff\xfename";
+      done = true;
+    }
+  } else if (what == "drop-send") {
     auto &list = plan->pipeline->actions.front()->actions;
     for (auto it = list.begin(); it != list.end() && !done; ++it)
       if (it->kind() == ActionKind::Send && it->mb() >= 0) {

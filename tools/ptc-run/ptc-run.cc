@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -260,17 +261,32 @@ void printMemoryReport(TrainingSession &session) {
 
 int64_t parseInt(const std::string &flag, const char *value, bool &ok) {
   char *end = nullptr;
+  errno = 0;
   long long v = std::strtoll(value, &end, 10);
-  if (!end || *end || v < 0) {
-    std::cerr << "ptc-run: error: " << flag << " expects a non-negative integer, got '" << value
-              << "'\n";
+  if (end == value || !end || *end || v < 0 || errno == ERANGE) {
+    std::cerr << "ptc-run: error: " << flag << " expects a non-negative integer below 2^63, got '"
+              << value << "'\n";
+    ok = false;
+  }
+  return v;
+}
+
+/// A positive number of seconds, all of `value` (no trailing text).
+double parseSeconds(const std::string &flag, const std::string &value, bool allowZero, bool &ok) {
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(value.c_str(), &end);
+  if (end == value.c_str() || *end || errno == ERANGE || !std::isfinite(v) ||
+      !(allowZero ? v >= 0 : v > 0)) {
+    std::cerr << "ptc-run: error: " << flag << " expects a number of seconds "
+              << (allowZero ? ">= 0 (0: off)" : "> 0") << ", got '" << value << "'\n";
     ok = false;
   }
   return v;
 }
 } // namespace
 
-int main(int argc, char **argv) {
+int runMain(int argc, char **argv) {
   std::map<std::string, std::string> opts;
   std::string planPath;
   bool dumpPlan = false, profile = false, memoryReport = false;
@@ -327,17 +343,27 @@ int main(int argc, char **argv) {
       return 2;
     return launchWithMpirun(argc, argv, opts["--np"]);
   }
-  double timeout = opts.count("--collective-timeout") ? std::atof(opts["--collective-timeout"].c_str()) : 300.0;
-  if (!(timeout > 0)) {
-    std::cerr << "ptc-run: error: --collective-timeout expects a positive number of seconds\n";
-    return 2;
-  }
+  double timeout = opts.count("--collective-timeout")
+                       ? parseSeconds("--collective-timeout", opts["--collective-timeout"], false, ok)
+                       : 300.0;
+  double stepTimeout = opts.count("--step-timeout")
+                           ? parseSeconds("--step-timeout", opts["--step-timeout"], true, ok)
+                           : 3600.0;
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
   int64_t seed = opts.count("--seed") ? parseInt("--seed", opts["--seed"].c_str(), ok) : 1337;
   int64_t logEvery =
       opts.count("--log-every") ? parseInt("--log-every", opts["--log-every"].c_str(), ok) : 10;
   if (opts.count("--threads")) {
     int64_t threads = parseInt("--threads", opts["--threads"].c_str(), ok);
+    // More threads than this is a typo, not a configuration (OpenMP aborts
+    // when it cannot create them).
+    int64_t most = 16 * std::max<int64_t>(1, std::thread::hardware_concurrency());
+    if (ok && (threads < 1 || threads > most)) {
+      std::cerr << "ptc-run: error: --threads " << threads << " is outside [1, " << most
+                << "] (16 x the " << std::thread::hardware_concurrency()
+                << " hardware threads here)\n";
+      ok = false;
+    }
     if (ok && threads > 0) {
 #ifdef _OPENMP
       omp_set_num_threads(static_cast<int>(threads));
@@ -363,15 +389,7 @@ int main(int argc, char **argv) {
   options.comm = commName;
   options.seed = static_cast<uint64_t>(seed);
   options.collectiveTimeout = timeout;
-  if (opts.count("--step-timeout")) {
-    char *end = nullptr;
-    options.stepTimeout = std::strtod(opts["--step-timeout"].c_str(), &end);
-    if (end == opts["--step-timeout"].c_str() || *end != '\0' || !(options.stepTimeout >= 0)) {
-      std::cerr << "ptc-run: error: --step-timeout expects a number of seconds >= 0 (0: off), got '"
-                << opts["--step-timeout"] << "'\n";
-      return 2;
-    }
-  }
+  options.stepTimeout = stepTimeout;
   FailureScope scope = FailureScope::ThisRank;
   auto created = TrainingSession::create(options, &scope);
   if (!created.isOk()) {
@@ -438,4 +456,16 @@ int main(int argc, char **argv) {
   (void)ex;
   finalizeMpi();
   return 0;
+}
+
+// One place for whatever escaped as an exception (a library's, or a bug's):
+// an error message and status 1, never an abort.
+int main(int argc, char **argv) {
+  try {
+    return runMain(argc, argv);
+  } catch (const std::exception &e) {
+    return fail(std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail("internal error: an unknown exception");
+  }
 }
