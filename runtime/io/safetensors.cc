@@ -2,6 +2,8 @@
 
 #include "runtime/io/safetensors.h"
 
+#include "runtime/io/durable_file.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -37,29 +39,21 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
   std::string text = header.dump();
   while (text.size() % 8 != 0)
     text += ' ';
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return error(StatusCode::kNotFound, "cannot write '", tmp, "'");
+  return writeFileDurably(path, [&](int fd) -> Status {
     uint64_t len = text.size();
     unsigned char le[8];
     for (int i = 0; i < 8; ++i)
       le[i] = static_cast<unsigned char>(len >> (8 * i));
-    out.write(reinterpret_cast<const char *>(le), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    PTC_RETURN_IF_ERROR(writeAll(fd, le, 8, path));
+    PTC_RETURN_IF_ERROR(writeAll(fd, text.data(), text.size(), path));
     for (const NamedTensor &t : tensors) {
       int64_t n = 1;
       for (int64_t d : t.shape)
         n *= d;
-      out.write(reinterpret_cast<const char *>(t.data), static_cast<std::streamsize>(4 * n));
+      PTC_RETURN_IF_ERROR(writeAll(fd, t.data, static_cast<size_t>(4 * n), path));
     }
-    if (!out.flush())
-      return error(StatusCode::kDataLoss, "failed writing '", tmp, "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return error(StatusCode::kDataLoss, "cannot rename '", tmp, "' to '", path, "'");
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string &path) {

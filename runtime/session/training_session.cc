@@ -4,6 +4,7 @@
 #include "runtime/session/step_watchdog.h"
 
 #include <chrono>
+#include <set>
 #include <cmath>
 #include <cstdlib>
 #include <thread>
@@ -198,15 +199,17 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   if (Status s = executor_->initialize(options.seed); !s.isOk())
     return s;
   if (!options.initPath.empty())
-    return loadParameters(options.initPath);
+    return loadParameters(options.initPath, &unusedInitTensors_);
   return Status::ok();
 }
 
-Status TrainingSession::loadParameters(const std::string &path) {
+Status TrainingSession::loadParameters(const std::string &path,
+                                       std::vector<std::string> *unused) {
   // Every rank reads the whole tensors and keeps its part.
   auto file = SafetensorsFile::read(path);
   if (!file.isOk())
     return file.status();
+  std::set<std::string> used;
   for (size_t i = 0; i < plan_->tensors().size(); ++i) {
     const TensorInfo &t = plan_->tensors()[i];
     if (t.kind != plan::TensorKind::Parameter)
@@ -216,8 +219,18 @@ Status TrainingSession::loadParameters(const std::string &path) {
       count *= d;
     std::vector<float> whole(static_cast<size_t>(count));
     PTC_RETURN_IF_ERROR(file->copyTo(t.name, t.globalShape, whole.data()));
+    // A NaN or Inf weight would surface steps later as a "diverged" loss.
+    for (int64_t e = 0; e < count; ++e)
+      if (!std::isfinite(whole[static_cast<size_t>(e)]))
+        return invalidArgument("safetensors file '", path, "': tensor '", t.name, "' holds ",
+                               whole[static_cast<size_t>(e)], " at element ", e);
     PTC_RETURN_IF_ERROR(executor_->loadFromWhole(static_cast<int32_t>(i), whole.data()));
+    used.insert(t.name);
   }
+  if (unused)
+    for (const auto &[name, entry] : file->entries())
+      if (!used.count(name))
+        unused->push_back(name);
   return Status::ok();
 }
 

@@ -84,8 +84,12 @@ public:
   /// Steps [first, first + steps) with the hooks and the step watchdog.
   Status run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks);
 
-  /// Parameters from a safetensors file of whole tensors (every rank keeps its part).
-  Status loadParameters(const std::string &path);
+  /// Parameters from a safetensors file of whole tensors (every rank keeps its
+  /// part); refuses NaN and Inf. Tensors of the file the plan has no use for
+  /// are listed in `unused`.
+  Status loadParameters(const std::string &path, std::vector<std::string> *unused = nullptr);
+  /// The tensors of SessionOptions::initPath that no parameter took.
+  const std::vector<std::string> &unusedInitTensors() const { return unusedInitTensors_; }
   /// Gathers every parameter whole; the leader writes them (others return ok).
   Status saveParameters(const std::string &path,
                         const std::map<std::string, std::string> &metadata);
@@ -124,6 +128,7 @@ private:
   std::vector<double> *profile_ = nullptr;
   int64_t traceFrom_ = -1;
   double elapsedBase_ = 0.0;
+  std::vector<std::string> unusedInitTensors_;
 };
 
 } // namespace ptc

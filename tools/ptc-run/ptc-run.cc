@@ -4,6 +4,7 @@
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
+#include "runtime/io/durable_file.h"
 #include "runtime/session/training_session.h"
 
 #include <cblas.h>
@@ -390,6 +391,14 @@ int runMain(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(seed);
   options.collectiveTimeout = timeout;
   options.stepTimeout = stepTimeout;
+  // Outputs are checked before any work: a path in a missing directory, or
+  // one that is not a regular file, fails now rather than after the run.
+  for (const char *flag : {"--save", "--metrics", "--trace"})
+    if (opts.count(flag))
+      if (Status s = checkOutputPath(opts[flag], flag); !s.isOk()) {
+        std::cerr << "ptc-run: error: " << s.message() << "\n";
+        return 2;
+      }
   FailureScope scope = FailureScope::ThisRank;
   auto created = TrainingSession::create(options, &scope);
   if (!created.isOk()) {
@@ -410,6 +419,10 @@ int runMain(int argc, char **argv) {
   const LoadedPlan &plan = session.plan();
   Executor &ex = session.executor();
   const bool leader = session.leader();
+  if (leader)
+    for (const std::string &name : session.unusedInitTensors())
+      std::cerr << "ptc-run: warning: --init file '" << options.initPath << "' holds tensor '"
+                << name << "', which no parameter of the plan uses\n";
   if (leader)
     std::cout << "ptc-run: " << planPath << ": " << session.describe() << "\n";
 
