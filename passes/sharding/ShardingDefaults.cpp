@@ -143,6 +143,27 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
       cannotSplit(mm, w, "by columns (column-parallel)", outFeatures, blocks);
       return;
     }
+    // A fused projection whose pieces become attention heads ([..., heads,
+    // head_dim] after a reshape): tp must split whole heads, or every rank
+    // would gather the pieces back and compute all of attention.
+    if (blocks > 1)
+      for (Operation *u : out.getUsers())
+        for (Operation *r : u->getUsers())
+          if (auto reshape = dyn_cast<ReshapeOp>(r)) {
+            ArrayRef<int64_t> shape = reshape.getType().getShape();
+            int64_t piece = outFeatures / blocks;
+            if (shape.size() < 2 || shape.back() * shape[shape.size() - 2] != piece)
+              continue;
+            int64_t heads = shape[shape.size() - 2];
+            if (heads % tpSize != 0) {
+              mlir::emitError(mm.getLoc())
+                  << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize
+                  << ") cannot split the " << heads << " attention heads of parameter '"
+                  << paramName(w) << "': the head count must be divisible by the tp size";
+              indivisible = true;
+              return;
+            }
+          }
     std::string tpName = meshAxisName(MeshAxisRole::Tensor).str();
     std::string axis = blocks > 1 ? tpName + "/" + std::to_string(blocks) : tpName;
     specs.try_emplace(w, "[" + axis + ", _]");
