@@ -971,6 +971,30 @@ Status LoadedPlan::verifyPipeline() {
       return invalidArgument("channel ", c, " (chunk ", p.channels[c].from, " -> ",
                              p.channels[c].to, ") has ", sends[c], " send and ", recvs[c],
                              " recv instructions, expected one each");
+  // Each pipeline rank runs the instructions of its chunks (and of chunk -1):
+  // a temporary one of them reads must be written on that rank (by one of
+  // them, a receive included). An instruction moved to another chunk passes
+  // the plan-wide check but would read memory its rank never wrote.
+  for (int r = 0; r < p.ranks; ++r) {
+    std::vector<bool> written(tensors_.size());
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      written[i] = tensors_[i].kind != TensorKind::Temporary;
+    for (size_t n = 0; n < insts.size(); ++n) {
+      const plan::Instruction *inst = insts.Get(static_cast<flatbuffers::uoffset_t>(n));
+      if (inst->chunk() >= 0 && inst->chunk() % p.ranks != r)
+        continue;
+      for (int32_t id : inputsOf(*inst))
+        if (!written[static_cast<size_t>(id)]) {
+          std::string loc = inst->location() ? inst->location()->str() : "";
+          return invalidArgument("instruction #", n, " (", opcodeName(inst->op()),
+                                 loc.empty() ? "" : " at " + loc, ", chunk ", inst->chunk(),
+                                 ") reads temporary '", tensors_[static_cast<size_t>(id)].name,
+                                 "', which no instruction of pipeline rank ", r, " writes");
+        }
+      for (int32_t id : outputsOf(*inst))
+        written[static_cast<size_t>(id)] = true;
+    }
+  }
   if (!pl->actions())
     return invalidArgument("pipeline has no schedule");
   for (const plan::RankActions *list : *pl->actions()) {

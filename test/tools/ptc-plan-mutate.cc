@@ -10,6 +10,8 @@
 //   ptc-plan-mutate IN OUT unknown-init             the first parameter's initializer is 9
 //   ptc-plan-mutate IN OUT drop-inputs              the first instruction loses its input list
 //   ptc-plan-mutate IN OUT non-utf8-name            tensor 0 is named with invalid UTF-8 bytes
+//   ptc-plan-mutate IN OUT move-to-chunk-0          the first chunk-1 instruction that reads a
+//                                                   temporary moves to chunk 0
 
 #include "runtime/plan/plan_generated.h"
 
@@ -35,7 +37,8 @@ int main(int argc, char **argv) {
   std::unique_ptr<PlanT> plan(GetPlan(bytes.data())->UnPack());
   std::string what = argv[3];
   bool pipelineMutation = what == "drop-send" || what == "swap-recvs" ||
-                          what == "negative-action-kind" || what == "negative-channel-segment";
+                          what == "negative-action-kind" || what == "negative-channel-segment" ||
+                          what == "move-to-chunk-0";
   if (pipelineMutation && (!plan->pipeline || plan->pipeline->actions.empty())) {
     std::cerr << "ptc-plan-mutate: the plan has no pipeline schedule\n";
     return 1;
@@ -70,6 +73,16 @@ int main(int argc, char **argv) {
         inst->inputs.clear(); // Pack writes no list at all for an empty vector
         done = true;
       }
+  } else if (what == "move-to-chunk-0") {
+    for (auto &inst : plan->instructions) {
+      if (done || inst->chunk != 1 || inst->op == OpCode::Recv)
+        continue;
+      for (int32_t id : inst->inputs)
+        if (!done && plan->tensors[static_cast<size_t>(id)]->kind == TensorKind::Temporary) {
+          inst->chunk = 0;
+          done = true;
+        }
+    }
   } else if (what == "non-utf8-name") {
     if (!plan->tensors.empty()) {
       plan->tensors.front()->name = "bad\xff\xfename";
