@@ -64,6 +64,11 @@ StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string &path) {
   if (!in)
     return error(StatusCode::kNotFound, "cannot open safetensors file '", path, "'");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(std::move(bytes), path);
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
+                                                 const std::string &path) {
   auto bad = [&](const auto &...parts) {
     return error(StatusCode::kDataLoss, "safetensors file '", path, "': ", parts...);
   };

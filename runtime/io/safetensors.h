@@ -26,6 +26,8 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
 class SafetensorsFile {
 public:
   static StatusOr<SafetensorsFile> read(const std::string &path);
+  /// The same from bytes in memory; `path` names them in errors.
+  static StatusOr<SafetensorsFile> parse(std::vector<uint8_t> bytes, const std::string &path);
 
   struct Entry {
     std::string dtype;

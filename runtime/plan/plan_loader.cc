@@ -777,6 +777,22 @@ Status LoadedPlan::verify() {
                            "): its opcodes mean other things now; recompile it with ptc-opt");
   if (!plan_->tensors() || !plan_->instructions())
     return invalidArgument("plan has no tensor or instruction table");
+  // FlatBuffers' verifier checks a vector's length word, not the alignment of
+  // 8-byte elements; a builder always aligns them, a corrupt file may not.
+  auto aligned = [](const auto *v) {
+    return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0;
+  };
+  for (size_t i = 0; i < plan_->tensors()->size(); ++i)
+    if (!aligned(plan_->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->shape()))
+      return error(StatusCode::kDataLoss, "corrupt plan: tensor #", i, "'s shape is misaligned");
+  for (size_t n = 0; n < plan_->instructions()->size(); ++n) {
+    const plan::Instruction *inst = plan_->instructions()->Get(static_cast<flatbuffers::uoffset_t>(n));
+    if (!aligned(inst->ints()) || !aligned(inst->floats()))
+      return error(StatusCode::kDataLoss, "corrupt plan: instruction #", n,
+                   "'s attributes are misaligned");
+  }
+  if (plan_->pipeline() && !aligned(plan_->pipeline()->arena_bytes()))
+    return error(StatusCode::kDataLoss, "corrupt plan: the pipeline's arena sizes are misaligned");
   if (plan_->num_ranks() < 1)
     return invalidArgument("plan needs ", plan_->num_ranks(), " ranks");
   int64_t meshRanks = 1;
@@ -813,9 +829,9 @@ Status LoadedPlan::verify() {
     for (int64_t d : info.shape) {
       if (d < 0 || d > (int64_t(1) << 40))
         return invalidArgument(where(), " has invalid dimension ", d);
-      info.numElements *= d;
-      if (info.numElements > (int64_t(1) << 40))
+      if (d > 0 && info.numElements > (int64_t(1) << 40) / d)
         return invalidArgument(where(), " is too large");
+      info.numElements *= d;
     }
     info.bytes = info.numElements * dtypeSize(info.dtype);
     if (t->dim_axes()) {

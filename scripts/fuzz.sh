@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (runtime only, with AddressSanitizer and
+# UndefinedBehaviorSanitizer) in build-fuzz/, makes a seed corpus from real
+# plans and weights (with the main build's tools), and runs each target.
+#   bash scripts/fuzz.sh [RUNS per target (default 500000)]
+# Crashes are written to build-fuzz/crashes/<target>/ and the script fails;
+# keep each as a regression input in test/fuzz/regressions/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-500000}
+bash scripts/setup.sh >/dev/null   # the compiler and runtime that make the seeds
+if ! dpkg-query -W -f='${Status}' libclang-rt-22-dev 2>/dev/null | grep -q "install ok installed"; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends libclang-rt-22-dev
+fi
+if [ ! -f build-fuzz/build.ninja ]; then
+  cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+    -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+    -DPTC_BUILD_COMPILER=OFF -DPTC_BUILD_TESTS=OFF -DPTC_ENABLE_CUDA=OFF -DPTC_WITH_MPI=OFF \
+    -DPTC_FUZZERS=ON >/dev/null
+fi
+cmake --build build-fuzz --target ptc-fuzz-plan ptc-fuzz-safetensors
+
+B=build/bin
+SEEDS=build-fuzz/seeds
+mkdir -p $SEEDS/plan $SEEDS/safetensors
+$B/ptc-model gpt --layers 2 --hidden 16 --heads 2 --seq 8 --vocab 256 --batch 4 -o $SEEDS/gpt.mlir
+for opts in "" "mesh=dp:2" "mesh=tp:2 sequence-parallel=true" "mesh=dp:2 zero=3" \
+            "mesh=pp:2 microbatches=2" "precision=bf16 dynamic-loss-scale=true" "optimizer=sgd max-grad-norm=1"; do
+  name=$(printf '%s' "$opts" | tr -c 'a-z0-9' '_')
+  $B/ptc-opt $SEEDS/gpt.mlir --ptc-compile="plan=$SEEDS/plan/gpt$name.plan $opts" -o /dev/null
+done
+$B/ptc-model moe --batch 8 -o $SEEDS/moe.mlir
+$B/ptc-opt $SEEDS/moe.mlir --ptc-compile="plan=$SEEDS/plan/moe.plan" -o /dev/null
+$B/ptc-tokenize -o $SEEDS/data.bin /usr/share/common-licenses/GPL-3 >/dev/null
+$B/ptc-run $SEEDS/plan/gpt.plan --data $SEEDS/data.bin --steps 1 --log-every 0 \
+  --save $SEEDS/safetensors/gpt.safetensors >/dev/null
+
+status=0
+for target in plan safetensors; do
+  corpus=build-fuzz/corpus/$target
+  mkdir -p "$corpus" build-fuzz/crashes/$target
+  regressions=test/fuzz/regressions/$target
+  inputs=("$corpus" "$SEEDS/$target")
+  [ -d "$regressions" ] && inputs+=("$regressions")
+  echo "ptc fuzz: $target, $RUNS runs"
+  if ! build-fuzz/bin/ptc-fuzz-$target -runs="$RUNS" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
+       -artifact_prefix=build-fuzz/crashes/$target/ -print_final_stats=1 "${inputs[@]}" \
+       2> build-fuzz/$target.log; then
+    status=1
+  fi
+  grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+ +DONE" build-fuzz/$target.log || true
+  tail -1 build-fuzz/$target.log
+done
+exit $status
