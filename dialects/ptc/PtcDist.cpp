@@ -131,6 +131,23 @@ FailureOr<MeshInfo> mlir::ptc::getEnclosingMesh(Operation *op) {
   return parseMeshAttr(attr, [&] { return op->emitError(); });
 }
 
+namespace {
+/// Appends dimension `name` (split in `blocks`) of sharding `text` to `out`:
+/// the axis must exist in `mesh` and not split another dimension already.
+LogicalResult addSplitDim(ShardingSpec &out, StringRef name, int blocks, StringRef text,
+                          const MeshInfo &mesh, EmitErrorFn emitError) {
+  int axis = mesh.axisIndex(name);
+  if (axis < 0)
+    return emitError() << "sharding " << text << " names '" << name
+                       << "', which is not a mesh axis";
+  if (llvm::is_contained(out.axes, axis))
+    return emitError() << "sharding " << text << " uses mesh axis '" << name << "' twice";
+  out.axes.push_back(axis);
+  out.blocks.push_back(blocks);
+  return success();
+}
+} // namespace
+
 std::string mlir::ptc::shardingText(ShardingAttr attr) {
   std::string text = "[";
   for (auto [i, axis] : llvm::enumerate(attr.getAxes())) {
@@ -165,18 +182,8 @@ FailureOr<ShardingSpec> mlir::ptc::getShardingSpec(Attribute attr, const MeshInf
       out.blocks.push_back(1);
       continue;
     }
-    int axis = mesh.axisIndex(name.getValue());
-    if (axis < 0) {
-      emitError() << "sharding " << text << " names '" << name.getValue()
-                  << "', which is not a mesh axis";
+    if (failed(addSplitDim(out, name.getValue(), static_cast<int>(blocks), text, mesh, emitError)))
       return failure();
-    }
-    if (llvm::is_contained(out.axes, axis)) {
-      emitError() << "sharding " << text << " uses mesh axis '" << name.getValue() << "' twice";
-      return failure();
-    }
-    out.axes.push_back(axis);
-    out.blocks.push_back(static_cast<int>(blocks));
   }
   return out;
 }
@@ -225,18 +232,8 @@ FailureOr<ShardingSpec> mlir::ptc::parseShardingSpec(StringRef spec, const MeshI
                   << "' must be a positive integer";
       return failure();
     }
-    int axis = mesh.axisIndex(name.trim());
-    if (axis < 0) {
-      emitError() << "sharding \"" << spec << "\" names '" << name.trim()
-                  << "', which is not a mesh axis";
+    if (failed(addSplitDim(out, name.trim(), blocks, ("\"" + spec + "\"").str(), mesh, emitError)))
       return failure();
-    }
-    if (llvm::is_contained(out.axes, axis)) {
-      emitError() << "sharding \"" << spec << "\" uses mesh axis '" << name.trim() << "' twice";
-      return failure();
-    }
-    out.axes.push_back(axis);
-    out.blocks.push_back(blocks);
   }
   return out;
 }
