@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Benchmark: training step time of ptc-run vs PyTorch eager on the same GPT, same
-machine, same thread count, in one invocation. Prints per-step times, their ratio,
-and model FLOP/s as a fraction of OpenBLAS sgemm throughput.
+machine and cores, in one invocation. PyTorch runs at every combination of intra-op
+threads and OpenBLAS threads from 1 to --threads, each in its own process with the
+environment set before PyTorch and OpenBLAS start; ptc-run is compared with the best.
+Prints per-step times, the ratio, and model FLOP/s as a fraction of OpenBLAS sgemm
+throughput.
 
 usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30]
        [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8 --vocab 256]
@@ -27,7 +30,12 @@ def main():
     ap = argparse.ArgumentParser()
     common.add_model_options(ap, steps=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--torch-worker", nargs=2, type=int, metavar=("INTRA", "BLAS"),
+                    help=argparse.SUPPRESS)  # internal: time PyTorch in this process
     a = ap.parse_args()
+    if a.torch_worker:
+        print(torch_step_seconds(a, a.torch_worker[0]))
+        return
     L, H, A, S, B, V = a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab
     binp = lambda t: os.path.join(a.bin, t)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
@@ -36,7 +44,6 @@ def main():
                                check=True, capture_output=True, text=True).stdout
     sgemm = float(re.search(r"([0-9.]+) GFLOP/s", sgemm_out).group(1)) * 1e9
 
-    data = common.corpus_tokens()
     with tempfile.TemporaryDirectory() as d:
         w = lambda n: os.path.join(d, n)
         common.write_data(w("data.bin"))
@@ -47,22 +54,42 @@ def main():
         rows = [json.loads(l) for l in open(w("run.jsonl"))][a.warmup:]
         ptc_step = statistics.median(B * S / r["tokens_per_s"] for r in rows)
 
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    model = ref.GPT(L, H, A, S, V)
-    opt = ref.make_optimizer(model, "adamw", lr=1e-3)
-    torch_step = common.time_torch_steps(model, opt, data, a.steps, a.warmup, B, S)
+    # PyTorch at every (intra-op, BLAS) thread combination; its best is the reference.
+    torch_runs = {}
+    for intra in range(1, a.threads + 1):
+        for blas in range(1, a.threads + 1):
+            wenv = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
+                        MKL_NUM_THREADS=str(blas))
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker",
+                                  str(intra), str(blas)] + sys.argv[1:], env=wenv, check=True,
+                                 capture_output=True, text=True).stdout
+            torch_runs[(intra, blas)] = float(out.strip().splitlines()[-1])
+    (best_intra, best_blas), torch_step = min(torch_runs.items(), key=lambda kv: kv[1])
 
     flops = common.model_flops(L, H, A, S, B, V)
     print(f"config: layers {L}, hidden {H}, heads {A}, seq {S}, batch {B}, vocab {V}, AdamW, "
           f"{a.threads} threads, median of {a.steps} steps")
     print(f"OpenBLAS sgemm 1024^3: {sgemm / 1e9:.1f} GFLOP/s")
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
+    for (intra, blas), t in sorted(torch_runs.items()):
+        print(f"pytorch  {intra} intra-op x {blas} BLAS threads: {t * 1e3:8.1f} ms"
+              f"{'  <- best' if (intra, blas) == (best_intra, best_blas) else ''}")
     for name, t in (("ptc-run", ptc_step), ("pytorch", torch_step)):
         rate = flops / t
         print(f"{name:8s} step {t * 1e3:8.1f} ms  {B * S / t:9.0f} tok/s  "
               f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of sgemm")
-    print(f"ptc-run / pytorch step time: {ptc_step / torch_step:.2f}x (goal: <= 0.5x)")
+    print(f"ptc-run ({a.threads} threads) / pytorch at its best ({best_intra} intra-op x "
+          f"{best_blas} BLAS threads): {ptc_step / torch_step:.2f}x")
+
+
+def torch_step_seconds(a, intra):
+    """Median PyTorch step time in this process (threads fixed by the environment)."""
+    torch.set_num_threads(intra)
+    torch.manual_seed(0)
+    model = ref.GPT(a.layers, a.hidden, a.heads, a.seq, a.vocab)
+    opt = ref.make_optimizer(model, "adamw", lr=1e-3)
+    return common.time_torch_steps(model, opt, common.corpus_tokens(), a.steps, a.warmup,
+                                   a.batch, a.seq)
 
 
 if __name__ == "__main__":

@@ -417,7 +417,6 @@ int runMain(int argc, char **argv) {
   TrainingSession &session = **created;
   gMultiRank = session.communicator() && session.communicator()->worldSize() > 1;
   const LoadedPlan &plan = session.plan();
-  Executor &ex = session.executor();
   const bool leader = session.leader();
   if (leader)
     for (const std::string &name : session.unusedInitTensors())
@@ -466,7 +465,6 @@ int runMain(int argc, char **argv) {
       std::cout << "ptc-run: saved " << count << " parameters to " << opts["--save"] << "\n";
     }
   }
-  (void)ex;
   finalizeMpi();
   return 0;
 }
