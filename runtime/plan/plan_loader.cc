@@ -953,7 +953,10 @@ Status LoadedPlan::verifyPipeline() {
           static_cast<size_t>(ch->send_tensor()) >= tensors_.size() || ch->recv_tensor() < 0 ||
           static_cast<size_t>(ch->recv_tensor()) >= tensors_.size() ||
           tensors_[ch->send_tensor()].bytes != tensors_[ch->recv_tensor()].bytes)
-        return invalidArgument("channel ", c, " is malformed");
+        return invalidArgument("channel ", c, " is malformed (segments ",
+                               static_cast<int>(ch->from_segment()), " -> ",
+                               static_cast<int>(ch->to_segment()), ", tensors ", ch->send_tensor(),
+                               " -> ", ch->recv_tensor(), ")");
       if (ch->at_end() && !ch->per_step())
         return invalidArgument("channel ", c, " is sent at the end but not once per step");
       p.channels.push_back({ch->from_chunk(), ch->to_chunk(),
@@ -1018,7 +1021,9 @@ Status LoadedPlan::verifyPipeline() {
     if (list->actions())
       for (const plan::Action *a : *list->actions()) {
         if (!enumInRange(a->kind()))
-          return invalidArgument("schedule action of unknown kind");
+          return invalidArgument("pipeline rank ", p.actions.size() - 1, "'s action #",
+                                 p.actions.back().size(), " has unknown kind ",
+                                 static_cast<int>(a->kind()));
         p.actions.back().push_back({static_cast<schedule::ActionKind>(a->kind()), a->chunk(),
                                     a->mb(), a->channel()});
       }
