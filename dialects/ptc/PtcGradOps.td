@@ -9,7 +9,7 @@
 #ifndef PTC_GRAD_OPS_TD
 #define PTC_GRAD_OPS_TD
 
-def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType]> {
+def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "NumPy-style broadcast to a larger shape";
   let description = [{
     Stretches dimensions of size 1 and adds leading dimensions so that the
@@ -25,7 +25,7 @@ def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_Shardin
   let hasVerifier = 1;
 }
 
-def Ptc_PadOp : Ptc_Op<"pad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType]> {
+def Ptc_PadOp : Ptc_Op<"pad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "zero padding around a tensor (the gradient of a slice)";
   let description = [{
     The result is zero except for the region starting at `offsets` with the
@@ -112,12 +112,35 @@ def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<P
   let hasVerifier = 1;
 }
 
+def Ptc_RmsNormGradOp : Ptc_Op<"rms_norm_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+    AllTypesMatch<["input", "grad", "input_grad"]>,
+    AllTypesMatch<["weight", "weight_grad"]>]> {
+  let summary = "gradient of `ptc.rms_norm` (input and weight)";
+  let description = [{
+    Recomputes the row statistics of `input` and returns the gradients of
+    the input and the weight of the matching `ptc.rms_norm`.
+
+    ```mlir
+    %dx, %dw = ptc.rms_norm_grad %x, %w, %g : tensor<8x64x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight, Ptc_FloatTensor:$grad,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Ptc_FloatTensor:$input_grad, Ptc_FloatTensor:$weight_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $grad attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+}
+
 def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
-    AllTypesMatch<["query", "key", "value", "grad", "query_grad", "key_grad", "value_grad"]>]> {
+    AllTypesMatch<["query", "grad", "query_grad"]>,
+    AllTypesMatch<["key", "value", "key_grad", "value_grad"]>]> {
   let summary = "gradient of `ptc.causal_attention` (query, key and value)";
   let description = [{
     Recomputes the attention probabilities (no saved `seq x seq` matrix) and
-    returns the gradients of query, key and value.
+    returns the gradients of query, key and value (with grouped-query heads,
+    each kv head's gradient sums over the query heads it serves).
 
     ```mlir
     %dq, %dk, %dv = ptc.causal_attention_grad %q, %k, %v, %g : tensor<8x4x64x32xf32>
@@ -127,7 +150,10 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
                        Ptc_FloatTensor:$grad, OptionalAttr<F64Attr>:$scale);
   let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
                       Ptc_FloatTensor:$value_grad);
-  let assemblyFormat = "$query `,` $key `,` $value `,` $grad attr-dict `:` type($query)";
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $grad attr-dict `:` type($query)
+    custom<KeyType>(ref(type($query)), type($key))
+  }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// The scale applied to query * key^T: the attribute, or 1/sqrt(head_dim).

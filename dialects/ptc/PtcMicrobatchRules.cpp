@@ -210,6 +210,18 @@ FailureOr<int> LayerNormOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return layerNormBatchDim(getOperation(), in, count);
 }
 
+FailureOr<int> RmsNormOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  if (in[1] >= 0 || in[0] == rankOf(getInput()) - 1)
+    return emitMicrobatchError(*this, "it normalizes over the batch dimension");
+  return in[0];
+}
+
+FailureOr<int> RotaryOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  if (in[0] >= 2)
+    return emitMicrobatchError(*this, "positions run along the batch dimension");
+  return in[0];
+}
+
 FailureOr<int> SoftmaxOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return softmaxBatchDim(getOperation(), in, count);
 }

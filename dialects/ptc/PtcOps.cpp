@@ -277,11 +277,12 @@ void MatmulOp::build(OpBuilder &builder, OperationState &state, Value lhs, Value
 
 namespace {
 LogicalResult verifyLayerNormOperands(Operation *op, RankedTensorType input,
-                                      RankedTensorType weight, double epsilon) {
+                                      RankedTensorType weight, double epsilon,
+                                      StringRef what = "weight and bias") {
   if (input.getRank() < 1)
     return op->emitOpError() << "input must have rank >= 1";
   if (weight.getRank() != 1 || weight.getDimSize(0) != input.getShape().back())
-    return op->emitOpError() << "weight and bias must have shape [" << input.getShape().back()
+    return op->emitOpError() << what << " must have shape [" << input.getShape().back()
                              << "] (the normalized dimension), got "
                              << shapeStr(weight.getShape());
   if (failed(checkSameElementType([&] { return op->emitOpError(); }, "input",
@@ -299,16 +300,62 @@ LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
 }
 
 LogicalResult verifyAttentionOperands(Operation *op, RankedTensorType type,
-                                      std::optional<llvm::APFloat> scale) {
+                                      RankedTensorType kv, std::optional<llvm::APFloat> scale) {
   if (type.getRank() != 4)
     return op->emitOpError()
            << "operands must have shape [batch, heads, seq, head_dim], got rank "
            << type.getRank();
+  if (kv.getRank() != 4 || kv.getDimSize(0) != type.getDimSize(0) ||
+      kv.getDimSize(2) != type.getDimSize(2) || kv.getDimSize(3) != type.getDimSize(3))
+    return op->emitOpError() << "key and value must have shape [batch, kv_heads, seq, head_dim] "
+                                "with the query's batch, seq and head_dim ("
+                             << shapeStr(type.getShape()) << "), got " << shapeStr(kv.getShape());
+  if (kv.getElementType() != type.getElementType())
+    return op->emitOpError() << "query and key must have the same element type";
+  int64_t heads = type.getDimSize(1), kvHeads = kv.getDimSize(1);
+  if (kvHeads < 1 || heads % kvHeads != 0)
+    return op->emitOpError() << "the " << kvHeads << " key/value heads must divide the " << heads
+                             << " query heads (grouped-query attention)";
   if (scale && !(scale->convertToDouble() > 0.0))
     return op->emitOpError() << "scale must be positive, got " << scale->convertToDouble();
   return success();
 }
 } // namespace
+
+// `: type(query)` alone when key and value have the query's type, else
+// `: type(query), type(key)` (grouped-query attention).
+static ParseResult parseKeyType(OpAsmParser &parser, Type queryType, Type &keyType) {
+  keyType = queryType;
+  if (succeeded(parser.parseOptionalComma()))
+    return parser.parseType(keyType);
+  return success();
+}
+
+static void printKeyType(OpAsmPrinter &printer, Operation *, Type queryType, Type keyType) {
+  if (keyType != queryType)
+    printer << ", " << keyType;
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
+                                 getEpsilon().convertToDouble(), "weight");
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
+                                 getEpsilon().convertToDouble(), "weight");
+}
+
+LogicalResult RotaryOp::verify() {
+  RankedTensorType type = getType();
+  if (type.getRank() != 4 || type.getDimSize(3) % 2 != 0)
+    return emitOpError() << "input must have shape [batch, heads, seq, head_dim] with an even "
+                            "head_dim, got "
+                         << shapeStr(type.getShape());
+  if (!(getTheta().convertToDouble() > 1.0))
+    return emitOpError() << "theta must be greater than 1, got " << getTheta().convertToDouble();
+  return success();
+}
 
 LogicalResult LayerNormOp::verify() {
   return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
@@ -320,7 +367,7 @@ LogicalResult SoftmaxOp::verify() {
 }
 
 LogicalResult CausalAttentionOp::verify() {
-  return verifyAttentionOperands(*this, getQuery().getType(), getScale());
+  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale());
 }
 
 double CausalAttentionOp::getScaleOrDefault() {
@@ -551,7 +598,7 @@ LogicalResult LayerNormGradOp::verify() {
 }
 
 LogicalResult CausalAttentionGradOp::verify() {
-  return verifyAttentionOperands(*this, getQuery().getType(), getScale());
+  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale());
 }
 
 double CausalAttentionGradOp::getScaleOrDefault() {

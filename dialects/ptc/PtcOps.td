@@ -209,6 +209,52 @@ def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [DeclareOpInterfaceMethods<Ptc_Microb
   let hasVerifier = 1;
 }
 
+def Ptc_RmsNormOp : Ptc_Op<"rms_norm", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "RMS normalization over the last dimension, with a weight";
+  let description = [{
+    For every row `x` along the last dimension (size `N`):
+    `result = x / sqrt(mean(x^2) + epsilon) * weight`, computed in f32 (as
+    Hugging Face's `LlamaRMSNorm`). `weight` has shape `[N]` and the input's
+    element type.
+
+    ```mlir
+    %y = ptc.rms_norm %x, %g {epsilon = 1.000000e-05 : f64}
+        : tensor<8x64x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+  let summary = "rotary position embedding (rotate_half convention)";
+  let description = [{
+    The input has shape `[batch, heads, seq, head_dim]` with an even
+    `head_dim = 2h`. Position `p` (the index along `seq`) and feature `i < h`
+    rotate by the angle `p * theta^(-2i / head_dim)`, pairing feature `i` with
+    `i + h` (the first and second halves of each head, Hugging Face's
+    `rotate_half`): `result[i] = x[i] cos - x[i+h] sin`,
+    `result[i+h] = x[i+h] cos + x[i] sin`. With `inverse`, the rotation goes
+    the other way (its transpose, and so its gradient).
+
+    ```mlir
+    %q2 = ptc.rotary %q {theta = 1.000000e+04 : f64} : tensor<8x8x64x16xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta,
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "numerically stable softmax along one axis";
   let description = [{
@@ -227,25 +273,32 @@ def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_MicrobatchO
 }
 
 def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
-    AllTypesMatch<["query", "key", "value", "result"]>]> {
+    AllTypesMatch<["query", "result"]>, AllTypesMatch<["key", "value"]>]> {
   let summary = "causal scaled dot-product attention over all heads";
   let description = [{
-    Operands have shape `[batch, heads, seq, head_dim]`. For every batch entry
-    and head: `result = softmax(mask(query * key^T * scale)) * value`, where the
-    causal mask hides key positions after the query position and `scale`
-    defaults to `1 / sqrt(head_dim)`.
+    `query` has shape `[batch, heads, seq, head_dim]`, `key` and `value`
+    `[batch, kv_heads, seq, head_dim]` with `kv_heads` dividing `heads`
+    (grouped-query attention; `kv_heads == heads` is multi-head attention):
+    query head `h` attends with key/value head `h / (heads / kv_heads)`, so
+    each kv head serves that many consecutive query heads. For every batch
+    entry and head: `result = softmax(mask(query * key^T * scale)) * value`,
+    where the causal mask hides key positions after the query position and
+    `scale` defaults to `1 / sqrt(head_dim)`.
 
     Attention is one op so that kernels can fuse it (no `seq x seq` matrix in
     memory) and sequence parallelism can treat it as a whole.
 
     ```mlir
     %o = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32>
+    %o2 = ptc.causal_attention %q, %k2, %v2 : tensor<8x4x64x32xf32>, tensor<8x2x64x32xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key,
                        Ptc_FloatTensor:$value, OptionalAttr<F64Attr>:$scale);
   let results = (outs Ptc_FloatTensor:$result);
-  let assemblyFormat = "$query `,` $key `,` $value attr-dict `:` type($query)";
+  let assemblyFormat = [{
+    $query `,` $key `,` $value attr-dict `:` type($query) custom<KeyType>(ref(type($query)), type($key))
+  }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// The scale applied to query * key^T: the attribute, or 1/sqrt(head_dim).

@@ -204,6 +204,37 @@ LogicalResult layerNormGradRule(LayerNormGradOp self, ShardingRuleContext &ctx) 
   return success();
 }
 
+LogicalResult rmsNormRule(RmsNormOp self, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.want[0].dims.back() = -1;
+  ctx.replicate(1, 1);
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
+LogicalResult rmsNormGradRule(RmsNormGradOp self, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.want[0].dims.back() = -1;
+  ctx.replicate(1, 1);
+  ctx.like(2, ctx.want[0]);
+  ctx.out.push_back(ctx.want[0]);
+  Sharding w = Sharding::replicated(1);
+  for (const DimShard &a : ctx.want[0].dims)
+    if (a.axis >= 0)
+      addPartial(w.partial, a.axis);
+  ctx.out.push_back(w);
+  return success();
+}
+
+/// Rotary embeddings: positions are indices along the sequence, so the
+/// sequence and head dimensions stay whole; batch and heads split freely.
+/// Linear, so a partial sum passes through.
+LogicalResult rotaryRule(RotaryOp, ShardingRuleContext &ctx) {
+  ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1;
+  ctx.out.push_back(ctx.want[0]);
+  return success();
+}
+
 LogicalResult softmaxRule(SoftmaxOp s, ShardingRuleContext &ctx) {
   ctx.full(0);
   ctx.want[0].dims[s.getAxis() < 0 ? s.getAxis() + ctx.rank(s.getInput()) : s.getAxis()] = -1;
@@ -219,9 +250,23 @@ LogicalResult softmaxGradRule(SoftmaxGradOp s, ShardingRuleContext &ctx) {
   return success();
 }
 
+/// Attention: batch and heads split freely, sequence and head dim stay whole.
+/// With grouped-query heads, key and value split their (fewer) heads the same
+/// way, which keeps each rank's query heads with their kv heads only if the
+/// axis divides the kv head count.
 LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   ctx.full(0);
   ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1; // sequence and head dim stay whole
+  DimShard heads = ctx.want[0].dims[1];
+  int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
+  if (heads.axis >= 0 && kvHeads % (ctx.axisSize(heads.axis) * heads.blocks) != 0) {
+    int64_t qHeads = ctx.globalType(o->getOperand(0)).getDimSize(1);
+    return o->emitError() << "mesh axis '" << ctx.mesh().axes[heads.axis] << "' (size "
+                          << ctx.axisSize(heads.axis) << ") splits the " << qHeads
+                          << " query heads but cannot split the " << kvHeads
+                          << " key/value heads (grouped-query attention: the kv head count "
+                             "must be divisible by the axis size)";
+  }
   for (unsigned i = 1; i < o->getNumOperands(); ++i)
     ctx.like(i, ctx.want[0]);
   for (unsigned i = 0; i < o->getNumResults(); ++i)
@@ -504,6 +549,9 @@ LogicalResult MicrobatchSumOp::inferShardingRule(ShardingRuleContext &ctx) { ret
 LogicalResult MatmulOp::inferShardingRule(ShardingRuleContext &ctx) { return matmulRule(*this, ctx); }
 LogicalResult LayerNormOp::inferShardingRule(ShardingRuleContext &ctx) { return layerNormRule(*this, ctx); }
 LogicalResult LayerNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return layerNormGradRule(*this, ctx); }
+LogicalResult RmsNormOp::inferShardingRule(ShardingRuleContext &ctx) { return rmsNormRule(*this, ctx); }
+LogicalResult RmsNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return rmsNormGradRule(*this, ctx); }
+LogicalResult RotaryOp::inferShardingRule(ShardingRuleContext &ctx) { return rotaryRule(*this, ctx); }
 LogicalResult SoftmaxOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxRule(*this, ctx); }
 LogicalResult SoftmaxGradOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxGradRule(*this, ctx); }
 LogicalResult CausalAttentionOp::inferShardingRule(ShardingRuleContext &ctx) { return attentionRule(*this, ctx); }

@@ -226,6 +226,24 @@ LogicalResult LayerNormOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<b
   return success();
 }
 
+LogicalResult RmsNormOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                                  SmallVectorImpl<Value> &og) {
+  auto grad = RmsNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
+                                    getInput(), getWeight(), rg[0], getEpsilonAttr());
+  og.assign({needed[0] ? grad.getInputGrad() : Value(), needed[1] ? grad.getWeightGrad() : Value()});
+  return success();
+}
+
+// A rotation is orthogonal: its gradient is the inverse rotation.
+LogicalResult RotaryOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                                 SmallVectorImpl<Value> &og) {
+  og.assign(1, Value());
+  if (needed[0])
+    og[0] = RotaryOp::create(b, getLoc(), getType(), rg[0], getThetaAttr(),
+                             b.getBoolAttr(!getInverse()));
+  return success();
+}
+
 LogicalResult SoftmaxOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                   SmallVectorImpl<Value> &og) {
   og.assign(1, Value());
@@ -236,8 +254,8 @@ LogicalResult SoftmaxOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<boo
 
 LogicalResult CausalAttentionOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                           SmallVectorImpl<Value> &og) {
-  Type t = getQuery().getType();
-  auto grad = CausalAttentionGradOp::create(b, getLoc(), t, t, t, getQuery(), getKey(),
+  Type t = getQuery().getType(), kv = getKey().getType();
+  auto grad = CausalAttentionGradOp::create(b, getLoc(), t, kv, kv, getQuery(), getKey(),
                                             getValue(), rg[0], getScaleAttr());
   og.assign({needed[0] ? grad.getQueryGrad() : Value(), needed[1] ? grad.getKeyGrad() : Value(),
              needed[2] ? grad.getValueGrad() : Value()});
@@ -292,6 +310,22 @@ LogicalResult SliceOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool>
   og.assign(1, Value());
   if (needed[0])
     og[0] = PadOp::create(b, getLoc(), getInput().getType(), rg[0], getOffsetsAttr());
+  return success();
+}
+
+LogicalResult PadOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                              SmallVectorImpl<Value> &og) {
+  og.assign(1, Value());
+  if (needed[0])
+    og[0] = SliceOp::create(b, getLoc(), getInput().getType(), rg[0], getOffsetsAttr());
+  return success();
+}
+
+LogicalResult BroadcastOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                                    SmallVectorImpl<Value> &og) {
+  og.assign(1, Value());
+  if (needed[0])
+    og[0] = unbroadcast(b, getLoc(), rg[0], getInput().getType());
   return success();
 }
 

@@ -47,11 +47,22 @@ void layerNormGrad(const float *x, const float *w, const float *g, float *dx, fl
 void softmax(const float *x, float *out, const Shape &shape, int64_t axis);
 void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis);
 
-/// q, k, v, out: [batch, heads, seq, dim]; causal; no seq x seq buffer.
+/// x / sqrt(mean(x^2) + eps) * w over rows of `cols`, and its gradient.
+void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps);
+void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                 int64_t rows, int64_t cols, float eps);
+/// Rotary embedding of x [batch, heads, seq, dim] (rotate_half pairs i, i + dim/2;
+/// position = index along seq); `inverse` rotates back (the gradient).
+void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse);
+
+/// q, out: [batch, heads, seq, dim]; k, v: [batch, kvHeads, seq, dim] with
+/// kvHeads dividing heads (query head h uses kv head h / (heads / kvHeads));
+/// causal; no seq x seq buffer. dk, dv sum over the query heads of a kv head.
 void causalAttention(const float *q, const float *k, const float *v, float *out,
-                     const Shape &shape, float scale);
+                     const Shape &shape, int64_t kvHeads, float scale);
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
-                         float *dq, float *dk, float *dv, const Shape &shape, float scale);
+                         float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
+                         float scale);
 
 /// With `rowOffset`/`totalRows` (a vocabulary-parallel block of the table):
 /// ids in [0, totalRows) outside [rowOffset, rowOffset + rows) give zero rows.

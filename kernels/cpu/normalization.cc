@@ -75,6 +75,82 @@ void layerNormGrad(const float *x, const float *w, const float *g, float *dx, fl
   }
 }
 
+void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps) {
+#pragma omp parallel for if (rows * cols > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * cols;
+    float *yr = out + r * cols;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < cols; ++c)
+      ss += xr[c] * xr[c];
+    float rstd = 1.0f / std::sqrt(ss / static_cast<float>(cols) + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c)
+      yr[c] = xr[c] * rstd * w[c];
+  }
+}
+
+// y = x r w with r = (mean(x^2) + eps)^-1/2:
+// dx = r (g w - x r^2 mean(g w x)), dw = sum over rows of g x r.
+void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                 int64_t rows, int64_t cols, float eps) {
+  std::fill(dw, dw + cols, 0.0f);
+#pragma omp parallel if (rows * cols > 16384)
+  {
+    std::vector<float> pdw(cols, 0.0f);
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * cols, *gr = g + r * cols;
+      float ss = 0.0f, dot = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        ss += xr[c] * xr[c];
+        dot += gr[c] * w[c] * xr[c];
+      }
+      float n = static_cast<float>(cols);
+      float rstd = 1.0f / std::sqrt(ss / n + eps);
+      float k = rstd * rstd * dot / n;
+      float *dxr = dx + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        dxr[c] = rstd * (gr[c] * w[c] - xr[c] * k);
+        pdw[c] += gr[c] * xr[c] * rstd;
+      }
+    }
+#pragma omp critical
+    for (int64_t c = 0; c < cols; ++c)
+      dw[c] += pdw[c];
+  }
+}
+
+void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse) {
+  int64_t bh = shape[0] * shape[1], s = shape[2], d = shape[3], half = d / 2;
+  // The angles of every (position, frequency), as Hugging Face computes them:
+  // inv_freq_i = theta^(-2i/d) in f32, angle = position * inv_freq_i.
+  std::vector<float> cosT(static_cast<size_t>(s * half)), sinT(static_cast<size_t>(s * half));
+  for (int64_t i = 0; i < half; ++i) {
+    float invFreq = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(d)));
+    for (int64_t p = 0; p < s; ++p) {
+      float angle = static_cast<float>(p) * invFreq;
+      cosT[p * half + i] = std::cos(angle);
+      sinT[p * half + i] = inverse ? -std::sin(angle) : std::sin(angle);
+    }
+  }
+#pragma omp parallel for collapse(2) if (bh * s * d > 16384)
+  for (int64_t h = 0; h < bh; ++h)
+    for (int64_t p = 0; p < s; ++p) {
+      const float *xr = x + (h * s + p) * d;
+      float *yr = out + (h * s + p) * d;
+      const float *cs = cosT.data() + p * half, *sn = sinT.data() + p * half;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        float a = xr[i], b = xr[i + half];
+        yr[i] = a * cs[i] - b * sn[i];
+        yr[i + half] = b * cs[i] + a * sn[i];
+      }
+    }
+}
+
 void softmax(const float *x, float *out, const Shape &shape, int64_t axis) {
   int64_t n = shape[axis], inner = product(shape, axis + 1), outer = product(shape, 0, axis);
 #pragma omp parallel for collapse(2) if (outer * inner * n > 16384)

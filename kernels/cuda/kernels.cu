@@ -290,6 +290,78 @@ __global__ void layerNormGradColumnsKernel(const float *x, const float *g, const
   }
 }
 
+// ---- RMSNorm and rotary embeddings ------------------------------------------------
+/// 1/sqrt(mean(x^2) + eps) of one row, for every thread of the block.
+__device__ float rowRstd(const float *row, int64_t cols, float eps) {
+  float q = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    q += row[c] * row[c];
+  return rsqrtf(blockSum(q) / static_cast<float>(cols) + eps);
+}
+
+/// One block per row.
+__global__ void rmsNormKernel(const float *x, const float *w, float *out, int64_t cols,
+                              float eps) {
+  const float *row = x + blockIdx.x * cols;
+  float *o = out + blockIdx.x * cols;
+  float rstd = rowRstd(row, cols, eps);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    o[c] = row[c] * rstd * w[c];
+}
+
+/// One block per row: dx = rstd (g w - x rstd^2 mean(g w x)); rstd into stats[row].
+__global__ void rmsNormGradRowKernel(const float *x, const float *w, const float *g, float *dx,
+                                     float *stats, int64_t cols, float eps) {
+  const float *row = x + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
+  float rstd = rowRstd(row, cols, eps);
+  float d = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    d += gr[c] * w[c] * row[c];
+  float k = rstd * rstd * blockSum(d) / static_cast<float>(cols);
+  float *o = dx + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    o[c] = rstd * (gr[c] * w[c] - row[c] * k);
+  if (threadIdx.x == 0)
+    stats[blockIdx.x] = rstd;
+}
+
+/// dw = sum over rows of g x rstd: blocks of 32 columns x 8 row groups.
+__global__ void rmsNormGradColumnsKernel(const float *x, const float *g, const float *stats,
+                                         float *dw, int64_t rows, int64_t cols) {
+  __shared__ float sw[8][33];
+  int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float aw = 0.0f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8)
+      aw += g[r * cols + c] * x[r * cols + c] * stats[r];
+  sw[threadIdx.y][threadIdx.x] = aw;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float tw = 0.0f;
+    for (int y = 0; y < 8; ++y)
+      tw += sw[y][threadIdx.x];
+    dw[c] = tw;
+  }
+}
+
+/// One thread per (head row, frequency) pair; angles in f32 as Hugging Face.
+__global__ void rotaryKernel(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim,
+                             double theta, bool inverse) {
+  int64_t half = dim / 2;
+  PTC_GRID_LOOP(t, bh * seq * half) {
+    int64_t i = t % half, rowIndex = t / half, p = rowIndex % seq;
+    float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
+                                                            static_cast<double>(dim)));
+    float angle = static_cast<float>(p) * invFreq;
+    float c = cosf(angle), sn = inverse ? -sinf(angle) : sinf(angle);
+    const float *xr = x + rowIndex * dim;
+    float *yr = out + rowIndex * dim;
+    float a = xr[i], b = xr[i + half];
+    yr[i] = a * c - b * sn;
+    yr[i + half] = b * c + a * sn;
+  }
+}
+
 // ---- Softmax ---------------------------------------------------------------------
 __global__ void softmaxLastKernel(const float *x, float *out, int64_t cols) {
   const float *row = x + blockIdx.x * cols;
@@ -396,12 +468,18 @@ __device__ void attendRow(const float *qi, const float *kh, const float *vh, int
   }
 }
 
+/// The key/value head (flat over batch) that query head `head` (flat) reads.
+__device__ int64_t kvHeadOf(int64_t head, int64_t heads, int64_t kvHeads) {
+  return (head / heads) * kvHeads + (head % heads) / (heads / kvHeads);
+}
+
 __global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
-                                      int64_t bh, int64_t seq, int64_t dim, float scale) {
+                                      int64_t bh, int64_t heads, int64_t kvHeads, int64_t seq,
+                                      int64_t dim, float scale) {
   WarpIndex w = warpIndex();
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
-    int64_t head = i / seq, row = i % seq;
-    const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
+    int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = k + kvh * seq * dim, *vh = v + kvh * seq * dim;
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
     loadRow(q + i * dim, dim, w.lane, qi);
     float m, l;
@@ -419,11 +497,12 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
 /// stats[3 * row + {0, 1, 2}] = m_i, l_i, D_i for pass 2.
 __global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
                                            const float *g, float *dq, float *stats, int64_t bh,
-                                           int64_t seq, int64_t dim, float scale) {
+                                           int64_t heads, int64_t kvHeads, int64_t seq,
+                                           int64_t dim, float scale) {
   WarpIndex w = warpIndex();
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
-    int64_t head = i / seq, row = i % seq;
-    const float *kh = k + head * seq * dim, *vh = v + head * seq * dim;
+    int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = k + kvh * seq * dim, *vh = v + kvh * seq * dim;
     float qi[kAttentionPerLane], gi[kAttentionPerLane], o[kAttentionPerLane] = {},
         dqi[kAttentionPerLane] = {};
     loadRow(q + i * dim, dim, w.lane, qi);
@@ -457,32 +536,37 @@ __global__ void causalAttentionGradQKernel(const float *q, const float *k, const
   }
 }
 
-/// Backward, pass 2: one warp per key row j: dk_j and dv_j over the queries
-/// i >= j (no atomics, deterministic).
+/// Backward, pass 2: one warp per key row j of a kv head: dk_j and dv_j over
+/// the queries i >= j of every query head it serves (no atomics, deterministic).
 __global__ void causalAttentionGradKVKernel(const float *q, const float *k, const float *v,
                                             const float *g, const float *stats, float *dk,
-                                            float *dv, int64_t bh, int64_t seq, int64_t dim,
+                                            float *dv, int64_t bkv, int64_t heads,
+                                            int64_t kvHeads, int64_t seq, int64_t dim,
                                             float scale) {
   WarpIndex w = warpIndex();
-  for (int64_t jj = w.warp; jj < bh * seq; jj += w.warps) {
-    int64_t head = jj / seq, j = jj % seq;
-    const float *qh = q + head * seq * dim, *gh = g + head * seq * dim;
-    const float *st = stats + 3 * head * seq;
+  int64_t group = heads / kvHeads;
+  for (int64_t jj = w.warp; jj < bkv * seq; jj += w.warps) {
+    int64_t kvh = jj / seq, j = jj % seq;
     float kj[kAttentionPerLane], vj[kAttentionPerLane], dkj[kAttentionPerLane] = {},
         dvj[kAttentionPerLane] = {};
     loadRow(k + jj * dim, dim, w.lane, kj);
     loadRow(v + jj * dim, dim, w.lane, vj);
-    for (int64_t i = j; i < seq; ++i) {
-      const float *qi = qh + i * dim, *gi = gh + i * dim;
-      float s = rowDot(kj, qi, dim, w.lane);
-      float dp = rowDot(vj, gi, dim, w.lane);
-      float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
-      float ds = p * (dp - st[3 * i + 2]) * scale;
-      for (int t = 0; t < kAttentionPerLane; ++t) {
-        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-        if (d < dim) {
-          dvj[t] += p * gi[d];
-          dkj[t] += ds * qi[d];
+    for (int64_t m = 0; m < group; ++m) {
+      int64_t head = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
+      const float *qh = q + head * seq * dim, *gh = g + head * seq * dim;
+      const float *st = stats + 3 * head * seq;
+      for (int64_t i = j; i < seq; ++i) {
+        const float *qi = qh + i * dim, *gi = gh + i * dim;
+        float s = rowDot(kj, qi, dim, w.lane);
+        float dp = rowDot(vj, gi, dim, w.lane);
+        float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
+        float ds = p * (dp - st[3 * i + 2]) * scale;
+        for (int t = 0; t < kAttentionPerLane; ++t) {
+          int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+          if (d < dim) {
+            dvj[t] += p * gi[d];
+            dkj[t] += ds * qi[d];
+          }
         }
       }
     }
@@ -1063,19 +1147,46 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
         y, g, out, a.rows / a.inner, a.n, a.inner);
 }
 
-void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,
-                     int64_t seq, int64_t dim, float scale, void *stream) {
-  causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(q, k, v, out, bh, seq,
-                                                                        dim, scale);
+void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps,
+             void *stream) {
+  if (rows > 0)
+    rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, out, cols, eps);
+}
+
+void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                 int64_t rows, int64_t cols, float eps, float *rowStats, void *stream) {
+  if (rows == 0)
+    return;
+  rmsNormGradRowKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+      x, w, g, dx, rowStats, cols, eps);
+  rmsNormGradColumnsKernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0,
+                             S(stream)>>>(x, g, rowStats, dw, rows, cols);
+}
+
+void rotary(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim, double theta,
+            bool inverse, void *stream) {
+  int64_t n = bh * seq * (dim / 2);
+  if (n > 0)
+    rotaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(x, out, bh, seq, dim, theta, inverse);
+}
+
+void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t batch,
+                     int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, float scale,
+                     void *stream) {
+  int64_t bh = batch * heads;
+  causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
+      q, k, v, out, bh, heads, kvHeads, seq, dim, scale);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
-                         float *dq, float *dk, float *dv, int64_t bh, int64_t seq, int64_t dim,
-                         float scale, float *rowStats, void *stream) {
+                         float *dq, float *dk, float *dv, int64_t batch, int64_t heads,
+                         int64_t kvHeads, int64_t seq, int64_t dim, float scale,
+                         float *rowStats, void *stream) {
+  int64_t bh = batch * heads, bkv = batch * kvHeads;
   causalAttentionGradQKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, dq, rowStats, bh, seq, dim, scale);
-  causalAttentionGradKVKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, rowStats, dk, dv, bh, seq, dim, scale);
+      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale);
+  causalAttentionGradKVKernel<<<warpBlocksFor(bkv * seq), 128, 0, S(stream)>>>(
+      q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale);
 }
 
 void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n,

@@ -60,16 +60,27 @@ void layerNormGrad(const float *x, const float *w, const float *g, float *dx, fl
 void softmax(const float *x, float *out, const Shape &shape, int64_t axis, void *stream);
 void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis,
                  void *stream);
-/// q, k, v, out: [batch, heads, seq, dim], causal, flash-attention style: one
-/// pass of online softmax per query, no seq x seq buffer. dim <= 256.
-void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t bh,
-                     int64_t seq, int64_t dim, float scale, void *stream);
+void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps,
+             void *stream);
+/// `rowStats`: scratch for rows floats.
+void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                 int64_t rows, int64_t cols, float eps, float *rowStats, void *stream);
+/// Rotary embedding of bh x seq rows of dim (rotate_half convention).
+void rotary(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim, double theta,
+            bool inverse, void *stream);
+/// q, out: [batch, heads, seq, dim]; k, v: [batch, kvHeads, seq, dim] (kvHeads
+/// dividing heads: grouped-query attention); causal, flash-attention style:
+/// one pass of online softmax per query, no seq x seq buffer. dim <= 256.
+void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t batch,
+                     int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, float scale,
+                     void *stream);
 /// The backward pass, recomputing the probabilities (no seq x seq buffer):
-/// dq per query row, then dk, dv per key row (no atomics). `rowStats`:
-/// scratch for 3 x bh x seq floats.
+/// dq per query row, then dk, dv per key row over the query heads it serves
+/// (no atomics). `rowStats`: scratch for 3 x batch x heads x seq floats.
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
-                         float *dq, float *dk, float *dv, int64_t bh, int64_t seq, int64_t dim,
-                         float scale, float *rowStats, void *stream);
+                         float *dq, float *dk, float *dv, int64_t batch, int64_t heads,
+                         int64_t kvHeads, int64_t seq, int64_t dim, float scale,
+                         float *rowStats, void *stream);
 constexpr int64_t kMaxAttentionDim = 256;
 
 // ---- Embedding and cross-entropy ---------------------------------------------

@@ -90,6 +90,15 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       .Case([](LayerNormOp o) {
         return Lowered{C::LayerNorm, {}, {o.getEpsilon().convertToDouble()}};
       })
+      .Case([](RmsNormOp o) {
+        return Lowered{C::RmsNorm, {}, {o.getEpsilon().convertToDouble()}};
+      })
+      .Case([](RmsNormGradOp o) {
+        return Lowered{C::RmsNormGrad, {}, {o.getEpsilon().convertToDouble()}};
+      })
+      .Case([](RotaryOp o) {
+        return Lowered{C::Rotary, {o.getInverse() ? 1 : 0}, {o.getTheta().convertToDouble()}};
+      })
       .Case([&](SoftmaxOp o) {
         return Lowered{C::Softmax, {normAxis(o.getAxis(), rankOf(o.getInput()))}, {}};
       })

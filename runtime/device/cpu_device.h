@@ -121,15 +121,30 @@ public:
     kernels::cpu::softmaxGrad(y, g, out, shape, axis);
     return Status::ok();
   }
+  Status rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols,
+                 float eps) override {
+    kernels::cpu::rmsNorm(x, w, out, rows, cols, eps);
+    return Status::ok();
+  }
+  Status rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+                     int64_t rows, int64_t cols, float eps) override {
+    kernels::cpu::rmsNormGrad(x, w, g, dx, dw, rows, cols, eps);
+    return Status::ok();
+  }
+  Status rotary(const float *x, float *out, const Shape &shape, double theta,
+                bool inverse) override {
+    kernels::cpu::rotary(x, out, shape, theta, inverse);
+    return Status::ok();
+  }
   Status causalAttention(const float *q, const float *kk, const float *v, float *out,
-                         const Shape &shape, float scale) override {
-    kernels::cpu::causalAttention(q, kk, v, out, shape, scale);
+                         const Shape &shape, int64_t kvHeads, float scale) override {
+    kernels::cpu::causalAttention(q, kk, v, out, shape, kvHeads, scale);
     return Status::ok();
   }
   Status causalAttentionGrad(const float *q, const float *kk, const float *v, const float *g,
                              float *dq, float *dk, float *dv, const Shape &shape,
-                             float scale) override {
-    kernels::cpu::causalAttentionGrad(q, kk, v, g, dq, dk, dv, shape, scale);
+                             int64_t kvHeads, float scale) override {
+    kernels::cpu::causalAttentionGrad(q, kk, v, g, dq, dk, dv, shape, kvHeads, scale);
     return Status::ok();
   }
   Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,

@@ -223,19 +223,36 @@ public:
     g::softmaxGrad(y, gr, out, shape, axis, compute_);
     return launched("softmax gradient");
   }
+  Status rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols,
+                 float eps) override {
+    g::rmsNorm(x, w, out, rows, cols, eps, compute_);
+    return launched("RMS norm");
+  }
+  Status rmsNormGrad(const float *x, const float *w, const float *gr, float *dx, float *dw,
+                     int64_t rows, int64_t cols, float eps) override {
+    PTC_RETURN_IF_ERROR(reserveScratch(rows * 4));
+    g::rmsNormGrad(x, w, gr, dx, dw, rows, cols, eps, static_cast<float *>(scratch_), compute_);
+    return launched("RMS norm gradient");
+  }
+  Status rotary(const float *x, float *out, const Shape &shape, double theta,
+                bool inverse) override {
+    g::rotary(x, out, shape[0] * shape[1], shape[2], shape[3], theta, inverse, compute_);
+    return launched("rotary embedding");
+  }
   Status causalAttention(const float *q, const float *k, const float *v, float *out,
-                         const Shape &shape, float scale) override {
+                         const Shape &shape, int64_t kvHeads, float scale) override {
     PTC_RETURN_IF_ERROR(checkAttention(shape));
-    g::causalAttention(q, k, v, out, shape[0] * shape[1], shape[2], shape[3], scale, compute_);
+    g::causalAttention(q, k, v, out, shape[0], shape[1], kvHeads, shape[2], shape[3], scale,
+                       compute_);
     return launched("causal attention");
   }
   Status causalAttentionGrad(const float *q, const float *k, const float *v, const float *gr,
                              float *dq, float *dk, float *dv, const Shape &shape,
-                             float scale) override {
+                             int64_t kvHeads, float scale) override {
     PTC_RETURN_IF_ERROR(checkAttention(shape));
     PTC_RETURN_IF_ERROR(reserveScratch(3 * shape[0] * shape[1] * shape[2] * 4));
-    g::causalAttentionGrad(q, k, v, gr, dq, dk, dv, shape[0] * shape[1], shape[2], shape[3],
-                           scale, static_cast<float *>(scratch_), compute_);
+    g::causalAttentionGrad(q, k, v, gr, dq, dk, dv, shape[0], shape[1], kvHeads, shape[2],
+                           shape[3], scale, static_cast<float *>(scratch_), compute_);
     return launched("causal attention gradient");
   }
   Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,

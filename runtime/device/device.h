@@ -107,12 +107,20 @@ public:
   virtual Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) = 0;
   virtual Status softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
                              int64_t axis) = 0;
-  /// q, k, v, out: [batch, heads, seq, dim], causal.
+  virtual Status rmsNorm(const float *x, const float *w, float *out, int64_t rows,
+                         int64_t cols, float eps) = 0;
+  virtual Status rmsNormGrad(const float *x, const float *w, const float *g, float *dx,
+                             float *dw, int64_t rows, int64_t cols, float eps) = 0;
+  /// Rotary embedding of [batch, heads, seq, dim] (rotate_half convention).
+  virtual Status rotary(const float *x, float *out, const Shape &shape, double theta,
+                        bool inverse) = 0;
+  /// q, out: [batch, heads, seq, dim] (`shape`); k, v: [batch, kvHeads, seq,
+  /// dim], kvHeads dividing heads (grouped-query attention); causal.
   virtual Status causalAttention(const float *q, const float *k, const float *v, float *out,
-                                 const Shape &shape, float scale) = 0;
+                                 const Shape &shape, int64_t kvHeads, float scale) = 0;
   virtual Status causalAttentionGrad(const float *q, const float *k, const float *v,
                                      const float *g, float *dq, float *dk, float *dv,
-                                     const Shape &shape, float scale) = 0;
+                                     const Shape &shape, int64_t kvHeads, float scale) = 0;
   /// Rows [rowOffset, rowOffset + rows) of a `totalRows`-row table (vocabulary parallel).
   virtual Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
                            int64_t count, float *out, int64_t rowOffset, int64_t totalRows) = 0;

@@ -74,10 +74,21 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     return d.softmax(I(0), O(0), IS(0), ints()[0]);
   case OpCode::SoftmaxGrad:
     return d.softmaxGrad(I(0), I(1), O(0), IS(0), ints()[0]);
+  case OpCode::RmsNorm: {
+    int64_t cols = IS(0).back();
+    return d.rmsNorm(I(0), I(1), O(0), N(0) / cols, cols, F(0));
+  }
+  case OpCode::RmsNormGrad: {
+    int64_t cols = IS(0).back();
+    return d.rmsNormGrad(I(0), I(1), I(2), O(0), O(1), N(0) / cols, cols, F(0));
+  }
+  case OpCode::Rotary:
+    return d.rotary(I(0), O(0), IS(0), inst.floats()->Get(0), ints()[0] != 0);
   case OpCode::CausalAttention:
-    return d.causalAttention(I(0), I(1), I(2), O(0), IS(0), F(0));
+    return d.causalAttention(I(0), I(1), I(2), O(0), IS(0), IS(1)[1], F(0));
   case OpCode::CausalAttentionGrad:
-    return d.causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), F(0));
+    return d.causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), IS(1)[1],
+                                 F(0));
   case OpCode::Embedding:
   case OpCode::EmbeddingGrad: {
     // A vocabulary-parallel table is this device's block of rows.

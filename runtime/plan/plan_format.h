@@ -12,9 +12,11 @@ namespace ptc::plan {
 /// 4: activations as Unary / UnaryGrad naming their function (Gelu, Relu,
 ///    GeluGrad, ReluGrad opcodes gone); dim_blocks and channels' at_end
 ///    (added under version 3).
+/// 5: RmsNorm, RmsNormGrad and Rotary opcodes (appended: version 4 plans
+///    read unchanged); attention key/value may have fewer (grouped) heads.
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
-inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kFormatVersion = 5;
 /// The oldest version this runtime reads: version 4 renumbered the opcodes,
 /// so an older plan would run other kernels than it names.
 inline constexpr uint32_t kOldestFormatVersion = 4;

@@ -163,6 +163,17 @@ private:
   Status blocked(const Shape &whole, const Shape &block, bool hasBlocks);
   /// Unary, UnaryGrad: a function the kernels implement.
   Status unaryFunction();
+  /// Attention: query [b, h, s, d]; key and value [b, kvh, s, d], kvh | h.
+  Status attentionShapes() {
+    if (in(0).size() != 4)
+      return fail("query must have rank 4, got ", shapeStr(in(0)));
+    const Shape &q = in(0), &k = in(1);
+    if (k.size() != 4 || k[0] != q[0] || k[2] != q[2] || k[3] != q[3] || k[1] < 1 ||
+        q[1] % k[1] != 0)
+      return fail("key ", shapeStr(k), " does not fit query ", shapeStr(q),
+                  " (same batch, seq and head_dim; kv heads dividing the query heads)");
+    return expectShape(in(2), k, "value");
+  }
   /// An optional single mesh-axis attribute (vocabulary-parallel ops).
   Status vocabAxis() {
     if (ints_.size() > 1 || (ints_.size() == 1 && (ints_[0] < 0 ||
@@ -355,13 +366,28 @@ Status InstructionChecker::check() {
     if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size()))
       return fail("axis ", ints_[0], " is out of range");
     return expectShape(out(0), in(0), "result");
+  case OpCode::RmsNorm:
+    PTC_RETURN_IF_ERROR(counts(2, 1, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).empty())
+      return fail("input must have rank >= 1");
+    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
+    return expectShape(out(0), in(0), "result");
+  case OpCode::Rotary:
+    PTC_RETURN_IF_ERROR(counts(1, 1, 1, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).size() != 4 || in(0)[3] % 2 != 0)
+      return fail("input must be [batch, heads, seq, head_dim] with an even head_dim, got ",
+                  shapeStr(in(0)));
+    if (ints_[0] != 0 && ints_[0] != 1)
+      return fail("inverse must be 0 or 1, got ", ints_[0]);
+    if (!(floats_[0] > 1.0))
+      return fail("theta must be greater than 1, got ", floats_[0]);
+    return expectShape(out(0), in(0), "result");
   case OpCode::CausalAttention:
     PTC_RETURN_IF_ERROR(counts(3, 1, 0, 1));
     PTC_RETURN_IF_ERROR(dtypes());
-    if (in(0).size() != 4)
-      return fail("query must have rank 4");
-    for (size_t i = 1; i < 3; ++i)
-      PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), i == 1 ? "key" : "value"));
+    PTC_RETURN_IF_ERROR(attentionShapes());
     return expectShape(out(0), in(0), "result");
   case OpCode::Embedding: {
     PTC_RETURN_IF_ERROR(vocabAxis());
@@ -529,16 +555,23 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "input gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "weight gradient"));
     return expectShape(out(2), in(1), "bias gradient");
+  case OpCode::RmsNormGrad:
+    PTC_RETURN_IF_ERROR(counts(3, 2, 0, 1));
+    PTC_RETURN_IF_ERROR(dtypes());
+    if (in(0).empty())
+      return fail("input must have rank >= 1");
+    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
+    PTC_RETURN_IF_ERROR(expectShape(in(2), in(0), "gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "input gradient"));
+    return expectShape(out(1), in(1), "weight gradient");
   case OpCode::CausalAttentionGrad:
     PTC_RETURN_IF_ERROR(counts(4, 3, 0, 1));
     PTC_RETURN_IF_ERROR(dtypes());
-    if (in(0).size() != 4)
-      return fail("query must have rank 4");
-    for (size_t i = 1; i < 4; ++i)
-      PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), "operand"));
-    for (size_t i = 0; i < 3; ++i)
-      PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
-    return Status::ok();
+    PTC_RETURN_IF_ERROR(attentionShapes());
+    PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));
+    PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));
+    return expectShape(out(2), in(1), "value gradient");
   case OpCode::EmbeddingGrad: {
     PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(counts(2, 1, ints_.size()));

@@ -350,19 +350,51 @@ TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
 }
 
 TEST_F(CudaConformance, CausalAttentionAndGradient) {
-  Shape s{2, 3, 17, 16};
-  size_t n = 2 * 3 * 17 * 16;
-  auto q = randomVector(n, 15), k = randomVector(n, 16), v = randomVector(n, 17),
-       g = randomVector(n, 18);
+  // Multi-head (3 kv heads of 3) and grouped-query (2 kv heads of 4).
+  for (std::pair<int64_t, int64_t> config : {std::pair<int64_t, int64_t>{3, 3}, {4, 2}}) {
+    const int64_t heads = config.first, kvHeads = config.second;
+    Shape s{2, heads, 17, 16};
+    size_t n = static_cast<size_t>(2 * heads * 17 * 16);
+    size_t nkv = static_cast<size_t>(2 * kvHeads * 17 * 16);
+    auto q = randomVector(n, 15), k = randomVector(nkv, 16), v = randomVector(nkv, 17),
+         g = randomVector(n, 18);
+    compare(
+        [&](Device &d, Mem &m) {
+          float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
+          const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
+          OK(d.causalAttention(pq, pk, pv, o, s, kvHeads, 0.25f));
+          OK(d.causalAttentionGrad(pq, pk, pv, m.put(g), dq, dk, dv, s, kvHeads, 0.25f));
+          auto out = m.get(o, n);
+          for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
+            auto t = m.get(p, count);
+            out.insert(out.end(), t.begin(), t.end());
+          }
+          return out;
+        },
+        1e-4f);
+  }
+}
+
+TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
+  const int64_t rows = 37, cols = 96;
+  size_t n = static_cast<size_t>(rows * cols);
+  auto x = randomVector(n, 21), w = randomVector(cols, 22), g = randomVector(n, 23);
+  Shape rs{1, 3, 37, 32}; // 3 heads x 37 positions x 32 dims
+  size_t nr = 3 * 37 * 32;
+  auto xr = randomVector(nr, 24);
   compare(
       [&](Device &d, Mem &m) {
-        float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(n), *dv = m.zeros(n);
-        const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
-        OK(d.causalAttention(pq, pk, pv, o, s, 0.25f));
-        OK(d.causalAttentionGrad(pq, pk, pv, m.put(g), dq, dk, dv, s, 0.25f));
-        auto out = m.get(o, n);
-        for (float *p : {dq, dk, dv}) {
-          auto t = m.get(p, n);
+        float *y = m.zeros(n), *dx = m.zeros(n), *dw = m.zeros(static_cast<size_t>(cols));
+        float *r = m.zeros(nr), *back = m.zeros(nr);
+        const float *px = m.put(x), *pw = m.put(w);
+        OK(d.rmsNorm(px, pw, y, rows, cols, 1e-5f));
+        OK(d.rmsNormGrad(px, pw, m.put(g), dx, dw, rows, cols, 1e-5f));
+        OK(d.rotary(m.put(xr), r, rs, 10000.0, false));
+        OK(d.rotary(r, back, rs, 500000.0, true));
+        auto out = m.get(y, n);
+        for (auto [p, count] : {std::pair{dx, n}, {dw, static_cast<size_t>(cols)}, {r, nr},
+                                {back, nr}}) {
+          auto t = m.get(p, count);
           out.insert(out.end(), t.begin(), t.end());
         }
         return out;

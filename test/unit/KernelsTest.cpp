@@ -53,7 +53,7 @@ TEST(Kernels, CausalAttentionMatchesDenseSoftmax) {
        v = randomVector(B * H * S * D, 5);
   std::vector<float> out(q.size()), ref(q.size(), 0.0f);
   float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  causalAttention(q.data(), k.data(), v.data(), out.data(), {B, H, S, D}, scale);
+  causalAttention(q.data(), k.data(), v.data(), out.data(), {B, H, S, D}, H, scale);
   for (int64_t h = 0; h < B * H; ++h)
     for (int64_t i = 0; i < S; ++i) {
       std::vector<float> s(S, -INFINITY);
@@ -73,6 +73,76 @@ TEST(Kernels, CausalAttentionMatchesDenseSoftmax) {
           ref[(h * S + i) * D + c] += std::exp(s[j] - mx) / sum * v[(h * S + j) * D + c];
     }
   expectNear(out, ref, 1e-5f);
+}
+
+// Grouped-query attention equals multi-head attention on kv heads repeated
+// for their query heads; its kv gradients are the sums over those heads.
+TEST(Kernels, GroupedQueryAttentionIsRepeatedKvHeads) {
+  const int64_t B = 2, H = 6, KV = 2, S = 9, D = 8, G = H / KV;
+  auto q = randomVector(B * H * S * D, 31), k = randomVector(B * KV * S * D, 32),
+       v = randomVector(B * KV * S * D, 33), g = randomVector(B * H * S * D, 34);
+  std::vector<float> kr(q.size()), vr(q.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t x = 0; x < S * D; ++x) {
+        kr[(b * H + h) * S * D + x] = k[(b * KV + h / G) * S * D + x];
+        vr[(b * H + h) * S * D + x] = v[(b * KV + h / G) * S * D + x];
+      }
+  float scale = 0.3f;
+  std::vector<float> out(q.size()), ref(q.size());
+  causalAttention(q.data(), k.data(), v.data(), out.data(), {B, H, S, D}, KV, scale);
+  causalAttention(q.data(), kr.data(), vr.data(), ref.data(), {B, H, S, D}, H, scale);
+  expectNear(out, ref, 1e-6f);
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), rdq(q.size()), rdk(q.size()),
+      rdv(q.size());
+  causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), dq.data(), dk.data(), dv.data(),
+                      {B, H, S, D}, KV, scale);
+  causalAttentionGrad(q.data(), kr.data(), vr.data(), g.data(), rdq.data(), rdk.data(),
+                      rdv.data(), {B, H, S, D}, H, scale);
+  expectNear(dq, rdq, 1e-6f);
+  std::vector<float> sk(k.size(), 0.0f), sv(v.size(), 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t x = 0; x < S * D; ++x) {
+        sk[(b * KV + h / G) * S * D + x] += rdk[(b * H + h) * S * D + x];
+        sv[(b * KV + h / G) * S * D + x] += rdv[(b * H + h) * S * D + x];
+      }
+  expectNear(dk, sk, 1e-5f);
+  expectNear(dv, sv, 1e-5f);
+}
+
+TEST(Kernels, RmsNormMatchesDefinition) {
+  const int64_t R = 5, C = 12;
+  auto x = randomVector(R * C, 41), w = randomVector(C, 42);
+  std::vector<float> y(x.size()), ref(x.size());
+  rmsNorm(x.data(), w.data(), y.data(), R, C, 1e-5f);
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c)
+      ss += double(x[r * C + c]) * x[r * C + c];
+    double rstd = 1.0 / std::sqrt(ss / C + 1e-5);
+    for (int64_t c = 0; c < C; ++c)
+      ref[r * C + c] = static_cast<float>(x[r * C + c] * rstd * w[c]);
+  }
+  expectNear(y, ref, 1e-5f);
+}
+
+// Rotary: HF's rotate_half convention at position p, and the inverse undoes it.
+TEST(Kernels, RotaryRotatesHalvesAndInverts) {
+  const int64_t S = 5, D = 8;
+  auto x = randomVector(2 * S * D, 51);
+  std::vector<float> y(x.size()), back(x.size());
+  rotary(x.data(), y.data(), {1, 2, S, D}, 10000.0, false);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t p = 0; p < S; ++p)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        double a = p * std::pow(10000.0, -2.0 * i / D);
+        const float *xr = &x[(h * S + p) * D];
+        EXPECT_NEAR(y[(h * S + p) * D + i], xr[i] * std::cos(a) - xr[i + D / 2] * std::sin(a), 1e-5);
+        EXPECT_NEAR(y[(h * S + p) * D + i + D / 2], xr[i + D / 2] * std::cos(a) + xr[i] * std::sin(a), 1e-5);
+      }
+  rotary(y.data(), back.data(), {1, 2, S, D}, 10000.0, true);
+  expectNear(back, x, 1e-5f);
 }
 
 TEST(Kernels, TransposeAndSliceAndConcat) {
