@@ -24,13 +24,61 @@ Value stripViews(Value v) {
   return v;
 }
 
+/// The forward-pass users of `v` (not the backward ops ptc-autodiff added).
+SmallVector<Operation *> forwardUsers(Value v) {
+  SmallVector<Operation *> users;
+  for (Operation *u : v.getUsers())
+    if (!u->hasAttr(PtcDialect::kBackwardAttrName))
+      users.push_back(u);
+  return users;
+}
+
+/// Whether `op` is the product of a gated linear unit: act(gate) * up.
+bool isGatedProduct(Operation *op) {
+  auto mul = dyn_cast_or_null<MulOp>(op);
+  if (!mul)
+    return false;
+  auto isActivation = [](Value x) {
+    return isa_and_nonnull<ElementwiseFunctionOpInterface>(x.getDefiningOp());
+  };
+  return isActivation(mul.getLhs()) || isActivation(mul.getRhs());
+}
+
+/// The head count when `out` (a projection's result) only reshapes into
+/// [..., heads, head_dim] that reach attention through transposes and rotary
+/// embeddings (a separate q, k or v projection); 0 otherwise.
+int64_t projectionHeads(Value out) {
+  SmallVector<Operation *> users = forwardUsers(out);
+  if (users.size() != 1)
+    return 0;
+  auto reshape = dyn_cast<ReshapeOp>(users.front());
+  if (!reshape)
+    return 0;
+  ArrayRef<int64_t> shape = reshape.getType().getShape();
+  int64_t features = cast<RankedTensorType>(out.getType()).getShape().back();
+  if (shape.size() < 2 || shape.back() * shape[shape.size() - 2] != features)
+    return 0;
+  Value v = reshape.getResult();
+  for (users = forwardUsers(v); users.size() == 1; users = forwardUsers(v)) {
+    Operation *user = users.front();
+    if (isa<CausalAttentionOp>(user))
+      return shape[shape.size() - 2];
+    if (!isa<TransposeOp, RotaryOp>(user))
+      return 0;
+    v = user->getResult(0);
+  }
+  return 0;
+}
+
 /// Default rule for tensor parallelism (Megatron-LM): in every linear layer
 /// x @ W^T of the forward pass, W is column-parallel ("[tp, _]", its bias
-/// "[tp]") when its output feeds an activation or is cut into equal slices
-/// (a fused QKV projection: "[tp/3, _]", split by heads), and row-parallel
-/// ("[_, tp]") when its input comes from attention or an activation. An
-/// embedding table used as the LM head stays replicated. Optimizer state
-/// follows its parameter.
+/// "[tp]") when its output feeds an activation, either side of a gated unit
+/// (SwiGLU: act(gate) * up), becomes attention heads (a q, k or v
+/// projection), feeds the loss (an untied LM head: vocabulary parallel) or is
+/// cut into equal slices (a fused QKV projection: "[tp/3, _]", split by
+/// heads), and row-parallel ("[_, tp]") when its input comes from attention,
+/// an activation or a gated unit. An embedding table used as the LM head
+/// follows the embedding rule. Optimizer state follows its parameter.
 } // namespace
 
 FailureOr<llvm::DenseMap<BlockArgument, std::string>>
@@ -105,7 +153,8 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
     int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
     Operation *src = stripViews(mm.getLhs()).getDefiningOp();
-    if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src))) {
+    if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src) ||
+                isGatedProduct(src))) {
       if (inFeatures % tpSize == 0)
         specs.try_emplace(w, "[_, " + mesh.axes[tp] + "]");
       else
@@ -121,10 +170,34 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
           out = add.getResult();
         }
     int64_t blocks = 0;
-    bool activation = !out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
-      return isa<ElementwiseFunctionOpInterface>(u);
+    SmallVector<Operation *> users = forwardUsers(out);
+    bool activation = !users.empty() && llvm::all_of(users, [](Operation *u) {
+      return isa<ElementwiseFunctionOpInterface>(u) || isGatedProduct(u);
     });
-    if (activation) {
+    bool lmHead = !users.empty() && llvm::all_of(users, [](Operation *u) {
+      return isa<CrossEntropyOp>(u);
+    });
+    int64_t heads = projectionHeads(out);
+    if (heads > 0) {
+      if (heads % tpSize != 0) {
+        mlir::emitError(mm.getLoc())
+            << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize << ") cannot split the "
+            << heads << " attention heads of parameter '" << paramName(w) << "' (shape "
+            << outFeatures << "x" << inFeatures << ", " << heads << " heads of "
+            << outFeatures / heads << "): the head count must be divisible by the tp size";
+        indivisible = true;
+        return;
+      }
+      blocks = 1;
+    } else if (lmHead) {
+      if (outFeatures % tpSize != 0) {
+        mlir::emitWarning(mm.getLoc())
+            << "the LM head '" << paramName(w) << "' stays whole on every '" << mesh.axes[tp]
+            << "' rank: its " << outFeatures << " classes are not divisible by " << tpSize;
+        return;
+      }
+      blocks = 1;
+    } else if (activation) {
       blocks = 1;
     } else if (!out.use_empty() && llvm::all_of(out.getUsers(), [](Operation *u) {
                  return isa<SliceOp>(u);

@@ -48,6 +48,40 @@ std::vector<TensorSpec> gptParameters(const GptConfig &config);
 llvm::Expected<OwningOpRef<ModuleOp>> buildGptModel(MLIRContext &context,
                                                     const GptConfig &config);
 
+/// Hugging Face's LlamaForCausalLM without dropout (Llama 2/3, Mistral, Qwen-shaped).
+struct LlamaConfig {
+  int64_t layers = 2;
+  int64_t hidden = 128;
+  int64_t heads = 8;
+  int64_t kvHeads = 8;       ///< grouped-query attention: divides heads
+  int64_t intermediate = 352; ///< SwiGLU hidden size
+  int64_t seq = 64;
+  int64_t vocab = 256;
+  int64_t batch = 8;
+  double ropeTheta = 10000.0;
+  double rmsNormEps = 1e-5;
+  bool tieEmbeddings = false;
+  std::string dtype = "f32";
+};
+llvm::Error validateLlamaConfig(const LlamaConfig &config);
+/// Parameters in Hugging Face's names, order and [out, in] layouts.
+std::vector<TensorSpec> llamaParameters(const LlamaConfig &config);
+llvm::Expected<OwningOpRef<ModuleOp>> buildLlamaModel(MLIRContext &context,
+                                                      const LlamaConfig &config);
+
+/// Published shapes of real models (`ptc-model gpt|llama --preset NAME`).
+struct ModelPreset {
+  const char *name;
+  const char *model; ///< "gpt" or "llama"
+  const char *source;
+  int64_t layers, hidden, heads, kvHeads, intermediate, seq, vocab;
+  double ropeTheta, rmsNormEps;
+  bool tieEmbeddings;
+};
+const std::vector<ModelPreset> &modelPresets();
+/// The preset `name` of `model`, or null.
+const ModelPreset *findModelPreset(StringRef model, StringRef name);
+
 struct MlpConfig {
   int64_t layers = 3; ///< linear layers; ReLU between consecutive ones
   int64_t input = 64;

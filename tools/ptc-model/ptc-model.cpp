@@ -1,6 +1,8 @@
-//===- ptc-model.cpp - writes ptc training models (gpt, mlp, moe) ---------===//
+//===- ptc-model.cpp - writes ptc training models (gpt, llama, mlp, moe) --===//
 //
 //   ptc-model gpt --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --batch 8 -o gpt.mlir
+//   ptc-model llama --layers 2 --hidden 128 --heads 8 --kv-heads 4 --intermediate 352 ...
+//   ptc-model llama --preset llama3-8b --seq 8192 --batch 1 -o l8b.mlir
 //   ptc-model mlp --layers 3 --input 64 --hidden 128 --classes 10 --batch 32
 //   ptc-model moe --experts 4 --top-k 2 ...
 //   ptc-model gpt --list-parameters     # names and shapes, one per line
@@ -24,6 +26,8 @@ namespace {
 cl::OptionCategory modelOptions("ptc-model options");
 
 cl::SubCommand gptCmd("gpt", "GPT as in nanoGPT's model.py (the standard model)");
+cl::SubCommand llamaCmd("llama", "Llama-family decoder as Hugging Face's LlamaForCausalLM "
+                                  "(RMSNorm, rotary, grouped-query attention, SwiGLU)");
 cl::SubCommand mlpCmd("mlp", "multi-layer perceptron classifier");
 cl::SubCommand moeCmd("moe", "mixture-of-experts classifier (top-k router, expert MLPs)");
 
@@ -38,13 +42,34 @@ cl::opt<int64_t> batch("batch", cl::desc("Global batch (sequences for gpt, rows 
                        cl::init(-1), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(-1),
                         cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
-cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks (gpt) or linear layers (mlp)"),
-                        cl::init(-1), cl::sub(gptCmd), cl::sub(mlpCmd), cl::cat(modelOptions));
+cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks (gpt, llama) or linear layers (mlp)"),
+                        cl::init(-1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::sub(mlpCmd),
+                        cl::cat(modelOptions));
 
-cl::opt<int64_t> heads("heads", cl::desc("Attention heads"), cl::init(4), cl::sub(gptCmd), cl::cat(modelOptions));
+cl::opt<std::string> preset("preset",
+                            cl::desc("Published shapes of a real model (gpt: gpt2, gpt2-medium, "
+                                     "gpt2-large, gpt2-xl; llama: llama2-7b, llama2-13b, "
+                                     "llama2-70b, llama3-8b, llama3-70b, mistral-7b); other "
+                                     "options override them"),
+                            cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> heads("heads", cl::desc("Attention heads (default: gpt 4, llama 8)"),
+                       cl::init(-1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<int64_t> seq("seq", cl::desc("Sequence length (= block size)"), cl::init(64),
-                     cl::sub(gptCmd), cl::cat(modelOptions));
-cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary size"), cl::init(256), cl::sub(gptCmd), cl::cat(modelOptions));
+                     cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary size"), cl::init(256), cl::sub(gptCmd),
+                       cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> kvHeads("kv-heads",
+                         cl::desc("Key/value heads, dividing --heads (default: --heads)"),
+                         cl::init(-1), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> intermediate("intermediate", cl::desc("SwiGLU MLP hidden size (default 352)"),
+                              cl::init(-1), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<double> ropeTheta("rope-theta", cl::desc("Rotary embedding base"), cl::init(10000.0),
+                          cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<double> rmsNormEps("rms-norm-eps", cl::desc("RMSNorm epsilon"), cl::init(1e-5),
+                           cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<bool> tieEmbeddings("tie-embeddings",
+                            cl::desc("Tie the LM head to the token embedding (default: untied)"),
+                            cl::sub(llamaCmd), cl::cat(modelOptions));
 
 cl::opt<int64_t> input("input", cl::desc("Input (model) dimension"), cl::init(64),
                        cl::sub(mlpCmd), cl::sub(moeCmd), cl::cat(modelOptions));
@@ -57,6 +82,11 @@ cl::opt<double> capacityFactor("capacity-factor",
                                cl::init(1.25), cl::sub(moeCmd), cl::cat(modelOptions));
 
 int64_t orDefault(int64_t value, int64_t fallback) { return value < 0 ? fallback : value; }
+
+/// The option's value when given on the command line, else `fallback`.
+template <typename T> T given(const cl::opt<T> &option, T fallback) {
+  return option.getNumOccurrences() ? T(option) : fallback;
+}
 
 int fail(const Twine &message) {
   llvm::WithColor::error(llvm::errs(), "ptc-model") << message << "\n";
@@ -74,33 +104,83 @@ int main(int argc, char **argv) {
     llvm::StringRef first = argv[1];
     bool help = first == "-h" || first.starts_with("--help") || first.starts_with("-help") ||
                 first == "--version";
-    if (!help && !llvm::is_contained({"gpt", "mlp", "moe"}, first)) {
-      fail("unknown model '" + first + "': the first argument names one of gpt, mlp, moe " +
+    if (!help && !llvm::is_contained({"gpt", "llama", "mlp", "moe"}, first)) {
+      fail("unknown model '" + first + "': the first argument names one of gpt, llama, mlp, moe " +
            "(see ptc-model --help)");
       return 2;
     }
   }
-  for (cl::SubCommand *sub : {&cl::SubCommand::getTopLevel(), &gptCmd, &mlpCmd, &moeCmd})
+  for (cl::SubCommand *sub :
+       {&cl::SubCommand::getTopLevel(), &gptCmd, &llamaCmd, &mlpCmd, &moeCmd})
     cl::HideUnrelatedOptions(modelOptions, *sub);
   if (!cl::ParseCommandLineOptions(argc, argv,
-                                   "ptc-model: writes ptc training models (gpt, mlp, moe)\n",
+                                   "ptc-model: writes ptc training models (gpt, llama, mlp, moe)\n",
                                    &llvm::errs()))
     return 2;
 
   MLIRContext context;
   std::vector<TensorSpec> params;
   llvm::Expected<OwningOpRef<ModuleOp>> module = llvm::createStringError("no model");
+  const ModelPreset *chosen = nullptr;
+  if ((gptCmd || llamaCmd) && preset.getNumOccurrences()) {
+    chosen = findModelPreset(gptCmd ? "gpt" : "llama", preset);
+    if (!chosen) {
+      std::string known;
+      for (const ModelPreset &p : modelPresets())
+        if (StringRef(p.model) == (gptCmd ? "gpt" : "llama"))
+          known += (known.empty() ? "" : ", ") + std::string(p.name);
+      fail("unknown " + Twine(gptCmd ? "gpt" : "llama") + " preset '" + preset +
+           "' (known: " + known + ")");
+      return 2;
+    }
+  }
   if (gptCmd) {
     GptConfig c;
+    if (chosen) {
+      c.layers = chosen->layers;
+      c.hidden = chosen->hidden;
+      c.heads = chosen->heads;
+      c.seq = chosen->seq;
+      c.vocab = chosen->vocab;
+    }
     c.layers = orDefault(layers, c.layers);
     c.hidden = orDefault(hidden, c.hidden);
-    c.heads = heads;
-    c.seq = seq;
-    c.vocab = vocab;
+    c.heads = orDefault(heads, c.heads);
+    c.seq = given(seq, c.seq);
+    c.vocab = given(vocab, c.vocab);
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;
     params = gptParameters(c);
     module = buildGptModel(context, c);
+  } else if (llamaCmd) {
+    LlamaConfig c;
+    if (chosen) {
+      c.layers = chosen->layers;
+      c.hidden = chosen->hidden;
+      c.heads = chosen->heads;
+      c.kvHeads = chosen->kvHeads;
+      c.intermediate = chosen->intermediate;
+      c.seq = chosen->seq;
+      c.vocab = chosen->vocab;
+      c.ropeTheta = chosen->ropeTheta;
+      c.rmsNormEps = chosen->rmsNormEps;
+      c.tieEmbeddings = chosen->tieEmbeddings;
+    }
+    c.layers = orDefault(layers, c.layers);
+    c.hidden = orDefault(hidden, c.hidden);
+    c.heads = orDefault(heads, c.heads);
+    // Without a preset, kv heads default to the (possibly given) head count.
+    c.kvHeads = orDefault(kvHeads, chosen ? c.kvHeads : c.heads);
+    c.intermediate = orDefault(intermediate, c.intermediate);
+    c.seq = given(seq, c.seq);
+    c.vocab = given(vocab, c.vocab);
+    c.ropeTheta = given(ropeTheta, c.ropeTheta);
+    c.rmsNormEps = given(rmsNormEps, c.rmsNormEps);
+    c.tieEmbeddings = given(tieEmbeddings, c.tieEmbeddings);
+    c.batch = orDefault(batch, c.batch);
+    c.dtype = dtype;
+    params = llamaParameters(c);
+    module = buildLlamaModel(context, c);
   } else if (mlpCmd) {
     MlpConfig c;
     c.layers = orDefault(layers, c.layers);
@@ -125,7 +205,7 @@ int main(int argc, char **argv) {
     module = buildMoeModel(context, c);
   } else {
     llvm::consumeError(module.takeError());
-    return fail("name a model: ptc-model gpt|mlp|moe [options] (see ptc-model <model> --help)");
+    return fail("name a model: ptc-model gpt|llama|mlp|moe [options] (see ptc-model <model> --help)");
   }
   if (!module)
     return fail(llvm::toString(module.takeError()));

@@ -1,0 +1,139 @@
+//===- LlamaModel.cpp - Llama-family decoders (Hugging Face LlamaForCausalLM) ===//
+//
+// Token embedding, pre-RMSNorm blocks (weight only, eps configurable),
+// causal grouped-query attention with rotary position embeddings on q and k
+// (rotate_half convention), SwiGLU MLP down(silu(gate(x)) * up(x)), no biases
+// anywhere, final RMSNorm, LM head untied unless --tie-embeddings, mean
+// cross-entropy. Parameter names and [out, in] layouts are Hugging Face's, so
+// safetensors weights move between ptc and transformers unchanged.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ModelBuilder.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+llvm::Error mlir::ptc::validateLlamaConfig(const LlamaConfig &c) {
+  for (auto [v, name] : {std::pair{c.layers, "layers"}, std::pair{c.hidden, "hidden"},
+                         std::pair{c.heads, "heads"}, std::pair{c.kvHeads, "kv-heads"},
+                         std::pair{c.intermediate, "intermediate"}, std::pair{c.seq, "seq"},
+                         std::pair{c.vocab, "vocab"}, std::pair{c.batch, "batch"}})
+    if (v < 1)
+      return llvm::createStringError("llama: --%s must be at least 1, got %lld", name,
+                                     static_cast<long long>(v));
+  if (c.hidden % c.heads != 0)
+    return llvm::createStringError("llama: --hidden %lld is not divisible by --heads %lld",
+                                   static_cast<long long>(c.hidden),
+                                   static_cast<long long>(c.heads));
+  if ((c.hidden / c.heads) % 2 != 0)
+    return llvm::createStringError(
+        "llama: the head dimension (--hidden / --heads = %lld) must be even for rotary "
+        "embeddings",
+        static_cast<long long>(c.hidden / c.heads));
+  if (c.heads % c.kvHeads != 0)
+    return llvm::createStringError(
+        "llama: --kv-heads %lld does not divide --heads %lld (each key/value head serves "
+        "heads/kv-heads query heads)",
+        static_cast<long long>(c.kvHeads), static_cast<long long>(c.heads));
+  if (!(c.ropeTheta > 1.0))
+    return llvm::createStringError("llama: --rope-theta must be greater than 1, got %g",
+                                   c.ropeTheta);
+  if (!(c.rmsNormEps > 0.0))
+    return llvm::createStringError("llama: --rms-norm-eps must be positive, got %g",
+                                   c.rmsNormEps);
+  if (c.vocab > (int64_t{1} << 31) - 1)
+    return llvm::createStringError("llama: --vocab %lld does not fit i32 token ids",
+                                   static_cast<long long>(c.vocab));
+  if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
+    return llvm::createStringError("llama: --dtype must be f32, bf16 or f16, got '%s'",
+                                   c.dtype.c_str());
+  return llvm::Error::success();
+}
+
+std::vector<TensorSpec> mlir::ptc::llamaParameters(const LlamaConfig &c) {
+  // Hugging Face's LlamaPreTrainedModel._init_weights: N(0, initializer_range
+  // = 0.02) for embeddings and linear weights, RMSNorm weights 1.
+  const int64_t h = c.hidden, d = c.hidden / c.heads, kv = c.kvHeads * d, f = c.intermediate;
+  const std::string normal = "normal:0.02";
+  std::vector<TensorSpec> p;
+  p.push_back({"model.embed_tokens.weight", {c.vocab, h}, normal});
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string l = "model.layers." + std::to_string(i) + ".";
+    p.push_back({l + "input_layernorm.weight", {h}, "ones"});
+    p.push_back({l + "self_attn.q_proj.weight", {h, h}, normal});
+    p.push_back({l + "self_attn.k_proj.weight", {kv, h}, normal});
+    p.push_back({l + "self_attn.v_proj.weight", {kv, h}, normal});
+    p.push_back({l + "self_attn.o_proj.weight", {h, h}, normal});
+    p.push_back({l + "post_attention_layernorm.weight", {h}, "ones"});
+    p.push_back({l + "mlp.gate_proj.weight", {f, h}, normal});
+    p.push_back({l + "mlp.up_proj.weight", {f, h}, normal});
+    p.push_back({l + "mlp.down_proj.weight", {h, f}, normal});
+  }
+  p.push_back({"model.norm.weight", {h}, "ones"});
+  if (!c.tieEmbeddings)
+    p.push_back({"lm_head.weight", {c.vocab, h}, normal});
+  return p;
+}
+
+namespace {
+Value rmsNorm(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string &name) {
+  return RmsNormOp::create(m.builder(), m.loc(name), x.getType(), x, m.param(name + ".weight"),
+                           m.builder().getF64FloatAttr(c.rmsNormEps));
+}
+
+Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string &prefix) {
+  OpBuilder &b = m.builder();
+  const int64_t B = c.batch, S = c.seq, H = c.hidden, A = c.heads, KV = c.kvHeads, D = H / A;
+  Location loc = m.loc(prefix);
+  // [B, S, n*D] -> [B, n, S, D], rotated when `rotate`.
+  auto heads = [&](const std::string &proj, int64_t n, bool rotate) {
+    Value y = m.linear(x, prefix + "." + proj, /*bias=*/false);
+    y = m.reshape(y, {B, S, n, D}, loc);
+    y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3});
+    if (rotate)
+      y = RotaryOp::create(b, loc, y.getType(), y, b.getF64FloatAttr(c.ropeTheta),
+                           b.getBoolAttr(false));
+    return y;
+  };
+  Value q = heads("q_proj", A, true), k = heads("k_proj", KV, true), v = heads("v_proj", KV, false);
+  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, /*scale=*/FloatAttr());
+  y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3}); // [B,S,A,D]
+  y = m.reshape(y, {B, S, H}, loc);
+  return m.linear(y, prefix + ".o_proj", /*bias=*/false);
+}
+
+Value mlp(ModelBuilder &m, Value x, const std::string &prefix) {
+  Value gate = SiluOp::create(m.builder(), m.loc(prefix), m.linear(x, prefix + ".gate_proj", false));
+  Value up = m.linear(x, prefix + ".up_proj", false);
+  Value h = MulOp::create(m.builder(), m.loc(prefix), gate, up);
+  return m.linear(h, prefix + ".down_proj", false);
+}
+} // namespace
+
+llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &context,
+                                                                 const LlamaConfig &c) {
+  if (llvm::Error e = validateLlamaConfig(c))
+    return std::move(e);
+  Type ftype = *parseFloatType(context, c.dtype);
+  Type i32 = IntegerType::get(&context, 32);
+  ModelBuilder m(context, ftype, llamaParameters(c),
+                 {{{"tokens", {c.batch, c.seq}}, i32}, {{"targets", {c.batch, c.seq}}, i32}});
+  OpBuilder &b = m.builder();
+
+  Value x = EmbeddingOp::create(b, m.loc("model.embed_tokens"),
+                                m.param("model.embed_tokens.weight"), m.input("tokens"));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string l = "model.layers." + std::to_string(i);
+    x = AddOp::create(b, m.loc(l), x,
+                      attention(m, c, rmsNorm(m, c, x, l + ".input_layernorm"), l + ".self_attn"));
+    x = AddOp::create(b, m.loc(l), x,
+                      mlp(m, rmsNorm(m, c, x, l + ".post_attention_layernorm"), l + ".mlp"));
+  }
+  x = rmsNorm(m, c, x, "model.norm");
+  Value head = m.param(c.tieEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  Value logits = MatmulOp::create(b, m.loc("lm_head"), x, head, /*transposeLhs=*/false,
+                                  /*transposeRhs=*/true);
+  Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
+  return m.finish(loss);
+}
