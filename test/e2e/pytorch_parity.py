@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""Oracle 2: ptc-run and PyTorch train the same GPT from the same safetensors weights
-on the same batches; per-step losses must agree to 1e-4 relative and final weights
-to 1e-3 (max abs difference relative to the tensor's max magnitude).
+"""Oracle 2: ptc-run and PyTorch train the same model (the standard GPT, or the Llama with
+grouped-query attention, kv heads < heads, and an untied head) from the same safetensors
+weights on the same batches; per-step losses must agree to 1e-4 relative and final
+weights to 1e-3 (max abs difference relative to the tensor's max magnitude).
 
-usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--optimizer adamw|sgd] [--steps N]
+usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--model gpt|llama]
+                         [--optimizer adamw|sgd] [--steps N]
 """
 import argparse
 import json
@@ -16,6 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_gpt as ref  # noqa: E402
+import reference_llama  # noqa: E402
 
 
 def main():
@@ -24,6 +27,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--optimizer", default="adamw")
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama"])
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     torch.set_num_threads(2)
@@ -38,13 +42,20 @@ def main():
     data = np.frombuffer(corpus, dtype=np.uint8).astype(np.uint16)
     data.astype("<u2").tofile(w("data.bin"))
 
-    model = ref.GPT(L, H, A, S, V)
-    ref.save_safetensors(w("init.safetensors"), ref.state(model))
-
     run = lambda *cmd: subprocess.run(cmd, check=True)
-    run(os.path.join(args.bin, "ptc-model"), "gpt", "--layers", str(L), "--hidden", str(H),
-        "--heads", str(A), "--seq", str(S), "--vocab", str(V), "--batch", str(B),
-        "-o", w("gpt.mlir"))
+    if args.model == "gpt":
+        model = ref.GPT(L, H, A, S, V)
+        state = ref.state
+        shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A)]
+    else:
+        KV, F, theta = 2, 176, 500000.0
+        model = reference_llama.Llama(L, H, A, KV, F, V, theta=theta)
+        state = reference_llama.state
+        shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A), "--kv-heads", str(KV),
+                 "--intermediate", str(F), "--rope-theta", str(theta)]
+    ref.save_safetensors(w("init.safetensors"), state(model))
+    run(os.path.join(args.bin, "ptc-model"), args.model, *shape, "--seq", str(S), "--vocab", str(V),
+        "--batch", str(B), "-o", w("gpt.mlir"))
     opts = (f"plan={w('gpt.plan')} optimizer={args.optimizer} lr={hp['lr']} "
             f"beta1={hp['betas'][0]} beta2={hp['betas'][1]} eps={hp['eps']} "
             f"weight-decay={hp['weight_decay']} momentum={hp['momentum']} max-grad-norm={max_norm}")
@@ -63,7 +74,7 @@ def main():
         worst_loss = max(worst_loss, rel)
         print(f"step {step:3d}  ptc {a:.7f}  torch {b:.7f}  rel {rel:.2e}")
     final = ref.load_safetensors(w("final.safetensors"))
-    expected = ref.state(model)
+    expected = state(model)
     worst_weight, worst_name = 0.0, ""
     for name, t in expected.items():
         if name not in final:
