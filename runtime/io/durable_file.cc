@@ -35,6 +35,26 @@ Status checkOutputPath(const std::string &path, const std::string &what) {
   return Status::ok();
 }
 
+Status checkOutputDirectory(const std::string &dir, const std::string &what) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/')
+    d.pop_back();
+  struct stat st;
+  if (lstat(d.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return invalidArgument(what, " '", dir, "' exists and is not a directory");
+    if (access(d.c_str(), W_OK) != 0)
+      return invalidArgument(what, " '", dir, "': the directory is not writable");
+    return Status::ok();
+  }
+  std::string parent = directoryOf(d);
+  if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return invalidArgument(what, " '", dir, "': the directory '", parent, "' does not exist");
+  if (access(parent.c_str(), W_OK) != 0)
+    return invalidArgument(what, " '", dir, "': the directory '", parent, "' is not writable");
+  return Status::ok();
+}
+
 Status writeAll(int fd, const void *bytes, size_t size, const std::string &path) {
   const char *p = static_cast<const char *>(bytes);
   while (size > 0) {

@@ -17,6 +17,10 @@ namespace ptc {
 /// `what` names the output in the message ("--save").
 Status checkOutputPath(const std::string &path, const std::string &what);
 
+/// Whether `dir` can take a directory of outputs: it is a directory, or
+/// absent with an existing parent directory.
+Status checkOutputDirectory(const std::string &dir, const std::string &what);
+
 /// Calls `write` with a file descriptor of a fresh temporary beside `path`
 /// and, when it and every step after succeed, makes it `path`.
 Status writeFileDurably(const std::string &path, const std::function<Status(int fd)> &write);

@@ -4,6 +4,8 @@
 
 #include "runtime/io/durable_file.h"
 
+#include "kernels/cpu/kernels.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -120,20 +122,35 @@ Status SafetensorsFile::copyTo(const std::string &name, const std::vector<int64_
     return error(StatusCode::kNotFound, "safetensors file '", path_, "' has no tensor '", name,
                  "'");
   const Entry &e = it->second;
-  if (e.dtype != "F32")
+  kernels::FloatType from;
+  int64_t width;
+  if (e.dtype == "F32")
+    from = kernels::FloatType::F32, width = 4;
+  else if (e.dtype == "BF16")
+    from = kernels::FloatType::BF16, width = 2;
+  else if (e.dtype == "F16")
+    from = kernels::FloatType::F16, width = 2;
+  else
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' is ", e.dtype,
-                           ", expected F32");
+                           ", expected F32, BF16 or F16");
   if (e.shape != shape)
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' has shape ",
                            shapeStr(e.shape), ", the model expects ", shapeStr(shape));
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
-  if (e.end - e.begin != 4 * n)
+  if (e.end - e.begin != width * n)
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' holds ",
-                           e.end - e.begin, " bytes, shape ", shapeStr(shape), " needs ", 4 * n);
-  std::memcpy(out, data_.data() + e.begin, static_cast<size_t>(4 * n));
+                           e.end - e.begin, " bytes, ", e.dtype, " shape ", shapeStr(shape),
+                           " needs ", width * n);
+  // bf16 and f16 widen exactly.
+  kernels::cpu::convertFloat(data_.data() + e.begin, from, out, kernels::FloatType::F32, n);
   return Status::ok();
+}
+
+const uint8_t *SafetensorsFile::bytes(const std::string &name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : data_.data() + it->second.begin;
 }
 
 } // namespace ptc

@@ -36,9 +36,12 @@ public:
   };
   const std::map<std::string, Entry> &entries() const { return entries_; }
 
-  /// Copies tensor `name` into `out`, which has `shape` (f32). Errors name the
-  /// file, the tensor and the mismatch.
+  /// Copies tensor `name` (F32, BF16 or F16) into `out`, which has `shape`
+  /// (f32). Errors name the file, the tensor and the mismatch.
   Status copyTo(const std::string &name, const std::vector<int64_t> &shape, float *out) const;
+  /// The raw little-endian bytes of tensor `name` (null if absent).
+  const uint8_t *bytes(const std::string &name) const;
+  const std::string &path() const { return path_; }
 
 private:
   std::string path_;

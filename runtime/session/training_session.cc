@@ -1,5 +1,7 @@
 #include "runtime/session/training_session.h"
 
+#include "runtime/io/array_data.h"
+#include "runtime/io/hf_checkpoint.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/session/step_watchdog.h"
 
@@ -8,6 +10,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <thread>
+
+#include <filesystem>
 
 namespace ptc {
 namespace {
@@ -140,15 +144,56 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   gradNormId_ = plan.findOutput("grad_norm");
   lossScaleId_ = plan.findOutput("loss_scale");
 
-  if (options.needsData) {
+  const bool arrays = options.dataPath.size() >= 12 &&
+                      options.dataPath.compare(options.dataPath.size() - 12, 12, ".safetensors") == 0;
+  if (options.needsData && arrays) {
+    // Any model: one named array per input, examples along the first dimension.
+    std::vector<ArrayData::Input> specs;
+    for (size_t i = 0; i < plan.tensors().size(); ++i) {
+      const TensorInfo &t = plan.tensors()[i];
+      if (t.kind != plan::TensorKind::Input)
+        continue;
+      if (t.globalShape.empty())
+        return invalidArgument("plan input '", t.name, "' is a scalar: --data arrays feed inputs "
+                               "whose first dimension is the batch");
+      ArrayData::Input in;
+      in.name = t.name;
+      in.exampleShape.assign(t.globalShape.begin() + 1, t.globalShape.end());
+      in.ids = t.dtype == plan::DType::I32;
+      in.idBound = in.ids ? idUpperBound(plan, static_cast<int32_t>(i)) : -1;
+      in.floatBytes = t.dtype == plan::DType::F32 ? 4 : 2;
+      in.bf16 = t.dtype == plan::DType::BF16;
+      int64_t rows = t.globalShape[0] * plan.microbatches();
+      if (batch_ > 0 && rows != batch_)
+        return invalidArgument("plan inputs disagree on the batch: '", t.name, "' has ", rows,
+                               " rows, others ", batch_);
+      batch_ = rows;
+      specs.push_back(in);
+      arrayIds_.push_back(static_cast<int32_t>(i));
+    }
+    if (specs.empty())
+      return invalidArgument("plan '", options.planPath, "' has no inputs for --data to feed");
+    auto data = ArrayData::load(options.dataPath, specs, batch_);
+    if (!data.isOk())
+      return data.status();
+    arrays_ = std::move(*data);
+    for (int32_t id : arrayIds_) {
+      const TensorInfo &t = plan.tensor(id);
+      int64_t bytes = t.bytes;
+      for (size_t d = 0; d < t.shape.size(); ++d)
+        bytes = bytes / t.shape[d] * t.globalShape[d];
+      arrayBatches_.emplace_back(static_cast<size_t>(bytes * plan.microbatches()));
+    }
+    seq_ = 1;
+  } else if (options.needsData) {
     // The standard model reads 'tokens' and 'targets' [batch, seq] from the data.
     tokensId_ = plan.findTensor("tokens", plan::TensorKind::Input);
     targetsId_ = plan.findTensor("targets", plan::TensorKind::Input);
     for (const TensorInfo &t : plan.tensors())
       if (t.kind == plan::TensorKind::Input && t.name != "tokens" && t.name != "targets")
         return invalidArgument("plan input '", t.name,
-                               "' has no data source (ptc-run feeds 'tokens' and 'targets' "
-                               "from --data)");
+                               "' has no data source: a token file feeds 'tokens' and 'targets'; "
+                               "other models read named arrays from --data FILE.safetensors");
     if (tokensId_ < 0 || targetsId_ < 0)
       return invalidArgument("plan '", options.planPath,
                              "' lacks the 'tokens' and 'targets' inputs");
@@ -206,7 +251,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
 Status TrainingSession::loadParameters(const std::string &path,
                                        std::vector<std::string> *unused) {
   // Every rank reads the whole tensors and keeps its part.
-  auto file = SafetensorsFile::read(path);
+  auto file = WeightSource::open(path);
   if (!file.isOk())
     return file.status();
   std::set<std::string> used;
@@ -222,20 +267,33 @@ Status TrainingSession::loadParameters(const std::string &path,
     // A NaN or Inf weight would surface steps later as a "diverged" loss.
     for (int64_t e = 0; e < count; ++e)
       if (!std::isfinite(whole[static_cast<size_t>(e)]))
-        return invalidArgument("safetensors file '", path, "': tensor '", t.name, "' holds ",
-                               whole[static_cast<size_t>(e)], " at element ", e);
+        return invalidArgument("safetensors file '", file->fileOf(t.name), "': tensor '", t.name,
+                               "' holds ", whole[static_cast<size_t>(e)], " at element ", e);
     PTC_RETURN_IF_ERROR(executor_->loadFromWhole(static_cast<int32_t>(i), whole.data()));
     used.insert(t.name);
   }
-  if (unused)
-    for (const auto &[name, entry] : file->entries())
-      if (!used.count(name))
-        unused->push_back(name);
+  for (const std::string &name : file->names()) {
+    if (used.count(name))
+      continue;
+    // A model directory is the model's checkpoint: a tensor the model lacks
+    // means another model (or a renamed parameter), not a spare tensor.
+    if (file->isDirectory())
+      return invalidArgument("weights directory '", path, "': tensor '", name, "' (in '",
+                             file->fileOf(name), "') is not a parameter of the plan");
+    if (unused)
+      unused->push_back(name);
+  }
   return Status::ok();
 }
 
+bool isDirectoryTarget(const std::string &path) {
+  std::error_code ec;
+  return (!path.empty() && path.back() == '/') || std::filesystem::is_directory(path, ec);
+}
+
 Status TrainingSession::saveParameters(const std::string &path,
-                                       const std::map<std::string, std::string> &metadata) {
+                                       const std::map<std::string, std::string> &metadata,
+                                       int64_t maxShardBytes) {
   // Sharded parameters are gathered whole on every rank; the leader writes.
   std::vector<int32_t> params;
   std::vector<std::vector<float>> wholes;
@@ -254,11 +312,19 @@ Status TrainingSession::saveParameters(const std::string &path,
   for (size_t i = 0; i < params.size(); ++i)
     out.push_back({plan_->tensor(params[i]).name, plan_->tensor(params[i]).globalShape,
                    wholes[i].data()});
+  if (isDirectoryTarget(path))
+    return writeHfDirectory(path, out, metadata, maxShardBytes);
   return writeSafetensors(path, out, metadata);
 }
 
 StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
   using Clock = std::chrono::steady_clock;
+  if (arrays_) {
+    for (size_t i = 0; i < arrayIds_.size(); ++i) {
+      arrays_->fillBatch(i, step, batch_, arrayBatches_[i].data());
+      PTC_RETURN_IF_ERROR(executor_->setInput(arrayIds_[i], arrayBatches_[i].data()));
+    }
+  }
   if (data_) {
     data_->fillBatch(step, batch_, seq_, 0, batch_, wholeTokens_.data(), wholeTargets_.data());
     PTC_RETURN_IF_ERROR(executor_->setInput(tokensId_, wholeTokens_.data()));
@@ -329,7 +395,8 @@ std::string TrainingSession::describe() const {
   }
   Mesh mesh{plan_->meshAxes(), plan_->meshSizes()};
   std::string text = std::to_string(numParams) + " parameters" + (comm_ ? " per rank" : "") +
-                     ", batch " + std::to_string(batch_) + " x seq " + std::to_string(seq_) +
+                     ", batch " + std::to_string(batch_) +
+                     (arrays_ ? std::string(" examples") : " x seq " + std::to_string(seq_)) +
                      ", " + std::to_string(plan_->plan().instructions()->size()) +
                      " instructions, memory per rank: parameters " +
                      std::to_string(paramBytes / 1024) + " KiB, optimizer state " +
@@ -337,6 +404,8 @@ std::string TrainingSession::describe() const {
                      std::to_string(executor_->arenaBytes() / 1024) + " KiB";
   if (data_)
     text += "; data " + std::to_string(data_->size()) + " tokens";
+  if (arrays_)
+    text += "; data " + std::to_string(arrays_->examples()) + " examples";
   text += "; device " + deviceText_;
   if (comm_)
     text += ", " + std::to_string(comm_->worldSize()) + " ranks (mesh " + mesh.describe() + ")";

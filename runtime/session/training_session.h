@@ -7,6 +7,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/exec/executor.h"
+#include "runtime/io/array_data.h"
 #include "runtime/io/token_data.h"
 #include "runtime/plan/plan_loader.h"
 
@@ -21,7 +22,8 @@ namespace ptc {
 
 struct SessionOptions {
   std::string planPath;
-  std::string dataPath;        // uint16 tokens for the 'tokens' / 'targets' inputs
+  std::string dataPath;        // uint16 tokens for 'tokens' / 'targets', or FILE.safetensors:
+                               // one named array per input (any model)
   std::string initPath;        // safetensors parameters (empty: the plan's initializers)
   std::string device = "auto"; // cpu, cpu-discrete, cuda, auto
   std::string comm = "auto";   // mpi, nccl, auto
@@ -51,6 +53,9 @@ StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &pla
 
 /// This process's rank among those on its node (OpenMPI, MPICH, Slurm).
 int localRank();
+
+/// Whether a --save path names a directory (ends in '/' or is one).
+bool isDirectoryTarget(const std::string &path);
 
 /// What one training step produced.
 struct StepResult {
@@ -84,15 +89,20 @@ public:
   /// Steps [first, first + steps) with the hooks and the step watchdog.
   Status run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks);
 
-  /// Parameters from a safetensors file of whole tensors (every rank keeps its
-  /// part); refuses NaN and Inf. Tensors of the file the plan has no use for
-  /// are listed in `unused`.
+  /// Parameters from a safetensors file of whole tensors or a Hugging Face
+  /// model directory (index + shards; every rank keeps its part); bf16 and
+  /// f16 tensors widen to f32; refuses NaN and Inf. Tensors of a file the plan
+  /// has no use for are listed in `unused`; in a directory they are an error.
   Status loadParameters(const std::string &path, std::vector<std::string> *unused = nullptr);
   /// The tensors of SessionOptions::initPath that no parameter took.
   const std::vector<std::string> &unusedInitTensors() const { return unusedInitTensors_; }
-  /// Gathers every parameter whole; the leader writes them (others return ok).
+  /// Gathers every parameter whole; the leader writes them (others return ok):
+  /// one safetensors file, or for a directory (`path` ending in '/' or an
+  /// existing directory) Hugging Face's sharded form with shards of at most
+  /// `maxShardBytes`.
   Status saveParameters(const std::string &path,
-                        const std::map<std::string, std::string> &metadata);
+                        const std::map<std::string, std::string> &metadata,
+                        int64_t maxShardBytes = int64_t{5} * 1000 * 1000 * 1000);
 
   const LoadedPlan &plan() const { return *plan_; }
   std::shared_ptr<const LoadedPlan> sharedPlan() const { return plan_; }
@@ -120,6 +130,9 @@ private:
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Executor> executor_;
   std::optional<TokenData> data_;
+  std::optional<ArrayData> arrays_;          // --data FILE.safetensors
+  std::vector<int32_t> arrayIds_;            // the inputs it feeds, in its order
+  std::vector<std::vector<uint8_t>> arrayBatches_;
   std::string deviceText_;
   int pipelineRank_ = 0;
   int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, tokensId_ = -1, targetsId_ = -1;

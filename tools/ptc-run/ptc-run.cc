@@ -31,11 +31,15 @@ namespace {
 using namespace ptc;
 
 const char *kUsage = R"(usage: ptc-run PLAN [options]
-  --data FILE         uint16 token file (nanoGPT .bin) feeding the 'tokens'/'targets' inputs
+  --data FILE         uint16 token file (nanoGPT .bin) feeding the 'tokens'/'targets' inputs, or
+                      FILE.safetensors: one array per plan input, first dimension the example
   --steps N           training steps to run (default 100)
-  --init FILE         initial parameters from a safetensors file (default: the plan's initializers)
+  --init PATH         initial parameters from a safetensors file or a Hugging Face model
+                      directory (index + shards; F32, BF16, F16) (default: the plan's initializers)
   --seed S            seed of the plan's initializers (default 1337)
-  --save FILE         write the final parameters as safetensors
+  --save PATH         write the final parameters as safetensors; PATH/ (or an existing
+                      directory): Hugging Face's sharded form (index + shards)
+  --max-shard-mb N    largest shard of a --save directory in MB (default 5000, as HF's 5GB)
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
                       [, loss_scale]
   --log-every N       progress line every N steps (default 10; 0: none)
@@ -308,7 +312,8 @@ int runMain(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--metrics", "--log-every", "--threads", "--np",
-                                    "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout"};
+                                    "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout",
+                                    "--max-shard-mb"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
         std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
@@ -351,6 +356,13 @@ int runMain(int argc, char **argv) {
                            ? parseSeconds("--step-timeout", opts["--step-timeout"], true, ok)
                            : 3600.0;
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
+  int64_t maxShardMb =
+      opts.count("--max-shard-mb") ? parseInt("--max-shard-mb", opts["--max-shard-mb"].c_str(), ok)
+                                   : 5000;
+  if (ok && (maxShardMb < 1 || maxShardMb > (int64_t{1} << 40))) {
+    std::cerr << "ptc-run: error: --max-shard-mb " << maxShardMb << " must be at least 1\n";
+    ok = false;
+  }
   int64_t seed = opts.count("--seed") ? parseInt("--seed", opts["--seed"].c_str(), ok) : 1337;
   int64_t logEvery =
       opts.count("--log-every") ? parseInt("--log-every", opts["--log-every"].c_str(), ok) : 10;
@@ -395,7 +407,10 @@ int runMain(int argc, char **argv) {
   // one that is not a regular file, fails now rather than after the run.
   for (const char *flag : {"--save", "--metrics", "--trace"})
     if (opts.count(flag))
-      if (Status s = checkOutputPath(opts[flag], flag); !s.isOk()) {
+      if (Status s = std::string(flag) == "--save" && isDirectoryTarget(opts[flag])
+                         ? checkOutputDirectory(opts[flag], flag)
+                         : checkOutputPath(opts[flag], flag);
+          !s.isOk()) {
         std::cerr << "ptc-run: error: " << s.message() << "\n";
         return 2;
       }
@@ -453,9 +468,11 @@ int runMain(int argc, char **argv) {
     printMemoryReport(session);
 
   if (opts.count("--save")) {
-    Status s = session.saveParameters(opts["--save"], {{"format", "pt"},
-                                                       {"producer", "ptc-run"},
-                                                       {"steps", std::to_string(steps)}});
+    Status s = session.saveParameters(opts["--save"],
+                                      {{"format", "pt"},
+                                       {"producer", "ptc-run"},
+                                       {"steps", std::to_string(steps)}},
+                                      maxShardMb * 1000 * 1000);
     if (!s.isOk())
       return fail(s.message());
     if (leader) {

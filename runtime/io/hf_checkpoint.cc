@@ -1,0 +1,158 @@
+// Hugging Face model directories: model.safetensors or an index and shards.
+
+#include "runtime/io/hf_checkpoint.h"
+
+#include "runtime/io/durable_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace ptc {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char *kIndexName = "model.safetensors.index.json";
+
+StatusOr<std::shared_ptr<SafetensorsFile>> readShared(const std::string &path) {
+  auto file = SafetensorsFile::read(path);
+  if (!file.isOk())
+    return file.status();
+  return std::make_shared<SafetensorsFile>(std::move(*file));
+}
+} // namespace
+
+StatusOr<WeightSource> WeightSource::open(const std::string &path) {
+  WeightSource src;
+  src.path_ = path;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    auto file = readShared(path);
+    if (!file.isOk())
+      return file.status();
+    src.files_.push_back(*file);
+    for (const auto &[name, entry] : (*file)->entries())
+      src.where_[name] = 0;
+    return src;
+  }
+  src.directory_ = true;
+  fs::path dir(path), index = dir / kIndexName;
+  if (!fs::exists(index, ec)) {
+    fs::path single = dir / "model.safetensors";
+    if (!fs::exists(single, ec))
+      return error(StatusCode::kNotFound, "weights directory '", path, "' has neither ",
+                   kIndexName, " nor model.safetensors");
+    auto file = readShared(single.string());
+    if (!file.isOk())
+      return file.status();
+    src.files_.push_back(*file);
+    for (const auto &[name, entry] : (*file)->entries())
+      src.where_[name] = 0;
+    return src;
+  }
+  std::ifstream in(index, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+      !j["weight_map"].is_object())
+    return invalidArgument("index '", index.string(),
+                           "' is not JSON with a \"weight_map\" object");
+  std::map<std::string, size_t> shardIndex;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string())
+      return invalidArgument("index '", index.string(), "': tensor '", it.key(),
+                             "' maps to no file name");
+    std::string shard = it.value().get<std::string>();
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
+      return invalidArgument("index '", index.string(), "': tensor '", it.key(),
+                             "' maps to '", shard, "', not a file in the directory");
+    auto found = shardIndex.find(shard);
+    if (found == shardIndex.end()) {
+      fs::path shardPath = dir / shard;
+      if (!fs::exists(shardPath, ec))
+        return error(StatusCode::kNotFound, "index '", index.string(), "' maps tensor '",
+                     it.key(), "' to shard '", shard, "', which does not exist");
+      auto file = readShared(shardPath.string());
+      if (!file.isOk())
+        return file.status();
+      found = shardIndex.emplace(shard, src.files_.size()).first;
+      src.files_.push_back(*file);
+    }
+    if (!src.files_[found->second]->entries().count(it.key()))
+      return invalidArgument("index '", index.string(), "' maps tensor '", it.key(),
+                             "' to shard '", shard, "', which does not hold it");
+    src.where_[it.key()] = found->second;
+  }
+  return src;
+}
+
+std::vector<std::string> WeightSource::names() const {
+  std::vector<std::string> out;
+  for (const auto &[name, file] : where_)
+    out.push_back(name);
+  return out;
+}
+
+std::string WeightSource::fileOf(const std::string &name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? "" : files_[it->second]->path();
+}
+
+Status WeightSource::copyTo(const std::string &name, const std::vector<int64_t> &shape,
+                            float *out) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) {
+    if (directory_)
+      return error(StatusCode::kNotFound, "weights directory '", path_, "' has no tensor '",
+                   name, "'");
+    return error(StatusCode::kNotFound, "safetensors file '", path_, "' has no tensor '", name,
+                 "'");
+  }
+  return files_[it->second]->copyTo(name, shape, out);
+}
+
+Status writeHfDirectory(const std::string &dir, const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata,
+                        int64_t maxShardBytes) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    return invalidArgument("--save '", dir, "': not a directory");
+  fs::create_directories(dir, ec);
+  if (ec)
+    return error(StatusCode::kInternal, "cannot create directory '", dir, "': ", ec.message());
+  // Consecutive tensors fill a shard up to maxShardBytes.
+  std::vector<std::vector<NamedTensor>> shards;
+  int64_t current = 0, total = 0;
+  for (const NamedTensor &t : tensors) {
+    int64_t bytes = 4;
+    for (int64_t d : t.shape)
+      bytes *= d;
+    if (shards.empty() || (current > 0 && current + bytes > maxShardBytes)) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(t);
+    current += bytes;
+    total += bytes;
+  }
+  nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+  const size_t n = shards.size();
+  for (size_t i = 0; i < n; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+    PTC_RETURN_IF_ERROR(writeSafetensors((fs::path(dir) / name).string(), shards[i], metadata));
+    for (const NamedTensor &t : shards[i])
+      weightMap[t.name] = name;
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
+                                  {"weight_map", weightMap}};
+  std::string text = index.dump(2) + "\n";
+  std::string indexPath = (fs::path(dir) / kIndexName).string();
+  return writeFileDurably(indexPath, [&](int fd) { return writeAll(fd, text.data(), text.size(), indexPath); });
+}
+
+} // namespace ptc
