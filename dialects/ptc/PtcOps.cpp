@@ -324,14 +324,17 @@ LogicalResult verifyAttentionOperands(Operation *op, RankedTensorType type,
 
 // `: type(query)` alone when key and value have the query's type, else
 // `: type(query), type(key)` (grouped-query attention).
-static ParseResult parseKeyType(OpAsmParser &parser, Type queryType, Type &keyType) {
+static ParseResult parseAttentionTypes(OpAsmParser &parser, Type &queryType, Type &keyType) {
+  if (parser.parseType(queryType))
+    return failure();
   keyType = queryType;
   if (succeeded(parser.parseOptionalComma()))
     return parser.parseType(keyType);
   return success();
 }
 
-static void printKeyType(OpAsmPrinter &printer, Operation *, Type queryType, Type keyType) {
+static void printAttentionTypes(OpAsmPrinter &printer, Operation *, Type queryType, Type keyType) {
+  printer << queryType;
   if (keyType != queryType)
     printer << ", " << keyType;
 }

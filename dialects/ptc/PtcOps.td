@@ -297,7 +297,7 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
                        Ptc_FloatTensor:$value, OptionalAttr<F64Attr>:$scale);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value attr-dict `:` type($query) custom<KeyType>(ref(type($query)), type($key))
+    $query `,` $key `,` $value attr-dict `:` custom<AttentionTypes>(type($query), type($key))
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
