@@ -1,5 +1,5 @@
 """Helpers shared by the benchmarks: the bench configuration's options, the data file,
-and building a GPT plan with ptc-model + ptc-opt."""
+and building a GPT (or Llama) plan with ptc-model + ptc-opt."""
 import os
 import statistics
 import subprocess
@@ -23,15 +23,42 @@ def add_model_options(ap, steps):
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama"],
+                    help="llama: the Llama bench config (4 kv heads, intermediate 688)")
+    ap.add_argument("--kv-heads", type=int, default=4, help="llama only")
+    ap.add_argument("--intermediate", type=int, default=688, help="llama only")
 
 
-def model_flops(L, H, A, S, B, V):
+def model_flops(L, H, A, S, B, V, kv_heads=None, intermediate=None):
     """Training FLOPs of one step: 3x the forward matmuls (incl. the LM head) and
-    dense attention (4*B*S*S*H per layer), the convention MFU figures use."""
+    dense attention (4*B*S*S*H per layer), the convention MFU figures use. With
+    kv_heads and intermediate: the Llama (q, k, v, o and the three SwiGLU matmuls)."""
     tokens = B * S
-    matmul = 2 * tokens * (L * (3 * H * H + H * H + 8 * H * H) + H * V)
+    if kv_heads is None:
+        per_layer = 3 * H * H + H * H + 8 * H * H
+    else:
+        per_layer = 2 * H * H + 2 * H * kv_heads * (H // A) + 3 * H * intermediate
+    matmul = 2 * tokens * (L * per_layer + H * V)
     attention = L * 4 * B * S * S * H
     return 3 * (matmul + attention)
+
+
+def flops_of(a):
+    """model_flops of the configuration in `a` (gpt or llama)."""
+    if getattr(a, "model", "gpt") == "llama":
+        return model_flops(a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab, a.kv_heads,
+                           a.intermediate)
+    return model_flops(a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab)
+
+
+def torch_model(a):
+    """The PyTorch reference of the configuration in `a` (test/e2e)."""
+    if getattr(a, "model", "gpt") == "llama":
+        import reference_llama
+        return reference_llama.Llama(a.layers, a.hidden, a.heads, a.kv_heads, a.intermediate,
+                                     a.vocab)
+    import reference_gpt as ref
+    return ref.GPT(a.layers, a.hidden, a.heads, a.seq, a.vocab)
 
 
 def corpus_tokens():
@@ -43,12 +70,16 @@ def write_data(path):
 
 
 def compile_gpt(a, workdir, plan, options):
-    """ptc-model gpt with the configuration in `a`, then ptc-compile with `options`."""
+    """ptc-model gpt (or llama, `a.model`) with the configuration in `a`, then
+    ptc-compile with `options`."""
     b = lambda t: os.path.join(a.bin, t)
     mlir = os.path.join(workdir, "gpt.mlir")
-    subprocess.run([b("ptc-model"), "gpt", "--layers", str(a.layers), "--hidden", str(a.hidden),
+    model = getattr(a, "model", "gpt")
+    extra = ["--kv-heads", str(a.kv_heads), "--intermediate", str(a.intermediate)] \
+        if model == "llama" else []
+    subprocess.run([b("ptc-model"), model, "--layers", str(a.layers), "--hidden", str(a.hidden),
                     "--heads", str(a.heads), "--seq", str(a.seq), "--vocab", str(a.vocab),
-                    "--batch", str(a.batch), "-o", mlir], check=True)
+                    "--batch", str(a.batch), *extra, "-o", mlir], check=True)
     subprocess.run([b("ptc-opt"), mlir, f"--ptc-compile=plan={plan} {options}", "-o",
                     os.devnull], check=True)
 

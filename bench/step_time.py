@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Benchmark: training step time of ptc-run vs PyTorch eager on the same GPT, same
+"""Benchmark: training step time of ptc-run vs PyTorch eager on the same GPT (or, with
+--model llama, the same Llama: RMSNorm, rotary, 8 heads over 4 kv heads, SwiGLU 688), same
 machine and cores, in one invocation. PyTorch runs at every combination of intra-op
 threads and OpenBLAS threads from 1 to --threads, each in its own process with the
 environment set before PyTorch and OpenBLAS start; ptc-run is compared with the best.
 Prints per-step times, the ratio, and model FLOP/s as a fraction of OpenBLAS sgemm
 throughput.
 
-usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30]
+usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30] [--model gpt|llama]
        [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8 --vocab 256]
+       [--kv-heads 4 --intermediate 688]
 """
 import argparse
 import json
@@ -66,9 +68,10 @@ def main():
             torch_runs[(intra, blas)] = float(out.strip().splitlines()[-1])
     (best_intra, best_blas), torch_step = min(torch_runs.items(), key=lambda kv: kv[1])
 
-    flops = common.model_flops(L, H, A, S, B, V)
-    print(f"config: layers {L}, hidden {H}, heads {A}, seq {S}, batch {B}, vocab {V}, AdamW, "
-          f"{a.threads} threads, median of {a.steps} steps")
+    flops = common.flops_of(a)
+    llama = f" ({a.kv_heads} kv heads, intermediate {a.intermediate})" if a.model == "llama" else ""
+    print(f"config: {a.model}, layers {L}, hidden {H}, heads {A}{llama}, seq {S}, batch {B}, "
+          f"vocab {V}, AdamW, {a.threads} threads, median of {a.steps} steps")
     print(f"OpenBLAS sgemm 1024^3: {sgemm / 1e9:.1f} GFLOP/s")
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
     for (intra, blas), t in sorted(torch_runs.items()):
@@ -86,7 +89,7 @@ def torch_step_seconds(a, intra):
     """Median PyTorch step time in this process (threads fixed by the environment)."""
     torch.set_num_threads(intra)
     torch.manual_seed(0)
-    model = ref.GPT(a.layers, a.hidden, a.heads, a.seq, a.vocab)
+    model = common.torch_model(a)
     opt = ref.make_optimizer(model, "adamw", lr=1e-3)
     return common.time_torch_steps(model, opt, common.corpus_tokens(), a.steps, a.warmup,
                                    a.batch, a.seq)

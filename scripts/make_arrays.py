@@ -1,5 +1,7 @@
-"""Writes safetensors files for the ptc-run tests: a learnable classification dataset
-(labels = argmax of a fixed random projection of x) and edited copies of weights.
+"""Safetensors helpers for ptc-run's named-array data and weights (used by the tests too):
+a learnable classification dataset for `ptc-model mlp|moe` (inputs "x" [N, DIM] and
+"labels" [N]; labels = argmax of a fixed random projection of x), a bf16 copy of weights,
+and a comparison of two weight files or Hugging Face directories. Needs numpy.
 
   make_arrays.py dataset OUT N DIM CLASSES [--label-dtype I64|I32] [--drop NAME]
   make_arrays.py bf16 IN OUT        # every F32 tensor of IN as BF16
