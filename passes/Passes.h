@@ -50,6 +50,19 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<double> maxGradNorm{
       *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
       llvm::cl::init(0.0)};
+  PassOptions::Option<std::string> lrSchedule{
+      *this, "lr-schedule",
+      llvm::cl::desc("Learning-rate schedule: constant, cosine or linear (after warmup)"),
+      llvm::cl::init("constant")};
+  PassOptions::Option<int64_t> warmupSteps{
+      *this, "warmup-steps", llvm::cl::desc("Linear warmup steps of the schedule"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> decaySteps{
+      *this, "decay-steps", llvm::cl::desc("Step at which cosine/linear decay reaches min-lr"),
+      llvm::cl::init(0)};
+  PassOptions::Option<double> minLr{*this, "min-lr",
+                                    llvm::cl::desc("Learning rate after decay-steps"),
+                                    llvm::cl::init(0.0)};
   PassOptions::Option<std::string> precision{
       *this, "precision",
       llvm::cl::desc("Compute precision: fp32, bf16 or f16 (fp32 master weights and optimizer)"),

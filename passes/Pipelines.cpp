@@ -59,6 +59,10 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.weightDecay = options.weightDecay;
     opt.momentum = options.momentum;
     opt.maxGradNorm = options.maxGradNorm;
+    opt.lrSchedule = options.lrSchedule;
+    opt.warmupSteps = options.warmupSteps;
+    opt.decaySteps = options.decaySteps;
+    opt.minLr = options.minLr;
     opt.dynamicLossScale = options.dynamicLossScale;
     opt.lossScaleInit = options.lossScaleInit;
     opt.lossScaleWindow = options.lossScaleWindow;

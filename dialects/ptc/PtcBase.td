@@ -67,6 +67,7 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kUpdateAttrName = "ptc.update";
     static constexpr ::llvm::StringLiteral kGradNormAttrName = "ptc.grad_norm";
     static constexpr ::llvm::StringLiteral kLossScaleAttrName = "ptc.loss_scale";
+    static constexpr ::llvm::StringLiteral kLrAttrName = "ptc.lr";
     /// Module attribute: the device mesh, `{axes = ["dp", "tp"], shape = array<i64: 2, 2>}`.
     static constexpr ::llvm::StringLiteral kMeshAttrName = "ptc.mesh";
     /// Argument attribute: a user sharding annotation, e.g. "[dp, _]" (one

@@ -355,7 +355,8 @@ LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned re
   if (!func)
     return success();
   Type resultType = func.getResultTypes()[resultIndex];
-  if (attrName == kLossAttrName || attrName == kGradNormAttrName || attrName == kLossScaleAttrName) {
+  if (attrName == kLossAttrName || attrName == kGradNormAttrName || attrName == kLossScaleAttrName ||
+      attrName == kLrAttrName) {
     auto t = dyn_cast<RankedTensorType>(resultType);
     if (!isa<UnitAttr>(attr.getValue()) || !t || t.getRank() != 0 ||
         !isa<FloatType>(t.getElementType()))

@@ -725,6 +725,22 @@ LogicalResult AdamWUpdateOp::verify() {
   return success();
 }
 
+LogicalResult LrScheduleOp::verify() {
+  StringRef kind = getKind();
+  if (kind != "constant" && kind != "cosine" && kind != "linear")
+    return emitOpError() << "kind must be constant, cosine or linear, got '" << kind << "'";
+  double lr = getLr().convertToDouble(), minLr = getMinLr().convertToDouble();
+  if (!(lr >= 0.0) || !(minLr >= 0.0) || minLr > lr)
+    return emitOpError() << "needs 0 <= min_lr <= lr, got lr " << lr << " and min_lr " << minLr;
+  int64_t warmup = getWarmupStepsAttr().getInt(), decay = getDecayStepsAttr().getInt();
+  if (warmup < 0)
+    return emitOpError() << "warmup_steps must be >= 0, got " << warmup;
+  if (kind != "constant" && decay <= warmup)
+    return emitOpError() << "decay_steps (" << decay << ") must exceed warmup_steps (" << warmup
+                         << ")";
+  return success();
+}
+
 LogicalResult SgdUpdateOp::verify() {
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||

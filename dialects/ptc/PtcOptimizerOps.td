@@ -9,13 +9,44 @@
 #ifndef PTC_OPTIMIZER_OPS_TD
 #define PTC_OPTIMIZER_OPS_TD
 
-def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_LrScheduleOp : Ptc_Op<"lr_schedule", [Pure, AllTypesMatch<["step", "result"]>]> {
+  let summary = "the learning rate of this step from the step count";
+  let description = [{
+    `step` counts this step (1 for the first; the optimizer state
+    `optimizer.step` after its increment), so the rate resumes with a
+    checkpoint. With `it = step - 1` (nanoGPT's iteration index), `W` =
+    `warmup_steps`, `D` = `decay_steps`:
+    ```
+    it < W:       lr * (it + 1) / (W + 1)                      (linear warmup)
+    constant:     lr
+    it > D:       min_lr
+    otherwise:    r = (it - W) / (D - W)
+                  cosine: min_lr + 0.5 * (1 + cos(pi * r)) * (lr - min_lr)
+                  linear: min_lr + (1 - r) * (lr - min_lr)
+    ```
+    which is nanoGPT's `get_lr` (cosine) and Megatron's cosine / linear decay
+    after warmup.
+
+    ```mlir
+    %lr = ptc.lr_schedule %t {kind = "cosine", lr = 6.0e-4 : f64, min_lr = 6.0e-5 : f64,
+                              warmup_steps = 100 : i64, decay_steps = 5000 : i64} : tensor<f32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$step, StrAttr:$kind, F64Attr:$lr, F64Attr:$min_lr,
+                       I64Attr:$warmup_steps, I64Attr:$decay_steps);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$step attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
     AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
                    "new_exp_avg_sq"]>]> {
   let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
   let description = [{
     With `t = step` (a scalar already counting this step); with `skip` (a
-    scalar, dynamic loss scaling) non-zero, nothing changes:
+    scalar, dynamic loss scaling) non-zero, nothing changes; with
+    `scheduled_lr` (a `ptc.lr_schedule`), that value replaces `lr`:
     ```
     p  = p * (1 - lr * weight_decay)
     m  = beta1 * m + (1 - beta1) * g
@@ -32,17 +63,19 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Sh
   let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad, Ptc_FloatTensor:$exp_avg,
                        Ptc_FloatTensor:$exp_avg_sq, 0DTensorOf<[F32]>:$step,
                        Optional<0DTensorOf<[F32]>>:$skip,
+                       Optional<0DTensorOf<[F32]>>:$scheduled_lr,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                        F64Attr:$weight_decay);
   let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_exp_avg,
                       Ptc_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`skip` `(` $skip^ `:` type($skip) `)`)? attr-dict `:` type($param) `,` type($step)
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`skip` `(` $skip^ `:` type($skip) `)`)?
+    (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:` type($param) `,` type($step)
   }];
   let hasVerifier = 1;
 }
 
-def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
     AllTypesMatch<["param", "grad", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
   let summary = "one SGD step with momentum (torch.optim.SGD semantics, dampening 0)";
   let description = [{
@@ -60,10 +93,12 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_Shardi
   }];
   let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad,
                        Ptc_FloatTensor:$momentum_buffer, Optional<0DTensorOf<[F32]>>:$skip,
+                       Optional<0DTensorOf<[F32]>>:$scheduled_lr,
                        F64Attr:$lr, F64Attr:$momentum, F64Attr:$weight_decay);
   let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_momentum_buffer);
   let assemblyFormat = [{
-    $param `,` $grad `,` $momentum_buffer (`skip` `(` $skip^ `:` type($skip) `)`)? attr-dict `:` type($param)
+    $param `,` $grad `,` $momentum_buffer (`skip` `(` $skip^ `:` type($skip) `)`)?
+    (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:` type($param)
   }];
   let hasVerifier = 1;
 }

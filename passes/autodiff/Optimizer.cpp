@@ -65,7 +65,22 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       states.push_back({scalarType, "loss_scale.exponent"});
       states.push_back({scalarType, "loss_scale.good_steps"});
     }
-    if (adamw)
+    const bool scheduled = lrSchedule != "constant" || warmupSteps > 0;
+    if (lrSchedule != "constant" && lrSchedule != "cosine" && lrSchedule != "linear") {
+      func.emitError() << "lr-schedule must be constant, cosine or linear, got '"
+                       << lrSchedule << "'";
+      return signalPassFailure();
+    }
+    if (scheduled && (warmupSteps < 0 || minLr < 0.0 || minLr > lr ||
+                      (lrSchedule != "constant" && decaySteps <= warmupSteps))) {
+      func.emitError() << "lr-schedule=" << lrSchedule << " needs 0 <= warmup-steps ("
+                       << warmupSteps.getValue() << ") < decay-steps (" << decaySteps.getValue()
+                       << ") and 0 <= min-lr (" << minLr.getValue() << ") <= lr ("
+                       << lr.getValue() << ")";
+      return signalPassFailure();
+    }
+    const bool counted = adamw || scheduled; // the step count is state
+    if (counted)
       states.push_back({scalarType, "optimizer.step"});
     for (const Entry &e : entries) {
       if (adamw) {
@@ -169,14 +184,24 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
           b.getNamedAttr(PtcDialect::kUpdateAttrName, b.getStringAttr(name))));
     };
 
-    Value step;
-    if (adamw) {
+    Value step, scheduledLr;
+    if (counted) {
       BlockArgument stepArg = addState(scalar, "optimizer.step");
       Value one = arith::ConstantOp::create(
           b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
       if (skip) // a skipped step does not count
         one = SubOp::create(b, loc, one, skip);
       step = AddOp::create(b, loc, stepArg, one);
+    }
+    if (scheduled) {
+      scheduledLr = LrScheduleOp::create(b, NameLoc::get(b.getStringAttr("optimizer:lr")), scalar,
+                                         step, b.getStringAttr(lrSchedule),
+                                         b.getF64FloatAttr(lr), b.getF64FloatAttr(minLr),
+                                         b.getI64IntegerAttr(warmupSteps),
+                                         b.getI64IntegerAttr(decaySteps));
+      results.push_back(scheduledLr);
+      resultAttrs.push_back(
+          b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kLrAttrName, b.getUnitAttr())));
     }
     for (auto [i, e] : llvm::enumerate(entries)) {
       Type t = e.param.getType();
@@ -187,7 +212,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         BlockArgument m = addState(t, base + ".exp_avg");
         BlockArgument v = addState(t, base + ".exp_avg_sq");
         auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step, skip,
-                                        b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
+                                        scheduledLr, b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
                                         b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
                                         b.getF64FloatAttr(wd));
         update(op.getNewParam(), base);
@@ -195,14 +220,14 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         update(op.getNewExpAvgSq(), base + ".exp_avg_sq");
       } else {
         BlockArgument buf = addState(t, base + ".momentum_buffer");
-        auto op = SgdUpdateOp::create(b, ploc, t, t, e.param, grads[i], buf, skip,
+        auto op = SgdUpdateOp::create(b, ploc, t, t, e.param, grads[i], buf, skip, scheduledLr,
                                       b.getF64FloatAttr(lr), b.getF64FloatAttr(momentum),
                                       b.getF64FloatAttr(wd));
         update(op.getNewParam(), base);
         update(op.getNewMomentumBuffer(), base + ".momentum_buffer");
       }
     }
-    if (adamw)
+    if (counted)
       update(step, "optimizer.step");
     if (skip) {
       auto next = LossScaleUpdateOp::create(b, loc, scalar, scalar, scaleExp, scaleGood, skip,

@@ -69,6 +69,11 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     Weight decay applies to parameters of rank >= 2 only (matrices and
     embeddings, not biases or LayerNorm weights), as nanoGPT configures
     torch.optim.AdamW.
+
+    With a learning-rate schedule (`lr-schedule` other than constant, or
+    `warmup-steps` > 0), one `ptc.lr_schedule` computes each step's rate from
+    the step count (`optimizer.step`, added for SGD too), every update reads
+    it, and the step returns it as `ptc.lr` (the plan output `lr`).
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
@@ -87,7 +92,16 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     Option<"lossScaleWindow", "loss-scale-window", "int64_t", /*default=*/"1000",
            "Double the dynamic loss scale after this many steps without overflow">,
     Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",
-           "Clip gradients to this global L2 norm (0: no clipping)">
+           "Clip gradients to this global L2 norm (0: no clipping)">,
+    Option<"lrSchedule", "lr-schedule", "std::string", /*default=*/"\"constant\"",
+           "constant, cosine or linear: the rate of each step from the step count "
+           "(ptc.lr_schedule), with warmup-steps of linear warmup">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",
+           "Linear warmup steps">,
+    Option<"decaySteps", "decay-steps", "int64_t", /*default=*/"0",
+           "Step at which the cosine / linear decay reaches min-lr">,
+    Option<"minLr", "min-lr", "double", /*default=*/"0.0",
+           "Learning rate after decay-steps">
   ];
   let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
 }

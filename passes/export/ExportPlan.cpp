@@ -1,11 +1,13 @@
 //===- ExportPlan.cpp - serialize a training step to a FlatBuffers plan ---===//
 
 #include "passes/export/Passes.h"
+
 #include "dialects/ptc/PtcMesh.h"
 #include "passes/memory/Passes.h"
 
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_generated.h"
+#include "kernels/common/lr_schedule.h"
 #include "runtime/plan/plan_ops.h"
 #include "runtime/schedule/schedule.h"
 
@@ -161,16 +163,23 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       .Case([](TopKGateGradOp o) { return Lowered{C::TopKGateGrad, {o.getNormalize()}, {}}; })
       .Case([](MoeDispatchGradOp) { return Lowered{C::MoeDispatchGrad}; })
       .Case([](MoeCombineGradOp) { return Lowered{C::MoeCombineGrad}; })
+      .Case([](LrScheduleOp o) {
+        auto kind = ::ptc::kernels::lookupLrScheduleKind(o.getKind().str());
+        return Lowered{C::LrSchedule,
+                       {static_cast<int64_t>(*kind), o.getWarmupStepsAttr().getInt(), o.getDecayStepsAttr().getInt()},
+                       {o.getLr().convertToDouble(), o.getMinLr().convertToDouble()}};
+      })
       .Case([](AdamWUpdateOp o) {
+        // ints [1]: the last input is the scheduled learning rate.
         return Lowered{C::AdamWUpdate,
-                       {},
+                       o.getScheduledLr() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                        {o.getLr().convertToDouble(), o.getBeta1().convertToDouble(),
                         o.getBeta2().convertToDouble(), o.getEps().convertToDouble(),
                         o.getWeightDecay().convertToDouble()}};
       })
       .Case([](SgdUpdateOp o) {
         return Lowered{C::SgdUpdate,
-                       {},
+                       o.getScheduledLr() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                        {o.getLr().convertToDouble(), o.getMomentum().convertToDouble(),
                         o.getWeightDecay().convertToDouble()}};
       })
@@ -527,6 +536,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         name = "grad_norm";
       else if (func.getResultAttr(i, PtcDialect::kLossScaleAttrName))
         name = "loss_scale";
+      else if (func.getResultAttr(i, PtcDialect::kLrAttrName))
+        name = "lr";
       else if (auto p = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName))
         name = "grad:" + p.str();
       else if (func.getResultAttr(i, PtcDialect::kUpdateAttrName))

@@ -2,6 +2,7 @@
 
 #include "runtime/exec/executor.h"
 
+#include "kernels/common/lr_schedule.h"
 #include "kernels/cpu/kernels.h"
 
 #include <algorithm>
@@ -161,16 +162,40 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   case OpCode::MoeCombineGrad:
     return d.moeCombineGrad(I(0), I(1), ids(2), I(3), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0],
                             IS(0)[1], O(0), O(1));
-  case OpCode::AdamWUpdate: {
-    // An optional 6th input: the overflow flag of dynamic loss scaling (the
-    // step then changes nothing).
-    const float *skip = in.size() > 5 ? I(5) : nullptr;
-    return d.adamwUpdate(I(0), I(1), I(2), I(3), I(4), AdamWParams{F(0), F(1), F(2), F(3), F(4)},
-                         N(0), skip, O(0), O(1), O(2));
-  }
+  case OpCode::AdamWUpdate:
   case OpCode::SgdUpdate: {
-    const float *skip = in.size() > 3 ? I(3) : nullptr;
-    return d.sgdUpdate(I(0), I(1), I(2), F(0), F(1), F(2), N(0), skip, O(0), O(1));
+    // Optional inputs after the fixed ones: the overflow flag of dynamic loss
+    // scaling (the step then changes nothing), then (ints [1]) the scheduled
+    // learning rate, computed on the host this step by its LrSchedule.
+    const bool adam = inst.op() == OpCode::AdamWUpdate;
+    const size_t base = adam ? 5 : 3;
+    const bool scheduled = inst.ints() && inst.ints()->size() == 1;
+    const size_t fixed = base + (scheduled ? 1 : 0);
+    const float *skip = in.size() > fixed ? I(base) : nullptr;
+    float lr = F(0);
+    if (scheduled) {
+      auto value = hostScalar(in[static_cast<flatbuffers::uoffset_t>(in.size() - 1)]);
+      if (!value.isOk())
+        return value.status();
+      lr = *value;
+    }
+    if (adam)
+      return d.adamwUpdate(I(0), I(1), I(2), I(3), I(4), AdamWParams{lr, F(1), F(2), F(3), F(4)},
+                           N(0), skip, O(0), O(1), O(2));
+    return d.sgdUpdate(I(0), I(1), I(2), lr, F(1), F(2), N(0), skip, O(0), O(1));
+  }
+  case OpCode::LrSchedule: {
+    // Once per step on a scalar: computed on the host, kept there for the
+    // updates (no device round trip per parameter).
+    auto step = scalar(in[0]);
+    if (!step.isOk())
+      return step.status();
+    auto a = ints();
+    float value = static_cast<float>(kernels::scheduledLr(
+        static_cast<kernels::LrScheduleKind>(a[0]), inst.floats()->Get(0), inst.floats()->Get(1),
+        a[1], a[2], static_cast<double>(*step)));
+    hostScalars_[out[0]] = value;
+    return d.copy(O(0), &value, sizeof value, CopyKind::HostToDevice);
   }
   case OpCode::LossScale: {
     // Once per step on a scalar: computed on the host.

@@ -15,6 +15,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace ptc {
@@ -49,6 +50,9 @@ public:
   Status readLocal(int32_t id, void *out);
   /// The first element of f32 tensor `id` (a loss, a norm), read to the host.
   StatusOr<float> scalar(int32_t id);
+  /// A scalar this step computed on the host (a scheduled learning rate), or
+  /// else scalar(id).
+  StatusOr<float> hostScalar(int32_t id);
   /// The whole value of tensor `id` on rank 0 (collective: every rank calls
   /// it; other ranks get an empty vector).
   StatusOr<std::vector<float>> gatherWhole(int32_t id);
@@ -92,6 +96,7 @@ public:
   int64_t communicationBytes() const { return staging_.capacity(); }
 
 private:
+  std::unordered_map<int32_t, float> hostScalars_; // host copies of host-computed scalars
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
   // First member: destroyed last, after every DeviceBuffer below.
   std::unique_ptr<Device> dev_;

@@ -113,6 +113,12 @@ StatusOr<float> Executor::scalar(int32_t id) {
   return value;
 }
 
+StatusOr<float> Executor::hostScalar(int32_t id) {
+  if (auto it = hostScalars_.find(id); it != hostScalars_.end())
+    return it->second;
+  return scalar(id);
+}
+
 StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   const TensorInfo &t = plan_->tensor(id);
   bool sharded = std::any_of(t.dimAxes.begin(), t.dimAxes.end(), [](int a) { return a >= 0; });

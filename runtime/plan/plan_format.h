@@ -12,8 +12,9 @@ namespace ptc::plan {
 /// 4: activations as Unary / UnaryGrad naming their function (Gelu, Relu,
 ///    GeluGrad, ReluGrad opcodes gone); dim_blocks and channels' at_end
 ///    (added under version 3).
-/// 5: RmsNorm, RmsNormGrad and Rotary opcodes (appended: version 4 plans
-///    read unchanged); attention key/value may have fewer (grouped) heads.
+/// 5: RmsNorm, RmsNormGrad, Rotary and LrSchedule opcodes (appended: version 4
+///    plans read unchanged); attention key/value may have fewer (grouped)
+///    heads; updates may take a scheduled learning rate (ints [1]).
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
 inline constexpr uint32_t kFormatVersion = 5;

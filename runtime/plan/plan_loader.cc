@@ -586,10 +586,16 @@ Status InstructionChecker::check() {
   case OpCode::SgdUpdate: {
     bool adam = op == OpCode::AdamWUpdate;
     size_t base = adam ? 5 : 3;
-    bool skip = in_.size() == base + 1; // the skip flag of dynamic loss scaling
-    PTC_RETURN_IF_ERROR(counts(skip ? base + 1 : base, adam ? 3 : 2, 0, adam ? 5 : 3));
+    if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 1))
+      return fail("the only integer attribute is [1] (a scheduled learning rate input)");
+    bool scheduled = ints_.size() == 1;
+    size_t fixed = base + (scheduled ? 1 : 0);
+    bool skip = in_.size() == fixed + 1; // the skip flag of dynamic loss scaling
+    PTC_RETURN_IF_ERROR(counts(skip ? fixed + 1 : fixed, adam ? 3 : 2, ints_.size(), adam ? 5 : 3));
     if (skip)
       PTC_RETURN_IF_ERROR(expectShape(in(base), {}, "skip flag"));
+    if (scheduled)
+      PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scheduled learning rate"));
     PTC_RETURN_IF_ERROR(dtypes());
     for (size_t i = 1; i < (adam ? 4u : 3u); ++i)
       PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), "operand"));
@@ -599,6 +605,18 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
     return Status::ok();
   }
+  case OpCode::LrSchedule:
+    PTC_RETURN_IF_ERROR(counts(1, 1, 3, 2));
+    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(expectShape(in(0), {}, "step"));
+    PTC_RETURN_IF_ERROR(expectShape(out(0), {}, "result"));
+    if (ints_[0] < 0 || ints_[0] > 2)
+      return fail("schedule kind ", ints_[0], " is not 0 (constant), 1 (cosine) or 2 (linear)");
+    if (ints_[1] < 0 || (ints_[0] != 0 && ints_[2] <= ints_[1]))
+      return fail("needs 0 <= warmup_steps < decay_steps, got ", ints_[1], " and ", ints_[2]);
+    if (!(floats_[0] >= 0.0) || !(floats_[1] >= 0.0) || floats_[1] > floats_[0])
+      return fail("needs 0 <= min_lr <= lr, got lr ", floats_[0], " and min_lr ", floats_[1]);
+    return Status::ok();
   case OpCode::AllReduce: {
     if (in_.empty() || out_.size() != in_.size() || ints_.empty())
       return fail("expects n inputs, n outputs and mesh axes");

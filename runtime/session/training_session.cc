@@ -143,6 +143,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     return invalidArgument("plan '", options.planPath, "' has no 'loss' output");
   gradNormId_ = plan.findOutput("grad_norm");
   lossScaleId_ = plan.findOutput("loss_scale");
+  lrId_ = plan.findOutput("lr");
 
   const bool arrays = options.dataPath.size() >= 12 &&
                       options.dataPath.compare(options.dataPath.size() - 12, 12, ".safetensors") == 0;
@@ -346,6 +347,8 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
     r.gradNorm = readScalar(gradNormId_);
   if (lossScaleId_ >= 0)
     r.lossScale = readScalar(lossScaleId_);
+  if (lrId_ >= 0)
+    r.lr = readScalar(lrId_);
   if (!std::isfinite(r.loss))
     return invalidArgument("loss is ", r.loss,
                            "; stopping (lower the learning rate or enable max-grad-norm)");

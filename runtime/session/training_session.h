@@ -63,6 +63,7 @@ struct StepResult {
   float loss = 0.0f;
   std::optional<float> gradNorm;  // plans clipping gradients (NaN on a skipped step)
   std::optional<float> lossScale; // plans with dynamic loss scaling
+  std::optional<float> lr;        // plans with a learning-rate schedule (this step's rate)
   double seconds = 0.0;           // this step
   double elapsedSeconds = 0.0;    // since the run started
   int64_t tokens = 0;             // tokens of the global batch
@@ -135,7 +136,7 @@ private:
   std::vector<std::vector<uint8_t>> arrayBatches_;
   std::string deviceText_;
   int pipelineRank_ = 0;
-  int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, tokensId_ = -1, targetsId_ = -1;
+  int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, tokensId_ = -1, targetsId_ = -1;
   int64_t batch_ = 0, seq_ = 0;
   std::vector<int32_t> wholeTokens_, wholeTargets_;
   std::vector<double> *profile_ = nullptr;

@@ -41,7 +41,7 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       directory): Hugging Face's sharded form (index + shards)
   --max-shard-mb N    largest shard of a --save directory in MB (default 5000, as HF's 5GB)
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
-                      [, loss_scale]
+                      [, loss_scale][, lr (plans with an lr-schedule)]
   --log-every N       progress line every N steps (default 10; 0: none)
   --device D          cpu, cuda or auto (default auto: cuda when a GPU is visible, else cpu);
                       with several ranks per node, rank r uses GPU (local rank mod GPUs);
@@ -103,7 +103,7 @@ int launchWithMpirun(int argc, char **argv, const std::string &np) {
   return 1;
 }
 
-/// One JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm][, loss_scale].
+/// One JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm][, loss_scale][, lr].
 class MetricsWriter : public SessionHook {
 public:
   Status open(const std::string &path) {
@@ -129,6 +129,10 @@ public:
     }
     if (r.lossScale) {
       n = std::snprintf(line, sizeof line, ",\"loss_scale\":%.9g", *r.lossScale);
+      out_.write(line, n);
+    }
+    if (r.lr) {
+      n = std::snprintf(line, sizeof line, ",\"lr\":%.9g", *r.lr);
       out_.write(line, n);
     }
     out_ << "}\n";
