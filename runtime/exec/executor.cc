@@ -128,9 +128,13 @@ void Executor::groupOptimizerUpdates() {
   };
   auto sameGroup = [&](uint32_t a, uint32_t b) {
     const plan::Instruction *x = insts.Get(a), *y = insts.Get(b);
-    if (inputsOf(*x).size() != inputsOf(*y).size() || inputsOf(*x).Get(4) != inputsOf(*y).Get(4) ||
-        (inputsOf(*x).size() > 5 && inputsOf(*x).Get(5) != inputsOf(*y).Get(5)))
+    // The same step, skip flag and scheduled learning rate (inputs 4 on).
+    const auto &xi = inputsOf(*x), &yi = inputsOf(*y);
+    if (xi.size() != yi.size() || (x->ints() ? x->ints()->size() : 0) != (y->ints() ? y->ints()->size() : 0))
       return false;
+    for (flatbuffers::uoffset_t k = 4; k < xi.size(); ++k)
+      if (xi.Get(k) != yi.Get(k))
+        return false;
     for (flatbuffers::uoffset_t f = 0; f < 5; ++f)
       if (x->floats()->Get(f) != y->floats()->Get(f))
         return false;
@@ -164,9 +168,21 @@ Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
   }
   const plan::Instruction *head = insts.Get(first);
   auto F = [&](flatbuffers::uoffset_t k) { return static_cast<float>(head->floats()->Get(k)); };
-  const float *skip = inputsOf(*head).size() > 5 ? f32(inputsOf(*head).Get(5)) : nullptr;
-  return dev_->adamwUpdateMany(tensors, f32(inputsOf(*head).Get(4)),
-                               AdamWParams{F(0), F(1), F(2), F(3), F(4)}, skip);
+  // Inputs after the step: the skip flag (dynamic loss scaling), then, with
+  // ints [1], the scheduled learning rate (computed on the host this step).
+  const auto &in = inputsOf(*head);
+  const bool scheduled = head->ints() && head->ints()->size() == 1;
+  const size_t fixed = 5 + (scheduled ? 1 : 0);
+  const float *skip = in.size() > fixed ? f32(in.Get(5)) : nullptr;
+  float lr = F(0);
+  if (scheduled) {
+    auto value = hostScalar(in.Get(in.size() - 1));
+    if (!value.isOk())
+      return value.status();
+    lr = *value;
+  }
+  return dev_->adamwUpdateMany(tensors, f32(in.Get(4)), AdamWParams{lr, F(1), F(2), F(3), F(4)},
+                               skip);
 }
 
 Executor::~Executor() {

@@ -44,6 +44,13 @@ public:
   /// the values do not depend on the tensor order.
   Status initialize(uint64_t seed);
 
+  /// A box of tensor `id` this rank holds: where it lies in the whole tensor
+  /// and in the local one (a blocked split gives several per tensor).
+  struct LocalBox {
+    std::vector<int64_t> wholeOffset, localOffset, shape;
+  };
+  std::vector<LocalBox> localBoxes(int32_t id) const;
+
   /// Sets the local part of tensor `id` from its whole value (global shape).
   Status loadFromWhole(int32_t id, const void *whole);
   /// Copies this rank's part of tensor `id` to host memory `out` (its bytes).

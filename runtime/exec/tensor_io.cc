@@ -77,6 +77,17 @@ void Executor::forEachLocalBox(const TensorInfo &t, const std::vector<int> &coor
   }
 }
 
+std::vector<Executor::LocalBox> Executor::localBoxes(int32_t id) const {
+  std::vector<LocalBox> boxes;
+  if (!holds(id))
+    return boxes;
+  forEachLocalBox(plan_->tensor(id), coords(),
+                  [&](const auto &wholeOff, const auto &localOff, const auto &box) {
+                    boxes.push_back({wholeOff, localOff, box});
+                  });
+  return boxes;
+}
+
 Status Executor::loadFromWhole(int32_t id, const void *whole) {
   if (!holds(id))
     return Status::ok();

@@ -6,6 +6,9 @@
 #include "runtime/session/step_watchdog.h"
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
 #include <set>
 #include <cmath>
 #include <cstdlib>
@@ -360,6 +363,22 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
   // Fault injection for the tests: a step that never finishes.
   const char *hangEnv = std::getenv("PTC_FAULT_HANG_STEP");
   const int64_t hangStep = hangEnv ? std::atoll(hangEnv) : -1;
+  // PTC_FAULT_KILL=RANK:STEP[:MARKER]: rank RANK dies (SIGKILL) when step STEP
+  // starts; with MARKER, only while that file does not exist (it is created
+  // first), so a restarted job passes the step.
+  int killRank = -1;
+  int64_t killStep = -1;
+  std::string killMarker;
+  if (const char *kill = std::getenv("PTC_FAULT_KILL")) {
+    std::string spec = kill;
+    size_t a = spec.find(':'), b = a == std::string::npos ? a : spec.find(':', a + 1);
+    if (a != std::string::npos) {
+      killRank = std::atoi(spec.substr(0, a).c_str());
+      killStep = std::atoll(spec.substr(a + 1, b == std::string::npos ? b : b - a - 1).c_str());
+      if (b != std::string::npos)
+        killMarker = spec.substr(b + 1);
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = first; step < first + steps; ++step) {
     for (SessionHook *h : hooks)
@@ -367,6 +386,15 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
     watchdog.begin(step);
     while (step == hangStep)
       std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (step == killStep && rank() == killRank &&
+        (killMarker.empty() || ::access(killMarker.c_str(), F_OK) != 0)) {
+      if (!killMarker.empty())
+        std::fclose(std::fopen(killMarker.c_str(), "w"));
+      std::fprintf(stderr, "ptc-run: fault injection: rank %d killed at step %lld\n", rank(),
+                   static_cast<long long>(step));
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
     auto result = runStep(step);
     watchdog.end();
     if (!result.isOk())

@@ -4,12 +4,15 @@
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
+#include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/durable_file.h"
+#include "runtime/session/checkpointing.h"
 #include "runtime/session/training_session.h"
 
 #include <cblas.h>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +43,12 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --save PATH         write the final parameters as safetensors; PATH/ (or an existing
                       directory): Hugging Face's sharded form (index + shards)
   --max-shard-mb N    largest shard of a --save directory in MB (default 5000, as HF's 5GB)
+  --checkpoint-dir D  distributed checkpoints (parameters, optimizer state, step) in D, written
+                      atomically: D/step-NNNNNNNN/ (each rank its shards + metadata.json), D/latest
+  --checkpoint-every N  a checkpoint every N steps (and at the end of the run)
+  --keep-last K       keep the K newest checkpoints (older ones pruned after a new one is complete)
+  --resume D          continue from the newest complete checkpoint in D (any layout, rank count)
+  --max-restarts R    with --np: restart a failed job from its latest checkpoint, at most R times
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
                       [, loss_scale][, lr (plans with an lr-schedule)]
   --log-every N       progress line every N steps (default 10; 0: none)
@@ -77,13 +86,19 @@ int fail(const std::string &message) {
 }
 
 /// `ptc-run --np N ARGS...` re-executes itself under mpirun with N ranks.
-int launchWithMpirun(int argc, char **argv, const std::string &np) {
+/// With `--max-restarts R` it supervises the job instead (as torchrun does):
+/// when the job fails (a rank died, a peer error), every rank is gone (mpirun
+/// ends them all), the failure is logged, and the job starts again from the
+/// latest checkpoint of --checkpoint-dir, at most R times.
+int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRestarts,
+                     const std::string &checkpointDir) {
   std::vector<std::string> args{"mpirun", "-np", np};
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   args.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--np") {
+    std::string a = argv[i];
+    if (a == "--np" || a == "--max-restarts" || (maxRestarts > 0 && a == "--resume")) {
       ++i;
       continue;
     }
@@ -93,11 +108,62 @@ int launchWithMpirun(int argc, char **argv, const std::string &np) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  std::vector<char *> cargs;
-  for (std::string &a : args)
-    cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  execvp("mpirun", cargs.data());
+  auto exec = [](std::vector<std::string> &full) {
+    std::vector<char *> cargs;
+    for (std::string &a : full)
+      cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    execvp("mpirun", cargs.data());
+  };
+  if (maxRestarts <= 0) {
+    exec(args);
+  } else {
+    // The first attempt resumes only if the user asked to (--resume).
+    std::string resumeFrom;
+    for (int i = 1; i + 1 < argc; ++i)
+      if (std::string(argv[i]) == "--resume")
+        resumeFrom = argv[i + 1];
+    for (int64_t attempt = 0;; ++attempt) {
+      std::vector<std::string> full = args;
+      if (!resumeFrom.empty()) {
+        full.push_back("--resume");
+        full.push_back(resumeFrom);
+      }
+      pid_t child = fork();
+      if (child < 0) {
+        std::cerr << "ptc-run: error: cannot fork mpirun: " << std::strerror(errno) << "\n";
+        return 1;
+      }
+      if (child == 0) {
+        exec(full);
+        std::_Exit(127);
+      }
+      int status = 0;
+      while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+      std::string cause = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WTERMSIG(status));
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+        std::cerr << "ptc-run: the job failed with a usage error (exit status 2): not restarting\n";
+        return 2;
+      }
+      if (attempt >= maxRestarts) {
+        std::cerr << "ptc-run: the job failed (" << cause << ") and all " << maxRestarts
+                  << " restarts are used: giving up\n";
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      }
+      std::vector<std::string> ignored;
+      auto latest = findCheckpoint(checkpointDir, &ignored);
+      resumeFrom = latest.isOk() ? checkpointDir : "";
+      std::cerr << "ptc-run: the job failed (" << cause << "); restart " << attempt + 1 << " of "
+                << maxRestarts << (latest.isOk() ? " from the checkpoint " + *latest
+                                                 : std::string(" from the beginning (no checkpoint yet)"))
+                << "\n"
+                << std::flush;
+    }
+  }
   std::cerr << "ptc-run: error: cannot start mpirun for --np " << np << ": " << std::strerror(errno)
             << "\n";
   return 1;
@@ -106,8 +172,9 @@ int launchWithMpirun(int argc, char **argv, const std::string &np) {
 /// One JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm][, loss_scale][, lr].
 class MetricsWriter : public SessionHook {
 public:
-  Status open(const std::string &path) {
-    out_.open(path, std::ios::trunc);
+  /// `append`: a resumed run adds its steps to the file of the run it continues.
+  Status open(const std::string &path, bool append = false) {
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_)
       return invalidArgument("cannot write metrics file '", path, "'");
     return Status::ok();
@@ -136,6 +203,7 @@ public:
       out_.write(line, n);
     }
     out_ << "}\n";
+    out_.flush(); // a killed job keeps its metrics up to the last step
     return Status::ok();
   }
 
@@ -315,6 +383,8 @@ int runMain(int argc, char **argv) {
       setenv("PTC_CUDA_TF32", "1", 1); // read by the CUDA device
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
+                                    "--checkpoint-dir", "--checkpoint-every", "--keep-last",
+                                    "--resume", "--max-restarts",
                                     "--metrics", "--log-every", "--threads", "--np",
                                     "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout",
                                     "--max-shard-mb"};
@@ -351,7 +421,18 @@ int runMain(int argc, char **argv) {
     parseInt("--np", opts["--np"].c_str(), ok);
     if (!ok)
       return 2;
-    return launchWithMpirun(argc, argv, opts["--np"]);
+    int64_t restarts = opts.count("--max-restarts")
+                           ? parseInt("--max-restarts", opts["--max-restarts"].c_str(), ok)
+                           : 0;
+    if (!ok)
+      return 2;
+    if (restarts < 0 || (restarts > 0 && !opts.count("--checkpoint-dir"))) {
+      std::cerr << "ptc-run: error: --max-restarts needs a non-negative count and "
+                   "--checkpoint-dir (restarts resume from its latest checkpoint)\n";
+      return 2;
+    }
+    return launchWithMpirun(argc, argv, opts["--np"], restarts,
+                            opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "");
   }
   double timeout = opts.count("--collective-timeout")
                        ? parseSeconds("--collective-timeout", opts["--collective-timeout"], false, ok)
@@ -360,6 +441,24 @@ int runMain(int argc, char **argv) {
                            ? parseSeconds("--step-timeout", opts["--step-timeout"], true, ok)
                            : 3600.0;
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
+  int64_t checkpointEvery =
+      opts.count("--checkpoint-every")
+          ? parseInt("--checkpoint-every", opts["--checkpoint-every"].c_str(), ok)
+          : 0;
+  int64_t keepLast =
+      opts.count("--keep-last") ? parseInt("--keep-last", opts["--keep-last"].c_str(), ok) : 0;
+  if (ok && (checkpointEvery < 0 || keepLast < 0 || keepLast > (1 << 20))) {
+    std::cerr << "ptc-run: error: --checkpoint-every and --keep-last must be non-negative\n";
+    ok = false;
+  }
+  if (ok && (checkpointEvery > 0 || keepLast > 0) && !opts.count("--checkpoint-dir")) {
+    std::cerr << "ptc-run: error: --checkpoint-every and --keep-last need --checkpoint-dir\n";
+    ok = false;
+  }
+  if (ok && opts.count("--max-restarts")) {
+    std::cerr << "ptc-run: error: --max-restarts supervises a job it launches: use it with --np\n";
+    ok = false;
+  }
   int64_t maxShardMb =
       opts.count("--max-shard-mb") ? parseInt("--max-shard-mb", opts["--max-shard-mb"].c_str(), ok)
                                    : 5000;
@@ -449,16 +548,47 @@ int runMain(int argc, char **argv) {
     session.setProfile(&opTimes);
   if (!tracePath.empty())
     session.traceFrom(steps - 1);
+  // --resume: parameters, optimizer state and the step count of the newest
+  // complete checkpoint (any layout); the data continues at that step.
+  int64_t first = 0;
+  if (opts.count("--resume")) {
+    std::vector<std::string> warnings;
+    auto resumed = resumeFromCheckpoint(session, opts["--resume"], &warnings);
+    if (!resumed.isOk())
+      return fail(resumed.status().message());
+    first = *resumed;
+    if (leader) {
+      for (const std::string &w : warnings)
+        std::cerr << "ptc-run: warning: " << w << "\n";
+      std::cout << "ptc-run: resumed from " << opts["--resume"] << " at step " << first << "\n";
+    }
+    if (first > steps)
+      return fail("the checkpoint is at step " + std::to_string(first) + ", beyond --steps " +
+                  std::to_string(steps));
+  }
   MetricsWriter metrics;
   if (opts.count("--metrics") && leader) {
-    if (Status s = metrics.open(opts["--metrics"]); !s.isOk())
+    if (Status s = metrics.open(opts["--metrics"], first > 0); !s.isOk())
       return fail(s.message());
   }
   ProgressPrinter progress(leader ? logEvery : 0, steps);
   LossScaleTracker lossScale;
   std::vector<SessionHook *> hooks{&metrics, &progress, &lossScale};
-  if (Status s = session.run(0, steps, hooks); !s.isOk())
+  const std::string checkpointDir = opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "";
+  CheckpointHook checkpoints(checkpointDir, checkpointEvery, static_cast<int>(keepLast));
+  if (!checkpointDir.empty())
+    hooks.push_back(&checkpoints);
+  if (Status s = session.run(first, steps - first, hooks); !s.isOk())
     return fail(s.message());
+  // The end of the run is a checkpoint too (unless the last step just wrote one).
+  if (!checkpointDir.empty() && steps > first && checkpoints.lastSaved() != steps) {
+    if (Status s = saveCheckpoint(session, checkpointDir, steps, static_cast<int>(keepLast));
+        !s.isOk())
+      return fail(s.message());
+  }
+  if (!checkpointDir.empty() && leader)
+    std::cout << "ptc-run: checkpoint of step " << steps << " in " << checkpointDir << "/"
+              << checkpointStepName(steps) << "\n";
 
   if (!tracePath.empty())
     if (Status s = writeTrace(session, tracePath); !s.isOk())

@@ -1,0 +1,253 @@
+// Distributed checkpoint format: metadata, discovery, whole-tensor assembly.
+
+#include "runtime/io/dist_checkpoint.h"
+
+#include "kernels/cpu/kernels.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace ptc {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t product(const std::vector<int64_t> &s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
+
+/// The step of "step-00000200", or -1.
+int64_t stepOfName(const std::string &name) {
+  if (name.size() != 13 || name.compare(0, 5, "step-") != 0)
+    return -1;
+  int64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9')
+      return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+bool isComplete(const fs::path &stepDir) {
+  std::error_code ec;
+  return fs::is_regular_file(stepDir / "metadata.json", ec);
+}
+
+StatusOr<std::vector<uint8_t>> readBytes(const std::string &path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    return error(StatusCode::kNotFound, "checkpoint file '", path, "' is missing");
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof())
+    return error(StatusCode::kDataLoss, "cannot read checkpoint file '", path, "'");
+  return bytes;
+}
+} // namespace
+
+std::string checkpointStepName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+uint64_t fnv1a64(const void *bytes, size_t size) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  const auto *p = static_cast<const uint8_t *>(bytes);
+  for (size_t i = 0; i < size; ++i)
+    h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+std::string modelFingerprint(const std::map<std::string, std::vector<int64_t>> &parameters) {
+  std::string text;
+  for (const auto &[name, shape] : parameters)
+    text += name + shapeStr(shape) + ";";
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(fnv1a64(text.data(), text.size())));
+  return hex;
+}
+
+std::string checkpointMetadataJson(const CheckpointMetadata &meta) {
+  nlohmann::ordered_json j;
+  j["format"] = "ptc-distributed-checkpoint";
+  j["version"] = 1;
+  j["step"] = meta.step;
+  j["info"] = meta.info;
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+  for (const auto &[name, t] : meta.tensors)
+    tensors[name] = {{"kind", t.kind}, {"dtype", "F32"}, {"shape", t.shape}};
+  j["tensors"] = tensors;
+  nlohmann::ordered_json boxes = nlohmann::ordered_json::array();
+  for (const CheckpointBox &b : meta.boxes)
+    boxes.push_back({{"tensor", b.tensor}, {"file", b.file}, {"key", b.key},
+                     {"offset", b.offset}, {"shape", b.shape}});
+  j["boxes"] = boxes;
+  j["files"] = meta.files;
+  return j.dump(1) + "\n";
+}
+
+std::vector<std::pair<int64_t, std::string>> listCheckpoints(const std::string &dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    int64_t step = stepOfName(it->path().filename().string());
+    if (step >= 0 && it->is_directory(ec) && isComplete(it->path()))
+      out.emplace_back(step, it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+StatusOr<std::string> findCheckpoint(const std::string &dir,
+                                     std::vector<std::string> *incomplete) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return error(StatusCode::kNotFound, "checkpoint directory '", dir, "' does not exist");
+  if (isComplete(dir))
+    return dir;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    bool temp = name.size() > 5 && name[0] == '.' && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    if (incomplete && (temp || (stepOfName(name) >= 0 && !isComplete(it->path()))))
+      incomplete->push_back(it->path().string());
+  }
+  if (incomplete)
+    std::sort(incomplete->begin(), incomplete->end());
+  // The pointer names the newest; if it is missing or names something
+  // incomplete, the newest complete directory is the one.
+  std::ifstream latest(fs::path(dir) / "latest");
+  std::string name;
+  if (latest && std::getline(latest, name) && stepOfName(name) >= 0 &&
+      isComplete(fs::path(dir) / name))
+    return (fs::path(dir) / name).string();
+  auto all = listCheckpoints(dir);
+  if (all.empty())
+    return error(StatusCode::kNotFound, "checkpoint directory '", dir,
+                 "' holds no complete checkpoint");
+  return all.back().second;
+}
+
+StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
+  std::string path = (fs::path(stepDir) / "metadata.json").string();
+  auto bytes = readBytes(path);
+  if (!bytes.isOk())
+    return bytes.status();
+  nlohmann::json j = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+  auto bad = [&](const std::string &why) {
+    return invalidArgument("checkpoint metadata '", path, "' is corrupt: ", why);
+  };
+  if (j.is_discarded() || !j.is_object())
+    return bad("not JSON");
+  if (j.value("format", "") != "ptc-distributed-checkpoint" || !j.contains("version") ||
+      !j["version"].is_number_integer())
+    return bad("not a ptc distributed checkpoint");
+  if (j["version"].get<int>() != 1)
+    return invalidArgument("checkpoint '", stepDir, "' has format version ", j["version"].get<int>(),
+                           "; this ptc reads version 1");
+  CheckpointReader r;
+  CheckpointMetadata &m = r.meta_;
+  m.path = stepDir;
+  try {
+    m.step = j.at("step").get<int64_t>();
+    if (m.step < 0)
+      return bad("negative step");
+    for (auto it = j.at("info").begin(); it != j.at("info").end(); ++it)
+      m.info[it.key()] = it.value().get<std::string>();
+    for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
+      CheckpointTensor t;
+      t.kind = it.value().at("kind").get<std::string>();
+      t.shape = it.value().at("shape").get<std::vector<int64_t>>();
+      if (it.value().at("dtype").get<std::string>() != "F32")
+        return bad("tensor '" + it.key() + "' is not F32");
+      for (int64_t d : t.shape)
+        if (d < 0 || d > (int64_t{1} << 40))
+          return bad("tensor '" + it.key() + "' has an invalid shape");
+      m.tensors[it.key()] = t;
+    }
+    for (const auto &b : j.at("boxes")) {
+      CheckpointBox box{b.at("tensor").get<std::string>(), b.at("file").get<std::string>(),
+                        b.at("key").get<std::string>(), b.at("offset").get<std::vector<int64_t>>(),
+                        b.at("shape").get<std::vector<int64_t>>()};
+      auto t = m.tensors.find(box.tensor);
+      if (t == m.tensors.end())
+        return bad("a box of the unknown tensor '" + box.tensor + "'");
+      if (box.offset.size() != t->second.shape.size() || box.shape.size() != box.offset.size())
+        return bad("a box of '" + box.tensor + "' has the wrong rank");
+      for (size_t d = 0; d < box.offset.size(); ++d)
+        if (box.offset[d] < 0 || box.shape[d] < 0 ||
+            box.offset[d] + box.shape[d] > t->second.shape[d])
+          return bad("a box of '" + box.tensor + "' lies outside its shape " +
+                     shapeStr(t->second.shape));
+      if (box.file.find('/') != std::string::npos || box.file.empty())
+        return bad("a box names the file '" + box.file + "'");
+      m.boxes.push_back(std::move(box));
+    }
+    for (auto it = j.at("files").begin(); it != j.at("files").end(); ++it)
+      m.files[it.key()] = it.value().get<std::string>();
+  } catch (const nlohmann::json::exception &e) {
+    return bad(e.what());
+  }
+  for (const CheckpointBox &b : m.boxes)
+    if (!m.files.count(b.file))
+      return bad("a box of '" + b.tensor + "' is in '" + b.file + "', which 'files' does not list");
+  return r;
+}
+
+Status CheckpointReader::readWhole(const std::string &name, float *out) {
+  auto t = meta_.tensors.find(name);
+  if (t == meta_.tensors.end())
+    return error(StatusCode::kNotFound, "checkpoint '", meta_.path, "' has no tensor '", name, "'");
+  const std::vector<int64_t> &shape = t->second.shape;
+  int64_t covered = 0;
+  for (const CheckpointBox &b : meta_.boxes) {
+    if (b.tensor != name)
+      continue;
+    auto &file = open_[b.file];
+    std::string path = (fs::path(meta_.path) / b.file).string();
+    if (!file) {
+      auto bytes = readBytes(path);
+      if (!bytes.isOk())
+        return bytes.status();
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "%016llx",
+                    static_cast<unsigned long long>(fnv1a64(bytes->data(), bytes->size())));
+      if (meta_.files[b.file] != hex)
+        return error(StatusCode::kDataLoss, "checkpoint file '", path,
+                     "' is corrupt: its digest is ", hex, ", the metadata says ",
+                     meta_.files[b.file]);
+      auto parsed = SafetensorsFile::parse(std::move(*bytes), path);
+      if (!parsed.isOk())
+        return parsed.status();
+      file = std::make_shared<SafetensorsFile>(std::move(*parsed));
+    }
+    std::vector<float> box(static_cast<size_t>(product(b.shape)));
+    PTC_RETURN_IF_ERROR(file->copyTo(b.key, b.shape, box.data()));
+    kernels::cpu::copyBox(box.data(), b.shape, std::vector<int64_t>(b.shape.size(), 0), out,
+                          shape, b.offset, b.shape, sizeof(float));
+    covered += product(b.shape);
+  }
+  if (covered != product(shape))
+    return invalidArgument("checkpoint '", meta_.path, "': the boxes of tensor '", name,
+                           "' cover ", covered, " of its ", product(shape), " elements");
+  return Status::ok();
+}
+
+} // namespace ptc

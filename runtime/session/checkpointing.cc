@@ -1,0 +1,357 @@
+// Distributed checkpoints of a TrainingSession: save (dedup, shards, metadata,
+// atomic publish, pruning) and resume in any layout.
+
+#include "runtime/session/checkpointing.h"
+
+#include "kernels/cpu/kernels.h"
+#include "runtime/io/dist_checkpoint.h"
+#include "runtime/io/durable_file.h"
+#include "runtime/io/safetensors.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace ptc {
+
+namespace fs = std::filesystem;
+
+namespace {
+bool checkpointed(const TensorInfo &t) {
+  return t.kind == plan::TensorKind::Parameter || t.kind == plan::TensorKind::OptimizerState;
+}
+
+std::string joinInts(const std::vector<int64_t> &v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::vector<int64_t> splitInts(const std::string &s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, ','))
+    if (!part.empty())
+      out.push_back(std::stoll(part));
+  return out;
+}
+
+/// Fields of `s` between `sep`s, empty ones included ("a\t\t" -> a, "", "").
+std::vector<std::string> splitFields(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (size_t i = 0; i <= s.size(); ++i)
+    if (i == s.size() || s[i] == sep) {
+      out.push_back(s.substr(begin, i - begin));
+      begin = i + 1;
+    }
+  return out;
+}
+
+/// Lines of `s` (without a last empty one).
+std::vector<std::string> splitLines(const std::string &s) {
+  std::vector<std::string> out = splitFields(s, '\n');
+  if (!out.empty() && out.back().empty())
+    out.pop_back();
+  return out;
+}
+
+/// Every rank's string, in rank order (one process: just this one).
+StatusOr<std::vector<std::string>> gatherFromRanks(TrainingSession &s, const std::string &mine) {
+  if (!s.communicator())
+    return std::vector<std::string>{mine};
+  return s.communicator()->allGatherStrings(mine);
+}
+
+/// The first error any rank reported (entries starting with "error:"), as a status.
+Status firstError(const std::vector<std::string> &statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r)
+    if (statuses[r].rfind("error:", 0) == 0)
+      return invalidArgument("checkpoint failed on rank ", r, ": ", statuses[r].substr(6));
+  return Status::ok();
+}
+
+Status syncDirectory(const std::string &dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    return error(StatusCode::kInternal, "cannot open directory '", dir, "' to sync it");
+  ::fsync(fd);
+  ::close(fd);
+  return Status::ok();
+}
+
+std::map<std::string, std::vector<int64_t>> planParameters(const LoadedPlan &plan) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const TensorInfo &t : plan.tensors())
+    if (t.kind == plan::TensorKind::Parameter)
+      out[t.name] = t.globalShape;
+  return out;
+}
+
+/// This rank's shard file: the boxes it owns. Returns "file\tdigest" plus one
+/// "tensor\tkey\toffset\tshape" line per box, or "" when it owns none.
+StatusOr<std::string> writeShard(TrainingSession &s, const std::string &tmpDir,
+                                 const std::set<std::string> &owned) {
+  const LoadedPlan &plan = s.plan();
+  Executor &ex = s.executor();
+  std::vector<std::vector<float>> buffers;
+  std::vector<NamedTensor> entries;
+  std::string lines;
+  for (size_t i = 0; i < plan.tensors().size(); ++i) {
+    const TensorInfo &t = plan.tensors()[i];
+    auto id = static_cast<int32_t>(i);
+    if (!checkpointed(t) || !ex.holds(id))
+      continue;
+    auto boxes = ex.localBoxes(id);
+    std::vector<float> local;
+    for (size_t k = 0; k < boxes.size(); ++k) {
+      const auto &b = boxes[k];
+      std::string key = t.name + "|" + joinInts(b.wholeOffset);
+      if (!owned.count(key))
+        continue;
+      if (t.dtype != plan::DType::F32)
+        return invalidArgument("tensor '", t.name, "' is not f32; checkpoints hold f32 master state");
+      if (local.empty()) {
+        local.resize(static_cast<size_t>(t.numElements));
+        PTC_RETURN_IF_ERROR(ex.readLocal(id, local.data()));
+      }
+      int64_t n = 1;
+      for (int64_t d : b.shape)
+        n *= d;
+      buffers.emplace_back(static_cast<size_t>(n));
+      kernels::cpu::copyBox(local.data(), t.shape, b.localOffset, buffers.back().data(), b.shape,
+                            std::vector<int64_t>(b.shape.size(), 0), b.shape, sizeof(float));
+      std::string entry = boxes.size() == 1 ? t.name : t.name + "#" + std::to_string(k);
+      entries.push_back({entry, b.shape, nullptr});
+      lines += t.name + "\t" + entry + "\t" + joinInts(b.wholeOffset) + "\t" + joinInts(b.shape) + "\n";
+    }
+  }
+  if (entries.empty())
+    return std::string();
+  for (size_t i = 0; i < entries.size(); ++i)
+    entries[i].data = buffers[i].data();
+  char name[64];
+  std::snprintf(name, sizeof name, "rank-%05d.safetensors", s.rank());
+  std::string path = (fs::path(tmpDir) / name).string();
+  PTC_RETURN_IF_ERROR(writeSafetensors(path, entries, {{"producer", "ptc-run"}}));
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(fnv1a64(bytes.data(), bytes.size())));
+  return std::string(name) + "\t" + hex + "\n" + lines;
+}
+} // namespace
+
+Status saveCheckpoint(TrainingSession &s, const std::string &dir, int64_t steps, int keepLast) {
+  const LoadedPlan &plan = s.plan();
+  const std::string name = checkpointStepName(steps);
+  const std::string tmp = (fs::path(dir) / ("." + name + ".tmp")).string();
+  const std::string final = (fs::path(dir) / name).string();
+
+  // 1. The leader prepares an empty temporary directory.
+  std::string status = "ok";
+  if (s.leader()) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::remove_all(tmp, ec); // a crashed earlier attempt
+    if (!fs::create_directory(tmp, ec))
+      status = "error:cannot create '" + tmp + "': " + ec.message();
+  }
+  auto st = gatherFromRanks(s, status);
+  if (!st.isOk())
+    return st.status();
+  PTC_RETURN_IF_ERROR(firstError(*st));
+
+  // 2. Each box once: the lowest rank holding it writes it.
+  std::string mine;
+  for (size_t i = 0; i < plan.tensors().size(); ++i) {
+    const TensorInfo &t = plan.tensors()[i];
+    if (checkpointed(t))
+      for (const auto &b : s.executor().localBoxes(static_cast<int32_t>(i)))
+        mine += t.name + "|" + joinInts(b.wholeOffset) + "\n";
+  }
+  auto held = gatherFromRanks(s, mine);
+  if (!held.isOk())
+    return held.status();
+  std::set<std::string> taken, owned;
+  for (size_t r = 0; r < held->size(); ++r)
+    for (const std::string &key : splitLines((*held)[r]))
+      if (!key.empty() && taken.insert(key).second && static_cast<int>(r) == s.rank())
+        owned.insert(key);
+
+  // 3. Shards, then every rank's list of boxes to the leader.
+  auto shard = writeShard(s, tmp, owned);
+  auto shards = gatherFromRanks(s, shard.isOk() ? *shard : "error:" + shard.status().message());
+  if (!shards.isOk())
+    return shards.status();
+  Status failed = firstError(*shards);
+  if (const char *kill = std::getenv("PTC_FAULT_CHECKPOINT_KILL");
+      kill && std::atoll(kill) == steps && s.leader()) {
+    std::fprintf(stderr, "ptc-run: fault injection: rank 0 killed while writing checkpoint %s\n",
+                 name.c_str());
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+
+  // 4. The leader writes the metadata and publishes the checkpoint.
+  status = "ok";
+  if (s.leader() && failed.isOk()) {
+    CheckpointMetadata meta;
+    meta.step = steps;
+    for (const TensorInfo &t : plan.tensors())
+      if (checkpointed(t))
+        meta.tensors[t.name] = {t.kind == plan::TensorKind::Parameter ? "parameter" : "state",
+                                t.globalShape};
+    for (const std::string &text : *shards) {
+      auto lines = splitLines(text);
+      if (lines.empty() || lines[0].empty())
+        continue;
+      auto head = splitFields(lines[0], '\t');
+      meta.files[head[0]] = head.size() > 1 ? head[1] : "";
+      for (size_t l = 1; l < lines.size(); ++l) {
+        auto f = splitFields(lines[l], '\t');
+        if (f.size() == 4)
+          meta.boxes.push_back({f[0], head[0], f[1], splitInts(f[2]), splitInts(f[3])});
+      }
+    }
+    const char *opt = plan.plan().optimizer() ? plan.plan().optimizer()->c_str() : "";
+    meta.info["optimizer"] = opt;
+    meta.info["model_fingerprint"] = modelFingerprint(planParameters(plan));
+    meta.info["producer"] = "ptc-run";
+    std::string mesh;
+    for (size_t a = 0; a < plan.meshAxes().size(); ++a)
+      mesh += (a ? "," : "") + plan.meshAxes()[a] + ":" + std::to_string(plan.meshSizes()[a]);
+    meta.info["mesh"] = mesh;
+    meta.info["microbatches"] = std::to_string(plan.microbatches());
+    std::string json = checkpointMetadataJson(meta);
+    std::string metaPath = (fs::path(tmp) / "metadata.json").string();
+    Status w = writeFileDurably(metaPath, [&](int fd) {
+      return writeAll(fd, json.data(), json.size(), metaPath);
+    });
+    std::error_code ec;
+    if (w.isOk())
+      w = syncDirectory(tmp);
+    if (w.isOk() && fs::exists(final, ec)) {
+      // The same step again (a rerun): the old copy goes only after the new one is in place.
+      std::string old = (fs::path(dir) / ("." + name + ".old")).string();
+      fs::remove_all(old, ec);
+      fs::rename(final, old, ec);
+      fs::rename(tmp, final, ec);
+      if (!ec)
+        fs::remove_all(old, ec);
+    } else if (w.isOk()) {
+      fs::rename(tmp, final, ec);
+    }
+    if (w.isOk() && ec)
+      w = error(StatusCode::kInternal, "cannot publish checkpoint '", final, "': ", ec.message());
+    if (w.isOk())
+      w = syncDirectory(dir);
+    if (w.isOk()) {
+      std::string latest = (fs::path(dir) / "latest").string();
+      std::string text = name + "\n";
+      w = writeFileDurably(latest, [&](int fd) { return writeAll(fd, text.data(), text.size(), latest); });
+    }
+    if (w.isOk() && keepLast > 0) {
+      auto all = listCheckpoints(dir);
+      for (size_t i = 0; i + static_cast<size_t>(keepLast) < all.size(); ++i)
+        fs::remove_all(all[i].second, ec);
+    }
+    if (!w.isOk()) {
+      fs::remove_all(tmp, ec);
+      status = "error:" + w.message();
+    }
+  } else if (s.leader()) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  }
+  PTC_RETURN_IF_ERROR(failed);
+  auto published = gatherFromRanks(s, status);
+  if (!published.isOk())
+    return published.status();
+  return firstError(*published);
+}
+
+StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &dir,
+                                       std::vector<std::string> *warnings) {
+  std::vector<std::string> incomplete;
+  auto path = findCheckpoint(dir, &incomplete);
+  if (!path.isOk())
+    return path.status();
+  for (const std::string &p : incomplete)
+    warnings->push_back("ignoring the incomplete checkpoint '" + p + "'");
+  auto reader = CheckpointReader::open(*path);
+  if (!reader.isOk())
+    return reader.status();
+  const CheckpointMetadata &meta = reader->metadata();
+  const LoadedPlan &plan = s.plan();
+  auto shapeStr = [](const std::vector<int64_t> &v) { return "[" + joinInts(v) + "]"; };
+  // The model must be the same: every parameter, by name and global shape.
+  for (const auto &[name, shape] : planParameters(plan)) {
+    auto it = meta.tensors.find(name);
+    if (it == meta.tensors.end() || it->second.kind != "parameter")
+      return invalidArgument("checkpoint '", *path, "' is of another model: it has no parameter '",
+                             name, "' ", shapeStr(shape), " of this plan");
+    if (it->second.shape != shape)
+      return invalidArgument("checkpoint '", *path, "' is of another model: parameter '", name,
+                             "' is ", shapeStr(it->second.shape), " there, ", shapeStr(shape),
+                             " in this plan");
+  }
+  auto params = planParameters(plan);
+  for (const auto &[name, t] : meta.tensors)
+    if (t.kind == "parameter" && !params.count(name))
+      return invalidArgument("checkpoint '", *path, "' is of another model: its parameter '", name,
+                             "' ", shapeStr(t.shape), " is not in this plan");
+  const char *opt = plan.plan().optimizer() ? plan.plan().optimizer()->c_str() : "";
+  if (auto it = meta.info.find("optimizer"); it != meta.info.end() && it->second != opt)
+    warnings->push_back("the checkpoint was written with optimizer '" + it->second +
+                        "', this plan uses '" + opt + "'");
+  std::set<std::string> planStates;
+  for (size_t i = 0; i < plan.tensors().size(); ++i) {
+    const TensorInfo &t = plan.tensors()[i];
+    if (!checkpointed(t))
+      continue;
+    bool state = t.kind == plan::TensorKind::OptimizerState;
+    if (state)
+      planStates.insert(t.name);
+    auto it = meta.tensors.find(t.name);
+    if (state && (it == meta.tensors.end() || it->second.shape != t.globalShape)) {
+      if (s.leader())
+        warnings->push_back("optimizer state '" + t.name +
+                            "' is not in the checkpoint (or has another shape): it starts from zero");
+      continue;
+    }
+    if (!s.executor().holds(static_cast<int32_t>(i)))
+      continue;
+    int64_t count = 1;
+    for (int64_t d : t.globalShape)
+      count *= d;
+    std::vector<float> whole(static_cast<size_t>(count));
+    PTC_RETURN_IF_ERROR(reader->readWhole(t.name, whole.data()));
+    PTC_RETURN_IF_ERROR(s.executor().loadFromWhole(static_cast<int32_t>(i), whole.data()));
+  }
+  for (const auto &[name, t] : meta.tensors)
+    if (t.kind == "state" && !planStates.count(name) && s.leader())
+      warnings->push_back("the checkpoint's optimizer state '" + name + "' has no use in this plan");
+  return meta.step;
+}
+
+Status CheckpointHook::afterStep(TrainingSession &session, const StepResult &r) {
+  if (every_ <= 0 || (r.step + 1) % every_ != 0)
+    return Status::ok();
+  PTC_RETURN_IF_ERROR(saveCheckpoint(session, dir_, r.step + 1, keepLast_));
+  lastSaved_ = r.step + 1;
+  return Status::ok();
+}
+
+} // namespace ptc
