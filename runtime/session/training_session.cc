@@ -218,7 +218,17 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
       vocab = 65536;
     if (options.dataPath.empty())
       return invalidArgument("--data FILE is required (a uint16 token file; see ptc-tokenize)");
-    auto data = TokenData::load(options.dataPath, seq_, vocab);
+    // Several token files (comma-separated) are one stream, in order.
+    std::vector<std::string> paths;
+    for (size_t begin = 0; begin <= options.dataPath.size();) {
+      size_t comma = options.dataPath.find(',', begin);
+      if (comma == std::string::npos)
+        comma = options.dataPath.size();
+      if (comma > begin)
+        paths.push_back(options.dataPath.substr(begin, comma - begin));
+      begin = comma + 1;
+    }
+    auto data = TokenData::load(paths, seq_, vocab, options.shuffleSeed);
     if (!data.isOk())
       return data.status();
     data_ = std::move(*data);
@@ -330,7 +340,8 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
     }
   }
   if (data_) {
-    data_->fillBatch(step, batch_, seq_, 0, batch_, wholeTokens_.data(), wholeTargets_.data());
+    PTC_RETURN_IF_ERROR(
+        data_->fillBatch(step, batch_, seq_, 0, batch_, wholeTokens_.data(), wholeTargets_.data()));
     PTC_RETURN_IF_ERROR(executor_->setInput(tokensId_, wholeTokens_.data()));
     PTC_RETURN_IF_ERROR(executor_->setInput(targetsId_, wholeTargets_.data()));
   }

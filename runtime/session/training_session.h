@@ -22,9 +22,11 @@ namespace ptc {
 
 struct SessionOptions {
   std::string planPath;
-  std::string dataPath;        // uint16 tokens for 'tokens' / 'targets', or FILE.safetensors:
+  std::string dataPath;        // uint16 tokens for 'tokens' / 'targets' (files separated by
+                               // commas: one stream), or FILE.safetensors:
                                // one named array per input (any model)
   std::string initPath;        // safetensors parameters (empty: the plan's initializers)
+  std::optional<uint64_t> shuffleSeed; // token windows in a seeded order (TokenData)
   std::string device = "auto"; // cpu, cpu-discrete, cuda, auto
   std::string comm = "auto";   // mpi, nccl, auto
   uint64_t seed = 1337;        // the plan's initializers

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <fstream>
 
@@ -55,11 +57,41 @@ TEST(TokenData, BatchOrderFollowsTheStandardModel) {
   ASSERT_TRUE(data.isOk()) << data.status().message();
   std::vector<int32_t> x(2 * 8), y(2 * 8);
   // step 6, batch 2: window j starts at ((6*2 + j) * 8) mod (100 - 8 - 1) = 96 mod 91, 104 mod 91.
-  data->fillBatch(6, 2, 8, 0, 2, x.data(), y.data());
+  ASSERT_TRUE(data->fillBatch(6, 2, 8, 0, 2, x.data(), y.data()).isOk());
   EXPECT_EQ(x[0], 5);
   EXPECT_EQ(y[0], 6);
   EXPECT_EQ(x[8], 13);
   EXPECT_EQ(y[15], 21);
+}
+
+// --shuffle: every window exactly once per epoch, another order each epoch,
+// the same order for the same seed.
+TEST(TokenData, ShuffleVisitsEveryWindowOncePerEpoch) {
+  std::string path = tempPath("s.bin");
+  std::vector<uint16_t> tokens(1000, 1);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<char *>(tokens.data()), 2000);
+  const int64_t seq = 8, windows = (1000 - seq - 1) / seq;
+  auto a = TokenData::load(std::vector<std::string>{path}, seq, 256, 42);
+  auto b = TokenData::load(std::vector<std::string>{path}, seq, 256, 42);
+  auto c = TokenData::load(std::vector<std::string>{path}, seq, 256, 43);
+  ASSERT_TRUE(a.isOk() && b.isOk() && c.isOk());
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int64_t> starts;
+    bool sameSeed = true, otherSeed = true;
+    for (int64_t g = epoch * windows; g < (epoch + 1) * windows; ++g) {
+      starts.push_back(a->windowStart(g, seq));
+      sameSeed &= a->windowStart(g, seq) == b->windowStart(g, seq);
+      otherSeed &= a->windowStart(g, seq) == c->windowStart(g, seq);
+    }
+    std::vector<int64_t> sorted = starts;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t w = 0; w < windows; ++w)
+      ASSERT_EQ(sorted[static_cast<size_t>(w)], w * seq) << "epoch " << epoch;
+    EXPECT_TRUE(sameSeed);
+    EXPECT_FALSE(otherSeed);
+    if (epoch > 0)
+      EXPECT_NE(starts[0] + starts[1] * 7, a->windowStart(0, seq) + a->windowStart(1, seq) * 7);
+  }
 }
 
 TEST(TokenData, RejectsShortFileAndLargeIds) {

@@ -34,8 +34,10 @@ namespace {
 using namespace ptc;
 
 const char *kUsage = R"(usage: ptc-run PLAN [options]
-  --data FILE         uint16 token file (nanoGPT .bin) feeding the 'tokens'/'targets' inputs, or
-                      FILE.safetensors: one array per plan input, first dimension the example
+  --data FILE         uint16 token file (nanoGPT .bin; memory-mapped; A.bin,B.bin: one stream)
+                      feeding the 'tokens'/'targets' inputs, or FILE.safetensors: one array per
+                      plan input, first dimension the example
+  --shuffle SEED      token windows in a seeded order (each once per epoch; resumes exactly)
   --steps N           training steps to run (default 100)
   --init PATH         initial parameters from a safetensors file or a Hugging Face model
                       directory (index + shards; F32, BF16, F16) (default: the plan's initializers)
@@ -384,7 +386,7 @@ int runMain(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--checkpoint-dir", "--checkpoint-every", "--keep-last",
-                                    "--resume", "--max-restarts",
+                                    "--resume", "--max-restarts", "--shuffle",
                                     "--metrics", "--log-every", "--threads", "--np",
                                     "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout",
                                     "--max-shard-mb"};
@@ -441,6 +443,8 @@ int runMain(int argc, char **argv) {
                            ? parseSeconds("--step-timeout", opts["--step-timeout"], true, ok)
                            : 3600.0;
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
+  int64_t shuffleSeed =
+      opts.count("--shuffle") ? parseInt("--shuffle", opts["--shuffle"].c_str(), ok) : 0;
   int64_t checkpointEvery =
       opts.count("--checkpoint-every")
           ? parseInt("--checkpoint-every", opts["--checkpoint-every"].c_str(), ok)
@@ -501,6 +505,8 @@ int runMain(int argc, char **argv) {
   options.planPath = planPath;
   options.dataPath = opts.count("--data") ? opts["--data"] : "";
   options.initPath = opts.count("--init") ? opts["--init"] : "";
+  if (opts.count("--shuffle"))
+    options.shuffleSeed = static_cast<uint64_t>(shuffleSeed);
   options.device = deviceName;
   options.comm = commName;
   options.seed = static_cast<uint64_t>(seed);
