@@ -98,6 +98,18 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   if (plan->pipelined())
     PTC_RETURN_IF_ERROR(ex->preparePipeline());
   ex->groupOptimizerUpdates();
+  const auto &insts = *plan->plan().instructions();
+  ex->writesState_.assign(insts.size(), false);
+  // Point-to-point transfers always run (a skipped recv would leave its send
+  // waiting); they carry the unchanged values during evaluation.
+  for (uint32_t n = 0; n < insts.size(); ++n)
+    for (int32_t id : outputsOf(*insts.Get(n))) {
+      if (insts.Get(n)->op() == OpCode::Send || insts.Get(n)->op() == OpCode::Recv)
+        break;
+      TensorKind kind = plan->tensor(id).kind;
+      if (kind == TensorKind::Parameter || kind == TensorKind::OptimizerState)
+        ex->writesState_[n] = true;
+    }
   return ex;
 }
 
@@ -205,6 +217,8 @@ Status Executor::hostSync() {
 Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
   if (covered_[n]) // ran with the optimizer group it belongs to
+    return Status::ok();
+  if (evaluating_ && writesState_[n])
     return Status::ok();
   auto t0 = std::chrono::steady_clock::now();
   Status status;

@@ -64,6 +64,11 @@ public:
   /// it; other ranks get an empty vector).
   StatusOr<std::vector<float>> gatherWhole(int32_t id);
 
+  /// Evaluation: the next steps run without any instruction that writes a
+  /// parameter or optimizer state (updates, the step count, the loss scale),
+  /// so the loss is the model's on the batch and nothing changes.
+  void setEvaluating(bool on) { evaluating_ = on; }
+
   /// Sets input `id` for the next step from the whole global batch (all
   /// micro-batches; rows = micro-batch rows x micro-batches).
   Status setInput(int32_t id, const void *wholeBatch);
@@ -104,6 +109,8 @@ public:
 
 private:
   std::unordered_map<int32_t, float> hostScalars_; // host copies of host-computed scalars
+  bool evaluating_ = false;
+  std::vector<bool> writesState_; // per instruction: writes a parameter or optimizer state
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
   // First member: destroyed last, after every DeviceBuffer below.
   std::unique_ptr<Device> dev_;

@@ -5,6 +5,7 @@
 #include "runtime/io/safetensors.h"
 #include "runtime/session/step_watchdog.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -216,6 +217,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
       vocab = classes;
     if (vocab < 0)
       vocab = 65536;
+    vocab_ = vocab;
     if (options.dataPath.empty())
       return invalidArgument("--data FILE is required (a uint16 token file; see ptc-tokenize)");
     // Several token files (comma-separated) are one stream, in order.
@@ -329,6 +331,35 @@ Status TrainingSession::saveParameters(const std::string &path,
   if (isDirectoryTarget(path))
     return writeHfDirectory(path, out, metadata, maxShardBytes);
   return writeSafetensors(path, out, metadata);
+}
+
+StatusOr<float> TrainingSession::evaluate(const TokenData &data, int64_t batches) {
+  if (!data_)
+    return invalidArgument("evaluation needs a language model fed by token files");
+  std::vector<int32_t> tokens(wholeTokens_.size()), targets(wholeTargets_.size());
+  double sum = 0.0;
+  executor_->setEvaluating(true);
+  Status s = Status::ok();
+  for (int64_t e = 0; e < batches && s.isOk(); ++e) {
+    s = data.fillBatch(e, batch_, seq_, 0, batch_, tokens.data(), targets.data());
+    if (s.isOk())
+      s = executor_->setInput(tokensId_, tokens.data());
+    if (s.isOk())
+      s = executor_->setInput(targetsId_, targets.data());
+    if (s.isOk())
+      s = executor_->step(nullptr);
+    if (s.isOk()) {
+      auto loss = executor_->scalar(lossId_);
+      if (!loss.isOk())
+        s = loss.status();
+      else
+        sum += *loss;
+    }
+  }
+  executor_->setEvaluating(false);
+  if (!s.isOk())
+    return Status(s.code(), "evaluation: " + s.message());
+  return static_cast<float>(sum / static_cast<double>(std::max<int64_t>(batches, 1)));
 }
 
 StatusOr<StepResult> TrainingSession::runStep(int64_t step) {

@@ -89,6 +89,10 @@ public:
 
   /// Feeds step `step`'s batch, runs it and reads its outputs.
   StatusOr<StepResult> runStep(int64_t step);
+  /// The mean loss over `batches` batches of `data` (batch e in the standard
+  /// order of that file), run without updating anything (Executor::setEvaluating).
+  StatusOr<float> evaluate(const TokenData &data, int64_t batches);
+
   /// Steps [first, first + steps) with the hooks and the step watchdog.
   Status run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks);
 
@@ -117,6 +121,8 @@ public:
   const TokenData *data() const { return data_ ? &*data_ : nullptr; }
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
+  /// The bound of token ids the model takes (token data).
+  int64_t vocab() const { return vocab_; }
   /// "437760 parameters, batch 8 x seq 64, ... device cpu (2 threads)".
   std::string describe() const;
   /// Per-step time by opcode, accumulated (null: off).
@@ -139,7 +145,7 @@ private:
   std::string deviceText_;
   int pipelineRank_ = 0;
   int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, tokensId_ = -1, targetsId_ = -1;
-  int64_t batch_ = 0, seq_ = 0;
+  int64_t batch_ = 0, seq_ = 0, vocab_ = 65536;
   std::vector<int32_t> wholeTokens_, wholeTargets_;
   std::vector<double> *profile_ = nullptr;
   int64_t traceFrom_ = -1;

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,6 +39,9 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       feeding the 'tokens'/'targets' inputs, or FILE.safetensors: one array per
                       plan input, first dimension the example
   --shuffle SEED      token windows in a seeded order (each once per epoch; resumes exactly)
+  --eval-data FILE    validation tokens: every --eval-every N steps (default 100), the mean loss
+                      of --eval-steps K batches (default 10) of FILE, updating nothing, as
+                      eval_loss in the metrics and the progress
   --steps N           training steps to run (default 100)
   --init PATH         initial parameters from a safetensors file or a Hugging Face model
                       directory (index + shards; F32, BF16, F16) (default: the plan's initializers)
@@ -171,10 +175,40 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
   return 1;
 }
 
-/// One JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm][, loss_scale][, lr].
+/// Every N steps, the mean loss over the first K batches of --eval-data
+/// (forward and backward without updates: nothing changes).
+class EvalHook : public SessionHook {
+public:
+  EvalHook(const TokenData *data, int64_t every, int64_t batches)
+      : data_(data), every_(every), batches_(batches) {}
+  Status afterStep(TrainingSession &session, const StepResult &r) override {
+    if (!data_ || every_ <= 0 || (r.step + 1) % every_ != 0)
+      return Status::ok();
+    auto loss = session.evaluate(*data_, batches_);
+    if (!loss.isOk())
+      return loss.status();
+    lastStep_ = r.step;
+    lastLoss_ = *loss;
+    return Status::ok();
+  }
+  /// The eval loss computed after step `step`, if any.
+  std::optional<float> at(int64_t step) const {
+    return step == lastStep_ ? std::optional<float>(lastLoss_) : std::nullopt;
+  }
+
+private:
+  const TokenData *data_;
+  int64_t every_, batches_;
+  int64_t lastStep_ = -1;
+  float lastLoss_ = 0.0f;
+};
+
+/// One JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm][, loss_scale][, lr]
+/// [, eval_loss].
 class MetricsWriter : public SessionHook {
 public:
   /// `append`: a resumed run adds its steps to the file of the run it continues.
+  void setEval(const EvalHook *eval) { eval_ = eval; }
   Status open(const std::string &path, bool append = false) {
     out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_)
@@ -204,6 +238,10 @@ public:
       n = std::snprintf(line, sizeof line, ",\"lr\":%.9g", *r.lr);
       out_.write(line, n);
     }
+    if (auto e = eval_ ? eval_->at(r.step) : std::nullopt) {
+      n = std::snprintf(line, sizeof line, ",\"eval_loss\":%.9g", *e);
+      out_.write(line, n);
+    }
     out_ << "}\n";
     out_.flush(); // a killed job keeps its metrics up to the last step
     return Status::ok();
@@ -211,18 +249,26 @@ public:
 
 private:
   std::ofstream out_;
+  const EvalHook *eval_ = nullptr;
 };
 
 /// "step    100/1000 | loss 2.9383 |     31241 tok/s |     1.6 s" every N steps.
 class ProgressPrinter : public SessionHook {
 public:
   ProgressPrinter(int64_t every, int64_t steps) : every_(every), steps_(steps) {}
+  void setEval(const EvalHook *eval) { eval_ = eval; }
+  /// A resumed run starts at step `first`.
+  void setFirst(int64_t first) { lastStep_ = first; }
   Status afterStep(TrainingSession &, const StepResult &r) override {
     int64_t step = r.step;
+    if (auto e = eval_ && every_ > 0 ? eval_->at(step) : std::nullopt)
+      std::cout << "eval after step " << step + 1 << " | eval_loss " << *e << "\n" << std::flush;
     if (every_ <= 0 || !((step + 1) % every_ == 0 || step == 0 || step + 1 == steps_))
       return Status::ok();
+    if (step > 0 && step == lastStep_)
+      lastElapsed_ = r.elapsedSeconds - r.seconds;
     double window = r.elapsedSeconds - lastElapsed_;
-    double tps = step == 0 ? static_cast<double>(r.tokens) / r.seconds
+    double tps = step == lastStep_ ? static_cast<double>(r.tokens) / r.seconds
                            : static_cast<double>((step + 1 - lastStep_) * r.tokens) /
                                  std::max(window, 1e-9);
     char line[256];
@@ -238,6 +284,7 @@ public:
 private:
   int64_t every_, steps_, lastStep_ = 0;
   double lastElapsed_ = 0.0;
+  const EvalHook *eval_ = nullptr;
 };
 
 /// Dynamic loss scaling: a lower scale than the last step's means that step
@@ -386,7 +433,8 @@ int runMain(int argc, char **argv) {
     } else if (a.rfind("--", 0) == 0) {
       static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
                                     "--checkpoint-dir", "--checkpoint-every", "--keep-last",
-                                    "--resume", "--max-restarts", "--shuffle",
+                                    "--resume", "--max-restarts", "--shuffle", "--eval-data",
+                                    "--eval-every", "--eval-steps",
                                     "--metrics", "--log-every", "--threads", "--np",
                                     "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout",
                                     "--max-shard-mb"};
@@ -445,6 +493,18 @@ int runMain(int argc, char **argv) {
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
   int64_t shuffleSeed =
       opts.count("--shuffle") ? parseInt("--shuffle", opts["--shuffle"].c_str(), ok) : 0;
+  int64_t evalEvery =
+      opts.count("--eval-every") ? parseInt("--eval-every", opts["--eval-every"].c_str(), ok) : 100;
+  int64_t evalSteps =
+      opts.count("--eval-steps") ? parseInt("--eval-steps", opts["--eval-steps"].c_str(), ok) : 10;
+  if (ok && (evalEvery < 1 || evalSteps < 1)) {
+    std::cerr << "ptc-run: error: --eval-every and --eval-steps must be at least 1\n";
+    ok = false;
+  }
+  if (ok && (opts.count("--eval-every") || opts.count("--eval-steps")) && !opts.count("--eval-data")) {
+    std::cerr << "ptc-run: error: --eval-every and --eval-steps need --eval-data\n";
+    ok = false;
+  }
   int64_t checkpointEvery =
       opts.count("--checkpoint-every")
           ? parseInt("--checkpoint-every", opts["--checkpoint-every"].c_str(), ok)
@@ -578,8 +638,22 @@ int runMain(int argc, char **argv) {
       return fail(s.message());
   }
   ProgressPrinter progress(leader ? logEvery : 0, steps);
+  progress.setFirst(first);
   LossScaleTracker lossScale;
-  std::vector<SessionHook *> hooks{&metrics, &progress, &lossScale};
+  std::optional<TokenData> evalData;
+  if (opts.count("--eval-data")) {
+    if (!session.data())
+      return fail("--eval-data needs a language model trained from token files");
+    auto loaded = TokenData::load(std::vector<std::string>{opts["--eval-data"]}, session.seq(),
+                                  session.vocab());
+    if (!loaded.isOk())
+      return fail(loaded.status().message());
+    evalData = std::move(*loaded);
+  }
+  EvalHook eval(evalData ? &*evalData : nullptr, evalEvery, evalSteps);
+  metrics.setEval(&eval);
+  progress.setEval(&eval);
+  std::vector<SessionHook *> hooks{&eval, &metrics, &progress, &lossScale};
   const std::string checkpointDir = opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "";
   CheckpointHook checkpoints(checkpointDir, checkpointEvery, static_cast<int>(keepLast));
   if (!checkpointDir.empty())
