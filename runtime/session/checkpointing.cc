@@ -8,6 +8,7 @@
 #include "runtime/io/durable_file.h"
 #include "runtime/io/safetensors.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -98,15 +99,23 @@ std::map<std::string, std::vector<int64_t>> planParameters(const LoadedPlan &pla
   return out;
 }
 
-/// This rank's shard file: the boxes it owns. Returns "file\tdigest" plus one
-/// "tensor\tkey\toffset\tshape" line per box, or "" when it owns none.
-StatusOr<std::string> writeShard(TrainingSession &s, const std::string &tmpDir,
-                                 const std::set<std::string> &owned) {
+} // namespace
+
+/// The host copy of the boxes this rank owns, and the lines describing them.
+struct ShardSnapshot {
+  std::vector<std::vector<float>> buffers;
+  std::vector<NamedTensor> entries; // data pointers into buffers
+  std::string lines;                // "tensor\tkey\toffset\tshape" per box
+};
+
+PendingCheckpoint::~PendingCheckpoint() = default;
+
+namespace {
+StatusOr<std::unique_ptr<ShardSnapshot>> snapshotShard(TrainingSession &s,
+                                                       const std::set<std::string> &owned) {
   const LoadedPlan &plan = s.plan();
   Executor &ex = s.executor();
-  std::vector<std::vector<float>> buffers;
-  std::vector<NamedTensor> entries;
-  std::string lines;
+  auto snap = std::make_unique<ShardSnapshot>();
   for (size_t i = 0; i < plan.tensors().size(); ++i) {
     const TensorInfo &t = plan.tensors()[i];
     auto id = static_cast<int32_t>(i);
@@ -128,52 +137,61 @@ StatusOr<std::string> writeShard(TrainingSession &s, const std::string &tmpDir,
       int64_t n = 1;
       for (int64_t d : b.shape)
         n *= d;
-      buffers.emplace_back(static_cast<size_t>(n));
-      kernels::cpu::copyBox(local.data(), t.shape, b.localOffset, buffers.back().data(), b.shape,
-                            std::vector<int64_t>(b.shape.size(), 0), b.shape, sizeof(float));
+      snap->buffers.emplace_back(static_cast<size_t>(n));
+      kernels::cpu::copyBox(local.data(), t.shape, b.localOffset, snap->buffers.back().data(),
+                            b.shape, std::vector<int64_t>(b.shape.size(), 0), b.shape,
+                            sizeof(float));
       std::string entry = boxes.size() == 1 ? t.name : t.name + "#" + std::to_string(k);
-      entries.push_back({entry, b.shape, nullptr});
-      lines += t.name + "\t" + entry + "\t" + joinInts(b.wholeOffset) + "\t" + joinInts(b.shape) + "\n";
+      snap->entries.push_back({entry, b.shape, nullptr});
+      snap->lines += t.name + "\t" + entry + "\t" + joinInts(b.wholeOffset) + "\t" +
+                     joinInts(b.shape) + "\n";
     }
   }
-  if (entries.empty())
+  for (size_t i = 0; i < snap->entries.size(); ++i)
+    snap->entries[i].data = snap->buffers[i].data();
+  return snap;
+}
+
+/// Writes the snapshot as rank-R.safetensors in `tmpDir`. Returns "file\tdigest"
+/// plus the box lines, or "" when the rank owns nothing (touches no MPI: it may
+/// run on a background thread).
+StatusOr<std::string> writeShard(const ShardSnapshot &snap, int rank, const std::string &tmpDir) {
+  if (snap.entries.empty())
     return std::string();
-  for (size_t i = 0; i < entries.size(); ++i)
-    entries[i].data = buffers[i].data();
   char name[64];
-  std::snprintf(name, sizeof name, "rank-%05d.safetensors", s.rank());
+  std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
   std::string path = (fs::path(tmpDir) / name).string();
-  PTC_RETURN_IF_ERROR(writeSafetensors(path, entries, {{"producer", "ptc-run"}}));
+  PTC_RETURN_IF_ERROR(writeSafetensors(path, snap.entries, {{"producer", "ptc-run"}}));
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   char hex[32];
   std::snprintf(hex, sizeof hex, "%016llx",
                 static_cast<unsigned long long>(fnv1a64(bytes.data(), bytes.size())));
-  return std::string(name) + "\t" + hex + "\n" + lines;
+  return std::string(name) + "\t" + hex + "\n" + snap.lines;
 }
 } // namespace
 
-Status saveCheckpoint(TrainingSession &s, const std::string &dir, int64_t steps, int keepLast) {
+/// Phase 1 (collective): the leader prepares an empty temporary directory, and
+/// each box is given to the lowest rank holding it. Phase 2 (local): those
+/// boxes are copied to host memory.
+Status prepareCheckpoint(TrainingSession &s, const std::string &dir, int64_t steps,
+                         PendingCheckpoint &pending) {
   const LoadedPlan &plan = s.plan();
-  const std::string name = checkpointStepName(steps);
-  const std::string tmp = (fs::path(dir) / ("." + name + ".tmp")).string();
-  const std::string final = (fs::path(dir) / name).string();
-
-  // 1. The leader prepares an empty temporary directory.
+  pending.dir = dir;
+  pending.steps = steps;
+  pending.tmp = (fs::path(dir) / ("." + checkpointStepName(steps) + ".tmp")).string();
   std::string status = "ok";
   if (s.leader()) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    fs::remove_all(tmp, ec); // a crashed earlier attempt
-    if (!fs::create_directory(tmp, ec))
-      status = "error:cannot create '" + tmp + "': " + ec.message();
+    fs::remove_all(pending.tmp, ec); // a crashed earlier attempt
+    if (!fs::create_directory(pending.tmp, ec))
+      status = "error:cannot create '" + pending.tmp + "': " + ec.message();
   }
   auto st = gatherFromRanks(s, status);
   if (!st.isOk())
     return st.status();
   PTC_RETURN_IF_ERROR(firstError(*st));
-
-  // 2. Each box once: the lowest rank holding it writes it.
   std::string mine;
   for (size_t i = 0; i < plan.tensors().size(); ++i) {
     const TensorInfo &t = plan.tensors()[i];
@@ -189,26 +207,36 @@ Status saveCheckpoint(TrainingSession &s, const std::string &dir, int64_t steps,
     for (const std::string &key : splitLines((*held)[r]))
       if (!key.empty() && taken.insert(key).second && static_cast<int>(r) == s.rank())
         owned.insert(key);
+  auto snap = snapshotShard(s, owned);
+  if (!snap.isOk())
+    return snap.status();
+  pending.snapshot = std::move(*snap);
+  return Status::ok();
+}
 
-  // 3. Shards, then every rank's list of boxes to the leader.
-  auto shard = writeShard(s, tmp, owned);
-  auto shards = gatherFromRanks(s, shard.isOk() ? *shard : "error:" + shard.status().message());
+/// Phase 4 (collective): every rank's shard description to the leader, which
+/// writes the metadata and publishes the checkpoint.
+Status publishCheckpoint(TrainingSession &s, PendingCheckpoint &pending, int keepLast) {
+  const LoadedPlan &plan = s.plan();
+  const std::string name = checkpointStepName(pending.steps);
+  const std::string &dir = pending.dir, &tmp = pending.tmp;
+  const std::string final = (fs::path(dir) / name).string();
+  auto shards = gatherFromRanks(s, pending.shard);
+  pending.snapshot.reset();
   if (!shards.isOk())
     return shards.status();
   Status failed = firstError(*shards);
   if (const char *kill = std::getenv("PTC_FAULT_CHECKPOINT_KILL");
-      kill && std::atoll(kill) == steps && s.leader()) {
+      kill && std::atoll(kill) == pending.steps && s.leader()) {
     std::fprintf(stderr, "ptc-run: fault injection: rank 0 killed while writing checkpoint %s\n",
                  name.c_str());
     std::fflush(stderr);
     std::raise(SIGKILL);
   }
-
-  // 4. The leader writes the metadata and publishes the checkpoint.
-  status = "ok";
+  std::string status = "ok";
   if (s.leader() && failed.isOk()) {
     CheckpointMetadata meta;
-    meta.step = steps;
+    meta.step = pending.steps;
     for (const TensorInfo &t : plan.tensors())
       if (checkpointed(t))
         meta.tensors[t.name] = {t.kind == plan::TensorKind::Parameter ? "parameter" : "state",
@@ -282,6 +310,14 @@ Status saveCheckpoint(TrainingSession &s, const std::string &dir, int64_t steps,
   return firstError(*published);
 }
 
+Status saveCheckpoint(TrainingSession &s, const std::string &dir, int64_t steps, int keepLast) {
+  PendingCheckpoint pending;
+  PTC_RETURN_IF_ERROR(prepareCheckpoint(s, dir, steps, pending));
+  auto shard = writeShard(*pending.snapshot, s.rank(), pending.tmp);
+  pending.shard = shard.isOk() ? *shard : "error:" + shard.status().message();
+  return publishCheckpoint(s, pending, keepLast);
+}
+
 StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &dir,
                                        std::vector<std::string> *warnings) {
   std::vector<std::string> incomplete;
@@ -346,12 +382,52 @@ StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &di
   return meta.step;
 }
 
+Status CheckpointHook::finishPending(TrainingSession &session) {
+  if (!pending_)
+    return Status::ok();
+  if (writer_.joinable())
+    writer_.join();
+  Status s = publishCheckpoint(session, *pending_, keepLast_);
+  lastSaved_ = pending_->steps;
+  pending_.reset();
+  return s;
+}
+
+Status CheckpointHook::save(TrainingSession &session, int64_t steps) {
+  if (!async_) {
+    PTC_RETURN_IF_ERROR(saveCheckpoint(session, dir_, steps, keepLast_));
+    lastSaved_ = steps;
+    return Status::ok();
+  }
+  // The step boundary copies the shards to host memory; a thread writes them;
+  // the next boundary (or the end of the run) publishes the checkpoint.
+  PTC_RETURN_IF_ERROR(finishPending(session));
+  pending_ = std::make_unique<PendingCheckpoint>();
+  PTC_RETURN_IF_ERROR(prepareCheckpoint(session, dir_, steps, *pending_));
+  PendingCheckpoint *p = pending_.get();
+  int rank = session.rank();
+  writer_ = std::thread([p, rank] {
+    auto shard = writeShard(*p->snapshot, rank, p->tmp);
+    p->shard = shard.isOk() ? *shard : "error:" + shard.status().message();
+  });
+  return Status::ok();
+}
+
 Status CheckpointHook::afterStep(TrainingSession &session, const StepResult &r) {
+  // An asynchronous checkpoint is published at the boundary after its write.
+  PTC_RETURN_IF_ERROR(finishPending(session));
   if (every_ <= 0 || (r.step + 1) % every_ != 0)
     return Status::ok();
-  PTC_RETURN_IF_ERROR(saveCheckpoint(session, dir_, r.step + 1, keepLast_));
-  lastSaved_ = r.step + 1;
+  auto t0 = std::chrono::steady_clock::now();
+  PTC_RETURN_IF_ERROR(save(session, r.step + 1));
+  blockedSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++saves_;
   return Status::ok();
+}
+
+CheckpointHook::~CheckpointHook() {
+  if (writer_.joinable())
+    writer_.join();
 }
 
 } // namespace ptc

@@ -8,7 +8,9 @@
 
 #include "runtime/session/training_session.h"
 
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ptc {
@@ -30,20 +32,48 @@ Status saveCheckpoint(TrainingSession &session, const std::string &dir, int64_t 
 StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &session, const std::string &dir,
                                        std::vector<std::string> *warnings);
 
-/// Saves a checkpoint every `every` steps (and none in between).
+struct ShardSnapshot;
+
+/// A checkpoint between its phases: prepared and snapshotted at a step
+/// boundary, its shard written (possibly on a thread), then published.
+struct PendingCheckpoint {
+  std::string dir, tmp;
+  int64_t steps = 0;
+  std::unique_ptr<ShardSnapshot> snapshot;
+  std::string shard; // this rank's shard description, or "error:..."
+  ~PendingCheckpoint();
+};
+
+/// Saves a checkpoint every `every` steps. With `async`, the step boundary
+/// only copies this rank's boxes to host memory; a background thread writes
+/// them and the next step boundary (or finishPending at the end) publishes
+/// the checkpoint, so a crash in between leaves the previous one.
 class CheckpointHook : public SessionHook {
 public:
-  CheckpointHook(std::string dir, int64_t every, int keepLast)
-      : dir_(std::move(dir)), every_(every), keepLast_(keepLast) {}
+  CheckpointHook(std::string dir, int64_t every, int keepLast, bool async = false)
+      : dir_(std::move(dir)), every_(every), keepLast_(keepLast), async_(async) {}
+  ~CheckpointHook() override;
   Status afterStep(TrainingSession &session, const StepResult &r) override;
+  /// Writes the checkpoint of `steps` now (async: starts it).
+  Status save(TrainingSession &session, int64_t steps);
+  /// Waits for an asynchronous checkpoint and publishes it (collective).
+  Status finishPending(TrainingSession &session);
   /// The step count of the last checkpoint written (-1: none).
-  int64_t lastSaved() const { return lastSaved_; }
+  int64_t lastSaved() const { return pending_ ? pending_->steps : lastSaved_; }
+  /// Time the training loop waited for checkpoints, and how many it took.
+  double blockedSeconds() const { return blockedSeconds_; }
+  int64_t saves() const { return saves_; }
 
 private:
   std::string dir_;
   int64_t every_;
   int keepLast_;
+  bool async_;
   int64_t lastSaved_ = -1;
+  std::unique_ptr<PendingCheckpoint> pending_;
+  std::thread writer_;
+  double blockedSeconds_ = 0.0;
+  int64_t saves_ = 0;
 };
 
 } // namespace ptc

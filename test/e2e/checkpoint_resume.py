@@ -2,7 +2,7 @@
 """Distributed checkpoints: a run interrupted and resumed equals the uninterrupted run.
 
 Same layout: losses and saved weights bitwise equal (one rank, dp:2 x tp:2,
-pp:2 x dp:2 with ZeRO-3, bf16 with dynamic loss scaling). Another layout (and
+pp:2 x dp:2 with ZeRO-3, bf16 with dynamic loss scaling, and asynchronous checkpoints). Another layout (and
 rank count): within 1e-5 relative (losses) and 1e-5 absolute (weights) of the
 uninterrupted run. Crash safety: rank 0 killed while writing a checkpoint leaves
 the previous one, which resumes to the same losses; a truncated or corrupted
@@ -122,6 +122,17 @@ def main():
         train(plans[tag], n, f"full-{tag}", STEPS)
         interrupted(f"resumed-{tag}", plans[tag], n, plans[tag], n)
         compare(f"same layout {tag}", f"resumed-{tag}", f"full-{tag}", exact=True)
+    # Asynchronous checkpoints (written by a thread, published a step later) resume the same.
+    ck = w("async.ckpt")
+    shutil.rmtree(ck, ignore_errors=True)
+    train(plans["dp2tp2"], 4, "async.first", CUT,
+          ["--checkpoint-dir", ck, "--checkpoint-every", "3", "--async-checkpoint"])
+    shutil.copy(w("async.first.jsonl"), w("async.jsonl"))
+    train(plans["dp2tp2"], 4, "async.second", STEPS, ["--resume", ck])
+    with open(w("async.jsonl"), "a") as out:
+        out.write(open(w("async.second.jsonl")).read())
+    shutil.copy(w("async.second.safetensors"), w("async.safetensors"))
+    compare("same layout dp2tp2, --async-checkpoint", "async", "full-dp2tp2", exact=True)
     # Another layout: the uninterrupted single-rank run is the reference.
     for a, b_ in (("dp2tp2", "1"), ("1", "pp2dp2z3"), ("dp4z3", "tp2"), ("pp2", "dp2tp2")):
         interrupted(f"cross-{a}-{b_}", plans[a], ranks(layouts[a]), plans[b_], ranks(layouts[b_]))

@@ -53,6 +53,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       atomically: D/step-NNNNNNNN/ (each rank its shards + metadata.json), D/latest
   --checkpoint-every N  a checkpoint every N steps (and at the end of the run)
   --keep-last K       keep the K newest checkpoints (older ones pruned after a new one is complete)
+  --async-checkpoint  the step boundary copies the shards to host memory; a background thread
+                      writes them and the next boundary publishes the checkpoint
   --resume D          continue from the newest complete checkpoint in D (any layout, rank count)
   --max-restarts R    with --np: restart a failed job from its latest checkpoint, at most R times
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
@@ -415,7 +417,7 @@ double parseSeconds(const std::string &flag, const std::string &value, bool allo
 int runMain(int argc, char **argv) {
   std::map<std::string, std::string> opts;
   std::string planPath;
-  bool dumpPlan = false, profile = false, memoryReport = false;
+  bool dumpPlan = false, profile = false, memoryReport = false, asyncCheckpoint = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -428,6 +430,8 @@ int runMain(int argc, char **argv) {
       profile = true;
     } else if (a == "--memory-report") {
       memoryReport = true;
+    } else if (a == "--async-checkpoint") {
+      asyncCheckpoint = true;
     } else if (a == "--tf32") {
       setenv("PTC_CUDA_TF32", "1", 1); // read by the CUDA device
     } else if (a.rfind("--", 0) == 0) {
@@ -655,20 +659,30 @@ int runMain(int argc, char **argv) {
   progress.setEval(&eval);
   std::vector<SessionHook *> hooks{&eval, &metrics, &progress, &lossScale};
   const std::string checkpointDir = opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "";
-  CheckpointHook checkpoints(checkpointDir, checkpointEvery, static_cast<int>(keepLast));
+  CheckpointHook checkpoints(checkpointDir, checkpointEvery, static_cast<int>(keepLast),
+                             asyncCheckpoint);
   if (!checkpointDir.empty())
     hooks.push_back(&checkpoints);
   if (Status s = session.run(first, steps - first, hooks); !s.isOk())
     return fail(s.message());
   // The end of the run is a checkpoint too (unless the last step just wrote one).
-  if (!checkpointDir.empty() && steps > first && checkpoints.lastSaved() != steps) {
-    if (Status s = saveCheckpoint(session, checkpointDir, steps, static_cast<int>(keepLast));
-        !s.isOk())
+  if (!checkpointDir.empty()) {
+    Status s = checkpoints.finishPending(session);
+    if (s.isOk() && steps > first && checkpoints.lastSaved() != steps)
+      s = saveCheckpoint(session, checkpointDir, steps, static_cast<int>(keepLast));
+    if (!s.isOk())
       return fail(s.message());
+    if (leader) {
+      std::cout << "ptc-run: checkpoint of step " << steps << " in " << checkpointDir << "/"
+                << checkpointStepName(steps) << "\n";
+      if (checkpoints.saves() > 0)
+        std::printf("ptc-run: %lld checkpoints during the run%s held training up %.3f s in all "
+                    "(%.1f ms each)\n",
+                    static_cast<long long>(checkpoints.saves()), asyncCheckpoint ? " (async)" : "",
+                    checkpoints.blockedSeconds(),
+                    1e3 * checkpoints.blockedSeconds() / static_cast<double>(checkpoints.saves()));
+    }
   }
-  if (!checkpointDir.empty() && leader)
-    std::cout << "ptc-run: checkpoint of step " << steps << " in " << checkpointDir << "/"
-              << checkpointStepName(steps) << "\n";
 
   if (!tracePath.empty())
     if (Status s = writeTrace(session, tracePath); !s.isOk())
