@@ -91,6 +91,31 @@ Status syncDirectory(const std::string &dir) {
   return Status::ok();
 }
 
+/// The optimizer's hyperparameters and learning-rate schedule as the plan holds
+/// them (the first update's and schedule's attributes), for the resume check.
+std::string optimizerSettings(const LoadedPlan &plan) {
+  std::string text;
+  bool update = false, schedule = false;
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    bool isUpdate = inst->op() == plan::OpCode::AdamWUpdate || inst->op() == plan::OpCode::SgdUpdate;
+    bool isSchedule = inst->op() == plan::OpCode::LrSchedule;
+    if ((isUpdate && update) || (isSchedule && schedule) || !(isUpdate || isSchedule))
+      continue;
+    (isUpdate ? update : schedule) = true;
+    text += std::string(text.empty() ? "" : "; ") + (isUpdate ? "update" : "lr schedule");
+    if (inst->ints())
+      for (int64_t v : *inst->ints())
+        text += " " + std::to_string(v);
+    if (inst->floats())
+      for (double v : *inst->floats()) {
+        char num[32];
+        std::snprintf(num, sizeof num, " %.9g", v);
+        text += num;
+      }
+  }
+  return text;
+}
+
 std::map<std::string, std::vector<int64_t>> planParameters(const LoadedPlan &plan) {
   std::map<std::string, std::vector<int64_t>> out;
   for (const TensorInfo &t : plan.tensors())
@@ -255,6 +280,8 @@ Status publishCheckpoint(TrainingSession &s, PendingCheckpoint &pending, int kee
     }
     const char *opt = plan.plan().optimizer() ? plan.plan().optimizer()->c_str() : "";
     meta.info["optimizer"] = opt;
+    meta.info["optimizer_settings"] = optimizerSettings(plan);
+    meta.info["shuffle"] = s.options().shuffleSeed ? std::to_string(*s.options().shuffleSeed) : "none";
     meta.info["model_fingerprint"] = modelFingerprint(planParameters(plan));
     meta.info["producer"] = "ptc-run";
     std::string mesh;
@@ -352,6 +379,14 @@ StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &di
   if (auto it = meta.info.find("optimizer"); it != meta.info.end() && it->second != opt)
     warnings->push_back("the checkpoint was written with optimizer '" + it->second +
                         "', this plan uses '" + opt + "'");
+  else if (auto it = meta.info.find("optimizer_settings");
+           it != meta.info.end() && it->second != optimizerSettings(plan))
+    warnings->push_back("the optimizer settings changed: the checkpoint's are '" + it->second +
+                        "', this plan's '" + optimizerSettings(plan) + "'");
+  std::string shuffle = s.options().shuffleSeed ? std::to_string(*s.options().shuffleSeed) : "none";
+  if (auto it = meta.info.find("shuffle"); it != meta.info.end() && it->second != shuffle)
+    warnings->push_back("the data order changed: the checkpoint's run used --shuffle " +
+                        it->second + ", this run " + shuffle);
   std::set<std::string> planStates;
   for (size_t i = 0; i < plan.tensors().size(); ++i) {
     const TensorInfo &t = plan.tensors()[i];

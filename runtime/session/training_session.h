@@ -112,6 +112,7 @@ public:
                         int64_t maxShardBytes = int64_t{5} * 1000 * 1000 * 1000);
 
   const LoadedPlan &plan() const { return *plan_; }
+  const SessionOptions &options() const { return options_; }
   std::shared_ptr<const LoadedPlan> sharedPlan() const { return plan_; }
   Executor &executor() { return *executor_; }
   Communicator *communicator() { return comm_.get(); }
