@@ -161,7 +161,153 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     os.flush();
   }
 
+  /// One pipeline rank's memory, counted as ptc-run allocates it
+  /// (runtime/plan/plan_loader.cc, predictedPeakBytes): the tensors its ops
+  /// touch or that live on it, its arena, its largest collective buffer.
+  struct RankMemory {
+    int64_t params = 0, state = 0, inputs = 0, constants = 0, grads = 0, activations = 0,
+            comm = 0, arena = 0, received = 0, values = 0;
+    int64_t peak() const { return params + state + inputs + constants + arena + comm + received; }
+  };
+
+  static int rankOf(Operation *op, int ranks) {
+    auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName);
+    return !stage || stage.getInt() < 0 ? -1 : static_cast<int>(stage.getInt() % ranks);
+  }
+
+  RankMemory rankMemory(func::FuncOp func, int r, int ranks) {
+    Block &block = func.getBody().front();
+    RankMemory m;
+    auto on = [&](Operation *op) {
+      int k = rankOf(op, ranks);
+      return k < 0 || k == r;
+    };
+    llvm::DenseSet<Value> here;
+    for (Operation &op : block) {
+      if (isa<func::ReturnOp>(op) || !on(&op))
+        continue;
+      for (Value v : op.getOperands())
+        here.insert(v);
+      for (Value v : op.getResults())
+        here.insert(v);
+    }
+    for (BlockArgument arg : block.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      auto stage = func.getArgAttrOfType<IntegerAttr>(i, PtcDialect::kStageAttrName);
+      if (!(stage && stage.getInt() % ranks == r) && !here.contains(arg))
+        continue;
+      int64_t bytes = getTensorBytes(cast<RankedTensorType>(arg.getType()));
+      if (func.getArgAttr(i, PtcDialect::kParamAttrName)) {
+        m.params += bytes;
+        m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
+      } else if (func.getArgAttr(i, PtcDialect::kStateAttrName)) {
+        m.state += bytes;
+      } else {
+        m.inputs += bytes;
+      }
+    }
+    Operation *firstBackward = nullptr;
+    for (Operation &op : block) {
+      if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
+        firstBackward = &op;
+      if (auto cst = dyn_cast<arith::ConstantOp>(op)) // every rank holds the constants
+        m.constants += getTensorBytes(cast<RankedTensorType>(cst.getType()));
+      if (!on(&op))
+        continue;
+      if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
+        m.grads += getTensorBytes(cast<RankedTensorType>(op.getOperand(1).getType()));
+      int64_t c = 0;
+      if (isa<AllReduceOp>(op))
+        for (Value v : op.getOperands())
+          c += getTensorBytes(cast<RankedTensorType>(v.getType()));
+      else if (isa<AllGatherOp>(op))
+        c = getTensorBytes(cast<RankedTensorType>(op.getResult(0).getType()));
+      else if (isa<ReduceScatterOp>(op))
+        c = getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
+      else if (isa<AllToAllOp>(op))
+        c = 2 * getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
+      m.comm = std::max(m.comm, c);
+    }
+    // Forward values of this rank that its backward ops read (one micro-batch).
+    if (firstBackward)
+      for (Operation &op : block) {
+        if (&op == firstBackward)
+          break;
+        if (isa<arith::ConstantOp>(op) || !on(&op))
+          continue;
+        if (auto convert = dyn_cast<ConvertOp>(op); convert && isa<BlockArgument>(convert.getInput()))
+          continue;
+        for (Value v : op.getResults())
+          if (llvm::any_of(v.getUsers(), [&](Operation *u) {
+                return u->hasAttr(PtcDialect::kBackwardAttrName) && on(u);
+              }))
+            m.activations += getTensorBytes(cast<RankedTensorType>(v.getType()));
+      }
+    // The step's results another rank computes arrive here after each step.
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+      if (!func.getResultAttr(i, PtcDialect::kUpdateAttrName) && !here.contains(v))
+        m.received += getTensorBytes(cast<RankedTensorType>(v.getType()));
+    if (auto perRank = func->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesPerRankAttrName);
+        perRank && r < static_cast<int>(perRank.size()))
+      m.arena = perRank[r];
+    return m;
+  }
+
+  /// The report of a pipelined step: every pipeline rank's own memory, and the
+  /// largest as the verdict.
+  LogicalResult reportPipelined(func::FuncOp func, int ranks, std::optional<double> budget) {
+    llvm::raw_ostream &os = llvm::outs();
+    FailureOr<MeshInfo> mesh = getEnclosingMesh(getOperation());
+    os << "ptc-report-memory @" << func.getSymName() << " (per device, per pipeline rank";
+    if (succeeded(mesh))
+      for (auto [a, s] : llvm::zip(mesh->axes, mesh->sizes))
+        os << ", " << a << "=" << s;
+    os << ")\n";
+    os << llvm::format("  %-4s %14s %14s %14s %14s %14s %14s %14s %14s\n", "rank", "parameters",
+                       "gradients", "optim. state", "inputs+const", "saved act.", "communication",
+                       "arena", "peak");
+    int worst = 0;
+    int64_t worstPeak = -1;
+    std::vector<RankMemory> all;
+    for (int r = 0; r < ranks; ++r) {
+      RankMemory m = rankMemory(func, r, ranks);
+      all.push_back(m);
+      os << llvm::format("  %-4d %14lld %14lld %14lld %14lld %14lld %14lld %14lld %14lld\n", r,
+                         static_cast<long long>(m.params), static_cast<long long>(m.grads),
+                         static_cast<long long>(m.state),
+                         static_cast<long long>(m.inputs + m.constants + m.received),
+                         static_cast<long long>(m.activations), static_cast<long long>(m.comm),
+                         static_cast<long long>(m.arena), static_cast<long long>(m.peak()));
+      if (m.peak() > worstPeak) {
+        worstPeak = m.peak();
+        worst = r;
+      }
+    }
+    const RankMemory &w = all[static_cast<size_t>(worst)];
+    os << "  predicted peak " << worstPeak << " B (" << human(static_cast<double>(worstPeak))
+       << ") on pipeline rank " << worst << ": parameters " << human(static_cast<double>(w.params))
+       << " (" << w.values << " values), optimizer state " << human(static_cast<double>(w.state))
+       << ", arena " << human(static_cast<double>(w.arena))
+       << " (gradients and saved activations of one micro-batch live in the arena; values "
+          "waiting between micro-batches are the runtime's stash, reported by ptc-run "
+          "--memory-report)\n";
+    os.flush();
+    if (budget && static_cast<double>(worstPeak) > *budget)
+      return func.emitError() << "predicted peak " << human(static_cast<double>(worstPeak))
+                              << " on pipeline rank " << worst << " exceeds the device memory "
+                              << deviceMemory << " (parameters " << human(static_cast<double>(w.params))
+                              << ", optimizer state " << human(static_cast<double>(w.state))
+                              << ", arena " << human(static_cast<double>(w.arena)) << ")";
+    return success();
+  }
+
   LogicalResult report(func::FuncOp func, std::optional<double> budget) {
+    if (auto pipeline = func->getAttrOfType<DictionaryAttr>(PtcDialect::kPipelineAttrName)) {
+      int ranks = static_cast<int>(cast<IntegerAttr>(pipeline.get("ranks")).getInt());
+      if (ranks > 1)
+        return reportPipelined(func, ranks, budget);
+    }
     Block &block = func.getBody().front();
     std::vector<Consumer> consumers;
     int64_t paramBytes = 0, stateBytes = 0, inputBytes = 0, constBytes = 0, gradBytes = 0,

@@ -374,17 +374,22 @@ void printMemoryReport(TrainingSession &session) {
   int64_t predicted = predictedPeakBytes(session.plan(), session.pipelineRank());
   char line[512];
   std::snprintf(line, sizeof line,
-                "memory (rank 0): allocated %lld B (tensors %lld + arena %lld + communication "
-                "%lld), predicted %lld B (%.1f%% off); process peak RSS %lld KiB\n",
+                "memory (rank %d): allocated %lld B (tensors %lld + arena %lld + "
+                "communication %lld), predicted %lld B (%.1f%% off); process peak RSS %lld KiB%s\n",
+                session.rank(),
                 static_cast<long long>(allocated), static_cast<long long>(ex.persistentBytes()),
                 static_cast<long long>(ex.arenaBytes()),
                 static_cast<long long>(ex.communicationBytes()), static_cast<long long>(predicted),
                 predicted ? 100.0 * static_cast<double>(allocated - predicted) / static_cast<double>(predicted) : 0.0,
-                static_cast<long long>(usage.ru_maxrss));
-  std::cout << line;
+                static_cast<long long>(usage.ru_maxrss),
+                session.plan().pipelined()
+                    ? ("; pipeline rank " + std::to_string(session.pipelineRank())).c_str()
+                    : "");
+  std::cout << line << std::flush;
   if (session.plan().pipelined())
-    std::cout << "memory (rank 0): activation stash peak " << ex.stashPeakBytes()
-              << " B (values waiting between segments and micro-batches)\n";
+    std::cout << "memory (rank " << session.rank() << "): activation stash peak "
+              << ex.stashPeakBytes() << " B (values waiting between segments and micro-batches)\n"
+              << std::flush;
 }
 
 int64_t parseInt(const std::string &flag, const char *value, bool &ok) {
@@ -692,8 +697,18 @@ int runMain(int argc, char **argv) {
               << lossScale.skipped() << " of the steps before it overflowed and were skipped\n";
   if (profile && steps > 0 && leader)
     printProfile(opTimes, steps);
-  if (memoryReport && leader)
-    printMemoryReport(session);
+  if (memoryReport) {
+    // One line per pipeline rank: from its first process (dp, tp coordinates 0).
+    bool first = leader;
+    if (Communicator *c = session.communicator(); c && session.plan().pipelined()) {
+      first = true;
+      for (size_t a = 0; a < c->coords().size(); ++a)
+        if (static_cast<int>(a) != session.plan().pipelineAxis() && c->coords()[a] != 0)
+          first = false;
+    }
+    if (first)
+      printMemoryReport(session);
+  }
 
   if (opts.count("--save")) {
     Status s = session.saveParameters(opts["--save"],
