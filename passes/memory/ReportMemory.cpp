@@ -73,7 +73,12 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         StringRef n = name.getValue();
         if (n.starts_with("transformer.h.") && n.ends_with(".ln_1.weight")) {
           layers.insert(n.str());
+          // The hidden size is the global one (ZeRO-3 splits this weight over dp).
           h = type.getDimSize(0);
+          if (Attribute spec = func.getArgAttr(i, PtcDialect::kShardingAttrName); spec && mesh)
+            if (auto parsed = getShardingSpec(spec, *mesh, 1, [&] { return func.emitError(); });
+                succeeded(parsed) && parsed->axes[0] >= 0)
+              h *= mesh->sizes[parsed->axes[0]];
         }
       } else if (auto input = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kInputAttrName);
                  input && input.getValue() == "tokens" && type.getRank() == 2) {
