@@ -53,6 +53,8 @@ public:
 
   /// Sets the local part of tensor `id` from its whole value (global shape).
   Status loadFromWhole(int32_t id, const void *whole);
+  /// Sets the local part of tensor `id` from host bytes in its local layout.
+  Status loadLocal(int32_t id, const void *local);
   /// Copies this rank's part of tensor `id` to host memory `out` (its bytes).
   Status readLocal(int32_t id, void *out);
   /// The first element of f32 tensor `id` (a loss, a norm), read to the host.

@@ -88,6 +88,13 @@ std::vector<Executor::LocalBox> Executor::localBoxes(int32_t id) const {
   return boxes;
 }
 
+Status Executor::loadLocal(int32_t id, const void *local) {
+  if (!holds(id))
+    return Status::ok();
+  PTC_RETURN_IF_ERROR(hostSync());
+  return dev_->copy(data(id), local, plan_->tensor(id).bytes, CopyKind::HostToDevice);
+}
+
 Status Executor::loadFromWhole(int32_t id, const void *whole) {
   if (!holds(id))
     return Status::ok();

@@ -211,42 +211,79 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
   return r;
 }
 
+StatusOr<SafetensorsFile *> CheckpointReader::file(const std::string &name) {
+  auto &slot = open_[name];
+  if (slot)
+    return slot.get();
+  std::string path = (fs::path(meta_.path) / name).string();
+  auto bytes = readBytes(path);
+  if (!bytes.isOk())
+    return bytes.status();
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(fnv1a64(bytes->data(), bytes->size())));
+  if (meta_.files[name] != hex)
+    return error(StatusCode::kDataLoss, "checkpoint file '", path, "' is corrupt: its digest is ",
+                 hex, ", the metadata says ", meta_.files[name]);
+  auto parsed = SafetensorsFile::parse(std::move(*bytes), path);
+  if (!parsed.isOk())
+    return parsed.status();
+  slot = std::make_shared<SafetensorsFile>(std::move(*parsed));
+  return slot.get();
+}
+
 Status CheckpointReader::readWhole(const std::string &name, float *out) {
   auto t = meta_.tensors.find(name);
   if (t == meta_.tensors.end())
     return error(StatusCode::kNotFound, "checkpoint '", meta_.path, "' has no tensor '", name, "'");
   const std::vector<int64_t> &shape = t->second.shape;
-  int64_t covered = 0;
+  return readLocal(name, {Box{std::vector<int64_t>(shape.size(), 0),
+                              std::vector<int64_t>(shape.size(), 0), shape}},
+                   shape, out);
+}
+
+Status CheckpointReader::readLocal(const std::string &name, const std::vector<Box> &boxes,
+                                   const std::vector<int64_t> &localShape, float *out) {
+  if (!meta_.tensors.count(name))
+    return error(StatusCode::kNotFound, "checkpoint '", meta_.path, "' has no tensor '", name, "'");
+  int64_t wanted = 0, covered = 0;
+  for (const Box &want : boxes)
+    wanted += product(want.shape);
   for (const CheckpointBox &b : meta_.boxes) {
     if (b.tensor != name)
       continue;
-    auto &file = open_[b.file];
-    std::string path = (fs::path(meta_.path) / b.file).string();
-    if (!file) {
-      auto bytes = readBytes(path);
-      if (!bytes.isOk())
-        return bytes.status();
-      char hex[32];
-      std::snprintf(hex, sizeof hex, "%016llx",
-                    static_cast<unsigned long long>(fnv1a64(bytes->data(), bytes->size())));
-      if (meta_.files[b.file] != hex)
-        return error(StatusCode::kDataLoss, "checkpoint file '", path,
-                     "' is corrupt: its digest is ", hex, ", the metadata says ",
-                     meta_.files[b.file]);
-      auto parsed = SafetensorsFile::parse(std::move(*bytes), path);
-      if (!parsed.isOk())
-        return parsed.status();
-      file = std::make_shared<SafetensorsFile>(std::move(*parsed));
+    std::vector<float> data; // the checkpoint box, read once if any wanted box overlaps it
+    for (const Box &want : boxes) {
+      // The intersection of the checkpoint box and the wanted one, per dimension.
+      std::vector<int64_t> lo(b.offset.size()), len(b.offset.size());
+      bool empty = false;
+      for (size_t d = 0; d < b.offset.size(); ++d) {
+        lo[d] = std::max(b.offset[d], want.wholeOffset[d]);
+        int64_t hi = std::min(b.offset[d] + b.shape[d], want.wholeOffset[d] + want.shape[d]);
+        len[d] = hi - lo[d];
+        empty |= len[d] <= 0;
+      }
+      if (empty && !b.offset.empty())
+        continue;
+      if (data.empty()) {
+        auto f = file(b.file);
+        if (!f.isOk())
+          return f.status();
+        data.resize(static_cast<size_t>(product(b.shape)));
+        PTC_RETURN_IF_ERROR((*f)->copyTo(b.key, b.shape, data.data()));
+      }
+      std::vector<int64_t> src(lo.size()), dst(lo.size());
+      for (size_t d = 0; d < lo.size(); ++d) {
+        src[d] = lo[d] - b.offset[d];
+        dst[d] = want.localOffset[d] + lo[d] - want.wholeOffset[d];
+      }
+      kernels::cpu::copyBox(data.data(), b.shape, src, out, localShape, dst, len, sizeof(float));
+      covered += product(len);
     }
-    std::vector<float> box(static_cast<size_t>(product(b.shape)));
-    PTC_RETURN_IF_ERROR(file->copyTo(b.key, b.shape, box.data()));
-    kernels::cpu::copyBox(box.data(), b.shape, std::vector<int64_t>(b.shape.size(), 0), out,
-                          shape, b.offset, b.shape, sizeof(float));
-    covered += product(b.shape);
   }
-  if (covered != product(shape))
+  if (covered != wanted)
     return invalidArgument("checkpoint '", meta_.path, "': the boxes of tensor '", name,
-                           "' cover ", covered, " of its ", product(shape), " elements");
+                           "' cover ", covered, " of the ", wanted, " elements needed");
   return Status::ok();
 }
 

@@ -77,8 +77,20 @@ public:
   /// Assembles tensor `name` (f32, global shape) from every box of it; every
   /// element must be covered. Files are read (and their digests checked) once.
   Status readWhole(const std::string &name, float *out);
+  /// A box of a tensor this rank holds: where it lies in the whole tensor and
+  /// in the local storage of shape `localShape`.
+  struct Box {
+    std::vector<int64_t> wholeOffset, localOffset, shape;
+  };
+  /// Fills the local tensor `out` (f32, `localShape`) from the checkpoint
+  /// boxes that overlap `boxes`, reading only the files that hold them; every
+  /// element must be covered.
+  Status readLocal(const std::string &name, const std::vector<Box> &boxes,
+                   const std::vector<int64_t> &localShape, float *out);
 
 private:
+  /// The shard `file`, read and its digest checked on first use.
+  StatusOr<SafetensorsFile *> file(const std::string &file);
   CheckpointMetadata meta_;
   std::map<std::string, std::shared_ptr<SafetensorsFile>> open_;
 };

@@ -404,12 +404,13 @@ StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &di
     }
     if (!s.executor().holds(static_cast<int32_t>(i)))
       continue;
-    int64_t count = 1;
-    for (int64_t d : t.globalShape)
-      count *= d;
-    std::vector<float> whole(static_cast<size_t>(count));
-    PTC_RETURN_IF_ERROR(reader->readWhole(t.name, whole.data()));
-    PTC_RETURN_IF_ERROR(s.executor().loadFromWhole(static_cast<int32_t>(i), whole.data()));
+    // Only this rank's boxes, from the shards that overlap them.
+    std::vector<CheckpointReader::Box> boxes;
+    for (const auto &b : s.executor().localBoxes(static_cast<int32_t>(i)))
+      boxes.push_back({b.wholeOffset, b.localOffset, b.shape});
+    std::vector<float> local(static_cast<size_t>(t.numElements));
+    PTC_RETURN_IF_ERROR(reader->readLocal(t.name, boxes, t.shape, local.data()));
+    PTC_RETURN_IF_ERROR(s.executor().loadLocal(static_cast<int32_t>(i), local.data()));
   }
   for (const auto &[name, t] : meta.tensors)
     if (t.kind == "state" && !planStates.count(name) && s.leader())
