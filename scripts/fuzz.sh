@@ -21,11 +21,11 @@ if [ ! -f build-fuzz/build.ninja ]; then
     -DPTC_BUILD_COMPILER=OFF -DPTC_BUILD_TESTS=OFF -DPTC_ENABLE_CUDA=OFF -DPTC_WITH_MPI=OFF \
     -DPTC_FUZZERS=ON >/dev/null
 fi
-cmake --build build-fuzz --target ptc-fuzz-plan ptc-fuzz-safetensors
+cmake --build build-fuzz --target ptc-fuzz-plan ptc-fuzz-safetensors ptc-fuzz-checkpoint
 
 B=build/bin
 SEEDS=build-fuzz/seeds
-mkdir -p $SEEDS/plan $SEEDS/safetensors
+mkdir -p $SEEDS/plan $SEEDS/safetensors $SEEDS/checkpoint
 $B/ptc-model gpt --layers 2 --hidden 16 --heads 2 --seq 8 --vocab 256 --batch 4 -o $SEEDS/gpt.mlir
 for opts in "" "mesh=dp:2" "mesh=tp:2 sequence-parallel=true" "mesh=dp:2 zero=3" \
             "mesh=pp:2 microbatches=2" "precision=bf16 dynamic-loss-scale=true" "optimizer=sgd max-grad-norm=1"; do
@@ -37,9 +37,20 @@ $B/ptc-opt $SEEDS/moe.mlir --ptc-compile="plan=$SEEDS/plan/moe.plan" -o /dev/nul
 $B/ptc-tokenize -o $SEEDS/data.bin /usr/share/common-licenses/GPL-3 >/dev/null
 $B/ptc-run $SEEDS/plan/gpt.plan --data $SEEDS/data.bin --steps 1 --log-every 0 \
   --save $SEEDS/safetensors/gpt.safetensors >/dev/null
+# Checkpoint metadata: a real one, and one shaped for the fuzzer's own shard.
+rm -rf $SEEDS/ckpt && $B/ptc-run $SEEDS/plan/gpt.plan --data $SEEDS/data.bin --steps 1 \
+  --log-every 0 --checkpoint-dir $SEEDS/ckpt >/dev/null
+cp $SEEDS/ckpt/step-00000001/metadata.json $SEEDS/checkpoint/real.json
+cat > $SEEDS/checkpoint/small.json <<'JSON'
+{"format":"ptc-distributed-checkpoint","version":1,"step":3,"info":{"optimizer":"adamw"},
+ "tensors":{"w":{"kind":"parameter","dtype":"F32","shape":[5,4]}},
+ "boxes":[{"tensor":"w","file":"rank-00000.safetensors","key":"w","offset":[0,0],"shape":[3,4]},
+          {"tensor":"w","file":"rank-00000.safetensors","key":"w#1","offset":[3,0],"shape":[2,2]}],
+ "files":{"rank-00000.safetensors":"@@@@@@@@@@@@@@@@"}}
+JSON
 
 status=0
-for target in plan safetensors; do
+for target in plan safetensors checkpoint; do
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus" build-fuzz/crashes/$target
   regressions=test/fuzz/regressions/$target

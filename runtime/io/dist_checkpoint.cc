@@ -31,6 +31,19 @@ int64_t product(const std::vector<int64_t> &s) {
   return n;
 }
 
+/// Whether `s` has non-negative dims and at most 2^40 elements (no overflow).
+bool sane(const std::vector<int64_t> &s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0 || d > (int64_t{1} << 40))
+      return false;
+    if (d > 0 && n > (int64_t{1} << 40) / d)
+      return false;
+    n *= d;
+  }
+  return true;
+}
+
 /// The step of "step-00000200", or -1.
 int64_t stepOfName(const std::string &name) {
   if (name.size() != 13 || name.compare(0, 5, "step-") != 0)
@@ -177,9 +190,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
       t.shape = it.value().at("shape").get<std::vector<int64_t>>();
       if (it.value().at("dtype").get<std::string>() != "F32")
         return bad("tensor '" + it.key() + "' is not F32");
-      for (int64_t d : t.shape)
-        if (d < 0 || d > (int64_t{1} << 40))
-          return bad("tensor '" + it.key() + "' has an invalid shape");
+      if (!sane(t.shape))
+        return bad("tensor '" + it.key() + "' has an invalid shape");
       m.tensors[it.key()] = t;
     }
     for (const auto &b : j.at("boxes")) {
@@ -189,8 +201,9 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
       auto t = m.tensors.find(box.tensor);
       if (t == m.tensors.end())
         return bad("a box of the unknown tensor '" + box.tensor + "'");
-      if (box.offset.size() != t->second.shape.size() || box.shape.size() != box.offset.size())
-        return bad("a box of '" + box.tensor + "' has the wrong rank");
+      if (box.offset.size() != t->second.shape.size() || box.shape.size() != box.offset.size() ||
+          !sane(box.shape))
+        return bad("a box of '" + box.tensor + "' has the wrong rank or shape");
       for (size_t d = 0; d < box.offset.size(); ++d)
         if (box.offset[d] < 0 || box.shape[d] < 0 ||
             box.offset[d] + box.shape[d] > t->second.shape[d])
@@ -269,6 +282,12 @@ Status CheckpointReader::readLocal(const std::string &name, const std::vector<Bo
         auto f = file(b.file);
         if (!f.isOk())
           return f.status();
+        // The entry must hold exactly the box before anything is allocated for it.
+        auto entry = (*f)->entries().find(b.key);
+        if (entry == (*f)->entries().end() || entry->second.shape != b.shape)
+          return invalidArgument("checkpoint file '", (fs::path(meta_.path) / b.file).string(),
+                                 "' lacks the box '", b.key, "' of tensor '", name,
+                                 "' the metadata lists");
         data.resize(static_cast<size_t>(product(b.shape)));
         PTC_RETURN_IF_ERROR((*f)->copyTo(b.key, b.shape, data.data()));
       }
