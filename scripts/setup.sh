@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev libomp-22-dev                                   # CPU matmul, kernel threads
   nlohmann-json3-dev                                              # safetensors headers, metrics
   libgtest-dev cmake ninja-build ccache clang-22 lld-22 g++        # build and unit tests
+  libclang-rt-22-dev                                              # sanitizers and libFuzzer (CI)
   python3-numpy python3-torch                                     # reference numerics in tests
 )
 
