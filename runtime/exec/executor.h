@@ -53,6 +53,8 @@ public:
 
   /// Sets the local part of tensor `id` from its whole value (global shape).
   Status loadFromWhole(int32_t id, const void *whole);
+  /// The same from f32 values, rounded once to the tensor's type (bf16 / f16).
+  Status loadFromWholeF32(int32_t id, const float *whole);
   /// Sets the local part of tensor `id` from host bytes in its local layout.
   Status loadLocal(int32_t id, const void *local);
   /// Copies this rank's part of tensor `id` to host memory `out` (its bytes).

@@ -122,12 +122,21 @@ Status Executor::readLocal(int32_t id, void *out) {
 }
 
 StatusOr<float> Executor::scalar(int32_t id) {
-  float value = 0.0f;
+  // A model built in bf16 / f16 has a low-precision loss: widen it.
+  const plan::DType dtype = plan_->tensor(id).dtype;
+  const size_t bytes = dtype == plan::DType::F32 ? 4 : 2;
+  uint8_t raw[4] = {0, 0, 0, 0};
   Status s = hostSync();
   if (s.isOk())
-    s = dev_->copy(&value, data(id), sizeof value, CopyKind::DeviceToHost);
+    s = dev_->copy(raw, data(id), static_cast<int64_t>(bytes), CopyKind::DeviceToHost);
   if (!s.isOk())
     return s;
+  float value = 0.0f;
+  if (dtype == plan::DType::F32)
+    std::memcpy(&value, raw, 4);
+  else
+    k::convertFloat(raw, dtype == plan::DType::BF16 ? kernels::FloatType::BF16 : kernels::FloatType::F16,
+                    &value, kernels::FloatType::F32, 1);
   return value;
 }
 
@@ -148,8 +157,17 @@ StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   if (home > 0 && axis >= 0)
     sharded = true;
   std::vector<float> mine(static_cast<size_t>(t.numElements));
-  if (holds(id))
-    PTC_RETURN_IF_ERROR(readLocal(id, mine.data()));
+  if (holds(id)) {
+    if (t.dtype == plan::DType::F32) {
+      PTC_RETURN_IF_ERROR(readLocal(id, mine.data()));
+    } else { // bf16 / f16 parameters: gathered and saved as f32
+      std::vector<uint8_t> raw(static_cast<size_t>(t.bytes));
+      PTC_RETURN_IF_ERROR(readLocal(id, raw.data()));
+      k::convertFloat(raw.data(),
+                      t.dtype == plan::DType::BF16 ? kernels::FloatType::BF16 : kernels::FloatType::F16,
+                      mine.data(), kernels::FloatType::F32, t.numElements);
+    }
+  }
   if (!comm_ || !sharded) {
     if (comm_ && comm_->rank() != 0)
       return std::vector<float>();
@@ -157,7 +175,7 @@ StatusOr<std::vector<float>> Executor::gatherWhole(int32_t id) {
   }
   int world = comm_->worldSize();
   std::vector<float> all(comm_->rank() == 0 ? static_cast<size_t>(t.numElements * world) : 0);
-  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(mine.data(), t.bytes, all.data()));
+  PTC_RETURN_IF_ERROR(comm_->gatherToRoot(mine.data(), t.numElements * 4, all.data()));
   if (comm_->rank() != 0)
     return std::vector<float>();
   int64_t wholeCount = 1;
@@ -206,9 +224,24 @@ Status Executor::initialize(uint64_t seed) {
     default:
       break;
     }
-    PTC_RETURN_IF_ERROR(loadFromWhole(static_cast<int32_t>(i), whole.data()));
+    PTC_RETURN_IF_ERROR(loadFromWholeF32(static_cast<int32_t>(i), whole.data()));
   }
   return Status::ok();
+}
+
+Status Executor::loadFromWholeF32(int32_t id, const float *whole) {
+  const TensorInfo &t = plan_->tensor(id);
+  if (t.dtype == plan::DType::F32)
+    return loadFromWhole(id, whole);
+  // A parameter of a model built in bf16 / f16: round the f32 values once.
+  int64_t count = 1;
+  for (int64_t d : t.globalShape)
+    count *= d;
+  std::vector<uint8_t> narrow(static_cast<size_t>(count * dtypeSize(t.dtype)));
+  k::convertFloat(whole, kernels::FloatType::F32, narrow.data(),
+                  t.dtype == plan::DType::BF16 ? kernels::FloatType::BF16 : kernels::FloatType::F16,
+                  count);
+  return loadFromWhole(id, narrow.data());
 }
 
 Status Executor::setInput(int32_t id, const void *wholeBatch) {

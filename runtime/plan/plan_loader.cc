@@ -596,7 +596,20 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(in(base), {}, "skip flag"));
     if (scheduled)
       PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scheduled learning rate"));
-    PTC_RETURN_IF_ERROR(dtypes());
+    // The parameter, its gradient and state share one float type (bf16 for a
+    // model built in bf16); the step count, skip flag and rate are f32 scalars.
+    for (size_t i = 0; i < in_.size(); ++i) {
+      DType want = i < (adam ? 4u : 3u) ? tensors_[in_[0]].dtype : DType::F32;
+      if (tensors_[in_[i]].dtype != want)
+        return fail("input #", i, " ('", tensors_[in_[i]].name, "') is ",
+                    dtypeName(tensors_[in_[i]].dtype), ", expected ", dtypeName(want));
+    }
+    if (tensors_[in_[0]].dtype == DType::I32)
+      return fail("the parameter is i32, expected a float type");
+    for (size_t i = 0; i < out_.size(); ++i)
+      if (tensors_[out_[i]].dtype != tensors_[in_[0]].dtype)
+        return fail("output #", i, " is ", dtypeName(tensors_[out_[i]].dtype), ", expected ",
+                    dtypeName(tensors_[in_[0]].dtype));
     for (size_t i = 1; i < (adam ? 4u : 3u); ++i)
       PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), "operand"));
     if (adam)

@@ -285,7 +285,7 @@ Status TrainingSession::loadParameters(const std::string &path,
       if (!std::isfinite(whole[static_cast<size_t>(e)]))
         return invalidArgument("safetensors file '", file->fileOf(t.name), "': tensor '", t.name,
                                "' holds ", whole[static_cast<size_t>(e)], " at element ", e);
-    PTC_RETURN_IF_ERROR(executor_->loadFromWhole(static_cast<int32_t>(i), whole.data()));
+    PTC_RETURN_IF_ERROR(executor_->loadFromWholeF32(static_cast<int32_t>(i), whole.data()));
     used.insert(t.name);
   }
   for (const std::string &name : file->names()) {
