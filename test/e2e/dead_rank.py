@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """No hang, ever: while a 2-rank data-parallel run trains, one rank is killed (or,
 with --signal STOP, frozen); the job must end with a non-zero status and an error
-naming a rank within a bounded time. A killed rank is reported by the launcher
-(OpenMPI names the dead rank); a frozen one by ptc-run's collective timeout on its
-peer, which names the collective, the mesh axes and itself, then aborts the job.
+naming a rank within a bounded time. A killed rank is reported by ptc-run itself (the
+--np launcher reads the ranks' status files: the rank that died without a word, and its
+step) as well as by OpenMPI; a frozen one by ptc-run's collective timeout on its peer,
+which names the collective, the mesh axes and itself, then aborts the job.
 
 With --pipeline, the 2 ranks are pipeline stages (4 micro-batches, 1F1B): the frozen
 stage's peer times out in a point-to-point receive instead.
@@ -12,6 +13,7 @@ usage: dead_rank.py --bin BUILD/bin --workdir DIR [--signal KILL|STOP] [--bound 
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +85,9 @@ def main():
     named = "rank 1" in out or "rank 0" in out
     if args.signal == "STOP":
         named = named and "did not complete within" in out
+    else:
+        named = named and re.search(r"ptc-run: rank [01] died without reporting an error, "
+                                    r"at step [0-9]+ \(killed", out) is not None
     ok = job.returncode != 0 and named
     for pid in rank_pids(plan):  # a frozen rank that outlived the job
         os.kill(pid, signal.SIGKILL)

@@ -11,11 +11,14 @@
 
 #include <cblas.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <filesystem>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -80,7 +83,86 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
 
 bool gMultiRank = false;
 
+// Rank status for the --np launcher (PTC_STATUS_DIR/rank-R): what this rank
+// is doing, rewritten in place ("step 41", then "error", "done", or, from the
+// SIGTERM handler when the launcher stops it, "stopped"). A rank that died
+// without a word (SIGKILL, the out-of-memory killer) leaves "step N" behind,
+// which is how ptc-run names it and its step.
+int gStatusFd = -1;
+bool gStatusFinal = false; // "error" or "done" written
+
+void writeStatus(const char *text) {
+  if (gStatusFd < 0)
+    return;
+  char line[32];
+  std::memset(line, ' ', sizeof line);
+  std::memcpy(line, text, std::min(std::strlen(text), sizeof line - 1));
+  line[sizeof line - 1] = '\n';
+  (void)!::pwrite(gStatusFd, line, sizeof line, 0);
+}
+
+extern "C" void onTerminate(int sig) {
+  if (gStatusFd >= 0) {
+    static const char stopped[33] = "stopped                        \n";
+    (void)!::pwrite(gStatusFd, stopped, 32, 0);
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void openStatus() {
+  const char *dir = std::getenv("PTC_STATUS_DIR");
+  if (!dir || !*dir)
+    return;
+  // MPI is not initialized yet: the launcher's environment says the rank.
+  int rank = 0;
+  for (const char *var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char *v = std::getenv(var)) {
+      rank = std::atoi(v);
+      break;
+    }
+  std::string path = std::string(dir) + "/rank-" + std::to_string(rank);
+  gStatusFd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  writeStatus("starting");
+  std::signal(SIGTERM, onTerminate);
+  // Any exit through the C++ runtime (an error return included) is not silent.
+  std::atexit([] {
+    if (!gStatusFinal)
+      writeStatus("exited");
+  });
+}
+
+/// Marks each step in the rank's status file.
+class StatusBeacon : public SessionHook {
+public:
+  Status beforeStep(TrainingSession &, int64_t step) override {
+    char text[32];
+    std::snprintf(text, sizeof text, "step %lld", static_cast<long long>(step));
+    writeStatus(text);
+    return Status::ok();
+  }
+};
+
+/// After a failed job: the ranks that died without a word, from their status files.
+void reportSilentDeaths(const std::string &dir, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream in(dir + "/rank-" + std::to_string(r));
+    std::string status;
+    std::getline(in, status);
+    while (!status.empty() && (status.back() == ' ' || status.back() == '\0'))
+      status.pop_back();
+    if (status.rfind("step ", 0) == 0 || status == "starting")
+      std::cerr << "ptc-run: rank " << r << " died without reporting an error, "
+                << (status == "starting" ? std::string("while starting")
+                                         : "at step " + status.substr(5))
+                << " (killed by a signal such as SIGKILL, or by the out-of-memory killer); "
+                   "mpirun stopped the other ranks\n";
+  }
+}
+
 int fail(const std::string &message) {
+  writeStatus("error");
+  gStatusFinal = true;
   // One write, so that lines of several ranks do not interleave.
   std::string line = "ptc-run: error: " +
                      (gMultiRank ? "rank " + std::to_string(worldRank()) + ": " : std::string()) +
@@ -116,15 +198,44 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  auto exec = [](std::vector<std::string> &full) {
+  auto exec = [&np](std::vector<std::string> &full) {
     std::vector<char *> cargs;
     for (std::string &a : full)
       cargs.push_back(a.data());
     cargs.push_back(nullptr);
     execvp("mpirun", cargs.data());
+    std::cerr << "ptc-run: error: cannot start mpirun for --np " << np << ": "
+              << std::strerror(errno) << "\n";
   };
+  // The ranks' status files, to name a rank that dies without a word.
+  char statusTemplate[] = "/tmp/ptc-run-status-XXXXXX";
+  std::string statusDir = mkdtemp(statusTemplate) ? statusTemplate : "";
+  if (!statusDir.empty())
+    setenv("PTC_STATUS_DIR", statusDir.c_str(), 1);
+  auto cleanup = [&] {
+    if (!statusDir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(statusDir, ec);
+    }
+  };
+  int ranks = std::atoi(np.c_str());
   if (maxRestarts <= 0) {
-    exec(args);
+    pid_t child = fork();
+    if (child < 0) {
+      exec(args); // cannot supervise: run mpirun in place
+    } else if (child == 0) {
+      exec(args);
+      std::_Exit(127);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !statusDir.empty())
+      reportSilentDeaths(statusDir, ranks);
+    cleanup();
+    if (WIFEXITED(status))
+      return WEXITSTATUS(status) == 127 ? 1 : WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
   } else {
     // The first attempt resumes only if the user asked to (--resume).
     std::string resumeFrom;
@@ -149,17 +260,23 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
       int status = 0;
       while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
       }
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        cleanup();
         return 0;
+      }
+      if (!statusDir.empty())
+        reportSilentDeaths(statusDir, ranks);
       std::string cause = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
                                             : "signal " + std::to_string(WTERMSIG(status));
       if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
         std::cerr << "ptc-run: the job failed with a usage error (exit status 2): not restarting\n";
+        cleanup();
         return 2;
       }
       if (attempt >= maxRestarts) {
         std::cerr << "ptc-run: the job failed (" << cause << ") and all " << maxRestarts
                   << " restarts are used: giving up\n";
+        cleanup();
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
       }
       std::vector<std::string> ignored;
@@ -172,8 +289,6 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
                 << std::flush;
     }
   }
-  std::cerr << "ptc-run: error: cannot start mpirun for --np " << np << ": " << std::strerror(errno)
-            << "\n";
   return 1;
 }
 
@@ -570,6 +685,7 @@ int runMain(int argc, char **argv) {
     std::cout << planToJson(**loaded) << "\n";
     return 0;
   }
+  openStatus(); // under --np: this rank's status for the launcher
   SessionOptions options;
   options.planPath = planPath;
   options.dataPath = opts.count("--data") ? opts["--data"] : "";
@@ -662,7 +778,8 @@ int runMain(int argc, char **argv) {
   EvalHook eval(evalData ? &*evalData : nullptr, evalEvery, evalSteps);
   metrics.setEval(&eval);
   progress.setEval(&eval);
-  std::vector<SessionHook *> hooks{&eval, &metrics, &progress, &lossScale};
+  StatusBeacon beacon;
+  std::vector<SessionHook *> hooks{&beacon, &eval, &metrics, &progress, &lossScale};
   const std::string checkpointDir = opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "";
   CheckpointHook checkpoints(checkpointDir, checkpointEvery, static_cast<int>(keepLast),
                              asyncCheckpoint);
@@ -725,6 +842,8 @@ int runMain(int argc, char **argv) {
       std::cout << "ptc-run: saved " << count << " parameters to " << opts["--save"] << "\n";
     }
   }
+  writeStatus("done");
+  gStatusFinal = true;
   finalizeMpi();
   return 0;
 }
