@@ -50,6 +50,11 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<double> maxGradNorm{
       *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
       llvm::cl::init(0.0)};
+  PassOptions::Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("Activation recomputation: none, selective (cheap ops and attention) or "
+                     "full (keep only the residual stream)"),
+      llvm::cl::init("none")};
   PassOptions::Option<std::string> lrSchedule{
       *this, "lr-schedule",
       llvm::cl::desc("Learning-rate schedule: constant, cosine or linear (after warmup)"),

@@ -68,6 +68,11 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.lossScaleWindow = options.lossScaleWindow;
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
+  if (options.recompute != "none") {
+    RecomputePassOptions rc;
+    rc.mode = options.recompute;
+    pm.addNestedPass<func::FuncOp>(createRecomputePass(rc));
+  }
   pm.addPass(createCSEPass());
   // zero= and sequence-parallel= without a mesh reach ptc-shard too, which
   // refuses them (an option that cannot take effect is an error).

@@ -55,6 +55,35 @@ def MixedPrecisionPass : Pass<"ptc-mixed-precision", "::mlir::func::FuncOp"> {
   ];
 }
 
+def RecomputePass : Pass<"ptc-recompute", "::mlir::func::FuncOp"> {
+  let summary = "Rematerialize forward values in the backward pass instead of keeping them";
+  let description = [{
+    Runs after `ptc-autodiff` (and `ptc-optimizer`). Every forward value the
+    backward pass reads is either kept (saved activation) or, when chosen,
+    recomputed: its forward op is cloned, with the ops it needs, right before
+    its first backward use, and the backward ops read the clone. Clones carry
+    `ptc.recomputed` and `ptc.backward` (and, micro-batched, the `ptc.vjp_of`
+    of the op they copy), so the sharding, stage and memory passes treat them
+    as backward work: the forward value dies in the forward pass and the
+    memory planner reuses its buffer. Kernels are deterministic, so the
+    losses are bitwise those without recomputation.
+
+    - `full`: keep only the residual stream (the input of every LayerNorm /
+      RMSNorm), the parameters and inputs, and the loss's logits; recompute
+      everything else (Korthikanti et al.'s full recomputation, at sub-layer
+      granularity: two kept values per transformer layer).
+    - `selective`: recompute the values of cheap ops (activations,
+      elementwise arithmetic, layout changes, rotary embeddings) and of
+      attention from operands that are kept anyway, so no new value is kept:
+      the memory-heavy, FLOP-light part of each layer (attention output and
+      the MLP's activated hidden state).
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"full\"", "full or selective">
+  ];
+  let dependentDialects = ["::mlir::ptc::PtcDialect"];
+}
+
 def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
   let summary = "Append the optimizer step (AdamW or SGD) after the backward pass";
   let description = [{

@@ -104,18 +104,34 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     // Korthikanti et al., in bytes at 2 bytes per element: sbh(10 + 24/t + 5as/(ht)) with tensor
     // parallelism, sbh(34/t + 5as/(ht)) with sequence parallelism; minus the dropout masks
     // (2 sbh, or 2 sbh / t) and the attention scores (the 5as/(ht) term).
+    // Recomputation (ptc-recompute) changes what a layer keeps: selective drops
+    // the attention output and the MLP's activated hidden state (5 sbh/t);
+    // full keeps only the two LayerNorm inputs of the residual stream.
+    std::string recompute = "none";
+    if (auto mode = func->getAttrOfType<StringAttr>("ptc.recompute"))
+      recompute = mode.str();
     double sbh = static_cast<double>(s) * static_cast<double>(b) * static_cast<double>(h);
-    double perLayer = (sp ? 32.0 / t : 8.0 + 24.0 / t) * sbh * static_cast<double>(e) / 2.0;
-    double gathered = sp ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
+    double coeff = sp ? 32.0 / t : 8.0 + 24.0 / t;
+    std::string formula = sp ? "32 sbh/t" : "sbh (8 + 24/t)";
+    if (recompute == "selective") {
+      coeff = sp ? 22.0 / t : 8.0 + 14.0 / t;
+      formula = sp ? "22 sbh/t (selective recompute)" : "sbh (8 + 14/t) (selective recompute)";
+    } else if (recompute == "full") {
+      coeff = sp ? 4.0 / t : 4.0;
+      formula = sp ? "4 sbh/t (full recompute)" : "4 sbh (full recompute)";
+    }
+    double perLayer = coeff * sbh * static_cast<double>(e) / 2.0;
+    double gathered =
+        sp && recompute != "full" ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
     auto &os = llvm::outs();
     os << llvm::format("  activations per layer (Korthikanti et al.; s=%lld b=%lld h=%lld t=%d%s, "
                        "%lld-byte values, no dropout, attention scores recomputed): ",
                        static_cast<long long>(s), static_cast<long long>(b),
                        static_cast<long long>(h), t, sp ? " with SP" : "",
                        static_cast<long long>(e));
-    os << llvm::format(sp ? "32 sbh/t" : "sbh (8 + 24/t)") << " x " << e << "/2 = "
+    os << formula << " x " << e << "/2 = "
        << static_cast<int64_t>(perLayer) << " B";
-    if (sp)
+    if (gathered > 0)
       os << " + " << static_cast<int64_t>(gathered)
          << " B of all-gathered inputs of the 2 column-parallel matmuls kept for backward "
             "(Megatron gathers them again)";

@@ -1,0 +1,153 @@
+//===- Recompute.cpp - rematerialize forward values in the backward pass --===//
+
+#include "passes/autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <functional>
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_RECOMPUTEPASS
+#include "passes/autodiff/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+/// Ops whose recomputation costs little next to the matmuls around them.
+bool isCheap(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, ScaleOp, ConvertOp, ReshapeOp, TransposeOp, SliceOp,
+             ConcatOp, RotaryOp, CausalAttentionOp, ElementwiseFunctionOpInterface>(op);
+}
+
+struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
+  using RecomputePassBase::RecomputePassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal())
+      return;
+    if (mode != "full" && mode != "selective") {
+      func.emitError() << "recompute must be none, selective or full, got '" << mode << "'";
+      return signalPassFailure();
+    }
+    Block &block = func.getBody().front();
+    Operation *firstBackward = nullptr;
+    for (Operation &op : block)
+      if (op.hasAttr(PtcDialect::kBackwardAttrName)) {
+        firstBackward = &op;
+        break;
+      }
+    if (!firstBackward)
+      return; // not a differentiated step
+    auto isForward = [&](Operation *op) {
+      return op && op->getBlock() == &block && op->isBeforeInBlock(firstBackward) &&
+             !isa<arith::ConstantOp>(op);
+    };
+    auto backwardUses = [&](Value v) {
+      SmallVector<OpOperand *> uses;
+      for (OpOperand &use : v.getUses())
+        if (use.getOwner()->hasAttr(PtcDialect::kBackwardAttrName))
+          uses.push_back(&use);
+      return uses;
+    };
+
+    // The values to keep whatever the mode: the residual stream (norm inputs)
+    // and the logits (recomputing the LM head would cost a whole matmul).
+    llvm::DenseSet<Value> kept;
+    for (Operation &op : block) {
+      if (!isForward(&op))
+        continue;
+      if (isa<LayerNormOp, RmsNormOp>(op))
+        kept.insert(op.getOperand(0));
+      if (isa<CrossEntropyOp>(op))
+        kept.insert(op.getOperand(0));
+    }
+    // The forward values the backward pass reads, and which of them to recompute.
+    llvm::DenseSet<Value> saved, recompute;
+    for (Operation &op : block)
+      if (isForward(&op))
+        for (Value r : op.getResults())
+          if (!backwardUses(r).empty())
+            saved.insert(r);
+    // Selective: a value can be rebuilt from what the backward pass has anyway
+    // (arguments, constants, kept values, saved values that stay saved)
+    // through cheap ops only. Decided in program order, so an operand's fate
+    // is known before its users'.
+    llvm::DenseMap<Value, bool> available;
+    std::function<bool(Value)> isAvailable = [&](Value o) -> bool {
+      Operation *d = o.getDefiningOp();
+      if (!isForward(d) || kept.contains(o))
+        return true;
+      if (saved.contains(o) && !recompute.contains(o))
+        return true;
+      if (auto it = available.find(o); it != available.end())
+        return it->second;
+      bool ok = isCheap(d) && llvm::all_of(d->getOperands(), isAvailable);
+      available[o] = ok;
+      return ok;
+    };
+    for (Operation &op : block) {
+      if (!isForward(&op))
+        continue;
+      for (Value v : op.getResults()) {
+        if (!saved.contains(v) || kept.contains(v) || isa<CrossEntropyOp, EmbeddingOp>(op))
+          continue;
+        if (mode == "full" ||
+            (isCheap(&op) && llvm::all_of(op.getOperands(), isAvailable)))
+          recompute.insert(v);
+      }
+    }
+    if (recompute.empty())
+      return;
+    func->setAttr("ptc.recompute", StringAttr::get(func.getContext(), mode));
+
+    // Clone each chosen value (and, in full mode, the forward values it needs
+    // that are not kept) right before its first backward use.
+    OpBuilder b(func.getContext());
+    llvm::DenseMap<Value, Value> clones;
+    std::function<Value(Value)> cloneOf = [&](Value v) -> Value {
+      if (auto it = clones.find(v); it != clones.end())
+        return it->second;
+      Operation *def = v.getDefiningOp();
+      if (!isForward(def) || kept.contains(v) || (saved.contains(v) && !recompute.contains(v)) ||
+          isa<EmbeddingOp>(def))
+        return v;
+      IRMapping map;
+      for (Value o : def->getOperands())
+        map.map(o, cloneOf(o));
+      Operation *copy = b.clone(*def, map);
+      copy->setAttr(PtcDialect::kBackwardAttrName, b.getUnitAttr());
+      copy->setAttr("ptc.recomputed", b.getUnitAttr());
+      if (Attribute id = def->getAttr(PtcDialect::kForwardIdAttrName)) {
+        copy->removeAttr(PtcDialect::kForwardIdAttrName);
+        copy->setAttr(PtcDialect::kVjpOfAttrName, id);
+      }
+      for (auto [from, to] : llvm::zip(def->getResults(), copy->getResults()))
+        clones[from] = to;
+      return clones[v];
+    };
+    // In program order of the first backward use, so clones precede their users.
+    SmallVector<std::pair<Operation *, Value>> order;
+    for (Value v : recompute) {
+      auto uses = backwardUses(v);
+      Operation *first = uses.front()->getOwner();
+      for (OpOperand *u : uses)
+        if (u->getOwner()->isBeforeInBlock(first))
+          first = u->getOwner();
+      order.push_back({first, v});
+    }
+    llvm::sort(order, [](const auto &x, const auto &y) { return x.first->isBeforeInBlock(y.first); });
+    for (auto &[first, v] : order) {
+      b.setInsertionPoint(first);
+      Value c = cloneOf(v);
+      for (OpOperand *use : backwardUses(v))
+        if (use->getOwner() != c.getDefiningOp() && !use->getOwner()->hasAttr("ptc.recomputed"))
+          use->set(c);
+    }
+  }
+};
+} // namespace
