@@ -31,9 +31,9 @@ def rss_kib(pids):
 
 def ptc_pids(root):
     """root and its descendants that run ptc-run."""
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
+    out, pending = [], [root]
+    while pending:
+        pid = pending.pop()
         try:
             children = open(f"/proc/{pid}/task/{pid}/children").read().split()
             name = open(f"/proc/{pid}/comm").read().strip()
@@ -41,7 +41,7 @@ def ptc_pids(root):
             continue
         if name == "ptc-run":
             out.append(pid)
-        todo += [int(c) for c in children]
+        pending += [int(c) for c in children]
     return out
 
 

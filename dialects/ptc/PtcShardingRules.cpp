@@ -176,20 +176,22 @@ LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
   return success();
 }
 
-LogicalResult layerNormRule(LayerNormOp self, ShardingRuleContext &ctx) {
-  Operation *op = self.getOperation();
-
+/// A normalization over the last dimension (LayerNorm, RMSNorm): the input
+/// may be split anywhere but there, its affine parameters (operands 1..) are
+/// whole.
+LogicalResult normRule(Operation *op, ShardingRuleContext &ctx) {
   ctx.full(0);
   ctx.want[0].dims.back() = -1;
-  ctx.replicate(1, ctx.rank(op->getOperand(1)));
-  ctx.replicate(2, ctx.rank(op->getOperand(2)));
+  for (unsigned i = 1; i < op->getNumOperands(); ++i)
+    ctx.replicate(i, ctx.rank(op->getOperand(i)));
   ctx.out.push_back(ctx.want[0]);
   return success();
 }
 
-LogicalResult layerNormGradRule(LayerNormGradOp self, ShardingRuleContext &ctx) {
-  Operation *op = self.getOperation();
-
+/// Its gradient (operands: input, weight, result gradient): the input
+/// gradient split as the input; each parameter gradient (results 1..) a
+/// partial sum over every axis that splits the input.
+LogicalResult normGradRule(Operation *op, ShardingRuleContext &ctx) {
   ctx.full(0);
   ctx.want[0].dims.back() = -1;
   ctx.replicate(1, ctx.rank(op->getOperand(1)));
@@ -199,30 +201,8 @@ LogicalResult layerNormGradRule(LayerNormGradOp self, ShardingRuleContext &ctx) 
   for (const DimShard &a : ctx.want[0].dims)
     if (a.axis >= 0)
       addPartial(w.partial, a.axis);
-  ctx.out.push_back(w);
-  ctx.out.push_back(w);
-  return success();
-}
-
-LogicalResult rmsNormRule(RmsNormOp self, ShardingRuleContext &ctx) {
-  ctx.full(0);
-  ctx.want[0].dims.back() = -1;
-  ctx.replicate(1, 1);
-  ctx.out.push_back(ctx.want[0]);
-  return success();
-}
-
-LogicalResult rmsNormGradRule(RmsNormGradOp self, ShardingRuleContext &ctx) {
-  ctx.full(0);
-  ctx.want[0].dims.back() = -1;
-  ctx.replicate(1, 1);
-  ctx.like(2, ctx.want[0]);
-  ctx.out.push_back(ctx.want[0]);
-  Sharding w = Sharding::replicated(1);
-  for (const DimShard &a : ctx.want[0].dims)
-    if (a.axis >= 0)
-      addPartial(w.partial, a.axis);
-  ctx.out.push_back(w);
+  for (unsigned i = 1; i < op->getNumResults(); ++i)
+    ctx.out.push_back(w);
   return success();
 }
 
@@ -547,10 +527,10 @@ LogicalResult ScaleOp::inferShardingRule(ShardingRuleContext &ctx) { return pass
 LogicalResult ConvertOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MicrobatchSumOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MatmulOp::inferShardingRule(ShardingRuleContext &ctx) { return matmulRule(*this, ctx); }
-LogicalResult LayerNormOp::inferShardingRule(ShardingRuleContext &ctx) { return layerNormRule(*this, ctx); }
-LogicalResult LayerNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return layerNormGradRule(*this, ctx); }
-LogicalResult RmsNormOp::inferShardingRule(ShardingRuleContext &ctx) { return rmsNormRule(*this, ctx); }
-LogicalResult RmsNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return rmsNormGradRule(*this, ctx); }
+LogicalResult LayerNormOp::inferShardingRule(ShardingRuleContext &ctx) { return normRule(*this, ctx); }
+LogicalResult LayerNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return normGradRule(*this, ctx); }
+LogicalResult RmsNormOp::inferShardingRule(ShardingRuleContext &ctx) { return normRule(*this, ctx); }
+LogicalResult RmsNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return normGradRule(*this, ctx); }
 LogicalResult RotaryOp::inferShardingRule(ShardingRuleContext &ctx) { return rotaryRule(*this, ctx); }
 LogicalResult SoftmaxOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxRule(*this, ctx); }
 LogicalResult SoftmaxGradOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxGradRule(*this, ctx); }

@@ -53,6 +53,46 @@ struct Consumer {
   int64_t bytes;
 };
 
+/// The buffer a collective needs (ptc-run allocates the largest one).
+int64_t collectiveBufferBytes(Operation &op) {
+  auto bytes = [](Value v) { return getTensorBytes(cast<RankedTensorType>(v.getType())); };
+  int64_t c = 0;
+  if (isa<AllReduceOp>(op))
+    for (Value v : op.getOperands())
+      c += bytes(v);
+  else if (isa<AllGatherOp>(op))
+    c = bytes(op.getResult(0));
+  else if (isa<ReduceScatterOp>(op))
+    c = bytes(op.getOperand(0));
+  else if (isa<AllToAllOp>(op))
+    c = 2 * bytes(op.getOperand(0));
+  return c;
+}
+
+/// Bytes of the forward values (of ops `on` accepts) that the backward pass
+/// (from `firstBackward` on, ops `on` accepts) reads.
+int64_t savedActivationBytes(Block &block, Operation *firstBackward,
+                             llvm::function_ref<bool(Operation *)> on) {
+  int64_t total = 0;
+  if (!firstBackward)
+    return 0;
+  for (Operation &op : block) {
+    if (&op == firstBackward)
+      break;
+    if (isa<arith::ConstantOp>(op) || !on(&op))
+      continue;
+    // Low-precision copies of parameters are model state, not activations.
+    if (auto convert = dyn_cast<ConvertOp>(op); convert && isa<BlockArgument>(convert.getInput()))
+      continue;
+    for (Value r : op.getResults())
+      if (llvm::any_of(r.getUsers(), [&](Operation *u) {
+            return (u == firstBackward || firstBackward->isBeforeInBlock(u)) && on(u);
+          }))
+        total += getTensorBytes(cast<RankedTensorType>(r.getType()));
+  }
+  return total;
+}
+
 struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass> {
   /// For the standard GPT (parameters named transformer.h.<i>.*): the saved
   /// activations of one transformer layer by the formulas of Korthikanti et al.
@@ -237,33 +277,10 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         continue;
       if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
         m.grads += getTensorBytes(cast<RankedTensorType>(op.getOperand(1).getType()));
-      int64_t c = 0;
-      if (isa<AllReduceOp>(op))
-        for (Value v : op.getOperands())
-          c += getTensorBytes(cast<RankedTensorType>(v.getType()));
-      else if (isa<AllGatherOp>(op))
-        c = getTensorBytes(cast<RankedTensorType>(op.getResult(0).getType()));
-      else if (isa<ReduceScatterOp>(op))
-        c = getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
-      else if (isa<AllToAllOp>(op))
-        c = 2 * getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
-      m.comm = std::max(m.comm, c);
+      m.comm = std::max(m.comm, collectiveBufferBytes(op));
     }
     // Forward values of this rank that its backward ops read (one micro-batch).
-    if (firstBackward)
-      for (Operation &op : block) {
-        if (&op == firstBackward)
-          break;
-        if (isa<arith::ConstantOp>(op) || !on(&op))
-          continue;
-        if (auto convert = dyn_cast<ConvertOp>(op); convert && isa<BlockArgument>(convert.getInput()))
-          continue;
-        for (Value v : op.getResults())
-          if (llvm::any_of(v.getUsers(), [&](Operation *u) {
-                return u->hasAttr(PtcDialect::kBackwardAttrName) && on(u);
-              }))
-            m.activations += getTensorBytes(cast<RankedTensorType>(v.getType()));
-      }
+    m.activations = savedActivationBytes(block, firstBackward, on);
     // The step's results another rank computes arrive here after each step.
     auto ret = cast<func::ReturnOp>(block.getTerminator());
     for (auto [i, v] : llvm::enumerate(ret.getOperands()))
@@ -359,36 +376,11 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         constBytes += getTensorBytes(cast<RankedTensorType>(cst.getType()));
       if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
         grads.insert(op.getOperand(1));
-      int64_t comm = 0;
-      if (isa<AllReduceOp>(op))
-        for (Value v : op.getOperands())
-          comm += getTensorBytes(cast<RankedTensorType>(v.getType()));
-      else if (isa<AllGatherOp>(op))
-        comm = getTensorBytes(cast<RankedTensorType>(op.getResult(0).getType()));
-      else if (isa<ReduceScatterOp>(op))
-        comm = getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
-      else if (isa<AllToAllOp>(op))
-        comm = 2 * getTensorBytes(cast<RankedTensorType>(op.getOperand(0).getType()));
-      commBytes = std::max(commBytes, comm);
+      commBytes = std::max(commBytes, collectiveBufferBytes(op));
     }
     for (Value g : grads)
       gradBytes += getTensorBytes(cast<RankedTensorType>(g.getType()));
-    if (firstBackward) {
-      for (Operation &op : block) {
-        if (&op == firstBackward)
-          break;
-        if (isa<arith::ConstantOp>(op))
-          continue;
-        // Low-precision copies of parameters are model state, not activations.
-        if (auto convert = dyn_cast<ConvertOp>(op); convert && isa<BlockArgument>(convert.getInput()))
-          continue;
-        for (Value r : op.getResults())
-          if (llvm::any_of(r.getUsers(), [&](Operation *u) {
-                return u == firstBackward || firstBackward->isBeforeInBlock(u);
-              }))
-            activationBytes += getTensorBytes(cast<RankedTensorType>(r.getType()));
-      }
-    }
+    activationBytes = savedActivationBytes(block, firstBackward, [](Operation *) { return true; });
     int64_t arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName).getInt();
     int64_t peak = paramBytes + stateBytes + inputBytes + constBytes + arena + commBytes;
 

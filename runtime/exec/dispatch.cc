@@ -1,6 +1,7 @@
 // Executor kernel dispatch: one device call per opcode.
 
 #include "runtime/exec/executor.h"
+#include "runtime/plan/plan_ops.h"
 
 #include "kernels/common/lr_schedule.h"
 #include "kernels/cpu/kernels.h"
@@ -168,13 +169,11 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     // scaling (the step then changes nothing), then (ints [1]) the scheduled
     // learning rate, computed on the host this step by its LrSchedule.
     const bool adam = inst.op() == OpCode::AdamWUpdate;
-    const size_t base = adam ? 5 : 3;
-    const bool scheduled = inst.ints() && inst.ints()->size() == 1;
-    const size_t fixed = base + (scheduled ? 1 : 0);
-    const float *skip = in.size() > fixed ? I(base) : nullptr;
+    const plan::UpdateInputs layout = plan::updateInputs(inst);
+    const float *skip = layout.skip >= 0 ? I(static_cast<size_t>(layout.skip)) : nullptr;
     float lr = F(0);
-    if (scheduled) {
-      auto value = hostScalar(in[static_cast<flatbuffers::uoffset_t>(in.size() - 1)]);
+    if (layout.lr >= 0) {
+      auto value = hostScalar(in[static_cast<flatbuffers::uoffset_t>(layout.lr)]);
       if (!value.isOk())
         return value.status();
       lr = *value;

@@ -2,6 +2,7 @@
 // dispatch.cc, collectives in collectives.cc, tensor I/O in tensor_io.cc.
 
 #include "runtime/exec/executor.h"
+#include "runtime/plan/plan_ops.h"
 
 #include "kernels/cpu/kernels.h"
 
@@ -183,12 +184,11 @@ Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
   // Inputs after the step: the skip flag (dynamic loss scaling), then, with
   // ints [1], the scheduled learning rate (computed on the host this step).
   const auto &in = inputsOf(*head);
-  const bool scheduled = head->ints() && head->ints()->size() == 1;
-  const size_t fixed = 5 + (scheduled ? 1 : 0);
-  const float *skip = in.size() > fixed ? f32(in.Get(5)) : nullptr;
+  const plan::UpdateInputs layout = plan::updateInputs(*head);
+  const float *skip = layout.skip >= 0 ? f32(in.Get(static_cast<flatbuffers::uoffset_t>(layout.skip))) : nullptr;
   float lr = F(0);
-  if (scheduled) {
-    auto value = hostScalar(in.Get(in.size() - 1));
+  if (layout.lr >= 0) {
+    auto value = hostScalar(in.Get(static_cast<flatbuffers::uoffset_t>(layout.lr)));
     if (!value.isOk())
       return value.status();
     lr = *value;

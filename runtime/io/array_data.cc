@@ -12,21 +12,6 @@
 
 namespace ptc {
 
-namespace {
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-int64_t product(const std::vector<int64_t> &s) {
-  int64_t n = 1;
-  for (int64_t d : s)
-    n *= d;
-  return n;
-}
-} // namespace
 
 StatusOr<ArrayData> ArrayData::load(const std::string &path, const std::vector<Input> &inputs,
                                     int64_t batch) {
@@ -48,14 +33,14 @@ StatusOr<ArrayData> ArrayData::load(const std::string &path, const std::vector<I
     if (it == file->entries().end())
       return invalidArgument("data file '", path, "' has no tensor '", in.name,
                              "' for the plan input of that name (examples of shape ",
-                             shapeStr(in.exampleShape), ")");
+                             shapeString(in.exampleShape), ")");
     const SafetensorsFile::Entry &e = it->second;
     std::vector<int64_t> expected{e.shape.empty() ? -1 : e.shape[0]};
     expected.insert(expected.end(), in.exampleShape.begin(), in.exampleShape.end());
     if (e.shape.empty() || e.shape != expected)
       return invalidArgument("data file '", path, "': tensor '", in.name, "' has shape ",
-                             shapeStr(e.shape), "; the plan input needs [examples, ",
-                             shapeStr(in.exampleShape).substr(1));
+                             shapeString(e.shape), "; the plan input needs [examples, ",
+                             shapeString(in.exampleShape).substr(1));
     int64_t n = e.shape[0];
     if (data.examples_ >= 0 && n != data.examples_)
       return invalidArgument("data file '", path, "': tensor '", in.name, "' has ", n,
@@ -66,7 +51,7 @@ StatusOr<ArrayData> ArrayData::load(const std::string &path, const std::vector<I
     if (n < batch)
       return invalidArgument("data file '", path, "': tensor '", in.name, "' has ", n,
                              " examples, fewer than one global batch of ", batch);
-    const int64_t count = product(e.shape);
+    const int64_t count = elementCount(e.shape);
     const uint8_t *src = file->bytes(in.name);
     std::vector<uint8_t> rows;
     if (in.ids) {
@@ -101,17 +86,11 @@ StatusOr<ArrayData> ArrayData::load(const std::string &path, const std::vector<I
                                  " at element ", k, ", outside [0, ", in.idBound, ")");
         dst[k] = static_cast<int32_t>(v);
       }
-      data.rowBytes_.push_back(4 * product(in.exampleShape));
+      data.rowBytes_.push_back(4 * elementCount(in.exampleShape));
     } else {
       kernels::FloatType from;
-      int width;
-      if (e.dtype == "F32")
-        from = kernels::FloatType::F32, width = 4;
-      else if (e.dtype == "BF16")
-        from = kernels::FloatType::BF16, width = 2;
-      else if (e.dtype == "F16")
-        from = kernels::FloatType::F16, width = 2;
-      else
+      int64_t width;
+      if (!floatDtype(e.dtype, from, width))
         return invalidArgument("data file '", path, "': tensor '", in.name, "' is ", e.dtype,
                                "; the plan input holds floats (F32, BF16 or F16)");
       if (e.end - e.begin != width * count)
@@ -122,7 +101,7 @@ StatusOr<ArrayData> ArrayData::load(const std::string &path, const std::vector<I
                                                  : kernels::FloatType::F16;
       rows.resize(static_cast<size_t>(in.floatBytes * count));
       kernels::cpu::convertFloat(src, from, rows.data(), to, count);
-      data.rowBytes_.push_back(in.floatBytes * product(in.exampleShape));
+      data.rowBytes_.push_back(in.floatBytes * elementCount(in.exampleShape));
     }
     data.rows_.push_back(std::move(rows));
   }

@@ -17,20 +17,6 @@ namespace ptc {
 namespace fs = std::filesystem;
 
 namespace {
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-int64_t product(const std::vector<int64_t> &s) {
-  int64_t n = 1;
-  for (int64_t d : s)
-    n *= d;
-  return n;
-}
-
 /// Whether `s` has non-negative dims and at most 2^40 elements (no overflow).
 bool sane(const std::vector<int64_t> &s) {
   int64_t n = 1;
@@ -80,18 +66,10 @@ std::string checkpointStepName(int64_t step) {
   return name;
 }
 
-uint64_t fnv1a64(const void *bytes, size_t size) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  const auto *p = static_cast<const uint8_t *>(bytes);
-  for (size_t i = 0; i < size; ++i)
-    h = (h ^ p[i]) * 0x100000001B3ull;
-  return h;
-}
-
 std::string modelFingerprint(const std::map<std::string, std::vector<int64_t>> &parameters) {
   std::string text;
   for (const auto &[name, shape] : parameters)
-    text += name + shapeStr(shape) + ";";
+    text += name + shapeString(shape) + ";";
   char hex[32];
   std::snprintf(hex, sizeof hex, "%016llx",
                 static_cast<unsigned long long>(fnv1a64(text.data(), text.size())));
@@ -208,7 +186,7 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
         if (box.offset[d] < 0 || box.shape[d] < 0 ||
             box.offset[d] + box.shape[d] > t->second.shape[d])
           return bad("a box of '" + box.tensor + "' lies outside its shape " +
-                     shapeStr(t->second.shape));
+                     shapeString(t->second.shape));
       if (box.file.find('/') != std::string::npos || box.file.empty())
         return bad("a box names the file '" + box.file + "'");
       m.boxes.push_back(std::move(box));
@@ -261,7 +239,7 @@ Status CheckpointReader::readLocal(const std::string &name, const std::vector<Bo
     return error(StatusCode::kNotFound, "checkpoint '", meta_.path, "' has no tensor '", name, "'");
   int64_t wanted = 0, covered = 0;
   for (const Box &want : boxes)
-    wanted += product(want.shape);
+    wanted += elementCount(want.shape);
   for (const CheckpointBox &b : meta_.boxes) {
     if (b.tensor != name)
       continue;
@@ -288,7 +266,7 @@ Status CheckpointReader::readLocal(const std::string &name, const std::vector<Bo
           return invalidArgument("checkpoint file '", (fs::path(meta_.path) / b.file).string(),
                                  "' lacks the box '", b.key, "' of tensor '", name,
                                  "' the metadata lists");
-        data.resize(static_cast<size_t>(product(b.shape)));
+        data.resize(static_cast<size_t>(elementCount(b.shape)));
         PTC_RETURN_IF_ERROR((*f)->copyTo(b.key, b.shape, data.data()));
       }
       std::vector<int64_t> src(lo.size()), dst(lo.size());
@@ -297,7 +275,7 @@ Status CheckpointReader::readLocal(const std::string &name, const std::vector<Bo
         dst[d] = want.localOffset[d] + lo[d] - want.wholeOffset[d];
       }
       kernels::cpu::copyBox(data.data(), b.shape, src, out, localShape, dst, len, sizeof(float));
-      covered += product(len);
+      covered += elementCount(len);
     }
   }
   if (covered != wanted)

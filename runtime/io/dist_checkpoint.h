@@ -31,9 +31,6 @@ namespace ptc {
 /// "step-00000200".
 std::string checkpointStepName(int64_t step);
 
-/// 64-bit FNV-1a of `bytes` (corruption check of checkpoint files).
-uint64_t fnv1a64(const void *bytes, size_t size);
-
 struct CheckpointTensor {
   std::string kind; // "parameter" or "state"
   std::vector<int64_t> shape;

@@ -30,29 +30,25 @@ StatusOr<WeightSource> WeightSource::open(const std::string &path) {
   WeightSource src;
   src.path_ = path;
   std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    auto file = readShared(path);
-    if (!file.isOk())
-      return file.status();
-    src.files_.push_back(*file);
-    for (const auto &[name, entry] : (*file)->entries())
+  // One file holds every tensor: a safetensors path, or a directory's model.safetensors.
+  auto single = [&](const std::string &file) -> StatusOr<WeightSource> {
+    auto read = readShared(file);
+    if (!read.isOk())
+      return read.status();
+    src.files_.push_back(*read);
+    for (const auto &[name, entry] : (*read)->entries())
       src.where_[name] = 0;
-    return src;
-  }
+    return std::move(src);
+  };
+  if (!fs::is_directory(path, ec))
+    return single(path);
   src.directory_ = true;
   fs::path dir(path), index = dir / kIndexName;
   if (!fs::exists(index, ec)) {
-    fs::path single = dir / "model.safetensors";
-    if (!fs::exists(single, ec))
+    if (!fs::exists(dir / "model.safetensors", ec))
       return error(StatusCode::kNotFound, "weights directory '", path, "' has neither ",
                    kIndexName, " nor model.safetensors");
-    auto file = readShared(single.string());
-    if (!file.isOk())
-      return file.status();
-    src.files_.push_back(*file);
-    for (const auto &[name, entry] : (*file)->entries())
-      src.where_[name] = 0;
-    return src;
+    return single((dir / "model.safetensors").string());
   }
   std::ifstream in(index, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

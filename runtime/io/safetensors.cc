@@ -16,17 +16,41 @@
 
 namespace ptc {
 
-namespace {
-std::string shapeStr(const std::vector<int64_t> &s) {
+std::string shapeString(const std::vector<int64_t> &s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i)
     out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
-} // namespace
+
+int64_t elementCount(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+bool floatDtype(const std::string &dtype, kernels::FloatType &type, int64_t &width) {
+  if (dtype == "F32")
+    type = kernels::FloatType::F32, width = 4;
+  else if (dtype == "BF16")
+    type = kernels::FloatType::BF16, width = 2;
+  else if (dtype == "F16")
+    type = kernels::FloatType::F16, width = 2;
+  else
+    return false;
+  return true;
+}
+
+uint64_t fnv1a64(const void *bytes, size_t size, uint64_t hash) {
+  const auto *p = static_cast<const uint8_t *>(bytes);
+  for (size_t i = 0; i < size; ++i)
+    hash = (hash ^ p[i]) * 0x100000001B3ull;
+  return hash;
+}
 
 Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
-                        const std::map<std::string, std::string> &metadata) {
+                        const std::map<std::string, std::string> &metadata, uint64_t *digest) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty())
     header["__metadata__"] = metadata;
@@ -41,21 +65,26 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
   std::string text = header.dump();
   while (text.size() % 8 != 0)
     text += ' ';
-  return writeFileDurably(path, [&](int fd) -> Status {
+  uint64_t hash = fnv1a64(nullptr, 0);
+  auto put = [&](int fd, const void *bytes, size_t size) {
+    if (digest)
+      hash = fnv1a64(bytes, size, hash);
+    return writeAll(fd, bytes, size, path);
+  };
+  Status s = writeFileDurably(path, [&](int fd) -> Status {
     uint64_t len = text.size();
     unsigned char le[8];
     for (int i = 0; i < 8; ++i)
       le[i] = static_cast<unsigned char>(len >> (8 * i));
-    PTC_RETURN_IF_ERROR(writeAll(fd, le, 8, path));
-    PTC_RETURN_IF_ERROR(writeAll(fd, text.data(), text.size(), path));
-    for (const NamedTensor &t : tensors) {
-      int64_t n = 1;
-      for (int64_t d : t.shape)
-        n *= d;
-      PTC_RETURN_IF_ERROR(writeAll(fd, t.data, static_cast<size_t>(4 * n), path));
-    }
+    PTC_RETURN_IF_ERROR(put(fd, le, 8));
+    PTC_RETURN_IF_ERROR(put(fd, text.data(), text.size()));
+    for (const NamedTensor &t : tensors)
+      PTC_RETURN_IF_ERROR(put(fd, t.data, static_cast<size_t>(4 * elementCount(t.shape))));
     return Status::ok();
   });
+  if (s.isOk() && digest)
+    *digest = hash;
+  return s;
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string &path) {
@@ -124,24 +153,18 @@ Status SafetensorsFile::copyTo(const std::string &name, const std::vector<int64_
   const Entry &e = it->second;
   kernels::FloatType from;
   int64_t width;
-  if (e.dtype == "F32")
-    from = kernels::FloatType::F32, width = 4;
-  else if (e.dtype == "BF16")
-    from = kernels::FloatType::BF16, width = 2;
-  else if (e.dtype == "F16")
-    from = kernels::FloatType::F16, width = 2;
-  else
+  if (!floatDtype(e.dtype, from, width))
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' is ", e.dtype,
                            ", expected F32, BF16 or F16");
   if (e.shape != shape)
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' has shape ",
-                           shapeStr(e.shape), ", the model expects ", shapeStr(shape));
+                           shapeString(e.shape), ", the model expects ", shapeString(shape));
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
   if (e.end - e.begin != width * n)
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' holds ",
-                           e.end - e.begin, " bytes, ", e.dtype, " shape ", shapeStr(shape),
+                           e.end - e.begin, " bytes, ", e.dtype, " shape ", shapeString(shape),
                            " needs ", width * n);
   // bf16 and f16 widen exactly.
   kernels::cpu::convertFloat(data_.data() + e.begin, from, out, kernels::FloatType::F32, n);

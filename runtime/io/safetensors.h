@@ -5,12 +5,23 @@
 
 #include "runtime/base/status.h"
 
+#include "kernels/common/types.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace ptc {
+
+/// "[2, 3]": a shape in messages.
+std::string shapeString(const std::vector<int64_t> &shape);
+/// The element count of `shape`.
+int64_t elementCount(const std::vector<int64_t> &shape);
+
+/// A safetensors float dtype ("F32", "BF16", "F16") as a storage type and its
+/// width in bytes; false for any other dtype.
+bool floatDtype(const std::string &dtype, kernels::FloatType &type, int64_t &width);
 
 struct NamedTensor {
   std::string name;
@@ -20,8 +31,14 @@ struct NamedTensor {
 
 /// Writes f32 tensors to `path` atomically (a temporary file renamed over it),
 /// so an existing file is never left half-written.
+/// `digest`, when given, receives the file's fnv1a64 (computed over the bytes
+/// as they are written).
 Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
-                        const std::map<std::string, std::string> &metadata = {});
+                        const std::map<std::string, std::string> &metadata = {},
+                        uint64_t *digest = nullptr);
+
+/// 64-bit FNV-1a of `bytes`, continuing from `hash` (corruption check of files).
+uint64_t fnv1a64(const void *bytes, size_t size, uint64_t hash = 0xCBF29CE484222325ull);
 
 class SafetensorsFile {
 public:

@@ -353,25 +353,23 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(dtypes());
     return matmul();
   case OpCode::LayerNorm:
-    PTC_RETURN_IF_ERROR(counts(3, 1, 0, 1));
+  case OpCode::RmsNorm: {
+    // Inputs: x, weight[, bias] over x's last dimension.
+    const bool bias = op == OpCode::LayerNorm;
+    PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, 1, 0, 1));
     PTC_RETURN_IF_ERROR(dtypes());
     if (in(0).empty())
       return fail("input must have rank >= 1");
     PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
-    PTC_RETURN_IF_ERROR(expectShape(in(2), {in(0).back()}, "bias"));
+    if (bias)
+      PTC_RETURN_IF_ERROR(expectShape(in(2), {in(0).back()}, "bias"));
     return expectShape(out(0), in(0), "result");
+  }
   case OpCode::Softmax:
     PTC_RETURN_IF_ERROR(counts(1, 1, 1, 0));
     PTC_RETURN_IF_ERROR(dtypes());
     if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size()))
       return fail("axis ", ints_[0], " is out of range");
-    return expectShape(out(0), in(0), "result");
-  case OpCode::RmsNorm:
-    PTC_RETURN_IF_ERROR(counts(2, 1, 0, 1));
-    PTC_RETURN_IF_ERROR(dtypes());
-    if (in(0).empty())
-      return fail("input must have rank >= 1");
-    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
     return expectShape(out(0), in(0), "result");
   case OpCode::Rotary:
     PTC_RETURN_IF_ERROR(counts(1, 1, 1, 1));
@@ -546,7 +544,10 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(in(1), in(0), "gradient"));
     return expectShape(out(0), in(0), "result");
   case OpCode::LayerNormGrad:
-    PTC_RETURN_IF_ERROR(counts(3, 3, 0, 1));
+  case OpCode::RmsNormGrad: {
+    // Inputs x, weight, dy; outputs dx, dweight[, dbias].
+    const bool bias = op == OpCode::LayerNormGrad;
+    PTC_RETURN_IF_ERROR(counts(3, bias ? 3 : 2, 0, 1));
     PTC_RETURN_IF_ERROR(dtypes());
     if (in(0).empty())
       return fail("input must have rank >= 1");
@@ -554,16 +555,10 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(in(2), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "input gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "weight gradient"));
-    return expectShape(out(2), in(1), "bias gradient");
-  case OpCode::RmsNormGrad:
-    PTC_RETURN_IF_ERROR(counts(3, 2, 0, 1));
-    PTC_RETURN_IF_ERROR(dtypes());
-    if (in(0).empty())
-      return fail("input must have rank >= 1");
-    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0).back()}, "weight"));
-    PTC_RETURN_IF_ERROR(expectShape(in(2), in(0), "gradient"));
-    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "input gradient"));
-    return expectShape(out(1), in(1), "weight gradient");
+    if (bias)
+      PTC_RETURN_IF_ERROR(expectShape(out(2), in(1), "bias gradient"));
+    return Status::ok();
+  }
   case OpCode::CausalAttentionGrad:
     PTC_RETURN_IF_ERROR(counts(4, 3, 0, 1));
     PTC_RETURN_IF_ERROR(dtypes());
@@ -585,17 +580,15 @@ Status InstructionChecker::check() {
   case OpCode::AdamWUpdate:
   case OpCode::SgdUpdate: {
     bool adam = op == OpCode::AdamWUpdate;
-    size_t base = adam ? 5 : 3;
     if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 1))
       return fail("the only integer attribute is [1] (a scheduled learning rate input)");
-    bool scheduled = ints_.size() == 1;
-    size_t fixed = base + (scheduled ? 1 : 0);
-    bool skip = in_.size() == fixed + 1; // the skip flag of dynamic loss scaling
-    PTC_RETURN_IF_ERROR(counts(skip ? fixed + 1 : fixed, adam ? 3 : 2, ints_.size(), adam ? 5 : 3));
-    if (skip)
-      PTC_RETURN_IF_ERROR(expectShape(in(base), {}, "skip flag"));
-    if (scheduled)
-      PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scheduled learning rate"));
+    const plan::UpdateInputs layout = plan::updateInputs(inst_);
+    const size_t expected = layout.fixed + (layout.skip >= 0) + (layout.lr >= 0);
+    PTC_RETURN_IF_ERROR(counts(expected, adam ? 3 : 2, ints_.size(), adam ? 5 : 3));
+    if (layout.skip >= 0)
+      PTC_RETURN_IF_ERROR(expectShape(in(static_cast<size_t>(layout.skip)), {}, "skip flag"));
+    if (layout.lr >= 0)
+      PTC_RETURN_IF_ERROR(expectShape(in(static_cast<size_t>(layout.lr)), {}, "scheduled learning rate"));
     // The parameter, its gradient and state share one float type (bf16 for a
     // model built in bf16); the step count, skip flag and rate are f32 scalars.
     for (size_t i = 0; i < in_.size(); ++i) {

@@ -186,12 +186,10 @@ StatusOr<std::string> writeShard(const ShardSnapshot &snap, int rank, const std:
   char name[64];
   std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
   std::string path = (fs::path(tmpDir) / name).string();
-  PTC_RETURN_IF_ERROR(writeSafetensors(path, snap.entries, {{"producer", "ptc-run"}}));
-  std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t digest = 0; // computed as the shard is written: no second read
+  PTC_RETURN_IF_ERROR(writeSafetensors(path, snap.entries, {{"producer", "ptc-run"}}, &digest));
   char hex[32];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(fnv1a64(bytes.data(), bytes.size())));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
   return std::string(name) + "\t" + hex + "\n" + snap.lines;
 }
 } // namespace

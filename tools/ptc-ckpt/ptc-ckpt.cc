@@ -38,19 +38,6 @@ int fail(const std::string &message) {
   return 1;
 }
 
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-int64_t product(const std::vector<int64_t> &s) {
-  int64_t n = 1;
-  for (int64_t d : s)
-    n *= d;
-  return n;
-}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -104,7 +91,7 @@ int main(int argc, char **argv) {
     for (const auto &[name, t] : meta.tensors) {
       bool p = t.kind == "parameter";
       (p ? params : states) += 1;
-      (p ? paramElems : stateElems) += product(t.shape);
+      (p ? paramElems : stateElems) += elementCount(t.shape);
     }
     std::cout << "  " << params << " parameters (" << paramElems << " values), " << states
               << " optimizer-state tensors (" << stateElems << " values), f32\n";
@@ -125,7 +112,7 @@ int main(int argc, char **argv) {
       for (const CheckpointBox &b : meta.boxes)
         boxes += b.tensor == name;
       std::cout << "  " << (t.kind == "parameter" ? "param " : "state ") << name << " "
-                << shapeStr(t.shape) << " in " << boxes << (boxes == 1 ? " box" : " boxes") << "\n";
+                << shapeString(t.shape) << " in " << boxes << (boxes == 1 ? " box" : " boxes") << "\n";
     }
     for (const std::string &p : incomplete)
       std::cout << "  (incomplete, ignored: " << p << ")\n";
@@ -142,7 +129,7 @@ int main(int argc, char **argv) {
   for (const auto &[name, t] : meta.tensors) {
     if (t.kind != "parameter")
       continue;
-    wholes.emplace_back(static_cast<size_t>(product(t.shape)));
+    wholes.emplace_back(static_cast<size_t>(elementCount(t.shape)));
     if (Status s = reader->readWhole(name, wholes.back().data()); !s.isOk())
       return fail(s.message());
     names.push_back(name);
