@@ -15,7 +15,8 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::desc("Plan file to write (none: stop at the compiled IR; ptc-opt also takes "
                      "-o FILE.plan)")};
   PassOptions::Option<std::string> optimizer{
-      *this, "optimizer", llvm::cl::desc("adamw, sgd or none (forward + backward only)"),
+      *this, "optimizer",
+      llvm::cl::desc("adamw, sgd, adafactor or none (forward + backward only)"),
       llvm::cl::init("adamw")};
   PassOptions::Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
                                  llvm::cl::init(1e-3)};
@@ -30,6 +31,19 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(0.0)};
   PassOptions::Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
                                        llvm::cl::init(0.9)};
+  PassOptions::Option<double> adafactorBeta1{
+      *this, "adafactor-beta1",
+      llvm::cl::desc("Adafactor first-moment decay (0: none, as Hugging Face's beta1=None)"),
+      llvm::cl::init(0.0)};
+  PassOptions::Option<double> adafactorEps{
+      *this, "adafactor-eps", llvm::cl::desc("Adafactor eps added to the squared gradient"),
+      llvm::cl::init(1e-30)};
+  PassOptions::Option<double> clipThreshold{
+      *this, "clip-threshold", llvm::cl::desc("Adafactor update clipping threshold (RMS)"),
+      llvm::cl::init(1.0)};
+  PassOptions::Option<double> decayRate{
+      *this, "decay-rate", llvm::cl::desc("Adafactor second-moment decay 1 - t^-decay-rate"),
+      llvm::cl::init(0.8)};
   PassOptions::Option<std::string> mesh{
       *this, "mesh", llvm::cl::desc("Device mesh, e.g. dp:2,tp:2 (default: one device)")};
   PassOptions::Option<bool> sequenceParallel{

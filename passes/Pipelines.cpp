@@ -58,6 +58,10 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.eps = options.eps;
     opt.weightDecay = options.weightDecay;
     opt.momentum = options.momentum;
+    opt.adafactorBeta1 = options.adafactorBeta1;
+    opt.adafactorEps = options.adafactorEps;
+    opt.clipThreshold = options.clipThreshold;
+    opt.decayRate = options.decayRate;
     opt.maxGradNorm = options.maxGradNorm;
     opt.lrSchedule = options.lrSchedule;
     opt.warmupSteps = options.warmupSteps;

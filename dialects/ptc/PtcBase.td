@@ -82,6 +82,11 @@ def Ptc_Dialect : Dialect {
     /// forward op and, on backward ops, the id of the forward op they
     /// differentiate (read by ptc-split-stages); on the backward pass's seed.
     static constexpr ::llvm::StringLiteral kBackwardAttrName = "ptc.backward";
+    /// On the first op of an update built from primitive ops (Adafactor)
+    /// that reads a parameter's gradient (its operand 0): the parameter's
+    /// name. ZeRO places that gradient like the parameter's state, and the
+    /// memory report counts it as the parameter's gradient.
+    static constexpr ::llvm::StringLiteral kOptimizerGradAttrName = "ptc.optimizer_grad";
     static constexpr ::llvm::StringLiteral kForwardIdAttrName = "ptc.forward_id";
     static constexpr ::llvm::StringLiteral kVjpOfAttrName = "ptc.vjp_of";
     static constexpr ::llvm::StringLiteral kLossSeedAttrName = "ptc.loss_seed";

@@ -245,16 +245,18 @@ LogicalResult PtcDialect::verifyOperationAttribute(Operation *op, NamedAttribute
     return parseMeshAttr(attr.getValue(), [&] { return op->emitError(); });
   }
   if (attr.getName() == kShardingAttrName) {
-    // A user annotation on an op's results: one spec per result.
+    // A user annotation on an op's results: one spec per result (`unit`:
+    // that result is left to propagation).
     auto specs = dyn_cast<ArrayAttr>(attr.getValue());
     if (!specs || specs.size() != op->getNumResults() ||
-        !llvm::all_of(specs, [](Attribute a) { return isa<StringAttr, ShardingAttr>(a); }))
-      return op->emitOpError() << "'ptc.sharding' needs one sharding per result, e.g. "
-                                  "[#ptc.sharding<[dp, _]>] (or [\"[dp, _]\"])";
+        !llvm::all_of(specs,
+                      [](Attribute a) { return isa<StringAttr, ShardingAttr, UnitAttr>(a); }))
+      return op->emitOpError() << "'ptc.sharding' needs one sharding (or `unit`: none) per "
+                                  "result, e.g. [#ptc.sharding<[dp, _]>] (or [\"[dp, _]\"])";
     FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
     if (succeeded(mesh))
       for (auto [spec, result] : llvm::zip(specs, op->getResults()))
-        if (auto type = dyn_cast<RankedTensorType>(result.getType()))
+        if (auto type = dyn_cast<RankedTensorType>(result.getType()); type && !isa<UnitAttr>(spec))
           if (failed(getShardingSpec(spec, *mesh, type.getRank(),
                                      [&] { return op->emitOpError(); })))
             return failure();

@@ -113,6 +113,37 @@ def Ptc_SiluOp : Ptc_UnaryElementwiseOp<"silu", "SiLU (swish) activation"> {
   }];
 }
 
+def Ptc_RsqrtOp : Ptc_UnaryElementwiseOp<"rsqrt", "reciprocal square root"> {
+  let description = [{
+    `result = 1 / sqrt(x)`, elementwise (`torch.rsqrt`): Adafactor's factored
+    second-moment estimate.
+
+    ```mlir
+    %y = ptc.rsqrt %x : tensor<384xf32>
+    ```
+  }];
+}
+
+def Ptc_ExpOp : Ptc_UnaryElementwiseOp<"exp", "natural exponential"> {
+  let description = [{
+    `result = exp(x)`, elementwise.
+
+    ```mlir
+    %y = ptc.exp %x : tensor<f32>
+    ```
+  }];
+}
+
+def Ptc_LogOp : Ptc_UnaryElementwiseOp<"log", "natural logarithm"> {
+  let description = [{
+    `result = log(x)`, elementwise (negative inputs give NaN, zero gives -inf).
+
+    ```mlir
+    %y = ptc.log %x : tensor<f32>
+    ```
+  }];
+}
+
 def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "multiplication by a compile-time constant";
   let description = [{

@@ -16,7 +16,10 @@
 #define PTC_UNARY_FUNCTIONS(X)                                                                     \
   X(Gelu, "gelu")                                                                                  \
   X(Relu, "relu")                                                                                  \
-  X(Silu, "silu")
+  X(Silu, "silu")                                                                                  \
+  X(Rsqrt, "rsqrt")                                                                                \
+  X(Exp, "exp")                                                                                    \
+  X(Log, "log")
 
 namespace ptc::kernels {
 

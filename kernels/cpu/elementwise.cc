@@ -67,6 +67,45 @@ void siluGrad(const float *x, const float *g, float *out, int64_t n) {
   }
 }
 
+static void rsqrtForward(const float *in, float *out, int64_t n) {
+#pragma omp parallel for simd if (n > 16384)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = 1.0f / std::sqrt(in[i]);
+}
+
+static void rsqrtBackward(const float *x, const float *g, float *out, int64_t n) {
+  // d/dx x^(-1/2) = -x^(-3/2) / 2.
+#pragma omp parallel for simd if (n > 16384)
+  for (int64_t i = 0; i < n; ++i) {
+    float r = 1.0f / std::sqrt(x[i]);
+    out[i] = -0.5f * g[i] * r * r * r;
+  }
+}
+
+static void expForward(const float *in, float *out, int64_t n) {
+#pragma omp parallel for simd if (n > 16384)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = std::exp(in[i]);
+}
+
+static void expBackward(const float *x, const float *g, float *out, int64_t n) {
+#pragma omp parallel for simd if (n > 16384)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = g[i] * std::exp(x[i]);
+}
+
+static void logForward(const float *in, float *out, int64_t n) {
+#pragma omp parallel for simd if (n > 16384)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = std::log(in[i]);
+}
+
+static void logBackward(const float *x, const float *g, float *out, int64_t n) {
+#pragma omp parallel for simd if (n > 16384)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = g[i] / x[i];
+}
+
 void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
   switch (fn) {
   case UnaryFunction::Gelu:
@@ -75,6 +114,12 @@ void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
     return relu(in, out, n);
   case UnaryFunction::Silu:
     return silu(in, out, n);
+  case UnaryFunction::Rsqrt:
+    return rsqrtForward(in, out, n);
+  case UnaryFunction::Exp:
+    return expForward(in, out, n);
+  case UnaryFunction::Log:
+    return logForward(in, out, n);
   }
 }
 
@@ -86,6 +131,12 @@ void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int
     return reluGrad(x, g, out, n);
   case UnaryFunction::Silu:
     return siluGrad(x, g, out, n);
+  case UnaryFunction::Rsqrt:
+    return rsqrtBackward(x, g, out, n);
+  case UnaryFunction::Exp:
+    return expBackward(x, g, out, n);
+  case UnaryFunction::Log:
+    return logBackward(x, g, out, n);
   }
 }
 

@@ -120,6 +120,12 @@ __device__ float activation(UnaryFunction fn, float x) {
     return x > 0.0f ? x : 0.0f;
   case UnaryFunction::Silu:
     return x / (1.0f + expf(-x));
+  case UnaryFunction::Rsqrt:
+    return rsqrtf(x);
+  case UnaryFunction::Exp:
+    return expf(x);
+  case UnaryFunction::Log:
+    return logf(x);
   }
   return 0.0f;
 }
@@ -134,6 +140,14 @@ __device__ float activationGrad(UnaryFunction fn, float x, float g) {
     float s = 1.0f / (1.0f + expf(-x));
     return g * s * (1.0f + x * (1.0f - s));
   }
+  case UnaryFunction::Rsqrt: {
+    float r = rsqrtf(x);
+    return -0.5f * g * r * r * r;
+  }
+  case UnaryFunction::Exp:
+    return g * expf(x);
+  case UnaryFunction::Log:
+    return g / x;
   }
   return 0.0f;
 }

@@ -1,4 +1,10 @@
-//===- Optimizer.cpp - append AdamW / SGD updates after the backward pass -===//
+//===- Optimizer.cpp - append optimizer updates after the backward pass ---===//
+//
+// AdamW and SGD are one fused op per parameter; Adafactor is built from
+// primitive ops (its row/column means and the update's RMS are reductions),
+// so that sharding it under ZeRO or tensor parallelism is the ops' ordinary
+// rules: a mean over a split dimension becomes a partial sum and ptc-shard
+// inserts the all-reduce.
 
 #include "passes/autodiff/Passes.h"
 
@@ -21,11 +27,28 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (func.isExternal() || func.getNumResults() == 0 ||
         !func.getResultAttr(0, PtcDialect::kLossAttrName))
       return; // not a differentiated training step
-    if (optimizer != "adamw" && optimizer != "sgd") {
-      func.emitError() << "unknown optimizer '" << optimizer << "' (expected adamw or sgd)";
+    if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "adafactor") {
+      func.emitError() << "unknown optimizer '" << optimizer
+                       << "' (expected adamw, sgd or adafactor)";
       return signalPassFailure();
     }
     const bool adamw = optimizer == "adamw";
+    const bool adafactor = optimizer == "adafactor";
+    if (adafactor) {
+      if (dynamicLossScale) {
+        func.emitError() << "optimizer=adafactor does not support dynamic loss scaling yet "
+                            "(use precision=bf16, or a static loss-scale)";
+        return signalPassFailure();
+      }
+      if (!(adafactorBeta1 >= 0.0 && adafactorBeta1 < 1.0) || !(adafactorEps > 0.0) ||
+          !(clipThreshold > 0.0) || !(decayRate > 0.0 && decayRate <= 1.0)) {
+        func.emitError() << "adafactor needs 0 <= adafactor-beta1 (" << adafactorBeta1.getValue()
+                         << ") < 1, adafactor-eps (" << adafactorEps.getValue()
+                         << ") > 0, clip-threshold (" << clipThreshold.getValue()
+                         << ") > 0 and 0 < decay-rate (" << decayRate.getValue() << ") <= 1";
+        return signalPassFailure();
+      }
+    }
     Block &block = func.getBody().front();
     auto ret = cast<func::ReturnOp>(block.getTerminator());
     OpBuilder b(ret);
@@ -79,13 +102,24 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
                        << lr.getValue() << ")";
       return signalPassFailure();
     }
-    const bool counted = adamw || scheduled; // the step count is state
+    const bool counted = adamw || adafactor || scheduled; // the step count is state
     if (counted)
       states.push_back({scalarType, "optimizer.step"});
     for (const Entry &e : entries) {
       if (adamw) {
         states.push_back({e.param.getType(), e.name.str() + ".exp_avg"});
         states.push_back({e.param.getType(), e.name.str() + ".exp_avg_sq"});
+      } else if (adafactor) {
+        auto t = cast<RankedTensorType>(e.param.getType());
+        if (!t.getElementType().isF32()) {
+          func.emitError() << "optimizer=adafactor needs f32 parameters, '" << e.name.getValue()
+                           << "' is " << t << " (precision=bf16 keeps f32 master weights)";
+          return signalPassFailure();
+        }
+        if (adafactorBeta1 > 0.0)
+          states.push_back({t, e.name.str() + ".exp_avg"});
+        for (auto &[stateType, suffix] : adafactorStates(t))
+          states.push_back({stateType, e.name.str() + suffix});
       } else {
         states.push_back({e.param.getType(), e.name.str() + ".momentum_buffer"});
       }
@@ -208,7 +242,9 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       double wd = cast<RankedTensorType>(t).getRank() >= 2 ? weightDecay.getValue() : 0.0;
       std::string base = e.name.str();
       Location ploc = NameLoc::get(b.getStringAttr("optimizer:" + base));
-      if (adamw) {
+      if (adafactor) {
+        buildAdafactor(b, ploc, e.param, grads[i], base, wd, step, scheduledLr, addState, update);
+      } else if (adamw) {
         BlockArgument m = addState(t, base + ".exp_avg");
         BlockArgument v = addState(t, base + ".exp_avg_sq");
         auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step, skip,
@@ -237,6 +273,122 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     }
 
     replaceReturn(func, results, resultAttrs);
+  }
+
+  /// Adafactor's second-moment state of a parameter of type `t`: factored
+  /// (a row and a column mean, Hugging Face's exp_avg_sq_row / _col shapes)
+  /// for rank >= 2, whole for vectors.
+  static SmallVector<std::pair<Type, std::string>> adafactorStates(RankedTensorType t) {
+    ArrayRef<int64_t> s = t.getShape();
+    if (t.getRank() < 2)
+      return {{t, ".exp_avg_sq"}};
+    SmallVector<int64_t> row(s.drop_back()), col(s.drop_back(2));
+    col.push_back(s.back());
+    return {{RankedTensorType::get(row, t.getElementType()), ".exp_avg_sq_row"},
+            {RankedTensorType::get(col, t.getElementType()), ".exp_avg_sq_col"}};
+  }
+
+  /// One Adafactor step (Shazeer & Stern 2018, as Hugging Face's Adafactor
+  /// with relative_step=False, scale_parameter=False, warmup_init=False):
+  /// ```
+  /// b2 = 1 - t^-decay_rate;  s = g^2 + eps
+  /// rank >= 2: R = b2 R + (1-b2) mean_cols(s);  C = b2 C + (1-b2) mean_rows(s)
+  ///            u = rsqrt(R / mean(R)) rsqrt(C) g      (outer product of the factors)
+  /// vectors:   V = b2 V + (1-b2) s;  u = rsqrt(V) g
+  /// u = lr u / max(1, rms(u) / clip_threshold)
+  /// [beta1 > 0: m = beta1 m + (1-beta1) u;  u = m]
+  /// p = p - weight_decay lr p - u
+  /// ```
+  template <typename AddState, typename Update>
+  void buildAdafactor(OpBuilder &b, Location loc, BlockArgument param, Value g, StringRef base,
+                      double wd, Value step, Value scheduledLr, AddState &addState,
+                      Update &update) {
+    auto t = cast<RankedTensorType>(param.getType());
+    const int64_t r = t.getRank();
+    auto scalarType = RankedTensorType::get({}, b.getF32Type());
+    auto constant = [&](double v) -> Value {
+      return arith::ConstantOp::create(
+          b, loc, DenseElementsAttr::get(scalarType, b.getF32FloatAttr(static_cast<float>(v))));
+    };
+    auto mean = [&](Value x, ArrayRef<int64_t> axes, bool keep) -> Value {
+      auto xt = cast<RankedTensorType>(x.getType());
+      SmallVector<int64_t> shape;
+      for (int64_t d = 0; d < xt.getRank(); ++d)
+        if (!llvm::is_contained(axes, d))
+          shape.push_back(xt.getDimSize(d));
+        else if (keep)
+          shape.push_back(1);
+      return ReduceMeanOp::create(b, loc, RankedTensorType::get(shape, xt.getElementType()), x,
+                                  b.getDenseI64ArrayAttr(axes), b.getBoolAttr(keep));
+    };
+    auto reshape = [&](Value x, ArrayRef<int64_t> shape) -> Value {
+      return ReshapeOp::create(b, loc, RankedTensorType::get(shape, t.getElementType()), x);
+    };
+    Value one = constant(1.0);
+    // The step's decay (CSE merges the parameters' copies of this chain).
+    Value decay = ExpOp::create(b, loc, ScaleOp::create(b, loc, LogOp::create(b, loc, step),
+                                                       b.getF64FloatAttr(-decayRate)));
+    Value beta2 = SubOp::create(b, loc, one, decay);
+    Value rest = SubOp::create(b, loc, one, beta2);
+    auto average = [&](Value state, Value x) -> Value {
+      return AddOp::create(b, loc, MulOp::create(b, loc, state, beta2),
+                           MulOp::create(b, loc, x, rest));
+    };
+
+    BlockArgument m;
+    if (adafactorBeta1 > 0.0)
+      m = addState(t, base + ".exp_avg");
+    auto square = MulOp::create(b, loc, g, g);
+    square->setAttr(PtcDialect::kOptimizerGradAttrName, b.getStringAttr(base));
+    Value s = AddOp::create(b, loc, square, constant(adafactorEps));
+    Value u;
+    SmallVector<std::pair<Type, std::string>> shapes = adafactorStates(t);
+    if (r >= 2) {
+      BlockArgument row = addState(shapes[0].first, base + ".exp_avg_sq_row");
+      BlockArgument col = addState(shapes[1].first, base + ".exp_avg_sq_col");
+      Value newRow = average(row, mean(s, {r - 1}, false));
+      Value newCol = average(col, mean(s, {r - 2}, false));
+      Value rowFactor = RsqrtOp::create(b, loc, DivOp::create(b, loc, newRow,
+                                                                mean(newRow, {r - 2}, true)));
+      SmallVector<int64_t> rowShape(t.getShape()), colShape(t.getShape());
+      rowShape[r - 1] = 1;
+      colShape[r - 2] = 1;
+      Value colFactor = RsqrtOp::create(b, loc, newCol);
+      Value factors = MulOp::create(b, loc, reshape(rowFactor, rowShape),
+                                    reshape(colFactor, colShape));
+      u = MulOp::create(b, loc, factors, g);
+      update(newRow, (base + ".exp_avg_sq_row").str());
+      update(newCol, (base + ".exp_avg_sq_col").str());
+    } else {
+      BlockArgument v = addState(t, base + ".exp_avg_sq");
+      Value newV = average(v, s);
+      u = MulOp::create(b, loc, RsqrtOp::create(b, loc, newV), g);
+      update(newV, (base + ".exp_avg_sq").str());
+    }
+    // Update clipping: u / max(1, rms(u) / clip) = u * min(1, clip / rms(u)),
+    // min(1, a) = 1 - relu(1 - a).
+    SmallVector<int64_t> all;
+    for (int64_t d = 0; d < r; ++d)
+      all.push_back(d);
+    Value meanSquare = r == 0 ? Value(MulOp::create(b, loc, u, u))
+                              : mean(MulOp::create(b, loc, u, u), all, false);
+    Value ratio = ScaleOp::create(b, loc, RsqrtOp::create(b, loc, meanSquare),
+                                  b.getF64FloatAttr(clipThreshold));
+    Value clip = SubOp::create(b, loc, one,
+                               ReluOp::create(b, loc, SubOp::create(b, loc, one, ratio)));
+    Value rate = scheduledLr ? scheduledLr : constant(lr);
+    u = MulOp::create(b, loc, u, MulOp::create(b, loc, clip, rate));
+    if (m) {
+      Value newM = AddOp::create(b, loc, ScaleOp::create(b, loc, m, b.getF64FloatAttr(adafactorBeta1)),
+                                 ScaleOp::create(b, loc, u, b.getF64FloatAttr(1.0 - adafactorBeta1)));
+      update(newM, (base + ".exp_avg").str());
+      u = newM;
+    }
+    Value p = param;
+    if (wd != 0.0)
+      p = SubOp::create(b, loc, p,
+                        MulOp::create(b, loc, p, ScaleOp::create(b, loc, rate, b.getF64FloatAttr(wd))));
+    update(SubOp::create(b, loc, p, u), base);
   }
 };
 } // namespace

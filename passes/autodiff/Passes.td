@@ -85,13 +85,17 @@ def RecomputePass : Pass<"ptc-recompute", "::mlir::func::FuncOp"> {
 }
 
 def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
-  let summary = "Append the optimizer step (AdamW or SGD) after the backward pass";
+  let summary = "Append the optimizer step (AdamW, SGD or Adafactor) after the backward pass";
   let description = [{
     Takes a function from `ptc-autodiff` (results: `ptc.loss`, then one
     `ptc.grad` per parameter) and adds the optimizer: state arguments
     (`ptc.state`: `<param>.exp_avg`, `<param>.exp_avg_sq` and `optimizer.step`
-    for AdamW; `<param>.momentum_buffer` for SGD), optional global-norm
-    gradient clipping, and one fused update per parameter. Results become the
+    for AdamW; `<param>.momentum_buffer` for SGD; `<param>.exp_avg_sq_row` /
+    `_col` (matrices) or `<param>.exp_avg_sq` (vectors), `optimizer.step` and
+    with `adafactor-beta1` > 0 `<param>.exp_avg` for Adafactor), optional
+    global-norm gradient clipping, and one update per parameter: a fused op
+    for AdamW and SGD, primitive ops for Adafactor (its row / column means and
+    the update's RMS are reductions that shard by the ops' rules). Results become the
     loss, the gradient norm (when clipping), and the new value of every
     parameter and state (`ptc.update = "<name>"`), which plans apply in place.
 
@@ -106,7 +110,7 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
-           "adamw or sgd">,
+           "adamw, sgd or adafactor">,
     Option<"lr", "lr", "double", /*default=*/"1e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
@@ -130,7 +134,15 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     Option<"decaySteps", "decay-steps", "int64_t", /*default=*/"0",
            "Step at which the cosine / linear decay reaches min-lr">,
     Option<"minLr", "min-lr", "double", /*default=*/"0.0",
-           "Learning rate after decay-steps">
+           "Learning rate after decay-steps">,
+    Option<"adafactorBeta1", "adafactor-beta1", "double", /*default=*/"0.0",
+           "Adafactor first-moment decay (0: no first moment, Hugging Face's beta1=None)">,
+    Option<"adafactorEps", "adafactor-eps", "double", /*default=*/"1e-30",
+           "Adafactor regularizer added to the squared gradient (eps[0])">,
+    Option<"clipThreshold", "clip-threshold", "double", /*default=*/"1.0",
+           "Adafactor update clipping: the update's RMS is at most this">,
+    Option<"decayRate", "decay-rate", "double", /*default=*/"0.8",
+           "Adafactor second-moment decay 1 - t^-decay-rate">
   ];
   let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
 }

@@ -19,6 +19,17 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
+/// The gradient a parameter's update reads at `op`, or null: operand 1 of
+/// the fused updates, operand 0 of the op that starts an update built from
+/// primitive ops (Adafactor, `ptc.optimizer_grad`).
+Value optimizerGradient(Operation *op) {
+  if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
+    return op->getOperand(1);
+  if (op->hasAttr(PtcDialect::kOptimizerGradAttrName))
+    return op->getOperand(0);
+  return {};
+}
+
 std::string human(double bytes) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -275,8 +286,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         m.constants += getTensorBytes(cast<RankedTensorType>(cst.getType()));
       if (!on(&op))
         continue;
-      if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
-        m.grads += getTensorBytes(cast<RankedTensorType>(op.getOperand(1).getType()));
+      if (Value g = optimizerGradient(&op))
+        m.grads += getTensorBytes(cast<RankedTensorType>(g.getType()));
       m.comm = std::max(m.comm, collectiveBufferBytes(op));
     }
     // Forward values of this rank that its backward ops read (one micro-batch).
@@ -369,13 +380,15 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     }
     Operation *firstBackward = nullptr;
     llvm::DenseSet<Value> grads;
+    bool adamw = false;
     for (Operation &op : block) {
       if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
         firstBackward = &op;
       if (auto cst = dyn_cast<arith::ConstantOp>(op))
         constBytes += getTensorBytes(cast<RankedTensorType>(cst.getType()));
-      if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
-        grads.insert(op.getOperand(1));
+      if (Value g = optimizerGradient(&op))
+        grads.insert(g);
+      adamw |= isa<AdamWUpdateOp>(op);
       commBytes = std::max(commBytes, collectiveBufferBytes(op));
     }
     for (Value g : grads)
@@ -410,7 +423,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp).
     bool hasTp = succeeded(mesh) && mesh->axisIndex(MeshAxisRole::Tensor) >= 0 &&
                  mesh->sizes[mesh->axisIndex(MeshAxisRole::Tensor)] > 1;
-    if (!grads.empty() && !hasTp) {
+    if (adamw && !hasTp) {
       int64_t psi = 0;
       for (BlockArgument arg : block.getArguments())
         if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName)) {

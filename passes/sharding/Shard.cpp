@@ -427,7 +427,8 @@ LogicalResult Partitioner::processOp(Operation *op) {
     // After a rescale, the scaled copy is what the other users read.
     Value current = scale[i] != 1.0 ? rescale(r, scale[i]) : r;
     // A user annotation on the value: reshard right after it is computed.
-    if (constraints && i < constraints.size())
+    // (A unit entry: no constraint on this result.)
+    if (constraints && i < constraints.size() && !isa<UnitAttr>(constraints[i]))
       if (failed(constrain(current, r, constraints[i])))
         return failure();
   }

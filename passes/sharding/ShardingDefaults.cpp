@@ -10,6 +10,10 @@
 
 #include "passes/sharding/ShardingDefaults.h"
 
+#include "llvm/ADT/MapVector.h"
+
+#include <functional>
+
 using namespace mlir;
 using namespace mlir::ptc;
 
@@ -31,6 +35,70 @@ SmallVector<Operation *> forwardUsers(Value v) {
     if (!u->hasAttr(PtcDialect::kBackwardAttrName))
       users.push_back(u);
   return users;
+}
+
+/// Calls `fn(param, state, spec)` for every optimizer state argument of a
+/// parameter, where `spec(paramSpec)` turns the parameter's sharding spec
+/// into the state's (nullopt: leave the state unannotated). The fused
+/// updates (AdamW, SGD) name their state as operands and hold it in the
+/// parameter's shape; Adafactor's update is primitive ops whose first op
+/// names the parameter (`ptc.optimizer_grad`), its state is found by name,
+/// and its row / column means drop the last / second-last dimension.
+using StateSpecFn = std::function<std::optional<std::string>(StringRef)>;
+void forEachOptimizerState(
+    func::FuncOp func,
+    llvm::function_ref<void(BlockArgument param, BlockArgument state, StateSpecFn spec)> fn) {
+  auto same = [](StringRef s) { return std::optional<std::string>(s.str()); };
+  // "[a, b, c]" without entry `d` (counted from the end); nullopt when nothing is split.
+  auto dropEntry = [](int64_t fromEnd) {
+    return [fromEnd](StringRef s) -> std::optional<std::string> {
+      SmallVector<StringRef> parts;
+      s.trim().drop_front().drop_back().split(parts, ',');
+      int64_t drop = static_cast<int64_t>(parts.size()) - fromEnd;
+      std::string out = "[";
+      bool split = false;
+      for (auto [i, part] : llvm::enumerate(parts)) {
+        if (static_cast<int64_t>(i) == drop)
+          continue;
+        StringRef entry = part.trim();
+        split |= entry != "_";
+        out += (out.size() > 1 ? ", " : "") + entry.str();
+      }
+      if (!split)
+        return std::nullopt;
+      return out + "]";
+    };
+  };
+  llvm::StringMap<BlockArgument> params, states;
+  for (BlockArgument arg : func.getArguments()) {
+    if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName))
+      params[n.getValue()] = arg;
+    if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kStateAttrName))
+      states[n.getValue()] = arg;
+  }
+  func.walk([&](Operation *op) {
+    if (isa<AdamWUpdateOp, SgdUpdateOp>(op)) {
+      auto param = dyn_cast<BlockArgument>(op->getOperand(0));
+      if (!param)
+        return;
+      for (Value v : op->getOperands().drop_front(2))
+        if (auto state = dyn_cast<BlockArgument>(v);
+            state && cast<RankedTensorType>(state.getType()).getRank() > 0)
+          fn(param, state, same);
+      return;
+    }
+    auto name = op->getAttrOfType<StringAttr>(PtcDialect::kOptimizerGradAttrName);
+    if (!name || !params.count(name.getValue()))
+      return;
+    BlockArgument param = params[name.getValue()];
+    std::pair<const char *, StateSpecFn> kinds[] = {{".exp_avg", same},
+                                                    {".exp_avg_sq", same},
+                                                    {".exp_avg_sq_row", dropEntry(1)},
+                                                    {".exp_avg_sq_col", dropEntry(2)}};
+    for (auto &[suffix, spec] : kinds)
+      if (auto it = states.find((name.getValue() + suffix).str()); it != states.end())
+        fn(param, it->second, spec);
+  });
 }
 
 /// Whether `op` is the product of a gated linear unit: act(gate) * up.
@@ -244,18 +312,12 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
       specs.try_emplace(bias, "[" + axis + "]");
   });
   // Optimizer state is sharded like its parameter.
-  func.walk([&](Operation *op) {
-    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
-      return;
-    auto p = dyn_cast<BlockArgument>(op->getOperand(0));
-    auto it = p ? specs.find(p) : specs.end();
+  forEachOptimizerState(func, [&](BlockArgument p, BlockArgument state, StateSpecFn spec) {
+    auto it = specs.find(p);
     if (it == specs.end())
       return;
-    std::string spec = it->second;
-    for (Value v : op->getOperands().drop_front(2))
-      if (auto state = dyn_cast<BlockArgument>(v);
-          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
-        specs.try_emplace(state, spec);
+    if (std::optional<std::string> s = spec(it->second))
+      specs.try_emplace(state, *s);
   });
   if (indivisible)
     return failure();
@@ -298,21 +360,50 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
       return std::nullopt;
     return out + "]";
   };
+  // Each parameter's split is decided from the specs before ZeRO (stage 3
+  // then annotates the parameter itself).
+  llvm::MapVector<BlockArgument, std::string> placed;
+  SmallVector<std::tuple<BlockArgument, BlockArgument, StateSpecFn>> states;
+  forEachOptimizerState(func, [&](BlockArgument param, BlockArgument state, StateSpecFn spec) {
+    if (!placed.count(param))
+      if (std::optional<std::string> pspec = withDp(param))
+        placed[param] = *pspec;
+    states.push_back({param, state, spec});
+  });
+  for (auto &[param, state, spec] : states)
+    if (auto it = placed.find(param); it != placed.end())
+      if (std::optional<std::string> s = spec(it->second))
+        specs[state] = *s;
+  if (zero >= 3)
+    for (auto &[param, pspec] : placed)
+      specs[param] = pspec;
+  // An update built from primitive ops (Adafactor) reads the gradient where
+  // the parameter's state lives: constrain the gradient to that split, so
+  // that its reduction over dp is a reduce-scatter (as the fused updates'
+  // rule asks) rather than an all-reduce.
   func.walk([&](Operation *op) {
-    if (!isa<AdamWUpdateOp, SgdUpdateOp>(op))
+    auto name = op->getAttrOfType<StringAttr>(PtcDialect::kOptimizerGradAttrName);
+    if (!name)
       return;
-    auto param = dyn_cast<BlockArgument>(op->getOperand(0));
-    if (!param)
+    auto param = llvm::find_if(placed, [&](auto &entry) {
+      auto n = func.getArgAttrOfType<StringAttr>(entry.first.getArgNumber(),
+                                                 PtcDialect::kParamAttrName);
+      return n && n.getValue() == name.getValue();
+    });
+    auto grad = dyn_cast<OpResult>(op->getOperand(0));
+    if (param == placed.end() || !grad)
       return;
-    std::optional<std::string> spec = withDp(param);
-    if (!spec)
-      return;
-    for (Value v : op->getOperands().drop_front(2))
-      if (auto state = dyn_cast<BlockArgument>(v);
-          state && cast<RankedTensorType>(state.getType()).getRank() > 0)
-        specs[state] = *spec;
-    if (zero >= 3)
-      specs[param] = *spec;
+    std::optional<std::string> pspec = param->second;
+    Operation *producer = grad.getOwner();
+    MLIRContext *ctx = func.getContext();
+    SmallVector<Attribute> entries(producer->getNumResults(), UnitAttr::get(ctx));
+    if (auto old = producer->getAttrOfType<ArrayAttr>(PtcDialect::kShardingAttrName))
+      for (auto [i, a] : llvm::enumerate(old))
+        if (i < entries.size())
+          entries[i] = a;
+    if (isa<UnitAttr>(entries[grad.getResultNumber()]))
+      entries[grad.getResultNumber()] = StringAttr::get(ctx, *pspec);
+    producer->setAttr(PtcDialect::kShardingAttrName, ArrayAttr::get(ctx, entries));
   });
 }
 

@@ -92,7 +92,7 @@ def batch(data, step, batch_size, seq):
 
 
 def make_optimizer(model, optimizer="adamw", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                   weight_decay=0.0, momentum=0.9):
+                   weight_decay=0.0, momentum=0.9, adafactor_beta1=0.0):
     """Weight decay on rank >= 2 parameters only, as ptc-optimizer does."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
@@ -100,6 +100,9 @@ def make_optimizer(model, optimizer="adamw", lr=1e-3, betas=(0.9, 0.999), eps=1e
               {"params": other, "weight_decay": 0.0}]
     if optimizer == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    if optimizer == "adafactor":
+        import reference_adafactor
+        return reference_adafactor.Adafactor(groups, lr=lr, beta1=adafactor_beta1)
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
 
 

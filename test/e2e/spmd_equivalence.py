@@ -9,6 +9,7 @@ the weight by a fraction of lr.
 
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
                            [--device cpu-discrete] [--model gpt|llama] [--precision bf16]
+                           [--optimizer adamw|adafactor]
 (--model llama: 4 heads over 2 kv heads, untied head; --precision bf16: every run, the
 baseline too, computes in bf16; each rank rounds its partial sums to bf16 where one rank
 rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there)
@@ -37,6 +38,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
     ap.add_argument("--device", default="cpu",
                     help="ptc-run --device of the layouts (the single-rank baseline runs on the cpu)")
     args = ap.parse_args()
@@ -49,6 +51,8 @@ def main():
     run(b("ptc-model"), args.model, "--layers", "2", "--hidden", "64", "--heads", "4", "--seq",
         "32", "--vocab", "256", "--batch", "8", *llama, "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
+    if args.optimizer == "adafactor":
+        opts = "optimizer=adafactor lr=1e-3 adafactor-beta1=0.9 weight-decay=0.1"
     if args.precision != "fp32":
         opts += f" precision={args.precision}"
 

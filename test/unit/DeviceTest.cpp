@@ -230,6 +230,13 @@ TEST_F(CudaConformance, ElementwiseWithBroadcast) {
 
 TEST_F(CudaConformance, ActivationsAndGradients) {
   auto x = randomVector(1000, 3), g = randomVector(1000, 4);
+  // rsqrt and log on positive inputs.
+  std::vector<float> positive(x);
+  for (float &v : positive)
+    v = std::fabs(v) + 0.1f;
+  auto inputOf = [&](UnaryFunction fn) -> const std::vector<float> & {
+    return fn == UnaryFunction::Rsqrt || fn == UnaryFunction::Log ? positive : x;
+  };
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(1000);
     OK(d.scale(m.put(x), out, 1000, 0.25f));
@@ -239,12 +246,12 @@ TEST_F(CudaConformance, ActivationsAndGradients) {
 #define PTC_TEST_UNARY(e, name)                                                                    \
   compare([&](Device &d, Mem &m) {                                                                 \
     float *out = m.zeros(1000);                                                                    \
-    OK(d.unary(UnaryFunction::e, m.put(x), out, 1000));                                            \
+    OK(d.unary(UnaryFunction::e, m.put(inputOf(UnaryFunction::e)), out, 1000));                                            \
     return m.get(out, 1000);                                                                       \
   });                                                                                              \
   compare([&](Device &d, Mem &m) {                                                                 \
     float *out = m.zeros(1000);                                                                    \
-    OK(d.unaryGrad(UnaryFunction::e, m.put(x), m.put(g), out, 1000));                              \
+    OK(d.unaryGrad(UnaryFunction::e, m.put(inputOf(UnaryFunction::e)), m.put(g), out, 1000));                              \
     return m.get(out, 1000);                                                                       \
   });
   PTC_UNARY_FUNCTIONS(PTC_TEST_UNARY)

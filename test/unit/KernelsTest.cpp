@@ -232,10 +232,10 @@ TEST(Kernels, ConvertFloatRoundsToNearestEven) {
 }
 
 TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
-  std::vector<float> x;
+  std::vector<float> xAll;
   for (int i = -40; i <= 40; ++i)
-    x.push_back(0.15f * static_cast<float>(i) + 0.01f); // no point exactly at ReLU's kink
-  const size_t n = x.size();
+    xAll.push_back(0.15f * static_cast<float>(i) + 0.01f); // no point exactly at ReLU's kink
+  const size_t n = xAll.size();
   auto closedForm = [](ptc::kernels::UnaryFunction fn, float v) -> double {
     double d = v;
     switch (fn) {
@@ -245,12 +245,23 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
       return d > 0 ? d : 0.0;
     case ptc::kernels::UnaryFunction::Silu:
       return d / (1.0 + std::exp(-d));
+    case ptc::kernels::UnaryFunction::Rsqrt:
+      return 1.0 / std::sqrt(d);
+    case ptc::kernels::UnaryFunction::Exp:
+      return std::exp(d);
+    case ptc::kernels::UnaryFunction::Log:
+      return std::log(d);
     }
     return 0.0;
   };
-  for (auto fn : {ptc::kernels::UnaryFunction::Gelu, ptc::kernels::UnaryFunction::Relu,
-                  ptc::kernels::UnaryFunction::Silu}) {
+  using UF = ptc::kernels::UnaryFunction;
+  for (auto fn : {UF::Gelu, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log}) {
     SCOPED_TRACE(ptc::kernels::unaryFunctionName(fn));
+    // rsqrt and log are defined on positive inputs: |x| + 0.5 in [0.51, 6.51].
+    std::vector<float> x(xAll);
+    if (fn == UF::Rsqrt || fn == UF::Log)
+      for (float &v : x)
+        v = std::fabs(v) + 0.5f;
     std::vector<float> y(n), g(n, 1.0f), dx(n), up(n), down(n), xu(x), xd(x);
     unary(fn, x.data(), y.data(), static_cast<int64_t>(n));
     unaryGrad(fn, x.data(), g.data(), dx.data(), static_cast<int64_t>(n));
@@ -264,7 +275,7 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
     for (size_t i = 0; i < n; ++i) {
       EXPECT_NEAR(y[i], closedForm(fn, x[i]), 1e-6 + 1e-6 * std::fabs(y[i])) << "x = " << x[i];
       double fd = (static_cast<double>(up[i]) - down[i]) / (2.0 * eps);
-      EXPECT_NEAR(dx[i], fd, 2e-3) << "x = " << x[i];
+      EXPECT_NEAR(dx[i], fd, 2e-3 + 2e-4 * std::fabs(dx[i])) << "x = " << x[i];
     }
   }
   // The plan's names resolve to the same functions.

@@ -254,7 +254,7 @@ module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 // -----
 
 func.func @op_annotation(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'ptc.gelu' op 'ptc.sharding' needs one sharding per result, e.g. [#ptc.sharding<[dp, _]>] (or ["[dp, _]"])}}
+  // expected-error @+1 {{'ptc.gelu' op 'ptc.sharding' needs one sharding (or `unit`: none) per result, e.g. [#ptc.sharding<[dp, _]>] (or ["[dp, _]"])}}
   %0 = ptc.gelu %x {ptc.sharding = "[dp]"} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }

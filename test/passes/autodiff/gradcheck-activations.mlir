@@ -1,4 +1,5 @@
-// Finite-difference checks of the VJP rules of gelu, relu (kinks skipped), silu, softmax on the last and a leading axis.
+// Finite-difference checks of the VJP rules of gelu, relu (kinks skipped), silu, exp, rsqrt and log
+// (on exp's positive output), softmax on the last and a leading axis.
 // Each case: ptc-compile with optimizer=none, then ptc-gradcheck compares every
 // parameter gradient of sum(op(...) * r) (r random) with central differences.
 // RUN: rm -rf %t && split-file %s %t
@@ -8,6 +9,8 @@
 // RUN: ptc-gradcheck %t/relu.plan | FileCheck %s
 // RUN: ptc-opt %t/silu.mlir --ptc-compile="plan=%t/silu.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/silu.plan | FileCheck %s
+// RUN: ptc-opt %t/exp_rsqrt_log.mlir --ptc-compile="plan=%t/erl.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/erl.plan | FileCheck %s
 // RUN: ptc-opt %t/softmax_last.mlir --ptc-compile="plan=%t/softmax_last.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/softmax_last.plan | FileCheck %s
 // RUN: ptc-opt %t/softmax_axis0.mlir --ptc-compile="plan=%t/softmax_axis0.plan optimizer=none" -o /dev/null
@@ -51,5 +54,16 @@ func.func @softmax_axis0(%a: tensor<3x4x2xf32> {ptc.param = "a"}, %r: tensor<3x4
   %y = ptc.softmax %a {axis = 0 : i64} : tensor<3x4x2xf32>
   %weighted = ptc.mul %y, %r : tensor<3x4x2xf32>, tensor<3x4x2xf32> -> tensor<3x4x2xf32>
   %loss = ptc.reduce_sum %weighted axes = [0, 1, 2] : tensor<3x4x2xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- exp_rsqrt_log.mlir
+func.func @exp_rsqrt_log(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %e = ptc.exp %a : tensor<4x6xf32>
+  %y = ptc.rsqrt %e : tensor<4x6xf32>
+  %z = ptc.log %e : tensor<4x6xf32>
+  %s = ptc.add %y, %z : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %weighted = ptc.mul %s, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
   return %loss : tensor<f32>
 }
