@@ -69,6 +69,11 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::desc("Activation recomputation: none, selective (cheap ops and attention) or "
                      "full (keep only the residual stream)"),
       llvm::cl::init("none")};
+  PassOptions::Option<int> recomputeLayers{
+      *this, "recompute-layers",
+      llvm::cl::desc("With recompute: only the first N transformer layers of each pipeline "
+                     "chunk (-1: all)"),
+      llvm::cl::init(-1)};
   PassOptions::Option<std::string> lrSchedule{
       *this, "lr-schedule",
       llvm::cl::desc("Learning-rate schedule: constant, cosine or linear (after warmup)"),

@@ -72,9 +72,13 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.lossScaleWindow = options.lossScaleWindow;
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
-  if (options.recompute != "none") {
+  // recompute-layers without a mode reaches ptc-recompute, which refuses it.
+  if (options.recompute != "none" || options.recomputeLayers >= 0) {
     RecomputePassOptions rc;
     rc.mode = options.recompute;
+    rc.layers = options.recomputeLayers;
+    rc.chunks = axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) *
+                std::max(1, static_cast<int>(options.virtualStages));
     pm.addNestedPass<func::FuncOp>(createRecomputePass(rc));
   }
   pm.addPass(createCSEPass());

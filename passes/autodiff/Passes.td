@@ -77,9 +77,21 @@ def RecomputePass : Pass<"ptc-recompute", "::mlir::func::FuncOp"> {
       attention from operands that are kept anyway, so no new value is kept:
       the memory-heavy, FLOP-light part of each layer (attention output and
       the MLP's activated hidden state).
+
+    With `layers` = N >= 0 only the first N transformer layers of each
+    pipeline chunk are recomputed (Megatron's `--recompute-num-layers` with
+    the block method): a forward op is in layer i when it reads a parameter
+    named `transformer.h.<i>.*` or `model.layers.<i>.*` (ptc-model's names),
+    in no layer when it reads another parameter (embeddings, final norm,
+    head: then kept), and otherwise in the latest layer of its operands; the
+    layers split evenly over the `chunks` pipeline chunks.
   }];
   let options = [
-    Option<"mode", "mode", "std::string", /*default=*/"\"full\"", "full or selective">
+    Option<"mode", "mode", "std::string", /*default=*/"\"full\"", "full or selective">,
+    Option<"layers", "layers", "int64_t", /*default=*/"-1",
+           "Recompute only the first N layers of each pipeline chunk (-1: every op)">,
+    Option<"chunks", "chunks", "int64_t", /*default=*/"1",
+           "Pipeline chunks (pp size x virtual stages) the layers split over">
   ];
   let dependentDialects = ["::mlir::ptc::PtcDialect"];
 }

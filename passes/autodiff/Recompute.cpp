@@ -23,6 +23,23 @@ bool isCheap(Operation *op) {
              ConcatOp, RotaryOp, CausalAttentionOp, ElementwiseFunctionOpInterface>(op);
 }
 
+/// The transformer layer a parameter belongs to, from its name
+/// (`transformer.h.3.attn.c_attn.weight`, `model.layers.3.mlp.up_proj.weight`).
+std::optional<int64_t> layerOfName(StringRef s) {
+  for (StringRef key : {".h.", ".layers."}) {
+    size_t at = s.find(key);
+    if (at == StringRef::npos)
+      continue;
+    StringRef digits = s.drop_front(at + key.size()).take_while([](char c) {
+      return c >= '0' && c <= '9';
+    });
+    int64_t index;
+    if (!digits.empty() && !digits.getAsInteger(10, index))
+      return index;
+  }
+  return std::nullopt;
+}
+
 struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
   using RecomputePassBase::RecomputePassBase;
 
@@ -30,6 +47,11 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
     func::FuncOp func = getOperation();
     if (func.isExternal())
       return;
+    if (mode == "none" && layers >= 0) {
+      func.emitError() << "recompute-layers=" << layers.getValue()
+                       << " needs recompute=selective or recompute=full";
+      return signalPassFailure();
+    }
     if (mode != "full" && mode != "selective") {
       func.emitError() << "recompute must be none, selective or full, got '" << mode << "'";
       return signalPassFailure();
@@ -54,6 +76,65 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
           uses.push_back(&use);
       return uses;
     };
+
+    // recompute-layers: only ops of the first N layers of each chunk.
+    // A forward op is in layer i when it reads a parameter of layer i, in no
+    // layer when it reads another parameter (embeddings, final norm, head),
+    // and otherwise in the latest layer of its operands.
+    std::function<bool(Operation *)> eligible = [](Operation *) { return true; };
+    if (layers >= 0) {
+      llvm::DenseMap<Operation *, int64_t> layerOf; // -1: in no layer
+      int64_t count = 0;
+      for (Operation &op : block) {
+        if (!isForward(&op))
+          continue;
+        int64_t layer = -1;
+        bool other = false, own = false;
+        for (Value v : op.getOperands()) {
+          if (auto arg = dyn_cast<BlockArgument>(v)) {
+            auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                          PtcDialect::kParamAttrName);
+            if (!name)
+              continue;
+            if (std::optional<int64_t> l = layerOfName(name.getValue())) {
+              layer = own ? std::max(layer, *l) : *l;
+              own = true;
+            } else {
+              other = true;
+            }
+          }
+        }
+        if (!own && !other)
+          for (Value v : op.getOperands())
+            if (Operation *d = v.getDefiningOp(); d && layerOf.count(d))
+              layer = std::max(layer, layerOf[d]);
+        if (!own && other)
+          layer = -1;
+        layerOf[&op] = layer;
+        count = std::max(count, layer + 1);
+      }
+      if (count == 0 || count % chunks != 0 || layers > count / chunks) {
+        func.emitError() << "recompute-layers=" << layers.getValue() << " needs "
+                         << (count == 0
+                                 ? std::string("transformer layers (parameters named "
+                                               "transformer.h.<i>.* or model.layers.<i>.*); "
+                                               "found none")
+                                 : count % chunks != 0
+                                       ? "the " + std::to_string(count) +
+                                             " layers to split evenly over the " +
+                                             std::to_string(chunks) + " pipeline chunks"
+                                       : "at most the " + std::to_string(count / chunks) +
+                                             " layers of a pipeline chunk");
+        return signalPassFailure();
+      }
+      int64_t perChunk = count / chunks;
+      eligible = [this, perChunk, layerOf = std::move(layerOf)](Operation *op) {
+        auto it = layerOf.find(op);
+        return it != layerOf.end() && it->second >= 0 && it->second % perChunk < layers;
+      };
+      func->setAttr("ptc.recompute_layers",
+                    IntegerAttr::get(IntegerType::get(func.getContext(), 64), layers * chunks));
+    }
 
     // The values to keep whatever the mode: the residual stream (norm inputs)
     // and the logits (recomputing the LM head would cost a whole matmul).
@@ -94,7 +175,8 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
       if (!isForward(&op))
         continue;
       for (Value v : op.getResults()) {
-        if (!saved.contains(v) || kept.contains(v) || isa<CrossEntropyOp, EmbeddingOp>(op))
+        if (!saved.contains(v) || kept.contains(v) || isa<CrossEntropyOp, EmbeddingOp>(op) ||
+            !eligible(&op))
           continue;
         if (mode == "full" ||
             (isCheap(&op) && llvm::all_of(op.getOperands(), isAvailable)))

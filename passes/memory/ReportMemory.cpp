@@ -162,34 +162,45 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     if (auto mode = func->getAttrOfType<StringAttr>("ptc.recompute"))
       recompute = mode.str();
     double sbh = static_cast<double>(s) * static_cast<double>(b) * static_cast<double>(h);
-    double coeff = sp ? 32.0 / t : 8.0 + 24.0 / t;
-    std::string formula = sp ? "32 sbh/t" : "sbh (8 + 24/t)";
-    if (recompute == "selective") {
-      coeff = sp ? 22.0 / t : 8.0 + 14.0 / t;
-      formula = sp ? "22 sbh/t (selective recompute)" : "sbh (8 + 14/t) (selective recompute)";
-    } else if (recompute == "full") {
-      coeff = sp ? 4.0 / t : 4.0;
-      formula = sp ? "4 sbh/t (full recompute)" : "4 sbh (full recompute)";
-    }
-    double perLayer = coeff * sbh * static_cast<double>(e) / 2.0;
-    double gathered =
-        sp && recompute != "full" ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
+    // Per mode: the coefficient of sbh (at 2 bytes a value) and its formula.
+    auto perMode = [&](StringRef mode) -> std::pair<double, std::string> {
+      if (mode == "selective")
+        return {sp ? 22.0 / t : 8.0 + 14.0 / t,
+                sp ? "22 sbh/t (selective recompute)" : "sbh (8 + 14/t) (selective recompute)"};
+      if (mode == "full")
+        return {sp ? 4.0 / t : 4.0, sp ? "4 sbh/t (full recompute)" : "4 sbh (full recompute)"};
+      return {sp ? 32.0 / t : 8.0 + 24.0 / t, sp ? "32 sbh/t" : "sbh (8 + 24/t)"};
+    };
+    // recompute-layers: that many layers follow the mode, the others keep everything.
+    int64_t recomputed = static_cast<int64_t>(layers.size());
+    if (auto n = func->getAttrOfType<IntegerAttr>("ptc.recompute_layers"))
+      recomputed = std::min<int64_t>(n.getInt(), recomputed);
     auto &os = llvm::outs();
     os << llvm::format("  activations per layer (Korthikanti et al.; s=%lld b=%lld h=%lld t=%d%s, "
                        "%lld-byte values, no dropout, attention scores recomputed): ",
                        static_cast<long long>(s), static_cast<long long>(b),
                        static_cast<long long>(h), t, sp ? " with SP" : "",
                        static_cast<long long>(e));
-    os << formula << " x " << e << "/2 = "
-       << static_cast<int64_t>(perLayer) << " B";
-    if (gathered > 0)
-      os << " + " << static_cast<int64_t>(gathered)
-         << " B of all-gathered inputs of the 2 column-parallel matmuls kept for backward "
-            "(Megatron gathers them again)";
-    int64_t layersBytes = static_cast<int64_t>((perLayer + gathered) * layers.size());
-    os << "; x " << layers.size() << " layers = " << layersBytes << " B, the other "
-       << activationBytes - layersBytes << " B of saved activations are embeddings, the final "
-          "LayerNorm and the logits\n";
+    int64_t layersBytes = 0;
+    auto group = [&](StringRef mode, int64_t count, bool first) {
+      auto [coeff, formula] = perMode(mode);
+      double perLayer = coeff * sbh * static_cast<double>(e) / 2.0;
+      double gathered =
+          sp && mode != "full" ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
+      os << (first ? "" : "; ") << formula << " x " << e << "/2 = "
+         << static_cast<int64_t>(perLayer) << " B";
+      if (gathered > 0)
+        os << " + " << static_cast<int64_t>(gathered)
+           << " B of all-gathered inputs of the 2 column-parallel matmuls kept for backward "
+              "(Megatron gathers them again)";
+      os << "; x " << count << " layers";
+      layersBytes += static_cast<int64_t>((perLayer + gathered) * count);
+    };
+    group(recompute, recomputed, true);
+    if (recomputed < static_cast<int64_t>(layers.size()))
+      group("none", static_cast<int64_t>(layers.size()) - recomputed, false);
+    os << " = " << layersBytes << " B, the other " << activationBytes - layersBytes
+       << " B of saved activations are embeddings, the final LayerNorm and the logits\n";
     return success();
   }
 
