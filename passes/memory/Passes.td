@@ -44,7 +44,10 @@ def ReportMemoryPass : Pass<"ptc-report-memory", "::mlir::ModuleOp"> {
     error naming the largest consumers. With `params` (e.g. 7.5e9) it reads no
     IR and prints the ZeRO paper's model-state memory per device for `dp`
     devices at every stage (mixed-precision AdamW: 2 + 2 + 12 bytes per
-    parameter; `fp32`: 4 + 4 + 8).
+    parameter; `fp32`: 4 + 4 + 8), with `tp` and `pp` splitting the
+    parameters evenly first (Megatron's ideal split). Activations, sequence
+    parallelism, recomputation and uneven stages need the model's shapes:
+    compile them (`ptc-model ... --preset NAME`, seconds) with `report-memory`.
   }];
   let options = [
     Option<"deviceMemory", "device-memory", "std::string", /*default=*/"\"\"",
@@ -52,6 +55,8 @@ def ReportMemoryPass : Pass<"ptc-report-memory", "::mlir::ModuleOp"> {
     Option<"params", "params", "double", /*default=*/"0",
            "Estimate for a model of this many parameters without IR">,
     Option<"dp", "dp", "int", /*default=*/"1", "Data-parallel devices (with params)">,
+    Option<"tp", "tp", "int", /*default=*/"1", "Tensor-parallel devices (with params)">,
+    Option<"pp", "pp", "int", /*default=*/"1", "Pipeline stages (with params)">,
     Option<"fp32", "fp32", "bool", /*default=*/"false",
            "With params: fp32 training instead of mixed precision">
   ];

@@ -229,11 +229,16 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
 
   /// The ZeRO paper's model-state bytes per device (Rajbhandari et al., Fig. 1).
   void estimate() {
-    double psi = params, nd = std::max<int>(1, dp);
+    const int split = std::max<int>(1, tp) * std::max<int>(1, pp);
+    double psi = params / split, nd = std::max<int>(1, dp);
     double p = fp32 ? 4 : 2, g = fp32 ? 4 : 2, k = fp32 ? 8 : 12;
     llvm::raw_ostream &os = llvm::outs();
-    os << "ZeRO model-state memory per device for " << llvm::format("%g", psi)
-       << " parameters on " << dp << " data-parallel devices (" << (fp32 ? "fp32" : "mixed-precision")
+    os << "ZeRO model-state memory per device for " << llvm::format("%g", params.getValue())
+       << " parameters";
+    if (split > 1)
+      os << " split evenly over tp=" << tp << " x pp=" << pp << " ("
+         << llvm::format("%g", psi) << " per device)";
+    os << " on " << dp << " data-parallel devices (" << (fp32 ? "fp32" : "mixed-precision")
        << " AdamW: " << llvm::format("%g + %g + %g", p, g, k) << " bytes per parameter):\n";
     double stages[4] = {(p + g + k) * psi, (p + g) * psi + k * psi / nd, p * psi + (g + k) * psi / nd,
                         (p + g + k) * psi / nd};
@@ -241,6 +246,10 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
                             "zero=2 (+ gradients)", "zero=3 (+ parameters)"};
     for (int i = 0; i < 4; ++i)
       os << llvm::format("  %-26s %10.2f GB\n", names[i], stages[i] / 1e9);
+    os << "  (model state only: activations, sequence parallelism, recomputation and uneven "
+          "stages need the shapes; compile them with report-memory=true, e.g. ptc-model llama "
+          "--preset llama3-70b ... | ptc-opt --ptc-compile=\"mesh=pp:8,tp:8,dp:16 ... "
+          "report-memory=true\")\n";
     os.flush();
   }
 
