@@ -59,7 +59,8 @@ def Ptc_DivOp : Ptc_BinaryElementwiseOp<"div", "lhs / rhs">;
 // (kernels/common/elementwise.h lists them). Its sharding rule, batch
 // dimension and plan lowering come from this class, so a new activation is
 // its definition here, its gradient op, its VJP rule and its kernels.
-class Ptc_UnaryElementwiseOp<string mnemonic, string what, list<Trait> traits = []>
+class Ptc_UnaryElementwiseOp<string mnemonic, string what, string gradOp,
+                             list<Trait> traits = []>
     : Ptc_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
         DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
@@ -78,10 +79,20 @@ class Ptc_UnaryElementwiseOp<string mnemonic, string what, list<Trait> traits = 
     }
     ::llvm::StringRef $cppClass::getFunctionName() { return "}] # mnemonic # [{"; }
     bool $cppClass::isGradient() { return false; }
+    // The VJP: the gradient op of the same function, d input = grad * f'(input).
+    ::llvm::LogicalResult $cppClass::buildVjp(::mlir::OpBuilder &b,
+                                              ::llvm::ArrayRef<::mlir::Value> rg,
+                                              ::llvm::ArrayRef<bool> needed,
+                                              ::llvm::SmallVectorImpl<::mlir::Value> &og) {
+      og.assign(1, ::mlir::Value());
+      if (needed[0])
+        og[0] = ::mlir::ptc::}] # gradOp # [{::create(b, getLoc(), getInput(), rg[0]);
+      return ::mlir::success();
+    }
   }];
 }
 
-def Ptc_GeluOp : Ptc_UnaryElementwiseOp<"gelu", "exact (erf) GELU activation"> {
+def Ptc_GeluOp : Ptc_UnaryElementwiseOp<"gelu", "exact (erf) GELU activation", "GeluGradOp"> {
   let description = [{
     `result = 0.5 * x * (1 + erf(x / sqrt(2)))`, elementwise: the exact GELU of
     GPT-2/nanoGPT (`torch.nn.GELU()` with `approximate='none'`).
@@ -92,7 +103,7 @@ def Ptc_GeluOp : Ptc_UnaryElementwiseOp<"gelu", "exact (erf) GELU activation"> {
   }];
 }
 
-def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit"> {
+def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit", "ReluGradOp"> {
   let description = [{
     `result = max(x, 0)`, elementwise.
 
@@ -102,7 +113,7 @@ def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit"> {
   }];
 }
 
-def Ptc_SiluOp : Ptc_UnaryElementwiseOp<"silu", "SiLU (swish) activation"> {
+def Ptc_SiluOp : Ptc_UnaryElementwiseOp<"silu", "SiLU (swish) activation", "SiluGradOp"> {
   let description = [{
     `result = x * sigmoid(x) = x / (1 + exp(-x))`, elementwise: the activation
     of Llama's SwiGLU MLP (`torch.nn.functional.silu`).
@@ -113,7 +124,7 @@ def Ptc_SiluOp : Ptc_UnaryElementwiseOp<"silu", "SiLU (swish) activation"> {
   }];
 }
 
-def Ptc_RsqrtOp : Ptc_UnaryElementwiseOp<"rsqrt", "reciprocal square root"> {
+def Ptc_RsqrtOp : Ptc_UnaryElementwiseOp<"rsqrt", "reciprocal square root", "RsqrtGradOp"> {
   let description = [{
     `result = 1 / sqrt(x)`, elementwise (`torch.rsqrt`): Adafactor's factored
     second-moment estimate.
@@ -124,7 +135,7 @@ def Ptc_RsqrtOp : Ptc_UnaryElementwiseOp<"rsqrt", "reciprocal square root"> {
   }];
 }
 
-def Ptc_ExpOp : Ptc_UnaryElementwiseOp<"exp", "natural exponential"> {
+def Ptc_ExpOp : Ptc_UnaryElementwiseOp<"exp", "natural exponential", "ExpGradOp"> {
   let description = [{
     `result = exp(x)`, elementwise.
 
@@ -134,7 +145,7 @@ def Ptc_ExpOp : Ptc_UnaryElementwiseOp<"exp", "natural exponential"> {
   }];
 }
 
-def Ptc_LogOp : Ptc_UnaryElementwiseOp<"log", "natural logarithm"> {
+def Ptc_LogOp : Ptc_UnaryElementwiseOp<"log", "natural logarithm", "LogGradOp"> {
   let description = [{
     `result = log(x)`, elementwise (negative inputs give NaN, zero gives -inf).
 

@@ -138,54 +138,6 @@ LogicalResult ScaleOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool>
   return success();
 }
 
-LogicalResult GeluOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                               SmallVectorImpl<Value> &og) {
-  og.assign(1, Value());
-  if (needed[0])
-    og[0] = GeluGradOp::create(b, getLoc(), getInput(), rg[0]);
-  return success();
-}
-
-LogicalResult ReluOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                               SmallVectorImpl<Value> &og) {
-  og.assign(1, Value());
-  if (needed[0])
-    og[0] = ReluGradOp::create(b, getLoc(), getInput(), rg[0]);
-  return success();
-}
-
-LogicalResult SiluOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                               SmallVectorImpl<Value> &og) {
-  og.assign(1, Value());
-  if (needed[0])
-    og[0] = SiluGradOp::create(b, getLoc(), getInput(), rg[0]);
-  return success();
-}
-
-LogicalResult RsqrtOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                               SmallVectorImpl<Value> &og) {
-  og.assign(1, Value());
-  if (needed[0])
-    og[0] = RsqrtGradOp::create(b, getLoc(), getInput(), rg[0]);
-  return success();
-}
-
-LogicalResult ExpOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                               SmallVectorImpl<Value> &og) {
-  og.assign(1, Value());
-  if (needed[0])
-    og[0] = ExpGradOp::create(b, getLoc(), getInput(), rg[0]);
-  return success();
-}
-
-LogicalResult LogOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                               SmallVectorImpl<Value> &og) {
-  og.assign(1, Value());
-  if (needed[0])
-    og[0] = LogGradOp::create(b, getLoc(), getInput(), rg[0]);
-  return success();
-}
-
 LogicalResult ConvertOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                   SmallVectorImpl<Value> &og) {
   og.assign(1, Value());

@@ -67,44 +67,30 @@ void siluGrad(const float *x, const float *g, float *out, int64_t n) {
   }
 }
 
-static void rsqrtForward(const float *in, float *out, int64_t n) {
+namespace {
+/// out[i] = f(in[i]) and out[i] = g[i] * df(x[i]): the loops of the
+/// functions without a public entry point (the lambdas inline, the loops vectorize).
+template <typename F> void mapForward(const float *in, float *out, int64_t n, F f) {
 #pragma omp parallel for simd if (n > 16384)
   for (int64_t i = 0; i < n; ++i)
-    out[i] = 1.0f / std::sqrt(in[i]);
+    out[i] = f(in[i]);
 }
-
-static void rsqrtBackward(const float *x, const float *g, float *out, int64_t n) {
-  // d/dx x^(-1/2) = -x^(-3/2) / 2.
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    float r = 1.0f / std::sqrt(x[i]);
-    out[i] = -0.5f * g[i] * r * r * r;
-  }
-}
-
-static void expForward(const float *in, float *out, int64_t n) {
+template <typename F>
+void mapBackward(const float *x, const float *g, float *out, int64_t n, F df) {
 #pragma omp parallel for simd if (n > 16384)
   for (int64_t i = 0; i < n; ++i)
-    out[i] = std::exp(in[i]);
+    out[i] = g[i] * df(x[i]);
 }
-
-static void expBackward(const float *x, const float *g, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = g[i] * std::exp(x[i]);
+float rsqrtOf(float v) { return 1.0f / std::sqrt(v); }
+// d/dx x^(-1/2) = -x^(-3/2) / 2.
+float rsqrtSlope(float v) {
+  float r = 1.0f / std::sqrt(v);
+  return -0.5f * r * r * r;
 }
-
-static void logForward(const float *in, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = std::log(in[i]);
-}
-
-static void logBackward(const float *x, const float *g, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = g[i] / x[i];
-}
+float expOf(float v) { return std::exp(v); }
+float logOf(float v) { return std::log(v); }
+float logSlope(float v) { return 1.0f / v; }
+} // namespace
 
 void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
   switch (fn) {
@@ -115,11 +101,11 @@ void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
   case UnaryFunction::Silu:
     return silu(in, out, n);
   case UnaryFunction::Rsqrt:
-    return rsqrtForward(in, out, n);
+    return mapForward(in, out, n, rsqrtOf);
   case UnaryFunction::Exp:
-    return expForward(in, out, n);
+    return mapForward(in, out, n, expOf);
   case UnaryFunction::Log:
-    return logForward(in, out, n);
+    return mapForward(in, out, n, logOf);
   }
 }
 
@@ -132,11 +118,11 @@ void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int
   case UnaryFunction::Silu:
     return siluGrad(x, g, out, n);
   case UnaryFunction::Rsqrt:
-    return rsqrtBackward(x, g, out, n);
+    return mapBackward(x, g, out, n, rsqrtSlope);
   case UnaryFunction::Exp:
-    return expBackward(x, g, out, n);
+    return mapBackward(x, g, out, n, expOf);
   case UnaryFunction::Log:
-    return logBackward(x, g, out, n);
+    return mapBackward(x, g, out, n, logSlope);
   }
 }
 

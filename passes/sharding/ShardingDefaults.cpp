@@ -381,19 +381,19 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   // the parameter's state lives: constrain the gradient to that split, so
   // that its reduction over dp is a reduce-scatter (as the fused updates'
   // rule asks) rather than an all-reduce.
+  llvm::StringMap<std::string> placedByName;
+  for (auto &[param, pspec] : placed)
+    if (auto n = func.getArgAttrOfType<StringAttr>(param.getArgNumber(), PtcDialect::kParamAttrName))
+      placedByName[n.getValue()] = pspec;
   func.walk([&](Operation *op) {
     auto name = op->getAttrOfType<StringAttr>(PtcDialect::kOptimizerGradAttrName);
-    if (!name)
+    auto it = name ? placedByName.find(name.getValue()) : placedByName.end();
+    if (it == placedByName.end() || op->getNumOperands() == 0)
       return;
-    auto param = llvm::find_if(placed, [&](auto &entry) {
-      auto n = func.getArgAttrOfType<StringAttr>(entry.first.getArgNumber(),
-                                                 PtcDialect::kParamAttrName);
-      return n && n.getValue() == name.getValue();
-    });
     auto grad = dyn_cast<OpResult>(op->getOperand(0));
-    if (param == placed.end() || !grad)
+    if (!grad)
       return;
-    std::optional<std::string> pspec = param->second;
+    const std::string &pspec = it->second;
     Operation *producer = grad.getOwner();
     MLIRContext *ctx = func.getContext();
     SmallVector<Attribute> entries(producer->getNumResults(), UnitAttr::get(ctx));
@@ -402,7 +402,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
         if (i < entries.size())
           entries[i] = a;
     if (isa<UnitAttr>(entries[grad.getResultNumber()]))
-      entries[grad.getResultNumber()] = StringAttr::get(ctx, *pspec);
+      entries[grad.getResultNumber()] = StringAttr::get(ctx, pspec);
     producer->setAttr(PtcDialect::kShardingAttrName, ArrayAttr::get(ctx, entries));
   });
 }
