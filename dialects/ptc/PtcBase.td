@@ -61,6 +61,9 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kStateAttrName = "ptc.state";
     /// Argument attribute giving a parameter's initializer.
     static constexpr ::llvm::StringLiteral kInitAttrName = "ptc.init";
+    /// Argument attribute on a parameter stacked over experts: the expert
+    /// count, which is its dimension 0 (expert parallelism splits it over ep).
+    static constexpr ::llvm::StringLiteral kExpertsAttrName = "ptc.experts";
     /// Result attributes.
     static constexpr ::llvm::StringLiteral kLossAttrName = "ptc.loss";
     static constexpr ::llvm::StringLiteral kGradAttrName = "ptc.grad";
@@ -87,6 +90,9 @@ def Ptc_Dialect : Dialect {
     /// name. ZeRO places that gradient like the parameter's state, and the
     /// memory report counts it as the parameter's gradient.
     static constexpr ::llvm::StringLiteral kOptimizerGradAttrName = "ptc.optimizer_grad";
+    /// On an op that ptc-mixed-precision keeps in f32 (its float operands
+    /// converted up, its results f32): an MoE router's logits.
+    static constexpr ::llvm::StringLiteral kKeepF32AttrName = "ptc.keep_f32";
     static constexpr ::llvm::StringLiteral kForwardIdAttrName = "ptc.forward_id";
     static constexpr ::llvm::StringLiteral kVjpOfAttrName = "ptc.vjp_of";
     static constexpr ::llvm::StringLiteral kLossSeedAttrName = "ptc.loss_seed";

@@ -299,6 +299,23 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
       return failure();
     return success(); // checked against the mesh by ptc-shard when the module has none yet
   }
+  if (attrName == kExpertsAttrName) {
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto count = dyn_cast<IntegerAttr>(attr.getValue());
+    auto type = func ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex]) : nullptr;
+    if (!count || count.getInt() < 1)
+      return op->emitError() << "'ptc.experts' on argument #" << argIndex
+                             << " must be a positive integer (the expert count)";
+    if (func && !func.getArgAttr(argIndex, kParamAttrName))
+      return op->emitError() << "'ptc.experts' on argument #" << argIndex
+                             << " needs a 'ptc.param' on the same argument";
+    // (After ptc-shard the type is the local one: ep splits dimension 0.)
+    bool local = func && func.getArgAttr(argIndex, kShardingAttrName);
+    if (type && (type.getRank() < 1 || (!local && type.getDimSize(0) != count.getInt())))
+      return op->emitError() << "'ptc.experts' = " << count.getInt() << " on argument #"
+                             << argIndex << " must be its dimension 0, got type " << type;
+    return success();
+  }
   if (!isRole && attrName != kInitAttrName)
     return op->emitError() << "unknown ptc argument attribute '" << attrName
                            << "' on argument #" << argIndex;

@@ -20,7 +20,7 @@ ArrayRef<MeshAxisKind> mlir::ptc::meshAxisKinds() {
       {MeshAxisRole::Data, "dp", "data parallelism, ZeRO", true},
       {MeshAxisRole::Tensor, "tp", "tensor and sequence parallelism", true},
       {MeshAxisRole::Pipeline, "pp", "pipeline parallelism", true},
-      {MeshAxisRole::Expert, "ep", "expert parallelism", false},
+      {MeshAxisRole::Expert, "ep", "expert parallelism", true},
       {MeshAxisRole::Context, "cp", "context parallelism", false},
   };
   return kinds;
@@ -38,6 +38,53 @@ StringRef mlir::ptc::meshAxisName(MeshAxisRole role) {
     if (k.role == role)
       return k.name;
   llvm_unreachable("every role has an axis kind");
+}
+
+SmallVector<int, 2> MeshInfo::parts(int a) const {
+  if (a < 0)
+    return {};
+  if (a < static_cast<int>(axes.size()))
+    return {a};
+  return compounds[static_cast<size_t>(a) - axes.size()];
+}
+
+int64_t MeshInfo::size(int a) const {
+  int64_t n = 1;
+  for (int p : parts(a))
+    n *= sizes[static_cast<size_t>(p)];
+  return n;
+}
+
+std::string MeshInfo::name(int a) const {
+  std::string out;
+  for (int p : parts(a))
+    out += (out.empty() ? "" : "*") + axes[static_cast<size_t>(p)];
+  return out;
+}
+
+bool MeshInfo::overlaps(int a, int b) const {
+  SmallVector<int, 2> pb = parts(b);
+  return llvm::any_of(parts(a), [&](int p) { return llvm::is_contained(pb, p); });
+}
+
+int MeshInfo::axisOf(ArrayRef<int> ps) const {
+  if (ps.empty())
+    return -1;
+  if (ps.size() == 1)
+    return ps[0];
+  for (auto [i, c] : llvm::enumerate(compounds))
+    if (ArrayRef<int>(c) == ps)
+      return static_cast<int>(axes.size() + i);
+  return -1;
+}
+
+int MeshInfo::batchAxis() const {
+  int dp = axisIndex(MeshAxisRole::Data), ep = axisIndex(MeshAxisRole::Expert);
+  bool hasDp = dp >= 0 && sizes[static_cast<size_t>(dp)] > 1;
+  bool hasEp = ep >= 0 && sizes[static_cast<size_t>(ep)] > 1;
+  if (hasDp && hasEp)
+    return axisOf({dp, ep});
+  return hasDp ? dp : hasEp ? ep : -1;
 }
 
 int MeshInfo::axisIndex(StringRef name) const {
@@ -83,6 +130,16 @@ LogicalResult checkMesh(const MeshInfo &mesh, EmitErrorFn emitError) {
   }
   return success();
 }
+
+/// The compound axes a mesh needs: dp*ep when it has both (the batch of
+/// expert parallelism carved out of data parallelism; ep minor, so that an
+/// all_to_all over ep moves a dimension from dp*ep to dp).
+void addCompounds(MeshInfo &mesh) {
+  int dp = mesh.axisIndex(MeshAxisRole::Data), ep = mesh.axisIndex(MeshAxisRole::Expert);
+  if (dp >= 0 && ep >= 0 && mesh.sizes[static_cast<size_t>(dp)] > 1 &&
+      mesh.sizes[static_cast<size_t>(ep)] > 1)
+    mesh.compounds.push_back({dp, ep});
+}
 } // namespace
 
 FailureOr<MeshInfo> mlir::ptc::parseMeshSpec(StringRef spec, EmitErrorFn emitError) {
@@ -101,6 +158,7 @@ FailureOr<MeshInfo> mlir::ptc::parseMeshSpec(StringRef spec, EmitErrorFn emitErr
   }
   if (failed(checkMesh(mesh, emitError)))
     return failure();
+  addCompounds(mesh);
   return mesh;
 }
 
@@ -120,6 +178,7 @@ FailureOr<MeshInfo> mlir::ptc::parseMeshAttr(Attribute attr, EmitErrorFn emitErr
   mesh.sizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
   if (failed(checkMesh(mesh, emitError)))
     return failure();
+  addCompounds(mesh);
   return mesh;
 }
 

@@ -226,7 +226,7 @@ def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [DeclareOpInterfaceMethods<P
   let hasVerifier = 1;
 }
 
-def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [Pure,
+def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of `ptc.top_k_gate` with respect to the router logits";
   let description = [{
@@ -249,15 +249,16 @@ def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [Pure,
   let hasVerifier = 1;
 }
 
-def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [Pure]> {
+def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "gradient of `ptc.moe_dispatch`: expert slots gathered back to tokens";
   let description = [{
-    `result[t, :] = sum over assignments (t, j) -> (e, s) within capacity of
-    grad[e, s, :]`.
+    `result[g, t, :] = sum over assignments (t, j) -> (e, s) of group g within
+    capacity of grad[e, g, s, :]` (shapes as `ptc.moe_dispatch`, with or
+    without the group dimension).
 
     ```mlir
     %dx = ptc.moe_dispatch_grad %g, %e
-        : tensor<8x160x128xf32>, tensor<512x2xi32> -> tensor<512x128xf32>
+        : tensor<8x4x40x64xf32>, tensor<4x128x2xi32> -> tensor<4x128x64xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$grad, Ptc_IdTensor:$indices);
@@ -268,15 +269,16 @@ def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ptc_MoeCombineGradOp : Ptc_Op<"moe_combine_grad", [Pure,
+def Ptc_MoeCombineGradOp : Ptc_Op<"moe_combine_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["expert_output", "expert_output_grad"]>,
     AllTypesMatch<["weights", "weights_grad"]>]> {
   let summary = "gradient of `ptc.moe_combine` (expert outputs and weights)";
   let description = [{
-    `expert_output_grad[e, s, :] = weights[t, j] * grad[t, :]` for the
-    assignment `(t, j) -> (e, s)` (zero for unused slots) and
-    `weights_grad[t, j] = dot(grad[t, :], expert_output[e, s, :])` (zero when
-    the assignment was dropped).
+    Per group g: `expert_output_grad[e, g, s, :] = weights[g, t, j] *
+    grad[g, t, :]` for the assignment `(t, j) -> (e, s)` (zero for unused
+    slots) and `weights_grad[g, t, j] = dot(grad[g, t, :],
+    expert_output[e, g, s, :])` (zero when the assignment was dropped).
+    Shapes as `ptc.moe_combine`.
 
     ```mlir
     %do, %dw = ptc.moe_combine_grad %out, %w, %e, %g

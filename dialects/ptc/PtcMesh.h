@@ -29,9 +29,30 @@ const MeshAxisKind *lookupMeshAxisKind(StringRef name);
 StringRef meshAxisName(MeshAxisRole role);
 
 /// A mesh: named axes with sizes, devices numbered row-major (last axis fastest).
+///
+/// Besides its own axes, a mesh has compound axes: one dimension split over
+/// several mesh axes at once, the first one major (the batch of an expert-
+/// parallel mesh is split over dp x ep). Shardings name them by index
+/// `axes.size() + i`; they exist only in the compiler (collectives and plans
+/// name the component axes).
 struct MeshInfo {
   SmallVector<std::string> axes;
   SmallVector<int64_t> sizes;
+  SmallVector<SmallVector<int, 2>> compounds;
+
+  /// The mesh axes an axis or compound index stands for ({a} for a mesh axis).
+  SmallVector<int, 2> parts(int a) const;
+  /// The number of pieces axis `a` (mesh axis or compound) splits a dimension into.
+  int64_t size(int a) const;
+  /// "dp" or "dp*ep" (messages, sharding text).
+  std::string name(int a) const;
+  /// Whether axes `a` and `b` share a mesh axis.
+  bool overlaps(int a, int b) const;
+  /// The axis or compound index of the mesh axes `parts` (major first), or -1.
+  int axisOf(ArrayRef<int> parts) const;
+  /// The axis that splits the batch: dp, ep, or the compound dp*ep when the
+  /// mesh has both (expert parallelism carved out of data parallelism), or -1.
+  int batchAxis() const;
 
   int64_t numDevices() const;
   /// Index of axis `name`, or -1.

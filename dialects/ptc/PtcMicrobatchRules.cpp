@@ -269,3 +269,32 @@ FailureOr<int> ReduceMeanOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
 FailureOr<int> ReduceMaxOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return reduceSumBatchDim(getOperation(), in, count);
 }
+
+// Mixture of experts: routing groups are the batch; a micro-batch holds whole
+// groups, so it routes exactly as the whole batch does.
+FailureOr<int> TopKGateOp::inferBatchDim(ArrayRef<int> in, int64_t) {
+  if (in[0] == rankOf(getLogits()) - 1)
+    return emitMicrobatchError(*this, "its last dimension (the experts) is the batch dimension");
+  return in[0];
+}
+
+FailureOr<int> MoeDispatchOp::inferBatchDim(ArrayRef<int> in, int64_t) {
+  if (rankOf(getIndices()) != 3 || in[0] != 0 || in[1] != 0)
+    return emitMicrobatchError(*this, "its routing groups ([groups, tokens, dim], dimension 0) "
+                                      "must be the batch dimension");
+  return 1; // [experts, groups, capacity, dim]
+}
+
+FailureOr<int> MoeCombineOp::inferBatchDim(ArrayRef<int> in, int64_t) {
+  if (rankOf(getIndices()) != 3 || in[0] != 1 || in[1] != 0 || in[2] != 0)
+    return emitMicrobatchError(*this, "its routing groups (dimension 1 of the expert outputs, 0 "
+                                      "of weights and indices) must be the batch dimension");
+  return 0;
+}
+
+FailureOr<int> ExpertLoadOp::inferBatchDim(ArrayRef<int> in, int64_t) {
+  if (rankOf(getIndices()) != 3 || in[0] != 0)
+    return emitMicrobatchError(*this, "its routing groups (dimension 0 of [groups, tokens, k]) "
+                                      "must be the batch dimension");
+  return 0;
+}

@@ -488,17 +488,79 @@ PTC_REDUCE_VERIFIER(ReduceMeanOp)
 PTC_REDUCE_VERIFIER(ReduceMaxOp)
 #undef PTC_REDUCE_VERIFIER
 
+namespace {
+/// Checks top-k router shapes: `[..., experts]` logits and `[..., k]`
+/// weights/indices (k <= experts).
+LogicalResult verifyGateShapes(Operation *op, RankedTensorType logits, RankedTensorType choices,
+                               StringRef what) {
+  if (logits.getRank() < 2)
+    return op->emitOpError() << "logits must have shape [tokens, experts] or [groups, tokens, "
+                                "experts], got rank "
+                             << logits.getRank();
+  ArrayRef<int64_t> ls = logits.getShape(), cs = choices.getShape();
+  if (cs.size() != ls.size() || cs.drop_back() != ls.drop_back() || cs.back() > ls.back())
+    return op->emitOpError() << what << " must have shape " << shapeStr(ls.drop_back())
+                             << " + [k] with k <= " << ls.back() << ", got " << shapeStr(cs);
+  return success();
+}
+
+/// "[16, k]": a shape's leading dimensions and a named last one.
+std::string withLast(ArrayRef<int64_t> leading, StringRef last) {
+  std::string out = "[";
+  for (int64_t d : leading)
+    out += std::to_string(d) + ", ";
+  return out + last.str() + "]";
+}
+
+/// Checks MoE routing indices: `[tokens, k]` or `[groups, tokens, k]`.
+LogicalResult verifyRoutingIndices(Operation *op, RankedTensorType indices) {
+  if (indices.getRank() != 2 && indices.getRank() != 3)
+    return op->emitOpError() << "indices must have shape [tokens, k] or [groups, tokens, k], got "
+                             << shapeStr(indices.getShape());
+  return success();
+}
+
+/// Checks expert-side buffers against the indices: `[experts, groups,
+/// capacity, dim]` (or `[experts, capacity, dim]` for `[tokens, k]` indices),
+/// with `dim` when known (>= 0).
+LogicalResult verifyExpertSide(Operation *op, StringRef name, RankedTensorType experts,
+                               RankedTensorType indices, int64_t dim) {
+  int64_t r = indices.getRank();
+  std::string groups = r == 3 ? std::to_string(indices.getDimSize(0)) + ", " : "";
+  std::string want = "[experts, " + groups + "capacity, " +
+                     (dim >= 0 ? std::to_string(dim) : std::string("dim")) + "]";
+  if (experts.getRank() != r + 1 || (r == 3 && experts.getDimSize(1) != indices.getDimSize(0)) ||
+      (dim >= 0 && experts.getShape().back() != dim))
+    return op->emitOpError() << name << " must have shape " << want << ", got "
+                             << shapeStr(experts.getShape());
+  if (experts.getDimSize(0) < 1 || experts.getDimSize(r - 1) < 1)
+    return op->emitOpError() << name
+                             << " needs at least one expert and a capacity of at least one, got "
+                             << shapeStr(experts.getShape());
+  return success();
+}
+
+/// The token-side type of `indices` with `dim` features: `[..., tokens, dim]`.
+RankedTensorType tokenSideType(RankedTensorType indices, int64_t dim, Type element) {
+  SmallVector<int64_t> shape(indices.getShape().drop_back());
+  shape.push_back(dim);
+  return RankedTensorType::get(shape, element);
+}
+} // namespace
+
 LogicalResult TopKGateOp::verify() {
   RankedTensorType logits = getLogits().getType();
-  if (logits.getRank() != 2)
-    return emitOpError() << "logits must have shape [tokens, experts], got rank "
+  if (logits.getRank() < 2)
+    return emitOpError() << "logits must have shape [tokens, experts] or [groups, tokens, "
+                            "experts], got rank "
                          << logits.getRank();
-  int64_t tokens = logits.getDimSize(0), experts = logits.getDimSize(1);
+  int64_t experts = logits.getShape().back();
   int64_t k = getKAttr().getInt();
   if (k < 1 || k > experts)
     return emitOpError() << "k = " << k << " must be in [1, " << experts
                          << "] (the number of experts)";
-  SmallVector<int64_t> expected{tokens, k};
+  SmallVector<int64_t> expected(logits.getShape().drop_back());
+  expected.push_back(k);
   auto weightsType = RankedTensorType::get(expected, logits.getElementType());
   if (getWeights().getType() != weightsType)
     return emitOpError() << "weights must be " << weightsType << ", got "
@@ -509,57 +571,52 @@ LogicalResult TopKGateOp::verify() {
   return success();
 }
 
-LogicalResult MoeDispatchOp::verify() {
-  RankedTensorType input = getInput().getType(), indices = getIndices().getType(),
-                   result = getType();
-  if (input.getRank() != 2)
-    return emitOpError() << "input must have shape [tokens, dim], got rank " << input.getRank();
-  if (indices.getRank() != 2 || indices.getDimSize(0) != input.getDimSize(0))
-    return emitOpError() << "indices must have shape [" << input.getDimSize(0)
-                         << ", k], got " << shapeStr(indices.getShape());
-  if (result.getRank() != 3 || result.getDimSize(2) != input.getDimSize(1))
-    return emitOpError() << "result must have shape [experts, capacity, " << input.getDimSize(1)
-                         << "], got " << shapeStr(result.getShape());
-  if (result.getDimSize(0) < 1 || result.getDimSize(1) < 1)
-    return emitOpError() << "result needs at least one expert and a capacity of at least one, got "
-                         << shapeStr(result.getShape());
-  return checkSameElementType([&] { return emitOpError(); }, "result", result.getElementType(),
-                              "input", input.getElementType());
+LogicalResult ExpertLoadOp::verify() {
+  ArrayRef<int64_t> is = getIndices().getType().getShape(), rs = getType().getShape();
+  if (is.size() != 2 && is.size() != 3)
+    return emitOpError() << "indices must have shape [tokens, k] or [groups, tokens, k], got "
+                         << shapeStr(is);
+  if (rs.size() != is.size() - 1 || rs.back() < 1 || (is.size() == 3 && rs[0] != is[0]))
+    return emitOpError() << "result must have shape "
+                         << (is.size() == 3 ? "[" + std::to_string(is[0]) + ", experts]"
+                                            : std::string("[experts]"))
+                         << ", got " << shapeStr(rs);
+  if (!getType().getElementType().isF32())
+    return emitOpError() << "result must be f32, got " << getType().getElementType();
+  return success();
 }
 
-namespace {
-/// Checks `[experts, capacity, dim]` expert buffers against `[tokens, k]`
-/// weights and indices; returns the `[tokens, dim]` token-side type.
-FailureOr<RankedTensorType> verifyCombineOperands(Operation *op, RankedTensorType experts,
-                                                  RankedTensorType weights,
-                                                  RankedTensorType indices) {
-  if (experts.getRank() != 3) {
-    op->emitOpError() << "expert_output must have shape [experts, capacity, dim], got rank "
-                      << experts.getRank();
+LogicalResult MoeDispatchOp::verify() {
+  RankedTensorType input = getInput().getType(), indices = getIndices().getType();
+  if (input.getRank() != 2 && input.getRank() != 3)
+    return emitOpError() << "input must have shape [tokens, dim] or [groups, tokens, dim], got rank "
+                         << input.getRank();
+  if (indices.getRank() != input.getRank() ||
+      indices.getShape().drop_back() != input.getShape().drop_back())
+    return emitOpError() << "indices must have shape "
+                         << withLast(input.getShape().drop_back(), "k") << ", got "
+                         << shapeStr(indices.getShape());
+  if (failed(verifyExpertSide(*this, "result", getType(), indices, input.getShape().back())))
     return failure();
-  }
-  if (weights.getRank() != 2) {
-    op->emitOpError() << "weights must have shape [tokens, k], got rank " << weights.getRank();
-    return failure();
-  }
-  if (indices.getShape() != weights.getShape()) {
-    op->emitOpError() << "indices shape " << shapeStr(indices.getShape())
-                      << " differs from weights shape " << shapeStr(weights.getShape());
-    return failure();
-  }
-  if (failed(checkSameElementType([&] { return op->emitOpError(); }, "weights",
-                                  weights.getElementType(), "expert_output",
-                                  experts.getElementType())))
-    return failure();
-  return RankedTensorType::get({weights.getDimSize(0), experts.getDimSize(2)},
-                               experts.getElementType());
+  return checkSameElementType([&] { return emitOpError(); }, "result",
+                              getType().getElementType(), "input", input.getElementType());
 }
-} // namespace
 
 LogicalResult MoeCombineOp::verify() {
+  RankedTensorType experts = getExpertOutput().getType(), indices = getIndices().getType();
+  if (failed(verifyRoutingIndices(*this, indices)))
+    return failure();
+  if (getWeights().getType().getShape() != indices.getShape())
+    return emitOpError() << "indices shape " << shapeStr(indices.getShape())
+                         << " differs from weights shape "
+                         << shapeStr(getWeights().getType().getShape());
+  if (failed(checkSameElementType([&] { return emitOpError(); }, "weights",
+                                  getWeights().getType().getElementType(), "expert_output",
+                                  experts.getElementType())) ||
+      failed(verifyExpertSide(*this, "expert_output", experts, indices, -1)))
+    return failure();
   return checkResultType(*this, getType(),
-                         verifyCombineOperands(*this, getExpertOutput().getType(),
-                                               getWeights().getType(), getIndices().getType()));
+                         tokenSideType(indices, experts.getShape().back(), experts.getElementType()));
 }
 
 //===----------------------------------------------------------------------===//
@@ -652,40 +709,40 @@ LogicalResult ReduceMaxGradOp::verify() {
 }
 
 LogicalResult TopKGateGradOp::verify() {
-  RankedTensorType logits = getLogits().getType();
-  if (logits.getRank() != 2)
-    return emitOpError() << "logits must have shape [tokens, experts], got rank "
-                         << logits.getRank();
-  RankedTensorType indices = getIndices().getType(), wgrad = getWeightsGrad().getType();
-  if (indices.getRank() != 2 || indices.getDimSize(0) != logits.getDimSize(0) ||
-      indices.getDimSize(1) > logits.getDimSize(1) || indices.getShape() != wgrad.getShape())
-    return emitOpError() << "indices and weights_grad must have shape [" << logits.getDimSize(0)
-                         << ", k] with k <= " << logits.getDimSize(1) << ", got "
-                         << shapeStr(indices.getShape()) << " and " << shapeStr(wgrad.getShape());
+  if (failed(verifyGateShapes(*this, getLogits().getType(), getIndices().getType(), "indices")))
+    return failure();
+  if (getWeightsGrad().getType().getShape() != getIndices().getType().getShape())
+    return emitOpError() << "weights_grad must have the shape of indices "
+                         << shapeStr(getIndices().getType().getShape()) << ", got "
+                         << shapeStr(getWeightsGrad().getType().getShape());
   return checkSameElementType([&] { return emitOpError(); }, "weights_grad",
-                              wgrad.getElementType(), "logits", logits.getElementType());
+                              getWeightsGrad().getType().getElementType(), "logits",
+                              getLogits().getType().getElementType());
 }
 
 LogicalResult MoeDispatchGradOp::verify() {
   RankedTensorType grad = getGrad().getType(), indices = getIndices().getType();
-  if (grad.getRank() != 3)
-    return emitOpError() << "grad must have shape [experts, capacity, dim], got rank "
-                         << grad.getRank();
-  if (indices.getRank() != 2)
-    return emitOpError() << "indices must have shape [tokens, k], got rank " << indices.getRank();
+  if (failed(verifyRoutingIndices(*this, indices)) ||
+      failed(verifyExpertSide(*this, "grad", grad, indices, -1)))
+    return failure();
   return checkResultType(*this, getType(),
-                         RankedTensorType::get({indices.getDimSize(0), grad.getDimSize(2)},
-                                               grad.getElementType()));
+                         tokenSideType(indices, grad.getShape().back(), grad.getElementType()));
 }
 
 LogicalResult MoeCombineGradOp::verify() {
-  auto tokens = verifyCombineOperands(*this, getExpertOutput().getType(), getWeights().getType(),
-                                      getIndices().getType());
-  if (failed(tokens))
+  RankedTensorType experts = getExpertOutput().getType(), indices = getIndices().getType();
+  if (failed(verifyRoutingIndices(*this, indices)))
     return failure();
-  if (*tokens != getGrad().getType())
+  if (getWeights().getType().getShape() != indices.getShape())
+    return emitOpError() << "indices shape " << shapeStr(indices.getShape())
+                         << " differs from weights shape "
+                         << shapeStr(getWeights().getType().getShape());
+  if (failed(verifyExpertSide(*this, "expert_output", experts, indices, -1)))
+    return failure();
+  auto tokens = tokenSideType(indices, experts.getShape().back(), experts.getElementType());
+  if (tokens != getGrad().getType())
     return emitOpError() << "grad type " << getGrad().getType() << " does not match the expected "
-                         << *tokens;
+                         << tokens;
   return success();
 }
 

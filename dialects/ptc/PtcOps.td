@@ -513,13 +513,14 @@ def Ptc_ReduceMaxOp : Ptc_ReduceOp<"reduce_max", "maximum">;
 // Mixture-of-experts routing
 //===----------------------------------------------------------------------===//
 
-def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "softmax router choosing the top-k experts of every token";
   let description = [{
-    `logits` has shape `[tokens, num_experts]`. For every token the op takes
-    `p = softmax(logits)` and returns the `k` largest probabilities
-    (`weights`, `[tokens, k]`, descending; renormalized to sum to 1 when
-    `normalize` is set) and their expert ids (`indices`, `[tokens, k]`, `i32`;
+    `logits` has shape `[..., num_experts]` (`[tokens, E]` or, per routing
+    group, `[groups, tokens, E]`). For every token the op takes
+    `p = softmax(logits)` (in f32) and returns the `k` largest probabilities
+    (`weights`, `[..., k]`, descending; renormalized to sum to 1 when
+    `normalize` is set) and their expert ids (`indices`, `[..., k]`, `i32`;
     ties go to the lower expert id).
 
     ```mlir
@@ -536,20 +537,49 @@ def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [Pure, DeclareOpInterfaceMethods<Ptc_D
   let hasVerifier = 1;
 }
 
-def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ExpertLoadOp : Ptc_Op<"expert_load", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
+  let summary = "fraction of each routing group's assignments that go to each expert";
+  let description = [{
+    `indices` (from `ptc.top_k_gate`) is `[groups, tokens, k]`; the result
+    is `[groups, experts]` (f32) with `result[g, e]` = the number of
+    assignments `(t, j)` of group `g` with `indices[g, t, j] = e`, divided by
+    `tokens * k`, counted before capacity drops anything: the `f` of the
+    Switch load-balancing loss `E * sum_e f_e * P_e`, and the per-expert
+    load of the metrics. (`[tokens, k]` indices: one group, result
+    `[experts]`.) It has no gradient: the expert choice is discrete.
+
+    ```mlir
+    %f = ptc.expert_load %e : tensor<4x128x2xi32> -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_IdTensor:$indices);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $indices attr-dict `:` type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "scatter of tokens into per-expert buffers of fixed capacity";
   let description = [{
-    `input` is `[tokens, dim]`, `indices` (from `ptc.top_k_gate`) is
-    `[tokens, k]`; the result is `[num_experts, capacity, dim]`. Assignments
-    `(t, j)` are visited in token-major order; assignment `(t, j)` takes the
-    next free slot `s` of expert `e = indices[t, j]` and
-    `result[e, s, :] = input[t, :]`. Assignments beyond an expert's capacity
-    are dropped (their token skips that expert); unused slots are zero.
-    `ptc.moe_combine` uses the same slot assignment.
+    Routing groups (GShard): `input` is `[groups, tokens, dim]` and
+    `indices` (from `ptc.top_k_gate`) `[groups, tokens, k]`; the result is
+    `[num_experts, groups, capacity, dim]`, `capacity` slots per expert per
+    group. (Without the group dimension: one group, `[tokens, dim]`,
+    `[tokens, k]` -> `[num_experts, capacity, dim]`.) Within a group the
+    assignments are visited choice-major: all first choices in token order,
+    then all second choices, and so on; assignment `(t, j)` takes the next
+    free slot `s` of expert `e = indices[g, t, j]` in its group and
+    `result[e, g, s, :] = input[g, t, :]`. Assignments beyond an expert's
+    capacity are dropped (their token skips that expert); unused slots are
+    zero. `ptc.moe_combine` uses the same slot assignment. Groups are
+    independent, so a layout that splits the group dimension routes exactly
+    as one device does.
 
     ```mlir
     %buf = ptc.moe_dispatch %x, %e
-        : tensor<512x128xf32>, tensor<512x2xi32> -> tensor<8x160x128xf32>
+        : tensor<4x128x64xf32>, tensor<4x128x2xi32> -> tensor<8x4x40x64xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$input, Ptc_IdTensor:$indices);
@@ -560,15 +590,15 @@ def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [Pure, DeclareOpInterfaceMethods<
   let hasVerifier = 1;
 }
 
-def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "weighted gather of expert outputs back to tokens";
   let description = [{
     The inverse of `ptc.moe_dispatch`: `expert_output` is
-    `[num_experts, capacity, dim]`, `weights` and `indices` are `[tokens, k]`;
-    the result is `[tokens, dim]` with
-    `result[t, :] = sum_j weights[t, j] * expert_output[e, s, :]` over the
-    assignments `(t, j) -> (e, s)` that fit in capacity (same slot order as
-    dispatch).
+    `[num_experts, groups, capacity, dim]`, `weights` and `indices` are
+    `[groups, tokens, k]`; the result is `[groups, tokens, dim]` with
+    `result[g, t, :] = sum_j weights[g, t, j] * expert_output[e, g, s, :]`
+    over the assignments `(t, j) -> (e, s)` that fit in capacity (same slot
+    order as dispatch). Without the group dimension: one group.
 
     ```mlir
     %y = ptc.moe_combine %out, %w, %e

@@ -65,7 +65,23 @@ public:
   virtual LogicalResult conflict(Operation *op, Value a, Value b) = 0;
   virtual const MeshInfo &mesh() const = 0;
 
-  int64_t axisSize(int a) const { return a < 0 ? 1 : mesh().sizes[static_cast<size_t>(a)]; }
+  int64_t axisSize(int a) const { return a < 0 ? 1 : mesh().size(a); }
+  /// Whether a dimension of `s` is split over an axis sharing a mesh axis
+  /// with `a` (compound axes overlap their components).
+  bool uses(const Sharding &s, int a) const {
+    return a >= 0 && llvm::any_of(s.dims, [&](const DimShard &d) {
+             return d.axis >= 0 && mesh().overlaps(d.axis, a);
+           });
+  }
+  /// Axis `a` without the mesh axes of `b` (dp*ep without ep: dp), or -1
+  /// when nothing (or no known axis) remains.
+  int without(int a, int b) const {
+    SmallVector<int, 2> rest;
+    for (int p : mesh().parts(a))
+      if (!mesh().overlaps(p, b))
+        rest.push_back(p);
+    return mesh().axisOf(rest);
+  }
   int64_t rank(Value v) const { return globalType(v).getRank(); }
   /// The product of the sizes of `axes`.
   int64_t shardFactor(ArrayRef<int> axes) const {

@@ -132,11 +132,27 @@ LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
   if (!sa.partial.empty() && !sb.partial.empty())
     sb.partial.clear();
   Sharding res = Sharding::replicated(r);
-  for (int64_t d = 0; d < r - 2; ++d)
+  // Batch dimensions follow the lhs, except where only the rhs is split:
+  // a stacked weight (experts split over ep) stays where it is and the
+  // activations come to it.
+  for (int64_t d = 0; d < r - 2; ++d) {
+    if (rb == r && sa.dims[d].axis < 0 && sb.dims[d].axis >= 0)
+      sa.dims[d] = sb.dims[d];
     res.dims[d] = sa.dims[d];
-  if (rb == r)
-    for (int64_t d = 0; d < r - 2; ++d)
+    if (rb == r)
       sb.dims[d] = sa.dims[d];
+  }
+  // A split keeps only the mesh axes that no dimension decided before it
+  // uses (dp*ep under an ep-split batch dimension: dp).
+  auto strip = [&](DimShard a, ArrayRef<DimShard> taken) {
+    for (const DimShard &t : taken)
+      if (a.axis >= 0 && t.axis >= 0 && ctx.mesh().overlaps(a.axis, t.axis)) {
+        int rest = a.blocks == 1 ? ctx.without(a.axis, t.axis) : -1;
+        a = DimShard(rest);
+      }
+    return a;
+  };
+  SmallVector<DimShard> taken(res.dims.begin(), res.dims.begin() + (r - 2));
   // Contracting dimension: split both the same way -> partial sum.
   DimShard ka = sa.dims[kDim], kb = sb.dims[kDimB];
   DimShard k = ka.axis >= 0 ? ka : kb;
@@ -144,21 +160,17 @@ LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
       failed(ctx.conflict(mm, mm.getLhs(), mm.getRhs()))) {
     return failure();
   }
-  auto used = [&](const DimShard &a) { return a.axis >= 0 && res.hasAxis(a.axis); };
-  if (used(k))
-    k = DimShard();
+  k = strip(k, taken);
+  taken.push_back(k);
   sa.dims[kDim] = k;
   sb.dims[kDimB] = k;
   // The weight's split (N) wins over the activation's (M): gathering
   // activations is what tensor/sequence parallelism expects.
-  DimShard n = sb.dims[nDim];
-  if (used(n) || (n.axis >= 0 && n.axis == k.axis))
-    n = DimShard();
+  DimShard n = strip(sb.dims[nDim], taken);
+  taken.push_back(n);
   sb.dims[nDim] = n;
   res.dims[r - 1] = n;
-  DimShard m = sa.dims[mDim];
-  if (used(m) || (m.axis >= 0 && (m.axis == k.axis || m.axis == n.axis)))
-    m = DimShard();
+  DimShard m = strip(sa.dims[mDim], taken);
   sa.dims[mDim] = m;
   res.dims[r - 2] = m;
   res.partial = sa.partial.empty() ? sb.partial : sa.partial;
@@ -517,6 +529,56 @@ LogicalResult updateRule(Operation *o, ShardingRuleContext &ctx) {
     ctx.out.push_back(p);
   return success();
 }
+
+/// Top-k routing is per token: every dimension but the experts' splits freely.
+LogicalResult topKGateRule(Operation *op, ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.want[0].dims.back() = DimShard();
+  for (unsigned i = 1; i < ctx.want.size(); ++i) // the gradient's indices and weights_grad
+    ctx.like(i, ctx.want[0]);
+  ctx.out.assign(op->getNumResults(), ctx.want[0]);
+  return success();
+}
+
+/// MoE dispatch and combine (and their gradients) route each group on its
+/// own: the group dimension splits freely, a group's tokens must stay
+/// together on one device (capacity and slot order are per group). Returns
+/// the groups' split, read from the indices operand `idx`.
+FailureOr<DimShard> routingGroups(Operation *op, ShardingRuleContext &ctx, unsigned idx) {
+  const Sharding &s = ctx.want[idx];
+  int64_t r = ctx.rank(op->getOperand(idx));
+  int64_t tokenDim = r - 2;
+  if (DimShard t = s.dims[tokenDim]; t.axis >= 0) {
+    op->emitOpError() << "splits a routing group over mesh axis '" << ctx.mesh().name(t.axis)
+                      << "': dimension " << tokenDim << " of the expert indices ("
+                      << ctx.globalType(op->getOperand(idx)).getDimSize(tokenDim)
+                      << " tokens, one "
+                      << (r == 3 ? "group" : "group: the op has no group dimension")
+                      << ") is split, but capacity and slot order are per group; keep "
+                         "groups whole (no sequence parallelism over this axis, or route "
+                         "per sequence with [groups, tokens, k] indices)";
+    return failure();
+  }
+  return r == 3 ? s.dims[0] : DimShard();
+}
+
+/// `[groups, tokens, ...]` split over `g` on its group dimension (0) only.
+int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
+
+Sharding tokenSide(ShardingRuleContext &, Value v, DimShard g) {
+  Sharding s = Sharding::replicated(rankOf(v));
+  if (s.dims.size() == 3)
+    s.dims[0] = g;
+  return s;
+}
+
+/// `[experts, groups, capacity, dim]` split over `g` on its group dimension (1).
+Sharding expertSide(ShardingRuleContext &, Value v, DimShard g) {
+  Sharding s = Sharding::replicated(rankOf(v));
+  if (s.dims.size() == 4)
+    s.dims[1] = g;
+  return s;
+}
 } // namespace
 
 LogicalResult AddOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
@@ -552,3 +614,62 @@ LogicalResult ReduceMaxGradOp::inferShardingRule(ShardingRuleContext &ctx) { ret
 LogicalResult BroadcastOp::inferShardingRule(ShardingRuleContext &ctx) { return broadcastRule(*this, ctx); }
 LogicalResult AdamWUpdateOp::inferShardingRule(ShardingRuleContext &ctx) { return updateRule(*this, ctx); }
 LogicalResult SgdUpdateOp::inferShardingRule(ShardingRuleContext &ctx) { return updateRule(*this, ctx); }
+
+LogicalResult TopKGateOp::inferShardingRule(ShardingRuleContext &ctx) { return topKGateRule(*this, ctx); }
+LogicalResult TopKGateGradOp::inferShardingRule(ShardingRuleContext &ctx) { return topKGateRule(*this, ctx); }
+
+LogicalResult MoeDispatchOp::inferShardingRule(ShardingRuleContext &ctx) {
+  FailureOr<DimShard> g = routingGroups(*this, ctx, 1);
+  if (failed(g))
+    return failure();
+  ctx.like(0, tokenSide(ctx, getInput(), *g));
+  ctx.like(1, tokenSide(ctx, getIndices(), *g));
+  ctx.out.push_back(expertSide(ctx, getResult(), *g));
+  return success();
+}
+
+LogicalResult MoeDispatchGradOp::inferShardingRule(ShardingRuleContext &ctx) {
+  FailureOr<DimShard> g = routingGroups(*this, ctx, 1);
+  if (failed(g))
+    return failure();
+  ctx.like(0, expertSide(ctx, getGrad(), *g));
+  ctx.like(1, tokenSide(ctx, getIndices(), *g));
+  ctx.out.push_back(tokenSide(ctx, getResult(), *g));
+  return success();
+}
+
+LogicalResult MoeCombineOp::inferShardingRule(ShardingRuleContext &ctx) {
+  FailureOr<DimShard> g = routingGroups(*this, ctx, 2);
+  if (failed(g))
+    return failure();
+  ctx.like(0, expertSide(ctx, getExpertOutput(), *g));
+  ctx.like(1, tokenSide(ctx, getWeights(), *g));
+  ctx.like(2, tokenSide(ctx, getIndices(), *g));
+  ctx.out.push_back(tokenSide(ctx, getResult(), *g));
+  return success();
+}
+
+LogicalResult MoeCombineGradOp::inferShardingRule(ShardingRuleContext &ctx) {
+  FailureOr<DimShard> g = routingGroups(*this, ctx, 2);
+  if (failed(g))
+    return failure();
+  ctx.like(0, expertSide(ctx, getExpertOutput(), *g));
+  ctx.like(1, tokenSide(ctx, getWeights(), *g));
+  ctx.like(2, tokenSide(ctx, getIndices(), *g));
+  ctx.like(3, tokenSide(ctx, getGrad(), *g));
+  ctx.out.push_back(expertSide(ctx, getExpertOutputGrad(), *g));
+  ctx.out.push_back(tokenSide(ctx, getWeightsGrad(), *g));
+  return success();
+}
+
+LogicalResult ExpertLoadOp::inferShardingRule(ShardingRuleContext &ctx) {
+  FailureOr<DimShard> g = routingGroups(*this, ctx, 0);
+  if (failed(g))
+    return failure();
+  ctx.like(0, tokenSide(ctx, getIndices(), *g));
+  Sharding res = Sharding::replicated(rankOf(getResult()));
+  if (res.dims.size() == 2)
+    res.dims[0] = *g;
+  ctx.out.push_back(res);
+  return success();
+}

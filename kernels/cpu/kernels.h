@@ -109,16 +109,24 @@ void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, b
               float *weights, int32_t *indices);
 KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                     int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out);
-KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
-                   int64_t dim, int64_t experts, int64_t capacity, float *out);
-KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
-                       int64_t dim, int64_t experts, int64_t capacity, float *out);
+/// Per group, the fraction of the tokens * k assignments routed to each
+/// expert: out [groups, experts].
+KernelResult expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                        int64_t experts, float *out);
+/// Routing groups: `groups` x `tokens` tokens, `capacity` slots per expert
+/// per group, expert buffers [experts, groups, capacity, dim].
+KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
+                         int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out);
+KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
+                             int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                             int64_t capacity, float *out);
 KernelResult moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                  int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                  float *out);
+                        int64_t groups, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                        int64_t capacity, float *out);
 KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                      const float *g, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                      int64_t capacity, float *dExpertOut, float *dWeights);
+                            const float *g, int64_t groups, int64_t tokens, int64_t k,
+                            int64_t dim, int64_t experts, int64_t capacity, float *dExpertOut,
+                            float *dWeights);
 
 struct AdamW {
   float lr, beta1, beta2, eps, weightDecay;

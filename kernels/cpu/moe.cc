@@ -24,17 +24,27 @@ void softmaxRow(const float *x, int64_t n, float *p) {
     p[e] /= sum;
 }
 
-/// Slot of every assignment (t, j) in its expert's buffer, or -1 when dropped.
-KernelResult assignSlots(const int32_t *indices, int64_t tokens, int64_t k, int64_t experts,
-                         int64_t capacity, std::vector<int64_t> &slot) {
-  slot.assign(static_cast<size_t>(tokens * k), 0);
-  std::vector<int64_t> used(experts, 0);
-  for (int64_t i = 0; i < tokens * k; ++i) {
-    int32_t e = indices[i];
-    if (e < 0 || e >= experts)
-      return KernelResult::error("expert index ", e, " of token ", i / k, " is outside [0, ",
-                             experts, ")");
-    slot[i] = used[e] < capacity ? used[e]++ : -1;
+/// Where every assignment a = (g, t, j) goes in the [experts, groups,
+/// capacity] buffers: slot[a] = g * capacity + s (-1 when dropped), so that
+/// the buffer row is indices[a] * groups * capacity + slot[a]. Within a group
+/// the assignments are visited choice-major (every token's first choice,
+/// then every second choice), as GShard and Switch fill capacity.
+KernelResult assignSlots(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                         int64_t experts, int64_t capacity, std::vector<int64_t> &slot) {
+  slot.assign(static_cast<size_t>(groups * tokens * k), -1);
+  std::vector<int64_t> used(static_cast<size_t>(experts));
+  for (int64_t g = 0; g < groups; ++g) {
+    std::fill(used.begin(), used.end(), 0);
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t t = 0; t < tokens; ++t) {
+        int64_t i = (g * tokens + t) * k + j;
+        int32_t e = indices[i];
+        if (e < 0 || e >= experts)
+          return KernelResult::error("expert index ", e, " of token ", i / k, " is outside [0, ",
+                                     experts, ")");
+        if (used[e] < capacity)
+          slot[i] = g * capacity + used[e]++;
+      }
   }
   return KernelResult::ok();
 }
@@ -101,28 +111,45 @@ KernelResult topKGateGrad(const float *logits, const int32_t *indices, const flo
   return KernelResult::ok();
 }
 
-KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
-                   int64_t dim, int64_t experts, int64_t capacity, float *out) {
+KernelResult expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                        int64_t experts, float *out) {
+  std::fill(out, out + groups * experts, 0.0f);
+  const float share = 1.0f / static_cast<float>(tokens * k);
+  for (int64_t i = 0; i < groups * tokens * k; ++i) {
+    int32_t e = indices[i];
+    if (e < 0 || e >= experts)
+      return KernelResult::error("expert index ", e, " of token ", i / k, " is outside [0, ",
+                                 experts, ")");
+    out[(i / (tokens * k)) * experts + e] += share;
+  }
+  return KernelResult::ok();
+}
+
+KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
+                         int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out) {
   std::vector<int64_t> slots;
-  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+  if (KernelResult r = assignSlots(indices, groups, tokens, k, experts, capacity, slots); !r.isOk())
     return r;
-  std::fill(out, out + experts * capacity * dim, 0.0f);
-  for (int64_t i = 0; i < tokens * k; ++i)
+  const int64_t stride = groups * capacity; // rows per expert
+  std::fill(out, out + experts * stride * dim, 0.0f);
+  for (int64_t i = 0; i < groups * tokens * k; ++i)
     if (slots[i] >= 0)
-      std::memcpy(out + (indices[i] * capacity + slots[i]) * dim, x + (i / k) * dim,
+      std::memcpy(out + (indices[i] * stride + slots[i]) * dim, x + (i / k) * dim,
                   sizeof(float) * static_cast<size_t>(dim));
   return KernelResult::ok();
 }
 
-KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t k,
-                       int64_t dim, int64_t experts, int64_t capacity, float *out) {
+KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
+                             int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                             int64_t capacity, float *out) {
   std::vector<int64_t> slots;
-  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+  if (KernelResult r = assignSlots(indices, groups, tokens, k, experts, capacity, slots); !r.isOk())
     return r;
-  std::fill(out, out + tokens * dim, 0.0f);
-  for (int64_t i = 0; i < tokens * k; ++i)
+  const int64_t stride = groups * capacity;
+  std::fill(out, out + groups * tokens * dim, 0.0f);
+  for (int64_t i = 0; i < groups * tokens * k; ++i)
     if (slots[i] >= 0) {
-      const float *src = g + (indices[i] * capacity + slots[i]) * dim;
+      const float *src = g + (indices[i] * stride + slots[i]) * dim;
       float *dst = out + (i / k) * dim;
       for (int64_t c = 0; c < dim; ++c)
         dst[c] += src[c];
@@ -131,15 +158,16 @@ KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t tok
 }
 
 KernelResult moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                  int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                  float *out) {
+                        int64_t groups, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                        int64_t capacity, float *out) {
   std::vector<int64_t> slots;
-  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+  if (KernelResult r = assignSlots(indices, groups, tokens, k, experts, capacity, slots); !r.isOk())
     return r;
-  std::fill(out, out + tokens * dim, 0.0f);
-  for (int64_t i = 0; i < tokens * k; ++i)
+  const int64_t stride = groups * capacity;
+  std::fill(out, out + groups * tokens * dim, 0.0f);
+  for (int64_t i = 0; i < groups * tokens * k; ++i)
     if (slots[i] >= 0) {
-      const float *src = expertOut + (indices[i] * capacity + slots[i]) * dim;
+      const float *src = expertOut + (indices[i] * stride + slots[i]) * dim;
       float *dst = out + (i / k) * dim;
       float w = weights[i];
       for (int64_t c = 0; c < dim; ++c)
@@ -149,17 +177,19 @@ KernelResult moeCombine(const float *expertOut, const float *weights, const int3
 }
 
 KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                      const float *g, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                      int64_t capacity, float *dExpertOut, float *dWeights) {
+                            const float *g, int64_t groups, int64_t tokens, int64_t k,
+                            int64_t dim, int64_t experts, int64_t capacity, float *dExpertOut,
+                            float *dWeights) {
   std::vector<int64_t> slots;
-  if (KernelResult r = assignSlots(indices, tokens, k, experts, capacity, slots); !r.isOk())
+  if (KernelResult r = assignSlots(indices, groups, tokens, k, experts, capacity, slots); !r.isOk())
     return r;
-  std::fill(dExpertOut, dExpertOut + experts * capacity * dim, 0.0f);
-  for (int64_t i = 0; i < tokens * k; ++i) {
+  const int64_t stride = groups * capacity;
+  std::fill(dExpertOut, dExpertOut + experts * stride * dim, 0.0f);
+  for (int64_t i = 0; i < groups * tokens * k; ++i) {
     dWeights[i] = 0.0f;
     if (slots[i] < 0)
       continue;
-    int64_t off = (indices[i] * capacity + slots[i]) * dim;
+    int64_t off = (indices[i] * stride + slots[i]) * dim;
     const float *gt = g + (i / k) * dim;
     float dot = 0.0f;
     for (int64_t c = 0; c < dim; ++c) {

@@ -882,20 +882,39 @@ __global__ void topKGateGradKernel(const float *logits, const int32_t *indices, 
   }
 }
 
-/// One thread per expert, scanning the assignments in token order (as the CPU).
-__global__ void assignSlotsKernel(const int32_t *indices, int64_t n, int64_t experts,
-                                  int64_t capacity, int32_t *slots, ErrorRecord *err) {
-  PTC_GRID_LOOP(e, experts) {
-    int64_t used = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      int32_t x = indices[i];
-      if (x == e)
-        slots[i] = used < capacity ? static_cast<int32_t>(used++) : -1;
-      else if (e == 0 && (x < 0 || x >= experts)) {
-        recordError(err, kBadExpert, x, i, experts);
-        slots[i] = -1;
+/// One thread per (group, expert), scanning the group's assignments
+/// choice-major (as the CPU): slot = group * capacity + s, or -1 when dropped.
+__global__ void assignSlotsKernel(const int32_t *indices, int64_t groups, int64_t tokens,
+                                  int64_t k, int64_t experts, int64_t capacity, int32_t *slots,
+                                  ErrorRecord *err) {
+  PTC_GRID_LOOP(ge, groups * experts) {
+    int64_t g = ge / experts, e = ge % experts, used = 0;
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t t = 0; t < tokens; ++t) {
+        int64_t i = (g * tokens + t) * k + j;
+        int32_t x = indices[i];
+        if (x == e)
+          slots[i] = used < capacity ? static_cast<int32_t>(g * capacity + used++) : -1;
+        else if (e == 0 && (x < 0 || x >= experts)) {
+          recordError(err, kBadExpert, x, i, experts);
+          slots[i] = -1;
+        }
       }
+  }
+}
+
+/// One thread per (group, expert): counts the group's assignments to it.
+__global__ void expertLoadKernel(const int32_t *indices, int64_t groups, int64_t tokens,
+                                 int64_t k, int64_t experts, float *out, ErrorRecord *err) {
+  PTC_GRID_LOOP(ge, groups * experts) {
+    int64_t g = ge / experts, e = ge % experts, count = 0;
+    for (int64_t i = g * tokens * k; i < (g + 1) * tokens * k; ++i) {
+      int32_t x = indices[i];
+      count += x == e;
+      if (e == 0 && (x < 0 || x >= experts))
+        recordError(err, kBadExpert, x, i, experts);
     }
+    out[ge] = static_cast<float>(count) / static_cast<float>(tokens * k);
   }
 }
 
@@ -1385,10 +1404,17 @@ void topKGateGrad(const float *logits, const int32_t *indices, const float *gw, 
                                                                   experts, k, normalize, out, err);
 }
 
-void assignSlots(const int32_t *indices, int64_t tokens, int64_t k, int64_t experts,
-                 int64_t capacity, int32_t *slots, ErrorRecord *err, void *stream) {
-  assignSlotsKernel<<<gridFor(experts), kThreads, 0, S(stream)>>>(indices, tokens * k, experts,
-                                                                  capacity, slots, err);
+void assignSlots(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                 int64_t experts, int64_t capacity, int32_t *slots, ErrorRecord *err,
+                 void *stream) {
+  assignSlotsKernel<<<gridFor(groups * experts), kThreads, 0, S(stream)>>>(
+      indices, groups, tokens, k, experts, capacity, slots, err);
+}
+
+void expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                int64_t experts, float *out, ErrorRecord *err, void *stream) {
+  expertLoadKernel<<<gridFor(groups * experts), kThreads, 0, S(stream)>>>(indices, groups, tokens,
+                                                                         k, experts, out, err);
 }
 
 void moeDispatch(const float *x, const int32_t *indices, const int32_t *slots, int64_t tokens,

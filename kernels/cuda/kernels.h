@@ -123,10 +123,16 @@ void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, b
 void topKGateGrad(const float *logits, const int32_t *indices, const float *gw, int64_t tokens,
                   int64_t experts, int64_t k, bool normalize, float *out, ErrorRecord *err,
                   void *stream);
-/// Slot of every assignment in its expert's buffer (-1: dropped), in token
-/// order as the CPU assigns them; `slots` holds tokens * k ints.
-void assignSlots(const int32_t *indices, int64_t tokens, int64_t k, int64_t experts,
-                 int64_t capacity, int32_t *slots, ErrorRecord *err, void *stream);
+/// Slot of every assignment in its expert's [groups * capacity] rows
+/// (group * capacity + s; -1: dropped), choice-major within each group as
+/// the CPU assigns them; `slots` holds groups * tokens * k ints.
+void assignSlots(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                 int64_t experts, int64_t capacity, int32_t *slots, ErrorRecord *err,
+                 void *stream);
+/// Per group, the fraction of its tokens * k assignments routed to each
+/// expert: out [groups, experts].
+void expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                int64_t experts, float *out, ErrorRecord *err, void *stream);
 void moeDispatch(const float *x, const int32_t *indices, const int32_t *slots, int64_t tokens,
                  int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out,
                  void *stream);

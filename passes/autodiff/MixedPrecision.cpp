@@ -71,6 +71,16 @@ struct MixedPrecisionPass : mlir::ptc::impl::MixedPrecisionPassBase<MixedPrecisi
           ce.getLogitsMutable().assign(convert(ce.getLogits(), f32));
         continue;
       }
+      if (isa<TopKGateOp, ExpertLoadOp>(op) || op.hasAttr(PtcDialect::kKeepF32AttrName)) {
+        // MoE routing in f32: the router's logits (its matmul marked
+        // ptc.keep_f32), the softmax and top-k choice over them, f32 weights
+        // and loads (converted down where they are used).
+        for (OpOperand &operand : op.getOpOperands())
+          if (isFloatTensor(operand.get()) &&
+              !cast<RankedTensorType>(operand.get().getType()).getElementType().isF32())
+            operand.set(convert(operand.get(), f32));
+        continue;
+      }
       for (OpOperand &operand : op.getOpOperands()) {
         Value v = operand.get();
         if (isFloatTensor(v) && cast<RankedTensorType>(v.getType()).getElementType() != low)

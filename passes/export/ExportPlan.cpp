@@ -133,6 +133,7 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
         return Lowered{C::TopKGate, {o.getKAttr().getInt(), o.getNormalize()}, {}};
       })
       .Case([](MoeDispatchOp) { return Lowered{C::MoeDispatch}; })
+      .Case([](ExpertLoadOp) { return Lowered{C::ExpertLoad}; })
       .Case([](MoeCombineOp) { return Lowered{C::MoeCombine}; })
       .Case([](BroadcastOp) { return Lowered{C::Broadcast}; })
       .Case([](PadOp o) { return Lowered{C::Pad, SmallVector<int64_t>(o.getOffsets()), {}}; })

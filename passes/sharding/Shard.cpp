@@ -62,7 +62,7 @@ public:
     for (auto [i, a] : llvm::enumerate(s.dims))
       out += (i ? ", " : "") +
              (a.axis < 0 ? std::string("_")
-                         : mesh.axes[a.axis] + (a.blocks > 1 ? "/" + std::to_string(a.blocks) : ""));
+                         : mesh.name(a.axis) + (a.blocks > 1 ? "/" + std::to_string(a.blocks) : ""));
     out += "]";
     if (!s.partial.empty()) {
       out += " partial(";
@@ -130,14 +130,14 @@ FailureOr<RankedTensorType> Partitioner::localType(Value v, RankedTensorType g, 
     int a = ds.axis;
     if (a < 0)
       continue;
-    if (shape[d] % (mesh.sizes[a] * ds.blocks) != 0) {
+    if (shape[d] % (mesh.size(a) * ds.blocks) != 0) {
       InFlightDiagnostic diag = where ? where->emitOpError() : mlir::emitError(v.getLoc());
       diag << describe(v) << " dimension " << d << " (size " << shape[d]
-           << ") is not divisible by mesh axis '" << mesh.axes[a] << "' (size " << mesh.sizes[a]
+           << ") is not divisible by mesh axis '" << mesh.name(a) << "' (size " << mesh.size(a)
            << ")" << (ds.blocks > 1 ? " times its " + std::to_string(ds.blocks) + " blocks" : "");
       return failure();
     }
-    shape[d] /= mesh.sizes[a];
+    shape[d] /= mesh.size(a);
   }
   return RankedTensorType::get(shape, g.getElementType());
 }
@@ -149,7 +149,14 @@ LogicalResult Partitioner::setResult(Value r, const Sharding &s, Origin origin, 
   if (failed(local))
     return failure();
   r.setType(*local);
-  shardings[r] = s;
+  // Pending sums are over mesh axes: a sum over a compound is one over each
+  // of its components.
+  Sharding normalized = s;
+  normalized.partial.clear();
+  for (int a : s.partial)
+    for (int p : mesh.parts(a))
+      addPartial(normalized.partial, p);
+  shardings[r] = normalized;
   origins[r] = std::move(origin);
   return success();
 }
@@ -217,52 +224,79 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
         next.partial.push_back(a);
     curS = next;
   }
-  // 2. A split moving from one dimension to another on the same axis: all_to_all.
+  // 2. A split moving from one dimension to another: all_to_all over the
+  // moving mesh axis m. Either d1 loses m (its minor axis; whole when it was
+  // split over m alone) to d2, or d1 gains m as its minor axis from d2.
+  auto minorOf = [&](int major, int whole) -> int { // whole = major*m -> m
+    SmallVector<int, 2> pw = mesh.parts(whole), pm = mesh.parts(major);
+    if (whole < 0 || pw.size() != pm.size() + 1 || !std::equal(pm.begin(), pm.end(), pw.begin()))
+      return -1;
+    return pw.back();
+  };
   for (size_t d1 = 0; d1 < curS.dims.size(); ++d1) {
-    DimShard a = curS.dims[d1];
-    if (a.axis < 0 || a.blocks != 1 || target.dims[d1].axis == a.axis)
+    DimShard a = curS.dims[d1], t = target.dims[d1];
+    if (a == t || a.blocks != 1 || t.blocks != 1)
       continue;
     for (size_t d2 = 0; d2 < curS.dims.size(); ++d2) {
-      if (d2 == d1 || curS.dims[d2].axis >= 0 || target.dims[d2] != DimShard(a.axis))
+      if (d2 == d1)
+        continue;
+      int m = -1;
+      size_t split = 0, concat = 0;
+      if (int lost = minorOf(t.axis, a.axis);
+          lost >= 0 && curS.dims[d2].axis < 0 && target.dims[d2] == DimShard(lost)) {
+        m = lost, split = d2, concat = d1; // d1: major*m -> major, d2: whole -> m
+      } else if (int gained = minorOf(a.axis, t.axis);
+                 gained >= 0 && curS.dims[d2] == DimShard(gained) && target.dims[d2].axis < 0) {
+        m = gained, split = d1, concat = d2; // d1: major -> major*m, d2: m -> whole
+      }
+      if (m < 0)
         continue;
       Sharding next = curS;
-      next.dims[d1] = DimShard();
-      next.dims[d2] = DimShard(a.axis);
+      next.dims[d1] = t;
+      next.dims[d2] = target.dims[d2];
       FailureOr<RankedTensorType> type = localType(v, g, next, user);
       if (failed(type))
         return failure();
-      auto a2a = AllToAllOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[a.axis]}),
-                                    b.getI64IntegerAttr(static_cast<int64_t>(d2)),
-                                    b.getI64IntegerAttr(static_cast<int64_t>(d1)));
+      auto a2a = AllToAllOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[m]}),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(split)),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(concat)));
       collectives.push_back({a2a, cause("all_to_all")});
       cur = a2a;
       curS = next;
       break;
     }
   }
-  // 3. Per dimension: gather what the consumer wants whole, slice what it wants split.
+  // 3. Per dimension: gather the mesh axes the consumer does not want (minor
+  // first), then slice over the ones it adds (major first).
   for (size_t d = 0; d < curS.dims.size(); ++d) {
     DimShard a = curS.dims[d], want = target.dims[d];
     if (a == want)
       continue;
-    if (a.axis >= 0) {
+    SmallVector<int, 2> have = mesh.parts(a.axis), need = mesh.parts(want.axis);
+    size_t common = 0;
+    if (a.blocks == 1 && want.blocks == 1)
+      while (common < have.size() && common < need.size() && have[common] == need[common])
+        ++common;
+    while (have.size() > common) {
+      int p = have.pop_back_val();
       Sharding next = curS;
-      next.dims[d] = DimShard();
+      next.dims[d] = have.empty() ? DimShard() : DimShard(mesh.axisOf(have));
       auto type = cast<RankedTensorType>(localType(v, g, next, user).value());
-      auto ag = AllGatherOp::create(b, loc, type, cur, b.getStrArrayAttr({mesh.axes[a.axis]}),
+      auto ag = AllGatherOp::create(b, loc, type, cur, b.getStrArrayAttr({mesh.axes[p]}),
                                     b.getI64IntegerAttr(static_cast<int64_t>(d)),
                                     b.getI64IntegerAttr(a.blocks));
       collectives.push_back({ag, cause("all_gather")});
       cur = ag;
       curS = next;
     }
-    if (want.axis >= 0) {
+    for (size_t i = common; i < need.size(); ++i) {
+      have.push_back(need[i]);
       Sharding next = curS;
-      next.dims[d] = want;
+      next.dims[d] = i + 1 == need.size() ? want : DimShard(mesh.axisOf(have));
       FailureOr<RankedTensorType> type = localType(v, g, next, user);
       if (failed(type))
         return failure();
-      cur = ShardSliceOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[want.axis]}),
+      cur = ShardSliceOp::create(b, loc, *type, cur, b.getStrArrayAttr({mesh.axes[need[i]]}),
                                  b.getI64IntegerAttr(static_cast<int64_t>(d)),
                                  b.getI64IntegerAttr(want.blocks));
       curS = next;
@@ -485,12 +519,18 @@ LogicalResult Partitioner::processReturn(func::ReturnOp ret) {
 
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
-  int dp = mesh.axisIndex(MeshAxisRole::Data);
+  // The batch of inputs goes to dp; with expert parallelism to dp*ep (each
+  // ep rank takes its own rows of its dp rank's batch).
+  int batch = mesh.batchAxis();
+  int batchArg = mesh.parts(batch).empty() ? -1 : mesh.parts(batch).front();
+  SmallVector<BlockArgument> refineBatch;
   FailureOr<llvm::DenseMap<BlockArgument, std::string>> tensorParallel =
       megatronDefaults(func, mesh, sequenceParallel);
   if (failed(tensorParallel))
     return failure();
   llvm::DenseMap<BlockArgument, std::string> defaults = std::move(*tensorParallel);
+  if (failed(expertDefaults(func, mesh, defaults)))
+    return failure();
   zeroDefaults(func, mesh, zero, defaults);
   // 1. Arguments.
   for (BlockArgument arg : block.getArguments()) {
@@ -516,10 +556,15 @@ LogicalResult Partitioner::run() {
       for (int64_t d = 0; d < g.getRank(); ++d)
         s.dims[d] = DimShard(parsed->axes[d], parsed->blocks[d]);
       origin = {"default rule", {}};
-    } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && dp >= 0 &&
-               g.getRank() >= 1 && mesh.sizes[dp] > 1) {
-      s.dims[0] = dp; // default rule: the batch dimension of inputs goes to dp
-      origin = {"default: batch -> dp", {}};
+    } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && batch >= 0 &&
+               g.getRank() >= 1) {
+      // Default rule: the batch dimension of inputs goes to dp (or ep). The
+      // plan loads dp's rows; a compound batch axis slices them over ep on
+      // entry.
+      s.dims[0] = batchArg;
+      origin = {"default: batch -> " + mesh.axes[batchArg], {}};
+      if (batch != batchArg)
+        refineBatch.push_back(arg);
     }
     int tp = mesh.axisIndex(MeshAxisRole::Tensor);
     if (sequenceParallel && tp >= 0 && mesh.sizes[tp] > 1 && g.getRank() >= 2 &&
@@ -535,6 +580,18 @@ LogicalResult Partitioner::run() {
   SmallVector<Operation *> ops;
   for (Operation &op : block)
     ops.push_back(&op);
+  for (BlockArgument arg : refineBatch) {
+    if (arg.use_empty())
+      continue;
+    Sharding target = sharding(arg);
+    target.dims[0] = DimShard(batch);
+    FailureOr<Value> rows = reshard(arg, target, ops.front(), "expert parallelism: ep ranks take "
+                                                              "their own rows of dp's batch");
+    if (failed(rows))
+      return failure();
+    arg.replaceAllUsesExcept(*rows, rows->getDefiningOp());
+    origins[*rows] = {"default: batch -> " + mesh.name(batch), {}};
+  }
   for (Operation *op : ops) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       if (failed(processReturn(ret)))
@@ -612,7 +669,9 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
         return signalPassFailure();
       }
       int dpAxis = meshInfo->axisIndex(MeshAxisRole::Data);
-      if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2))
+      int epAxis = meshInfo->axisIndex(MeshAxisRole::Expert);
+      if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2) &&
+          (epAxis < 0 || meshInfo->sizes[epAxis] < 2))
         module.emitWarning() << "zero=" << zero.getValue() << " has no effect: it shards over the '"
                              << meshAxisName(MeshAxisRole::Data)
                              << "' mesh axis, and the mesh has none of size >= 2";

@@ -324,16 +324,74 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
   return specs;
 }
 
+LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
+                                        llvm::DenseMap<BlockArgument, std::string> &specs) {
+  int ep = mesh.axisIndex(MeshAxisRole::Expert);
+  if (ep < 0 || mesh.sizes[ep] < 2)
+    return success();
+  int64_t epSize = mesh.sizes[ep];
+  auto paramName = [&](BlockArgument a) {
+    auto n = func.getArgAttrOfType<StringAttr>(a.getArgNumber(), PtcDialect::kParamAttrName);
+    return n ? n.str() : "#" + std::to_string(a.getArgNumber());
+  };
+  bool any = false;
+  for (BlockArgument arg : func.getArguments()) {
+    auto experts = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), PtcDialect::kExpertsAttrName);
+    if (!experts)
+      continue;
+    any = true;
+    if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName))
+      continue; // user annotations stand
+    if (experts.getInt() % epSize != 0)
+      return func.emitError() << "mesh axis '" << mesh.axes[ep] << "' (size " << epSize
+                              << ") does not divide the " << experts.getInt()
+                              << " experts of parameter '" << paramName(arg)
+                              << "': use an ep size that divides the expert count";
+    auto type = cast<RankedTensorType>(arg.getType());
+    std::string spec = "[" + mesh.axes[ep];
+    for (int64_t d = 1; d < type.getRank(); ++d)
+      spec += ", _";
+    specs[arg] = spec + "]";
+  }
+  if (!any) {
+    func.emitWarning() << "mesh axis '" << mesh.axes[ep] << "' (size " << epSize
+                       << ", expert parallelism) has no effect: the model has no experts "
+                          "(no parameter with 'ptc.experts'); its ranks only split the batch";
+    return success();
+  }
+  forEachOptimizerState(func, [&](BlockArgument p, BlockArgument state, StateSpecFn spec) {
+    auto it = specs.find(p);
+    if (it == specs.end() || !func.getArgAttr(p.getArgNumber(), PtcDialect::kExpertsAttrName))
+      return;
+    if (std::optional<std::string> s = spec(it->second))
+      specs[state] = *s;
+  });
+  return success();
+}
+
 /// ZeRO as sharding: optimizer state (stage >= 1) and parameters (stage 3)
 /// split over dp along their first dimension that no other axis splits and
 /// that dp divides, on top of the tensor-parallel defaults.
 void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
                   llvm::DenseMap<BlockArgument, std::string> &specs) {
-  int dp = mesh.axisIndex(MeshAxisRole::Data);
-  if (zero < 1 || dp < 0 || mesh.sizes[dp] < 2)
+  // The data-parallel ranks of a parameter: dp; with expert parallelism
+  // carved out of it and no dp, the ep ranks hold replicas of every
+  // non-expert parameter, so ZeRO shards those over ep. (With both, the
+  // non-expert state is sharded over dp only.)
+  int dp = mesh.axisIndex(MeshAxisRole::Data), ep = mesh.axisIndex(MeshAxisRole::Expert);
+  auto big = [&](int a) { return a >= 0 && mesh.sizes[a] > 1; };
+  if (zero < 1 || (!big(dp) && !big(ep)))
     return;
-  int64_t dpSize = mesh.sizes[dp];
+  auto zeroAxis = [&](BlockArgument arg) {
+    if (big(dp))
+      return dp;
+    return func.getArgAttr(arg.getArgNumber(), PtcDialect::kExpertsAttrName) ? -1 : ep;
+  };
   auto withDp = [&](BlockArgument arg) -> std::optional<std::string> {
+    int axis = zeroAxis(arg);
+    if (axis < 0)
+      return std::nullopt;
+    int64_t dpSize = mesh.sizes[axis];
     auto type = cast<RankedTensorType>(arg.getType());
     if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName))
       return std::nullopt; // user annotations stand
@@ -351,7 +409,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
       if (a >= 0)
         entry = mesh.axes[a] + (base->blocks[d] > 1 ? "/" + std::to_string(base->blocks[d]) : "");
       else if (!placed && type.getDimSize(d) % dpSize == 0) {
-        entry = meshAxisName(MeshAxisRole::Data).str();
+        entry = mesh.axes[axis];
         placed = true;
       }
       out += (d ? ", " : "") + entry;

@@ -16,6 +16,13 @@ FailureOr<llvm::DenseMap<BlockArgument, std::string>>
 megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel);
 
 /// ZeRO stage `zero` over the data axis, on top of `specs`.
+/// Expert parallelism: parameters stacked over experts (`ptc.experts`) and
+/// their optimizer state split over ep along dimension 0. Errors when ep does
+/// not divide an expert count; warns when the mesh has ep and the model no
+/// experts.
+LogicalResult expertDefaults(func::FuncOp func, const MeshInfo &mesh,
+                             llvm::DenseMap<BlockArgument, std::string> &specs);
+
 void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
                   llvm::DenseMap<BlockArgument, std::string> &specs);
 

@@ -243,24 +243,36 @@ public:
                       float *out) override {
     return cpu_device_detail::toStatus(kernels::cpu::topKGateGrad(logits, indices, gw, tokens, experts, kk, normalize, out));
   }
-  Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t kk,
-                     int64_t dim, int64_t experts, int64_t capacity, float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::moeDispatch(x, indices, tokens, kk, dim, experts, capacity, out));
+  Status expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t kk,
+                    int64_t experts, float *out) override {
+    return cpu_device_detail::toStatus(
+        kernels::cpu::expertLoad(indices, groups, tokens, kk, experts, out));
   }
-  Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens, int64_t kk,
-                         int64_t dim, int64_t experts, int64_t capacity, float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::moeDispatchGrad(g, indices, tokens, kk, dim, experts, capacity, out));
+  Status moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
+                     int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
+                     float *out) override {
+    return cpu_device_detail::toStatus(
+        kernels::cpu::moeDispatch(x, indices, groups, tokens, kk, dim, experts, capacity, out));
+  }
+  Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups, int64_t tokens,
+                         int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
+                         float *out) override {
+    return cpu_device_detail::toStatus(kernels::cpu::moeDispatchGrad(
+        g, indices, groups, tokens, kk, dim, experts, capacity, out));
   }
   Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                    int64_t tokens, int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
-                    float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::moeCombine(expertOut, weights, indices, tokens, kk, dim, experts, capacity, out));
+                    int64_t groups, int64_t tokens, int64_t kk, int64_t dim, int64_t experts,
+                    int64_t capacity, float *out) override {
+    return cpu_device_detail::toStatus(kernels::cpu::moeCombine(
+        expertOut, weights, indices, groups, tokens, kk, dim, experts, capacity, out));
   }
   Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                        const float *g, int64_t tokens, int64_t kk, int64_t dim, int64_t experts,
-                        int64_t capacity, float *dExpertOut, float *dWeights) override {
-    return cpu_device_detail::toStatus(kernels::cpu::moeCombineGrad(expertOut, weights, indices, g, tokens, kk, dim, experts, capacity,
-                             dExpertOut, dWeights));
+                        const float *g, int64_t groups, int64_t tokens, int64_t kk, int64_t dim,
+                        int64_t experts, int64_t capacity, float *dExpertOut,
+                        float *dWeights) override {
+    return cpu_device_detail::toStatus(
+        kernels::cpu::moeCombineGrad(expertOut, weights, indices, g, groups, tokens, kk, dim,
+                                     experts, capacity, dExpertOut, dWeights));
   }
   Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
                      const float *step, const AdamWParams &hp, int64_t n, const float *skip,

@@ -360,39 +360,52 @@ public:
     g::topKGateGrad(logits, indices, gw, tokens, experts, k, normalize, out, err_, compute_);
     return launched("top-k gate gradient");
   }
-  Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
-                     int64_t dim, int64_t experts, int64_t capacity, float *out) override {
-    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+  Status expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                    int64_t experts, float *out) override {
+    g::expertLoad(indices, groups, tokens, k, experts, out, err_, compute_);
+    return launched("expert load");
+  }
+  // The CUDA kernels index expert buffers by (expert, slot) with slot =
+  // group * capacity + s: their "capacity" is the row stride groups * capacity.
+  Status moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
+                     int64_t k, int64_t dim, int64_t experts, int64_t capacity,
+                     float *out) override {
+    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
     if (!slots.isOk())
       return slots.status();
-    g::moeDispatch(x, indices, *slots, tokens, k, dim, experts, capacity, out, compute_);
+    g::moeDispatch(x, indices, *slots, groups * tokens, k, dim, experts, groups * capacity, out,
+                   compute_);
     return launched("MoE dispatch");
   }
-  Status moeDispatchGrad(const float *gr, const int32_t *indices, int64_t tokens, int64_t k,
-                         int64_t dim, int64_t experts, int64_t capacity, float *out) override {
-    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+  Status moeDispatchGrad(const float *gr, const int32_t *indices, int64_t groups, int64_t tokens,
+                         int64_t k, int64_t dim, int64_t experts, int64_t capacity,
+                         float *out) override {
+    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
     if (!slots.isOk())
       return slots.status();
-    g::moeDispatchGrad(gr, indices, *slots, tokens, k, dim, capacity, out, compute_);
+    g::moeDispatchGrad(gr, indices, *slots, groups * tokens, k, dim, groups * capacity, out,
+                       compute_);
     return launched("MoE dispatch gradient");
   }
   Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                    int64_t tokens, int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                    float *out) override {
-    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+                    int64_t groups, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                    int64_t capacity, float *out) override {
+    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
     if (!slots.isOk())
       return slots.status();
-    g::moeCombine(expertOut, weights, indices, *slots, tokens, k, dim, capacity, out, compute_);
+    g::moeCombine(expertOut, weights, indices, *slots, groups * tokens, k, dim, groups * capacity,
+                  out, compute_);
     return launched("MoE combine");
   }
   Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                        const float *gr, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                        int64_t capacity, float *dExpertOut, float *dWeights) override {
-    auto slots = assignSlots(indices, tokens, k, experts, capacity);
+                        const float *gr, int64_t groups, int64_t tokens, int64_t k, int64_t dim,
+                        int64_t experts, int64_t capacity, float *dExpertOut,
+                        float *dWeights) override {
+    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
     if (!slots.isOk())
       return slots.status();
-    g::moeCombineGrad(expertOut, weights, indices, *slots, gr, tokens, k, dim, experts, capacity,
-                      dExpertOut, dWeights, compute_);
+    g::moeCombineGrad(expertOut, weights, indices, *slots, gr, groups * tokens, k, dim, experts,
+                      groups * capacity, dExpertOut, dWeights, compute_);
     return launched("MoE combine gradient");
   }
   Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
@@ -489,11 +502,11 @@ private:
     scratchBytes_ = bytes;
     return Status::ok();
   }
-  StatusOr<const int32_t *> assignSlots(const int32_t *indices, int64_t tokens, int64_t k,
-                                        int64_t experts, int64_t capacity) {
-    PTC_RETURN_IF_ERROR(reserveScratch(tokens * k * 4));
+  StatusOr<const int32_t *> assignSlots(const int32_t *indices, int64_t groups, int64_t tokens,
+                                        int64_t k, int64_t experts, int64_t capacity) {
+    PTC_RETURN_IF_ERROR(reserveScratch(groups * tokens * k * 4));
     auto *slots = static_cast<int32_t *>(scratch_);
-    g::assignSlots(indices, tokens, k, experts, capacity, slots, err_, compute_);
+    g::assignSlots(indices, groups, tokens, k, experts, capacity, slots, err_, compute_);
     PTC_RETURN_IF_ERROR(launched("MoE slot assignment"));
     return static_cast<const int32_t *>(slots);
   }

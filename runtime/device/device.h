@@ -169,18 +169,26 @@ public:
   virtual Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                               int64_t tokens, int64_t experts, int64_t k, bool normalize,
                               float *out) = 0;
-  virtual Status moeDispatch(const float *x, const int32_t *indices, int64_t tokens, int64_t k,
-                             int64_t dim, int64_t experts, int64_t capacity, float *out) = 0;
-  virtual Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t tokens,
-                                 int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                                 float *out) = 0;
+  /// Per group, the fraction of its tokens * k assignments routed to each
+  /// expert (before capacity): out [groups, experts].
+  virtual Status expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                            int64_t experts, float *out) = 0;
+  // Routing groups: `groups` x `tokens` tokens (`tokens` per group),
+  // `capacity` slots per expert per group, expert buffers
+  // [experts, groups, capacity, dim].
+  virtual Status moeDispatch(const float *x, const int32_t *indices, int64_t groups,
+                             int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                             int64_t capacity, float *out) = 0;
+  virtual Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
+                                 int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                                 int64_t capacity, float *out) = 0;
   virtual Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                            int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                            int64_t capacity, float *out) = 0;
+                            int64_t groups, int64_t tokens, int64_t k, int64_t dim,
+                            int64_t experts, int64_t capacity, float *out) = 0;
   virtual Status moeCombineGrad(const float *expertOut, const float *weights,
-                                const int32_t *indices, const float *g, int64_t tokens,
-                                int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                                float *dExpertOut, float *dWeights) = 0;
+                                const int32_t *indices, const float *g, int64_t groups,
+                                int64_t tokens, int64_t k, int64_t dim, int64_t experts,
+                                int64_t capacity, float *dExpertOut, float *dWeights) = 0;
   // Optimizer. `skip` (device scalar or nullptr): when non-zero (an overflow
   // under dynamic loss scaling) the outputs get the inputs' values.
   virtual Status adamwUpdate(const float *param, const float *grad, const float *m,

@@ -23,6 +23,18 @@ namespace {
 UnaryFunction unaryFunctionOf(const plan::Instruction &inst) {
   return *kernels::lookupUnaryFunction(inst.function()->string_view());
 }
+
+/// The routing of an MoE instruction, from its `[groups, tokens, k]` (or
+/// `[tokens, k]`) indices and `[experts, groups, capacity, dim]` (or
+/// `[experts, capacity, dim]`) expert buffers (the loader checked them).
+struct MoeShape {
+  int64_t groups, tokens, k, experts, capacity, dim;
+};
+MoeShape moeShape(const Shape &indices, const Shape &experts) {
+  size_t r = indices.size();
+  return {r == 3 ? indices[0] : 1, indices[r - 2],          indices[r - 1],
+          experts[0],              experts[experts.size() - 2], experts.back()};
+}
 } // namespace
 
 Status Executor::runKernel(const plan::Instruction &inst) {
@@ -148,21 +160,39 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     return d.unaryGrad(unaryFunctionOf(inst), I(0), I(1), O(0), N(0));
   case OpCode::TopKGate: {
     auto a = ints();
-    return d.topKGate(I(0), IS(0)[0], IS(0)[1], a[0], a[1] != 0, O(0), i32(out[1]));
+    int64_t experts = IS(0).back();
+    return d.topKGate(I(0), N(0) / experts, experts, a[0], a[1] != 0, O(0), i32(out[1]));
   }
-  case OpCode::TopKGateGrad:
-    return d.topKGateGrad(I(0), ids(1), I(2), IS(0)[0], IS(0)[1], IS(1)[1], ints()[0] != 0, O(0));
-  case OpCode::MoeDispatch:
-    return d.moeDispatch(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[1], OS(0)[0], OS(0)[1], O(0));
-  case OpCode::MoeDispatchGrad:
-    return d.moeDispatchGrad(I(0), ids(1), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
-                             O(0));
-  case OpCode::MoeCombine:
-    return d.moeCombine(I(0), I(1), ids(2), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0], IS(0)[1],
-                        O(0));
-  case OpCode::MoeCombineGrad:
-    return d.moeCombineGrad(I(0), I(1), ids(2), I(3), IS(1)[0], IS(1)[1], IS(0)[2], IS(0)[0],
-                            IS(0)[1], O(0), O(1));
+  case OpCode::TopKGateGrad: {
+    int64_t experts = IS(0).back();
+    return d.topKGateGrad(I(0), ids(1), I(2), N(0) / experts, experts, IS(1).back(),
+                          ints()[0] != 0, O(0));
+  }
+  case OpCode::ExpertLoad: {
+    const Shape &is = IS(0);
+    size_t r = is.size();
+    return d.expertLoad(ids(0), r == 3 ? is[0] : 1, is[r - 2], is[r - 1], OS(0).back(), O(0));
+  }
+  case OpCode::MoeDispatch: {
+    MoeShape m = moeShape(IS(1), OS(0));
+    return d.moeDispatch(I(0), ids(1), m.groups, m.tokens, m.k, m.dim, m.experts, m.capacity,
+                         O(0));
+  }
+  case OpCode::MoeDispatchGrad: {
+    MoeShape m = moeShape(IS(1), IS(0));
+    return d.moeDispatchGrad(I(0), ids(1), m.groups, m.tokens, m.k, m.dim, m.experts,
+                             m.capacity, O(0));
+  }
+  case OpCode::MoeCombine: {
+    MoeShape m = moeShape(IS(2), IS(0));
+    return d.moeCombine(I(0), I(1), ids(2), m.groups, m.tokens, m.k, m.dim, m.experts,
+                        m.capacity, O(0));
+  }
+  case OpCode::MoeCombineGrad: {
+    MoeShape m = moeShape(IS(2), IS(0));
+    return d.moeCombineGrad(I(0), I(1), ids(2), I(3), m.groups, m.tokens, m.k, m.dim, m.experts,
+                            m.capacity, O(0), O(1));
+  }
   case OpCode::AdamWUpdate:
   case OpCode::SgdUpdate: {
     // Optional inputs after the fixed ones: the overflow flag of dynamic loss

@@ -292,6 +292,7 @@ Status Executor::run(const plan::Instruction &inst) {
   case OpCode::Concat:
   case OpCode::ShardSlice:
   case OpCode::AllGather:
+  case OpCode::AllToAll:
     return runKernel(inst);
   case OpCode::AllReduce:
   case OpCode::ReduceScatter:

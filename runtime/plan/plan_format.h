@@ -15,9 +15,13 @@ namespace ptc::plan {
 /// 5: RmsNorm, RmsNormGrad, Rotary and LrSchedule opcodes (appended: version 4
 ///    plans read unchanged); attention key/value may have fewer (grouped)
 ///    heads; updates may take a scheduled learning rate (ints [1]).
+/// 6: ExpertLoad opcode (appended); MoE dispatch/combine take routing groups
+///    ([groups, tokens, ...] tokens, [experts, groups, capacity, dim]
+///    buffers) and fill capacity choice-major (a version 5 plan's MoE ops
+///    would route differently, and version 5 plans hold no other change).
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
-inline constexpr uint32_t kFormatVersion = 5;
+inline constexpr uint32_t kFormatVersion = 6;
 /// The oldest version this runtime reads: version 4 renumbered the opcodes,
 /// so an older plan would run other kernels than it names.
 inline constexpr uint32_t kOldestFormatVersion = 4;

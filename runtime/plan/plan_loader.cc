@@ -163,6 +163,23 @@ private:
   Status blocked(const Shape &whole, const Shape &block, bool hasBlocks);
   /// Unary, UnaryGrad: a function the kernels implement.
   Status unaryFunction();
+  /// MoE dispatch/combine: token-side [groups, tokens, dim] (or [tokens,
+  /// dim]), [groups, tokens, k] indices, [experts, groups, capacity, dim]
+  /// expert buffers (or [experts, capacity, dim]).
+  Status moeShapes(const Shape &tokens, const Shape &indices, const Shape &experts,
+                   const char *tokenName, const char *expertName) {
+    size_t r = indices.size();
+    if ((r != 2 && r != 3) || tokens.size() != r ||
+        !std::equal(indices.begin(), indices.end() - 1, tokens.begin()))
+      return fail("needs ", tokenName, " [groups, tokens, dim] or [tokens, dim] and indices of "
+                  "its shape with k last, got ", shapeStr(tokens), " and ", shapeStr(indices));
+    bool ok = experts.size() == r + 1 && experts[0] >= 1 && experts[r - 1] >= 1 &&
+              experts.back() == tokens.back() && (r == 2 || experts[1] == indices[0]);
+    if (!ok)
+      return fail(expertName, " must be [experts, ", r == 3 ? "groups, " : "", "capacity, ",
+                  tokens.back(), "], got ", shapeStr(experts));
+    return Status::ok();
+  }
   /// Attention: query [b, h, s, d]; key and value [b, kvh, s, d], kvh | h.
   Status attentionShapes() {
     if (in(0).size() != 4)
@@ -485,43 +502,50 @@ Status InstructionChecker::check() {
   case OpCode::TopKGate: {
     PTC_RETURN_IF_ERROR(counts(1, 2, 2, 0));
     PTC_RETURN_IF_ERROR(dtypes({}, {1}));
-    if (in(0).size() != 2 || ints_[0] < 1 || ints_[0] > in(0)[1])
-      return fail("needs [tokens, experts] logits and 1 <= k <= experts");
-    Shape expected{in(0)[0], ints_[0]};
+    if (in(0).size() < 2 || ints_[0] < 1 || ints_[0] > in(0).back())
+      return fail("needs [..., experts] logits and 1 <= k <= experts");
+    Shape expected(in(0).begin(), in(0).end() - 1);
+    expected.push_back(ints_[0]);
     PTC_RETURN_IF_ERROR(expectShape(out(0), expected, "weights"));
     return expectShape(out(1), expected, "indices");
   }
   case OpCode::TopKGateGrad:
     PTC_RETURN_IF_ERROR(counts(3, 1, 1, 0));
     PTC_RETURN_IF_ERROR(dtypes({1}));
-    if (in(0).size() != 2 || in(1).size() != 2 || in(1)[0] != in(0)[0] || in(1)[1] > in(0)[1])
-      return fail("needs [tokens, experts] logits and [tokens, k] indices");
+    if (in(0).size() < 2 || in(1).size() != in(0).size() ||
+        !std::equal(in(0).begin(), in(0).end() - 1, in(1).begin()) || in(1).back() > in(0).back())
+      return fail("needs [..., experts] logits and [..., k] indices");
     PTC_RETURN_IF_ERROR(expectShape(in(2), in(1), "weights gradient"));
     return expectShape(out(0), in(0), "result");
+  case OpCode::ExpertLoad: {
+    PTC_RETURN_IF_ERROR(counts(1, 1));
+    PTC_RETURN_IF_ERROR(dtypes({0}));
+    size_t r = in(0).size();
+    if ((r != 2 && r != 3) || out(0).size() != r - 1 || out(0).back() < 1 ||
+        (r == 3 && out(0)[0] != in(0)[0]))
+      return fail("needs [groups, tokens, k] (or [tokens, k]) indices and a [groups, experts] "
+                  "(or [experts]) result, got ", shapeStr(in(0)), " and ", shapeStr(out(0)));
+    return Status::ok();
+  }
   case OpCode::MoeDispatch:
     PTC_RETURN_IF_ERROR(counts(2, 1));
     PTC_RETURN_IF_ERROR(dtypes({1}));
-    if (in(0).size() != 2 || in(1).size() != 2 || in(1)[0] != in(0)[0] || out(0).size() != 3 ||
-        out(0)[2] != in(0)[1] || out(0)[0] < 1 || out(0)[1] < 1)
-      return fail("needs [tokens, dim] input, [tokens, k] indices, [experts, capacity, dim] result");
-    return Status::ok();
+    return moeShapes(in(0), in(1), out(0), "input", "result");
   case OpCode::MoeDispatchGrad:
     PTC_RETURN_IF_ERROR(counts(2, 1));
     PTC_RETURN_IF_ERROR(dtypes({1}));
-    if (in(0).size() != 3 || in(1).size() != 2)
-      return fail("needs [experts, capacity, dim] gradient and [tokens, k] indices");
-    return expectShape(out(0), {in(1)[0], in(0)[2]}, "result");
+    return moeShapes(out(0), in(1), in(0), "result", "gradient");
   case OpCode::MoeCombine:
   case OpCode::MoeCombineGrad: {
     bool grad = op == OpCode::MoeCombineGrad;
     PTC_RETURN_IF_ERROR(counts(grad ? 4 : 3, grad ? 2 : 1));
     PTC_RETURN_IF_ERROR(dtypes({2}));
-    if (in(0).size() != 3 || in(1).size() != 2 || in(2) != in(1))
-      return fail("needs [experts, capacity, dim] outputs and [tokens, k] weights and indices");
-    Shape tokens{in(1)[0], in(0)[2]};
+    if (in(2) != in(1))
+      return fail("needs weights and indices of one shape");
+    PTC_RETURN_IF_ERROR(moeShapes(grad ? in(3) : out(0), in(2), in(0), grad ? "gradient" : "result",
+                                  "expert_output"));
     if (!grad)
-      return expectShape(out(0), tokens, "result");
-    PTC_RETURN_IF_ERROR(expectShape(in(3), tokens, "gradient"));
+      return Status::ok();
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "expert_output gradient"));
     return expectShape(out(1), in(1), "weights gradient");
   }

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Oracle 2: ptc-run and PyTorch train the same model (the standard GPT, or the Llama with
-grouped-query attention, kv heads < heads, and an untied head) from the same safetensors
+"""Oracle 2: ptc-run and PyTorch train the same model (the standard GPT, the Llama with
+grouped-query attention, kv heads < heads, and an untied head, or the mixture-of-experts GPT
+with top-2 routing at capacity factor 1.0, so that tokens are dropped, and its
+load-balancing and z-losses) from the same safetensors
 weights on the same batches; per-step losses must agree to 1e-4 relative and final
 weights to 1e-3 (max abs difference relative to the tensor's max magnitude).
 
-usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--model gpt|llama]
+usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--model gpt|llama|gpt-moe]
                          [--optimizer adamw|sgd|adafactor] [--adafactor-beta1 B] [--steps N]
 """
 import argparse
@@ -19,6 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_gpt as ref  # noqa: E402
 import reference_llama  # noqa: E402
+import reference_moe  # noqa: E402
 
 
 def main():
@@ -27,7 +30,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--optimizer", default="adamw")
     ap.add_argument("--steps", type=int, default=25)
-    ap.add_argument("--model", default="gpt", choices=["gpt", "llama"])
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "gpt-moe"])
     ap.add_argument("--adafactor-beta1", type=float, default=0.0)
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -48,6 +51,13 @@ def main():
         model = ref.GPT(L, H, A, S, V)
         state = ref.state
         shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A)]
+    elif args.model == "gpt-moe":
+        E, K, CF, FFN, AUX, Z = 4, 2, 1.0, 96, 0.01, 0.001
+        model = reference_moe.MoeGPT(L, H, A, S, V, E, K, CF, ffn=FFN, aux_loss=AUX, z_loss=Z)
+        state = ref.state
+        shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A),
+                 "--moe-experts", str(E), "--moe-top-k", str(K), "--moe-capacity-factor", str(CF),
+                 "--moe-ffn", str(FFN), "--moe-aux-loss", str(AUX), "--moe-z-loss", str(Z)]
     else:
         KV, F, theta = 2, 176, 500000.0
         model = reference_llama.Llama(L, H, A, KV, F, V, theta=theta)
@@ -55,7 +65,7 @@ def main():
         shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A), "--kv-heads", str(KV),
                  "--intermediate", str(F), "--rope-theta", str(theta)]
     ref.save_safetensors(w("init.safetensors"), state(model))
-    run(os.path.join(args.bin, "ptc-model"), args.model, *shape, "--seq", str(S), "--vocab", str(V),
+    run(os.path.join(args.bin, "ptc-model"), args.model.split("-")[0], *shape, "--seq", str(S), "--vocab", str(V),
         "--batch", str(B), "-o", w("gpt.mlir"))
     opts = (f"plan={w('gpt.plan')} optimizer={args.optimizer} lr={hp['lr']} "
             f"beta1={hp['betas'][0]} beta2={hp['betas'][1]} eps={hp['eps']} "
@@ -69,6 +79,12 @@ def main():
 
     opt = ref.make_optimizer(model, args.optimizer, adafactor_beta1=args.adafactor_beta1, **hp)
     torch_losses = ref.train(model, opt, data, args.steps, B, S, max_grad_norm=max_norm)
+    if args.model == "gpt-moe":
+        dropped = model.dropped_fraction()
+        print(f"dropped assignments (torch): {dropped:.3f} of all")
+        if dropped == 0:
+            print("FAIL: no assignment was dropped; the test needs drops")
+            return 1
 
     worst_loss = 0.0
     for step, (a, b) in enumerate(zip(ptc_losses, torch_losses)):

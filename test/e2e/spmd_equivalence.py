@@ -8,9 +8,11 @@ it) or cancels to almost nothing, rounding differences between layouts still mov
 the weight by a fraction of lr.
 
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
-                           [--device cpu-discrete] [--model gpt|llama] [--precision bf16]
+                           [--device cpu-discrete] [--model gpt|llama|gpt-moe|llama-moe]
+                           [--precision bf16]
                            [--optimizer adamw|adafactor]
-(--model llama: 4 heads over 2 kv heads, untied head; --precision bf16: every run, the
+(--model llama: 4 heads over 2 kv heads, untied head; -moe: 4 experts, top-2, capacity
+factor 1.0 (tokens are dropped), aux and z-losses; --precision bf16: every run, the
 baseline too, computes in bf16; each rank rounds its partial sums to bf16 where one rank
 rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there)
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
@@ -36,7 +38,7 @@ def main():
                              "dp:2+zero2", "dp:2+zero3", "dp:4", "dp:4+zero1", "dp:4+zero2",
                              "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3", "dp:2,tp:2+sb"])
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--model", default="gpt", choices=["gpt", "llama"])
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "gpt-moe", "llama-moe"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
     ap.add_argument("--device", default="cpu",
@@ -47,9 +49,13 @@ def main():
     text = open("/usr/share/common-licenses/GPL-3", "rb").read()[:30000]
     open(w("text.txt"), "wb").write(text)
     run(b("ptc-tokenize"), "-o", w("data.bin"), w("text.txt"))
-    llama = ["--kv-heads", "2", "--intermediate", "176"] if args.model == "llama" else []
-    run(b("ptc-model"), args.model, "--layers", "2", "--hidden", "64", "--heads", "4", "--seq",
-        "32", "--vocab", "256", "--batch", "8", *llama, "-o", w("gpt.mlir"))
+    model = args.model.split("-")[0]
+    extra = ["--kv-heads", "2", "--intermediate", "176"] if model == "llama" else []
+    if args.model.endswith("-moe"):
+        extra += ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-factor", "1.0",
+                  "--moe-ffn", "96", "--moe-aux-loss", "0.01", "--moe-z-loss", "0.001"]
+    run(b("ptc-model"), model, "--layers", "2", "--hidden", "64", "--heads", "4", "--seq",
+        "32", "--vocab", "256", "--batch", "8", *extra, "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
     if args.optimizer == "adafactor":
         opts = "optimizer=adafactor lr=1e-3 adafactor-beta1=0.9 weight-decay=0.1"

@@ -536,10 +536,12 @@ TEST_F(CudaConformance, ReductionsAndMaxGradientWithTies) {
 }
 
 TEST_F(CudaConformance, MixtureOfExpertsRoutingWithDrops) {
-  int64_t tokens = 10, experts = 4, k = 2, dim = 6, capacity = 3; // some assignments dropped
+  // Two routing groups of 5 tokens; capacity 3 per expert per group drops some.
+  int64_t groups = 2, perGroup = 5, tokens = groups * perGroup, experts = 4, k = 2, dim = 6,
+          capacity = 3, slots = experts * groups * capacity;
   auto logits = randomVector(tokens * experts, 26), x = randomVector(tokens * dim, 27),
-       gw = randomVector(tokens * k, 28), eo = randomVector(experts * capacity * dim, 29),
-       g = randomVector(tokens * dim, 30), ge = randomVector(experts * capacity * dim, 31);
+       gw = randomVector(tokens * k, 28), eo = randomVector(slots * dim, 29),
+       g = randomVector(tokens * dim, 30), ge = randomVector(slots * dim, 31);
   for (bool normalize : {false, true})
     compare(
         [&](Device &d, Mem &m) {
@@ -548,22 +550,22 @@ TEST_F(CudaConformance, MixtureOfExpertsRoutingWithDrops) {
           const float *pl = m.put(logits);
           OK(d.topKGate(pl, tokens, experts, k, normalize, w, idx));
           OK(d.topKGateGrad(pl, idx, m.put(gw), tokens, experts, k, normalize, dl));
-          float *disp = m.zeros(experts * capacity * dim), *dd = m.zeros(tokens * dim),
-                *comb = m.zeros(tokens * dim), *dexp = m.zeros(experts * capacity * dim),
-                *dwt = m.zeros(tokens * k);
+          float *disp = m.zeros(slots * dim), *dd = m.zeros(tokens * dim),
+                *comb = m.zeros(tokens * dim), *dexp = m.zeros(slots * dim),
+                *dwt = m.zeros(tokens * k), *load = m.zeros(groups * experts);
           const float *pe = m.put(eo);
-          OK(d.moeDispatch(m.put(x), idx, tokens, k, dim, experts, capacity, disp));
-          OK(d.moeDispatchGrad(m.put(ge), idx, tokens, k, dim, experts, capacity, dd));
-          OK(d.moeCombine(pe, w, idx, tokens, k, dim, experts, capacity, comb));
-          OK(d.moeCombineGrad(pe, w, idx, m.put(g), tokens, k, dim, experts, capacity, dexp,
-                              dwt));
+          OK(d.expertLoad(idx, groups, perGroup, k, experts, load));
+          OK(d.moeDispatch(m.put(x), idx, groups, perGroup, k, dim, experts, capacity, disp));
+          OK(d.moeDispatchGrad(m.put(ge), idx, groups, perGroup, k, dim, experts, capacity, dd));
+          OK(d.moeCombine(pe, w, idx, groups, perGroup, k, dim, experts, capacity, comb));
+          OK(d.moeCombineGrad(pe, w, idx, m.put(g), groups, perGroup, k, dim, experts, capacity,
+                              dexp, dwt));
           auto ids = m.get(idx, tokens * k);
           std::vector<float> out(ids.begin(), ids.end());
           for (auto [p, n] : {std::pair{w, tokens * k}, std::pair{dl, tokens * experts},
-                              std::pair{disp, experts * capacity * dim},
+                              std::pair{load, groups * experts}, std::pair{disp, slots * dim},
                               std::pair{dd, tokens * dim}, std::pair{comb, tokens * dim},
-                              std::pair{dexp, experts * capacity * dim},
-                              std::pair{dwt, tokens * k}}) {
+                              std::pair{dexp, slots * dim}, std::pair{dwt, tokens * k}}) {
             auto v = m.get(p, static_cast<size_t>(n));
             out.insert(out.end(), v.begin(), v.end());
           }

@@ -193,13 +193,34 @@ TEST(Kernels, MoeDispatchDropsBeyondCapacity) {
   std::vector<float> x{1, 2, 3};
   std::vector<int32_t> e{0, 0, 0};
   std::vector<float> buf(2 * 2 * 1), y(3);
-  ASSERT_TRUE(moeDispatch(x.data(), e.data(), 3, 1, 1, 2, 2, buf.data()).isOk());
+  ASSERT_TRUE(moeDispatch(x.data(), e.data(), 1, 3, 1, 1, 2, 2, buf.data()).isOk());
   EXPECT_EQ(buf, (std::vector<float>{1, 2, 0, 0}));
   std::vector<float> w{0.5f, 1.0f, 1.0f};
-  ASSERT_TRUE(moeCombine(buf.data(), w.data(), e.data(), 3, 1, 1, 2, 2, y.data()).isOk());
+  ASSERT_TRUE(moeCombine(buf.data(), w.data(), e.data(), 1, 3, 1, 1, 2, 2, y.data()).isOk());
   EXPECT_EQ(y, (std::vector<float>{0.5f, 2.0f, 0.0f}));
   e[1] = 5;
-  EXPECT_FALSE(moeDispatch(x.data(), e.data(), 3, 1, 1, 2, 2, buf.data()).isOk());
+  EXPECT_FALSE(moeDispatch(x.data(), e.data(), 1, 3, 1, 1, 2, 2, buf.data()).isOk());
+}
+
+TEST(Kernels, MoeSlotsAreFilledChoiceMajorPerGroup) {
+  // Two groups of 2 tokens, top-2 over 2 experts, capacity 1 per group:
+  // every first choice wins a slot before any second choice does.
+  // Group 0: token 0 -> (1, 0), token 1 -> (0, 1). Group 1: both (0, 1).
+  std::vector<float> x{10, 20, 30, 40};
+  std::vector<int32_t> e{1, 0, 0, 1, 0, 1, 0, 1};
+  std::vector<float> buf(2 * 2 * 1 * 1);
+  ASSERT_TRUE(moeDispatch(x.data(), e.data(), 2, 2, 2, 1, 2, 1, buf.data()).isOk());
+  // [expert][group]: expert 0 holds token 1 (group 0) and token 0 of group 1
+  // (30); expert 1 holds token 0 (group 0) and, in group 1, nobody's first
+  // choice, so token 0's second choice (30) takes it.
+  EXPECT_EQ(buf, (std::vector<float>{20, 30, 10, 30}));
+  std::vector<float> load(4);
+  ASSERT_TRUE(expertLoad(e.data(), 2, 2, 2, 2, load.data()).isOk());
+  EXPECT_EQ(load, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));
+  std::vector<float> w(8, 1.0f), y(4);
+  ASSERT_TRUE(moeCombine(buf.data(), w.data(), e.data(), 2, 2, 2, 1, 2, 1, y.data()).isOk());
+  // Group 1's token 1 lost both choices: its output is zero.
+  EXPECT_EQ(y, (std::vector<float>{10, 20, 60, 0}));
 }
 } // namespace
 

@@ -20,7 +20,7 @@ func::FuncOp trainStep(ModuleOp module) {
 
 TEST(GptModel, Gpt2SmallHasAbout124MParameters) {
   GptConfig c{/*layers=*/12, /*hidden=*/768, /*heads=*/12, /*seq=*/1024, /*vocab=*/50304,
-              /*batch=*/1, "f32"};
+              /*batch=*/1, "f32", {}};
   // wte + wpe + 12 blocks + ln_f, lm_head tied to wte.
   const int64_t h = 768;
   const int64_t block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (4 * h * h + 4 * h) +

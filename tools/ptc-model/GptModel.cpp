@@ -37,7 +37,7 @@ llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
   if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
     return llvm::createStringError("gpt: --dtype must be f32, bf16 or f16, got '%s'",
                                    c.dtype.c_str());
-  return llvm::Error::success();
+  return validateMoeLayers(c.moe, "gpt");
 }
 
 std::vector<TensorSpec> mlir::ptc::gptParameters(const GptConfig &c) {
@@ -61,6 +61,17 @@ std::vector<TensorSpec> mlir::ptc::gptParameters(const GptConfig &c) {
     p.push_back({l + "attn.c_proj.bias", {h}, "zeros"});
     p.push_back({l + "ln_2.weight", {h}, "ones"});
     p.push_back({l + "ln_2.bias", {h}, "zeros"});
+    if (c.moe.isMoeLayer(i)) {
+      // Experts stacked along dimension 0: experts.c_fc.weight[j] is expert
+      // j's c_fc.weight ([out, in], as the dense MLP's).
+      const int64_t e = c.moe.experts, f = c.moe.ffn > 0 ? c.moe.ffn : 4 * h;
+      p.push_back({l + "mlp.router.weight", {e, h}, normal});
+      p.push_back({l + "mlp.experts.c_fc.weight", {e, f, h}, normal, e});
+      p.push_back({l + "mlp.experts.c_fc.bias", {e, f}, "zeros", e});
+      p.push_back({l + "mlp.experts.c_proj.weight", {e, h, f}, residual, e});
+      p.push_back({l + "mlp.experts.c_proj.bias", {e, h}, "zeros", e});
+      continue;
+    }
     p.push_back({l + "mlp.c_fc.weight", {4 * h, h}, normal});
     p.push_back({l + "mlp.c_fc.bias", {4 * h}, "zeros"});
     p.push_back({l + "mlp.c_proj.weight", {h, 4 * h}, residual});
@@ -102,6 +113,18 @@ Value mlp(ModelBuilder &m, Value x, const std::string &prefix) {
   h = GeluOp::create(m.builder(), m.loc(prefix), h);
   return m.linear(h, prefix + ".c_proj");
 }
+
+/// The MoE MLP: GELU experts shaped like the dense MLP.
+Value moeMlp(ModelBuilder &m, const GptConfig &c, Value x, const std::string &prefix,
+             Value &auxLoss) {
+  return m.moeLayer(x, c.moe, prefix + ".router",
+                    [&](Value h) {
+                      h = m.expertLinear(h, prefix + ".experts.c_fc", true);
+                      h = GeluOp::create(m.builder(), m.loc(prefix), h);
+                      return m.expertLinear(h, prefix + ".experts.c_proj", true);
+                    },
+                    auxLoss);
+}
 } // namespace
 
 llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &context,
@@ -118,15 +141,19 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
                                 m.input("tokens"));
   // The position table has exactly `seq` rows, so it broadcasts over the batch.
   x = AddOp::create(b, m.loc("transformer.wpe"), x, m.param("transformer.wpe.weight"));
+  Value auxLoss;
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string l = "transformer.h." + std::to_string(i);
     x = AddOp::create(b, m.loc(l), x, attention(m, c, layerNorm(m, x, l + ".ln_1"), l + ".attn"));
-    x = AddOp::create(b, m.loc(l), x, mlp(m, layerNorm(m, x, l + ".ln_2"), l + ".mlp"));
+    Value h = layerNorm(m, x, l + ".ln_2");
+    x = AddOp::create(b, m.loc(l), x,
+                      c.moe.isMoeLayer(i) ? moeMlp(m, c, h, l + ".mlp", auxLoss)
+                                          : mlp(m, h, l + ".mlp"));
   }
   x = layerNorm(m, x, "transformer.ln_f");
   // LM head tied to the token embedding: logits = x @ wte^T.
   Value logits = MatmulOp::create(b, m.loc("lm_head"), x, m.param("transformer.wte.weight"),
                                   /*transposeLhs=*/false, /*transposeRhs=*/true);
   Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
-  return m.finish(loss);
+  return m.finish(m.addAuxLoss(loss, auxLoss));
 }

@@ -48,7 +48,7 @@ llvm::Error mlir::ptc::validateLlamaConfig(const LlamaConfig &c) {
   if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
     return llvm::createStringError("llama: --dtype must be f32, bf16 or f16, got '%s'",
                                    c.dtype.c_str());
-  return llvm::Error::success();
+  return validateMoeLayers(c.moe, "llama");
 }
 
 std::vector<TensorSpec> mlir::ptc::llamaParameters(const LlamaConfig &c) {
@@ -66,6 +66,18 @@ std::vector<TensorSpec> mlir::ptc::llamaParameters(const LlamaConfig &c) {
     p.push_back({l + "self_attn.v_proj.weight", {kv, h}, normal});
     p.push_back({l + "self_attn.o_proj.weight", {h, h}, normal});
     p.push_back({l + "post_attention_layernorm.weight", {h}, "ones"});
+    if (c.moe.isMoeLayer(i)) {
+      // Mixtral's names; experts stacked along dimension 0:
+      // block_sparse_moe.experts.w1.weight[j] is Hugging Face's
+      // block_sparse_moe.experts.{j}.w1.weight (w2, w3 alike).
+      const int64_t e = c.moe.experts, fe = c.moe.ffn > 0 ? c.moe.ffn : f;
+      std::string moe = l + "block_sparse_moe.";
+      p.push_back({moe + "gate.weight", {e, h}, normal});
+      p.push_back({moe + "experts.w1.weight", {e, fe, h}, normal, e});
+      p.push_back({moe + "experts.w2.weight", {e, h, fe}, normal, e});
+      p.push_back({moe + "experts.w3.weight", {e, fe, h}, normal, e});
+      continue;
+    }
     p.push_back({l + "mlp.gate_proj.weight", {f, h}, normal});
     p.push_back({l + "mlp.up_proj.weight", {f, h}, normal});
     p.push_back({l + "mlp.down_proj.weight", {h, f}, normal});
@@ -109,6 +121,21 @@ Value mlp(ModelBuilder &m, Value x, const std::string &prefix) {
   Value h = MulOp::create(m.builder(), m.loc(prefix), gate, up);
   return m.linear(h, prefix + ".down_proj", false);
 }
+
+/// Mixtral's sparse MoE block: SwiGLU experts w2(silu(w1 x) * w3 x).
+Value moeBlock(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string &prefix,
+               Value &auxLoss) {
+  return m.moeLayer(x, c.moe, prefix + ".gate",
+                    [&](Value h) {
+                      OpBuilder &b = m.builder();
+                      Location l = m.loc(prefix);
+                      Value gate = SiluOp::create(b, l, m.expertLinear(h, prefix + ".experts.w1", false));
+                      Value up = m.expertLinear(h, prefix + ".experts.w3", false);
+                      return m.expertLinear(MulOp::create(b, l, gate, up), prefix + ".experts.w2",
+                                            false);
+                    },
+                    auxLoss);
+}
 } // namespace
 
 llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &context,
@@ -123,17 +150,20 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
 
   Value x = EmbeddingOp::create(b, m.loc("model.embed_tokens"),
                                 m.param("model.embed_tokens.weight"), m.input("tokens"));
+  Value auxLoss;
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string l = "model.layers." + std::to_string(i);
     x = AddOp::create(b, m.loc(l), x,
                       attention(m, c, rmsNorm(m, c, x, l + ".input_layernorm"), l + ".self_attn"));
+    Value h = rmsNorm(m, c, x, l + ".post_attention_layernorm");
     x = AddOp::create(b, m.loc(l), x,
-                      mlp(m, rmsNorm(m, c, x, l + ".post_attention_layernorm"), l + ".mlp"));
+                      c.moe.isMoeLayer(i) ? moeBlock(m, c, h, l + ".block_sparse_moe", auxLoss)
+                                          : mlp(m, h, l + ".mlp"));
   }
   x = rmsNorm(m, c, x, "model.norm");
   Value head = m.param(c.tieEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   Value logits = MatmulOp::create(b, m.loc("lm_head"), x, head, /*transposeLhs=*/false,
                                   /*transposeRhs=*/true);
   Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
-  return m.finish(loss);
+  return m.finish(m.addAuxLoss(loss, auxLoss));
 }

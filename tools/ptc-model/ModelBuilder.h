@@ -9,6 +9,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <functional>
+
 namespace mlir::ptc {
 
 /// Creates `module { func.func @train_step(params..., inputs...) }` and hands
@@ -33,6 +35,19 @@ public:
   /// `x @ weight^T (+ bias)` with a PyTorch-layout weight `[out, in]`.
   Value linear(Value x, StringRef prefix, bool bias = true);
   Value reshape(Value x, ArrayRef<int64_t> shape, Location loc);
+  /// An expert-stacked linear layer: `x [E, M, in] @ weight[e]^T (+ bias[e])`
+  /// with `weight` [E, out, in] and `bias` [E, out].
+  Value expertLinear(Value x, StringRef prefix, bool bias);
+
+  /// An MoE MLP on `x` [batch, seq, hidden], one routing group per sequence:
+  /// router `<router>.weight` [E, hidden], then the experts (stacked
+  /// parameters `<experts>.<name>.weight` [E, out, in]) run `expertMlp` on
+  /// [E, groups * capacity, hidden] and are combined. Adds the layer's
+  /// load-balancing and z-losses (scaled) to `auxLoss` (null: none yet).
+  Value moeLayer(Value x, const MoeLayersConfig &moe, StringRef router,
+                 const std::function<Value(Value)> &expertMlp, Value &auxLoss);
+  /// `loss + auxLoss` (auxLoss, f32, converted to the loss's type), or `loss`.
+  Value addAuxLoss(Value loss, Value auxLoss);
 
   /// Returns `loss`, verifies the module and hands it over.
   llvm::Expected<OwningOpRef<ModuleOp>> finish(Value loss);

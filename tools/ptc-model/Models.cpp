@@ -45,6 +45,9 @@ ModelBuilder::ModelBuilder(MLIRContext &context, Type floatType,
         b.getNamedAttr(PtcDialect::kParamAttrName, b.getStringAttr(p.name))};
     if (!p.init.empty())
       attrs.push_back(b.getNamedAttr(PtcDialect::kInitAttrName, b.getStringAttr(p.init)));
+    if (p.experts > 0)
+      attrs.push_back(
+          b.getNamedAttr(PtcDialect::kExpertsAttrName, b.getI64IntegerAttr(p.experts)));
     argAttrs.push_back(b.getDictionaryAttr(attrs));
   }
   for (const Input &in : inputs) {
@@ -83,6 +86,17 @@ Value ModelBuilder::linear(Value x, StringRef prefix, bool bias) {
   if (bias)
     y = AddOp::create(b, l, y, param((prefix + ".bias").str()));
   return y;
+}
+
+Value ModelBuilder::expertLinear(Value x, StringRef prefix, bool bias) {
+  Location l = loc(prefix);
+  Value y = MatmulOp::create(b, l, x, param((prefix + ".weight").str()),
+                             /*transposeLhs=*/false, /*transposeRhs=*/true);
+  if (!bias)
+    return y;
+  Value bv = param((prefix + ".bias").str()); // [E, out] -> [E, 1, out]
+  auto bt = cast<RankedTensorType>(bv.getType());
+  return AddOp::create(b, l, y, reshape(bv, {bt.getDimSize(0), 1, bt.getDimSize(1)}, l));
 }
 
 Value ModelBuilder::reshape(Value x, ArrayRef<int64_t> shape, Location l) {

@@ -24,7 +24,31 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   /// Initializer of a parameter (`ptc.init`): "zeros", "ones" or "normal:<std>".
   std::string init = "";
+  /// Stacked over this many experts along dimension 0 (`ptc.experts`; 0: not).
+  int64_t experts = 0;
 };
+
+/// Mixture-of-experts MLPs in a transformer (`--moe-*` of the gpt and llama
+/// builders). Routing as GShard / Switch: router logits in f32, softmax
+/// over all experts, top-k, weights renormalized over the k chosen; one
+/// routing group per sequence; capacity per expert per group
+/// ceil(capacity_factor * tokens * k / experts), at most the group's tokens
+/// (0: dropless, the group's tokens); slots filled choice-major.
+struct MoeLayersConfig {
+  int64_t experts = 0;          ///< 0: dense MLPs only
+  int64_t topK = 2;
+  int64_t every = 1;            ///< layers i with i % every == 0 are MoE layers
+  int64_t ffn = 0;              ///< expert hidden size (0: the dense MLP's)
+  double capacityFactor = 1.25; ///< 0: dropless
+  double auxLoss = 0.01;        ///< Switch load-balancing loss coefficient
+  double zLoss = 0.0;           ///< router z-loss coefficient
+  bool enabled() const { return experts > 0; }
+  bool isMoeLayer(int64_t layer) const { return enabled() && layer % every == 0; }
+};
+/// Checks the MoE options (`model` names the builder in messages).
+llvm::Error validateMoeLayers(const MoeLayersConfig &moe, const char *model);
+/// Expert slots per routing group of `tokens` tokens.
+int64_t moeLayerCapacity(const MoeLayersConfig &moe, int64_t tokens);
 
 /// Total element count of `specs`.
 int64_t countElements(const std::vector<TensorSpec> &specs);
@@ -40,6 +64,8 @@ struct GptConfig {
   int64_t vocab = 256;
   int64_t batch = 8;
   std::string dtype = "f32";
+  /// MoE MLPs (experts: c_fc [E, ffn, h] + GELU + c_proj [E, h, ffn], with biases).
+  MoeLayersConfig moe;
 };
 llvm::Error validateGptConfig(const GptConfig &config);
 /// Parameters in nanoGPT's names and order (lm_head.weight is tied to
@@ -62,6 +88,9 @@ struct LlamaConfig {
   double rmsNormEps = 1e-5;
   bool tieEmbeddings = false;
   std::string dtype = "f32";
+  /// MoE MLPs as Mixtral: SwiGLU experts w1 (gate) and w3 (up) [E, ffn, h],
+  /// w2 (down) [E, h, ffn], router `block_sparse_moe.gate`.
+  MoeLayersConfig moe;
 };
 llvm::Error validateLlamaConfig(const LlamaConfig &config);
 /// Parameters in Hugging Face's names, order and [out, in] layouts.
@@ -77,6 +106,7 @@ struct ModelPreset {
   int64_t layers, hidden, heads, kvHeads, intermediate, seq, vocab;
   double ropeTheta, rmsNormEps;
   bool tieEmbeddings;
+  int64_t experts = 0, topK = 0; ///< MoE MLPs in every layer (Mixtral), 0: dense
 };
 const std::vector<ModelPreset> &modelPresets();
 /// The preset `name` of `model`, or null.
@@ -103,10 +133,11 @@ struct MoeConfig {
   double capacityFactor = 1.25;
   int64_t classes = 10;
   int64_t batch = 32; ///< tokens per step
+  int64_t groups = 1; ///< routing groups (each batch / groups consecutive tokens)
   std::string dtype = "f32";
 };
 llvm::Error validateMoeConfig(const MoeConfig &config);
-/// Slots per expert: ceil(capacityFactor * batch * topK / experts).
+/// Slots per expert per group: ceil(capacityFactor * (batch / groups) * topK / experts).
 int64_t moeCapacity(const MoeConfig &config);
 std::vector<TensorSpec> moeParameters(const MoeConfig &config);
 llvm::Expected<OwningOpRef<ModuleOp>> buildMoeModel(MLIRContext &context,

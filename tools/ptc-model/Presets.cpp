@@ -36,6 +36,9 @@ const std::vector<ModelPreset> &mlir::ptc::modelPresets() {
        128256, 500000.0, 1e-5, false},
       {"mistral-7b", "llama", "mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 14336, 32768, 32000,
        10000.0, 1e-5, false},
+      // rope theta, rms eps, tied, experts, top-k
+      {"mixtral-8x7b", "llama", "mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 14336, 32768,
+       32000, 1e6, 1e-5, false, 8, 2},
   };
   return presets;
 }

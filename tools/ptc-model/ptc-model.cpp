@@ -77,11 +77,52 @@ cl::opt<int64_t> classes("classes", cl::desc("Output classes"), cl::init(10), cl
                          cl::sub(moeCmd), cl::cat(modelOptions));
 cl::opt<int64_t> experts("experts", cl::desc("Number of experts"), cl::init(4), cl::sub(moeCmd), cl::cat(modelOptions));
 cl::opt<int64_t> topK("top-k", cl::desc("Experts per token"), cl::init(2), cl::sub(moeCmd), cl::cat(modelOptions));
+cl::opt<int64_t> groups("groups",
+                        cl::desc("Routing groups: each holds batch / groups consecutive tokens "
+                                 "(default 1; a mesh splits the batch only in whole groups)"),
+                        cl::init(1), cl::sub(moeCmd), cl::cat(modelOptions));
 cl::opt<double> capacityFactor("capacity-factor",
                                cl::desc("Expert capacity = ceil(factor * tokens * k / experts)"),
                                cl::init(1.25), cl::sub(moeCmd), cl::cat(modelOptions));
 
+// Mixture-of-experts MLPs in gpt and llama.
+cl::opt<int64_t> moeExperts("moe-experts",
+                            cl::desc("Experts per MoE layer (0: dense MLPs; default 0, or the "
+                                     "preset's)"),
+                            cl::init(-1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> moeTopK("moe-top-k", cl::desc("Experts per token (default 2, or the preset's)"),
+                         cl::init(-1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> moeEvery("moe-every",
+                          cl::desc("Layers i with i % N == 0 get an MoE MLP (default 1: all)"),
+                          cl::init(1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<int64_t> moeFfn("moe-ffn",
+                        cl::desc("Expert hidden size (default: the dense MLP's, or the preset's)"),
+                        cl::init(-1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<double> moeCapacityFactor(
+    "moe-capacity-factor",
+    cl::desc("Slots per expert per sequence = ceil(factor * seq * k / experts), at most seq "
+             "(0: dropless; default 1.25)"),
+    cl::init(1.25), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<double> moeAuxLoss("moe-aux-loss",
+                           cl::desc("Switch load-balancing loss coefficient (default 0.01)"),
+                           cl::init(0.01), cl::sub(gptCmd), cl::sub(llamaCmd),
+                           cl::cat(modelOptions));
+cl::opt<double> moeZLoss("moe-z-loss", cl::desc("Router z-loss coefficient (default 0)"),
+                         cl::init(0.0), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+
 int64_t orDefault(int64_t value, int64_t fallback) { return value < 0 ? fallback : value; }
+
+/// The --moe-* options over `base` (a preset's experts, or none).
+MoeLayersConfig moeOptions(MoeLayersConfig base) {
+  base.experts = orDefault(moeExperts, base.experts);
+  base.topK = orDefault(moeTopK, base.topK);
+  base.every = moeEvery;
+  base.ffn = orDefault(moeFfn, base.ffn);
+  base.capacityFactor = moeCapacityFactor;
+  base.auxLoss = moeAuxLoss;
+  base.zLoss = moeZLoss;
+  return base;
+}
 
 /// The option's value when given on the command line, else `fallback`.
 template <typename T> T given(const cl::opt<T> &option, T fallback) {
@@ -150,6 +191,7 @@ int main(int argc, char **argv) {
     c.vocab = given(vocab, c.vocab);
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;
+    c.moe = moeOptions(c.moe);
     params = gptParameters(c);
     module = buildGptModel(context, c);
   } else if (llamaCmd) {
@@ -179,6 +221,11 @@ int main(int argc, char **argv) {
     c.tieEmbeddings = given(tieEmbeddings, c.tieEmbeddings);
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;
+    c.moe = moeOptions(c.moe);
+    if (chosen && chosen->experts > 0) {
+      c.moe.experts = orDefault(moeExperts, chosen->experts);
+      c.moe.topK = orDefault(moeTopK, chosen->topK);
+    }
     params = llamaParameters(c);
     module = buildLlamaModel(context, c);
   } else if (mlpCmd) {
@@ -198,6 +245,7 @@ int main(int argc, char **argv) {
     c.experts = experts;
     c.topK = topK;
     c.capacityFactor = capacityFactor;
+    c.groups = groups;
     c.classes = classes;
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;

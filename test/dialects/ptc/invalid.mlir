@@ -318,10 +318,10 @@ func.func @reduce_result(%x: tensor<8x64xf32>) -> tensor<8xf32> {
 
 // -----
 
-func.func @top_k_rank(%l: tensor<2x8x4xf32>) -> tensor<2x8xf32> {
-  // expected-error @+1 {{'ptc.top_k_gate' op logits must have shape [tokens, experts], got rank 3}}
-  %w, %e = ptc.top_k_gate %l {k = 1 : i64} : tensor<2x8x4xf32> -> tensor<2x8xf32>, tensor<2x8xi32>
-  return %w : tensor<2x8xf32>
+func.func @top_k_rank(%l: tensor<4xf32>) -> tensor<1xf32> {
+  // expected-error @+1 {{'ptc.top_k_gate' op logits must have shape [tokens, experts] or [groups, tokens, experts], got rank 1}}
+  %w, %e = ptc.top_k_gate %l {k = 1 : i64} : tensor<4xf32> -> tensor<1xf32>, tensor<1xi32>
+  return %w : tensor<1xf32>
 }
 
 // -----
@@ -351,7 +351,7 @@ func.func @top_k_indices(%l: tensor<16x4xf32>) -> tensor<16x2xf32> {
 // -----
 
 func.func @dispatch_input(%x: tensor<16xf32>, %e: tensor<16x2xi32>) -> tensor<4x8x1xf32> {
-  // expected-error @+1 {{'ptc.moe_dispatch' op input must have shape [tokens, dim], got rank 1}}
+  // expected-error @+1 {{'ptc.moe_dispatch' op input must have shape [tokens, dim] or [groups, tokens, dim], got rank 1}}
   %0 = ptc.moe_dispatch %x, %e : tensor<16xf32>, tensor<16x2xi32> -> tensor<4x8x1xf32>
   return %0 : tensor<4x8x1xf32>
 }
@@ -391,7 +391,7 @@ func.func @dispatch_element_type(%x: tensor<16x32xf32>, %e: tensor<16x2xi32>) ->
 // -----
 
 func.func @combine_experts(%o: tensor<4x8xf32>, %w: tensor<16x2xf32>, %e: tensor<16x2xi32>) -> tensor<16x8xf32> {
-  // expected-error @+1 {{'ptc.moe_combine' op expert_output must have shape [experts, capacity, dim], got rank 2}}
+  // expected-error @+1 {{'ptc.moe_combine' op expert_output must have shape [experts, capacity, dim], got 4x8}}
   %0 = ptc.moe_combine %o, %w, %e : tensor<4x8xf32>, tensor<16x2xf32>, tensor<16x2xi32> -> tensor<16x8xf32>
   return %0 : tensor<16x8xf32>
 }
@@ -399,7 +399,7 @@ func.func @combine_experts(%o: tensor<4x8xf32>, %w: tensor<16x2xf32>, %e: tensor
 // -----
 
 func.func @combine_weights(%o: tensor<4x8x32xf32>, %w: tensor<32xf32>, %e: tensor<32xi32>) -> tensor<16x32xf32> {
-  // expected-error @+1 {{'ptc.moe_combine' op weights must have shape [tokens, k], got rank 1}}
+  // expected-error @+1 {{'ptc.moe_combine' op indices must have shape [tokens, k] or [groups, tokens, k], got 32}}
   %0 = ptc.moe_combine %o, %w, %e : tensor<4x8x32xf32>, tensor<32xf32>, tensor<32xi32> -> tensor<16x32xf32>
   return %0 : tensor<16x32xf32>
 }
@@ -478,4 +478,21 @@ func.func @param_int(%w: tensor<4xi32> {ptc.param = "ids"}) {
 // expected-error @+1 {{tensor name 'w' is used by arguments #0 and #2}}
 func.func @duplicate_names(%a: tensor<4xf32> {ptc.param = "w"}, %b: tensor<4xf32> {ptc.param = "v"}, %c: tensor<4xi32> {ptc.input = "w"}) {
   return
+}
+
+// -----
+
+// Routing groups: the result's group dimension must be the indices' groups.
+func.func @dispatch_groups(%x: tensor<4x16x32xf32>, %e: tensor<4x16x2xi32>) -> tensor<8x2x5x32xf32> {
+  // expected-error @+1 {{'ptc.moe_dispatch' op result must have shape [experts, 4, capacity, 32], got 8x2x5x32}}
+  %0 = ptc.moe_dispatch %x, %e : tensor<4x16x32xf32>, tensor<4x16x2xi32> -> tensor<8x2x5x32xf32>
+  return %0 : tensor<8x2x5x32xf32>
+}
+
+// -----
+
+func.func @expert_load_result(%e: tensor<4x16x2xi32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'ptc.expert_load' op result must have shape [4, experts], got 8}}
+  %0 = ptc.expert_load %e : tensor<4x16x2xi32> -> tensor<8xf32>
+  return %0 : tensor<8xf32>
 }
