@@ -21,6 +21,13 @@ struct TensorInfo {
   RankedTensorType type;
 };
 
+/// One mixture-of-experts layer (a `ptc.moe_dispatch`).
+struct MoeLayerInfo {
+  Location loc;
+  int64_t experts, topK, groups, tokensPerGroup, capacity;
+  int64_t expertParams; ///< elements of the `ptc.experts` parameters its experts read
+};
+
 struct ModelStatistics {
   SmallVector<TensorInfo> params;
   SmallVector<TensorInfo> inputs;
@@ -31,6 +38,7 @@ struct ModelStatistics {
   llvm::MapVector<StringRef, int64_t> opCounts;
   /// Forward FLOPs of one step (matmul 2MNK; attention dense 4*B*H*S*S*D).
   double forwardFlops = 0;
+  SmallVector<MoeLayerInfo> moeLayers;
 };
 
 /// Counts parameters (args with `ptc.param`), inputs and FLOPs of `func`.

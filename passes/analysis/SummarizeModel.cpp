@@ -51,6 +51,17 @@ struct SummarizeModelPass : impl::SummarizeModelPassBase<SummarizeModelPass> {
       os << "  forward FLOPs per step: " << llvm::format("%.4g", stats.forwardFlops)
          << " (training step about 3x: " << llvm::format("%.4g", 3 * stats.forwardFlops)
          << ")\n";
+      for (const MoeLayerInfo &m : stats.moeLayers) {
+        os << "  MoE layer at " << m.loc << ": " << m.experts << " experts, top-" << m.topK
+           << ", " << m.groups << " routing group" << (m.groups == 1 ? "" : "s") << " of "
+           << m.tokensPerGroup << " tokens, capacity " << m.capacity
+           << " per expert per group ("
+           << llvm::format("%.2f", static_cast<double>(m.capacity * m.experts) /
+                                       static_cast<double>(m.tokensPerGroup * m.topK))
+           << " x tokens * k / experts" << (m.capacity >= m.tokensPerGroup ? ", dropless" : "")
+           << "), " << m.expertParams << " expert parameters ("
+           << m.expertParams * m.topK / m.experts << " active per token)\n";
+      }
       os.flush();
     });
     markAllAnalysesPreserved();
