@@ -79,7 +79,8 @@ def compile_gpt(a, workdir, plan, options):
         if model == "llama" else []
     subprocess.run([b("ptc-model"), model, "--layers", str(a.layers), "--hidden", str(a.hidden),
                     "--heads", str(a.heads), "--seq", str(a.seq), "--vocab", str(a.vocab),
-                    "--batch", str(a.batch), *extra, "-o", mlir], check=True)
+                    "--batch", str(a.batch), *extra, *getattr(a, "model_args", []), "-o", mlir],
+                   check=True)
     subprocess.run([b("ptc-opt"), mlir, f"--ptc-compile=plan={plan} {options}", "-o",
                     os.devnull], check=True)
 

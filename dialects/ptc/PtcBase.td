@@ -71,6 +71,9 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGradNormAttrName = "ptc.grad_norm";
     static constexpr ::llvm::StringLiteral kLossScaleAttrName = "ptc.loss_scale";
     static constexpr ::llvm::StringLiteral kLrAttrName = "ptc.lr";
+    /// A value the step reports (per-step metrics: an MoE layer's load),
+    /// named by the attribute; a float tensor, the mean over the batch.
+    static constexpr ::llvm::StringLiteral kMetricAttrName = "ptc.metric";
     /// Module attribute: the device mesh, `{axes = ["dp", "tp"], shape = array<i64: 2, 2>}`.
     static constexpr ::llvm::StringLiteral kMeshAttrName = "ptc.mesh";
     /// Argument attribute: a user sharding annotation, e.g. "[dp, _]" (one

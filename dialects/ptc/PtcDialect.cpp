@@ -381,6 +381,14 @@ LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned re
                              << " must be a unit attribute on a scalar float tensor";
     return success();
   }
+  if (attrName == kMetricAttrName) {
+    auto t = dyn_cast<RankedTensorType>(resultType);
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty() || !t || !isa<FloatType>(t.getElementType()))
+      return op->emitError() << "'ptc.metric' on result #" << resultIndex
+                             << " must name a float tensor result";
+    return success();
+  }
   if (attrName != kGradAttrName && attrName != kUpdateAttrName)
     return op->emitError() << "unknown ptc result attribute '" << attrName << "' on result #"
                            << resultIndex;

@@ -31,10 +31,15 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
     return func.emitOpError() << "ptc-autodiff expects a function with a single block";
   Block &block = func.getBody().front();
   auto ret = cast<func::ReturnOp>(block.getTerminator());
-  if (ret.getNumOperands() != 1 || !isFloatTensor(ret.getOperand(0)) ||
+  // The loss, then any number of metrics (ptc.metric results: reported,
+  // not differentiated).
+  unsigned metrics = 0;
+  for (unsigned i = 1; i < ret.getNumOperands(); ++i)
+    metrics += static_cast<bool>(func.getResultAttr(i, PtcDialect::kMetricAttrName));
+  if (ret.getNumOperands() != 1 + metrics || !isFloatTensor(ret.getOperand(0)) ||
       cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() != 0)
     return func.emitOpError() << "ptc-autodiff expects the function to return one scalar float "
-                                 "loss, got "
+                                 "loss (then only 'ptc.metric' results), got "
                               << ret.getNumOperands() << " results";
   Value loss = ret.getOperand(0);
 
@@ -121,6 +126,10 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
   SmallVector<Value> results{loss};
   SmallVector<DictionaryAttr> resultAttrs{
       b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kLossAttrName, b.getUnitAttr()))};
+  for (unsigned i = 1; i <= metrics; ++i) {
+    results.push_back(ret.getOperand(i));
+    resultAttrs.push_back(func.getResultAttrDict(i));
+  }
   for (BlockArgument p : params) {
     Value g = grads.lookup(p);
     if (!g) // the loss does not use this parameter

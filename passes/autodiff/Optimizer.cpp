@@ -65,7 +65,12 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     for (BlockArgument arg : block.getArguments())
       if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName))
         paramsByName[name.getValue()].push_back(arg);
+    SmallVector<unsigned> metrics; // reported as they are
     for (unsigned r = 1; r < func.getNumResults(); ++r) {
+      if (func.getResultAttr(r, PtcDialect::kMetricAttrName)) {
+        metrics.push_back(r);
+        continue;
+      }
       auto name = func.getResultAttrOfType<StringAttr>(r, PtcDialect::kGradAttrName);
       if (!name) {
         func.emitError() << "result #" << r << " is not a 'ptc.grad' result; run ptc-optimizer "
@@ -202,6 +207,10 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
 
     SmallVector<Value> results{ret.getOperand(0)};
     SmallVector<DictionaryAttr> resultAttrs{func.getResultAttrDict(0)};
+    for (unsigned r : metrics) {
+      results.push_back(ret.getOperand(r));
+      resultAttrs.push_back(func.getResultAttrDict(r));
+    }
     if (gradNorm) {
       results.push_back(gradNorm);
       resultAttrs.push_back(

@@ -539,6 +539,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         name = "loss_scale";
       else if (func.getResultAttr(i, PtcDialect::kLrAttrName))
         name = "lr";
+      else if (auto m = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kMetricAttrName))
+        name = "metric:" + m.str();
       else if (auto p = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName))
         name = "grad:" + p.str();
       else if (func.getResultAttr(i, PtcDialect::kUpdateAttrName))

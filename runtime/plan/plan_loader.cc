@@ -858,6 +858,16 @@ Status LoadedPlan::verify() {
                            "): its opcodes mean other things now; recompile it with ptc-opt");
   if (!plan_->tensors() || !plan_->instructions())
     return invalidArgument("plan has no tensor or instruction table");
+  // Version 6 changed how MoE dispatch and combine fill expert capacity
+  // (choice-major, per routing group): an older plan using them would route
+  // differently than it was compiled to.
+  if (plan_->format_version() < 6)
+    for (const plan::Instruction *inst : *plan_->instructions())
+      if (inst && (inst->op() == plan::OpCode::MoeDispatch || inst->op() == plan::OpCode::MoeCombine))
+        return invalidArgument("plan format version ", plan_->format_version(),
+                               " routes mixture-of-experts tokens in the old slot order "
+                               "(version 6 fills capacity choice-major per routing group); "
+                               "recompile it with ptc-opt");
   // FlatBuffers' verifier checks a vector's length word, not the alignment of
   // 8-byte elements; a builder always aligns them, a corrupt file may not.
   auto aligned = [](const auto *v) {

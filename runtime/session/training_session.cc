@@ -148,6 +148,10 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   gradNormId_ = plan.findOutput("grad_norm");
   lossScaleId_ = plan.findOutput("loss_scale");
   lrId_ = plan.findOutput("lr");
+  if (plan.plan().outputs())
+    for (const plan::Output *o : *plan.plan().outputs())
+      if (o->name() && o->name()->string_view().substr(0, 7) == "metric:")
+        metricIds_.push_back({o->name()->str().substr(7), o->tensor()});
 
   const bool arrays = options.dataPath.size() >= 12 &&
                       options.dataPath.compare(options.dataPath.size() - 12, 12, ".safetensors") == 0;
@@ -394,6 +398,12 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
     r.lossScale = readScalar(lossScaleId_);
   if (lrId_ >= 0)
     r.lr = readScalar(lrId_);
+  for (const auto &[name, id] : metricIds_) {
+    auto whole = executor_->gatherWhole(id); // every rank takes part
+    if (!whole.isOk())
+      return whole.status();
+    r.metrics.push_back({name, std::move(*whole)});
+  }
   if (!std::isfinite(r.loss))
     return invalidArgument("loss is ", r.loss,
                            "; stopping (lower the learning rate or enable max-grad-norm)");

@@ -69,6 +69,9 @@ struct StepResult {
   double seconds = 0.0;           // this step
   double elapsedSeconds = 0.0;    // since the run started
   int64_t tokens = 0;             // tokens of the global batch
+  /// The plan's metrics ("metric:<name>" outputs, e.g. an MoE layer's
+  /// tokens_per_expert), whole; filled on rank 0 (empty elsewhere).
+  std::vector<std::pair<std::string, std::vector<float>>> metrics;
 };
 
 class TrainingSession;
@@ -146,6 +149,7 @@ private:
   std::string deviceText_;
   int pipelineRank_ = 0;
   int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, tokensId_ = -1, targetsId_ = -1;
+  std::vector<std::pair<std::string, int32_t>> metricIds_;
   int64_t batch_ = 0, seq_ = 0, vocab_ = 65536;
   std::vector<int32_t> wholeTokens_, wholeTargets_;
   std::vector<double> *profile_ = nullptr;

@@ -75,7 +75,8 @@ def main():
     run(os.path.join(args.bin, "ptc-run"), w("gpt.plan"), "--data", w("data.bin"),
         "--steps", str(args.steps), "--init", w("init.safetensors"), "--metrics", w("run.jsonl"),
         "--save", w("final.safetensors"), "--threads", "2", "--log-every", "0")
-    ptc_losses = [json.loads(line)["loss"] for line in open(w("run.jsonl"))]
+    ptc_metrics = [json.loads(line) for line in open(w("run.jsonl"))]
+    ptc_losses = [m["loss"] for m in ptc_metrics]
 
     opt = ref.make_optimizer(model, args.optimizer, adafactor_beta1=args.adafactor_beta1, **hp)
     torch_losses = ref.train(model, opt, data, args.steps, B, S, max_grad_norm=max_norm)
@@ -85,6 +86,14 @@ def main():
         if dropped == 0:
             print("FAIL: no assignment was dropped; the test needs drops")
             return 1
+        # The routing itself: every layer drops the same assignments each step.
+        for step, (m, want) in enumerate(zip(ptc_metrics, model.dropped_history)):
+            for layer, frac in want.items():
+                got = m.get(f"{layer}.dropped_fraction")
+                if got is None or abs(got - frac) > 1e-6:
+                    print(f"FAIL: step {step} {layer}: ptc drops {got}, torch {frac}")
+                    return 1
+        print(f"dropped fractions per layer and step: equal ({args.steps} steps)")
 
     worst_loss = 0.0
     for step, (a, b) in enumerate(zip(ptc_losses, torch_losses)):

@@ -50,6 +50,7 @@ class MoeMlp(nn.Module):
         B, S, H = x.shape
         E, K = self.E, self.K
         C = capacity(S, E, K, self.cf)
+        dropped_before = self.dropped
         logits = self.router(x).float()
         probs = logits.softmax(-1)
         topw, topi = probs.topk(K, dim=-1)
@@ -75,6 +76,7 @@ class MoeMlp(nn.Module):
                 h = x[g, ts] @ self.experts.c_fc.weight[e].t() + self.experts.c_fc.bias[e]
                 y = F.gelu(h) @ self.experts.c_proj.weight[e].t() + self.experts.c_proj.bias[e]
                 out[g] = out[g].index_add(0, ts, topw[g, ts, js].unsqueeze(-1).to(y.dtype) * y)
+        self.last_dropped = (self.dropped - dropped_before) / (B * S * K)
         aux = torch.zeros(())
         if aux_coef > 0:
             f = F.one_hot(topi, E).float().sum(dim=2).mean(dim=1) / K  # [B, E]
@@ -109,6 +111,7 @@ class MoeGPT(ref.GPT):
                 nn.init.normal_(block.mlp.router.weight, 0.0, 0.02)
                 self.transformer.h[i] = block
         self.aux_loss, self.z_loss = aux_loss, z_loss
+        self.dropped_history = []  # per forward: {layer prefix: fraction of assignments dropped}
 
     def forward(self, tokens, targets):
         S = tokens.shape[1]
@@ -123,6 +126,9 @@ class MoeGPT(ref.GPT):
                 x = x + block.mlp(block.ln_2(x))
         logits = self.lm_head(self.transformer.ln_f(x))
         ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        self.dropped_history.append({f"transformer.h.{i}.mlp": b.mlp.last_dropped
+                                     for i, b in enumerate(self.transformer.h)
+                                     if isinstance(b.mlp, MoeMlp)})
         return ce + aux
 
     def dropped_fraction(self):

@@ -49,7 +49,11 @@ public:
   /// `loss + auxLoss` (auxLoss, f32, converted to the loss's type), or `loss`.
   Value addAuxLoss(Value loss, Value auxLoss);
 
-  /// Returns `loss`, verifies the module and hands it over.
+  /// Reports `value` (a float tensor) as the per-step metric `name`
+  /// (a `ptc.metric` result after the loss).
+  void addMetric(StringRef name, Value value) { metrics.push_back({name.str(), value}); }
+
+  /// Returns `loss` (and the metrics), verifies the module and hands it over.
   llvm::Expected<OwningOpRef<ModuleOp>> finish(Value loss);
 
 private:
@@ -58,6 +62,7 @@ private:
   OwningOpRef<ModuleOp> module;
   func::FuncOp func;
   llvm::StringMap<Value> args;
+  SmallVector<std::pair<std::string, Value>> metrics;
 };
 
 } // namespace mlir::ptc

@@ -105,8 +105,14 @@ Value ModelBuilder::reshape(Value x, ArrayRef<int64_t> shape, Location l) {
 }
 
 llvm::Expected<OwningOpRef<ModuleOp>> ModelBuilder::finish(Value loss) {
-  func::ReturnOp::create(b, loc("loss"), loss);
-  func.setType(b.getFunctionType(func.getArgumentTypes(), {loss.getType()}));
+  SmallVector<Value> results{loss};
+  for (auto &[name, v] : metrics)
+    results.push_back(v);
+  func::ReturnOp::create(b, loc("loss"), results);
+  func.setType(b.getFunctionType(func.getArgumentTypes(), ValueRange(results).getTypes()));
+  for (auto [i, m] : llvm::enumerate(metrics))
+    func.setResultAttr(static_cast<unsigned>(i + 1), PtcDialect::kMetricAttrName,
+                       b.getStringAttr(m.first));
   if (failed(verify(*module)))
     return llvm::createStringError("the generated model does not verify (see the diagnostics above)");
   return std::move(module);

@@ -133,6 +133,7 @@ Value ModelBuilder::addAuxLoss(Value loss, Value auxLoss) {
     return loss;
   if (auxLoss.getType() != loss.getType())
     auxLoss = ConvertOp::create(b, loc("loss"), loss.getType(), auxLoss);
+  addMetric("moe.aux_loss", auxLoss);
   auto total = AddOp::create(b, loc("loss"), loss, auxLoss);
   total->setAttr(PtcDialect::kKeepF32AttrName, b.getUnitAttr()); // the loss stays f32
   return total;
@@ -189,12 +190,26 @@ Value ModelBuilder::moeLayer(Value x, const MoeLayersConfig &moe, StringRef rout
   auto accumulate = [&](Value term) {
     auxLoss = auxLoss ? f32Op(AddOp::create(b, l, auxLoss, term)) : term;
   };
+  // f[g, e]: the fraction of group g's S * K assignments routed to expert e.
+  Value f = ExpertLoadOp::create(b, l, RankedTensorType::get({B, E}, f32), gate.getIndices());
+  // Metrics: assignments per expert per group (mean over groups) and the
+  // fraction of assignments over capacity, sum_e max(0, S K f - C) / (S K).
+  StringRef layer = router.rsplit('.').first;
+  Value count = f32Op(ScaleOp::create(b, l, f, b.getF64FloatAttr(static_cast<double>(S * K))));
+  addMetric((layer + ".tokens_per_expert").str(), reduce(ReduceMeanOp(), count, {0}, false));
+  auto scalar = RankedTensorType::get({}, f32);
+  Value cap = arith::ConstantOp::create(
+      b, l, DenseElementsAttr::get(scalar, b.getFloatAttr(f32, static_cast<double>(C))));
+  Value over = f32Op(ReluOp::create(b, l, f32Op(SubOp::create(b, l, count, cap))));
+  Value dropped = reduce(ReduceSumOp(), over, {0, 1}, false);
+  addMetric((layer + ".dropped_fraction").str(),
+            f32Op(ScaleOp::create(b, l, dropped,
+                                  b.getF64FloatAttr(1.0 / static_cast<double>(B * S * K)))));
   if (moe.auxLoss > 0.0) {
     // Switch load balancing per group, averaged over groups:
     // aux * E * mean_g sum_e f[g, e] * P[g, e].
     Value probs = f32Op(SoftmaxOp::create(b, l, logits, b.getI64IntegerAttr(-1)));
     Value p = reduce(ReduceMeanOp(), probs, {1}, false); // [B, E]
-    Value f = ExpertLoadOp::create(b, l, RankedTensorType::get({B, E}, f32), gate.getIndices());
     Value perGroup = reduce(ReduceSumOp(), f32Op(MulOp::create(b, l, f, p)), {1}, false); // [B]
     Value mean = reduce(ReduceMeanOp(), perGroup, {0}, false);
     accumulate(f32Op(

@@ -359,6 +359,24 @@ public:
       n = std::snprintf(line, sizeof line, ",\"eval_loss\":%.9g", *e);
       out_.write(line, n);
     }
+    // The plan's metrics: a scalar as it is, a vector (an MoE layer's tokens
+    // per expert) as its min, max and mean.
+    for (const auto &[name, v] : r.metrics) {
+      if (v.empty())
+        continue;
+      if (v.size() == 1) {
+        n = std::snprintf(line, sizeof line, ",\"%s\":%.9g", name.c_str(), v[0]);
+      } else {
+        double sum = 0.0;
+        for (float x : v)
+          sum += x;
+        n = std::snprintf(line, sizeof line, ",\"%s\":{\"min\":%.9g,\"max\":%.9g,\"mean\":%.9g}",
+                          name.c_str(), *std::min_element(v.begin(), v.end()),
+                          *std::max_element(v.begin(), v.end()),
+                          sum / static_cast<double>(v.size()));
+      }
+      out_.write(line, std::min<int>(n, static_cast<int>(sizeof line) - 1));
+    }
     out_ << "}\n";
     out_.flush(); // a killed job keeps its metrics up to the last step
     return Status::ok();
