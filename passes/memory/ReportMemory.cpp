@@ -113,6 +113,9 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
   LogicalResult reportLayerActivations(func::FuncOp func, const MeshInfo *mesh,
                                        int64_t activationBytes) {
     Block &block = func.getBody().front();
+    // The formula is the dense MLP's; MoE layers keep their dispatch buffers instead.
+    if (!func.getOps<MoeDispatchOp>().empty())
+      return success();
     std::set<std::string> layers;
     int64_t h = 0, b = 0, s = 0;
     int t = 1;
@@ -440,10 +443,32 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     line("arena", arena, "all temporaries, reused by lifetime");
     line("predicted peak", peak, "parameters + state + inputs + constants + arena + communication");
 
-    // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp).
-    bool hasTp = succeeded(mesh) && mesh->axisIndex(MeshAxisRole::Tensor) >= 0 &&
-                 mesh->sizes[mesh->axisIndex(MeshAxisRole::Tensor)] > 1;
-    if (adamw && !hasTp) {
+    // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp,
+    // no experts split over ep).
+    auto hasAxis = [&](MeshAxisRole role) {
+      return succeeded(mesh) && mesh->axisIndex(role) >= 0 && mesh->sizes[mesh->axisIndex(role)] > 1;
+    };
+    bool hasTp = hasAxis(MeshAxisRole::Tensor);
+    // Mixture of experts: the expert parameters on this device and the
+    // dispatch buffers (one per MoE layer and direction: dispatch, combine,
+    // and their gradients, each moved by an all_to_all under ep).
+    int64_t expertBytes = 0, expertLocal = 0, experts = 0, moeLayers = 0, bufferBytes = 0;
+    for (BlockArgument arg : block.getArguments())
+      if (auto e = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), PtcDialect::kExpertsAttrName)) {
+        expertBytes += getTensorBytes(cast<RankedTensorType>(arg.getType()));
+        experts = e.getInt();
+        expertLocal = cast<RankedTensorType>(arg.getType()).getDimSize(0);
+      }
+    for (MoeDispatchOp d : func.getOps<MoeDispatchOp>()) {
+      ++moeLayers;
+      bufferBytes = std::max(bufferBytes, getTensorBytes(d.getType()));
+    }
+    if (moeLayers > 0)
+      os << "  experts: " << expertBytes << " B of expert parameters on this device (" << expertLocal
+         << " of " << experts << " experts per layer" << (hasAxis(MeshAxisRole::Expert) ? ", split over ep" : "")
+         << "), dispatch buffers " << bufferBytes << " B per MoE layer and direction ("
+         << moeLayers << " layers x 4: dispatch, combine and their gradients)\n";
+    if (adamw && !hasTp && !(moeLayers > 0 && hasAxis(MeshAxisRole::Expert))) {
       int64_t psi = 0;
       for (BlockArgument arg : block.getArguments())
         if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName)) {
