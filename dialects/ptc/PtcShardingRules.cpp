@@ -359,6 +359,9 @@ LogicalResult reshapeRule(ReshapeOp rs, ShardingRuleContext &ctx) {
       prefix *= gi.getDimSize(i);
     int64_t p = 1;
     for (int64_t e = 0; e < go.getRank(); ++e) {
+      // Unit dimensions inserted before it do not hold it ([E, F] -> [E, 1, F]).
+      if (p == prefix && go.getDimSize(e) == 1 && gi.getDimSize(d) != 1)
+        continue;
       if (p == prefix) {
         int64_t in = gi.getDimSize(d), outSize = go.getDimSize(e);
         bool merge = outSize % in == 0, split = in % outSize == 0;

@@ -214,17 +214,25 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     });
   func.walk([&](MatmulOp mm) {
     BlockArgument w = param(mm.getRhs());
-    if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs() || mm.getRhs().getType().getRank() != 2)
+    if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs())
       return;
+    // A linear layer [out, in], or one stacked over experts [E, out, in]
+    // (ptc.experts: expert tensor parallelism splits each expert alike; the
+    // expert rule then puts dimension 0 on ep).
+    int64_t rank = mm.getRhs().getType().getRank();
+    bool stacked = rank == 3 && func.getArgAttr(w.getArgNumber(), PtcDialect::kExpertsAttrName);
+    if (rank != 2 && !stacked)
+      return;
+    std::string lead = stacked ? "_, " : "";
     if (usedByEmbedding(w))
       return; // tied LM head: follows the embedding rule
-    int64_t outFeatures = mm.getRhs().getType().getDimSize(0);
-    int64_t inFeatures = mm.getRhs().getType().getDimSize(1);
+    int64_t outFeatures = mm.getRhs().getType().getDimSize(rank - 2);
+    int64_t inFeatures = mm.getRhs().getType().getDimSize(rank - 1);
     Operation *src = stripViews(mm.getLhs()).getDefiningOp();
     if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src) ||
                 isGatedProduct(src))) {
       if (inFeatures % tpSize == 0)
-        specs.try_emplace(w, "[_, " + mesh.axes[tp] + "]");
+        specs.try_emplace(w, "[" + lead + "_, " + mesh.axes[tp] + "]");
       else
         cannotSplit(mm, w, "by rows (row-parallel)", inFeatures, 1);
       return;
@@ -233,7 +241,8 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     BlockArgument bias;
     if (out.hasOneUse())
       if (auto add = dyn_cast<AddOp>(*out.getUsers().begin()))
-        if (BlockArgument b = param(add.getRhs()); b && add.getRhs().getType().getRank() == 1) {
+        if (BlockArgument b = param(stacked ? stripViews(add.getRhs()) : add.getRhs());
+            b && cast<RankedTensorType>(b.getType()).getRank() == rank - 1) {
           bias = b;
           out = add.getResult();
         }
@@ -307,9 +316,9 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
           }
     std::string tpName = meshAxisName(MeshAxisRole::Tensor).str();
     std::string axis = blocks > 1 ? tpName + "/" + std::to_string(blocks) : tpName;
-    specs.try_emplace(w, "[" + axis + ", _]");
+    specs.try_emplace(w, "[" + lead + axis + ", _]");
     if (bias)
-      specs.try_emplace(bias, "[" + axis + "]");
+      specs.try_emplace(bias, "[" + lead + axis + "]");
   });
   // Optimizer state is sharded like its parameter.
   forEachOptimizerState(func, [&](BlockArgument p, BlockArgument state, StateSpecFn spec) {
@@ -347,10 +356,21 @@ LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
                               << ") does not divide the " << experts.getInt()
                               << " experts of parameter '" << paramName(arg)
                               << "': use an ep size that divides the expert count";
+    // Dimension 0 over ep, the others as the tensor-parallel rule split them.
     auto type = cast<RankedTensorType>(arg.getType());
+    FailureOr<ShardingSpec> base = ShardingSpec{SmallVector<int>(type.getRank(), -1),
+                                                SmallVector<int>(type.getRank(), 1)};
+    if (auto it = specs.find(arg); it != specs.end())
+      base = parseShardingSpec(it->second, mesh, type.getRank(), [&] { return func.emitError(); });
+    if (failed(base))
+      return failure();
     std::string spec = "[" + mesh.axes[ep];
     for (int64_t d = 1; d < type.getRank(); ++d)
-      spec += ", _";
+      spec += ", " + (base->axes[d] < 0 ? std::string("_")
+                                        : mesh.axes[base->axes[d]] +
+                                              (base->blocks[d] > 1
+                                                   ? "/" + std::to_string(base->blocks[d])
+                                                   : ""));
     specs[arg] = spec + "]";
   }
   if (!any) {
