@@ -1,7 +1,7 @@
 // RUN: ptc-opt %s -split-input-file --ptc-autodiff -verify-diagnostics
 
 // The function must return exactly one scalar loss.
-// expected-error @+1 {{'func.func' op ptc-autodiff expects the function to return one scalar float loss, got 2 results}}
+// expected-error @+1 {{'func.func' op ptc-autodiff expects the function to return one scalar float loss (then only 'ptc.metric' results), got 2 results}}
 func.func @two_results(%w: tensor<4xf32> {ptc.param = "w"}) -> (tensor<4xf32>, tensor<4xf32>) {
   return %w, %w : tensor<4xf32>, tensor<4xf32>
 }
@@ -14,4 +14,13 @@ func.func @no_rule(%w: tensor<4xf32> {ptc.param = "w"}) -> tensor<f32> {
   %0 = arith.addf %w, %w : tensor<4xf32>
   %1 = ptc.reduce_sum %0 axes = [0] : tensor<4xf32> -> tensor<f32>
   return %1 : tensor<f32>
+}
+
+// -----
+
+// A metric must be a float tensor.
+// expected-error @+1 {{'ptc.metric' on result #1 must name a float tensor result}}
+func.func @metric_type(%w: tensor<4xf32> {ptc.param = "w"}, %i: tensor<4xi32> {ptc.input = "i"}) -> (tensor<f32>, tensor<4xi32> {ptc.metric = "ids"}) {
+  %0 = ptc.reduce_sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
+  return %0, %i : tensor<f32>, tensor<4xi32>
 }

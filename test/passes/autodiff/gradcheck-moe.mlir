@@ -9,6 +9,8 @@
 // RUN: ptc-gradcheck %t/top_k_gate_raw.plan --eps 3e-3 | FileCheck %s
 // RUN: ptc-opt %t/moe_layer.mlir --ptc-compile="plan=%t/moe_layer.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/moe_layer.plan | FileCheck %s
+// RUN: ptc-opt %t/moe_groups.mlir --ptc-compile="plan=%t/moe_groups.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/moe_groups.plan | FileCheck %s
 // CHECK: gradcheck: passed
 
 //--- top_k_gate_normalized.mlir
@@ -36,5 +38,27 @@ func.func @moe_layer(%l: tensor<8x4xf32> {ptc.param = "l"}, %x: tensor<8x3xf32> 
   %y = ptc.moe_combine %o, %w, %e : tensor<4x3x3xf32>, tensor<8x2xf32>, tensor<8x2xi32> -> tensor<8x3xf32>
   %weighted = ptc.mul %y, %r : tensor<8x3xf32>, tensor<8x3xf32> -> tensor<8x3xf32>
   %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<8x3xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- moe_groups.mlir
+// Two routing groups of 4 tokens, capacity 2 per expert per group (drops), and the
+// load-balancing term sum(expert_load * mean probability) (expert_load has no gradient).
+func.func @moe_groups(%l: tensor<2x4x4xf32> {ptc.param = "l"}, %x: tensor<2x4x3xf32> {ptc.param = "x"}, %w1: tensor<4x4x3xf32> {ptc.param = "w1"}, %r: tensor<2x4x3xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %w, %e = ptc.top_k_gate %l {k = 2 : i64} : tensor<2x4x4xf32> -> tensor<2x4x2xf32>, tensor<2x4x2xi32>
+  %buf = ptc.moe_dispatch %x, %e : tensor<2x4x3xf32>, tensor<2x4x2xi32> -> tensor<4x2x2x3xf32>
+  %flat = ptc.reshape %buf : tensor<4x2x2x3xf32> -> tensor<4x4x3xf32>
+  %h = ptc.matmul %flat, %w1 {transpose_rhs = true} : tensor<4x4x3xf32>, tensor<4x4x3xf32> -> tensor<4x4x4xf32>
+  %o = ptc.slice %h offsets = [0, 0, 1] : tensor<4x4x4xf32> -> tensor<4x4x3xf32>
+  %o4 = ptc.reshape %o : tensor<4x4x3xf32> -> tensor<4x2x2x3xf32>
+  %y = ptc.moe_combine %o4, %w, %e : tensor<4x2x2x3xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32> -> tensor<2x4x3xf32>
+  %weighted = ptc.mul %y, %r : tensor<2x4x3xf32>, tensor<2x4x3xf32> -> tensor<2x4x3xf32>
+  %main = ptc.reduce_sum %weighted axes = [0, 1, 2] : tensor<2x4x3xf32> -> tensor<f32>
+  %p = ptc.softmax %l : tensor<2x4x4xf32>
+  %pm = ptc.reduce_mean %p axes = [1] : tensor<2x4x4xf32> -> tensor<2x4xf32>
+  %f = ptc.expert_load %e : tensor<2x4x2xi32> -> tensor<2x4xf32>
+  %fp = ptc.mul %f, %pm : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %aux = ptc.reduce_sum %fp axes = [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  %loss = ptc.add %main, %aux : tensor<f32>, tensor<f32> -> tensor<f32>
   return %loss : tensor<f32>
 }
