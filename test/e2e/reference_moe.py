@@ -11,7 +11,8 @@ written from the routing rules, not from ptc's kernels:
   probability) and the router z-loss z * mean(logsumexp(logits)^2), added to the loss.
 
 Every layer i with i % every == 0 has an MoE MLP with GELU experts (c_fc, c_proj with
-biases, stacked along dimension 0); the others are reference_gpt's dense blocks.
+biases, stacked along dimension 0), plus, with shared > 0, DeepSeek's shared experts (a dense
+MLP of shared x ffn added for every token); the others are reference_gpt's dense blocks.
 """
 import math
 
@@ -28,9 +29,22 @@ def capacity(seq, experts, top_k, capacity_factor):
     return max(1, min(seq, math.ceil(capacity_factor * seq * top_k / experts)))
 
 
-class MoeMlp(nn.Module):
-    def __init__(self, hidden, experts, ffn, top_k, capacity_factor, layers):
+class SharedExperts(nn.Module):
+    """DeepSeek's shared experts: one dense GELU MLP of shared x ffn on every token."""
+
+    def __init__(self, hidden, hidden_ffn):
         super().__init__()
+        self.c_fc = nn.Linear(hidden, hidden_ffn)
+        self.c_proj = nn.Linear(hidden_ffn, hidden)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class MoeMlp(nn.Module):
+    def __init__(self, hidden, experts, ffn, top_k, capacity_factor, layers, shared=0):
+        super().__init__()
+        self.shared_experts = SharedExperts(hidden, shared * ffn) if shared else None
         self.router = nn.Linear(hidden, experts, bias=False)
         self.experts = nn.Module()
         E, H, Fh = experts, hidden, ffn
@@ -85,6 +99,8 @@ class MoeMlp(nn.Module):
         if z_coef > 0:
             aux = aux + z_coef * (torch.logsumexp(logits, dim=-1) ** 2).mean()
         self.aux = aux
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
         return out
 
 
@@ -99,14 +115,15 @@ class MoeBlock(nn.Module):
 
 class MoeGPT(ref.GPT):
     def __init__(self, layers, hidden, heads, seq, vocab, experts, top_k, capacity_factor,
-                 every=1, ffn=None, aux_loss=0.01, z_loss=0.0):
+                 every=1, ffn=None, aux_loss=0.01, z_loss=0.0, shared=0):
         super().__init__(layers, hidden, heads, seq, vocab)
         ffn = ffn or 4 * hidden
         for i in range(layers):
             if i % every == 0:
                 dense = self.transformer.h[i]
                 block = MoeBlock(hidden, heads,
-                                 MoeMlp(hidden, experts, ffn, top_k, capacity_factor, layers))
+                                 MoeMlp(hidden, experts, ffn, top_k, capacity_factor, layers,
+                                        shared))
                 block.ln_1, block.attn, block.ln_2 = dense.ln_1, dense.attn, dense.ln_2
                 nn.init.normal_(block.mlp.router.weight, 0.0, 0.02)
                 self.transformer.h[i] = block

@@ -70,6 +70,13 @@ std::vector<TensorSpec> mlir::ptc::gptParameters(const GptConfig &c) {
       p.push_back({l + "mlp.experts.c_fc.bias", {e, f}, "zeros", e});
       p.push_back({l + "mlp.experts.c_proj.weight", {e, h, f}, residual, e});
       p.push_back({l + "mlp.experts.c_proj.bias", {e, h}, "zeros", e});
+      if (c.moe.sharedExperts > 0) { // DeepSeek's shared experts: one dense MLP of N x ffn
+        const int64_t fs = c.moe.sharedExperts * f;
+        p.push_back({l + "mlp.shared_experts.c_fc.weight", {fs, h}, normal});
+        p.push_back({l + "mlp.shared_experts.c_fc.bias", {fs}, "zeros"});
+        p.push_back({l + "mlp.shared_experts.c_proj.weight", {h, fs}, residual});
+        p.push_back({l + "mlp.shared_experts.c_proj.bias", {h}, "zeros"});
+      }
       continue;
     }
     p.push_back({l + "mlp.c_fc.weight", {4 * h, h}, normal});
@@ -114,16 +121,20 @@ Value mlp(ModelBuilder &m, Value x, const std::string &prefix) {
   return m.linear(h, prefix + ".c_proj");
 }
 
-/// The MoE MLP: GELU experts shaped like the dense MLP.
+/// The MoE MLP: GELU experts shaped like the dense MLP (plus the shared
+/// experts' dense MLP on every token).
 Value moeMlp(ModelBuilder &m, const GptConfig &c, Value x, const std::string &prefix,
              Value &auxLoss) {
-  return m.moeLayer(x, c.moe, prefix + ".router",
+  Value routed = m.moeLayer(x, c.moe, prefix + ".router",
                     [&](Value h) {
                       h = m.expertLinear(h, prefix + ".experts.c_fc", true);
                       h = GeluOp::create(m.builder(), m.loc(prefix), h);
                       return m.expertLinear(h, prefix + ".experts.c_proj", true);
                     },
                     auxLoss);
+  if (c.moe.sharedExperts == 0)
+    return routed;
+  return AddOp::create(m.builder(), m.loc(prefix), routed, mlp(m, x, prefix + ".shared_experts"));
 }
 } // namespace
 

@@ -76,6 +76,12 @@ std::vector<TensorSpec> mlir::ptc::llamaParameters(const LlamaConfig &c) {
       p.push_back({moe + "experts.w1.weight", {e, fe, h}, normal, e});
       p.push_back({moe + "experts.w2.weight", {e, h, fe}, normal, e});
       p.push_back({moe + "experts.w3.weight", {e, fe, h}, normal, e});
+      if (c.moe.sharedExperts > 0) { // DeepSeek's shared experts: one SwiGLU MLP of N x ffn
+        const int64_t fs = c.moe.sharedExperts * fe;
+        p.push_back({moe + "shared_experts.gate_proj.weight", {fs, h}, normal});
+        p.push_back({moe + "shared_experts.up_proj.weight", {fs, h}, normal});
+        p.push_back({moe + "shared_experts.down_proj.weight", {h, fs}, normal});
+      }
       continue;
     }
     p.push_back({l + "mlp.gate_proj.weight", {f, h}, normal});
@@ -125,7 +131,7 @@ Value mlp(ModelBuilder &m, Value x, const std::string &prefix) {
 /// Mixtral's sparse MoE block: SwiGLU experts w2(silu(w1 x) * w3 x).
 Value moeBlock(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string &prefix,
                Value &auxLoss) {
-  return m.moeLayer(x, c.moe, prefix + ".gate",
+  Value routed = m.moeLayer(x, c.moe, prefix + ".gate",
                     [&](Value h) {
                       OpBuilder &b = m.builder();
                       Location l = m.loc(prefix);
@@ -135,6 +141,9 @@ Value moeBlock(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string
                                             false);
                     },
                     auxLoss);
+  if (c.moe.sharedExperts == 0)
+    return routed;
+  return AddOp::create(m.builder(), m.loc(prefix), routed, mlp(m, x, prefix + ".shared_experts"));
 }
 } // namespace
 

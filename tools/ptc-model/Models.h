@@ -42,6 +42,7 @@ struct MoeLayersConfig {
   double capacityFactor = 1.25; ///< 0: dropless
   double auxLoss = 0.01;        ///< Switch load-balancing loss coefficient
   double zLoss = 0.0;           ///< router z-loss coefficient
+  int64_t sharedExperts = 0;    ///< experts every token passes through (one dense MLP N x ffn)
   bool enabled() const { return experts > 0; }
   bool isMoeLayer(int64_t layer) const { return enabled() && layer % every == 0; }
 };

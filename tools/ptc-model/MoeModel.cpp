@@ -106,6 +106,9 @@ llvm::Error mlir::ptc::validateMoeLayers(const MoeLayersConfig &c, const char *m
     return llvm::createStringError("%s: --moe-top-k %lld exceeds --moe-experts %lld", model,
                                    static_cast<long long>(c.topK),
                                    static_cast<long long>(c.experts));
+  if (c.sharedExperts < 0)
+    return llvm::createStringError("%s: --moe-shared-experts must be >= 0, got %lld", model,
+                                   static_cast<long long>(c.sharedExperts));
   if (c.ffn < 0)
     return llvm::createStringError("%s: --moe-ffn must be positive (0: the dense MLP's size), "
                                    "got %lld",

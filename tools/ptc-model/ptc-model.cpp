@@ -107,6 +107,11 @@ cl::opt<double> moeAuxLoss("moe-aux-loss",
                            cl::desc("Switch load-balancing loss coefficient (default 0.01)"),
                            cl::init(0.01), cl::sub(gptCmd), cl::sub(llamaCmd),
                            cl::cat(modelOptions));
+cl::opt<int64_t> moeSharedExperts(
+    "moe-shared-experts",
+    cl::desc("Shared experts every token passes through, added to the routed ones (DeepSeek, "
+             "Qwen-MoE; one dense MLP of N x the expert size; default 0)"),
+    cl::init(0), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<double> moeZLoss("moe-z-loss", cl::desc("Router z-loss coefficient (default 0)"),
                          cl::init(0.0), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 
@@ -121,6 +126,7 @@ MoeLayersConfig moeOptions(MoeLayersConfig base) {
   base.capacityFactor = moeCapacityFactor;
   base.auxLoss = moeAuxLoss;
   base.zLoss = moeZLoss;
+  base.sharedExperts = moeSharedExperts;
   return base;
 }
 
