@@ -64,6 +64,11 @@ def Ptc_Dialect : Dialect {
     /// Argument attribute on a parameter stacked over experts: the expert
     /// count, which is its dimension 0 (expert parallelism splits it over ep).
     static constexpr ::llvm::StringLiteral kExpertsAttrName = "ptc.experts";
+    /// Argument attribute on an MoE router's selection bias (a `ptc.state`,
+    /// `[experts]`): `{load = "<metric>", rate = R}`. After each step
+    /// ptc-optimizer adds `R * sign(mean(load) - load)` (DeepSeek-V3's
+    /// auxiliary-loss-free balancing; no gradient, checkpointed as state).
+    static constexpr ::llvm::StringLiteral kBiasBalancingAttrName = "ptc.bias_balancing";
     /// Result attributes.
     static constexpr ::llvm::StringLiteral kLossAttrName = "ptc.loss";
     static constexpr ::llvm::StringLiteral kGradAttrName = "ptc.grad";

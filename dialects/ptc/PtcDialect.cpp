@@ -299,6 +299,19 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
       return failure();
     return success(); // checked against the mesh by ptc-shard when the module has none yet
   }
+  if (attrName == kBiasBalancingAttrName) {
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    auto load = dict ? dict.getAs<StringAttr>("load") : StringAttr();
+    auto rate = dict ? dict.getAs<FloatAttr>("rate") : FloatAttr();
+    if (!load || load.getValue().empty() || !rate || !(rate.getValueAsDouble() > 0.0))
+      return op->emitError() << "'ptc.bias_balancing' on argument #" << argIndex
+                             << " must be {load = \"<metric name>\", rate = <positive float>}";
+    if (func && !func.getArgAttr(argIndex, kStateAttrName))
+      return op->emitError() << "'ptc.bias_balancing' on argument #" << argIndex
+                             << " needs a 'ptc.state' on the same argument";
+    return success();
+  }
   if (attrName == kExpertsAttrName) {
     auto func = dyn_cast<FunctionOpInterface>(op);
     auto count = dyn_cast<IntegerAttr>(attr.getValue());

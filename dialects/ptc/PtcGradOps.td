@@ -75,6 +75,7 @@ def Ptc_SiluGradOp : Ptc_UnaryGradOp<"silu_grad", "silu">;
 def Ptc_RsqrtGradOp : Ptc_UnaryGradOp<"rsqrt_grad", "rsqrt">;
 def Ptc_ExpGradOp : Ptc_UnaryGradOp<"exp_grad", "exp">;
 def Ptc_LogGradOp : Ptc_UnaryGradOp<"log_grad", "log">;
+def Ptc_SignGradOp : Ptc_UnaryGradOp<"sign_grad", "sign">;
 
 def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "gradient of `ptc.softmax`, from its output";

@@ -273,8 +273,9 @@ FailureOr<int> ReduceMaxOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
 // Mixture of experts: routing groups are the batch; a micro-batch holds whole
 // groups, so it routes exactly as the whole batch does.
 FailureOr<int> TopKGateOp::inferBatchDim(ArrayRef<int> in, int64_t) {
-  if (in[0] == rankOf(getLogits()) - 1)
-    return emitMicrobatchError(*this, "its last dimension (the experts) is the batch dimension");
+  if (in[0] == rankOf(getLogits()) - 1 || (in.size() > 1 && in[1] >= 0))
+    return emitMicrobatchError(*this, "its experts (the logits' last dimension, the bias) carry "
+                                      "the batch dimension");
   return in[0];
 }
 

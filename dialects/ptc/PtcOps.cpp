@@ -568,6 +568,12 @@ LogicalResult TopKGateOp::verify() {
   if (getIndices().getType().getShape() != ArrayRef<int64_t>(expected))
     return emitOpError() << "indices must have shape " << shapeStr(expected) << ", got "
                          << shapeStr(getIndices().getType().getShape());
+  if (Value bias = getSelectionBias()) {
+    auto bt = cast<RankedTensorType>(bias.getType());
+    if (bt.getRank() != 1 || bt.getDimSize(0) != experts || !bt.getElementType().isF32())
+      return emitOpError() << "selection_bias must be tensor<" << experts << "xf32> (one per "
+                           << "expert), got " << bt;
+  }
   return success();
 }
 

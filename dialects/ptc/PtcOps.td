@@ -155,6 +155,18 @@ def Ptc_LogOp : Ptc_UnaryElementwiseOp<"log", "natural logarithm", "LogGradOp"> 
   }];
 }
 
+def Ptc_SignOp : Ptc_UnaryElementwiseOp<"sign", "sign", "SignGradOp"> {
+  let description = [{
+    `result = sign(x)`: 1 for positive, -1 for negative, 0 for zero (and
+    NaN for NaN), elementwise; its gradient is zero. Nudges an MoE layer's
+    expert bias against the measured load (aux-loss-free balancing).
+
+    ```mlir
+    %y = ptc.sign %x : tensor<8xf32>
+    ```
+  }];
+}
+
 def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "multiplication by a compile-time constant";
   let description = [{
@@ -521,18 +533,23 @@ def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [DeclareOpInterfaceMethods<Ptc_Microba
     `p = softmax(logits)` (in f32) and returns the `k` largest probabilities
     (`weights`, `[..., k]`, descending; renormalized to sum to 1 when
     `normalize` is set) and their expert ids (`indices`, `[..., k]`, `i32`;
-    ties go to the lower expert id).
+    ties go to the lower expert id). With a `selection_bias` (`[num_experts]`,
+    f32; DeepSeek-V3's auxiliary-loss-free balancing) the experts are chosen
+    by `p + selection_bias`, and the weights are still the chosen `p`.
 
     ```mlir
     %w, %e = ptc.top_k_gate %logits {k = 2 : i64}
         : tensor<512x8xf32> -> tensor<512x2xf32>, tensor<512x2xi32>
+    %w2, %e2 = ptc.top_k_gate %logits bias %b {k = 2 : i64}
+        : tensor<512x8xf32>, tensor<8xf32> -> tensor<512x2xf32>, tensor<512x2xi32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$logits, I64Attr:$k,
-                       DefaultValuedAttr<BoolAttr, "true">:$normalize);
+  let arguments = (ins Ptc_FloatTensor:$logits, Optional<Ptc_FloatTensor>:$selection_bias,
+                       I64Attr:$k, DefaultValuedAttr<BoolAttr, "true">:$normalize);
   let results = (outs Ptc_FloatTensor:$weights, Ptc_IdTensor:$indices);
   let assemblyFormat = [{
-    $logits attr-dict `:` type($logits) `->` type($weights) `,` type($indices)
+    $logits (`bias` $selection_bias^)? attr-dict `:` type($logits) (`,` type($selection_bias)^)?
+    `->` type($weights) `,` type($indices)
   }];
   let hasVerifier = 1;
 }

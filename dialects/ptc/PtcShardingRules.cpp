@@ -618,7 +618,13 @@ LogicalResult BroadcastOp::inferShardingRule(ShardingRuleContext &ctx) { return 
 LogicalResult AdamWUpdateOp::inferShardingRule(ShardingRuleContext &ctx) { return updateRule(*this, ctx); }
 LogicalResult SgdUpdateOp::inferShardingRule(ShardingRuleContext &ctx) { return updateRule(*this, ctx); }
 
-LogicalResult TopKGateOp::inferShardingRule(ShardingRuleContext &ctx) { return topKGateRule(*this, ctx); }
+LogicalResult TopKGateOp::inferShardingRule(ShardingRuleContext &ctx) {
+  if (failed(topKGateRule(*this, ctx)))
+    return failure();
+  if (getSelectionBias())
+    ctx.replicate(1, 1); // one bias per expert, on every device
+  return success();
+}
 LogicalResult TopKGateGradOp::inferShardingRule(ShardingRuleContext &ctx) { return topKGateRule(*this, ctx); }
 
 LogicalResult MoeDispatchOp::inferShardingRule(ShardingRuleContext &ctx) {

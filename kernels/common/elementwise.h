@@ -19,7 +19,8 @@
   X(Silu, "silu")                                                                                  \
   X(Rsqrt, "rsqrt")                                                                                \
   X(Exp, "exp")                                                                                    \
-  X(Log, "log")
+  X(Log, "log")                                                                                    \
+  X(Sign, "sign")
 
 namespace ptc::kernels {
 

@@ -90,6 +90,8 @@ float rsqrtSlope(float v) {
 float expOf(float v) { return std::exp(v); }
 float logOf(float v) { return std::log(v); }
 float logSlope(float v) { return 1.0f / v; }
+float signOf(float v) { return std::isnan(v) ? v : static_cast<float>((v > 0.0f) - (v < 0.0f)); }
+float zeroSlope(float) { return 0.0f; }
 } // namespace
 
 void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
@@ -106,6 +108,8 @@ void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
     return mapForward(in, out, n, expOf);
   case UnaryFunction::Log:
     return mapForward(in, out, n, logOf);
+  case UnaryFunction::Sign:
+    return mapForward(in, out, n, signOf);
   }
 }
 
@@ -123,6 +127,8 @@ void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int
     return mapBackward(x, g, out, n, expOf);
   case UnaryFunction::Log:
     return mapBackward(x, g, out, n, logSlope);
+  case UnaryFunction::Sign:
+    return mapBackward(x, g, out, n, zeroSlope);
   }
 }
 

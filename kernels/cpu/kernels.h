@@ -105,8 +105,10 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
 void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
                    const float *g, float *out);
 
-void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
-              float *weights, int32_t *indices);
+/// Softmax over `experts`, the k largest of p + bias (`bias` may be null)
+/// with their p as weights (renormalized with `normalize`).
+void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
+              bool normalize, float *weights, int32_t *indices);
 KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                     int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out);
 /// Per group, the fraction of the tokens * k assignments routed to each

@@ -50,8 +50,8 @@ KernelResult assignSlots(const int32_t *indices, int64_t groups, int64_t tokens,
 }
 } // namespace
 
-void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
-              float *weights, int32_t *indices) {
+void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
+              bool normalize, float *weights, int32_t *indices) {
 #pragma omp parallel
   {
     std::vector<float> p(experts);
@@ -63,8 +63,9 @@ void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, b
       float sum = 0.0f;
       for (int64_t j = 0; j < k; ++j) {
         int64_t best = -1;
+        auto score = [&](int64_t e) { return bias ? p[e] + bias[e] : p[e]; };
         for (int64_t e = 0; e < experts; ++e)
-          if (!taken[e] && (best < 0 || p[e] > p[best]))
+          if (!taken[e] && (best < 0 || score(e) > score(best)))
             best = e;
         taken[best] = true;
         weights[t * k + j] = p[best];

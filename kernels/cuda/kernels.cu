@@ -126,6 +126,8 @@ __device__ float activation(UnaryFunction fn, float x) {
     return expf(x);
   case UnaryFunction::Log:
     return logf(x);
+  case UnaryFunction::Sign:
+    return static_cast<float>((x > 0.0f) - (x < 0.0f));
   }
   return 0.0f;
 }
@@ -148,6 +150,8 @@ __device__ float activationGrad(UnaryFunction fn, float x, float g) {
     return g * expf(x);
   case UnaryFunction::Log:
     return g / x;
+  case UnaryFunction::Sign:
+    return 0.0f;
   }
   return 0.0f;
 }
@@ -806,9 +810,10 @@ __device__ void softmaxStats(const float *x, int64_t n, float &max, float &sum) 
     sum += expf(x[e] - max);
 }
 
-/// One thread per token: the k most probable experts (lowest index on ties).
-__global__ void topKGateKernel(const float *logits, int64_t tokens, int64_t experts, int64_t k,
-                               bool normalize, float *weights, int32_t *indices) {
+/// One thread per token: the k experts of largest p (+ bias) (lowest index on ties).
+__global__ void topKGateKernel(const float *logits, const float *bias, int64_t tokens,
+                               int64_t experts, int64_t k, bool normalize, float *weights,
+                               int32_t *indices) {
   PTC_GRID_LOOP(t, tokens) {
     const float *x = logits + t * experts;
     float mx, sum;
@@ -816,15 +821,17 @@ __global__ void topKGateKernel(const float *logits, int64_t tokens, int64_t expe
     float total = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
-      float bestP = 0.0f;
+      float bestP = 0.0f, bestScore = 0.0f;
       for (int64_t e = 0; e < experts; ++e) {
         bool taken = false;
         for (int64_t i = 0; i < j; ++i)
           taken |= indices[t * k + i] == e;
         float p = expf(x[e] - mx) / sum;
-        if (!taken && (best < 0 || p > bestP)) {
+        float score = bias ? p + bias[e] : p;
+        if (!taken && (best < 0 || score > bestScore)) {
           best = e;
           bestP = p;
+          bestScore = score;
         }
       }
       indices[t * k + j] = static_cast<int32_t>(best);
@@ -1391,9 +1398,9 @@ void reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const fl
                                                                  count);
 }
 
-void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
-              float *weights, int32_t *indices, void *stream) {
-  topKGateKernel<<<gridFor(tokens), kThreads, 0, S(stream)>>>(logits, tokens, experts, k,
+void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
+              bool normalize, float *weights, int32_t *indices, void *stream) {
+  topKGateKernel<<<gridFor(tokens), kThreads, 0, S(stream)>>>(logits, bias, tokens, experts, k,
                                                               normalize, weights, indices);
 }
 

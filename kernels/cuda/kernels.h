@@ -118,8 +118,8 @@ void reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const fl
                    float *out, void *stream);
 
 // ---- Mixture of experts -------------------------------------------------------
-void topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k, bool normalize,
-              float *weights, int32_t *indices, void *stream);
+void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
+              bool normalize, float *weights, int32_t *indices, void *stream);
 void topKGateGrad(const float *logits, const int32_t *indices, const float *gw, int64_t tokens,
                   int64_t experts, int64_t k, bool normalize, float *out, ErrorRecord *err,
                   void *stream);

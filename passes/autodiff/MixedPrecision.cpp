@@ -51,6 +51,8 @@ struct MixedPrecisionPass : mlir::ptc::impl::MixedPrecisionPassBase<MixedPrecisi
     for (BlockArgument arg : block.getArguments()) {
       if (!isFloatTensor(arg) || arg.use_empty())
         continue;
+      if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kStateAttrName))
+        continue; // state the model reads (an MoE selection bias) stays f32
       if (!cast<RankedTensorType>(arg.getType()).getElementType().isF32()) {
         func.emitError() << "argument #" << arg.getArgNumber()
                          << " must be f32 (the master copy), got " << arg.getType();

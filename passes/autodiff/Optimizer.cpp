@@ -272,6 +272,34 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         update(op.getNewMomentumBuffer(), base + ".momentum_buffer");
       }
     }
+    // Auxiliary-loss-free balancing: bias += rate * sign(mean(load) - load),
+    // from this step's load metric (summed over micro-batches already).
+    for (BlockArgument arg : block.getArguments()) {
+      auto spec = func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
+                                                        PtcDialect::kBiasBalancingAttrName);
+      if (!spec)
+        continue;
+      StringRef load = spec.getAs<StringAttr>("load").getValue();
+      double rate = spec.getAs<FloatAttr>("rate").getValueAsDouble();
+      Value measured;
+      for (unsigned r : metrics)
+        if (func.getResultAttrOfType<StringAttr>(r, PtcDialect::kMetricAttrName).getValue() == load)
+          measured = ret.getOperand(r);
+      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kStateAttrName);
+      auto lt = measured ? dyn_cast<RankedTensorType>(measured.getType()) : RankedTensorType();
+      if (!lt || lt.getRank() != 1 || lt.getShape() != cast<RankedTensorType>(arg.getType()).getShape()) {
+        func.emitError() << "the bias '" << name.getValue() << "' balances against the metric '"
+                         << load << "', which the step does not return with its shape "
+                         << arg.getType();
+        return signalPassFailure();
+      }
+      Location bloc = NameLoc::get(b.getStringAttr("optimizer:" + name.getValue()));
+      Value mean = ReduceMeanOp::create(b, bloc, RankedTensorType::get({}, lt.getElementType()),
+                                        measured, b.getDenseI64ArrayAttr({0}), b.getBoolAttr(false));
+      Value nudge = SignOp::create(b, bloc, SubOp::create(b, bloc, lt, mean, measured));
+      update(AddOp::create(b, bloc, arg, ScaleOp::create(b, bloc, nudge, b.getF64FloatAttr(rate))),
+             name.getValue());
+    }
     if (counted)
       update(step, "optimizer.step");
     if (skip) {

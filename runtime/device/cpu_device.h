@@ -233,9 +233,9 @@ public:
     kernels::cpu::reduceMaxGrad(in, is, axes, g, out);
     return Status::ok();
   }
-  Status topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t kk,
-                  bool normalize, float *weights, int32_t *indices) override {
-    kernels::cpu::topKGate(logits, tokens, experts, kk, normalize, weights, indices);
+  Status topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts,
+                  int64_t kk, bool normalize, float *weights, int32_t *indices) override {
+    kernels::cpu::topKGate(logits, bias, tokens, experts, kk, normalize, weights, indices);
     return Status::ok();
   }
   Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,

@@ -349,9 +349,9 @@ public:
     g::reduceMaxGrad(in, is, axes, gr, out, compute_);
     return launched("a max gradient");
   }
-  Status topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k,
-                  bool normalize, float *weights, int32_t *indices) override {
-    g::topKGate(logits, tokens, experts, k, normalize, weights, indices, compute_);
+  Status topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts,
+                  int64_t k, bool normalize, float *weights, int32_t *indices) override {
+    g::topKGate(logits, bias, tokens, experts, k, normalize, weights, indices, compute_);
     return launched("top-k gate");
   }
   Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,

@@ -164,8 +164,10 @@ public:
   virtual Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes,
                                const float *g, float *out) = 0;
   // Mixture of experts.
-  virtual Status topKGate(const float *logits, int64_t tokens, int64_t experts, int64_t k,
-                          bool normalize, float *weights, int32_t *indices) = 0;
+  /// `bias` (null, or one per expert): the experts are chosen by p + bias.
+  virtual Status topKGate(const float *logits, const float *bias, int64_t tokens,
+                          int64_t experts, int64_t k, bool normalize, float *weights,
+                          int32_t *indices) = 0;
   virtual Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                               int64_t tokens, int64_t experts, int64_t k, bool normalize,
                               float *out) = 0;

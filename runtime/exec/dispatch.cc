@@ -161,7 +161,8 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   case OpCode::TopKGate: {
     auto a = ints();
     int64_t experts = IS(0).back();
-    return d.topKGate(I(0), N(0) / experts, experts, a[0], a[1] != 0, O(0), i32(out[1]));
+    const float *bias = in.size() > 1 ? I(1) : nullptr;
+    return d.topKGate(I(0), bias, N(0) / experts, experts, a[0], a[1] != 0, O(0), i32(out[1]));
   }
   case OpCode::TopKGateGrad: {
     int64_t experts = IS(0).back();

@@ -500,10 +500,13 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(reduce(in(0), in(1)));
     return expectShape(out(0), in(0), "result");
   case OpCode::TopKGate: {
-    PTC_RETURN_IF_ERROR(counts(1, 2, 2, 0));
+    // Inputs: logits, and optionally the selection bias [experts].
+    PTC_RETURN_IF_ERROR(counts(in_.size() == 2 ? 2 : 1, 2, 2, 0));
     PTC_RETURN_IF_ERROR(dtypes({}, {1}));
     if (in(0).size() < 2 || ints_[0] < 1 || ints_[0] > in(0).back())
       return fail("needs [..., experts] logits and 1 <= k <= experts");
+    if (in_.size() == 2 && in(1) != Shape{in(0).back()})
+      return fail("needs a selection bias of one value per expert, got ", shapeStr(in(1)));
     Shape expected(in(0).begin(), in(0).end() - 1);
     expected.push_back(ints_[0]);
     PTC_RETURN_IF_ERROR(expectShape(out(0), expected, "weights"));

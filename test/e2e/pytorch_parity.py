@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Oracle 2: ptc-run and PyTorch train the same model (the standard GPT, the Llama with
 grouped-query attention, kv heads < heads, and an untied head, or the mixture-of-experts GPT
-with top-2 routing at capacity factor 1.0, so that tokens are dropped, a shared expert, and
-its load-balancing and z-losses) from the same safetensors
+with top-2 routing at capacity factor 1.0, so that tokens are dropped, a shared expert, its
+load-balancing and z-losses and auxiliary-loss-free bias balancing) from the same safetensors
 weights on the same batches; per-step losses must agree to 1e-4 relative and final
 weights to 1e-3 (max abs difference relative to the tensor's max magnitude).
 
@@ -52,14 +52,14 @@ def main():
         state = ref.state
         shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A)]
     elif args.model == "gpt-moe":
-        E, K, CF, FFN, AUX, Z, SHARED = 4, 2, 1.0, 96, 0.01, 0.001, 1
+        E, K, CF, FFN, AUX, Z, SHARED, BIAS = 4, 2, 1.0, 96, 0.01, 0.001, 1, 0.002
         model = reference_moe.MoeGPT(L, H, A, S, V, E, K, CF, ffn=FFN, aux_loss=AUX, z_loss=Z,
-                                     shared=SHARED)
+                                     shared=SHARED, bias_rate=BIAS)
         state = ref.state
         shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A),
                  "--moe-experts", str(E), "--moe-top-k", str(K), "--moe-capacity-factor", str(CF),
                  "--moe-ffn", str(FFN), "--moe-aux-loss", str(AUX), "--moe-z-loss", str(Z),
-                 "--moe-shared-experts", str(SHARED)]
+                 "--moe-shared-experts", str(SHARED), "--moe-bias-balancing", str(BIAS)]
     else:
         KV, F, theta = 2, 176, 500000.0
         model = reference_llama.Llama(L, H, A, KV, F, V, theta=theta)

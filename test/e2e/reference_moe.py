@@ -42,8 +42,13 @@ class SharedExperts(nn.Module):
 
 
 class MoeMlp(nn.Module):
-    def __init__(self, hidden, experts, ffn, top_k, capacity_factor, layers, shared=0):
+    def __init__(self, hidden, experts, ffn, top_k, capacity_factor, layers, shared=0,
+                 bias_rate=0.0):
         super().__init__()
+        # DeepSeek-V3's auxiliary-loss-free balancing: a bias on the selection scores only,
+        # moved after each step by rate * sign(mean load - load); not a parameter.
+        self.register_buffer("expert_bias", torch.zeros(experts))
+        self.bias_rate = bias_rate
         self.shared_experts = SharedExperts(hidden, shared * ffn) if shared else None
         self.router = nn.Linear(hidden, experts, bias=False)
         self.experts = nn.Module()
@@ -67,7 +72,8 @@ class MoeMlp(nn.Module):
         dropped_before = self.dropped
         logits = self.router(x).float()
         probs = logits.softmax(-1)
-        topw, topi = probs.topk(K, dim=-1)
+        _, topi = (probs + self.expert_bias).topk(K, dim=-1)
+        topw = probs.gather(-1, topi)
         topw = topw / topw.sum(-1, keepdim=True)
         out = torch.zeros_like(x)
         for g in range(B):
@@ -91,6 +97,10 @@ class MoeMlp(nn.Module):
                 y = F.gelu(h) @ self.experts.c_proj.weight[e].t() + self.experts.c_proj.bias[e]
                 out[g] = out[g].index_add(0, ts, topw[g, ts, js].unsqueeze(-1).to(y.dtype) * y)
         self.last_dropped = (self.dropped - dropped_before) / (B * S * K)
+        if self.bias_rate > 0:
+            with torch.no_grad():
+                load = F.one_hot(topi, E).float().sum(dim=(1, 2)).mean(dim=0)  # per expert per group
+                self.expert_bias += self.bias_rate * torch.sign(load.mean() - load)
         aux = torch.zeros(())
         if aux_coef > 0:
             f = F.one_hot(topi, E).float().sum(dim=2).mean(dim=1) / K  # [B, E]
@@ -115,7 +125,7 @@ class MoeBlock(nn.Module):
 
 class MoeGPT(ref.GPT):
     def __init__(self, layers, hidden, heads, seq, vocab, experts, top_k, capacity_factor,
-                 every=1, ffn=None, aux_loss=0.01, z_loss=0.0, shared=0):
+                 every=1, ffn=None, aux_loss=0.01, z_loss=0.0, shared=0, bias_rate=0.0):
         super().__init__(layers, hidden, heads, seq, vocab)
         ffn = ffn or 4 * hidden
         for i in range(layers):
@@ -123,7 +133,7 @@ class MoeGPT(ref.GPT):
                 dense = self.transformer.h[i]
                 block = MoeBlock(hidden, heads,
                                  MoeMlp(hidden, experts, ffn, top_k, capacity_factor, layers,
-                                        shared))
+                                        shared, bias_rate))
                 block.ln_1, block.attn, block.ln_2 = dense.ln_1, dense.attn, dense.ln_2
                 nn.init.normal_(block.mlp.router.weight, 0.0, 0.02)
                 self.transformer.h[i] = block

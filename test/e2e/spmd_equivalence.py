@@ -12,7 +12,8 @@ usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp
                            [--precision bf16]
                            [--optimizer adamw|adafactor]
 (--model llama: 4 heads over 2 kv heads, untied head; -moe: 4 experts, top-2, capacity
-factor 1.0 (tokens are dropped), aux and z-losses, gpt-moe with a shared expert; --precision bf16: every run, the
+factor 1.0 (tokens are dropped), aux and z-losses, gpt-moe with a shared expert and
+auxiliary-loss-free bias balancing; --precision bf16: every run, the
 baseline too, computes in bf16; each rank rounds its partial sums to bf16 where one rank
 rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there)
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
@@ -55,7 +56,7 @@ def main():
         extra += ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-factor", "1.0",
                   "--moe-ffn", "96", "--moe-aux-loss", "0.01", "--moe-z-loss", "0.001"]
         if model == "gpt":
-            extra += ["--moe-shared-experts", "1"]
+            extra += ["--moe-shared-experts", "1", "--moe-bias-balancing", "0.002"]
     run(b("ptc-model"), model, "--layers", "2", "--hidden", "64", "--heads", "4", "--seq",
         "32", "--vocab", "256", "--batch", "8", *extra, "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"

@@ -541,14 +541,16 @@ TEST_F(CudaConformance, MixtureOfExpertsRoutingWithDrops) {
           capacity = 3, slots = experts * groups * capacity;
   auto logits = randomVector(tokens * experts, 26), x = randomVector(tokens * dim, 27),
        gw = randomVector(tokens * k, 28), eo = randomVector(slots * dim, 29),
-       g = randomVector(tokens * dim, 30), ge = randomVector(slots * dim, 31);
+       g = randomVector(tokens * dim, 30), ge = randomVector(slots * dim, 31),
+       bias = randomVector(experts, 32);
   for (bool normalize : {false, true})
     compare(
         [&](Device &d, Mem &m) {
           float *w = m.zeros(tokens * k), *dl = m.zeros(tokens * experts);
           int32_t *idx = m.zeros<int32_t>(tokens * k);
           const float *pl = m.put(logits);
-          OK(d.topKGate(pl, tokens, experts, k, normalize, w, idx));
+          OK(d.topKGate(pl, normalize ? m.put(bias) : nullptr, tokens, experts, k, normalize, w,
+                        idx));
           OK(d.topKGateGrad(pl, idx, m.put(gw), tokens, experts, k, normalize, dl));
           float *disp = m.zeros(slots * dim), *dd = m.zeros(tokens * dim),
                 *comb = m.zeros(tokens * dim), *dexp = m.zeros(slots * dim),

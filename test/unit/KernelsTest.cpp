@@ -272,17 +272,22 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
       return std::exp(d);
     case ptc::kernels::UnaryFunction::Log:
       return std::log(d);
+    case ptc::kernels::UnaryFunction::Sign:
+      return (d > 0) - (d < 0);
     }
     return 0.0;
   };
   using UF = ptc::kernels::UnaryFunction;
-  for (auto fn : {UF::Gelu, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log}) {
+  for (auto fn : {UF::Gelu, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log, UF::Sign}) {
     SCOPED_TRACE(ptc::kernels::unaryFunctionName(fn));
     // rsqrt and log are defined on positive inputs: |x| + 0.5 in [0.51, 6.51].
     std::vector<float> x(xAll);
     if (fn == UF::Rsqrt || fn == UF::Log)
       for (float &v : x)
         v = std::fabs(v) + 0.5f;
+    if (fn == UF::Sign) // away from the step at 0 (sign(0) = 0 is checked below)
+      for (float &v : x)
+        v = std::copysign(std::fabs(v) + 0.5f, v);
     std::vector<float> y(n), g(n, 1.0f), dx(n), up(n), down(n), xu(x), xd(x);
     unary(fn, x.data(), y.data(), static_cast<int64_t>(n));
     unaryGrad(fn, x.data(), g.data(), dx.data(), static_cast<int64_t>(n));
@@ -299,6 +304,9 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
       EXPECT_NEAR(dx[i], fd, 2e-3 + 2e-4 * std::fabs(dx[i])) << "x = " << x[i];
     }
   }
+  float zero = 0.0f, signOfZero = 1.0f;
+  unary(UF::Sign, &zero, &signOfZero, 1);
+  EXPECT_EQ(signOfZero, 0.0f);
   // The plan's names resolve to the same functions.
   EXPECT_EQ(ptc::kernels::lookupUnaryFunction("silu"), ptc::kernels::UnaryFunction::Silu);
   EXPECT_FALSE(ptc::kernels::lookupUnaryFunction("swish").has_value());

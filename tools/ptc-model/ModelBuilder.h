@@ -52,6 +52,9 @@ public:
   /// Reports `value` (a float tensor) as the per-step metric `name`
   /// (a `ptc.metric` result after the loss).
   void addMetric(StringRef name, Value value) { metrics.push_back({name.str(), value}); }
+  /// A `ptc.state` argument `name` (after the parameters), zero at the start,
+  /// with the extra argument attributes `attrs`.
+  Value addState(StringRef name, Type type, ArrayRef<NamedAttribute> attrs);
 
   /// Returns `loss` (and the metrics), verifies the module and hands it over.
   llvm::Expected<OwningOpRef<ModuleOp>> finish(Value loss);

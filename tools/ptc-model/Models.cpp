@@ -88,6 +88,20 @@ Value ModelBuilder::linear(Value x, StringRef prefix, bool bias) {
   return y;
 }
 
+Value ModelBuilder::addState(StringRef name, Type type, ArrayRef<NamedAttribute> attrs) {
+  unsigned at = 0;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (func.getArgAttr(i, PtcDialect::kParamAttrName) || func.getArgAttr(i, PtcDialect::kStateAttrName))
+      at = i + 1;
+  SmallVector<NamedAttribute> all{b.getNamedAttr(PtcDialect::kStateAttrName, b.getStringAttr(name))};
+  all.append(attrs.begin(), attrs.end());
+  if (failed(func.insertArgument(at, type, b.getDictionaryAttr(all), func.getLoc())))
+    return Value();
+  Value arg = func.getArgument(at);
+  args[name] = arg;
+  return arg;
+}
+
 Value ModelBuilder::expertLinear(Value x, StringRef prefix, bool bias) {
   Location l = loc(prefix);
   Value y = MatmulOp::create(b, l, x, param((prefix + ".weight").str()),

@@ -43,6 +43,7 @@ struct MoeLayersConfig {
   double auxLoss = 0.01;        ///< Switch load-balancing loss coefficient
   double zLoss = 0.0;           ///< router z-loss coefficient
   int64_t sharedExperts = 0;    ///< experts every token passes through (one dense MLP N x ffn)
+  double biasBalancing = 0.0;   ///< auxiliary-loss-free balancing rate (DeepSeek-V3), 0: off
   bool enabled() const { return experts > 0; }
   bool isMoeLayer(int64_t layer) const { return enabled() && layer % every == 0; }
 };

@@ -74,7 +74,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildMoeModel(MLIRContext &cont
   Value xg = m.reshape(x, {G, T, c.input}, loc);
   Value logits = m.linear(xg, "router", /*bias=*/false); // [G, T, E]
   auto gate = TopKGateOp::create(b, m.loc("router"), RankedTensorType::get({G, T, c.topK}, ftype),
-                                 RankedTensorType::get({G, T, c.topK}, i32), logits,
+                                 RankedTensorType::get({G, T, c.topK}, i32), logits, Value(),
                                  b.getI64IntegerAttr(c.topK), b.getBoolAttr(true));
   Value buffers = MoeDispatchOp::create(
       b, loc, RankedTensorType::get({E, G, capacity, c.input}, ftype), xg, gate.getIndices());
@@ -116,6 +116,9 @@ llvm::Error mlir::ptc::validateMoeLayers(const MoeLayersConfig &c, const char *m
   if (!(c.capacityFactor >= 0.0) || std::isinf(c.capacityFactor))
     return llvm::createStringError("%s: --moe-capacity-factor must be >= 0 (0: dropless), got %g",
                                    model, c.capacityFactor);
+  if (!(c.biasBalancing >= 0.0) || std::isinf(c.biasBalancing))
+    return llvm::createStringError("%s: --moe-bias-balancing must be >= 0 (0: off), got %g", model,
+                                   c.biasBalancing);
   if (!(c.auxLoss >= 0.0) || !(c.zLoss >= 0.0))
     return llvm::createStringError("%s: --moe-aux-loss and --moe-z-loss must be >= 0, got %g "
                                    "and %g",
@@ -160,9 +163,21 @@ Value ModelBuilder::moeLayer(Value x, const MoeLayersConfig &moe, StringRef rout
                                        /*transposeLhs=*/false, /*transposeRhs=*/true);
   routerMatmul->setAttr(PtcDialect::kKeepF32AttrName, b.getUnitAttr()); // under precision=bf16 too
   Value logits = routerMatmul;
+  // Auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias on the
+  // selection scores, nudged by ptc-optimizer after each step against this
+  // layer's measured load (the tokens_per_expert metric below).
+  StringRef layer = router.rsplit('.').first;
+  Value selectionBias;
+  if (moe.biasBalancing > 0.0)
+    selectionBias = addState(
+        (router + ".expert_bias").str(), RankedTensorType::get({E}, f32),
+        {b.getNamedAttr(PtcDialect::kBiasBalancingAttrName,
+                        b.getDictionaryAttr(
+                            {b.getNamedAttr("load", b.getStringAttr(layer + ".tokens_per_expert")),
+                             b.getNamedAttr("rate", b.getF64FloatAttr(moe.biasBalancing))}))});
   auto gate = TopKGateOp::create(b, l, RankedTensorType::get({B, S, K}, f32),
                                  RankedTensorType::get({B, S, K}, b.getI32Type()), logits,
-                                 b.getI64IntegerAttr(K), b.getBoolAttr(true));
+                                 selectionBias, b.getI64IntegerAttr(K), b.getBoolAttr(true));
   Value buffers = MoeDispatchOp::create(b, l, RankedTensorType::get({E, B, C, H}, ftype), x,
                                         gate.getIndices());
   Value y = expertMlp(reshape(buffers, {E, B * C, H}, l)); // [E, B*C, H]
@@ -197,7 +212,6 @@ Value ModelBuilder::moeLayer(Value x, const MoeLayersConfig &moe, StringRef rout
   Value f = ExpertLoadOp::create(b, l, RankedTensorType::get({B, E}, f32), gate.getIndices());
   // Metrics: assignments per expert per group (mean over groups) and the
   // fraction of assignments over capacity, sum_e max(0, S K f - C) / (S K).
-  StringRef layer = router.rsplit('.').first;
   Value count = f32Op(ScaleOp::create(b, l, f, b.getF64FloatAttr(static_cast<double>(S * K))));
   addMetric((layer + ".tokens_per_expert").str(), reduce(ReduceMeanOp(), count, {0}, false));
   auto scalar = RankedTensorType::get({}, f32);

@@ -112,6 +112,11 @@ cl::opt<int64_t> moeSharedExperts(
     cl::desc("Shared experts every token passes through, added to the routed ones (DeepSeek, "
              "Qwen-MoE; one dense MLP of N x the expert size; default 0)"),
     cl::init(0), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
+cl::opt<double> moeBiasBalancing(
+    "moe-bias-balancing",
+    cl::desc("Auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias on the routing "
+             "scores, moved by RATE * sign(mean load - load) after each step (default 0: off)"),
+    cl::init(0.0), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<double> moeZLoss("moe-z-loss", cl::desc("Router z-loss coefficient (default 0)"),
                          cl::init(0.0), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 
@@ -127,6 +132,7 @@ MoeLayersConfig moeOptions(MoeLayersConfig base) {
   base.auxLoss = moeAuxLoss;
   base.zLoss = moeZLoss;
   base.sharedExperts = moeSharedExperts;
+  base.biasBalancing = moeBiasBalancing;
   return base;
 }
 
