@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,21 @@ StatusOr<WeightSource> WeightSource::open(const std::string &path) {
   return src;
 }
 
+std::optional<std::pair<std::string, std::string>> splitStackedExperts(const std::string &name) {
+  const std::string key = "experts.";
+  size_t at = name.rfind(key);
+  if (at == std::string::npos || (at > 0 && name[at - 1] != '.'))
+    return std::nullopt;
+  std::string rest = name.substr(at + key.size());
+  if (rest.empty() || std::isdigit(static_cast<unsigned char>(rest[0])))
+    return std::nullopt;
+  return std::make_pair(name.substr(0, at + key.size()), rest);
+}
+
+std::string expertName(const std::pair<std::string, std::string> &split, int64_t j) {
+  return split.first + std::to_string(j) + "." + split.second;
+}
+
 std::vector<std::string> WeightSource::names() const {
   std::vector<std::string> out;
   for (const auto &[name, file] : where_)
@@ -99,8 +115,30 @@ std::string WeightSource::fileOf(const std::string &name) const {
 }
 
 Status WeightSource::copyTo(const std::string &name, const std::vector<int64_t> &shape,
-                            float *out) const {
+                            float *out, std::vector<std::string> *read) const {
   auto it = where_.find(name);
+  auto split = splitStackedExperts(name);
+  if (it == where_.end() && directory_ && split && !shape.empty() &&
+      where_.count(expertName(*split, 0))) {
+    // Hugging Face's per-expert tensors, stacked along dimension 0.
+    std::vector<int64_t> one(shape.begin() + 1, shape.end());
+    int64_t slice = 1;
+    for (int64_t d : one)
+      slice *= d;
+    for (int64_t j = 0; j < shape[0]; ++j) {
+      std::string part = expertName(*split, j);
+      auto e = where_.find(part);
+      if (e == where_.end())
+        return error(StatusCode::kNotFound, "weights directory '", path_, "' has no tensor '",
+                     part, "' (expert ", j, " of the ", shape[0], " experts of '", name, "')");
+      PTC_RETURN_IF_ERROR(files_[e->second]->copyTo(part, one, out + j * slice));
+      if (read)
+        read->push_back(part);
+    }
+    return Status::ok();
+  }
+  if (read)
+    read->push_back(name);
   if (it == where_.end()) {
     if (directory_)
       return error(StatusCode::kNotFound, "weights directory '", path_, "' has no tensor '",
@@ -120,10 +158,25 @@ Status writeHfDirectory(const std::string &dir, const std::vector<NamedTensor> &
   fs::create_directories(dir, ec);
   if (ec)
     return error(StatusCode::kInternal, "cannot create directory '", dir, "': ", ec.message());
+  // Stacked experts as Hugging Face names them: one tensor per expert.
+  std::vector<NamedTensor> named;
+  for (const NamedTensor &t : tensors) {
+    auto split = splitStackedExperts(t.name);
+    if (!split || t.shape.size() < 2) {
+      named.push_back(t);
+      continue;
+    }
+    std::vector<int64_t> one(t.shape.begin() + 1, t.shape.end());
+    int64_t slice = 1;
+    for (int64_t d : one)
+      slice *= d;
+    for (int64_t j = 0; j < t.shape[0]; ++j)
+      named.push_back({expertName(*split, j), one, t.data + j * slice});
+  }
   // Consecutive tensors fill a shard up to maxShardBytes.
   std::vector<std::vector<NamedTensor>> shards;
   int64_t current = 0, total = 0;
-  for (const NamedTensor &t : tensors) {
+  for (const NamedTensor &t : named) {
     int64_t bytes = 4;
     for (int64_t d : t.shape)
       bytes *= d;

@@ -283,14 +283,15 @@ Status TrainingSession::loadParameters(const std::string &path,
     for (int64_t d : t.globalShape)
       count *= d;
     std::vector<float> whole(static_cast<size_t>(count));
-    PTC_RETURN_IF_ERROR(file->copyTo(t.name, t.globalShape, whole.data()));
+    std::vector<std::string> read;
+    PTC_RETURN_IF_ERROR(file->copyTo(t.name, t.globalShape, whole.data(), &read));
     // A NaN or Inf weight would surface steps later as a "diverged" loss.
     for (int64_t e = 0; e < count; ++e)
       if (!std::isfinite(whole[static_cast<size_t>(e)]))
         return invalidArgument("safetensors file '", file->fileOf(t.name), "': tensor '", t.name,
                                "' holds ", whole[static_cast<size_t>(e)], " at element ", e);
     PTC_RETURN_IF_ERROR(executor_->loadFromWholeF32(static_cast<int32_t>(i), whole.data()));
-    used.insert(t.name);
+    used.insert(read.begin(), read.end());
   }
   for (const std::string &name : file->names()) {
     if (used.count(name))
