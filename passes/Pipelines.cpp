@@ -122,6 +122,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     return;
   ExportPlanPassOptions exportOptions;
   exportOptions.output = options.plan;
+  exportOptions.reportStash = options.reportMemory;
   pm.addPass(createExportPlanPass(exportOptions));
 }
 

@@ -8,6 +8,7 @@
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_generated.h"
 #include "kernels/common/lr_schedule.h"
+#include "runtime/plan/pipeline_segments.h"
 #include "runtime/plan/plan_ops.h"
 #include "runtime/schedule/schedule.h"
 
@@ -581,6 +582,40 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     if (ec)
       return func.emitError() << "cannot write plan '" << output << "': " << ec.message();
     os.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+    if (reportStash && pipelineOff.o != 0)
+      return reportPipelineStash(func, fbb);
+    return success();
+  }
+
+  /// The activation stash of every pipeline rank: the written plan loaded and
+  /// verified as ptc-run loads it, each rank's schedule simulated with the
+  /// executor's segment code, so the prediction is the runtime's own.
+  LogicalResult reportPipelineStash(func::FuncOp func, fb::FlatBufferBuilder &fbb) {
+    std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+    auto loaded = ::ptc::LoadedPlan::loadBytes(std::move(bytes), output);
+    if (!loaded.isOk())
+      return func.emitError() << "the written plan does not load: " << loaded.status().message();
+    const ::ptc::LoadedPlan &plan = **loaded;
+    llvm::raw_ostream &os = llvm::outs();
+    os << "ptc-export-plan: activation stash per pipeline rank (values waiting between segments "
+          "and micro-batches; the schedule simulated on the plan)\n";
+    int64_t worst = -1;
+    int worstRank = 0;
+    for (int r = 0; r < plan.pipeline().ranks; ++r) {
+      auto segments = ::ptc::derivePipelineSegments(plan, r);
+      if (!segments.isOk())
+        return func.emitError() << "pipeline rank " << r << ": " << segments.status().message();
+      int64_t stash = ::ptc::simulateStashPeak(plan, *segments, r);
+      int64_t peak = ::ptc::predictedPeakBytes(plan, r) + stash;
+      os << "  rank " << r << ": stash " << stash << " B, peak with the stash " << peak << " B\n";
+      if (peak > worst) {
+        worst = peak;
+        worstRank = r;
+      }
+    }
+    os << "  predicted peak with the stash: " << worst << " B on pipeline rank " << worstRank
+       << "\n";
+    os.flush();
     return success();
   }
 };

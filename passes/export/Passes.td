@@ -20,7 +20,11 @@ def ExportPlanPass : Pass<"ptc-export-plan", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"output", "output", "std::string", /*default=*/"\"\"",
-           "Path of the plan file to write">
+           "Path of the plan file to write">,
+    Option<"reportStash", "report-stash", "bool", /*default=*/"false",
+           "For a pipelined plan, print each pipeline rank's activation stash: the "
+           "rank's schedule simulated on the written plan with the runtime's own "
+           "segment code (runtime/plan/pipeline_segments), and the rank's peak with it">
   ];
 }
 

@@ -362,8 +362,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
        << " (" << w.values << " values), optimizer state " << human(static_cast<double>(w.state))
        << ", arena " << human(static_cast<double>(w.arena))
        << " (gradients and saved activations of one micro-batch live in the arena; values "
-          "waiting between micro-batches are the runtime's stash, reported by ptc-run "
-          "--memory-report)\n";
+          "waiting between micro-batches are the activation stash, which ptc-export-plan "
+          "predicts per rank when a plan is written)\n";
     os.flush();
     if (budget && static_cast<double>(worstPeak) > *budget)
       return func.emitError() << "predicted peak " << human(static_cast<double>(worstPeak))

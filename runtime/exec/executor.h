@@ -8,6 +8,7 @@
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
+#include "runtime/plan/pipeline_segments.h"
 #include "runtime/plan/plan_loader.h"
 
 #include <cstdint>
@@ -96,6 +97,11 @@ public:
   const std::vector<TraceEvent> &trace() const { return trace_; }
   /// Most bytes the activation stash held at once (pipelined plans).
   int64_t stashPeakBytes() const { return stashPeak_; }
+  /// The stash peak this rank's schedule needs, simulated on the plan (the
+  /// compiler's prediction; 0 for a plan without pipeline).
+  int64_t predictedStashBytes() const {
+    return plan_->pipelined() ? simulateStashPeak(*plan_, pipeline_, ppRank_) : 0;
+  }
 
   /// The communicator for the plan's collectives (none: every mesh axis has
   /// size 1, or the plan has no mesh). Not owned.
@@ -162,12 +168,6 @@ private:
   std::vector<int> coords() const;
 
   /// Pipelined plans.
-  struct SegmentPlan {
-    std::vector<uint32_t> instructions;
-    std::vector<int32_t> imports;                 // read here, produced by another segment
-    std::vector<std::pair<int32_t, int>> exports; // produced here: (tensor, consumers elsewhere)
-    bool readsInputs = false;
-  };
   struct Stashed {
     DeviceBuffer buffer;
     int64_t bytes = 0;
@@ -191,13 +191,8 @@ private:
   std::shared_ptr<const LoadedPlan> plan_;
   Communicator *comm_ = nullptr;
   int ppRank_ = 0;
-  std::map<std::pair<int, int>, SegmentPlan> segments_; // (chunk, segment)
+  PipelineSegments pipeline_; // this pipeline rank's segments, imports, exports
   std::vector<uint32_t> stepInstructions_;
-  std::vector<int32_t> accumulators_;
-  std::map<int32_t, int> recvConsumers_;
-  std::map<int32_t, std::set<std::pair<int, int>>> readers_; // tensor -> segments importing it
-  std::map<int32_t, int> sendsOf_;                           // tensor -> send instructions
-  std::vector<int> nextCompute_;                             // per action: next compute action
   std::set<std::pair<int32_t, int>> direct_; // (tensor, mb) left in the arena for the next action
   std::map<std::pair<int32_t, int>, Stashed> stash_;
   int64_t stashBytes_ = 0, stashPeak_ = 0;

@@ -8,6 +8,7 @@
 // the once-per-step instructions (gradient reduction, optimizer) run.
 
 #include "runtime/exec/executor.h"
+#include "runtime/plan/pipeline_segments.h"
 
 #include <chrono>
 #include <cstring>
@@ -18,103 +19,16 @@ namespace ptc {
 using plan::OpCode;
 using plan::TensorKind;
 
-namespace {
-bool isPerStepRecv(const LoadedPlan &plan, int32_t tensor) {
-  for (const plan::Channel *ch : *plan.plan().pipeline()->channels())
-    if (ch->recv_tensor() == tensor)
-      return ch->per_step();
-  return false;
-}
-} // namespace
-
 Status Executor::preparePipeline() {
   const schedule::Pipeline &p = plan_->pipeline();
   const auto &insts = *plan_->plan().instructions();
-  const auto &tensors = plan_->tensors();
-  auto mine = [&](const plan::Instruction *inst) {
-    return inst->chunk() < 0 || p.rankOf(inst->chunk()) == ppRank_;
-  };
-  // Where each temporary is produced: (chunk, segment), or a receive.
-  std::map<int32_t, std::pair<int, int>> producedIn;
-  std::set<int32_t> received, perStep;
-  for (uint32_t n = 0; n < insts.size(); ++n) {
-    const plan::Instruction *inst = insts.Get(n);
-    if (!mine(inst))
-      continue;
-    int seg = static_cast<int>(inst->segment());
-    if (inst->op() == OpCode::MicrobatchSum)
-      accumulators_.push_back((outputsOf(*inst))[0]);
-    if (inst->segment() == plan::Segment::Step) {
-      if (inst->op() == OpCode::Recv)
-        perStep.insert((outputsOf(*inst))[0]);
-      if (inst->op() != OpCode::Send && inst->op() != OpCode::Recv) // those are actions
-        stepInstructions_.push_back(n);
-      continue;
-    }
-    for (int32_t id : outputsOf(*inst)) {
-      if (inst->op() == OpCode::Recv) {
-        (isPerStepRecv(*plan_, id) ? perStep : received).insert(id);
-        continue;
-      }
-      if (inst->op() != OpCode::MicrobatchSum)
-        producedIn[id] = {inst->chunk(), seg};
-    }
-    if (inst->op() == OpCode::Send || inst->op() == OpCode::Recv)
-      continue;
-    SegmentPlan &sp = segments_[{inst->chunk(), seg}];
-    sp.instructions.push_back(n);
-  }
-  // Imports and exports of each segment.
-  std::map<int32_t, std::set<std::pair<int, int>>> readers;
-  std::map<int32_t, int> sends;
-  for (uint32_t n = 0; n < insts.size(); ++n) {
-    const plan::Instruction *inst = insts.Get(n);
-    if (!mine(inst))
-      continue;
-    for (int32_t id : inputsOf(*inst)) {
-      const TensorInfo &t = tensors[static_cast<size_t>(id)];
-      bool perMb = t.kind == TensorKind::Temporary && !perStep.count(id) &&
-                   (producedIn.count(id) || received.count(id));
-      if (inst->segment() == plan::Segment::Step) {
-        if (perMb)
-          return invalidArgument("instruction #", n, " (", opcodeName(inst->op()),
-                                 ") runs once per step but reads the per-micro-batch tensor #", id,
-                                 " without a micro-batch sum");
-        continue;
-      }
-      std::pair<int, int> seg{inst->chunk(), static_cast<int>(inst->segment())};
-      if (t.kind == TensorKind::Input)
-        segments_[seg].readsInputs = true;
-      if (!perMb)
-        continue;
-      if (inst->op() == OpCode::Send) {
-        ++sends[id];
-        continue;
-      }
-      if (received.count(id) || producedIn[id] != seg)
-        readers[id].insert(seg);
-    }
-  }
-  for (auto &[id, segs] : readers)
-    for (const auto &seg : segs)
-      segments_[seg].imports.push_back(id);
-  for (auto &[id, seg] : producedIn) {
-    int consumers = static_cast<int>(readers[id].size()) + sends[id];
-    if (consumers > 0)
-      segments_[seg].exports.push_back({id, consumers});
-  }
-  for (int32_t id : received)
-    recvConsumers_[id] = static_cast<int>(readers[id].size());
-  readers_ = readers;
-  sendsOf_ = sends;
-  // The next compute action after each action: a value its consumer reads
-  // right away stays in the arena (no stash copies).
-  const auto &actions = p.actions[static_cast<size_t>(ppRank_)];
-  nextCompute_.assign(actions.size(), -1);
-  for (int i = static_cast<int>(actions.size()) - 2; i >= 0; --i)
-    nextCompute_[static_cast<size_t>(i)] = actions[static_cast<size_t>(i) + 1].isCompute()
-                                               ? i + 1
-                                               : nextCompute_[static_cast<size_t>(i) + 1];
+  // The rank's segments, imports and exports (shared with the compiler's
+  // stash prediction).
+  auto derived = derivePipelineSegments(*plan_, ppRank_);
+  if (!derived.isOk())
+    return derived.status();
+  pipeline_ = std::move(*derived);
+  stepInstructions_ = pipeline_.stepInstructions;
   // Outputs produced on another pipeline rank come to rank 0 after each step.
   if (plan_->plan().outputs())
     for (const plan::Output *o : *plan_->plan().outputs())
@@ -261,15 +175,15 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
     PTC_RETURN_IF_ERROR(takeStashBuffer(s.buffer, bytes));
     PTC_RETURN_IF_ERROR(recvBytes(s.buffer.data(), bytes, peer, a.channel, what));
     s.bytes = bytes;
-    s.consumers = recvConsumers_[tensor];
+    s.consumers = pipeline_.recvConsumers[tensor];
     stashBytes_ += bytes;
     stashPeak_ = std::max(stashPeak_, stashBytes_);
     return Status::ok();
   }
-  auto it = segments_.find({a.chunk, static_cast<int>(a.kind)});
-  if (it == segments_.end())
+  auto it = pipeline_.segments.find({a.chunk, static_cast<int>(a.kind)});
+  if (it == pipeline_.segments.end())
     return Status::ok(); // an empty segment (e.g. no input gradient on the first chunk)
-  SegmentPlan &sp = it->second;
+  PipelineSegments::Segment &sp = it->second;
   if (sp.readsInputs)
     PTC_RETURN_IF_ERROR(loadMicrobatch(a.mb));
   for (int32_t id : sp.imports)
@@ -277,18 +191,9 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
       PTC_RETURN_IF_ERROR(unstash(id, a.mb, data(id)));
   for (uint32_t n : sp.instructions)
     PTC_RETURN_IF_ERROR(runInstruction(n, profile));
-  // A value whose only consumer is the next compute action (same micro-batch)
-  // stays where it is: between the two only transfers run, which do not
-  // touch the arena's per-micro-batch values.
-  int next = nextCompute_[index];
-  std::pair<int, int> nextSegment{-2, -2};
-  if (next >= 0 && actions[static_cast<size_t>(next)].mb == a.mb)
-    nextSegment = {actions[static_cast<size_t>(next)].chunk,
-                   static_cast<int>(actions[static_cast<size_t>(next)].kind)};
+  // A value whose only consumer is the next compute action stays in the arena.
   for (auto [id, consumers] : sp.exports) {
-    const auto &readers = readers_[id];
-    if (consumers == 1 && sendsOf_[id] == 0 && readers.size() == 1 &&
-        *readers.begin() == nextSegment)
+    if (pipeline_.passesDirectly(p, ppRank_, index, id, consumers))
       direct_.insert({id, a.mb});
     else
       PTC_RETURN_IF_ERROR(stash(id, a.mb, data(id), consumers));
@@ -298,7 +203,7 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
 
 Status Executor::runPipelined(std::vector<double> *profile) {
   const schedule::Pipeline &p = plan_->pipeline();
-  for (int32_t id : accumulators_)
+  for (int32_t id : pipeline_.accumulators)
     PTC_RETURN_IF_ERROR(dev_->zero(data(id), plan_->tensor(id).bytes));
   trace_.clear();
   auto start = std::chrono::steady_clock::now();

@@ -521,7 +521,8 @@ void printMemoryReport(TrainingSession &session) {
   std::cout << line << std::flush;
   if (session.plan().pipelined())
     std::cout << "memory (rank " << session.rank() << "): activation stash peak "
-              << ex.stashPeakBytes() << " B (values waiting between segments and micro-batches)\n"
+              << ex.stashPeakBytes() << " B, predicted " << ex.predictedStashBytes()
+              << " B (values waiting between segments and micro-batches)\n"
               << std::flush;
 }
 
