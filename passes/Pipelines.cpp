@@ -122,7 +122,8 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     return;
   ExportPlanPassOptions exportOptions;
   exportOptions.output = options.plan;
-  exportOptions.reportStash = options.reportMemory;
+  exportOptions.reportStash = options.reportMemory || !options.deviceMemory.empty();
+  exportOptions.deviceMemory = options.deviceMemory;
   pm.addPass(createExportPlanPass(exportOptions));
 }
 

@@ -577,13 +577,15 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         unsharedAttr.getInt(), fbb.CreateString(optimizer), microbatches, pipelineOff);
     pp::FinishPlanBuffer(fbb, plan);
 
+    // The stash report (and its device-memory verdict) before the file: a
+    // plan that does not fit is not written.
+    if (reportStash && pipelineOff.o != 0 && failed(reportPipelineStash(func, fbb)))
+      return failure();
     std::error_code ec;
     llvm::raw_fd_ostream os(output, ec, llvm::sys::fs::OF_None);
     if (ec)
       return func.emitError() << "cannot write plan '" << output << "': " << ec.message();
     os.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
-    if (reportStash && pipelineOff.o != 0)
-      return reportPipelineStash(func, fbb);
     return success();
   }
 
@@ -616,6 +618,17 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     os << "  predicted peak with the stash: " << worst << " B on pipeline rank " << worstRank
        << "\n";
     os.flush();
+    if (deviceMemory.empty())
+      return success();
+    FailureOr<double> budget = parseByteSize(deviceMemory);
+    if (failed(budget))
+      return func.emitError() << "device-memory '" << deviceMemory
+                              << "' is not a byte size (e.g. 80GB, 512MiB)";
+    if (static_cast<double>(worst) > *budget)
+      return func.emitError() << "predicted peak " << worst << " B on pipeline rank " << worstRank
+                              << " with its activation stash exceeds the device memory "
+                              << deviceMemory << " (the stash: values waiting between segments "
+                                 "and micro-batches of its schedule)";
     return success();
   }
 };

@@ -24,7 +24,10 @@ def ExportPlanPass : Pass<"ptc-export-plan", "::mlir::ModuleOp"> {
     Option<"reportStash", "report-stash", "bool", /*default=*/"false",
            "For a pipelined plan, print each pipeline rank's activation stash: the "
            "rank's schedule simulated on the written plan with the runtime's own "
-           "segment code (runtime/plan/pipeline_segments), and the rank's peak with it">
+           "segment code (runtime/plan/pipeline_segments), and the rank's peak with it">,
+    Option<"deviceMemory", "device-memory", "std::string", /*default=*/"\"\"",
+           "With report-stash: fail when a pipeline rank's peak with its stash exceeds "
+           "this many bytes (e.g. 80GB, 512MiB)">
   ];
 }
 

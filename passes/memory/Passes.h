@@ -26,6 +26,10 @@ int64_t getTensorBytes(RankedTensorType type);
 /// Whether `result` (a function result value) is written in place into an
 /// argument: true for values returned with `ptc.update`.
 bool isInPlaceUpdate(Value value);
+
+/// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30); failure for
+/// anything else (device-memory= of the memory report and the export).
+FailureOr<double> parseByteSize(StringRef text);
 } // namespace mlir::ptc
 
 #endif // PTC_PASSES_MEMORY_PASSES_H

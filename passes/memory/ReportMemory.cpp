@@ -43,21 +43,6 @@ std::string human(double bytes) {
   return s;
 }
 
-/// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30).
-FailureOr<double> parseBytes(StringRef text) {
-  StringRef number = text.take_while([](char c) { return isdigit(c) || c == '.' || c == 'e' || c == 'E' || c == '+'; });
-  StringRef unit = text.drop_front(number.size()).trim();
-  double value;
-  if (number.getAsDouble(value) || value <= 0)
-    return failure();
-  static const std::pair<const char *, double> units[] = {
-      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  for (auto [name, scale] : units)
-    if (unit == name)
-      return value * scale;
-  return failure();
-}
 
 struct Consumer {
   std::string what;
@@ -216,7 +201,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     }
     std::optional<double> budget;
     if (!deviceMemory.empty()) {
-      FailureOr<double> parsed = parseBytes(deviceMemory);
+      FailureOr<double> parsed = parseByteSize(deviceMemory);
       if (failed(parsed)) {
         getOperation().emitError() << "device-memory '" << deviceMemory
                                    << "' is not a size such as 80GB or 512MiB";
@@ -526,3 +511,20 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
   }
 };
 } // namespace
+
+/// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30).
+FailureOr<double> mlir::ptc::parseByteSize(StringRef text) {
+  StringRef number = text.take_while([](char c) { return isdigit(c) || c == '.' || c == 'e' || c == 'E' || c == '+'; });
+  StringRef unit = text.drop_front(number.size()).trim();
+  double value;
+  if (number.getAsDouble(value) || value <= 0)
+    return failure();
+  static const std::pair<const char *, double> units[] = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (auto [name, scale] : units)
+    if (unit == name)
+      return value * scale;
+  return failure();
+}
+
