@@ -540,6 +540,22 @@ LogicalResult verifyExpertSide(Operation *op, StringRef name, RankedTensorType e
   return success();
 }
 
+/// Combine and its gradient: routing indices, weights of their shape and of
+/// the expert buffers' element type, and expert buffers that match them.
+LogicalResult verifyCombineRouting(Operation *op, RankedTensorType experts,
+                                   RankedTensorType weights, RankedTensorType indices) {
+  if (failed(verifyRoutingIndices(op, indices)))
+    return failure();
+  if (weights.getShape() != indices.getShape())
+    return op->emitOpError() << "indices shape " << shapeStr(indices.getShape())
+                             << " differs from weights shape " << shapeStr(weights.getShape());
+  if (failed(checkSameElementType([&] { return op->emitOpError(); }, "weights",
+                                  weights.getElementType(), "expert_output",
+                                  experts.getElementType())))
+    return failure();
+  return verifyExpertSide(op, "expert_output", experts, indices, -1);
+}
+
 /// The token-side type of `indices` with `dim` features: `[..., tokens, dim]`.
 RankedTensorType tokenSideType(RankedTensorType indices, int64_t dim, Type element) {
   SmallVector<int64_t> shape(indices.getShape().drop_back());
@@ -610,16 +626,7 @@ LogicalResult MoeDispatchOp::verify() {
 
 LogicalResult MoeCombineOp::verify() {
   RankedTensorType experts = getExpertOutput().getType(), indices = getIndices().getType();
-  if (failed(verifyRoutingIndices(*this, indices)))
-    return failure();
-  if (getWeights().getType().getShape() != indices.getShape())
-    return emitOpError() << "indices shape " << shapeStr(indices.getShape())
-                         << " differs from weights shape "
-                         << shapeStr(getWeights().getType().getShape());
-  if (failed(checkSameElementType([&] { return emitOpError(); }, "weights",
-                                  getWeights().getType().getElementType(), "expert_output",
-                                  experts.getElementType())) ||
-      failed(verifyExpertSide(*this, "expert_output", experts, indices, -1)))
+  if (failed(verifyCombineRouting(*this, experts, getWeights().getType(), indices)))
     return failure();
   return checkResultType(*this, getType(),
                          tokenSideType(indices, experts.getShape().back(), experts.getElementType()));
@@ -737,13 +744,7 @@ LogicalResult MoeDispatchGradOp::verify() {
 
 LogicalResult MoeCombineGradOp::verify() {
   RankedTensorType experts = getExpertOutput().getType(), indices = getIndices().getType();
-  if (failed(verifyRoutingIndices(*this, indices)))
-    return failure();
-  if (getWeights().getType().getShape() != indices.getShape())
-    return emitOpError() << "indices shape " << shapeStr(indices.getShape())
-                         << " differs from weights shape "
-                         << shapeStr(getWeights().getType().getShape());
-  if (failed(verifyExpertSide(*this, "expert_output", experts, indices, -1)))
+  if (failed(verifyCombineRouting(*this, experts, getWeights().getType(), indices)))
     return failure();
   auto tokens = tokenSideType(indices, experts.getShape().back(), experts.getElementType());
   if (tokens != getGrad().getType())

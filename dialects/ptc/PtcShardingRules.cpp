@@ -582,6 +582,24 @@ Sharding expertSide(ShardingRuleContext &, Value v, DimShard g) {
     s.dims[1] = g;
   return s;
 }
+
+/// Dispatch, combine and their gradients: every operand and result is
+/// token-side (the indices' rank) or expert-side (one more), split over the
+/// routing groups like the indices (operand `indices`).
+LogicalResult moeRoutingRule(Operation *op, ShardingRuleContext &ctx, unsigned indices) {
+  FailureOr<DimShard> g = routingGroups(op, ctx, indices);
+  if (failed(g))
+    return failure();
+  int64_t r = rankOf(op->getOperand(indices));
+  auto side = [&](Value v) {
+    return rankOf(v) == r + 1 ? expertSide(ctx, v, *g) : tokenSide(ctx, v, *g);
+  };
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    ctx.like(static_cast<unsigned>(i), side(v));
+  for (Value v : op->getResults())
+    ctx.out.push_back(side(v));
+  return success();
+}
 } // namespace
 
 LogicalResult AddOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
@@ -627,49 +645,10 @@ LogicalResult TopKGateOp::inferShardingRule(ShardingRuleContext &ctx) {
 }
 LogicalResult TopKGateGradOp::inferShardingRule(ShardingRuleContext &ctx) { return topKGateRule(*this, ctx); }
 
-LogicalResult MoeDispatchOp::inferShardingRule(ShardingRuleContext &ctx) {
-  FailureOr<DimShard> g = routingGroups(*this, ctx, 1);
-  if (failed(g))
-    return failure();
-  ctx.like(0, tokenSide(ctx, getInput(), *g));
-  ctx.like(1, tokenSide(ctx, getIndices(), *g));
-  ctx.out.push_back(expertSide(ctx, getResult(), *g));
-  return success();
-}
-
-LogicalResult MoeDispatchGradOp::inferShardingRule(ShardingRuleContext &ctx) {
-  FailureOr<DimShard> g = routingGroups(*this, ctx, 1);
-  if (failed(g))
-    return failure();
-  ctx.like(0, expertSide(ctx, getGrad(), *g));
-  ctx.like(1, tokenSide(ctx, getIndices(), *g));
-  ctx.out.push_back(tokenSide(ctx, getResult(), *g));
-  return success();
-}
-
-LogicalResult MoeCombineOp::inferShardingRule(ShardingRuleContext &ctx) {
-  FailureOr<DimShard> g = routingGroups(*this, ctx, 2);
-  if (failed(g))
-    return failure();
-  ctx.like(0, expertSide(ctx, getExpertOutput(), *g));
-  ctx.like(1, tokenSide(ctx, getWeights(), *g));
-  ctx.like(2, tokenSide(ctx, getIndices(), *g));
-  ctx.out.push_back(tokenSide(ctx, getResult(), *g));
-  return success();
-}
-
-LogicalResult MoeCombineGradOp::inferShardingRule(ShardingRuleContext &ctx) {
-  FailureOr<DimShard> g = routingGroups(*this, ctx, 2);
-  if (failed(g))
-    return failure();
-  ctx.like(0, expertSide(ctx, getExpertOutput(), *g));
-  ctx.like(1, tokenSide(ctx, getWeights(), *g));
-  ctx.like(2, tokenSide(ctx, getIndices(), *g));
-  ctx.like(3, tokenSide(ctx, getGrad(), *g));
-  ctx.out.push_back(expertSide(ctx, getExpertOutputGrad(), *g));
-  ctx.out.push_back(tokenSide(ctx, getWeightsGrad(), *g));
-  return success();
-}
+LogicalResult MoeDispatchOp::inferShardingRule(ShardingRuleContext &ctx) { return moeRoutingRule(*this, ctx, 1); }
+LogicalResult MoeDispatchGradOp::inferShardingRule(ShardingRuleContext &ctx) { return moeRoutingRule(*this, ctx, 1); }
+LogicalResult MoeCombineOp::inferShardingRule(ShardingRuleContext &ctx) { return moeRoutingRule(*this, ctx, 2); }
+LogicalResult MoeCombineGradOp::inferShardingRule(ShardingRuleContext &ctx) { return moeRoutingRule(*this, ctx, 2); }
 
 LogicalResult ExpertLoadOp::inferShardingRule(ShardingRuleContext &ctx) {
   FailureOr<DimShard> g = routingGroups(*this, ctx, 0);

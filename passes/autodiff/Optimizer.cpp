@@ -294,8 +294,9 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         return signalPassFailure();
       }
       Location bloc = NameLoc::get(b.getStringAttr("optimizer:" + name.getValue()));
-      Value mean = ReduceMeanOp::create(b, bloc, RankedTensorType::get({}, lt.getElementType()),
-                                        measured, b.getDenseI64ArrayAttr({0}), b.getBoolAttr(false));
+      Value mean = ReduceMeanOp::create(
+          b, bloc, *inferReduceType(lt, {0}, false, [&] { return emitError(bloc); }), measured,
+          b.getDenseI64ArrayAttr({0}), b.getBoolAttr(false));
       Value nudge = SignOp::create(b, bloc, SubOp::create(b, bloc, lt, mean, measured));
       update(AddOp::create(b, bloc, arg, ScaleOp::create(b, bloc, nudge, b.getF64FloatAttr(rate))),
              name.getValue());
@@ -348,15 +349,10 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
           b, loc, DenseElementsAttr::get(scalarType, b.getF32FloatAttr(static_cast<float>(v))));
     };
     auto mean = [&](Value x, ArrayRef<int64_t> axes, bool keep) -> Value {
-      auto xt = cast<RankedTensorType>(x.getType());
-      SmallVector<int64_t> shape;
-      for (int64_t d = 0; d < xt.getRank(); ++d)
-        if (!llvm::is_contained(axes, d))
-          shape.push_back(xt.getDimSize(d));
-        else if (keep)
-          shape.push_back(1);
-      return ReduceMeanOp::create(b, loc, RankedTensorType::get(shape, xt.getElementType()), x,
-                                  b.getDenseI64ArrayAttr(axes), b.getBoolAttr(keep));
+      RankedTensorType type = *inferReduceType(cast<RankedTensorType>(x.getType()), axes, keep,
+                                               [&] { return emitError(loc); });
+      return ReduceMeanOp::create(b, loc, type, x, b.getDenseI64ArrayAttr(axes),
+                                  b.getBoolAttr(keep));
     };
     auto reshape = [&](Value x, ArrayRef<int64_t> shape) -> Value {
       return ReshapeOp::create(b, loc, RankedTensorType::get(shape, t.getElementType()), x);

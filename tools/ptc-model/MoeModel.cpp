@@ -195,15 +195,9 @@ Value ModelBuilder::moeLayer(Value x, const MoeLayersConfig &moe, StringRef rout
   };
   auto reduce = [&](auto tag, Value v, ArrayRef<int64_t> axes, bool keep) -> Value {
     using OpT = decltype(tag);
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> shape;
-    for (int64_t d = 0; d < t.getRank(); ++d)
-      if (!llvm::is_contained(axes, d))
-        shape.push_back(t.getDimSize(d));
-      else if (keep)
-        shape.push_back(1);
-    return f32Op(OpT::create(b, l, RankedTensorType::get(shape, t.getElementType()), v,
-                             b.getDenseI64ArrayAttr(axes), b.getBoolAttr(keep)));
+    RankedTensorType type =
+        *inferReduceType(cast<RankedTensorType>(v.getType()), axes, keep, [&] { return emitError(l); });
+    return f32Op(OpT::create(b, l, type, v, b.getDenseI64ArrayAttr(axes), b.getBoolAttr(keep)));
   };
   auto accumulate = [&](Value term) {
     auxLoss = auxLoss ? f32Op(AddOp::create(b, l, auxLoss, term)) : term;
