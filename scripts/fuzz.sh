@@ -75,9 +75,14 @@ for target in plan safetensors checkpoint tokens; do
        -artifact_prefix=build-fuzz/crashes/$target/ -print_final_stats=1 "${inputs[@]}" \
        2> build-fuzz/$target.log; then
     status=1
+    # What failed (a crash, a sanitizer report, a leak, a timeout, the memory
+    # limit) and the input that did it, so a CI log alone says what to fix.
+    echo "ptc fuzz: $target FAILED:"
+    grep -E "ERROR|SUMMARY|Test unit written|timeout|out-of-memory|^ +#[0-9]+ 0x" \
+      build-fuzz/$target.log | head -40 || true
   fi
-  grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+ +DONE" build-fuzz/$target.log || true
-  tail -1 build-fuzz/$target.log
+  grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+[[:space:]]+DONE" \
+    build-fuzz/$target.log | sort -u || true
 done
 END=$(date +%s)
 echo "ptc fuzz: sanitized build + unit tests $((BUILT - START)) s, fuzzing $((END - BUILT)) s"

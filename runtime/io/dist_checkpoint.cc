@@ -136,6 +136,28 @@ StatusOr<std::string> findCheckpoint(const std::string &dir,
   return all.back().second;
 }
 
+namespace {
+/// A field that must hold an integer. nlohmann's get<int64_t>() converts a
+/// float without a range check (undefined behaviour for 3e23), so the type is
+/// checked first.
+struct NotAnInteger {
+  std::string what;
+};
+int64_t integerOf(const nlohmann::json &v, const char *field) {
+  if (!v.is_number_integer())
+    throw NotAnInteger{std::string("'") + field + "' holds " + v.dump() + ", not an integer"};
+  return v.get<int64_t>();
+}
+std::vector<int64_t> integersOf(const nlohmann::json &v, const char *field) {
+  if (!v.is_array())
+    throw NotAnInteger{std::string("'") + field + "' is not a list of integers"};
+  std::vector<int64_t> out;
+  for (const nlohmann::json &e : v)
+    out.push_back(integerOf(e, field));
+  return out;
+}
+} // namespace
+
 StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
   std::string path = (fs::path(stepDir) / "metadata.json").string();
   auto bytes = readBytes(path);
@@ -150,14 +172,14 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
   if (j.value("format", "") != "ptc-distributed-checkpoint" || !j.contains("version") ||
       !j["version"].is_number_integer())
     return bad("not a ptc distributed checkpoint");
-  if (j["version"].get<int>() != 1)
-    return invalidArgument("checkpoint '", stepDir, "' has format version ", j["version"].get<int>(),
+  if (j["version"].get<int64_t>() != 1)
+    return invalidArgument("checkpoint '", stepDir, "' has format version ", j["version"].get<int64_t>(),
                            "; this ptc reads version 1");
   CheckpointReader r;
   CheckpointMetadata &m = r.meta_;
   m.path = stepDir;
   try {
-    m.step = j.at("step").get<int64_t>();
+    m.step = integerOf(j.at("step"), "step");
     if (m.step < 0)
       return bad("negative step");
     for (auto it = j.at("info").begin(); it != j.at("info").end(); ++it)
@@ -165,7 +187,7 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
     for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
       CheckpointTensor t;
       t.kind = it.value().at("kind").get<std::string>();
-      t.shape = it.value().at("shape").get<std::vector<int64_t>>();
+      t.shape = integersOf(it.value().at("shape"), "shape");
       if (it.value().at("dtype").get<std::string>() != "F32")
         return bad("tensor '" + it.key() + "' is not F32");
       if (!sane(t.shape))
@@ -174,8 +196,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
     }
     for (const auto &b : j.at("boxes")) {
       CheckpointBox box{b.at("tensor").get<std::string>(), b.at("file").get<std::string>(),
-                        b.at("key").get<std::string>(), b.at("offset").get<std::vector<int64_t>>(),
-                        b.at("shape").get<std::vector<int64_t>>()};
+                        b.at("key").get<std::string>(), integersOf(b.at("offset"), "offset"),
+                        integersOf(b.at("shape"), "shape")};
       auto t = m.tensors.find(box.tensor);
       if (t == m.tensors.end())
         return bad("a box of the unknown tensor '" + box.tensor + "'");
@@ -195,6 +217,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
       m.files[it.key()] = it.value().get<std::string>();
   } catch (const nlohmann::json::exception &e) {
     return bad(e.what());
+  } catch (const NotAnInteger &e) {
+    return bad(e.what);
   }
   for (const CheckpointBox &b : m.boxes)
     if (!m.files.count(b.file))

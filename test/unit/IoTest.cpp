@@ -1,6 +1,7 @@
 // safetensors and token data: round trips, the batch order, and errors that
 // name the file and tensor.
 
+#include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/token_data.h"
 
@@ -9,6 +10,7 @@
 #include <algorithm>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 using namespace ptc;
@@ -45,6 +47,31 @@ TEST(Safetensors, RejectsTruncatedFile) {
   ASSERT_FALSE(file.isOk());
   EXPECT_NE(file.status().message().find("lies outside the"), std::string::npos)
       << file.status().message();
+}
+
+TEST(DistributedCheckpoint, RejectsNonIntegerNumbersInMetadata) {
+  // Found by ptc-fuzz-checkpoint: a float where an integer belongs (3e23 does
+  // not fit an int64) must be a "corrupt" error, not undefined behaviour.
+  const char *cases[][2] = {
+      {"\"step\":355555555555555555555555", "'step' holds"},
+      {"\"step\":1.5", "'step' holds"},
+      {"\"step\":1", "'shape' holds"},
+  };
+  for (auto &c : cases) {
+    std::string dir = tempPath("ckpt-meta");
+    std::filesystem::create_directories(dir);
+    std::string shape = std::string(c[1]).find("shape") != std::string::npos ? "[5,4.5]" : "[5,4]";
+    std::ofstream(dir + "/metadata.json", std::ios::trunc)
+        << "{\"format\":\"ptc-distributed-checkpoint\",\"version\":1," << c[0]
+        << ",\"info\":{},\"tensors\":{\"w\":{\"kind\":\"parameter\",\"dtype\":\"F32\",\"shape\":"
+        << shape << "}},\"boxes\":[],\"files\":{}}";
+    auto reader = CheckpointReader::open(dir);
+    ASSERT_FALSE(reader.isOk()) << c[0];
+    EXPECT_NE(reader.status().message().find("is corrupt"), std::string::npos)
+        << reader.status().message();
+    EXPECT_NE(reader.status().message().find(c[1]), std::string::npos)
+        << reader.status().message();
+  }
 }
 
 TEST(TokenData, BatchOrderFollowsTheStandardModel) {
