@@ -101,12 +101,12 @@ sys.exit(0 if ok else 1)
 PY
 }
 if part losses; then
-for p in fp32 bf16; do
+for p in fp32 bf16 bf16off; do
   $B/ptc-run "$P/gpt-$p.plan" --device cuda --data "$P/data.bin" --steps "$STEPS" --log-every 0 \
     --metrics "$OUT/gpu-$p.jsonl" > "$OUT/train-$p.log" 2>&1 || { status=1; say "train $p: FAILED"; tail -5 "$OUT/train-$p.log"; }
 done
-bound_fp32=1e-4; bound_bf16=2e-2
-for p in fp32 bf16; do
+bound_fp32=1e-4; bound_bf16=2e-2; bound_bf16off=2e-2
+for p in fp32 bf16 bf16off; do
   bound=bound_$p
   compare "losses $p (GPU vs CPU)" "$OUT/gpu-$p.jsonl" "$P/cpu-$p.jsonl" "${!bound}" | tee -a "$SUMMARY"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

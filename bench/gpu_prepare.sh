@@ -8,7 +8,7 @@
 #   deps/googletest  GoogleTest sources (built there)
 #   bin/          the same runtime built here (no MPI, sm_80 + sm_90), in case the build
 #                 there fails: ptc-run, ptc-device-tests, ptc-runtime-tests (+ libomp in deps/lib)
-#   plans/        plans compiled here: the standard GPT (fp32, bf16) and a
+#   plans/        plans compiled here: the standard GPT (fp32, bf16, bf16 offloaded) and a
 #                 GPT-2-medium-sized bf16 model; the token data; the CPU
 #                 backend's losses for the standard GPT (the GPU must match them)
 # Usage: bash bench/gpu_prepare.sh   (after bash scripts/setup.sh; ~2 min)
@@ -47,7 +47,9 @@ OPTS="optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
 "$BIN/ptc-model" gpt --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --batch 8 -o "$P/gpt.mlir"
 "$BIN/ptc-opt" "$P/gpt.mlir" --ptc-compile="plan=$P/gpt-fp32.plan $OPTS" -o /dev/null
 "$BIN/ptc-opt" "$P/gpt.mlir" --ptc-compile="plan=$P/gpt-bf16.plan $OPTS precision=bf16" -o /dev/null
-for p in fp32 bf16; do
+# The same with the optimizer offloaded to host memory (master weights, AdamW on the host CPU).
+"$BIN/ptc-opt" "$P/gpt.mlir" --ptc-compile="plan=$P/gpt-bf16off.plan $OPTS precision=bf16 offload=optimizer" -o /dev/null
+for p in fp32 bf16 bf16off; do
   "$BIN/ptc-run" "$P/gpt-$p.plan" --device cpu --data "$P/data.bin" --steps "$STEPS" --log-every 0 \
     --metrics "$P/cpu-$p.jsonl" >/dev/null
 done

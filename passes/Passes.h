@@ -74,6 +74,11 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::desc("With recompute: only the first N transformer layers of each pipeline "
                      "chunk (-1: all)"),
       llvm::cl::init(-1)};
+  PassOptions::Option<std::string> offload{
+      *this, "offload",
+      llvm::cl::desc("none, or optimizer: fp32 master weights, optimizer state and the update "
+                     "in host memory (ZeRO-Offload; needs the plan's device to be discrete)"),
+      llvm::cl::init("none")};
   PassOptions::Option<std::string> lrSchedule{
       *this, "lr-schedule",
       llvm::cl::desc("Learning-rate schedule: constant, cosine or linear (after warmup)"),

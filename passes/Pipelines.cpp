@@ -111,6 +111,11 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     sched.svg = options.scheduleSvg;
     pm.addPass(createSchedulePipelinePass(sched));
   }
+  if (options.offload != "none") {
+    OffloadOptimizerPassOptions offload;
+    offload.what = options.offload;
+    pm.addNestedPass<func::FuncOp>(createOffloadOptimizerPass(offload));
+  }
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
     ReportMemoryPassOptions report;

@@ -37,7 +37,8 @@ SEEDS=build-fuzz/seeds
 mkdir -p $SEEDS/plan $SEEDS/safetensors $SEEDS/checkpoint $SEEDS/tokens
 $B/ptc-model gpt --layers 2 --hidden 16 --heads 2 --seq 8 --vocab 256 --batch 4 -o $SEEDS/gpt.mlir
 for opts in "" "mesh=dp:2" "mesh=tp:2 sequence-parallel=true" "mesh=dp:2 zero=3" \
-            "mesh=pp:2 microbatches=2" "precision=bf16 dynamic-loss-scale=true" "optimizer=sgd max-grad-norm=1"; do
+            "mesh=pp:2 microbatches=2" "precision=bf16 dynamic-loss-scale=true" "optimizer=sgd max-grad-norm=1" \
+            "precision=bf16 mesh=dp:2 zero=1 offload=optimizer"; do
   name=$(printf '%s' "$opts" | tr -c 'a-z0-9' '_')
   $B/ptc-opt $SEEDS/gpt.mlir --ptc-compile="plan=$SEEDS/plan/gpt$name.plan $opts" -o /dev/null
 done

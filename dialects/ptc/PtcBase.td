@@ -101,6 +101,9 @@ def Ptc_Dialect : Dialect {
     /// On an op that ptc-mixed-precision keeps in f32 (its float operands
     /// converted up, its results f32): an MoE router's logits.
     static constexpr ::llvm::StringLiteral kKeepF32AttrName = "ptc.keep_f32";
+    /// optimizer offload (ptc-offload-optimizer): on an argument or op whose
+    /// values live in host memory (an op so marked runs on the host).
+    static constexpr ::llvm::StringLiteral kOnHostAttrName = "ptc.on_host";
     static constexpr ::llvm::StringLiteral kForwardIdAttrName = "ptc.forward_id";
     static constexpr ::llvm::StringLiteral kVjpOfAttrName = "ptc.vjp_of";
     static constexpr ::llvm::StringLiteral kLossSeedAttrName = "ptc.loss_seed";

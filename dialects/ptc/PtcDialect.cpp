@@ -312,6 +312,15 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
                              << " needs a 'ptc.state' on the same argument";
     return success();
   }
+  if (attrName == kOnHostAttrName) { // offloaded to host memory (ptc-offload-optimizer)
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'ptc.on_host' on argument #" << argIndex << " takes no value";
+    if (func && !func.getArgAttr(argIndex, kParamAttrName) && !func.getArgAttr(argIndex, kStateAttrName))
+      return op->emitError() << "'ptc.on_host' on argument #" << argIndex
+                             << " needs a parameter or state ('ptc.param' / 'ptc.state')";
+    return success();
+  }
   if (attrName == kExpertsAttrName) {
     auto func = dyn_cast<FunctionOpInterface>(op);
     auto count = dyn_cast<IntegerAttr>(attr.getValue());

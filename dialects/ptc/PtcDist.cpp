@@ -460,5 +460,12 @@ LogicalResult verifyChannel(Operation *op, int64_t channel, int64_t peer, String
 }
 } // namespace
 
+LogicalResult TransferOp::verify() {
+  if (getDestination() != "host" && getDestination() != "device")
+    return emitOpError() << "transfers to \"host\" or \"device\", not \"" << getDestination()
+                         << "\"";
+  return success();
+}
+
 LogicalResult SendOp::verify() { return verifyChannel(*this, getChannel(), getTo(), "to"); }
 LogicalResult RecvOp::verify() { return verifyChannel(*this, getChannel(), getFrom(), "from"); }

@@ -230,4 +230,32 @@ def Ptc_RecvOp : Ptc_Op<"recv"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Memory placement
+//===----------------------------------------------------------------------===//
+
+def Ptc_TransferOp : Ptc_Op<"transfer", [Pure, SameOperandsAndResultType]> {
+  let summary = "a copy between device memory and host memory";
+  let description = [{
+    Inserted by `ptc-offload-optimizer` where a value crosses between the
+    device and the host: the result is the operand's value in host memory
+    (`to "host"`) or in device memory (`to "device"`). Host values are the
+    offloaded optimizer's: arguments and op results marked `ptc.on_host`
+    (fp32 master weights, optimizer state, the update's temporaries); every
+    other value lives on the device. A transfer is the only op that reads a
+    value on one side and writes one on the other.
+
+    ```mlir
+    %gh = ptc.transfer %g to "host" : tensor<384x128xbf16>
+    ```
+  }];
+  let arguments = (ins Ptc_AnyTensor:$input, StrAttr:$destination);
+  let results = (outs Ptc_AnyTensor:$result);
+  let assemblyFormat = "$input `to` $destination attr-dict `:` type($input)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool toHost() { return getDestination() == "host"; }
+  }];
+}
+
 #endif // PTC_DIST_OPS_TD

@@ -87,6 +87,7 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
       .Case([](DivOp) { return Lowered{C::Div}; })
       .Case([](ScaleOp o) { return Lowered{C::Scale, {}, {o.getFactor().convertToDouble()}}; })
       .Case([](ConvertOp) { return Lowered{C::Convert}; })
+      .Case([](TransferOp) { return Lowered{C::Transfer}; })
       .Case([](MatmulOp o) {
         return Lowered{C::Matmul, {o.getTransposeLhs(), o.getTransposeRhs()}, {}};
       })
@@ -383,6 +384,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       if (!data.empty())
         tb.add_data(dataOff);
       tb.add_pp_rank(ppRank);
+      if (isOnHost(v))
+        tb.add_host(true);
       tensors.push_back(tb.Finish());
       int32_t id = static_cast<int32_t>(tensors.size() - 1);
       tensorOf[v] = id;
@@ -493,7 +496,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
           tensorOf[r] = tensorOf.at(target);
           overwrittenBy[target] = &op;
         } else {
-          if (offset < 0)
+          if (offset < 0 && !isOnHost(r))
             return op.emitOpError() << "result has no arena offset";
           if (failed(addTensor(r, "t" + std::to_string(temporaryCount++),
                                pp::TensorKind::Temporary, offset, pp::InitKind::None, 0.0, {})))
@@ -519,7 +522,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       if (auto recv = dyn_cast<RecvOp>(op))
         recvs[recv.getChannel()] = {&op, outputs[0]};
       instructions.push_back(pp::CreateInstruction(fbb, lowered->code, in, out, intsOff, floatsOff,
-                                                   functionOff, locOff, chunk, segment));
+                                                   functionOff, locOff, chunk, segment,
+                                                   op.hasAttr(PtcDialect::kOnHostAttrName)));
     }
 
     std::vector<fb::Offset<pp::Output>> outputs;

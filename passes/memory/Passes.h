@@ -27,6 +27,10 @@ int64_t getTensorBytes(RankedTensorType type);
 /// argument: true for values returned with `ptc.update`.
 bool isInPlaceUpdate(Value value);
 
+/// Whether `value` lives in host memory (ptc-offload-optimizer): an argument
+/// or an op result marked `ptc.on_host`, or a `ptc.transfer` to the host.
+bool isOnHost(Value value);
+
 /// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30); failure for
 /// anything else (device-memory= of the memory report and the export).
 FailureOr<double> parseByteSize(StringRef text);

@@ -27,6 +27,31 @@ def PlanMemoryPass : Pass<"ptc-plan-memory", "::mlir::func::FuncOp"> {
   ];
 }
 
+def OffloadOptimizerPass : Pass<"ptc-offload-optimizer", "::mlir::func::FuncOp"> {
+  let summary = "Keep fp32 master weights and optimizer state in host memory (ZeRO-Offload)";
+  let description = [{
+    After sharding (and pipeline splitting), before `ptc-plan-memory`: the
+    parameters (fp32 master weights under mixed precision), the optimizer's
+    state and the optimizer's per-parameter math move to the host, as
+    ZeRO-Offload does. An op runs on the host (`ptc.on_host`) when it is part
+    of a parameter's update: it lies on the path from a gradient (the value
+    an update reads) to the returned new value of a parameter or optimizer
+    state, and is not a collective or a gradient-wide op (loss-scale
+    unscaling, norm clipping, the learning-rate schedule stay on the device).
+    A state argument moves to the host when only host ops read it. Two
+    conversions move too, so that low-precision bytes cross: a gradient's
+    widening to f32 when only host ops read it, and a master weight's
+    narrowing to its low-precision working copy.
+    Every value that crosses gets one `ptc.transfer`, before its first user
+    on the other side; `ptc-plan-memory` places only device values in the
+    arena, and the plan marks host tensors and host instructions.
+  }];
+  let options = [
+    Option<"what", "what", "std::string", /*default=*/"\"optimizer\"",
+           "What moves to the host: optimizer (the only choice so far)">
+  ];
+}
+
 def ReportMemoryPass : Pass<"ptc-report-memory", "::mlir::ModuleOp"> {
   let summary = "Per-device memory: model state, saved activations, buffers, predicted peak";
   let description = [{

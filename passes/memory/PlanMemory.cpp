@@ -119,7 +119,7 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
                            << " has no static size for memory planning";
           return signalPassFailure();
         }
-        if (isInPlaceUpdate(r))
+        if (isInPlaceUpdate(r) || isOnHost(r)) // host values live outside the arena
           continue;
         int64_t end = index[&op];
         for (Operation *user : r.getUsers())

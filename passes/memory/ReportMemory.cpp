@@ -30,6 +30,18 @@ Value optimizerGradient(Operation *op) {
   return {};
 }
 
+/// Bytes of the host temporaries `op` defines (offload=optimizer): results of
+/// host ops and transfers to the host, except updates written in place.
+int64_t hostTemporaryBytes(Operation &op) {
+  int64_t total = 0;
+  if (isa<arith::ConstantOp>(op))
+    return 0;
+  for (Value r : op.getResults())
+    if (isOnHost(r) && !isInPlaceUpdate(r))
+      total += getTensorBytes(cast<RankedTensorType>(r.getType()));
+  return total;
+}
+
 std::string human(double bytes) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -247,6 +259,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
   struct RankMemory {
     int64_t params = 0, state = 0, inputs = 0, constants = 0, grads = 0, activations = 0,
             comm = 0, arena = 0, received = 0, values = 0;
+    int64_t host = 0; // offloaded to host memory (not in the peak)
     int64_t peak() const { return params + state + inputs + constants + arena + comm + received; }
   };
 
@@ -277,7 +290,11 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       if (!(stage && stage.getInt() % ranks == r) && !here.contains(arg))
         continue;
       int64_t bytes = getTensorBytes(cast<RankedTensorType>(arg.getType()));
-      if (func.getArgAttr(i, PtcDialect::kParamAttrName)) {
+      if (isOnHost(arg)) {
+        m.host += bytes;
+        if (func.getArgAttr(i, PtcDialect::kParamAttrName))
+          m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
+      } else if (func.getArgAttr(i, PtcDialect::kParamAttrName)) {
         m.params += bytes;
         m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
       } else if (func.getArgAttr(i, PtcDialect::kStateAttrName)) {
@@ -291,9 +308,10 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
         firstBackward = &op;
       if (auto cst = dyn_cast<arith::ConstantOp>(op)) // every rank holds the constants
-        m.constants += getTensorBytes(cast<RankedTensorType>(cst.getType()));
+        (isOnHost(cst) ? m.host : m.constants) += getTensorBytes(cast<RankedTensorType>(cst.getType()));
       if (!on(&op))
         continue;
+      m.host += hostTemporaryBytes(op);
       if (Value g = optimizerGradient(&op))
         m.grads += getTensorBytes(cast<RankedTensorType>(g.getType()));
       m.comm = std::max(m.comm, collectiveBufferBytes(op));
@@ -321,21 +339,30 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       for (auto [a, s] : llvm::zip(mesh->axes, mesh->sizes))
         os << ", " << a << "=" << s;
     os << ")\n";
-    os << llvm::format("  %-4s %14s %14s %14s %14s %14s %14s %14s %14s\n", "rank", "parameters",
+    os << llvm::format("  %-4s %14s %14s %14s %14s %14s %14s %14s %14s", "rank", "parameters",
                        "gradients", "optim. state", "inputs+const", "saved act.", "communication",
                        "arena", "peak");
+    bool offloaded = false;
+    for (BlockArgument arg : func.getArguments())
+      offloaded |= isOnHost(arg);
+    if (offloaded)
+      os << llvm::format(" %14s", "host (offload)");
+    os << "\n";
     int worst = 0;
     int64_t worstPeak = -1;
     std::vector<RankMemory> all;
     for (int r = 0; r < ranks; ++r) {
       RankMemory m = rankMemory(func, r, ranks);
       all.push_back(m);
-      os << llvm::format("  %-4d %14lld %14lld %14lld %14lld %14lld %14lld %14lld %14lld\n", r,
+      os << llvm::format("  %-4d %14lld %14lld %14lld %14lld %14lld %14lld %14lld %14lld", r,
                          static_cast<long long>(m.params), static_cast<long long>(m.grads),
                          static_cast<long long>(m.state),
                          static_cast<long long>(m.inputs + m.constants + m.received),
                          static_cast<long long>(m.activations), static_cast<long long>(m.comm),
                          static_cast<long long>(m.arena), static_cast<long long>(m.peak()));
+      if (offloaded)
+        os << llvm::format("%15lld", static_cast<long long>(m.host));
+      os << "\n";
       if (m.peak() > worstPeak) {
         worstPeak = m.peak();
         worst = r;
@@ -346,6 +373,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
        << ") on pipeline rank " << worst << ": parameters " << human(static_cast<double>(w.params))
        << " (" << w.values << " values), optimizer state " << human(static_cast<double>(w.state))
        << ", arena " << human(static_cast<double>(w.arena))
+       << (w.host ? ", offloaded to host memory " + human(static_cast<double>(w.host)) + " (not in the peak)" : std::string())
        << " (gradients and saved activations of one micro-batch live in the arena; values "
           "waiting between micro-batches are the activation stash, which ptc-export-plan "
           "predicts per rank when a plan is written)\n";
@@ -368,12 +396,17 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     Block &block = func.getBody().front();
     std::vector<Consumer> consumers;
     int64_t paramBytes = 0, stateBytes = 0, inputBytes = 0, constBytes = 0, gradBytes = 0,
-            activationBytes = 0, commBytes = 0, localParams = 0, perParamStateBytes = 0;
+            activationBytes = 0, commBytes = 0, localParams = 0, perParamStateBytes = 0,
+            hostBytes = 0;
     for (BlockArgument arg : block.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       int64_t bytes = getTensorBytes(type);
       unsigned i = arg.getArgNumber();
-      if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)) {
+      if (isOnHost(arg)) {
+        hostBytes += bytes;
+        if (func.getArgAttr(i, PtcDialect::kParamAttrName))
+          localParams += getNumElements(type);
+      } else if (auto name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)) {
         paramBytes += bytes;
         localParams += getNumElements(type);
         consumers.push_back({"parameter '" + name.str() + "'", bytes});
@@ -393,7 +426,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
         firstBackward = &op;
       if (auto cst = dyn_cast<arith::ConstantOp>(op))
-        constBytes += getTensorBytes(cast<RankedTensorType>(cst.getType()));
+        (isOnHost(cst) ? hostBytes : constBytes) += getTensorBytes(cast<RankedTensorType>(cst.getType()));
+      hostBytes += hostTemporaryBytes(op);
       if (Value g = optimizerGradient(&op))
         grads.insert(g);
       adamw |= isa<AdamWUpdateOp>(op);
@@ -419,14 +453,21 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         os << "  " << note;
       os << "\n";
     };
-    line("parameters", paramBytes, (Twine(localParams) + " values").str());
-    line("gradients", gradBytes, "inputs of the optimizer updates (in the arena)");
+    line("parameters", paramBytes,
+         (Twine(localParams) + " values" + (hostBytes ? ", in host memory (offloaded)" : "")).str());
+    line("gradients", gradBytes,
+         hostBytes ? "inputs of the optimizer updates (copied to host memory for the update)"
+                   : "inputs of the optimizer updates (in the arena)");
     line("optimizer state", stateBytes);
     line("inputs, constants", inputBytes + constBytes);
     line("saved activations", activationBytes, "forward values read by the backward pass (in the arena)");
     line("communication", commBytes, "largest collective buffer");
     line("arena", arena, "all temporaries, reused by lifetime");
     line("predicted peak", peak, "parameters + state + inputs + constants + arena + communication");
+    if (hostBytes > 0)
+      line("host (offloaded)", hostBytes,
+           "fp32 master weights, optimizer state and the update's temporaries in host memory, "
+           "not in the peak");
 
     // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp,
     // no experts split over ep).
@@ -453,7 +494,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
          << " of " << experts << " experts per layer" << (hasAxis(MeshAxisRole::Expert) ? ", split over ep" : "")
          << "), dispatch buffers " << bufferBytes << " B per MoE layer and direction ("
          << moeLayers << " layers x 4: dispatch, combine and their gradients)\n";
-    if (adamw && !hasTp && !(moeLayers > 0 && hasAxis(MeshAxisRole::Expert))) {
+    if (adamw && !hasTp && !hostBytes && !(moeLayers > 0 && hasAxis(MeshAxisRole::Expert))) {
       int64_t psi = 0;
       for (BlockArgument arg : block.getArguments())
         if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName)) {
@@ -489,7 +530,13 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
             if (copyType.empty())
               llvm::raw_string_ostream(copyType) << convert.getType().getElementType() << " ";
           }
-    if (copyBytes > 0)
+    if (copyBytes > 0 && hostBytes > 0)
+      os << "  mixed precision + offload: " << copyType << "working copies of the parameters "
+         << copyBytes << " B (2 bytes each, converted on the host from the fp32 master weights "
+         << "and copied to the device every step, in the arena); gradients cross to the host "
+            "in "
+         << copyType << "and are widened there\n";
+    else if (copyBytes > 0)
       os << "  mixed precision: " << copyType << "working copies of the parameters " << copyBytes
          << " B (2 bytes each, in the arena, converted from the fp32 master weights every step); "
             "master weights, gradients and AdamW state stay fp32 (4 + 4 + 8 bytes per parameter, "

@@ -100,6 +100,11 @@ public:
     return p;
   }
   void release(void *p) override { cudaFree(p); }
+  Status pinHostMemory(void *p, int64_t bytes) override {
+    return cudaStatus(cudaHostRegister(p, static_cast<size_t>(bytes), cudaHostRegisterDefault),
+                      "page-locking " + std::to_string(bytes) + " bytes of host memory");
+  }
+  void unpinHostMemory(void *p) override { cudaHostUnregister(p); }
 
   Status copy(void *dst, const void *src, int64_t bytes, CopyKind kind) override {
     if (bytes <= 0 || dst == src)

@@ -63,6 +63,11 @@ public:
   /// A device-to-device copy enqueued on `stream`.
   virtual Status copyOn(StreamKind stream, void *dst, const void *src, int64_t bytes) = 0;
   virtual Status zero(void *p, int64_t bytes) = 0;
+  /// Page-locks host memory that copies to and from this device use often
+  /// (the offloaded tensors), so they run at full bandwidth; a no-op where
+  /// copies are plain memory copies. unpinHostMemory before freeing it.
+  virtual Status pinHostMemory(void *p, int64_t bytes) { return Status::ok(); }
+  virtual void unpinHostMemory(void *p) {}
   /// Waits for every stream; reports errors of earlier asynchronous work.
   virtual Status synchronize() = 0;
 

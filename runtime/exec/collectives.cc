@@ -262,7 +262,7 @@ Status Executor::runCollective(const plan::Instruction &inst) {
   const auto &out = outputsOf(inst);
   std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
   std::string what = inst.location() ? inst.location()->str() : "";
-  Device &d = *dev_;
+  Device &d = deviceFor(inst); // the host for a host ShardSlice
   switch (inst.op()) {
   case OpCode::AllReduce:
     return runBucketAllReduce(inst, /*bf16=*/false);

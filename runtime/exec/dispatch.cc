@@ -52,7 +52,7 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   };
   auto F = [&](size_t i) { return static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i))); };
   auto ids = [&](size_t i) { return i32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
-  Device &d = *dev_;
+  Device &d = deviceFor(inst);
 
   switch (inst.op()) {
   case OpCode::Add:

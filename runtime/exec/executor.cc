@@ -54,13 +54,47 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   auto arena = allocate(ex->arenaBytes_, "the " + std::to_string(ex->arenaBytes_) + "-byte arena");
   if (!arena.isOk())
     return arena.status();
+  // Offloaded tensors (parameters, state, the update's temporaries): host
+  // memory, one allocation of 256-byte aligned slots.
+  constexpr int64_t kSlotAlignment = 256;
+  const bool offloaded = std::any_of(tensors.begin(), tensors.end(),
+                                     [](const TensorInfo &t) { return t.host; });
+  if (offloaded && !dev.hostAddressable())
+    ex->hostDev_ = createCpuDevice();
+  std::vector<int64_t> hostSlot(tensors.size(), -1);
+  int64_t hostBlock = 0;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].host && (here[i] || isOutput[i])) {
+      hostSlot[i] = hostBlock;
+      hostBlock += (tensors[i].bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+      ex->hostBytes_ += tensors[i].bytes;
+    }
+  if (hostBlock > 0) {
+    Device &host = ex->hostDevice();
+    auto p = host.allocate(hostBlock);
+    if (!p.isOk())
+      return Status(p.status().code(), "cannot allocate " + std::to_string(hostBlock) +
+                                           " bytes of offloaded tensors in host memory: " +
+                                           p.status().message());
+    ex->hostBuffers_.push_back(*p);
+    if (ex->hostDev_) { // the device copies to and from it every step
+      Status pinned = dev.pinHostMemory(*p, hostBlock);
+      if (!pinned.isOk())
+        return pinned;
+      ex->pinned_ = true;
+    }
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (hostSlot[i] >= 0)
+        ex->storage_[i] = static_cast<uint8_t *>(*p) + hostSlot[i];
+  }
   // Persistent tensors (parameters, state, inputs, constants, outputs received
   // from another pipeline rank): one more allocation, 256-byte aligned slots.
-  constexpr int64_t kSlotAlignment = 256;
   std::vector<int64_t> slot(tensors.size(), -1);
   int64_t block = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
+    if (t.host)
+      continue;
     if (t.kind == TensorKind::Temporary && here[i]) {
       if (t.arenaOffset + t.bytes > ex->arenaBytes_)
         return invalidArgument("tensor #", i, " at arena offset ", t.arenaOffset,
@@ -80,10 +114,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
     return persistent.status();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo &t = tensors[i];
-    if (slot[i] < 0)
+    if (slot[i] < 0 && hostSlot[i] < 0)
       continue;
-    uint8_t *buf = *persistent + slot[i];
-    ex->storage_[i] = buf;
+    uint8_t *buf = static_cast<uint8_t *>(ex->storage_[i]);
+    if (slot[i] >= 0)
+      ex->storage_[i] = buf = *persistent + slot[i];
     if (t.kind == TensorKind::Constant) {
       const auto *data = plan->plan().tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))->data();
       int64_t elem = dtypeSize(t.dtype);
@@ -93,7 +128,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
       else // splat
         for (int64_t e = 0; e < t.numElements; ++e)
           std::memcpy(host.data() + e * elem, data->data(), static_cast<size_t>(elem));
-      PTC_RETURN_IF_ERROR(dev.copy(buf, host.data(), t.bytes, CopyKind::HostToDevice));
+      PTC_RETURN_IF_ERROR(ex->deviceOf(static_cast<int32_t>(i))
+                              .copy(buf, host.data(), t.bytes, CopyKind::HostToDevice));
     }
   }
   if (plan->pipelined())
@@ -141,6 +177,8 @@ void Executor::groupOptimizerUpdates() {
   };
   auto sameGroup = [&](uint32_t a, uint32_t b) {
     const plan::Instruction *x = insts.Get(a), *y = insts.Get(b);
+    if (x->on_host() != y->on_host())
+      return false;
     // The same step, skip flag and scheduled learning rate (inputs 4 on).
     const auto &xi = inputsOf(*x), &yi = inputsOf(*y);
     if (xi.size() != yi.size() || (x->ints() ? x->ints()->size() : 0) != (y->ints() ? y->ints()->size() : 0))
@@ -193,7 +231,7 @@ Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
       return value.status();
     lr = *value;
   }
-  return dev_->adamwUpdateMany(tensors, f32(in.Get(4)), AdamWParams{lr, F(1), F(2), F(3), F(4)},
+  return deviceFor(*head).adamwUpdateMany(tensors, f32(in.Get(4)), AdamWParams{lr, F(1), F(2), F(3), F(4)},
                                skip);
 }
 
@@ -203,6 +241,11 @@ Executor::~Executor() {
     (void)dev_->synchronize();
     for (void *p : buffers_)
       dev_->release(p);
+    for (void *p : hostBuffers_) {
+      if (pinned_)
+        dev_->unpinHostMemory(p);
+      hostDevice().release(p);
+    }
   }
 }
 
@@ -277,9 +320,21 @@ bool isLowPrecision(plan::DType d) { return d == plan::DType::BF16 || d == plan:
 Status Executor::run(const plan::Instruction &inst) {
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
+  if (inst.op() == OpCode::Transfer) {
+    // Between host and device memory (offload): the tensors' sides say which way.
+    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
+    if (src.host && dst.host)
+      return hostDevice().copy(data(out[0]), data(in[0]), src.bytes, CopyKind::DeviceToDevice);
+    if (!src.host && !dst.host)
+      return dev_->copy(data(out[0]), data(in[0]), src.bytes, CopyKind::DeviceToDevice);
+    if (!src.host) // the host waits for the copy: pending collectives first
+      PTC_RETURN_IF_ERROR(hostSync());
+    return dev_->copy(data(out[0]), data(in[0]), src.bytes,
+                      src.host ? CopyKind::HostToDevice : CopyKind::DeviceToHost);
+  }
   if (inst.op() == OpCode::Convert) {
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    return dev_->convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]),
+    return deviceFor(inst).convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]),
                               floatTypeOf(dst.dtype), src.numElements);
   }
   // Mixed precision: bf16 / f16 storage, f32 math. Ops that only move bytes

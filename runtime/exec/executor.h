@@ -114,6 +114,9 @@ public:
   /// Bytes of the arena and of persistent storage.
   int64_t arenaBytes() const { return arenaBytes_; }
   int64_t persistentBytes() const { return persistentBytes_; }
+  /// Bytes of the tensors kept in host memory (offload=optimizer), not
+  /// counted in the two above.
+  int64_t hostBytes() const { return hostBytes_; }
   /// High-water mark of the buffer collectives pack and unpack through.
   int64_t communicationBytes() const { return staging_.capacity(); }
 
@@ -122,8 +125,23 @@ private:
   bool evaluating_ = false;
   std::vector<bool> writesState_; // per instruction: writes a parameter or optimizer state
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
-  // First member: destroyed last, after every DeviceBuffer below.
+  // First members: destroyed last, after every DeviceBuffer below.
   std::unique_ptr<Device> dev_;
+  /// Offloaded plans on a discrete device: the host CPU, which holds the
+  /// plan's host tensors and runs its host instructions (null otherwise:
+  /// the device's own memory is host memory).
+  std::unique_ptr<Device> hostDev_;
+  Device &hostDevice() { return hostDev_ ? *hostDev_ : *dev_; }
+  /// Where tensor `id` lives / where an instruction runs.
+  Device &deviceOf(int32_t id) {
+    return plan_->tensor(id).host ? hostDevice() : *dev_;
+  }
+  Device &deviceFor(const plan::Instruction &inst) {
+    return inst.on_host() ? hostDevice() : *dev_;
+  }
+  std::vector<void *> hostBuffers_; // hostDevice() allocations: the host tensors
+  bool pinned_ = false;             // hostBuffers_ page-locked for dev_
+  int64_t hostBytes_ = 0;
   Status run(const plan::Instruction &inst);
   /// Multi-tensor optimizer groups: groupEnd_[n] != 0 for the first
   /// instruction of a group (one past its last), covered_ for the others.

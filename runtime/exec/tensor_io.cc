@@ -92,7 +92,7 @@ Status Executor::loadLocal(int32_t id, const void *local) {
   if (!holds(id))
     return Status::ok();
   PTC_RETURN_IF_ERROR(hostSync());
-  return dev_->copy(data(id), local, plan_->tensor(id).bytes, CopyKind::HostToDevice);
+  return deviceOf(id).copy(data(id), local, plan_->tensor(id).bytes, CopyKind::HostToDevice);
 }
 
 Status Executor::loadFromWhole(int32_t id, const void *whole) {
@@ -102,7 +102,7 @@ Status Executor::loadFromWhole(int32_t id, const void *whole) {
   // Cut the local part out on the host, then copy it over in one piece.
   void *local = data(id);
   std::vector<uint8_t> host;
-  if (!dev_->hostAddressable()) {
+  if (!deviceOf(id).hostAddressable()) {
     host.resize(static_cast<size_t>(t.bytes));
     local = host.data();
   }
@@ -111,14 +111,14 @@ Status Executor::loadFromWhole(int32_t id, const void *whole) {
   });
   if (!host.empty()) {
     PTC_RETURN_IF_ERROR(hostSync());
-    return dev_->copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice);
+    return deviceOf(id).copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice);
   }
   return Status::ok();
 }
 
 Status Executor::readLocal(int32_t id, void *out) {
   PTC_RETURN_IF_ERROR(hostSync());
-  return dev_->copy(out, data(id), plan_->tensor(id).bytes, CopyKind::DeviceToHost);
+  return deviceOf(id).copy(out, data(id), plan_->tensor(id).bytes, CopyKind::DeviceToHost);
 }
 
 StatusOr<float> Executor::scalar(int32_t id) {
@@ -128,7 +128,7 @@ StatusOr<float> Executor::scalar(int32_t id) {
   uint8_t raw[4] = {0, 0, 0, 0};
   Status s = hostSync();
   if (s.isOk())
-    s = dev_->copy(raw, data(id), static_cast<int64_t>(bytes), CopyKind::DeviceToHost);
+    s = deviceOf(id).copy(raw, data(id), static_cast<int64_t>(bytes), CopyKind::DeviceToHost);
   if (!s.isOk())
     return s;
   float value = 0.0f;
@@ -202,7 +202,7 @@ Status Executor::initialize(uint64_t seed) {
     if (!storage_[i])
       continue;
     if (t.kind == TensorKind::OptimizerState) {
-      PTC_RETURN_IF_ERROR(dev_->zero(storage_[i], t.bytes));
+      PTC_RETURN_IF_ERROR(deviceOf(static_cast<int32_t>(i)).zero(storage_[i], t.bytes));
       continue;
     }
     if (t.kind != TensorKind::Parameter)

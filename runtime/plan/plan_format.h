@@ -19,9 +19,11 @@ namespace ptc::plan {
 ///    ([groups, tokens, ...] tokens, [experts, groups, capacity, dim]
 ///    buffers) and fill capacity choice-major (a version 5 plan's MoE ops
 ///    would route differently, and version 5 plans hold no other change).
+/// 7: host tensors and host instructions (offload=optimizer) and the
+///    Transfer opcode (appended); version 6 plans read unchanged.
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
-inline constexpr uint32_t kFormatVersion = 6;
+inline constexpr uint32_t kFormatVersion = 7;
 /// The oldest version this runtime reads: version 4 renumbered the opcodes,
 /// so an older plan would run other kernels than it names.
 inline constexpr uint32_t kOldestFormatVersion = 4;

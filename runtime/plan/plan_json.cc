@@ -39,7 +39,9 @@ std::string planToJson(const LoadedPlan &loaded) {
                                         (t.dimBlocks[d] > 1 ? "/" + std::to_string(t.dimBlocks[d]) : ""));
       tj["sharding"] = spec + "]";
     }
-    if (t.kind == plan::TensorKind::Temporary)
+    if (t.host)
+      tj["host"] = true;
+    else if (t.kind == plan::TensorKind::Temporary)
       tj["arena_offset"] = t.arenaOffset;
     const plan::Tensor *pt = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
     if (t.kind == plan::TensorKind::Parameter) {
@@ -68,6 +70,8 @@ std::string planToJson(const LoadedPlan &loaded) {
       ij["chunk"] = inst->chunk();
       ij["segment"] = plan::EnumNameSegment(inst->segment());
     }
+    if (inst->on_host())
+      ij["on_host"] = true;
     instructions.push_back(ij);
   }
   j["instructions"] = instructions;

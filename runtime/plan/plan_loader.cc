@@ -432,6 +432,11 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(in(2), {}, "loss gradient"));
     return expectShape(out(0), grad ? logits : Shape{}, "result");
   }
+  case OpCode::Transfer:
+    PTC_RETURN_IF_ERROR(counts(1, 1));
+    if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
+      return fail("a transfer changes the dtype");
+    return expectShape(out(0), in(0), "result");
   case OpCode::Reshape:
     PTC_RETURN_IF_ERROR(counts(1, 1));
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
@@ -737,6 +742,58 @@ Status InstructionChecker::check() {
   }
   return fail("unknown opcode ", static_cast<int>(inst_.op()));
 }
+
+/// Offload: a host instruction runs on the host CPU and touches only host
+/// tensors; a device instruction only device tensors; a Transfer crosses.
+/// Communication and the ops the executor runs with the device's streams or
+/// with the host's per-step scalars stay on the device.
+Status checkPlacement(const plan::Instruction &inst, const std::vector<TensorInfo> &tensors) {
+  auto side = [](bool host) { return host ? "a host" : "a device"; };
+  bool onHost = inst.on_host();
+  if (onHost) {
+    switch (inst.op()) {
+    case OpCode::Transfer:
+    case OpCode::AllReduce:
+    case OpCode::AllGather:
+    case OpCode::ReduceScatter:
+    case OpCode::AllToAll:
+    case OpCode::VocabParallelCrossEntropy:
+    case OpCode::VocabParallelCrossEntropyGrad:
+    case OpCode::Send:
+    case OpCode::Recv:
+    case OpCode::MicrobatchSum:
+    case OpCode::ClipGradNorm:
+    case OpCode::UnscaleGrads:
+    case OpCode::LossScale:
+    case OpCode::LossScaleUpdate:
+    case OpCode::LrSchedule:
+      return invalidArgument(opcodeName(inst.op()), " cannot run on the host");
+    default:
+      break;
+    }
+    // The host runs f32 (and i32) kernels; only a conversion sees bf16 / f16.
+    if (inst.op() != OpCode::Convert)
+      for (const auto *ids : {&inputsOf(inst), &outputsOf(inst)})
+        for (int32_t id : *ids) {
+          plan::DType d = tensors[static_cast<size_t>(id)].dtype;
+          if (d == plan::DType::BF16 || d == plan::DType::F16)
+            return invalidArgument("a host instruction on the low-precision tensor '",
+                                   tensors[static_cast<size_t>(id)].name, "'");
+        }
+  }
+  if (inst.op() == OpCode::Transfer)
+    return Status::ok();
+  for (const auto *ids : {&inputsOf(inst), &outputsOf(inst)})
+    for (int32_t id : *ids) {
+      const TensorInfo &t = tensors[static_cast<size_t>(id)];
+      if (t.host != onHost)
+        return invalidArgument(side(onHost), " instruction reads or writes ", side(t.host),
+                               " tensor ('", t.name, "', tensor #", id,
+                               "); only a Transfer crosses between host and device");
+    }
+  return Status::ok();
+}
+
 } // namespace
 
 int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
@@ -801,13 +858,22 @@ std::vector<bool> LoadedPlan::tensorsOnPipelineRank(int rank) const {
   return here;
 }
 
+int64_t predictedHostBytes(const LoadedPlan &loaded, int pipelineRank) {
+  std::vector<bool> here = loaded.tensorsOnPipelineRank(pipelineRank);
+  int64_t total = 0;
+  for (size_t i = 0; i < loaded.tensors().size(); ++i)
+    if (loaded.tensors()[i].host && here[i])
+      total += loaded.tensors()[i].bytes;
+  return total;
+}
+
 int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
   int64_t total = loaded.plan().arena_bytes(), comm = 0;
   if (loaded.pipelined())
     total = loaded.plan().pipeline()->arena_bytes()->Get(static_cast<flatbuffers::uoffset_t>(pipelineRank));
   std::vector<bool> here = loaded.tensorsOnPipelineRank(pipelineRank);
   for (size_t i = 0; i < loaded.tensors().size(); ++i)
-    if (loaded.tensors()[i].kind != TensorKind::Temporary && here[i])
+    if (loaded.tensors()[i].kind != TensorKind::Temporary && !loaded.tensors()[i].host && here[i])
       total += loaded.tensors()[i].bytes;
   if (loaded.plan().outputs()) // another pipeline rank's outputs, received after each step
     for (const plan::Output *o : *loaded.plan().outputs())
@@ -958,7 +1024,15 @@ Status LoadedPlan::verify() {
     if (persistent && !names.insert({static_cast<int>(info.kind), info.name}).second)
       return invalidArgument("two ", tensorKindName(info.kind), " tensors are named '",
                              info.name, "'");
-    if (info.kind == TensorKind::Temporary) {
+    info.host = t->host();
+    if (info.host && plan_->format_version() < 7)
+      return invalidArgument(where(), " is a host tensor, which needs plan format version 7");
+    if (info.kind == TensorKind::Temporary && info.host) {
+      // Host temporaries are allocated outside the device arena.
+      if (t->arena_offset() != -1)
+        return invalidArgument(where(), " is a host temporary with arena offset ",
+                               t->arena_offset(), " (expected none)");
+    } else if (info.kind == TensorKind::Temporary) {
       info.arenaOffset = t->arena_offset();
       if (info.arenaOffset < 0 || info.arenaOffset % 4 != 0 || info.arenaOffset + info.bytes > arena)
         return invalidArgument(where(), " at arena offset ", info.arenaOffset, " (", info.bytes,
@@ -989,6 +1063,9 @@ Status LoadedPlan::verify() {
       return "instruction #" + std::to_string(n) + " (" + opcodeName(inst->op()) +
              (loc.empty() ? "" : " at " + loc) + ")";
     };
+    if (!status.isOk())
+      return Status(status.code(), where() + ": " + status.message());
+    status = checkPlacement(*inst, tensors_);
     if (!status.isOk())
       return Status(status.code(), where() + ": " + status.message());
     for (int32_t id : checker.inputs())

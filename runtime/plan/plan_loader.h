@@ -49,6 +49,8 @@ struct TensorInfo {
   int64_t numElements = 1;
   int64_t bytes = 0;
   int64_t arenaOffset = -1;
+  /// Lives in host memory (offload=optimizer); a host temporary has no arena offset.
+  bool host = false;
 };
 
 /// A verified plan: the raw bytes plus decoded tensor information.
@@ -113,6 +115,8 @@ int64_t idUpperBound(const LoadedPlan &plan, int32_t tensor);
 /// collective buffer (of pipeline rank `pipelineRank` for a pipelined plan; its
 /// activation stash is dynamic and not included).
 int64_t predictedPeakBytes(const LoadedPlan &plan, int pipelineRank = 0);
+/// Bytes of the tensors a pipeline rank keeps in host memory (offloaded).
+int64_t predictedHostBytes(const LoadedPlan &plan, int pipelineRank = 0);
 
 /// The plan as JSON (for --dump-plan and FileCheck tests).
 std::string planToJson(const LoadedPlan &plan);

@@ -486,6 +486,9 @@ std::string TrainingSession::describe() const {
                      std::to_string(paramBytes / 1024) + " KiB, optimizer state " +
                      std::to_string(stateBytes / 1024) + " KiB, arena " +
                      std::to_string(executor_->arenaBytes() / 1024) + " KiB";
+  if (executor_->hostBytes() > 0)
+    text += " (offloaded to host memory: " + std::to_string(executor_->hostBytes() / 1024) +
+            " KiB of master weights, optimizer state and update temporaries)";
   if (data_)
     text += "; data " + std::to_string(data_->size()) + " tokens";
   if (arrays_)

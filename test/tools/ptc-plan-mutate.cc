@@ -10,6 +10,9 @@
 //   ptc-plan-mutate IN OUT unknown-init             the first parameter's initializer is 9
 //   ptc-plan-mutate IN OUT drop-inputs              the first instruction loses its input list
 //   ptc-plan-mutate IN OUT non-utf8-name            tensor 0 is named with invalid UTF-8 bytes
+//   ptc-plan-mutate IN OUT device-update   the first host instruction (offload) runs on
+//                                          the device, its tensors staying on the host
+//   ptc-plan-mutate IN OUT host-all-reduce the first AllReduce is marked to run on the host
 //   ptc-plan-mutate IN OUT move-to-chunk-0          the first chunk-1 instruction that reads a
 //                                                   temporary moves to chunk 0
 
@@ -83,6 +86,18 @@ int main(int argc, char **argv) {
           done = true;
         }
     }
+  } else if (what == "device-update") {
+    for (auto &inst : plan->instructions)
+      if (!done && inst->on_host) {
+        inst->on_host = false;
+        done = true;
+      }
+  } else if (what == "host-all-reduce") {
+    for (auto &inst : plan->instructions)
+      if (!done && inst->op == OpCode::AllReduce) {
+        inst->on_host = true;
+        done = true;
+      }
   } else if (what == "non-utf8-name") {
     if (!plan->tensors.empty()) {
       plan->tensors.front()->name = "bad\xff\xfename";

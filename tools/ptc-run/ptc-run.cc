@@ -519,6 +519,11 @@ void printMemoryReport(TrainingSession &session) {
                     ? ("; pipeline rank " + std::to_string(session.pipelineRank())).c_str()
                     : "");
   std::cout << line << std::flush;
+  if (int64_t host = predictedHostBytes(session.plan(), session.pipelineRank()); host > 0 || ex.hostBytes() > 0)
+    std::cout << "memory (rank " << session.rank() << "): offloaded to host memory "
+              << ex.hostBytes() << " B, predicted " << host
+              << " B (master weights, optimizer state, the update's temporaries)\n"
+              << std::flush;
   if (session.plan().pipelined())
     std::cout << "memory (rank " << session.rank() << "): activation stash peak "
               << ex.stashPeakBytes() << " B, predicted " << ex.predictedStashBytes()

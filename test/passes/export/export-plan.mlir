@@ -3,7 +3,7 @@
 
 // The tensor table: parameters with their initializers, optimizer state,
 // inputs, arena temporaries, and the loss seed as a constant.
-// CHECK: "format_version": 6,
+// CHECK: "format_version": 7,
 // CHECK: "producer": "ptc-opt",
 // CHECK: "optimizer": "sgd",
 // CHECK: "arena_bytes": 256,
