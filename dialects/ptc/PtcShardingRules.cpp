@@ -426,12 +426,26 @@ LogicalResult sliceOrPadRule(Operation *o, ShardingRuleContext &ctx) {
 LogicalResult concatRule(ConcatOp c, ShardingRuleContext &ctx) {
   int64_t axis = c.getAxis() < 0 ? c.getAxis() + c.getType().getRank() : c.getAxis();
   Sharding s = ctx.want[0];
+  // Equal pieces, each plainly split over one mesh axis along the
+  // concatenated axis, concatenate locally into the blocked layout (the
+  // fused QKV gradient of q, k and v split over tp is [.., tp/3]).
+  DimShard piece = ctx.want[0].dims[axis];
+  int64_t size = ctx.globalType(c->getOperand(0)).getDimSize(axis);
+  bool blocked = piece.axis >= 0 && piece.blocks == 1 && ctx.want.size() > 1;
+  for (unsigned i = 0; i < ctx.want.size(); ++i)
+    blocked &= ctx.want[i].dims[axis].axis == piece.axis && ctx.want[i].dims[axis].blocks == 1 &&
+               ctx.globalType(c->getOperand(i)).getDimSize(axis) == size;
   s.dims[axis] = -1;
   bool samePartial = llvm::all_of(ctx.want, [&](const Sharding &w) { return w.partial == s.partial; });
   if (!samePartial)
     s.partial.clear();
-  for (unsigned i = 0; i < ctx.want.size(); ++i)
+  for (unsigned i = 0; i < ctx.want.size(); ++i) {
     ctx.want[i] = s;
+    if (blocked)
+      ctx.want[i].dims[axis] = piece;
+  }
+  if (blocked)
+    s.dims[axis] = DimShard(piece.axis, static_cast<int>(ctx.want.size()));
   ctx.out.push_back(s);
   return success();
 }

@@ -1,10 +1,17 @@
-// CPU kernels: causal attention, forward and backward.
+// CPU kernels: causal attention, forward and backward, as blocked matrix
+// products. Each head is processed in blocks of query rows: the block's
+// scores against the keys it may see are one register-blocked product, the
+// softmax runs on the block, and the outputs (or, backward, the gradients)
+// are products again. Memory per thread is one block of scores (kQueryBlock
+// rows x the sequence), so long sequences stay bounded; every head's result
+// is computed the same way whatever the thread count (deterministic).
 #include "kernels/cpu/internal.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -14,28 +21,115 @@ namespace ptc::kernels::cpu {
 using namespace internal;
 
 namespace {
-/// Normalized causal attention probabilities of query row `i` into `p[0..i]`.
-inline void attentionRow(const float *q, const float *k, int64_t i, int64_t d, float scale,
-                         float *p) {
-  const float *qi = q + i * d;
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j <= i; ++j) {
-    const float *kj = k + j * d;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
+constexpr int64_t kQueryBlock = 32;
+constexpr int64_t kRows = 4, kCols = 16; // register block of the products
+
+/// C[m][n] (+)= A[m][k] * B[k][n], all row-major with leading dimensions.
+/// `accumulate` adds to C instead of overwriting it.
+void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+               int64_t m, int64_t n, int64_t k, bool accumulate) {
+  for (int64_t i = 0; i < m; i += kRows) {
+    int64_t rows = std::min(kRows, m - i);
+    for (int64_t j = 0; j < n; j += kCols) {
+      int64_t cols = std::min(kCols, n - j);
+      float acc[kRows][kCols] = {};
+      if (rows == kRows && cols == kCols) {
+        for (int64_t p = 0; p < k; ++p) {
+          const float *bp = b + p * ldb + j;
+          for (int64_t r = 0; r < kRows; ++r) {
+            float av = a[(i + r) * lda + p];
+#pragma omp simd
+            for (int64_t x = 0; x < kCols; ++x)
+              acc[r][x] += av * bp[x];
+          }
+        }
+      } else {
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t r = 0; r < rows; ++r) {
+            float av = a[(i + r) * lda + p];
+            for (int64_t x = 0; x < cols; ++x)
+              acc[r][x] += av * b[p * ldb + j + x];
+          }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float *cr = c + (i + r) * ldc + j;
+        for (int64_t x = 0; x < cols; ++x)
+          cr[x] = accumulate ? cr[x] + acc[r][x] : acc[r][x];
+      }
+    }
+  }
+}
+
+/// C[m][n] += A^T B with A [k][m] and B [k][n] row-major.
+void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+                         int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; i += kRows) {
+    int64_t rows = std::min(kRows, m - i);
+    for (int64_t j = 0; j < n; j += kCols) {
+      int64_t cols = std::min(kCols, n - j);
+      float acc[kRows][kCols] = {};
+      if (rows == kRows && cols == kCols) {
+        for (int64_t p = 0; p < k; ++p) {
+          const float *bp = b + p * ldb + j, *ap = a + p * lda + i;
+          for (int64_t r = 0; r < kRows; ++r) {
+            float av = ap[r];
+#pragma omp simd
+            for (int64_t x = 0; x < kCols; ++x)
+              acc[r][x] += av * bp[x];
+          }
+        }
+      } else {
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t r = 0; r < rows; ++r) {
+            float av = a[p * lda + i + r];
+            for (int64_t x = 0; x < cols; ++x)
+              acc[r][x] += av * b[p * ldb + j + x];
+          }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float *cr = c + (i + r) * ldc + j;
+        for (int64_t x = 0; x < cols; ++x)
+          cr[x] += acc[r][x];
+      }
+    }
+  }
+}
+
+/// out [d][s] = in [s][d] transposed.
+void transposeInto(const float *in, int64_t s, int64_t d, float *out) {
+  for (int64_t i = 0; i < s; ++i)
     for (int64_t c = 0; c < d; ++c)
-      s += qi[c] * kj[c];
-    p[j] = s * scale;
-    mx = std::max(mx, p[j]);
+      out[c * s + i] = in[i * d + c];
+}
+
+/// The probabilities of query rows [i0, i0 + rows) of one head: p[r][j] for
+/// the keys j <= i0 + r (0 after), `keys` = i0 + rows columns, from the
+/// transposed keys kt [d][s].
+void probabilities(const float *q, const float *kt, int64_t s, int64_t d, int64_t i0,
+                   int64_t rows, float scale, float *p) {
+  int64_t keys = i0 + rows;
+  productNN(q + i0 * d, d, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
+  for (int64_t r = 0; r < rows; ++r) {
+    float *pr = p + r * keys;
+    int64_t seen = i0 + r + 1;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < seen; ++j) {
+      pr[j] *= scale;
+      mx = std::max(mx, pr[j]);
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < seen; ++j) {
+      pr[j] = std::exp(pr[j] - mx);
+      sum += pr[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < seen; ++j)
+      pr[j] *= inv;
+    std::fill(pr + seen, pr + keys, 0.0f);
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j <= i; ++j) {
-    p[j] = std::exp(p[j] - mx);
-    sum += p[j];
-  }
-  float inv = 1.0f / sum;
-  for (int64_t j = 0; j <= i; ++j)
-    p[j] *= inv;
 }
 } // namespace
 
@@ -43,25 +137,24 @@ void causalAttention(const float *q, const float *k, const float *v, float *out,
                      const Shape &shape, int64_t kvHeads, float scale) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads;
+  int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel
   {
-    std::vector<float> p(s);
-#pragma omp for collapse(2)
+    std::vector<float> kt(static_cast<size_t>(s * d)), p(static_cast<size_t>(kQueryBlock * s));
+    int64_t transposed = -1; // the kv head kt holds
+#pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < bh; ++h)
-      for (int64_t i = 0; i < s; ++i) {
+      for (int64_t blk = 0; blk < blocks; ++blk) {
         // Query head h of batch entry h / heads reads kv head (h % heads) / group.
         int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
-        const float *qh = q + h * s * d, *kh = k + kvh * s * d, *vh = v + kvh * s * d;
-        attentionRow(qh, kh, i, d, scale, p.data());
-        float *o = out + h * s * d + i * d;
-        std::fill(o, o + d, 0.0f);
-        for (int64_t j = 0; j <= i; ++j) {
-          const float *vj = vh + j * d;
-          float pj = p[j];
-#pragma omp simd
-          for (int64_t c = 0; c < d; ++c)
-            o[c] += pj * vj[c];
+        if (kvh != transposed) {
+          transposeInto(k + kvh * s * d, s, d, kt.data());
+          transposed = kvh;
         }
+        int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
+        probabilities(q + h * s * d, kt.data(), s, d, i0, rows, scale, p.data());
+        productNN(p.data(), i0 + rows, v + kvh * s * d, d, out + h * s * d + i0 * d, d, rows, d,
+                  i0 + rows, /*accumulate=*/false);
       }
   }
 }
@@ -73,48 +166,41 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads;
 #pragma omp parallel
   {
-    std::vector<float> p(s), dp(s);
-    // One kv head per iteration: the query heads it serves accumulate into
-    // its dk and dv in a fixed order (deterministic, no atomics).
-#pragma omp for
+    std::vector<float> kt(static_cast<size_t>(s * d)), vt(static_cast<size_t>(s * d));
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), dp(p.size());
+    // One kv head per iteration: the query heads it serves and their query
+    // blocks accumulate into its dk and dv in a fixed order (deterministic).
+#pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
       const float *kh = k + kvh * s * d, *vh = v + kvh * s * d;
       float *dkh = dk + kvh * s * d, *dvh = dv + kvh * s * d;
       std::fill(dkh, dkh + s * d, 0.0f);
       std::fill(dvh, dvh + s * d, 0.0f);
+      transposeInto(kh, s, d, kt.data());
+      transposeInto(vh, s, d, vt.data());
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
         const float *qh = q + h * s * d, *gh = g + h * s * d;
         float *dqh = dq + h * s * d;
-        for (int64_t i = 0; i < s; ++i) {
-          attentionRow(qh, kh, i, d, scale, p.data());
-          const float *gi = gh + i * d;
-          float t = 0.0f;
-          for (int64_t j = 0; j <= i; ++j) {
-            const float *vj = vh + j * d;
-            float *dvj = dvh + j * d;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t c = 0; c < d; ++c) {
-              dot += gi[c] * vj[c];
-              dvj[c] += p[j] * gi[c];
-            }
-            dp[j] = dot;
-            t += p[j] * dot;
-          }
-          float *dqi = dqh + i * d;
-          std::fill(dqi, dqi + d, 0.0f);
-          const float *qi = qh + i * d;
-          for (int64_t j = 0; j <= i; ++j) {
-            float ds = p[j] * (dp[j] - t) * scale;
-            const float *kj = kh + j * d;
-            float *dkj = dkh + j * d;
+        for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
+          int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
+          probabilities(qh, kt.data(), s, d, i0, rows, scale, p.data());
+          // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
+          productNN(gh + i0 * d, d, vt.data(), s, dp.data(), keys, rows, keys, d, false);
+          for (int64_t r = 0; r < rows; ++r) {
+            float *pr = p.data() + r * keys, *dpr = dp.data() + r * keys;
+            float t = 0.0f;
+#pragma omp simd reduction(+ : t)
+            for (int64_t j = 0; j < keys; ++j)
+              t += pr[j] * dpr[j];
 #pragma omp simd
-            for (int64_t c = 0; c < d; ++c) {
-              dqi[c] += ds * kj[c];
-              dkj[c] += ds * qi[c];
-            }
+            for (int64_t j = 0; j < keys; ++j)
+              dpr[j] = pr[j] * (dpr[j] - t) * scale;
           }
+          // dV += P^T G, dQ = dS K, dK += dS^T Q.
+          productTNAccumulate(p.data(), keys, gh + i0 * d, d, dvh, d, keys, d, rows);
+          productNN(dp.data(), keys, kh, d, dqh + i0 * d, d, rows, d, keys, false);
+          productTNAccumulate(dp.data(), keys, qh + i0 * d, d, dkh, d, keys, d, rows);
         }
       }
     }

@@ -1,4 +1,9 @@
-// CPU kernels: matmuls through OpenBLAS (one GEMM for a shared weight over all rows).
+// CPU kernels: matmuls through OpenBLAS (one GEMM for a shared weight over all
+// rows). The kernels own the threads: every GEMM is split over OpenMP's
+// threads, each calling a single-threaded OpenBLAS on its block of the
+// result, so that OpenBLAS's own thread pool never competes with OpenMP's for
+// the cores (both spin while idle; two pools on the same cores slowed the
+// bench step's matmuls by a third).
 #include "kernels/cpu/internal.h"
 
 #include <cblas.h>
@@ -15,25 +20,89 @@
 namespace ptc::kernels::cpu {
 using namespace internal;
 
+namespace {
+/// OpenBLAS runs on the calling thread only (set once, before the first GEMM).
+void singleThreadedBlas() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+int threadCount() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/// C[M x N] = op(A) op(B), row-major, split over the threads along the
+/// larger of M and N in blocks of 16 rows / columns.
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+          const float *b, int64_t ldb, float *c, int64_t ldc, int threads) {
+  CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+  auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    if (m1 <= m0 || n1 <= n0)
+      return;
+    const float *ab = transA ? a + m0 : a + m0 * lda;
+    const float *bb = transB ? b + n0 * ldb : b + n0;
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m1 - m0), static_cast<int>(n1 - n0),
+                static_cast<int>(K), 1.0f, ab, static_cast<int>(lda), bb, static_cast<int>(ldb),
+                0.0f, c + m0 * ldc + n0, static_cast<int>(ldc));
+  };
+  // Small products are not worth waking the threads for.
+  if (threads <= 1 || M * N * K < (int64_t{1} << 18)) {
+    call(0, M, 0, N);
+    return;
+  }
+  const bool alongM = M >= N;
+  const int64_t extent = alongM ? M : N;
+  const int64_t block = ((extent + threads - 1) / threads + 15) / 16 * 16;
+#pragma omp parallel num_threads(threads)
+  {
+#ifdef _OPENMP
+    int64_t t = omp_get_thread_num();
+#else
+    int64_t t = 0;
+#endif
+    int64_t lo = std::min(extent, t * block), hi = std::min(extent, lo + block);
+    if (alongM)
+      call(lo, hi, 0, N);
+    else
+      call(0, M, lo, hi);
+  }
+}
+} // namespace
+
 void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
             bool transA, bool transB) {
+  singleThreadedBlas();
   size_t r = as.size(), rb = bs.size();
   int64_t m = transA ? as[r - 1] : as[r - 2], k = transA ? as[r - 2] : as[r - 1];
   int64_t n = transB ? bs[rb - 2] : bs[rb - 1];
   int64_t batch = product(as, 0, r - 2);
-  int lda = static_cast<int>(transA ? m : k), ldb = static_cast<int>(transB ? k : n);
-  CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+  int64_t lda = transA ? m : k, ldb = transB ? k : n;
   bool shared = rb == 2;
+  int threads = threadCount();
   if (shared && !transA) {
     // All batch rows share B: one GEMM over batch * m rows.
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(batch * m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a, lda, b, ldb, 0.0f, out, static_cast<int>(n));
+    gemm(false, transB, batch * m, n, k, a, lda, b, ldb, out, n, threads);
+    return;
+  }
+  if (batch >= threads && threads > 1) {
+    // Enough products to give each thread whole ones (same results: each
+    // product is computed alone either way).
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(transA, transB, m, n, k, a + i * m * k, lda, shared ? b : b + i * k * n, ldb,
+           out + i * m * n, n, 1);
     return;
   }
   for (int64_t i = 0; i < batch; ++i)
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a + i * m * k, lda, shared ? b : b + i * k * n, ldb,
-                0.0f, out + i * m * n, static_cast<int>(n));
+    gemm(transA, transB, m, n, k, a + i * m * k, lda, shared ? b : b + i * k * n, ldb,
+         out + i * m * n, n, threads);
 }
 
 } // namespace ptc::kernels::cpu

@@ -16,13 +16,16 @@ using namespace internal;
 namespace {
 /// Mean and 1/sqrt(biased variance + eps) of one row, two-pass for accuracy.
 inline void rowStats(const float *x, int64_t cols, float eps, float &mean, float &rstd) {
-  mean = 0.0f;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < cols; ++c)
-    mean += x[c];
-  mean /= static_cast<float>(cols);
+    sum += x[c];
+  mean = sum / static_cast<float>(cols);
   float var = 0.0f;
+  const float m = mean;
+#pragma omp simd reduction(+ : var)
   for (int64_t c = 0; c < cols; ++c)
-    var += (x[c] - mean) * (x[c] - mean);
+    var += (x[c] - m) * (x[c] - m);
   rstd = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
 }
 } // namespace
@@ -41,38 +44,68 @@ void layerNorm(const float *x, const float *w, const float *b, float *out, int64
   }
 }
 
+namespace {
+/// The threads the row loops of a normalization gradient use, and the sum of
+/// their per-thread column partials in thread order (deterministic for any
+/// thread count, unlike an arrival-ordered critical section).
+int normThreads(int64_t rows, int64_t cols) {
+#ifdef _OPENMP
+  return rows * cols > 16384 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+#else
+  return 1;
+#endif
+}
+int threadIndex() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+void sumPartials(const std::vector<float> &partials, int threads, int64_t cols, int64_t which,
+                 int64_t count, float *out) {
+  std::fill(out, out + cols, 0.0f);
+  for (int t = 0; t < threads; ++t) {
+    const float *p = partials.data() + (t * count + which) * cols;
+    for (int64_t c = 0; c < cols; ++c)
+      out[c] += p[c];
+  }
+}
+} // namespace
+
 void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
                    float *db, int64_t rows, int64_t cols, float eps) {
-  std::fill(dw, dw + cols, 0.0f);
-  std::fill(db, db + cols, 0.0f);
-#pragma omp parallel if (rows * cols > 16384)
+  const int threads = normThreads(rows, cols);
+  std::vector<float> partials(static_cast<size_t>(threads * 2 * cols), 0.0f);
+#pragma omp parallel num_threads(threads)
   {
-    std::vector<float> pdw(cols, 0.0f), pdb(cols, 0.0f), xhat(cols);
-#pragma omp for
+    std::vector<float> xhat(cols);
+    float *pw = partials.data() + threadIndex() * 2 * cols, *pb = pw + cols;
+#pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = x + r * cols, *gr = g + r * cols;
       float mean, rstd;
       rowStats(xr, cols, eps, mean, rstd);
       float sumD = 0.0f, sumDX = 0.0f;
+      float *xh = xhat.data();
+#pragma omp simd reduction(+ : sumD, sumDX)
       for (int64_t c = 0; c < cols; ++c) {
-        xhat[c] = (xr[c] - mean) * rstd;
+        xh[c] = (xr[c] - mean) * rstd;
         float d = gr[c] * w[c];
         sumD += d;
-        sumDX += d * xhat[c];
-        pdw[c] += gr[c] * xhat[c];
-        pdb[c] += gr[c];
+        sumDX += d * xh[c];
+        pw[c] += gr[c] * xh[c];
+        pb[c] += gr[c];
       }
       float mD = sumD / static_cast<float>(cols), mDX = sumDX / static_cast<float>(cols);
       float *dxr = dx + r * cols;
+#pragma omp simd
       for (int64_t c = 0; c < cols; ++c)
-        dxr[c] = rstd * (gr[c] * w[c] - mD - xhat[c] * mDX);
-    }
-#pragma omp critical
-    for (int64_t c = 0; c < cols; ++c) {
-      dw[c] += pdw[c];
-      db[c] += pdb[c];
+        dxr[c] = rstd * (gr[c] * w[c] - mD - xh[c] * mDX);
     }
   }
+  sumPartials(partials, threads, cols, 0, 2, dw);
+  sumPartials(partials, threads, cols, 1, 2, db);
 }
 
 void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps) {
@@ -95,14 +128,16 @@ void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t c
 // dx = r (g w - x r^2 mean(g w x)), dw = sum over rows of g x r.
 void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
                  int64_t rows, int64_t cols, float eps) {
-  std::fill(dw, dw + cols, 0.0f);
-#pragma omp parallel if (rows * cols > 16384)
+  const int threads = normThreads(rows, cols);
+  std::vector<float> partials(static_cast<size_t>(threads * cols), 0.0f);
+#pragma omp parallel num_threads(threads)
   {
-    std::vector<float> pdw(cols, 0.0f);
-#pragma omp for
+    float *pdw = partials.data() + threadIndex() * cols;
+#pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = x + r * cols, *gr = g + r * cols;
       float ss = 0.0f, dot = 0.0f;
+#pragma omp simd reduction(+ : ss, dot)
       for (int64_t c = 0; c < cols; ++c) {
         ss += xr[c] * xr[c];
         dot += gr[c] * w[c] * xr[c];
@@ -111,15 +146,14 @@ void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, floa
       float rstd = 1.0f / std::sqrt(ss / n + eps);
       float k = rstd * rstd * dot / n;
       float *dxr = dx + r * cols;
+#pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
         dxr[c] = rstd * (gr[c] * w[c] - xr[c] * k);
         pdw[c] += gr[c] * xr[c] * rstd;
       }
     }
-#pragma omp critical
-    for (int64_t c = 0; c < cols; ++c)
-      dw[c] += pdw[c];
   }
+  sumPartials(partials, threads, cols, 0, 1, dw);
 }
 
 void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse) {

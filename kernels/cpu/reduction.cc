@@ -45,6 +45,29 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
   std::fill(out, out + outN,
             kind == Reduce::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
   int64_t inner = is.back(), rows = n / std::max<int64_t>(inner, 1), ist = st.back();
+  if (ist != 0 && n > 65536) {
+    // The last dimension is kept (a bias gradient's column sums): threads
+    // take blocks of columns, each summed over the rows in order (the same
+    // additions as one thread makes).
+    constexpr int64_t kColumns = 64;
+#pragma omp parallel for schedule(static)
+    for (int64_t j0 = 0; j0 < inner; j0 += kColumns) {
+      int64_t j1 = std::min(inner, j0 + kColumns);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float *x = in + r * inner;
+        float *o = out + rowOffset(r, is, st);
+        if (kind == Reduce::Max) {
+          for (int64_t j = j0; j < j1; ++j)
+            o[j] = std::max(o[j], x[j]);
+        } else {
+#pragma omp simd
+          for (int64_t j = j0; j < j1; ++j)
+            o[j] += x[j];
+        }
+      }
+    }
+    rows = 0; // done
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = in + r * inner;
     float *o = out + rowOffset(r, is, st);

@@ -26,6 +26,67 @@ Value splatConstant(OpBuilder &b, Location loc, Type type, double value) {
   return arith::ConstantOp::create(b, loc, attr);
 }
 
+/// The gradient of a value split by slices that tile one axis (the fused
+/// QKV projection's q, k and v) arrives as a sum of pads; it is the
+/// concatenation of the slices' gradients, built in one pass instead of a
+/// pad per slice and an add per pair. `root` is the last add of such a sum.
+void foldTiledPadSum(AddOp root, OpBuilder &b) {
+  SmallVector<PadOp> pads;
+  SmallVector<AddOp> adds{root};
+  for (size_t i = 0; i < adds.size(); ++i)
+    for (Value operand : adds[i]->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (!def || !operand.hasOneUse())
+        return;
+      if (auto add = dyn_cast<AddOp>(def))
+        adds.push_back(add);
+      else if (auto pad = dyn_cast<PadOp>(def))
+        pads.push_back(pad);
+      else
+        return;
+    }
+  auto type = cast<RankedTensorType>(root.getType());
+  if (pads.size() < 2 || llvm::any_of(adds, [&](AddOp a) { return a.getType() != type; }))
+    return;
+  // One axis, each pad a full box elsewhere, the boxes tiling the axis.
+  int64_t axis = -1;
+  for (PadOp pad : pads) {
+    auto in = cast<RankedTensorType>(pad.getInput().getType());
+    if (pad.getType() != type)
+      return;
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (in.getDimSize(d) != type.getDimSize(d)) {
+        if (axis >= 0 && axis != d)
+          return;
+        axis = d;
+      } else if (pad.getOffsets()[d] != 0) {
+        return;
+      }
+  }
+  if (axis < 0)
+    return;
+  llvm::sort(pads, [&](PadOp x, PadOp y) { return x.getOffsets()[axis] < y.getOffsets()[axis]; });
+  int64_t next = 0;
+  for (PadOp pad : pads) {
+    if (pad.getOffsets()[axis] != next)
+      return;
+    next += cast<RankedTensorType>(pad.getInput().getType()).getDimSize(axis);
+  }
+  if (next != type.getDimSize(axis))
+    return;
+  SmallVector<Value> parts;
+  for (PadOp pad : pads)
+    parts.push_back(pad.getInput());
+  b.setInsertionPoint(root);
+  auto concat = ConcatOp::create(b, root.getLoc(), type, parts, b.getI64IntegerAttr(axis));
+  concat->setDiscardableAttrs(root->getDiscardableAttrDictionary());
+  root.getResult().replaceAllUsesWith(concat.getResult());
+  for (AddOp add : adds)
+    add.erase();
+  for (PadOp pad : pads)
+    pad.erase();
+}
+
 LogicalResult differentiate(func::FuncOp func, double lossScale) {
   if (!func.getBody().hasOneBlock())
     return func.emitOpError() << "ptc-autodiff expects a function with a single block";
@@ -120,6 +181,19 @@ LogicalResult differentiate(func::FuncOp func, double lossScale) {
         if (!o->hasAttr(PtcDialect::kVjpOfAttrName))
           o->setAttr(PtcDialect::kVjpOfAttrName, id);
     }
+  }
+
+  {
+    // Roots of backward sums (an add no other add consumes alone).
+    llvm::SmallPtrSet<Operation *, 32> isForward(forward.begin(), forward.end());
+    SmallVector<AddOp> roots;
+    for (Operation &op : block.without_terminator())
+      if (auto add = dyn_cast<AddOp>(op); add && !isForward.contains(&op) &&
+                                          !(add->hasOneUse() && isa<AddOp>(*add->user_begin())))
+        roots.push_back(add);
+    for (AddOp root : roots)
+      foldTiledPadSum(root, b);
+    b.setInsertionPoint(ret);
   }
 
   // Results: the loss, then every parameter's gradient in argument order.

@@ -9,7 +9,6 @@
 #include "runtime/session/checkpointing.h"
 #include "runtime/session/training_session.h"
 
-#include <cblas.h>
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -694,9 +693,10 @@ int runMain(int argc, char **argv) {
     }
     if (ok && threads > 0) {
 #ifdef _OPENMP
+      // Every kernel's threads, GEMMs included (kernels/cpu/matmul.cc splits
+      // them over OpenMP's threads and keeps OpenBLAS single-threaded).
       omp_set_num_threads(static_cast<int>(threads));
 #endif
-      openblas_set_num_threads(static_cast<int>(threads));
     }
   }
   if (!ok)
