@@ -104,6 +104,44 @@ def ptc_step_seconds(a, workdir, tag, options, ranks, threads):
     return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
 
 
+def model_args(a):
+    """The command-line options that rebuild the configuration in `a`."""
+    out = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--layers", str(a.layers),
+           "--hidden", str(a.hidden), "--heads", str(a.heads), "--seq", str(a.seq),
+           "--batch", str(a.batch), "--vocab", str(a.vocab), "--model", getattr(a, "model", "gpt")]
+    if getattr(a, "model", "gpt") == "llama":
+        out += ["--kv-heads", str(a.kv_heads), "--intermediate", str(a.intermediate)]
+    return out
+
+
+def torch_thread_sweep(a, cores):
+    """PyTorch eager's step at every (intra-op threads, BLAS threads) pair from 1 to
+    `cores`, each in its own process with the thread counts in the environment before
+    PyTorch and its BLAS start: {(intra, blas): seconds}."""
+    import sys
+    runs = {}
+    for intra in range(1, cores + 1):
+        for blas in range(1, cores + 1):
+            env = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
+                       MKL_NUM_THREADS=str(blas))
+            out = subprocess.run([sys.executable, os.path.join(HERE, "torch_step.py"),
+                                  "--intra", str(intra), *model_args(a)], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            runs[(intra, blas)] = float(out.strip().splitlines()[-1])
+    return runs
+
+
+def print_torch_sweep(runs, extra=()):
+    """Prints every PyTorch figure (the sweep, then `extra` (name, seconds) pairs) and
+    returns (name, seconds) of the best."""
+    named = [(f"pytorch  {i} intra-op x {b} BLAS threads", t) for (i, b), t in sorted(runs.items())]
+    named += list(extra)
+    best = min(named, key=lambda nt: nt[1])
+    for name, t in named:
+        print(f"{name:40s}: {t * 1e3:8.1f} ms{'  <- best' if (name, t) == best else ''}")
+    return best
+
+
 def time_torch_steps(model, opt, data, steps, warmup, batch, seq, rows=None):
     """Median seconds of a PyTorch training step on the standard batches; `rows`
     (begin, end) keeps only those rows of each global batch (a DDP rank's part)."""

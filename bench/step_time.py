@@ -20,24 +20,16 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "e2e"))
 import common  # noqa: E402
-import reference_gpt as ref  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     common.add_model_options(ap, steps=30)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--torch-worker", nargs=2, type=int, metavar=("INTRA", "BLAS"),
-                    help=argparse.SUPPRESS)  # internal: time PyTorch in this process
     a = ap.parse_args()
-    if a.torch_worker:
-        print(torch_step_seconds(a, a.torch_worker[0]))
-        return
     L, H, A, S, B, V = a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab
     binp = lambda t: os.path.join(a.bin, t)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
@@ -57,15 +49,7 @@ def main():
         ptc_step = statistics.median(B * S / r["tokens_per_s"] for r in rows)
 
     # PyTorch at every (intra-op, BLAS) thread combination; its best is the reference.
-    torch_runs = {}
-    for intra in range(1, a.threads + 1):
-        for blas in range(1, a.threads + 1):
-            wenv = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
-                        MKL_NUM_THREADS=str(blas))
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker",
-                                  str(intra), str(blas)] + sys.argv[1:], env=wenv, check=True,
-                                 capture_output=True, text=True).stdout
-            torch_runs[(intra, blas)] = float(out.strip().splitlines()[-1])
+    torch_runs = common.torch_thread_sweep(a, a.threads)
     (best_intra, best_blas), torch_step = min(torch_runs.items(), key=lambda kv: kv[1])
 
     flops = common.flops_of(a)
@@ -83,16 +67,6 @@ def main():
               f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of sgemm")
     print(f"ptc-run ({a.threads} threads) / pytorch at its best ({best_intra} intra-op x "
           f"{best_blas} BLAS threads): {ptc_step / torch_step:.2f}x")
-
-
-def torch_step_seconds(a, intra):
-    """Median PyTorch step time in this process (threads fixed by the environment)."""
-    torch.set_num_threads(intra)
-    torch.manual_seed(0)
-    model = common.torch_model(a)
-    opt = ref.make_optimizer(model, "adamw", lr=1e-3)
-    return common.time_torch_steps(model, opt, common.corpus_tokens(), a.steps, a.warmup,
-                                   a.batch, a.seq)
 
 
 if __name__ == "__main__":

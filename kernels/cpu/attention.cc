@@ -16,13 +16,44 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 namespace ptc::kernels::cpu {
 using namespace internal;
 
 namespace {
 constexpr int64_t kQueryBlock = 32;
-constexpr int64_t kRows = 4, kCols = 16; // register block of the products
+// Register block of the products: 4 rows x 2 vectors of accumulators.
+#ifdef __AVX512F__
+constexpr int64_t kRows = 4, kCols = 32;
+#else
+constexpr int64_t kRows = 4, kCols = 16;
+#endif
+
+#ifdef __AVX512F__
+/// One full register block: acc[r][0..32) = sum_p A(r, p) * B[p][0..32), where
+/// A(r, p) is a[r * rowStride + p * colStride] (rows of A, or of A^T).
+inline void block512(const float *a, int64_t rowStride, int64_t colStride, const float *b,
+                     int64_t ldb, int64_t k, float (&acc)[kRows][kCols]) {
+  __m512 c[kRows][2];
+  for (int64_t r = 0; r < kRows; ++r)
+    c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 b0 = _mm512_loadu_ps(b + p * ldb), b1 = _mm512_loadu_ps(b + p * ldb + 16);
+    for (int64_t r = 0; r < kRows; ++r) {
+      __m512 av = _mm512_set1_ps(a[r * rowStride + p * colStride]);
+      c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
+    }
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    _mm512_storeu_ps(acc[r], c[r][0]);
+    _mm512_storeu_ps(acc[r] + 16, c[r][1]);
+  }
+}
+#endif
 
 /// C[m][n] (+)= A[m][k] * B[k][n], all row-major with leading dimensions.
 /// `accumulate` adds to C instead of overwriting it.
@@ -34,6 +65,9 @@ void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *
       int64_t cols = std::min(kCols, n - j);
       float acc[kRows][kCols] = {};
       if (rows == kRows && cols == kCols) {
+#ifdef __AVX512F__
+        block512(a + i * lda, lda, 1, b + j, ldb, k, acc);
+#else
         for (int64_t p = 0; p < k; ++p) {
           const float *bp = b + p * ldb + j;
           for (int64_t r = 0; r < kRows; ++r) {
@@ -43,6 +77,7 @@ void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *
               acc[r][x] += av * bp[x];
           }
         }
+#endif
       } else {
         for (int64_t p = 0; p < k; ++p)
           for (int64_t r = 0; r < rows; ++r) {
@@ -69,6 +104,9 @@ void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ld
       int64_t cols = std::min(kCols, n - j);
       float acc[kRows][kCols] = {};
       if (rows == kRows && cols == kCols) {
+#ifdef __AVX512F__
+        block512(a + i, 1, lda, b + j, ldb, k, acc);
+#else
         for (int64_t p = 0; p < k; ++p) {
           const float *bp = b + p * ldb + j, *ap = a + p * lda + i;
           for (int64_t r = 0; r < kRows; ++r) {
@@ -78,6 +116,7 @@ void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ld
               acc[r][x] += av * bp[x];
           }
         }
+#endif
       } else {
         for (int64_t p = 0; p < k; ++p)
           for (int64_t r = 0; r < rows; ++r) {
@@ -93,6 +132,28 @@ void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ld
       }
     }
   }
+}
+
+/// exp(x) for x <= 0 (a softmax's shifted scores), branch-free so that its
+/// loops vectorize whole: 2^n * e^r with n = round(x / ln 2), r in
+/// [-ln 2 / 2, ln 2 / 2] and e^r from its degree-6 Taylor polynomial
+/// (relative error below 2e-7, as libm's expf within a few ulp); 0 below
+/// -87 (where expf underflows too).
+inline float expNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
 /// out [d][s] = in [s][d] transposed.
@@ -112,23 +173,34 @@ void probabilities(const float *q, const float *kt, int64_t s, int64_t d, int64_
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * keys;
     int64_t seen = i0 + r + 1;
-    float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < seen; ++j) {
-      pr[j] *= scale;
-      mx = std::max(mx, pr[j]);
-    }
+    // The row maximum in vector lanes (a max reduction does not vectorize
+    // without fast-math); scaling is monotonic, so max(scale * x) is
+    // scale * max(x) exactly.
+    constexpr int64_t kLanes = 16;
+    float lane[kLanes];
+    std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + kLanes <= seen; j += kLanes)
+      for (int64_t l = 0; l < kLanes; ++l)
+        lane[l] = pr[j + l] > lane[l] ? pr[j + l] : lane[l];
+    for (; j < seen; ++j)
+      lane[0] = pr[j] > lane[0] ? pr[j] : lane[0];
+    float mx = *std::max_element(lane, lane + kLanes) * scale;
+    // Whole vectors up to the causal limit (a scalar exp per leftover key
+    // cost more than the vectors), masked to zero past it.
+    int64_t padded = std::min(keys, (seen + kLanes - 1) / kLanes * kLanes);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < seen; ++j) {
-      pr[j] = std::exp(pr[j] - mx);
-      sum += pr[j];
+    for (int64_t c = 0; c < padded; ++c) {
+      float e = expNonPositive(pr[c] * scale - mx);
+      pr[c] = c < seen ? e : 0.0f;
+      sum += pr[c];
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int64_t j = 0; j < seen; ++j)
-      pr[j] *= inv;
-    std::fill(pr + seen, pr + keys, 0.0f);
+    for (int64_t c = 0; c < padded; ++c)
+      pr[c] *= inv;
+    std::fill(pr + padded, pr + keys, 0.0f);
   }
 }
 } // namespace
