@@ -179,10 +179,21 @@ struct OffloadOptimizerPass : mlir::ptc::impl::OffloadOptimizerPassBase<OffloadO
           continue;
         Value &t = (onHost ? toHost : toDevice)[v];
         if (!t) {
-          b.setInsertionPoint(&op);
-          auto transfer = TransferOp::create(b, op.getLoc(), v.getType(), v,
+          // To the device: before its first user. To the host: right after
+          // the value is computed (a gradient, during the backward pass, so
+          // that the copy overlaps the rest of it and its device memory is
+          // free early), unless that is inside a pipeline segment (the host
+          // value would have to wait between segments).
+          Operation *def = v.getDefiningOp();
+          std::optional<SegmentKind> defSegment = def ? getSegment(def) : std::nullopt;
+          bool early = onHost && def && (!defSegment || *defSegment == SegmentKind::Step);
+          if (early)
+            b.setInsertionPointAfter(def);
+          else
+            b.setInsertionPoint(&op);
+          auto transfer = TransferOp::create(b, early ? def->getLoc() : op.getLoc(), v.getType(), v,
                                              b.getStringAttr(onHost ? "host" : "device"));
-          inheritPlacementInStep(transfer, &op);
+          inheritPlacementInStep(transfer, early ? def : &op);
           t = transfer.getResult();
         }
         use.set(t);

@@ -126,6 +126,20 @@ public:
                                       cudaMemcpyDeviceToDevice, streamOf(stream)),
                       "copying on a stream");
   }
+  Status copyToDeviceOn(StreamKind stream, void *dst, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return Status::ok();
+    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                      cudaMemcpyHostToDevice, streamOf(stream)),
+                      "copying " + std::to_string(bytes) + " bytes to the device on a stream");
+  }
+  Status copyToHostOn(StreamKind stream, void *dst, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return Status::ok();
+    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                      cudaMemcpyDeviceToHost, streamOf(stream)),
+                      "copying " + std::to_string(bytes) + " bytes to the host on a stream");
+  }
   Status zero(void *p, int64_t bytes) override {
     return cudaStatus(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_), "clearing");
   }

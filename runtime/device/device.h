@@ -62,6 +62,18 @@ public:
   virtual Status copy(void *dst, const void *src, int64_t bytes, CopyKind kind) = 0;
   /// A device-to-device copy enqueued on `stream`.
   virtual Status copyOn(StreamKind stream, void *dst, const void *src, int64_t bytes) = 0;
+  /// A host-to-device copy from page-locked host memory (pinHostMemory)
+  /// enqueued on `stream`: it may still run when the call returns, so the
+  /// host must not change the source until the stream has passed it. Devices
+  /// without asynchronous copies copy at once.
+  virtual Status copyToDeviceOn(StreamKind stream, void *dst, const void *src, int64_t bytes) {
+    return copy(dst, src, bytes, CopyKind::HostToDevice);
+  }
+  /// The same to page-locked host memory: the host reads the destination
+  /// only after a synchronize().
+  virtual Status copyToHostOn(StreamKind stream, void *dst, const void *src, int64_t bytes) {
+    return copy(dst, src, bytes, CopyKind::DeviceToHost);
+  }
   virtual Status zero(void *p, int64_t bytes) = 0;
   /// Page-locks host memory that copies to and from this device use often
   /// (the offloaded tensors), so they run at full bandwidth; a no-op where

@@ -266,9 +266,18 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   auto t0 = std::chrono::steady_clock::now();
   Status status;
   if (groupEnd_[n] != 0) {
-    status = runOptimizerGroup(n, groupEnd_[n]);
+    if (inst->on_host() && asyncTransfers_) // as below
+      status = finishTransfers();
+    if (status.isOk())
+      status = runOptimizerGroup(n, groupEnd_[n]);
   } else {
     status = awaitPending(*inst);
+    // A host instruction may read the destination of a copy to the host, or
+    // overwrite the source of a copy to the device (a micro-batch's working
+    // copy), still in flight: every copy finishes first (collectives too, or
+    // a dead peer would hang the wait).
+    if (status.isOk() && inst->on_host() && asyncTransfers_)
+      status = finishTransfers();
     if (status.isOk())
       status = run(*inst);
   }
@@ -290,6 +299,13 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   return Status::ok();
 }
 
+Status Executor::finishTransfers() {
+  PTC_RETURN_IF_ERROR(hostSync());
+  PTC_RETURN_IF_ERROR(dev_->synchronize());
+  asyncTransfers_ = false;
+  return Status::ok();
+}
+
 Status Executor::step(std::vector<double> *profile) {
   if (plan_->pipelined())
     PTC_RETURN_IF_ERROR(runPipelined(profile));
@@ -303,6 +319,7 @@ Status Executor::step(std::vector<double> *profile) {
     return Status(s.code(), "the step's work on " + dev_->describe() + " failed: " + s.message());
   // Nothing waits on this step's events any more.
   pending_.clear();
+  asyncTransfers_ = false;
   lastComm_ = -1;
   dev_->recycleEvents();
   return Status::ok();
@@ -327,10 +344,33 @@ Status Executor::run(const plan::Instruction &inst) {
       return hostDevice().copy(data(out[0]), data(in[0]), src.bytes, CopyKind::DeviceToDevice);
     if (!src.host && !dst.host)
       return dev_->copy(data(out[0]), data(in[0]), src.bytes, CopyKind::DeviceToDevice);
-    if (!src.host) // the host waits for the copy: pending collectives first
-      PTC_RETURN_IF_ERROR(hostSync());
-    return dev_->copy(data(out[0]), data(in[0]), src.bytes,
-                      src.host ? CopyKind::HostToDevice : CopyKind::DeviceToHost);
+    if (!pinned_) {
+      if (!src.host) // the host waits for the copy: pending collectives first
+        PTC_RETURN_IF_ERROR(hostSync());
+      return dev_->copy(data(out[0]), data(in[0]), src.bytes,
+                        src.host ? CopyKind::HostToDevice : CopyKind::DeviceToHost);
+    }
+    // Between page-locked host memory and the device, on the communication
+    // stream and overlapped with the compute stream's work: after the work
+    // queued so far (which produced the source, or may still read the arena
+    // memory the copy overwrites). Device instructions that read a copy's
+    // result wait for it (pending_); host instructions wait for every copy in
+    // flight (runInstruction).
+    auto before = dev_->record(StreamKind::Compute);
+    if (!before.isOk())
+      return before.status();
+    PTC_RETURN_IF_ERROR(dev_->wait(StreamKind::Communication, *before));
+    PTC_RETURN_IF_ERROR(src.host ? dev_->copyToDeviceOn(StreamKind::Communication, data(out[0]),
+                                                        data(in[0]), src.bytes)
+                                 : dev_->copyToHostOn(StreamKind::Communication, data(out[0]),
+                                                      data(in[0]), src.bytes));
+    auto done = dev_->record(StreamKind::Communication);
+    if (!done.isOk())
+      return done.status();
+    if (src.host)
+      pending_[out[0]] = *done;
+    asyncTransfers_ = true;
+    return Status::ok();
   }
   if (inst.op() == OpCode::Convert) {
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);

@@ -141,6 +141,9 @@ private:
   }
   std::vector<void *> hostBuffers_; // hostDevice() allocations: the host tensors
   bool pinned_ = false;             // hostBuffers_ page-locked for dev_
+  bool asyncTransfers_ = false;     // host-device copies in flight since the last synchronize
+  /// Waits for the copies in flight (and the collectives before them).
+  Status finishTransfers();
   int64_t hostBytes_ = 0;
   Status run(const plan::Instruction &inst);
   /// Multi-tensor optimizer groups: groupEnd_[n] != 0 for the first
