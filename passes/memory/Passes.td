@@ -42,9 +42,12 @@ def OffloadOptimizerPass : Pass<"ptc-offload-optimizer", "::mlir::func::FuncOp">
     conversions move too, so that low-precision bytes cross: a gradient's
     widening to f32 when only host ops read it, and a master weight's
     narrowing to its low-precision working copy.
-    Every value that crosses gets one `ptc.transfer`, before its first user
-    on the other side; `ptc-plan-memory` places only device values in the
-    arena, and the plan marks host tensors and host instructions.
+    Every value that crosses gets one `ptc.transfer`: to the device before
+    its first device user, to the host right after it is computed (a
+    gradient leaves during the backward pass; inside a pipeline segment,
+    before its first host user instead). `ptc-plan-memory` places only device
+    values in the arena, and the plan marks host tensors and host
+    instructions.
   }];
   let options = [
     Option<"what", "what", "std::string", /*default=*/"\"optimizer\"",
