@@ -1065,8 +1065,9 @@ __global__ void unscaleKernel(const float *g, float *out, int64_t n, const float
   float inv = 1.0f / *scale;
   bool bad = false;
   PTC_GRID_LOOP(i, n) {
-    bad |= !isfinite(g[i]);
-    out[i] = g[i] * inv;
+    bool finite = isfinite(g[i]);
+    bad |= !finite;
+    out[i] = finite ? g[i] * inv : 0.0f;
   }
   if (bad)
     *found = 1.0f;

@@ -35,11 +35,6 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     const bool adamw = optimizer == "adamw";
     const bool adafactor = optimizer == "adafactor";
     if (adafactor) {
-      if (dynamicLossScale) {
-        func.emitError() << "optimizer=adafactor does not support dynamic loss scaling yet "
-                            "(use precision=bf16, or a static loss-scale)";
-        return signalPassFailure();
-      }
       if (!(adafactorBeta1 >= 0.0 && adafactorBeta1 < 1.0) || !(adafactorEps > 0.0) ||
           !(clipThreshold > 0.0) || !(decayRate > 0.0 && decayRate <= 1.0)) {
         func.emitError() << "adafactor needs 0 <= adafactor-beta1 (" << adafactorBeta1.getValue()
@@ -227,14 +222,16 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
           b.getNamedAttr(PtcDialect::kUpdateAttrName, b.getStringAttr(name))));
     };
 
-    Value step, scheduledLr;
+    Value step, scheduledLr, nextStep;
     if (counted) {
       BlockArgument stepArg = addState(scalar, "optimizer.step");
       Value one = arith::ConstantOp::create(
           b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
-      if (skip) // a skipped step does not count
-        one = SubOp::create(b, loc, one, skip);
-      step = AddOp::create(b, loc, stepArg, one);
+      // The step this update would be: Adafactor's decay needs it finite
+      // (>= 1) even on a skipped step, whose results are then discarded.
+      nextStep = AddOp::create(b, loc, stepArg, one);
+      step = skip ? Value(AddOp::create(b, loc, stepArg, SubOp::create(b, loc, one, skip)))
+                  : nextStep; // a skipped step does not count
     }
     if (scheduled) {
       scheduledLr = LrScheduleOp::create(b, NameLoc::get(b.getStringAttr("optimizer:lr")), scalar,
@@ -252,7 +249,8 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       std::string base = e.name.str();
       Location ploc = NameLoc::get(b.getStringAttr("optimizer:" + base));
       if (adafactor) {
-        buildAdafactor(b, ploc, e.param, grads[i], base, wd, step, scheduledLr, addState, update);
+        buildAdafactor(b, ploc, e.param, grads[i], base, wd, nextStep, scheduledLr, skip, addState,
+                       update);
       } else if (adamw) {
         BlockArgument m = addState(t, base + ".exp_avg");
         BlockArgument v = addState(t, base + ".exp_avg_sq");
@@ -337,10 +335,14 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
   /// [beta1 > 0: m = beta1 m + (1-beta1) u;  u = m]
   /// p = p - weight_decay lr p - u
   /// ```
+  /// `skip` (or null): the overflow flag of dynamic loss scaling. Every
+  /// result is then old * skip + new * (1 - skip): exactly the new value on a
+  /// good step and the old one on a skipped step (the unscaled gradients are
+  /// finite, non-finite entries zeroed, so the discarded values are finite).
   template <typename AddState, typename Update>
   void buildAdafactor(OpBuilder &b, Location loc, BlockArgument param, Value g, StringRef base,
-                      double wd, Value step, Value scheduledLr, AddState &addState,
-                      Update &update) {
+                      double wd, Value step, Value scheduledLr, Value skip, AddState &addState,
+                      Update &plainUpdate) {
     auto t = cast<RankedTensorType>(param.getType());
     const int64_t r = t.getRank();
     auto scalarType = RankedTensorType::get({}, b.getF32Type());
@@ -358,6 +360,13 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       return ReshapeOp::create(b, loc, RankedTensorType::get(shape, t.getElementType()), x);
     };
     Value one = constant(1.0);
+    Value go = skip ? Value(SubOp::create(b, loc, one, skip)) : Value();
+    auto update = [&](Value old, Value fresh, StringRef name) {
+      if (skip)
+        fresh = AddOp::create(b, loc, MulOp::create(b, loc, old, skip),
+                              MulOp::create(b, loc, fresh, go));
+      plainUpdate(fresh, name);
+    };
     // The step's decay (CSE merges the parameters' copies of this chain).
     Value decay = ExpOp::create(b, loc, ScaleOp::create(b, loc, LogOp::create(b, loc, step),
                                                        b.getF64FloatAttr(-decayRate)));
@@ -390,13 +399,13 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       Value factors = MulOp::create(b, loc, reshape(rowFactor, rowShape),
                                     reshape(colFactor, colShape));
       u = MulOp::create(b, loc, factors, g);
-      update(newRow, (base + ".exp_avg_sq_row").str());
-      update(newCol, (base + ".exp_avg_sq_col").str());
+      update(row, newRow, (base + ".exp_avg_sq_row").str());
+      update(col, newCol, (base + ".exp_avg_sq_col").str());
     } else {
       BlockArgument v = addState(t, base + ".exp_avg_sq");
       Value newV = average(v, s);
       u = MulOp::create(b, loc, RsqrtOp::create(b, loc, newV), g);
-      update(newV, (base + ".exp_avg_sq").str());
+      update(v, newV, (base + ".exp_avg_sq").str());
     }
     // Update clipping: u / max(1, rms(u) / clip) = u * min(1, clip / rms(u)),
     // min(1, a) = 1 - relu(1 - a).
@@ -414,14 +423,14 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (m) {
       Value newM = AddOp::create(b, loc, ScaleOp::create(b, loc, m, b.getF64FloatAttr(adafactorBeta1)),
                                  ScaleOp::create(b, loc, u, b.getF64FloatAttr(1.0 - adafactorBeta1)));
-      update(newM, (base + ".exp_avg").str());
+      update(m, newM, (base + ".exp_avg").str());
       u = newM;
     }
     Value p = param;
     if (wd != 0.0)
       p = SubOp::create(b, loc, p,
                         MulOp::create(b, loc, p, ScaleOp::create(b, loc, rate, b.getF64FloatAttr(wd))));
-    update(SubOp::create(b, loc, p, u), base);
+    update(param, SubOp::create(b, loc, p, u), base);
   }
 };
 } // namespace

@@ -320,8 +320,9 @@ public:
       int64_t count = sizes[t];
 #pragma omp parallel for reduction(| : bad) if (count > 32768)
       for (int64_t i = 0; i < count; ++i) {
-        bad |= !std::isfinite(g[i]);
-        u[i] = g[i] * inv;
+        bool finite = std::isfinite(g[i]);
+        bad |= !finite;
+        u[i] = finite ? g[i] * inv : 0.0f;
       }
     }
     *found = bad ? 1.0f : 0.0f;

@@ -238,7 +238,9 @@ public:
   virtual Status clipByNorm(const std::vector<const float *> &grads,
                             const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
                             float maxNorm, const float *sumSquares, float *norm) = 0;
-  /// outs[i] = grads[i] / *scale; *found = 1 if any gradient is not finite, else 0.
+  /// outs[i] = grads[i] / *scale, 0 where a gradient is not finite (so that an
+  /// update computed from them and then discarded stays finite); *found = 1
+  /// if any gradient is not finite, else 0.
   virtual Status unscale(const std::vector<const float *> &grads,
                          const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
                          const float *scale, float *found) = 0;

@@ -169,8 +169,10 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
   };
   if (j.is_discarded() || !j.is_object())
     return bad("not JSON");
-  if (j.value("format", "") != "ptc-distributed-checkpoint" || !j.contains("version") ||
-      !j["version"].is_number_integer())
+  // (j.value() would throw on a "format" that is not a string.)
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || *format != "ptc-distributed-checkpoint" ||
+      !j.contains("version") || !j["version"].is_number_integer())
     return bad("not a ptc distributed checkpoint");
   if (j["version"].get<int64_t>() != 1)
     return invalidArgument("checkpoint '", stepDir, "' has format version ", j["version"].get<int64_t>(),

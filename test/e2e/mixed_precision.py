@@ -4,7 +4,8 @@ compute and with bf16 / f16 compute (fp32 master weights and AdamW state; f16 wi
 loss scale). Low-precision rounding makes the runs drift apart slowly, so the bound is
 documented, not 1e-5: per-step losses within 2% (bf16) / 1% (f16) relative of fp32 over 60
 steps, and every run learns (mean of the last 10 losses at least 1.5 below the first loss).
-Dynamic loss scaling skips overflowing steps (changing no parameter) and adapts the scale.
+Dynamic loss scaling skips overflowing steps (changing no parameter) and adapts the scale,
+with AdamW and with Adafactor (whose update on a good step is bitwise the unscaled one).
 bf16 on a pp:2 x dp:2 mesh (4 micro-batches) and on dp:2 x tp:2 with sequence parallelism must
 match bf16 on one process within 1%; fp32 training whose data-parallel gradient reduction
 (ZeRO-2 reduce-scatter) runs in bf16 stays within 2% of fp32.
@@ -65,33 +66,44 @@ def main():
             train("dp2-bf16-reduce", "mesh=dp:2 zero=2 grad-reduce-dtype=bf16", 2), fp32, 2e-2)
     compare("bf16 dp:2,tp:2+sp vs bf16",
             train("bf16-tp", "precision=bf16 mesh=dp:2,tp:2 sequence-parallel=true", 4), bf16, 1e-2)
-    # Dynamic loss scaling (f16): from an absurd initial scale the first steps
-    # overflow and are skipped (the scale halves each time), then training
-    # proceeds, the scale growing back after every 20 good steps.
-    dyn = train("f16-dynamic", "precision=f16 dynamic-loss-scale=true loss-scale-init=1e9 "
-                "loss-scale-window=20")
-    rows = [json.loads(line) for line in open(w("f16-dynamic.jsonl"))]
-    scales = [r["loss_scale"] for r in rows]
-    skipped = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
-    grown = sum(1 for a, b in zip(scales, scales[1:]) if b > a)
-    learned = dyn[0] - sum(dyn[-10:]) / 10
-    good = skipped >= 10 and grown >= 1 and learned >= 1.5 and all(l == l for l in dyn)
-    ok &= good
-    print(f"f16 dynamic loss scale    {skipped} steps skipped, grown {grown} times, scale "
-          f"{scales[0]:g} -> {scales[-1]:g}, first {dyn[0]:.4f} -> last-10 mean "
-          f"{sum(dyn[-10:]) / 10:.4f}: {'ok' if good else 'FAILED'}")
-    # A skipped step changes no parameter: with every step overflowing, the
-    # saved weights are the initial ones.
-    plan = w("f16-overflow.plan")
-    run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} precision=f16 "
-        "dynamic-loss-scale=true loss-scale-init=1e30", "-o", os.devnull)
-    for steps, out in ((0, "before"), (3, "after")):
-        run(b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(steps), "--log-every", "0",
-            "--save", w(f"{out}.safetensors"), "--device", args.device)
-    same = open(w("before.safetensors"), "rb").read().split(b"}", 1)[1] == \
-        open(w("after.safetensors"), "rb").read().split(b"}", 1)[1]
-    ok &= same
-    print(f"f16 overflow on every step: parameters unchanged after 3 skipped steps: {same}")
+    # Dynamic loss scaling (f16), with AdamW and with Adafactor: from an absurd
+    # initial scale the first steps overflow and are skipped (the scale halves
+    # each time), then training proceeds, the scale growing back after every 20
+    # good steps.
+    for opt, extra in (("adamw", ""), ("adafactor", "optimizer=adafactor lr=1e-2")):
+        tag = f"f16-dynamic-{opt}"
+        dyn = train(tag, f"precision=f16 dynamic-loss-scale=true loss-scale-init=1e9 "
+                    f"loss-scale-window=20 {extra}")
+        rows = [json.loads(line) for line in open(w(f"{tag}.jsonl"))]
+        scales = [r["loss_scale"] for r in rows]
+        skipped = sum(1 for a, b in zip(scales, scales[1:]) if b < a)
+        grown = sum(1 for a, b in zip(scales, scales[1:]) if b > a)
+        learned = dyn[0] - sum(dyn[-10:]) / 10
+        good = skipped >= 10 and grown >= 1 and learned >= 1.5 and all(l == l for l in dyn)
+        ok &= good
+        print(f"f16 dynamic loss scale, {opt:9s} {skipped} steps skipped, grown {grown} times, "
+              f"scale {scales[0]:g} -> {scales[-1]:g}, first {dyn[0]:.4f} -> last-10 mean "
+              f"{sum(dyn[-10:]) / 10:.4f}: {'ok' if good else 'FAILED'}")
+        # A skipped step changes no parameter: with every step overflowing, the
+        # saved weights are the initial ones.
+        plan = w(f"f16-overflow-{opt}.plan")
+        run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} precision=f16 "
+            f"dynamic-loss-scale=true loss-scale-init=1e30 {extra}", "-o", os.devnull)
+        for steps, out in ((0, "before"), (3, "after")):
+            run(b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(steps), "--log-every",
+                "0", "--save", w(f"{out}.safetensors"), "--device", args.device)
+        same = open(w("before.safetensors"), "rb").read().split(b"}", 1)[1] == \
+            open(w("after.safetensors"), "rb").read().split(b"}", 1)[1]
+        ok &= same
+        print(f"f16 overflow on every step, {opt}: parameters unchanged after 3 skipped steps: "
+              f"{same}")
+    # Adafactor's skippable update is exact on good steps: at a loss scale of 1
+    # that never overflows, the losses are bitwise those without dynamic scaling.
+    static = train("f16-adafactor", "precision=f16 optimizer=adafactor lr=1e-2")
+    scaled = train("f16-adafactor-dyn1", "precision=f16 optimizer=adafactor lr=1e-2 "
+                   "dynamic-loss-scale=true loss-scale-init=1 loss-scale-window=1000000")
+    ok &= static == scaled
+    print(f"f16 adafactor, dynamic scale 1 vs none: losses bitwise equal: {static == scaled}")
     print("mixed precision:", "passed" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -74,6 +74,18 @@ TEST(DistributedCheckpoint, RejectsNonIntegerNumbersInMetadata) {
   }
 }
 
+TEST(DistributedCheckpoint, RejectsAFormatThatIsNotAString) {
+  // Found by ptc-fuzz-checkpoint: a numeric "format" threw out of the reader.
+  std::string dir = tempPath("ckpt-format");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/metadata.json", std::ios::trunc)
+      << "{\"format\":5555555555555555555,\"version\":1,\"step\":1}";
+  auto reader = CheckpointReader::open(dir);
+  ASSERT_FALSE(reader.isOk());
+  EXPECT_NE(reader.status().message().find("not a ptc distributed checkpoint"), std::string::npos)
+      << reader.status().message();
+}
+
 TEST(TokenData, BatchOrderFollowsTheStandardModel) {
   std::string path = tempPath("d.bin");
   std::vector<uint16_t> tokens(100);
