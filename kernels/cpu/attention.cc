@@ -55,23 +55,25 @@ inline void block512(const float *a, int64_t rowStride, int64_t colStride, const
 }
 #endif
 
-/// C[m][n] (+)= A[m][k] * B[k][n], all row-major with leading dimensions.
+/// C[m][n] (+)= A * B[k][n] with A(r, p) = a[r * rowStride + p * colStride]:
+/// A [m][k] row-major is (lda, 1), A^T of a row-major [k][m] is (1, lda).
 /// `accumulate` adds to C instead of overwriting it.
-void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-               int64_t m, int64_t n, int64_t k, bool accumulate) {
+void product(const float *a, int64_t rowStride, int64_t colStride, const float *b, int64_t ldb,
+             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
   for (int64_t i = 0; i < m; i += kRows) {
     int64_t rows = std::min(kRows, m - i);
+    const float *ai = a + i * rowStride;
     for (int64_t j = 0; j < n; j += kCols) {
       int64_t cols = std::min(kCols, n - j);
       float acc[kRows][kCols] = {};
       if (rows == kRows && cols == kCols) {
 #ifdef __AVX512F__
-        block512(a + i * lda, lda, 1, b + j, ldb, k, acc);
+        block512(ai, rowStride, colStride, b + j, ldb, k, acc);
 #else
         for (int64_t p = 0; p < k; ++p) {
           const float *bp = b + p * ldb + j;
           for (int64_t r = 0; r < kRows; ++r) {
-            float av = a[(i + r) * lda + p];
+            float av = ai[r * rowStride + p * colStride];
 #pragma omp simd
             for (int64_t x = 0; x < kCols; ++x)
               acc[r][x] += av * bp[x];
@@ -81,7 +83,7 @@ void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *
       } else {
         for (int64_t p = 0; p < k; ++p)
           for (int64_t r = 0; r < rows; ++r) {
-            float av = a[(i + r) * lda + p];
+            float av = ai[r * rowStride + p * colStride];
             for (int64_t x = 0; x < cols; ++x)
               acc[r][x] += av * b[p * ldb + j + x];
           }
@@ -95,43 +97,16 @@ void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *
   }
 }
 
+/// C[m][n] (+)= A[m][k] B[k][n].
+void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+               int64_t m, int64_t n, int64_t k, bool accumulate) {
+  product(a, lda, 1, b, ldb, c, ldc, m, n, k, accumulate);
+}
+
 /// C[m][n] += A^T B with A [k][m] and B [k][n] row-major.
 void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
                          int64_t ldc, int64_t m, int64_t n, int64_t k) {
-  for (int64_t i = 0; i < m; i += kRows) {
-    int64_t rows = std::min(kRows, m - i);
-    for (int64_t j = 0; j < n; j += kCols) {
-      int64_t cols = std::min(kCols, n - j);
-      float acc[kRows][kCols] = {};
-      if (rows == kRows && cols == kCols) {
-#ifdef __AVX512F__
-        block512(a + i, 1, lda, b + j, ldb, k, acc);
-#else
-        for (int64_t p = 0; p < k; ++p) {
-          const float *bp = b + p * ldb + j, *ap = a + p * lda + i;
-          for (int64_t r = 0; r < kRows; ++r) {
-            float av = ap[r];
-#pragma omp simd
-            for (int64_t x = 0; x < kCols; ++x)
-              acc[r][x] += av * bp[x];
-          }
-        }
-#endif
-      } else {
-        for (int64_t p = 0; p < k; ++p)
-          for (int64_t r = 0; r < rows; ++r) {
-            float av = a[p * lda + i + r];
-            for (int64_t x = 0; x < cols; ++x)
-              acc[r][x] += av * b[p * ldb + j + x];
-          }
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        float *cr = c + (i + r) * ldc + j;
-        for (int64_t x = 0; x < cols; ++x)
-          cr[x] += acc[r][x];
-      }
-    }
-  }
+  product(a, 1, lda, b, ldb, c, ldc, m, n, k, /*accumulate=*/true);
 }
 
 /// exp(x) for x <= 0 (a softmax's shifted scores), branch-free so that its

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace ptc::kernels::cpu::internal {
 
 inline int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
@@ -34,6 +38,25 @@ inline std::vector<int64_t> broadcastStrides(const Shape &in, const Shape &out) 
   for (size_t i = 0; i < in.size(); ++i)
     st[lead + i] = in[i] == 1 && out[lead + i] != 1 ? 0 : inSt[i];
   return st;
+}
+
+/// Threads a kernel may start here: OpenMP's count, or 1 inside a parallel
+/// region (no nested teams).
+inline int availableThreads() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/// This thread's index in the enclosing parallel region (0 outside one).
+inline int threadIndex() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
 }
 
 /// Offset of row `row` (index over all dims but the last) with strides `st`.

@@ -30,14 +30,6 @@ void singleThreadedBlas() {
   (void)once;
 }
 
-int threadCount() {
-#ifdef _OPENMP
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 /// C[M x N] = op(A) op(B), row-major, split over the threads along the
 /// larger of M and N in blocks of 16 rows / columns.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
@@ -62,11 +54,7 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
   const int64_t block = ((extent + threads - 1) / threads + 15) / 16 * 16;
 #pragma omp parallel num_threads(threads)
   {
-#ifdef _OPENMP
-    int64_t t = omp_get_thread_num();
-#else
-    int64_t t = 0;
-#endif
+    int64_t t = threadIndex();
     int64_t lo = std::min(extent, t * block), hi = std::min(extent, lo + block);
     if (alongM)
       call(lo, hi, 0, N);
@@ -85,7 +73,7 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
   int64_t batch = product(as, 0, r - 2);
   int64_t lda = transA ? m : k, ldb = transB ? k : n;
   bool shared = rb == 2;
-  int threads = threadCount();
+  int threads = availableThreads();
   if (shared && !transA) {
     // All batch rows share B: one GEMM over batch * m rows.
     gemm(false, transB, batch * m, n, k, a, lda, b, ldb, out, n, threads);

@@ -49,18 +49,7 @@ namespace {
 /// their per-thread column partials in thread order (deterministic for any
 /// thread count, unlike an arrival-ordered critical section).
 int normThreads(int64_t rows, int64_t cols) {
-#ifdef _OPENMP
-  return rows * cols > 16384 && !omp_in_parallel() ? omp_get_max_threads() : 1;
-#else
-  return 1;
-#endif
-}
-int threadIndex() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
+  return rows * cols > 16384 ? availableThreads() : 1;
 }
 void sumPartials(const std::vector<float> &partials, int threads, int64_t cols, int64_t which,
                  int64_t count, float *out) {

@@ -45,12 +45,12 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
   std::fill(out, out + outN,
             kind == Reduce::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
   int64_t inner = is.back(), rows = n / std::max<int64_t>(inner, 1), ist = st.back();
-  if (ist != 0 && n > 65536) {
-    // The last dimension is kept (a bias gradient's column sums): threads
-    // take blocks of columns, each summed over the rows in order (the same
-    // additions as one thread makes).
+  if (ist != 0) {
+    // The last dimension is kept (a bias gradient's column sums): blocks of
+    // columns, each reduced over the rows in order, on many threads when the
+    // input is large (every element sees the same additions either way).
     constexpr int64_t kColumns = 64;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t j0 = 0; j0 < inner; j0 += kColumns) {
       int64_t j1 = std::min(inner, j0 + kColumns);
       for (int64_t r = 0; r < rows; ++r) {
@@ -66,23 +66,15 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
         }
       }
     }
-    rows = 0; // done
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = in + r * inner;
-    float *o = out + rowOffset(r, is, st);
-    if (kind == Reduce::Max) {
+  } else {
+    // The last dimension is reduced: one value per row.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *x = in + r * inner;
+      float *o = out + rowOffset(r, is, st);
+      float v = kind == Reduce::Max ? o[0] : 0.0f;
       for (int64_t j = 0; j < inner; ++j)
-        o[j * ist] = std::max(o[j * ist], x[j]);
-    } else if (ist == 0) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < inner; ++j)
-        s += x[j];
-      o[0] += s;
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < inner; ++j)
-        o[j] += x[j];
+        v = kind == Reduce::Max ? std::max(v, x[j]) : v + x[j];
+      o[0] = kind == Reduce::Max ? v : o[0] + v;
     }
   }
   if (kind == Reduce::Mean)

@@ -120,25 +120,15 @@ public:
     return cudaStatus(cudaStreamSynchronize(compute_), "copying to or from the host");
   }
   Status copyOn(StreamKind stream, void *dst, const void *src, int64_t bytes) override {
-    if (bytes <= 0 || dst == src)
+    if (dst == src)
       return Status::ok();
-    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                                      cudaMemcpyDeviceToDevice, streamOf(stream)),
-                      "copying on a stream");
+    return copyAsync(stream, dst, src, bytes, cudaMemcpyDeviceToDevice, "on a stream");
   }
   Status copyToDeviceOn(StreamKind stream, void *dst, const void *src, int64_t bytes) override {
-    if (bytes <= 0)
-      return Status::ok();
-    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                                      cudaMemcpyHostToDevice, streamOf(stream)),
-                      "copying " + std::to_string(bytes) + " bytes to the device on a stream");
+    return copyAsync(stream, dst, src, bytes, cudaMemcpyHostToDevice, "to the device on a stream");
   }
   Status copyToHostOn(StreamKind stream, void *dst, const void *src, int64_t bytes) override {
-    if (bytes <= 0)
-      return Status::ok();
-    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                                      cudaMemcpyDeviceToHost, streamOf(stream)),
-                      "copying " + std::to_string(bytes) + " bytes to the host on a stream");
+    return copyAsync(stream, dst, src, bytes, cudaMemcpyDeviceToHost, "to the host on a stream");
   }
   Status zero(void *p, int64_t bytes) override {
     return cudaStatus(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_), "clearing");
@@ -487,6 +477,14 @@ public:
 
 private:
   CudaDevice() = default;
+  /// A copy enqueued on `stream` that may still run when this returns.
+  Status copyAsync(StreamKind stream, void *dst, const void *src, int64_t bytes,
+                   cudaMemcpyKind kind, const char *what) {
+    if (bytes <= 0)
+      return Status::ok();
+    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, streamOf(stream)),
+                      "copying " + std::to_string(bytes) + " bytes " + what);
+  }
   cudaStream_t streamOf(StreamKind s) const {
     return s == StreamKind::Compute ? compute_ : comm_;
   }

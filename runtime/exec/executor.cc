@@ -265,19 +265,16 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
     return Status::ok();
   auto t0 = std::chrono::steady_clock::now();
   Status status;
-  if (groupEnd_[n] != 0) {
-    if (inst->on_host() && asyncTransfers_) // as below
-      status = finishTransfers();
-    if (status.isOk())
-      status = runOptimizerGroup(n, groupEnd_[n]);
-  } else {
+  // A host instruction may read the destination of a copy to the host, or
+  // overwrite the source of a copy to the device (a micro-batch's working
+  // copy), still in flight: every copy finishes first (collectives too, or a
+  // dead peer would hang the wait).
+  if (inst->on_host() && asyncTransfers_)
+    status = finishTransfers();
+  if (status.isOk() && groupEnd_[n] != 0) {
+    status = runOptimizerGroup(n, groupEnd_[n]);
+  } else if (status.isOk()) {
     status = awaitPending(*inst);
-    // A host instruction may read the destination of a copy to the host, or
-    // overwrite the source of a copy to the device (a micro-batch's working
-    // copy), still in flight: every copy finishes first (collectives too, or
-    // a dead peer would hang the wait).
-    if (status.isOk() && inst->on_host() && asyncTransfers_)
-      status = finishTransfers();
     if (status.isOk())
       status = run(*inst);
   }
