@@ -4,6 +4,7 @@
 #define PTC_PASSES_MEMORY_PASSES_H
 
 #include "dialects/ptc/PtcOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 
 namespace mlir::ptc {
@@ -30,6 +31,22 @@ bool isInPlaceUpdate(Value value);
 /// Whether `value` lives in host memory (ptc-offload-optimizer): an argument
 /// or an op result marked `ptc.on_host`, or a `ptc.transfer` to the host.
 bool isOnHost(Value value);
+
+/// One device's memory for a compiled (memory-planned) step, counted as
+/// ptc-run allocates it (runtime/plan/plan_loader.cc, predictedPeakBytes):
+/// the tensors its ops touch or that live on it, its arena, its largest
+/// collective buffer. What ptc-report-memory prints and the planner (ptc-plan)
+/// searches with.
+struct DeviceMemory {
+  int64_t params = 0, state = 0, inputs = 0, constants = 0, grads = 0, activations = 0,
+          comm = 0, arena = 0, received = 0, values = 0;
+  int64_t host = 0; ///< offloaded to host memory (not in the peak)
+  int64_t peak() const { return params + state + inputs + constants + arena + comm + received; }
+};
+
+/// The memory of pipeline rank `rank` of `ranks` (1: an unpipelined step).
+/// Gradients and saved activations are of one micro-batch and live in the arena.
+DeviceMemory computeDeviceMemory(func::FuncOp func, int rank, int ranks);
 
 /// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30); failure for
 /// anything else (device-memory= of the memory report and the export).

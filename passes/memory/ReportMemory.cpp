@@ -101,6 +101,77 @@ int64_t savedActivationBytes(Block &block, Operation *firstBackward,
   return total;
 }
 
+int rankOf(Operation *op, int ranks) {
+  auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName);
+  return !stage || stage.getInt() < 0 ? -1 : static_cast<int>(stage.getInt() % ranks);
+}
+
+} // namespace
+
+DeviceMemory mlir::ptc::computeDeviceMemory(func::FuncOp func, int r, int ranks) {
+  Block &block = func.getBody().front();
+  DeviceMemory m;
+  auto on = [&](Operation *op) {
+    int k = rankOf(op, ranks);
+    return k < 0 || k == r;
+  };
+  llvm::DenseSet<Value> here;
+  for (Operation &op : block) {
+    if (isa<func::ReturnOp>(op) || !on(&op))
+      continue;
+    for (Value v : op.getOperands())
+      here.insert(v);
+    for (Value v : op.getResults())
+      here.insert(v);
+  }
+  for (BlockArgument arg : block.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto stage = func.getArgAttrOfType<IntegerAttr>(i, PtcDialect::kStageAttrName);
+    if (!(stage && stage.getInt() % ranks == r) && !here.contains(arg))
+      continue;
+    int64_t bytes = getTensorBytes(cast<RankedTensorType>(arg.getType()));
+    if (isOnHost(arg)) {
+      m.host += bytes;
+      if (func.getArgAttr(i, PtcDialect::kParamAttrName))
+        m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
+    } else if (func.getArgAttr(i, PtcDialect::kParamAttrName)) {
+      m.params += bytes;
+      m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
+    } else if (func.getArgAttr(i, PtcDialect::kStateAttrName)) {
+      m.state += bytes;
+    } else {
+      m.inputs += bytes;
+    }
+  }
+  Operation *firstBackward = nullptr;
+  for (Operation &op : block) {
+    if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
+      firstBackward = &op;
+    if (auto cst = dyn_cast<arith::ConstantOp>(op)) // every rank holds the constants
+      (isOnHost(cst) ? m.host : m.constants) += getTensorBytes(cast<RankedTensorType>(cst.getType()));
+    if (!on(&op))
+      continue;
+    m.host += hostTemporaryBytes(op);
+    if (Value g = optimizerGradient(&op))
+      m.grads += getTensorBytes(cast<RankedTensorType>(g.getType()));
+    m.comm = std::max(m.comm, collectiveBufferBytes(op));
+  }
+  // Forward values of this rank that its backward ops read (one micro-batch).
+  m.activations = savedActivationBytes(block, firstBackward, on);
+  // The step's results another rank computes arrive here after each step.
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+    if (!func.getResultAttr(i, PtcDialect::kUpdateAttrName) && !here.contains(v))
+      m.received += getTensorBytes(cast<RankedTensorType>(v.getType()));
+  if (auto perRank = func->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesPerRankAttrName);
+      perRank && r < static_cast<int>(perRank.size()))
+    m.arena = perRank[r];
+  else if (auto arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName); arena && ranks == 1)
+    m.arena = arena.getInt();
+  return m;
+}
+
+namespace {
 struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass> {
   /// For the standard GPT (parameters named transformer.h.<i>.*): the saved
   /// activations of one transformer layer by the formulas of Korthikanti et al.
@@ -253,82 +324,6 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     os.flush();
   }
 
-  /// One pipeline rank's memory, counted as ptc-run allocates it
-  /// (runtime/plan/plan_loader.cc, predictedPeakBytes): the tensors its ops
-  /// touch or that live on it, its arena, its largest collective buffer.
-  struct RankMemory {
-    int64_t params = 0, state = 0, inputs = 0, constants = 0, grads = 0, activations = 0,
-            comm = 0, arena = 0, received = 0, values = 0;
-    int64_t host = 0; // offloaded to host memory (not in the peak)
-    int64_t peak() const { return params + state + inputs + constants + arena + comm + received; }
-  };
-
-  static int rankOf(Operation *op, int ranks) {
-    auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName);
-    return !stage || stage.getInt() < 0 ? -1 : static_cast<int>(stage.getInt() % ranks);
-  }
-
-  RankMemory rankMemory(func::FuncOp func, int r, int ranks) {
-    Block &block = func.getBody().front();
-    RankMemory m;
-    auto on = [&](Operation *op) {
-      int k = rankOf(op, ranks);
-      return k < 0 || k == r;
-    };
-    llvm::DenseSet<Value> here;
-    for (Operation &op : block) {
-      if (isa<func::ReturnOp>(op) || !on(&op))
-        continue;
-      for (Value v : op.getOperands())
-        here.insert(v);
-      for (Value v : op.getResults())
-        here.insert(v);
-    }
-    for (BlockArgument arg : block.getArguments()) {
-      unsigned i = arg.getArgNumber();
-      auto stage = func.getArgAttrOfType<IntegerAttr>(i, PtcDialect::kStageAttrName);
-      if (!(stage && stage.getInt() % ranks == r) && !here.contains(arg))
-        continue;
-      int64_t bytes = getTensorBytes(cast<RankedTensorType>(arg.getType()));
-      if (isOnHost(arg)) {
-        m.host += bytes;
-        if (func.getArgAttr(i, PtcDialect::kParamAttrName))
-          m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
-      } else if (func.getArgAttr(i, PtcDialect::kParamAttrName)) {
-        m.params += bytes;
-        m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
-      } else if (func.getArgAttr(i, PtcDialect::kStateAttrName)) {
-        m.state += bytes;
-      } else {
-        m.inputs += bytes;
-      }
-    }
-    Operation *firstBackward = nullptr;
-    for (Operation &op : block) {
-      if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
-        firstBackward = &op;
-      if (auto cst = dyn_cast<arith::ConstantOp>(op)) // every rank holds the constants
-        (isOnHost(cst) ? m.host : m.constants) += getTensorBytes(cast<RankedTensorType>(cst.getType()));
-      if (!on(&op))
-        continue;
-      m.host += hostTemporaryBytes(op);
-      if (Value g = optimizerGradient(&op))
-        m.grads += getTensorBytes(cast<RankedTensorType>(g.getType()));
-      m.comm = std::max(m.comm, collectiveBufferBytes(op));
-    }
-    // Forward values of this rank that its backward ops read (one micro-batch).
-    m.activations = savedActivationBytes(block, firstBackward, on);
-    // The step's results another rank computes arrive here after each step.
-    auto ret = cast<func::ReturnOp>(block.getTerminator());
-    for (auto [i, v] : llvm::enumerate(ret.getOperands()))
-      if (!func.getResultAttr(i, PtcDialect::kUpdateAttrName) && !here.contains(v))
-        m.received += getTensorBytes(cast<RankedTensorType>(v.getType()));
-    if (auto perRank = func->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesPerRankAttrName);
-        perRank && r < static_cast<int>(perRank.size()))
-      m.arena = perRank[r];
-    return m;
-  }
-
   /// The report of a pipelined step: every pipeline rank's own memory, and the
   /// largest as the verdict.
   LogicalResult reportPipelined(func::FuncOp func, int ranks, std::optional<double> budget) {
@@ -350,9 +345,9 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     os << "\n";
     int worst = 0;
     int64_t worstPeak = -1;
-    std::vector<RankMemory> all;
+    std::vector<DeviceMemory> all;
     for (int r = 0; r < ranks; ++r) {
-      RankMemory m = rankMemory(func, r, ranks);
+      DeviceMemory m = computeDeviceMemory(func, r, ranks);
       all.push_back(m);
       os << llvm::format("  %-4d %14lld %14lld %14lld %14lld %14lld %14lld %14lld %14lld", r,
                          static_cast<long long>(m.params), static_cast<long long>(m.grads),
@@ -368,7 +363,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         worst = r;
       }
     }
-    const RankMemory &w = all[static_cast<size_t>(worst)];
+    const DeviceMemory &w = all[static_cast<size_t>(worst)];
     os << "  predicted peak " << worstPeak << " B (" << human(static_cast<double>(worstPeak))
        << ") on pipeline rank " << worst << ": parameters " << human(static_cast<double>(w.params))
        << " (" << w.values << " values), optimizer state " << human(static_cast<double>(w.state))

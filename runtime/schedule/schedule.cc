@@ -229,10 +229,18 @@ Status generate(const std::string &name, Pipeline &p) {
 namespace {
 /// Runs the lists with receives blocking until their send has run; returns
 /// the boxes, or the blocked ranks when no rank can move.
-StatusOr<Report> run(const Pipeline &p) {
+StatusOr<Report> run(const Pipeline &p, const Timing &timing) {
   const int v = p.virtualStages();
-  auto cost = [&](ActionKind k) {
-    double c = k == ActionKind::Forward ? 1.0 : k == ActionKind::Backward ? (p.splitWeight ? 1.0 : 2.0) : 1.0;
+  for (const std::vector<double> *d : {&timing.forward, &timing.backward, &timing.weight})
+    if (!d->empty() && d->size() != static_cast<size_t>(p.chunks))
+      return invalidArgument("timing has ", d->size(), " durations for a ", p.chunks, "-chunk pipeline");
+  auto cost = [&](const Action &a) {
+    const std::vector<double> &given = a.kind == ActionKind::Forward    ? timing.forward
+                                       : a.kind == ActionKind::Backward ? timing.backward
+                                                                        : timing.weight;
+    if (!given.empty())
+      return given[static_cast<size_t>(a.chunk)];
+    double c = a.kind == ActionKind::Forward ? 1.0 : a.kind == ActionKind::Backward ? (p.splitWeight ? 1.0 : 2.0) : 1.0;
     return c / v;
   };
   Report rep;
@@ -254,12 +262,12 @@ StatusOr<Report> run(const Pipeline &p) {
           auto it = sent.find({a.channel, a.mb});
           if (it == sent.end())
             break;
-          now[r] = std::max(now[r], it->second);
+          now[r] = std::max(now[r], it->second + (a.mb >= 0 ? timing.transfer : 0.0));
         } else if (a.kind == ActionKind::Send) {
           sent[{a.channel, a.mb}] = now[r];
           rep.sendBytes[r] += p.channels[static_cast<size_t>(a.channel)].bytes;
         } else {
-          double c = cost(a.kind);
+          double c = cost(a);
           rep.boxes.push_back({static_cast<int>(r), a, now[r], now[r] + c});
           now[r] += c;
           rep.busy[r] += c;
@@ -421,13 +429,13 @@ Status verify(const Pipeline &p) {
                              describe(p.actions[static_cast<size_t>(p.rankOf(ch.to))][need]),
                              ") that needs it");
   }
-  StatusOr<Report> sim = run(p);
+  StatusOr<Report> sim = run(p, Timing{});
   return sim.isOk() ? Status::ok() : sim.status();
 }
 
-StatusOr<Report> simulate(const Pipeline &p) {
+StatusOr<Report> simulate(const Pipeline &p, const Timing &timing) {
   PTC_RETURN_IF_ERROR(verify(p));
-  return run(p);
+  return run(p, timing);
 }
 
 double closedFormBubble(const std::string &name, int ranks, int virtualStages, int microbatches) {

@@ -84,8 +84,9 @@ struct Box {
   double start, end;
 };
 
-/// Timing with equal stages: per micro-batch a rank's forward takes 1 unit,
-/// its backward 2 (1 + 1 with a weight split), each chunk 1/v of that.
+/// Timing of a simulation. With equal stages, per micro-batch a rank's
+/// forward takes 1 unit, its backward 2 (1 + 1 with a weight split), each
+/// chunk 1/v of that.
 struct Report {
   double makespan = 0;
   double bubble = 0;                 // idle / makespan, averaged over ranks
@@ -96,8 +97,17 @@ struct Report {
   std::vector<Box> boxes;
 };
 
-/// Simulates the (verified) action lists.
-StatusOr<Report> simulate(const Pipeline &p);
+/// Durations for simulate(): each chunk's forward, backward and weight-
+/// gradient segment for one micro-batch (in any unit; empty: the equal stages
+/// of Report), and the time a micro-batch's transfer takes between ranks (a
+/// receive waits for its send plus this).
+struct Timing {
+  std::vector<double> forward, backward, weight; // per chunk, or empty
+  double transfer = 0;
+};
+
+/// Simulates the (verified) action lists with `timing` (default: equal stages).
+StatusOr<Report> simulate(const Pipeline &p, const Timing &timing = {});
 
 /// The closed-form bubble fraction of a schedule with equal stage times:
 /// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) interleaved; < 0 if none.

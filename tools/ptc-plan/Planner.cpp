@@ -1,0 +1,839 @@
+//===- Planner.cpp - probes, the cost model and the search -----------------===//
+
+#include "Planner.h"
+
+#include "dialects/ptc/PtcMesh.h"
+#include "dialects/ptc/PtcOps.h"
+#include "passes/Passes.h"
+#include "passes/analysis/ModelStatistics.h"
+#include "passes/memory/Passes.h"
+#include "runtime/schedule/schedule.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <tuple>
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace ptc::plan {
+
+std::string Layout::compileOptions(const std::string &precision) const {
+  std::ostringstream os;
+  std::string mesh;
+  auto axis = [&](const char *name, int64_t n) {
+    if (n > 1)
+      mesh += (mesh.empty() ? "" : ",") + std::string(name) + ":" + std::to_string(n);
+  };
+  axis("pp", pp);
+  axis("dp", dp);
+  axis("tp", tp);
+  if (!mesh.empty())
+    os << "mesh=" << mesh;
+  auto opt = [&](const std::string &text) { os << (os.tellp() > 0 ? " " : "") << text; };
+  if (microbatches > 1 || pp > 1)
+    opt("microbatches=" + std::to_string(microbatches));
+  if (pp > 1) {
+    opt("schedule=" + schedule);
+    if (virtualStages > 1)
+      opt("virtual-stages=" + std::to_string(virtualStages));
+  }
+  if (sequenceParallel)
+    opt("sequence-parallel=true");
+  if (zero > 0)
+    opt("zero=" + std::to_string(zero));
+  if (recompute != "none")
+    opt("recompute=" + recompute);
+  if (precision != "fp32")
+    opt("precision=" + precision);
+  return os.str();
+}
+
+std::string Layout::describe() const {
+  std::ostringstream os;
+  os << "dp" << dp << " tp" << tp << " pp" << pp;
+  if (virtualStages > 1)
+    os << "x" << virtualStages;
+  os << " mb" << microBatch << "x" << microbatches;
+  if (sequenceParallel)
+    os << " sp";
+  if (zero)
+    os << " z" << zero;
+  if (recompute != "none")
+    os << " rc:" << (recompute == "selective" ? "sel" : recompute);
+  if (pp > 1)
+    os << " " << (schedule == "interleaved-1f1b" ? "int" : schedule);
+  return os.str();
+}
+
+namespace {
+enum Phase { kForward = 0, kBackward = 1, kStep = 2 };
+enum CollKind { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kAllToAll = 3 };
+
+/// A collective's bytes per device and how many were issued, per (axis role, kind).
+struct Collective {
+  double bytes = 0, count = 0;
+};
+using CollKey = std::pair<int, int>; // (MeshAxisRole, CollKind)
+
+/// What one phase of a chunk costs for one micro-batch: its compute, priced
+/// on the device, and the collectives it issues, priced per layout.
+struct PhaseCost {
+  double seconds = 0;       ///< compute
+  double matmulSeconds = 0; ///< of which GEMMs (the weight-gradient split of zb-h1)
+  double flops = 0;         ///< matmul and attention FLOPs executed (recomputation included)
+  std::map<CollKey, Collective> collectives;
+
+  PhaseCost &add(const PhaseCost &o, double scale) {
+    seconds += scale * o.seconds;
+    matmulSeconds += scale * o.matmulSeconds;
+    flops += scale * o.flops;
+    for (const auto &[k, c] : o.collectives) {
+      collectives[k].bytes += scale * c.bytes;
+      collectives[k].count += scale * c.count;
+    }
+    return *this;
+  }
+};
+
+struct Costs {
+  PhaseCost phase[3];
+  Costs &add(const Costs &o, double scale) {
+    for (int p = 0; p < 3; ++p)
+      phase[p].add(o.phase[p], scale);
+    return *this;
+  }
+};
+
+double attentionFlopsOf(Value query) {
+  ArrayRef<int64_t> s = cast<RankedTensorType>(query.getType()).getShape(); // [B, H, S, D]
+  return 4.0 * static_cast<double>(s[0]) * s[1] * s[2] * s[2] * s[3];
+}
+
+std::string elementTypeName(Type t) {
+  if (t.isBF16())
+    return "bf16";
+  if (t.isF16())
+    return "f16";
+  return "f32";
+}
+
+/// Prices ops on one device of `cluster` (`ranksPerNode` of them share a node).
+struct Pricer {
+  const Cluster &cluster;
+  const ComputeProfile *profile = nullptr;
+  double slowdown = 1;
+
+  Pricer(const Cluster &c, int64_t ranksPerNode) : cluster(c) {
+    std::tie(profile, slowdown) = c.profileFor(ranksPerNode);
+  }
+  double matmul(double flops, const std::string &dtype) const {
+    double rate = profile ? interpolate(profile->matmul, flops)
+                          : cluster.peak(dtype) * cluster.matmulEfficiency * flops /
+                                (flops + cluster.matmulHalfFlops);
+    return flops / rate * slowdown;
+  }
+  double attention(double flops, const std::string &dtype) const {
+    double rate = profile ? interpolate(profile->attention, flops) : cluster.peak(dtype) * cluster.attentionEfficiency;
+    return flops / rate * slowdown;
+  }
+  double memory(double bytes) const {
+    double rate = profile ? interpolate(profile->memory, bytes) : cluster.memoryBandwidth * cluster.memoryEfficiency;
+    return bytes / rate * slowdown;
+  }
+};
+
+double tensorBytes(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? static_cast<double>(getTensorBytes(t)) : 0.0;
+}
+
+/// The collective `op` is, its axis role and bytes per device, or nothing.
+std::optional<std::tuple<CollKey, double>> collectiveOf(Operation *op, const MeshInfo &mesh) {
+  int kind = -1;
+  double bytes = 0;
+  if (isa<AllReduceOp>(op)) {
+    kind = kAllReduce;
+    for (Value v : op->getOperands())
+      bytes += tensorBytes(v);
+  } else if (isa<AllGatherOp>(op)) {
+    kind = kAllGather;
+    bytes = tensorBytes(op->getResult(0));
+  } else if (isa<ReduceScatterOp>(op)) {
+    kind = kReduceScatter;
+    bytes = tensorBytes(op->getOperand(0));
+  } else if (isa<AllToAllOp>(op)) {
+    kind = kAllToAll;
+    bytes = tensorBytes(op->getOperand(0));
+  } else {
+    return std::nullopt;
+  }
+  // A collective over several axes is priced on the outermost one's role.
+  int role = static_cast<int>(MeshAxisRole::Data);
+  if (auto axes = op->getAttrOfType<ArrayAttr>("axes"); axes && !axes.empty())
+    if (const MeshAxisKind *k = lookupMeshAxisKind(cast<StringAttr>(axes[0]).getValue()))
+      role = static_cast<int>(k->role);
+  (void)mesh;
+  return std::make_tuple(CollKey{role, kind}, bytes);
+}
+
+/// The cost of every op of `func`, by chunk (`ptc.stage`, 0 without one) and
+/// phase (`ptc.segment`, or the position around the backward ops).
+std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
+  std::map<int, Costs> out;
+  Block &block = func.getBody().front();
+  FailureOr<MeshInfo> mesh = getEnclosingMesh(func);
+  Operation *firstBackward = nullptr, *lastBackward = nullptr;
+  for (Operation &op : block)
+    if (op.hasAttr(PtcDialect::kBackwardAttrName)) {
+      firstBackward = firstBackward ? firstBackward : &op;
+      lastBackward = &op;
+    }
+  int positional = kForward;
+  for (Operation &op : block.without_terminator()) {
+    if (&op == firstBackward)
+      positional = kBackward;
+    int phase = positional;
+    if (auto seg = op.getAttrOfType<StringAttr>(PtcDialect::kSegmentAttrName))
+      phase = seg.getValue() == "forward" ? kForward : seg.getValue() == "step" ? kStep : kBackward;
+    int chunk = 0;
+    if (auto stage = op.getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName); stage && stage.getInt() >= 0)
+      chunk = static_cast<int>(stage.getInt());
+    PhaseCost &pc = out[chunk].phase[phase];
+    if (&op == lastBackward)
+      positional = kStep;
+    if (isa<arith::ConstantOp, ReshapeOp, TransferOp>(op))
+      continue;
+    if (succeeded(mesh))
+      if (auto coll = collectiveOf(&op, *mesh)) {
+        Collective &c = pc.collectives[std::get<0>(*coll)];
+        c.bytes += std::get<1>(*coll);
+        c.count += 1;
+        continue;
+      }
+    if (auto mm = dyn_cast<MatmulOp>(op)) {
+      double f = mm.getFlops();
+      double s = price.matmul(f, elementTypeName(mm.getType().getElementType()));
+      pc.seconds += s;
+      pc.matmulSeconds += s;
+      pc.flops += f;
+    } else if (auto at = dyn_cast<CausalAttentionOp>(op)) {
+      double f = attentionFlopsOf(at.getQuery());
+      pc.seconds += price.attention(f, elementTypeName(at.getType().getElementType()));
+      pc.flops += f;
+    } else if (auto ag = dyn_cast<CausalAttentionGradOp>(op)) {
+      // The gradient recomputes the probabilities: 2.5x the forward's FLOPs.
+      double f = 2.5 * attentionFlopsOf(ag.getQuery());
+      pc.seconds += price.attention(f, elementTypeName(cast<RankedTensorType>(ag.getQuery().getType()).getElementType()));
+      pc.flops += f;
+    } else {
+      double bytes = 0;
+      for (Value v : op.getOperands())
+        bytes += tensorBytes(v);
+      for (Value v : op.getResults())
+        bytes += tensorBytes(v);
+      pc.seconds += price.memory(bytes);
+    }
+  }
+  return out;
+}
+
+bool isLayerParam(StringRef name) {
+  return name.starts_with("transformer.h.") || name.starts_with("model.layers.");
+}
+bool isEmbeddingParam(StringRef name) {
+  return name.contains("wte") || name.contains("wpe") || name.contains("embed_tokens");
+}
+
+/// Bytes of the parameters and their optimizer state outside the layers, by
+/// end: the embeddings (first pipeline rank) and the head (last).
+struct EndBytes {
+  double embedding = 0, head = 0;
+};
+EndBytes endBytes(func::FuncOp func, bool tied) {
+  EndBytes e;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    StringAttr name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName);
+    if (!name)
+      name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kStateAttrName);
+    if (!name || isLayerParam(name.getValue()) || cast<RankedTensorType>(arg.getType()).getRank() == 0)
+      continue;
+    double bytes = tensorBytes(arg);
+    if (!isEmbeddingParam(name.getValue()))
+      e.head += bytes;
+    else if (!(tied && name.getValue().contains("wte"))) // a tied table lives on both ends
+      e.embedding += bytes;
+  }
+  return e;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0)
+      d.push_back(i);
+  return d;
+}
+
+template <typename T> bool allowed(const std::vector<T> &list, T v) {
+  return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
+}
+} // namespace
+
+struct Planner::Impl {
+  MLIRContext &context;
+  ModelSpec model;
+  const Cluster &cluster;
+  SearchSpace space;
+  Pricer price;
+  int64_t probes = 0;
+  OwningOpRef<ModuleOp> fileModule;
+
+  struct Probe {
+    std::map<int, Costs> costs;                   // per chunk
+    std::vector<DeviceMemory> memory;             // per pipeline rank
+    EndBytes ends;
+    double forwardModelFlops = 0; // unsharded forward matmul + attention FLOPs
+    std::string error;            // the compiler's diagnostic when the layout is refused
+  };
+  std::map<std::string, Probe> cache;
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, schedule::Pipeline> pipelines;
+
+  Impl(MLIRContext &c, ModelSpec m, const Cluster &cl, SearchSpace s)
+      : context(c), model(std::move(m)), cluster(cl), space(std::move(s)),
+        price(cl, std::min(space.devices, std::max<int64_t>(1, cl.devicesPerNode))) {}
+
+  int64_t fileBatch() {
+    if (!fileModule)
+      return 0;
+    for (auto func : fileModule->getOps<func::FuncOp>())
+      for (BlockArgument arg : func.getArguments())
+        if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName))
+          return cast<RankedTensorType>(arg.getType()).getDimSize(0);
+    return 0;
+  }
+
+  llvm::Expected<OwningOpRef<ModuleOp>> buildModel(int64_t layers, int64_t batch) {
+    if (model.kind == "file")
+      return OwningOpRef<ModuleOp>(cast<ModuleOp>(fileModule->getOperation()->clone()));
+    if (model.kind == "gpt") {
+      GptConfig c = model.gpt;
+      c.layers = layers;
+      c.batch = batch;
+      return buildGptModel(context, c);
+    }
+    LlamaConfig c = model.llama;
+    c.layers = layers;
+    c.batch = batch;
+    return buildLlamaModel(context, c);
+  }
+
+  /// Compiles the model at `layers` layers and `batch` sequences with
+  /// ptc-compile `options` (cached).
+  const Probe &probe(int64_t layers, int64_t batch, const std::string &options, int pp) {
+    std::string key = std::to_string(layers) + "|" + std::to_string(batch) + "|" + options;
+    auto it = cache.find(key);
+    if (it != cache.end())
+      return it->second;
+    Probe &p = cache[key];
+    ++probes;
+    auto module = buildModel(layers, batch);
+    if (!module) {
+      p.error = llvm::toString(module.takeError());
+      return p;
+    }
+    func::FuncOp func;
+    for (auto f : (**module).getOps<func::FuncOp>())
+      func = f;
+    p.forwardModelFlops = computeModelStatistics(func).forwardFlops;
+    std::string diagnostics;
+    {
+      ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+        if (d.getSeverity() == DiagnosticSeverity::Error && diagnostics.empty())
+          diagnostics = d.str();
+        return success();
+      });
+      PassManager pm(&context);
+      auto opts = CompilePipelineOptions::createFromString(options + " optimizer=" + space.optimizer);
+      if (!opts) {
+        p.error = "cannot parse ptc-compile options '" + options + "'";
+        return p;
+      }
+      buildCompilePipeline(pm, *opts);
+      if (failed(pm.run(**module))) {
+        p.error = diagnostics.empty() ? "the compiler refused it" : diagnostics;
+        return p;
+      }
+    }
+    for (auto f : (**module).getOps<func::FuncOp>())
+      func = f;
+    p.costs = aggregate(func, price);
+    for (int r = 0; r < pp; ++r)
+      p.memory.push_back(computeDeviceMemory(func, r, pp));
+    p.ends = endBytes(func, model.kind == "gpt");
+    return p;
+  }
+
+  std::string probeOptions(const Layout &l, bool withPipeline) const {
+    Layout q = l;
+    if (!withPipeline) {
+      q.pp = 1;
+      q.microbatches = 1;
+      q.virtualStages = 1;
+    }
+    return q.compileOptions(space.precision);
+  }
+
+  /// How a group of `size` devices `stride` ranks apart is linked.
+  const Link &linkFor(int64_t stride, int64_t size) const {
+    return stride * size <= cluster.devicesPerNode ? cluster.intraNode : cluster.interNode;
+  }
+
+  double collectiveSeconds(const CollKey &k, const Collective &c, const Layout &l) const {
+    auto [role, kind] = k;
+    int64_t p = 1, stride = 1;
+    if (role == static_cast<int>(MeshAxisRole::Tensor)) {
+      p = l.tp;
+    } else if (role == static_cast<int>(MeshAxisRole::Data)) {
+      p = l.dp;
+      stride = l.tp;
+    } else if (role == static_cast<int>(MeshAxisRole::Expert)) {
+      p = l.dp;
+      stride = l.tp;
+    }
+    if (p <= 1)
+      return 0;
+    const Link &link = linkFor(stride, p);
+    double n = static_cast<double>(p);
+    double factor = kind == kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
+    double steps = kind == kAllReduce ? 2 * (n - 1) : (n - 1);
+    return c.count * steps * link.latency + factor * c.bytes / link.busBandwidth;
+  }
+
+  double collectivesSeconds(const PhaseCost &pc, const Layout &l, int role) const {
+    double t = 0;
+    for (const auto &[k, c] : pc.collectives)
+      if (k.first == role)
+        t += collectiveSeconds(k, c, l);
+    return t;
+  }
+
+  std::string invalidReason(const Layout &l) const {
+    if (l.dp * l.tp * l.pp != space.devices)
+      return "dp x tp x pp != devices";
+    if (model.kind != "file") {
+      if (model.heads() % l.tp || model.kvHeads() % l.tp)
+        return "tp does not divide the (key/value) heads";
+      if (model.layers() % (l.pp * l.virtualStages))
+        return "pp x virtual stages does not divide the layers";
+      if (l.sequenceParallel && model.seq() % l.tp)
+        return "tp does not divide the sequence (sp)";
+    }
+    if (l.tp > cluster.devicesPerNode && !space.tpAcrossNodes)
+      return "tp spans nodes (--tp-across-nodes allows it)";
+    if (l.zero > 0 && l.dp == 1)
+      return "ZeRO needs dp > 1";
+    if (l.zero > 1 && l.pp > 1)
+      return "ZeRO-2/3 with pipeline parallelism (gradients sum over micro-batches)";
+    if (l.sequenceParallel && l.tp == 1)
+      return "sp needs tp > 1";
+    if (l.pp == 1 && (l.virtualStages > 1 || l.schedule != "1f1b"))
+      return "schedule options without pp";
+    if (l.pp > 1 && (l.virtualStages > 1) != (l.schedule == "interleaved-1f1b"))
+      return "interleaving needs virtual stages > 1 and the reverse";
+    if (l.schedule == "interleaved-1f1b" && l.microbatches % l.pp)
+      return "interleaved-1f1b needs micro-batches divisible by pp";
+    if (l.pp > 1 && l.microbatches < l.pp)
+      return "fewer micro-batches than pipeline ranks";
+    return "";
+  }
+
+  /// Per-chunk costs of a layout, and the probe that gave them.
+  llvm::Expected<std::vector<Costs>> chunkCosts(const Layout &l, double &modelFlops, std::string &error) {
+    int64_t chunks = l.pp * l.virtualStages;
+    std::vector<Costs> out(static_cast<size_t>(chunks));
+    if (model.kind == "file") {
+      const Probe &p = probe(0, 0, probeOptions(l, true), static_cast<int>(l.pp));
+      if (!p.error.empty()) {
+        error = p.error;
+        return out;
+      }
+      for (auto &[c, costs] : p.costs)
+        if (c < chunks)
+          out[static_cast<size_t>(c)] = costs;
+      modelFlops = 3 * p.forwardModelFlops;
+      return out;
+    }
+    // Without pp the ZeRO shards and the dp collectives need a dp axis of
+    // their own: probes use dp = min(dp, 2) and one micro-batch; the step
+    // segment's sharded work scales with dp.
+    Layout q = l;
+    q.dp = std::min<int64_t>(l.dp, 2);
+    std::string opts = probeOptions(q, false);
+    const Probe &one = probe(1, l.microBatch * q.dp, opts, 1);
+    const Probe &two = probe(2, l.microBatch * q.dp, opts, 1);
+    if (!one.error.empty() || !two.error.empty()) {
+      error = one.error.empty() ? two.error : one.error;
+      return out;
+    }
+    Costs layer, base;
+    layer.add(two.costs.at(0), 1).add(one.costs.at(0), -1);
+    base.add(one.costs.at(0), 1).add(layer, -1);
+    if (l.zero > 0 && l.dp > q.dp) {
+      double s = static_cast<double>(q.dp) / static_cast<double>(l.dp);
+      for (Costs *c : {&layer, &base}) {
+        c->phase[kStep].seconds *= s;
+        c->phase[kStep].matmulSeconds *= s;
+      }
+    }
+    int64_t n = model.layers() / chunks;
+    for (int64_t c = 0; c < chunks; ++c) {
+      out[static_cast<size_t>(c)].add(layer, static_cast<double>(n));
+      if (c == chunks - 1)
+        out[static_cast<size_t>(c)].add(base, 1);
+    }
+    double layerFlops = two.forwardModelFlops - one.forwardModelFlops;
+    double perProbe = one.forwardModelFlops + (model.layers() - 1) * layerFlops;
+    modelFlops = 3 * perProbe * static_cast<double>(space.globalBatch) /
+                 static_cast<double>(l.microBatch * q.dp);
+    return out;
+  }
+
+  /// Memory of each pipeline rank (one micro-batch in the arena, the
+  /// activation stash of the others added).
+  std::vector<double> rankMemory(const Layout &l, const std::vector<int> &inFlight, std::string &error) {
+    std::vector<double> out;
+    auto stash = [&](size_t r, double activationsPerMb) {
+      int held = r < inFlight.size() ? inFlight[r] : 1;
+      return std::max(0, held - 1) * activationsPerMb;
+    };
+    if (model.kind == "file") {
+      const Probe &p = probe(0, 0, probeOptions(l, true), static_cast<int>(l.pp));
+      if (!p.error.empty()) {
+        error = p.error;
+        return out;
+      }
+      for (size_t r = 0; r < p.memory.size(); ++r)
+        out.push_back(static_cast<double>(p.memory[r].peak()) + stash(r, static_cast<double>(p.memory[r].activations)));
+      return out;
+    }
+    // A rank holds v chunks of n layers: the model compiled at that depth
+    // (the arena's growth is linear once a few layers' activations dominate,
+    // so deeper ranks extrapolate from 4 and 8 layers), without the other
+    // end's parameters and optimizer state.
+    int64_t depth = model.layers() / l.pp;
+    std::string opts = probeOptions(l, false);
+    int64_t batch = l.microBatch * l.dp;
+    auto at = [&](int64_t layers) -> const Probe & { return probe(layers, batch, opts, 1); };
+    DeviceMemory m;
+    double peak, activations, perLayerActivations;
+    EndBytes ends;
+    if (depth <= 8) {
+      const Probe &p = at(depth);
+      if (!p.error.empty()) {
+        error = p.error;
+        return out;
+      }
+      m = p.memory[0];
+      peak = static_cast<double>(m.peak());
+      activations = static_cast<double>(m.activations);
+      const Probe &one = at(1);
+      perLayerActivations = depth > 1 ? (activations - static_cast<double>(one.memory.at(0).activations)) / (depth - 1)
+                                      : activations;
+      ends = p.ends;
+    } else {
+      const Probe &a = at(4), &b = at(8);
+      if (!a.error.empty() || !b.error.empty()) {
+        error = a.error.empty() ? b.error : a.error;
+        return out;
+      }
+      double k = (depth - 8) / 4.0;
+      peak = static_cast<double>(b.memory[0].peak()) +
+             k * static_cast<double>(b.memory[0].peak() - a.memory[0].peak());
+      perLayerActivations = static_cast<double>(b.memory[0].activations - a.memory[0].activations) / 4.0;
+      activations = static_cast<double>(b.memory[0].activations) + (depth - 8) * perLayerActivations;
+      ends = b.ends;
+    }
+    for (int64_t r = 0; r < l.pp; ++r) {
+      double bytes = peak;
+      if (l.pp > 1 && r != l.pp - 1)
+        bytes -= ends.head;
+      if (l.pp > 1 && r != 0)
+        bytes -= ends.embedding;
+      // Each held micro-batch keeps its chunk's layers' activations.
+      bytes += stash(static_cast<size_t>(r), perLayerActivations * depth / l.virtualStages);
+      out.push_back(bytes);
+    }
+    (void)activations;
+    return out;
+  }
+
+  const schedule::Pipeline *pipeline(const Layout &l, std::string &error) {
+    auto key = std::make_tuple(l.schedule, l.pp, l.virtualStages, l.microbatches);
+    auto it = pipelines.find(key);
+    if (it != pipelines.end())
+      return &it->second;
+    schedule::Pipeline p;
+    p.ranks = static_cast<int>(l.pp);
+    p.chunks = static_cast<int>(l.pp * l.virtualStages);
+    p.microbatches = static_cast<int>(l.microbatches);
+    p.splitWeight = l.schedule == "zb-h1";
+    for (int c = 0; c + 1 < p.chunks; ++c) {
+      p.channels.push_back({c, c + 1, schedule::Segment::Forward, schedule::Segment::Forward, false, false, 0});
+      p.channels.push_back({c + 1, c, schedule::Segment::Backward, schedule::Segment::Backward, false, false, 0});
+    }
+    Status s = schedule::generate(l.schedule, p);
+    if (!s.isOk()) {
+      error = s.message();
+      return nullptr;
+    }
+    return &pipelines.emplace(key, std::move(p)).first->second;
+  }
+
+  llvm::Expected<Estimate> evaluate(const Layout &l, bool withMemory) {
+    Estimate e;
+    e.layout = l;
+    std::string reason = invalidReason(l);
+    if (!reason.empty())
+      return llvm::createStringError(reason);
+    double modelFlops = 0;
+    std::string error;
+    auto costs = chunkCosts(l, modelFlops, error);
+    if (!costs)
+      return costs.takeError();
+    if (!error.empty())
+      return llvm::createStringError(error);
+    const int tensor = static_cast<int>(MeshAxisRole::Tensor), data = static_cast<int>(MeshAxisRole::Data),
+              expert = static_cast<int>(MeshAxisRole::Expert);
+    const double m = static_cast<double>(l.microbatches);
+    int64_t chunks = l.pp * l.virtualStages;
+    schedule::Timing timing;
+    std::vector<double> tpPerRank(static_cast<size_t>(l.pp), 0), epPerRank(static_cast<size_t>(l.pp), 0),
+        computePerRank(static_cast<size_t>(l.pp), 0), dpPerRank(static_cast<size_t>(l.pp), 0),
+        stepPerRank(static_cast<size_t>(l.pp), 0), lastBackward(static_cast<size_t>(l.pp), 0),
+        gatherExposed(static_cast<size_t>(l.pp), 0);
+    double hardwareFlops = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const Costs &cc = (*costs)[static_cast<size_t>(c)];
+      size_t r = static_cast<size_t>(c % l.pp);
+      double seg[2];
+      for (int ph : {kForward, kBackward}) {
+        const PhaseCost &pc = cc.phase[ph];
+        double tp = collectivesSeconds(pc, l, tensor), ep = collectivesSeconds(pc, l, expert);
+        // dp collectives inside a micro-batch: ZeRO-3's parameter gathers
+        // (ahead of their layer, overlapping the previous one's compute on
+        // a GPU) and, in the probes' single micro-batch, the gradients.
+        double dpIn = 0;
+        for (const auto &[k, coll] : pc.collectives)
+          if (k.first == data && !(ph == kBackward && (k.second == kAllReduce || k.second == kReduceScatter)))
+            dpIn += collectiveSeconds(k, coll, l);
+        double gathered = cluster.overlap ? std::max(0.0, dpIn - pc.seconds) : dpIn;
+        seg[ph] = pc.seconds + tp + ep + gathered;
+        tpPerRank[r] += m * tp;
+        epPerRank[r] += m * ep;
+        gatherExposed[r] += m * gathered;
+        computePerRank[r] += m * pc.seconds;
+        hardwareFlops += m * pc.flops;
+      }
+      const PhaseCost &bw = cc.phase[kBackward];
+      for (const auto &[k, coll] : bw.collectives)
+        if (k.first == data && (k.second == kAllReduce || k.second == kReduceScatter))
+          dpPerRank[r] += collectiveSeconds(k, coll, l);
+      lastBackward[r] += seg[kBackward];
+      const PhaseCost &st = cc.phase[kStep];
+      stepPerRank[r] += st.seconds + collectivesSeconds(st, l, data) + collectivesSeconds(st, l, tensor);
+      hardwareFlops += st.flops;
+      if (l.schedule == "zb-h1") {
+        // The weight gradients: half of the backward GEMMs.
+        double w = 0.5 * bw.matmulSeconds;
+        timing.forward.push_back(seg[kForward]);
+        timing.backward.push_back(seg[kBackward] - w);
+        timing.weight.push_back(w);
+      } else {
+        timing.forward.push_back(seg[kForward]);
+        timing.backward.push_back(seg[kBackward]);
+      }
+    }
+    double makespan = 0;
+    std::vector<int> inFlight(static_cast<size_t>(l.pp), 1);
+    if (l.pp == 1) {
+      makespan = m * (timing.forward[0] + timing.backward[0]);
+      e.bubble = 0;
+    } else {
+      const schedule::Pipeline *p = pipeline(l, error);
+      if (!p)
+        return llvm::createStringError(error);
+      // One micro-batch's activations between neighbouring ranks.
+      double bytes = static_cast<double>(l.microBatch) * model.seq() * model.hidden() *
+                     (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1);
+      const Link &link = linkFor(l.dp * l.tp, 2);
+      timing.transfer = link.latency + bytes / link.busBandwidth;
+      StatusOr<schedule::Report> rep = schedule::simulate(*p, timing);
+      if (!rep.isOk())
+        return llvm::createStringError(rep.status().message());
+      makespan = rep->makespan;
+      e.bubble = rep->bubble;
+      inFlight = rep->peakInFlight;
+      e.ppComm = 2 * m * timing.transfer;
+    }
+    // Gradient reductions once per step (after the last micro-batch's
+    // backward pass); DDP buckets overlap that backward pass on a GPU,
+    // except the last bucket.
+    double tail = 0;
+    for (int64_t r = 0; r < l.pp; ++r) {
+      size_t i = static_cast<size_t>(r);
+      double dp = dpPerRank[i];
+      double exposed = cluster.overlap ? std::max(dp - lastBackward[i] / static_cast<double>(l.virtualStages), 0.1 * dp) : dp;
+      tail = std::max(tail, exposed + stepPerRank[i]);
+      e.dpComm = std::max(e.dpComm, exposed + gatherExposed[i]);
+      e.tpComm = std::max(e.tpComm, tpPerRank[i]);
+      e.epComm = std::max(e.epComm, epPerRank[i]);
+      e.compute = std::max(e.compute, computePerRank[i]);
+      e.optimizer = std::max(e.optimizer, stepPerRank[i]);
+    }
+    e.step = makespan + tail;
+    double tokens = model.kind == "file" ? static_cast<double>(fileBatch()) : static_cast<double>(space.globalBatch);
+    tokens *= model.kind == "file" ? 1.0 : static_cast<double>(model.seq());
+    e.tokensPerSecond = tokens / e.step;
+    e.tflopsPerDevice = hardwareFlops / static_cast<double>(l.pp) / e.step / 1e12;
+    double peak = price.profile ? interpolate(price.profile->matmul, 1e30) : cluster.peak(space.precision == "fp32" ? "f32" : space.precision);
+    e.mfu = modelFlops / static_cast<double>(space.devices) / e.step / peak;
+    // What the step is mostly spent on.
+    std::pair<double, const char *> parts[] = {{e.compute, "compute"},
+                                               {e.tpComm, "tp communication"},
+                                               {e.dpComm, "dp communication"},
+                                               {e.epComm, "ep communication"},
+                                               {e.bubble * makespan, "pipeline bubble"},
+                                               {e.optimizer, "optimizer step"}};
+    e.limit = std::max_element(std::begin(parts), std::end(parts))->second;
+    if (withMemory) {
+      std::vector<double> mem = rankMemory(l, inFlight, error);
+      if (!error.empty())
+        return llvm::createStringError(error);
+      for (size_t r = 0; r < mem.size(); ++r)
+        if (mem[r] > e.memory) {
+          e.memory = mem[r];
+          e.memoryRank = static_cast<int>(r);
+        }
+      e.fits = cluster.memoryBytes <= 0 || e.memory <= cluster.memoryBytes;
+    }
+    return e;
+  }
+
+  std::vector<Layout> layouts(SearchStats &stats) {
+    std::vector<Layout> out;
+    const int64_t n = space.devices;
+    int64_t fileB = fileBatch();
+    for (int64_t tp : divisors(n)) {
+      if (!allowed(space.tp, tp))
+        continue;
+      for (int64_t pp : divisors(n / tp)) {
+        if (!allowed(space.pp, pp))
+          continue;
+        int64_t dp = n / (tp * pp);
+        if (!allowed(space.dp, dp))
+          continue;
+        std::vector<std::pair<int64_t, int64_t>> batches; // (micro-batch size, micro-batches)
+        if (model.kind == "file") {
+          for (int64_t mb : divisors(std::max<int64_t>(1, fileB)))
+            if (fileB % (dp * mb) == 0)
+              batches.push_back({fileB / (dp * mb), mb});
+        } else {
+          for (int64_t mbs : space.microBatchSizes)
+            if (space.globalBatch % (dp * mbs) == 0)
+              batches.push_back({mbs, space.globalBatch / (dp * mbs)});
+        }
+        for (auto [mbs, m] : batches)
+          for (int64_t v : space.virtualStages)
+            for (const std::string &sched : space.schedules)
+              for (bool sp : space.sequenceParallel)
+                for (int z : space.zero)
+                  for (const std::string &rc : space.recompute) {
+                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched};
+                    // One pp=1 layout per schedule list, not one per schedule.
+                    if (pp == 1 && (v > 1 || sched != space.schedules.front()))
+                      continue;
+                    // Without pp, micro-batches are gradient accumulation: only the largest micro-batch.
+                    std::string why = invalidReason(l);
+                    if (!why.empty()) {
+                      ++stats.invalid;
+                      ++stats.invalidReasons[why];
+                      continue;
+                    }
+                    out.push_back(l);
+                  }
+      }
+    }
+    return out;
+  }
+};
+
+Planner::Planner(MLIRContext &context, ModelSpec model, Cluster cluster, SearchSpace space)
+    : cluster_(std::move(cluster)) {
+  impl_ = std::make_unique<Impl>(context, std::move(model), cluster_, std::move(space));
+  if (impl_->model.kind == "file") {
+    impl_->fileModule = parseSourceFile<ModuleOp>(impl_->model.file, &context);
+  }
+}
+
+Planner::~Planner() = default;
+
+std::string Planner::invalidReason(const Layout &layout) const { return impl_->invalidReason(layout); }
+
+llvm::Expected<Estimate> Planner::evaluate(const Layout &layout) {
+  if (impl_->model.kind == "file" && !impl_->fileModule)
+    return llvm::createStringError("cannot parse '" + impl_->model.file + "'");
+  return impl_->evaluate(layout, /*withMemory=*/true);
+}
+
+llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &stats) {
+  auto start = std::chrono::steady_clock::now();
+  if (impl_->model.kind == "file" && !impl_->fileModule)
+    return llvm::createStringError("cannot parse '" + impl_->model.file + "'");
+  std::vector<Layout> all = impl_->layouts(stats);
+  stats.layouts = static_cast<int64_t>(all.size());
+  std::vector<Estimate> timed;
+  for (const Layout &l : all) {
+    auto e = impl_->evaluate(l, /*withMemory=*/false);
+    if (!e) {
+      ++stats.invalid;
+      ++stats.invalidReasons[llvm::toString(e.takeError())];
+      continue;
+    }
+    timed.push_back(*e);
+  }
+  std::sort(timed.begin(), timed.end(), [](const Estimate &a, const Estimate &b) { return a.step < b.step; });
+  // Memory in order of speed until `keep` layouts fit.
+  std::vector<Estimate> out;
+  for (const Estimate &t : timed) {
+    if (out.size() >= keep)
+      break;
+    auto e = impl_->evaluate(t.layout, /*withMemory=*/true);
+    if (!e) {
+      ++stats.invalid;
+      ++stats.invalidReasons[llvm::toString(e.takeError())];
+      continue;
+    }
+    if (!e->fits) {
+      ++stats.outOfMemory;
+      continue;
+    }
+    out.push_back(*e);
+  }
+  stats.probes = impl_->probes;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+} // namespace ptc::plan

@@ -1,0 +1,110 @@
+//===- Planner.h - ranked search over parallel layouts ----------*- C++ -*-===//
+//
+// The planner compiles small probes of the model with the real pipeline
+// (ptc-compile without pp, at one and two layers, and at the depth of a
+// pipeline rank for its memory), reads per-op FLOPs and bytes, the
+// collectives ptc-shard inserted and the memory report's per-device figures
+// (computeDeviceMemory, the compiler's own), and from them predicts the step
+// time of every layout: compute per pipeline chunk, each collective on the
+// link its group spans, which communication overlaps compute, and the
+// pipeline bubble by simulating the actual schedule (runtime/schedule).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PTC_TOOLS_PTC_PLAN_PLANNER_H
+#define PTC_TOOLS_PTC_PLAN_PLANNER_H
+
+#include "Cluster.h"
+
+#include "tools/ptc-model/Models.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ptc::plan {
+
+/// The model being planned: one of ptc-model's builders (per-layer probes),
+/// or a whole .mlir file (each layout compiled in full).
+struct ModelSpec {
+  std::string kind; ///< "gpt", "llama" or "file"
+  mlir::ptc::GptConfig gpt;
+  mlir::ptc::LlamaConfig llama;
+  std::string file;
+  int64_t layers() const { return kind == "gpt" ? gpt.layers : llama.layers; }
+  int64_t heads() const { return kind == "gpt" ? gpt.heads : llama.heads; }
+  int64_t kvHeads() const { return kind == "gpt" ? gpt.heads : llama.kvHeads; }
+  int64_t seq() const { return kind == "gpt" ? gpt.seq : llama.seq; }
+  int64_t hidden() const { return kind == "gpt" ? gpt.hidden : llama.hidden; }
+};
+
+struct SearchSpace {
+  int64_t devices = 1;
+  int64_t globalBatch = 0; ///< sequences per step (builders; a file's batch is its own)
+  std::vector<int64_t> tp, pp, dp; ///< empty: every divisor
+  std::vector<int64_t> microBatchSizes{1, 2, 4};
+  std::vector<int64_t> virtualStages{1, 2};
+  std::vector<int> zero{0, 1, 2, 3};
+  std::vector<std::string> recompute{"none", "selective", "full"};
+  std::vector<std::string> schedules{"1f1b", "interleaved-1f1b", "zb-h1"};
+  std::vector<bool> sequenceParallel{false, true};
+  bool tpAcrossNodes = false;
+  std::string precision = "bf16"; ///< ptc-compile's precision=
+  std::string optimizer = "adamw";
+};
+
+struct Layout {
+  int64_t dp = 1, tp = 1, pp = 1, virtualStages = 1, microBatch = 1, microbatches = 1;
+  bool sequenceParallel = false;
+  int zero = 0;
+  std::string recompute = "none", schedule = "1f1b";
+  /// The layout as ptc-compile options.
+  std::string compileOptions(const std::string &precision) const;
+  std::string describe() const;
+};
+
+struct Estimate {
+  Layout layout;
+  double step = 0;    ///< seconds
+  double compute = 0; ///< per rank, all micro-batches, the slowest pipeline rank
+  double tpComm = 0, dpComm = 0, ppComm = 0, epComm = 0; ///< exposed seconds per step
+  double bubble = 0;   ///< idle fraction of the pipeline (simulated)
+  double optimizer = 0; ///< the step segment (updates and their collectives)
+  double tokensPerSecond = 0, tflopsPerDevice = 0, mfu = 0;
+  double memory = 0; ///< predicted peak bytes of the fullest device (0: not computed)
+  int memoryRank = 0;
+  bool fits = true;
+  std::string limit; ///< what the step time is mostly spent on
+};
+
+struct SearchStats {
+  int64_t layouts = 0, invalid = 0, outOfMemory = 0, probes = 0;
+  double seconds = 0;
+  std::map<std::string, int64_t> invalidReasons;
+};
+
+class Planner {
+public:
+  Planner(mlir::MLIRContext &context, ModelSpec model, Cluster cluster, SearchSpace space);
+  ~Planner();
+  /// Every valid layout that fits, fastest first (at most `keep`).
+  llvm::Expected<std::vector<Estimate>> search(size_t keep, SearchStats &stats);
+  /// One layout (memory included even if it does not fit).
+  llvm::Expected<Estimate> evaluate(const Layout &layout);
+  /// Why `layout` is not a valid layout (empty: it is).
+  std::string invalidReason(const Layout &layout) const;
+  const Cluster &cluster() const { return cluster_; }
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Cluster cluster_;
+};
+
+} // namespace ptc::plan
+
+#endif // PTC_TOOLS_PTC_PLAN_PLANNER_H

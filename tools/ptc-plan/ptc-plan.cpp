@@ -1,0 +1,422 @@
+//===- ptc-plan.cpp - the layout planner ----------------------------------===//
+//
+//   ptc-plan --preset llama3-70b --seq 8192 --global-batch 1024 --gpus 512 --cluster h100-ib
+//   ptc-plan gpt.mlir --gpus 2 --calibrated calib.json
+//   ptc-plan --calibrate -o calib.json
+//
+// Prints the ranked layouts (predicted step time, tokens/s, TFLOP/s per
+// device, MFU, memory, bubble, exposed communication by axis, what limits
+// it) and the best one as ptc-compile options; --explain says why each
+// runner-up loses. See docs/planner.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Calibrate.h"
+#include "Planner.h"
+
+#include "dialects/ptc/PtcOps.h"
+#include "passes/Passes.h"
+#include "passes/memory/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+using namespace llvm;
+using namespace ptc::plan;
+
+namespace {
+cl::OptionCategory category("ptc-plan options");
+cl::opt<std::string> input(cl::Positional, cl::desc("[model.mlir]"), cl::init(""), cl::cat(category));
+cl::opt<std::string> preset("preset", cl::desc("A ptc-model preset (gpt2 ... llama3-70b)"), cl::cat(category));
+cl::opt<std::string> modelKind("model", cl::desc("gpt or llama (default: the preset's, else gpt)"), cl::cat(category));
+cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> heads("heads", cl::desc("Attention heads"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> kvHeads("kv-heads", cl::desc("Key/value heads (llama)"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> intermediate("intermediate", cl::desc("SwiGLU hidden size (llama)"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> seqLength("seq", cl::desc("Sequence length"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> globalBatch("global-batch", cl::desc("Sequences per step (builder models)"), cl::init(0),
+                             cl::cat(category));
+cl::opt<int64_t> gpus("gpus", cl::desc("Devices (GPUs, or CPU ranks)"), cl::init(0), cl::cat(category));
+cl::opt<int64_t> gpusPerNode("gpus-per-node", cl::desc("Devices per node (default: the cluster's)"), cl::init(0),
+                             cl::cat(category));
+cl::opt<std::string> clusterName("cluster", cl::desc("A preset (dgx-a100-ib, h100-ib, h200-ib) or a JSON file"),
+                                 cl::cat(category));
+cl::opt<std::string> calibrated("calibrated", cl::desc("A JSON file written by --calibrate (same as --cluster FILE)"),
+                                cl::cat(category));
+cl::opt<bool> doCalibrate("calibrate", cl::desc("Measure this machine's kernels and MPI links; write -o FILE"),
+                          cl::cat(category));
+cl::opt<std::string> output("o", cl::desc("Output of --calibrate"), cl::init(""), cl::cat(category));
+cl::opt<std::string> measureLinksTo("measure-links", cl::desc("(internal, under mpirun) time the MPI links"),
+                                    cl::Hidden, cl::cat(category));
+cl::opt<std::string> deviceMemory("device-memory", cl::desc("Device memory, e.g. 80GB (default: the cluster's)"),
+                                  cl::cat(category));
+cl::opt<std::string> precision("precision", cl::desc("fp32, bf16 or f16 (default: bf16 on GPUs, fp32 on CPUs)"),
+                               cl::cat(category));
+cl::list<int64_t> tpList("tp", cl::desc("Allowed tp sizes (default: all)"), cl::CommaSeparated, cl::cat(category));
+cl::list<int64_t> ppList("pp", cl::desc("Allowed pp sizes"), cl::CommaSeparated, cl::cat(category));
+cl::list<int64_t> dpList("dp", cl::desc("Allowed dp sizes"), cl::CommaSeparated, cl::cat(category));
+cl::list<int64_t> mbsList("micro-batch-sizes", cl::desc("Micro-batch sizes (default 1,2,4)"), cl::CommaSeparated,
+                          cl::cat(category));
+cl::list<int64_t> vList("virtual-stages", cl::desc("Virtual stages (default 1,2)"), cl::CommaSeparated,
+                        cl::cat(category));
+cl::list<int> zeroList("zero", cl::desc("ZeRO stages (default 0,1,2,3)"), cl::CommaSeparated, cl::cat(category));
+cl::list<std::string> recomputeList("recompute", cl::desc("none, selective, full (default: all)"),
+                                    cl::CommaSeparated, cl::cat(category));
+cl::list<std::string> scheduleList("schedules", cl::desc("1f1b, interleaved-1f1b, zb-h1 (default: all)"),
+                                   cl::CommaSeparated, cl::cat(category));
+cl::opt<std::string> spChoice("sp", cl::desc("Sequence parallelism: on, off or both (default both)"),
+                              cl::init("both"), cl::cat(category));
+cl::opt<bool> tpAcrossNodes("tp-across-nodes", cl::desc("Allow tp groups that span nodes"), cl::cat(category));
+cl::opt<std::string> layoutText("layout",
+                                cl::desc("Evaluate one layout: dp=,tp=,pp=,v=,mbs=,sp=,zero=,recompute=,schedule="),
+                                cl::cat(category));
+cl::opt<unsigned> top("top", cl::desc("Rows of the table (default 10)"), cl::init(10), cl::cat(category));
+cl::opt<bool> explain("explain", cl::desc("Say why each runner-up loses to the best"), cl::cat(category));
+cl::opt<std::string> jsonOut("json", cl::desc("Also write the rows as JSON to FILE"), cl::cat(category));
+
+int fail(const Twine &message) {
+  errs() << "ptc-plan: error: " << message << "\n";
+  return 1;
+}
+
+std::string human(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  std::string s;
+  raw_string_ostream(s) << format("%.1f %s", bytes, units[u]);
+  return s;
+}
+
+std::string seconds(double s) {
+  std::string out;
+  raw_string_ostream os(out);
+  if (s >= 1)
+    os << format("%.2f s", s);
+  else if (s >= 1e-3)
+    os << format("%.1f ms", s * 1e3);
+  else
+    os << format("%.0f us", s * 1e6);
+  return out;
+}
+
+Expected<Layout> parseLayout(StringRef text) {
+  Layout l;
+  SmallVector<StringRef> parts;
+  text.split(parts, ',', -1, false);
+  for (StringRef part : parts) {
+    auto [key, value] = part.trim().split('=');
+    int64_t n = 0;
+    bool isInt = !value.getAsInteger(10, n);
+    if (key == "dp" && isInt)
+      l.dp = n;
+    else if (key == "tp" && isInt)
+      l.tp = n;
+    else if (key == "pp" && isInt)
+      l.pp = n;
+    else if (key == "v" && isInt)
+      l.virtualStages = n;
+    else if (key == "mbs" && isInt)
+      l.microBatch = n;
+    else if (key == "m" && isInt)
+      l.microbatches = n;
+    else if (key == "zero" && isInt)
+      l.zero = static_cast<int>(n);
+    else if (key == "sp" && (value == "true" || value == "false"))
+      l.sequenceParallel = value == "true";
+    else if (key == "recompute")
+      l.recompute = value.str();
+    else if (key == "schedule")
+      l.schedule = value.str();
+    else
+      return createStringError("--layout: cannot read '" + part.str() +
+                               "' (expected dp=, tp=, pp=, v=, mbs=, m=, sp=true|false, zero=, recompute=, "
+                               "schedule=)");
+  }
+  return l;
+}
+
+void printTable(const std::vector<Estimate> &rows, const Cluster &cluster, raw_ostream &os) {
+  os << format("  %-3s %-38s %10s %11s %8s %6s %10s %7s %9s %9s %9s  %s\n", "#", "layout", "step", "tokens/s",
+               "TFLOP/s", "MFU", "memory", "bubble", "tp comm", "dp comm", "pp comm", "limit");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Estimate &e = rows[i];
+    os << format("  %-3zu %-38s %10s %11.0f %8.2f %5.1f%% %10s %6.1f%% %9s %9s %9s  %s%s\n", i + 1,
+                 e.layout.describe().c_str(), seconds(e.step).c_str(), e.tokensPerSecond, e.tflopsPerDevice,
+                 100 * e.mfu, human(e.memory).c_str(), 100 * e.bubble, seconds(e.tpComm).c_str(),
+                 seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), e.limit.c_str(),
+                 e.fits ? "" : " (does not fit)");
+  }
+  (void)cluster;
+}
+
+/// Why `e` is slower than `best`, biggest difference first.
+std::string whyLoses(const Estimate &e, const Estimate &best) {
+  std::vector<std::pair<double, std::string>> d = {
+      {e.compute - best.compute, "compute"},
+      {e.tpComm - best.tpComm, "tp communication"},
+      {e.dpComm - best.dpComm, "exposed dp communication"},
+      {e.epComm - best.epComm, "ep communication"},
+      {e.bubble * (e.step - e.optimizer) - best.bubble * (best.step - best.optimizer), "pipeline bubble"},
+      {e.ppComm - best.ppComm, "pipeline transfers"},
+      {e.optimizer - best.optimizer, "optimizer step"}};
+  std::sort(d.begin(), d.end(), [](auto &a, auto &b) { return std::abs(a.first) > std::abs(b.first); });
+  std::string out;
+  raw_string_ostream os(out);
+  int shown = 0;
+  for (auto &[delta, what] : d) {
+    if (std::abs(delta) < 0.01 * best.step || shown == 3)
+      continue;
+    os << (shown++ ? ", " : "") << (delta > 0 ? "+" : "-") << seconds(std::abs(delta)) << " " << what;
+  }
+  return shown ? out : "differences under 1% each";
+}
+
+nlohmann::json toJson(const Estimate &e, const std::string &precision) {
+  const Layout &l = e.layout;
+  return {{"layout", l.describe()},
+          {"options", l.compileOptions(precision)},
+          {"dp", l.dp},
+          {"tp", l.tp},
+          {"pp", l.pp},
+          {"virtual_stages", l.virtualStages},
+          {"micro_batch", l.microBatch},
+          {"microbatches", l.microbatches},
+          {"sequence_parallel", l.sequenceParallel},
+          {"zero", l.zero},
+          {"recompute", l.recompute},
+          {"schedule", l.schedule},
+          {"step_seconds", e.step},
+          {"tokens_per_second", e.tokensPerSecond},
+          {"tflops_per_device", e.tflopsPerDevice},
+          {"mfu", e.mfu},
+          {"memory_bytes", e.memory},
+          {"fits", e.fits},
+          {"bubble", e.bubble},
+          {"compute_seconds", e.compute},
+          {"tp_seconds", e.tpComm},
+          {"dp_seconds", e.dpComm},
+          {"pp_seconds", e.ppComm},
+          {"optimizer_seconds", e.optimizer},
+          {"limit", e.limit}};
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "ptc-plan: ranks parallel layouts (dp, tp, pp, virtual stages, micro-batches, sp, ZeRO, "
+                              "recomputation, schedule) by predicted step time\n");
+  if (!measureLinksTo.empty())
+    return measureLinks(measureLinksTo);
+  if (doCalibrate) {
+    if (output.empty())
+      return fail("--calibrate needs -o FILE");
+    std::string self = sys::fs::getMainExecutable(argv[0], reinterpret_cast<void *>(&fail));
+    auto c = calibrate(self, outs());
+    if (!c)
+      return fail(toString(c.takeError()));
+    if (Error e = saveCluster(*c, output))
+      return fail(toString(std::move(e)));
+    outs() << "ptc-plan: wrote " << output << "\n";
+    return 0;
+  }
+
+  // The cluster.
+  std::string clusterSpec = !calibrated.empty() ? calibrated.getValue() : clusterName.getValue();
+  if (!calibrated.empty() && !clusterName.empty())
+    return fail("--cluster and --calibrated both name the cluster; give one");
+  if (clusterSpec.empty())
+    return fail("no cluster: --cluster dgx-a100-ib|h100-ib|h200-ib|FILE.json, or --calibrated FILE from "
+                "ptc-plan --calibrate");
+  Expected<Cluster> cluster = StringRef(clusterSpec).ends_with(".json") ? loadCluster(clusterSpec)
+                                                                        : clusterPreset(clusterSpec);
+  if (!cluster)
+    return fail(toString(cluster.takeError()));
+  if (gpusPerNode > 0)
+    cluster->devicesPerNode = gpusPerNode;
+  if (!deviceMemory.empty()) {
+    auto bytes = mlir::ptc::parseByteSize(deviceMemory);
+    if (failed(bytes))
+      return fail("--device-memory '" + deviceMemory + "' is not a size such as 80GB or 512MiB");
+    cluster->memoryBytes = *bytes;
+  }
+  if (gpus <= 0)
+    return fail("--gpus N (the devices to plan for) is required");
+
+  // The model.
+  ModelSpec model;
+  if (!input.empty()) {
+    if (!preset.empty())
+      return fail("give a model file or --preset, not both");
+    model.kind = "file";
+    model.file = input;
+    if (!sys::fs::exists(input))
+      return fail("cannot read '" + input + "'");
+  } else {
+    std::string kind = modelKind.empty() ? "gpt" : modelKind.getValue();
+    const mlir::ptc::ModelPreset *p = nullptr;
+    if (!preset.empty()) {
+      for (const auto &candidate : mlir::ptc::modelPresets())
+        if (preset == candidate.name && (modelKind.empty() || modelKind == candidate.model))
+          p = &candidate;
+      if (!p)
+        return fail("unknown preset '" + preset + "'" + (modelKind.empty() ? "" : " for --model " + modelKind));
+      kind = p->model;
+    }
+    if (kind != "gpt" && kind != "llama")
+      return fail("--model must be gpt or llama, not '" + kind + "'");
+    model.kind = kind;
+    auto pick = [](int64_t flag, int64_t fromPreset, int64_t fallback) {
+      return flag > 0 ? flag : fromPreset > 0 ? fromPreset : fallback;
+    };
+    if (kind == "gpt") {
+      mlir::ptc::GptConfig &g = model.gpt;
+      g.layers = pick(layers, p ? p->layers : 0, g.layers);
+      g.hidden = pick(hidden, p ? p->hidden : 0, g.hidden);
+      g.heads = pick(heads, p ? p->heads : 0, g.heads);
+      g.seq = pick(seqLength, p ? p->seq : 0, g.seq);
+      g.vocab = pick(vocab, p ? p->vocab : 0, g.vocab);
+      if (Error e = mlir::ptc::validateGptConfig(g))
+        return fail(toString(std::move(e)));
+    } else {
+      mlir::ptc::LlamaConfig &c = model.llama;
+      c.layers = pick(layers, p ? p->layers : 0, c.layers);
+      c.hidden = pick(hidden, p ? p->hidden : 0, c.hidden);
+      c.heads = pick(heads, p ? p->heads : 0, c.heads);
+      c.kvHeads = pick(kvHeads, p ? p->kvHeads : 0, heads > 0 ? heads : c.heads);
+      c.intermediate = pick(intermediate, p ? p->intermediate : 0, c.intermediate);
+      c.seq = pick(seqLength, p ? p->seq : 0, c.seq);
+      c.vocab = pick(vocab, p ? p->vocab : 0, c.vocab);
+      if (p) {
+        c.ropeTheta = p->ropeTheta;
+        c.rmsNormEps = p->rmsNormEps;
+        c.tieEmbeddings = p->tieEmbeddings;
+      }
+      if (Error e = mlir::ptc::validateLlamaConfig(c))
+        return fail(toString(std::move(e)));
+    }
+    if (globalBatch <= 0)
+      return fail("--global-batch N (sequences per step) is required with a builder model");
+  }
+
+  SearchSpace space;
+  space.devices = gpus;
+  space.globalBatch = globalBatch;
+  space.tp.assign(tpList.begin(), tpList.end());
+  space.pp.assign(ppList.begin(), ppList.end());
+  space.dp.assign(dpList.begin(), dpList.end());
+  if (!mbsList.empty())
+    space.microBatchSizes.assign(mbsList.begin(), mbsList.end());
+  if (!vList.empty())
+    space.virtualStages.assign(vList.begin(), vList.end());
+  if (!zeroList.empty())
+    space.zero.assign(zeroList.begin(), zeroList.end());
+  for (int z : space.zero)
+    if (z < 0 || z > 3)
+      return fail("--zero " + std::to_string(z) + " is not a ZeRO stage (0-3)");
+  if (!recomputeList.empty())
+    space.recompute.assign(recomputeList.begin(), recomputeList.end());
+  for (const std::string &r : space.recompute)
+    if (r != "none" && r != "selective" && r != "full")
+      return fail("--recompute '" + r + "' is not none, selective or full");
+  if (!scheduleList.empty())
+    space.schedules.assign(scheduleList.begin(), scheduleList.end());
+  for (const std::string &s : space.schedules)
+    if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "gpipe")
+      return fail("--schedules '" + s + "' is not gpipe, 1f1b, interleaved-1f1b or zb-h1");
+  if (spChoice == "on")
+    space.sequenceParallel = {true};
+  else if (spChoice == "off")
+    space.sequenceParallel = {false};
+  else if (spChoice != "both")
+    return fail("--sp must be on, off or both");
+  space.tpAcrossNodes = tpAcrossNodes;
+  space.precision = !precision.empty() ? precision.getValue() : cluster->profiles.empty() ? "bf16" : "fp32";
+  if (space.precision != "fp32" && space.precision != "bf16" && space.precision != "f16")
+    return fail("--precision must be fp32, bf16 or f16");
+
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::ptc::PtcDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect>();
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  mlir::ptc::registerAllPasses();
+  Planner planner(context, model, *cluster, space);
+
+  raw_ostream &os = outs();
+  std::string what = model.kind == "file" ? model.file : (preset.empty() ? model.kind : preset.getValue());
+  os << "ptc-plan: " << what;
+  if (model.kind != "file")
+    os << " (" << model.layers() << " layers, hidden " << model.hidden() << ", " << model.heads() << " heads, seq "
+       << model.seq() << "), global batch " << globalBatch;
+  os << " on " << gpus << " x " << cluster->name << " (" << cluster->devicesPerNode << " per node, "
+     << human(cluster->memoryBytes) << " each";
+  if (cluster->oversubscribed(std::min<int64_t>(gpus, cluster->devicesPerNode)))
+    os << "; " << gpus << " ranks on " << cluster->cores << " cores: OVERSUBSCRIBED";
+  os << "), " << space.precision << "\n";
+
+  std::vector<Estimate> rows;
+  if (!layoutText.empty()) {
+    auto l = parseLayout(layoutText);
+    if (!l)
+      return fail(toString(l.takeError()));
+    if (l->microbatches == 1 && model.kind != "file" && globalBatch % (l->dp * l->microBatch) == 0)
+      l->microbatches = globalBatch / (l->dp * l->microBatch);
+    std::string why = planner.invalidReason(*l);
+    if (!why.empty())
+      return fail("layout " + l->describe() + ": " + why);
+    auto e = planner.evaluate(*l);
+    if (!e)
+      return fail("layout " + l->describe() + ": " + toString(e.takeError()));
+    rows.push_back(*e);
+  } else {
+    SearchStats stats;
+    auto found = planner.search(std::max(1u, top.getValue()), stats);
+    if (!found)
+      return fail(toString(found.takeError()));
+    rows = std::move(*found);
+    os << "searched " << stats.layouts << " layouts (" << stats.invalid << " refused, " << stats.outOfMemory
+       << " out of memory among the fastest) with " << stats.probes << " probe compiles in "
+       << format("%.2f", stats.seconds) << " s\n";
+    if (rows.empty()) {
+      for (auto &[reason, count] : stats.invalidReasons)
+        errs() << "  " << count << " x " << reason << "\n";
+      return fail("no layout fits: every candidate was refused or needs more than " + human(cluster->memoryBytes) +
+                  " per device");
+    }
+  }
+  printTable(rows, *cluster, os);
+  os << "best: --ptc-compile=\"" << rows.front().layout.compileOptions(space.precision) << "\"\n";
+  if (explain)
+    for (size_t i = 1; i < rows.size(); ++i)
+      os << "  #" << i + 1 << " " << rows[i].layout.describe() << " loses "
+         << format("%.1f%%", 100 * (rows[i].step / rows.front().step - 1)) << ": "
+         << whyLoses(rows[i], rows.front()) << "\n";
+  if (!jsonOut.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Estimate &e : rows)
+      j.push_back(toJson(e, space.precision));
+    std::ofstream out(jsonOut.getValue());
+    out << j.dump(2) << "\n";
+    if (!out)
+      return fail("cannot write '" + jsonOut + "'");
+  }
+  return 0;
+}
