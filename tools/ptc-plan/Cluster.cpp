@@ -55,6 +55,7 @@ llvm::Expected<Cluster> clusterPreset(const std::string &name) {
   Cluster c;
   c.name = name;
   c.devicesPerNode = 8;
+  c.kernelOverhead = 4e-6;
   if (name == "dgx-a100-ib") {
     // DGX A100 80GB: NVSwitch (NVLink 3, 300 GB/s per direction; nccl-tests
     // all-reduce bus bandwidth about 230 GB/s), 8 HDR InfiniBand NICs
@@ -66,6 +67,7 @@ llvm::Expected<Cluster> clusterPreset(const std::string &name) {
     c.memoryBandwidth = 2039e9;
     c.intraNode = {230e9, 5e-6};
     c.interNode = {23e9, 10e-6};
+    c.matmulHalfFlops = 2e9; // about 8 us of fixed cost per GEMM
   } else if (name == "h100-ib" || name == "h200-ib") {
     // DGX H100 / H200: NVLink 4 (450 GB/s per direction; bus bandwidth about
     // 360 GB/s), 8 NDR InfiniBand NICs (400 Gb/s = 50 GB/s per GPU).
@@ -79,8 +81,8 @@ llvm::Expected<Cluster> clusterPreset(const std::string &name) {
     c.memoryBandwidth = h200 ? 4800e9 : 3350e9;
     c.intraNode = {360e9, 5e-6};
     c.interNode = {45e9, 10e-6};
-    // Hopper needs larger GEMMs to fill its tensor cores.
-    c.matmulHalfFlops = 1.5e10;
+    // Hopper needs larger GEMMs to fill its tensor cores (about 8 us fixed per GEMM).
+    c.matmulHalfFlops = 6e9;
   } else {
     std::string known;
     for (const std::string &n : clusterPresetNames())
@@ -155,7 +157,7 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
   Cluster c;
   c.name = j.value("name", path);
   c.source = j.value("source", "");
-  auto perNode = number(j, "devices_per_node", 1);
+  auto perNode = number(j, "devices_per_node", 0, /*positive=*/false);
   if (!perNode)
     return fail(perNode.takeError());
   c.devicesPerNode = static_cast<int64_t>(*perNode);
@@ -176,7 +178,8 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
                             std::pair{"matmul_half_flops", &c.matmulHalfFlops},
                             std::pair{"attention_efficiency", &c.attentionEfficiency},
                             std::pair{"memory_bandwidth", &c.memoryBandwidth},
-                            std::pair{"memory_efficiency", &c.memoryEfficiency}}) {
+                            std::pair{"memory_efficiency", &c.memoryEfficiency},
+                            std::pair{"kernel_overhead", &c.kernelOverhead}}) {
     auto v = number(j, key, *field, false);
     if (!v)
       return fail(v.takeError());
@@ -203,11 +206,21 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
           return fail(pts.takeError());
         *field = std::move(*pts);
       }
+      for (auto [key, field] : {std::pair{"matmul_scale", &prof.matmulScale},
+                                std::pair{"attention_scale", &prof.attentionScale},
+                                std::pair{"other_scale", &prof.otherScale}}) {
+        auto v = number(p, key, 1.0);
+        if (!v)
+          return fail(v.takeError());
+        *field = *v;
+      }
       c.profiles.push_back(std::move(prof));
     }
   }
   if (c.peakFlops.empty() && c.profiles.empty())
     return fail(llvm::createStringError("needs 'peak_flops' or calibrated 'profiles'"));
+  if (c.profiles.empty() && c.devicesPerNode <= 0)
+    return fail(llvm::createStringError("needs 'devices_per_node' (GPUs per node)"));
   if (!c.profiles.empty() && c.cores <= 0)
     return fail(llvm::createStringError("calibrated 'profiles' need the node's 'cores'"));
   if (c.profiles.empty() && c.memoryBandwidth <= 0)
@@ -240,12 +253,16 @@ llvm::Error saveCluster(const Cluster &c, const std::string &path) {
     peak[type] = flops;
   j["peak_flops"] = peak;
   j["memory_bandwidth"] = c.memoryBandwidth;
+  j["kernel_overhead"] = c.kernelOverhead;
   json profs = json::array();
   for (const ComputeProfile &p : c.profiles)
     profs.push_back({{"threads", p.threads},
                      {"matmul", points(p.matmul)},
                      {"attention", points(p.attention)},
-                     {"memory", points(p.memory)}});
+                     {"memory", points(p.memory)},
+                     {"matmul_scale", p.matmulScale},
+                     {"attention_scale", p.attentionScale},
+                     {"other_scale", p.otherScale}});
   j["profiles"] = profs;
   j["intra_node"] = {{"bus_bandwidth", c.intraNode.busBandwidth}, {"latency", c.intraNode.latency}};
   j["inter_node"] = {{"bus_bandwidth", c.interNode.busBandwidth}, {"latency", c.interNode.latency}};

@@ -13,6 +13,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -41,6 +42,10 @@ struct ComputeProfile {
   std::vector<Point> matmul;   ///< FLOP/s by GEMM FLOPs, ascending
   std::vector<Point> attention; ///< FLOP/s by attention FLOPs, ascending
   std::vector<Point> memory;   ///< bytes/s of elementwise work by bytes moved, ascending
+  /// Measured / predicted time of each class of op in a real ptc-run step
+  /// (the calibration model, profiled): what the isolated kernels miss
+  /// (caches shared with the rest of the step, dispatch, layouts).
+  double matmulScale = 1, attentionScale = 1, otherScale = 1;
 };
 
 struct Cluster {
@@ -53,14 +58,19 @@ struct Cluster {
   std::vector<std::pair<std::string, double>> peakFlops;
   /// Without calibration points: matmul efficiency eff(f) = matmulEfficiency
   /// * f / (f + matmulHalfFlops) for a GEMM of f FLOPs (small GEMMs do not
-  /// fill the device), attention at attentionEfficiency of peak, other ops at
+  /// fill the device: each costs matmulHalfFlops at full speed more), attention at attentionEfficiency of peak, other ops at
   /// memoryEfficiency of memoryBandwidth.
   double matmulEfficiency = 0.8, matmulHalfFlops = 5e9, attentionEfficiency = 0.5;
   double memoryBandwidth = 0, memoryEfficiency = 0.7;
+  /// Seconds every elementwise kernel takes at least (launch and tail).
+  double kernelOverhead = 0;
   /// Calibrated throughput (CPU): one profile per thread count; ranks run
   /// with cores / ranks threads each.
   std::vector<ComputeProfile> profiles;
   int64_t cores = 0; ///< CPU: cores shared by the ranks of a node (0: GPUs)
+  /// Devices (ranks) per node; for a calibrated CPU machine 0: every rank on
+  /// this machine (oversubscribed past `cores`).
+  int64_t ranksPerNode(int64_t devices) const { return devicesPerNode > 0 ? std::min(devices, devicesPerNode) : devices; }
   Link intraNode, interNode;
   /// Whether communication runs concurrently with compute (GPU streams:
   /// DDP buckets during the backward pass, ZeRO-3 gathers ahead of their

@@ -91,12 +91,14 @@ using CollKey = std::pair<int, int>; // (MeshAxisRole, CollKind)
 struct PhaseCost {
   double seconds = 0;       ///< compute
   double matmulSeconds = 0; ///< of which GEMMs (the weight-gradient split of zb-h1)
+  double attentionSeconds = 0;
   double flops = 0;         ///< matmul and attention FLOPs executed (recomputation included)
   std::map<CollKey, Collective> collectives;
 
   PhaseCost &add(const PhaseCost &o, double scale) {
     seconds += scale * o.seconds;
     matmulSeconds += scale * o.matmulSeconds;
+    attentionSeconds += scale * o.attentionSeconds;
     flops += scale * o.flops;
     for (const auto &[k, c] : o.collectives) {
       collectives[k].bytes += scale * c.bytes;
@@ -141,15 +143,16 @@ struct Pricer {
     double rate = profile ? interpolate(profile->matmul, flops)
                           : cluster.peak(dtype) * cluster.matmulEfficiency * flops /
                                 (flops + cluster.matmulHalfFlops);
-    return flops / rate * slowdown;
+    return flops / rate * slowdown * (profile ? profile->matmulScale : 1.0);
   }
   double attention(double flops, const std::string &dtype) const {
     double rate = profile ? interpolate(profile->attention, flops) : cluster.peak(dtype) * cluster.attentionEfficiency;
-    return flops / rate * slowdown;
+    return flops / rate * slowdown * (profile ? profile->attentionScale : 1.0);
   }
   double memory(double bytes) const {
-    double rate = profile ? interpolate(profile->memory, bytes) : cluster.memoryBandwidth * cluster.memoryEfficiency;
-    return bytes / rate * slowdown;
+    if (profile)
+      return bytes / interpolate(profile->memory, bytes) * slowdown * profile->otherScale;
+    return bytes / (cluster.memoryBandwidth * cluster.memoryEfficiency) + cluster.kernelOverhead;
   }
 };
 
@@ -199,10 +202,15 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       firstBackward = firstBackward ? firstBackward : &op;
       lastBackward = &op;
     }
+  // Positions: forward until the first backward op, backward through the
+  // last one and the gradient collectives right after it, then the step.
   int positional = kForward;
+  bool afterBackward = false;
   for (Operation &op : block.without_terminator()) {
     if (&op == firstBackward)
       positional = kBackward;
+    if (afterBackward && positional == kBackward && !isa<AllReduceOp, ReduceScatterOp>(op))
+      positional = kStep;
     int phase = positional;
     if (auto seg = op.getAttrOfType<StringAttr>(PtcDialect::kSegmentAttrName))
       phase = seg.getValue() == "forward" ? kForward : seg.getValue() == "step" ? kStep : kBackward;
@@ -211,7 +219,7 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       chunk = static_cast<int>(stage.getInt());
     PhaseCost &pc = out[chunk].phase[phase];
     if (&op == lastBackward)
-      positional = kStep;
+      afterBackward = true;
     if (isa<arith::ConstantOp, ReshapeOp, TransferOp>(op))
       continue;
     if (succeeded(mesh))
@@ -229,12 +237,16 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.flops += f;
     } else if (auto at = dyn_cast<CausalAttentionOp>(op)) {
       double f = attentionFlopsOf(at.getQuery());
-      pc.seconds += price.attention(f, elementTypeName(at.getType().getElementType()));
+      double s = price.attention(f, elementTypeName(at.getType().getElementType()));
+      pc.seconds += s;
+      pc.attentionSeconds += s;
       pc.flops += f;
     } else if (auto ag = dyn_cast<CausalAttentionGradOp>(op)) {
       // The gradient recomputes the probabilities: 2.5x the forward's FLOPs.
       double f = 2.5 * attentionFlopsOf(ag.getQuery());
-      pc.seconds += price.attention(f, elementTypeName(cast<RankedTensorType>(ag.getQuery().getType()).getElementType()));
+      double s = price.attention(f, elementTypeName(cast<RankedTensorType>(ag.getQuery().getType()).getElementType()));
+      pc.seconds += s;
+      pc.attentionSeconds += s;
       pc.flops += f;
     } else {
       double bytes = 0;
@@ -291,6 +303,18 @@ template <typename T> bool allowed(const std::vector<T> &list, T v) {
 }
 } // namespace
 
+ClassSeconds predictClasses(func::FuncOp compiled, const Cluster &cluster, int64_t ranks) {
+  Pricer price(cluster, cluster.ranksPerNode(ranks));
+  ClassSeconds out;
+  for (auto &[chunk, costs] : aggregate(compiled, price))
+    for (const PhaseCost &pc : costs.phase) {
+      out.matmul += pc.matmulSeconds;
+      out.attention += pc.attentionSeconds;
+      out.other += pc.seconds - pc.matmulSeconds - pc.attentionSeconds;
+    }
+  return out;
+}
+
 struct Planner::Impl {
   MLIRContext &context;
   ModelSpec model;
@@ -312,17 +336,22 @@ struct Planner::Impl {
 
   Impl(MLIRContext &c, ModelSpec m, const Cluster &cl, SearchSpace s)
       : context(c), model(std::move(m)), cluster(cl), space(std::move(s)),
-        price(cl, std::min(space.devices, std::max<int64_t>(1, cl.devicesPerNode))) {}
+        price(cl, cl.ranksPerNode(space.devices)) {}
 
-  int64_t fileBatch() {
+  /// A model file's first input: its batch (dimension 0) and its elements
+  /// (the tokens of a language model's step).
+  std::pair<int64_t, int64_t> fileInput() {
     if (!fileModule)
-      return 0;
+      return {0, 0};
     for (auto func : fileModule->getOps<func::FuncOp>())
       for (BlockArgument arg : func.getArguments())
-        if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName))
-          return cast<RankedTensorType>(arg.getType()).getDimSize(0);
-    return 0;
+        if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
+          auto type = cast<RankedTensorType>(arg.getType());
+          return {type.getDimSize(0), getNumElements(type)};
+        }
+    return {0, 0};
   }
+  int64_t fileBatch() { return fileInput().first; }
 
   llvm::Expected<OwningOpRef<ModuleOp>> buildModel(int64_t layers, int64_t batch) {
     if (model.kind == "file")
@@ -397,7 +426,7 @@ struct Planner::Impl {
 
   /// How a group of `size` devices `stride` ranks apart is linked.
   const Link &linkFor(int64_t stride, int64_t size) const {
-    return stride * size <= cluster.devicesPerNode ? cluster.intraNode : cluster.interNode;
+    return stride * size <= cluster.ranksPerNode(space.devices) ? cluster.intraNode : cluster.interNode;
   }
 
   double collectiveSeconds(const CollKey &k, const Collective &c, const Layout &l) const {
@@ -418,7 +447,8 @@ struct Planner::Impl {
     double n = static_cast<double>(p);
     double factor = kind == kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
     double steps = kind == kAllReduce ? 2 * (n - 1) : (n - 1);
-    return c.count * steps * link.latency + factor * c.bytes / link.busBandwidth;
+    // Oversubscribed ranks (CPU) wait for a core before they can progress a collective.
+    return (c.count * steps * link.latency + factor * c.bytes / link.busBandwidth) * price.slowdown;
   }
 
   double collectivesSeconds(const PhaseCost &pc, const Layout &l, int role) const {
@@ -440,7 +470,7 @@ struct Planner::Impl {
       if (l.sequenceParallel && model.seq() % l.tp)
         return "tp does not divide the sequence (sp)";
     }
-    if (l.tp > cluster.devicesPerNode && !space.tpAcrossNodes)
+    if (l.tp > cluster.ranksPerNode(space.devices) && !space.tpAcrossNodes)
       return "tp spans nodes (--tp-across-nodes allows it)";
     if (l.zero > 0 && l.dp == 1)
       return "ZeRO needs dp > 1";
@@ -703,8 +733,14 @@ struct Planner::Impl {
       e.optimizer = std::max(e.optimizer, stepPerRank[i]);
     }
     e.step = makespan + tail;
-    double tokens = model.kind == "file" ? static_cast<double>(fileBatch()) : static_cast<double>(space.globalBatch);
-    tokens *= model.kind == "file" ? 1.0 : static_cast<double>(model.seq());
+    if (getenv("PTC_PLAN_DEBUG"))
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int ph = 0; ph < 3; ++ph)
+          llvm::errs() << "chunk " << c << " phase " << ph << ": compute " << (*costs)[c].phase[ph].seconds * 1e3
+                       << " ms, matmul " << (*costs)[c].phase[ph].matmulSeconds * 1e3 << " ms, flops "
+                       << (*costs)[c].phase[ph].flops << "\n";
+    double tokens = model.kind == "file" ? static_cast<double>(fileInput().second)
+                                         : static_cast<double>(space.globalBatch * model.seq());
     e.tokensPerSecond = tokens / e.step;
     e.tflopsPerDevice = hardwareFlops / static_cast<double>(l.pp) / e.step / 1e12;
     double peak = price.profile ? interpolate(price.profile->matmul, 1e30) : cluster.peak(space.precision == "fp32" ? "f32" : space.precision);
@@ -750,7 +786,13 @@ struct Planner::Impl {
             if (fileB % (dp * mb) == 0)
               batches.push_back({fileB / (dp * mb), mb});
         } else {
-          for (int64_t mbs : space.microBatchSizes)
+          // The listed sizes, and the whole per-replica batch as one micro-batch.
+          std::vector<int64_t> sizes = space.microBatchSizes;
+          if (space.globalBatch % dp == 0)
+            sizes.push_back(space.globalBatch / dp);
+          std::sort(sizes.begin(), sizes.end());
+          sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+          for (int64_t mbs : sizes)
             if (space.globalBatch % (dp * mbs) == 0)
               batches.push_back({mbs, space.globalBatch / (dp * mbs)});
         }

@@ -18,6 +18,7 @@
 
 #include "tools/ptc-model/Models.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <map>
@@ -86,6 +87,13 @@ struct SearchStats {
   double seconds = 0;
   std::map<std::string, int64_t> invalidReasons;
 };
+
+/// Predicted compute seconds of a compiled step by class of op, on a device
+/// of `cluster` with `ranks` ranks (calibration compares them with a profile).
+struct ClassSeconds {
+  double matmul = 0, attention = 0, other = 0;
+};
+ClassSeconds predictClasses(mlir::func::FuncOp compiled, const Cluster &cluster, int64_t ranks);
 
 class Planner {
 public:

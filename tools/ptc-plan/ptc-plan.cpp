@@ -366,9 +366,9 @@ int main(int argc, char **argv) {
   if (model.kind != "file")
     os << " (" << model.layers() << " layers, hidden " << model.hidden() << ", " << model.heads() << " heads, seq "
        << model.seq() << "), global batch " << globalBatch;
-  os << " on " << gpus << " x " << cluster->name << " (" << cluster->devicesPerNode << " per node, "
+  os << " on " << gpus << " x " << cluster->name << " (" << cluster->ranksPerNode(gpus) << " per node, "
      << human(cluster->memoryBytes) << " each";
-  if (cluster->oversubscribed(std::min<int64_t>(gpus, cluster->devicesPerNode)))
+  if (cluster->oversubscribed(cluster->ranksPerNode(gpus)))
     os << "; " << gpus << " ranks on " << cluster->cores << " cores: OVERSUBSCRIBED";
   os << "), " << space.precision << "\n";
 
