@@ -22,6 +22,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/Path.h"
 
 #include <nlohmann/json.hpp>
@@ -105,9 +106,10 @@ ComputeProfile measureProfile(int threads, llvm::raw_ostream &log) {
     double bytes = 12.0 * n;
     p.memory.push_back({bytes, bytes / t});
   }
-  log << "  " << threads << " thread(s): GEMM " << p.matmul.back().throughput / 1e9 << " GFLOP/s (1024x1024x1024), "
-      << "attention " << p.attention.back().throughput / 1e9 << " GFLOP/s, elementwise "
-      << p.memory.back().throughput / 1e9 << " GB/s\n";
+  log << llvm::format("  %d thread(s): GEMM %.1f GFLOP/s (1024 x 1024 x 1024), attention %.1f GFLOP/s, "
+                       "elementwise %.1f GB/s\n",
+                       threads, p.matmul.back().throughput / 1e9, p.attention.back().throughput / 1e9,
+                       p.memory.back().throughput / 1e9);
   return p;
 }
 } // namespace
@@ -221,9 +223,9 @@ llvm::Error correctByRealRuns(Cluster &c, const std::string &self, llvm::raw_ost
     p.matmulScale = measured.matmul / predicted.matmul;
     p.attentionScale = measured.attention > 0 ? measured.attention / predicted.attention : 1.0;
     p.otherScale = measured.other / predicted.other;
-    log << "  " << p.threads << " thread(s), a real step (GPT 2x384, seq 96, batch 8): measured / kernels' "
-        << "prediction: matmul " << p.matmulScale << ", attention " << p.attentionScale << ", other ops "
-        << p.otherScale << "\n";
+    log << llvm::format("  %d thread(s), a real step (GPT 2 x 384, seq 96, batch 8): measured / the kernels' "
+                         "prediction: matmul %.2f, attention %.2f, other ops %.2f\n",
+                         p.threads, p.matmulScale, p.attentionScale, p.otherScale);
   }
   llvm::sys::fs::remove_directories(dir);
   return llvm::Error::success();
@@ -282,8 +284,8 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
   double latency = std::max(0.0, (t0 - slope * n0) / 2.0);
   c.intraNode = {1.0 / slope, latency};
   c.interNode = c.intraNode;
-  log << "  MPI all-reduce (2 ranks): latency " << c.intraNode.latency * 1e6 << " us per step, bus bandwidth "
-      << c.intraNode.busBandwidth / 1e9 << " GB/s\n";
+  log << llvm::format("  MPI all-reduce (2 ranks): latency %.2f us per step, bus bandwidth %.2f GB/s\n",
+                       c.intraNode.latency * 1e6, c.intraNode.busBandwidth / 1e9);
   return c;
 }
 

@@ -290,6 +290,19 @@ EndBytes endBytes(func::FuncOp func, bool tied) {
   return e;
 }
 
+/// A rank's memory figures (bytes) that extrapolate linearly with depth.
+struct RankBytes {
+  double peak = 0, modelState = 0, activations = 0;
+  static RankBytes of(const DeviceMemory &m) {
+    return {static_cast<double>(m.peak()), static_cast<double>(m.params + m.grads + m.state),
+            static_cast<double>(m.activations)};
+  }
+  RankBytes plus(const RankBytes &o, double k) const {
+    return {peak + k * o.peak, modelState + k * o.modelState, activations + k * o.activations};
+  }
+  RankBytes scaled(double k) const { return {peak * k, modelState * k, activations * k}; }
+};
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> d;
   for (int64_t i = 1; i <= n; ++i)
@@ -542,8 +555,8 @@ struct Planner::Impl {
 
   /// Memory of each pipeline rank (one micro-batch in the arena, the
   /// activation stash of the others added).
-  std::vector<double> rankMemory(const Layout &l, const std::vector<int> &inFlight, std::string &error) {
-    std::vector<double> out;
+  std::vector<RankBytes> rankMemory(const Layout &l, const std::vector<int> &inFlight, std::string &error) {
+    std::vector<RankBytes> out;
     auto stash = [&](size_t r, double activationsPerMb) {
       int held = r < inFlight.size() ? inFlight[r] : 1;
       return std::max(0, held - 1) * activationsPerMb;
@@ -554,8 +567,11 @@ struct Planner::Impl {
         error = p.error;
         return out;
       }
-      for (size_t r = 0; r < p.memory.size(); ++r)
-        out.push_back(static_cast<double>(p.memory[r].peak()) + stash(r, static_cast<double>(p.memory[r].activations)));
+      for (size_t r = 0; r < p.memory.size(); ++r) {
+        RankBytes b = RankBytes::of(p.memory[r]);
+        b.peak += stash(r, b.activations);
+        out.push_back(b);
+      }
       return out;
     }
     // A rank holds v chunks of n layers: the model compiled at that depth
@@ -566,46 +582,33 @@ struct Planner::Impl {
     std::string opts = probeOptions(l, false);
     int64_t batch = l.microBatch * l.dp;
     auto at = [&](int64_t layers) -> const Probe & { return probe(layers, batch, opts, 1); };
-    DeviceMemory m;
-    double peak, activations, perLayerActivations;
+    RankBytes m, perLayer;
     EndBytes ends;
-    if (depth <= 8) {
-      const Probe &p = at(depth);
-      if (!p.error.empty()) {
-        error = p.error;
-        return out;
-      }
-      m = p.memory[0];
-      peak = static_cast<double>(m.peak());
-      activations = static_cast<double>(m.activations);
-      const Probe &one = at(1);
-      perLayerActivations = depth > 1 ? (activations - static_cast<double>(one.memory.at(0).activations)) / (depth - 1)
-                                      : activations;
-      ends = p.ends;
-    } else {
-      const Probe &a = at(4), &b = at(8);
-      if (!a.error.empty() || !b.error.empty()) {
-        error = a.error.empty() ? b.error : a.error;
-        return out;
-      }
-      double k = (depth - 8) / 4.0;
-      peak = static_cast<double>(b.memory[0].peak()) +
-             k * static_cast<double>(b.memory[0].peak() - a.memory[0].peak());
-      perLayerActivations = static_cast<double>(b.memory[0].activations - a.memory[0].activations) / 4.0;
-      activations = static_cast<double>(b.memory[0].activations) + (depth - 8) * perLayerActivations;
-      ends = b.ends;
+    const Probe &lo = at(depth <= 8 ? 1 : 4), &hi = at(depth <= 8 ? depth : 8);
+    if (!lo.error.empty() || !hi.error.empty()) {
+      error = lo.error.empty() ? hi.error : lo.error;
+      return out;
     }
+    int64_t loDepth = depth <= 8 ? 1 : 4, hiDepth = depth <= 8 ? depth : 8;
+    if (hiDepth > loDepth)
+      perLayer = RankBytes::of(hi.memory[0]).plus(RankBytes::of(lo.memory[0]), -1).scaled(1.0 / (hiDepth - loDepth));
+    else
+      perLayer = RankBytes::of(hi.memory[0]);
+    m = RankBytes::of(hi.memory[0]).plus(perLayer, static_cast<double>(depth - hiDepth));
+    ends = hi.ends;
     for (int64_t r = 0; r < l.pp; ++r) {
-      double bytes = peak;
+      RankBytes b = m;
+      double without = 0;
       if (l.pp > 1 && r != l.pp - 1)
-        bytes -= ends.head;
+        without += ends.head;
       if (l.pp > 1 && r != 0)
-        bytes -= ends.embedding;
+        without += ends.embedding;
+      b.peak -= without;
+      b.modelState -= without;
       // Each held micro-batch keeps its chunk's layers' activations.
-      bytes += stash(static_cast<size_t>(r), perLayerActivations * depth / l.virtualStages);
-      out.push_back(bytes);
+      b.peak += stash(static_cast<size_t>(r), perLayer.activations * depth / l.virtualStages);
+      out.push_back(b);
     }
-    (void)activations;
     return out;
   }
 
@@ -754,12 +757,13 @@ struct Planner::Impl {
                                                {e.optimizer, "optimizer step"}};
     e.limit = std::max_element(std::begin(parts), std::end(parts))->second;
     if (withMemory) {
-      std::vector<double> mem = rankMemory(l, inFlight, error);
+      std::vector<RankBytes> mem = rankMemory(l, inFlight, error);
       if (!error.empty())
         return llvm::createStringError(error);
       for (size_t r = 0; r < mem.size(); ++r)
-        if (mem[r] > e.memory) {
-          e.memory = mem[r];
+        if (mem[r].peak > e.memory) {
+          e.memory = mem[r].peak;
+          e.modelStateMemory = mem[r].modelState;
           e.memoryRank = static_cast<int>(r);
         }
       e.fits = cluster.memoryBytes <= 0 || e.memory <= cluster.memoryBytes;

@@ -77,6 +77,9 @@ struct Estimate {
   double optimizer = 0; ///< the step segment (updates and their collectives)
   double tokensPerSecond = 0, tflopsPerDevice = 0, mfu = 0;
   double memory = 0; ///< predicted peak bytes of the fullest device (0: not computed)
+  /// Of which parameters, their gradients and the optimizer state (the ZeRO
+  /// paper's model states).
+  double modelStateMemory = 0;
   int memoryRank = 0;
   bool fits = true;
   std::string limit; ///< what the step time is mostly spent on

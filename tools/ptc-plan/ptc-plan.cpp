@@ -207,6 +207,7 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"tflops_per_device", e.tflopsPerDevice},
           {"mfu", e.mfu},
           {"memory_bytes", e.memory},
+          {"model_state_bytes", e.modelStateMemory},
           {"fits", e.fits},
           {"bubble", e.bubble},
           {"compute_seconds", e.compute},
