@@ -736,12 +736,6 @@ struct Planner::Impl {
       e.optimizer = std::max(e.optimizer, stepPerRank[i]);
     }
     e.step = makespan + tail;
-    if (getenv("PTC_PLAN_DEBUG"))
-      for (int64_t c = 0; c < chunks; ++c)
-        for (int ph = 0; ph < 3; ++ph)
-          llvm::errs() << "chunk " << c << " phase " << ph << ": compute " << (*costs)[c].phase[ph].seconds * 1e3
-                       << " ms, matmul " << (*costs)[c].phase[ph].matmulSeconds * 1e3 << " ms, flops "
-                       << (*costs)[c].phase[ph].flops << "\n";
     double tokens = model.kind == "file" ? static_cast<double>(fileInput().second)
                                          : static_cast<double>(space.globalBatch * model.seq());
     e.tokensPerSecond = tokens / e.step;
