@@ -106,8 +106,10 @@ struct Timing {
   double transfer = 0;
 };
 
-/// Simulates the (verified) action lists with `timing` (default: equal stages).
-StatusOr<Report> simulate(const Pipeline &p, const Timing &timing = {});
+/// Simulates the action lists with `timing` (default: equal stages), after
+/// verifying them unless the caller already has (`verified`: a planner
+/// simulating one generated schedule with many timings).
+StatusOr<Report> simulate(const Pipeline &p, const Timing &timing = {}, bool verified = false);
 
 /// The closed-form bubble fraction of a schedule with equal stage times:
 /// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) interleaved; < 0 if none.

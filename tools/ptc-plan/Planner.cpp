@@ -487,8 +487,6 @@ struct Planner::Impl {
       return "tp spans nodes (--tp-across-nodes allows it)";
     if (l.zero > 0 && l.dp == 1)
       return "ZeRO needs dp > 1";
-    if (l.zero > 1 && l.pp > 1)
-      return "ZeRO-2/3 with pipeline parallelism (gradients sum over micro-batches)";
     if (l.sequenceParallel && l.tp == 1)
       return "sp needs tp > 1";
     if (l.pp == 1 && (l.virtualStages > 1 || l.schedule != "1f1b"))
@@ -627,6 +625,8 @@ struct Planner::Impl {
       p.channels.push_back({c + 1, c, schedule::Segment::Backward, schedule::Segment::Backward, false, false, 0});
     }
     Status s = schedule::generate(l.schedule, p);
+    if (s.isOk())
+      s = schedule::verify(p); // once; each layout's timing then simulates it unverified
     if (!s.isOk()) {
       error = s.message();
       return nullptr;
@@ -712,7 +712,7 @@ struct Planner::Impl {
                      (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1);
       const Link &link = linkFor(l.dp * l.tp, 2);
       timing.transfer = link.latency + bytes / link.busBandwidth;
-      StatusOr<schedule::Report> rep = schedule::simulate(*p, timing);
+      StatusOr<schedule::Report> rep = schedule::simulate(*p, timing, /*verified=*/true);
       if (!rep.isOk())
         return llvm::createStringError(rep.status().message());
       makespan = rep->makespan;
@@ -800,11 +800,13 @@ struct Planner::Impl {
               for (bool sp : space.sequenceParallel)
                 for (int z : space.zero)
                   for (const std::string &rc : space.recompute) {
-                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched};
-                    // One pp=1 layout per schedule list, not one per schedule.
-                    if (pp == 1 && (v > 1 || sched != space.schedules.front()))
+                    // Combinations that are not layouts: schedules and virtual
+                    // stages without pp (one pp=1 layout per schedule list),
+                    // interleaving without virtual stages and the reverse, sp without tp.
+                    if ((pp == 1 && (v > 1 || sched != space.schedules.front())) ||
+                        (pp > 1 && (v > 1) != (sched == "interleaved-1f1b")) || (sp && tp == 1))
                       continue;
-                    // Without pp, micro-batches are gradient accumulation: only the largest micro-batch.
+                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched};
                     std::string why = invalidReason(l);
                     if (!why.empty()) {
                       ++stats.invalid;
@@ -867,6 +869,8 @@ llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &
     }
     if (!e->fits) {
       ++stats.outOfMemory;
+      if (!stats.smallest || e->memory < stats.smallest->memory)
+        stats.smallest = *e;
       continue;
     }
     out.push_back(*e);

@@ -89,6 +89,8 @@ struct SearchStats {
   int64_t layouts = 0, invalid = 0, outOfMemory = 0, probes = 0;
   double seconds = 0;
   std::map<std::string, int64_t> invalidReasons;
+  /// The layout with the smallest predicted peak among those that did not fit.
+  std::optional<Estimate> smallest;
 };
 
 /// Predicted compute seconds of a compiled step by class of op, on a device

@@ -399,8 +399,12 @@ int main(int argc, char **argv) {
     if (rows.empty()) {
       for (auto &[reason, count] : stats.invalidReasons)
         errs() << "  " << count << " x " << reason << "\n";
+      std::string closest;
+      if (stats.smallest)
+        closest = " (the smallest, " + stats.smallest->layout.describe() + ", needs " + human(stats.smallest->memory) +
+                  ")";
       return fail("no layout fits: every candidate was refused or needs more than " + human(cluster->memoryBytes) +
-                  " per device");
+                  " per device" + closest);
     }
   }
   printTable(rows, *cluster, os);
