@@ -37,6 +37,7 @@ std::string Layout::compileOptions(const std::string &precision) const {
   };
   axis("pp", pp);
   axis("dp", dp);
+  axis("ep", ep);
   axis("tp", tp);
   if (!mesh.empty())
     os << "mesh=" << mesh;
@@ -61,7 +62,10 @@ std::string Layout::compileOptions(const std::string &precision) const {
 
 std::string Layout::describe() const {
   std::ostringstream os;
-  os << "dp" << dp << " tp" << tp << " pp" << pp;
+  os << "dp" << dp;
+  if (ep > 1)
+    os << " ep" << ep;
+  os << " tp" << tp << " pp" << pp;
   if (virtualStages > 1)
     os << "x" << virtualStages;
   os << " mb" << microBatch << "x" << microbatches;
@@ -80,11 +84,22 @@ namespace {
 enum Phase { kForward = 0, kBackward = 1, kStep = 2 };
 enum CollKind { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kAllToAll = 3 };
 
-/// A collective's bytes per device and how many were issued, per (axis role, kind).
+/// A collective's bytes per device and how many were issued, per (axes, kind):
+/// the axes as a mask of roles (bit 1 << MeshAxisRole).
 struct Collective {
   double bytes = 0, count = 0;
 };
-using CollKey = std::pair<int, int>; // (MeshAxisRole, CollKind)
+using CollKey = std::pair<int, int>; // (mask of MeshAxisRole bits, CollKind)
+int roleBit(MeshAxisRole r) { return 1 << static_cast<int>(r); }
+/// Which communication a collective's axes are: any dp in them makes it the
+/// data-parallel traffic (gradients, ZeRO), else ep (dispatch), else tp.
+MeshAxisRole classOf(int mask) {
+  if (mask & roleBit(MeshAxisRole::Data))
+    return MeshAxisRole::Data;
+  if (mask & roleBit(MeshAxisRole::Expert))
+    return MeshAxisRole::Expert;
+  return MeshAxisRole::Tensor;
+}
 
 /// What one phase of a chunk costs for one micro-batch: its compute, priced
 /// on the device, and the collectives it issues, priced per layout.
@@ -181,13 +196,13 @@ std::optional<std::tuple<CollKey, double>> collectiveOf(Operation *op, const Mes
   } else {
     return std::nullopt;
   }
-  // A collective over several axes is priced on the outermost one's role.
-  int role = static_cast<int>(MeshAxisRole::Data);
-  if (auto axes = op->getAttrOfType<ArrayAttr>("axes"); axes && !axes.empty())
-    if (const MeshAxisKind *k = lookupMeshAxisKind(cast<StringAttr>(axes[0]).getValue()))
-      role = static_cast<int>(k->role);
+  int mask = 0;
+  if (auto axes = op->getAttrOfType<ArrayAttr>("axes"))
+    for (Attribute a : axes)
+      if (const MeshAxisKind *k = lookupMeshAxisKind(cast<StringAttr>(a).getValue()))
+        mask |= roleBit(k->role);
   (void)mesh;
-  return std::make_tuple(CollKey{role, kind}, bytes);
+  return std::make_tuple(CollKey{mask, kind}, bytes);
 }
 
 /// The cost of every op of `func`, by chunk (`ptc.stage`, 0 without one) and
@@ -443,20 +458,25 @@ struct Planner::Impl {
   }
 
   double collectiveSeconds(const CollKey &k, const Collective &c, const Layout &l) const {
-    auto [role, kind] = k;
-    int64_t p = 1, stride = 1;
-    if (role == static_cast<int>(MeshAxisRole::Tensor)) {
-      p = l.tp;
-    } else if (role == static_cast<int>(MeshAxisRole::Data)) {
-      p = l.dp;
-      stride = l.tp;
-    } else if (role == static_cast<int>(MeshAxisRole::Expert)) {
-      p = l.dp;
-      stride = l.tp;
+    auto [mask, kind] = k;
+    // Ranks are numbered pp, dp, ep, tp (tp fastest): the group of the
+    // axes in `mask` has p members and spans `extent` consecutive ranks.
+    struct Axis {
+      MeshAxisRole role;
+      int64_t size;
+    } order[] = {{MeshAxisRole::Tensor, l.tp}, {MeshAxisRole::Expert, l.ep}, {MeshAxisRole::Data, l.dp},
+                 {MeshAxisRole::Pipeline, l.pp}};
+    int64_t p = 1, stride = 1, extent = 1;
+    for (const Axis &a : order) {
+      if (mask & roleBit(a.role)) {
+        p *= a.size;
+        extent = stride * a.size;
+      }
+      stride *= a.size;
     }
     if (p <= 1)
       return 0;
-    const Link &link = linkFor(stride, p);
+    const Link &link = extent <= cluster.ranksPerNode(space.devices) ? cluster.intraNode : cluster.interNode;
     double n = static_cast<double>(p);
     double factor = kind == kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
     double steps = kind == kAllReduce ? 2 * (n - 1) : (n - 1);
@@ -464,17 +484,19 @@ struct Planner::Impl {
     return (c.count * steps * link.latency + factor * c.bytes / link.busBandwidth) * price.slowdown;
   }
 
-  double collectivesSeconds(const PhaseCost &pc, const Layout &l, int role) const {
+  double collectivesSeconds(const PhaseCost &pc, const Layout &l, MeshAxisRole cls) const {
     double t = 0;
     for (const auto &[k, c] : pc.collectives)
-      if (k.first == role)
+      if (classOf(k.first) == cls)
         t += collectiveSeconds(k, c, l);
     return t;
   }
 
   std::string invalidReason(const Layout &l) const {
-    if (l.dp * l.tp * l.pp != space.devices)
-      return "dp x tp x pp != devices";
+    if (l.dp * l.ep * l.tp * l.pp != space.devices)
+      return "dp x ep x tp x pp != devices";
+    if (l.ep > 1 && (model.experts() == 0 || model.experts() % l.ep))
+      return model.experts() ? "ep does not divide the experts" : "ep needs a mixture-of-experts model";
     if (model.kind != "file") {
       if (model.heads() % l.tp || model.kvHeads() % l.tp)
         return "tp does not divide the (key/value) heads";
@@ -522,8 +544,8 @@ struct Planner::Impl {
     Layout q = l;
     q.dp = std::min<int64_t>(l.dp, 2);
     std::string opts = probeOptions(q, false);
-    const Probe &one = probe(1, l.microBatch * q.dp, opts, 1);
-    const Probe &two = probe(2, l.microBatch * q.dp, opts, 1);
+    const Probe &one = probe(1, l.microBatch * q.dp * l.ep, opts, 1);
+    const Probe &two = probe(2, l.microBatch * q.dp * l.ep, opts, 1);
     if (!one.error.empty() || !two.error.empty()) {
       error = one.error.empty() ? two.error : one.error;
       return out;
@@ -547,7 +569,7 @@ struct Planner::Impl {
     double layerFlops = two.forwardModelFlops - one.forwardModelFlops;
     double perProbe = one.forwardModelFlops + (model.layers() - 1) * layerFlops;
     modelFlops = 3 * perProbe * static_cast<double>(space.globalBatch) /
-                 static_cast<double>(l.microBatch * q.dp);
+                 static_cast<double>(l.microBatch * q.dp * l.ep);
     return out;
   }
 
@@ -578,7 +600,7 @@ struct Planner::Impl {
     // end's parameters and optimizer state.
     int64_t depth = model.layers() / l.pp;
     std::string opts = probeOptions(l, false);
-    int64_t batch = l.microBatch * l.dp;
+    int64_t batch = l.microBatch * l.dp * l.ep;
     auto at = [&](int64_t layers) -> const Probe & { return probe(layers, batch, opts, 1); };
     RankBytes m, perLayer;
     EndBytes ends;
@@ -647,8 +669,7 @@ struct Planner::Impl {
       return costs.takeError();
     if (!error.empty())
       return llvm::createStringError(error);
-    const int tensor = static_cast<int>(MeshAxisRole::Tensor), data = static_cast<int>(MeshAxisRole::Data),
-              expert = static_cast<int>(MeshAxisRole::Expert);
+    const MeshAxisRole tensor = MeshAxisRole::Tensor, data = MeshAxisRole::Data, expert = MeshAxisRole::Expert;
     const double m = static_cast<double>(l.microbatches);
     int64_t chunks = l.pp * l.virtualStages;
     schedule::Timing timing;
@@ -669,7 +690,7 @@ struct Planner::Impl {
         // a GPU) and, in the probes' single micro-batch, the gradients.
         double dpIn = 0;
         for (const auto &[k, coll] : pc.collectives)
-          if (k.first == data && !(ph == kBackward && (k.second == kAllReduce || k.second == kReduceScatter)))
+          if (classOf(k.first) == data && !(ph == kBackward && (k.second == kAllReduce || k.second == kReduceScatter)))
             dpIn += collectiveSeconds(k, coll, l);
         double gathered = cluster.overlap ? std::max(0.0, dpIn - pc.seconds) : dpIn;
         seg[ph] = pc.seconds + tp + ep + gathered;
@@ -681,7 +702,7 @@ struct Planner::Impl {
       }
       const PhaseCost &bw = cc.phase[kBackward];
       for (const auto &[k, coll] : bw.collectives)
-        if (k.first == data && (k.second == kAllReduce || k.second == kReduceScatter))
+        if (classOf(k.first) == data && (k.second == kAllReduce || k.second == kReduceScatter))
           dpPerRank[r] += collectiveSeconds(k, coll, l);
       lastBackward[r] += seg[kBackward];
       const PhaseCost &st = cc.phase[kStep];
@@ -710,7 +731,7 @@ struct Planner::Impl {
       // One micro-batch's activations between neighbouring ranks.
       double bytes = static_cast<double>(l.microBatch) * model.seq() * model.hidden() *
                      (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1);
-      const Link &link = linkFor(l.dp * l.tp, 2);
+      const Link &link = linkFor(l.dp * l.ep * l.tp, 2);
       timing.transfer = link.latency + bytes / link.busBandwidth;
       StatusOr<schedule::Report> rep = schedule::simulate(*p, timing, /*verified=*/true);
       if (!rep.isOk())
@@ -775,24 +796,29 @@ struct Planner::Impl {
       for (int64_t pp : divisors(n / tp)) {
         if (!allowed(space.pp, pp))
           continue;
-        int64_t dp = n / (tp * pp);
+        for (int64_t ep : divisors(n / (tp * pp))) {
+        if (!allowed(space.ep, ep) || (ep > 1 && model.experts() == 0))
+          continue;
+        int64_t dp = n / (tp * pp * ep);
         if (!allowed(space.dp, dp))
           continue;
+        // The batch splits over dp x ep replicas.
+        int64_t replicas = dp * ep;
         std::vector<std::pair<int64_t, int64_t>> batches; // (micro-batch size, micro-batches)
         if (model.kind == "file") {
           for (int64_t mb : divisors(std::max<int64_t>(1, fileB)))
-            if (fileB % (dp * mb) == 0)
-              batches.push_back({fileB / (dp * mb), mb});
+            if (fileB % (replicas * mb) == 0)
+              batches.push_back({fileB / (replicas * mb), mb});
         } else {
           // The listed sizes, and the whole per-replica batch as one micro-batch.
           std::vector<int64_t> sizes = space.microBatchSizes;
-          if (space.globalBatch % dp == 0)
-            sizes.push_back(space.globalBatch / dp);
+          if (space.globalBatch % replicas == 0)
+            sizes.push_back(space.globalBatch / replicas);
           std::sort(sizes.begin(), sizes.end());
           sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
           for (int64_t mbs : sizes)
-            if (space.globalBatch % (dp * mbs) == 0)
-              batches.push_back({mbs, space.globalBatch / (dp * mbs)});
+            if (space.globalBatch % (replicas * mbs) == 0)
+              batches.push_back({mbs, space.globalBatch / (replicas * mbs)});
         }
         for (auto [mbs, m] : batches)
           for (int64_t v : space.virtualStages)
@@ -806,7 +832,7 @@ struct Planner::Impl {
                     if ((pp == 1 && (v > 1 || sched != space.schedules.front())) ||
                         (pp > 1 && (v > 1) != (sched == "interleaved-1f1b")) || (sp && tp == 1))
                       continue;
-                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched};
+                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched, ep};
                     std::string why = invalidReason(l);
                     if (!why.empty()) {
                       ++stats.invalid;
@@ -815,6 +841,7 @@ struct Planner::Impl {
                     }
                     out.push_back(l);
                   }
+        }
       }
     }
     return out;
@@ -826,6 +853,11 @@ Planner::Planner(MLIRContext &context, ModelSpec model, Cluster cluster, SearchS
   impl_ = std::make_unique<Impl>(context, std::move(model), cluster_, std::move(space));
   if (impl_->model.kind == "file") {
     impl_->fileModule = parseSourceFile<ModuleOp>(impl_->model.file, &context);
+    if (impl_->fileModule)
+      for (auto func : impl_->fileModule->getOps<func::FuncOp>())
+        for (BlockArgument arg : func.getArguments())
+          if (auto e = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), PtcDialect::kExpertsAttrName))
+            impl_->model.fileExperts = e.getInt();
   }
 }
 

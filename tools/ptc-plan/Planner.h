@@ -41,12 +41,16 @@ struct ModelSpec {
   int64_t kvHeads() const { return kind == "gpt" ? gpt.heads : llama.kvHeads; }
   int64_t seq() const { return kind == "gpt" ? gpt.seq : llama.seq; }
   int64_t hidden() const { return kind == "gpt" ? gpt.hidden : llama.hidden; }
+  int64_t fileExperts = 0; ///< a file's experts per MoE layer (`ptc.experts`), found when it is read
+  int64_t experts() const {
+    return kind == "gpt" ? gpt.moe.experts : kind == "llama" ? llama.moe.experts : fileExperts;
+  }
 };
 
 struct SearchSpace {
   int64_t devices = 1;
   int64_t globalBatch = 0; ///< sequences per step (builders; a file's batch is its own)
-  std::vector<int64_t> tp, pp, dp; ///< empty: every divisor
+  std::vector<int64_t> tp, pp, dp, ep; ///< empty: every divisor
   std::vector<int64_t> microBatchSizes{1, 2, 4};
   std::vector<int64_t> virtualStages{1, 2};
   std::vector<int> zero{0, 1, 2, 3};
@@ -63,6 +67,7 @@ struct Layout {
   bool sequenceParallel = false;
   int zero = 0;
   std::string recompute = "none", schedule = "1f1b";
+  int64_t ep = 1; ///< expert parallelism (MoE models): experts split over ep, the batch over dp x ep
   /// The layout as ptc-compile options.
   std::string compileOptions(const std::string &precision) const;
   std::string describe() const;

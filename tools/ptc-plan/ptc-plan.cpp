@@ -68,6 +68,18 @@ cl::opt<std::string> precision("precision", cl::desc("fp32, bf16 or f16 (default
 cl::list<int64_t> tpList("tp", cl::desc("Allowed tp sizes (default: all)"), cl::CommaSeparated, cl::cat(category));
 cl::list<int64_t> ppList("pp", cl::desc("Allowed pp sizes"), cl::CommaSeparated, cl::cat(category));
 cl::list<int64_t> dpList("dp", cl::desc("Allowed dp sizes"), cl::CommaSeparated, cl::cat(category));
+cl::list<int64_t> epList("ep", cl::desc("Allowed ep sizes (MoE models; default: every divisor of the experts)"),
+                         cl::CommaSeparated, cl::cat(category));
+cl::opt<int64_t> moeExperts("moe-experts", cl::desc("Experts per MoE layer (0: dense; default the preset's)"),
+                            cl::init(-1), cl::cat(category));
+cl::opt<int64_t> moeTopK("moe-top-k", cl::desc("Experts per token (default 2, or the preset's)"), cl::init(0),
+                         cl::cat(category));
+cl::opt<int64_t> moeEvery("moe-every", cl::desc("Layers i with i % N == 0 are MoE layers (default 1)"),
+                          cl::init(0), cl::cat(category));
+cl::opt<int64_t> moeFfn("moe-ffn", cl::desc("Expert hidden size (default: the dense MLP's)"), cl::init(0),
+                        cl::cat(category));
+cl::opt<double> moeCapacity("moe-capacity-factor", cl::desc("Expert capacity factor (default 1.25)"), cl::init(-1),
+                            cl::cat(category));
 cl::list<int64_t> mbsList("micro-batch-sizes", cl::desc("Micro-batch sizes (default 1,2,4)"), cl::CommaSeparated,
                           cl::cat(category));
 cl::list<int64_t> vList("virtual-stages", cl::desc("Virtual stages (default 1,2)"), cl::CommaSeparated,
@@ -81,7 +93,7 @@ cl::opt<std::string> spChoice("sp", cl::desc("Sequence parallelism: on, off or b
                               cl::init("both"), cl::cat(category));
 cl::opt<bool> tpAcrossNodes("tp-across-nodes", cl::desc("Allow tp groups that span nodes"), cl::cat(category));
 cl::opt<std::string> layoutText("layout",
-                                cl::desc("Evaluate one layout: dp=,tp=,pp=,v=,mbs=,sp=,zero=,recompute=,schedule="),
+                                cl::desc("Evaluate one layout: dp=,ep=,tp=,pp=,v=,mbs=,m=,sp=,zero=,recompute=,schedule="),
                                 cl::cat(category));
 cl::opt<unsigned> top("top", cl::desc("Rows of the table (default 10)"), cl::init(10), cl::cat(category));
 cl::opt<bool> explain("explain", cl::desc("Say why each runner-up loses to the best"), cl::cat(category));
@@ -130,6 +142,8 @@ Expected<Layout> parseLayout(StringRef text) {
       l.tp = n;
     else if (key == "pp" && isInt)
       l.pp = n;
+    else if (key == "ep" && isInt)
+      l.ep = n;
     else if (key == "v" && isInt)
       l.virtualStages = n;
     else if (key == "mbs" && isInt)
@@ -146,21 +160,21 @@ Expected<Layout> parseLayout(StringRef text) {
       l.schedule = value.str();
     else
       return createStringError("--layout: cannot read '" + part.str() +
-                               "' (expected dp=, tp=, pp=, v=, mbs=, m=, sp=true|false, zero=, recompute=, "
+                               "' (expected dp=, ep=, tp=, pp=, v=, mbs=, m=, sp=true|false, zero=, recompute=, "
                                "schedule=)");
   }
   return l;
 }
 
 void printTable(const std::vector<Estimate> &rows, const Cluster &cluster, raw_ostream &os) {
-  os << format("  %-3s %-38s %10s %11s %8s %6s %10s %7s %9s %9s %9s  %s\n", "#", "layout", "step", "tokens/s",
-               "TFLOP/s", "MFU", "memory", "bubble", "tp comm", "dp comm", "pp comm", "limit");
+  os << format("  %-3s %-38s %10s %11s %8s %6s %10s %7s %9s %9s %9s %9s  %s\n", "#", "layout", "step", "tokens/s",
+               "TFLOP/s", "MFU", "memory", "bubble", "tp comm", "dp comm", "pp comm", "ep comm", "limit");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Estimate &e = rows[i];
-    os << format("  %-3zu %-38s %10s %11.0f %8.2f %5.1f%% %10s %6.1f%% %9s %9s %9s  %s%s\n", i + 1,
+    os << format("  %-3zu %-38s %10s %11.0f %8.2f %5.1f%% %10s %6.1f%% %9s %9s %9s %9s  %s%s\n", i + 1,
                  e.layout.describe().c_str(), seconds(e.step).c_str(), e.tokensPerSecond, e.tflopsPerDevice,
                  100 * e.mfu, human(e.memory).c_str(), 100 * e.bubble, seconds(e.tpComm).c_str(),
-                 seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), e.limit.c_str(),
+                 seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), seconds(e.epComm).c_str(), e.limit.c_str(),
                  e.fits ? "" : " (does not fit)");
   }
   (void)cluster;
@@ -195,6 +209,7 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"dp", l.dp},
           {"tp", l.tp},
           {"pp", l.pp},
+          {"ep", l.ep},
           {"virtual_stages", l.virtualStages},
           {"micro_batch", l.microBatch},
           {"microbatches", l.microbatches},
@@ -214,6 +229,7 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"tp_seconds", e.tpComm},
           {"dp_seconds", e.dpComm},
           {"pp_seconds", e.ppComm},
+          {"ep_seconds", e.epComm},
           {"optimizer_seconds", e.optimizer},
           {"limit", e.limit}};
 }
@@ -314,6 +330,27 @@ int main(int argc, char **argv) {
       if (Error e = mlir::ptc::validateLlamaConfig(c))
         return fail(toString(std::move(e)));
     }
+    mlir::ptc::MoeLayersConfig &moe = kind == "gpt" ? model.gpt.moe : model.llama.moe;
+    if (p && p->experts > 0) {
+      moe.experts = p->experts;
+      moe.topK = p->topK;
+    }
+    if (moeExperts >= 0)
+      moe.experts = moeExperts;
+    if (moeTopK > 0)
+      moe.topK = moeTopK;
+    if (moeEvery > 0)
+      moe.every = moeEvery;
+    if (moeFfn > 0)
+      moe.ffn = moeFfn;
+    if (moeCapacity >= 0)
+      moe.capacityFactor = moeCapacity;
+    if (moe.enabled())
+      if (Error e = mlir::ptc::validateMoeLayers(moe, kind.c_str()))
+        return fail(toString(std::move(e)));
+    if (moe.enabled() && moe.every != 1)
+      return fail("--moe-every " + std::to_string(moe.every) +
+                  ": the planner's per-layer probes need every layer alike (--moe-every 1)");
     if (globalBatch <= 0)
       return fail("--global-batch N (sequences per step) is required with a builder model");
   }
@@ -324,6 +361,7 @@ int main(int argc, char **argv) {
   space.tp.assign(tpList.begin(), tpList.end());
   space.pp.assign(ppList.begin(), ppList.end());
   space.dp.assign(dpList.begin(), dpList.end());
+  space.ep.assign(epList.begin(), epList.end());
   if (!mbsList.empty())
     space.microBatchSizes.assign(mbsList.begin(), mbsList.end());
   if (!vList.empty())
@@ -378,8 +416,8 @@ int main(int argc, char **argv) {
     auto l = parseLayout(layoutText);
     if (!l)
       return fail(toString(l.takeError()));
-    if (l->microbatches == 1 && model.kind != "file" && globalBatch % (l->dp * l->microBatch) == 0)
-      l->microbatches = globalBatch / (l->dp * l->microBatch);
+    if (l->microbatches == 1 && model.kind != "file" && globalBatch % (l->dp * l->ep * l->microBatch) == 0)
+      l->microbatches = globalBatch / (l->dp * l->ep * l->microBatch);
     std::string why = planner.invalidReason(*l);
     if (!why.empty())
       return fail("layout " + l->describe() + ": " + why);
