@@ -263,8 +263,9 @@ int main(int argc, char **argv) {
   if (clusterSpec.empty())
     return fail("no cluster: --cluster dgx-a100-ib|h100-ib|h200-ib|FILE.json, or --calibrated FILE from "
                 "ptc-plan --calibrate");
-  Expected<Cluster> cluster = StringRef(clusterSpec).ends_with(".json") ? loadCluster(clusterSpec)
-                                                                        : clusterPreset(clusterSpec);
+  // --calibrated is always a file; --cluster a file where one exists (or it ends in .json), else a preset.
+  bool isFile = !calibrated.empty() || StringRef(clusterSpec).ends_with(".json") || sys::fs::exists(clusterSpec);
+  Expected<Cluster> cluster = isFile ? loadCluster(clusterSpec) : clusterPreset(clusterSpec);
   if (!cluster)
     return fail(toString(cluster.takeError()));
   if (gpusPerNode > 0)
