@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 namespace ptc::plan {
 
@@ -117,13 +118,18 @@ llvm::Expected<std::vector<Point>> readPoints(const json &j, const std::string &
   return out;
 }
 
-llvm::Expected<double> number(const json &j, const char *key, double fallback, bool positive = true) {
+/// `key` of `j` as a number (`fallback` when absent): positive, or with
+/// `positive` false at least zero; `integer`: a whole number up to 1e9.
+llvm::Expected<double> number(const json &j, const char *key, double fallback, bool positive = true,
+                              bool integer = false) {
   if (!j.contains(key))
     return fallback;
   const json &v = j.at(key);
-  if (!v.is_number() || (positive && v.get<double>() <= 0))
-    return llvm::createStringError(std::string("'") + key + "' must be a " +
-                                   (positive ? "positive " : "") + "number");
+  bool ok = v.is_number() && (positive ? v.get<double>() > 0 : v.get<double>() >= 0) &&
+            (!integer || (v.is_number_integer() && v.get<double>() <= 1e9));
+  if (!ok)
+    return llvm::createStringError(std::string("'") + key + "' must be a " + (positive ? "positive " : "non-negative ") +
+                                   (integer ? "integer" : "number"));
   return v.get<double>();
 }
 
@@ -155,9 +161,12 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
     return llvm::createStringError("cluster description '" + path + "': " + llvm::toString(std::move(e)));
   };
   Cluster c;
-  c.name = j.value("name", path);
-  c.source = j.value("source", "");
-  auto perNode = number(j, "devices_per_node", 0, /*positive=*/false);
+  for (auto [key, field, fallback] : {std::tuple{"name", &c.name, path}, std::tuple{"source", &c.source, std::string()}}) {
+    if (j.contains(key) && !j[key].is_string())
+      return fail(llvm::createStringError(std::string("'") + key + "' must be a string"));
+    *field = j.contains(key) ? j[key].get<std::string>() : fallback;
+  }
+  auto perNode = number(j, "devices_per_node", 0, /*positive=*/false, /*integer=*/true);
   if (!perNode)
     return fail(perNode.takeError());
   c.devicesPerNode = static_cast<int64_t>(*perNode);
@@ -185,7 +194,7 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
       return fail(v.takeError());
     *field = *v;
   }
-  auto cores = number(j, "cores", 0, false);
+  auto cores = number(j, "cores", 0, /*positive=*/false, /*integer=*/true);
   if (!cores)
     return fail(cores.takeError());
   c.cores = static_cast<int64_t>(*cores);
@@ -194,8 +203,9 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
       return fail(llvm::createStringError("'profiles' must be an array"));
     for (const json &p : j["profiles"]) {
       ComputeProfile prof;
-      if (!p.is_object() || !p.contains("threads") || !p["threads"].is_number_integer())
-        return fail(llvm::createStringError("each profile needs an integer 'threads'"));
+      if (!p.is_object() || !p.contains("threads") || !p["threads"].is_number_integer() ||
+          p["threads"].get<int64_t>() < 1 || p["threads"].get<int64_t>() > 4096)
+        return fail(llvm::createStringError("each profile needs an integer 'threads' in [1, 4096]"));
       prof.threads = p["threads"].get<int>();
       for (auto [key, field] : {std::pair{"matmul", &prof.matmul}, std::pair{"attention", &prof.attention},
                                 std::pair{"memory", &prof.memory}}) {
@@ -237,7 +247,9 @@ llvm::Expected<Cluster> loadCluster(const std::string &path) {
   } else {
     c.interNode = c.intraNode;
   }
-  c.overlap = j.value("overlap", c.profiles.empty());
+  if (j.contains("overlap") && !j["overlap"].is_boolean())
+    return fail(llvm::createStringError("'overlap' must be true or false"));
+  c.overlap = j.contains("overlap") ? j["overlap"].get<bool>() : c.profiles.empty();
   return c;
 }
 

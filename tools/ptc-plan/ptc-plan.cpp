@@ -278,6 +278,8 @@ int main(int argc, char **argv) {
   }
   if (gpus <= 0)
     return fail("--gpus N (the devices to plan for) is required");
+  if (gpus > 1000000)
+    return fail("--gpus " + std::to_string(gpus) + " is more than the planner searches (1000000)");
 
   // The model.
   ModelSpec model;
