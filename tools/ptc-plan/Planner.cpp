@@ -757,15 +757,6 @@ struct Planner::Impl {
       e.optimizer = std::max(e.optimizer, stepPerRank[i]);
     }
     e.step = makespan + tail;
-    // Oversubscribed CPU ranks: a rank idle in the pipeline's bubble gives
-    // its core to a busy one, so the slowdown is the busy ranks per core.
-    if (price.slowdown > 1 && e.bubble > 0) {
-      double busy = std::max(1.0, price.slowdown * (1 - e.bubble));
-      double k = busy / price.slowdown;
-      for (double *t : {&e.step, &e.compute, &e.tpComm, &e.dpComm, &e.ppComm, &e.epComm, &e.optimizer})
-        *t *= k;
-      makespan *= k;
-    }
     double tokens = model.kind == "file" ? static_cast<double>(fileInput().second)
                                          : static_cast<double>(space.globalBatch * model.seq());
     e.tokensPerSecond = tokens / e.step;
