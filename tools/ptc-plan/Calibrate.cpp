@@ -146,9 +146,40 @@ int timeLinks(const std::string &outPath) {
       return 1;
     points.push_back({bytes, mine[0]});
   }
+  // Point-to-point: a ping-pong between the two ranks, half a round trip each.
+  nlohmann::json p2p = nlohmann::json::array();
+  for (int64_t bytes = 64; bytes <= (16 << 20); bytes *= 4) {
+    std::vector<char> data(static_cast<size_t>(bytes), 1);
+    int calls = static_cast<int>(std::clamp<int64_t>((int64_t{32} << 20) / bytes, 4, 1000));
+    double best = 1e30;
+    for (int rep = 0; rep < 4; ++rep) {
+      auto start = Clock::now();
+      for (int i = 0; i < calls; ++i) {
+        int peer = 1 - c.rank();
+        Status s = c.rank() == 0 ? c.send(data.data(), bytes, 0, peer, i, "calibration")
+                                 : c.recv(data.data(), bytes, 0, peer, i, "calibration");
+        if (s.isOk())
+          s = c.rank() == 0 ? c.recv(data.data(), bytes, 0, peer, i, "calibration")
+                            : c.send(data.data(), bytes, 0, peer, i, "calibration");
+        if (s.isOk())
+          s = c.flushSends();
+        if (!s.isOk()) {
+          std::fprintf(stderr, "ptc-plan: error: %s\n", s.message().c_str());
+          return 1;
+        }
+      }
+      double t = std::chrono::duration<double>(Clock::now() - start).count() / calls / 2;
+      if (rep > 0)
+        best = std::min(best, t);
+    }
+    std::vector<float> mine{static_cast<float>(best)};
+    if (Status s = c.allReduceMax(mine.data(), 1, {0}, "calibration"); !s.isOk())
+      return 1;
+    p2p.push_back({bytes, mine[0]});
+  }
   if (c.rank() == 0) {
     std::ofstream out(outPath);
-    out << points.dump() << "\n";
+    out << nlohmann::json{{"all_reduce", points}, {"p2p", p2p}}.dump() << "\n";
   }
   return 0;
 }
@@ -268,24 +299,37 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
   if (std::system(cmd.c_str()) != 0)
     return llvm::createStringError("measuring the links failed: '" + cmd + "'");
   std::ifstream in(tmp);
-  nlohmann::json points = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json measured = nlohmann::json::parse(in, nullptr, false);
   std::remove(tmp.c_str());
-  if (points.is_discarded() || !points.is_array() || points.size() < 2)
-    return llvm::createStringError("the link measurement wrote no points");
-  // t = steps * latency + factor * n / bw (all-reduce of 2: 2 steps, factor 1):
-  // the latency from the smallest message, the bandwidth from the two largest.
-  size_t k = points.size();
-  double n0 = points[0][0].get<double>(), t0 = points[0][1].get<double>();
-  double n1 = points[k - 2][0].get<double>(), t1 = points[k - 2][1].get<double>();
-  double n2 = points[k - 1][0].get<double>(), t2 = points[k - 1][1].get<double>();
-  double slope = (t2 - t1) / (n2 - n1);
-  if (slope <= 0)
-    return llvm::createStringError("the link measurement is not increasing with size");
-  double latency = std::max(0.0, (t0 - slope * n0) / 2.0);
-  c.intraNode = {1.0 / slope, latency};
+  // t = steps * latency + n / bandwidth: the latency from the smallest message,
+  // the bandwidth from the two largest.
+  auto fit = [&](const char *key, double steps) -> llvm::Expected<std::pair<double, double>> {
+    if (measured.is_discarded() || !measured.is_object() || !measured.contains(key) ||
+        !measured[key].is_array() || measured[key].size() < 3)
+      return llvm::createStringError(std::string("the link measurement wrote no ") + key + " points");
+    const nlohmann::json &pts = measured[key];
+    size_t k = pts.size();
+    double n0 = pts[0][0].get<double>(), t0 = pts[0][1].get<double>();
+    double n1 = pts[k - 2][0].get<double>(), t1 = pts[k - 2][1].get<double>();
+    double n2 = pts[k - 1][0].get<double>(), t2 = pts[k - 1][1].get<double>();
+    double slope = (t2 - t1) / (n2 - n1);
+    if (slope <= 0)
+      return llvm::createStringError(std::string("the ") + key + " measurement is not increasing with size");
+    return std::pair{1.0 / slope, std::max(0.0, (t0 - slope * n0) / steps)};
+  };
+  // An all-reduce of 2 ranks: 2 steps, factor 1.
+  auto allReduce = fit("all_reduce", 2.0);
+  if (!allReduce)
+    return allReduce.takeError();
+  auto p2p = fit("p2p", 1.0);
+  if (!p2p)
+    return p2p.takeError();
+  c.intraNode = {allReduce->first, allReduce->second, p2p->first, p2p->second};
   c.interNode = c.intraNode;
-  log << llvm::format("  MPI all-reduce (2 ranks): latency %.2f us per step, bus bandwidth %.2f GB/s\n",
-                       c.intraNode.latency * 1e6, c.intraNode.busBandwidth / 1e9);
+  log << llvm::format("  MPI all-reduce (2 ranks): latency %.2f us per step, bus bandwidth %.2f GB/s; "
+                       "send/receive: latency %.2f us, bandwidth %.2f GB/s\n",
+                       c.intraNode.latency * 1e6, c.intraNode.busBandwidth / 1e9, c.intraNode.p2pLatency * 1e6,
+                       c.intraNode.p2pBandwidth / 1e9);
   return c;
 }
 

@@ -146,7 +146,13 @@ llvm::Expected<Link> readLink(const json &j, const char *key) {
     return lat.takeError();
   if (*bw <= 0)
     return llvm::createStringError(std::string(key) + ".bus_bandwidth is missing");
-  return Link{*bw, *lat};
+  auto pbw = number(l, "p2p_bandwidth", 0, /*positive=*/false);
+  if (!pbw)
+    return pbw.takeError();
+  auto plat = number(l, "p2p_latency", 0, /*positive=*/false);
+  if (!plat)
+    return plat.takeError();
+  return Link{*bw, *lat, *pbw, *plat};
 }
 } // namespace
 
@@ -276,8 +282,13 @@ llvm::Error saveCluster(const Cluster &c, const std::string &path) {
                      {"attention_scale", p.attentionScale},
                      {"other_scale", p.otherScale}});
   j["profiles"] = profs;
-  j["intra_node"] = {{"bus_bandwidth", c.intraNode.busBandwidth}, {"latency", c.intraNode.latency}};
-  j["inter_node"] = {{"bus_bandwidth", c.interNode.busBandwidth}, {"latency", c.interNode.latency}};
+  for (auto [key, link] : {std::pair{"intra_node", &c.intraNode}, std::pair{"inter_node", &c.interNode}}) {
+    j[key] = {{"bus_bandwidth", link->busBandwidth}, {"latency", link->latency}};
+    if (link->p2pBandwidth > 0) {
+      j[key]["p2p_bandwidth"] = link->p2pBandwidth;
+      j[key]["p2p_latency"] = link->p2pLatency;
+    }
+  }
   j["overlap"] = c.overlap;
   std::ofstream out(path);
   out << j.dump(2) << "\n";

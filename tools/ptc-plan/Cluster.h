@@ -24,10 +24,15 @@ namespace ptc::plan {
 /// A link's alpha-beta model: a message of n bytes over a group of p
 /// devices takes steps(p) * latency + factor(p) * n / busBandwidth, with the
 /// bus-bandwidth factors nccl-tests defines (all-reduce 2(p-1)/p, all-gather,
-/// reduce-scatter and all-to-all (p-1)/p, send/receive 1).
+/// reduce-scatter and all-to-all (p-1)/p); a point-to-point message (pipeline
+/// activations) p2pLatency + n / p2pBandwidth.
 struct Link {
   double busBandwidth = 0; ///< bytes/s
   double latency = 0;      ///< seconds per step
+  double p2pBandwidth = 0, p2pLatency = 0; ///< 0: the collective figures
+  double p2pSeconds(double bytes) const {
+    return (p2pBandwidth > 0 ? p2pLatency : latency) + bytes / (p2pBandwidth > 0 ? p2pBandwidth : busBandwidth);
+  }
 };
 
 /// Measured throughput of one kind of work at one size (calibration).

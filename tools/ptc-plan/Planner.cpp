@@ -480,8 +480,13 @@ struct Planner::Impl {
     double n = static_cast<double>(p);
     double factor = kind == kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
     double steps = kind == kAllReduce ? 2 * (n - 1) : (n - 1);
+    double seconds = c.count * steps * link.latency + factor * c.bytes / link.busBandwidth;
+    // An all-reduce may run as a tree instead (NCCL picks it for small
+    // messages on many ranks): 2 log2(p) steps, the whole message up and down.
+    if (kind == kAllReduce)
+      seconds = std::min(seconds, c.count * 2 * std::ceil(std::log2(n)) * link.latency + 2 * c.bytes / link.busBandwidth);
     // Oversubscribed ranks (CPU) wait for a core before they can progress a collective.
-    return (c.count * steps * link.latency + factor * c.bytes / link.busBandwidth) * price.slowdown;
+    return seconds * price.slowdown;
   }
 
   double collectivesSeconds(const PhaseCost &pc, const Layout &l, MeshAxisRole cls) const {
@@ -732,7 +737,7 @@ struct Planner::Impl {
       double bytes = static_cast<double>(l.microBatch) * model.seq() * model.hidden() *
                      (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1);
       const Link &link = linkFor(l.dp * l.ep * l.tp, 2);
-      timing.transfer = link.latency + bytes / link.busBandwidth;
+      timing.transfer = link.p2pSeconds(bytes) * price.slowdown;
       StatusOr<schedule::Report> rep = schedule::simulate(*p, timing, /*verified=*/true);
       if (!rep.isOk())
         return llvm::createStringError(rep.status().message());
