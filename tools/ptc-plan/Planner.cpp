@@ -91,13 +91,15 @@ struct Collective {
 };
 using CollKey = std::pair<int, int>; // (mask of MeshAxisRole bits, CollKind)
 int roleBit(MeshAxisRole r) { return 1 << static_cast<int>(r); }
-/// Which communication a collective's axes are: any dp in them makes it the
-/// data-parallel traffic (gradients, ZeRO), else ep (dispatch), else tp.
-MeshAxisRole classOf(int mask) {
+/// Which traffic a collective is: an all-to-all over ep is the experts'
+/// dispatch; any other collective over dp or ep moves gradients or
+/// parameters (the dense ones are replicated over dp x ep); the rest is tp's.
+MeshAxisRole classOf(const std::pair<int, int> &key) {
+  auto [mask, kind] = key;
   if (mask & roleBit(MeshAxisRole::Data))
     return MeshAxisRole::Data;
   if (mask & roleBit(MeshAxisRole::Expert))
-    return MeshAxisRole::Expert;
+    return kind == kAllToAll ? MeshAxisRole::Expert : MeshAxisRole::Data;
   return MeshAxisRole::Tensor;
 }
 
@@ -492,7 +494,7 @@ struct Planner::Impl {
   double collectivesSeconds(const PhaseCost &pc, const Layout &l, MeshAxisRole cls) const {
     double t = 0;
     for (const auto &[k, c] : pc.collectives)
-      if (classOf(k.first) == cls)
+      if (classOf(k) == cls)
         t += collectiveSeconds(k, c, l);
     return t;
   }
@@ -695,7 +697,7 @@ struct Planner::Impl {
         // a GPU) and, in the probes' single micro-batch, the gradients.
         double dpIn = 0;
         for (const auto &[k, coll] : pc.collectives)
-          if (classOf(k.first) == data && !(ph == kBackward && (k.second == kAllReduce || k.second == kReduceScatter)))
+          if (classOf(k) == data && !(ph == kBackward && (k.second == kAllReduce || k.second == kReduceScatter)))
             dpIn += collectiveSeconds(k, coll, l);
         double gathered = cluster.overlap ? std::max(0.0, dpIn - pc.seconds) : dpIn;
         seg[ph] = pc.seconds + tp + ep + gathered;
@@ -707,7 +709,7 @@ struct Planner::Impl {
       }
       const PhaseCost &bw = cc.phase[kBackward];
       for (const auto &[k, coll] : bw.collectives)
-        if (classOf(k.first) == data && (k.second == kAllReduce || k.second == kReduceScatter))
+        if (classOf(k) == data && (k.second == kAllReduce || k.second == kReduceScatter))
           dpPerRank[r] += collectiveSeconds(k, coll, l);
       lastBackward[r] += seg[kBackward];
       const PhaseCost &st = cc.phase[kStep];
