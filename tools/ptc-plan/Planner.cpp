@@ -179,7 +179,7 @@ double tensorBytes(Value v) {
 }
 
 /// The collective `op` is, its axis role and bytes per device, or nothing.
-std::optional<std::tuple<CollKey, double>> collectiveOf(Operation *op, const MeshInfo &mesh) {
+std::optional<std::tuple<CollKey, double>> collectiveOf(Operation *op) {
   int kind = -1;
   double bytes = 0;
   if (isa<AllReduceOp>(op)) {
@@ -203,7 +203,6 @@ std::optional<std::tuple<CollKey, double>> collectiveOf(Operation *op, const Mes
     for (Attribute a : axes)
       if (const MeshAxisKind *k = lookupMeshAxisKind(cast<StringAttr>(a).getValue()))
         mask |= roleBit(k->role);
-  (void)mesh;
   return std::make_tuple(CollKey{mask, kind}, bytes);
 }
 
@@ -240,7 +239,7 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
     if (isa<arith::ConstantOp, ReshapeOp, TransferOp>(op))
       continue;
     if (succeeded(mesh))
-      if (auto coll = collectiveOf(&op, *mesh)) {
+      if (auto coll = collectiveOf(&op)) {
         Collective &c = pc.collectives[std::get<0>(*coll)];
         c.bytes += std::get<1>(*coll);
         c.count += 1;

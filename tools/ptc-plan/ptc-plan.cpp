@@ -166,7 +166,7 @@ Expected<Layout> parseLayout(StringRef text) {
   return l;
 }
 
-void printTable(const std::vector<Estimate> &rows, const Cluster &cluster, raw_ostream &os) {
+void printTable(const std::vector<Estimate> &rows, raw_ostream &os) {
   os << format("  %-3s %-38s %10s %11s %8s %6s %10s %7s %9s %9s %9s %9s  %s\n", "#", "layout", "step", "tokens/s",
                "TFLOP/s", "MFU", "memory", "bubble", "tp comm", "dp comm", "pp comm", "ep comm", "limit");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -177,7 +177,6 @@ void printTable(const std::vector<Estimate> &rows, const Cluster &cluster, raw_o
                  seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), seconds(e.epComm).c_str(), e.limit.c_str(),
                  e.fits ? "" : " (does not fit)");
   }
-  (void)cluster;
 }
 
 /// Why `e` is slower than `best`, biggest difference first.
@@ -448,7 +447,7 @@ int main(int argc, char **argv) {
                   " per device" + closest);
     }
   }
-  printTable(rows, *cluster, os);
+  printTable(rows, os);
   os << "best: --ptc-compile=\"" << rows.front().layout.compileOptions(space.precision) << "\"\n";
   if (explain)
     for (size_t i = 1; i < rows.size(); ++i)
