@@ -48,6 +48,9 @@ struct DeviceMemory {
 /// Gradients and saved activations are of one micro-batch and live in the arena.
 DeviceMemory computeDeviceMemory(func::FuncOp func, int rank, int ranks);
 
+/// Bytes for people: "512 B", "3.00 MiB", "74.51 GiB" (binary units).
+std::string formatByteSize(double bytes);
+
 /// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30); failure for
 /// anything else (device-memory= of the memory report and the export).
 FailureOr<double> parseByteSize(StringRef text);

@@ -42,18 +42,7 @@ int64_t hostTemporaryBytes(Operation &op) {
   return total;
 }
 
-std::string human(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 4) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::format(u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return s;
-}
+std::string human(double bytes) { return formatByteSize(bytes); }
 
 
 struct Consumer {
@@ -553,6 +542,19 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
   }
 };
 } // namespace
+
+std::string mlir::ptc::formatByteSize(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format(u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return s;
+}
 
 /// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30).
 FailureOr<double> mlir::ptc::parseByteSize(StringRef text) {

@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -115,6 +116,25 @@ ComputeProfile measureProfile(int threads, llvm::raw_ostream &log) {
 } // namespace
 
 namespace {
+/// Seconds per call of `op` (which fails with a Status) on both ranks: the
+/// same number of calls everywhere (a count from the size, not from each
+/// rank's clock), the best of three batches after a warm-up one, the slower
+/// rank's time.
+StatusOr<double> timeCollectively(Communicator &c, int calls, const std::function<Status(int)> &op) {
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto start = Clock::now();
+    for (int i = 0; i < calls; ++i)
+      PTC_RETURN_IF_ERROR(op(i));
+    double t = std::chrono::duration<double>(Clock::now() - start).count() / calls;
+    if (rep > 0)
+      best = std::min(best, t);
+  }
+  std::vector<float> mine{static_cast<float>(best)};
+  PTC_RETURN_IF_ERROR(c.allReduceMax(mine.data(), 1, {0}, "calibration"));
+  return static_cast<double>(mine[0]);
+}
+
 int timeLinks(const std::string &outPath) {
   Mesh mesh{{"dp"}, {2}};
   auto created = createMpiCommunicator(mesh, 60.0);
@@ -123,59 +143,30 @@ int timeLinks(const std::string &outPath) {
     return 1;
   }
   Communicator &c = **created;
-  nlohmann::json points = nlohmann::json::array();
+  nlohmann::json points = nlohmann::json::array(), p2p = nlohmann::json::array();
   for (int64_t bytes = 64; bytes <= (16 << 20); bytes *= 4) {
     std::vector<float> data(static_cast<size_t>(bytes / 4), 1.f);
-    // Both ranks run the same number of collectives (a count from the size,
-    // not from each rank's clock), the best of three batches.
     int calls = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / bytes, 4, 2000));
-    double best = 1e30;
-    for (int rep = 0; rep < 4; ++rep) {
-      auto start = Clock::now();
-      for (int i = 0; i < calls; ++i)
-        if (Status s = c.allReduceSum(data.data(), bytes / 4, {0}, "calibration"); !s.isOk()) {
-          std::fprintf(stderr, "ptc-plan: error: %s\n", s.message().c_str());
-          return 1;
-        }
-      double t = std::chrono::duration<double>(Clock::now() - start).count() / calls;
-      if (rep > 0) // the first batch warms up
-        best = std::min(best, t);
-    }
-    std::vector<float> mine{static_cast<float>(best)};
-    if (Status s = c.allReduceMax(mine.data(), 1, {0}, "calibration"); !s.isOk())
+    // All-reduce, then a ping-pong: half its round trip is one message.
+    StatusOr<double> reduce = timeCollectively(
+        c, calls, [&](int) { return c.allReduceSum(data.data(), bytes / 4, {0}, "calibration"); });
+    int peer = 1 - c.rank();
+    StatusOr<double> roundTrip = reduce.isOk() ? timeCollectively(c, std::max(4, calls / 2), [&](int i) {
+      Status s = c.rank() == 0 ? c.send(data.data(), bytes, 0, peer, i, "calibration")
+                               : c.recv(data.data(), bytes, 0, peer, i, "calibration");
+      if (s.isOk())
+        s = c.rank() == 0 ? c.recv(data.data(), bytes, 0, peer, i, "calibration")
+                          : c.send(data.data(), bytes, 0, peer, i, "calibration");
+      return s.isOk() ? c.flushSends() : s;
+    })
+                                               : reduce;
+    if (!roundTrip.isOk()) {
+      std::fprintf(stderr, "ptc-plan: error: timing the links (%lld bytes): %s\n", static_cast<long long>(bytes),
+                   roundTrip.status().message().c_str());
       return 1;
-    points.push_back({bytes, mine[0]});
-  }
-  // Point-to-point: a ping-pong between the two ranks, half a round trip each.
-  nlohmann::json p2p = nlohmann::json::array();
-  for (int64_t bytes = 64; bytes <= (16 << 20); bytes *= 4) {
-    std::vector<char> data(static_cast<size_t>(bytes), 1);
-    int calls = static_cast<int>(std::clamp<int64_t>((int64_t{32} << 20) / bytes, 4, 1000));
-    double best = 1e30;
-    for (int rep = 0; rep < 4; ++rep) {
-      auto start = Clock::now();
-      for (int i = 0; i < calls; ++i) {
-        int peer = 1 - c.rank();
-        Status s = c.rank() == 0 ? c.send(data.data(), bytes, 0, peer, i, "calibration")
-                                 : c.recv(data.data(), bytes, 0, peer, i, "calibration");
-        if (s.isOk())
-          s = c.rank() == 0 ? c.recv(data.data(), bytes, 0, peer, i, "calibration")
-                            : c.send(data.data(), bytes, 0, peer, i, "calibration");
-        if (s.isOk())
-          s = c.flushSends();
-        if (!s.isOk()) {
-          std::fprintf(stderr, "ptc-plan: error: %s\n", s.message().c_str());
-          return 1;
-        }
-      }
-      double t = std::chrono::duration<double>(Clock::now() - start).count() / calls / 2;
-      if (rep > 0)
-        best = std::min(best, t);
     }
-    std::vector<float> mine{static_cast<float>(best)};
-    if (Status s = c.allReduceMax(mine.data(), 1, {0}, "calibration"); !s.isOk())
-      return 1;
-    p2p.push_back({bytes, mine[0]});
+    points.push_back({bytes, *reduce});
+    p2p.push_back({bytes, *roundTrip / 2});
   }
   if (c.rank() == 0) {
     std::ofstream out(outPath);

@@ -528,8 +528,9 @@ struct Planner::Impl {
     return "";
   }
 
-  /// Per-chunk costs of a layout, and the probe that gave them.
-  llvm::Expected<std::vector<Costs>> chunkCosts(const Layout &l, double &modelFlops, std::string &error) {
+  /// Per-chunk costs of a layout for one micro-batch and its model FLOPs per
+  /// step; `error` is the compiler's diagnostic when a probe is refused.
+  std::vector<Costs> chunkCosts(const Layout &l, double &modelFlops, std::string &error) {
     int64_t chunks = l.pp * l.virtualStages;
     std::vector<Costs> out(static_cast<size_t>(chunks));
     if (model.kind == "file") {
@@ -670,9 +671,7 @@ struct Planner::Impl {
       return llvm::createStringError(reason);
     double modelFlops = 0;
     std::string error;
-    auto costs = chunkCosts(l, modelFlops, error);
-    if (!costs)
-      return costs.takeError();
+    std::vector<Costs> costs = chunkCosts(l, modelFlops, error);
     if (!error.empty())
       return llvm::createStringError(error);
     const MeshAxisRole tensor = MeshAxisRole::Tensor, data = MeshAxisRole::Data, expert = MeshAxisRole::Expert;
@@ -685,7 +684,7 @@ struct Planner::Impl {
         gatherExposed(static_cast<size_t>(l.pp), 0);
     double hardwareFlops = 0;
     for (int64_t c = 0; c < chunks; ++c) {
-      const Costs &cc = (*costs)[static_cast<size_t>(c)];
+      const Costs &cc = costs[static_cast<size_t>(c)];
       size_t r = static_cast<size_t>(c % l.pp);
       double seg[2];
       for (int ph : {kForward, kBackward}) {

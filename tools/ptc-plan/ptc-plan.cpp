@@ -17,10 +17,13 @@
 #include "dialects/ptc/PtcOps.h"
 #include "passes/Passes.h"
 #include "passes/memory/Passes.h"
+#include "runtime/schedule/schedule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -104,17 +107,6 @@ int fail(const Twine &message) {
   return 1;
 }
 
-std::string human(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 4) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  std::string s;
-  raw_string_ostream(s) << format("%.1f %s", bytes, units[u]);
-  return s;
-}
 
 std::string seconds(double s) {
   std::string out;
@@ -130,38 +122,32 @@ std::string seconds(double s) {
 
 Expected<Layout> parseLayout(StringRef text) {
   Layout l;
+  const std::pair<const char *, int64_t *> counts[] = {{"dp", &l.dp},         {"tp", &l.tp},
+                                                       {"pp", &l.pp},         {"ep", &l.ep},
+                                                       {"v", &l.virtualStages}, {"mbs", &l.microBatch},
+                                                       {"m", &l.microbatches}};
   SmallVector<StringRef> parts;
   text.split(parts, ',', -1, false);
   for (StringRef part : parts) {
     auto [key, value] = part.trim().split('=');
     int64_t n = 0;
     bool isInt = !value.getAsInteger(10, n);
-    if (key == "dp" && isInt)
-      l.dp = n;
-    else if (key == "tp" && isInt)
-      l.tp = n;
-    else if (key == "pp" && isInt)
-      l.pp = n;
-    else if (key == "ep" && isInt)
-      l.ep = n;
-    else if (key == "v" && isInt)
-      l.virtualStages = n;
-    else if (key == "mbs" && isInt)
-      l.microBatch = n;
-    else if (key == "m" && isInt)
-      l.microbatches = n;
-    else if (key == "zero" && isInt)
+    auto count = llvm::find_if(counts, [&](const auto &c) { return key == c.first; });
+    if (count != std::end(counts) && isInt && n >= 1)
+      *count->second = n;
+    else if (key == "zero" && isInt && n >= 0 && n <= 3)
       l.zero = static_cast<int>(n);
     else if (key == "sp" && (value == "true" || value == "false"))
       l.sequenceParallel = value == "true";
-    else if (key == "recompute")
+    else if (key == "recompute" && (value == "none" || value == "selective" || value == "full"))
       l.recompute = value.str();
-    else if (key == "schedule")
+    else if (key == "schedule" && llvm::is_contained(ptc::schedule::scheduleNames(), value.str()))
       l.schedule = value.str();
     else
       return createStringError("--layout: cannot read '" + part.str() +
-                               "' (expected dp=, ep=, tp=, pp=, v=, mbs=, m=, sp=true|false, zero=, recompute=, "
-                               "schedule=)");
+                               "' (expected dp=, ep=, tp=, pp=, v=, mbs=, m= at least 1, zero=0-3, "
+                               "sp=true|false, recompute=none|selective|full, schedule=" +
+                               llvm::join(ptc::schedule::scheduleNames(), "|") + ")");
   }
   return l;
 }
@@ -173,7 +159,7 @@ void printTable(const std::vector<Estimate> &rows, raw_ostream &os) {
     const Estimate &e = rows[i];
     os << format("  %-3zu %-38s %10s %11.0f %8.2f %5.1f%% %10s %6.1f%% %9s %9s %9s %9s  %s%s\n", i + 1,
                  e.layout.describe().c_str(), seconds(e.step).c_str(), e.tokensPerSecond, e.tflopsPerDevice,
-                 100 * e.mfu, human(e.memory).c_str(), 100 * e.bubble, seconds(e.tpComm).c_str(),
+                 100 * e.mfu, mlir::ptc::formatByteSize(e.memory).c_str(), 100 * e.bubble, seconds(e.tpComm).c_str(),
                  seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), seconds(e.epComm).c_str(), e.limit.c_str(),
                  e.fits ? "" : " (does not fit)");
   }
@@ -370,6 +356,13 @@ int main(int argc, char **argv) {
     space.virtualStages.assign(vList.begin(), vList.end());
   if (!zeroList.empty())
     space.zero.assign(zeroList.begin(), zeroList.end());
+  for (const auto &[flag, list] : {std::pair{"--tp", &space.tp}, std::pair{"--pp", &space.pp},
+                                   std::pair{"--dp", &space.dp}, std::pair{"--ep", &space.ep},
+                                   std::pair{"--micro-batch-sizes", &space.microBatchSizes},
+                                   std::pair{"--virtual-stages", &space.virtualStages}})
+    for (int64_t v : *list)
+      if (v < 1)
+        return fail(std::string(flag) + " " + std::to_string(v) + " is not a size (at least 1)");
   for (int z : space.zero)
     if (z < 0 || z > 3)
       return fail("--zero " + std::to_string(z) + " is not a ZeRO stage (0-3)");
@@ -381,8 +374,8 @@ int main(int argc, char **argv) {
   if (!scheduleList.empty())
     space.schedules.assign(scheduleList.begin(), scheduleList.end());
   for (const std::string &s : space.schedules)
-    if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "gpipe")
-      return fail("--schedules '" + s + "' is not gpipe, 1f1b, interleaved-1f1b or zb-h1");
+    if (!llvm::is_contained(ptc::schedule::scheduleNames(), s))
+      return fail("--schedules '" + s + "' is not one of " + llvm::join(ptc::schedule::scheduleNames(), ", "));
   if (spChoice == "on")
     space.sequenceParallel = {true};
   else if (spChoice == "off")
@@ -408,7 +401,7 @@ int main(int argc, char **argv) {
     os << " (" << model.layers() << " layers, hidden " << model.hidden() << ", " << model.heads() << " heads, seq "
        << model.seq() << "), global batch " << globalBatch;
   os << " on " << gpus << " x " << cluster->name << " (" << cluster->ranksPerNode(gpus) << " per node, "
-     << human(cluster->memoryBytes) << " each";
+     << mlir::ptc::formatByteSize(cluster->memoryBytes) << " each";
   if (cluster->oversubscribed(cluster->ranksPerNode(gpus)))
     os << "; " << gpus << " ranks on " << cluster->cores << " cores: OVERSUBSCRIBED";
   os << "), " << space.precision << "\n";
@@ -441,9 +434,9 @@ int main(int argc, char **argv) {
         errs() << "  " << count << " x " << reason << "\n";
       std::string closest;
       if (stats.smallest)
-        closest = " (the smallest, " + stats.smallest->layout.describe() + ", needs " + human(stats.smallest->memory) +
+        closest = " (the smallest, " + stats.smallest->layout.describe() + ", needs " + mlir::ptc::formatByteSize(stats.smallest->memory) +
                   ")";
-      return fail("no layout fits: every candidate was refused or needs more than " + human(cluster->memoryBytes) +
+      return fail("no layout fits: every candidate was refused or needs more than " + mlir::ptc::formatByteSize(cluster->memoryBytes) +
                   " per device" + closest);
     }
   }
