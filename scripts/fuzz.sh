@@ -3,18 +3,51 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer) in build-fuzz/, makes a seed
 # corpus from real plans, weights and checkpoints (with the main build's
 # tools), and runs each target.
-#   bash scripts/fuzz.sh [RUNS per target (default 500000)]
-#   bash scripts/fuzz.sh --ci     # as the test command runs it: the sanitized unit
-#                                 # tests, then each target for 20 s
-# Crashes are written to build-fuzz/crashes/<target>/ and the script fails;
-# keep each as a regression input in test/fuzz/regressions/<target>/.
+#   bash scripts/fuzz.sh                     # the deterministic check (set-up first)
+#   bash scripts/fuzz.sh --ci                # the same, as the test command runs it:
+#                                            # the sanitized unit tests, then per target
+#                                            # every regression input and seed, then a
+#                                            # fixed -seed with a fixed -runs budget
+#   bash scripts/fuzz.sh --campaign SECONDS [TARGET...]
+#                                            # a long search: each target (default all)
+#                                            # SECONDS from a random seed, growing the
+#                                            # corpus in build-fuzz/corpus/
+# The deterministic check gives the same result on the same commit: it starts
+# from an empty corpus each time and nothing in it depends on the clock.
+# A crash in either mode fails the script and is written to
+# build-fuzz/crashes/<target>/; a campaign also copies each finding to
+# test/fuzz/regressions/<target>/ (named by its SHA-1), where the deterministic
+# check replays it from then on: commit it with the fix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CI=0
-if [ "${1:-}" = "--ci" ]; then CI=1; shift; fi
-RUNS=${1:-500000}
+MODE=check
+CAMPAIGN_SECONDS=0
+TARGETS=(plan safetensors checkpoint tokens)
+case "${1:-}" in
+  --ci) MODE=ci; shift ;;
+  --campaign)
+    MODE=campaign
+    CAMPAIGN_SECONDS=${2:-}
+    if ! [[ "$CAMPAIGN_SECONDS" =~ ^[1-9][0-9]*$ ]]; then
+      echo "ptc fuzz: --campaign needs a number of seconds per target, got '${CAMPAIGN_SECONDS}'" >&2
+      exit 2
+    fi
+    shift 2
+    if (($#)); then TARGETS=("$@"); fi ;;
+  "") ;;
+  *) echo "ptc fuzz: unknown argument '$1' (use --ci or --campaign SECONDS [TARGET...])" >&2; exit 2 ;;
+esac
+for target in "${TARGETS[@]}"; do
+  case "$target" in plan|safetensors|checkpoint|tokens) ;;
+    *) echo "ptc fuzz: unknown target '$target' (plan, safetensors, checkpoint, tokens)" >&2; exit 2 ;;
+  esac
+done
+# The deterministic budget: a fixed seed and a fixed number of executions per
+# target (about 15-20 s each on one core of this 2-core machine).
+SEED=20261201
+declare -A RUNS=([plan]=80000 [safetensors]=100000 [checkpoint]=25000 [tokens]=30000)
 START=$(date +%s)
-[ "$CI" = 1 ] || bash scripts/setup.sh >/dev/null   # the compiler and runtime that make the seeds
+[ "$MODE" = ci ] || bash scripts/setup.sh >/dev/null   # the compiler and runtime that make the seeds
 if ! dpkg-query -W -f='${Status}' libclang-rt-22-dev 2>/dev/null | grep -q "install ok installed"; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends libclang-rt-22-dev
@@ -27,14 +60,14 @@ cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DPTC_FUZZERS=ON >/dev/null
 cmake --build build-fuzz --target ptc-fuzz-plan ptc-fuzz-safetensors ptc-fuzz-checkpoint \
   ptc-fuzz-tokens ptc-runtime-tests ptc-device-tests
-BUILT=$(date +%s)
 # The runtime's unit tests under the sanitizers (the CPU device; no GPU here).
 ASAN_OPTIONS=detect_leaks=1 build-fuzz/test/ptc-runtime-tests --gtest_brief=1
 ASAN_OPTIONS=detect_leaks=1 build-fuzz/test/ptc-device-tests --gtest_brief=1
+BUILT=$(date +%s)
 
 B=${PTC_BUILD_DIR:-build}/bin
 SEEDS=build-fuzz/seeds
-mkdir -p $SEEDS/plan $SEEDS/safetensors $SEEDS/checkpoint $SEEDS/tokens
+rm -rf $SEEDS && mkdir -p $SEEDS/plan $SEEDS/safetensors $SEEDS/checkpoint $SEEDS/tokens
 $B/ptc-model gpt --layers 2 --hidden 16 --heads 2 --seq 8 --vocab 256 --batch 4 -o $SEEDS/gpt.mlir
 for opts in "" "mesh=dp:2" "mesh=tp:2 sequence-parallel=true" "mesh=dp:2 zero=3" \
             "mesh=pp:2 microbatches=2" "precision=bf16 dynamic-loss-scale=true" "optimizer=sgd max-grad-norm=1" \
@@ -62,18 +95,43 @@ head -c 4096 $SEEDS/data.bin > $SEEDS/tokens/text.bin
 printf '{"metadata":{"total_size":24},"weight_map":{"w":"model-00001-of-00001.safetensors"}}' \
   > $SEEDS/tokens/index.json
 
+LAUNCH=()
+if [ "$MODE" != campaign ]; then
+  if setarch "$(uname -m)" -R true 2>/dev/null; then
+    LAUNCH=(setarch "$(uname -m)" -R)
+  else
+    echo "ptc fuzz: warning: cannot turn off address randomisation (setarch -R); the fixed-seed" \
+         "runs may explore differently from run to run"
+  fi
+fi
 status=0
-for target in plan safetensors checkpoint tokens; do
-  corpus=build-fuzz/corpus/$target
-  mkdir -p "$corpus" build-fuzz/crashes/$target
+for target in "${TARGETS[@]}"; do
+  mkdir -p build-fuzz/crashes/$target
   regressions=test/fuzz/regressions/$target
-  inputs=("$corpus" "$SEEDS/$target")
-  [ -d "$regressions" ] && inputs+=("$regressions")
-  echo "ptc fuzz: $target, $([ "$CI" = 1 ] && echo "20 s" || echo "$RUNS runs")"
-  limit=(-runs="$RUNS")
-  [ "$CI" = 1 ] && limit=(-max_total_time=20)
-  if ! build-fuzz/bin/ptc-fuzz-$target "${limit[@]}" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
-       -artifact_prefix=build-fuzz/crashes/$target/ -print_final_stats=1 "${inputs[@]}" \
+  common=(-max_len=65536 -timeout=10 -rss_limit_mb=4096 -artifact_prefix=build-fuzz/crashes/$target/
+          -print_final_stats=1)
+  if [ "$MODE" = campaign ]; then
+    corpus=build-fuzz/corpus/$target
+    mkdir -p "$corpus"
+    inputs=("$corpus" "$SEEDS/$target")
+    [ -d "$regressions" ] && inputs+=("$regressions")
+    echo "ptc fuzz: $target, campaign of $CAMPAIGN_SECONDS s from a random seed"
+    args=(-max_total_time="$CAMPAIGN_SECONDS" "${inputs[@]}")
+  else
+    # A fresh corpus each time: the seeds and regression inputs are read-only
+    # corpus folders, what the run finds goes to the first one.
+    corpus=build-fuzz/ci-corpus/$target
+    rm -rf "$corpus" && mkdir -p "$corpus"
+    inputs=("$corpus" "$SEEDS/$target")
+    [ -d "$regressions" ] && inputs+=("$regressions")
+    echo "ptc fuzz: $target, regression inputs, seeds, then seed $SEED for ${RUNS[$target]} runs"
+    # -reload=0: no periodic re-read of the corpus folder (a clock-driven
+    # event); the launcher without address randomisation: the comparison
+    # operands libFuzzer learns from include pointers.
+    args=(-seed=$SEED -runs="${RUNS[$target]}" -reload=0 "${inputs[@]}")
+  fi
+  before=$(ls build-fuzz/crashes/$target | wc -l)
+  if ! "${LAUNCH[@]}" build-fuzz/bin/ptc-fuzz-$target "${common[@]}" "${args[@]}" \
        2> build-fuzz/$target.log; then
     status=1
     # What failed (a crash, a sanitizer report, a leak, a timeout, the memory
@@ -81,10 +139,17 @@ for target in plan safetensors checkpoint tokens; do
     echo "ptc fuzz: $target FAILED:"
     grep -E "ERROR|SUMMARY|Test unit written|timeout|out-of-memory|^ +#[0-9]+ 0x" \
       build-fuzz/$target.log | head -40 || true
+    if [ "$MODE" = campaign ] && [ "$(ls build-fuzz/crashes/$target | wc -l)" -gt "$before" ]; then
+      mkdir -p "$regressions"
+      for f in build-fuzz/crashes/$target/*; do
+        kept=$regressions/campaign-$(sha1sum "$f" | cut -c1-16)
+        [ -e "$kept" ] || { cp "$f" "$kept"; echo "ptc fuzz: kept $f as $kept"; }
+      done
+    fi
   fi
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+[[:space:]]+DONE" \
     build-fuzz/$target.log | sort -u || true
 done
 END=$(date +%s)
-echo "ptc fuzz: sanitized build + unit tests $((BUILT - START)) s, fuzzing $((END - BUILT)) s"
+echo "ptc fuzz: sanitized build + unit tests $((BUILT - START)) s, seeds + fuzzing $((END - BUILT)) s"
 exit $status

@@ -3,6 +3,8 @@
 
 #include "runtime/plan/plan_loader.h"
 
+#include "runtime/base/checked_math.h"
+
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_ops.h"
 
@@ -106,6 +108,8 @@ std::string shapeStr(const Shape &s) {
   return out;
 }
 
+/// Of verified shapes only: the loader has bounded their element counts
+/// (checkedProduct), so no sub-product here overflows.
 int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t p = 1;
   for (size_t i = from; i < std::min(to, s.size()); ++i)
@@ -959,19 +963,27 @@ Status LoadedPlan::verify() {
   if (plan_->mesh())
     for (const plan::MeshAxis *axis : *plan_->mesh()) {
       std::string name = axis->name() ? axis->name()->str() : "";
-      if (name.empty() || axis->size() < 1 || axis->size() > 65536)
-        return invalidArgument("mesh axis '", name, "' has size ", axis->size());
+      if (name.empty() || axis->size() < 1 || axis->size() > kMaxMeshAxisSize)
+        return invalidArgument("mesh axis '", name, "' has size ", axis->size(), " (1 to ",
+                               kMaxMeshAxisSize, ")");
+      if (std::find(meshAxes_.begin(), meshAxes_.end(), name) != meshAxes_.end())
+        return invalidArgument("mesh axis '", name, "' appears twice");
+      std::optional<int64_t> product = checkedMul(meshRanks, axis->size());
+      if (!product || *product > kMaxMeshDevices)
+        return invalidArgument("mesh of ", meshAxes_.size() + 1, " axes (up to '", name,
+                               "') has more than ", kMaxMeshDevices, " devices");
       meshAxes_.push_back(name);
       meshSizes_.push_back(axis->size());
-      meshRanks *= axis->size();
+      meshRanks = *product;
     }
   if (meshRanks != plan_->num_ranks())
     return invalidArgument("plan needs ", plan_->num_ranks(), " ranks but its mesh has ",
                            meshRanks, " devices");
 
   const int64_t arena = plan_->arena_bytes();
-  if (arena < 0)
-    return invalidArgument("negative arena size");
+  if (arena < 0 || arena > kMaxDeviceBytes)
+    return invalidArgument("arena of ", arena, " bytes (0 to ", kMaxDeviceBytes, ")");
+  int64_t totalBytes = arena; // of every tensor and the arena: bounds the sums made of them
   std::set<std::pair<int, std::string>> names;
   for (size_t i = 0; i < plan_->tensors()->size(); ++i) {
     const plan::Tensor *t = plan_->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
@@ -986,14 +998,20 @@ Status LoadedPlan::verify() {
                              static_cast<int>(t->init()), ")");
     if (t->shape())
       info.shape.assign(t->shape()->begin(), t->shape()->end());
-    for (int64_t d : info.shape) {
-      if (d < 0 || d > (int64_t(1) << 40))
+    for (int64_t d : info.shape)
+      if (d < 0)
         return invalidArgument(where(), " has invalid dimension ", d);
-      if (d > 0 && info.numElements > (int64_t(1) << 40) / d)
-        return invalidArgument(where(), " is too large");
-      info.numElements *= d;
-    }
+    std::optional<int64_t> elements = checkedProduct(info.shape, kMaxTensorElements);
+    if (!elements)
+      return invalidArgument(where(), " of shape ", shapeStr(info.shape), " has more than ",
+                             kMaxTensorElements, " elements");
+    info.numElements = *elements;
     info.bytes = info.numElements * dtypeSize(info.dtype);
+    std::optional<int64_t> total = checkedAdd(totalBytes, info.bytes);
+    if (!total || *total > kMaxDeviceBytes)
+      return invalidArgument(where(), ": the plan's tensors and arena exceed ", kMaxDeviceBytes,
+                             " bytes per device");
+    totalBytes = *total;
     if (t->dim_axes()) {
       info.dimAxes.assign(t->dim_axes()->begin(), t->dim_axes()->end());
       if (info.dimAxes.size() != info.shape.size())
@@ -1017,6 +1035,8 @@ Status LoadedPlan::verify() {
     for (size_t d = 0; d < info.dimAxes.size(); ++d)
       if (info.dimAxes[d] >= 0)
         info.globalShape[d] *= meshSizes_[static_cast<size_t>(info.dimAxes[d])];
+    if (!checkedProduct(info.globalShape, kMaxGlobalElements))
+      return invalidArgument(where(), "'s global shape ", shapeStr(info.globalShape), " is too large");
     bool persistent = info.kind == TensorKind::Parameter || info.kind == TensorKind::OptimizerState ||
                       info.kind == TensorKind::Input;
     if (persistent && info.name.empty())
@@ -1034,7 +1054,8 @@ Status LoadedPlan::verify() {
                                t->arena_offset(), " (expected none)");
     } else if (info.kind == TensorKind::Temporary) {
       info.arenaOffset = t->arena_offset();
-      if (info.arenaOffset < 0 || info.arenaOffset % 4 != 0 || info.arenaOffset + info.bytes > arena)
+      if (info.arenaOffset < 0 || info.arenaOffset % 4 != 0 || info.arenaOffset > arena ||
+          info.bytes > arena - info.arenaOffset)
         return invalidArgument(where(), " at arena offset ", info.arenaOffset, " (", info.bytes,
                                " bytes) lies outside the ", arena, "-byte arena");
     }
@@ -1088,8 +1109,8 @@ Status LoadedPlan::verify() {
 Status LoadedPlan::verifyPipeline() {
   const plan::Pipeline *pl = plan_->pipeline();
   microbatches_ = plan_->microbatches();
-  if (microbatches_ < 1)
-    return invalidArgument("micro-batch count ", microbatches_, " must be >= 1");
+  if (microbatches_ < 1 || microbatches_ > kMaxMicrobatches)
+    return invalidArgument("micro-batch count ", microbatches_, " must be 1 to ", kMaxMicrobatches);
   const auto &insts = *plan_->instructions();
   if (!pl) {
     if (microbatches_ != 1)

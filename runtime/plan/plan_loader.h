@@ -15,6 +15,19 @@
 
 namespace ptc {
 
+/// What a verified plan may hold. The bounds are far above any real model (a
+/// 70B model's largest tensor has 1.1e9 elements) and keep every size the
+/// runtime derives from a plan (bytes, global shapes, sums over tensors, batch
+/// rows) inside int64.
+inline constexpr int64_t kMaxMeshAxisSize = 65536;
+inline constexpr int64_t kMaxMeshDevices = int64_t(1) << 20;
+inline constexpr int64_t kMaxTensorElements = int64_t(1) << 40;
+/// Of a tensor's global shape (the local shape times its mesh splits).
+inline constexpr int64_t kMaxGlobalElements = int64_t(1) << 52;
+/// The arena plus every tensor of one device.
+inline constexpr int64_t kMaxDeviceBytes = int64_t(1) << 50;
+inline constexpr int kMaxMicrobatches = 1 << 20;
+
 /// Element size in bytes of a plan dtype.
 int64_t dtypeSize(plan::DType dtype);
 const char *dtypeName(plan::DType dtype);

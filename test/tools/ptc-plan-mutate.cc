@@ -13,6 +13,11 @@
 //   ptc-plan-mutate IN OUT device-update   the first host instruction (offload) runs on
 //                                          the device, its tensors staying on the host
 //   ptc-plan-mutate IN OUT host-all-reduce the first AllReduce is marked to run on the host
+//   ptc-plan-mutate IN OUT mesh:dp=65536,tp=65536       the mesh becomes these axes (names and
+//                                                   sizes; the rank count is kept)
+//   ptc-plan-mutate IN OUT arena-max                the arena is INT64_MAX bytes
+//   ptc-plan-mutate IN OUT arena-offset-overflow    the first arena temporary sits at offset
+//                                                   INT64_MAX - 3 (offset + size overflows)
 //   ptc-plan-mutate IN OUT move-to-chunk-0          the first chunk-1 instruction that reads a
 //                                                   temporary moves to chunk 0
 
@@ -21,6 +26,8 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
+#include <sstream>
 #include <utility>
 
 using namespace ptc::plan;
@@ -103,6 +110,31 @@ int main(int argc, char **argv) {
       plan->tensors.front()->name = "bad\xff\xfename";
       done = true;
     }
+  } else if (what.rfind("mesh:", 0) == 0) {
+    plan->mesh.clear();
+    std::stringstream axes(what.substr(5));
+    std::string axis;
+    while (std::getline(axes, axis, ',')) {
+      size_t eq = axis.find('=');
+      if (eq == std::string::npos) {
+        std::cerr << "ptc-plan-mutate: mesh axis '" << axis << "' is not NAME=SIZE\n";
+        return 2;
+      }
+      auto a = std::make_unique<MeshAxisT>();
+      a->name = axis.substr(0, eq);
+      a->size = std::stoi(axis.substr(eq + 1));
+      plan->mesh.push_back(std::move(a));
+    }
+    done = !plan->mesh.empty();
+  } else if (what == "arena-max") {
+    plan->arena_bytes = std::numeric_limits<int64_t>::max();
+    done = true;
+  } else if (what == "arena-offset-overflow") {
+    for (auto &t : plan->tensors)
+      if (!done && t->kind == TensorKind::Temporary && t->arena_offset >= 0) {
+        t->arena_offset = std::numeric_limits<int64_t>::max() - 3;
+        done = true;
+      }
   } else if (what == "drop-send") {
     auto &list = plan->pipeline->actions.front()->actions;
     for (auto it = list.begin(); it != list.end() && !done; ++it)

@@ -2,6 +2,7 @@
 // problem: bad identifier, truncation, newer format, bad indices, shapes,
 // arena bounds, reads before writes.
 
+#include "runtime/base/checked_math.h"
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_loader.h"
 #include "test/unit/PlanBuilder.h"
@@ -115,5 +116,33 @@ TEST(PlanLoader, RejectsDuplicateParameterNames) {
   tensors.push_back({"w", plan::TensorKind::Parameter, {3, 4}});
   auto bytes = buildPlan(tensors, {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32);
   EXPECT_NE(loadError(bytes).find("two Parameter tensors are named 'w'"), std::string::npos);
+}
+TEST(PlanLoader, RejectsAShapeWhoseElementCountOverflows) {
+  // 2^32 x 2^32 x 2 wraps to 0 in int64 arithmetic; each dimension alone is fine.
+  auto tensors = matmulTensors();
+  tensors.push_back({"huge", plan::TensorKind::Parameter, {int64_t(1) << 32, int64_t(1) << 32, 2}});
+  auto bytes = buildPlan(tensors, {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 32);
+  EXPECT_NE(loadError(bytes).find("tensor #3 ('huge') of shape 4294967296x4294967296x2 has more "
+                                  "than 1099511627776 elements"),
+            std::string::npos)
+      << loadError(bytes);
+}
+
+TEST(CheckedMath, ProductsAndSumsThatOverflowAreRefused) {
+  EXPECT_EQ(checkedMul(int64_t(1) << 31, int64_t(1) << 31), int64_t(1) << 62);
+  EXPECT_EQ(checkedMul(int64_t(1) << 32, int64_t(1) << 31), std::nullopt);
+  EXPECT_EQ(checkedMul(INT64_MIN, -1), std::nullopt);
+  EXPECT_EQ(checkedAdd(INT64_MAX, 0), INT64_MAX);
+  EXPECT_EQ(checkedAdd(INT64_MAX - 3, 128), std::nullopt);
+  std::vector<int64_t> mesh = {65536, 65536, 65536, 15625, 16};
+  EXPECT_EQ(checkedProduct(mesh), std::nullopt);
+  EXPECT_EQ(checkedProduct(std::vector<int64_t>{65536, 16}, 1 << 20), 1 << 20);
+  EXPECT_EQ(checkedProduct(std::vector<int64_t>{65536, 17}, 1 << 20), std::nullopt);
+  EXPECT_EQ(checkedProduct(std::vector<int64_t>{4, -1}), std::nullopt);
+  EXPECT_EQ(checkedProduct(std::vector<int64_t>{}), 1);
+  // A zero after an overflowing prefix is still an overflow: the running
+  // product is never allowed to wrap.
+  EXPECT_EQ(checkedProduct(std::vector<int64_t>{int64_t(1) << 40, int64_t(1) << 40, 0}),
+            std::nullopt);
 }
 } // namespace
