@@ -14,6 +14,8 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace {
@@ -73,7 +75,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
   // recompute-layers without a mode reaches ptc-recompute, which refuses it.
-  if (options.recompute != "none" || options.recomputeLayers >= 0) {
+  if (options.recompute != "none" || options.recomputeLayers != -1) {
     RecomputePassOptions rc;
     rc.mode = options.recompute;
     rc.layers = options.recomputeLayers;
@@ -84,6 +86,14 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   pm.addPass(createCSEPass());
   // zero= and sequence-parallel= without a mesh reach ptc-shard too, which
   // refuses them (an option that cannot take effect is an error).
+  // An invalid bucket-mb is refused (by the bucketing pass) even where no
+  // mesh would use it.
+  if (options.mesh.empty() && options.zero == 0 && !options.sequenceParallel &&
+      !(options.bucketMb > 0 && std::isfinite(options.bucketMb))) {
+    BucketCollectivesPassOptions bucket;
+    bucket.bucketMb = options.bucketMb;
+    pm.addPass(createBucketCollectivesPass(bucket));
+  }
   if (!options.mesh.empty() || options.zero != 0 || options.sequenceParallel) {
     ShardPassOptions shard;
     shard.mesh = options.mesh;

@@ -9,6 +9,9 @@
 #include "passes/autodiff/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
 
 namespace mlir::ptc {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -87,6 +90,16 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (dynamicLossScale) {
       states.push_back({scalarType, "loss_scale.exponent"});
       states.push_back({scalarType, "loss_scale.good_steps"});
+    }
+    if (!std::isfinite(maxGradNorm) || maxGradNorm < 0) {
+      func.emitError() << "max-grad-norm=" << llvm::formatv("{0}", maxGradNorm.getValue()).str()
+                       << " must be a finite norm >= 0 (0: no clipping)";
+      return signalPassFailure();
+    }
+    if (warmupSteps < 0 || decaySteps < 0) {
+      func.emitError() << "warmup-steps (" << warmupSteps.getValue() << ") and decay-steps ("
+                       << decaySteps.getValue() << ") must be >= 0";
+      return signalPassFailure();
     }
     const bool scheduled = lrSchedule != "constant" || warmupSteps > 0;
     if (lrSchedule != "constant" && lrSchedule != "cosine" && lrSchedule != "linear") {

@@ -47,6 +47,11 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
     func::FuncOp func = getOperation();
     if (func.isExternal())
       return;
+    if (layers < -1) {
+      func.emitError() << "recompute-layers=" << layers.getValue()
+                       << " must be a layer count >= 0 (or -1: every layer)";
+      return signalPassFailure();
+    }
     if (mode == "none" && layers >= 0) {
       func.emitError() << "recompute-layers=" << layers.getValue()
                        << " needs recompute=selective or recompute=full";

@@ -6,8 +6,10 @@
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <set>
 
 namespace mlir::ptc {
@@ -267,6 +269,18 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
   using ReportMemoryPassBase::ReportMemoryPassBase;
 
   void runOnOperation() override {
+    // params=nan printed nothing, params=-1 reported on the IR, dp=0 "on 0
+    // data-parallel devices": every estimate option is checked first.
+    if (!std::isfinite(params) || params < 0) {
+      getOperation().emitError() << "params=" << llvm::formatv("{0}", params.getValue()).str()
+                                 << " must be a finite number of parameters >= 0 (0: the IR)";
+      return signalPassFailure();
+    }
+    for (auto [name, value] : {std::pair<const char *, int>{"dp", dp}, {"tp", tp}, {"pp", pp}})
+      if (value < 1) {
+        getOperation().emitError() << name << "=" << value << " must be at least 1";
+        return signalPassFailure();
+      }
     if (params > 0) {
       estimate();
       return;

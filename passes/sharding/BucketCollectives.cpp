@@ -14,7 +14,9 @@
 #include "passes/memory/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
 #include <map>
 
 namespace mlir::ptc {
@@ -193,6 +195,11 @@ struct BucketCollectivesPass
     if (gradReduceDtype != "f32" && gradReduceDtype != "bf16") {
       module.emitError() << "grad-reduce-dtype must be f32 or bf16, got '"
                          << gradReduceDtype.getValue() << "'";
+      return signalPassFailure();
+    }
+    if (!std::isfinite(bucketMb) || !(bucketMb > 0)) {
+      module.emitError() << "bucket-mb=" << llvm::formatv("{0}", bucketMb.getValue()).str()
+                         << " must be a positive number of MiB";
       return signalPassFailure();
     }
     FailureOr<MeshInfo> mesh = getEnclosingMesh(module);

@@ -5,6 +5,7 @@
 // id inputs are uniform below the bound the plan's instructions give them.
 //   ptc-gradcheck grad.plan [--seed S] [--eps E] [--rtol R] [--atol A] [--samples N]
 
+#include "runtime/base/parse_number.h"
 #include "runtime/session/training_session.h"
 
 #include <cmath>
@@ -17,6 +18,39 @@
 
 using namespace ptc;
 
+namespace {
+const char kUsage[] =
+    "usage: ptc-gradcheck PLAN [--seed S] [--eps E] [--rtol R] [--atol A] [--samples N]\n"
+    "Checks the gradients of a forward+backward plan (ptc-compile optimizer=none) against\n"
+    "central finite differences of its loss, on inputs it draws itself.\n"
+    "  --seed S     seed of the inputs and the parameter noise (integer >= 0, default 7)\n"
+    "  --eps E      finite-difference step (> 0, default 1e-2)\n"
+    "  --rtol R     relative tolerance (>= 0, default 2e-2)\n"
+    "  --atol A     absolute tolerance (>= 0, default 1e-4)\n"
+    "  --samples N  elements checked per parameter, evenly spaced (>= 1, default 24)\n"
+    "Exit status: 0 passed, 1 a mismatch or an error, 2 a usage error.\n";
+
+[[noreturn]] void usageError(const std::string &message) {
+  std::cerr << "ptc-gradcheck: error: " << message << " (see --help)\n";
+  std::exit(2);
+}
+
+double parseRealFlag(const std::string &flag, const std::string &value, bool zeroAllowed) {
+  std::optional<double> v = parseReal(value);
+  if (!v || (zeroAllowed ? *v < 0 : *v <= 0))
+    usageError(flag + " expects a finite number " + (zeroAllowed ? ">= 0" : "> 0") + ", got '" +
+               value + "'");
+  return *v;
+}
+
+int64_t parseIntegerFlag(const std::string &flag, const std::string &value, int64_t min) {
+  std::optional<int64_t> v = parseInteger(value, min);
+  if (!v)
+    usageError(flag + " expects an integer >= " + std::to_string(min) + ", got '" + value + "'");
+  return *v;
+}
+} // namespace
+
 int main(int argc, char **argv) {
   std::string planPath;
   uint64_t seed = 7;
@@ -24,30 +58,34 @@ int main(int argc, char **argv) {
   int64_t samples = 24;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> const char * {
-      if (i + 1 >= argc) {
-        std::cerr << "ptc-gradcheck: error: " << a << " needs a value\n";
-        std::exit(2);
-      }
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc)
+        usageError(a + " needs a value");
       return argv[++i];
     };
     if (a == "--seed")
-      seed = std::strtoull(next(), nullptr, 10);
+      seed = static_cast<uint64_t>(parseIntegerFlag(a, next(), 0));
     else if (a == "--eps")
-      eps = std::atof(next());
+      eps = parseRealFlag(a, next(), /*zeroAllowed=*/false);
     else if (a == "--rtol")
-      rtol = std::atof(next());
+      rtol = parseRealFlag(a, next(), /*zeroAllowed=*/true);
     else if (a == "--atol")
-      atol = std::atof(next());
+      atol = parseRealFlag(a, next(), /*zeroAllowed=*/true);
     else if (a == "--samples")
-      samples = std::atoll(next());
+      samples = parseIntegerFlag(a, next(), 1);
+    else if (a.size() > 1 && a[0] == '-')
+      usageError("unknown option '" + a + "'");
     else if (planPath.empty())
       planPath = a;
-    else {
-      std::cerr << "ptc-gradcheck: error: unexpected argument '" << a << "'\n";
-      return 2;
-    }
+    else
+      usageError("unexpected argument '" + a + "'");
   }
+  if (planPath.empty())
+    usageError("no plan given");
   SessionOptions options;
   options.planPath = planPath;
   options.device = "cpu"; // the host evaluates the loss between perturbations

@@ -18,6 +18,9 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <cmath>
+#include <cstdio>
+
 using namespace mlir;
 using namespace mlir::ptc;
 namespace cl = llvm::cl;
@@ -170,6 +173,39 @@ int main(int argc, char **argv) {
                                    "ptc-model: writes ptc training models (gpt, llama, mlp, moe)\n",
                                    &llvm::errs()))
     return 2;
+
+  // A given size or count must be one: the -1 defaults mean "not given", so a
+  // negative value would otherwise silently become the default (--layers -1
+  // built 2 layers).
+  const char *modelName = gptCmd ? "gpt: " : llamaCmd ? "llama: " : mlpCmd ? "mlp: " : moeCmd ? "moe: " : "";
+  struct IntBound {
+    const cl::opt<int64_t> *option;
+    int64_t min;
+  };
+  for (IntBound b : {IntBound{&batch, 1}, {&hidden, 1}, {&layers, 1}, {&heads, 1}, {&seq, 1},
+                     {&vocab, 1}, {&kvHeads, 1}, {&intermediate, 1}, {&input, 1}, {&classes, 1},
+                     {&experts, 1}, {&topK, 1}, {&groups, 1}, {&moeExperts, 0}, {&moeTopK, 1},
+                     {&moeEvery, 1}, {&moeFfn, 1}, {&moeSharedExperts, 0}})
+    if (b.option->getNumOccurrences() && *b.option < b.min) {
+      fail(modelName + Twine("--") + b.option->ArgStr + " must be at least " + Twine(b.min) + ", got " +
+           Twine(static_cast<int64_t>(*b.option)));
+      return 2;
+    }
+  struct RealBound {
+    const cl::opt<double> *option;
+    bool zeroAllowed;
+  };
+  for (RealBound b : {RealBound{&ropeTheta, false}, {&rmsNormEps, false}, {&capacityFactor, false},
+                      {&moeCapacityFactor, true}, {&moeAuxLoss, true}, {&moeBiasBalancing, true},
+                      {&moeZLoss, true}})
+    if (b.option->getNumOccurrences() &&
+        (!std::isfinite(*b.option) || (b.zeroAllowed ? *b.option < 0 : *b.option <= 0))) {
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", static_cast<double>(*b.option));
+      fail(modelName + Twine("--") + b.option->ArgStr + " must be a finite number " +
+           (b.zeroAllowed ? ">= 0" : "> 0") + ", got " + value);
+      return 2;
+    }
 
   MLIRContext context;
   std::vector<TensorSpec> params;

@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 using namespace llvm;
@@ -226,6 +227,20 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "ptc-plan: ranks parallel layouts (dp, tp, pp, virtual stages, micro-batches, sp, ZeRO, "
                               "recomputation, schedule) by predicted step time\n");
+  // The size options' 0 / -1 defaults mean "not given": a given value must be
+  // a size (--seq 0 was taken as "the preset's").
+  struct Bound {
+    const cl::opt<int64_t> *option;
+    int64_t min;
+  };
+  for (Bound b : {Bound{&layers, 1}, {&hidden, 1}, {&heads, 1}, {&kvHeads, 1}, {&intermediate, 1},
+                  {&seqLength, 1}, {&vocab, 1}, {&globalBatch, 1}, {&gpus, 1}, {&moeExperts, 0},
+                  {&moeTopK, 1}, {&moeEvery, 1}, {&moeFfn, 1}})
+    if (b.option->getNumOccurrences() && *b.option < b.min)
+      return fail("--" + b.option->ArgStr + " must be at least " + Twine(b.min) + ", got " +
+                  Twine(static_cast<int64_t>(*b.option)));
+  if (moeCapacity.getNumOccurrences() && !(moeCapacity >= 0 && std::isfinite(moeCapacity)))
+    return fail("--moe-capacity-factor must be a finite number >= 0");
   if (!measureLinksTo.empty())
     return measureLinks(measureLinksTo);
   if (doCalibrate) {
@@ -253,6 +268,8 @@ int main(int argc, char **argv) {
   Expected<Cluster> cluster = isFile ? loadCluster(clusterSpec) : clusterPreset(clusterSpec);
   if (!cluster)
     return fail(toString(cluster.takeError()));
+  if (gpusPerNode.getNumOccurrences() && (gpusPerNode < 1 || gpusPerNode > 1 << 20))
+    return fail("--gpus-per-node " + std::to_string(gpusPerNode) + " must be 1 to 1048576");
   if (gpusPerNode > 0)
     cluster->devicesPerNode = gpusPerNode;
   if (!deviceMemory.empty()) {

@@ -587,7 +587,7 @@ int runMain(int argc, char **argv) {
                                     "--max-shard-mb"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
           std::end(known)) {
-        std::cerr << "ptc-run: error: unknown option '" << a << "'\n" << kUsage;
+        std::cerr << "ptc-run: error: unknown option '" << a << "' (see ptc-run --help)\n";
         return 2;
       }
       if (i + 1 >= argc) {
@@ -598,12 +598,12 @@ int runMain(int argc, char **argv) {
     } else if (planPath.empty()) {
       planPath = a;
     } else {
-      std::cerr << "ptc-run: error: unexpected argument '" << a << "'\n" << kUsage;
+      std::cerr << "ptc-run: error: unexpected argument '" << a << "' (see ptc-run --help)\n";
       return 2;
     }
   }
   if (planPath.empty()) {
-    std::cerr << "ptc-run: error: no plan given\n" << kUsage;
+    std::cerr << "ptc-run: error: no plan given (usage: ptc-run PLAN [options]; see ptc-run --help)\n";
     return 2;
   }
   const std::string tracePath = opts.count("--trace") ? opts["--trace"] : "";
@@ -615,9 +615,14 @@ int runMain(int argc, char **argv) {
   }
   bool ok = true;
   if (opts.count("--np")) {
-    parseInt("--np", opts["--np"].c_str(), ok);
+    int64_t np = parseInt("--np", opts["--np"].c_str(), ok);
     if (!ok)
       return 2;
+    if (np < 1 || np > kMaxMeshDevices) {
+      std::cerr << "ptc-run: error: --np " << np << " must be 1 to " << kMaxMeshDevices
+                << " ranks\n";
+      return 2;
+    }
     int64_t restarts = opts.count("--max-restarts")
                            ? parseInt("--max-restarts", opts["--max-restarts"].c_str(), ok)
                            : 0;
@@ -721,6 +726,12 @@ int runMain(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(seed);
   options.collectiveTimeout = timeout;
   options.stepTimeout = stepTimeout;
+  // The watchdog's message is this rank's error: the status file says so, and
+  // the launcher does not report the rank as dead without a word.
+  options.onStepTimeout = [] {
+    writeStatus("error");
+    gStatusFinal = true;
+  };
   // Outputs are checked before any work: a path in a missing directory, or
   // one that is not a regular file, fails now rather than after the run.
   for (const char *flag : {"--save", "--metrics", "--trace"})

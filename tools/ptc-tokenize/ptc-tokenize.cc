@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -29,6 +30,13 @@ int main(int argc, char **argv) {
   }
   std::vector<uint16_t> tokens;
   for (const std::string &path : inputs) {
+    // A directory opens as a stream that reads nothing (it gave 0 tokens).
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      std::cerr << "ptc-tokenize: error: '" << path
+                << "' is a directory; name the text files in it\n";
+      return 1;
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
       std::cerr << "ptc-tokenize: error: cannot open '" << path << "'\n";
@@ -37,6 +45,14 @@ int main(int argc, char **argv) {
     char c;
     while (in.get(c))
       tokens.push_back(static_cast<uint8_t>(c));
+    if (in.bad()) {
+      std::cerr << "ptc-tokenize: error: cannot read '" << path << "'\n";
+      return 1;
+    }
+  }
+  if (tokens.empty()) {
+    std::cerr << "ptc-tokenize: error: the input holds no text (0 bytes): nothing to train on\n";
+    return 1;
   }
   std::string tmp = output + ".tmp";
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
