@@ -3,6 +3,8 @@
 #include "runtime/io/dist_checkpoint.h"
 
 #include "kernels/cpu/kernels.h"
+#include "runtime/base/checked_math.h"
+#include "runtime/base/text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -19,15 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 /// Whether `s` has non-negative dims and at most 2^40 elements (no overflow).
 bool sane(const std::vector<int64_t> &s) {
-  int64_t n = 1;
-  for (int64_t d : s) {
-    if (d < 0 || d > (int64_t{1} << 40))
-      return false;
-    if (d > 0 && n > (int64_t{1} << 40) / d)
-      return false;
-    n *= d;
-  }
-  return true;
+  return checkedProduct(s, int64_t{1} << 40).has_value();
 }
 
 /// The step of "step-00000200", or -1.
@@ -184,9 +178,20 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
     m.step = integerOf(j.at("step"), "step");
     if (m.step < 0)
       return bad("negative step");
+    // A step directory's name says its step: metadata that disagrees was
+    // edited or copied into the wrong place, and would resume at a step the
+    // run never reached.
+    int64_t named = stepOfName(fs::path(stepDir).lexically_normal().filename().string());
+    if (named < 0 && fs::path(stepDir).filename().empty())
+      named = stepOfName(fs::path(stepDir).parent_path().filename().string());
+    if (named >= 0 && named != m.step)
+      return bad("its step is " + std::to_string(m.step) + " but its directory is " +
+                 checkpointStepName(named));
     for (auto it = j.at("info").begin(); it != j.at("info").end(); ++it)
       m.info[it.key()] = it.value().get<std::string>();
     for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
+      if (!isPrintableUtf8(it.key()))
+        return bad("the tensor name '" + escapedForMessage(it.key()) + "' is not printable UTF-8");
       CheckpointTensor t;
       t.kind = it.value().at("kind").get<std::string>();
       t.shape = integersOf(it.value().at("shape"), "shape");
@@ -207,12 +212,14 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
           !sane(box.shape))
         return bad("a box of '" + box.tensor + "' has the wrong rank or shape");
       for (size_t d = 0; d < box.offset.size(); ++d)
-        if (box.offset[d] < 0 || box.shape[d] < 0 ||
-            box.offset[d] + box.shape[d] > t->second.shape[d])
+        if (box.offset[d] < 0 || box.shape[d] < 0 || box.offset[d] > t->second.shape[d] ||
+            box.shape[d] > t->second.shape[d] - box.offset[d])
           return bad("a box of '" + box.tensor + "' lies outside its shape " +
                      shapeString(t->second.shape));
-      if (box.file.find('/') != std::string::npos || box.file.empty())
-        return bad("a box names the file '" + box.file + "'");
+      if (box.file.find('/') != std::string::npos || box.file.empty() ||
+          !isPrintableUtf8(box.file) || !isPrintableUtf8(box.key))
+        return bad("a box names the file '" + escapedForMessage(box.file) + "' and key '" +
+                   escapedForMessage(box.key) + "'");
       m.boxes.push_back(std::move(box));
     }
     for (auto it = j.at("files").begin(); it != j.at("files").end(); ++it)
@@ -226,6 +233,19 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
     if (!m.files.count(b.file))
       return bad("a box of '" + b.tensor + "' is in '" + b.file + "', which 'files' does not list");
   return r;
+}
+
+Status CheckpointReader::verify() {
+  for (const auto &[name, digest] : meta_.files) {
+    auto f = file(name);
+    if (!f.isOk())
+      return f.status();
+  }
+  for (const auto &[name, t] : meta_.tensors) {
+    std::vector<float> whole(static_cast<size_t>(elementCount(t.shape)));
+    PTC_RETURN_IF_ERROR(readWhole(name, whole.data()));
+  }
+  return Status::ok();
 }
 
 StatusOr<SafetensorsFile *> CheckpointReader::file(const std::string &name) {

@@ -74,6 +74,11 @@ public:
   /// Assembles tensor `name` (f32, global shape) from every box of it; every
   /// element must be covered. Files are read (and their digests checked) once.
   Status readWhole(const std::string &name, float *out);
+  /// Reads every file (checking its digest and its safetensors header) and
+  /// assembles every tensor once, one at a time: the first problem is the
+  /// error (a missing, truncated or altered shard, a box the metadata lists
+  /// but no file holds, a tensor its boxes do not cover).
+  Status verify();
   /// A box of a tensor this rank holds: where it lies in the whole tensor and
   /// in the local storage of shape `localShape`.
   struct Box {

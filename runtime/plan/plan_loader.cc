@@ -4,6 +4,7 @@
 #include "runtime/plan/plan_loader.h"
 
 #include "runtime/base/checked_math.h"
+#include "runtime/base/text.h"
 
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_ops.h"
@@ -963,6 +964,9 @@ Status LoadedPlan::verify() {
   if (plan_->mesh())
     for (const plan::MeshAxis *axis : *plan_->mesh()) {
       std::string name = axis->name() ? axis->name()->str() : "";
+      if (!isPrintableUtf8(name))
+        return invalidArgument("mesh axis '", escapedForMessage(name),
+                               "' has a name that is not printable UTF-8");
       if (name.empty() || axis->size() < 1 || axis->size() > kMaxMeshAxisSize)
         return invalidArgument("mesh axis '", name, "' has size ", axis->size(), " (1 to ",
                                kMaxMeshAxisSize, ")");
@@ -992,6 +996,9 @@ Status LoadedPlan::verify() {
     info.kind = t->kind();
     info.dtype = t->dtype();
     auto where = [&] { return "tensor #" + std::to_string(i) + " ('" + info.name + "')"; };
+    if (!isPrintableUtf8(info.name))
+      return invalidArgument("tensor #", i, "'s name '", escapedForMessage(info.name),
+                             "' is not printable UTF-8 (control characters or invalid bytes)");
     if (!enumInRange(info.kind) || !enumInRange(info.dtype) || !enumInRange(t->init()))
       return invalidArgument(where(), " has an unknown kind, dtype or initializer (",
                              static_cast<int>(info.kind), ", ", static_cast<int>(info.dtype), ", ",
@@ -1097,6 +1104,11 @@ Status LoadedPlan::verify() {
       written[id] = true;
   }
   PTC_RETURN_IF_ERROR(verifyPipeline());
+  if (plan_->outputs())
+    for (const plan::Output *out : *plan_->outputs())
+      if (out->name() && !isPrintableUtf8(out->name()->string_view()))
+        return invalidArgument("output '", escapedForMessage(out->name()->string_view()),
+                               "' has a name that is not printable UTF-8");
   if (plan_->outputs())
     for (const plan::Output *out : *plan_->outputs())
       if (out->tensor() < 0 || static_cast<size_t>(out->tensor()) >= tensors_.size() ||

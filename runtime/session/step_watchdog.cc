@@ -14,7 +14,8 @@ int64_t nowUs() {
 }
 } // namespace
 
-StepWatchdog::StepWatchdog(double timeoutSeconds, int rank) : timeout_(timeoutSeconds), rank_(rank) {
+StepWatchdog::StepWatchdog(double timeoutSeconds, int rank, std::function<void()> beforeExit)
+    : timeout_(timeoutSeconds), rank_(rank), beforeExit_(std::move(beforeExit)) {
   if (timeout_ > 0)
     thread_ = std::thread([this] { watch(); });
 }
@@ -47,6 +48,8 @@ void StepWatchdog::watch() {
                             rank_, static_cast<long long>(step), timeout_);
       std::fwrite(line, 1, static_cast<size_t>(n), stderr);
       std::fflush(stderr);
+      if (beforeExit_)
+        beforeExit_();
       std::_Exit(1); // the launcher takes the other ranks down
     }
   }

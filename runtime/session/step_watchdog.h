@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -15,7 +16,9 @@ namespace ptc {
 class StepWatchdog {
 public:
   /// `timeoutSeconds` <= 0: off. `rank` names this process in the message.
-  StepWatchdog(double timeoutSeconds, int rank);
+  /// `beforeExit` runs on the watchdog's thread after the message and before
+  /// the process ends (a launcher's status file marks the rank's error there).
+  StepWatchdog(double timeoutSeconds, int rank, std::function<void()> beforeExit = {});
   ~StepWatchdog();
   StepWatchdog(const StepWatchdog &) = delete;
   StepWatchdog &operator=(const StepWatchdog &) = delete;
@@ -27,6 +30,7 @@ private:
   void watch();
   double timeout_;
   int rank_;
+  std::function<void()> beforeExit_;
   std::atomic<int64_t> step_{-1}, startedUs_{0};
   std::mutex mutex_;
   std::condition_variable wake_;

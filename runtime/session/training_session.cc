@@ -412,7 +412,7 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
 }
 
 Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks) {
-  StepWatchdog watchdog(options_.stepTimeout, comm_ ? comm_->rank() : 0);
+  StepWatchdog watchdog(options_.stepTimeout, comm_ ? comm_->rank() : 0, options_.onStepTimeout);
   // Fault injection for the tests: a step that never finishes.
   const char *hangEnv = std::getenv("PTC_FAULT_HANG_STEP");
   const int64_t hangStep = hangEnv ? std::atoll(hangEnv) : -1;

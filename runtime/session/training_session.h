@@ -12,6 +12,7 @@
 #include "runtime/plan/plan_loader.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +33,8 @@ struct SessionOptions {
   uint64_t seed = 1337;        // the plan's initializers
   double collectiveTimeout = 300.0;
   double stepTimeout = 3600.0; // 0: off
+  /// Runs when the step watchdog ends the process (before it exits).
+  std::function<void()> onStepTimeout;
   bool needsData = true;       // false: inputs are set by the caller (ptc-gradcheck)
 };
 

@@ -10,6 +10,7 @@
 //   ptc-plan-mutate IN OUT unknown-init             the first parameter's initializer is 9
 //   ptc-plan-mutate IN OUT drop-inputs              the first instruction loses its input list
 //   ptc-plan-mutate IN OUT non-utf8-name            tensor 0 is named with invalid UTF-8 bytes
+//   ptc-plan-mutate IN OUT nul-name                 tensor 0's name holds a NUL and an escape
 //   ptc-plan-mutate IN OUT device-update   the first host instruction (offload) runs on
 //                                          the device, its tensors staying on the host
 //   ptc-plan-mutate IN OUT host-all-reduce the first AllReduce is marked to run on the host
@@ -105,6 +106,11 @@ int main(int argc, char **argv) {
         inst->on_host = true;
         done = true;
       }
+  } else if (what == "nul-name") {
+    if (!plan->tensors.empty()) {
+      plan->tensors.front()->name = std::string("bad\0name\x1b[31m", 13);
+      done = true;
+    }
   } else if (what == "non-utf8-name") {
     if (!plan->tensors.empty()) {
       plan->tensors.front()->name = "bad\xff\xfename";

@@ -1,12 +1,14 @@
 // ptc-ckpt: looks into and converts ptc's distributed checkpoints.
 //
-//   ptc-ckpt info CKPT                  what is inside (step, tensors, files, sizes, layout)
+//   ptc-ckpt info CKPT [--no-verify]    what is inside (step, tensors, files, sizes, layout);
+//                                       then every shard read and its digest checked
 //   ptc-ckpt export CKPT --to hf-dir/   parameters in Hugging Face's form (index + shards)
 //   ptc-ckpt export CKPT --to w.safetensors
 //
 // CKPT is a checkpoint directory (step-NNNNNNNN) or the --checkpoint-dir that
 // holds them (its newest complete checkpoint).
 
+#include "runtime/base/parse_number.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/durable_file.h"
 #include "runtime/io/hf_checkpoint.h"
@@ -21,15 +23,18 @@
 using namespace ptc;
 
 namespace {
-const char *kUsage = R"(usage: ptc-ckpt info CKPT
+const char *kUsage = R"(usage: ptc-ckpt info CKPT [--no-verify]
        ptc-ckpt export CKPT --to OUT [--max-shard-mb N]
   CKPT  a checkpoint directory (step-NNNNNNNN) or a --checkpoint-dir (its newest complete one)
+  info  prints what is inside, then reads every shard, checks its digest and assembles every
+        tensor (exit status 1 when one is missing, truncated or altered); --no-verify: the
+        metadata only
   OUT   a directory (ending in '/' or existing): Hugging Face's sharded form; else one
         safetensors file. Only parameters are exported (optimizer state stays behind).
 )";
 
 int usage(const std::string &message) {
-  std::cerr << "ptc-ckpt: error: " << message << "\n" << kUsage;
+  std::cerr << "ptc-ckpt: error: " << message << " (see ptc-ckpt --help)\n";
   return 2;
 }
 
@@ -52,17 +57,20 @@ int main(int argc, char **argv) {
     return usage(command + " needs a checkpoint");
   std::string ckpt = argv[2], to;
   int64_t maxShardMb = 5000;
+  bool verify = true;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
-    if ((a == "--to" || a == "--max-shard-mb") && i + 1 < argc) {
+    if (a == "--no-verify" && command == "info") {
+      verify = false;
+    } else if ((a == "--to" || a == "--max-shard-mb") && i + 1 < argc) {
       std::string v = argv[++i];
       if (a == "--to") {
         to = v;
       } else {
-        char *end = nullptr;
-        maxShardMb = std::strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || maxShardMb < 1)
+        std::optional<int64_t> mb = parseInteger(v, 1, int64_t{1} << 40);
+        if (!mb)
           return usage("--max-shard-mb needs a positive integer, got '" + v + "'");
+        maxShardMb = *mb;
       }
     } else {
       return usage("unexpected argument '" + a + "'");
@@ -116,6 +124,13 @@ int main(int argc, char **argv) {
     }
     for (const std::string &p : incomplete)
       std::cout << "  (incomplete, ignored: " << p << ")\n";
+    if (!verify)
+      return 0;
+    std::cout << std::flush;
+    if (Status s = reader->verify(); !s.isOk())
+      return fail("verify: " + s.message());
+    std::cout << "  verified: " << meta.files.size() << " files read, digests match, "
+              << meta.tensors.size() << " tensors assembled whole\n";
     return 0;
   }
 
