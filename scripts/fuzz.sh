@@ -95,10 +95,14 @@ head -c 4096 $SEEDS/data.bin > $SEEDS/tokens/text.bin
 printf '{"metadata":{"total_size":24},"weight_map":{"w":"model-00001-of-00001.safetensors"}}' \
   > $SEEDS/tokens/index.json
 
+# The deterministic runs: in a fixed, minimal environment (without address
+# randomisation the stack's addresses still move with the environment's size:
+# PWD, ...), and without address randomisation where the kernel allows it.
 LAUNCH=()
 if [ "$MODE" != campaign ]; then
+  LAUNCH=(env -i PATH=/usr/bin:/bin)
   if setarch "$(uname -m)" -R true 2>/dev/null; then
-    LAUNCH=(setarch "$(uname -m)" -R)
+    LAUNCH+=(setarch "$(uname -m)" -R)
   else
     echo "ptc fuzz: warning: cannot turn off address randomisation (setarch -R); the fixed-seed" \
          "runs may explore differently from run to run"
@@ -126,8 +130,8 @@ for target in "${TARGETS[@]}"; do
     [ -d "$regressions" ] && inputs+=("$regressions")
     echo "ptc fuzz: $target, regression inputs, seeds, then seed $SEED for ${RUNS[$target]} runs"
     # -reload=0: no periodic re-read of the corpus folder (a clock-driven
-    # event); the launcher without address randomisation: the comparison
-    # operands libFuzzer learns from include pointers.
+    # event); the launcher (LAUNCH) without address randomisation: the
+    # comparison operands libFuzzer learns from include pointers.
     args=(-seed=$SEED -runs="${RUNS[$target]}" -reload=0 "${inputs[@]}")
   fi
   before=$(ls build-fuzz/crashes/$target | wc -l)
