@@ -3,6 +3,7 @@
 // deadline, so a dead or stuck peer becomes an error, never a silent hang.
 
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/watchdog.h"
 
 #include "kernels/common/types.h"
 
@@ -252,7 +253,7 @@ private:
     std::string group = axes.empty() ? "{world}" : mesh_.describeAxes(axes);
     return error(StatusCode::kInternal, kind, " of ", what, " over mesh axes ", group,
                  " did not complete within ", timeout_, " s on rank ", rank_,
-                 ": a peer rank died or stopped responding");
+                 ": a peer rank died or stopped responding", collectiveTimeoutNote());
   }
 
   struct Pending {

@@ -7,6 +7,22 @@
 
 namespace ptc {
 
+namespace {
+std::function<std::string()> &timeoutNote() {
+  static std::function<std::string()> note;
+  return note;
+}
+} // namespace
+
+void setCollectiveTimeoutNote(std::function<std::string()> note) {
+  timeoutNote() = std::move(note);
+}
+
+std::string collectiveTimeoutNote() {
+  std::string text = timeoutNote() ? timeoutNote()() : "";
+  return text.empty() ? "" : "; " + text;
+}
+
 Status waitForCollective(const std::function<CollectiveProgress()> &poll,
                          const std::function<void()> &abort, const std::string &what, int rank,
                          const WatchdogOptions &options) {
@@ -25,7 +41,8 @@ Status waitForCollective(const std::function<CollectiveProgress()> &poll,
       abort();
       return error(StatusCode::kInternal, what, " did not complete within ",
                    options.timeoutSeconds, " s on rank ", rank,
-                   ": a peer rank died or stopped responding (communicator aborted)");
+                   ": a peer rank died or stopped responding (communicator aborted)",
+                   collectiveTimeoutNote());
     }
     if (spins > 1000)
       std::this_thread::sleep_for(std::chrono::duration<double>(options.pollIntervalSeconds));

@@ -33,6 +33,13 @@ Status waitForCollective(const std::function<CollectiveProgress()> &poll,
                          const std::function<void()> &abort, const std::string &what, int rank,
                          const WatchdogOptions &options);
 
+/// A note for every collective-timeout error, made when the timeout fires
+/// (ptc-run's: which ranks are elsewhere in the step, from the launcher's
+/// status files). Process-wide; empty function or text: no note.
+void setCollectiveTimeoutNote(std::function<std::string()> note);
+/// "; " + the note, or "" when there is none.
+std::string collectiveTimeoutNote();
+
 } // namespace ptc
 
 #endif // PTC_RUNTIME_COMM_WATCHDOG_H

@@ -261,6 +261,8 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
   if (covered_[n]) // ran with the optimizer group it belongs to
     return Status::ok();
+  if (progress_)
+    progress_->store(static_cast<int32_t>(n), std::memory_order_relaxed);
   if (evaluating_ && writesState_[n])
     return Status::ok();
   auto t0 = std::chrono::steady_clock::now();

@@ -11,6 +11,7 @@
 #include "runtime/plan/pipeline_segments.h"
 #include "runtime/plan/plan_loader.h"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -103,6 +104,12 @@ public:
     return plan_->pipelined() ? simulateStashPeak(*plan_, pipeline_, ppRank_) : 0;
   }
 
+  /// Where the executor stores the index of the instruction it is running
+  /// (before it starts it): a launcher that maps this memory from a file
+  /// can say where a rank that stopped responding stopped. Not owned; null:
+  /// none.
+  void setProgress(std::atomic<int32_t> *instruction) { progress_ = instruction; }
+
   /// The communicator for the plan's collectives (none: every mesh axis has
   /// size 1, or the plan has no mesh). Not owned.
   void setCommunicator(Communicator *comm) { comm_ = comm; }
@@ -123,6 +130,7 @@ public:
 private:
   std::unordered_map<int32_t, float> hostScalars_; // host copies of host-computed scalars
   bool evaluating_ = false;
+  std::atomic<int32_t> *progress_ = nullptr;
   std::vector<bool> writesState_; // per instruction: writes a parameter or optimizer state
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}
   // First members: destroyed last, after every DeviceBuffer below.

@@ -261,6 +261,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     return created.status();
   executor_ = std::move(*created);
   executor_->setCommunicator(comm_.get());
+  executor_->setProgress(options.instructionProgress);
   if (Status s = executor_->initialize(options.seed); !s.isOk())
     return s;
   if (!options.initPath.empty())

@@ -11,6 +11,7 @@
 #include "runtime/io/token_data.h"
 #include "runtime/plan/plan_loader.h"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -35,6 +36,8 @@ struct SessionOptions {
   double stepTimeout = 3600.0; // 0: off
   /// Runs when the step watchdog ends the process (before it exits).
   std::function<void()> onStepTimeout;
+  /// Where the executor writes the instruction it is running (Executor::setProgress).
+  std::atomic<int32_t> *instructionProgress = nullptr;
   bool needsData = true;       // false: inputs are set by the caller (ptc-gradcheck)
 };
 

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """No hang, ever: while a 2-rank data-parallel run trains, one rank is killed (or,
 with --signal STOP, frozen); the job must end with a non-zero status and an error
-naming a rank within a bounded time. A killed rank is reported by ptc-run itself (the
---np launcher reads the ranks' status files: the rank that died without a word, and its
-step) as well as by OpenMPI; a frozen one by ptc-run's collective timeout on its peer,
-which names the collective, the mesh axes and itself, then aborts the job.
+naming the rank within a bounded time. A killed rank is reported by ptc-run itself (the
+--np launcher reads the ranks' status files: the rank that died without a word, its step
+and the instruction it ran); a frozen one by ptc-run's collective timeout on its peer,
+which names the collective, the mesh axes, itself and the frozen rank with its step and
+instruction (from the status files), then aborts the job. No Open MPI banner.
 
 With --pipeline, the 2 ranks are pipeline stages (4 micro-batches, 1F1B): the frozen
 stage's peer times out in a point-to-point receive instead.
@@ -69,6 +70,9 @@ def main():
         return 1
     time.sleep(2.0)  # let it train
     victim = pids[-1]
+    environ = open(f"/proc/{victim}/environ", "rb").read().split(b"\0")
+    victim_rank = next(int(v.split(b"=", 1)[1]) for v in environ
+                       if v.startswith(b"OMPI_COMM_WORLD_RANK="))
     os.kill(victim, signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP)
     killed = time.time()
     try:
@@ -84,10 +88,18 @@ def main():
     print(tail)
     named = "rank 1" in out or "rank 0" in out
     if args.signal == "STOP":
-        named = named and "did not complete within" in out
+        # The peer's timeout names the frozen rank, its step and instruction.
+        named = named and "did not complete within" in out and re.search(
+            rf"rank {victim_rank} is at step [0-9]+, instruction #[0-9]+ \(.*\(frozen: no heartbeat "
+            r"for [0-9.]+ s\)", out) is not None
+        # Within 2x the collective timeout (5 s).
+        named = named and elapsed < 10.0
     else:
-        named = named and re.search(r"ptc-run: rank [01] died without reporting an error, "
-                                    r"at step [0-9]+ \(killed", out) is not None
+        named = named and re.search(rf"ptc-run: rank {victim_rank} stopped without reporting an "
+                                    r"error, at step [0-9]+, instruction #[0-9]+ \([A-Za-z]+.*"
+                                    r"\(killed by a signal", out) is not None
+    # One copy of each error and no Open MPI banner.
+    named = named and "MPI_ABORT was invoked" not in out
     ok = job.returncode != 0 and named
     for pid in rank_pids(plan):  # a frozen rank that outlived the job
         os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,8 @@
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
+#include "runtime/base/parse_number.h"
+#include "runtime/comm/watchdog.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/durable_file.h"
 #include "runtime/session/checkpointing.h"
@@ -11,11 +13,15 @@
 
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <cerrno>
@@ -82,13 +88,29 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
 
 bool gMultiRank = false;
 
-// Rank status for the --np launcher (PTC_STATUS_DIR/rank-R): what this rank
-// is doing, rewritten in place ("step 41", then "error", "done", or, from the
-// SIGTERM handler when the launcher stops it, "stopped"). A rank that died
-// without a word (SIGKILL, the out-of-memory killer) leaves "step N" behind,
-// which is how ptc-run names it and its step.
+// Rank status for the --np launcher (PTC_STATUS_DIR/rank-R, 64 bytes): a
+// 32-byte text line of what this rank is doing, rewritten in place ("step
+// 41", then "error", "done", or, from the SIGTERM handler when the launcher
+// stops it, "stopped"), and at byte 32 the index of the instruction it runs
+// (int32, -1 before the first), which the executor stores into the mapped
+// file as it goes. A rank that died or froze without a word (SIGKILL, the
+// out-of-memory killer, SIGSTOP, a hung device) leaves "step N" and its
+// instruction behind: that is how its peers' collective timeouts and the
+// launcher name it and where it stopped. At byte 40 a heartbeat (int64,
+// CLOCK_MONOTONIC milliseconds) that a thread of the rank refreshes every
+// 100 ms: a frozen process (SIGSTOP, a stopped VM) stops refreshing it even
+// when it was stopped inside the collective its peers wait in.
+constexpr size_t kStatusBytes = 64, kStatusInstructionOffset = 32, kStatusHeartbeatOffset = 40;
 int gStatusFd = -1;
-bool gStatusFinal = false; // "error" or "done" written
+bool gStatusFinal = false;                   // "error" or "done" written
+std::atomic<int32_t> *gInstruction = nullptr; // in the mapped status file
+std::atomic<int64_t> *gHeartbeat = nullptr;   // in the mapped status file
+
+int64_t monotonicMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 void writeStatus(const char *text) {
   if (gStatusFd < 0)
@@ -109,19 +131,34 @@ extern "C" void onTerminate(int sig) {
   std::raise(sig);
 }
 
+/// The rank whose process this is, from the launcher's environment (MPI is
+/// not initialized yet).
+int launcherRank() {
+  for (const char *var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char *v = std::getenv(var))
+      return static_cast<int>(parseInteger(v, 0, INT32_MAX).value_or(0));
+  return 0;
+}
+
 void openStatus() {
   const char *dir = std::getenv("PTC_STATUS_DIR");
   if (!dir || !*dir)
     return;
-  // MPI is not initialized yet: the launcher's environment says the rank.
-  int rank = 0;
-  for (const char *var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
-    if (const char *v = std::getenv(var)) {
-      rank = std::atoi(v);
-      break;
+  std::string path = std::string(dir) + "/rank-" + std::to_string(launcherRank());
+  gStatusFd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (gStatusFd >= 0 && ::ftruncate(gStatusFd, kStatusBytes) == 0) {
+    void *map = ::mmap(nullptr, kStatusBytes, PROT_READ | PROT_WRITE, MAP_SHARED, gStatusFd, 0);
+    if (map != MAP_FAILED) {
+      gInstruction = new (static_cast<char *>(map) + kStatusInstructionOffset) std::atomic<int32_t>(-1);
+      gHeartbeat = new (static_cast<char *>(map) + kStatusHeartbeatOffset) std::atomic<int64_t>(monotonicMs());
+      std::thread([] {
+        while (true) {
+          gHeartbeat->store(monotonicMs(), std::memory_order_relaxed);
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }).detach();
     }
-  std::string path = std::string(dir) + "/rank-" + std::to_string(rank);
-  gStatusFd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
   writeStatus("starting");
   std::signal(SIGTERM, onTerminate);
   // Any exit through the C++ runtime (an error return included) is not silent.
@@ -129,6 +166,84 @@ void openStatus() {
     if (!gStatusFinal)
       writeStatus("exited");
   });
+}
+
+/// What a rank's status file says.
+struct RankStatus {
+  bool present = false;
+  std::string text;      // "step 41", "error", ...
+  int32_t instruction = -1;
+  int64_t heartbeatMs = -1; // CLOCK_MONOTONIC of its last heartbeat
+};
+
+RankStatus readRankStatus(const std::string &dir, int rank) {
+  RankStatus s;
+  std::ifstream in(dir + "/rank-" + std::to_string(rank), std::ios::binary);
+  char bytes[kStatusBytes] = {};
+  in.read(bytes, sizeof bytes);
+  size_t n = static_cast<size_t>(in.gcount());
+  if (n == 0)
+    return s;
+  s.present = true;
+  s.text.assign(bytes, std::min<size_t>(n, kStatusInstructionOffset));
+  while (!s.text.empty() && (s.text.back() == ' ' || s.text.back() == '\n' || s.text.back() == '\0'))
+    s.text.pop_back();
+  if (n >= kStatusInstructionOffset + sizeof(int32_t))
+    std::memcpy(&s.instruction, bytes + kStatusInstructionOffset, sizeof(int32_t));
+  if (n >= kStatusHeartbeatOffset + sizeof(int64_t))
+    std::memcpy(&s.heartbeatMs, bytes + kStatusHeartbeatOffset, sizeof(int64_t));
+  return s;
+}
+
+/// "instruction #87 (AllReduce at gpt.mlir:12:5)", from the plan when it has it.
+std::string describeInstruction(const LoadedPlan *plan, int32_t n) {
+  std::string out = "instruction #" + std::to_string(n);
+  if (plan && n >= 0 && static_cast<size_t>(n) < plan->plan().instructions()->size()) {
+    const plan::Instruction *inst = plan->plan().instructions()->Get(static_cast<flatbuffers::uoffset_t>(n));
+    std::string loc = inst->location() ? inst->location()->str() : "";
+    out += std::string(" (") + opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) + ")";
+  }
+  return out;
+}
+
+/// "step 41, instruction #87 (...)" or the status text.
+std::string describeProgress(const RankStatus &s, const LoadedPlan *plan) {
+  if (s.text.rfind("step ", 0) != 0)
+    return s.text;
+  return s.text + (s.instruction >= 0 ? ", " + describeInstruction(plan, s.instruction) : "");
+}
+
+/// For a collective timeout on this rank: the ranks whose heartbeat stopped
+/// (frozen) or whose status differs from its own (elsewhere in the step, or
+/// gone); the rank that stopped responding is one of them.
+std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
+                           const LoadedPlan *plan) {
+  RankStatus own = readRankStatus(dir, self);
+  std::string out;
+  int listed = 0, more = 0;
+  for (int r = 0; r < worldSize; ++r) {
+    if (r == self)
+      continue;
+    RankStatus s = readRankStatus(dir, r);
+    int64_t silentMs = s.heartbeatMs >= 0 ? monotonicMs() - s.heartbeatMs : 0;
+    bool frozen = s.text.rfind("step ", 0) == 0 && silentMs > 1000;
+    if (!s.present || (!frozen && s.text == own.text && s.instruction == own.instruction))
+      continue;
+    if (listed++ == 8) {
+      ++more;
+      continue;
+    }
+    char silent[64] = "";
+    if (frozen)
+      std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
+    out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " is at " +
+           describeProgress(s, plan) + silent;
+  }
+  if (more)
+    out += "; and " + std::to_string(more) + " more ranks";
+  if (out.empty())
+    return "every rank's status file shows " + describeProgress(own, plan);
+  return "this rank is at " + describeProgress(own, plan) + "; " + out;
 }
 
 /// Marks each step in the rank's status file.
@@ -142,20 +257,23 @@ public:
   }
 };
 
-/// After a failed job: the ranks that died without a word, from their status files.
-void reportSilentDeaths(const std::string &dir, int ranks) {
+/// After a failed job: the ranks that stopped without a word (killed or
+/// frozen), from their status files, with the step and instruction where they
+/// stopped.
+void reportSilentDeaths(const std::string &dir, int ranks, const std::string &planPath) {
+  std::shared_ptr<const LoadedPlan> plan;
   for (int r = 0; r < ranks; ++r) {
-    std::ifstream in(dir + "/rank-" + std::to_string(r));
-    std::string status;
-    std::getline(in, status);
-    while (!status.empty() && (status.back() == ' ' || status.back() == '\0'))
-      status.pop_back();
-    if (status.rfind("step ", 0) == 0 || status == "starting")
-      std::cerr << "ptc-run: rank " << r << " died without reporting an error, "
-                << (status == "starting" ? std::string("while starting")
-                                         : "at step " + status.substr(5))
-                << " (killed by a signal such as SIGKILL, or by the out-of-memory killer); "
-                   "mpirun stopped the other ranks\n";
+    RankStatus s = readRankStatus(dir, r);
+    if (s.text.rfind("step ", 0) != 0 && s.text != "starting")
+      continue;
+    if (!plan && s.instruction >= 0)
+      if (auto loaded = LoadedPlan::loadFile(planPath); loaded.isOk())
+        plan = *loaded;
+    std::cerr << "ptc-run: rank " << r << " stopped without reporting an error, "
+              << (s.text == "starting" ? std::string("while starting")
+                                       : "at " + describeProgress(s, plan.get()))
+              << " (killed by a signal such as SIGKILL or the out-of-memory killer, or frozen: "
+                 "SIGSTOP, a hung device); mpirun stopped the other ranks\n";
   }
 }
 
@@ -174,13 +292,117 @@ int fail(const std::string &message) {
   return 1;
 }
 
+/// "rank 3" -> "rank *": the ranks' copies of one error compare equal.
+std::string withoutRankNumbers(const std::string &line, std::vector<int> *ranks) {
+  std::string out;
+  for (size_t i = 0; i < line.size();) {
+    if (line.compare(i, 5, "rank ") == 0 && i + 5 < line.size() && std::isdigit(static_cast<unsigned char>(line[i + 5]))) {
+      size_t j = i + 5;
+      while (j < line.size() && std::isdigit(static_cast<unsigned char>(line[j])))
+        ++j;
+      if (ranks && ranks->empty())
+        ranks->push_back(std::atoi(line.substr(i + 5, j - i - 5).c_str()));
+      out += "rank *";
+      i = j;
+    } else {
+      out += line[i++];
+    }
+  }
+  return out;
+}
+
+/// Runs mpirun (`exec` in a child) and forwards the ranks' stderr, printing
+/// each error or warning once per job: the same line from other ranks
+/// (differing only in rank numbers) is counted, and one line at the end
+/// names those ranks. Returns the wait status, or -1 when it cannot fork.
+template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) {
+  int fds[2];
+  if (::pipe(fds) != 0)
+    return -1;
+  pid_t child = fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return -1;
+  }
+  if (child == 0) {
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    exec(full);
+    std::_Exit(127);
+  }
+  ::close(fds[1]);
+  std::map<std::string, std::vector<int>> repeats; // first line -> the other ranks' numbers
+  std::vector<std::string> order;
+  std::string pending;
+  char buf[4096];
+  auto forward = [&](const std::string &line) {
+    bool message = line.rfind("ptc-run: error:", 0) == 0 || line.rfind("ptc-run: warning:", 0) == 0;
+    if (message) {
+      std::vector<int> rank;
+      std::string key = withoutRankNumbers(line, &rank);
+      auto it = repeats.find(key);
+      if (it != repeats.end()) {
+        if (!rank.empty())
+          it->second.push_back(rank[0]);
+        else
+          it->second.push_back(-1);
+        return;
+      }
+      repeats[key];
+      order.push_back(key);
+    }
+    std::string out = line + "\n";
+    std::fwrite(out.data(), 1, out.size(), stderr);
+    std::fflush(stderr);
+  };
+  while (true) {
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    pending.append(buf, static_cast<size_t>(n));
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+      forward(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+    }
+  }
+  if (!pending.empty())
+    forward(pending);
+  ::close(fds[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  for (const std::string &key : order) {
+    std::vector<int> others = repeats[key];
+    if (others.empty())
+      continue;
+    std::sort(others.begin(), others.end());
+    std::string names;
+    int unnamed = 0;
+    for (int r : others)
+      if (r < 0)
+        ++unnamed;
+      else
+        names += (names.empty() ? "" : ", ") + std::to_string(r);
+    std::cerr << "ptc-run: (the message above was also reported by "
+              << (names.empty() ? std::to_string(unnamed) + " other rank" + (unnamed > 1 ? "s" : "")
+                                : "rank" + std::string(others.size() > 1 ? "s " : " ") + names +
+                                      (unnamed ? " and " + std::to_string(unnamed) + " more" : ""))
+              << ")\n";
+  }
+  return status;
+}
+
 /// `ptc-run --np N ARGS...` re-executes itself under mpirun with N ranks.
 /// With `--max-restarts R` it supervises the job instead (as torchrun does):
 /// when the job fails (a rank died, a peer error), every rank is gone (mpirun
 /// ends them all), the failure is logged, and the job starts again from the
 /// latest checkpoint of --checkpoint-dir, at most R times.
 int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRestarts,
-                     const std::string &checkpointDir) {
+                     const std::string &checkpointDir, const std::string &planPath) {
   std::vector<std::string> args{"mpirun", "-np", np};
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -197,6 +419,10 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  // The ranks' own errors say what failed; Open MPI's MPI_ABORT and "job
+  // aborted" banners (0.8-1.1 KB) repeat it. OMPI_MCA_orte_execute_quiet=0
+  // brings them back.
+  setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
   auto exec = [&np](std::vector<std::string> &full) {
     std::vector<char *> cargs;
     for (std::string &a : full)
@@ -219,18 +445,11 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
   };
   int ranks = std::atoi(np.c_str());
   if (maxRestarts <= 0) {
-    pid_t child = fork();
-    if (child < 0) {
+    int status = runJob(args, exec);
+    if (status < 0)
       exec(args); // cannot supervise: run mpirun in place
-    } else if (child == 0) {
-      exec(args);
-      std::_Exit(127);
-    }
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !statusDir.empty())
-      reportSilentDeaths(statusDir, ranks);
+      reportSilentDeaths(statusDir, ranks, planPath);
     cleanup();
     if (WIFEXITED(status))
       return WEXITSTATUS(status) == 127 ? 1 : WEXITSTATUS(status);
@@ -247,24 +466,17 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
         full.push_back("--resume");
         full.push_back(resumeFrom);
       }
-      pid_t child = fork();
-      if (child < 0) {
+      int status = runJob(full, exec);
+      if (status < 0) {
         std::cerr << "ptc-run: error: cannot fork mpirun: " << std::strerror(errno) << "\n";
         return 1;
-      }
-      if (child == 0) {
-        exec(full);
-        std::_Exit(127);
-      }
-      int status = 0;
-      while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
       }
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         cleanup();
         return 0;
       }
       if (!statusDir.empty())
-        reportSilentDeaths(statusDir, ranks);
+        reportSilentDeaths(statusDir, ranks, planPath);
       std::string cause = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
                                             : "signal " + std::to_string(WTERMSIG(status));
       if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
@@ -634,7 +846,8 @@ int runMain(int argc, char **argv) {
       return 2;
     }
     return launchWithMpirun(argc, argv, opts["--np"], restarts,
-                            opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "");
+                            opts.count("--checkpoint-dir") ? opts["--checkpoint-dir"] : "",
+                            planPath);
   }
   double timeout = opts.count("--collective-timeout")
                        ? parseSeconds("--collective-timeout", opts["--collective-timeout"], false, ok)
@@ -726,6 +939,7 @@ int runMain(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(seed);
   options.collectiveTimeout = timeout;
   options.stepTimeout = stepTimeout;
+  options.instructionProgress = gInstruction;
   // The watchdog's message is this rank's error: the status file says so, and
   // the launcher does not report the rank as dead without a word.
   options.onStepTimeout = [] {
@@ -760,6 +974,15 @@ int runMain(int argc, char **argv) {
   }
   TrainingSession &session = **created;
   gMultiRank = session.communicator() && session.communicator()->worldSize() > 1;
+  // A collective that times out names the ranks elsewhere in the step (the
+  // frozen or dead one among them), from the launcher's status files.
+  if (const char *dir = std::getenv("PTC_STATUS_DIR"); dir && *dir && gMultiRank) {
+    std::shared_ptr<const LoadedPlan> shared = session.sharedPlan();
+    int self = session.communicator()->rank(), world = session.communicator()->worldSize();
+    setCollectiveTimeoutNote([dirPath = std::string(dir), shared, self, world] {
+      return ranksElsewhere(dirPath, self, world, shared.get());
+    });
+  }
   const LoadedPlan &plan = session.plan();
   const bool leader = session.leader();
   if (leader)
