@@ -11,6 +11,7 @@
 #include "passes/sharding/ShardingDefaults.h"
 
 #include "llvm/ADT/MapVector.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <functional>
 
@@ -158,16 +159,26 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
   int64_t tpSize = mesh.sizes[tp];
   // A layer the rules recognize but the axis cannot split is an error naming
   // both: running it replicated would waste every tp rank but one.
-  bool indivisible = false;
   auto paramName = [&](BlockArgument w) {
     return func.getArgAttrOfType<StringAttr>(w.getArgNumber(), PtcDialect::kParamAttrName).str();
   };
+  // One error for the first layer the axis cannot split and one note naming
+  // the others (a model's layers repeat: eight errors with snippets said the
+  // same thing eight times).
+  std::optional<InFlightDiagnostic> indivisible;
+  SmallVector<std::string> alsoIndivisible;
+  auto refuse = [&](Location loc, BlockArgument w, const std::string &message) {
+    if (indivisible)
+      alsoIndivisible.push_back(paramName(w));
+    else
+      indivisible.emplace(mlir::emitError(loc) << message);
+  };
   auto cannotSplit = [&](Operation *at, BlockArgument w, StringRef how, int64_t features,
                          int64_t blocks) {
-    InFlightDiagnostic diag = mlir::emitError(at->getLoc())
-                              << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize
-                              << ") cannot split parameter '" << paramName(w) << "' " << how
-                              << ": its " << features << " features";
+    std::string message;
+    llvm::raw_string_ostream diag(message);
+    diag << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize << ") cannot split parameter '"
+         << paramName(w) << "' " << how << ": its " << features << " features";
     if (blocks > 1)
       diag << " are " << blocks << " blocks of " << features / blocks << ", which are not";
     else
@@ -175,7 +186,7 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     diag << " divisible by " << tpSize;
     if (blocks > 1)
       diag << " (a fused attention projection: the head count must be divisible by the tp size)";
-    indivisible = true;
+    refuse(at->getLoc(), w, message);
   };
   // A parameter, or its low-precision working copy (mixed precision).
   auto param = [&](Value v) -> BlockArgument {
@@ -257,12 +268,13 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     int64_t heads = projectionHeads(out);
     if (heads > 0) {
       if (heads % tpSize != 0) {
-        mlir::emitError(mm.getLoc())
-            << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize << ") cannot split the "
-            << heads << " attention heads of parameter '" << paramName(w) << "' (shape "
-            << outFeatures << "x" << inFeatures << ", " << heads << " heads of "
-            << outFeatures / heads << "): the head count must be divisible by the tp size";
-        indivisible = true;
+        refuse(mm.getLoc(), w,
+               llvm::formatv("mesh axis '{0}' (size {1}) cannot split the {2} attention heads of "
+                             "parameter '{3}' (shape {4}x{5}, {2} heads of {6}): the head count "
+                             "must be divisible by the tp size",
+                             mesh.axes[tp], tpSize, heads, paramName(w), outFeatures, inFeatures,
+                             outFeatures / heads)
+                   .str());
         return;
       }
       blocks = 1;
@@ -306,11 +318,12 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
               continue;
             int64_t heads = shape[shape.size() - 2];
             if (heads % tpSize != 0) {
-              mlir::emitError(mm.getLoc())
-                  << "mesh axis '" << mesh.axes[tp] << "' (size " << tpSize
-                  << ") cannot split the " << heads << " attention heads of parameter '"
-                  << paramName(w) << "': the head count must be divisible by the tp size";
-              indivisible = true;
+              refuse(mm.getLoc(), w,
+                     llvm::formatv("mesh axis '{0}' (size {1}) cannot split the {2} attention "
+                                   "heads of parameter '{3}': the head count must be divisible "
+                                   "by the tp size",
+                                   mesh.axes[tp], tpSize, heads, paramName(w))
+                         .str());
               return;
             }
           }
@@ -328,8 +341,21 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     if (std::optional<std::string> s = spec(it->second))
       specs.try_emplace(state, *s);
   });
-  if (indivisible)
+  if (indivisible) {
+    if (!alsoIndivisible.empty()) {
+      std::string names;
+      for (size_t i = 0; i < alsoIndivisible.size() && i < 6; ++i)
+        names += (i ? ", '" : "'") + alsoIndivisible[i] + "'";
+      if (alsoIndivisible.size() > 6)
+        names += ", and " + std::to_string(alsoIndivisible.size() - 6) + " more";
+      indivisible->attachNote()
+          << "mesh axis '" << mesh.axes[tp] << "' cannot split " << alsoIndivisible.size()
+          << " more parameter" << (alsoIndivisible.size() > 1 ? "s" : "") << " either: " << names
+          << " (choose a tp size dividing the heads and the hidden and MLP sizes)";
+    }
+    indivisible->report();
     return failure();
+  }
   return specs;
 }
 
