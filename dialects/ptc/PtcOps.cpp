@@ -8,6 +8,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 #include <cstdio>
@@ -28,9 +29,12 @@ std::optional<SegmentKind> mlir::ptc::getSegment(Operation *op) {
 }
 
 int64_t mlir::ptc::getNumElements(ShapedType type) {
+  // Saturates instead of wrapping: a type with more elements than int64
+  // holds reads as INT64_MAX, which every size check then refuses.
   int64_t n = 1;
   for (int64_t d : type.getShape())
-    n *= d;
+    if (llvm::MulOverflow(n, d, n))
+      return std::numeric_limits<int64_t>::max();
   return n;
 }
 

@@ -76,7 +76,8 @@ Type inferBroadcastTypeOrFallback(Location loc, Value lhs, Value rhs);
 void replaceReturn(func::FuncOp func, ArrayRef<Value> results,
                    ArrayRef<DictionaryAttr> resultAttrs);
 
-/// Number of elements of a statically shaped tensor type.
+/// Number of elements of a statically shaped tensor type (INT64_MAX when the
+/// product overflows).
 int64_t getNumElements(ShapedType type);
 
 /// The part of a split training step an op belongs to (its `ptc.segment`,

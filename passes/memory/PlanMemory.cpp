@@ -3,8 +3,10 @@
 #include "passes/memory/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -17,7 +19,11 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 int64_t mlir::ptc::getTensorBytes(RankedTensorType type) {
-  return getNumElements(type) * static_cast<int64_t>((type.getElementTypeBitWidth() + 7) / 8);
+  int64_t bytes;
+  if (llvm::MulOverflow(getNumElements(type),
+                        static_cast<int64_t>((type.getElementTypeBitWidth() + 7) / 8), bytes))
+    return std::numeric_limits<int64_t>::max(); // saturated, as getNumElements
+  return bytes;
 }
 
 bool mlir::ptc::isInPlaceUpdate(Value value) {
@@ -117,6 +123,14 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
         if (!type || !type.hasStaticShape()) {
           op.emitOpError() << "result of type " << r.getType()
                            << " has no static size for memory planning";
+          return signalPassFailure();
+        }
+        // The plan format's bound on one device's tensor (the runtime's
+        // loader refuses more): a product past it would also overflow the
+        // byte counts below.
+        if (getNumElements(type) > (int64_t{1} << 40)) {
+          op.emitOpError() << "result of type " << r.getType()
+                           << " has more than 2^40 elements on one device";
           return signalPassFailure();
         }
         if (isInPlaceUpdate(r) || isOnHost(r)) // host values live outside the arena

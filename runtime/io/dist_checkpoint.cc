@@ -176,8 +176,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
   m.path = stepDir;
   try {
     m.step = integerOf(j.at("step"), "step");
-    if (m.step < 0)
-      return bad("negative step");
+    if (m.step < 0 || m.step > (int64_t{1} << 40))
+      return bad("step " + std::to_string(m.step) + " is out of range (0 to 2^40)");
     // A step directory's name says its step: metadata that disagrees was
     // edited or copied into the wrong place, and would resume at a step the
     // run never reached.

@@ -2,6 +2,9 @@
 
 #include "runtime/io/safetensors.h"
 
+#include "runtime/base/checked_math.h"
+#include "runtime/base/text.h"
+
 #include "runtime/io/durable_file.h"
 
 #include "kernels/cpu/kernels.h"
@@ -24,10 +27,7 @@ std::string shapeString(const std::vector<int64_t> &s) {
 }
 
 int64_t elementCount(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
+  return checkedProduct(shape).value_or(-1);
 }
 
 bool floatDtype(const std::string &dtype, kernels::FloatType &type, int64_t &width) {
@@ -132,6 +132,11 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
         return bad("entry '", it.key(), "' has an invalid shape");
       e.shape.push_back(d.get<int64_t>());
     }
+    if (!checkedProduct(e.shape, kMaxSafetensorsElements))
+      return bad("entry '", escapedForMessage(it.key()), "' has a shape ", shapeString(e.shape),
+                 " of more than ", kMaxSafetensorsElements, " elements");
+    if (!isPrintableUtf8(it.key()))
+      return bad("a tensor name, '", escapedForMessage(it.key()), "', is not printable UTF-8");
     if (!v["data_offsets"][0].is_number_integer() || !v["data_offsets"][1].is_number_integer())
       return bad("entry '", it.key(), "' has invalid data_offsets");
     e.begin = v["data_offsets"][0].get<int64_t>();
@@ -159,9 +164,8 @@ Status SafetensorsFile::copyTo(const std::string &name, const std::vector<int64_
   if (e.shape != shape)
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' has shape ",
                            shapeString(e.shape), ", the model expects ", shapeString(shape));
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
+  // e.shape == shape, bounded by the parser: n * width does not overflow.
+  int64_t n = elementCount(shape);
   if (e.end - e.begin != width * n)
     return invalidArgument("safetensors file '", path_, "': tensor '", name, "' holds ",
                            e.end - e.begin, " bytes, ", e.dtype, " shape ", shapeString(shape),

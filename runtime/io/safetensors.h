@@ -17,7 +17,11 @@ namespace ptc {
 /// "[2, 3]": a shape in messages.
 std::string shapeString(const std::vector<int64_t> &shape);
 /// The element count of `shape`.
+/// The product of `shape`, or -1 when it overflows int64 (or a size is negative).
 int64_t elementCount(const std::vector<int64_t> &shape);
+/// Most elements a tensor of a safetensors file may have (2^48: far above any
+/// real tensor, and width x elements stays inside int64).
+inline constexpr int64_t kMaxSafetensorsElements = int64_t(1) << 48;
 
 /// A safetensors float dtype ("F32", "BF16", "F16") as a storage type and its
 /// width in bytes; false for any other dtype.

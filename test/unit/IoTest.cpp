@@ -49,6 +49,36 @@ TEST(Safetensors, RejectsTruncatedFile) {
       << file.status().message();
 }
 
+std::vector<uint8_t> safetensorsBytes(const std::string &header) {
+  std::vector<uint8_t> bytes(8);
+  for (int i = 0; i < 8; ++i)
+    bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(header.size() >> (8 * i));
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  bytes.resize(bytes.size() + 16, 0);
+  return bytes;
+}
+
+TEST(Safetensors, RejectsShapesThatOverflowAndUnprintableNames) {
+  // 2^32 x 2^32 x 2 elements wraps to 0 in int64 products.
+  auto huge = SafetensorsFile::parse(
+      safetensorsBytes(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,16]}})"),
+      "huge.safetensors");
+  ASSERT_FALSE(huge.isOk());
+  EXPECT_NE(huge.status().message().find("entry 'w' has a shape [4294967296, 4294967296, 2] of "
+                                         "more than 281474976710656 elements"),
+            std::string::npos)
+      << huge.status().message();
+  auto control = SafetensorsFile::parse(
+      safetensorsBytes("{\"w\\u0007\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}"),
+      "bell.safetensors");
+  ASSERT_FALSE(control.isOk());
+  EXPECT_NE(control.status().message().find("a tensor name, 'w\\x07', is not printable UTF-8"),
+            std::string::npos)
+      << control.status().message();
+  EXPECT_EQ(elementCount({int64_t(1) << 32, int64_t(1) << 32}), -1);
+  EXPECT_EQ(elementCount({3, 4}), 12);
+}
+
 TEST(DistributedCheckpoint, RejectsNonIntegerNumbersInMetadata) {
   // Found by ptc-fuzz-checkpoint: a float where an integer belongs (3e23 does
   // not fit an int64) must be a "corrupt" error, not undefined behaviour.

@@ -856,6 +856,12 @@ int runMain(int argc, char **argv) {
                            ? parseSeconds("--step-timeout", opts["--step-timeout"], true, ok)
                            : 3600.0;
   int64_t steps = opts.count("--steps") ? parseInt("--steps", opts["--steps"].c_str(), ok) : 100;
+  // Step indices times the batch index the data (token windows, rows): 2^40
+  // steps keep every such product inside int64.
+  if (ok && steps > (int64_t{1} << 40)) {
+    std::cerr << "ptc-run: error: --steps " << steps << " is more than 2^40 steps\n";
+    ok = false;
+  }
   int64_t shuffleSeed =
       opts.count("--shuffle") ? parseInt("--shuffle", opts["--shuffle"].c_str(), ok) : 0;
   int64_t evalEvery =
