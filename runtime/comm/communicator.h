@@ -107,10 +107,15 @@ bool launchedByMpi();
 
 /// Initializes MPI and builds a communicator for `mesh`, with collectives that
 /// fail (naming the collective, group and timeout) instead of hanging when a
-/// peer dies or stalls for `timeoutSeconds`. The world size must equal the
-/// mesh size; otherwise the error says both.
+/// peer dies or stalls for `timeoutSeconds`. `controlTimeoutSeconds` (0: the
+/// same) bounds the collectives that coordinate ranks rather than move a
+/// step's data (allGatherStrings: the plan check at start, the checkpoint
+/// agreement), where one rank may rightly work far longer than the others
+/// (writing the shards of a checkpoint). The world size must equal the mesh
+/// size; otherwise the error says both.
 StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh,
-                                                              double timeoutSeconds);
+                                                              double timeoutSeconds,
+                                                              double controlTimeoutSeconds = 0);
 /// Whether this build has the NCCL backend (CUDA builds).
 bool ncclCompiledIn();
 /// NCCL collectives on `device`'s communication stream (device memory;

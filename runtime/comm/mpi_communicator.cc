@@ -49,8 +49,8 @@ void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
 
 class MpiCommunicator : public Communicator {
 public:
-  MpiCommunicator(const Mesh &mesh, int rank, int size, double timeout)
-      : rank_(rank), size_(size), timeout_(timeout) {
+  MpiCommunicator(const Mesh &mesh, int rank, int size, double timeout, double controlTimeout)
+      : rank_(rank), size_(size), timeout_(timeout), controlTimeout_(controlTimeout) {
     mesh_ = mesh;
     coords_ = mesh.coords(rank);
   }
@@ -155,7 +155,7 @@ public:
     std::vector<int> lens(size_), displs(size_);
     MPI_Request req;
     PTC_MPI(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &req));
-    PTC_RETURN_IF_ERROR(wait(req, "all_gather", "plan signatures", {}));
+    PTC_RETURN_IF_ERROR(wait(req, "all_gather", "the ranks' strings (plan signatures, checkpoint agreement)", {}, controlTimeout_));
     int total = 0;
     for (int r = 0; r < size_; ++r) {
       displs[r] = total;
@@ -164,7 +164,7 @@ public:
     std::string all(static_cast<size_t>(total), '\0');
     PTC_MPI(MPI_Iallgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(),
                             MPI_CHAR, MPI_COMM_WORLD, &req));
-    PTC_RETURN_IF_ERROR(wait(req, "all_gather", "plan signatures", {}));
+    PTC_RETURN_IF_ERROR(wait(req, "all_gather", "the ranks' strings (plan signatures, checkpoint agreement)", {}, controlTimeout_));
     std::vector<std::string> out;
     for (int r = 0; r < size_; ++r)
       out.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r])));
@@ -237,8 +237,10 @@ private:
   }
 
   Status wait(MPI_Request &req, const char *kind, const std::string &what,
-              const std::vector<int> &axes) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+              const std::vector<int> &axes, double timeout = 0) {
+    if (timeout <= 0)
+      timeout = timeout_;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
     int done = 0;
     int spins = 0;
     while (true) {
@@ -252,7 +254,7 @@ private:
     }
     std::string group = axes.empty() ? "{world}" : mesh_.describeAxes(axes);
     return error(StatusCode::kInternal, kind, " of ", what, " over mesh axes ", group,
-                 " did not complete within ", timeout_, " s on rank ", rank_,
+                 " did not complete within ", timeout, " s on rank ", rank_,
                  ": a peer rank died or stopped responding", collectiveTimeoutNote());
   }
 
@@ -271,12 +273,14 @@ private:
   std::list<Pending> pending_;
   int rank_, size_;
   double timeout_;
+  double controlTimeout_; // allGatherStrings (coordination, not a step's data)
   std::map<unsigned, MPI_Comm> groups_;
 };
 } // namespace
 
 StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh,
-                                                              double timeoutSeconds) {
+                                                              double timeoutSeconds,
+                                                              double controlTimeoutSeconds) {
   if (!mpiInitialized()) {
     // Every collective is nonblocking (MPI_I*, waited on with a timeout). Open
     // MPI's default algorithm choice for MPI_Iallreduce (libnbc) is 2.6x slower
@@ -295,7 +299,9 @@ StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh,
   if (size != mesh.numRanks())
     return invalidArgument("rank ", rank, ": the plan needs ", mesh.numRanks(), " ranks (mesh ",
                            mesh.describe(), ") but ", size, " were launched");
-  auto comm = std::make_unique<MpiCommunicator>(mesh, rank, size, timeoutSeconds);
+  auto comm = std::make_unique<MpiCommunicator>(
+      mesh, rank, size, timeoutSeconds,
+      controlTimeoutSeconds > 0 ? controlTimeoutSeconds : timeoutSeconds);
   PTC_RETURN_IF_ERROR(comm->split());
   return std::unique_ptr<Communicator>(std::move(comm));
 }

@@ -7,7 +7,7 @@
 
 namespace ptc {
 
-StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh, double) {
+StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(const Mesh &mesh, double, double) {
   return invalidArgument("this ptc-run was built without MPI; the plan needs ", mesh.numRanks(),
                          " ranks (mesh ", mesh.describe(), ")");
 }

@@ -872,18 +872,8 @@ int64_t predictedHostBytes(const LoadedPlan &loaded, int pipelineRank) {
   return total;
 }
 
-int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
-  int64_t total = loaded.plan().arena_bytes(), comm = 0;
-  if (loaded.pipelined())
-    total = loaded.plan().pipeline()->arena_bytes()->Get(static_cast<flatbuffers::uoffset_t>(pipelineRank));
-  std::vector<bool> here = loaded.tensorsOnPipelineRank(pipelineRank);
-  for (size_t i = 0; i < loaded.tensors().size(); ++i)
-    if (loaded.tensors()[i].kind != TensorKind::Temporary && !loaded.tensors()[i].host && here[i])
-      total += loaded.tensors()[i].bytes;
-  if (loaded.plan().outputs()) // another pipeline rank's outputs, received after each step
-    for (const plan::Output *o : *loaded.plan().outputs())
-      if (!here[static_cast<size_t>(o->tensor())])
-        total += loaded.tensor(o->tensor()).bytes;
+int64_t largestCollectiveBytes(const LoadedPlan &loaded, int pipelineRank) {
+  int64_t comm = 0;
   for (const plan::Instruction *inst : *loaded.plan().instructions()) {
     if (!loaded.runsOnPipelineRank(*inst, pipelineRank))
       continue;
@@ -908,7 +898,22 @@ int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
     }
     comm = std::max(comm, c);
   }
-  return total + comm;
+  return comm;
+}
+
+int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
+  int64_t total = loaded.plan().arena_bytes();
+  if (loaded.pipelined())
+    total = loaded.plan().pipeline()->arena_bytes()->Get(static_cast<flatbuffers::uoffset_t>(pipelineRank));
+  std::vector<bool> here = loaded.tensorsOnPipelineRank(pipelineRank);
+  for (size_t i = 0; i < loaded.tensors().size(); ++i)
+    if (loaded.tensors()[i].kind != TensorKind::Temporary && !loaded.tensors()[i].host && here[i])
+      total += loaded.tensors()[i].bytes;
+  if (loaded.plan().outputs()) // another pipeline rank's outputs, received after each step
+    for (const plan::Output *o : *loaded.plan().outputs())
+      if (!here[static_cast<size_t>(o->tensor())])
+        total += loaded.tensor(o->tensor()).bytes;
+  return total + largestCollectiveBytes(loaded, pipelineRank);
 }
 
 Status LoadedPlan::verify() {

@@ -128,6 +128,10 @@ int64_t idUpperBound(const LoadedPlan &plan, int32_t tensor);
 /// collective buffer (of pipeline rank `pipelineRank` for a pipelined plan; its
 /// activation stash is dynamic and not included).
 int64_t predictedPeakBytes(const LoadedPlan &plan, int pipelineRank = 0);
+/// Bytes of the largest collective a pipeline rank's instructions run (an
+/// all-reduce's buckets, an all-gather's result, a reduce-scatter's input,
+/// both buffers of an all-to-all).
+int64_t largestCollectiveBytes(const LoadedPlan &plan, int pipelineRank = 0);
 /// Bytes of the tensors a pipeline rank keeps in host memory (offloaded).
 int64_t predictedHostBytes(const LoadedPlan &plan, int pipelineRank = 0);
 

@@ -3,6 +3,8 @@
 
 #include "runtime/session/checkpointing.h"
 
+#include "runtime/base/parse_number.h"
+
 #include "kernels/cpu/kernels.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/durable_file.h"
@@ -250,7 +252,7 @@ Status publishCheckpoint(TrainingSession &s, PendingCheckpoint &pending, int kee
     return shards.status();
   Status failed = firstError(*shards);
   if (const char *kill = std::getenv("PTC_FAULT_CHECKPOINT_KILL");
-      kill && std::atoll(kill) == pending.steps && s.leader()) {
+      kill && parseInteger(kill, 0) == pending.steps && s.leader()) {
     std::fprintf(stderr, "ptc-run: fault injection: rank 0 killed while writing checkpoint %s\n",
                  name.c_str());
     std::fflush(stderr);

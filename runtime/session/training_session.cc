@@ -1,5 +1,7 @@
 #include "runtime/session/training_session.h"
 
+#include "runtime/base/parse_number.h"
+
 #include "runtime/io/array_data.h"
 #include "runtime/io/hf_checkpoint.h"
 #include "runtime/io/safetensors.h"
@@ -66,11 +68,32 @@ void setScope(FailureScope *scope, FailureScope value) {
 
 } // namespace
 
+namespace {
+std::string secondsText(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", s);
+  return text;
+}
+} // namespace
+
 int localRank() {
   for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
     if (const char *v = std::getenv(name))
-      return std::atoi(v);
+      return static_cast<int>(parseInteger(v, 0, INT32_MAX).value_or(0));
   return 0;
+}
+
+double defaultCollectiveTimeout(const LoadedPlan &plan, int pipelineRank) {
+  return 60.0 + static_cast<double>(largestCollectiveBytes(plan, pipelineRank)) / 10e6;
+}
+
+double stepCollectiveTimeout(const LoadedPlan &plan, double requested) {
+  if (requested > 0)
+    return requested;
+  double timeout = 0; // every rank the same: the largest over the pipeline ranks
+  for (int r = 0; r < (plan.pipelined() ? plan.pipeline().ranks : 1); ++r)
+    timeout = std::max(timeout, defaultCollectiveTimeout(plan, r));
+  return timeout;
 }
 
 StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &plan,
@@ -95,7 +118,11 @@ StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &pla
     return invalidArgument("plan '", planName, "' needs ", needRanks, " ranks (mesh ", mesh.describe(),
                            "); launch it with mpirun -np ", needRanks,
                            " ptc-run ... or ptc-run --np ", needRanks, " ...");
-  auto created = createMpiCommunicator(mesh, collectiveTimeout);
+  // The timeout for the step's collectives and the one for coordination (see
+  // SessionOptions::collectiveTimeout).
+  const double controlTimeout = collectiveTimeout > 0 ? collectiveTimeout : kControlTimeout;
+  collectiveTimeout = stepCollectiveTimeout(plan, collectiveTimeout);
+  auto created = createMpiCommunicator(mesh, collectiveTimeout, controlTimeout);
   if (!created.isOk()) {
     setScope(scope, FailureScope::EachRank); // every rank sees the mismatch (its rank in it)
     return created.status();
@@ -250,6 +277,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     return comm.status();
   scope = FailureScope::ThisRank;
   comm_ = std::move(*comm);
+  collectiveTimeout_ = options.collectiveTimeout;
   deviceText_ = (*device)->describe();
   if (comm_)
     deviceText_ += comm_->deviceResident() ? ", collectives: NCCL" : ", collectives: MPI";
@@ -416,7 +444,7 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
   StepWatchdog watchdog(options_.stepTimeout, comm_ ? comm_->rank() : 0, options_.onStepTimeout);
   // Fault injection for the tests: a step that never finishes.
   const char *hangEnv = std::getenv("PTC_FAULT_HANG_STEP");
-  const int64_t hangStep = hangEnv ? std::atoll(hangEnv) : -1;
+  const int64_t hangStep = hangEnv ? parseInteger(hangEnv, 0).value_or(-1) : -1;
   // PTC_FAULT_KILL=RANK:STEP[:MARKER]: rank RANK dies (SIGKILL) when step STEP
   // starts; with MARKER, only while that file does not exist (it is created
   // first), so a restarted job passes the step.
@@ -427,8 +455,9 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
     std::string spec = kill;
     size_t a = spec.find(':'), b = a == std::string::npos ? a : spec.find(':', a + 1);
     if (a != std::string::npos) {
-      killRank = std::atoi(spec.substr(0, a).c_str());
-      killStep = std::atoll(spec.substr(a + 1, b == std::string::npos ? b : b - a - 1).c_str());
+      killRank = static_cast<int>(parseInteger(spec.substr(0, a), 0, INT32_MAX).value_or(-1));
+      killStep = parseInteger(spec.substr(a + 1, b == std::string::npos ? b : b - a - 1), 0)
+                     .value_or(-1);
       if (b != std::string::npos)
         killMarker = spec.substr(b + 1);
     }
@@ -496,7 +525,8 @@ std::string TrainingSession::describe() const {
     text += "; data " + std::to_string(arrays_->examples()) + " examples";
   text += "; device " + deviceText_;
   if (comm_)
-    text += ", " + std::to_string(comm_->worldSize()) + " ranks (mesh " + mesh.describe() + ")";
+    text += ", " + std::to_string(comm_->worldSize()) + " ranks (mesh " + mesh.describe() +
+            "), collective timeout " + secondsText(stepCollectiveTimeout(*plan_, collectiveTimeout_));
   return text;
 }
 

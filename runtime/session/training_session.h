@@ -32,7 +32,10 @@ struct SessionOptions {
   std::string device = "auto"; // cpu, cpu-discrete, cuda, auto
   std::string comm = "auto";   // mpi, nccl, auto
   uint64_t seed = 1337;        // the plan's initializers
-  double collectiveTimeout = 300.0;
+  /// Seconds a collective may take (0: defaultCollectiveTimeout of the plan
+  /// for the step's collectives and kControlTimeout for the coordinating
+  /// ones; a value: both).
+  double collectiveTimeout = 0;
   double stepTimeout = 3600.0; // 0: off
   /// Runs when the step watchdog ends the process (before it exits).
   std::function<void()> onStepTimeout;
@@ -40,6 +43,19 @@ struct SessionOptions {
   std::atomic<int32_t> *instructionProgress = nullptr;
   bool needsData = true;       // false: inputs are set by the caller (ptc-gradcheck)
 };
+
+/// The collective timeout a plan gets by default: 60 s (a rank that waits
+/// for a peer's compute, a first step's warm-up) plus its largest collective
+/// moved at 10 MB/s, a rate far below any interconnect's (a 25 MB bucket:
+/// 62.5 s; a 1 GB ZeRO-3 gather: 160 s).
+double defaultCollectiveTimeout(const LoadedPlan &plan, int pipelineRank = 0);
+/// `requested` when it is > 0, else the default of the plan (the largest over
+/// its pipeline ranks, so that every rank waits as long).
+double stepCollectiveTimeout(const LoadedPlan &plan, double requested);
+/// The default for collectives that coordinate ranks (the plan check, the
+/// checkpoint agreement), where one rank may write a checkpoint's shards
+/// while the others wait: 600 s.
+inline constexpr double kControlTimeout = 600.0;
 
 /// How a failure ends a multi-rank job: only this rank saw it (the job must be
 /// aborted, or peers would wait forever); every rank saw a problem of its own
@@ -153,6 +169,7 @@ private:
   std::vector<int32_t> arrayIds_;            // the inputs it feeds, in its order
   std::vector<std::vector<uint8_t>> arrayBatches_;
   std::string deviceText_;
+  double collectiveTimeout_ = 0; // as requested (0: the plan's default)
   int pipelineRank_ = 0;
   int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, tokensId_ = -1, targetsId_ = -1;
   std::vector<std::pair<std::string, int32_t>> metricIds_;

@@ -81,7 +81,9 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --trace FILE        write a Chrome-trace / Perfetto JSON timeline of every rank's schedule
                       actions (pipelined plans; the last step)
   --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
-  --collective-timeout S  fail a collective that does not finish within S seconds (default 300)
+  --collective-timeout S  fail a collective that does not finish within S seconds (default:
+                      60 s plus the plan's largest collective at 10 MB/s for the step's
+                      collectives, 600 s for coordination such as checkpoint agreement)
   --step-timeout S    end the run with an error when one training step takes more than S
                       seconds, whatever it waits for (a device, a peer; default 3600; 0: off)
 )";
@@ -443,7 +445,7 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
       std::filesystem::remove_all(statusDir, ec);
     }
   };
-  int ranks = std::atoi(np.c_str());
+  int ranks = static_cast<int>(parseInteger(np, 1, kMaxMeshDevices).value_or(1)); // checked by the caller
   if (maxRestarts <= 0) {
     int status = runJob(args, exec);
     if (status < 0)
@@ -851,7 +853,7 @@ int runMain(int argc, char **argv) {
   }
   double timeout = opts.count("--collective-timeout")
                        ? parseSeconds("--collective-timeout", opts["--collective-timeout"], false, ok)
-                       : 300.0;
+                       : 0.0; // the plan's default (defaultCollectiveTimeout)
   double stepTimeout = opts.count("--step-timeout")
                            ? parseSeconds("--step-timeout", opts["--step-timeout"], true, ok)
                            : 3600.0;
