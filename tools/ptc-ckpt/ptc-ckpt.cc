@@ -1,6 +1,6 @@
 // ptc-ckpt: looks into and converts ptc's distributed checkpoints.
 //
-//   ptc-ckpt info CKPT [--no-verify]    what is inside (step, tensors, files, sizes, layout);
+//   ptc-ckpt info CKPT [--verify|--no-verify]  what is inside (step, tensors, files, sizes, layout);
 //                                       then every shard read and its digest checked
 //   ptc-ckpt export CKPT --to hf-dir/   parameters in Hugging Face's form (index + shards)
 //   ptc-ckpt export CKPT --to w.safetensors
@@ -23,7 +23,7 @@
 using namespace ptc;
 
 namespace {
-const char *kUsage = R"(usage: ptc-ckpt info CKPT [--no-verify]
+const char *kUsage = R"(usage: ptc-ckpt info CKPT [--verify | --no-verify]
        ptc-ckpt export CKPT --to OUT [--max-shard-mb N]
   CKPT  a checkpoint directory (step-NNNNNNNN) or a --checkpoint-dir (its newest complete one)
   info  prints what is inside, then reads every shard, checks its digest and assembles every
@@ -60,8 +60,8 @@ int main(int argc, char **argv) {
   bool verify = true;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--no-verify" && command == "info") {
-      verify = false;
+    if ((a == "--no-verify" || a == "--verify") && command == "info") {
+      verify = a == "--verify"; // verifying is the default; --verify says so
     } else if ((a == "--to" || a == "--max-shard-mb") && i + 1 < argc) {
       std::string v = argv[++i];
       if (a == "--to") {
