@@ -55,7 +55,7 @@ fi
 cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
   -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -ffile-prefix-map=$PWD=." \
   -DPTC_BUILD_COMPILER=OFF -DPTC_BUILD_TESTS=ON -DPTC_ENABLE_CUDA=OFF -DPTC_WITH_MPI=OFF \
   -DPTC_FUZZERS=ON >/dev/null
 cmake --build build-fuzz --target ptc-fuzz-plan ptc-fuzz-safetensors ptc-fuzz-checkpoint \
@@ -95,7 +95,8 @@ head -c 4096 $SEEDS/data.bin > $SEEDS/tokens/text.bin
 printf '{"metadata":{"total_size":24},"weight_map":{"w":"model-00001-of-00001.safetensors"}}' \
   > $SEEDS/tokens/index.json
 
-# The deterministic runs: in a fixed, minimal environment (without address
+# The deterministic runs (the binaries themselves do not depend on where the
+# clone is: -ffile-prefix-map above keeps its path out of them): in a fixed, minimal environment (without address
 # randomisation the stack's addresses still move with the environment's size:
 # PWD, ...), and without address randomisation where the kernel allows it.
 LAUNCH=()
