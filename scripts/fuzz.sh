@@ -95,8 +95,9 @@ head -c 4096 $SEEDS/data.bin > $SEEDS/tokens/text.bin
 printf '{"metadata":{"total_size":24},"weight_map":{"w":"model-00001-of-00001.safetensors"}}' \
   > $SEEDS/tokens/index.json
 
-# The deterministic runs (the binaries themselves do not depend on where the
-# clone is: -ffile-prefix-map above keeps its path out of them): in a fixed, minimal environment (without address
+# The deterministic runs (-ffile-prefix-map above keeps most of the clone's
+# path out of the binaries; the sanitizers' source locations still hold it):
+# in a fixed, minimal environment (without address
 # randomisation the stack's addresses still move with the environment's size:
 # PWD, ...), and without address randomisation where the kernel allows it.
 LAUNCH=()
