@@ -289,12 +289,8 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
       profile->resize(op + 1, 0.0);
     (*profile)[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  if (!status.isOk()) {
-    std::string loc = inst->location() ? inst->location()->str() : "";
-    return Status(status.code(), "instruction #" + std::to_string(n) + " (" +
-                                     opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) +
-                                     "): " + status.message());
-  }
+  if (!status.isOk())
+    return Status(status.code(), describeInstruction(*inst, n) + ": " + status.message());
   return Status::ok();
 }
 

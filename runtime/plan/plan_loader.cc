@@ -109,6 +109,15 @@ std::string shapeStr(const Shape &s) {
   return out;
 }
 
+} // namespace
+
+std::string describeInstruction(const plan::Instruction &inst, size_t n) {
+  std::string loc = inst.location() ? inst.location()->str() : "";
+  return "instruction #" + std::to_string(n) + " (" + opcodeName(inst.op()) +
+         (loc.empty() ? "" : " at " + loc) + ")";
+}
+
+namespace {
 /// Of verified shapes only: the loader has bounded their element counts
 /// (checkedProduct), so no sub-product here overflows.
 int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
@@ -1091,11 +1100,7 @@ Status LoadedPlan::verify() {
     const plan::Instruction *inst = plan_->instructions()->Get(static_cast<flatbuffers::uoffset_t>(n));
     InstructionChecker checker(*inst, tensors_, meshSizes_);
     Status status = checker.check();
-    auto where = [&] {
-      std::string loc = inst->location() ? inst->location()->str() : "";
-      return "instruction #" + std::to_string(n) + " (" + opcodeName(inst->op()) +
-             (loc.empty() ? "" : " at " + loc) + ")";
-    };
+    auto where = [&] { return describeInstruction(*inst, n); };
     if (!status.isOk())
       return Status(status.code(), where() + ": " + status.message());
     status = checkPlacement(*inst, tensors_);

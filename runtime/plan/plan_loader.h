@@ -47,6 +47,9 @@ inline const flatbuffers::Vector<int32_t> &outputsOf(const plan::Instruction &in
   return inst.outputs() ? *inst.outputs() : emptyIds();
 }
 const char *tensorKindName(plan::TensorKind kind);
+/// "instruction #12 (Matmul at gpt.mlir:6:10)": how messages name instruction
+/// `n` of a plan.
+std::string describeInstruction(const plan::Instruction &inst, size_t n);
 
 struct TensorInfo {
   std::string name;

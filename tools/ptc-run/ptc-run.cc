@@ -198,21 +198,18 @@ RankStatus readRankStatus(const std::string &dir, int rank) {
 }
 
 /// "instruction #87 (AllReduce at gpt.mlir:12:5)", from the plan when it has it.
-std::string describeInstruction(const LoadedPlan *plan, int32_t n) {
-  std::string out = "instruction #" + std::to_string(n);
-  if (plan && n >= 0 && static_cast<size_t>(n) < plan->plan().instructions()->size()) {
-    const plan::Instruction *inst = plan->plan().instructions()->Get(static_cast<flatbuffers::uoffset_t>(n));
-    std::string loc = inst->location() ? inst->location()->str() : "";
-    out += std::string(" (") + opcodeName(inst->op()) + (loc.empty() ? "" : " at " + loc) + ")";
-  }
-  return out;
+std::string describeInstructionOf(const LoadedPlan *plan, int32_t n) {
+  if (plan && n >= 0 && static_cast<size_t>(n) < plan->plan().instructions()->size())
+    return describeInstruction(*plan->plan().instructions()->Get(static_cast<flatbuffers::uoffset_t>(n)),
+                               static_cast<size_t>(n));
+  return "instruction #" + std::to_string(n);
 }
 
 /// "step 41, instruction #87 (...)" or the status text.
 std::string describeProgress(const RankStatus &s, const LoadedPlan *plan) {
   if (s.text.rfind("step ", 0) != 0)
     return s.text;
-  return s.text + (s.instruction >= 0 ? ", " + describeInstruction(plan, s.instruction) : "");
+  return s.text + (s.instruction >= 0 ? ", " + describeInstructionOf(plan, s.instruction) : "");
 }
 
 /// For a collective timeout on this rank: the ranks whose heartbeat stopped
@@ -238,8 +235,10 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
     char silent[64] = "";
     if (frozen)
       std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
-    out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " is at " +
-           describeProgress(s, plan) + silent;
+    out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+           (s.text.rfind("step ", 0) == 0 ? " is at " + describeProgress(s, plan)
+                                          : " has status '" + s.text + "'") +
+           silent;
   }
   if (more)
     out += "; and " + std::to_string(more) + " more ranks";
@@ -303,7 +302,8 @@ std::string withoutRankNumbers(const std::string &line, std::vector<int> *ranks)
       while (j < line.size() && std::isdigit(static_cast<unsigned char>(line[j])))
         ++j;
       if (ranks && ranks->empty())
-        ranks->push_back(std::atoi(line.substr(i + 5, j - i - 5).c_str()));
+        ranks->push_back(
+            static_cast<int>(parseInteger(line.substr(i + 5, j - i - 5), 0, INT32_MAX).value_or(-1)));
       out += "rank *";
       i = j;
     } else {
