@@ -116,29 +116,41 @@ def model_args(a):
 
 def torch_thread_sweep(a, cores):
     """PyTorch eager's step at every (intra-op threads, BLAS threads) pair from 1 to
-    `cores`, each in its own process with the thread counts in the environment before
-    PyTorch and its BLAS start: {(intra, blas): seconds}."""
+    `cores`, with OpenBLAS as this machine's environment configures it ("pinned": it
+    sets OPENBLAS_CORETYPE=Haswell) and with those settings unset for that one command
+    ("unpinned": OpenBLAS picks its kernels for this CPU, as a user benchmarking here
+    would), each in its own process with the thread counts in the environment before
+    PyTorch and its BLAS start: {(intra, blas, "pinned"|"unpinned"): seconds}."""
     import sys
     runs = {}
-    for intra in range(1, cores + 1):
-        for blas in range(1, cores + 1):
-            env = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
-                       MKL_NUM_THREADS=str(blas))
-            out = subprocess.run([sys.executable, os.path.join(HERE, "torch_step.py"),
-                                  "--intra", str(intra), *model_args(a)], env=env, check=True,
-                                 capture_output=True, text=True).stdout
-            runs[(intra, blas)] = float(out.strip().splitlines()[-1])
+    for openblas in ("pinned", "unpinned"):
+        for intra in range(1, cores + 1):
+            for blas in range(1, cores + 1):
+                env = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
+                           MKL_NUM_THREADS=str(blas))
+                if openblas == "unpinned":
+                    env.pop("OPENBLAS_CORETYPE", None)
+                    env.pop("OPENBLAS_L2_SIZE", None)
+                out = subprocess.run([sys.executable, os.path.join(HERE, "torch_step.py"),
+                                      "--intra", str(intra), *model_args(a)], env=env, check=True,
+                                     capture_output=True, text=True).stdout
+                runs[(intra, blas, openblas)] = float(out.strip().splitlines()[-1])
     return runs
+
+
+def sweep_name(key):
+    intra, blas, openblas = key
+    return f"pytorch  {intra} intra-op x {blas} BLAS threads, OpenBLAS {openblas}"
 
 
 def print_torch_sweep(runs, extra=()):
     """Prints every PyTorch figure (the sweep, then `extra` (name, seconds) pairs) and
     returns (name, seconds) of the best."""
-    named = [(f"pytorch  {i} intra-op x {b} BLAS threads", t) for (i, b), t in sorted(runs.items())]
+    named = [(sweep_name(k), t) for k, t in sorted(runs.items())]
     named += list(extra)
     best = min(named, key=lambda nt: nt[1])
     for name, t in named:
-        print(f"{name:40s}: {t * 1e3:8.1f} ms{'  <- best' if (name, t) == best else ''}")
+        print(f"{name:55s}: {t * 1e3:8.1f} ms{'  <- best' if (name, t) == best else ''}")
     return best
 
 

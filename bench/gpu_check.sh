@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the CUDA backend, on a machine with an NVIDIA GPU, CUDA 13,
-# cmake, ninja and PyTorch but no MLIR, MPI, OpenBLAS, FlatBuffers headers or
+# cmake, ninja and PyTorch but no MLIR, MPI, oneDNN, FlatBuffers headers or
 # network. Prepare the carried folder here first:
-#   bash bench/gpu_prepare.sh            # writes .gpu-carry/ (git-ignored, ~45 MB)
+#   bash bench/gpu_prepare.sh            # writes .gpu-carry/ (git-ignored, ~60 MB)
 # then, on the GPU machine, from the repository root with .gpu-carry/ beside it:
 #   OUT=/some/dir bash bench/gpu_check.sh
 # It

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Prepares .gpu-carry/ (git-ignored) for bench/gpu_check.sh on a GPU machine
-# that has CUDA, cmake, ninja and PyTorch but no MLIR, MPI, OpenBLAS,
+# that has CUDA, cmake, ninja and PyTorch but no MLIR, MPI, oneDNN,
 # FlatBuffers headers or GoogleTest, and no network:
-#   deps/include  FlatBuffers, nlohmann/json, OpenBLAS cblas.h headers and the
+#   deps/include  FlatBuffers, nlohmann/json, oneDNN headers and the
 #                 generated plan header (runtime/plan/plan_generated.h)
-#   deps/lib      libopenblas (+ libgfortran, libquadmath) for the CPU kernels
+#   deps/lib      libdnnl (+ libgomp, libOpenCL it links) for the CPU kernels' GEMMs
 #   deps/googletest  GoogleTest sources (built there)
 #   bin/          the same runtime built here (no MPI, sm_80 + sm_90), in case the build
 #                 there fails: ptc-run, ptc-device-tests, ptc-runtime-tests (+ libomp in deps/lib)
@@ -21,12 +21,12 @@ rm -rf "$C" && mkdir -p "$C/deps/include/runtime/plan" "$C/deps/lib" "$C/plans"
 ninja -C "${PTC_BUILD_DIR:-build}" ptc-opt ptc-model ptc-run ptc-tokenize >/dev/null
 
 cp -r /usr/include/flatbuffers /usr/include/nlohmann "$C/deps/include/"
-cp /usr/include/x86_64-linux-gnu/openblas-pthread/{cblas.h,openblas_config.h} "$C/deps/include/"
+cp -r /usr/include/oneapi "$C/deps/include/"
 cp "${PTC_BUILD_DIR:-build}/runtime/plan/plan_generated.h" "$C/deps/include/runtime/plan/"
-for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+for lib in libdnnl.so.2 libgomp.so.1 libOpenCL.so.1; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" "$C/deps/lib/"
 done
-ln -s libopenblas.so.0 "$C/deps/lib/libopenblas.so"
+ln -s libdnnl.so.2 "$C/deps/lib/libdnnl.so"
 cp -r /usr/src/googletest "$C/deps/googletest"
 
 # Fallback binaries: a runtime-only build without MPI (CUDA, cuBLAS and NCCL come

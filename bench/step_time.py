@@ -4,8 +4,9 @@
 machine and cores, in one invocation. PyTorch runs at every combination of intra-op
 threads and OpenBLAS threads from 1 to --threads, each in its own process with the
 environment set before PyTorch and OpenBLAS start; ptc-run is compared with the best.
-Prints per-step times, the ratio, and model FLOP/s as a fraction of OpenBLAS sgemm
-throughput.
+PyTorch also runs with OpenBLAS unpinned (this machine's OPENBLAS_CORETYPE/L2 settings
+unset for that command). Prints per-step times, the ratio, and model FLOP/s as a
+fraction of oneDNN's sgemm throughput on the same threads (the GEMM bound).
 
 usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30] [--model gpt|llama]
        [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8 --vocab 256]
@@ -36,7 +37,7 @@ def main():
 
     sgemm_out = subprocess.run([binp("ptc-bench-sgemm"), "1024", str(a.threads)], env=env,
                                check=True, capture_output=True, text=True).stdout
-    sgemm = float(re.search(r"([0-9.]+) GFLOP/s", sgemm_out).group(1)) * 1e9
+    sgemm = float(re.search(r"oneDNN +sgemm .*?([0-9.]+) GFLOP/s", sgemm_out).group(1)) * 1e9
 
     with tempfile.TemporaryDirectory() as d:
         w = lambda n: os.path.join(d, n)
@@ -50,23 +51,22 @@ def main():
 
     # PyTorch at every (intra-op, BLAS) thread combination; its best is the reference.
     torch_runs = common.torch_thread_sweep(a, a.threads)
-    (best_intra, best_blas), torch_step = min(torch_runs.items(), key=lambda kv: kv[1])
+    best_key, torch_step = min(torch_runs.items(), key=lambda kv: kv[1])
 
     flops = common.flops_of(a)
     llama = f" ({a.kv_heads} kv heads, intermediate {a.intermediate})" if a.model == "llama" else ""
     print(f"config: {a.model}, layers {L}, hidden {H}, heads {A}{llama}, seq {S}, batch {B}, "
           f"vocab {V}, AdamW, {a.threads} threads, median of {a.steps} steps")
-    print(f"OpenBLAS sgemm 1024^3: {sgemm / 1e9:.1f} GFLOP/s")
+    print(sgemm_out.rstrip())
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
-    for (intra, blas), t in sorted(torch_runs.items()):
-        print(f"pytorch  {intra} intra-op x {blas} BLAS threads: {t * 1e3:8.1f} ms"
-              f"{'  <- best' if (intra, blas) == (best_intra, best_blas) else ''}")
+    for key, t in sorted(torch_runs.items()):
+        print(f"{common.sweep_name(key)}: {t * 1e3:8.1f} ms{'  <- best' if key == best_key else ''}")
     for name, t in (("ptc-run", ptc_step), ("pytorch", torch_step)):
         rate = flops / t
         print(f"{name:8s} step {t * 1e3:8.1f} ms  {B * S / t:9.0f} tok/s  "
-              f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of sgemm")
-    print(f"ptc-run ({a.threads} threads) / pytorch at its best ({best_intra} intra-op x "
-          f"{best_blas} BLAS threads): {ptc_step / torch_step:.2f}x")
+              f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of oneDNN sgemm")
+    print(f"ptc-run ({a.threads} threads) / pytorch at its best ({common.sweep_name(best_key)[9:]}): "
+          f"{ptc_step / torch_step:.2f}x")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ PACKAGES=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools          # compiler (MLIR 22, lit, FileCheck)
   flatbuffers-compiler libflatbuffers-dev flatbuffers-compiler-dev # plan format
   openmpi-bin libopenmpi-dev                                      # launcher, CPU collectives
-  libopenblas-dev libomp-22-dev                                   # CPU matmul, kernel threads
+  libdnnl-dev libomp-22-dev                                       # CPU GEMMs (oneDNN), kernel threads
+  libopenblas-dev                                                 # sgemm benchmark reference
   nlohmann-json3-dev                                              # safetensors headers, metrics
   libgtest-dev cmake ninja-build ccache clang-22 lld-22 g++        # build and unit tests
   libclang-rt-22-dev                                              # sanitizers and libFuzzer (CI)
