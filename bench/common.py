@@ -27,6 +27,9 @@ def add_model_options(ap, steps):
                     help="llama: the Llama bench config (4 kv heads, intermediate 688)")
     ap.add_argument("--kv-heads", type=int, default=4, help="llama only")
     ap.add_argument("--intermediate", type=int, default=688, help="llama only")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: ptc compiles precision=bf16, PyTorch runs under "
+                         "torch.autocast('cpu', dtype=torch.bfloat16)")
 
 
 def model_flops(L, H, A, S, B, V, kv_heads=None, intermediate=None):
@@ -92,7 +95,8 @@ def ptc_step_seconds(a, workdir, tag, options, ranks, threads):
     b = lambda t: os.path.join(a.bin, t)
     w = lambda n: os.path.join(workdir, n)
     plan = w(f"{tag}.plan")
-    compile_gpt(a, workdir, plan, "optimizer=adamw lr=1e-3 " + options)
+    compile_gpt(a, workdir, plan, "optimizer=adamw lr=1e-3 " + options +
+                (" precision=bf16" if getattr(a, "precision", "fp32") == "bf16" else ""))
     cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(a.steps + a.warmup),
            "--log-every", "0", "--threads", str(threads), "--metrics", w(f"{tag}.jsonl")]
     if ranks > 1:
@@ -108,7 +112,8 @@ def model_args(a):
     """The command-line options that rebuild the configuration in `a`."""
     out = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--layers", str(a.layers),
            "--hidden", str(a.hidden), "--heads", str(a.heads), "--seq", str(a.seq),
-           "--batch", str(a.batch), "--vocab", str(a.vocab), "--model", getattr(a, "model", "gpt")]
+           "--batch", str(a.batch), "--vocab", str(a.vocab), "--model", getattr(a, "model", "gpt"),
+           "--precision", getattr(a, "precision", "fp32")]
     if getattr(a, "model", "gpt") == "llama":
         out += ["--kv-heads", str(a.kv_heads), "--intermediate", str(a.intermediate)]
     return out
@@ -154,9 +159,12 @@ def print_torch_sweep(runs, extra=()):
     return best
 
 
-def time_torch_steps(model, opt, data, steps, warmup, batch, seq, rows=None):
+def time_torch_steps(model, opt, data, steps, warmup, batch, seq, rows=None, autocast=False):
     """Median seconds of a PyTorch training step on the standard batches; `rows`
-    (begin, end) keeps only those rows of each global batch (a DDP rank's part)."""
+    (begin, end) keeps only those rows of each global batch (a DDP rank's part);
+    `autocast`: the forward pass under torch.autocast("cpu", dtype=torch.bfloat16)."""
+    import contextlib
+    import torch
     import reference_gpt as ref
     times = []
     for step in range(steps + warmup):
@@ -164,7 +172,8 @@ def time_torch_steps(model, opt, data, steps, warmup, batch, seq, rows=None):
         if rows:
             x, y = x[rows[0]:rows[1]], y[rows[0]:rows[1]]
         t0 = time.perf_counter()
-        loss = model(x, y)
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()):
+            loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

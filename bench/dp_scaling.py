@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
 import common  # noqa: E402
 
 
-def ddp_worker(rank, world, cfg, port, steps, warmup, out):
+def ddp_worker(rank, world, cfg, port, steps, warmup, out, autocast=False):
     import torch
     import torch.distributed as dist
     import reference_gpt as ref
@@ -31,7 +31,7 @@ def ddp_worker(rank, world, cfg, port, steps, warmup, out):
     opt = ref.make_optimizer(model.module, "adamw", lr=1e-3)
     local = B // world
     step = common.time_torch_steps(model, opt, common.corpus_tokens(), steps, warmup, B, S,
-                                   rows=(rank * local, (rank + 1) * local))
+                                   rows=(rank * local, (rank + 1) * local), autocast=autocast)
     if rank == 0:
         out.put(step)
     dist.destroy_process_group()
@@ -65,7 +65,8 @@ def main():
                 os.environ.pop(v, None)
         q = ctx.SimpleQueue()
         port = 29500 + os.getpid() % 1000 + (7 if openblas == "unpinned" else 0)
-        procs = [ctx.Process(target=ddp_worker, args=(r, 2, cfg, port, a.steps, a.warmup, q))
+        procs = [ctx.Process(target=ddp_worker, args=(r, 2, cfg, port, a.steps, a.warmup, q,
+                                                      a.precision == "bf16"))
                  for r in range(2)]
         for p in procs:
             p.start()

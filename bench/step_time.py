@@ -9,6 +9,7 @@ unset for that command). Prints per-step times, the ratio, and model FLOP/s as a
 fraction of oneDNN's sgemm throughput on the same threads (the GEMM bound).
 
 usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30] [--model gpt|llama]
+       [--precision fp32|bf16]
        [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8 --vocab 256]
        [--kv-heads 4 --intermediate 688]
 """
@@ -42,7 +43,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         w = lambda n: os.path.join(d, n)
         common.write_data(w("data.bin"))
-        common.compile_gpt(a, d, w("gpt.plan"), "optimizer=adamw lr=1e-3")
+        common.compile_gpt(a, d, w("gpt.plan"), "optimizer=adamw lr=1e-3" +
+                           (" precision=bf16" if a.precision == "bf16" else ""))
         subprocess.run([binp("ptc-run"), w("gpt.plan"), "--data", w("data.bin"), "--steps",
                         str(a.steps + a.warmup), "--threads", str(a.threads), "--log-every", "0",
                         "--metrics", w("run.jsonl")], env=env, check=True, stdout=subprocess.DEVNULL)
@@ -56,7 +58,8 @@ def main():
     flops = common.flops_of(a)
     llama = f" ({a.kv_heads} kv heads, intermediate {a.intermediate})" if a.model == "llama" else ""
     print(f"config: {a.model}, layers {L}, hidden {H}, heads {A}{llama}, seq {S}, batch {B}, "
-          f"vocab {V}, AdamW, {a.threads} threads, median of {a.steps} steps")
+          f"vocab {V}, AdamW, {a.precision}{' (PyTorch: CPU autocast)' if a.precision == 'bf16' else ''}, "
+          f"{a.threads} threads, median of {a.steps} steps")
     print(sgemm_out.rstrip())
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
     for key, t in sorted(torch_runs.items()):

@@ -29,7 +29,7 @@ def main():
     model = common.torch_model(a)
     opt = ref.make_optimizer(model, "adamw", lr=1e-3)
     print(common.time_torch_steps(model, opt, common.corpus_tokens(), a.steps, a.warmup,
-                                  a.batch, a.seq))
+                                  a.batch, a.seq, autocast=a.precision == "bf16"))
 
 
 if __name__ == "__main__":

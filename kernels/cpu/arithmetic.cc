@@ -88,6 +88,31 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
     std::memcpy(out, in, static_cast<size_t>(n) * (from == FloatType::F32 ? 4 : 2));
     return;
   }
+  // One loop per pair, without branches inside, so that each vectorizes (the
+  // mixed-precision executor converts every low-precision operand and result
+  // of the ops without a native low-precision kernel).
+  const bool parallel = n > 65536;
+  if (from == FloatType::BF16 && to == FloatType::F32) {
+    const uint16_t *src = static_cast<const uint16_t *>(in);
+    uint32_t *dst = static_cast<uint32_t *>(out); // the bits of bf16ToF32
+#pragma omp parallel for simd if (parallel)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = static_cast<uint32_t>(src[i]) << 16;
+    return;
+  }
+  if (from == FloatType::F32 && to == FloatType::BF16) {
+    const uint32_t *src = static_cast<const uint32_t *>(in);
+    uint16_t *dst = static_cast<uint16_t *>(out);
+#pragma omp parallel for simd if (parallel)
+    for (int64_t i = 0; i < n; ++i) {
+      // f32ToBf16 without a branch: round to nearest even; NaN stays NaN.
+      uint32_t u = src[i];
+      uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      uint32_t quiet = (u >> 16) | 0x40u;
+      dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    }
+    return;
+  }
   auto load = [&](int64_t i) -> float {
     switch (from) {
     case FloatType::F32:
@@ -99,20 +124,21 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
     }
     return 0.0f;
   };
-#pragma omp parallel for if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = load(i);
-    switch (to) {
-    case FloatType::F32:
-      static_cast<float *>(out)[i] = v;
-      break;
-    case FloatType::BF16:
-      static_cast<uint16_t *>(out)[i] = f32ToBf16(v);
-      break;
-    case FloatType::F16:
-      static_cast<_Float16 *>(out)[i] = static_cast<_Float16>(v);
-      break;
-    }
+  if (to == FloatType::F32) {
+    float *dst = static_cast<float *>(out);
+#pragma omp parallel for if (parallel)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = load(i);
+  } else if (to == FloatType::F16) {
+    _Float16 *dst = static_cast<_Float16 *>(out);
+#pragma omp parallel for if (parallel)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = static_cast<_Float16>(load(i));
+  } else {
+    uint16_t *dst = static_cast<uint16_t *>(out);
+#pragma omp parallel for if (parallel)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = f32ToBf16(load(i));
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace ptc::kernels::cpu {
@@ -38,6 +39,17 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
 /// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b is rank 2 (shared) or batched like a.
 void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
             bool transA, bool transB);
+
+/// The same on bf16 / f16 operands and result, f32 accumulation (oneDNN's
+/// matmul primitive, one per shape, created at its first use and kept).
+/// Returns false, computing nothing, where oneDNN has no JIT implementation
+/// of it for this CPU (the caller then widens the operands to f32).
+bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
+                        const Shape &bs, void *out, bool transA, bool transB);
+
+/// The oneDNN implementation matmulLowPrecision uses for this type on this
+/// CPU (e.g. "brg:avx512_core_bf16"), or "" where it has none.
+std::string lowPrecisionMatmulImplementation(FloatType type);
 
 void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
                int64_t cols, float eps);

@@ -102,6 +102,16 @@ public:
     kernels::cpu::matmul(a, as, b, bs, out, transA, transB);
     return Status::ok();
   }
+  std::string lowPrecisionMatmul(FloatType type) const override {
+    std::string impl = kernels::cpu::lowPrecisionMatmulImplementation(type);
+    return impl.empty() ? "" : "oneDNN " + impl;
+  }
+  Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
+                            const Shape &bs, void *out, bool transA, bool transB) override {
+    if (!kernels::cpu::matmulLowPrecision(type, a, as, b, bs, out, transA, transB))
+      return error(StatusCode::kUnimplemented, "no native low-precision matmul on this CPU");
+    return Status::ok();
+  }
   Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
                    int64_t cols, float eps) override {
     kernels::cpu::layerNorm(x, w, b, out, rows, cols, eps);

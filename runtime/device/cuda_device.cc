@@ -204,6 +204,7 @@ public:
       return error(StatusCode::kInternal, "cuBLAS matmul failed with status ", st);
     return launched("matmul");
   }
+  std::string lowPrecisionMatmul(FloatType type) const override { return "cuBLAS"; }
   Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
                             const Shape &bs, void *out, bool transA, bool transB) override {
     int st = g::matmul(blas_, a, as, b, bs, out, transA, transB, toGpu(type), false, compute_);

@@ -117,6 +117,9 @@ public:
                                     const Shape &bs, void *out, bool transA, bool transB) {
     return error(StatusCode::kUnimplemented, "no low-precision matmul on ", describe());
   }
+  /// What matmulLowPrecision runs for `type` ("cuBLAS", "oneDNN brg:avx512_core_bf16"), or
+  /// "" where the executor widens the operands to f32 kernels.
+  virtual std::string lowPrecisionMatmul(FloatType type) const { return ""; }
   virtual Status layerNorm(const float *x, const float *w, const float *b, float *out,
                            int64_t rows, int64_t cols, float eps) = 0;
   virtual Status layerNormGrad(const float *x, const float *w, const float *g, float *dx,

@@ -398,8 +398,9 @@ Status Executor::run(const plan::Instruction &inst) {
   auto isLow = [&](int32_t id) { return isLowPrecision(plan_->tensor(id).dtype); };
   if (std::none_of(in.begin(), in.end(), isLow) && std::none_of(out.begin(), out.end(), isLow))
     return runKernel(inst);
-  if (inst.op() == OpCode::Matmul && !dev_->hostAddressable()) {
-    // bf16 / f16 operands and result: tensor cores with f32 accumulation.
+  if (inst.op() == OpCode::Matmul) {
+    // bf16 / f16 operands and result with f32 accumulation: tensor cores on
+    // GPUs, oneDNN's bf16 matmul on CPUs that have it (AVX512-BF16, AMX).
     plan::DType t = plan_->tensor(out[0]).dtype;
     if (plan_->tensor(in[0]).dtype == t && plan_->tensor(in[1]).dtype == t) {
       Status s = dev_->matmulLowPrecision(floatTypeOf(t), data(in[0]), plan_->tensor(in[0]).shape,
