@@ -98,6 +98,10 @@ def Ptc_Dialect : Dialect {
     /// name. ZeRO places that gradient like the parameter's state, and the
     /// memory report counts it as the parameter's gradient.
     static constexpr ::llvm::StringLiteral kOptimizerGradAttrName = "ptc.optimizer_grad";
+    /// ZeRO-3: on a parameter's all_gather, the number of the use it gathers
+    /// for (each use gathers anew: the forward and the backward pass), so that
+    /// CSE keeps them apart and the memory plan frees each copy after its use.
+    static constexpr ::llvm::StringLiteral kGatherUseAttrName = "ptc.gather_use";
     /// On an op that ptc-mixed-precision keeps in f32 (its float operands
     /// converted up, its results f32): an MoE router's logits.
     static constexpr ::llvm::StringLiteral kKeepF32AttrName = "ptc.keep_f32";

@@ -10,6 +10,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
+#include <tuple>
 
 namespace mlir::ptc {
 #define GEN_PASS_DEF_SPLITSTAGESPASS
@@ -20,6 +21,32 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
+/// ZeRO-3 gathers a parameter for each use (ptc.gather_use), so that in one
+/// pass over the batch each copy lives only until its use and the backward
+/// pass gathers again. In a step split into micro-batches (and stages) the
+/// gathers depend on no micro-batch: they run once per step and live through
+/// it, where per-use copies would only add up. One copy per parameter then
+/// serves every use, as FSDP's reshard_after_forward=False does.
+void mergePerUseGathers(func::FuncOp func) {
+  std::map<std::tuple<void *, const void *, const void *>, Operation *> first;
+  SmallVector<Operation *> merged;
+  func.walk([&](AllGatherOp op) {
+    if (!op->hasAttr(PtcDialect::kGatherUseAttrName))
+      return;
+    op->removeAttr(PtcDialect::kGatherUseAttrName);
+    auto key = std::make_tuple(op->getOperand(0).getAsOpaquePointer(),
+                               op->getAttrDictionary().getAsOpaquePointer(),
+                               op->getResult(0).getType().getAsOpaquePointer());
+    auto [it, inserted] = first.try_emplace(key, op.getOperation());
+    if (inserted || it->second->getBlock() != op->getBlock())
+      return;
+    op->getResult(0).replaceAllUsesWith(it->second->getResult(0));
+    merged.push_back(op);
+  });
+  for (Operation *op : merged)
+    op->erase();
+}
+
 enum Seg { kForward = 0, kBackward = 1, kWeight = 2, kStep = 3 };
 const char *segName(int s) {
   static const char *names[] = {"forward", "backward", "weight", "step"};
@@ -582,6 +609,7 @@ struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
         func.emitError() << "has no micro-batches; run ptc-microbatch before ptc-autodiff";
         return signalPassFailure();
       }
+      mergePerUseGathers(func);
       Splitter s(func, ranks, ranks * static_cast<int>(virtualStages), splitWeight, report);
       if (failed(s.run()))
         return signalPassFailure();

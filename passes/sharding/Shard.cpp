@@ -107,6 +107,8 @@ private:
   llvm::DenseMap<Value, Origin> origins;
   llvm::DenseMap<Value, RankedTensorType> globalType;
   std::map<std::pair<void *, std::string>, Value> reshardCache;
+  /// ZeRO-3: the number of the next per-use parameter gather (ptc.gather_use).
+  int64_t gatherUses = 0;
 };
 
 std::string Partitioner::describe(Value v) {
@@ -169,7 +171,12 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   auto key = std::make_pair(v.getAsOpaquePointer(), str(target));
   // ZeRO-3 gathers a parameter for each use, so that the memory plan can free
   // the whole copy right after it instead of keeping it for the backward pass.
-  auto arg = dyn_cast<BlockArgument>(v);
+  // A parameter is gathered as itself or, under mixed precision, as its
+  // low-precision copy (ptc.convert of the shard).
+  Value root = v;
+  while (auto convert = root.getDefiningOp<ConvertOp>())
+    root = convert->getOperand(0);
+  auto arg = dyn_cast<BlockArgument>(root);
   bool reuse = !(zero >= 3 && arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName));
   if (auto it = reshardCache.find(key); reuse && it != reshardCache.end())
     return it->second;
@@ -285,6 +292,12 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
       auto ag = AllGatherOp::create(b, loc, type, cur, b.getStrArrayAttr({mesh.axes[p]}),
                                     b.getI64IntegerAttr(static_cast<int64_t>(d)),
                                     b.getI64IntegerAttr(a.blocks));
+      // ZeRO-3: each use has a gather of its own (the forward and the backward
+      // pass each gather, FSDP's reshard-after-forward), numbered so that CSE
+      // does not merge them back into one copy kept from the forward pass to
+      // the backward pass.
+      if (!reuse)
+        ag->setAttr(PtcDialect::kGatherUseAttrName, b.getI64IntegerAttr(gatherUses++));
       collectives.push_back({ag, cause("all_gather")});
       cur = ag;
       curS = next;
