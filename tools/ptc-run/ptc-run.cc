@@ -13,6 +13,7 @@
 
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <sys/resource.h>
@@ -74,7 +75,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --tf32              let f32 matmuls on a GPU use TF32 tensor cores (faster, ~1e-3 relative)
   --comm C            collectives over mpi, nccl or auto (default auto: NCCL on the device's
                       communication stream with --device cuda, else MPI)
-  --threads N         kernel and BLAS threads (default: OpenMP's default)
+  --threads N         kernel threads (default: OMP_NUM_THREADS, else the cores this process
+                      may use divided by the ranks on this node)
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
   --dump-plan         print the verified plan as JSON and exit
@@ -131,6 +133,33 @@ extern "C" void onTerminate(int sig) {
   }
   std::signal(sig, SIG_DFL);
   std::raise(sig);
+}
+
+/// The number of ranks on this node, from the launcher's environment (1
+/// when not launched by one).
+int ranksOnThisNode() {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char *v = std::getenv(var))
+      if (auto n = parseInteger(v, 1, INT32_MAX))
+        return static_cast<int>(*n);
+  return 1;
+}
+
+/// The kernels' threads when --threads is not given: the cores this process
+/// may run on, shared with the other ranks on the node. A launcher that
+/// binds each rank to its cores (Open MPI up to 2 ranks) already narrows the
+/// affinity mask; an oversubscribed node (more ranks than cores, no binding)
+/// gets one thread per rank instead of every core per rank.
+int defaultThreads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0
+                  ? CPU_COUNT(&set)
+                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (cores < hardware)
+    return std::max(1, cores); // bound by the launcher
+  return std::max(1, cores / ranksOnThisNode());
 }
 
 /// The rank whose process this is, from the launcher's environment (MPI is
@@ -925,6 +954,10 @@ int runMain(int argc, char **argv) {
 #endif
     }
   }
+#ifdef _OPENMP
+  if (!opts.count("--threads") && !std::getenv("OMP_NUM_THREADS"))
+    omp_set_num_threads(defaultThreads());
+#endif
   if (!ok)
     return 2;
 
