@@ -48,9 +48,9 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       feeding the 'tokens'/'targets' inputs, or FILE.safetensors: one array per
                       plan input, first dimension the example
   --shuffle SEED      token windows in a seeded order (each once per epoch; resumes exactly)
-  --eval-data FILE    validation tokens: every --eval-every N steps (default 100), the mean loss
-                      of --eval-steps K batches (default 10) of FILE, updating nothing, as
-                      eval_loss in the metrics and the progress
+  --eval-data FILE    validation tokens: every --eval-every N steps (default 100) and after
+                      the last step, the mean loss of --eval-steps K batches (default 10) of
+                      FILE, updating nothing, as eval_loss in the metrics and the progress
   --steps N           training steps to run (default 100)
   --init PATH         initial parameters from a safetensors file or a Hugging Face model
                       directory (index + shards; F32, BF16, F16) (default: the plan's initializers)
@@ -538,10 +538,12 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
 /// (forward and backward without updates: nothing changes).
 class EvalHook : public SessionHook {
 public:
-  EvalHook(const TokenData *data, int64_t every, int64_t batches)
-      : data_(data), every_(every), batches_(batches) {}
+  /// Evaluates after every `every`-th step and after the run's last step
+  /// (`lastStep`), so that a run shorter than `every` still ends with one.
+  EvalHook(const TokenData *data, int64_t every, int64_t batches, int64_t lastStep)
+      : data_(data), every_(every), batches_(batches), finalStep_(lastStep) {}
   Status afterStep(TrainingSession &session, const StepResult &r) override {
-    if (!data_ || every_ <= 0 || (r.step + 1) % every_ != 0)
+    if (!data_ || every_ <= 0 || ((r.step + 1) % every_ != 0 && r.step != finalStep_))
       return Status::ok();
     auto loss = session.evaluate(*data_, batches_);
     if (!loss.isOk())
@@ -557,7 +559,7 @@ public:
 
 private:
   const TokenData *data_;
-  int64_t every_, batches_;
+  int64_t every_, batches_, finalStep_;
   int64_t lastStep_ = -1;
   float lastLoss_ = 0.0f;
 };
@@ -1074,7 +1076,7 @@ int runMain(int argc, char **argv) {
       return fail(loaded.status().message());
     evalData = std::move(*loaded);
   }
-  EvalHook eval(evalData ? &*evalData : nullptr, evalEvery, evalSteps);
+  EvalHook eval(evalData ? &*evalData : nullptr, evalEvery, evalSteps, steps - 1);
   metrics.setEval(&eval);
   progress.setEval(&eval);
   StatusBeacon beacon;
