@@ -3,6 +3,8 @@
 
 #include "runtime/session/checkpointing.h"
 
+#include "runtime/plan/plan_ops.h"
+
 #include "runtime/base/parse_number.h"
 
 #include "kernels/cpu/kernels.h"
@@ -93,27 +95,83 @@ Status syncDirectory(const std::string &dir) {
   return Status::ok();
 }
 
+/// The attribute names of an op table row ("lr, beta1, ..."), split at the
+/// top-level commas, each without its parenthesised note; empty for a
+/// structural description ("[1: the last input is the scheduled lr]").
+std::vector<std::string> attributeNames(const char *names) {
+  std::vector<std::string> out;
+  std::string all = names ? names : "";
+  if (all.empty() || all[0] == '[')
+    return out;
+  std::string cur;
+  int depth = 0;
+  for (char c : all + ",") {
+    if (c == '(')
+      ++depth;
+    if (c == ')')
+      --depth;
+    if (c == ',' && depth == 0) {
+      if (size_t paren = cur.find(" ("); paren != std::string::npos)
+        cur.erase(paren);
+      size_t b = cur.find_first_not_of(' ');
+      out.push_back(b == std::string::npos ? "" : cur.substr(b));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
 /// The optimizer's hyperparameters and learning-rate schedule as the plan holds
-/// them (the first update's and schedule's attributes), for the resume check.
-std::string optimizerSettings(const LoadedPlan &plan) {
+/// them (the first update's and schedule's attributes), for the resume check:
+/// "AdamWUpdate: lr=0.0006, beta1=0.9, ...; LrSchedule: kind=cosine, warmup_steps=20, ..."
+/// (named by the plan's op table). `legacy`: the unlabelled text of checkpoints
+/// written before ("update 1 0.0006 0.9 ...; lr schedule 1 20 200 ..."), so that
+/// resuming one does not warn of a change that is only the format's.
+std::string optimizerSettings(const LoadedPlan &plan, bool legacy = false) {
   std::string text;
   bool update = false, schedule = false;
+  auto number = [](double v) {
+    char num[32];
+    std::snprintf(num, sizeof num, "%.9g", v);
+    return std::string(num);
+  };
   for (const plan::Instruction *inst : *plan.plan().instructions()) {
     bool isUpdate = inst->op() == plan::OpCode::AdamWUpdate || inst->op() == plan::OpCode::SgdUpdate;
     bool isSchedule = inst->op() == plan::OpCode::LrSchedule;
     if ((isUpdate && update) || (isSchedule && schedule) || !(isUpdate || isSchedule))
       continue;
     (isUpdate ? update : schedule) = true;
-    text += std::string(text.empty() ? "" : "; ") + (isUpdate ? "update" : "lr schedule");
+    if (legacy) {
+      text += std::string(text.empty() ? "" : "; ") + (isUpdate ? "update" : "lr schedule");
+      if (inst->ints())
+        for (int64_t v : *inst->ints())
+          text += " " + std::to_string(v);
+      if (inst->floats())
+        for (double v : *inst->floats())
+          text += " " + number(v);
+      continue;
+    }
+    const plan::OpInfo *info = plan::lookupOp(inst->op());
+    std::vector<std::string> items;
+    std::vector<std::string> intNames = attributeNames(info->intNames);
     if (inst->ints())
-      for (int64_t v : *inst->ints())
-        text += " " + std::to_string(v);
-    if (inst->floats())
-      for (double v : *inst->floats()) {
-        char num[32];
-        std::snprintf(num, sizeof num, " %.9g", v);
-        text += num;
+      for (size_t i = 0; i < intNames.size() && i < inst->ints()->size(); ++i) {
+        int64_t v = inst->ints()->Get(static_cast<flatbuffers::uoffset_t>(i));
+        std::string value = std::to_string(v);
+        if (isSchedule && i == 0) // the schedule's kind, by name
+          value = v == 0 ? "constant" : v == 1 ? "cosine" : v == 2 ? "linear" : value;
+        items.push_back(intNames[i] + "=" + value);
       }
+    std::vector<std::string> floatNames = attributeNames(info->floatNames);
+    if (inst->floats())
+      for (size_t i = 0; i < inst->floats()->size(); ++i)
+        items.push_back((i < floatNames.size() ? floatNames[i] : "float" + std::to_string(i)) +
+                        "=" + number(inst->floats()->Get(static_cast<flatbuffers::uoffset_t>(i))));
+    text += std::string(text.empty() ? "" : "; ") + info->name + ":";
+    for (size_t i = 0; i < items.size(); ++i)
+      text += (i ? ", " : " ") + items[i];
   }
   return text;
 }
@@ -380,7 +438,8 @@ StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &di
     warnings->push_back("the checkpoint was written with optimizer '" + it->second +
                         "', this plan uses '" + opt + "'");
   else if (auto it = meta.info.find("optimizer_settings");
-           it != meta.info.end() && it->second != optimizerSettings(plan))
+           it != meta.info.end() && it->second != optimizerSettings(plan) &&
+           it->second != optimizerSettings(plan, /*legacy=*/true))
     warnings->push_back("the optimizer settings changed: the checkpoint's are '" + it->second +
                         "', this plan's '" + optimizerSettings(plan) + "'");
   std::string shuffle = s.options().shuffleSeed ? std::to_string(*s.options().shuffleSeed) : "none";
