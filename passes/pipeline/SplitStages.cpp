@@ -9,6 +9,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -245,16 +246,40 @@ LogicalResult Splitter::run() {
     for (size_t i = 0; i < n; ++i)
       chunk[fwd[i]] = static_cast<int>(llvm::count_if(cuts, [&](size_t c) { return c <= i; }));
 
+  // Per chunk: share of the forward cost, and where it starts.
+  SmallVector<double> cost(static_cast<size_t>(chunks), 0.0);
+  SmallVector<Operation *> firstOp(static_cast<size_t>(chunks), nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    size_t c = static_cast<size_t>(chunk[fwd[i]]);
+    cost[c] += costOf(fwd[i]);
+    if (!firstOp[c])
+      firstOp[c] = fwd[i];
+  }
+  auto shareText = [](double share) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * share);
+    return std::string(text);
+  };
+  // More chunks than the model can fill: a chunk left (nearly) without work
+  // makes its rank idle while the schedule counts it busy. The cuts are the
+  // compiler's choice here (not marked), so the layout asked for cannot take
+  // effect as meant.
+  if (marked.empty() && prefix[n] > 0)
+    for (int c = 0; c < chunks; ++c)
+      if (cost[static_cast<size_t>(c)] < 0.005 * prefix[n]) {
+        InFlightDiagnostic d = func.emitError()
+                               << "pipeline chunk " << c << " of " << chunks << " (rank " << c % ranks
+                               << ") would hold "
+                               << shareText(cost[static_cast<size_t>(c)] / prefix[n])
+                               << " of the forward cost: " << ranks << " pipeline ranks";
+        if (chunks != ranks)
+          d << " x " << chunks / ranks << " virtual stages";
+        d << " are more chunks than this model's layers can fill; use fewer pipeline ranks or "
+             "virtual stages (or mark the stage boundaries)";
+        return d;
+      }
+
   if (report) {
-    // Per chunk: share of the forward cost, and where it starts.
-    SmallVector<double> cost(static_cast<size_t>(chunks), 0.0);
-    SmallVector<Operation *> firstOp(static_cast<size_t>(chunks), nullptr);
-    for (size_t i = 0; i < n; ++i) {
-      size_t c = static_cast<size_t>(chunk[fwd[i]]);
-      cost[c] += costOf(fwd[i]);
-      if (!firstOp[c])
-        firstOp[c] = fwd[i];
-    }
     auto &os = llvm::outs();
     os << "ptc-split-stages @" << func.getSymName() << ": " << chunks << " chunks on " << ranks
        << " pipeline ranks, " << (marked.empty() ? "cut where one activation crosses"
