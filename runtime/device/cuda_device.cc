@@ -552,9 +552,18 @@ bool cudaGpuAvailable() {
 StatusOr<std::unique_ptr<Device>> createCudaDevice(int localRank) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+    // No NVIDIA driver (CUDA reports it as an "insufficient" one) or no GPU:
+    // say so plainly, with CUDA's words after.
+    return invalidArgument("--device cuda: no usable GPU: ",
+                           e == cudaErrorNoDevice ? "no CUDA device is visible"
+                                                  : "no NVIDIA driver, or one older than this "
+                                                    "build's CUDA runtime, is loaded",
+                           " (CUDA: ", cudaGetErrorString(e), "); use --device cpu");
   if (e != cudaSuccess || count == 0)
     return invalidArgument("--device cuda: no usable GPU (",
-                           e != cudaSuccess ? cudaGetErrorString(e) : "no devices", ")");
+                           e != cudaSuccess ? cudaGetErrorString(e) : "no devices",
+                           "); use --device cpu");
   return CudaDevice::create(localRank % count);
 }
 

@@ -513,10 +513,13 @@ std::string TrainingSession::describe() const {
     const TensorInfo &t = plan_->tensors()[i];
     if (!executor_->holds(static_cast<int32_t>(i)))
       continue;
+    // Offloaded parameters and state live in host memory (counted there,
+    // as the compiler's report counts them).
     if (t.kind == plan::TensorKind::Parameter) {
       numParams += t.numElements;
-      paramBytes += t.bytes;
-    } else if (t.kind == plan::TensorKind::OptimizerState) {
+      if (!t.host)
+        paramBytes += t.bytes;
+    } else if (t.kind == plan::TensorKind::OptimizerState && !t.host) {
       stateBytes += t.bytes;
     }
   }

@@ -52,7 +52,7 @@ cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks (gpt, llama) or l
 cl::opt<std::string> preset("preset",
                             cl::desc("Published shapes of a real model (gpt: gpt2, gpt2-medium, "
                                      "gpt2-large, gpt2-xl; llama: llama2-7b, llama2-13b, "
-                                     "llama2-70b, llama3-8b, llama3-70b, mistral-7b); other "
+                                     "llama2-70b, llama3-8b, llama3-70b, mistral-7b, mixtral-8x7b); other "
                                      "options override them"),
                             cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<int64_t> heads("heads", cl::desc("Attention heads (default: gpt 4, llama 8)"),
