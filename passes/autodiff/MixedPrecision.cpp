@@ -46,8 +46,12 @@ struct MixedPrecisionPass : mlir::ptc::impl::MixedPrecisionPassBase<MixedPrecisi
       return ConvertOp::create(b, v.getLoc(), withElement(v.getType(), element), v);
     };
 
-    // Arguments (master weights, float inputs): one conversion each.
-    b.setInsertionPointToStart(&block);
+    // Arguments (master weights, float inputs): one conversion each, right
+    // before the argument's first use. Reverse-mode autodiff then places the
+    // conversion's VJP (the gradient widened to f32) right after that use's
+    // gradient, so each layer's low-precision weight gradients are narrowed,
+    // reduced and freed as the backward pass goes, instead of all waiting
+    // for conversions at the end of it (10 GiB per device on a 7.5B GPT).
     for (BlockArgument arg : block.getArguments()) {
       if (!isFloatTensor(arg) || arg.use_empty())
         continue;
@@ -58,6 +62,16 @@ struct MixedPrecisionPass : mlir::ptc::impl::MixedPrecisionPassBase<MixedPrecisi
                          << " must be f32 (the master copy), got " << arg.getType();
         return signalPassFailure();
       }
+      Operation *first = nullptr;
+      for (Operation *user : arg.getUsers()) {
+        Operation *top = block.findAncestorOpInBlock(*user);
+        if (top && (!first || top->isBeforeInBlock(first)))
+          first = top;
+      }
+      if (first)
+        b.setInsertionPoint(first);
+      else
+        b.setInsertionPointToStart(&block);
       Value c = convert(arg, low);
       arg.replaceAllUsesExcept(c, c.getDefiningOp());
     }

@@ -434,6 +434,28 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     for (Value g : grads)
       gradBytes += getTensorBytes(cast<RankedTensorType>(g.getType()));
     activationBytes = savedActivationBytes(block, firstBackward, [](Operation *) { return true; });
+    // Of those, gathered parameters (or their low-precision copies) that the
+    // backward pass reads again: ZeRO-1/2 with sharded master weights gather
+    // each bf16 copy once per step and keep it whole.
+    auto isGatheredParameter = [&](Operation *op) {
+      if (!isa<AllGatherOp>(op))
+        return false;
+      Value root = op->getOperand(0);
+      while (auto convert = root.getDefiningOp<ConvertOp>())
+        root = convert->getOperand(0);
+      auto arg = dyn_cast<BlockArgument>(root);
+      return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName);
+    };
+    int64_t gatheredParamBytes = 0;
+    if (firstBackward)
+      for (Operation &op : block) {
+        if (&op == firstBackward)
+          break;
+        if (isGatheredParameter(&op) && llvm::any_of(op.getResult(0).getUsers(), [&](Operation *u) {
+              return u == firstBackward || firstBackward->isBeforeInBlock(u);
+            }))
+          gatheredParamBytes += getTensorBytes(cast<RankedTensorType>(op.getResult(0).getType()));
+      }
     int64_t arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName).getInt();
     int64_t peak = paramBytes + stateBytes + inputBytes + constBytes + arena + commBytes;
 
@@ -458,7 +480,12 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
                    : "inputs of the optimizer updates (in the arena)");
     line("optimizer state", stateBytes);
     line("inputs, constants", inputBytes + constBytes);
-    line("saved activations", activationBytes, "forward values read by the backward pass (in the arena)");
+    line("saved activations", activationBytes,
+         gatheredParamBytes > 0
+             ? (Twine("forward values read by the backward pass (in the arena), of which ") +
+                Twine(gatheredParamBytes) + " B are gathered parameters kept for it")
+                   .str()
+             : std::string("forward values read by the backward pass (in the arena)"));
     line("communication", commBytes, "largest collective buffer");
     line("arena", arena, "all temporaries, reused by lifetime");
     line("predicted peak", peak, "parameters + state + inputs + constants + arena + communication");
@@ -515,7 +542,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
          << (perParamStateBytes * dpSize == 8 * psi && dpSize > 1 ? " / dp" : "") << ", gradients " << gradBytes
          << " B = 4 psi" << (gradBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "") << "\n";
     }
-    if (failed(reportLayerActivations(func, succeeded(mesh) ? &*mesh : nullptr, activationBytes)))
+    if (failed(reportLayerActivations(func, succeeded(mesh) ? &*mesh : nullptr,
+                                      activationBytes - gatheredParamBytes)))
       return failure();
     // Mixed precision: low-precision working copies of the fp32 master weights.
     int64_t copyBytes = 0;

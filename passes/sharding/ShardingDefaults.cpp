@@ -478,8 +478,30 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
     if (auto it = placed.find(param); it != placed.end())
       if (std::optional<std::string> s = spec(it->second))
         specs[state] = *s;
-  if (zero >= 3)
-    for (auto &[param, pspec] : placed)
+  // Under mixed precision the fp32 parameter is a master weight: the model
+  // computes with its low-precision copy (every use but the update is a
+  // ptc.convert), and the ZeRO paper counts it as optimizer state. Stages 1
+  // and 2 shard it with the moments (12 bytes/dp per parameter under AdamW);
+  // its bf16 copy, converted from the shard, is gathered once per step and
+  // kept whole (stage 3 gathers it for each use instead).
+  auto isMasterWeight = [](BlockArgument param) {
+    bool converted = false;
+    for (Operation *user : param.getUsers()) {
+      if (isa<AdamWUpdateOp, SgdUpdateOp>(user))
+        continue;
+      auto convert = dyn_cast<ConvertOp>(user);
+      if (!convert)
+        return false;
+      auto from = cast<RankedTensorType>(convert->getOperand(0).getType()).getElementType();
+      auto to = cast<RankedTensorType>(convert->getResult(0).getType()).getElementType();
+      if (to.getIntOrFloatBitWidth() >= from.getIntOrFloatBitWidth())
+        return false;
+      converted = true;
+    }
+    return converted;
+  };
+  for (auto &[param, pspec] : placed)
+    if (zero >= 3 || isMasterWeight(param))
       specs[param] = pspec;
   // An update built from primitive ops (Adafactor) reads the gradient where
   // the parameter's state lives: constrain the gradient to that split, so

@@ -36,3 +36,29 @@ func.func @low_master(%w: tensor<4xbf16> {ptc.param = "w"}) -> tensor<bf16> {
   %s = ptc.reduce_sum %w axes = [0] : tensor<4xbf16> -> tensor<bf16>
   return %s : tensor<bf16>
 }
+
+// -----
+
+// Each argument is converted right before its first use, so a later layer's
+// weight is converted after the earlier layer, and reverse-mode autodiff
+// widens its gradient right after that layer's backward matmuls, before the
+// earlier layer's: each gradient is narrowed, reduced and freed as the
+// backward pass goes (not all kept for conversions at its end).
+// CHECK-LABEL: func.func @two_layers
+// CHECK-NEXT: %[[W1:.+]] = ptc.convert %arg0
+// CHECK-NEXT: %[[X:.+]] = ptc.convert %arg2
+// CHECK-NEXT: %[[H:.+]] = ptc.matmul %[[X]], %[[W1]]
+// CHECK-NEXT: %[[W2:.+]] = ptc.convert %arg1
+// CHECK-NEXT: ptc.matmul %[[H]], %[[W2]]
+// GRAD-LABEL: func.func @two_layers
+// GRAD: %[[DW2:.+]] = ptc.matmul %{{.*}}, %{{.*}} {ptc.backward, transpose_lhs = true}
+// GRAD-NEXT: ptc.convert %[[DW2]] {ptc.backward} : tensor<4x4xbf16> -> tensor<4x4xf32>
+// GRAD-NEXT: %[[DW1:.+]] = ptc.matmul %{{.*}}, %{{.*}} {ptc.backward, transpose_lhs = true}
+// GRAD-NEXT: ptc.convert %[[DW1]] {ptc.backward} : tensor<4x4xbf16> -> tensor<4x4xf32>
+func.func @two_layers(%w1: tensor<4x4xf32> {ptc.param = "w1"}, %w2: tensor<4x4xf32> {ptc.param = "w2"},
+                      %x: tensor<2x4xf32> {ptc.input = "x"}, %y: tensor<2xi32> {ptc.input = "y"}) -> (tensor<f32> {ptc.loss}) {
+  %h = ptc.matmul %x, %w1 {transpose_rhs = true} : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %o = ptc.matmul %h, %w2 {transpose_rhs = true} : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %l = ptc.cross_entropy %o, %y : tensor<2x4xf32>, tensor<2xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
