@@ -64,7 +64,7 @@ def soak(a, plan, data, steps, ranks, threads, label, workdir):
         lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
         if lines:
             row = json.loads(lines[-1])
-            step, elapsed = row["step"] + 1, row["elapsed_s"]
+            step, elapsed = row["step"], row["elapsed_s"]
             if step > last_step and elapsed > last_time:
                 # Tokens per second over the window since the last sample.
                 rate = (step - last_step) * a.tokens_per_step / (elapsed - last_time)

@@ -582,7 +582,9 @@ public:
     char line[256];
     int n = std::snprintf(line, sizeof line,
                           "{\"step\":%lld,\"loss\":%.9g,\"tokens_per_s\":%.1f,\"elapsed_s\":%.4f",
-                          static_cast<long long>(r.step), r.loss,
+                          // Steps count from 1 everywhere: the progress line,
+                          // "eval after step N", checkpoints' step-N.
+                          static_cast<long long>(r.step + 1), r.loss,
                           static_cast<double>(r.tokens) / r.seconds, r.elapsedSeconds);
     out_.write(line, n);
     if (r.gradNorm) {
@@ -638,7 +640,7 @@ public:
   void setEval(const EvalHook *eval) { eval_ = eval; }
   /// A resumed run starts at step `first`.
   void setFirst(int64_t first) { lastStep_ = first; }
-  Status afterStep(TrainingSession &, const StepResult &r) override {
+  Status afterStep(TrainingSession &session, const StepResult &r) override {
     int64_t step = r.step;
     if (auto e = eval_ && every_ > 0 ? eval_->at(step) : std::nullopt)
       std::cout << "eval after step " << step + 1 << " | eval_loss " << *e << "\n" << std::flush;
@@ -651,9 +653,10 @@ public:
                            : static_cast<double>((step + 1 - lastStep_) * r.tokens) /
                                  std::max(window, 1e-9);
     char line[256];
-    std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | %9.0f tok/s | %7.1f s",
+    // Token data counts tokens; array data (any model's inputs) examples.
+    std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | %9.0f %s | %7.1f s",
                   static_cast<long long>(step + 1), static_cast<long long>(steps_), r.loss, tps,
-                  r.elapsedSeconds);
+                  session.data() ? "tok/s" : " ex/s", r.elapsedSeconds);
     std::cout << line << "\n" << std::flush;
     lastElapsed_ = r.elapsedSeconds;
     lastStep_ = step + 1;
