@@ -15,6 +15,7 @@
 #include <set>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include <filesystem>
@@ -335,16 +336,55 @@ Status TrainingSession::loadParameters(const std::string &path,
     PTC_RETURN_IF_ERROR(executor_->loadFromWholeF32(static_cast<int32_t>(i), whole.data()));
     used.insert(read.begin(), read.end());
   }
+  // A tensor no parameter reads, in a file or a model directory alike:
+  // - a buffer that models save beside their parameters (rotary inverse
+  //   frequencies, GPT-2's causal-mask buffers) is skipped with a warning;
+  // - a copy of a tied parameter (nanoGPT saves lm_head.weight beside the
+  //   token embedding it shares) is skipped with a warning when it holds
+  //   exactly that parameter's values;
+  // - anything else means another model (an untied head for a tied one, a
+  //   renamed parameter): an error naming it.
+  auto isBuffer = [](const std::string &name) {
+    for (const char *suffix : {"rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias"})
+      if (name.size() >= std::strlen(suffix) &&
+          name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+        return true;
+    return false;
+  };
+  auto sameAsParameter = [&](const std::string &name) -> std::string {
+    for (const TensorInfo &t : plan_->tensors()) {
+      if (t.kind != plan::TensorKind::Parameter)
+        continue;
+      int64_t count = 1;
+      for (int64_t d : t.globalShape)
+        count *= d;
+      std::vector<float> extra(static_cast<size_t>(count)), param(static_cast<size_t>(count));
+      if (!file->copyTo(name, t.globalShape, extra.data()).isOk() ||
+          !file->copyTo(t.name, t.globalShape, param.data()).isOk())
+        continue; // another shape (or the parameter came from elsewhere)
+      if (std::memcmp(extra.data(), param.data(), extra.size() * sizeof(float)) == 0)
+        return t.name;
+    }
+    return "";
+  };
   for (const std::string &name : file->names()) {
     if (used.count(name))
       continue;
-    // A model directory is the model's checkpoint: a tensor the model lacks
-    // means another model (or a renamed parameter), not a spare tensor.
-    if (file->isDirectory())
-      return invalidArgument("weights directory '", path, "': tensor '", name, "' (in '",
-                             file->fileOf(name), "') is not a parameter of the plan");
-    if (unused)
-      unused->push_back(name);
+    if (isBuffer(name)) {
+      if (unused)
+        unused->push_back("'" + name + "' (a buffer, not a parameter)");
+      continue;
+    }
+    if (std::string tied = sameAsParameter(name); !tied.empty()) {
+      if (unused)
+        unused->push_back("'" + name + "' (the same values as the tied parameter '" + tied + "')");
+      continue;
+    }
+    return invalidArgument(file->isDirectory() ? "weights directory '" : "weights file '", path,
+                           "': tensor '", name, "'",
+                           file->isDirectory() ? " (in '" + file->fileOf(name) + "')" : std::string(),
+                           " is not a parameter of the plan (another model? a tied model reads "
+                           "one tensor where this file has two different ones)");
   }
   return Status::ok();
 }

@@ -55,6 +55,10 @@ def main():
         return n
 
     def train(plan, n, tag, steps, extra=(), check=True, env=None):
+        # A resumed run appends to its metrics file: start each run's file afresh,
+        # so that an earlier invocation's rows never mix in.
+        if os.path.exists(w(f"{tag}.jsonl")):
+            os.remove(w(f"{tag}.jsonl"))
         cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(steps), "--log-every",
                "0", "--threads", "1", "--metrics", w(f"{tag}.jsonl"), "--save",
                w(f"{tag}.safetensors"), *extra]

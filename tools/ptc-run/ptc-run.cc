@@ -1033,8 +1033,8 @@ int runMain(int argc, char **argv) {
   const bool leader = session.leader();
   if (leader)
     for (const std::string &name : session.unusedInitTensors())
-      std::cerr << "ptc-run: warning: --init file '" << options.initPath << "' holds tensor '"
-                << name << "', which no parameter of the plan uses\n";
+      std::cerr << "ptc-run: warning: --init '" << options.initPath << "': skipped tensor "
+                << name << "\n";
   if (leader)
     std::cout << "ptc-run: " << planPath << ": " << session.describe() << "\n";
 

@@ -1,11 +1,13 @@
 """Test helper: rewrites a safetensors file (F32 tensors only).
   edit_safetensors.py IN OUT nan NAME     the first element of NAME becomes NaN
-  edit_safetensors.py IN OUT extra NAME   adds a [2] tensor NAME"""
+  edit_safetensors.py IN OUT extra NAME   adds a [2] tensor NAME
+  edit_safetensors.py IN OUT copy NAME FROM  adds NAME, a copy of tensor FROM"""
 import json
 import struct
 import sys
 
 src, dst, what, name = sys.argv[1:5]
+source = sys.argv[5] if len(sys.argv) > 5 else None
 raw = open(src, "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 header = json.loads(raw[8:8 + n])
@@ -17,6 +19,11 @@ elif what == "extra":
     end = len(data)
     header[name] = {"dtype": "F32", "shape": [2], "data_offsets": [end, end + 8]}
     data += struct.pack("<2f", 1.0, 2.0)
+elif what == "copy":
+    begin, stop = header[source]["data_offsets"]
+    end = len(data)
+    header[name] = dict(header[source], data_offsets=[end, end + stop - begin])
+    data += data[begin:stop]
 text = json.dumps(header).encode()
 text += b" " * ((8 - len(text) % 8) % 8)
 open(dst, "wb").write(struct.pack("<Q", len(text)) + text + bytes(data))
