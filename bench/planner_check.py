@@ -63,6 +63,8 @@ def main():
                   f"{measured * 1e3:8.1f} ms {100 * err:+7.1f}%  {row['options']}", flush=True)
         verdict = "within" if worst <= a.tolerance else "NOT within"
         print(f"largest error {100 * worst:.1f}%: {verdict} {100 * a.tolerance:.0f}% on every layout")
+        if worst > a.tolerance:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include <thread>
 #include "Calibrate.h"
 #include "Planner.h"
 
@@ -247,6 +248,16 @@ int main(int argc, char **argv) {
     if (output.empty())
       return fail("--calibrate needs -o FILE");
     std::string self = sys::fs::getMainExecutable(argv[0], reinterpret_cast<void *>(&fail));
+    // Other work on the cores makes every measured rate low (and the plans
+    // priced with them slow): say so before measuring.
+    if (std::ifstream loadavg("/proc/loadavg"); loadavg) {
+      double load = 0;
+      unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      if (loadavg >> load && load > 0.5 * cores)
+        errs() << "ptc-plan: warning: the machine is busy (load average " << format("%.1f", load)
+               << " on " << cores << " cores): the calibration's rates will be low; calibrate "
+               << "on an idle machine\n";
+    }
     auto c = calibrate(self, outs());
     if (!c)
       return fail(toString(c.takeError()));
@@ -459,6 +470,13 @@ int main(int argc, char **argv) {
   }
   printTable(rows, os);
   os << "best: --ptc-compile=\"" << rows.front().layout.compileOptions(space.precision) << "\"\n";
+  {
+    // What else the best layout needs: the model's batch and the rank count.
+    const Layout &l = rows.front().layout;
+    os << "  run it: " << (input.empty() ? "ptc-model ... --batch " + std::to_string(space.globalBatch) + ", then "
+                                          : std::string())
+       << "ptc-run PLAN --np " << l.dp * l.tp * l.pp * l.ep << " (or mpirun/srun with that many ranks)\n";
+  }
   if (explain)
     for (size_t i = 1; i < rows.size(); ++i)
       os << "  #" << i + 1 << " " << rows[i].layout.describe() << " loses "
