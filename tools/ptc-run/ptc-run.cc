@@ -1079,6 +1079,9 @@ int runMain(int argc, char **argv) {
       return fail(loaded.status().message());
     evalData = std::move(*loaded);
   }
+  if (evalData && leader && evalEvery > steps - first)
+    std::cerr << "ptc-run: warning: --eval-every " << evalEvery << " is more than this run's "
+              << steps - first << " steps: only the evaluation after the last step runs\n";
   EvalHook eval(evalData ? &*evalData : nullptr, evalEvery, evalSteps, steps - 1);
   metrics.setEval(&eval);
   progress.setEval(&eval);
