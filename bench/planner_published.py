@@ -109,8 +109,9 @@ def main():
         if a.no_zero:
             return
         print("\nZeRO Table 1 (Rajbhandari et al. 2020): model-state GB per device, paper (K = 12: fp16 weights and "
-              "gradients, fp32 Adam) / ptc-plan (fp32 master weights 4 + gradients 4 + Adam 8 bytes; ZeRO-1 and "
-              "ZeRO-2 both shard the gradient the update reads and the Adam state, ZeRO-3 the weights too)")
+              "gradients, fp32 Adam) / ptc-plan, bf16 (bf16 working copies 2 + fp32 master weights 4 + fp32 "
+              "gradients 4 + Adam 8 bytes; ZeRO-1 and ZeRO-2 both shard the master weights, the gradient the update "
+              "reads and the Adam state and keep the bf16 copies whole; ZeRO-3 shards the copies too)")
         print(f"{'model':>6s} {'params':>8s} {'DP':>5s} {'zero-1 paper/ptc':>18s} {'zero-2 paper/ptc':>18s} "
               f"{'zero-3 paper/ptc':>18s}")
         for name, (heads, hidden, layers) in ZERO_MODELS.items():

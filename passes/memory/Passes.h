@@ -41,6 +41,11 @@ struct DeviceMemory {
   int64_t params = 0, state = 0, inputs = 0, constants = 0, grads = 0, activations = 0,
           comm = 0, arena = 0, received = 0, values = 0;
   int64_t host = 0; ///< offloaded to host memory (not in the peak)
+  /// Low-precision working copies of the parameters that the backward pass
+  /// reads again (a parameter's bf16 convert, or under ZeRO-1/2 its gathered
+  /// bf16 copy): model state in the ZeRO paper's sense (its 2 bytes of fp16
+  /// weights), though they live in the arena. ZeRO-3's per-use gathers are not.
+  int64_t workingCopies = 0;
   int64_t peak() const { return params + state + inputs + constants + arena + comm + received; }
 };
 

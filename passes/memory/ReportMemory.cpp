@@ -92,6 +92,43 @@ int64_t savedActivationBytes(Block &block, Operation *firstBackward,
   return total;
 }
 
+/// The parameter a low-precision copy is made from: `v` through gathers and
+/// narrowing converts, or null.
+BlockArgument parameterBehind(func::FuncOp func, Value v) {
+  while (true) {
+    Operation *def = v.getDefiningOp();
+    if (!def || !isa<ConvertOp, AllGatherOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  auto arg = dyn_cast<BlockArgument>(v);
+  return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg : BlockArgument();
+}
+
+/// Bytes of DeviceMemory::workingCopies: forward converts and gathers of a
+/// parameter (ops `on` accepts) whose low-precision result the backward pass
+/// reads.
+int64_t workingCopyBytes(func::FuncOp func, Operation *firstBackward,
+                         llvm::function_ref<bool(Operation *)> on) {
+  int64_t total = 0;
+  if (!firstBackward)
+    return 0;
+  for (Operation &op : func.getBody().front()) {
+    if (&op == firstBackward)
+      break;
+    if (!isa<ConvertOp, AllGatherOp>(op) || !on(&op) || !parameterBehind(func, op.getResult(0)))
+      continue;
+    auto type = cast<RankedTensorType>(op.getResult(0).getType());
+    if (type.getElementType().getIntOrFloatBitWidth() >= 32)
+      continue; // an fp32 gather (ZeRO-3 without mixed precision) is not a working copy
+    if (llvm::any_of(op.getResult(0).getUsers(), [&](Operation *u) {
+          return (u == firstBackward || firstBackward->isBeforeInBlock(u)) && on(u);
+        }))
+      total += getTensorBytes(type);
+  }
+  return total;
+}
+
 int rankOf(Operation *op, int ranks) {
   auto stage = op->getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName);
   return !stage || stage.getInt() < 0 ? -1 : static_cast<int>(stage.getInt() % ranks);
@@ -149,6 +186,7 @@ DeviceMemory mlir::ptc::computeDeviceMemory(func::FuncOp func, int r, int ranks)
   }
   // Forward values of this rank that its backward ops read (one micro-batch).
   m.activations = savedActivationBytes(block, firstBackward, on);
+  m.workingCopies = workingCopyBytes(func, firstBackward, on);
   // The step's results another rank computes arrive here after each step.
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands()))

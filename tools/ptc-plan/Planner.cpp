@@ -310,7 +310,8 @@ EndBytes endBytes(func::FuncOp func, bool tied) {
 struct RankBytes {
   double peak = 0, modelState = 0, activations = 0;
   static RankBytes of(const DeviceMemory &m) {
-    return {static_cast<double>(m.peak()), static_cast<double>(m.params + m.grads + m.state),
+    return {static_cast<double>(m.peak()),
+            static_cast<double>(m.params + m.grads + m.state + m.workingCopies),
             static_cast<double>(m.activations)};
   }
   RankBytes plus(const RankBytes &o, double k) const {
