@@ -94,23 +94,18 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
   const bool parallel = n > 65536;
   if (from == FloatType::BF16 && to == FloatType::F32) {
     const uint16_t *src = static_cast<const uint16_t *>(in);
-    uint32_t *dst = static_cast<uint32_t *>(out); // the bits of bf16ToF32
+    float *dst = static_cast<float *>(out);
 #pragma omp parallel for simd if (parallel)
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = static_cast<uint32_t>(src[i]) << 16;
+      dst[i] = bf16ToF32(src[i]);
     return;
   }
   if (from == FloatType::F32 && to == FloatType::BF16) {
-    const uint32_t *src = static_cast<const uint32_t *>(in);
+    const float *src = static_cast<const float *>(in);
     uint16_t *dst = static_cast<uint16_t *>(out);
 #pragma omp parallel for simd if (parallel)
-    for (int64_t i = 0; i < n; ++i) {
-      // f32ToBf16 without a branch: round to nearest even; NaN stays NaN.
-      uint32_t u = src[i];
-      uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      uint32_t quiet = (u >> 16) | 0x40u;
-      dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = f32ToBf16(src[i]);
     return;
   }
   auto load = [&](int64_t i) -> float {

@@ -105,22 +105,21 @@ BlockArgument parameterBehind(func::FuncOp func, Value v) {
   return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg : BlockArgument();
 }
 
-/// Bytes of DeviceMemory::workingCopies: forward converts and gathers of a
-/// parameter (ops `on` accepts) whose low-precision result the backward pass
-/// reads.
-int64_t workingCopyBytes(func::FuncOp func, Operation *firstBackward,
-                         llvm::function_ref<bool(Operation *)> on) {
+/// Bytes of the forward copies of parameters (converts and gathers, ops `on`
+/// accepts, those `which` accepts) that the backward pass reads.
+int64_t savedParameterCopyBytes(func::FuncOp func, Operation *firstBackward,
+                                llvm::function_ref<bool(Operation *)> on,
+                                llvm::function_ref<bool(Operation *)> which) {
   int64_t total = 0;
   if (!firstBackward)
     return 0;
   for (Operation &op : func.getBody().front()) {
     if (&op == firstBackward)
       break;
-    if (!isa<ConvertOp, AllGatherOp>(op) || !on(&op) || !parameterBehind(func, op.getResult(0)))
+    if (!isa<ConvertOp, AllGatherOp>(op) || !on(&op) || !which(&op) ||
+        !parameterBehind(func, op.getResult(0)))
       continue;
     auto type = cast<RankedTensorType>(op.getResult(0).getType());
-    if (type.getElementType().getIntOrFloatBitWidth() >= 32)
-      continue; // an fp32 gather (ZeRO-3 without mixed precision) is not a working copy
     if (llvm::any_of(op.getResult(0).getUsers(), [&](Operation *u) {
           return (u == firstBackward || firstBackward->isBeforeInBlock(u)) && on(u);
         }))
@@ -186,7 +185,11 @@ DeviceMemory mlir::ptc::computeDeviceMemory(func::FuncOp func, int r, int ranks)
   }
   // Forward values of this rank that its backward ops read (one micro-batch).
   m.activations = savedActivationBytes(block, firstBackward, on);
-  m.workingCopies = workingCopyBytes(func, firstBackward, on);
+  // Low-precision copies only: an fp32 gather (ZeRO-3 without mixed precision)
+  // is not a working copy.
+  m.workingCopies = savedParameterCopyBytes(func, firstBackward, on, [](Operation *op) {
+    return cast<RankedTensorType>(op->getResult(0).getType()).getElementType().getIntOrFloatBitWidth() < 32;
+  });
   // The step's results another rank computes arrive here after each step.
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands()))
@@ -475,25 +478,9 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     // Of those, gathered parameters (or their low-precision copies) that the
     // backward pass reads again: ZeRO-1/2 with sharded master weights gather
     // each bf16 copy once per step and keep it whole.
-    auto isGatheredParameter = [&](Operation *op) {
-      if (!isa<AllGatherOp>(op))
-        return false;
-      Value root = op->getOperand(0);
-      while (auto convert = root.getDefiningOp<ConvertOp>())
-        root = convert->getOperand(0);
-      auto arg = dyn_cast<BlockArgument>(root);
-      return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName);
-    };
-    int64_t gatheredParamBytes = 0;
-    if (firstBackward)
-      for (Operation &op : block) {
-        if (&op == firstBackward)
-          break;
-        if (isGatheredParameter(&op) && llvm::any_of(op.getResult(0).getUsers(), [&](Operation *u) {
-              return u == firstBackward || firstBackward->isBeforeInBlock(u);
-            }))
-          gatheredParamBytes += getTensorBytes(cast<RankedTensorType>(op.getResult(0).getType()));
-      }
+    int64_t gatheredParamBytes = savedParameterCopyBytes(
+        func, firstBackward, [](Operation *) { return true; },
+        [](Operation *op) { return isa<AllGatherOp>(op); });
     int64_t arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttrName).getInt();
     int64_t peak = paramBytes + stateBytes + inputBytes + constBytes + arena + commBytes;
 

@@ -109,7 +109,10 @@ public:
   Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
                             const Shape &bs, void *out, bool transA, bool transB) override {
     if (!kernels::cpu::matmulLowPrecision(type, a, as, b, bs, out, transA, transB))
-      return error(StatusCode::kUnimplemented, "no native low-precision matmul on this CPU");
+      return error(StatusCode::kUnimplemented, "no native ",
+                   type == FloatType::BF16 ? "bf16" : "f16",
+                   " matmul on this CPU (oneDNN's needs AVX512-BF16 or AMX for bf16; f16 is "
+                   "always widened); the executor widens the operands to f32");
     return Status::ok();
   }
   Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
