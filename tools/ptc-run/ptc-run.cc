@@ -75,8 +75,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --tf32              let f32 matmuls on a GPU use TF32 tensor cores (faster, ~1e-3 relative)
   --comm C            collectives over mpi, nccl or auto (default auto: NCCL on the device's
                       communication stream with --device cuda, else MPI)
-  --threads N         kernel threads (default: OMP_NUM_THREADS, else the cores this process
-                      may use divided by the ranks on this node)
+  --threads N         kernel threads (default: OMP_NUM_THREADS, else the node's cores divided
+                      by the ranks on it, at most the cores this process may use)
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
   --dump-plan         print the verified plan as JSON and exit
@@ -145,21 +145,17 @@ int ranksOnThisNode() {
   return 1;
 }
 
-/// The kernels' threads when --threads is not given: the cores this process
-/// may run on, shared with the other ranks on the node. A launcher that
-/// binds each rank to its cores (Open MPI up to 2 ranks) already narrows the
-/// affinity mask; an oversubscribed node (more ranks than cores, no binding)
-/// gets one thread per rank instead of every core per rank.
+/// The kernels' threads when --threads is not given: the node's cores shared
+/// by the ranks on it, and no more than the cores this process may run on (a
+/// launcher that binds each rank to a core or a socket narrows its affinity
+/// mask). An oversubscribed node (more ranks than cores) gets one thread per
+/// rank instead of every core per rank.
 int defaultThreads() {
+  int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t set;
   CPU_ZERO(&set);
-  int cores = sched_getaffinity(0, sizeof set, &set) == 0
-                  ? CPU_COUNT(&set)
-                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (cores < hardware)
-    return std::max(1, cores); // bound by the launcher
-  return std::max(1, cores / ranksOnThisNode());
+  int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : hardware;
+  return std::max(1, std::min(allowed, hardware / ranksOnThisNode()));
 }
 
 /// The rank whose process this is, from the launcher's environment (MPI is
