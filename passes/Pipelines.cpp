@@ -37,6 +37,8 @@ int64_t axisSize(StringRef spec, StringRef axis) {
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
   const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) > 1 ||
                          options.virtualStages != 1;
+  // Before anything changes the model: its FLOPs per step for MFU.
+  pm.addPass(createRecordModelFlopsPass());
   if (options.precision != "fp32") {
     MixedPrecisionPassOptions mp;
     mp.dtype = options.precision;

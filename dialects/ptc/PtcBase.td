@@ -102,6 +102,10 @@ def Ptc_Dialect : Dialect {
     /// for (each use gathers anew: the forward and the backward pass), so that
     /// CSE keeps them apart and the memory plan frees each copy after its use.
     static constexpr ::llvm::StringLiteral kGatherUseAttrName = "ptc.gather_use";
+    /// On a model function: the FLOPs of one training step of the whole model
+    /// (3x the forward matmuls and attention over the global batch), recorded
+    /// before autodiff and written into the plan (MFU).
+    static constexpr ::llvm::StringLiteral kModelFlopsAttrName = "ptc.model_flops";
     /// On an op that ptc-mixed-precision keeps in f32 (its float operands
     /// converted up, its results f32): an MoE router's logits.
     static constexpr ::llvm::StringLiteral kKeepF32AttrName = "ptc.keep_f32";

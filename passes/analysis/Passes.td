@@ -33,4 +33,18 @@ def SummarizeModelPass : Pass<"ptc-summarize-model", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::ptc::PtcDialect"];
 }
 
+def RecordModelFlopsPass : Pass<"ptc-record-model-flops", "::mlir::ModuleOp"> {
+  let summary = "Record each model function's training FLOPs per step (for MFU)";
+  let description = [{
+    Sets `ptc.model_flops` on every function with `ptc.param` arguments: three
+    times its forward FLOPs as `ptc-summarize-model` counts them (the backward
+    pass costs twice the forward), over the global batch, before autodiff,
+    recomputation or partitioning change the function. `ptc-export-plan` writes
+    it into the plan, where `ptc-run` divides it by the step time (TFLOP/s) and
+    the device's peak (MFU). Recomputed work is not counted, as model FLOPs
+    utilisation defines it.
+  }];
+  let dependentDialects = ["::mlir::ptc::PtcDialect"];
+}
+
 #endif // PTC_PASSES_ANALYSIS_PASSES_TD

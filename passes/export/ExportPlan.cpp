@@ -574,11 +574,15 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         return failure();
       pipelineOff = *built;
     }
+    double modelFlops = 0.0;
+    if (auto flops = func->getAttrOfType<FloatAttr>(PtcDialect::kModelFlopsAttrName))
+      modelFlops = flops.getValueAsDouble();
     auto plan = pp::CreatePlan(
         fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), numRanks,
         mesh ? fbb.CreateVector(meshAxes) : 0, fbb.CreateVector(tensors),
         fbb.CreateVector(instructions), fbb.CreateVector(outputs), arenaAttr.getInt(),
-        unsharedAttr.getInt(), fbb.CreateString(optimizer), microbatches, pipelineOff);
+        unsharedAttr.getInt(), fbb.CreateString(optimizer), microbatches, pipelineOff,
+        modelFlops);
     pp::FinishPlanBuffer(fbb, plan);
 
     // The stash report (and its device-memory verdict) before the file: a

@@ -21,9 +21,11 @@ namespace ptc::plan {
 ///    would route differently, and version 5 plans hold no other change).
 /// 7: host tensors and host instructions (offload=optimizer) and the
 ///    Transfer opcode (appended); version 6 plans read unchanged.
+/// 8: the plan's model FLOPs per step (appended; MFU in ptc-run's log);
+///    version 7 plans read unchanged.
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
-inline constexpr uint32_t kFormatVersion = 7;
+inline constexpr uint32_t kFormatVersion = 8;
 /// The oldest version this runtime reads: version 4 renumbered the opcodes,
 /// so an older plan would run other kernels than it names.
 inline constexpr uint32_t kOldestFormatVersion = 4;

@@ -12,6 +12,8 @@ std::string planToJson(const LoadedPlan &loaded) {
   j["format_version"] = p.format_version();
   j["producer"] = p.producer() ? p.producer()->str() : "";
   j["num_ranks"] = p.num_ranks();
+  if (p.model_flops() > 0)
+    j["model_flops"] = p.model_flops();
   if (!loaded.meshAxes().empty()) {
     nlohmann::ordered_json mesh = nlohmann::ordered_json::object();
     for (size_t i = 0; i < loaded.meshAxes().size(); ++i)

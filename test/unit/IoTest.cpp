@@ -3,6 +3,7 @@
 
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/safetensors.h"
+#include "runtime/io/scalar_log.h"
 #include "runtime/io/token_data.h"
 
 #include <gtest/gtest.h>
@@ -178,3 +179,25 @@ TEST(TokenData, RejectsShortFileAndLargeIds) {
                                           "model's vocab 256");
 }
 } // namespace
+
+// CRC-32C's check value (RFC 3720 / the Castagnoli polynomial's catalogue
+// entry) and TFRecord's masking of the CRC of an empty string.
+TEST(ScalarLog, Crc32cCheckValues) {
+  EXPECT_EQ(ptc::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(ptc::crc32c("", 0), 0u);
+  EXPECT_EQ(ptc::maskedCrc32c("", 0), 0xa282ead8u);
+}
+
+TEST(ScalarLog, CsvKeepsItsColumns) {
+  std::string path = ::testing::TempDir() + "/scalar_log_test.csv";
+  ptc::CsvScalarLog csv;
+  ASSERT_TRUE(csv.open(path, false).isOk());
+  ASSERT_TRUE(csv.write({{"step", 1.0}, {"loss", 2.5}, {"lr", std::nullopt}}).isOk());
+  ASSERT_TRUE(csv.write({{"step", 2.0}, {"loss", 2.25}, {"lr", 0.5}}).isOk());
+  ptc::Status s = csv.write({{"step", 3.0}, {"eval", 1.0}});
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("column 'eval' is not in the header"), std::string::npos) << s.message();
+  std::ifstream in(path);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all, "step,loss,lr\n1,2.5,\n2,2.25,0.5\n");
+}

@@ -9,6 +9,8 @@
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/durable_file.h"
 #include "runtime/session/checkpointing.h"
+#include "runtime/session/throughput.h"
+#include "tools/ptc-run/step_log.h"
 #include "runtime/session/training_session.h"
 
 
@@ -67,8 +69,16 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --resume D          continue from the newest complete checkpoint in D (any layout, rank count)
   --max-restarts R    with --np: restart a failed job from its latest checkpoint, at most R times
   --metrics FILE      write one JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm]
-                      [, loss_scale][, lr (plans with an lr-schedule)]
-  --log-every N       progress line every N steps (default 10; 0: none)
+                      [, loss_scale][, lr (plans with an lr-schedule)][, tflops_per_device, mfu]
+                      [, eval_loss][, the plan's metrics]
+  --metrics-csv FILE  the same scalars as a CSV table (header row: step, loss, lr, grad_norm,
+                      loss_scale, tokens_per_s, tflops_per_device, mfu, elapsed_s, eval_loss, ...)
+  --tensorboard DIR   the same scalars as TensorBoard event files in DIR (train/..., eval/loss)
+  --log-every N       progress line every N steps (default 10; 0: none): loss, throughput,
+                      model TFLOP/s per device and MFU, elapsed time and ETA, lr, grad norm,
+                      the most unbalanced MoE layer
+  --peak-tflops T     the device's peak for MFU, in TFLOP/s (default: measured at start with
+                      the device's own matmul, in the plan's compute precision)
   --device D          cpu, cuda or auto (default auto: cuda when a GPU is visible, else cpu);
                       with several ranks per node, rank r uses GPU (local rank mod GPUs);
                       cpu-discrete: the CPU reached only through copies, as a GPU is (testing)
@@ -530,164 +540,6 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
   return 1;
 }
 
-/// Every N steps, the mean loss over the first K batches of --eval-data
-/// (forward and backward without updates: nothing changes).
-class EvalHook : public SessionHook {
-public:
-  /// Evaluates after every `every`-th step and after the run's last step
-  /// (`lastStep`), so that a run shorter than `every` still ends with one.
-  EvalHook(const TokenData *data, int64_t every, int64_t batches, int64_t lastStep)
-      : data_(data), every_(every), batches_(batches), finalStep_(lastStep) {}
-  Status afterStep(TrainingSession &session, const StepResult &r) override {
-    if (!data_ || every_ <= 0 || ((r.step + 1) % every_ != 0 && r.step != finalStep_))
-      return Status::ok();
-    auto loss = session.evaluate(*data_, batches_);
-    if (!loss.isOk())
-      return loss.status();
-    lastStep_ = r.step;
-    lastLoss_ = *loss;
-    return Status::ok();
-  }
-  /// The eval loss computed after step `step`, if any.
-  std::optional<float> at(int64_t step) const {
-    return step == lastStep_ ? std::optional<float>(lastLoss_) : std::nullopt;
-  }
-
-private:
-  const TokenData *data_;
-  int64_t every_, batches_, finalStep_;
-  int64_t lastStep_ = -1;
-  float lastLoss_ = 0.0f;
-};
-
-/// One JSON line per step: step, loss, tokens_per_s, elapsed_s[, grad_norm][, loss_scale][, lr]
-/// [, eval_loss].
-class MetricsWriter : public SessionHook {
-public:
-  /// `append`: a resumed run adds its steps to the file of the run it continues.
-  void setEval(const EvalHook *eval) { eval_ = eval; }
-  Status open(const std::string &path, bool append = false) {
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_)
-      return invalidArgument("cannot write metrics file '", path, "'");
-    return Status::ok();
-  }
-  Status afterStep(TrainingSession &, const StepResult &r) override {
-    if (!out_.is_open())
-      return Status::ok();
-    char line[256];
-    int n = std::snprintf(line, sizeof line,
-                          "{\"step\":%lld,\"loss\":%.9g,\"tokens_per_s\":%.1f,\"elapsed_s\":%.4f",
-                          // Steps count from 1 everywhere: the progress line,
-                          // "eval after step N", checkpoints' step-N.
-                          static_cast<long long>(r.step + 1), r.loss,
-                          static_cast<double>(r.tokens) / r.seconds, r.elapsedSeconds);
-    out_.write(line, n);
-    if (r.gradNorm) {
-      // Not finite on a step skipped by loss scaling.
-      n = std::isfinite(*r.gradNorm) ? std::snprintf(line, sizeof line, ",\"grad_norm\":%.9g", *r.gradNorm)
-                                     : std::snprintf(line, sizeof line, ",\"grad_norm\":null");
-      out_.write(line, n);
-    }
-    if (r.lossScale) {
-      n = std::snprintf(line, sizeof line, ",\"loss_scale\":%.9g", *r.lossScale);
-      out_.write(line, n);
-    }
-    if (r.lr) {
-      n = std::snprintf(line, sizeof line, ",\"lr\":%.9g", *r.lr);
-      out_.write(line, n);
-    }
-    if (auto e = eval_ ? eval_->at(r.step) : std::nullopt) {
-      n = std::snprintf(line, sizeof line, ",\"eval_loss\":%.9g", *e);
-      out_.write(line, n);
-    }
-    // The plan's metrics: a scalar as it is, a vector (an MoE layer's tokens
-    // per expert) as its min, max and mean.
-    for (const auto &[name, v] : r.metrics) {
-      if (v.empty())
-        continue;
-      if (v.size() == 1) {
-        n = std::snprintf(line, sizeof line, ",\"%s\":%.9g", name.c_str(), v[0]);
-      } else {
-        double sum = 0.0;
-        for (float x : v)
-          sum += x;
-        n = std::snprintf(line, sizeof line, ",\"%s\":{\"min\":%.9g,\"max\":%.9g,\"mean\":%.9g}",
-                          name.c_str(), *std::min_element(v.begin(), v.end()),
-                          *std::max_element(v.begin(), v.end()),
-                          sum / static_cast<double>(v.size()));
-      }
-      out_.write(line, std::min<int>(n, static_cast<int>(sizeof line) - 1));
-    }
-    out_ << "}\n";
-    out_.flush(); // a killed job keeps its metrics up to the last step
-    return Status::ok();
-  }
-
-private:
-  std::ofstream out_;
-  const EvalHook *eval_ = nullptr;
-};
-
-/// "step    100/1000 | loss 2.9383 |     31241 tok/s |     1.6 s" every N steps.
-class ProgressPrinter : public SessionHook {
-public:
-  ProgressPrinter(int64_t every, int64_t steps) : every_(every), steps_(steps) {}
-  void setEval(const EvalHook *eval) { eval_ = eval; }
-  /// A resumed run starts at step `first`.
-  void setFirst(int64_t first) { lastStep_ = first; }
-  Status afterStep(TrainingSession &session, const StepResult &r) override {
-    int64_t step = r.step;
-    if (auto e = eval_ && every_ > 0 ? eval_->at(step) : std::nullopt)
-      std::cout << "eval after step " << step + 1 << " | eval_loss " << *e << "\n" << std::flush;
-    if (every_ <= 0 || !((step + 1) % every_ == 0 || step == 0 || step + 1 == steps_))
-      return Status::ok();
-    if (step > 0 && step == lastStep_)
-      lastElapsed_ = r.elapsedSeconds - r.seconds;
-    double window = r.elapsedSeconds - lastElapsed_;
-    double tps = step == lastStep_ ? static_cast<double>(r.tokens) / r.seconds
-                           : static_cast<double>((step + 1 - lastStep_) * r.tokens) /
-                                 std::max(window, 1e-9);
-    char line[256];
-    // Token data counts tokens; array data (any model's inputs) examples.
-    std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | %9.0f %s | %7.1f s",
-                  static_cast<long long>(step + 1), static_cast<long long>(steps_), r.loss, tps,
-                  session.data() ? "tok/s" : " ex/s", r.elapsedSeconds);
-    std::cout << line << "\n" << std::flush;
-    lastElapsed_ = r.elapsedSeconds;
-    lastStep_ = step + 1;
-    return Status::ok();
-  }
-
-private:
-  int64_t every_, steps_, lastStep_ = 0;
-  double lastElapsed_ = 0.0;
-  const EvalHook *eval_ = nullptr;
-};
-
-/// Dynamic loss scaling: a lower scale than the last step's means that step
-/// overflowed and was skipped.
-class LossScaleTracker : public SessionHook {
-public:
-  Status afterStep(TrainingSession &, const StepResult &r) override {
-    if (!r.lossScale)
-      return Status::ok();
-    if (active_ && *r.lossScale < last_)
-      ++skipped_;
-    active_ = true;
-    last_ = *r.lossScale;
-    return Status::ok();
-  }
-  bool active() const { return active_; }
-  float last() const { return last_; }
-  int64_t skipped() const { return skipped_; }
-
-private:
-  bool active_ = false;
-  float last_ = 0.0f;
-  int64_t skipped_ = 0;
-};
-
 /// Chrome trace event format: one row (tid) per rank, times in us.
 Status writeTrace(TrainingSession &session, const std::string &path) {
   Communicator *comm = session.communicator();
@@ -826,7 +678,8 @@ int runMain(int argc, char **argv) {
                                     "--checkpoint-dir", "--checkpoint-every", "--keep-last",
                                     "--resume", "--max-restarts", "--shuffle", "--eval-data",
                                     "--eval-every", "--eval-steps",
-                                    "--metrics", "--log-every", "--threads", "--np",
+                                    "--metrics", "--metrics-csv", "--tensorboard",
+                                    "--peak-tflops", "--log-every", "--threads", "--np",
                                     "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout",
                                     "--max-shard-mb"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
@@ -990,7 +843,18 @@ int runMain(int argc, char **argv) {
   };
   // Outputs are checked before any work: a path in a missing directory, or
   // one that is not a regular file, fails now rather than after the run.
-  for (const char *flag : {"--save", "--metrics", "--trace"})
+  double peakTflops = 0.0;
+  if (opts.count("--peak-tflops")) {
+    const std::string &v = opts["--peak-tflops"];
+    char *end = nullptr;
+    peakTflops = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end || !std::isfinite(peakTflops) || peakTflops <= 0) {
+      std::cerr << "ptc-run: error: --peak-tflops expects a positive number of TFLOP/s, got '" << v
+                << "'\n";
+      return 2;
+    }
+  }
+  for (const char *flag : {"--save", "--metrics", "--metrics-csv", "--trace"})
     if (opts.count(flag))
       if (Status s = std::string(flag) == "--save" && isDirectoryTarget(opts[flag])
                          ? checkOutputDirectory(opts[flag], flag)
@@ -1058,11 +922,46 @@ int runMain(int argc, char **argv) {
                   std::to_string(steps));
   }
   MetricsWriter metrics;
-  if (opts.count("--metrics") && leader) {
-    if (Status s = metrics.open(opts["--metrics"], first > 0); !s.isOk())
+  if (leader) {
+    Status s = Status::ok();
+    if (opts.count("--metrics"))
+      s = metrics.openJsonLines(opts["--metrics"], first > 0);
+    if (s.isOk() && opts.count("--metrics-csv"))
+      s = metrics.openCsv(opts["--metrics-csv"], first > 0);
+    if (s.isOk() && opts.count("--tensorboard"))
+      s = metrics.openTensorBoard(opts["--tensorboard"]);
+    if (!s.isOk())
       return fail(s.message());
   }
+  // TFLOP/s and MFU: the plan's model FLOPs over the step time, against the
+  // peak given or measured (every rank at once, so each measures its share
+  // of a node's cores as it trains).
+  ThroughputBasis basis;
+  basis.modelFlops = plan.plan().model_flops();
+  basis.ranks = session.communicator() ? session.communicator()->worldSize() : 1;
+  basis.lastStep = steps - 1;
+  basis.tokens = session.data() != nullptr;
+  basis.peakTflops = peakTflops;
+  const bool wantsFigures = logEvery > 0 || opts.count("--metrics") ||
+                            opts.count("--metrics-csv") || opts.count("--tensorboard");
+  if (basis.modelFlops > 0 && peakTflops == 0.0 && wantsFigures) {
+    Device &device = session.executor().device();
+    auto peak = measureMatmulPeak(device, matmulComputeType(plan, device));
+    if (!peak.isOk())
+      return fail("measuring the device's peak for MFU: " + peak.status().message() +
+                  " (give it with --peak-tflops)");
+    basis.peakTflops = peak->tflops;
+    if (leader)
+      std::printf("ptc-run: model %.4g FLOPs per step; MFU against %.3g TFLOP/s per device (%s)\n",
+                  basis.modelFlops, basis.peakTflops, peak->what.c_str());
+  } else if (leader && basis.modelFlops > 0 && peakTflops > 0.0) {
+    std::printf("ptc-run: model %.4g FLOPs per step; MFU against %.3g TFLOP/s per device (given)\n",
+                basis.modelFlops, basis.peakTflops);
+  }
+  std::fflush(stdout);
+  metrics.setBasis(basis);
   ProgressPrinter progress(leader ? logEvery : 0, steps);
+  progress.setBasis(basis);
   progress.setFirst(first);
   LossScaleTracker lossScale;
   std::optional<TokenData> evalData;

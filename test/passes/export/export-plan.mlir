@@ -3,8 +3,10 @@
 
 // The tensor table: parameters with their initializers, optimizer state,
 // inputs, arena temporaries, and the loss seed as a constant.
-// CHECK: "format_version": 7,
+// CHECK: "format_version": 8,
 // CHECK: "producer": "ptc-opt",
+// Model FLOPs per step: 3x the forward matmul's 2*M*N*K = 2*2*3*4.
+// CHECK: "model_flops": 144.0,
 // CHECK: "optimizer": "sgd",
 // CHECK: "arena_bytes": 256,
 // CHECK: "arena_bytes_unshared": 384,
@@ -20,7 +22,7 @@
 // One instruction per op, with its source location; the updates write their
 // parameter and state in place (outputs = the argument tensors).
 // CHECK: "instructions": [
-// CHECK-NEXT: {"op":"Matmul","inputs":[4,0],"outputs":[6],"ints":[0,1],"location":"{{.*}}export-plan.mlir:37:8"},
+// CHECK-NEXT: {"op":"Matmul","inputs":[4,0],"outputs":[6],"ints":[0,1],"location":"{{.*}}export-plan.mlir:39:8"},
 // CHECK-NEXT: {"op":"Add","inputs":[6,1],"outputs":[7],
 // CHECK-NEXT: {"op":"CrossEntropy","inputs":[7,5],"outputs":[8],
 // CHECK-NEXT: {"op":"CrossEntropyGrad","inputs":[7,5,9],"outputs":[10],

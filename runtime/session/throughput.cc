@@ -1,0 +1,77 @@
+#include "runtime/session/throughput.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ptc {
+
+FloatType matmulComputeType(const LoadedPlan &plan, const Device &device) {
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    if (inst->op() != plan::OpCode::Matmul || inst->outputs()->size() == 0)
+      continue;
+    plan::DType t = plan.tensor(inst->outputs()->Get(0)).dtype;
+    if (t != plan::DType::BF16 && t != plan::DType::F16)
+      continue;
+    FloatType type = t == plan::DType::BF16 ? FloatType::BF16 : FloatType::F16;
+    return device.lowPrecisionMatmul(type).empty() ? FloatType::F32 : type;
+  }
+  return FloatType::F32;
+}
+
+StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n, double seconds) {
+  const int64_t bytes = n * n * (type == FloatType::F32 ? 4 : 2);
+  void *buffers[3] = {nullptr, nullptr, nullptr};
+  auto releaseAll = [&] {
+    for (void *p : buffers)
+      if (p)
+        device.release(p);
+  };
+  for (void *&p : buffers) {
+    auto allocated = device.allocate(bytes);
+    if (!allocated.isOk()) {
+      releaseAll();
+      return allocated.status();
+    }
+    p = *allocated;
+    if (Status s = device.zero(p, bytes); !s.isOk()) {
+      releaseAll();
+      return s;
+    }
+  }
+  const Shape shape{n, n};
+  auto once = [&]() -> Status {
+    if (type == FloatType::F32)
+      return device.matmul(static_cast<const float *>(buffers[0]), shape,
+                           static_cast<const float *>(buffers[1]), shape,
+                           static_cast<float *>(buffers[2]), false, false);
+    return device.matmulLowPrecision(type, buffers[0], shape, buffers[1], shape, buffers[2], false,
+                                     false);
+  };
+  Status s = once(); // warm-up: primitive creation, first-touch pages
+  if (s.isOk())
+    s = device.synchronize();
+  // The best run: a peak, not an average over whatever else the node does.
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  int64_t runs = 0;
+  double elapsed = 0.0, best = 0.0;
+  while (s.isOk() && (runs < 3 || elapsed < seconds)) {
+    auto t0 = Clock::now();
+    s = once();
+    if (s.isOk())
+      s = device.synchronize();
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = runs++ == 0 ? t : std::min(best, t);
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  releaseAll();
+  if (!s.isOk())
+    return s;
+  PeakRate peak;
+  peak.tflops = 2.0 * static_cast<double>(n) * n * n / best / 1e12;
+  peak.what = std::string(type == FloatType::F32 ? "f32" : type == FloatType::BF16 ? "bf16" : "f16") +
+              " matmul " + std::to_string(n) + "^3, best of " + std::to_string(runs) + " runs";
+  return peak;
+}
+
+} // namespace ptc
