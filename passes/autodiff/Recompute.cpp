@@ -74,10 +74,15 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
       return op && op->getBlock() == &block && op->isBeforeInBlock(firstBackward) &&
              !isa<arith::ConstantOp>(op);
     };
+    // The micro-batch sum of a forward value (the loss, an MoE layer's
+    // metrics) is not a backward use: it keeps reading the forward value, so
+    // that a pipeline's later chunk does not wait for a value recomputed in an
+    // earlier chunk's backward pass (which runs after its own).
     auto backwardUses = [&](Value v) {
       SmallVector<OpOperand *> uses;
       for (OpOperand &use : v.getUses())
-        if (use.getOwner()->hasAttr(PtcDialect::kBackwardAttrName))
+        if (use.getOwner()->hasAttr(PtcDialect::kBackwardAttrName) &&
+            !isa<MicrobatchSumOp>(use.getOwner()))
           uses.push_back(&use);
       return uses;
     };

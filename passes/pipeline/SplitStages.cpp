@@ -184,15 +184,36 @@ LogicalResult Splitter::run() {
   for (auto [i, op] : llvm::enumerate(fwd))
     fwdIndex[op] = i;
   size_t n = fwd.size();
+  // Where values cross: a layer boundary is where the fewest activations do.
+  // Small values that run alongside the activations (an MoE layer's
+  // auxiliary loss, summed after the last layer) cross many boundaries and do
+  // not mark one: only values of at least 1/64 of the largest crossing
+  // value's elements count. The small ones are sent with the activation.
+  auto lastUse = [&](size_t i, Value r) {
+    size_t last = i;
+    for (Operation *user : r.getUsers())
+      if (auto it = fwdIndex.find(user); it != fwdIndex.end())
+        last = std::max(last, it->second);
+    return last;
+  };
+  auto elementsOf = [](Value v) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t ? std::max<int64_t>(getNumElements(t), 1) : 1;
+  };
+  int64_t largest = 0;
+  for (auto [i, op] : llvm::enumerate(fwd))
+    if (dependent.contains(op))
+      for (Value r : op->getResults())
+        if (lastUse(i, r) > i)
+          largest = std::max(largest, elementsOf(r));
   SmallVector<int> crossing(n + 1, 0);
   for (auto [i, op] : llvm::enumerate(fwd)) {
     if (!dependent.contains(op))
       continue; // parameter-only work moves to its users' chunk
     for (Value r : op->getResults()) {
-      size_t last = i;
-      for (Operation *user : r.getUsers())
-        if (auto it = fwdIndex.find(user); it != fwdIndex.end())
-          last = std::max(last, it->second);
+      if (elementsOf(r) * 64 < largest)
+        continue;
+      size_t last = lastUse(i, r);
       for (size_t k = i + 1; k <= last; ++k)
         ++crossing[k];
     }
@@ -245,6 +266,21 @@ LogicalResult Splitter::run() {
   if (marked.empty())
     for (size_t i = 0; i < n; ++i)
       chunk[fwd[i]] = static_cast<int>(llvm::count_if(cuts, [&](size_t c) { return c <= i; }));
+  // A forward op after a cut that reads only earlier chunks' values and feeds
+  // no forward op (an MoE layer's metric, scaled for the micro-batches after
+  // the last layer) stays with what it reads, so that the once-per-step work
+  // reading it (that layer's expert-bias update) is on the same rank.
+  for (Operation *op : fwd) {
+    if (!dependent.contains(op) ||
+        llvm::any_of(op->getUsers(), [&](Operation *u) { return fwdIndex.count(u) != 0; }))
+      continue;
+    int c = -1;
+    for (Value v : op->getOperands())
+      if (Operation *d = producer(v); d && dependent.contains(d) && chunk.count(d))
+        c = std::max(c, chunk[d]);
+    if (c >= 0 && c < chunk[op])
+      chunk[op] = c;
+  }
 
   // Per chunk: share of the forward cost, and where it starts.
   SmallVector<double> cost(static_cast<size_t>(chunks), 0.0);
@@ -339,6 +375,42 @@ LogicalResult Splitter::run() {
   for (Operation *op : ops)
     if (perMb.contains(op) && dependent.contains(op) && !chunk.count(op))
       chunk[op] = 0;
+  // A backward op computed from constants alone (the loss seed scaled for the
+  // micro-batches) that several chunks read: each chunk gets its own copy. A
+  // shared one would live in the lowest chunk, whose backward runs last, and
+  // a later chunk's backward (an MoE auxiliary loss's gradient beside the
+  // cross-entropy's) would wait for it forever.
+  {
+    OpBuilder cb(func.getContext());
+    bool cloned = false;
+    for (Operation *op : ops) {
+      if (!perMb.contains(op) || dependent.contains(op) || !backward.contains(op) ||
+          op->getNumRegions() != 0 ||
+          !llvm::all_of(op->getOperands(), [](Value v) {
+            return v.getDefiningOp<arith::ConstantOp>() != nullptr;
+          }))
+        continue;
+      llvm::DenseMap<int, Operation *> copies{{chunk[op], op}};
+      for (Value r : op->getResults())
+        for (OpOperand &use : llvm::make_early_inc_range(r.getUses())) {
+          auto it = chunk.find(use.getOwner());
+          if (it == chunk.end() || !perMb.contains(use.getOwner()) || it->second == chunk[op])
+            continue;
+          Operation *&copy = copies[it->second];
+          if (!copy) {
+            cb.setInsertionPoint(op);
+            copy = cb.clone(*op);
+            chunk[copy] = it->second;
+            perMb.insert(copy);
+            backward.insert(copy);
+            cloned = true;
+          }
+          use.set(copy->getResult(cast<OpResult>(r).getResultNumber()));
+        }
+    }
+    if (cloned)
+      collectOps();
+  }
 
   // Parameters and state live with their first per-micro-batch user.
   for (BlockArgument arg : block.getArguments()) {

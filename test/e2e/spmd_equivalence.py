@@ -18,7 +18,8 @@ baseline too, computes in bf16; each rank rounds its partial sums to bf16 where 
 rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there)
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
 the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
-+zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages)
++zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages, +rfull /
++rselective activation recomputation)
 """
 import argparse
 import json
@@ -77,6 +78,7 @@ def main():
             "".join(f" zero={m[4:]}" for m in mods if m.startswith("zero")) + \
             "".join(f" microbatches={m[2:]}" for m in mods if m.startswith("mb")) + \
             "".join(f" schedule={m}" for m in mods if m in ("gpipe", "1f1b", "zb-h1")) + \
+            "".join(f" recompute={m[1:]}" for m in mods if m in ("rfull", "rselective")) + \
             "".join(f" schedule=interleaved-1f1b virtual-stages={m[2:]}"
                     for m in mods if m.startswith("il"))
         run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)
