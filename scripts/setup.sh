@@ -13,6 +13,7 @@ PACKAGES=(
   libdnnl-dev libomp-22-dev                                       # CPU GEMMs (oneDNN), kernel threads
   libopenblas-dev                                                 # sgemm benchmark reference
   nlohmann-json3-dev                                              # safetensors headers, metrics
+  libtomlplusplus-dev                                             # ptc-train job files
   libgtest-dev cmake ninja-build ccache clang-22 lld-22 g++        # build and unit tests
   libclang-rt-22-dev                                              # sanitizers and libFuzzer (CI)
   python3-numpy python3-torch                                     # reference numerics in tests

@@ -16,7 +16,7 @@ llvm_config.use_default_substitutions()
 
 tool_dirs = [config.ptc_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(
-    ["ptc-opt", "ptc-model", "ptc-run", "ptc-tokenize", "ptc-gradcheck", "ptc-ckpt", "ptc-plan-mutate", "ptc-plan", "split-file"], tool_dirs)
+    ["ptc-opt", "ptc-model", "ptc-run", "ptc-tokenize", "ptc-gradcheck", "ptc-ckpt", "ptc-plan-mutate", "ptc-plan", "ptc-train", "split-file"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)
 

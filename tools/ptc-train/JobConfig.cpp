@@ -1,0 +1,600 @@
+//===- JobConfig.cpp - a training job's TOML file, checked ----------------===//
+
+#include "tools/ptc-train/JobConfig.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+namespace ptc::train {
+namespace {
+using Kind = Value::Kind;
+
+/// Toggle: true (the default file name in the job's folder), false (off), or a path.
+constexpr Kind kToggle = Kind::Strings;
+
+struct KeyDef {
+  const char *section, *key;
+  Kind kind;
+  const char *help;
+  std::vector<std::string> choices = {};
+  bool toggle = false; ///< a string key that also takes true / false
+};
+
+const std::vector<KeyDef> &schema() {
+  static const std::vector<KeyDef> keys = {
+      {"job", "name", Kind::String, "the job's name (default: the file's name without .toml)"},
+      {"job", "dir", Kind::String, "folder of the model, plans, metrics, checkpoints (default runs/<name>)"},
+
+      {"model", "name", Kind::String, "the builder", {"gpt", "llama", "moe", "mlp"}},
+      {"model", "file", Kind::String, "a model in the ptc dialect instead of a builder (hand-written or imported)"},
+      {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)"},
+      {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)"},
+      {"model", "hidden", Kind::Int, "hidden size"},
+      {"model", "heads", Kind::Int, "attention heads"},
+      {"model", "kv_heads", Kind::Int, "key/value heads (llama, grouped-query attention)"},
+      {"model", "intermediate", Kind::Int, "SwiGLU MLP size (llama)"},
+      {"model", "vocab", Kind::Int, "vocabulary size"},
+      {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)"},
+      {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)"},
+      {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)"},
+      {"model", "dtype", Kind::String, "parameter type", {"f32", "bf16", "f16"}},
+      {"model", "input", Kind::Int, "input features (mlp, moe)"},
+      {"model", "classes", Kind::Int, "classes (mlp, moe)"},
+      {"model", "experts", Kind::Int, "experts (moe classifier)"},
+      {"model", "top_k", Kind::Int, "experts per token (moe classifier)"},
+      {"model", "groups", Kind::Int, "routing groups (moe classifier)"},
+      {"model", "capacity_factor", Kind::Float, "expert capacity factor (moe classifier)"},
+      {"model", "moe_experts", Kind::Int, "experts per MoE layer (gpt, llama)"},
+      {"model", "moe_top_k", Kind::Int, "experts per token (gpt, llama)"},
+      {"model", "moe_every", Kind::Int, "every N-th layer is MoE (gpt, llama)"},
+      {"model", "moe_ffn", Kind::Int, "expert hidden size (gpt, llama)"},
+      {"model", "moe_capacity_factor", Kind::Float, "expert capacity factor, 0 dropless (gpt, llama)"},
+      {"model", "moe_aux_loss", Kind::Float, "load-balancing loss coefficient (gpt, llama)"},
+      {"model", "moe_z_loss", Kind::Float, "router z-loss coefficient (gpt, llama)"},
+      {"model", "moe_shared_experts", Kind::Int, "shared experts (gpt, llama)"},
+      {"model", "moe_bias_balancing", Kind::Float, "auxiliary-loss-free balancing rate (gpt, llama)"},
+
+      {"training", "steps", Kind::Int, "optimizer steps to run (required)"},
+      {"training", "batch", Kind::Int, "global batch (sequences; rows for mlp/moe)"},
+      {"training", "seq", Kind::Int, "sequence length (gpt, llama)"},
+      {"training", "data", Kind::Strings, "token files (uint16/uint32 .bin), one stream; or a .safetensors of arrays"},
+      {"training", "data_blend", Kind::Blend, "weighted datasets [[weight, path], ...] (Megatron's blend)"},
+      {"training", "shuffle", Kind::Int, "seed of a shuffled window order (each window once per epoch)"},
+      {"training", "seed", Kind::Int, "seed of the initial parameters"},
+      {"training", "max_grad_norm", Kind::Float, "global gradient-norm clipping (0: off)"},
+      {"training", "init", Kind::String, "initial weights: safetensors or a Hugging Face folder"},
+      {"training", "save", Kind::String, "final weights (safetensors; a path ending in / : HF shards)"},
+      {"training", "device", Kind::String, "cpu, cuda or auto", {"cpu", "cuda", "auto", "cpu-discrete"}},
+      {"training", "threads", Kind::Int, "kernel threads per rank (default: cores / ranks)"},
+
+      {"optimizer", "name", Kind::String, "optimizer", {"adamw", "sgd", "adafactor"}},
+      {"optimizer", "lr", Kind::Float, "learning rate (the peak, with a schedule)"},
+      {"optimizer", "betas", Kind::FloatPair, "AdamW [beta1, beta2]"},
+      {"optimizer", "eps", Kind::Float, "AdamW epsilon"},
+      {"optimizer", "weight_decay", Kind::Float, "decoupled weight decay (matrices)"},
+      {"optimizer", "momentum", Kind::Float, "SGD momentum"},
+
+      {"lr_scheduler", "warmup_steps", Kind::Int, "linear warmup steps"},
+      {"lr_scheduler", "decay", Kind::String, "after warmup", {"constant", "cosine", "linear"}},
+      {"lr_scheduler", "decay_steps", Kind::Int, "step at which the decay reaches min_lr (default: steps)"},
+      {"lr_scheduler", "min_lr", Kind::Float, "learning rate at the end of the decay"},
+
+      {"parallelism", "mesh", Kind::String, "device mesh, e.g. \"dp:2,tp:2\" (ranks = the product)"},
+      {"parallelism", "microbatches", Kind::Int, "micro-batches per step (accumulation, pipelines)"},
+      {"parallelism", "schedule", Kind::String, "pipeline schedule", {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}},
+      {"parallelism", "virtual_stages", Kind::Int, "model chunks per pipeline rank"},
+      {"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"},
+      {"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"},
+      {"parallelism", "recompute", Kind::String, "activation recomputation", {"none", "selective", "full"}},
+      {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
+      {"parallelism", "precision", Kind::String, "compute precision", {"fp32", "bf16", "f16"}},
+      {"parallelism", "offload", Kind::String, "optimizer offload to host memory", {"none", "optimizer"}},
+      {"parallelism", "grad_reduce_dtype", Kind::String, "gradient reduction type", {"f32", "bf16"}},
+      {"parallelism", "bucket_mb", Kind::Float, "gradient all-reduce bucket size in MiB"},
+      {"parallelism", "dynamic_loss_scale", Kind::Bool, "dynamic loss scaling (f16)"},
+
+      {"checkpoint", "dir", Kind::String, "checkpoint folder (default <dir>/checkpoints)"},
+      {"checkpoint", "every", Kind::Int, "a checkpoint every N steps (and at the end)"},
+      {"checkpoint", "keep_last", Kind::Int, "keep the K newest checkpoints"},
+      {"checkpoint", "resume", Kind::Bool, "continue from the newest checkpoint when there is one (default true)"},
+      {"checkpoint", "async", Kind::Bool, "write checkpoints in a background thread"},
+      {"checkpoint", "max_restarts", Kind::Int, "restart a failed job from its checkpoint, at most N times"},
+
+      {"eval", "data", Kind::String, "validation token file"},
+      {"eval", "every", Kind::Int, "evaluate every N steps (and after the last)"},
+      {"eval", "steps", Kind::Int, "batches per evaluation"},
+
+      {"metrics", "log_every", Kind::Int, "progress line every N steps (0: none)"},
+      {"metrics", "jsonl", kToggle, "JSON lines: true (<dir>/metrics.jsonl), false or a path", {}, true},
+      {"metrics", "csv", kToggle, "CSV table: true (<dir>/metrics.csv), false or a path", {}, true},
+      {"metrics", "tensorboard", kToggle, "TensorBoard events: true (<dir>/tensorboard), false or a folder", {}, true},
+      {"metrics", "peak_tflops", Kind::Float, "the device's peak for MFU (default: measured)"},
+  };
+  return keys;
+}
+
+/// Model keys each builder takes (the rest of [model] is name, file, preset).
+const std::map<std::string, std::set<std::string>> &builderKeys() {
+  static const std::set<std::string> moeKeys = {
+      "moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_capacity_factor", "moe_aux_loss",
+      "moe_z_loss", "moe_shared_experts", "moe_bias_balancing"};
+  static const std::map<std::string, std::set<std::string>> keys = [] {
+    std::map<std::string, std::set<std::string>> k;
+    k["gpt"] = {"preset", "layers", "hidden", "heads", "vocab", "dtype"};
+    k["llama"] = {"preset", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab",
+                  "rope_theta", "rms_norm_eps", "tie_embeddings", "dtype"};
+    for (const char *m : {"gpt", "llama"})
+      k[m].insert(moeKeys.begin(), moeKeys.end());
+    k["mlp"] = {"layers", "hidden", "input", "classes", "dtype"};
+    k["moe"] = {"hidden", "input", "classes", "experts", "top_k", "groups", "capacity_factor", "dtype"};
+    return k;
+  }();
+  return keys;
+}
+
+const KeyDef *findKey(const std::string &section, const std::string &key) {
+  for (const KeyDef &d : schema())
+    if (section == d.section && key == d.key)
+      return &d;
+  return nullptr;
+}
+
+std::string where(const std::string &path, const toml::source_region &src) {
+  if (src.begin.line == 0)
+    return path + ": ";
+  return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) + ": ";
+}
+
+std::string keysOf(const std::string &section) {
+  std::string out;
+  for (const KeyDef &d : schema())
+    if (section == d.section)
+      out += (out.empty() ? "" : ", ") + std::string(d.key);
+  return out;
+}
+
+const char *kindName(Kind k, bool toggle) {
+  if (toggle)
+    return "true, false or a path";
+  switch (k) {
+  case Kind::Int: return "an integer >= 0";
+  case Kind::Float: return "a finite number";
+  case Kind::Bool: return "true or false";
+  case Kind::String: return "a string";
+  case Kind::Strings: return "a string or an array of strings";
+  case Kind::Blend: return "an array of [weight, path] pairs";
+  case Kind::FloatPair: return "an array of two numbers";
+  }
+  return "";
+}
+
+std::optional<double> number(const toml::node &n) {
+  if (auto i = n.value_exact<int64_t>())
+    return static_cast<double>(*i);
+  if (auto f = n.value_exact<double>())
+    return *f;
+  return std::nullopt;
+}
+
+/// Converts `n` to the key's kind; nullopt when it is not one.
+std::optional<Value> convert(const KeyDef &def, const toml::node &n) {
+  Value v;
+  v.kind = def.kind;
+  switch (def.kind) {
+  case Kind::Int:
+    if (auto i = n.value_exact<int64_t>(); i && *i >= 0) {
+      v.i = *i;
+      return v;
+    }
+    return std::nullopt;
+  case Kind::Float:
+    if (auto f = number(n); f && std::isfinite(*f)) {
+      v.f = *f;
+      return v;
+    }
+    return std::nullopt;
+  case Kind::Bool:
+    if (auto b = n.value_exact<bool>()) {
+      v.b = *b;
+      return v;
+    }
+    return std::nullopt;
+  case Kind::String:
+    if (auto s = n.value_exact<std::string>()) {
+      v.s = *s;
+      return v;
+    }
+    return std::nullopt;
+  case Kind::Strings:
+    if (def.toggle) {
+      if (auto b = n.value_exact<bool>()) {
+        v.b = *b;
+        v.s = *b ? "true" : "false";
+        return v;
+      }
+    }
+    if (auto s = n.value_exact<std::string>()) {
+      v.strings = {*s};
+      v.s = *s;
+      return v;
+    }
+    if (const toml::array *a = n.as_array(); a && !a->empty() && !def.toggle) {
+      for (const toml::node &e : *a) {
+        auto s = e.value_exact<std::string>();
+        if (!s)
+          return std::nullopt;
+        v.strings.push_back(*s);
+      }
+      return v;
+    }
+    return std::nullopt;
+  case Kind::Blend:
+    if (const toml::array *a = n.as_array(); a && !a->empty()) {
+      for (const toml::node &e : *a) {
+        const toml::array *pair = e.as_array();
+        if (!pair || pair->size() != 2)
+          return std::nullopt;
+        auto w = number(*pair->get(0));
+        auto p = pair->get(1)->value_exact<std::string>();
+        if (!w || !p || !(*w > 0) || !std::isfinite(*w))
+          return std::nullopt;
+        v.blend.push_back({*w, *p});
+      }
+      return v;
+    }
+    return std::nullopt;
+  case Kind::FloatPair:
+    if (const toml::array *a = n.as_array(); a && a->size() == 2) {
+      auto x = number(*a->get(0)), y = number(*a->get(1));
+      if (!x || !y)
+        return std::nullopt;
+      v.pair[0] = *x;
+      v.pair[1] = *y;
+      return v;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// "section.key=value": the value parsed as TOML, or taken as a bare string.
+bool applyOverride(toml::table &root, const std::string &text, std::string &error) {
+  size_t eq = text.find('='), dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 || dot + 1 == eq) {
+    error = "--set '" + text + "': expected SECTION.KEY=VALUE (e.g. training.steps=100)";
+    return false;
+  }
+  std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1),
+              value = text.substr(eq + 1);
+  if (!findKey(section, key)) {
+    error = "--set " + section + "." + key + ": unknown key" +
+            (keysOf(section).empty() ? " (no section [" + section + "])"
+                                     : " (the keys of [" + section + "]: " + keysOf(section) + ")");
+    return false;
+  }
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error &) {
+    parsed = toml::table{{"v", value}}; // a bare word: a string
+  }
+  toml::node *node = parsed.get("v");
+  toml::table *sec = root[section].as_table();
+  if (!sec) {
+    root.insert_or_assign(section, toml::table{});
+    sec = root[section].as_table();
+  }
+  sec->insert_or_assign(key, *node);
+  return true;
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+std::string flagOf(const std::string &key) {
+  std::string f = "--" + key;
+  for (char &c : f)
+    if (c == '_')
+      c = '-';
+  return f;
+}
+} // namespace
+
+std::optional<Job> loadJob(const std::string &path, const std::vector<std::string> &overrides,
+                           std::string &error) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error &e) {
+    error = where(path, e.source()) + std::string(e.description());
+    return std::nullopt;
+  }
+  for (const std::string &o : overrides)
+    if (!applyOverride(root, o, error))
+      return std::nullopt;
+
+  Job job;
+  job.path = path;
+  for (auto &&[sectionKey, sectionNode] : root) {
+    std::string section(sectionKey.str());
+    const toml::table *table = sectionNode.as_table();
+    if (keysOf(section).empty()) {
+      error = where(path, sectionNode.source()) + "unknown section [" + section +
+              "] (sections: job, model, training, optimizer, lr_scheduler, parallelism, "
+              "checkpoint, eval, metrics)";
+      return std::nullopt;
+    }
+    if (!table) {
+      error = where(path, sectionNode.source()) + "'" + section + "' must be a section ([" +
+              section + "]), not a value";
+      return std::nullopt;
+    }
+    for (auto &&[k, node] : *table) {
+      std::string key(k.str());
+      const KeyDef *def = findKey(section, key);
+      if (!def) {
+        error = where(path, node.source()) + "unknown key '" + section + "." + key +
+                "' (the keys of [" + section + "]: " + keysOf(section) + ")";
+        return std::nullopt;
+      }
+      std::optional<Value> v = convert(*def, node);
+      if (!v) {
+        std::ostringstream shown;
+        node.visit([&](auto &&n) { shown << n; });
+        error = where(path, node.source()) + section + "." + key + " = " + shown.str() +
+                ": expected " + kindName(def->kind, def->toggle);
+        return std::nullopt;
+      }
+      if (!def->choices.empty() &&
+          std::find(def->choices.begin(), def->choices.end(), v->s) == def->choices.end()) {
+        std::string list;
+        for (const std::string &c : def->choices)
+          list += (list.empty() ? "" : ", ") + c;
+        error = where(path, node.source()) + section + "." + key + " = \"" + v->s +
+                "\": expected one of " + list;
+        return std::nullopt;
+      }
+      job.values[section + "." + key] = *v;
+    }
+  }
+
+  // What the keys need of each other.
+  auto fail = [&](const std::string &message) {
+    error = path + ": " + message;
+    return std::nullopt;
+  };
+  const Value *model = job.get("model.name"), *file = job.get("model.file");
+  if (!model && !file)
+    return fail("[model] needs name (gpt, llama, moe, mlp) or file (a model in the ptc dialect)");
+  if (model && file)
+    return fail("[model] has both name and file: a job trains one model");
+  for (const auto &[key, value] : job.values) {
+    if (key.rfind("model.", 0) != 0 || key == "model.name" || key == "model.file")
+      continue;
+    std::string field = key.substr(6);
+    if (file)
+      return fail("model." + field + " configures a builder, but [model] file names a written model");
+    if (!builderKeys().at(model->s).count(field))
+      return fail("model." + field + " is not a field of the " + model->s + " builder (its fields: " +
+                  [&] {
+                    std::string l;
+                    for (const std::string &f : builderKeys().at(model->s))
+                      l += (l.empty() ? "" : ", ") + f;
+                    return l;
+                  }() +
+                  ")");
+  }
+  if (!job.has("training.steps") || job.get("training.steps")->i == 0)
+    return fail("[training] needs steps (a number of optimizer steps > 0)");
+  if (job.has("training.data") && job.has("training.data_blend"))
+    return fail("[training] has both data and data_blend: name the datasets once");
+  const bool languageModel = file || model->s == "gpt" || model->s == "llama";
+  if (!job.has("training.data") && !job.has("training.data_blend") && languageModel)
+    return fail("[training] needs data (token files) or data_blend");
+  if (job.has("training.seq") && !languageModel)
+    return fail("training.seq is the sequence length of gpt and llama models; " + model->s +
+                " takes rows (training.batch)");
+  for (const char *k : {"eval.every", "eval.steps"})
+    if (job.has(k) && !job.has("eval.data"))
+      return fail(std::string(k) + " needs eval.data (a validation token file)");
+  for (const char *k : {"lr_scheduler.warmup_steps", "lr_scheduler.decay_steps", "lr_scheduler.min_lr"})
+    if (job.has(k) && !job.has("lr_scheduler.decay"))
+      return fail(std::string(k) + " needs lr_scheduler.decay (constant, cosine or linear)");
+
+  job.name = job.has("job.name") ? job.get("job.name")->s
+                                  : std::filesystem::path(path).stem().string();
+  if (job.name.empty() || job.name.find('/') != std::string::npos)
+    return fail("job.name '" + job.name + "' is not a folder name");
+  job.dir = job.has("job.dir") ? job.get("job.dir")->s : "runs/" + job.name;
+  return job;
+}
+
+std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
+  JobCommands c;
+  auto get = [&](const std::string &k) { return job.get(k); };
+  // The model.
+  if (const Value *file = get("model.file")) {
+    c.modelFile = file->s;
+  } else {
+    const std::string &name = get("model.name")->s;
+    c.model = {"ptc-model", name};
+    for (const auto &[key, value] : job.values) {
+      if (key.rfind("model.", 0) != 0 || key == "model.name")
+        continue;
+      std::string flag = flagOf(key.substr(6));
+      switch (value.kind) {
+      case Kind::Bool:
+        if (value.b)
+          c.model.push_back(flag);
+        break;
+      case Kind::Int:
+        c.model.push_back(flag + "=" + std::to_string(value.i));
+        break;
+      case Kind::Float:
+        c.model.push_back(flag + "=" + fmt(value.f));
+        break;
+      default:
+        c.model.push_back(flag + "=" + value.s);
+      }
+    }
+    if (const Value *b = get("training.batch"))
+      c.model.push_back("--batch=" + std::to_string(b->i));
+    if (const Value *s = get("training.seq"))
+      c.model.push_back("--seq=" + std::to_string(s->i));
+    c.modelFile = job.dir + "/model.mlir";
+    c.model.push_back("-o");
+    c.model.push_back(c.modelFile);
+  }
+
+  // The compile options.
+  std::vector<std::string> opts;
+  auto opt = [&](const std::string &name, const std::string &value) { opts.push_back(name + "=" + value); };
+  if (const Value *v = get("optimizer.name"))
+    opt("optimizer", v->s);
+  if (const Value *v = get("optimizer.lr"))
+    opt("lr", fmt(v->f));
+  if (const Value *v = get("optimizer.betas")) {
+    opt("beta1", fmt(v->pair[0]));
+    opt("beta2", fmt(v->pair[1]));
+  }
+  if (const Value *v = get("optimizer.eps"))
+    opt("eps", fmt(v->f));
+  if (const Value *v = get("optimizer.weight_decay"))
+    opt("weight-decay", fmt(v->f));
+  if (const Value *v = get("optimizer.momentum"))
+    opt("momentum", fmt(v->f));
+  if (const Value *v = get("training.max_grad_norm"))
+    opt("max-grad-norm", fmt(v->f));
+  if (const Value *v = get("lr_scheduler.decay")) {
+    opt("lr-schedule", v->s);
+    if (const Value *w = get("lr_scheduler.warmup_steps"))
+      opt("warmup-steps", std::to_string(w->i));
+    if (v->s != "constant") {
+      const Value *d = get("lr_scheduler.decay_steps");
+      opt("decay-steps", std::to_string(d ? d->i : get("training.steps")->i));
+    }
+    if (const Value *m = get("lr_scheduler.min_lr"))
+      opt("min-lr", fmt(m->f));
+  }
+  if (const Value *v = get("parallelism.mesh")) {
+    opt("mesh", v->s);
+    // The rank count: the product of the mesh (ptc-opt checks the rest).
+    std::stringstream ss(v->s);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+      size_t colon = part.find(':');
+      char *end = nullptr;
+      long n = colon == std::string::npos ? 0 : std::strtol(part.c_str() + colon + 1, &end, 10);
+      if (colon == std::string::npos || n <= 0 || n > 65536 || (end && *end)) {
+        error = job.path + ": parallelism.mesh = \"" + v->s + "\": '" + part +
+                "' is not AXIS:SIZE (e.g. \"dp:2,tp:2\")";
+        return std::nullopt;
+      }
+      c.ranks *= static_cast<int>(n);
+      if (c.ranks > 1 << 20) {
+        error = job.path + ": parallelism.mesh = \"" + v->s + "\" has more than 1048576 devices";
+        return std::nullopt;
+      }
+    }
+  }
+  for (const char *k : {"microbatches", "virtual_stages", "zero", "recompute_layers"})
+    if (const Value *v = get(std::string("parallelism.") + k))
+      opt(flagOf(k).substr(2), std::to_string(v->i));
+  for (const char *k : {"schedule", "recompute", "precision", "offload", "grad_reduce_dtype"})
+    if (const Value *v = get(std::string("parallelism.") + k))
+      opt(flagOf(k).substr(2), v->s);
+  if (const Value *v = get("parallelism.bucket_mb"))
+    opt("bucket-mb", fmt(v->f));
+  for (const char *k : {"sequence_parallel", "dynamic_loss_scale"})
+    if (const Value *v = get(std::string("parallelism.") + k); v && v->b)
+      opt(flagOf(k).substr(2), "true");
+  for (const std::string &o : opts)
+    c.compileOptions += (c.compileOptions.empty() ? "" : " ") + o;
+
+  // The run.
+  auto &r = c.run;
+  r = {"ptc-run", "", "--steps", std::to_string(get("training.steps")->i)};
+  if (c.ranks > 1) {
+    r.push_back("--np");
+    r.push_back(std::to_string(c.ranks));
+  }
+  if (const Value *v = get("training.data")) {
+    std::string joined;
+    for (const std::string &p : v->strings)
+      joined += (joined.empty() ? "" : ",") + p;
+    r.insert(r.end(), {"--data", joined});
+  }
+  if (const Value *v = get("training.data_blend")) {
+    std::string spec;
+    for (const auto &[w, p] : v->blend)
+      spec += (spec.empty() ? "" : " ") + fmt(w) + " " + p;
+    r.insert(r.end(), {"--data-blend", spec});
+  }
+  for (auto [key, flag] : {std::pair{"training.shuffle", "--shuffle"}, {"training.seed", "--seed"},
+                           {"training.threads", "--threads"}, {"eval.every", "--eval-every"},
+                           {"eval.steps", "--eval-steps"}, {"metrics.log_every", "--log-every"},
+                           {"checkpoint.every", "--checkpoint-every"},
+                           {"checkpoint.keep_last", "--keep-last"},
+                           {"checkpoint.max_restarts", "--max-restarts"}})
+    if (const Value *v = get(key))
+      r.insert(r.end(), {flag, std::to_string(v->i)});
+  for (auto [key, flag] : {std::pair{"training.init", "--init"}, {"training.save", "--save"},
+                           {"training.device", "--device"}, {"eval.data", "--eval-data"}})
+    if (const Value *v = get(key))
+      r.insert(r.end(), {flag, v->s});
+  if (const Value *v = get("metrics.peak_tflops"))
+    r.insert(r.end(), {"--peak-tflops", fmt(v->f)});
+  // Metrics files: on by default, in the job's folder.
+  for (auto [key, flag, file] : {std::tuple{"metrics.jsonl", "--metrics", "metrics.jsonl"},
+                                 {"metrics.csv", "--metrics-csv", "metrics.csv"},
+                                 {"metrics.tensorboard", "--tensorboard", "tensorboard"}}) {
+    const Value *v = get(key);
+    if (v && v->s == "false")
+      continue;
+    r.insert(r.end(), {flag, !v || v->s == "true" ? job.dir + "/" + file : v->s});
+  }
+  // Checkpoints: a folder when any checkpoint key is set; resume by default.
+  bool checkpoints = false;
+  for (const auto &[key, value] : job.values)
+    checkpoints |= key.rfind("checkpoint.", 0) == 0;
+  if (checkpoints) {
+    const Value *dir = get("checkpoint.dir");
+    r.insert(r.end(), {"--checkpoint-dir", dir ? dir->s : job.dir + "/checkpoints"});
+    if (const Value *a = get("checkpoint.async"); a && a->b)
+      r.push_back("--async-checkpoint");
+  }
+  return c;
+}
+
+std::string describeSchema() {
+  std::ostringstream os;
+  std::string section;
+  for (const KeyDef &d : schema()) {
+    if (section != d.section) {
+      section = d.section;
+      os << "[" << section << "]\n";
+    }
+    std::string line = "  " + std::string(d.key) + " (" + kindName(d.kind, d.toggle) + ")";
+    if (line.size() < 40)
+      line.resize(40, ' ');
+    os << line << " " << d.help;
+    if (!d.choices.empty()) {
+      os << ":";
+      for (const std::string &c : d.choices)
+        os << " " << c;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+} // namespace ptc::train
