@@ -92,6 +92,8 @@ cat > $SEEDS/checkpoint/small.json <<'JSON'
  "files":{"rank-00000.safetensors":"@@@@@@@@@@@@@@@@"}}
 JSON
 head -c 4096 $SEEDS/data.bin > $SEEDS/tokens/text.bin
+head -c 1000 /usr/share/common-licenses/GPL-3 > $SEEDS/text.txt
+$B/ptc-tokenize --dtype uint32 -o $SEEDS/tokens/wide.bin $SEEDS/text.txt >/dev/null   # with a header
 printf '{"metadata":{"total_size":24},"weight_map":{"w":"model-00001-of-00001.safetensors"}}' \
   > $SEEDS/tokens/index.json
 

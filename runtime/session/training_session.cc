@@ -250,19 +250,27 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     if (vocab < 0)
       vocab = 65536;
     vocab_ = vocab;
-    if (options.dataPath.empty())
-      return invalidArgument("--data FILE is required (a uint16 token file; see ptc-tokenize)");
-    // Several token files (comma-separated) are one stream, in order.
-    std::vector<std::string> paths;
-    for (size_t begin = 0; begin <= options.dataPath.size();) {
-      size_t comma = options.dataPath.find(',', begin);
-      if (comma == std::string::npos)
-        comma = options.dataPath.size();
-      if (comma > begin)
-        paths.push_back(options.dataPath.substr(begin, comma - begin));
-      begin = comma + 1;
+    if (options.dataPath.empty() && options.dataBlend.empty())
+      return invalidArgument("--data FILE is required (a token file; see ptc-tokenize)");
+    StatusOr<TokenData> data = invalidArgument("no data");
+    if (!options.dataBlend.empty()) {
+      auto blend = TokenData::parseBlend(options.dataBlend);
+      if (!blend.isOk())
+        return blend.status();
+      data = TokenData::loadBlend(*blend, seq_, vocab, options.shuffleSeed);
+    } else {
+      // Several token files (comma-separated) are one stream, in order.
+      std::vector<std::string> paths;
+      for (size_t begin = 0; begin <= options.dataPath.size();) {
+        size_t comma = options.dataPath.find(',', begin);
+        if (comma == std::string::npos)
+          comma = options.dataPath.size();
+        if (comma > begin)
+          paths.push_back(options.dataPath.substr(begin, comma - begin));
+        begin = comma + 1;
+      }
+      data = TokenData::load(paths, seq_, vocab, options.shuffleSeed);
     }
-    auto data = TokenData::load(paths, seq_, vocab, options.shuffleSeed);
     if (!data.isOk())
       return data.status();
     data_ = std::move(*data);
@@ -576,7 +584,9 @@ std::string TrainingSession::describe() const {
     text += " (offloaded to host memory: " + std::to_string(executor_->hostBytes() / 1024) +
             " KiB of master weights, optimizer state and update temporaries)";
   if (data_)
-    text += "; data " + std::to_string(data_->size()) + " tokens";
+    text += "; data " + std::to_string(data_->size()) + " tokens" +
+            (data_->datasets() > 1 ? " in a blend of " + std::to_string(data_->datasets()) + " datasets"
+                                   : std::string());
   if (arrays_)
     text += "; data " + std::to_string(arrays_->examples()) + " examples";
   text += "; device " + deviceText_;

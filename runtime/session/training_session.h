@@ -24,9 +24,10 @@ namespace ptc {
 
 struct SessionOptions {
   std::string planPath;
-  std::string dataPath;        // uint16 tokens for 'tokens' / 'targets' (files separated by
-                               // commas: one stream), or FILE.safetensors:
-                               // one named array per input (any model)
+  std::string dataPath;        // token files for 'tokens' / 'targets' (uint16 .bin or ptc's
+                               // uint16/uint32 form; files separated by commas: one stream),
+                               // or FILE.safetensors: one named array per input (any model)
+  std::string dataBlend;       // instead of dataPath: "W1 PATH1 W2 PATH2 ..." (Megatron's blend)
   std::string initPath;        // safetensors parameters (empty: the plan's initializers)
   std::optional<uint64_t> shuffleSeed; // token windows in a seeded order (TokenData)
   std::string device = "auto"; // cpu, cpu-discrete, cuda, auto

@@ -2,7 +2,7 @@
 """Runs every command of the README's "A short tour" as a new user would, in order, in a fresh
 work directory, and fails on the first that exits non-zero. Benchmarks (bench/) and the GPU
 commands (--device cuda) are left to their own checks; `some-text.txt` is a Debian licence text,
-and `scripts/` is the repository's."""
+and `scripts/` and `configs/` are the repository's."""
 import argparse
 import os
 import re
@@ -35,8 +35,9 @@ def main():
     os.makedirs(args.workdir)
     shutil.copy("/usr/share/common-licenses/GPL-3", os.path.join(args.workdir, "some-text.txt"))
     # The tour runs from the repository root: its scripts/ are there.
-    os.symlink(os.path.join(os.path.dirname(os.path.abspath(args.readme)), "scripts"),
-               os.path.join(args.workdir, "scripts"))
+    for folder in ("scripts", "configs"):
+        os.symlink(os.path.join(os.path.dirname(os.path.abspath(args.readme)), folder),
+                   os.path.join(args.workdir, folder))
     env = dict(os.environ, B=os.path.abspath(args.bin), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
     ran = 0

@@ -1,5 +1,6 @@
-// libFuzzer target: any bytes as a token file (memory-mapped), read in the
-// standard and the shuffled order, and as a Hugging Face index beside a shard.
+// libFuzzer target: any bytes as a token file (memory-mapped; headerless
+// uint16 or ptc's header and uint16/uint32 ids), read in the standard and the
+// shuffled order and in a blend, and as a Hugging Face index beside a shard.
 #include "runtime/io/hf_checkpoint.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/token_data.h"
@@ -40,6 +41,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::vector<int32_t> x(3 * 4), y(3 * 4);
     for (int64_t step = 0; step < 4; ++step)
       (void)loaded->fillBatch(step * 1000003, 3, 4, 0, 3, x.data(), y.data());
+  }
+  // A blend of the bytes with themselves (the first steps: the blend order is
+  // walked from the start).
+  auto blend = ptc::TokenData::loadBlend({{2.0, {tokens}}, {1.0, {tokens, tokens}}}, /*seq=*/4,
+                                         /*vocab=*/200, std::optional<uint64_t>(5));
+  if (blend.isOk()) {
+    std::vector<int32_t> x(3 * 4), y(3 * 4);
+    for (int64_t step = 0; step < 4; ++step)
+      (void)blend->fillBatch(step, 3, 4, 0, 3, x.data(), y.data());
   }
   // The same bytes as model.safetensors.index.json.
   {

@@ -134,6 +134,61 @@ TEST(TokenData, BatchOrderFollowsTheStandardModel) {
   EXPECT_EQ(y[15], 21);
 }
 
+// Blends follow Megatron's build_blending_indices: sample i from the dataset
+// with the largest w_d * max(i, 1) - n_d (the first on a tie), and that
+// dataset's n_d-th window. Weights 3:1: A B A A A B A A. Going back (a resumed
+// or re-read step) gives the same samples as going forward.
+TEST(TokenData, BlendFollowsMegatron) {
+  std::string a = tempPath("blend-a.bin"), b = tempPath("blend-b.bin");
+  std::vector<uint16_t> tokens(200, 1);
+  std::ofstream(a, std::ios::binary).write(reinterpret_cast<char *>(tokens.data()), 400);
+  std::ofstream(b, std::ios::binary).write(reinterpret_cast<char *>(tokens.data()), 400);
+  auto data = TokenData::loadBlend({{3.0, {a}}, {1.0, {b}}}, /*seq=*/8, /*vocab=*/256);
+  ASSERT_TRUE(data.isOk()) << data.status().message();
+  std::vector<std::pair<size_t, int64_t>> expected = {{0, 0}, {1, 0}, {0, 1}, {0, 2},
+                                                      {0, 3}, {1, 1}, {0, 4}, {0, 5}};
+  for (int64_t g = 0; g < 8; ++g)
+    EXPECT_EQ(data->blendSample(g), expected[static_cast<size_t>(g)]) << "sample " << g;
+  // Far ahead, the shares hold, and coming back reproduces the start.
+  auto far = data->blendSample(400000);
+  EXPECT_NEAR(static_cast<double>(far.second), far.first == 0 ? 300000 : 100000, 2);
+  for (int64_t g = 7; g >= 0; --g)
+    EXPECT_EQ(data->blendSample(g), expected[static_cast<size_t>(g)]) << "sample " << g;
+  auto again = data->blendSample(400000);
+  EXPECT_EQ(again, far);
+  auto parsed = TokenData::parseBlend("0.7 x.bin 0.3 y.bin,z.bin");
+  ASSERT_TRUE(parsed.isOk());
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[1].second, (std::vector<std::string>{"y.bin", "z.bin"}));
+}
+
+// ptc's token files: the header's width and count; uint32 ids above 65535.
+TEST(TokenData, HeaderedUint32Files) {
+  std::string path = tempPath("wide.bin");
+  std::vector<uint32_t> ids(64);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = 70000 + static_cast<uint32_t>(i);
+  TokenFileHeader h;
+  h.bytesPerToken = 4;
+  h.vocab = 70064;
+  h.count = ids.size();
+  std::string bytes = h.encode();
+  ASSERT_EQ(bytes.size(), 32u);
+  bytes.append(reinterpret_cast<const char *>(ids.data()), ids.size() * 4);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto data = TokenData::load(path, /*seq=*/8, /*vocab=*/70064);
+  ASSERT_TRUE(data.isOk()) << data.status().message();
+  EXPECT_EQ(data->size(), 64);
+  std::vector<int32_t> x(8), y(8);
+  ASSERT_TRUE(data->fillBatch(1, 1, 8, 0, 1, x.data(), y.data()).isOk());
+  EXPECT_EQ(x[0], 70008);
+  EXPECT_EQ(y[7], 70016);
+  auto small = TokenData::load(path, 8, 70000);
+  ASSERT_FALSE(small.isOk());
+  EXPECT_NE(small.status().message().find("token id 70000 at position 0"), std::string::npos)
+      << small.status().message();
+}
+
 // --shuffle: every window exactly once per epoch, another order each epoch,
 // the same order for the same seed.
 TEST(TokenData, ShuffleVisitsEveryWindowOncePerEpoch) {

@@ -30,10 +30,9 @@ llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
     return llvm::createStringError("gpt: --hidden %lld is not divisible by --heads %lld",
                                    static_cast<long long>(c.hidden),
                                    static_cast<long long>(c.heads));
-  if (c.vocab > 65536)
-    return llvm::createStringError(
-        "gpt: --vocab %lld exceeds 65536 (token files hold uint16 ids)",
-        static_cast<long long>(c.vocab));
+  if (c.vocab > 2147483647)
+    return llvm::createStringError("gpt: --vocab %lld exceeds 2^31 - 1 (ids are int32)",
+                                   static_cast<long long>(c.vocab));
   if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
     return llvm::createStringError("gpt: --dtype must be f32, bf16 or f16, got '%s'",
                                    c.dtype.c_str());

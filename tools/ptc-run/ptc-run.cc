@@ -46,9 +46,12 @@ namespace {
 using namespace ptc;
 
 const char *kUsage = R"(usage: ptc-run PLAN [options]
-  --data FILE         uint16 token file (nanoGPT .bin; memory-mapped; A.bin,B.bin: one stream)
-                      feeding the 'tokens'/'targets' inputs, or FILE.safetensors: one array per
-                      plan input, first dimension the example
+  --data FILE         token file (nanoGPT's uint16 .bin, or ptc-tokenize's uint16/uint32 form
+                      with a header; memory-mapped; A.bin,B.bin: one stream) feeding the
+                      'tokens'/'targets' inputs, or FILE.safetensors: one array per plan input,
+                      first dimension the example
+  --data-blend "W1 A.bin W2 B.bin ..."  weighted datasets instead of --data (Megatron's blend:
+                      each sample from the dataset furthest behind its share of the weights)
   --shuffle SEED      token windows in a seeded order (each once per epoch; resumes exactly)
   --eval-data FILE    validation tokens: every --eval-every N steps (default 100) and after
                       the last step, the mean loss of --eval-steps K batches (default 10) of
@@ -674,7 +677,7 @@ int runMain(int argc, char **argv) {
     } else if (a == "--tf32") {
       setenv("PTC_CUDA_TF32", "1", 1); // read by the CUDA device
     } else if (a.rfind("--", 0) == 0) {
-      static const char *known[] = {"--data", "--steps", "--init", "--seed", "--save",
+      static const char *known[] = {"--data", "--data-blend", "--steps", "--init", "--seed", "--save",
                                     "--checkpoint-dir", "--checkpoint-every", "--keep-last",
                                     "--resume", "--max-restarts", "--shuffle", "--eval-data",
                                     "--eval-every", "--eval-steps",
@@ -826,6 +829,11 @@ int runMain(int argc, char **argv) {
   SessionOptions options;
   options.planPath = planPath;
   options.dataPath = opts.count("--data") ? opts["--data"] : "";
+  options.dataBlend = opts.count("--data-blend") ? opts["--data-blend"] : "";
+  if (opts.count("--data") && opts.count("--data-blend")) {
+    std::cerr << "ptc-run: error: --data and --data-blend both name the training data; give one\n";
+    return 2;
+  }
   options.initPath = opts.count("--init") ? opts["--init"] : "";
   if (opts.count("--shuffle"))
     options.shuffleSeed = static_cast<uint64_t>(shuffleSeed);
