@@ -4,7 +4,8 @@
 // reduce-scatter moves right after the op producing its operand, single-tensor
 // all-reduces of one element type over the same axes merge into buckets of at
 // most bucket-mb MiB (DDP's gradient buckets, sent while backward continues),
-// and with grad-reduce-dtype=bf16 the data-parallel reductions run in bf16.
+// ZeRO's gathers of the updated parameters merge into flat buckets too, and
+// with grad-reduce-dtype=bf16 the data-parallel reductions run in bf16.
 //
 //===----------------------------------------------------------------------===//
 
@@ -121,6 +122,96 @@ void bucketAllReduces(func::FuncOp func, double capBytes) {
 }
 
 
+/// ZeRO-1/2's gathers of the updated parameter shards (one per parameter,
+/// results only returned, for the next step) merge into buckets of up to
+/// `capBytes` gathered bytes per key (axes and element type): each rank
+/// flattens its shards into one buffer, one all_gather over dp stacks the
+/// buffers, and slices of the stack are the parameters (a shard split along
+/// dimension 0 is the parameter's rows of that rank, so [ranks, shard
+/// elements] is the parameter's layout). One collective per bucket instead of
+/// one per parameter: latency paid once (DeepSpeed's and FSDP's flat buffers).
+/// Pipelined steps keep their gathers per parameter (the stage split places
+/// each with its parameter's rank).
+void bucketParameterGathers(func::FuncOp func, double capBytes) {
+  Block &block = func.getBody().front();
+  auto returnedOnly = [](AllGatherOp g) {
+    return !g.getResult().use_empty() &&
+           llvm::all_of(g.getResult().getUsers(), [](Operation *u) { return isa<func::ReturnOp>(u); });
+  };
+  std::map<std::string, SmallVector<AllGatherOp>> groups;
+  SmallVector<std::string> order;
+  for (Operation &op : block) {
+    auto g = dyn_cast<AllGatherOp>(op);
+    auto in = g ? dyn_cast<RankedTensorType>(g.getInput().getType()) : RankedTensorType();
+    if (!g || g.getDim() != 0 || g.getBlocks() != 1 || !in || in.getRank() == 0 ||
+        g->hasAttr(PtcDialect::kGatherUseAttrName) || !returnedOnly(g))
+      continue;
+    std::string k;
+    llvm::raw_string_ostream os(k);
+    for (Attribute a : g.getAxes())
+      os << cast<StringAttr>(a).str() << ",";
+    os << in.getElementType();
+    if (!groups.count(k))
+      order.push_back(k);
+    groups[k].push_back(g);
+  }
+  MLIRContext *ctx = func.getContext();
+  auto flush = [&](SmallVector<AllGatherOp> &pending) {
+    if (pending.size() > 1) {
+      OpBuilder b(pending.back());
+      b.setInsertionPointAfter(pending.back());
+      Location loc = pending.front().getLoc();
+      Type element = cast<RankedTensorType>(pending.front().getInput().getType()).getElementType();
+      int64_t ranks = cast<RankedTensorType>(pending.front().getType()).getDimSize(0) /
+                      cast<RankedTensorType>(pending.front().getInput().getType()).getDimSize(0);
+      SmallVector<Value> flat;
+      SmallVector<int64_t> sizes;
+      int64_t total = 0;
+      std::string cause = "bucket of " + std::to_string(pending.size()) + " parameter gathers:";
+      for (AllGatherOp g : pending) {
+        int64_t n = getNumElements(cast<RankedTensorType>(g.getInput().getType()));
+        flat.push_back(ReshapeOp::create(b, loc, RankedTensorType::get({1, n}, element), g.getInput()));
+        sizes.push_back(n);
+        total += n;
+        if (auto c = g->getAttrOfType<StringAttr>(PtcDialect::kCollectiveCauseAttrName))
+          cause += "\n      " + c.str();
+      }
+      auto packed = ConcatOp::create(b, loc, RankedTensorType::get({1, total}, element), flat,
+                                     b.getI64IntegerAttr(1));
+      auto gathered = AllGatherOp::create(b, loc, RankedTensorType::get({ranks, total}, element),
+                                          packed, pending.front().getAxes(), b.getI64IntegerAttr(0),
+                                          b.getI64IntegerAttr(1));
+      gathered->setAttr("ptc.shardings",
+                        ArrayAttr::get(ctx, {StringAttr::get(ctx, "(bucketed all_gather)")}));
+      gathered->setAttr(PtcDialect::kCollectiveCauseAttrName, b.getStringAttr(cause));
+      int64_t offset = 0;
+      for (auto [g, n] : llvm::zip(pending, sizes)) {
+        auto part = SliceOp::create(b, loc, RankedTensorType::get({ranks, n}, element), gathered,
+                                    b.getDenseI64ArrayAttr({0, offset}));
+        auto whole = ReshapeOp::create(b, loc, g.getType(), part);
+        g.getResult().replaceAllUsesWith(whole.getResult());
+        g.erase();
+        offset += n;
+      }
+    }
+    pending.clear();
+  };
+  for (const std::string &k : order) {
+    SmallVector<AllGatherOp> pending;
+    int64_t bytes = 0;
+    for (AllGatherOp g : groups[k]) {
+      int64_t size = getTensorBytes(cast<RankedTensorType>(g.getType()));
+      if (!pending.empty() && bytes + size > capBytes) {
+        flush(pending);
+        bytes = 0;
+      }
+      pending.push_back(g);
+      bytes += size;
+    }
+    flush(pending);
+  }
+}
+
 /// Gradient reductions over dp (all-reduce buckets, ZeRO reduce-scatters)
 /// of f32 tensors run in bf16: a convert before, a convert after. Scalars
 /// (the loss) stay f32, split off into their own bucket.
@@ -209,6 +300,8 @@ struct BucketCollectivesPass
         continue;
       hoistReductions(func);
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0);
+      if (!succeeded(mesh) || mesh->axisIndex(MeshAxisRole::Pipeline) < 0)
+        bucketParameterGathers(func, bucketMb * 1024.0 * 1024.0);
       if (gradReduceDtype == "bf16")
         reduceInBf16(func, dpAxis);
     }
