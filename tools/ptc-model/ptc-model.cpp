@@ -14,6 +14,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -39,6 +40,10 @@ cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
 cl::opt<bool> listParameters("list-parameters",
                              cl::desc("Print parameter names and shapes instead of the model"),
                              cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
+cl::opt<std::string> hfConfig("hf-config",
+                              cl::desc("Also write Hugging Face's config.json of the model to this file "
+                                       "(llama; the form ptc-run --save DIR/ writes the weights in)"),
+                              cl::value_desc("file"), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<std::string> dtype("dtype", cl::desc("Parameter/activation type: f32, bf16 or f16"),
                            cl::init("f32"), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> batch("batch", cl::desc("Global batch (sequences for gpt, rows otherwise)"),
@@ -140,6 +145,44 @@ MoeLayersConfig moeOptions(MoeLayersConfig base) {
 }
 
 /// The option's value when given on the command line, else `fallback`.
+/// Hugging Face's config.json of a dense Llama (LlamaForCausalLM): the names
+/// and layouts of llamaParameters are that class's. Mixture-of-experts
+/// models are refused: ptc stacks each layer's experts into one tensor where
+/// Hugging Face's Mixtral keeps one per expert.
+llvm::Error writeLlamaHfConfig(const LlamaConfig &c, const std::string &path) {
+  if (c.moe.enabled())
+    return llvm::createStringError("--hf-config: this model has MoE layers, whose experts ptc "
+                                   "stacks into one tensor per layer; Hugging Face's Mixtral keeps "
+                                   "one per expert, so there is no config.json for these weights");
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return llvm::createStringError("--hf-config: cannot write '%s': %s", path.c_str(),
+                                   ec.message().c_str());
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attributeArray("architectures", [&] { j.value("LlamaForCausalLM"); });
+    j.attribute("model_type", "llama");
+    j.attribute("hidden_size", c.hidden);
+    j.attribute("intermediate_size", c.intermediate);
+    j.attribute("num_hidden_layers", c.layers);
+    j.attribute("num_attention_heads", c.heads);
+    j.attribute("num_key_value_heads", c.kvHeads);
+    j.attribute("head_dim", c.hidden / c.heads);
+    j.attribute("vocab_size", c.vocab);
+    j.attribute("max_position_embeddings", c.seq);
+    j.attribute("rope_theta", c.ropeTheta);
+    j.attribute("rms_norm_eps", c.rmsNormEps);
+    j.attribute("tie_word_embeddings", c.tieEmbeddings);
+    j.attribute("hidden_act", "silu");
+    j.attribute("attention_bias", false);
+    j.attribute("mlp_bias", false);
+    j.attribute("torch_dtype", c.dtype == "bf16" ? "bfloat16" : c.dtype == "f16" ? "float16" : "float32");
+  });
+  os << "\n";
+  return llvm::Error::success();
+}
+
 template <typename T> T given(const cl::opt<T> &option, T fallback) {
   return option.getNumOccurrences() ? T(option) : fallback;
 }
@@ -270,6 +313,9 @@ int main(int argc, char **argv) {
     }
     params = llamaParameters(c);
     module = buildLlamaModel(context, c);
+    if (module && !hfConfig.empty())
+      if (llvm::Error e = writeLlamaHfConfig(c, hfConfig))
+        return fail(llvm::toString(std::move(e)));
   } else if (mlpCmd) {
     MlpConfig c;
     c.layers = orDefault(layers, c.layers);

@@ -450,6 +450,13 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
       c.model.push_back("--batch=" + std::to_string(b->i));
     if (const Value *s = get("training.seq"))
       c.model.push_back("--seq=" + std::to_string(s->i));
+    // Weights saved in Hugging Face's form (a folder) get its config.json.
+    if (const Value *save = get("training.save");
+        save && name == "llama" && !save->s.empty() && save->s.back() == '/' &&
+        !job.has("model.moe_experts")) {
+      c.hfConfig = save->s + "config.json";
+      c.model.push_back("--hf-config=" + c.hfConfig);
+    }
     c.modelFile = job.dir + "/model.mlir";
     c.model.push_back("-o");
     c.model.push_back(c.modelFile);

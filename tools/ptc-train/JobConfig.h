@@ -48,6 +48,7 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
 struct JobCommands {
   std::vector<std::string> model;   ///< ptc-model ... -o DIR/model.mlir (empty: [model] file)
   std::string modelFile;            ///< the model the plan is compiled from
+  std::string hfConfig;             ///< config.json beside weights saved as a folder (llama)
   std::string compileOptions;       ///< the --ptc-compile option string, without plan=
   std::vector<std::string> run;     ///< ptc-run PLAN ... (PLAN filled in by the caller)
   int ranks = 1;                    ///< the mesh's product

@@ -175,6 +175,8 @@ int main(int argc, char **argv) {
               << "': " << ec.message() << "\n";
     return 1;
   }
+  if (!c.hfConfig.empty()) // the folder the weights will be saved in
+    fs::create_directories(fs::path(c.hfConfig).parent_path(), ec);
   if (!c.model.empty()) {
     std::cout << "ptc-train: " << quoted(c.model) << "\n";
     if (int rc = runTool(c.model); rc != 0) {
