@@ -270,9 +270,21 @@ LogicalResult embeddingRule(EmbeddingOp e, ShardingRuleContext &ctx) {
   Operation *op = e.getOperation();
 
   // A table split by rows (vocabulary parallel): each device looks up
-  // its rows, the group's results sum to the lookup.
+  // its rows, the group's results sum to the lookup. Ids split over the
+  // table's axis too (sequence parallelism) are gathered over it first, as
+  // Megatron's embedding takes the whole sequence and reduce-scatters its
+  // output into the sequence-parallel region.
   DimShard rows = ctx.want[0].dims[0];
-  bool vocab = rows.axis >= 0 && rows.blocks == 1 && !ctx.want[1].hasAxis(rows.axis);
+  bool vocab = rows.axis >= 0 && rows.blocks == 1;
+  const bool tensorAxis = rows.axis >= 0 && rows.axis == ctx.mesh().axisIndex(MeshAxisRole::Tensor);
+  if (vocab && ctx.want[1].hasAxis(rows.axis) && !tensorAxis)
+    vocab = false; // rows over dp (ZeRO-3): the table is gathered instead
+  if (vocab && ctx.want[1].hasAxis(rows.axis)) {
+    for (DimShard &d : ctx.want[1].dims)
+      if (d.axis == rows.axis && d.blocks == 1)
+        d = DimShard();
+    vocab = !ctx.want[1].hasAxis(rows.axis); // a compound axis holding it: no
+  }
   Sharding res = ctx.want[1];
   res.dims.push_back(DimShard());
   if (vocab) {
@@ -291,6 +303,21 @@ LogicalResult embeddingRule(EmbeddingOp e, ShardingRuleContext &ctx) {
 LogicalResult embeddingGradRule(EmbeddingGradOp eg, ShardingRuleContext &ctx) {
   Operation *op = eg.getOperation();
 
+  // The gradient of a vocabulary-parallel lookup keeps the table's rows: its
+  // ids (and their gradient) whole over the table's axis, as the forward
+  // lookup took them (sequence parallelism gathers both over it).
+  int vocabAxis = -1;
+  SmallVector<Operation *> readers(eg.getIndices().getUsers().begin(), eg.getIndices().getUsers().end());
+  for (size_t i = 0; i < readers.size() && vocabAxis < 0; ++i) {
+    if (auto e = dyn_cast<EmbeddingOp>(readers[i]); e && e.getVocabAxis())
+      vocabAxis = ctx.mesh().axisIndex(*e.getVocabAxis());
+    else if (isa<AllGatherOp>(readers[i])) // the ids the forward lookup gathered
+      readers.append(readers[i]->getUsers().begin(), readers[i]->getUsers().end());
+  }
+  if (vocabAxis >= 0 && vocabAxis == ctx.mesh().axisIndex(MeshAxisRole::Tensor))
+    for (DimShard &d : ctx.want[0].dims)
+      if (d.axis == vocabAxis && d.blocks == 1)
+        d = DimShard();
   Sharding g = ctx.want[0];
   g.dims.push_back(-1);
   ctx.want[1] = g;
@@ -298,17 +325,11 @@ LogicalResult embeddingGradRule(EmbeddingGradOp eg, ShardingRuleContext &ctx) {
   for (const DimShard &a : ctx.want[0].dims)
     if (a.axis >= 0)
       addPartial(res.partial, a.axis);
-  // The gradient of a vocabulary-parallel lookup keeps the table's rows.
   eg.removeVocabAxisAttr();
-  for (Operation *user : eg.getIndices().getUsers())
-    if (auto e = dyn_cast<EmbeddingOp>(user); e && e.getVocabAxis()) {
-      int a = ctx.mesh().axisIndex(*e.getVocabAxis());
-      if (!llvm::is_contained(res.partial, a)) {
-        res.dims[0] = DimShard(a);
-        eg.setVocabAxisAttr(StringAttr::get(op->getContext(), *e.getVocabAxis()));
-      }
-      break;
-    }
+  if (vocabAxis >= 0 && !llvm::is_contained(res.partial, vocabAxis)) {
+    res.dims[0] = DimShard(vocabAxis);
+    eg.setVocabAxisAttr(StringAttr::get(op->getContext(), ctx.mesh().axes[vocabAxis]));
+  }
   ctx.out.push_back(res);
   return success();
 }

@@ -409,6 +409,12 @@ LogicalResult Partitioner::processOp(Operation *op) {
   RuleContext ctx(*this);
   for (Value v : op->getOperands())
     ctx.want.push_back(sharding(v));
+  // Sequence parallelism and a vocabulary-parallel lookup: the rule gathers
+  // the ids; the output goes back to the ids' split (a reduce-scatter of
+  // the partial lookup, Megatron's entry into the sequence-parallel region).
+  std::optional<Sharding> lookupSplit;
+  if (auto e = dyn_cast<EmbeddingOp>(op); e && sequenceParallel)
+    lookupSplit = ctx.want[1];
   ctx.scale.assign(op->getNumResults(), 1.0);
   ctx.operandScale.assign(op->getNumOperands(), 1.0);
   auto rankR = [&](unsigned i) { return cast<RankedTensorType>(op->getResult(i).getType()).getRank(); };
@@ -478,6 +484,21 @@ LogicalResult Partitioner::processOp(Operation *op) {
     if (constraints && i < constraints.size() && !isa<UnitAttr>(constraints[i]))
       if (failed(constrain(current, r, constraints[i])))
         return failure();
+  }
+  if (lookupSplit && cast<EmbeddingOp>(op).getVocabAxis()) {
+    Value r = op->getResult(0);
+    Sharding target = *lookupSplit;
+    target.partial.clear();
+    target.dims.push_back(DimShard());
+    if (target != sharding(r)) {
+      llvm::SmallPtrSet<Operation *, 8> users(r.getUsers().begin(), r.getUsers().end());
+      FailureOr<Value> v = reshard(r, target, op->getNextNode(),
+                                   "sequence parallelism: the vocabulary-parallel lookup's output "
+                                   "enters the sequence-parallel region");
+      if (failed(v))
+        return failure();
+      r.replaceUsesWithIf(*v, [&](OpOperand &use) { return users.contains(use.getOwner()); });
+    }
   }
   if (vocabAxis >= 0) {
     b.setInsertionPoint(op);

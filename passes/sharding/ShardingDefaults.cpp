@@ -208,21 +208,20 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     return false;
   };
   // Vocabulary-parallel embedding (and so LM head, when tied): rows over tp.
-  // With sequence parallelism the lookup's tokens are split over tp already,
-  // so the table stays whole there.
-  if (!sequenceParallel)
-    func.walk([&](EmbeddingOp e) {
-      BlockArgument table = param(e.getTable());
-      if (!table)
-        return;
-      int64_t vocab = e.getTable().getType().getDimSize(0);
-      if (vocab % tpSize == 0)
-        specs.try_emplace(table, "[" + mesh.axes[tp] + ", _]");
-      else
-        mlir::emitWarning(e.getLoc())
-            << "the table '" << paramName(table) << "' stays whole on every '" << mesh.axes[tp]
-            << "' rank: its vocabulary of " << vocab << " is not divisible by " << tpSize;
-    });
+  // With sequence parallelism too (the lookup gathers its ids over tp and
+  // its output is reduce-scattered into the sequence-parallel region).
+  func.walk([&](EmbeddingOp e) {
+    BlockArgument table = param(e.getTable());
+    if (!table)
+      return;
+    int64_t vocab = e.getTable().getType().getDimSize(0);
+    if (vocab % tpSize == 0)
+      specs.try_emplace(table, "[" + mesh.axes[tp] + ", _]");
+    else
+      mlir::emitWarning(e.getLoc())
+          << "the table '" << paramName(table) << "' stays whole on every '" << mesh.axes[tp]
+          << "' rank: its vocabulary of " << vocab << " is not divisible by " << tpSize;
+  });
   func.walk([&](MatmulOp mm) {
     BlockArgument w = param(mm.getRhs());
     if (!w || !mm.getTransposeRhs() || mm.getTransposeLhs())
