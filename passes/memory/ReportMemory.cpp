@@ -25,11 +25,22 @@ namespace {
 /// the fused updates, operand 0 of the op that starts an update built from
 /// primitive ops (Adafactor, `ptc.optimizer_grad`).
 Value optimizerGradient(Operation *op) {
+  Value g;
   if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
-    return op->getOperand(1);
-  if (op->hasAttr(PtcDialect::kOptimizerGradAttrName))
-    return op->getOperand(0);
-  return {};
+    g = op->getOperand(1);
+  else if (op->hasAttr(PtcDialect::kOptimizerGradAttrName))
+    g = op->getOperand(0);
+  // ZeRO-1 keeps the gradient whole and slices the update's shard from it
+  // (under mixed precision, then widens the shard): the whole one is what
+  // stays resident.
+  if (g)
+    if (auto widen = g.getDefiningOp<ConvertOp>())
+      if (widen->getOperand(0).getDefiningOp<ShardSliceOp>())
+        g = widen->getOperand(0);
+  if (g)
+    if (auto slice = g.getDefiningOp<ShardSliceOp>())
+      g = slice->getOperand(0);
+  return g;
 }
 
 /// Bytes of the host temporaries `op` defines (offload=optimizer): results of
@@ -565,7 +576,18 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
          << "): params " << paramBytes << " B = 4 psi" << (paramBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "")
          << ", optimizer state " << perParamStateBytes << " B = 8 psi"
          << (perParamStateBytes * dpSize == 8 * psi && dpSize > 1 ? " / dp" : "") << ", gradients " << gradBytes
-         << " B = 4 psi" << (gradBytes * dpSize == 4 * psi && dpSize > 1 ? " / dp" : "") << "\n";
+         << " B = ";
+      // Gradients stay whole at stages 0 and 1 (2 bytes each in bf16 / f16),
+      // are sharded at stages 2 and 3.
+      if (gradBytes * dpSize == 4 * psi && dpSize > 1)
+        os << "4 psi / dp";
+      else if (gradBytes == 2 * psi)
+        os << "2 psi (whole, low precision)";
+      else if (gradBytes * dpSize == 2 * psi && dpSize > 1)
+        os << "2 psi / dp";
+      else
+        os << llvm::format("%.3g psi", static_cast<double>(gradBytes) / static_cast<double>(psi));
+      os << "\n";
     }
     if (failed(reportLayerActivations(func, succeeded(mesh) ? &*mesh : nullptr,
                                       activationBytes - gatheredParamBytes)))

@@ -49,6 +49,9 @@ struct Collective {
   std::string cause;
 };
 
+/// A fused optimizer update (its gradient is operand #1).
+bool isUpdate(Operation *op) { return isa<AdamWUpdateOp, SgdUpdateOp>(op); }
+
 class Partitioner {
 public:
   Partitioner(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel, int zero)
@@ -102,6 +105,23 @@ private:
   const MeshInfo &mesh;
   OpBuilder b;
   bool sequenceParallel;
+  /// ZeRO-1 (the paper's, DeepSpeed's stage 1): a gradient on its way to an
+  /// update is all-reduced whole and then sliced, never reduce-scattered.
+  bool wholeGradient = false;
+  /// Under zero=1, the operand of `op` that is a gradient on its way to an
+  /// update (a fused update's gradient, or the source of a widening convert
+  /// that feeds one); -1 otherwise.
+  int zeroGradientOperand(Operation *op) const {
+    if (zero != 1)
+      return -1;
+    if (isUpdate(op))
+      return 1;
+    if (auto c = dyn_cast<ConvertOp>(op))
+      for (OpOperand &use : c->getResult(0).getUses())
+        if (isUpdate(use.getOwner()) && use.getOperandNumber() == 1)
+          return 0;
+    return -1;
+  }
   int zero;
   llvm::DenseMap<Value, Sharding> shardings;
   llvm::DenseMap<Value, Origin> origins;
@@ -198,7 +218,7 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   // A pending sum over an axis that the consumer wants to split a dimension
   // over: reduce-scatter along that dimension (half the traffic of an
   // all-reduce, and no slice afterwards).
-  for (int a : SmallVector<int>(reduce)) {
+  for (int a : SmallVector<int>(wholeGradient ? SmallVector<int>() : reduce)) {
     for (size_t d = 0; d < target.dims.size(); ++d) {
       if (target.dims[d].axis != a || target.dims[d].blocks != 1 || curS.dims[d].axis >= 0)
         continue;
@@ -449,8 +469,23 @@ LogicalResult Partitioner::processOp(Operation *op) {
     }
   }
 
+  // ZeRO-1 keeps gradients whole: the one an update reads (or its f32 copy's
+  // source under mixed precision) is all-reduced, then sliced to the shard
+  // the update works on right where it is read (the all-reduce itself moves
+  // to the gradient's producer: ptc-bucket-collectives).
+  const int gradientOperand = zeroGradientOperand(op);
+  if (gradientOperand >= 0 && isa<ConvertOp>(op)) {
+    // The f32 copy is made of the shard: the update's parameter's split.
+    Operation *update = *llvm::find_if(op->getResult(0).getUsers(), isUpdate);
+    Sharding shard = sharding(update->getOperand(0));
+    shard.partial.clear();
+    want[0] = shard;
+    out[0] = shard;
+  }
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    wholeGradient = static_cast<int>(i) == gradientOperand;
     FailureOr<Value> v = reshard(op->getOperand(i), want[i], op, "operand #" + std::to_string(i));
+    wholeGradient = false;
     if (failed(v))
       return failure();
     Value nv = *v;
@@ -553,6 +588,24 @@ LogicalResult Partitioner::processReturn(func::ReturnOp ret) {
 
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
+  // ZeRO-1: a gradient's widening copy (mixed precision) is made right
+  // before it is first read, at the end of the step, so that what stays
+  // whole from the backward pass to the update is the low-precision gradient
+  // (2 bytes a parameter), not its f32 copy.
+  if (zero == 1) {
+    SmallVector<Operation *> converts;
+    for (Operation &op : block)
+      if (isa<ConvertOp>(op) && zeroGradientOperand(&op) == 0)
+        converts.push_back(&op);
+    for (Operation *c : converts) {
+      Operation *first = nullptr;
+      for (Operation *u : c->getResult(0).getUsers())
+        if (u->getBlock() == &block && (!first || u->isBeforeInBlock(first)))
+          first = u;
+      if (first)
+        c->moveBefore(first);
+    }
+  }
   // The batch of inputs goes to dp; with expert parallelism to dp*ep (each
   // ep rank takes its own rows of its dp rank's batch).
   int batch = mesh.batchAxis();

@@ -505,7 +505,10 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   // An update built from primitive ops (Adafactor) reads the gradient where
   // the parameter's state lives: constrain the gradient to that split, so
   // that its reduction over dp is a reduce-scatter (as the fused updates'
-  // rule asks) rather than an all-reduce.
+  // rule asks) rather than an all-reduce. Not at stage 1, which keeps
+  // gradients whole (all-reduced; the update's ops slice them).
+  if (zero == 1)
+    return;
   llvm::StringMap<std::string> placedByName;
   for (auto &[param, pspec] : placed)
     if (auto n = func.getArgAttrOfType<StringAttr>(param.getArgNumber(), PtcDialect::kParamAttrName))

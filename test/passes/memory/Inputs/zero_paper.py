@@ -1,5 +1,5 @@
 """Compares the predicted peaks of ptc-report-memory outputs (the 7.5B GPT on dp=64,
-bf16, ZeRO-1 then ZeRO-3) with the ZeRO paper's model states plus the plan's own
+bf16, ZeRO-2 then ZeRO-3) with the ZeRO paper's model states plus the plan's own
 activations and communication buffer; prints one line per check."""
 import re
 import sys
@@ -17,7 +17,7 @@ gathered = int(re.search(r"of which ([0-9]+) B are gathered", z1).group(1))
 acts1 = field(z1, "saved activations") - gathered
 layer = 12 * H * H + 13 * H  # one transformer layer's parameters
 for name, text, states in (
-        ("zero=1 within 10% of (2 + 16/dp) psi + activations + communication", z1,
+        ("zero=2 within 10% of (2 + 16/dp) psi + activations + communication", z1,
          (2 + 16 / DP) * psi + acts1),
         ("zero=3 within 10% of 16 psi/dp + two layers + activations + communication", z3,
          16 * psi / DP + 2 * 2 * layer + field(z3, "saved activations"))):
