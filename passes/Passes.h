@@ -52,6 +52,12 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(false)};
   PassOptions::Option<int> zero{*this, "zero",
                                  llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};
+  PassOptions::Option<bool> reshardAfterForward{
+      *this, "reshard-after-forward",
+      llvm::cl::desc("ZeRO-3: gather again in the backward pass (true, FSDP's default) or keep "
+                     "the forward pass's gathered copy until its backward use (false, "
+                     "FSDP's SHARD_GRAD_OP)"),
+      llvm::cl::init(true)};
   PassOptions::Option<bool> reportMemory{
       *this, "report-memory", llvm::cl::desc("Print the per-device memory report"),
       llvm::cl::init(false)};

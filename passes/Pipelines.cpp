@@ -101,6 +101,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     shard.mesh = options.mesh;
     shard.sequenceParallel = options.sequenceParallel;
     shard.zero = options.zero;
+    shard.reshardAfterForward = options.reshardAfterForward;
     pm.addPass(createShardPass(shard));
     BucketCollectivesPassOptions bucket;
     bucket.gradReduceDtype = options.gradReduceDtype;

@@ -33,10 +33,12 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
     ZeRO is sharding too: with `zero=1` every optimizer state tensor is split
     over `dp` along its first dimension that `dp` divides (and no other axis
     splits), the update runs on that shard and the new parameter is
-    all-gathered; gradients arrive reduce-scattered (so stages 1 and 2 emit the
-    same collectives here); `zero=3` splits the parameters the same way, so
-    each use all-gathers them into a temporary that the memory plan frees after
-    its last use. A stage with no `dp` axis (or dp=1) is a warning.
+    all-gathered; stage 1 all-reduces gradients whole and slices the update's
+    shard, stage 2 reduce-scatters them; `zero=3` splits the parameters the
+    same way, so each use all-gathers them into a temporary that the memory
+    plan frees after its last use (with `reshard-after-forward=false` the
+    backward pass reuses the forward pass's copy). A stage with no `dp` axis
+    (or dp=1) is a warning.
 
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
@@ -59,7 +61,12 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
            "parallelism: LayerNorm and residuals on sequence shards)">,
     Option<"zero", "zero", "int", /*default=*/"0",
            "ZeRO stage over dp: 1 splits optimizer state, 2 also gradients, 3 also "
-           "parameters (gathered before each use)">
+           "parameters (gathered before each use)">,
+    Option<"reshardAfterForward", "reshard-after-forward", "bool", /*default=*/"true",
+           "ZeRO-3: gather parameters again in the backward pass (FSDP's "
+           "reshard_after_forward); false keeps the forward pass's gathered copy "
+           "until its backward use (FSDP's SHARD_GRAD_OP: half the gathers, the "
+           "gathered weights saved as activations)">
   ];
   let dependentDialects = ["::mlir::ptc::PtcDialect"];
 }

@@ -54,8 +54,10 @@ bool isUpdate(Operation *op) { return isa<AdamWUpdateOp, SgdUpdateOp>(op); }
 
 class Partitioner {
 public:
-  Partitioner(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel, int zero)
-      : func(func), mesh(mesh), b(func), sequenceParallel(sequenceParallel), zero(zero) {}
+  Partitioner(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel, int zero,
+              bool reshardAfterForward)
+      : func(func), mesh(mesh), b(func), sequenceParallel(sequenceParallel), zero(zero),
+        reshardAfterForward(reshardAfterForward) {}
 
   LogicalResult run();
   SmallVector<Collective> collectives;
@@ -123,6 +125,7 @@ private:
     return -1;
   }
   int zero;
+  bool reshardAfterForward;
   llvm::DenseMap<Value, Sharding> shardings;
   llvm::DenseMap<Value, Origin> origins;
   llvm::DenseMap<Value, RankedTensorType> globalType;
@@ -197,7 +200,8 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
   while (auto convert = root.getDefiningOp<ConvertOp>())
     root = convert->getOperand(0);
   auto arg = dyn_cast<BlockArgument>(root);
-  bool reuse = !(zero >= 3 && arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName));
+  bool reuse = !(zero >= 3 && reshardAfterForward && arg &&
+                 func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName));
   if (auto it = reshardCache.find(key); reuse && it != reshardCache.end())
     return it->second;
   b.setInsertionPoint(user);
@@ -755,6 +759,12 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
         module.emitError() << "zero = " << zero.getValue() << " is not a ZeRO stage (0, 1, 2 or 3)";
         return signalPassFailure();
       }
+      if (!reshardAfterForward && zero != 3) {
+        module.emitError() << "reshard-after-forward=false keeps ZeRO-3's gathered parameters "
+                              "from the forward to the backward pass; it needs zero=3, not zero="
+                           << zero.getValue();
+        return signalPassFailure();
+      }
       int dpAxis = meshInfo->axisIndex(MeshAxisRole::Data);
       int epAxis = meshInfo->axisIndex(MeshAxisRole::Expert);
       if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2) &&
@@ -767,7 +777,7 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
         module.emitWarning() << "sequence-parallel=true has no effect: it splits over the '"
                              << meshAxisName(MeshAxisRole::Tensor)
                              << "' mesh axis, and the mesh has none of size >= 2";
-      Partitioner partitioner(func, *meshInfo, sequenceParallel, zero);
+      Partitioner partitioner(func, *meshInfo, sequenceParallel, zero, reshardAfterForward);
       if (failed(partitioner.run()))
         return signalPassFailure();
       // Why each collective is there, for ptc-bucket-collectives and

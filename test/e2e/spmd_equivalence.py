@@ -19,7 +19,7 @@ rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) th
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
 the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages, +rfull /
-+rselective activation recomputation)
++rselective activation recomputation, +keep ZeRO-3 without resharding after forward)
 """
 import argparse
 import json
@@ -38,7 +38,8 @@ def main():
     ap.add_argument("--layouts", nargs="+",
                     default=["dp:2", "tp:2", "tp:2+sp", "dp:2,tp:2", "dp:2,tp:2+sp", "dp:2+zero1",
                              "dp:2+zero2", "dp:2+zero3", "dp:4", "dp:4+zero1", "dp:4+zero2",
-                             "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3", "dp:2,tp:2+sb"])
+                             "dp:4+zero3", "dp:2,tp:2+zero3", "pp:2,dp:2+mb4+zero3", "dp:2,tp:2+sb",
+                             "dp:2+zero3+keep"])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "gpt-moe", "llama-moe"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -79,6 +80,7 @@ def main():
             "".join(f" microbatches={m[2:]}" for m in mods if m.startswith("mb")) + \
             "".join(f" schedule={m}" for m in mods if m in ("gpipe", "1f1b", "zb-h1")) + \
             "".join(f" recompute={m[1:]}" for m in mods if m in ("rfull", "rselective")) + \
+            (" reshard-after-forward=false" if "keep" in mods else "") + \
             "".join(f" schedule=interleaved-1f1b virtual-stages={m[2:]}"
                     for m in mods if m.startswith("il"))
         run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)

@@ -89,6 +89,7 @@ const std::vector<KeyDef> &schema() {
       {"parallelism", "schedule", Kind::String, "pipeline schedule", {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}},
       {"parallelism", "virtual_stages", Kind::Int, "model chunks per pipeline rank"},
       {"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"},
+      {"parallelism", "reshard_after_forward", Kind::Bool, "ZeRO-3: gather again in the backward pass (default true; false: FSDP's SHARD_GRAD_OP)"},
       {"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"},
       {"parallelism", "recompute", Kind::String, "activation recomputation", {"none", "selective", "full"}},
       {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
@@ -524,6 +525,8 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
   for (const char *k : {"sequence_parallel", "dynamic_loss_scale"})
     if (const Value *v = get(std::string("parallelism.") + k); v && v->b)
       opt(flagOf(k).substr(2), "true");
+  if (const Value *v = get("parallelism.reshard_after_forward"))
+    opt("reshard-after-forward", v->b ? "true" : "false");
   for (const std::string &o : opts)
     c.compileOptions += (c.compileOptions.empty() ? "" : " ") + o;
 
