@@ -4,8 +4,9 @@
 // reduce-scatter moves right after the op producing its operand, single-tensor
 // all-reduces of one element type over the same axes merge into buckets of at
 // most bucket-mb MiB (DDP's gradient buckets, sent while backward continues),
-// ZeRO's gathers of the updated parameters merge into flat buckets too, and
-// with grad-reduce-dtype=bf16 the data-parallel reductions run in bf16.
+// ZeRO's gathers of the updated parameters merge into flat buckets too,
+// ZeRO-3's per-use gathers are issued one parameter ahead, and with
+// grad-reduce-dtype=bf16 the data-parallel reductions run in bf16.
 //
 //===----------------------------------------------------------------------===//
 
@@ -212,6 +213,45 @@ void bucketParameterGathers(func::FuncOp func, double capBytes) {
   }
 }
 
+/// ZeRO-3's per-use gathers, each moved to right before the first reader of
+/// the gather before it (with the narrowing copy it gathers, under mixed
+/// precision): a parameter's gather is issued while the previous parameter's
+/// consumer computes, so a device that runs collectives on their own stream
+/// (NCCL on GPUs) overlaps them, at the cost of one more gathered parameter
+/// alive. Never across the forward/backward boundary, so the backward pass's
+/// gathers do not keep copies from the forward pass.
+void prefetchParameterGathers(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  SmallVector<AllGatherOp> gathers;
+  for (Operation &op : block)
+    if (auto g = dyn_cast<AllGatherOp>(op); g && g->hasAttr(PtcDialect::kGatherUseAttrName))
+      gathers.push_back(g);
+  auto firstReader = [&](Operation *op) -> Operation * {
+    Operation *first = nullptr;
+    for (Operation *u : op->getUsers())
+      if (u->getBlock() == &block && (!first || u->isBeforeInBlock(first)))
+        first = u;
+    return first;
+  };
+  auto backward = [](Operation *op) { return op->hasAttr(PtcDialect::kBackwardAttrName); };
+  for (size_t i = 1; i < gathers.size(); ++i) {
+    Operation *previous = firstReader(gathers[i - 1]), *mine = firstReader(gathers[i]);
+    if (!previous || !mine || backward(previous) != backward(mine) ||
+        !previous->isBeforeInBlock(gathers[i]))
+      continue;
+    // What the gather reads: the shard itself, or its narrowing copy read by
+    // nothing else (moved along); anything else stays where it is.
+    Value in = gathers[i].getInput();
+    Operation *copy = in.getDefiningOp();
+    if (copy && !(isa<ConvertOp>(copy) && copy->hasOneUse() &&
+                  isa<BlockArgument>(copy->getOperand(0))))
+      continue;
+    if (copy)
+      copy->moveBefore(previous);
+    gathers[i]->moveBefore(previous);
+  }
+}
+
 /// Gradient reductions over dp (all-reduce buckets, ZeRO reduce-scatters)
 /// of f32 tensors run in bf16: a convert before, a convert after. Scalars
 /// (the loss) stay f32, split off into their own bucket.
@@ -302,6 +342,7 @@ struct BucketCollectivesPass
       bucketAllReduces(func, bucketMb * 1024.0 * 1024.0);
       if (!succeeded(mesh) || mesh->axisIndex(MeshAxisRole::Pipeline) < 0)
         bucketParameterGathers(func, bucketMb * 1024.0 * 1024.0);
+      prefetchParameterGathers(func);
       if (gradReduceDtype == "bf16")
         reduceInBf16(func, dpAxis);
     }
