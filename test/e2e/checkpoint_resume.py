@@ -8,7 +8,7 @@ uninterrupted run. Crash safety: rank 0 killed while writing a checkpoint leaves
 the previous one, which resumes to the same losses; a truncated or corrupted
 shard and a checkpoint of another model are one clear error. Restarts: a rank
 killed mid-run under --max-restarts 2 -> the job completes with the losses of the
-uninterrupted run.
+uninterrupted run; a job that fails before its first step is not restarted.
 
 usage: checkpoint_resume.py --bin BUILD/bin --workdir DIR
 """
@@ -187,6 +187,15 @@ def main():
     restarted = "restart 1 of 2 from the checkpoint" in r.stdout
     report("rank killed, --max-restarts 2", r.returncode == 0 and restarted and
            losses("restart") == full, f"exit {r.returncode}, restarted: {restarted}")
+
+    # A job that fails before its first step (here: weights of another shape) is not
+    # restarted: a restart would fail the same way.
+    r = train(plans["dp2tp2"], 4, "startfail", STEPS,
+              ["--checkpoint-dir", w("startfail.ckpt"), "--max-restarts", "2",
+               "--init", w("missing.safetensors")], check=False)
+    report("a startup error under --max-restarts 2 is not restarted",
+           r.returncode == 1 and "failed before its first step" in r.stdout and
+           "restart 1 of 2" not in r.stdout, error_line(r))
 
     print("checkpoint resume:", "passed" if ok else "FAILED")
     return 0 if ok else 1

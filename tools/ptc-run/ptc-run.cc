@@ -285,10 +285,15 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
   return "this rank is at " + describeProgress(own, plan) + "; " + out;
 }
 
+/// Whether this rank began a training step (an error before one is a
+/// startup error: bad data, weights or plan, which a restart would repeat).
+bool gStepStarted = false;
+
 /// Marks each step in the rank's status file.
 class StatusBeacon : public SessionHook {
 public:
   Status beforeStep(TrainingSession &, int64_t step) override {
+    gStepStarted = true;
     char text[32];
     std::snprintf(text, sizeof text, "step %lld", static_cast<long long>(step));
     writeStatus(text);
@@ -317,7 +322,7 @@ void reportSilentDeaths(const std::string &dir, int ranks, const std::string &pl
 }
 
 int fail(const std::string &message) {
-  writeStatus("error");
+  writeStatus(gStepStarted ? "error" : "error at start");
   gStatusFinal = true;
   // One write, so that lines of several ranks do not interleave.
   std::string line = "ptc-run: error: " +
@@ -523,6 +528,22 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
         std::cerr << "ptc-run: the job failed with a usage error (exit status 2): not restarting\n";
         cleanup();
         return 2;
+      }
+      // A rank that failed while starting (its plan, data or weights) and no
+      // rank that began a step: a restart would fail the same way.
+      if (!statusDir.empty()) {
+        bool startError = false, stepped = false;
+        for (int r = 0; r < ranks; ++r) {
+          RankStatus st = readRankStatus(statusDir, r);
+          startError |= st.text == "error at start";
+          stepped |= st.text.rfind("step ", 0) == 0 || st.text == "error" || st.text == "done";
+        }
+        if (startError && !stepped) {
+          std::cerr << "ptc-run: the job failed before its first step (" << cause
+                    << "), as a restart would again: not restarting\n";
+          cleanup();
+          return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        }
       }
       if (attempt >= maxRestarts) {
         std::cerr << "ptc-run: the job failed (" << cause << ") and all " << maxRestarts
@@ -878,6 +899,8 @@ int runMain(int argc, char **argv) {
       return fail(created.status().message());
     // Every rank found the problem: each (or rank 0, for one they share)
     // reports it, and all leave cleanly.
+    writeStatus("error at start");
+    gStatusFinal = true;
     if (scope == FailureScope::EachRank || worldRank() == 0) {
       std::string line = "ptc-run: error: " + created.status().message() + "\n";
       std::fwrite(line.data(), 1, line.size(), stderr);
