@@ -529,6 +529,20 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       line("host (offloaded)", hostBytes,
            "fp32 master weights, optimizer state and the update's temporaries in host memory, "
            "not in the peak");
+    {
+      // The peak by kind: model states (what ZeRO divides), the activations
+      // the backward pass reads, and buffers (communication and the arena's
+      // other temporaries; gradients and activations share the arena over
+      // time, so this is what the arena holds beyond both at once).
+      int64_t states = (hostBytes ? 0 : paramBytes + stateBytes) + gradBytes;
+      int64_t buffers = commBytes + std::max<int64_t>(0, arena - gradBytes - activationBytes);
+      os << "  by kind: model states " << states << " B (" << human(static_cast<double>(states))
+         << ": parameters, gradients, optimizer state" << (hostBytes ? " on the device" : "")
+         << "), activations " << activationBytes << " B (" << human(static_cast<double>(activationBytes))
+         << "), buffers " << buffers << " B (" << human(static_cast<double>(buffers))
+         << ": communication and other temporaries); gradients and activations take turns in "
+            "the arena, so the three can add up to more than the peak\n";
+    }
 
     // The ZeRO paper's model state for fp32 AdamW, where it applies (no tp,
     // no experts split over ep).
