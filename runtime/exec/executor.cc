@@ -20,7 +20,8 @@ namespace k = kernels::cpu;
 
 StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const LoadedPlan> plan,
                                                      int pipelineRank,
-                                                     std::unique_ptr<Device> device) {
+                                                     std::unique_ptr<Device> device,
+                                                     const std::string &offloadDir, int rank) {
   std::unique_ptr<Executor> ex(new Executor(plan));
   ex->dev_ = device ? std::move(device) : createCpuDevice();
   Device &dev = *ex->dev_;
@@ -63,12 +64,42 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
     ex->hostDev_ = createCpuDevice();
   std::vector<int64_t> hostSlot(tensors.size(), -1);
   int64_t hostBlock = 0;
+  // With an offload directory, the host model state (master weights and
+  // optimizer state) goes to the file instead, in page-aligned slots.
+  constexpr int64_t kFileAlignment = 4096;
+  ex->fileRange_.assign(tensors.size(), {-1, 0});
+  int64_t fileBlock = 0;
+  auto inFile = [&](size_t i) {
+    return !offloadDir.empty() && (tensors[i].kind == TensorKind::Parameter ||
+                                   tensors[i].kind == TensorKind::OptimizerState);
+  };
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].host && (here[i] || isOutput[i])) {
+      ex->hostBytes_ += tensors[i].bytes;
+      if (inFile(i)) {
+        ex->fileRange_[i] = {fileBlock, tensors[i].bytes};
+        fileBlock += (tensors[i].bytes + kFileAlignment - 1) / kFileAlignment * kFileAlignment;
+        ex->fileBytes_ += tensors[i].bytes;
+        continue;
+      }
       hostSlot[i] = hostBlock;
       hostBlock += (tensors[i].bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
-      ex->hostBytes_ += tensors[i].bytes;
     }
+  if (!offloadDir.empty() && fileBlock == 0)
+    return invalidArgument("--offload-dir: this plan keeps no model state in host memory (compile "
+                           "it with offload=optimizer)");
+  if (fileBlock > 0) {
+    auto file = OffloadFile::create(offloadDir, "ptc-offload-rank-" + std::to_string(rank) + ".bin",
+                                    fileBlock);
+    if (!file.isOk())
+      return file.status();
+    // Not page-locked for a GPU (that would hold the whole file in memory):
+    // its copies to the device go through pageable memory.
+    ex->file_ = std::move(*file);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (ex->fileRange_[i].first >= 0)
+        ex->storage_[i] = ex->file_->data() + ex->fileRange_[i].first;
+  }
   if (hostBlock > 0) {
     Device &host = ex->hostDevice();
     auto p = host.allocate(hostBlock);
@@ -136,6 +167,21 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
     PTC_RETURN_IF_ERROR(ex->preparePipeline());
   ex->groupOptimizerUpdates();
   const auto &insts = *plan->plan().instructions();
+  if (ex->file_) {
+    ex->fileUses_.assign(insts.size(), {});
+    ex->fileUseAt_.assign(tensors.size(), {});
+    for (uint32_t n = 0; n < insts.size(); ++n) {
+      for (const auto *list : {insts.Get(n)->inputs(), insts.Get(n)->outputs()})
+        if (list)
+          for (int32_t id : *list)
+            if (ex->fileRange_[static_cast<size_t>(id)].first >= 0 &&
+                std::find(ex->fileUses_[n].begin(), ex->fileUses_[n].end(), id) ==
+                    ex->fileUses_[n].end())
+              ex->fileUses_[n].push_back(id);
+      for (int32_t id : ex->fileUses_[n])
+        ex->fileUseAt_[static_cast<size_t>(id)].push_back(n);
+    }
+  }
   ex->writesState_.assign(insts.size(), false);
   // Point-to-point transfers always run (a skipped recv would leave its send
   // waiting); they carry the unchanged values during evaluation.
@@ -207,6 +253,95 @@ void Executor::groupOptimizerUpdates() {
 }
 
 Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
+  // With the model state in a file: element ranges of at most
+  // kFileBucketBytes of it (AdamW is elementwise, so a large tensor splits
+  // too), each read ahead while the previous one updates and released after
+  // its update, at most kFileBucketsInFlight being written back at a time.
+  if (file_) {
+    struct Piece {
+      uint32_t inst;
+      int64_t begin, end; // elements
+    };
+    std::vector<Piece> pieces;
+    const auto &all = *plan_->plan().instructions();
+    for (uint32_t n = first; n < end; ++n) {
+      int64_t count = plan_->tensor(inputsOf(*all.Get(n))[0]).numElements;
+      int64_t perElement = 0;
+      for (int32_t id : fileUses_[n])
+        perElement += dtypeSize(plan_->tensor(id).dtype);
+      int64_t chunk = std::max<int64_t>(1, kFileBucketBytes / std::max<int64_t>(perElement, 1));
+      for (int64_t b = 0; b < count; b += chunk)
+        pieces.push_back({n, b, std::min(count, b + chunk)});
+    }
+    // The file ranges a piece reads and writes (param, moments: inputs 0, 2,
+    // 3 and outputs 0-2, where they live in the file).
+    auto forRanges = [&](const Piece &p, auto fn) {
+      const plan::Instruction *i = all.Get(p.inst);
+      for (const auto *list : {i->inputs(), i->outputs()})
+        for (int32_t id : *list) {
+          const auto &r = fileRange_[static_cast<size_t>(id)];
+          if (r.first < 0)
+            continue;
+          int64_t elem = dtypeSize(plan_->tensor(id).dtype);
+          fn(r.first + p.begin * elem, (p.end - p.begin) * elem);
+        }
+    };
+    size_t from = 0;
+    auto bucketEnd = [&](size_t k) {
+      int64_t bytes = 0;
+      size_t e = k;
+      while (e < pieces.size() && (e == k || bytes < kFileBucketBytes)) {
+        forRanges(pieces[e], [&](int64_t, int64_t len) { bytes += len; });
+        ++e;
+      }
+      return e;
+    };
+    size_t to = bucketEnd(0);
+    for (size_t k = from; k < to; ++k)
+      forRanges(pieces[k], [&](int64_t off, int64_t len) { file_->prefetch(off, len); });
+    while (from < pieces.size()) {
+      size_t next = bucketEnd(to);
+      for (size_t k = to; k < next; ++k)
+        forRanges(pieces[k], [&](int64_t off, int64_t len) { file_->prefetch(off, len); });
+      for (size_t k = from; k < to; ++k)
+        PTC_RETURN_IF_ERROR(runOptimizerBucket(pieces[k].inst, pieces[k].inst + 1, pieces[k].begin,
+                                               pieces[k].end));
+      file_->residentBytes(); // the high-water mark, measured
+      for (size_t k = from; k < to; ++k)
+        forRanges(pieces[k], [&](int64_t off, int64_t len) { file_->release(off, len); });
+      // The writes bound what stays in memory, not the update's speed.
+      file_->drainTo(kFileBucketsInFlight);
+      from = to;
+      to = next;
+    }
+    return Status::ok();
+  }
+  return runOptimizerBucket(first, end);
+}
+
+void Executor::prefetchFileTensors(uint32_t from, uint32_t to) {
+  for (uint32_t n = from; n < to && n < fileUses_.size(); ++n)
+    for (int32_t id : fileUses_[n]) {
+      const auto &r = fileRange_[static_cast<size_t>(id)];
+      file_->prefetch(r.first, r.second);
+    }
+}
+
+void Executor::releaseFileTensors(uint32_t n, uint32_t end) {
+  // A tensor goes back to the file unless an instruction soon after uses it
+  // again (the next step's uses are far: the step ends in between).
+  for (uint32_t m = n; m < end; ++m)
+    for (int32_t id : fileUses_[m]) {
+      const std::vector<uint32_t> &uses = fileUseAt_[static_cast<size_t>(id)];
+      auto next = std::upper_bound(uses.begin(), uses.end(), end - 1);
+      if (next != uses.end() && *next < end + kFileLookahead)
+        continue;
+      const auto &r = fileRange_[static_cast<size_t>(id)];
+      file_->release(r.first, r.second);
+    }
+}
+
+Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin, int64_t stop) {
   const auto &insts = *plan_->plan().instructions();
   std::vector<Device::AdamWTensor> tensors;
   for (uint32_t n = first; n < end; ++n) {
@@ -214,8 +349,11 @@ Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
     PTC_RETURN_IF_ERROR(awaitPending(*i));
     const auto &in = inputsOf(*i);
     const auto &out = outputsOf(*i);
-    tensors.push_back({f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), f32(out[0]), f32(out[1]),
-                       f32(out[2]), plan_->tensor(in[0]).numElements});
+    // Elements [begin, stop) of one tensor (stop < 0: all of each).
+    int64_t off = stop >= 0 ? begin : 0;
+    int64_t count = stop >= 0 ? stop - begin : plan_->tensor(in[0]).numElements;
+    tensors.push_back({f32(in[0]) + off, f32(in[1]) + off, f32(in[2]) + off, f32(in[3]) + off,
+                       f32(out[0]) + off, f32(out[1]) + off, f32(out[2]) + off, count});
   }
   const plan::Instruction *head = insts.Get(first);
   auto F = [&](flatbuffers::uoffset_t k) { return static_cast<float>(head->floats()->Get(k)); };
@@ -273,12 +411,20 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   // dead peer would hang the wait).
   if (inst->on_host() && asyncTransfers_)
     status = finishTransfers();
+  const uint32_t end = groupEnd_[n] != 0 ? groupEnd_[n] : n + 1;
+  if (file_ && groupEnd_[n] == 0) // a group reads ahead in buckets of its own
+    prefetchFileTensors(n, std::min<uint32_t>(end + kFileLookahead, static_cast<uint32_t>(covered_.size())));
   if (status.isOk() && groupEnd_[n] != 0) {
     status = runOptimizerGroup(n, groupEnd_[n]);
   } else if (status.isOk()) {
     status = awaitPending(*inst);
     if (status.isOk())
       status = run(*inst);
+  }
+  if (file_ && status.isOk() && groupEnd_[n] == 0 && !fileUses_[n].empty()) {
+    file_->residentBytes();
+    releaseFileTensors(n, end);
+    file_->drainTo(kFileBucketsInFlight * 8);
   }
   // Kernels on a GPU run asynchronously: a profile waits for each.
   if (profile && status.isOk() && !dev_->hostAddressable())
@@ -302,6 +448,7 @@ Status Executor::finishTransfers() {
 }
 
 Status Executor::step(std::vector<double> *profile) {
+  fileWritten_ = true;
   if (plan_->pipelined())
     PTC_RETURN_IF_ERROR(runPipelined(profile));
   else

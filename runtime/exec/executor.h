@@ -8,6 +8,7 @@
 #include "runtime/base/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
+#include "runtime/exec/offload_file.h"
 #include "runtime/plan/pipeline_segments.h"
 #include "runtime/plan/plan_loader.h"
 
@@ -27,9 +28,14 @@ public:
   /// `pipelineRank`: this process's coordinate on the plan's pipeline axis
   /// (it allocates and runs only that rank's chunks).
   /// `device`: where tensors live and kernels run (default: the CPU).
+  /// `offloadDir`: keep the plan's host-resident model state (offload=
+  /// optimizer's master weights and optimizer state) in a file there
+  /// (runtime/exec/offload_file.h), named after `rank`.
   static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const LoadedPlan> plan,
                                                     int pipelineRank = 0,
-                                                    std::unique_ptr<Device> device = nullptr);
+                                                    std::unique_ptr<Device> device = nullptr,
+                                                    const std::string &offloadDir = "",
+                                                    int rank = 0);
   ~Executor();
 
   Device &device() { return *dev_; }
@@ -124,6 +130,8 @@ public:
   /// Bytes of the tensors kept in host memory (offload=optimizer), not
   /// counted in the two above.
   int64_t hostBytes() const { return hostBytes_; }
+  /// Of those, the bytes kept in the offload file (0 without one).
+  int64_t fileBytes() const { return fileBytes_; }
   /// High-water mark of the buffer collectives pack and unpack through.
   int64_t communicationBytes() const { return staging_.capacity(); }
 
@@ -153,11 +161,33 @@ private:
   /// Waits for the copies in flight (and the collectives before them).
   Status finishTransfers();
   int64_t hostBytes_ = 0;
+  int64_t fileBytes_ = 0;
+  /// NVMe offload: the file, each tensor's range in it ({-1, 0}: not in
+  /// it), and per instruction the file tensors it reads or writes, read
+  /// ahead a few instructions before and released after a use that is not
+  /// followed by another soon.
+  std::unique_ptr<OffloadFile> file_;
+  std::vector<std::pair<int64_t, int64_t>> fileRange_;
+  std::vector<std::vector<int32_t>> fileUses_;
+  std::vector<std::vector<uint32_t>> fileUseAt_; // per tensor: the instructions using it
+  void prefetchFileTensors(uint32_t from, uint32_t to);
+  void afterFileWrite(int32_t id);
+  bool fileWritten_ = false; // a step ran: the file holds more than its zeros
+  void releaseFileTensors(uint32_t n, uint32_t end);
   Status run(const plan::Instruction &inst);
   /// Multi-tensor optimizer groups: groupEnd_[n] != 0 for the first
   /// instruction of a group (one past its last), covered_ for the others.
   void groupOptimizerUpdates();
   Status runOptimizerGroup(uint32_t first, uint32_t end);
+  Status runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin = 0, int64_t stop = -1);
+  static constexpr uint32_t kFileLookahead = 8;              // instructions read ahead
+  static constexpr int64_t kFileBucketBytes = int64_t{64} << 20; // optimizer state per bucket
+  static constexpr size_t kFileBucketsInFlight = 2;                // releases queued at most
+public:
+  /// NVMe offload: the most bytes of the file seen resident in host memory
+  /// (after each use; 0 without a file).
+  int64_t filePeakResidentBytes() const { return file_ ? file_->peakResidentBytes() : 0; }
+private:
   std::vector<uint32_t> groupEnd_;
   std::vector<bool> covered_;
   Status runKernel(const plan::Instruction &inst);

@@ -88,11 +88,24 @@ std::vector<Executor::LocalBox> Executor::localBoxes(int32_t id) const {
   return boxes;
 }
 
+void Executor::afterFileWrite(int32_t id) {
+  // Written outside a step (initializers, weights, a checkpoint): back to
+  // the file now, so that loading a model larger than memory stays bounded.
+  if (!file_ || fileRange_[static_cast<size_t>(id)].first < 0)
+    return;
+  const auto &r = fileRange_[static_cast<size_t>(id)];
+  file_->release(r.first, r.second);
+  file_->drain();
+}
+
 Status Executor::loadLocal(int32_t id, const void *local) {
   if (!holds(id))
     return Status::ok();
   PTC_RETURN_IF_ERROR(hostSync());
-  return deviceOf(id).copy(data(id), local, plan_->tensor(id).bytes, CopyKind::HostToDevice);
+  PTC_RETURN_IF_ERROR(
+      deviceOf(id).copy(data(id), local, plan_->tensor(id).bytes, CopyKind::HostToDevice));
+  afterFileWrite(id);
+  return Status::ok();
 }
 
 Status Executor::loadFromWhole(int32_t id, const void *whole) {
@@ -111,8 +124,9 @@ Status Executor::loadFromWhole(int32_t id, const void *whole) {
   });
   if (!host.empty()) {
     PTC_RETURN_IF_ERROR(hostSync());
-    return deviceOf(id).copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice);
+    PTC_RETURN_IF_ERROR(deviceOf(id).copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice));
   }
+  afterFileWrite(id);
   return Status::ok();
 }
 
@@ -202,7 +216,10 @@ Status Executor::initialize(uint64_t seed) {
     if (!storage_[i])
       continue;
     if (t.kind == TensorKind::OptimizerState) {
-      PTC_RETURN_IF_ERROR(deviceOf(static_cast<int32_t>(i)).zero(storage_[i], t.bytes));
+      // A new offload file reads as zeros already: its pages stay untouched.
+      if (!(file_ && fileRange_[i].first >= 0 && !fileWritten_))
+        PTC_RETURN_IF_ERROR(deviceOf(static_cast<int32_t>(i)).zero(storage_[i], t.bytes));
+      afterFileWrite(static_cast<int32_t>(i));
       continue;
     }
     if (t.kind != TensorKind::Parameter)

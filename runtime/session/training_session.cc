@@ -306,7 +306,8 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   pipelineRank_ = comm_ && plan.pipelineAxis() >= 0
                       ? comm_->coords()[static_cast<size_t>(plan.pipelineAxis())]
                       : 0;
-  auto created = Executor::create(plan_, pipelineRank_, std::move(*device));
+  auto created = Executor::create(plan_, pipelineRank_, std::move(*device), options.offloadDir,
+                                  comm_ ? comm_->rank() : 0);
   if (!created.isOk())
     return created.status();
   executor_ = std::move(*created);
@@ -580,7 +581,12 @@ std::string TrainingSession::describe() const {
                      std::to_string(paramBytes / 1024) + " KiB, optimizer state " +
                      std::to_string(stateBytes / 1024) + " KiB, arena " +
                      std::to_string(executor_->arenaBytes() / 1024) + " KiB";
-  if (executor_->hostBytes() > 0)
+  if (executor_->fileBytes() > 0)
+    text += " (offloaded: " + std::to_string(executor_->fileBytes() / 1024) +
+            " KiB of master weights and optimizer state in a file under the offload directory, " +
+            std::to_string((executor_->hostBytes() - executor_->fileBytes()) / 1024) +
+            " KiB of update temporaries in host memory)";
+  else if (executor_->hostBytes() > 0)
     text += " (offloaded to host memory: " + std::to_string(executor_->hostBytes() / 1024) +
             " KiB of master weights, optimizer state and update temporaries)";
   if (data_)

@@ -29,6 +29,7 @@ struct SessionOptions {
                                // or FILE.safetensors: one named array per input (any model)
   std::string dataBlend;       // instead of dataPath: "W1 PATH1 W2 PATH2 ..." (Megatron's blend)
   std::string initPath;        // safetensors parameters (empty: the plan's initializers)
+  std::string offloadDir;      // offload=optimizer plans: model state in a file there (NVMe)
   std::optional<uint64_t> shuffleSeed; // token windows in a seeded order (TokenData)
   std::string device = "auto"; // cpu, cpu-discrete, cuda, auto
   std::string comm = "auto";   // mpi, nccl, auto

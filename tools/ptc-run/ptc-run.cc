@@ -85,6 +85,9 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --device D          cpu, cuda or auto (default auto: cuda when a GPU is visible, else cpu);
                       with several ranks per node, rank r uses GPU (local rank mod GPUs);
                       cpu-discrete: the CPU reached only through copies, as a GPU is (testing)
+  --offload-dir DIR   offload=optimizer plans: keep the master weights and optimizer state in a
+                      file in DIR (NVMe) instead of host memory, read ahead before their use and
+                      written back and dropped from memory after it (ZeRO-Infinity)
   --tf32              let f32 matmuls on a GPU use TF32 tensor cores (faster, ~1e-3 relative)
   --comm C            collectives over mpi, nccl or auto (default auto: NCCL on the device's
                       communication stream with --device cuda, else MPI)
@@ -638,6 +641,11 @@ void printMemoryReport(TrainingSession &session) {
                     ? ("; pipeline rank " + std::to_string(session.pipelineRank())).c_str()
                     : "");
   std::cout << line << std::flush;
+  if (ex.fileBytes() > 0)
+    std::cout << "memory (rank " << session.rank() << "): offload file " << ex.fileBytes()
+              << " B (master weights and optimizer state), at most " << ex.filePeakResidentBytes()
+              << " B of it resident in host memory (measured with mincore after each use)\n"
+              << std::flush;
   if (int64_t host = predictedHostBytes(session.plan(), session.pipelineRank()); host > 0 || ex.hostBytes() > 0)
     std::cout << "memory (rank " << session.rank() << "): offloaded to host memory "
               << ex.hostBytes() << " B, predicted " << host
@@ -703,7 +711,7 @@ int runMain(int argc, char **argv) {
                                     "--resume", "--max-restarts", "--shuffle", "--eval-data",
                                     "--eval-every", "--eval-steps",
                                     "--metrics", "--metrics-csv", "--tensorboard",
-                                    "--peak-tflops", "--log-every", "--threads", "--np",
+                                    "--peak-tflops", "--log-every", "--threads", "--np", "--offload-dir",
                                     "--collective-timeout", "--trace", "--device", "--comm", "--step-timeout",
                                     "--max-shard-mb"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char *k) { return a == k; }) ==
@@ -856,6 +864,7 @@ int runMain(int argc, char **argv) {
     return 2;
   }
   options.initPath = opts.count("--init") ? opts["--init"] : "";
+  options.offloadDir = opts.count("--offload-dir") ? opts["--offload-dir"] : "";
   if (opts.count("--shuffle"))
     options.shuffleSeed = static_cast<uint64_t>(shuffleSeed);
   options.device = deviceName;
