@@ -85,6 +85,15 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::desc("none, or optimizer: fp32 master weights, optimizer state and the update "
                      "in host memory (ZeRO-Offload; needs the plan's device to be discrete)"),
       llvm::cl::init("none")};
+  PassOptions::Option<std::string> offloadTarget{
+      *this, "offload-target",
+      llvm::cl::desc("With offload=optimizer: host (host memory) or nvme (a file in offload-path, "
+                     "ptc-run --offload-dir overrides it; ZeRO-Infinity)"),
+      llvm::cl::init("host")};
+  PassOptions::Option<std::string> offloadPath{
+      *this, "offload-path",
+      llvm::cl::desc("With offload-target=nvme: the directory of the offload file"),
+      llvm::cl::init("")};
   PassOptions::Option<std::string> lrSchedule{
       *this, "lr-schedule",
       llvm::cl::desc("Learning-rate schedule: constant, cosine or linear (after warmup)"),

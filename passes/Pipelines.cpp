@@ -142,6 +142,8 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   exportOptions.output = options.plan;
   exportOptions.reportStash = options.reportMemory || !options.deviceMemory.empty();
   exportOptions.deviceMemory = options.deviceMemory;
+  exportOptions.offloadTarget = options.offloadTarget;
+  exportOptions.offloadPath = options.offloadPath;
   pm.addPass(createExportPlanPass(exportOptions));
 }
 

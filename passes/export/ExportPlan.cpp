@@ -257,6 +257,18 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
           << "ptc-export-plan needs output=<plan file> (with ptc-compile: plan=<plan file>)";
       return signalPassFailure();
     }
+    if (offloadTarget != "host" && offloadTarget != "nvme") {
+      getOperation().emitError() << "offload-target must be host or nvme, got '"
+                                 << offloadTarget.getValue() << "'";
+      return signalPassFailure();
+    }
+    if ((offloadTarget == "nvme") != !offloadPath.empty()) {
+      getOperation().emitError()
+          << (offloadPath.empty() ? "offload-target=nvme needs offload-path=DIR (the directory of the "
+                                    "offload file)"
+                                  : "offload-path needs offload-target=nvme");
+      return signalPassFailure();
+    }
     func::FuncOp step;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal() || func.getNumResults() == 0 ||
@@ -577,12 +589,18 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     double modelFlops = 0.0;
     if (auto flops = func->getAttrOfType<FloatAttr>(PtcDialect::kModelFlopsAttrName))
       modelFlops = flops.getValueAsDouble();
+    bool hostState = false;
+    for (BlockArgument arg : func.getArguments())
+      hostState |= isOnHost(arg);
+    if (!offloadPath.empty() && !hostState)
+      return func.emitError() << "offload-target=nvme keeps offload=optimizer's host model state "
+                                 "in a file: it needs offload=optimizer";
     auto plan = pp::CreatePlan(
         fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), numRanks,
         mesh ? fbb.CreateVector(meshAxes) : 0, fbb.CreateVector(tensors),
         fbb.CreateVector(instructions), fbb.CreateVector(outputs), arenaAttr.getInt(),
         unsharedAttr.getInt(), fbb.CreateString(optimizer), microbatches, pipelineOff,
-        modelFlops);
+        modelFlops, offloadPath.empty() ? 0 : fbb.CreateString(offloadPath.getValue()));
     pp::FinishPlanBuffer(fbb, plan);
 
     // The stash report (and its device-memory verdict) before the file: a

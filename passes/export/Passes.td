@@ -25,6 +25,11 @@ def ExportPlanPass : Pass<"ptc-export-plan", "::mlir::ModuleOp"> {
            "For a pipelined plan, print each pipeline rank's activation stash: the "
            "rank's schedule simulated on the written plan with the runtime's own "
            "segment code (runtime/plan/pipeline_segments), and the rank's peak with it">,
+    Option<"offloadTarget", "offload-target", "std::string", /*default=*/"\"host\"",
+           "Where an offloaded plan's host model state lives: host (memory) or nvme (a file "
+           "in offload-path)">,
+    Option<"offloadPath", "offload-path", "std::string", /*default=*/"\"\"",
+           "NVMe offload: the directory of the offload file, recorded in the plan">,
     Option<"deviceMemory", "device-memory", "std::string", /*default=*/"\"\"",
            "With report-stash: fail when a pipeline rank's peak with its stash exceeds "
            "this many bytes (e.g. 80GB, 512MiB)">

@@ -23,9 +23,11 @@ namespace ptc::plan {
 ///    Transfer opcode (appended); version 6 plans read unchanged.
 /// 8: the plan's model FLOPs per step (appended; MFU in ptc-run's log);
 ///    version 7 plans read unchanged.
+/// 9: offload_path (appended: NVMe offload's directory); version 8 plans
+///    read unchanged.
 /// Every change of plan.fbs needs a new version and a line in
 /// schema-versions.txt (a test compares the schema's hash with it).
-inline constexpr uint32_t kFormatVersion = 8;
+inline constexpr uint32_t kFormatVersion = 9;
 /// The oldest version this runtime reads: version 4 renumbered the opcodes,
 /// so an older plan would run other kernels than it names.
 inline constexpr uint32_t kOldestFormatVersion = 4;

@@ -14,6 +14,8 @@ std::string planToJson(const LoadedPlan &loaded) {
   j["num_ranks"] = p.num_ranks();
   if (p.model_flops() > 0)
     j["model_flops"] = p.model_flops();
+  if (p.offload_path())
+    j["offload_path"] = p.offload_path()->str();
   if (!loaded.meshAxes().empty()) {
     nlohmann::ordered_json mesh = nlohmann::ordered_json::object();
     for (size_t i = 0; i < loaded.meshAxes().size(); ++i)

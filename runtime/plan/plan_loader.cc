@@ -12,6 +12,7 @@
 #include "kernels/common/elementwise.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -956,6 +957,12 @@ Status LoadedPlan::verify() {
                                " routes mixture-of-experts tokens in the old slot order "
                                "(version 6 fills capacity choice-major per routing group); "
                                "recompile it with ptc-opt");
+  if (plan_->offload_path() &&
+      (plan_->offload_path()->size() == 0 || !isPrintableUtf8(plan_->offload_path()->string_view())))
+    return error(StatusCode::kDataLoss, "the plan's offload directory is empty or not printable text");
+  if (!std::isfinite(plan_->model_flops()) || plan_->model_flops() < 0)
+    return error(StatusCode::kDataLoss, "the plan's model FLOPs (", plan_->model_flops(),
+                 ") is not a finite number >= 0");
   // FlatBuffers' verifier checks a vector's length word, not the alignment of
   // 8-byte elements; a builder always aligns them, a corrupt file may not.
   auto aligned = [](const auto *v) {

@@ -306,7 +306,11 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   pipelineRank_ = comm_ && plan.pipelineAxis() >= 0
                       ? comm_->coords()[static_cast<size_t>(plan.pipelineAxis())]
                       : 0;
-  auto created = Executor::create(plan_, pipelineRank_, std::move(*device), options.offloadDir,
+  // NVMe offload: the run's --offload-dir, else the directory the plan names.
+  std::string offloadDir = options.offloadDir;
+  if (offloadDir.empty() && plan.plan().offload_path())
+    offloadDir = plan.plan().offload_path()->str();
+  auto created = Executor::create(plan_, pipelineRank_, std::move(*device), offloadDir,
                                   comm_ ? comm_->rank() : 0);
   if (!created.isOk())
     return created.status();

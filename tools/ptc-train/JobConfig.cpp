@@ -95,6 +95,8 @@ const std::vector<KeyDef> &schema() {
       {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
       {"parallelism", "precision", Kind::String, "compute precision", {"fp32", "bf16", "f16"}},
       {"parallelism", "offload", Kind::String, "optimizer offload to host memory", {"none", "optimizer"}},
+      {"parallelism", "offload_target", Kind::String, "where offloaded state lives", {"host", "nvme"}},
+      {"parallelism", "offload_path", Kind::String, "nvme: the directory of the offload file"},
       {"parallelism", "grad_reduce_dtype", Kind::String, "gradient reduction type", {"f32", "bf16"}},
       {"parallelism", "bucket_mb", Kind::Float, "gradient all-reduce bucket size in MiB"},
       {"parallelism", "dynamic_loss_scale", Kind::Bool, "dynamic loss scaling (f16)"},
@@ -517,7 +519,8 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
   for (const char *k : {"microbatches", "virtual_stages", "zero", "recompute_layers"})
     if (const Value *v = get(std::string("parallelism.") + k))
       opt(flagOf(k).substr(2), std::to_string(v->i));
-  for (const char *k : {"schedule", "recompute", "precision", "offload", "grad_reduce_dtype"})
+  for (const char *k : {"schedule", "recompute", "precision", "offload", "offload_target",
+                        "offload_path", "grad_reduce_dtype"})
     if (const Value *v = get(std::string("parallelism.") + k))
       opt(flagOf(k).substr(2), v->s);
   if (const Value *v = get("parallelism.bucket_mb"))
