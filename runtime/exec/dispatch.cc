@@ -301,6 +301,8 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   case OpCode::Send:
   case OpCode::Recv:
     return error(StatusCode::kInternal, "point-to-point instructions run as schedule actions");
+  case OpCode::Transfer:
+    return error(StatusCode::kInternal, "host-device transfers run as copies (Executor::run)");
   }
   return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
                " has no kernel on ", d.describe());
