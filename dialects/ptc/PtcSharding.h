@@ -11,6 +11,8 @@
 
 #include "dialects/ptc/PtcMesh.h"
 
+#include <string>
+
 namespace mlir::ptc {
 
 /// How one dimension is split: over mesh axis `axis` (-1: whole), as
@@ -100,6 +102,15 @@ public:
   /// Set by a cross-entropy whose classes are split plainly over an axis: the
   /// op becomes its vocabulary-parallel form.
   int vocabAxis = -1;
+  /// A result the rule wants resharded right after the op, and why (the
+  /// vocabulary-parallel lookup of sequence parallelism: its partial output
+  /// reduce-scattered back to the split its ids arrived with).
+  struct Then {
+    unsigned result;
+    Sharding target;
+    std::string why;
+  };
+  SmallVector<Then> then;
 
   /// Operand `i` must be a complete sum (non-linear use).
   void full(unsigned i) { want[i].partial.clear(); }

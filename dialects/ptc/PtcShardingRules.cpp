@@ -10,6 +10,8 @@
 
 #include "dialects/ptc/PtcSharding.h"
 
+#include <optional>
+
 using namespace mlir;
 using namespace mlir::ptc;
 
@@ -279,7 +281,9 @@ LogicalResult embeddingRule(EmbeddingOp e, ShardingRuleContext &ctx) {
   const bool tensorAxis = rows.axis >= 0 && rows.axis == ctx.mesh().axisIndex(MeshAxisRole::Tensor);
   if (vocab && ctx.want[1].hasAxis(rows.axis) && !tensorAxis)
     vocab = false; // rows over dp (ZeRO-3): the table is gathered instead
+  std::optional<Sharding> arrived;
   if (vocab && ctx.want[1].hasAxis(rows.axis)) {
+    arrived = ctx.want[1].withoutPartial();
     for (DimShard &d : ctx.want[1].dims)
       if (d.axis == rows.axis && d.blocks == 1)
         d = DimShard();
@@ -292,6 +296,12 @@ LogicalResult embeddingRule(EmbeddingOp e, ShardingRuleContext &ctx) {
     ctx.want[0].partial.clear();
     addPartial(res.partial, rows.axis);
     e.setVocabAxisAttr(StringAttr::get(op->getContext(), ctx.mesh().axes[rows.axis]));
+    if (arrived) {
+      arrived->dims.push_back(DimShard());
+      ctx.then.push_back({0, *arrived,
+                          "sequence parallelism: the vocabulary-parallel lookup's output enters "
+                          "the sequence-parallel region"});
+    }
   } else {
     ctx.replicate(0, ctx.rank(op->getOperand(0)));
     e.removeVocabAxisAttr();

@@ -110,20 +110,6 @@ private:
   /// ZeRO-1 (the paper's, DeepSpeed's stage 1): a gradient on its way to an
   /// update is all-reduced whole and then sliced, never reduce-scattered.
   bool wholeGradient = false;
-  /// Under zero=1, the operand of `op` that is a gradient on its way to an
-  /// update (a fused update's gradient, or the source of a widening convert
-  /// that feeds one); -1 otherwise.
-  int zeroGradientOperand(Operation *op) const {
-    if (zero != 1)
-      return -1;
-    if (isUpdate(op))
-      return 1;
-    if (auto c = dyn_cast<ConvertOp>(op))
-      for (OpOperand &use : c->getResult(0).getUses())
-        if (isUpdate(use.getOwner()) && use.getOperandNumber() == 1)
-          return 0;
-    return -1;
-  }
   int zero;
   bool reshardAfterForward;
   llvm::DenseMap<Value, Sharding> shardings;
@@ -433,12 +419,6 @@ LogicalResult Partitioner::processOp(Operation *op) {
   RuleContext ctx(*this);
   for (Value v : op->getOperands())
     ctx.want.push_back(sharding(v));
-  // Sequence parallelism and a vocabulary-parallel lookup: the rule gathers
-  // the ids; the output goes back to the ids' split (a reduce-scatter of
-  // the partial lookup, Megatron's entry into the sequence-parallel region).
-  std::optional<Sharding> lookupSplit;
-  if (auto e = dyn_cast<EmbeddingOp>(op); e && sequenceParallel)
-    lookupSplit = ctx.want[1];
   ctx.scale.assign(op->getNumResults(), 1.0);
   ctx.operandScale.assign(op->getNumOperands(), 1.0);
   auto rankR = [&](unsigned i) { return cast<RankedTensorType>(op->getResult(i).getType()).getRank(); };
@@ -477,7 +457,7 @@ LogicalResult Partitioner::processOp(Operation *op) {
   // source under mixed precision) is all-reduced, then sliced to the shard
   // the update works on right where it is read (the all-reduce itself moves
   // to the gradient's producer: ptc-bucket-collectives).
-  const int gradientOperand = zeroGradientOperand(op);
+  const int gradientOperand = zero == 1 ? updateGradientOperand(op) : -1;
   if (gradientOperand >= 0 && isa<ConvertOp>(op)) {
     // The f32 copy is made of the shard: the update's parameter's split.
     Operation *update = *llvm::find_if(op->getResult(0).getUsers(), isUpdate);
@@ -524,20 +504,16 @@ LogicalResult Partitioner::processOp(Operation *op) {
       if (failed(constrain(current, r, constraints[i])))
         return failure();
   }
-  if (lookupSplit && cast<EmbeddingOp>(op).getVocabAxis()) {
-    Value r = op->getResult(0);
-    Sharding target = *lookupSplit;
-    target.partial.clear();
-    target.dims.push_back(DimShard());
-    if (target != sharding(r)) {
-      llvm::SmallPtrSet<Operation *, 8> users(r.getUsers().begin(), r.getUsers().end());
-      FailureOr<Value> v = reshard(r, target, op->getNextNode(),
-                                   "sequence parallelism: the vocabulary-parallel lookup's output "
-                                   "enters the sequence-parallel region");
-      if (failed(v))
-        return failure();
-      r.replaceUsesWithIf(*v, [&](OpOperand &use) { return users.contains(use.getOwner()); });
-    }
+  // Results the rule wants resharded right away (its users read the new copy).
+  for (const ShardingRuleContext::Then &t : ctx.then) {
+    Value r = op->getResult(t.result);
+    if (t.target == sharding(r))
+      continue;
+    llvm::SmallPtrSet<Operation *, 8> users(r.getUsers().begin(), r.getUsers().end());
+    FailureOr<Value> v = reshard(r, t.target, op->getNextNode(), t.why);
+    if (failed(v))
+      return failure();
+    r.replaceUsesWithIf(*v, [&](OpOperand &use) { return users.contains(use.getOwner()); });
   }
   if (vocabAxis >= 0) {
     b.setInsertionPoint(op);
@@ -592,24 +568,6 @@ LogicalResult Partitioner::processReturn(func::ReturnOp ret) {
 
 LogicalResult Partitioner::run() {
   Block &block = func.getBody().front();
-  // ZeRO-1: a gradient's widening copy (mixed precision) is made right
-  // before it is first read, at the end of the step, so that what stays
-  // whole from the backward pass to the update is the low-precision gradient
-  // (2 bytes a parameter), not its f32 copy.
-  if (zero == 1) {
-    SmallVector<Operation *> converts;
-    for (Operation &op : block)
-      if (isa<ConvertOp>(op) && zeroGradientOperand(&op) == 0)
-        converts.push_back(&op);
-    for (Operation *c : converts) {
-      Operation *first = nullptr;
-      for (Operation *u : c->getResult(0).getUsers())
-        if (u->getBlock() == &block && (!first || u->isBeforeInBlock(first)))
-          first = u;
-      if (first)
-        c->moveBefore(first);
-    }
-  }
   // The batch of inputs goes to dp; with expert parallelism to dp*ep (each
   // ep rank takes its own rows of its dp rank's batch).
   int batch = mesh.batchAxis();

@@ -417,8 +417,34 @@ LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
 /// ZeRO as sharding: optimizer state (stage >= 1) and parameters (stage 3)
 /// split over dp along their first dimension that no other axis splits and
 /// that dp divides, on top of the tensor-parallel defaults.
+int mlir::ptc::updateGradientOperand(Operation *op) {
+  auto isUpdate = [](Operation *o) { return isa<AdamWUpdateOp, SgdUpdateOp>(o); };
+  if (isUpdate(op))
+    return 1;
+  if (auto c = dyn_cast<ConvertOp>(op))
+    for (OpOperand &use : c->getResult(0).getUses())
+      if (isUpdate(use.getOwner()) && use.getOperandNumber() == 1)
+        return 0;
+  return -1;
+}
+
 void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
                   llvm::DenseMap<BlockArgument, std::string> &specs) {
+  if (zero == 1) {
+    Block &block = func.getBody().front();
+    SmallVector<Operation *> converts;
+    for (Operation &op : block)
+      if (isa<ConvertOp>(op) && updateGradientOperand(&op) == 0)
+        converts.push_back(&op);
+    for (Operation *c : converts) {
+      Operation *first = nullptr;
+      for (Operation *u : c->getResult(0).getUsers())
+        if (u->getBlock() == &block && (!first || u->isBeforeInBlock(first)))
+          first = u;
+      if (first)
+        c->moveBefore(first);
+    }
+  }
   // The data-parallel ranks of a parameter: dp; with expert parallelism
   // carved out of it and no dp, the ep ranks hold replicas of every
   // non-expert parameter, so ZeRO shards those over ep. (With both, the

@@ -23,8 +23,16 @@ megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel)
 LogicalResult expertDefaults(func::FuncOp func, const MeshInfo &mesh,
                              llvm::DenseMap<BlockArgument, std::string> &specs);
 
+/// ZeRO's defaults: optimizer state (stage >= 1) and parameters (stage 3)
+/// split over dp. At stage 1, also moves each gradient's widening copy (mixed
+/// precision) to its first reader at the end of the step, so that what stays
+/// whole from the backward pass to the update is the low-precision gradient.
 void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
                   llvm::DenseMap<BlockArgument, std::string> &specs);
+
+/// The operand of `op` that is a gradient on its way to a fused update (the
+/// update's own gradient, or the source of a convert feeding one); -1 if none.
+int updateGradientOperand(Operation *op);
 
 } // namespace mlir::ptc
 

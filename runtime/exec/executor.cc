@@ -306,7 +306,8 @@ Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
       for (size_t k = from; k < to; ++k)
         PTC_RETURN_IF_ERROR(runOptimizerBucket(pieces[k].inst, pieces[k].inst + 1, pieces[k].begin,
                                                pieces[k].end));
-      file_->residentBytes(); // the high-water mark, measured
+      if (measureFile_)
+        file_->residentBytes(); // the high-water mark, measured
       for (size_t k = from; k < to; ++k)
         forRanges(pieces[k], [&](int64_t off, int64_t len) { file_->release(off, len); });
       // The writes bound what stays in memory, not the update's speed.
@@ -422,7 +423,8 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
       status = run(*inst);
   }
   if (file_ && status.isOk() && groupEnd_[n] == 0 && !fileUses_[n].empty()) {
-    file_->residentBytes();
+    if (measureFile_)
+      file_->residentBytes();
     releaseFileTensors(n, end);
     file_->drainTo(kFileBucketsInFlight * 8);
   }

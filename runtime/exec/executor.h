@@ -173,6 +173,7 @@ private:
   void prefetchFileTensors(uint32_t from, uint32_t to);
   void afterFileWrite(int32_t id);
   bool fileWritten_ = false; // a step ran: the file holds more than its zeros
+  bool measureFile_ = false;
   void releaseFileTensors(uint32_t n, uint32_t end);
   Status run(const plan::Instruction &inst);
   /// Multi-tensor optimizer groups: groupEnd_[n] != 0 for the first
@@ -187,6 +188,9 @@ public:
   /// NVMe offload: the most bytes of the file seen resident in host memory
   /// (after each use; 0 without a file).
   int64_t filePeakResidentBytes() const { return file_ ? file_->peakResidentBytes() : 0; }
+  /// Measure the file's residency after each use (off by default: each
+  /// measurement is a pass over the file's pages).
+  void measureFileResidency(bool on) { measureFile_ = on; }
 private:
   std::vector<uint32_t> groupEnd_;
   std::vector<bool> covered_;

@@ -79,11 +79,11 @@ void OffloadFile::drainTo(size_t n) {
 }
 
 int64_t OffloadFile::residentBytes() {
-  std::vector<unsigned char> in(static_cast<size_t>(bytes_ / page_));
-  if (in.empty() || mincore(base_, static_cast<size_t>(bytes_), in.data()) != 0)
+  residency_.resize(static_cast<size_t>(bytes_ / page_));
+  if (residency_.empty() || mincore(base_, static_cast<size_t>(bytes_), residency_.data()) != 0)
     return 0;
   int64_t pages = 0;
-  for (unsigned char c : in)
+  for (unsigned char c : residency_)
     pages += c & 1;
   int64_t resident = pages * page_;
   peakResident_ = std::max(peakResident_, resident);

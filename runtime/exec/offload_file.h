@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace ptc {
 
@@ -40,8 +41,9 @@ public:
   /// Waits until every queued release is done / until at most `n` are queued.
   void drain() { drainTo(0); }
   void drainTo(size_t n);
-  /// Bytes of the file resident in host memory now (mincore), and the most
-  /// seen by this call so far.
+  /// Bytes of the file resident in host memory now (mincore over the whole
+  /// mapping: a pass over its pages, so the executor calls it only when asked
+  /// to measure), and the most seen by this call so far.
   int64_t residentBytes();
   int64_t peakResidentBytes() const { return peakResident_; }
 
@@ -57,6 +59,7 @@ private:
   std::deque<std::pair<int64_t, int64_t>> queue_;
   bool stop_ = false, busy_ = false;
   int64_t peakResident_ = 0;
+  std::vector<unsigned char> residency_; // mincore's answer, one byte a page
   std::thread thread_;
 };
 

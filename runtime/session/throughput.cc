@@ -5,17 +5,22 @@
 
 namespace ptc {
 
-FloatType matmulComputeType(const LoadedPlan &plan, const Device &device) {
+std::optional<FloatType> planMatmulLowPrecision(const LoadedPlan &plan) {
   for (const plan::Instruction *inst : *plan.plan().instructions()) {
     if (inst->op() != plan::OpCode::Matmul || inst->outputs()->size() == 0)
       continue;
     plan::DType t = plan.tensor(inst->outputs()->Get(0)).dtype;
-    if (t != plan::DType::BF16 && t != plan::DType::F16)
-      continue;
-    FloatType type = t == plan::DType::BF16 ? FloatType::BF16 : FloatType::F16;
-    return device.lowPrecisionMatmul(type).empty() ? FloatType::F32 : type;
+    if (t == plan::DType::BF16)
+      return FloatType::BF16;
+    if (t == plan::DType::F16)
+      return FloatType::F16;
   }
-  return FloatType::F32;
+  return std::nullopt;
+}
+
+FloatType matmulComputeType(const LoadedPlan &plan, const Device &device) {
+  std::optional<FloatType> low = planMatmulLowPrecision(plan);
+  return low && !device.lowPrecisionMatmul(*low).empty() ? *low : FloatType::F32;
 }
 
 StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n, double seconds) {

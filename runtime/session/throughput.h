@@ -8,6 +8,7 @@
 #include "runtime/device/device.h"
 #include "runtime/plan/plan_loader.h"
 
+#include <optional>
 #include <string>
 
 namespace ptc {
@@ -16,6 +17,9 @@ struct PeakRate {
   double tflops = 0.0;
   std::string what; ///< "bf16 matmul 2048^3, measured" or "given"
 };
+
+/// The low-precision type (BF16 / F16) the plan's matmuls compute in, if any.
+std::optional<FloatType> planMatmulLowPrecision(const LoadedPlan &plan);
 
 /// The element type of the plan's matmuls that the device computes natively:
 /// BF16 / F16 when the plan computes in it and `device` has the kernel, else F32.

@@ -1,4 +1,5 @@
 #include "runtime/session/training_session.h"
+#include "runtime/session/throughput.h"
 
 #include "runtime/base/parse_number.h"
 
@@ -291,17 +292,10 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   if (comm_)
     deviceText_ += comm_->deviceResident() ? ", collectives: NCCL" : ", collectives: MPI";
   // A mixed-precision plan's matmuls: native (f32 accumulation) or widened to f32 kernels.
-  for (const plan::Instruction *inst : *plan.plan().instructions()) {
-    if (inst->op() != plan::OpCode::Matmul || inst->outputs()->size() == 0)
-      continue;
-    plan::DType t = plan.tensor(inst->outputs()->Get(0)).dtype;
-    if (t != plan::DType::BF16 && t != plan::DType::F16)
-      continue;
-    FloatType type = t == plan::DType::BF16 ? FloatType::BF16 : FloatType::F16;
-    std::string native = (*device)->lowPrecisionMatmul(type);
-    deviceText_ += std::string(", ") + (type == FloatType::BF16 ? "bf16" : "f16") + " matmul: " +
+  if (std::optional<FloatType> type = planMatmulLowPrecision(plan)) {
+    std::string native = (*device)->lowPrecisionMatmul(*type);
+    deviceText_ += std::string(", ") + (*type == FloatType::BF16 ? "bf16" : "f16") + " matmul: " +
                    (native.empty() ? "widened to f32 (no native kernel on this device)" : native);
-    break;
   }
   pipelineRank_ = comm_ && plan.pipelineAxis() >= 0
                       ? comm_->coords()[static_cast<size_t>(plan.pipelineAxis())]

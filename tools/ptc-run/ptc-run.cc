@@ -938,6 +938,7 @@ int runMain(int argc, char **argv) {
   if (leader)
     std::cout << "ptc-run: " << planPath << ": " << session.describe() << "\n";
 
+  session.executor().measureFileResidency(memoryReport);
   std::vector<double> opTimes;
   if (profile)
     session.setProfile(&opTimes);

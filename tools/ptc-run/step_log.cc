@@ -7,8 +7,17 @@
 
 namespace ptc {
 namespace {
-/// stepScalars' entries before the plan's metrics.
-constexpr size_t kFixedScalars = 10;
+/// Min, max and mean of a vector metric.
+struct Summary {
+  double min, max, mean;
+};
+Summary summarize(const std::vector<float> &v) {
+  double sum = 0.0;
+  for (float x : v)
+    sum += x;
+  return {*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
+          sum / static_cast<double>(v.size())};
+}
 
 /// The plan's model FLOPs per device per second, in TFLOP/s (nullopt: unknown).
 std::optional<double> tflopsPerDevice(const ThroughputBasis &basis, double seconds) {
@@ -37,13 +46,10 @@ std::optional<std::pair<double, std::string>> worstMoeLoad(const StepResult &r) 
     if (v.size() < 2 || name.size() < suffix.size() ||
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
-    double sum = 0.0;
-    for (float x : v)
-      sum += x;
-    double mean = sum / static_cast<double>(v.size());
-    if (mean <= 0.0)
+    Summary m = summarize(v);
+    if (m.mean <= 0.0)
       continue;
-    double ratio = *std::max_element(v.begin(), v.end()) / mean;
+    double ratio = m.max / m.mean;
     if (!worst || ratio > worst->first)
       worst = {ratio, name.substr(0, name.size() - suffix.size() - (name.size() > suffix.size()))};
   }
@@ -81,16 +87,19 @@ ScalarRow stepScalars(const StepResult &r, const ThroughputBasis &basis,
                 {"mfu", mfu},
                 {"elapsed_s", r.elapsedSeconds},
                 {"eval_loss", opt(evalLoss)}};
+  return row;
+}
+
+ScalarRow metricScalars(const StepResult &r) {
+  ScalarRow row;
   for (const auto &[name, v] : r.metrics) {
     if (v.size() == 1) {
       row.push_back({name, static_cast<double>(v[0])});
     } else if (!v.empty()) {
-      double sum = 0.0;
-      for (float x : v)
-        sum += x;
-      row.push_back({name + "_min", *std::min_element(v.begin(), v.end())});
-      row.push_back({name + "_max", *std::max_element(v.begin(), v.end())});
-      row.push_back({name + "_mean", sum / static_cast<double>(v.size())});
+      Summary m = summarize(v);
+      row.push_back({name + "_min", m.min});
+      row.push_back({name + "_max", m.max});
+      row.push_back({name + "_mean", m.mean});
     }
   }
   return row;
@@ -103,14 +112,12 @@ Status MetricsWriter::openJsonLines(const std::string &path, bool append) {
   return Status::ok();
 }
 
-void MetricsWriter::writeJsonLine(const StepResult &r, const ScalarRow &row) {
+void MetricsWriter::writeJsonLine(const StepResult &r, const ScalarRow &fixed) {
   std::string line = "{";
   char buf[96];
-  // The fixed scalars (stepScalars' first kFixedScalars entries): a grad norm
-  // that is not finite (a step skipped by loss scaling) is null, other
-  // missing values are left out.
-  for (size_t i = 0; i < kFixedScalars && i < row.size(); ++i) {
-    const auto &[name, value] = row[i];
+  // The step's own scalars: a grad norm that is not finite (a step skipped by
+  // loss scaling) is null, other missing values are left out.
+  for (const auto &[name, value] : fixed) {
     bool nullGradNorm = name == "grad_norm" && r.gradNorm && !value;
     if (!value && !nullGradNorm)
       continue;
@@ -131,12 +138,9 @@ void MetricsWriter::writeJsonLine(const StepResult &r, const ScalarRow &row) {
     if (v.size() == 1) {
       std::snprintf(buf, sizeof buf, "%.9g", v[0]);
     } else {
-      double sum = 0.0;
-      for (float x : v)
-        sum += x;
-      std::snprintf(buf, sizeof buf, "{\"min\":%.9g,\"max\":%.9g,\"mean\":%.9g}",
-                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
-                    sum / static_cast<double>(v.size()));
+      Summary m = summarize(v);
+      std::snprintf(buf, sizeof buf, "{\"min\":%.9g,\"max\":%.9g,\"mean\":%.9g}", m.min,
+                    m.max, m.mean);
     }
     line += buf;
   }
@@ -147,9 +151,11 @@ void MetricsWriter::writeJsonLine(const StepResult &r, const ScalarRow &row) {
 Status MetricsWriter::afterStep(TrainingSession &, const StepResult &r) {
   if (!jsonl_.is_open() && !csvOpen_ && !tbOpen_)
     return Status::ok();
-  ScalarRow row = stepScalars(r, basis_, eval_ ? eval_->at(r.step) : std::nullopt);
+  ScalarRow fixed = stepScalars(r, basis_, eval_ ? eval_->at(r.step) : std::nullopt);
   if (jsonl_.is_open())
-    writeJsonLine(r, row);
+    writeJsonLine(r, fixed);
+  ScalarRow row = fixed, metrics = metricScalars(r);
+  row.insert(row.end(), metrics.begin(), metrics.end());
   if (csvOpen_)
     if (Status s = csv_.write(row); !s.isOk())
       return s;

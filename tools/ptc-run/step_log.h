@@ -46,12 +46,14 @@ struct ThroughputBasis {
   bool tokens = true;   ///< token data (tok/s) or arrays (examples/s)
 };
 
-/// One step's scalars in the order the CSV columns take: step, loss, lr,
+/// One step's own scalars, in the order the CSV columns take: step, loss, lr,
 /// grad_norm, loss_scale, tokens_per_s (examples_per_s for array data),
-/// tflops_per_device, mfu, elapsed_s, eval_loss, then the plan's metrics (a
-/// vector one as NAME_min, NAME_max, NAME_mean).
+/// tflops_per_device, mfu, elapsed_s, eval_loss.
 ScalarRow stepScalars(const StepResult &r, const ThroughputBasis &basis,
                       std::optional<float> evalLoss);
+/// The plan's metrics as scalars (the CSV's and TensorBoard's further
+/// columns): a scalar as it is, a vector as NAME_min, NAME_max, NAME_mean.
+ScalarRow metricScalars(const StepResult &r);
 
 /// The metrics files of the leader rank: --metrics (JSON lines), --metrics-csv, --tensorboard.
 class MetricsWriter : public SessionHook {
@@ -65,7 +67,7 @@ public:
   Status afterStep(TrainingSession &, const StepResult &r) override;
 
 private:
-  void writeJsonLine(const StepResult &r, const ScalarRow &row);
+  void writeJsonLine(const StepResult &r, const ScalarRow &fixed);
   std::ofstream jsonl_;
   CsvScalarLog csv_;
   TensorBoardLog tb_;

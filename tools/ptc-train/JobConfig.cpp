@@ -14,15 +14,12 @@ namespace ptc::train {
 namespace {
 using Kind = Value::Kind;
 
-/// Toggle: true (the default file name in the job's folder), false (off), or a path.
-constexpr Kind kToggle = Kind::Strings;
 
 struct KeyDef {
   const char *section, *key;
   Kind kind;
   const char *help;
   std::vector<std::string> choices = {};
-  bool toggle = false; ///< a string key that also takes true / false
 };
 
 const std::vector<KeyDef> &schema() {
@@ -113,9 +110,9 @@ const std::vector<KeyDef> &schema() {
       {"eval", "steps", Kind::Int, "batches per evaluation"},
 
       {"metrics", "log_every", Kind::Int, "progress line every N steps (0: none)"},
-      {"metrics", "jsonl", kToggle, "JSON lines: true (<dir>/metrics.jsonl), false or a path", {}, true},
-      {"metrics", "csv", kToggle, "CSV table: true (<dir>/metrics.csv), false or a path", {}, true},
-      {"metrics", "tensorboard", kToggle, "TensorBoard events: true (<dir>/tensorboard), false or a folder", {}, true},
+      {"metrics", "jsonl", Kind::Toggle, "JSON lines: true (<dir>/metrics.jsonl), false or a path"},
+      {"metrics", "csv", Kind::Toggle, "CSV table: true (<dir>/metrics.csv), false or a path"},
+      {"metrics", "tensorboard", Kind::Toggle, "TensorBoard events: true (<dir>/tensorboard), false or a folder"},
       {"metrics", "peak_tflops", Kind::Float, "the device's peak for MFU (default: measured)"},
   };
   return keys;
@@ -161,10 +158,9 @@ std::string keysOf(const std::string &section) {
   return out;
 }
 
-const char *kindName(Kind k, bool toggle) {
-  if (toggle)
-    return "true, false or a path";
+const char *kindName(Kind k) {
   switch (k) {
+  case Kind::Toggle: return "true, false or a path";
   case Kind::Int: return "an integer >= 0";
   case Kind::Float: return "a finite number";
   case Kind::Bool: return "true or false";
@@ -213,20 +209,23 @@ std::optional<Value> convert(const KeyDef &def, const toml::node &n) {
       return v;
     }
     return std::nullopt;
-  case Kind::Strings:
-    if (def.toggle) {
-      if (auto b = n.value_exact<bool>()) {
-        v.b = *b;
-        v.s = *b ? "true" : "false";
-        return v;
-      }
+  case Kind::Toggle:
+    if (auto b = n.value_exact<bool>()) {
+      v.s = *b ? "true" : "false";
+      return v;
     }
+    if (auto s = n.value_exact<std::string>(); s && !s->empty()) {
+      v.s = *s;
+      return v;
+    }
+    return std::nullopt;
+  case Kind::Strings:
     if (auto s = n.value_exact<std::string>()) {
       v.strings = {*s};
       v.s = *s;
       return v;
     }
-    if (const toml::array *a = n.as_array(); a && !a->empty() && !def.toggle) {
+    if (const toml::array *a = n.as_array(); a && !a->empty()) {
       for (const toml::node &e : *a) {
         auto s = e.value_exact<std::string>();
         if (!s)
@@ -354,7 +353,7 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
         std::ostringstream shown;
         node.visit([&](auto &&n) { shown << n; });
         error = where(path, node.source()) + section + "." + key + " = " + shown.str() +
-                ": expected " + kindName(def->kind, def->toggle);
+                ": expected " + kindName(def->kind);
         return std::nullopt;
       }
       if (!def->choices.empty() &&
@@ -596,7 +595,7 @@ std::string describeSchema() {
       section = d.section;
       os << "[" << section << "]\n";
     }
-    std::string line = "  " + std::string(d.key) + " (" + kindName(d.kind, d.toggle) + ")";
+    std::string line = "  " + std::string(d.key) + " (" + kindName(d.kind) + ")";
     if (line.size() < 40)
       line.resize(40, ' ');
     os << line << " " << d.help;

@@ -55,13 +55,20 @@ std::string quoted(const std::vector<std::string> &argv) {
   return out;
 }
 
-/// Runs `argv` (argv[0] a tool of this build) and waits; its output is ours.
-int runTool(std::vector<std::string> argv) {
+/// Replaces this process with tool `argv[0]` of this build; returns only
+/// when it cannot (after saying why).
+void execTool(std::vector<std::string> argv) {
   argv[0] = (toolDir() / argv[0]).string();
   std::vector<char *> cargs;
   for (std::string &a : argv)
     cargs.push_back(a.data());
   cargs.push_back(nullptr);
+  execv(cargs[0], cargs.data());
+  std::fprintf(stderr, "ptc-train: error: cannot run %s: %s\n", cargs[0], std::strerror(errno));
+}
+
+/// Runs `argv` (argv[0] a tool of this build) and waits; its output is ours.
+int runTool(const std::vector<std::string> &argv) {
   std::cout << std::flush;
   pid_t pid = fork();
   if (pid < 0) {
@@ -69,8 +76,7 @@ int runTool(std::vector<std::string> argv) {
     return 1;
   }
   if (pid == 0) {
-    execv(cargs[0], cargs.data());
-    std::fprintf(stderr, "ptc-train: error: cannot run %s: %s\n", cargs[0], std::strerror(errno));
+    execTool(argv);
     _exit(127);
   }
   int status = 0;
@@ -227,13 +233,6 @@ int main(int argc, char **argv) {
     std::cout << "ptc-train: resuming from the newest checkpoint in " << checkpointDir << "\n";
   std::cout << "ptc-train: " << quoted(c.run) << "\n" << std::flush;
   // ptc-run takes over this process: its exit status and signals are the job's.
-  std::vector<std::string> run = c.run;
-  run[0] = (toolDir() / "ptc-run").string();
-  std::vector<char *> cargs;
-  for (std::string &a : run)
-    cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  execv(cargs[0], cargs.data());
-  std::cerr << "ptc-train: error: cannot run " << run[0] << ": " << std::strerror(errno) << "\n";
+  execTool(c.run);
   return 1;
 }
