@@ -293,7 +293,8 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
   nlohmann::json measured = nlohmann::json::parse(in, nullptr, false);
   std::remove(tmp.c_str());
   // t = steps * latency + n / bandwidth: the latency from the smallest message,
-  // the bandwidth from the two largest.
+  // the bandwidth from the slope of a least-squares line through the points
+  // of the larger half (the two largest alone swap order on a busy machine).
   auto fit = [&](const char *key, double steps) -> llvm::Expected<std::pair<double, double>> {
     if (measured.is_discarded() || !measured.is_object() || !measured.contains(key) ||
         !measured[key].is_array() || measured[key].size() < 3)
@@ -301,10 +302,19 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
     const nlohmann::json &pts = measured[key];
     size_t k = pts.size();
     double n0 = pts[0][0].get<double>(), t0 = pts[0][1].get<double>();
-    double n1 = pts[k - 2][0].get<double>(), t1 = pts[k - 2][1].get<double>();
-    double n2 = pts[k - 1][0].get<double>(), t2 = pts[k - 1][1].get<double>();
-    double slope = (t2 - t1) / (n2 - n1);
-    if (slope <= 0)
+    double sn = 0, st = 0, snn = 0, snt = 0, m = 0;
+    for (size_t i = k / 2; i < k; ++i) {
+      double n = pts[i][0].get<double>(), t = pts[i][1].get<double>();
+      sn += n;
+      st += t;
+      snn += n * n;
+      snt += n * t;
+      m += 1;
+    }
+    double slope = (m * snt - sn * st) / (m * snn - sn * sn);
+    if (!(slope > 0)) // still not: the largest against the smallest
+      slope = (pts[k - 1][1].get<double>() - t0) / (pts[k - 1][0].get<double>() - n0);
+    if (!(slope > 0))
       return llvm::createStringError(std::string("the ") + key + " measurement is not increasing with size");
     return std::pair{1.0 / slope, std::max(0.0, (t0 - slope * n0) / steps)};
   };
