@@ -96,6 +96,10 @@ public:
   virtual Status flushSends() = 0;
   /// Gathers one string per rank on every rank (small metadata only).
   virtual StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) = 0;
+  /// Whether any rank passes true (host memory, every rank; a coordination
+  /// collective under the control timeout): how ranks agree on a step
+  /// boundary to stop at when only some of them were signalled.
+  virtual StatusOr<bool> anyRank(bool mine) = 0;
 
 protected:
   Mesh mesh_;

@@ -171,6 +171,14 @@ public:
     return out;
   }
 
+  StatusOr<bool> anyRank(bool mine) override {
+    int in = mine ? 1 : 0, out = 0;
+    MPI_Request req;
+    PTC_MPI(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD, &req));
+    PTC_RETURN_IF_ERROR(wait(req, "all_reduce", "the ranks' stop requests (a signal to stop)", {}, controlTimeout_));
+    return out != 0;
+  }
+
   Status send(const void *data, int64_t bytes, int axis, int peer, int tag,
               const std::string &what) override {
     auto comm = group({axis});

@@ -168,6 +168,7 @@ public:
   StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) override {
     return host_->allGatherStrings(mine);
   }
+  StatusOr<bool> anyRank(bool mine) override { return host_->anyRank(mine); }
   // Pipeline point-to-point: host memory through MPI (see Executor::p2pView:
   // NCCL sends would block until matched, and 1F1B has both neighbours send
   // before they receive).

@@ -1,4 +1,6 @@
 #include "runtime/session/training_session.h"
+
+#include "runtime/base/hostfile.h"
 #include "runtime/session/throughput.h"
 
 #include "runtime/base/parse_number.h"
@@ -9,6 +11,7 @@
 #include "runtime/session/step_watchdog.h"
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -500,6 +503,30 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
   return r;
 }
 
+void TrainingSession::loseNodeForTest(const std::string &hostfile, int64_t step) {
+  std::string error;
+  auto hosts = readHostfile(hostfile, error);
+  const int world = comm_ ? comm_->worldSize() : 1;
+  if (!hosts || hosts->size() < 2 || totalSlots(*hosts) != world)
+    return;
+  const HostfileEntry lost = hosts->back();
+  const int firstLost = world - static_cast<int>(lost.slots);
+  if (rank() != firstLost)
+    return;
+  std::ifstream in(hostfile);
+  std::string text, line;
+  for (int n = 1; std::getline(in, line); ++n)
+    if (n != lost.line)
+      text += line + "\n";
+  const std::string tmp = hostfile + ".tmp";
+  std::ofstream(tmp) << text;
+  std::rename(tmp.c_str(), hostfile.c_str());
+  std::fprintf(stderr, "ptc-run: fault injection: node '%s' (ranks %d-%d) lost at step %lld\n",
+               lost.text.c_str(), firstLost, world - 1, static_cast<long long>(step));
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
 Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks) {
   StepWatchdog watchdog(options_.stepTimeout, comm_ ? comm_->rank() : 0, options_.onStepTimeout);
   // Fault injection for the tests: a step that never finishes.
@@ -522,8 +549,24 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
         killMarker = spec.substr(b + 1);
     }
   }
+  // PTC_FAULT_LOSE_NODE=STEP:HOSTFILE: a node is gone for good when step STEP
+  // starts: the last host of HOSTFILE leaves the file (the inventory a
+  // launcher reads) and its first rank dies (SIGKILL), once: only while the
+  // file's slots still equal the ranks running.
+  int64_t loseStep = -1;
+  std::string loseHostfile;
+  if (const char *lose = std::getenv("PTC_FAULT_LOSE_NODE")) {
+    std::string spec = lose;
+    size_t colon = spec.find(':');
+    if (colon != std::string::npos) {
+      loseStep = parseInteger(spec.substr(0, colon), 0).value_or(-1);
+      loseHostfile = spec.substr(colon + 1);
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = first; step < first + steps; ++step) {
+    if (step == loseStep)
+      loseNodeForTest(loseHostfile, step);
     for (SessionHook *h : hooks)
       PTC_RETURN_IF_ERROR(h->beforeStep(*this, step));
     watchdog.begin(step);
@@ -546,6 +589,10 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
         elapsedBase_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (SessionHook *h : hooks)
       PTC_RETURN_IF_ERROR(h->afterStep(*this, *result));
+    if (std::any_of(hooks.begin(), hooks.end(), [](SessionHook *h) { return h->endsRun(); })) {
+      elapsedBase_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return Status::ok();
+    }
   }
   elapsedBase_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (SessionHook *h : hooks)

@@ -107,6 +107,9 @@ public:
   virtual Status beforeStep(TrainingSession &, int64_t /*step*/) { return Status::ok(); }
   virtual Status afterStep(TrainingSession &, const StepResult &) { return Status::ok(); }
   virtual Status afterRun(TrainingSession &) { return Status::ok(); }
+  /// Asked after every step's afterStep calls: true ends the run there, with
+  /// success and without afterRun (a stop requested by a signal).
+  virtual bool endsRun() const { return false; }
 };
 
 class TrainingSession {
@@ -122,6 +125,9 @@ public:
 
   /// Steps [first, first + steps) with the hooks and the step watchdog.
   Status run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks);
+  /// Fault injection (PTC_FAULT_LOSE_NODE): the last host of `hostfile` is
+  /// removed from it and its first rank dies.
+  void loseNodeForTest(const std::string &hostfile, int64_t step);
 
   /// Parameters from a safetensors file of whole tensors or a Hugging Face
   /// model directory (index + shards; every rank keeps its part); bf16 and

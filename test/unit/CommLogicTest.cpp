@@ -167,6 +167,7 @@ public:
   StatusOr<std::vector<std::string>> allGatherStrings(const std::string &) override {
     return unexpected();
   }
+  StatusOr<bool> anyRank(bool) override { return unexpected(); }
 
 private:
   static Status unexpected() { return error(StatusCode::kInternal, "unexpected collective"); }
