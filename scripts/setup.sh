@@ -15,6 +15,7 @@ PACKAGES=(
   nlohmann-json3-dev                                              # safetensors headers, metrics
   libtomlplusplus-dev                                             # ptc-train job files
   libsentencepiece-dev python3-sentencepiece                      # ptc-tokenize (and its check)
+  slurm-wlm munge                                                 # Slurm tests (a local cluster)
   libgtest-dev cmake ninja-build ccache clang-22 lld-22 g++        # build and unit tests
   libclang-rt-22-dev                                              # sanitizers and libFuzzer (CI)
   python3-numpy python3-torch                                     # reference numerics in tests

@@ -503,26 +503,36 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
   return r;
 }
 
-void TrainingSession::loseNodeForTest(const std::string &hostfile, int64_t step) {
+void TrainingSession::loseNodeForTest(const std::string &hostfile, int64_t lostRanks, int64_t step) {
   std::string error;
   auto hosts = readHostfile(hostfile, error);
   const int world = comm_ ? comm_->worldSize() : 1;
-  if (!hosts || hosts->size() < 2 || totalSlots(*hosts) != world)
+  if (!hosts || lostRanks < 1 || lostRanks >= world || totalSlots(*hosts) != world)
     return;
-  const HostfileEntry lost = hosts->back();
-  const int firstLost = world - static_cast<int>(lost.slots);
+  const int firstLost = world - static_cast<int>(lostRanks);
   if (rank() != firstLost)
     return;
+  // The hosts' slots less the last `lostRanks` (a host left with none goes).
   std::ifstream in(hostfile);
-  std::string text, line;
-  for (int n = 1; std::getline(in, line); ++n)
-    if (n != lost.line)
-      text += line + "\n";
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  int64_t left = lostRanks;
+  for (auto h = hosts->rbegin(); h != hosts->rend() && left > 0; ++h) {
+    int64_t take = std::min(left, h->slots);
+    left -= take;
+    std::string &line = lines[static_cast<size_t>(h->line - 1)];
+    line = take == h->slots ? "# " + line + "  (lost)"
+                            : h->host + " slots=" + std::to_string(h->slots - take);
+  }
+  std::string text;
+  for (const std::string &line : lines)
+    text += line + "\n";
   const std::string tmp = hostfile + ".tmp";
   std::ofstream(tmp) << text;
   std::rename(tmp.c_str(), hostfile.c_str());
-  std::fprintf(stderr, "ptc-run: fault injection: node '%s' (ranks %d-%d) lost at step %lld\n",
-               lost.text.c_str(), firstLost, world - 1, static_cast<long long>(step));
+  std::fprintf(stderr, "ptc-run: fault injection: ranks %d-%d lost at step %lld (their slots left %s)\n",
+               firstLost, world - 1, static_cast<long long>(step), hostfile.c_str());
   std::fflush(stderr);
   std::raise(SIGKILL);
 }
@@ -549,24 +559,25 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
         killMarker = spec.substr(b + 1);
     }
   }
-  // PTC_FAULT_LOSE_NODE=STEP:HOSTFILE: a node is gone for good when step STEP
-  // starts: the last host of HOSTFILE leaves the file (the inventory a
-  // launcher reads) and its first rank dies (SIGKILL), once: only while the
-  // file's slots still equal the ranks running.
-  int64_t loseStep = -1;
+  // PTC_FAULT_LOSE_NODE=STEP:RANKS:HOSTFILE: a node of RANKS ranks is gone
+  // for good when step STEP starts: the last RANKS slots of HOSTFILE (the
+  // inventory the launcher reads) go, and the first of those ranks dies
+  // (SIGKILL); once: only while the file's slots equal the ranks running.
+  int64_t loseStep = -1, loseRanks = 0;
   std::string loseHostfile;
   if (const char *lose = std::getenv("PTC_FAULT_LOSE_NODE")) {
     std::string spec = lose;
-    size_t colon = spec.find(':');
-    if (colon != std::string::npos) {
-      loseStep = parseInteger(spec.substr(0, colon), 0).value_or(-1);
-      loseHostfile = spec.substr(colon + 1);
+    size_t a = spec.find(':'), b = a == std::string::npos ? a : spec.find(':', a + 1);
+    if (b != std::string::npos) {
+      loseStep = parseInteger(spec.substr(0, a), 0).value_or(-1);
+      loseRanks = parseInteger(spec.substr(a + 1, b - a - 1), 1).value_or(0);
+      loseHostfile = spec.substr(b + 1);
     }
   }
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = first; step < first + steps; ++step) {
     if (step == loseStep)
-      loseNodeForTest(loseHostfile, step);
+      loseNodeForTest(loseHostfile, loseRanks, step);
     for (SessionHook *h : hooks)
       PTC_RETURN_IF_ERROR(h->beforeStep(*this, step));
     watchdog.begin(step);

@@ -1213,6 +1213,10 @@ int runMain(int argc, char **argv) {
       std::cout << "ptc-run: saved " << count << " parameters to " << opts["--save"] << "\n";
     }
   }
+  // For a launcher whose own status cannot be trusted (Slurm 22.05's srun
+  // exits 0 when a step fails to launch): the leader's word that the run ended.
+  if (const char *result = std::getenv("PTC_RESULT_FILE"); result && *result && leader)
+    std::ofstream(result) << "done " << steps << "\n";
   writeStatus("done");
   gStatusFinal = true;
   finalizeMpi();

@@ -105,6 +105,15 @@ const std::vector<KeyDef> &schema() {
       {"checkpoint", "async", Kind::Bool, "write checkpoints in a background thread"},
       {"checkpoint", "max_restarts", Kind::Int, "restart a failed job from its checkpoint, at most N times"},
 
+      {"launch", "launcher", Kind::String, "how the ranks start: auto (srun inside a Slurm allocation, else mpirun)",
+       {"auto", "mpirun", "srun"}},
+      {"launch", "hostfile", Kind::String, "mpirun's hosts (Open MPI syntax, HOST slots=N): the ranks available"},
+      {"launch", "elastic", Kind::Bool, "on fewer ranks than the mesh: re-plan (ptc-plan), recompile, resume"},
+      {"launch", "cluster", Kind::String, "the planner's machine for elastic re-plans: a ptc-plan preset or JSON "
+                                          "(default: this machine, calibrated once into the job's folder)"},
+      {"launch", "device_memory", Kind::String, "the planner's memory per device for elastic re-plans, e.g. \"80GB\" "
+                                                "(default: the cluster's)"},
+
       {"eval", "data", Kind::String, "validation token file"},
       {"eval", "every", Kind::Int, "evaluate every N steps (and after the last)"},
       {"eval", "steps", Kind::Int, "batches per evaluation"},
@@ -332,7 +341,7 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
     if (keysOf(section).empty()) {
       error = where(path, sectionNode.source()) + "unknown section [" + section +
               "] (sections: job, model, training, optimizer, lr_scheduler, parallelism, "
-              "checkpoint, eval, metrics)";
+              "checkpoint, launch, eval, metrics)";
       return std::nullopt;
     }
     if (!table) {
@@ -411,6 +420,16 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
   for (const char *k : {"lr_scheduler.warmup_steps", "lr_scheduler.decay_steps", "lr_scheduler.min_lr"})
     if (job.has(k) && !job.has("lr_scheduler.decay"))
       return fail(std::string(k) + " needs lr_scheduler.decay (constant, cosine or linear)");
+
+  if (const Value *e = job.get("launch.elastic"); e && e->b) {
+    bool checkpoints = false;
+    for (const auto &[key, value] : job.values)
+      checkpoints |= key.rfind("checkpoint.", 0) == 0;
+    if (!checkpoints || (job.has("checkpoint.resume") && !job.get("checkpoint.resume")->b))
+      return fail("launch.elastic continues from checkpoints: it needs [checkpoint] (every = N) with resume");
+  }
+  if (job.has("launch.hostfile") && job.has("launch.launcher") && job.get("launch.launcher")->s == "srun")
+    return fail("launch.hostfile is mpirun's; under srun, Slurm's allocation says where the ranks run");
 
   job.name = job.has("job.name") ? job.get("job.name")->s
                                   : std::filesystem::path(path).stem().string();
@@ -538,6 +557,8 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
   if (c.ranks > 1) {
     r.push_back("--np");
     r.push_back(std::to_string(c.ranks));
+    if (const Value *v = get("launch.hostfile"))
+      r.insert(r.end(), {"--hostfile", v->s});
   }
   if (const Value *v = get("training.data")) {
     std::string joined;
@@ -585,6 +606,60 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
       r.push_back("--async-checkpoint");
   }
   return c;
+}
+
+std::optional<std::string> applyLayout(Job &job, const std::string &options, std::string &error) {
+  // The layout keys the planner decides; the rest of the job (the optimizer,
+  // the precision, the data, the global batch) is the training math and stays.
+  static const std::pair<const char *, const char *> layoutKeys[] = {
+      {"mesh", "mesh"},
+      {"microbatches", "microbatches"},
+      {"schedule", "schedule"},
+      {"virtual-stages", "virtual_stages"},
+      {"zero", "zero"},
+      {"recompute", "recompute"},
+      {"recompute-layers", "recompute_layers"},
+      {"sequence-parallel", "sequence_parallel"},
+      {"reshard-after-forward", "reshard_after_forward"}};
+  auto describe = [&] {
+    std::string d;
+    for (auto [option, key] : layoutKeys)
+      if (const Value *v = job.get(std::string("parallelism.") + key)) {
+        std::string text = v->kind == Kind::Int    ? std::to_string(v->i)
+                           : v->kind == Kind::Bool ? (v->b ? "true" : "false")
+                                                   : v->s;
+        d += (d.empty() ? "" : " ") + std::string(option) + "=" + text;
+      }
+    return d.empty() ? std::string("one rank") : d;
+  };
+  const std::string before = describe();
+  for (auto [option, key] : layoutKeys)
+    job.values.erase(std::string("parallelism.") + key);
+  std::istringstream words(options);
+  for (std::string word; words >> word;) {
+    size_t eq = word.find('=');
+    std::string name = word.substr(0, eq), text = eq == std::string::npos ? "" : word.substr(eq + 1);
+    if (name == "precision")
+      continue; // the job's own, given to the planner
+    auto it = std::find_if(std::begin(layoutKeys), std::end(layoutKeys),
+                           [&](auto k) { return name == k.first; });
+    const KeyDef *def = it == std::end(layoutKeys) ? nullptr : findKey("parallelism", it->second);
+    if (!def || text.empty()) {
+      error = "the planner's layout '" + options + "' has '" + word + "', which ptc-train cannot set";
+      return std::nullopt;
+    }
+    Value v;
+    v.kind = def->kind;
+    if (def->kind == Kind::Int) {
+      v.i = std::strtoll(text.c_str(), nullptr, 10);
+    } else if (def->kind == Kind::Bool) {
+      v.b = text == "true";
+    } else {
+      v.s = text;
+    }
+    job.values[std::string("parallelism.") + it->second] = v;
+  }
+  return before + " -> " + describe();
 }
 
 std::string describeSchema() {

@@ -56,6 +56,13 @@ struct JobCommands {
 };
 std::optional<JobCommands> jobCommands(const Job &job, std::string &error);
 
+/// Replaces the job's layout (parallelism.mesh, microbatches, schedule,
+/// virtual_stages, zero, recompute, sequence_parallel, ...) with the
+/// ptc-compile options `options` of a layout ptc-plan chose ("mesh=dp:2
+/// zero=1"); the rest of the job is unchanged. Returns "OLD -> NEW", or
+/// nullopt with `error` for an option that is not a layout key.
+std::optional<std::string> applyLayout(Job &job, const std::string &options, std::string &error);
+
 /// The schema as text (ptc-train --help-keys).
 std::string describeSchema();
 

@@ -1,16 +1,26 @@
 //===- ptc-train.cpp - run a training job described by one TOML file ------===//
 //
-//   ptc-train JOB.toml [--set SECTION.KEY=VALUE ...] [--dry-run | --compile-only] [--help-keys]
+//   ptc-train JOB.toml [--set SECTION.KEY=VALUE ...] [--elastic] [--dry-run | --compile-only]
 //
 // Builds the model (ptc-model, or [model] file), compiles it (ptc-opt; the
 // plan is cached in the job's folder under a hash of the model, the compile
 // options and the compiler), and runs it (ptc-run, on as many ranks as the
-// mesh has; resuming from the newest checkpoint when there is one).
+// mesh has, through mpirun or, inside a Slurm allocation, srun; resuming from
+// the newest checkpoint when there is one). Elastic: when fewer ranks are
+// available than the mesh needs (the hostfile's slots, the Slurm
+// allocation's tasks), ptc-plan chooses a layout for those, and the job
+// continues from its checkpoint in it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "tools/ptc-train/JobConfig.h"
 
+#include "runtime/base/exit_codes.h"
+#include "runtime/base/hostfile.h"
+
+#include <nlohmann/json.hpp>
+
+#include <csignal>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,13 +37,17 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ptc::train;
 
-const char *kUsage = R"(usage: ptc-train JOB.toml [--set SECTION.KEY=VALUE ...] [--dry-run | --compile-only]
+const char *kUsage = R"(usage: ptc-train JOB.toml [--set SECTION.KEY=VALUE ...] [--elastic] [--dry-run | --compile-only]
   Runs the training job JOB.toml describes: builds the model (ptc-model, or [model] file),
   compiles it (ptc-opt; the plan is cached in the job's folder, recompiled only when the
   model, the compile options or the compiler change) and trains it with ptc-run on the
-  mesh's ranks, resuming from the newest checkpoint when [checkpoint] has one.
+  mesh's ranks (mpirun, or srun inside a Slurm allocation), resuming from the newest
+  checkpoint when [checkpoint] has one.
   --set S.K=V   override a key (V in TOML syntax; a bare word is a string), e.g.
                 --set training.steps=200 --set parallelism.mesh=dp:2
+  --elastic     as [launch] elastic = true: on fewer ranks than the mesh needs (the
+                hostfile's slots, the Slurm allocation's tasks; also when a restart finds
+                a node gone), re-plan with ptc-plan, recompile and resume from the checkpoint
   --dry-run     check the job and print the commands it would run; run nothing
   --compile-only  build the model and compile the plan (or find it cached); do not train
   --help-keys   list every section and key
@@ -58,6 +72,15 @@ std::string quoted(const std::vector<std::string> &argv) {
 /// Replaces this process with tool `argv[0]` of this build; returns only
 /// when it cannot (after saying why).
 void execTool(std::vector<std::string> argv) {
+  if (argv[0] == "srun") { // Slurm's, from PATH
+    std::vector<char *> cargs;
+    for (std::string &a : argv)
+      cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    execvp("srun", cargs.data());
+    std::fprintf(stderr, "ptc-train: error: cannot run srun: %s\n", std::strerror(errno));
+    return;
+  }
   argv[0] = (toolDir() / argv[0]).string();
   std::vector<char *> cargs;
   for (std::string &a : argv)
@@ -65,6 +88,14 @@ void execTool(std::vector<std::string> argv) {
   cargs.push_back(nullptr);
   execv(cargs[0], cargs.data());
   std::fprintf(stderr, "ptc-train: error: cannot run %s: %s\n", cargs[0], std::strerror(errno));
+}
+
+// The tool ptc-train waits for: SIGUSR1 and SIGTERM to ptc-train are passed
+// on to it (ptc-run stops at a step boundary with a checkpoint).
+volatile pid_t gChild = 0;
+extern "C" void forwardSignal(int sig) {
+  if (gChild > 0)
+    ::kill(gChild, sig);
 }
 
 /// Runs `argv` (argv[0] a tool of this build) and waits; its output is ours.
@@ -79,9 +110,11 @@ int runTool(const std::vector<std::string> &argv) {
     execTool(argv);
     _exit(127);
   }
+  gChild = pid;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  gChild = 0;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -103,12 +136,232 @@ bool readFile(const std::string &path, std::string &out) {
   out = ss.str();
   return true;
 }
+
+/// Where the ranks are: how many are available, and who said so.
+struct Available {
+  int64_t ranks = -1; ///< -1: not limited (mpirun on this machine, oversubscribed)
+  std::string source; ///< "the slots of hosts.txt", "the Slurm allocation (SLURM_NTASKS=2)"
+};
+
+/// Whether the ranks start with srun: [launch] launcher, or auto inside a
+/// Slurm allocation (a batch script or salloc) but not inside a job step.
+bool useSrun(const Job &job) {
+  const Value *l = job.get("launch.launcher");
+  std::string launcher = l ? l->s : "auto";
+  if (launcher != "auto")
+    return launcher == "srun";
+  return std::getenv("SLURM_JOB_ID") && !std::getenv("SLURM_STEP_ID");
+}
+
+std::optional<Available> availableRanks(const Job &job, bool srun, std::string &error) {
+  Available a;
+  if (srun) {
+    // The job's tasks as Slurm has them now: a requeued job may have been
+    // given fewer (scontrol update NumTasks=...), while the environment keeps
+    // what was asked at submission.
+    if (const char *id = std::getenv("SLURM_JOB_ID")) {
+      std::string command = "scontrol show job -o " + std::string(id) + " 2>/dev/null";
+      if (FILE *p = popen(command.c_str(), "r")) {
+        std::string text;
+        char buf[4096];
+        for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;)
+          text.append(buf, n);
+        pclose(p);
+        size_t at = text.find(" NumTasks=");
+        if (at != std::string::npos) {
+          int64_t tasks = std::strtoll(text.c_str() + at + 10, nullptr, 10);
+          if (tasks > 0) {
+            a.ranks = tasks;
+            a.source = "Slurm's job " + std::string(id) + " (NumTasks=" + std::to_string(tasks) + ")";
+            return a;
+          }
+        }
+      }
+    }
+    for (const char *var : {"SLURM_NTASKS", "SLURM_NPROCS"})
+      if (const char *v = std::getenv(var)) {
+        a.ranks = std::strtoll(v, nullptr, 10);
+        a.source = std::string("the Slurm allocation (") + var + "=" + v + ")";
+        return a;
+      }
+    return a; // srun outside an allocation: Slurm allocates the tasks asked for
+  }
+  if (const Value *h = job.get("launch.hostfile")) {
+    auto hosts = ptc::readHostfile(h->s, error);
+    if (!hosts)
+      return std::nullopt;
+    a.ranks = ptc::totalSlots(*hosts);
+    a.source = "the slots of " + h->s;
+  }
+  return a;
+}
+
+/// ptc-plan's best layout for `ranks` ranks that fits in memory, as compile
+/// options, or nullopt after saying why.
+std::optional<std::string> planLayout(const Job &job, const JobCommands &c, int64_t ranks) {
+  std::vector<std::string> plan = {"ptc-plan", c.modelFile, "--gpus", std::to_string(ranks), "--top", "5"};
+  const Value *precision = job.get("parallelism.precision");
+  plan.insert(plan.end(), {"--precision", precision ? precision->s : "fp32"});
+  if (const Value *cluster = job.get("launch.cluster")) {
+    plan.insert(plan.end(), {"--cluster", cluster->s});
+  } else {
+    // This machine, measured once (kernels, a real step, the MPI links).
+    const std::string calibration = job.dir + "/calibration.json";
+    if (!fs::exists(calibration)) {
+      std::vector<std::string> calibrate = {"ptc-plan", "--calibrate", "-o", calibration};
+      std::cout << "ptc-train: " << quoted(calibrate) << "\n";
+      if (int rc = runTool(calibrate); rc != 0) {
+        std::cerr << "ptc-train: error: calibrating this machine for the planner failed (ptc-plan exit "
+                  << rc << "); give [launch] cluster\n";
+        return std::nullopt;
+      }
+    }
+    plan.insert(plan.end(), {"--calibrated", calibration});
+  }
+  if (const Value *memory = job.get("launch.device_memory"))
+    plan.insert(plan.end(), {"--device-memory", memory->s});
+  const std::string rows = job.dir + "/plans/elastic-" + std::to_string(ranks) + ".json";
+  plan.insert(plan.end(), {"--json", rows});
+  std::cout << "ptc-train: " << quoted(plan) << "\n";
+  if (int rc = runTool(plan); rc != 0) {
+    std::cerr << "ptc-train: error: cannot continue on " << ranks << (ranks == 1 ? " rank" : " ranks")
+              << ": ptc-plan found no layout (exit " << rc << "; its message above says why)\n";
+    return std::nullopt;
+  }
+  std::ifstream in(rows);
+  nlohmann::json table = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!table.is_array()) {
+    std::cerr << "ptc-train: error: cannot read ptc-plan's layouts '" << rows << "'\n";
+    return std::nullopt;
+  }
+  for (const nlohmann::json &row : table)
+    if (row.value("fits", false))
+      return row.value("options", std::string());
+  std::cerr << "ptc-train: error: cannot continue on " << ranks << (ranks == 1 ? " rank" : " ranks")
+            << ": the model does not fit on them"
+            << " ranks: no layout ptc-plan priced fits in the device memory"
+            << (table.empty() ? "" : " (the fastest needs " +
+                                         std::to_string(table[0].value("memory_bytes", 0.0) / (1 << 30)) +
+                                         " GiB per device)")
+            << "\n";
+  return std::nullopt;
+}
+
+/// Re-plans `job` for `available` ranks and rebuilds its commands; false
+/// after saying why.
+bool replan(Job &job, JobCommands &c, const Available &available) {
+  std::cout << "ptc-train: elastic: " << available.ranks << (available.ranks == 1 ? " rank is" : " ranks are")
+            << " available (" << available.source << ") but the layout needs " << c.ranks
+            << ": re-planning for " << available.ranks << " with the same global batch (the same training math)\n";
+  std::optional<std::string> options = planLayout(job, c, available.ranks);
+  if (!options)
+    return false;
+  std::string error;
+  std::optional<std::string> change = applyLayout(job, *options, error);
+  std::optional<JobCommands> commands = change ? jobCommands(job, error) : std::nullopt;
+  if (!commands) {
+    std::cerr << "ptc-train: error: " << error << "\n";
+    return false;
+  }
+  const std::string modelFile = c.modelFile;
+  std::vector<std::string> model = c.model;
+  c = *commands;
+  c.modelFile = modelFile;
+  c.model = model;
+  std::cout << "ptc-train: elastic: layout " << *change << " (" << c.ranks
+            << (c.ranks == 1 ? " rank" : " ranks") << ")\n";
+  return true;
+}
+
+/// The plan of `c` in the job's folder, compiled unless cached; empty after
+/// saying why it could not be.
+std::string compilePlan(const Job &job, const JobCommands &c) {
+  std::string modelText;
+  if (!readFile(c.modelFile, modelText)) {
+    std::cerr << "ptc-train: error: cannot read the model '" << c.modelFile << "'\n";
+    return "";
+  }
+  // The plan's cache key: the model, the options, and the compiler that
+  // would compile them (its size and modification time).
+  struct stat compiler {};
+  stat((toolDir() / "ptc-opt").c_str(), &compiler);
+  uint64_t key = fnv1a(modelText);
+  key = fnv1a(c.compileOptions, key);
+  key = fnv1a(std::to_string(compiler.st_size) + "/" + std::to_string(compiler.st_mtime), key);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key));
+  const std::string plan = job.dir + "/plans/" + hex + ".plan";
+  if (fs::exists(plan)) {
+    std::cout << "ptc-train: plan " << plan
+              << " (cached: the model, the compile options and ptc-opt are unchanged)\n";
+    return plan;
+  }
+  const std::string tmp = plan + ".tmp";
+  std::vector<std::string> compile = {"ptc-opt", c.modelFile,
+                                      "--ptc-compile=plan=" + tmp +
+                                          (c.compileOptions.empty() ? "" : " ") + c.compileOptions,
+                                      "-o", "/dev/null"};
+  std::cout << "ptc-train: " << quoted(compile) << "\n";
+  auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  if (int rc = runTool(compile); rc != 0) {
+    fs::remove(tmp, ec);
+    std::cerr << "ptc-train: error: compiling the plan failed (ptc-opt exit " << rc << ")\n";
+    return "";
+  }
+  fs::rename(tmp, plan, ec);
+  if (ec) {
+    std::cerr << "ptc-train: error: cannot write the plan '" << plan << "': " << ec.message() << "\n";
+    return "";
+  }
+  std::printf("ptc-train: compiled %s in %.1f s\n", plan.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return plan;
+}
+
+/// The ptc-run command of `c` for `plan`: resuming when the checkpoint
+/// folder has a checkpoint (and the job resumes), under srun when `srun`.
+std::vector<std::string> runCommand(const Job &job, const JobCommands &c, const std::string &plan,
+                                    bool srun, int64_t maxRestarts) {
+  std::vector<std::string> run = c.run;
+  run[1] = plan;
+  std::string checkpointDir;
+  for (size_t i = 0; i + 1 < run.size(); ++i)
+    if (run[i] == "--checkpoint-dir")
+      checkpointDir = run[i + 1];
+  const Value *resumeKey = job.get("checkpoint.resume");
+  if (!checkpointDir.empty() && (!resumeKey || resumeKey->b) &&
+      fs::exists(fs::path(checkpointDir) / "latest"))
+    run.insert(run.end(), {"--resume", checkpointDir});
+  for (size_t i = 0; i + 1 < run.size(); ++i)
+    if (run[i] == "--max-restarts") {
+      if (maxRestarts > 0)
+        run[i + 1] = std::to_string(maxRestarts);
+      else
+        run.erase(run.begin() + static_cast<long>(i), run.begin() + static_cast<long>(i) + 2);
+      break;
+    }
+  if (!srun)
+    return run;
+  // Slurm starts the ranks (PMIx) and restarts the job (requeue): no --np,
+  // --hostfile or --max-restarts for ptc-run.
+  std::vector<std::string> out = {"srun", "--ntasks=" + std::to_string(c.ranks), "--mpi=pmix",
+                                  "--kill-on-bad-exit=1", (toolDir() / "ptc-run").string()};
+  for (size_t i = 1; i < run.size(); ++i) {
+    if (run[i] == "--np" || run[i] == "--hostfile" || run[i] == "--max-restarts") {
+      ++i;
+      continue;
+    }
+    out.push_back(run[i]);
+  }
+  return out;
+}
 } // namespace
 
 int main(int argc, char **argv) {
   std::string jobPath;
   std::vector<std::string> overrides;
-  bool dryRun = false, compileOnly = false;
+  bool dryRun = false, compileOnly = false, elasticFlag = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -123,6 +376,8 @@ int main(int argc, char **argv) {
       dryRun = true;
     } else if (a == "--compile-only") {
       compileOnly = true;
+    } else if (a == "--elastic") {
+      elasticFlag = true;
     } else if (a == "--set" && i + 1 < argc) {
       overrides.push_back(argv[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
@@ -138,6 +393,8 @@ int main(int argc, char **argv) {
     std::cerr << "ptc-train: error: no job file\n" << kUsage;
     return 2;
   }
+  if (elasticFlag)
+    overrides.push_back("launch.elastic=true");
   std::string error;
   std::optional<Job> job = loadJob(jobPath, overrides, error);
   if (!job) {
@@ -150,27 +407,24 @@ int main(int argc, char **argv) {
     return 2;
   }
   JobCommands &c = *commands;
-  std::vector<std::string> compile = {"ptc-opt", c.modelFile,
-                                      "--ptc-compile=plan=PLAN " + c.compileOptions, "-o",
-                                      "/dev/null"};
-  const Value *resumeKey = job->get("checkpoint.resume");
-  std::string checkpointDir;
-  for (size_t i = 0; i + 1 < c.run.size(); ++i)
-    if (c.run[i] == "--checkpoint-dir")
-      checkpointDir = c.run[i + 1];
-  const bool resume = !checkpointDir.empty() && (!resumeKey || resumeKey->b) &&
-                      fs::exists(fs::path(checkpointDir) / "latest");
-  if (resume)
-    c.run.insert(c.run.end(), {"--resume", checkpointDir});
+  const bool elastic = job->get("launch.elastic") && job->get("launch.elastic")->b;
+  const bool srun = useSrun(*job);
+  if (srun && !dryRun && !compileOnly && !std::getenv("SLURM_JOB_ID") && std::system("command -v srun >/dev/null 2>&1") != 0) {
+    std::cerr << "ptc-train: error: launch.launcher = \"srun\" but Slurm's srun is not installed\n";
+    return 2;
+  }
+  const Value *restartsKey = job->get("checkpoint.max_restarts");
+  int64_t restartsLeft = restartsKey ? restartsKey->i : 0;
 
   std::cout << "ptc-train: job '" << job->name << "' in " << job->dir << ": " << c.ranks
-            << (c.ranks == 1 ? " rank" : " ranks") << "\n";
+            << (c.ranks == 1 ? " rank" : " ranks") << (srun ? " (srun)" : "") << "\n";
   if (dryRun) {
     if (!c.model.empty())
       std::cout << quoted(c.model) << "\n";
-    std::cout << quoted(compile) << "\n";
-    c.run[1] = job->dir + "/plans/PLAN.plan";
-    std::cout << quoted(c.run) << "\n";
+    std::cout << quoted({"ptc-opt", c.modelFile, "--ptc-compile=plan=PLAN " + c.compileOptions, "-o",
+                         "/dev/null"})
+              << "\n";
+    std::cout << quoted(runCommand(*job, c, job->dir + "/plans/PLAN.plan", srun, restartsLeft)) << "\n";
     return 0;
   }
 
@@ -190,49 +444,87 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  // The plan's cache key: the model, the options, and the compiler that
-  // would compile them (its size and modification time).
-  std::string modelText;
-  if (!readFile(c.modelFile, modelText)) {
-    std::cerr << "ptc-train: error: cannot read the model '" << c.modelFile << "'\n";
+  // The ranks there are now: too few for the mesh is a re-plan (elastic) or
+  // an error naming both counts.
+  std::optional<Available> available = availableRanks(*job, srun, error);
+  if (!available) {
+    std::cerr << "ptc-train: error: " << error << "\n";
+    return 2;
+  }
+  if (available->ranks >= 0 && available->ranks < c.ranks && !compileOnly) {
+    if (!elastic) {
+      std::cerr << "ptc-train: error: " << available->ranks << " ranks are available ("
+                << available->source << ") but parallelism.mesh needs " << c.ranks
+                << ": set launch.elastic = true (or --elastic) to re-plan for them\n";
+      return ptc::kExitTooFewRanks;
+    }
+    if (available->ranks < 1 || !replan(*job, c, *available))
+      return 1;
+  }
+  std::string plan = compilePlan(*job, c);
+  if (plan.empty())
     return 1;
-  }
-  struct stat compiler {};
-  stat((toolDir() / "ptc-opt").c_str(), &compiler);
-  uint64_t key = fnv1a(modelText);
-  key = fnv1a(c.compileOptions, key);
-  key = fnv1a(std::to_string(compiler.st_size) + "/" + std::to_string(compiler.st_mtime), key);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key));
-  const std::string plan = job->dir + "/plans/" + hex + ".plan";
-  if (fs::exists(plan)) {
-    std::cout << "ptc-train: plan " << plan
-              << " (cached: the model, the compile options and ptc-opt are unchanged)\n";
-  } else {
-    const std::string tmp = plan + ".tmp";
-    compile[2] = "--ptc-compile=plan=" + tmp + (c.compileOptions.empty() ? "" : " ") + c.compileOptions;
-    std::cout << "ptc-train: " << quoted(compile) << "\n";
-    auto start = std::chrono::steady_clock::now();
-    if (int rc = runTool(compile); rc != 0) {
-      fs::remove(tmp, ec);
-      std::cerr << "ptc-train: error: compiling the plan failed (ptc-opt exit " << rc << ")\n";
-      return 1;
-    }
-    fs::rename(tmp, plan, ec);
-    if (ec) {
-      std::cerr << "ptc-train: error: cannot write the plan '" << plan << "': " << ec.message() << "\n";
-      return 1;
-    }
-    std::printf("ptc-train: compiled %s in %.1f s\n", plan.c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  c.run[1] = plan;
   if (compileOnly)
     return 0;
-  if (resume)
-    std::cout << "ptc-train: resuming from the newest checkpoint in " << checkpointDir << "\n";
-  std::cout << "ptc-train: " << quoted(c.run) << "\n" << std::flush;
-  // ptc-run takes over this process: its exit status and signals are the job's.
-  execTool(c.run);
-  return 1;
+  std::vector<std::string> run = runCommand(*job, c, plan, srun, restartsLeft);
+  if (auto r = std::find(run.begin(), run.end(), "--resume"); r != run.end())
+    std::cout << "ptc-train: resuming from the newest checkpoint in " << r[1] << "\n";
+  std::cout << "ptc-train: " << quoted(run) << "\n" << std::flush;
+  if (!elastic && !srun) {
+    // ptc-run takes over this process: its exit status and signals are the job's.
+    execTool(run);
+    return 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = forwardSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  if (srun) {
+    // Slurm 22.05's srun exits 0 when the step fails to launch (a PMIx
+    // socket left by the job's previous start, say): the run's leader
+    // writes PTC_RESULT_FILE when it ends well, and its absence is a failure.
+    // A requeued job re-plans when it starts (above).
+    const std::string result = job->dir + "/.result-" + std::to_string(getpid());
+    fs::remove(result, ec);
+    setenv("PTC_RESULT_FILE", result.c_str(), 1);
+    int rc = runTool(run);
+    if (rc == 0 && !fs::exists(result)) {
+      std::cerr << "ptc-train: error: srun exited 0 but the ranks did not finish the run (the job "
+                   "step did not start; see srun's messages above)\n";
+      rc = 1;
+    }
+    fs::remove(result, ec);
+    return rc;
+  }
+  // Elastic under mpirun: ptc-run restarts the job on its own while the
+  // hostfile has the ranks; when it has too few (a node gone), re-plan for
+  // the rest and continue from the checkpoint.
+  while (true) {
+    int rc = runTool(run);
+    if (rc != ptc::kExitTooFewRanks)
+      return rc;
+    if (restartsLeft <= 0) {
+      std::cerr << "ptc-train: the job needs more ranks than there are and no restarts are left "
+                   "(checkpoint.max_restarts): giving up\n";
+      return rc;
+    }
+    --restartsLeft;
+    available = availableRanks(*job, srun, error);
+    if (!available) {
+      std::cerr << "ptc-train: error: " << error << "\n";
+      return 1;
+    }
+    if (available->ranks < 1 || !replan(*job, c, *available))
+      return 1;
+    plan = compilePlan(*job, c);
+    if (plan.empty())
+      return 1;
+    run = runCommand(*job, c, plan, srun, restartsLeft);
+    std::cout << "ptc-train: elastic: continuing from the newest checkpoint on " << c.ranks
+              << (c.ranks == 1 ? " rank" : " ranks") << " (" << restartsLeft << " restarts left)\n"
+              << "ptc-train: " << quoted(run) << "\n"
+              << std::flush;
+  }
 }

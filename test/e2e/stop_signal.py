@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""A stop request: a training run asked to stop by a signal ends at a step boundary with a
+checkpoint and exit status 75, and the resumed run gives every step's loss of the
+uninterrupted run, bitwise (the same plan and layout).
+
+1. SIGUSR1 to ptc-run's --np launcher (2 ranks, dp:2): it passes the request to mpirun and
+   so to every rank; the launcher does not restart the job (--max-restarts 3).
+2. SIGUSR1 to one rank only: the ranks agree on the boundary (an all-reduce of the stop
+   flags at every step), all of them stop after the same step.
+3. SIGTERM to a single-process run (a Kubernetes pod's or Slurm's termination signal).
+
+usage: stop_signal.py --bin BUILD/bin --workdir DIR
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+STEPS = 120
+
+
+def losses(path):
+    out = {}
+    for line in open(path):
+        row = json.loads(line)
+        out[row["step"]] = row["loss"]
+    return out
+
+
+def lines(path):
+    try:
+        return sum(1 for _ in open(path))
+    except OSError:
+        return 0
+
+
+def rank_pids(plan):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        # The ranks, not the launcher: mpirun gives them the plan but not --np.
+        if cmd and cmd[0].endswith(b"ptc-run") and plan.encode() in cmd and b"--np" not in cmd:
+            pids.append(int(pid))
+    return sorted(pids)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    os.chdir(args.workdir)
+    b = lambda t: os.path.join(args.bin, t)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    run = lambda *cmd: subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    run(b("ptc-tokenize"), "-o", "data.bin", "/usr/share/common-licenses/GPL-3")
+    run(b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",
+        "--batch", "8", "-o", "gpt.mlir")
+    run(b("ptc-opt"), "gpt.mlir", "--ptc-compile=plan=dp2.plan mesh=dp:2", "-o", os.devnull)
+    run(b("ptc-opt"), "gpt.mlir", "--ptc-compile=plan=one.plan", "-o", os.devnull)
+
+    def train(plan, name, np=None, extra=(), signal_to=None, sig=signal.SIGUSR1):
+        """Runs `plan`; with `signal_to` ('launcher', 'rank', 'process') sends `sig` there once
+        the run has logged 12 steps. Returns (status, output)."""
+        cmd = [b("ptc-run"), plan, "--data", "data.bin", "--steps", str(STEPS), "--threads", "1",
+               "--log-every", "0", "--metrics", f"{name}.jsonl", "--checkpoint-dir", f"{name}-ckpt",
+               "--checkpoint-every", "50", *extra]
+        if np:
+            cmd += ["--np", str(np)]
+        job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if signal_to:
+            deadline = time.time() + 60
+            while lines(f"{name}.jsonl") < 12:
+                assert time.time() < deadline and job.poll() is None, "the run did not start training"
+                time.sleep(0.02)
+            if signal_to == "rank":
+                os.kill(rank_pids(plan)[-1], sig)
+            else:
+                job.send_signal(sig)
+        out, _ = job.communicate(timeout=300)
+        return job.returncode, out
+
+    def resume_and_compare(plan, name, reference, np=None):
+        status, out = train(plan, name, np, extra=["--resume", f"{name}-ckpt"])
+        assert status == 0, out
+        got = losses(f"{name}.jsonl")
+        assert sorted(got) == list(range(1, STEPS + 1)), sorted(got)
+        bad = [s for s in got if got[s] != reference[s]]
+        assert not bad, f"steps {bad[:5]} differ from the uninterrupted run"
+
+    def stopped_at(status, out, name, by):
+        assert status == 75, (status, out)
+        m = re.search(rf"ptc-run: stopped by {by} after step (\d+) of {STEPS}; checkpoint in "
+                      rf"{name}-ckpt/step-(\d+) \(continue with --resume {name}-ckpt\); exit status 75", out)
+        assert m, out
+        step = int(m.group(1))
+        assert 12 <= step < STEPS and int(m.group(2)) == step, out
+        assert open(f"{name}-ckpt/latest").read().strip() == f"step-{step:08d}"
+        return step
+
+    status, out = train("dp2.plan", "reference2", np=2)
+    assert status == 0, out
+    reference2 = losses("reference2.jsonl")
+
+    # 1. The launcher is asked.
+    status, out = train("dp2.plan", "launcher", np=2, extra=["--max-restarts", "3"], signal_to="launcher")
+    step = stopped_at(status, out, "launcher", "SIGUSR1")
+    assert "ptc-run: the job was asked to stop: not restarting" in out, out
+    assert "restart 1" not in out, out
+    print(f"1. launcher: stopped after step {step}")
+    resume_and_compare("dp2.plan", "launcher", reference2, np=2)
+
+    # 2. One rank is asked: both stop after the same step (rank 0 prints the line; the
+    # checkpoint is complete, so both wrote their shards at that boundary).
+    status, out = train("dp2.plan", "rank", np=2, signal_to="rank")
+    step = stopped_at(status, out, "rank", "a signal to another rank")
+    print(f"2. one rank: both stopped after step {step}")
+    resume_and_compare("dp2.plan", "rank", reference2, np=2)
+
+    # 3. SIGTERM to a single process.
+    status, out = train("one.plan", "reference1")
+    assert status == 0, out
+    reference1 = losses("reference1.jsonl")
+    status, out = train("one.plan", "term", signal_to="process", sig=signal.SIGTERM)
+    step = stopped_at(status, out, "term", "SIGTERM")
+    print(f"3. SIGTERM: stopped after step {step}")
+    resume_and_compare("one.plan", "term", reference1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
