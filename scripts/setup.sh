@@ -19,6 +19,7 @@ PACKAGES=(
   libgtest-dev cmake ninja-build ccache clang-22 lld-22 g++        # build and unit tests
   libclang-rt-22-dev                                              # sanitizers and libFuzzer (CI)
   python3-numpy python3-torch                                     # reference numerics in tests
+  python3-yaml                                                    # scripts/check-mpijob.py
   python3-matplotlib                                              # plots of bench/scaling.py
 )
 

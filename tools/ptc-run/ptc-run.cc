@@ -1037,6 +1037,8 @@ int runMain(int argc, char **argv) {
                 << name << "\n";
   if (leader)
     std::cout << "ptc-run: " << planPath << ": " << session.describe() << "\n";
+  if (const char *result = std::getenv("PTC_RESULT_FILE"); result && *result && leader)
+    std::ofstream(result) << "started\n";
 
   session.executor().measureFileResidency(memoryReport);
   std::vector<double> opTimes;
@@ -1214,7 +1216,8 @@ int runMain(int argc, char **argv) {
     }
   }
   // For a launcher whose own status cannot be trusted (Slurm 22.05's srun
-  // exits 0 when a step fails to launch): the leader's word that the run ended.
+  // exits 0 when a step fails to launch): the leader's word that the ranks
+  // started (above) and that the run ended.
   if (const char *result = std::getenv("PTC_RESULT_FILE"); result && *result && leader)
     std::ofstream(result) << "done " << steps << "\n";
   writeStatus("done");

@@ -32,6 +32,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 namespace {
 namespace fs = std::filesystem;
@@ -486,14 +487,31 @@ int main(int argc, char **argv) {
     // socket left by the job's previous start, say): the run's leader
     // writes PTC_RESULT_FILE when it ends well, and its absence is a failure.
     // A requeued job re-plans when it starts (above).
+    // A step that did not launch at all (srun 0, no rank started: a PMIx
+    // socket of the job's previous start not yet removed, say) is tried
+    // again, 3 times at most, 5 s apart.
     const std::string result = job->dir + "/.result-" + std::to_string(getpid());
-    fs::remove(result, ec);
     setenv("PTC_RESULT_FILE", result.c_str(), 1);
-    int rc = runTool(run);
-    if (rc == 0 && !fs::exists(result)) {
-      std::cerr << "ptc-train: error: srun exited 0 but the ranks did not finish the run (the job "
-                   "step did not start; see srun's messages above)\n";
-      rc = 1;
+    int rc = 0;
+    for (int attempt = 1;; ++attempt) {
+      fs::remove(result, ec);
+      rc = runTool(run);
+      std::string said;
+      readFile(result, said);
+      if (rc != 0 || said.rfind("done", 0) == 0)
+        break;
+      if (!said.empty() || attempt == 3) {
+        std::cerr << "ptc-train: error: srun exited 0 but the ranks did not "
+                  << (said.empty() ? "start (the job step did not launch; see srun's messages above)"
+                                   : "finish the run")
+                  << "\n";
+        rc = 1;
+        break;
+      }
+      std::cerr << "ptc-train: srun exited 0 but no rank started (the job step did not launch): "
+                   "trying again in 5 s ("
+                << attempt + 1 << " of 3)\n";
+      std::this_thread::sleep_for(std::chrono::seconds(5));
     }
     fs::remove(result, ec);
     return rc;
