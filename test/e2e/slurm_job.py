@@ -8,7 +8,8 @@ ranks with srun (Open MPI through Slurm's PMIx; no mpirun).
    a step boundary with a checkpoint (exit 75); the job script requeues the job, and the
    second start resumes from that checkpoint and finishes. Every step's loss equals the
    uninterrupted run's (the same plan on the same 4 ranks, under mpirun).
-2. elastic (--elastic): the same, but the requeued job is given 2 tasks (`scontrol update
+2. elastic (--elastic): the same, but the signal goes to the batch shell (`scancel --batch`,
+   as Slurm's --signal=B:USR1@T before a time limit) and the requeued job is given 2 tasks (`scontrol update
    NumTasks=2`, as a shrunken allocation): ptc-train re-plans for 2 ranks and continues;
    the losses stay within 1e-5 of the uninterrupted 4-rank run.
 
@@ -159,7 +160,13 @@ def main():
         while lines("runs/slurm/metrics.jsonl") < 12:
             assert time.time() < deadline, open("slurm.out").read() if os.path.exists("slurm.out") else "no output"
             time.sleep(0.05)
-        cluster("scancel", "--signal=USR1", jid)
+        # requeue: the ranks are signalled (scancel's default: the job's steps); elastic: the
+        # batch shell is, as Slurm's --signal=B:USR1@T does before a time limit, and the
+        # script passes it on.
+        if args.scenario == "requeue":
+            cluster("scancel", "--signal=USR1", jid)
+        else:
+            cluster("scancel", "--batch", "--signal=USR1", jid)
         # The script requeues the job: it waits (Slurm delays a requeued job's start).
         cluster.wait(jid, lambda j: j.get("JobState") == "PENDING" and j.get("Restarts") == "1",
                      "requeued (PENDING, Restarts=1)")
@@ -198,6 +205,7 @@ def main():
                              "ptc-train: srun --ntasks=2 --mpi=pmix",
                              "collectives: MPI, 2 ranks"):
                 assert expected in log, f"missing from the log: {expected!r}"
+            assert "ptc-train.sbatch: SIGUSR1 (the time limit is near" in log
             tolerance = 1e-5
         got = losses("runs/slurm/metrics.jsonl")
         assert sorted(got) == list(range(1, steps + 1))
