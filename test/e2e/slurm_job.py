@@ -171,9 +171,12 @@ def main():
         cluster.wait(jid, lambda j: j.get("JobState") == "PENDING" and j.get("Restarts") == "1",
                      "requeued (PENDING, Restarts=1)")
         # The first start's job step is gone (its slurmstepd removes its PMIx socket)
-        # before the second start, which the test does not make wait two minutes.
+        # before the second start, which the test does not make wait Slurm's two minutes.
         while subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True).returncode == 0:
             time.sleep(0.2)
+        # A start within the second of the requeue is refused (slurmd: "already killed": the
+        # new credential is not newer than the old one's revocation, to the second).
+        time.sleep(2)
         update = ["scontrol", "update", f"JobId={jid}", "StartTime=now"]
         if args.scenario == "elastic":
             update.append("NumTasks=2")
