@@ -11,9 +11,15 @@
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 
+#include "runtime/schedule/schedule.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -32,11 +38,65 @@ int64_t axisSize(StringRef spec, StringRef axis) {
   }
   return 1;
 }
+/// Refuses, before anything runs, the ptc-compile options whose value no
+/// pass accepts, whether or not the layout would use them (a pipeline
+/// schedule without pipeline stages, a ZeRO stage without a mesh): a bad
+/// value is an error at the module, never a warning that depends on the
+/// rest of the options.
+struct CheckCompileOptionsPass
+    : public PassWrapper<CheckCompileOptionsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CheckCompileOptionsPass)
+  explicit CheckCompileOptionsPass(const mlir::ptc::CompilePipelineOptions &options)
+      : zero(options.zero), reshardAfterForward(options.reshardAfterForward),
+        schedule(options.schedule), gradReduceDtype(options.gradReduceDtype) {}
+  StringRef getArgument() const override { return "ptc-check-compile-options"; }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    bool ok = true;
+    auto error = [&] {
+      ok = false;
+      return module.emitError();
+    };
+    if (zero < 0 || zero > 3)
+      error() << "zero = " << zero << " is not a ZeRO stage (0, 1, 2 or 3)";
+    else if (!reshardAfterForward && zero != 3)
+      error() << "reshard-after-forward=false keeps ZeRO-3's gathered parameters from the forward "
+                 "to the backward pass; it needs zero=3, not zero="
+              << zero;
+    // At the training function, as ptc-schedule-pipeline says it when the
+    // layout is pipelined.
+    const std::vector<std::string> &names = ::ptc::schedule::scheduleNames();
+    if (std::find(names.begin(), names.end(), schedule) == names.end()) {
+      std::string known;
+      for (const std::string &n : names)
+        known += (known.empty() ? "" : ", ") + n;
+      Operation *at = module;
+      for (auto func : module.getOps<func::FuncOp>())
+        if (!func.isExternal()) {
+          at = func;
+          break;
+        }
+      ok = false;
+      at->emitError() << "schedule '" << schedule << "': unknown schedule '" << schedule
+                      << "' (expected one of: " << known << ")";
+    }
+    if (gradReduceDtype != "f32" && gradReduceDtype != "bf16")
+      error() << "grad-reduce-dtype must be f32 or bf16, got '" << gradReduceDtype << "'";
+    if (!ok)
+      signalPassFailure();
+  }
+
+  int64_t zero;
+  bool reshardAfterForward;
+  std::string schedule, gradReduceDtype;
+};
 } // namespace
 
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
   const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) > 1 ||
                          options.virtualStages != 1;
+  pm.addPass(std::make_unique<CheckCompileOptionsPass>(options));
   // Before anything changes the model: its FLOPs per step for MFU.
   pm.addPass(createRecordModelFlopsPass());
   if (options.precision != "fp32") {
