@@ -1,10 +1,11 @@
 // ptc-run: executes a ptc plan (one training step per iteration) on the CPU
 // or a GPU (--device): flag parsing around a TrainingSession
-// (runtime/session), with hooks for metrics and progress.
+// (runtime/session), with hooks for metrics and progress (step_log), the
+// --np launcher and its supervisor (launcher), the ranks' status files
+// (rank_status).
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
-#include "runtime/base/hostfile.h"
 #include "runtime/base/parse_number.h"
 #include "runtime/comm/watchdog.h"
 #include "runtime/io/dist_checkpoint.h"
@@ -12,16 +13,14 @@
 #include "runtime/session/checkpointing.h"
 #include "runtime/session/stop_request.h"
 #include "runtime/session/throughput.h"
+#include "tools/ptc-run/launcher.h"
+#include "tools/ptc-run/rank_status.h"
 #include "tools/ptc-run/step_log.h"
 #include "runtime/session/training_session.h"
 
 
-#include <fcntl.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <time.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,79 +114,6 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
 
 bool gMultiRank = false;
 
-// Rank status for the --np launcher (PTC_STATUS_DIR/rank-R, 64 bytes): a
-// 32-byte text line of what this rank is doing, rewritten in place ("step
-// 41", then "error", "done", or, from the SIGTERM handler when the launcher
-// stops it, "stopped"), and at byte 32 the index of the instruction it runs
-// (int32, -1 before the first), which the executor stores into the mapped
-// file as it goes. A rank that died or froze without a word (SIGKILL, the
-// out-of-memory killer, SIGSTOP, a hung device) leaves "step N" and its
-// instruction behind: that is how its peers' collective timeouts and the
-// launcher name it and where it stopped. At byte 40 a heartbeat (int64,
-// CLOCK_MONOTONIC milliseconds) that a thread of the rank refreshes every
-// 100 ms: a frozen process (SIGSTOP, a stopped VM) stops refreshing it even
-// when it was stopped inside the collective its peers wait in.
-constexpr size_t kStatusBytes = 64, kStatusInstructionOffset = 32, kStatusHeartbeatOffset = 40;
-int gStatusFd = -1;
-bool gStatusFinal = false;                   // "error" or "done" written
-std::atomic<int32_t> *gInstruction = nullptr; // in the mapped status file
-std::atomic<int64_t> *gHeartbeat = nullptr;   // in the mapped status file
-
-int64_t monotonicMs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
-void writeStatus(const char *text) {
-  if (gStatusFd < 0)
-    return;
-  char line[32];
-  std::memset(line, ' ', sizeof line);
-  std::memcpy(line, text, std::min(std::strlen(text), sizeof line - 1));
-  line[sizeof line - 1] = '\n';
-  (void)!::pwrite(gStatusFd, line, sizeof line, 0);
-}
-
-extern "C" void onTerminate(int sig) {
-  if (gStatusFd >= 0) {
-    static const char stopped[33] = "stopped                        \n";
-    (void)!::pwrite(gStatusFd, stopped, 32, 0);
-  }
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
-/// The number of ranks on this node, from the launcher's environment (1
-/// when not launched by one).
-int ranksOnThisNode() {
-  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char *v = std::getenv(var))
-      if (auto n = parseInteger(v, 1, INT32_MAX))
-        return static_cast<int>(*n);
-  // srun: SLURM_STEP_TASKS_PER_NODE lists the tasks of each node in node
-  // order, runs compressed ("2(x3),1"); SLURM_NODEID is this node's index.
-  if (const char *v = std::getenv("SLURM_STEP_TASKS_PER_NODE")) {
-    int64_t node = 0;
-    if (const char *id = std::getenv("SLURM_NODEID"))
-      node = parseInteger(id, 0, INT32_MAX).value_or(0);
-    std::stringstream list(v);
-    for (std::string item; std::getline(list, item, ',');) {
-      size_t x = item.find("(x");
-      auto tasks = parseInteger(item.substr(0, x), 1, INT32_MAX);
-      auto repeat = x == std::string::npos
-                        ? std::optional<int64_t>(1)
-                        : parseInteger(item.substr(x + 2, item.size() - x - 3), 1, INT32_MAX);
-      if (!tasks || !repeat)
-        break;
-      if (node < *repeat)
-        return static_cast<int>(*tasks);
-      node -= *repeat;
-    }
-  }
-  return 1;
-}
-
 /// The kernels' threads when --threads is not given: the node's cores shared
 /// by the ranks on it, and no more than the cores this process may run on (a
 /// launcher that binds each rank to a core or a socket narrows its affinity
@@ -201,159 +127,8 @@ int defaultThreads() {
   return std::max(1, std::min(allowed, hardware / ranksOnThisNode()));
 }
 
-/// The rank whose process this is, from the launcher's environment (MPI is
-/// not initialized yet).
-int launcherRank() {
-  for (const char *var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
-    if (const char *v = std::getenv(var))
-      return static_cast<int>(parseInteger(v, 0, INT32_MAX).value_or(0));
-  return 0;
-}
-
-void openStatus() {
-  const char *dir = std::getenv("PTC_STATUS_DIR");
-  if (!dir || !*dir)
-    return;
-  std::string path = std::string(dir) + "/rank-" + std::to_string(launcherRank());
-  gStatusFd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (gStatusFd >= 0 && ::ftruncate(gStatusFd, kStatusBytes) == 0) {
-    void *map = ::mmap(nullptr, kStatusBytes, PROT_READ | PROT_WRITE, MAP_SHARED, gStatusFd, 0);
-    if (map != MAP_FAILED) {
-      gInstruction = new (static_cast<char *>(map) + kStatusInstructionOffset) std::atomic<int32_t>(-1);
-      gHeartbeat = new (static_cast<char *>(map) + kStatusHeartbeatOffset) std::atomic<int64_t>(monotonicMs());
-      std::thread([] {
-        while (true) {
-          gHeartbeat->store(monotonicMs(), std::memory_order_relaxed);
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-      }).detach();
-    }
-  }
-  writeStatus("starting");
-  std::signal(SIGTERM, onTerminate);
-  // Any exit through the C++ runtime (an error return included) is not silent.
-  std::atexit([] {
-    if (!gStatusFinal)
-      writeStatus("exited");
-  });
-}
-
-/// What a rank's status file says.
-struct RankStatus {
-  bool present = false;
-  std::string text;      // "step 41", "error", ...
-  int32_t instruction = -1;
-  int64_t heartbeatMs = -1; // CLOCK_MONOTONIC of its last heartbeat
-};
-
-RankStatus readRankStatus(const std::string &dir, int rank) {
-  RankStatus s;
-  std::ifstream in(dir + "/rank-" + std::to_string(rank), std::ios::binary);
-  char bytes[kStatusBytes] = {};
-  in.read(bytes, sizeof bytes);
-  size_t n = static_cast<size_t>(in.gcount());
-  if (n == 0)
-    return s;
-  s.present = true;
-  s.text.assign(bytes, std::min<size_t>(n, kStatusInstructionOffset));
-  while (!s.text.empty() && (s.text.back() == ' ' || s.text.back() == '\n' || s.text.back() == '\0'))
-    s.text.pop_back();
-  if (n >= kStatusInstructionOffset + sizeof(int32_t))
-    std::memcpy(&s.instruction, bytes + kStatusInstructionOffset, sizeof(int32_t));
-  if (n >= kStatusHeartbeatOffset + sizeof(int64_t))
-    std::memcpy(&s.heartbeatMs, bytes + kStatusHeartbeatOffset, sizeof(int64_t));
-  return s;
-}
-
-/// "instruction #87 (AllReduce at gpt.mlir:12:5)", from the plan when it has it.
-std::string describeInstructionOf(const LoadedPlan *plan, int32_t n) {
-  if (plan && n >= 0 && static_cast<size_t>(n) < plan->plan().instructions()->size())
-    return describeInstruction(*plan->plan().instructions()->Get(static_cast<flatbuffers::uoffset_t>(n)),
-                               static_cast<size_t>(n));
-  return "instruction #" + std::to_string(n);
-}
-
-/// "step 41, instruction #87 (...)" or the status text.
-std::string describeProgress(const RankStatus &s, const LoadedPlan *plan) {
-  if (s.text.rfind("step ", 0) != 0)
-    return s.text;
-  return s.text + (s.instruction >= 0 ? ", " + describeInstructionOf(plan, s.instruction) : "");
-}
-
-/// For a collective timeout on this rank: the ranks whose heartbeat stopped
-/// (frozen) or whose status differs from its own (elsewhere in the step, or
-/// gone); the rank that stopped responding is one of them.
-std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
-                           const LoadedPlan *plan) {
-  RankStatus own = readRankStatus(dir, self);
-  std::string out;
-  int listed = 0, more = 0;
-  for (int r = 0; r < worldSize; ++r) {
-    if (r == self)
-      continue;
-    RankStatus s = readRankStatus(dir, r);
-    int64_t silentMs = s.heartbeatMs >= 0 ? monotonicMs() - s.heartbeatMs : 0;
-    bool frozen = s.text.rfind("step ", 0) == 0 && silentMs > 1000;
-    if (!s.present || (!frozen && s.text == own.text && s.instruction == own.instruction))
-      continue;
-    if (listed++ == 8) {
-      ++more;
-      continue;
-    }
-    char silent[64] = "";
-    if (frozen)
-      std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
-    out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-           (s.text.rfind("step ", 0) == 0 ? " is at " + describeProgress(s, plan)
-                                          : " has status '" + s.text + "'") +
-           silent;
-  }
-  if (more)
-    out += "; and " + std::to_string(more) + " more ranks";
-  if (out.empty())
-    return "every rank's status file shows " + describeProgress(own, plan);
-  return "this rank is at " + describeProgress(own, plan) + "; " + out;
-}
-
-/// Whether this rank began a training step (an error before one is a
-/// startup error: bad data, weights or plan, which a restart would repeat).
-bool gStepStarted = false;
-
-/// Marks each step in the rank's status file.
-class StatusBeacon : public SessionHook {
-public:
-  Status beforeStep(TrainingSession &, int64_t step) override {
-    gStepStarted = true;
-    char text[32];
-    std::snprintf(text, sizeof text, "step %lld", static_cast<long long>(step));
-    writeStatus(text);
-    return Status::ok();
-  }
-};
-
-/// After a failed job: the ranks that stopped without a word (killed or
-/// frozen), from their status files, with the step and instruction where they
-/// stopped.
-void reportSilentDeaths(const std::string &dir, int ranks, const std::string &planPath) {
-  std::shared_ptr<const LoadedPlan> plan;
-  for (int r = 0; r < ranks; ++r) {
-    RankStatus s = readRankStatus(dir, r);
-    if (s.text.rfind("step ", 0) != 0 && s.text != "starting")
-      continue;
-    if (!plan && s.instruction >= 0)
-      if (auto loaded = LoadedPlan::loadFile(planPath); loaded.isOk())
-        plan = *loaded;
-    std::cerr << "ptc-run: rank " << r << " stopped without reporting an error, "
-              << (s.text == "starting" ? std::string("while starting")
-                                       : "at " + describeProgress(s, plan.get()))
-              << " (killed by a signal such as SIGKILL or the out-of-memory killer, or frozen: "
-                 "SIGSTOP, a hung device); mpirun stopped the other ranks\n";
-  }
-}
-
 int fail(const std::string &message) {
-  writeStatus(gStepStarted ? "error" : "error at start");
-  gStatusFinal = true;
+  finishStatus(stepStarted() ? "error" : "error at start");
   // One write, so that lines of several ranks do not interleave.
   std::string line = "ptc-run: error: " +
                      (gMultiRank ? "rank " + std::to_string(worldRank()) + ": " : std::string()) +
@@ -363,293 +138,6 @@ int fail(const std::string &message) {
   // Peers may be waiting in a collective: take the whole job down.
   if (gMultiRank)
     abortMpi(1);
-  return 1;
-}
-
-/// "rank 3" -> "rank *": the ranks' copies of one error compare equal.
-std::string withoutRankNumbers(const std::string &line, std::vector<int> *ranks) {
-  std::string out;
-  for (size_t i = 0; i < line.size();) {
-    if (line.compare(i, 5, "rank ") == 0 && i + 5 < line.size() && std::isdigit(static_cast<unsigned char>(line[i + 5]))) {
-      size_t j = i + 5;
-      while (j < line.size() && std::isdigit(static_cast<unsigned char>(line[j])))
-        ++j;
-      if (ranks && ranks->empty())
-        ranks->push_back(
-            static_cast<int>(parseInteger(line.substr(i + 5, j - i - 5), 0, INT32_MAX).value_or(-1)));
-      out += "rank *";
-      i = j;
-    } else {
-      out += line[i++];
-    }
-  }
-  return out;
-}
-
-/// Runs mpirun (`exec` in a child) and forwards the ranks' stderr, printing
-/// each error or warning once per job: the same line from other ranks
-/// (differing only in rank numbers) is counted, and one line at the end
-/// names those ranks. Returns the wait status, or -1 when it cannot fork.
-// The --np launcher's mpirun, for the handlers that pass a stop request on:
-// SIGUSR1 or SIGTERM to the launcher becomes SIGUSR1 to mpirun, which Open
-// MPI forwards to every rank (a clean stop at the next step boundary with a
-// checkpoint); then the launcher does not restart the job.
-volatile pid_t gMpirun = 0;
-volatile std::sig_atomic_t gStopForwarded = 0;
-
-extern "C" void forwardStop(int) {
-  gStopForwarded = 1;
-  if (gMpirun > 0)
-    ::kill(gMpirun, SIGUSR1);
-}
-
-template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) {
-  int fds[2];
-  if (::pipe(fds) != 0)
-    return -1;
-  pid_t child = fork();
-  if (child < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return -1;
-  }
-  if (child == 0) {
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    exec(full);
-    std::_Exit(127);
-  }
-  ::close(fds[1]);
-  gMpirun = child;
-  std::map<std::string, std::vector<int>> repeats; // first line -> the other ranks' numbers
-  std::vector<std::string> order;
-  std::string pending;
-  char buf[4096];
-  auto forward = [&](const std::string &line) {
-    bool message = line.rfind("ptc-run: error:", 0) == 0 || line.rfind("ptc-run: warning:", 0) == 0;
-    if (message) {
-      std::vector<int> rank;
-      std::string key = withoutRankNumbers(line, &rank);
-      auto it = repeats.find(key);
-      if (it != repeats.end()) {
-        if (!rank.empty())
-          it->second.push_back(rank[0]);
-        else
-          it->second.push_back(-1);
-        return;
-      }
-      repeats[key];
-      order.push_back(key);
-    }
-    std::string out = line + "\n";
-    std::fwrite(out.data(), 1, out.size(), stderr);
-    std::fflush(stderr);
-  };
-  while (true) {
-    ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    pending.append(buf, static_cast<size_t>(n));
-    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
-      forward(pending.substr(0, nl));
-      pending.erase(0, nl + 1);
-    }
-  }
-  if (!pending.empty())
-    forward(pending);
-  ::close(fds[0]);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  gMpirun = 0;
-  for (const std::string &key : order) {
-    std::vector<int> others = repeats[key];
-    if (others.empty())
-      continue;
-    std::sort(others.begin(), others.end());
-    std::string names;
-    int unnamed = 0;
-    for (int r : others)
-      if (r < 0)
-        ++unnamed;
-      else
-        names += (names.empty() ? "" : ", ") + std::to_string(r);
-    std::cerr << "ptc-run: (the message above was also reported by "
-              << (names.empty() ? std::to_string(unnamed) + " other rank" + (unnamed > 1 ? "s" : "")
-                                : "rank" + std::string(others.size() > 1 ? "s " : " ") + names +
-                                      (unnamed ? " and " + std::to_string(unnamed) + " more" : ""))
-              << ")\n";
-  }
-  return status;
-}
-
-/// `ptc-run --np N ARGS...` re-executes itself under mpirun with N ranks.
-/// With `--max-restarts R` it supervises the job instead (as torchrun does):
-/// when the job fails (a rank died, a peer error), every rank is gone (mpirun
-/// ends them all), the failure is logged, and the job starts again from the
-/// latest checkpoint of --checkpoint-dir, at most R times.
-int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRestarts,
-                     const std::string &checkpointDir, const std::string &planPath,
-                     const std::string &hostfile) {
-  std::vector<std::string> args{"mpirun", "-np", np};
-  if (!hostfile.empty())
-    args.insert(args.begin() + 1, {"--hostfile", hostfile});
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  args.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--np" || a == "--max-restarts" || a == "--hostfile" ||
-        (maxRestarts > 0 && a == "--resume")) {
-      ++i;
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
-  // Local convenience: allow root and more ranks than cores (OpenMPI).
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  // The ranks' own errors say what failed; Open MPI's MPI_ABORT and "job
-  // aborted" banners (0.8-1.1 KB) repeat it. OMPI_MCA_orte_execute_quiet=0
-  // brings them back.
-  setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
-  auto exec = [&np](std::vector<std::string> &full) {
-    std::vector<char *> cargs;
-    for (std::string &a : full)
-      cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    execvp("mpirun", cargs.data());
-    std::cerr << "ptc-run: error: cannot start mpirun for --np " << np << ": "
-              << std::strerror(errno) << "\n";
-  };
-  // The ranks' status files, to name a rank that dies without a word.
-  char statusTemplate[] = "/tmp/ptc-run-status-XXXXXX";
-  std::string statusDir = mkdtemp(statusTemplate) ? statusTemplate : "";
-  if (!statusDir.empty())
-    setenv("PTC_STATUS_DIR", statusDir.c_str(), 1);
-  auto cleanup = [&] {
-    if (!statusDir.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(statusDir, ec);
-    }
-  };
-  int ranks = static_cast<int>(parseInteger(np, 1, kMaxMeshDevices).value_or(1)); // checked by the caller
-  // The ranks the hostfile's hosts can take now: too few to start or restart
-  // the job is kExitTooFewRanks (ptc-train's elastic mode re-plans on it).
-  auto tooFewRanks = [&](const char *when) -> int {
-    if (hostfile.empty())
-      return 0;
-    std::string error;
-    auto hosts = readHostfile(hostfile, error);
-    if (!hosts) {
-      std::cerr << "ptc-run: error: " << error << "\n";
-      return 1;
-    }
-    if (totalSlots(*hosts) >= ranks)
-      return 0;
-    std::cerr << "ptc-run: " << totalSlots(*hosts) << " ranks are available (the slots of "
-              << hostfile << ", " << hosts->size() << (hosts->size() == 1 ? " host" : " hosts")
-              << ") but the plan needs " << ranks << ": " << when
-              << " (ptc-train --elastic re-plans for the ranks there are)\n";
-    return kExitTooFewRanks;
-  };
-  if (int rc = tooFewRanks("cannot start the job"))
-    return rc;
-  struct sigaction action {};
-  action.sa_handler = forwardStop;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  auto stoppedOnRequest = [](int status) {
-    return WIFEXITED(status) && WEXITSTATUS(status) == kExitStopped;
-  };
-  if (maxRestarts <= 0) {
-    int status = runJob(args, exec);
-    if (status < 0)
-      exec(args); // cannot supervise: run mpirun in place
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !stoppedOnRequest(status) &&
-        !statusDir.empty())
-      reportSilentDeaths(statusDir, ranks, planPath);
-    cleanup();
-    if (WIFEXITED(status))
-      return WEXITSTATUS(status) == 127 ? 1 : WEXITSTATUS(status);
-    return 128 + WTERMSIG(status);
-  } else {
-    // The first attempt resumes only if the user asked to (--resume).
-    std::string resumeFrom;
-    for (int i = 1; i + 1 < argc; ++i)
-      if (std::string(argv[i]) == "--resume")
-        resumeFrom = argv[i + 1];
-    for (int64_t attempt = 0;; ++attempt) {
-      std::vector<std::string> full = args;
-      if (!resumeFrom.empty()) {
-        full.push_back("--resume");
-        full.push_back(resumeFrom);
-      }
-      int status = runJob(full, exec);
-      if (status < 0) {
-        std::cerr << "ptc-run: error: cannot fork mpirun: " << std::strerror(errno) << "\n";
-        return 1;
-      }
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        cleanup();
-        return 0;
-      }
-      if (stoppedOnRequest(status) || gStopForwarded) {
-        std::cerr << "ptc-run: the job was asked to stop: not restarting\n";
-        cleanup();
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      if (!statusDir.empty())
-        reportSilentDeaths(statusDir, ranks, planPath);
-      std::string cause = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                                            : "signal " + std::to_string(WTERMSIG(status));
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
-        std::cerr << "ptc-run: the job failed with a usage error (exit status 2): not restarting\n";
-        cleanup();
-        return 2;
-      }
-      // A rank that failed while starting (its plan, data or weights) and no
-      // rank that began a step: a restart would fail the same way.
-      if (!statusDir.empty()) {
-        bool startError = false, stepped = false;
-        for (int r = 0; r < ranks; ++r) {
-          RankStatus st = readRankStatus(statusDir, r);
-          startError |= st.text == "error at start";
-          stepped |= st.text.rfind("step ", 0) == 0 || st.text == "error" || st.text == "done";
-        }
-        if (startError && !stepped) {
-          std::cerr << "ptc-run: the job failed before its first step (" << cause
-                    << "), as a restart would again: not restarting\n";
-          cleanup();
-          return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-        }
-      }
-      if (attempt >= maxRestarts) {
-        std::cerr << "ptc-run: the job failed (" << cause << ") and all " << maxRestarts
-                  << " restarts are used: giving up\n";
-        cleanup();
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-      }
-      if (int rc = tooFewRanks("not restarting")) {
-        cleanup();
-        return rc;
-      }
-      std::vector<std::string> ignored;
-      auto latest = findCheckpoint(checkpointDir, &ignored);
-      resumeFrom = latest.isOk() ? checkpointDir : "";
-      std::cerr << "ptc-run: the job failed (" << cause << "); restart " << attempt + 1 << " of "
-                << maxRestarts << (latest.isOk() ? " from the checkpoint " + *latest
-                                                 : std::string(" from the beginning (no checkpoint yet)"))
-                << "\n"
-                << std::flush;
-    }
-  }
   return 1;
 }
 
@@ -972,13 +460,12 @@ int runMain(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(seed);
   options.collectiveTimeout = timeout;
   options.stepTimeout = stepTimeout;
-  options.instructionProgress = gInstruction;
+  options.instructionProgress = statusInstructionSlot();
   // The watchdog's message is this rank's error: the status file says so, and
   // the launcher does not report the rank as dead without a word.
   options.onStepTimeout = [] {
-    writeStatus("error");
-    gStatusFinal = true;
-  };
+    finishStatus("error");
+      };
   // Outputs are checked before any work: a path in a missing directory, or
   // one that is not a regular file, fails now rather than after the run.
   double peakTflops = 0.0;
@@ -1008,9 +495,8 @@ int runMain(int argc, char **argv) {
       return fail(created.status().message());
     // Every rank found the problem: each (or rank 0, for one they share)
     // reports it, and all leave cleanly.
-    writeStatus("error at start");
-    gStatusFinal = true;
-    if (scope == FailureScope::EachRank || worldRank() == 0) {
+    finishStatus("error at start");
+        if (scope == FailureScope::EachRank || worldRank() == 0) {
       std::string line = "ptc-run: error: " + created.status().message() + "\n";
       std::fwrite(line.data(), 1, line.size(), stderr);
       std::fflush(stderr);
@@ -1155,9 +641,8 @@ int runMain(int argc, char **argv) {
                   << kExitStopped << "\n";
       std::cout << std::flush;
     }
-    writeStatus("stopped");
-    gStatusFinal = true;
-    finalizeMpi();
+    finishStatus("stopped");
+        finalizeMpi();
     return kExitStopped;
   }
   // The end of the run is a checkpoint too (unless the last step just wrote one).
@@ -1220,9 +705,8 @@ int runMain(int argc, char **argv) {
   // started (above) and that the run ended.
   if (const char *result = std::getenv("PTC_RESULT_FILE"); result && *result && leader)
     std::ofstream(result) << "done " << steps << "\n";
-  writeStatus("done");
-  gStatusFinal = true;
-  finalizeMpi();
+  finishStatus("done");
+    finalizeMpi();
   return 0;
 }
 
