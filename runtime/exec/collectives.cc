@@ -4,7 +4,6 @@
 
 #include "runtime/exec/executor.h"
 
-#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +15,6 @@ namespace ptc {
 
 using plan::OpCode;
 using plan::TensorKind;
-namespace k = kernels::cpu;
 
 std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan) {
   std::set<std::vector<int>> groups;

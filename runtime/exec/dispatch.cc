@@ -4,7 +4,6 @@
 #include "runtime/plan/plan_ops.h"
 
 #include "kernels/common/lr_schedule.h"
-#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +15,6 @@ namespace ptc {
 
 using plan::OpCode;
 using plan::TensorKind;
-namespace k = kernels::cpu;
 
 namespace {
 /// The activation a Unary / UnaryGrad instruction names (the loader checked it).

@@ -4,7 +4,6 @@
 #include "runtime/exec/executor.h"
 #include "runtime/plan/plan_ops.h"
 
-#include "kernels/cpu/kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +15,6 @@ namespace ptc {
 
 using plan::OpCode;
 using plan::TensorKind;
-namespace k = kernels::cpu;
 
 StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const LoadedPlan> plan,
                                                      int pipelineRank,
