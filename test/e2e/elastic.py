@@ -105,6 +105,8 @@ def main():
             "needs 4: not restarting",
             "ptc-train: elastic: 2 ranks are available (the slots of elastic-hosts.txt) but the "
             "layout needs 4: re-planning for 2",
+            "ptc-train: ptc-plan --model gpt --heads 4 --hidden 64 --layers 2 --vocab 256 --seq 32 "
+            "--global-batch 8 --gpus 2",  # the builder's shapes: the planner probes 1 and 2 layers
             "ptc-train: elastic: layout mesh=dp:2,tp:2 -> ",
             f"ptc-run: resumed from runs/elastic/checkpoints at step {LOSE - LOSE % EVERY}",
             f"ptc-run: checkpoint of step {STEPS} in runs/elastic/checkpoints"):
@@ -130,9 +132,16 @@ def main():
             "parallelism.mesh needs 4: set launch.elastic = true (or --elastic) to re-plan for them"
             in small.stderr), small.stderr
     # Elastic, but the model does not fit the ranks left (the planner's memory check
-    # with devices of 1 MB): an error saying so, nothing run.
+    # with devices of 1 MB): an error saying so, nothing run. The model is a file here, which
+    # the planner prices whole.
+    text = JOB.format(steps=STEPS, every=EVERY, data="data.bin", hostfile="small-hosts.txt",
+                      cluster="dgx-a100-ib")
+    model = text[text.index("[model]"):text.index("[training]")]
+    with open("small.toml", "w") as f:
+        f.write(text.replace(model, '[model]\nfile = "runs/elastic/model.mlir"\n\n'))
     tiny = subprocess.run([b("ptc-train"), "small.toml", "--elastic", "--set",
                            'launch.device_memory="1MB"'], env=env, capture_output=True, text=True)
+    assert "ptc-train: ptc-plan runs/elastic/model.mlir --gpus 2" in tiny.stdout, tiny.stdout
     assert tiny.returncode == 1, (tiny.returncode, tiny.stdout, tiny.stderr)
     assert "ptc-plan: error: no layout fits" in tiny.stderr, tiny.stderr
     assert ("ptc-train: error: cannot continue on 2 ranks: ptc-plan found no layout (exit 1; its "

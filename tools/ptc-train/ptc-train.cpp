@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -199,8 +200,52 @@ std::optional<Available> availableRanks(const Job &job, bool srun, std::string &
 
 /// ptc-plan's best layout for `ranks` ranks that fits in memory, as compile
 /// options, or nullopt after saying why.
+/// ptc-plan's description of the job's model: its builder's shapes when the
+/// job builds a GPT or Llama whose every key the planner's builder path
+/// takes (it probes one and two layers: fast at any depth), else the model
+/// file (every layout compiled whole: slow for deep models).
+std::vector<std::string> plannerModel(const Job &job, const JobCommands &c) {
+  const Value *name = job.get("model.name");
+  if (!name || (name->s != "gpt" && name->s != "llama"))
+    return {c.modelFile};
+  static const char *planned[] = {"preset", "layers", "hidden", "heads", "kv_heads", "intermediate",
+                                  "vocab", "moe_experts", "moe_top_k", "moe_every", "moe_ffn",
+                                  "moe_capacity_factor"};
+  // Keys that change neither the shapes nor the parameter count.
+  static const char *neutral[] = {"name", "rope_theta", "rms_norm_eps", "moe_aux_loss", "moe_z_loss",
+                                  "moe_bias_balancing"};
+  std::vector<std::string> out = {"--model", name->s};
+  for (const auto &[key, value] : job.values) {
+    if (key.rfind("model.", 0) != 0)
+      continue;
+    std::string field = key.substr(6);
+    auto is = [&](const char *k) { return field == k; };
+    if (std::any_of(std::begin(neutral), std::end(neutral), is))
+      continue;
+    if (!std::any_of(std::begin(planned), std::end(planned), is))
+      return {c.modelFile}; // e.g. tie_embeddings, dtype, shared experts
+    std::string flag = "--" + field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::ostringstream text;
+    if (value.kind == Value::Kind::Int)
+      text << value.i;
+    else if (value.kind == Value::Kind::Float)
+      text << value.f;
+    else
+      text << value.s;
+    out.insert(out.end(), {flag, text.str()});
+  }
+  for (auto [key, flag] : {std::pair{"training.seq", "--seq"}, {"training.batch", "--global-batch"}})
+    if (const Value *v = job.get(key))
+      out.insert(out.end(), {flag, std::to_string(v->i)});
+  return out;
+}
+
 std::optional<std::string> planLayout(const Job &job, const JobCommands &c, int64_t ranks) {
-  std::vector<std::string> plan = {"ptc-plan", c.modelFile, "--gpus", std::to_string(ranks), "--top", "5"};
+  std::vector<std::string> plan = {"ptc-plan"};
+  for (const std::string &a : plannerModel(job, c))
+    plan.push_back(a);
+  plan.insert(plan.end(), {"--gpus", std::to_string(ranks), "--top", "5"});
   const Value *precision = job.get("parallelism.precision");
   plan.insert(plan.end(), {"--precision", precision ? precision->s : "fp32"});
   if (const Value *cluster = job.get("launch.cluster")) {
