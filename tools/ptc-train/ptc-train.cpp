@@ -53,7 +53,10 @@ const char *kUsage = R"(usage: ptc-train JOB.toml [--set SECTION.KEY=VALUE ...] 
   --dry-run     check the job and print the commands it would run; run nothing
   --compile-only  build the model and compile the plan (or find it cached); do not train
   --help-keys   list every section and key
-Examples: configs/*.toml. Relative paths are relative to the current folder.
+Exit status: ptc-run's (75: stopped at a checkpoint by SIGUSR1/SIGTERM, resume by running the
+job again; 76: fewer ranks than the mesh needs and not elastic); 2 for a bad job file.
+Examples: configs/*.toml, configs/slurm/ptc-train.sbatch (Slurm), configs/kubernetes/ (an
+MPIJob). Relative paths are relative to the current folder.
 )";
 
 fs::path toolDir() {
