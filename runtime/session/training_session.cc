@@ -574,8 +574,14 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
       loseHostfile = spec.substr(b + 1);
     }
   }
+  // PTC_FAULT_SLOW_STEP_MS=N: every step takes N ms longer (a test that signals
+  // a run mid-way does not race a fast machine).
+  const char *slowEnv = std::getenv("PTC_FAULT_SLOW_STEP_MS");
+  const int64_t slowMs = slowEnv ? parseInteger(slowEnv, 0, 60000).value_or(0) : 0;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = first; step < first + steps; ++step) {
+    if (slowMs > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));
     if (step == loseStep)
       loseNodeForTest(loseHostfile, loseRanks, step);
     for (SessionHook *h : hooks)

@@ -148,6 +148,8 @@ def main():
     reference = losses("runs/reference/metrics.jsonl")
 
     cluster = Cluster(args.source, os.path.abspath("cluster"))
+    # Every step 20 ms longer: the stop request lands mid-run however fast this machine is.
+    cluster.env["PTC_FAULT_SLOW_STEP_MS"] = "20"
     try:
         extra = ["--elastic"] if args.scenario == "elastic" else []
         jid = cluster("sbatch", "--parsable", f"--chdir={os.getcwd()}", "--output=slurm.out",

@@ -95,16 +95,22 @@ void execTool(std::vector<std::string> argv) {
   std::fprintf(stderr, "ptc-train: error: cannot run %s: %s\n", cargs[0], std::strerror(errno));
 }
 
-// The tool ptc-train waits for: SIGUSR1 and SIGTERM to ptc-train are passed
-// on to it (ptc-run stops at a step boundary with a checkpoint).
+// SIGUSR1 and SIGTERM to ptc-train: passed on to the ranks' launcher
+// (ptc-run or srun) while it runs (they stop at a step boundary with a
+// checkpoint); before it starts (the model and plan are being built), kept:
+// the ranks are then not started and the job ends with kExitStopped.
 volatile pid_t gChild = 0;
+volatile std::sig_atomic_t gForward = 0, gStopBeforeStart = 0;
 extern "C" void forwardSignal(int sig) {
-  if (gChild > 0)
+  if (gForward && gChild > 0)
     ::kill(gChild, sig);
+  else
+    gStopBeforeStart = sig;
 }
 
 /// Runs `argv` (argv[0] a tool of this build) and waits; its output is ours.
-int runTool(const std::vector<std::string> &argv) {
+/// With `forward`, stop signals to ptc-train are passed on to it.
+int runTool(const std::vector<std::string> &argv, bool forward = false) {
   std::cout << std::flush;
   pid_t pid = fork();
   if (pid < 0) {
@@ -116,9 +122,11 @@ int runTool(const std::vector<std::string> &argv) {
     _exit(127);
   }
   gChild = pid;
+  gForward = forward;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  gForward = 0;
   gChild = 0;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -477,6 +485,14 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  if (!compileOnly) {
+    struct sigaction action {};
+    action.sa_handler = forwardSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+  }
   std::error_code ec;
   fs::create_directories(fs::path(job->dir) / "plans", ec);
   if (ec) {
@@ -515,6 +531,12 @@ int main(int argc, char **argv) {
     return 1;
   if (compileOnly)
     return 0;
+  if (gStopBeforeStart) {
+    std::cout << "ptc-train: asked to stop (signal " << gStopBeforeStart
+              << ") before the ranks started: not starting them; exit status " << ptc::kExitStopped
+              << "\n";
+    return ptc::kExitStopped;
+  }
   std::vector<std::string> run = runCommand(*job, c, plan, srun, restartsLeft);
   if (auto r = std::find(run.begin(), run.end(), "--resume"); r != run.end())
     std::cout << "ptc-train: resuming from the newest checkpoint in " << r[1] << "\n";
@@ -524,12 +546,6 @@ int main(int argc, char **argv) {
     execTool(run);
     return 1;
   }
-  struct sigaction action {};
-  action.sa_handler = forwardSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
   if (srun) {
     // Slurm 22.05's srun exits 0 when the step fails to launch (a PMIx
     // socket left by the job's previous start, say): the run's leader
@@ -543,7 +559,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int attempt = 1;; ++attempt) {
       fs::remove(result, ec);
-      rc = runTool(run);
+      rc = runTool(run, /*forward=*/true);
       std::string said;
       readFile(result, said);
       if (rc != 0 || said.rfind("done", 0) == 0)
@@ -568,7 +584,7 @@ int main(int argc, char **argv) {
   // hostfile has the ranks; when it has too few (a node gone), re-plan for
   // the rest and continue from the checkpoint.
   while (true) {
-    int rc = runTool(run);
+    int rc = runTool(run, /*forward=*/true);
     if (rc != ptc::kExitTooFewRanks)
       return rc;
     if (restartsLeft <= 0) {
