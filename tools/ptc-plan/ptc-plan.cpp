@@ -12,8 +12,8 @@
 //===----------------------------------------------------------------------===//
 
 #include <thread>
-#include "Calibrate.h"
-#include "Planner.h"
+#include "planner/Calibrate.h"
+#include "planner/Planner.h"
 
 #include "dialects/ptc/PtcOps.h"
 #include "passes/Passes.h"

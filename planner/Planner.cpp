@@ -1,6 +1,6 @@
 //===- Planner.cpp - probes, the cost model and the search -----------------===//
 
-#include "Planner.h"
+#include "planner/Planner.h"
 
 #include "dialects/ptc/PtcMesh.h"
 #include "dialects/ptc/PtcOps.h"

@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Calibrate.h"
-#include "Planner.h"
+#include "planner/Calibrate.h"
+#include "planner/Planner.h"
 
 #include "dialects/ptc/PtcOps.h"
 #include "kernels/cpu/kernels.h"

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PTC_TOOLS_PTC_PLAN_CLUSTER_H
-#define PTC_TOOLS_PTC_PLAN_CLUSTER_H
+#ifndef PTC_PLANNER_CLUSTER_H
+#define PTC_PLANNER_CLUSTER_H
 
 #include "llvm/Support/Error.h"
 
@@ -105,4 +105,4 @@ double interpolate(const std::vector<Point> &points, double size);
 
 } // namespace ptc::plan
 
-#endif // PTC_TOOLS_PTC_PLAN_CLUSTER_H
+#endif // PTC_PLANNER_CLUSTER_H

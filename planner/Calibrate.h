@@ -1,9 +1,9 @@
 //===- Calibrate.h - measuring this machine for the planner -----*- C++ -*-===//
 
-#ifndef PTC_TOOLS_PTC_PLAN_CALIBRATE_H
-#define PTC_TOOLS_PTC_PLAN_CALIBRATE_H
+#ifndef PTC_PLANNER_CALIBRATE_H
+#define PTC_PLANNER_CALIBRATE_H
 
-#include "Cluster.h"
+#include "planner/Cluster.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -19,4 +19,4 @@ int measureLinks(const std::string &outPath);
 
 } // namespace ptc::plan
 
-#endif // PTC_TOOLS_PTC_PLAN_CALIBRATE_H
+#endif // PTC_PLANNER_CALIBRATE_H

@@ -1,6 +1,6 @@
 //===- Cluster.cpp - cluster presets and their JSON form -------------------===//
 
-#include "Cluster.h"
+#include "planner/Cluster.h"
 
 #include <nlohmann/json.hpp>
 

@@ -11,10 +11,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PTC_TOOLS_PTC_PLAN_PLANNER_H
-#define PTC_TOOLS_PTC_PLAN_PLANNER_H
+#ifndef PTC_PLANNER_PLANNER_H
+#define PTC_PLANNER_PLANNER_H
 
-#include "Cluster.h"
+#include "planner/Cluster.h"
 
 #include "tools/ptc-model/Models.h"
 
@@ -125,4 +125,4 @@ private:
 
 } // namespace ptc::plan
 
-#endif // PTC_TOOLS_PTC_PLAN_PLANNER_H
+#endif // PTC_PLANNER_PLANNER_H
