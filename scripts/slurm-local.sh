@@ -72,7 +72,7 @@ start() {
   cat >"$dir/slurm.conf" <<EOF
 # Written by scripts/slurm-local.sh: a one-node cluster for ptc's tests.
 ClusterName=ptc-local
-SlurmctldHost=$(hostname)(127.0.0.1)
+SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=$(free_port)
@@ -100,7 +100,7 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 SlurmdParameters=config_overrides
-NodeName=$node NodeHostname=$(hostname) NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+NodeName=$node NodeHostname=$(hostname -s) NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
   export SLURM_CONF=$dir/slurm.conf
