@@ -3,7 +3,7 @@
 // instructions), the loader checks the name against this list, and each
 // kernel library has one case per entry. Adding an activation: one line here,
 // its forward and gradient math in kernels/cpu/elementwise.cc and
-// kernels/cuda/kernels.cu, and its ops in the dialect (docs/adding-an-op.md).
+// kernels/cuda/elementwise.cu, and its ops in the dialect (docs/adding-an-op.md).
 #ifndef PTC_KERNELS_COMMON_ELEMENTWISE_H
 #define PTC_KERNELS_COMMON_ELEMENTWISE_H
 

@@ -1,0 +1,285 @@
+// CUDA kernels: softmax and causal attention (see kernels.h).
+
+#include "kernels/cuda/internal.cuh"
+
+namespace ptc::kernels::cuda {
+namespace {
+// ---- Softmax ---------------------------------------------------------------------
+__global__ void softmaxLastKernel(const float *x, float *out, int64_t cols) {
+  const float *row = x + blockIdx.x * cols;
+  float *o = out + blockIdx.x * cols;
+  float m;
+  float inv = 1.0f / rowExpSum(row, cols, m);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    o[c] = expf(row[c] - m) * inv;
+}
+
+/// Softmax along a middle axis: one thread per (outer, inner) pair.
+__global__ void softmaxStridedKernel(const float *x, float *out, int64_t outer, int64_t n,
+                                     int64_t inner) {
+  PTC_GRID_LOOP(t, outer * inner) {
+    int64_t base = (t / inner) * n * inner + t % inner;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j < n; ++j)
+      m = fmaxf(m, x[base + j * inner]);
+    for (int64_t j = 0; j < n; ++j)
+      s += expf(x[base + j * inner] - m);
+    for (int64_t j = 0; j < n; ++j)
+      out[base + j * inner] = expf(x[base + j * inner] - m) / s;
+  }
+}
+
+__global__ void softmaxGradLastKernel(const float *y, const float *g, float *out, int64_t cols) {
+  const float *yr = y + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
+  float d = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    d += yr[c] * gr[c];
+  float dot = blockSum(d);
+  float *o = out + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    o[c] = yr[c] * (gr[c] - dot);
+}
+
+__global__ void softmaxGradStridedKernel(const float *y, const float *g, float *out,
+                                         int64_t outer, int64_t n, int64_t inner) {
+  PTC_GRID_LOOP(t, outer * inner) {
+    int64_t base = (t / inner) * n * inner + t % inner;
+    float dot = 0.0f;
+    for (int64_t j = 0; j < n; ++j)
+      dot += y[base + j * inner] * g[base + j * inner];
+    for (int64_t j = 0; j < n; ++j)
+      out[base + j * inner] = y[base + j * inner] * (g[base + j * inner] - dot);
+  }
+}
+
+// ---- Causal attention ------------------------------------------------------------
+// One warp per query (or key) row: each lane holds dims lane, lane + 32, ...
+// (up to 8 of them: dim <= 256), dot products are warp sums, key and value
+// rows are read coalesced. Online softmax, so no seq x seq buffer.
+constexpr int kAttentionLanes = 32, kAttentionPerLane = kMaxAttentionDim / kAttentionLanes;
+
+__device__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Warps of this grid, and this warp's index and lane.
+struct WarpIndex {
+  int64_t warp, warps;
+  int lane;
+};
+__device__ WarpIndex warpIndex() {
+  return {(blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kAttentionLanes,
+          static_cast<int64_t>(gridDim.x) * blockDim.x / kAttentionLanes,
+          static_cast<int>(threadIdx.x % kAttentionLanes)};
+}
+
+/// Loads row `r` (dim floats) into this lane's slots.
+__device__ void loadRow(const float *r, int64_t dim, int lane, float *x) {
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    x[t] = d < dim ? r[d] : 0.0f;
+  }
+}
+__device__ float rowDot(const float *x, const float *r, int64_t dim, int lane) {
+  float s = 0.0f;
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    if (d < dim)
+      s += x[t] * r[d];
+  }
+  return warpSum(s);
+}
+
+/// Online softmax of query row `row` over keys 0..row: acc = sum_j p_j v_j
+/// (unnormalized), m = max logit, l = sum_j p_j.
+__device__ void attendRow(const float *qi, const float *kh, const float *vh, int64_t row,
+                          int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
+  m = -INFINITY;
+  l = 0.0f;
+  for (int64_t j = 0; j <= row; ++j) {
+    float s = rowDot(qi, kh + j * dim, dim, lane) * scale;
+    float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
+    l = l * correction + p;
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+      acc[t] = acc[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
+    }
+    m = mNew;
+  }
+}
+
+/// The key/value head (flat over batch) that query head `head` (flat) reads.
+__device__ int64_t kvHeadOf(int64_t head, int64_t heads, int64_t kvHeads) {
+  return (head / heads) * kvHeads + (head % heads) / (heads / kvHeads);
+}
+
+__global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
+                                      int64_t bh, int64_t heads, int64_t kvHeads, int64_t seq,
+                                      int64_t dim, float scale) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
+    int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = k + kvh * seq * dim, *vh = v + kvh * seq * dim;
+    float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
+    loadRow(q + i * dim, dim, w.lane, qi);
+    float m, l;
+    attendRow(qi, kh, vh, row, dim, w.lane, scale, acc, m, l);
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim)
+        out[i * dim + d] = acc[t] / l;
+    }
+  }
+}
+
+/// Backward, pass 1: one warp per query row i: the row's softmax statistics
+/// (max m_i, normalizer l_i), D_i = g_i . o_i and dq_i.
+/// stats[3 * row + {0, 1, 2}] = m_i, l_i, D_i for pass 2.
+__global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
+                                           const float *g, float *dq, float *stats, int64_t bh,
+                                           int64_t heads, int64_t kvHeads, int64_t seq,
+                                           int64_t dim, float scale) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
+    int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = k + kvh * seq * dim, *vh = v + kvh * seq * dim;
+    float qi[kAttentionPerLane], gi[kAttentionPerLane], o[kAttentionPerLane] = {},
+        dqi[kAttentionPerLane] = {};
+    loadRow(q + i * dim, dim, w.lane, qi);
+    loadRow(g + i * dim, dim, w.lane, gi);
+    float m, l;
+    attendRow(qi, kh, vh, row, dim, w.lane, scale, o, m, l);
+    float part = 0.0f; // D_i = sum_j p_j (g_i . v_j) = g_i . o_i
+    for (int t = 0; t < kAttentionPerLane; ++t)
+      part += gi[t] * o[t] / l;
+    float D = warpSum(part);
+    for (int64_t j = 0; j <= row; ++j) {
+      float s = rowDot(qi, kh + j * dim, dim, w.lane);
+      float dp = rowDot(gi, vh + j * dim, dim, w.lane);
+      float ds = expf(s * scale - m) / l * (dp - D) * scale;
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        if (d < dim)
+          dqi[t] += ds * kh[j * dim + d];
+      }
+    }
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim)
+        dq[i * dim + d] = dqi[t];
+    }
+    if (w.lane == 0) {
+      stats[3 * i] = m;
+      stats[3 * i + 1] = l;
+      stats[3 * i + 2] = D;
+    }
+  }
+}
+
+/// Backward, pass 2: one warp per key row j of a kv head: dk_j and dv_j over
+/// the queries i >= j of every query head it serves (no atomics, deterministic).
+__global__ void causalAttentionGradKVKernel(const float *q, const float *k, const float *v,
+                                            const float *g, const float *stats, float *dk,
+                                            float *dv, int64_t bkv, int64_t heads,
+                                            int64_t kvHeads, int64_t seq, int64_t dim,
+                                            float scale) {
+  WarpIndex w = warpIndex();
+  int64_t group = heads / kvHeads;
+  for (int64_t jj = w.warp; jj < bkv * seq; jj += w.warps) {
+    int64_t kvh = jj / seq, j = jj % seq;
+    float kj[kAttentionPerLane], vj[kAttentionPerLane], dkj[kAttentionPerLane] = {},
+        dvj[kAttentionPerLane] = {};
+    loadRow(k + jj * dim, dim, w.lane, kj);
+    loadRow(v + jj * dim, dim, w.lane, vj);
+    for (int64_t m = 0; m < group; ++m) {
+      int64_t head = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
+      const float *qh = q + head * seq * dim, *gh = g + head * seq * dim;
+      const float *st = stats + 3 * head * seq;
+      for (int64_t i = j; i < seq; ++i) {
+        const float *qi = qh + i * dim, *gi = gh + i * dim;
+        float s = rowDot(kj, qi, dim, w.lane);
+        float dp = rowDot(vj, gi, dim, w.lane);
+        float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
+        float ds = p * (dp - st[3 * i + 2]) * scale;
+        for (int t = 0; t < kAttentionPerLane; ++t) {
+          int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+          if (d < dim) {
+            dvj[t] += p * gi[d];
+            dkj[t] += ds * qi[d];
+          }
+        }
+      }
+    }
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim) {
+        dk[jj * dim + d] = dkj[t];
+        dv[jj * dim + d] = dvj[t];
+      }
+    }
+  }
+}
+
+} // namespace
+
+namespace {
+/// A softmax axis as (rows, axis length, inner stride): rows = outer x inner.
+struct SoftmaxAxis {
+  int64_t rows, n, inner;
+};
+SoftmaxAxis softmaxAxis(const Shape &shape, int64_t axis) {
+  int64_t n = shape[static_cast<size_t>(axis)], inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  return {n ? product(shape) / n : 0, n, inner};
+}
+} // namespace
+
+void softmax(const float *x, float *out, const Shape &shape, int64_t axis, void *stream) {
+  SoftmaxAxis a = softmaxAxis(shape, axis);
+  if (a.rows == 0)
+    return;
+  if (a.inner == 1)
+    softmaxLastKernel<<<static_cast<unsigned>(a.rows), kThreads, 0, S(stream)>>>(x, out, a.n);
+  else
+    softmaxStridedKernel<<<gridFor(a.rows), kThreads, 0, S(stream)>>>(x, out, a.rows / a.inner,
+                                                                       a.n, a.inner);
+}
+
+void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis,
+                 void *stream) {
+  SoftmaxAxis a = softmaxAxis(shape, axis);
+  if (a.rows == 0)
+    return;
+  if (a.inner == 1)
+    softmaxGradLastKernel<<<static_cast<unsigned>(a.rows), kThreads, 0, S(stream)>>>(y, g, out,
+                                                                                     a.n);
+  else
+    softmaxGradStridedKernel<<<gridFor(a.rows), kThreads, 0, S(stream)>>>(
+        y, g, out, a.rows / a.inner, a.n, a.inner);
+}
+
+
+void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t batch,
+                     int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, float scale,
+                     void *stream) {
+  int64_t bh = batch * heads;
+  causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
+      q, k, v, out, bh, heads, kvHeads, seq, dim, scale);
+}
+
+void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
+                         float *dq, float *dk, float *dv, int64_t batch, int64_t heads,
+                         int64_t kvHeads, int64_t seq, int64_t dim, float scale,
+                         float *rowStats, void *stream) {
+  int64_t bh = batch * heads, bkv = batch * kvHeads;
+  causalAttentionGradQKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
+      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale);
+  causalAttentionGradKVKernel<<<warpBlocksFor(bkv * seq), 128, 0, S(stream)>>>(
+      q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale);
+}
+
+
+} // namespace ptc::kernels::cuda

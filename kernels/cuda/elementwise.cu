@@ -1,0 +1,182 @@
+// CUDA kernels: elementwise arithmetic, broadcasts, activations, float conversions (see kernels.h).
+
+#include "kernels/cuda/internal.cuh"
+
+namespace ptc::kernels::cuda {
+namespace {
+// ---- Elementwise ---------------------------------------------------------------
+struct BroadcastShape {
+  int rank;
+  int64_t out[kMaxRank], aStride[kMaxRank], bStride[kMaxRank];
+};
+
+template <typename Op>
+__global__ void binaryKernel(const float *a, const float *b, float *out, int64_t n,
+                             BroadcastShape s, Op op) {
+  PTC_GRID_LOOP(i, n) {
+    int64_t rest = i, ai = 0, bi = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      int64_t c = rest % s.out[d];
+      rest /= s.out[d];
+      ai += c * s.aStride[d];
+      bi += c * s.bStride[d];
+    }
+    out[i] = op(a[ai], b[bi]);
+  }
+}
+
+struct AddOp { __device__ float operator()(float x, float y) const { return x + y; } };
+struct SubOp { __device__ float operator()(float x, float y) const { return x - y; } };
+struct MulOp { __device__ float operator()(float x, float y) const { return x * y; } };
+struct DivOp { __device__ float operator()(float x, float y) const { return x / y; } };
+struct FirstOp { __device__ float operator()(float x, float) const { return x; } };
+
+BroadcastShape broadcastShape(const Shape &as, const Shape &bs, const Shape &os) {
+  BroadcastShape s{};
+  s.rank = static_cast<int>(os.size());
+  auto strides = [&](const Shape &shape, int64_t *st) {
+    int64_t acc = 1;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      int sd = d - (s.rank - static_cast<int>(shape.size()));
+      int64_t size = sd >= 0 ? shape[static_cast<size_t>(sd)] : 1;
+      st[d] = size == 1 ? 0 : acc;
+      acc *= size;
+    }
+  };
+  for (int d = 0; d < s.rank; ++d)
+    s.out[d] = os[static_cast<size_t>(d)];
+  strides(as, s.aStride);
+  strides(bs, s.bStride);
+  return s;
+}
+
+__device__ float normalCdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__global__ void scaleKernel(const float *in, float *out, int64_t n, float f) {
+  PTC_GRID_LOOP(i, n) { out[i] = in[i] * f; }
+}
+
+// One case per entry of PTC_UNARY_FUNCTIONS (kernels/common/elementwise.h).
+__device__ float activation(UnaryFunction fn, float x) {
+  switch (fn) {
+  case UnaryFunction::Gelu:
+    return x * normalCdf(x);
+  case UnaryFunction::Relu:
+    return x > 0.0f ? x : 0.0f;
+  case UnaryFunction::Silu:
+    return x / (1.0f + expf(-x));
+  case UnaryFunction::Rsqrt:
+    return rsqrtf(x);
+  case UnaryFunction::Exp:
+    return expf(x);
+  case UnaryFunction::Log:
+    return logf(x);
+  case UnaryFunction::Sign:
+    return static_cast<float>((x > 0.0f) - (x < 0.0f));
+  }
+  return 0.0f;
+}
+
+__device__ float activationGrad(UnaryFunction fn, float x, float g) {
+  switch (fn) {
+  case UnaryFunction::Gelu:
+    return g * (normalCdf(x) + x * 0.39894228040143268f * expf(-0.5f * x * x));
+  case UnaryFunction::Relu:
+    return x > 0.0f ? g : 0.0f;
+  case UnaryFunction::Silu: {
+    float s = 1.0f / (1.0f + expf(-x));
+    return g * s * (1.0f + x * (1.0f - s));
+  }
+  case UnaryFunction::Rsqrt: {
+    float r = rsqrtf(x);
+    return -0.5f * g * r * r * r;
+  }
+  case UnaryFunction::Exp:
+    return g * expf(x);
+  case UnaryFunction::Log:
+    return g / x;
+  case UnaryFunction::Sign:
+    return 0.0f;
+  }
+  return 0.0f;
+}
+
+__global__ void unaryKernel(UnaryFunction fn, const float *in, float *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = activation(fn, in[i]); }
+}
+
+__global__ void unaryGradKernel(UnaryFunction fn, const float *x, const float *g, float *out,
+                                int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = activationGrad(fn, x[i], g[i]); }
+}
+
+__device__ float loadFloat(const void *in, int type, int64_t i) {
+  if (type == 1)
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(in)[i]);
+  if (type == 2)
+    return __half2float(static_cast<const __half *>(in)[i]);
+  return static_cast<const float *>(in)[i];
+}
+
+__global__ void convertKernel(const void *in, int from, void *out, int to, int64_t n) {
+  PTC_GRID_LOOP(i, n) {
+    float x = loadFloat(in, from, i);
+    if (to == 1)
+      static_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(x);
+    else if (to == 2)
+      static_cast<__half *>(out)[i] = __float2half_rn(x);
+    else
+      static_cast<float *>(out)[i] = x;
+  }
+}
+
+} // namespace
+
+void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs,
+            float *out, const Shape &os, void *stream) {
+  BroadcastShape s = broadcastShape(as, bs, os);
+  int64_t n = product(os);
+  unsigned grid = gridFor(n);
+  switch (op) {
+  case Binary::Add:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, AddOp{});
+    break;
+  case Binary::Sub:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, SubOp{});
+    break;
+  case Binary::Mul:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, MulOp{});
+    break;
+  case Binary::Div:
+    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, DivOp{});
+    break;
+  }
+}
+
+void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os, void *stream) {
+  BroadcastShape s = broadcastShape(is, is, os);
+  int64_t n = product(os);
+  binaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, in, out, n, s, FirstOp{});
+}
+
+void scale(const float *in, float *out, int64_t n, float factor, void *stream) {
+  scaleKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, out, n, factor);
+}
+
+void unary(UnaryFunction fn, const float *in, float *out, int64_t n, void *stream) {
+  unaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(fn, in, out, n);
+}
+
+void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int64_t n,
+               void *stream) {
+  unaryGradKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(fn, x, g, out, n);
+}
+
+void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,
+                  void *stream) {
+  convertKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, static_cast<int>(from), out,
+                                                        static_cast<int>(to), n);
+}
+
+
+} // namespace ptc::kernels::cuda

@@ -1,0 +1,123 @@
+// What the CUDA kernel files share (not part of kernels.h's interface):
+// launch sizes, shapes and strides passed by value, grid-stride loops, error
+// records, block- and warp-wide reductions. The kernels are simple, correct
+// ones first: one thread per output element or per row, block reductions
+// where a row is long; the matmuls (most of the FLOPs) go to cuBLAS. One file
+// per op family (elementwise.cu, normalization.cu, attention.cu, ...), as
+// kernels/cpu/.
+#ifndef PTC_KERNELS_CUDA_INTERNAL_CUH
+#define PTC_KERNELS_CUDA_INTERNAL_CUH
+
+#include "kernels/cuda/kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ptc::kernels::cuda {
+namespace {
+constexpr int kThreads = 256;
+constexpr int kMaxRank = 8;
+inline cudaStream_t S(void *stream) { return static_cast<cudaStream_t>(stream); }
+inline unsigned blocksFor(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1));
+}
+inline int64_t product(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
+
+/// Sizes and strides of up to 8 dimensions, passed to kernels by value.
+struct Dims {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+};
+inline Dims rowMajor(const Shape &s) {
+  Dims d;
+  d.rank = static_cast<int>(s.size());
+  int64_t acc = 1;
+  for (int i = d.rank - 1; i >= 0; --i) {
+    d.size[i] = s[static_cast<size_t>(i)];
+    d.stride[i] = acc;
+    acc *= s[static_cast<size_t>(i)];
+  }
+  return d;
+}
+
+#define PTC_GRID_LOOP(i, n)                                                                       \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);           \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__device__ inline void recordError(ErrorRecord *err, int kind, int64_t id, int64_t where, int64_t limit) {
+  if (atomicCAS(&err->kind, 0, -1) == 0) {
+    err->id = id;
+    err->where = where;
+    err->limit = limit;
+    __threadfence();
+    atomicExch(&err->kind, kind);
+  }
+}
+
+/// A grid for grid-stride loops: enough blocks to fill the GPU, not more.
+inline unsigned gridFor(int64_t n) { return std::min<unsigned>(blocksFor(n), 4096u); }
+
+/// Blocks for one warp per row (4 warps a block), capped for grid-stride loops.
+inline unsigned warpBlocksFor(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((rows + 3) / 4, 1), 65536));
+}
+
+// ---- Reductions inside a block -----------------------------------------------------
+struct SumOp {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct MaxOp {
+  __device__ float operator()(float x, float y) const { return fmaxf(x, y); }
+};
+
+/// Block-wide reduction of one float per thread (blockDim.x a multiple of 32,
+/// <= 1024); every thread gets the result.
+template <typename Op> __device__ float blockReduce(float v, float identity, Op op) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  for (int o = 16; o > 0; o >>= 1)
+    v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0)
+    partial[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / 32 ? partial[lane] : identity;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1)
+      v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (threadIdx.x == 0)
+    total = v;
+  __syncthreads();
+  return total;
+}
+__device__ inline float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
+__device__ inline float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
+
+/// Block-wide max of a row and the sum of exp(x - max) over it.
+__device__ inline float rowExpSum(const float *row, int64_t cols, float &max) {
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    m = fmaxf(m, row[c]);
+  max = blockMax(m);
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    s += expf(row[c] - max);
+  return blockSum(s);
+}
+
+} // namespace
+} // namespace ptc::kernels::cuda
+
+#endif // PTC_KERNELS_CUDA_INTERNAL_CUH

@@ -1,0 +1,198 @@
+// CUDA kernels: transposes, boxes and reductions (see kernels.h).
+
+#include "kernels/cuda/internal.cuh"
+
+namespace ptc::kernels::cuda {
+namespace {
+// ---- Layout ------------------------------------------------------------------------
+template <typename T>
+__global__ void transposeKernel(const T *in, T *out, int64_t n, Dims outShape, Dims inStride) {
+  PTC_GRID_LOOP(i, n) {
+    int64_t rest = i, src = 0;
+    for (int d = outShape.rank - 1; d >= 0; --d) {
+      src += (rest % outShape.size[d]) * inStride.stride[d];
+      rest /= outShape.size[d];
+    }
+    out[i] = in[src];
+  }
+}
+
+template <typename T>
+__global__ void copyBoxKernel(const T *src, T *dst, int64_t n, Dims box, Dims srcStride,
+                              Dims dstStride, int64_t srcBase, int64_t dstBase) {
+  PTC_GRID_LOOP(i, n) {
+    int64_t rest = i, s = srcBase, d = dstBase;
+    for (int k = box.rank - 1; k >= 0; --k) {
+      int64_t c = rest % box.size[k];
+      rest /= box.size[k];
+      s += c * srcStride.stride[k];
+      d += c * dstStride.stride[k];
+    }
+    dst[d] = src[s];
+  }
+}
+
+/// Reduction: `kept` enumerates the output, `red` the reduced positions (both
+/// with input strides).
+__global__ void reduceKernel(int op, const float *in, float *out, int64_t outN, Dims kept,
+                             Dims red, int64_t count) {
+  PTC_GRID_LOOP(o, outN) {
+    int64_t rest = o, base = 0;
+    for (int d = kept.rank - 1; d >= 0; --d) {
+      base += (rest % kept.size[d]) * kept.stride[d];
+      rest /= kept.size[d];
+    }
+    float acc = op == 2 ? -INFINITY : 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t rr = r, off = base;
+      for (int d = red.rank - 1; d >= 0; --d) {
+        off += (rr % red.size[d]) * red.stride[d];
+        rr /= red.size[d];
+      }
+      acc = op == 2 ? fmaxf(acc, in[off]) : acc + in[off];
+    }
+    out[o] = op == 1 ? acc / static_cast<float>(count) : acc;
+  }
+}
+
+/// d max: g split evenly over the positions that hold the maximum.
+__global__ void reduceMaxGradKernel(const float *in, const float *g, float *out, int64_t outN,
+                                    Dims kept, Dims red, int64_t count) {
+  PTC_GRID_LOOP(o, outN) {
+    int64_t rest = o, base = 0;
+    for (int d = kept.rank - 1; d >= 0; --d) {
+      base += (rest % kept.size[d]) * kept.stride[d];
+      rest /= kept.size[d];
+    }
+    auto offset = [&](int64_t r) {
+      int64_t off = base;
+      for (int d = red.rank - 1; d >= 0; --d) {
+        off += (r % red.size[d]) * red.stride[d];
+        r /= red.size[d];
+      }
+      return off;
+    };
+    float mx = -INFINITY;
+    for (int64_t r = 0; r < count; ++r)
+      mx = fmaxf(mx, in[offset(r)]);
+    float ties = 0.0f;
+    for (int64_t r = 0; r < count; ++r)
+      ties += in[offset(r)] == mx ? 1.0f : 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t off = offset(r);
+      out[off] = in[off] == mx ? g[o] / ties : 0.0f;
+    }
+  }
+}
+
+} // namespace
+
+namespace {
+template <typename T>
+void launchTranspose(const void *in, void *out, int64_t n, const Dims &os, const Dims &st,
+                     void *stream) {
+  transposeKernel<T><<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<const T *>(in),
+                                                            static_cast<T *>(out), n, os, st);
+}
+template <typename T>
+void launchCopyBox(const void *src, void *dst, int64_t n, const Dims &box, const Dims &ss,
+                   const Dims &ds, int64_t s0, int64_t d0, void *stream) {
+  copyBoxKernel<T><<<gridFor(n), kThreads, 0, S(stream)>>>(
+      static_cast<const T *>(src), static_cast<T *>(dst), n, box, ss, ds, s0, d0);
+}
+} // namespace
+
+void transpose(const void *in, const Shape &is, void *out, const Shape &perm, int64_t elemBytes,
+               void *stream) {
+  int64_t n = product(is);
+  if (n == 0)
+    return;
+  Dims inDims = rowMajor(is), os, st;
+  os.rank = st.rank = inDims.rank;
+  for (int i = 0; i < inDims.rank; ++i) {
+    os.size[i] = inDims.size[perm[static_cast<size_t>(i)]];
+    st.stride[i] = inDims.stride[perm[static_cast<size_t>(i)]];
+  }
+  switch (elemBytes) {
+  case 1:
+    launchTranspose<uint8_t>(in, out, n, os, st, stream);
+    break;
+  case 2:
+    launchTranspose<uint16_t>(in, out, n, os, st, stream);
+    break;
+  case 8:
+    launchTranspose<uint64_t>(in, out, n, os, st, stream);
+    break;
+  default:
+    launchTranspose<uint32_t>(in, out, n, os, st, stream);
+    break;
+  }
+}
+
+void copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
+             const Shape &dstShape, const Shape &dstOffsets, const Shape &box, int64_t elemBytes,
+             void *stream) {
+  int64_t n = product(box);
+  if (n == 0)
+    return;
+  Dims b = rowMajor(box), ss = rowMajor(srcShape), ds = rowMajor(dstShape);
+  int64_t s0 = 0, d0 = 0;
+  for (size_t i = 0; i < box.size(); ++i) {
+    s0 += srcOffsets[i] * ss.stride[i];
+    d0 += dstOffsets[i] * ds.stride[i];
+  }
+  switch (elemBytes) {
+  case 1:
+    launchCopyBox<uint8_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  case 2:
+    launchCopyBox<uint16_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  case 8:
+    launchCopyBox<uint64_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  default:
+    launchCopyBox<uint32_t>(src, dst, n, b, ss, ds, s0, d0, stream);
+    break;
+  }
+}
+
+namespace {
+/// Splits the input dims into kept (output order) and reduced ones.
+void splitAxes(const Shape &is, const Shape &axes, Dims &kept, Dims &red, int64_t &outN,
+               int64_t &count) {
+  Dims in = rowMajor(is);
+  outN = count = 1;
+  for (int d = 0; d < in.rank; ++d) {
+    bool reduced = false;
+    for (int64_t a : axes)
+      reduced |= a == d;
+    Dims &to = reduced ? red : kept;
+    to.size[to.rank] = in.size[d];
+    to.stride[to.rank] = in.stride[d];
+    ++to.rank;
+    (reduced ? count : outN) *= in.size[d];
+  }
+}
+} // namespace
+
+void reduce(Reduce op, const float *in, const Shape &is, const Shape &axes, float *out,
+            void *stream) {
+  Dims kept, red;
+  int64_t outN, count;
+  splitAxes(is, axes, kept, red, outN, count);
+  reduceKernel<<<gridFor(outN), kThreads, 0, S(stream)>>>(static_cast<int>(op), in, out, outN,
+                                                          kept, red, count);
+}
+
+void reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *g,
+                   float *out, void *stream) {
+  Dims kept, red;
+  int64_t outN, count;
+  splitAxes(is, axes, kept, red, outN, count);
+  reduceMaxGradKernel<<<gridFor(outN), kThreads, 0, S(stream)>>>(in, g, out, outN, kept, red,
+                                                                 count);
+}
+
+
+} // namespace ptc::kernels::cuda

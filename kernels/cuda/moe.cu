@@ -1,0 +1,237 @@
+// CUDA kernels: mixture-of-experts routing, dispatch and combine (see kernels.h).
+
+#include "kernels/cuda/internal.cuh"
+
+namespace ptc::kernels::cuda {
+namespace {
+// ---- Mixture of experts ----------------------------------------------------------
+__device__ void softmaxStats(const float *x, int64_t n, float &max, float &sum) {
+  max = -INFINITY;
+  for (int64_t e = 0; e < n; ++e)
+    max = fmaxf(max, x[e]);
+  sum = 0.0f;
+  for (int64_t e = 0; e < n; ++e)
+    sum += expf(x[e] - max);
+}
+
+/// One thread per token: the k experts of largest p (+ bias) (lowest index on ties).
+__global__ void topKGateKernel(const float *logits, const float *bias, int64_t tokens,
+                               int64_t experts, int64_t k, bool normalize, float *weights,
+                               int32_t *indices) {
+  PTC_GRID_LOOP(t, tokens) {
+    const float *x = logits + t * experts;
+    float mx, sum;
+    softmaxStats(x, experts, mx, sum);
+    float total = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      float bestP = 0.0f, bestScore = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i)
+          taken |= indices[t * k + i] == e;
+        float p = expf(x[e] - mx) / sum;
+        float score = bias ? p + bias[e] : p;
+        if (!taken && (best < 0 || score > bestScore)) {
+          best = e;
+          bestP = p;
+          bestScore = score;
+        }
+      }
+      indices[t * k + j] = static_cast<int32_t>(best);
+      weights[t * k + j] = bestP;
+      total += bestP;
+    }
+    if (normalize)
+      for (int64_t j = 0; j < k; ++j)
+        weights[t * k + j] /= total;
+  }
+}
+
+__global__ void topKGateGradKernel(const float *logits, const int32_t *indices, const float *gw,
+                                   int64_t tokens, int64_t experts, int64_t k, bool normalize,
+                                   float *out, ErrorRecord *err) {
+  PTC_GRID_LOOP(t, tokens) {
+    const float *x = logits + t * experts;
+    const int32_t *idx = indices + t * k;
+    const float *g = gw + t * k;
+    bool ok = true;
+    for (int64_t j = 0; j < k; ++j)
+      if (idx[j] < 0 || idx[j] >= experts) {
+        recordError(err, kBadExpert, idx[j], t * k + j, experts);
+        ok = false;
+      }
+    if (!ok)
+      continue;
+    float mx, sum;
+    softmaxStats(x, experts, mx, sum);
+    auto p = [&](int64_t e) { return expf(x[e] - mx) / sum; };
+    float chosen = 0.0f, c = 0.0f;
+    for (int64_t j = 0; j < k; ++j)
+      chosen += p(idx[j]);
+    if (normalize)
+      for (int64_t j = 0; j < k; ++j)
+        c += g[j] * p(idx[j]) / chosen;
+    // dp_e is non-zero only on the chosen experts.
+    auto dp = [&](int64_t e) {
+      float d = 0.0f;
+      for (int64_t j = 0; j < k; ++j)
+        if (idx[j] == e)
+          d += normalize ? (g[j] - c) / chosen : g[j];
+      return d;
+    };
+    float dot = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      bool first = true;
+      for (int64_t i = 0; i < j; ++i)
+        first &= idx[i] != idx[j];
+      if (first)
+        dot += p(idx[j]) * dp(idx[j]);
+    }
+    for (int64_t e = 0; e < experts; ++e)
+      out[t * experts + e] = p(e) * (dp(e) - dot);
+  }
+}
+
+/// One thread per (group, expert), scanning the group's assignments
+/// choice-major (as the CPU): slot = group * capacity + s, or -1 when dropped.
+__global__ void assignSlotsKernel(const int32_t *indices, int64_t groups, int64_t tokens,
+                                  int64_t k, int64_t experts, int64_t capacity, int32_t *slots,
+                                  ErrorRecord *err) {
+  PTC_GRID_LOOP(ge, groups * experts) {
+    int64_t g = ge / experts, e = ge % experts, used = 0;
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t t = 0; t < tokens; ++t) {
+        int64_t i = (g * tokens + t) * k + j;
+        int32_t x = indices[i];
+        if (x == e)
+          slots[i] = used < capacity ? static_cast<int32_t>(g * capacity + used++) : -1;
+        else if (e == 0 && (x < 0 || x >= experts)) {
+          recordError(err, kBadExpert, x, i, experts);
+          slots[i] = -1;
+        }
+      }
+  }
+}
+
+/// One thread per (group, expert): counts the group's assignments to it.
+__global__ void expertLoadKernel(const int32_t *indices, int64_t groups, int64_t tokens,
+                                 int64_t k, int64_t experts, float *out, ErrorRecord *err) {
+  PTC_GRID_LOOP(ge, groups * experts) {
+    int64_t g = ge / experts, e = ge % experts, count = 0;
+    for (int64_t i = g * tokens * k; i < (g + 1) * tokens * k; ++i) {
+      int32_t x = indices[i];
+      count += x == e;
+      if (e == 0 && (x < 0 || x >= experts))
+        recordError(err, kBadExpert, x, i, experts);
+    }
+    out[ge] = static_cast<float>(count) / static_cast<float>(tokens * k);
+  }
+}
+
+__global__ void moeDispatchKernel(const float *x, const int32_t *indices, const int32_t *slots,
+                                  int64_t n, int64_t k, int64_t dim, int64_t capacity,
+                                  float *out) {
+  PTC_GRID_LOOP(i, n * dim) {
+    int64_t a = i / dim, c = i % dim;
+    if (slots[a] >= 0)
+      out[(indices[a] * capacity + slots[a]) * dim + c] = x[(a / k) * dim + c];
+  }
+}
+
+__global__ void moeGatherKernel(const float *src, const float *weights, const int32_t *indices,
+                                const int32_t *slots, int64_t tokens, int64_t k, int64_t dim,
+                                int64_t capacity, float *out) {
+  PTC_GRID_LOOP(i, tokens * dim) {
+    int64_t t = i / dim, c = i % dim;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t a = t * k + j;
+      if (slots[a] >= 0)
+        acc += (weights ? weights[a] : 1.0f) * src[(indices[a] * capacity + slots[a]) * dim + c];
+    }
+    out[i] = acc;
+  }
+}
+
+__global__ void moeCombineGradKernel(const float *expertOut, const float *weights,
+                                     const int32_t *indices, const int32_t *slots, const float *g,
+                                     int64_t n, int64_t k, int64_t dim, int64_t capacity,
+                                     float *dExpertOut, float *dWeights) {
+  PTC_GRID_LOOP(a, n) {
+    float dot = 0.0f;
+    if (slots[a] >= 0) {
+      int64_t off = (indices[a] * capacity + slots[a]) * dim;
+      const float *gt = g + (a / k) * dim;
+      for (int64_t c = 0; c < dim; ++c) {
+        dExpertOut[off + c] = weights[a] * gt[c];
+        dot += gt[c] * expertOut[off + c];
+      }
+    }
+    dWeights[a] = dot;
+  }
+}
+
+} // namespace
+
+void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
+              bool normalize, float *weights, int32_t *indices, void *stream) {
+  topKGateKernel<<<gridFor(tokens), kThreads, 0, S(stream)>>>(logits, bias, tokens, experts, k,
+                                                              normalize, weights, indices);
+}
+
+void topKGateGrad(const float *logits, const int32_t *indices, const float *gw, int64_t tokens,
+                  int64_t experts, int64_t k, bool normalize, float *out, ErrorRecord *err,
+                  void *stream) {
+  topKGateGradKernel<<<gridFor(tokens), kThreads, 0, S(stream)>>>(logits, indices, gw, tokens,
+                                                                  experts, k, normalize, out, err);
+}
+
+void assignSlots(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                 int64_t experts, int64_t capacity, int32_t *slots, ErrorRecord *err,
+                 void *stream) {
+  assignSlotsKernel<<<gridFor(groups * experts), kThreads, 0, S(stream)>>>(
+      indices, groups, tokens, k, experts, capacity, slots, err);
+}
+
+void expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
+                int64_t experts, float *out, ErrorRecord *err, void *stream) {
+  expertLoadKernel<<<gridFor(groups * experts), kThreads, 0, S(stream)>>>(indices, groups, tokens,
+                                                                         k, experts, out, err);
+}
+
+void moeDispatch(const float *x, const int32_t *indices, const int32_t *slots, int64_t tokens,
+                 int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out,
+                 void *stream) {
+  cudaMemsetAsync(out, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(float),
+                  S(stream));
+  moeDispatchKernel<<<gridFor(tokens * k * dim), kThreads, 0, S(stream)>>>(
+      x, indices, slots, tokens * k, k, dim, capacity, out);
+}
+
+void moeDispatchGrad(const float *g, const int32_t *indices, const int32_t *slots,
+                     int64_t tokens, int64_t k, int64_t dim, int64_t capacity, float *out,
+                     void *stream) {
+  moeGatherKernel<<<gridFor(tokens * dim), kThreads, 0, S(stream)>>>(
+      g, nullptr, indices, slots, tokens, k, dim, capacity, out);
+}
+
+void moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+                const int32_t *slots, int64_t tokens, int64_t k, int64_t dim, int64_t capacity,
+                float *out, void *stream) {
+  moeGatherKernel<<<gridFor(tokens * dim), kThreads, 0, S(stream)>>>(
+      expertOut, weights, indices, slots, tokens, k, dim, capacity, out);
+}
+
+void moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+                    const int32_t *slots, const float *g, int64_t tokens, int64_t k, int64_t dim,
+                    int64_t experts, int64_t capacity, float *dExpertOut, float *dWeights,
+                    void *stream) {
+  cudaMemsetAsync(dExpertOut, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(float),
+                  S(stream));
+  moeCombineGradKernel<<<gridFor(tokens * k), kThreads, 0, S(stream)>>>(
+      expertOut, weights, indices, slots, g, tokens * k, k, dim, capacity, dExpertOut, dWeights);
+}
+
+
+} // namespace ptc::kernels::cuda

@@ -1,0 +1,165 @@
+// CUDA kernels: optimizer updates, norms, clipping, loss-scale unscaling (see kernels.h).
+
+#include "kernels/cuda/internal.cuh"
+
+namespace ptc::kernels::cuda {
+namespace {
+// ---- Optimizer ---------------------------------------------------------------------
+/// AdamW's per-step coefficients (bias corrections from the device step count,
+/// in double as the CPU computes them) and one element's update, torch's order.
+struct AdamWStep {
+  float stepSize, bc2Sqrt, decay, b1, b2, eps;
+  bool keep; // the loss-scaling skip flag: outputs get the inputs
+};
+__device__ AdamWStep adamwStep(const float *step, float lr, float b1, float b2, float eps,
+                               float wd, const float *skip) {
+  double t = static_cast<double>(*step);
+  return {static_cast<float>(lr / (1.0 - pow(static_cast<double>(b1), t))),
+          static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t))), 1.0f - lr * wd, b1,
+          b2, eps, skip && *skip != 0.0f};
+}
+__device__ void adamwElement(const AdamWStep &c, const float *param, const float *grad,
+                             const float *m, const float *v, float *outP, float *outM,
+                             float *outV, int64_t i) {
+  if (c.keep) {
+    outP[i] = param[i];
+    outM[i] = m[i];
+    outV[i] = v[i];
+    return;
+  }
+  float g = grad[i];
+  float mi = m[i] + (g - m[i]) * (1.0f - c.b1);
+  float vi = v[i] * c.b2 + (1.0f - c.b2) * g * g;
+  float denom = sqrtf(vi) / c.bc2Sqrt + c.eps;
+  outP[i] = param[i] * c.decay - c.stepSize * mi / denom;
+  outM[i] = mi;
+  outV[i] = vi;
+}
+
+__global__ void adamwKernel(const float *param, const float *grad, const float *m, const float *v,
+                            const float *step, int64_t n, float lr, float b1, float b2, float eps,
+                            float wd, const float *skip, float *outP, float *outM, float *outV) {
+  AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
+  PTC_GRID_LOOP(i, n) adamwElement(c, param, grad, m, v, outP, outM, outV, i);
+}
+
+/// One thread per element of the concatenated tensors; the tensor is found by
+/// binary search over the prefix offsets.
+__global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t total,
+                                const float *step, float lr, float b1, float b2, float eps,
+                                float wd, const float *skip) {
+  AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
+  PTC_GRID_LOOP(e, total) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (table[mid].offset <= e)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const AdamWTensor &x = table[lo];
+    adamwElement(c, x.param, x.grad, x.m, x.v, x.outParam, x.outM, x.outV, e - x.offset);
+  }
+}
+
+__global__ void sgdKernel(const float *param, const float *grad, const float *buf, float lr,
+                          float momentum, float wd, int64_t n, const float *skip, float *outP,
+                          float *outB) {
+  bool keep = skip && *skip != 0.0f;
+  PTC_GRID_LOOP(i, n) {
+    if (keep) {
+      outP[i] = param[i];
+      outB[i] = buf[i];
+      continue;
+    }
+    float g = grad[i] + wd * param[i];
+    float b = momentum * buf[i] + g;
+    outB[i] = b;
+    outP[i] = param[i] - lr * b;
+  }
+}
+
+__global__ void sumSquaresKernel(const float *x, int64_t n, float *out) {
+  float s = 0.0f;
+  PTC_GRID_LOOP(i, n) s += x[i] * x[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    atomicAdd(out, s);
+}
+
+__global__ void clipKernel(const float *g, float *out, int64_t n, float maxNorm,
+                           const float *sumSquares) {
+  float coef = fminf(1.0f, maxNorm / (sqrtf(*sumSquares) + 1e-6f));
+  PTC_GRID_LOOP(i, n) out[i] = g[i] * coef;
+}
+
+__global__ void normKernel(const float *sumSquares, float *norm) { *norm = sqrtf(*sumSquares); }
+
+__global__ void unscaleKernel(const float *g, float *out, int64_t n, const float *scale,
+                              float *found) {
+  float inv = 1.0f / *scale;
+  bool bad = false;
+  PTC_GRID_LOOP(i, n) {
+    bool finite = isfinite(g[i]);
+    bad |= !finite;
+    out[i] = finite ? g[i] * inv : 0.0f;
+  }
+  if (bad)
+    *found = 1.0f;
+}
+
+} // namespace
+
+void adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
+                 const float *step, const AdamW &hp, int64_t n, const float *skip,
+                 float *outParam, float *outM, float *outV, void *stream) {
+  adamwKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, m, v, step, n, hp.lr, hp.beta1,
+                                                      hp.beta2, hp.eps, hp.weightDecay, skip,
+                                                      outParam, outM, outV);
+}
+
+void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const float *step,
+                     const AdamW &hp, const float *skip, void *stream) {
+  if (total > 0)
+    adamwManyKernel<<<gridFor(total), kThreads, 0, S(stream)>>>(
+        table, count, total, step, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, skip);
+}
+
+void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
+               float momentum, float weightDecay, int64_t n, const float *skip, float *outParam,
+               float *outBuf, void *stream) {
+  sgdKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, buf, lr, momentum, weightDecay, n,
+                                                    skip, outParam, outBuf);
+}
+
+void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                  float *out, void *stream) {
+  cudaMemsetAsync(out, 0, sizeof(float), S(stream));
+  for (size_t t = 0; t < grads.size(); ++t)
+    if (sizes[t] > 0)
+      sumSquaresKernel<<<std::min<unsigned>(gridFor(sizes[t]), 1024u), kThreads, 0, S(stream)>>>(
+          grads[t], sizes[t], out);
+}
+
+void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+                const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
+                float *norm, void *stream) {
+  for (size_t t = 0; t < grads.size(); ++t)
+    clipKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t], maxNorm,
+                                                              sumSquares);
+  // After every scale (norm may be the sum-of-squares scalar itself).
+  normKernel<<<1, 1, 0, S(stream)>>>(sumSquares, norm);
+}
+
+void unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
+             const std::vector<float *> &outs, const float *scale, float *found, void *stream) {
+  // `found` may alias nothing read here; cleared first, set by any block that sees inf / nan.
+  cudaMemsetAsync(found, 0, sizeof(float), S(stream));
+  for (size_t t = 0; t < grads.size(); ++t)
+    unscaleKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t],
+                                                                 scale, found);
+}
+
+
+} // namespace ptc::kernels::cuda
