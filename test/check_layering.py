@@ -63,7 +63,7 @@ def main():
     for top in LAYERS:
         for root, _, files in os.walk(os.path.join(src, top)):
             for name in files:
-                if not name.endswith((".h", ".cc", ".cpp", ".cu", ".def")):
+                if not name.endswith((".h", ".cuh", ".cc", ".cpp", ".cu", ".def")):
                     continue
                 rel = os.path.relpath(os.path.join(root, name), src)
                 row = owner(rel)
