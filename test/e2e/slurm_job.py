@@ -12,11 +12,13 @@ ranks with srun (Open MPI through Slurm's PMIx; no mpirun).
    as Slurm's --signal=B:USR1@T before a time limit) and the requeued job is given 2 tasks (`scontrol update
    NumTasks=2`, as a shrunken allocation): ptc-train re-plans for 2 ranks and continues;
    the losses stay within 1e-5 of the uninterrupted 4-rank run.
+3. cancel: `scancel JOB` (SIGTERM to the batch shell and the ranks): the ranks stop at a step
+   boundary with a checkpoint and the script does not requeue; the job ends CANCELLED.
 
 Where Slurm cannot start here (not root, munge or slurm-wlm missing) the test says why and
 exits 77, which ctest reports as skipped.
 
-usage: slurm_job.py --bin BUILD/bin --source SOURCE_DIR --workdir DIR [--scenario requeue|elastic]
+usage: slurm_job.py --bin BUILD/bin --source SOURCE_DIR --workdir DIR [--scenario requeue|elastic|cancel]
 """
 import argparse
 import json
@@ -31,7 +33,7 @@ EVERY = 10
 # The requeue continues in the same layout (bitwise); the elastic one in another, whose
 # rounding differences grow with every step after the change: 50 steps keep them under 1e-5
 # (a run of 120 reached 1e-3 at one step).
-STEPS = {"requeue": 120, "elastic": 50}
+STEPS = {"requeue": 120, "elastic": 50, "cancel": 120}
 
 JOB = """
 [job]
@@ -123,7 +125,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--source", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--scenario", choices=["requeue", "elastic"], default="requeue")
+    ap.add_argument("--scenario", choices=["requeue", "elastic", "cancel"], default="requeue")
     args = ap.parse_args()
     steps = STEPS[args.scenario]
     check = subprocess.run(["bash", os.path.join(args.source, "scripts", "slurm-local.sh"), "check"],
@@ -164,7 +166,27 @@ def main():
             time.sleep(0.05)
         # requeue: the ranks are signalled (scancel's default: the job's steps); elastic: the
         # batch shell is, as Slurm's --signal=B:USR1@T does before a time limit, and the
-        # script passes it on.
+        # script passes it on; cancel: scancel ends the job (SIGTERM to the shell and the
+        # ranks), which stops at a checkpoint and is not requeued.
+        if args.scenario == "cancel":
+            cluster("scancel", jid)
+            info = cluster.wait(jid, lambda j: j.get("JobState") not in ("RUNNING", "CONFIGURING", "COMPLETING"),
+                                "its end")
+            log = open("slurm.out").read()
+            print(log)
+            assert info["JobState"] == "CANCELLED" and info.get("Restarts") == "0", info
+            stop = re.search(r"ptc-run: stopped by SIGTERM after step (\d+) of %d" % steps, log)
+            assert stop, "no stop at a step boundary in the log"
+            stopped = int(stop.group(1))
+            assert "ptc-train.sbatch: the job stopped at a checkpoint after SIGTERM: not requeueing" in log
+            assert "requeueing job" not in log
+            latest = open("runs/slurm/checkpoints/latest").read().strip()
+            assert latest == "step-%08d" % stopped, (latest, stopped)
+            got = losses("runs/slurm/metrics.jsonl")
+            assert all(got[s] == reference[s] for s in got), "the losses before the stop differ"
+            print(f"cancelled: stopped after step {stopped} with its checkpoint; not requeued")
+            print("ok")
+            return 0
         if args.scenario == "requeue":
             cluster("scancel", "--signal=USR1", jid)
         else:
