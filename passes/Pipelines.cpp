@@ -19,7 +19,6 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
-#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -53,24 +52,10 @@ struct CheckCompileOptionsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    bool ok = true;
-    auto error = [&] {
-      ok = false;
-      return module.emitError();
-    };
-    if (zero < 0 || zero > 3)
-      error() << "zero = " << zero << " is not a ZeRO stage (0, 1, 2 or 3)";
-    else if (!reshardAfterForward && zero != 3)
-      error() << "reshard-after-forward=false keeps ZeRO-3's gathered parameters from the forward "
-                 "to the backward pass; it needs zero=3, not zero="
-              << zero;
+    bool ok = succeeded(mlir::ptc::checkZeroOptions(module, zero, reshardAfterForward));
     // At the training function, as ptc-schedule-pipeline says it when the
     // layout is pipelined.
-    const std::vector<std::string> &names = ::ptc::schedule::scheduleNames();
-    if (std::find(names.begin(), names.end(), schedule) == names.end()) {
-      std::string known;
-      for (const std::string &n : names)
-        known += (known.empty() ? "" : ", ") + n;
+    if (::ptc::Status known = ::ptc::schedule::checkScheduleName(schedule); !known.isOk()) {
       Operation *at = module;
       for (auto func : module.getOps<func::FuncOp>())
         if (!func.isExternal()) {
@@ -78,11 +63,10 @@ struct CheckCompileOptionsPass
           break;
         }
       ok = false;
-      at->emitError() << "schedule '" << schedule << "': unknown schedule '" << schedule
-                      << "' (expected one of: " << known << ")";
+      at->emitError() << "schedule '" << schedule << "': " << known.message();
     }
-    if (gradReduceDtype != "f32" && gradReduceDtype != "bf16")
-      error() << "grad-reduce-dtype must be f32 or bf16, got '" << gradReduceDtype << "'";
+    if (failed(mlir::ptc::checkGradReduceDtype(module, gradReduceDtype)))
+      ok = false;
     if (!ok)
       signalPassFailure();
   }

@@ -315,19 +315,23 @@ void reduceInBf16(func::FuncOp func, int dpAxis) {
     op->erase();
   }
 }
+} // namespace
 
+LogicalResult mlir::ptc::checkGradReduceDtype(Operation *at, StringRef dtype) {
+  if (dtype != "f32" && dtype != "bf16")
+    return at->emitError() << "grad-reduce-dtype must be f32 or bf16, got '" << dtype << "'";
+  return success();
+}
 
+namespace {
 struct BucketCollectivesPass
     : mlir::ptc::impl::BucketCollectivesPassBase<BucketCollectivesPass> {
   using BucketCollectivesPassBase::BucketCollectivesPassBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (gradReduceDtype != "f32" && gradReduceDtype != "bf16") {
-      module.emitError() << "grad-reduce-dtype must be f32 or bf16, got '"
-                         << gradReduceDtype.getValue() << "'";
+    if (failed(checkGradReduceDtype(module, gradReduceDtype)))
       return signalPassFailure();
-    }
     if (!std::isfinite(bucketMb) || !(bucketMb > 0)) {
       module.emitError() << "bucket-mb=" << llvm::formatv("{0}", bucketMb.getValue()).str()
                          << " must be a positive number of MiB";

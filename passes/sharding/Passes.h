@@ -12,6 +12,12 @@ namespace mlir::ptc {
 
 #define GEN_PASS_REGISTRATION
 #include "passes/sharding/Passes.h.inc"
+
+/// The option values ptc-shard accepts whatever the mesh (zero a ZeRO stage;
+/// reshard-after-forward=false only with zero=3); errors at `at`.
+LogicalResult checkZeroOptions(Operation *at, int64_t zero, bool reshardAfterForward);
+/// The values ptc-bucket-collectives accepts for grad-reduce-dtype.
+LogicalResult checkGradReduceDtype(Operation *at, StringRef dtype);
 } // namespace mlir::ptc
 
 #endif // PTC_PASSES_SHARDING_PASSES_H

@@ -682,6 +682,19 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
+} // namespace
+
+LogicalResult mlir::ptc::checkZeroOptions(Operation *at, int64_t zero, bool reshardAfterForward) {
+  if (zero < 0 || zero > 3)
+    return at->emitError() << "zero = " << zero << " is not a ZeRO stage (0, 1, 2 or 3)";
+  if (!reshardAfterForward && zero != 3)
+    return at->emitError() << "reshard-after-forward=false keeps ZeRO-3's gathered parameters "
+                              "from the forward to the backward pass; it needs zero=3, not zero="
+                           << zero;
+  return success();
+}
+
+namespace {
 struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
   using ShardPassBase::ShardPassBase;
 
@@ -713,16 +726,8 @@ struct ShardPass : mlir::ptc::impl::ShardPassBase<ShardPass> {
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal() || !func.getBody().hasOneBlock())
         continue;
-      if (zero < 0 || zero > 3) {
-        module.emitError() << "zero = " << zero.getValue() << " is not a ZeRO stage (0, 1, 2 or 3)";
+      if (failed(checkZeroOptions(module, zero, reshardAfterForward)))
         return signalPassFailure();
-      }
-      if (!reshardAfterForward && zero != 3) {
-        module.emitError() << "reshard-after-forward=false keeps ZeRO-3's gathered parameters "
-                              "from the forward to the backward pass; it needs zero=3, not zero="
-                           << zero.getValue();
-        return signalPassFailure();
-      }
       int dpAxis = meshInfo->axisIndex(MeshAxisRole::Data);
       int epAxis = meshInfo->axisIndex(MeshAxisRole::Expert);
       if (zero > 0 && (dpAxis < 0 || meshInfo->sizes[dpAxis] < 2) &&

@@ -77,6 +77,16 @@ const std::vector<std::string> &scheduleNames() {
   return names;
 }
 
+Status checkScheduleName(const std::string &name) {
+  const std::vector<std::string> &names = scheduleNames();
+  if (std::find(names.begin(), names.end(), name) != names.end())
+    return Status::ok();
+  std::string known;
+  for (const std::string &n : names)
+    known += (known.empty() ? "" : ", ") + n;
+  return invalidArgument("unknown schedule '", name, "' (expected one of: ", known, ")");
+}
+
 namespace {
 Action compute(Segment s, int chunk, int mb) {
   return Action{static_cast<ActionKind>(s), chunk, mb, -1};
@@ -182,10 +192,7 @@ Status generate(const std::string &name, Pipeline &p) {
                              "gradients (ptc-split-stages split-weight=true)");
     order = zeroBubbleH1(ranks, m);
   } else {
-    std::string known;
-    for (const std::string &n : scheduleNames())
-      known += (known.empty() ? "" : ", ") + n;
-    return invalidArgument("unknown schedule '", name, "' (expected one of: ", known, ")");
+    return checkScheduleName(name);
   }
 
   // Transfers: per-step ones first, then each micro-batch's receives right

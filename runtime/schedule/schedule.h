@@ -63,6 +63,10 @@ StatusOr<Action> parseAction(const std::string &text);
 /// The schedule names generate() accepts.
 const std::vector<std::string> &scheduleNames();
 
+/// OK for a name of scheduleNames(); otherwise the error naming the name and
+/// the known ones (what generate() says of it).
+Status checkScheduleName(const std::string &name);
+
 /// Fills `p.actions` with schedule `name` ("gpipe", "1f1b", "interleaved-1f1b",
 /// "zb-h1") for p.ranks, p.chunks and p.microbatches, sends right after the
 /// action producing a value and receives right before the action consuming it.

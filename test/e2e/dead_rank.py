@@ -20,19 +20,8 @@ import subprocess
 import sys
 import time
 
-
-def rank_pids(plan):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"ptc-run") and plan.encode() in cmd:
-            pids.append(int(pid))
-    return sorted(pids)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import rank_pids  # noqa: E402
 
 
 def main():

@@ -12,11 +12,13 @@ not fit the ranks left (the planner's memory check, a device of 1 MB) is a clear
 usage: elastic.py --bin BUILD/bin --workdir DIR
 """
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import losses  # noqa: E402
 
 STEPS, EVERY, LOSE = 24, 4, 14
 
@@ -55,16 +57,6 @@ log_every = 4
 csv = false
 tensorboard = false
 """
-
-
-def losses(path):
-    """step -> the last loss logged for it (a resumed run logs the steps after its
-    checkpoint again)."""
-    out = {}
-    for line in open(path):
-        row = json.loads(line)
-        out[row["step"]] = row["loss"]
-    return out
 
 
 def main():

@@ -21,13 +21,15 @@ exits 77, which ctest reports as skipped.
 usage: slurm_job.py --bin BUILD/bin --source SOURCE_DIR --workdir DIR [--scenario requeue|elastic|cancel]
 """
 import argparse
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import losses, lines  # noqa: E402
 
 EVERY = 10
 # The requeue continues in the same layout (bitwise); the elastic one in another, whose
@@ -71,22 +73,6 @@ log_every = 100
 csv = false
 tensorboard = false
 """
-
-
-def losses(path):
-    """step -> the last loss logged for it."""
-    out = {}
-    for line in open(path):
-        row = json.loads(line)
-        out[row["step"]] = row["loss"]
-    return out
-
-
-def lines(path):
-    try:
-        return sum(1 for _ in open(path))
-    except OSError:
-        return 0
 
 
 class Cluster:

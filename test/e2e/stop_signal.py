@@ -12,7 +12,6 @@ uninterrupted run, bitwise (the same plan and layout).
 usage: stop_signal.py --bin BUILD/bin --workdir DIR
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -21,37 +20,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import losses, lines, rank_pids  # noqa: E402
+
 STEPS = 120
-
-
-def losses(path):
-    out = {}
-    for line in open(path):
-        row = json.loads(line)
-        out[row["step"]] = row["loss"]
-    return out
-
-
-def lines(path):
-    try:
-        return sum(1 for _ in open(path))
-    except OSError:
-        return 0
-
-
-def rank_pids(plan):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        # The ranks, not the launcher: mpirun gives them the plan but not --np.
-        if cmd and cmd[0].endswith(b"ptc-run") and plan.encode() in cmd and b"--np" not in cmd:
-            pids.append(int(pid))
-    return sorted(pids)
 
 
 def main():

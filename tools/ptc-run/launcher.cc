@@ -3,6 +3,7 @@
 #include "runtime/base/exit_codes.h"
 #include "runtime/base/hostfile.h"
 #include "runtime/base/parse_number.h"
+#include "runtime/base/signal_handlers.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/plan/plan_loader.h"
 #include "tools/ptc-run/rank_status.h"
@@ -255,12 +256,7 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
   };
   if (int rc = tooFewRanks("cannot start the job"))
     return rc;
-  struct sigaction action {};
-  action.sa_handler = forwardStop;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  handleSignals({SIGUSR1, SIGTERM}, forwardStop);
   auto stoppedOnRequest = [](int status) {
     return WIFEXITED(status) && WEXITSTATUS(status) == kExitStopped;
   };

@@ -17,6 +17,7 @@
 
 #include "runtime/base/exit_codes.h"
 #include "runtime/base/hostfile.h"
+#include "runtime/base/signal_handlers.h"
 
 #include <nlohmann/json.hpp>
 
@@ -294,13 +295,12 @@ std::optional<std::string> planLayout(const Job &job, const JobCommands &c, int6
   for (const nlohmann::json &row : table)
     if (row.value("fits", false))
       return row.value("options", std::string());
+  char need[64] = "";
+  if (!table.empty())
+    std::snprintf(need, sizeof need, " (the fastest needs %.2f GiB per device)",
+                  table[0].value("memory_bytes", 0.0) / (1 << 30));
   std::cerr << "ptc-train: error: cannot continue on " << ranks << (ranks == 1 ? " rank" : " ranks")
-            << ": the model does not fit on them"
-            << " ranks: no layout ptc-plan priced fits in the device memory"
-            << (table.empty() ? "" : " (the fastest needs " +
-                                         std::to_string(table[0].value("memory_bytes", 0.0) / (1 << 30)) +
-                                         " GiB per device)")
-            << "\n";
+            << ": no layout ptc-plan priced fits in the device memory" << need << "\n";
   return std::nullopt;
 }
 
@@ -485,14 +485,8 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  if (!compileOnly) {
-    struct sigaction action {};
-    action.sa_handler = forwardSignal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &action, nullptr);
-    sigaction(SIGTERM, &action, nullptr);
-  }
+  if (!compileOnly)
+    ptc::handleSignals({SIGUSR1, SIGTERM}, forwardSignal);
   std::error_code ec;
   fs::create_directories(fs::path(job->dir) / "plans", ec);
   if (ec) {
