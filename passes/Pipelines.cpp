@@ -141,12 +141,12 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     pm.addPass(createBucketCollectivesPass(bucket));
   }
   if (!options.mesh.empty() || options.zero != 0 || options.sequenceParallel) {
-    ShardPassOptions shard;
+    ShardPipelineOptions shard;
     shard.mesh = options.mesh;
     shard.sequenceParallel = options.sequenceParallel;
     shard.zero = options.zero;
     shard.reshardAfterForward = options.reshardAfterForward;
-    pm.addPass(createShardPass(shard));
+    buildShardPipeline(pm, shard);
     BucketCollectivesPassOptions bucket;
     bucket.gradReduceDtype = options.gradReduceDtype;
     bucket.bucketMb = options.bucketMb;
@@ -204,7 +204,7 @@ void mlir::ptc::registerAllPasses() {
   mlir::ptc::registerAnalysisPasses();
   registerAutodiffPasses();
   registerMemoryPasses();
-  registerShardingPasses();
+  registerShardingPassesAndPipelines();
   registerPipelinePasses();
   registerExportPasses();
   registerPipelines();

@@ -84,6 +84,15 @@ def Ptc_Dialect : Dialect {
     /// Argument attribute: a user sharding annotation, e.g. "[dp, _]" (one
     /// mesh axis or `_` per dimension).
     static constexpr ::llvm::StringLiteral kShardingAttrName = "ptc.sharding";
+    /// Between ptc-propagate-sharding and ptc-partition, on an argument:
+    /// the sharding every user reads (the batch over dp*ep), resharded on
+    /// entry; and ZeRO-3's gather for each use of a parameter (unit).
+    /// On an op whose sharding rule chose a partitioned form of it (the
+    /// classes axis of a vocabulary-parallel cross-entropy), for its
+    /// ShardingRuleOpInterface::partition.
+    static constexpr ::llvm::StringLiteral kPartitionedFormAttrName = "ptc.partitioned_form";
+    static constexpr ::llvm::StringLiteral kReshardOnEntryAttrName = "ptc.reshard_on_entry";
+    static constexpr ::llvm::StringLiteral kGatherPerUseAttrName = "ptc.gather_per_use";
     /// On collectives ptc-shard inserted: why (the value, its sharding and the
     /// consumer that needs another); merged by ptc-bucket-collectives, printed
     /// by ptc-explain-collectives.

@@ -135,18 +135,27 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
 }
 
 void ShardingAttr::print(AsmPrinter &printer) const {
+  // A compound axis ("dp*ep") is not a keyword: printed as a string.
+  auto printAxis = [&](StringAttr axis) {
+    if (axis.getValue().contains('*'))
+      printer << '"' << axis.getValue() << '"';
+    else
+      printer << axis.getValue();
+  };
   printer << "<[";
   for (auto [i, axis] : llvm::enumerate(getAxes())) {
     printer << (i ? ", " : "");
     if (axis.getValue().empty())
       printer << "_";
     else
-      printer << axis.getValue() << (getBlocks()[i] > 1 ? "/" + std::to_string(getBlocks()[i]) : "");
+      printAxis(axis);
+    if (!axis.getValue().empty() && getBlocks()[i] > 1)
+      printer << "/" << getBlocks()[i];
   }
   printer << "]";
   if (!getPartial().empty()) {
     printer << ", partial(";
-    llvm::interleaveComma(getPartial(), printer, [&](StringAttr a) { printer << a.getValue(); });
+    llvm::interleaveComma(getPartial(), printer, printAxis);
     printer << ")";
   }
   printer << ">";
@@ -298,6 +307,18 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
         })))
       return failure();
     return success(); // checked against the mesh by ptc-shard when the module has none yet
+  }
+  if (attrName == kReshardOnEntryAttrName) {
+    if (!isa<ShardingAttr>(attr.getValue()))
+      return op->emitError() << "'ptc.reshard_on_entry' on argument #" << argIndex
+                             << " must be a #ptc.sharding<[...]>";
+    return success();
+  }
+  if (attrName == kGatherPerUseAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'ptc.gather_per_use' on argument #" << argIndex
+                             << " takes no value";
+    return success();
   }
   if (attrName == kBiasBalancingAttrName) {
     auto func = dyn_cast<FunctionOpInterface>(op);

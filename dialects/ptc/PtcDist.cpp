@@ -1,6 +1,7 @@
 //===- PtcDist.cpp - mesh attribute, sharding specs, collective verifiers -===//
 
 #include "dialects/ptc/PtcMesh.h"
+#include "dialects/ptc/PtcSharding.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringSet.h"
@@ -195,10 +196,21 @@ namespace {
 /// the axis must exist in `mesh` and not split another dimension already.
 LogicalResult addSplitDim(ShardingSpec &out, StringRef name, int blocks, StringRef text,
                           const MeshInfo &mesh, EmitErrorFn emitError) {
-  int axis = mesh.axisIndex(name);
+  // A compound axis ("dp*ep") names its mesh axes, the major one first.
+  SmallVector<StringRef, 2> names;
+  name.split(names, '*');
+  SmallVector<int, 2> parts;
+  for (StringRef n : names) {
+    int p = mesh.axisIndex(n.trim());
+    if (p < 0)
+      return emitError() << "sharding " << text << " names '" << n.trim()
+                         << "', which is not a mesh axis";
+    parts.push_back(p);
+  }
+  int axis = mesh.axisOf(parts);
   if (axis < 0)
     return emitError() << "sharding " << text << " names '" << name
-                       << "', which is not a mesh axis";
+                       << "', which is not a compound axis of the mesh";
   if (llvm::is_contained(out.axes, axis))
     return emitError() << "sharding " << text << " uses mesh axis '" << name << "' twice";
   out.axes.push_back(axis);
@@ -469,3 +481,36 @@ LogicalResult TransferOp::verify() {
 
 LogicalResult SendOp::verify() { return verifyChannel(*this, getChannel(), getTo(), "to"); }
 LogicalResult RecvOp::verify() { return verifyChannel(*this, getChannel(), getFrom(), "from"); }
+
+ShardingAttr mlir::ptc::getShardingAttr(MLIRContext *context, const MeshInfo &mesh,
+                                        const Sharding &sharding) {
+  SmallVector<StringAttr> names, partialNames;
+  SmallVector<int64_t> counts;
+  for (const DimShard &d : sharding.dims) {
+    names.push_back(StringAttr::get(context, d.axis < 0 ? "" : mesh.name(d.axis)));
+    counts.push_back(d.axis < 0 ? 1 : d.blocks);
+  }
+  for (int a : sharding.partial)
+    partialNames.push_back(StringAttr::get(context, mesh.name(a)));
+  return ShardingAttr::get(context, names, counts, partialNames);
+}
+
+FailureOr<Sharding> mlir::ptc::getSharding(Attribute attr, const MeshInfo &mesh, int64_t rank,
+                                           EmitErrorFn emitError) {
+  FailureOr<ShardingSpec> spec = getShardingSpec(attr, mesh, rank, emitError);
+  if (failed(spec))
+    return failure();
+  Sharding out = Sharding::replicated(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    out.dims[d] = DimShard(spec->axes[d], spec->blocks[d]);
+  if (auto typed = dyn_cast<ShardingAttr>(attr)) {
+    for (StringAttr name : typed.getPartial()) {
+      ShardingSpec one;
+      if (failed(addSplitDim(one, name.getValue(), 1, shardingText(typed), mesh, emitError)))
+        return failure();
+      out.partial.push_back(one.axes[0]);
+    }
+    llvm::sort(out.partial);
+  }
+  return out;
+}

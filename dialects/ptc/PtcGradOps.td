@@ -185,7 +185,7 @@ def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Pt
   let hasVerifier = 1;
 }
 
-def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of `ptc.cross_entropy` with respect to the logits";
   let description = [{

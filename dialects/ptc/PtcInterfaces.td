@@ -35,9 +35,9 @@ def Ptc_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
     dimensions over mesh axes, pending partial sums), it states the sharding
     each operand must have (`ctx.want`, initialized to the current ones) and
     the sharding of each result (`ctx.out`), and optionally rescales results
-    or operands (means over split rows). `ptc-shard` asks every op in program
-    order and inserts the collectives that turn each operand into what the
-    rule wants. Ops without the interface compute on whole tensors.
+    or operands (means over split rows). `ptc-propagate-sharding` asks every
+    op in program order and records the answers; `ptc-partition` inserts the
+    collectives that turn each operand into what the rule wants. Ops without the interface compute on whole tensors.
     The rules live in `PtcShardingRules.cpp`, next to the ops' other facts.
   }];
   let methods = [
@@ -46,7 +46,16 @@ def Ptc_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
         a diagnostic (e.g. two user annotations that disagree).
       }],
       "::llvm::LogicalResult", "inferShardingRule",
-      (ins "::mlir::ptc::ShardingRuleContext &":$ctx)>
+      (ins "::mlir::ptc::ShardingRuleContext &":$ctx)>,
+    InterfaceMethod<[{
+        Called by `ptc-partition` once the op has its local operands and
+        result types: the op's partitioned form, built with `b` before the op,
+        when its rule chose one (`ctx.partitionedForm`, recorded on the op as
+        `ptc.partitioned_form`), whose results replace the op's; null to keep
+        the op as it is. The vocabulary-parallel cross-entropy is one.
+      }],
+      "::mlir::Operation *", "partition", (ins "::mlir::OpBuilder &":$b), [{}],
+      [{ return nullptr; }]>
   ];
 }
 

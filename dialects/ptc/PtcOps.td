@@ -389,7 +389,7 @@ def Ptc_EmbeddingOp : Ptc_Op<"embedding", [DeclareOpInterfaceMethods<Ptc_Microba
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$indices)>];
 }
 
-def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "mean softmax cross-entropy over all positions";
   let description = [{
     `logits` has shape `targets.shape + [num_classes]`; `targets` holds `i32`

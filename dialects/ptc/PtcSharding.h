@@ -51,7 +51,7 @@ inline void addPartial(SmallVector<int> &partial, int axis) {
 
 /// What a sharding rule reads (global types, current shardings, which values
 /// derive from user annotations, the mesh) and decides (`want`, `out`,
-/// rescales). Implemented by ptc-shard's partitioner.
+/// rescales). Implemented by ptc-propagate-sharding.
 class ShardingRuleContext {
 public:
   virtual ~ShardingRuleContext() = default;
@@ -99,9 +99,10 @@ public:
   SmallVector<Sharding> out;
   SmallVector<double> scale;        // per result: multiply by this after the op
   SmallVector<double> operandScale; // per operand: multiply by this before the op
-  /// Set by a cross-entropy whose classes are split plainly over an axis: the
-  /// op becomes its vocabulary-parallel form.
-  int vocabAxis = -1;
+  /// Set by a rule whose op computes differently once partitioned (a
+  /// cross-entropy whose classes are split plainly over an axis: the axis,
+  /// for its vocabulary-parallel form); the op's `partition` method reads it.
+  Attribute partitionedForm;
   /// A result the rule wants resharded right after the op, and why (the
   /// vocabulary-parallel lookup of sequence parallelism: its partial output
   /// reduce-scattered back to the split its ids arrived with).
@@ -119,6 +120,14 @@ public:
   /// Operand `i` must be split like `s` (and complete).
   void like(unsigned i, const Sharding &s) { want[i] = s.withoutPartial(); }
 };
+
+/// The typed attribute of `sharding` (a compound axis by its "dp*ep" name):
+/// what the sharding passes write between phases.
+ShardingAttr getShardingAttr(MLIRContext *context, const MeshInfo &mesh, const Sharding &sharding);
+/// The sharding an attribute (typed, or the text of user annotations) states
+/// for a tensor of `rank`, partial sums included.
+FailureOr<Sharding> getSharding(Attribute attr, const MeshInfo &mesh, int64_t rank,
+                                EmitErrorFn emitError);
 
 } // namespace mlir::ptc
 

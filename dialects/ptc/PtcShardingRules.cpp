@@ -2,7 +2,7 @@
 //
 // ShardingRuleOpInterface implementations: per op, the operand shardings it
 // needs and the shardings of its results, given its operands' current ones.
-// ptc-shard (passes/sharding) is the driver: it asks each op, then inserts the
+// ptc-propagate-sharding (passes/sharding) asks each op; ptc-partition inserts the
 // collectives that bring every operand to what the rule wants. An op without
 // a rule computes on whole tensors (the driver replicates its operands).
 //
@@ -351,7 +351,7 @@ LogicalResult crossEntropyRule(Operation *o, ShardingRuleContext &ctx) {
   // Classes split plainly over an axis: the vocabulary-parallel kernel.
   DimShard classes = ctx.want[0].dims.back();
   if (classes.axis >= 0 && classes.blocks == 1)
-    ctx.vocabAxis = classes.axis;
+    ctx.partitionedForm = StringAttr::get(op->getContext(), ctx.mesh().name(classes.axis));
   else
     ctx.want[0].dims.back() = -1;
   ctx.want[1].dims.assign(ctx.want[0].dims.begin(), ctx.want[0].dims.end() - 1);
@@ -668,6 +668,24 @@ LogicalResult EmbeddingOp::inferShardingRule(ShardingRuleContext &ctx) { return 
 LogicalResult EmbeddingGradOp::inferShardingRule(ShardingRuleContext &ctx) { return embeddingGradRule(*this, ctx); }
 LogicalResult CrossEntropyOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
 LogicalResult CrossEntropyGradOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
+
+// The vocabulary-parallel cross-entropy (and its gradient) over the axis the
+// rule found the classes split over.
+Operation *CrossEntropyOp::partition(OpBuilder &b) {
+  auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!axis)
+    return nullptr;
+  return VocabParallelCrossEntropyOp::create(b, getLoc(), getType(), getLogits(), getTargets(),
+                                             b.getStrArrayAttr({axis.getValue()}));
+}
+Operation *CrossEntropyGradOp::partition(OpBuilder &b) {
+  auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!axis)
+    return nullptr;
+  return VocabParallelCrossEntropyGradOp::create(b, getLoc(), getType(), getOperand(0),
+                                                 getOperand(1), getOperand(2),
+                                                 b.getStrArrayAttr({axis.getValue()}));
+}
 LogicalResult ReshapeOp::inferShardingRule(ShardingRuleContext &ctx) { return reshapeRule(*this, ctx); }
 LogicalResult TransposeOp::inferShardingRule(ShardingRuleContext &ctx) { return transposeRule(*this, ctx); }
 LogicalResult SliceOp::inferShardingRule(ShardingRuleContext &ctx) { return sliceOrPadRule(*this, ctx); }

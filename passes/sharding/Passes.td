@@ -5,30 +5,31 @@
 
 include "mlir/Pass/PassBase.td"
 
-def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
-  let summary = "Partition a training step over a device mesh and insert collectives";
+def PropagateShardingPass : Pass<"ptc-propagate-sharding", "::mlir::ModuleOp"> {
+  let summary = "Decide the sharding of every value of a training step over a device mesh";
   let description = [{
-    Gives every value of the training step (forward, backward and optimizer)
-    a sharding — one mesh axis or none per dimension, plus the axes over
-    which it is a partial sum — rewrites the step to per-device (local)
-    shapes, and inserts collectives where a consumer needs another sharding
-    than its producer gives: `ptc.all_reduce` (partial -> full sum),
-    `ptc.reduce_scatter` (partial -> sharded), `ptc.all_gather`
-    (sharded -> replicated), `ptc.shard_slice` (replicated -> sharded, no
-    communication).
+    The first sharding phase. Gives every value of the training step
+    (forward, backward and optimizer) a sharding — one mesh axis or none per
+    dimension, plus the axes over which it is a partial sum — and records it
+    without rewriting anything: each argument's `ptc.sharding`, each op's
+    `ptc.operand_shardings` (what it needs of its operands) and
+    `ptc.shardings` (what its results are), as `#ptc.sharding` attributes,
+    with rescales and the other decisions `ptc-partition` carries out
+    (passes/sharding/ShardingPhases.h lists them). `ptc-shard` runs both.
 
     Shardings come, in order of priority, from user annotations
-    (`ptc.sharding = "[dp, _]"` on arguments), default rules (the batch
-    dimension of every `ptc.input` is sharded over `dp`; parameters and
-    optimizer state are replicated), and propagation through each op's rule
-    in program order. Where operands disagree, the smaller one is resharded;
-    two user annotations that disagree are an error. Every op records its
-    results' shardings and their origin in `ptc.shardings`.
+    (`ptc.sharding = #ptc.sharding<[dp, _]>` or `"[dp, _]"` on arguments, or
+    a list of them on an op's results), default rules (the batch dimension of
+    every `ptc.input` is sharded over `dp`; Megatron's tensor-parallel splits
+    of the parameters; experts over `ep`), and propagation through each op's
+    rule in program order. Where operands disagree, the smaller one is
+    resharded; two user annotations that disagree are an error. Every op
+    records where its results' shardings came from in `ptc.sharding_origins`.
 
     With `sequence-parallel`, the sequence dimension (dim 1) of the inputs is
     split over `tp` too, so LayerNorms and residual adds run on sequence
     shards; entering a column-parallel layer then all-gathers the sequence and
-    leaving a row-parallel one reduce-scatters it (`ptc.reduce_scatter`).
+    leaving a row-parallel one reduce-scatters it.
 
     ZeRO is sharding too: with `zero=1` every optimizer state tensor is split
     over `dp` along its first dimension that `dp` divides (and no other axis
@@ -42,16 +43,12 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
 
     Reductions over a sharded dimension yield partial sums (the parameter
     gradients of data parallelism, the row-parallel matmul of tensor
-    parallelism); means rescale by the shard count. Every inserted collective
-    records why in `ptc.cause` (for ptc-bucket-collectives and
-    ptc-explain-collectives, the next phases).
+    parallelism); means rescale by the shard count.
 
     The pass is a driver: each op's sharding rule comes from its
     ShardingRuleOpInterface (dialects/ptc/PtcShardingRules.cpp), the default
-    rules from ShardingDefaults.cpp.
-
-    The mesh comes from `mesh` ("dp:2,tp:2") and is recorded on the module as
-    `ptc.mesh`.
+    rules from ShardingDefaults.cpp. The mesh comes from `mesh`
+    ("dp:2,tp:2") and is recorded on the module as `ptc.mesh`.
   }];
   let options = [
     Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
@@ -68,6 +65,24 @@ def ShardPass : Pass<"ptc-shard", "::mlir::ModuleOp"> {
            "until its backward use (FSDP's SHARD_GRAD_OP: half the gathers, the "
            "gathered weights saved as activations)">
   ];
+  let dependentDialects = ["::mlir::ptc::PtcDialect"];
+}
+
+def PartitionPass : Pass<"ptc-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrite a training step to local shapes with collectives, as propagation decided";
+  let description = [{
+    The second sharding phase, after `ptc-propagate-sharding`. Gives every
+    value its local (per-device) type and inserts collectives where an op
+    needs another sharding of an operand than its producer gives:
+    `ptc.all_reduce` (partial -> full sum), `ptc.reduce_scatter` (partial ->
+    sharded), `ptc.all_to_all` (a split moving between dimensions),
+    `ptc.all_gather` (sharded -> replicated), `ptc.shard_slice` (replicated
+    -> sharded, no communication). Means over sharded rows are rescaled; a
+    cross-entropy whose classes are split becomes its vocabulary-parallel
+    form. Every inserted collective records why in `ptc.cause` (for
+    ptc-bucket-collectives and ptc-explain-collectives, the next phases).
+    Without a `ptc.mesh` on the module the pass does nothing.
+  }];
   let dependentDialects = ["::mlir::ptc::PtcDialect"];
 }
 

@@ -1,6 +1,6 @@
 //===- ShardingDefaults.cpp - default sharding rules (Megatron, ZeRO) -----===//
 //
-// The default shardings of ptc-shard's first phase, below user annotations
+// The default shardings of ptc-propagate-sharding, below user annotations
 // and above propagation: Megatron-LM's column/row-parallel linear layers and
 // vocabulary-parallel embedding over the tensor axis, ZeRO's optimizer-state
 // (and parameter) splits over the data axis. Both are found from the op

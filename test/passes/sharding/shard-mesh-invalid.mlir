@@ -6,7 +6,7 @@
 // RUN: not ptc-opt %s --ptc-shard="mesh=tp:0" 2>&1 | FileCheck %s --check-prefix=SIZE
 // SIZE: error: mesh axis 'tp' has size 0; sizes must be at least 1
 // RUN: not ptc-opt %s --ptc-shard 2>&1 | FileCheck %s --check-prefix=NONE
-// NONE: error: ptc-shard needs a mesh: mesh=dp:2,tp:2 or a 'ptc.mesh' module attribute
+// NONE: error: ptc-propagate-sharding needs a mesh: mesh=dp:2,tp:2 or a 'ptc.mesh' module attribute
 // An axis name ptc does not know would run full replicas: an error listing the known ones.
 // RUN: not ptc-opt %s --ptc-shard="mesh=foo:2" 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: error: unknown mesh axis 'foo'; known axes: dp (data parallelism, ZeRO), tp (tensor and sequence parallelism), pp (pipeline parallelism), ep (expert parallelism), cp (context parallelism, not implemented yet)

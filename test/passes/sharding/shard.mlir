@@ -45,7 +45,7 @@ func.func @mean(%x: tensor<8x4xf32> {ptc.input = "x"}) -> tensor<4xf32> {
 // CHECK-LABEL: func.func @value_annotation
 // CHECK: %[[G:.+]] = ptc.gelu %arg0
 // CHECK-NEXT: %[[W:.+]] = ptc.all_gather %[[G]] {axes = ["dp"], {{.*}}dim = 0 : i64{{.*}} : tensor<2x4xf32> -> tensor<4x4xf32>
-// CHECK-NEXT: ptc.relu %[[W]] {{.*}}"[_, _] (propagated)"{{.*}} : tensor<4x4xf32>
+// CHECK-NEXT: ptc.relu %[[W]] {ptc.sharding_origins = ["propagated"], ptc.shardings = [#ptc.sharding<[_, _]>]} : tensor<4x4xf32>
 func.func @value_annotation(%x: tensor<4x4xf32> {ptc.input = "x"}) -> tensor<4x4xf32> {
   %g = ptc.gelu %x {ptc.sharding = ["[_, _]"]} : tensor<4x4xf32>
   %0 = ptc.relu %g : tensor<4x4xf32>
