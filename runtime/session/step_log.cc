@@ -1,4 +1,4 @@
-#include "tools/ptc-run/step_log.h"
+#include "runtime/session/step_log.h"
 
 #include <algorithm>
 #include <cmath>

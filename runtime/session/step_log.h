@@ -1,9 +1,9 @@
-// ptc-run's per-step hooks: the evaluation, the metrics files (JSON lines,
+// Per-step hooks of a training run (ptc-run's): the evaluation, the metrics files (JSON lines,
 // CSV, TensorBoard) and the progress line. Steps count from 1 everywhere: the
 // progress line, "eval after step N", the metrics files and checkpoints'
 // step-N.
-#ifndef PTC_TOOLS_PTC_RUN_STEP_LOG_H
-#define PTC_TOOLS_PTC_RUN_STEP_LOG_H
+#ifndef PTC_RUNTIME_SESSION_STEP_LOG_H
+#define PTC_RUNTIME_SESSION_STEP_LOG_H
 
 #include "runtime/io/scalar_log.h"
 #include "runtime/io/token_data.h"
@@ -112,4 +112,4 @@ private:
 
 } // namespace ptc
 
-#endif // PTC_TOOLS_PTC_RUN_STEP_LOG_H
+#endif // PTC_RUNTIME_SESSION_STEP_LOG_H

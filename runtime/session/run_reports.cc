@@ -1,0 +1,119 @@
+// ptc-run's reports: schedule trace, per-op profile, memory against prediction.
+
+#include "runtime/session/run_reports.h"
+
+#include "runtime/plan/plan_ops.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+namespace ptc {
+
+/// Chrome trace event format: one row (tid) per rank, times in us.
+Status writeScheduleTrace(TrainingSession &session, const std::string &path) {
+  Communicator *comm = session.communicator();
+  std::string mine;
+  for (const Executor::TraceEvent &e : session.executor().trace()) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "{\"name\":\"%s\",\"cat\":\"%c\",\"ph\":\"X\",\"ts\":%.1f,\"dur\":%.1f,"
+                  "\"pid\":0,\"tid\":%d},\n",
+                  e.name.c_str(), e.name[0], e.startUs, e.durationUs, session.rank());
+    mine += line;
+  }
+  std::vector<std::string> all{mine};
+  if (comm) {
+    auto gathered = comm->allGatherStrings(mine);
+    if (!gathered.isOk())
+      return gathered.status();
+    all = *gathered;
+  }
+  if (!session.leader())
+    return Status::ok();
+  std::ofstream out(path, std::ios::trunc);
+  if (!out)
+    return invalidArgument("cannot write trace file '", path, "'");
+  out << "{\"traceEvents\":[\n";
+  for (size_t r = 0; r < all.size(); ++r)
+    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << r
+        << ",\"args\":{\"name\":\"rank " << r << "\"}},\n" << all[r];
+  out << "{\"name\":\"end\",\"ph\":\"i\",\"ts\":0,\"pid\":0,\"tid\":0,\"s\":\"g\"}]}\n";
+  std::cout << "ptc-run: wrote trace of the last step to " << path << "\n";
+  return Status::ok();
+}
+
+void printOpProfile(const std::vector<double> &opTimes, int64_t steps) {
+  std::vector<std::pair<double, int>> rows;
+  double total = 0;
+  for (size_t op = 0; op < opTimes.size(); ++op)
+    if (opTimes[op] > 0) {
+      rows.push_back({opTimes[op], static_cast<int>(op)});
+      total += opTimes[op];
+    }
+  std::sort(rows.rbegin(), rows.rend());
+  std::cout << "profile: time per step by op kind\n";
+  for (auto [t, op] : rows) {
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-22s %8.3f ms  %5.1f%%",
+                  opcodeName(static_cast<plan::OpCode>(op)), 1e3 * t / static_cast<double>(steps),
+                  100.0 * t / total);
+    std::cout << line << "\n";
+  }
+}
+
+void printMemoryReport(TrainingSession &session) {
+  // Everything ptc-run allocates for the plan is known up front; the process
+  // peak adds code, MPI and BLAS buffers.
+  Executor &ex = session.executor();
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  int64_t allocated = ex.persistentBytes() + ex.arenaBytes() + ex.communicationBytes();
+  int64_t predicted = predictedPeakBytes(session.plan(), session.pipelineRank());
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "memory (rank %d): allocated %lld B (tensors %lld + arena %lld + "
+                "communication %lld), predicted %lld B (%.1f%% off); process peak RSS %lld KiB%s\n",
+                session.rank(),
+                static_cast<long long>(allocated), static_cast<long long>(ex.persistentBytes()),
+                static_cast<long long>(ex.arenaBytes()),
+                static_cast<long long>(ex.communicationBytes()), static_cast<long long>(predicted),
+                predicted ? 100.0 * static_cast<double>(allocated - predicted) / static_cast<double>(predicted) : 0.0,
+                static_cast<long long>(usage.ru_maxrss),
+                session.plan().pipelined()
+                    ? ("; pipeline rank " + std::to_string(session.pipelineRank())).c_str()
+                    : "");
+  std::cout << line << std::flush;
+  if (ex.fileBytes() > 0)
+    std::cout << "memory (rank " << session.rank() << "): offload file " << ex.fileBytes()
+              << " B (master weights and optimizer state), at most " << ex.filePeakResidentBytes()
+              << " B of it resident in host memory (measured with mincore after each use)\n"
+              << std::flush;
+  if (int64_t host = predictedHostBytes(session.plan(), session.pipelineRank()); host > 0 || ex.hostBytes() > 0)
+    std::cout << "memory (rank " << session.rank() << "): offloaded to host memory "
+              << ex.hostBytes() << " B, predicted " << host
+              << " B (master weights, optimizer state, the update's temporaries)\n"
+              << std::flush;
+  if (session.plan().pipelined())
+    std::cout << "memory (rank " << session.rank() << "): activation stash peak "
+              << ex.stashPeakBytes() << " B, predicted " << ex.predictedStashBytes()
+              << " B (values waiting between segments and micro-batches)\n"
+              << std::flush;
+}
+
+void printMemoryReportPerPipelineRank(TrainingSession &session) {
+  bool first = session.leader();
+  if (Communicator *c = session.communicator(); c && session.plan().pipelined()) {
+    first = true;
+    for (size_t a = 0; a < c->coords().size(); ++a)
+      if (static_cast<int>(a) != session.plan().pipelineAxis() && c->coords()[a] != 0)
+        first = false;
+  }
+  if (first)
+    printMemoryReport(session);
+}
+
+} // namespace ptc
