@@ -13,50 +13,24 @@ usage: elastic.py --bin BUILD/bin --workdir DIR
 """
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import losses  # noqa: E402
+from harness import fresh_workdir, losses, mpi_env, small_gpt_job  # noqa: E402
 
 STEPS, EVERY, LOSE = 24, 4, 14
 
-JOB = """
-[model]
-name = "gpt"
-layers = 2
-hidden = 64
-heads = 4
-vocab = 256
-
-[training]
-steps = {steps}
-batch = 8
-seq = 32
-data = "{data}"
-threads = 1
-
-[optimizer]
-name = "adamw"
-lr = 3e-3
-
-[parallelism]
-mesh = "dp:2,tp:2"
-
+def job(hostfile):
+    return small_gpt_job(STEPS, lr="3e-3", log_every=4, sections=f"""
 [checkpoint]
-every = {every}
+every = {EVERY}
 max_restarts = 2
 
 [launch]
 hostfile = "{hostfile}"
-cluster = "{cluster}"
-
-[metrics]
-log_every = 4
-csv = false
-tensorboard = false
-"""
+cluster = "dgx-a100-ib"
+""")
 
 
 def main():
@@ -64,11 +38,9 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
     args = ap.parse_args()
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
-    os.chdir(args.workdir)
+    fresh_workdir(args.workdir)
     b = lambda t: os.path.join(args.bin, t)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpi_env()
     subprocess.run([b("ptc-tokenize"), "-o", "data.bin", "/usr/share/common-licenses/GPL-3"],
                    check=True, stdout=subprocess.DEVNULL)
     # The planner prices layouts with a cluster description; a preset keeps this test
@@ -78,8 +50,7 @@ def main():
         with open(f"{name}-hosts.txt", "w") as f:
             f.write("localhost slots=4\n")
         with open(f"{name}.toml", "w") as f:
-            f.write(JOB.format(steps=STEPS, every=EVERY, data="data.bin",
-                               hostfile=f"{name}-hosts.txt", cluster="dgx-a100-ib"))
+            f.write(job(f"{name}-hosts.txt"))
 
     ref = subprocess.run([b("ptc-train"), "reference.toml"], env=env, capture_output=True, text=True)
     assert ref.returncode == 0, ref.stdout + ref.stderr
@@ -116,8 +87,7 @@ def main():
     with open("small-hosts.txt", "w") as f:
         f.write("localhost slots=2\n")
     with open("small.toml", "w") as f:
-        f.write(JOB.format(steps=STEPS, every=EVERY, data="data.bin", hostfile="small-hosts.txt",
-                           cluster="dgx-a100-ib"))
+        f.write(job("small-hosts.txt"))
     small = subprocess.run([b("ptc-train"), "small.toml"], env=env, capture_output=True, text=True)
     assert small.returncode == 76, (small.returncode, small.stderr)
     assert ("ptc-train: error: 2 ranks are available (the slots of small-hosts.txt) but "
@@ -126,8 +96,7 @@ def main():
     # Elastic, but the model does not fit the ranks left (the planner's memory check
     # with devices of 1 MB): an error saying so, nothing run. The model is a file here, which
     # the planner prices whole.
-    text = JOB.format(steps=STEPS, every=EVERY, data="data.bin", hostfile="small-hosts.txt",
-                      cluster="dgx-a100-ib")
+    text = job("small-hosts.txt")
     model = text[text.index("[model]"):text.index("[training]")]
     with open("small.toml", "w") as f:
         f.write(text.replace(model, '[model]\nfile = "runs/elastic/model.mlir"\n\n'))

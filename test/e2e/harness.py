@@ -3,15 +3,60 @@ that lets OpenMPI start as root and oversubscribe this machine's cores, the loss
 metrics file, and the rank processes of a plan."""
 import json
 import os
+import shutil
 import subprocess
+
+
+def mpi_env(**extra):
+    """This process's environment with OpenMPI allowed to start as root (as this machine's
+    jobs run), plus `extra`."""
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
+
+
+def fresh_workdir(path):
+    """Empties `path` (creating it) and makes it the current directory."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    os.chdir(path)
+
+
+def small_gpt_job(steps, lr, log_every, sections=""):
+    """A ptc-train job file: a 2-layer GPT on dp:2 x tp:2 trained on data.bin, metrics as JSON
+    lines only, with the job's own `sections` ([job], [checkpoint], [launch], ...) added."""
+    return f"""
+[model]
+name = "gpt"
+layers = 2
+hidden = 64
+heads = 4
+vocab = 256
+
+[training]
+steps = {steps}
+batch = 8
+seq = 32
+data = "data.bin"
+threads = 1
+
+[optimizer]
+name = "adamw"
+lr = {lr}
+
+[parallelism]
+mesh = "dp:2,tp:2"
+
+[metrics]
+log_every = {log_every}
+csv = false
+tensorboard = false
+{sections}"""
 
 
 def tools(bin_dir, workdir):
     """Returns (w, b, run): w(name) is a path in `workdir` (created), b(tool) the tool in
     `bin_dir`, run(*cmd) runs a command (quietly, failing on a non-zero status)."""
     os.makedirs(workdir, exist_ok=True)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env = mpi_env(OMPI_MCA_rmaps_base_oversubscribe="1")
     w = lambda name: os.path.join(workdir, name)
     b = lambda tool: os.path.join(bin_dir, tool)
     run = lambda *cmd: subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)

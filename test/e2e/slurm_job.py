@@ -23,13 +23,12 @@ usage: slurm_job.py --bin BUILD/bin --source SOURCE_DIR --workdir DIR [--scenari
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import losses, lines  # noqa: E402
+from harness import fresh_workdir, lines, losses, mpi_env, small_gpt_job  # noqa: E402
 
 EVERY = 10
 # The requeue continues in the same layout (bitwise); the elastic one in another, whose
@@ -37,42 +36,17 @@ EVERY = 10
 # (a run of 120 reached 1e-3 at one step).
 STEPS = {"requeue": 120, "elastic": 50, "cancel": 120}
 
-JOB = """
+def job(folder, steps, every):
+    return small_gpt_job(steps, lr="1e-3", log_every=100, sections=f"""
 [job]
-dir = "{dir}"
-
-[model]
-name = "gpt"
-layers = 2
-hidden = 64
-heads = 4
-vocab = 256
-
-[training]
-steps = {steps}
-batch = 8
-seq = 32
-data = "data.bin"
-threads = 1
-
-[optimizer]
-name = "adamw"
-lr = 1e-3
-
-[parallelism]
-mesh = "dp:2,tp:2"
+dir = "{folder}"
 
 [checkpoint]
 every = {every}
 
 [launch]
 cluster = "dgx-a100-ib"
-
-[metrics]
-log_every = 100
-csv = false
-tensorboard = false
-"""
+""")
 
 
 class Cluster:
@@ -119,17 +93,15 @@ def main():
     if check.returncode != 0:
         print(check.stdout + check.stderr + "skipped: no Slurm cluster can run here")
         return 77
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
-    os.chdir(args.workdir)
+    fresh_workdir(args.workdir)
     b = lambda t: os.path.join(args.bin, t)
     subprocess.run([b("ptc-tokenize"), "-o", "data.bin", "/usr/share/common-licenses/GPL-3"],
                    check=True, stdout=subprocess.DEVNULL)
     for name in ("reference", "slurm"):
         with open(f"{name}.toml", "w") as f:
-            f.write(JOB.format(dir=f"runs/{name}", steps=STEPS[args.scenario], every=EVERY))
+            f.write(job(f"runs/{name}", STEPS[args.scenario], EVERY))
     # The uninterrupted run: the same job under mpirun on this machine.
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpi_env()
     env.pop("SLURM_JOB_ID", None)
     ref = subprocess.run([b("ptc-train"), "reference.toml"], env=env, capture_output=True, text=True)
     assert ref.returncode == 0, ref.stdout + ref.stderr

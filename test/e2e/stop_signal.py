@@ -14,14 +14,13 @@ usage: stop_signal.py --bin BUILD/bin --workdir DIR
 import argparse
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import losses, lines, rank_pids  # noqa: E402
+from harness import fresh_workdir, lines, losses, mpi_env, rank_pids  # noqa: E402
 
 STEPS = 120
 
@@ -31,13 +30,10 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
     args = ap.parse_args()
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
-    os.chdir(args.workdir)
+    fresh_workdir(args.workdir)
     b = lambda t: os.path.join(args.bin, t)
     # Every step 20 ms longer: the signal lands mid-run however fast this machine is.
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PTC_FAULT_SLOW_STEP_MS="20")
+    env = mpi_env(OMPI_MCA_rmaps_base_oversubscribe="1", PTC_FAULT_SLOW_STEP_MS="20")
     run = lambda *cmd: subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     run(b("ptc-tokenize"), "-o", "data.bin", "/usr/share/common-licenses/GPL-3")
     run(b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",

@@ -188,9 +188,11 @@ template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) 
 /// when the job fails (a rank died, a peer error), every rank is gone (mpirun
 /// ends them all), the failure is logged, and the job starts again from the
 /// latest checkpoint of --checkpoint-dir, at most R times.
-int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRestarts,
+int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestarts,
                      const std::string &checkpointDir, const std::string &planPath,
                      const std::string &hostfile) {
+  const int ranks = static_cast<int>(jobRanks); // 1 to kMaxMeshDevices: checked by the caller
+  const std::string np = std::to_string(ranks);
   std::vector<std::string> args{"mpirun", "-np", np};
   if (!hostfile.empty())
     args.insert(args.begin() + 1, {"--hostfile", hostfile});
@@ -224,8 +226,7 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
               << std::strerror(errno) << "\n";
   };
   // The ranks' status files, to name a rank that dies without a word.
-  char statusTemplate[] = "/tmp/ptc-run-status-XXXXXX";
-  std::string statusDir = mkdtemp(statusTemplate) ? statusTemplate : "";
+  std::string statusDir = makeStatusDirectory();
   if (!statusDir.empty())
     setenv("PTC_STATUS_DIR", statusDir.c_str(), 1);
   auto cleanup = [&] {
@@ -234,7 +235,6 @@ int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRe
       std::filesystem::remove_all(statusDir, ec);
     }
   };
-  int ranks = static_cast<int>(parseInteger(np, 1, kMaxMeshDevices).value_or(1)); // checked by the caller
   // The ranks the hostfile's hosts can take now: too few to start or restart
   // the job is kExitTooFewRanks (ptc-train's elastic mode re-plans on it).
   auto tooFewRanks = [&](const char *when) -> int {

@@ -20,7 +20,7 @@ int launcherRank();
 
 /// `ptc-run --np N ARGS...`: re-executes ptc-run under mpirun with N ranks
 /// (see the definition). Returns the job's exit status.
-int launchWithMpirun(int argc, char **argv, const std::string &np, int64_t maxRestarts,
+int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestarts,
                      const std::string &checkpointDir, const std::string &planPath,
                      const std::string &hostfile);
 

@@ -207,7 +207,7 @@ bool checkTogether(RunOptions &o) {
   if ((o.has("--eval-every") || o.has("--eval-steps")) && !o.has("--eval-data"))
     return error("--eval-every and --eval-steps need --eval-data");
   if (o.keepLast > (1 << 20))
-    return error("--checkpoint-every and --keep-last must be non-negative");
+    return error("--keep-last " + std::to_string(o.keepLast) + " is more than 2^20 checkpoints");
   if ((o.checkpointEvery > 0 || o.keepLast > 0) && !o.has("--checkpoint-dir"))
     return error("--checkpoint-every and --keep-last need --checkpoint-dir");
   if (o.maxShardMb < 1 || o.maxShardMb > (int64_t{1} << 40))
@@ -288,8 +288,6 @@ std::optional<int> parseRunOptions(int argc, char **argv, RunOptions &out) {
     out.given.insert(a);
     if (!setValue(*row, value, out))
       return 2;
-    if (a == "--np")
-      out.np = value;
   }
   if (out.planPath.empty()) {
     error("no plan given (usage: ptc-run PLAN [options]; see ptc-run --help)");

@@ -59,7 +59,7 @@ int runMain(int argc, char **argv) {
   if (o.tf32)
     setenv("PTC_CUDA_TF32", "1", 1); // read by the CUDA device
   if (o.has("--np"))
-    return launchWithMpirun(argc, argv, o.np, o.maxRestarts, o.checkpointDir, o.planPath,
+    return launchWithMpirun(argc, argv, o.ranks, o.maxRestarts, o.checkpointDir, o.planPath,
                             o.hostfile);
 #ifdef _OPENMP
   // Every kernel's threads, GEMMs included (kernels/cpu/matmul.cc splits

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -200,6 +202,18 @@ void reportSilentDeaths(const std::string &dir, int ranks, const std::string &pl
               << " (killed by a signal such as SIGKILL or the out-of-memory killer, or frozen: "
                  "SIGSTOP, a hung device); mpirun stopped the other ranks\n";
   }
+}
+
+std::string makeStatusDirectory() {
+  std::error_code error;
+  std::string dir =
+      (std::filesystem::temp_directory_path(error) / "ptc-run-status-XXXXXX").string();
+  if (!error && mkdtemp(dir.data()))
+    return dir;
+  std::cerr << "ptc-run: warning: cannot create the ranks' status directory " << dir << " ("
+            << (error ? error.message() : std::strerror(errno))
+            << "): a rank that dies without a word will not be named\n";
+  return "";
 }
 
 } // namespace ptc

@@ -50,6 +50,11 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
 /// and instruction where they stopped (on stderr).
 void reportSilentDeaths(const std::string &dir, int ranks, const std::string &planPath);
 
+/// A fresh directory in $TMPDIR (or /tmp) for the ranks' status files, or ""
+/// after a warning: the job then runs, but a rank that dies without a word
+/// is named by mpirun alone.
+std::string makeStatusDirectory();
+
 /// Marks each step in the rank's status file.
 class StatusBeacon : public SessionHook {
 public:
