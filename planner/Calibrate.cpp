@@ -102,7 +102,7 @@ ComputeProfile measureProfile(int threads, llvm::raw_ostream &log) {
     b.assign(static_cast<size_t>(n), 2.f);
     c.assign(static_cast<size_t>(n), 0.f);
     double t = timeIt([&] {
-      kernels::cpu::binary(kernels::cpu::Binary::Add, a.data(), {n}, b.data(), {n}, c.data(), {n});
+      kernels::cpu::binary(kernels::BinaryOp::Add, a.data(), {n}, b.data(), {n}, c.data(), {n});
     });
     double bytes = 12.0 * n;
     p.memory.push_back({bytes, bytes / t});

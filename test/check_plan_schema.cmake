@@ -1,11 +1,14 @@
-# Fails when runtime/plan/plan.fbs changed without a new plan format version:
+# Fails when the plan schema (runtime/plan/plan.fbs.in with the opcodes of
+# kernels/common/op_table.def, as the build generates it) changed without a new
+# plan format version:
 # the schema's hash (comments and whitespace aside) must be the one that
 # runtime/plan/schema-versions.txt lists for plan_format.h's kFormatVersion,
 # and every version there has a schema of its own. Changing the schema means
 # bumping kFormatVersion and adding a line (never editing one).
 #   cmake -DSOURCE_DIR=<repo> -P check_plan_schema.cmake
 cmake_minimum_required(VERSION 3.20)
-file(READ "${SOURCE_DIR}/runtime/plan/plan.fbs" schema)
+include("${SOURCE_DIR}/runtime/plan/plan_schema.cmake")
+ptc_plan_schema(schema "${SOURCE_DIR}")
 string(REGEX REPLACE "//[^\n]*" "" schema "${schema}")
 string(REGEX REPLACE "[ \t\r\n]+" " " schema "${schema}")
 string(STRIP "${schema}" schema)
@@ -40,7 +43,7 @@ if(NOT previous EQUAL version)
                       "schema-versions.txt is ${previous}")
 endif()
 if(NOT listed STREQUAL hash)
-  message(FATAL_ERROR "runtime/plan/plan.fbs changed (schema hash ${hash}) without a new plan "
+  message(FATAL_ERROR "the plan schema (plan.fbs.in, op_table.def's opcodes) changed (schema hash ${hash}) without a new plan "
                       "format version: bump kFormatVersion in plan_format.h, say what changed "
                       "there, and add the line '<version> ${hash}' to schema-versions.txt")
 endif()

@@ -15,6 +15,19 @@ using Shape = std::vector<int64_t>;
 /// Float storage types (mixed precision: bf16 / f16 storage, f32 math).
 enum class FloatType { F32, BF16, F16 };
 
+/// A tensor's element type (the plan's DType: same values).
+enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2, I32 = 3 };
+inline int64_t dtypeBytes(DType t) { return t == DType::BF16 || t == DType::F16 ? 2 : 4; }
+inline bool isLowPrecision(DType t) { return t == DType::BF16 || t == DType::F16; }
+/// The float storage type of a float element type.
+inline FloatType floatTypeOf(DType t) {
+  return t == DType::BF16 ? FloatType::BF16 : t == DType::F16 ? FloatType::F16 : FloatType::F32;
+}
+
+/// The arithmetic of the Add/Sub/Mul/Div and ReduceSum/Mean/Max kernels.
+enum class BinaryOp { Add, Sub, Mul, Div };
+enum class ReduceOp { Sum, Mean, Max };
+
 /// bf16 <-> f32 (round to nearest even; NaN stays NaN).
 inline float bf16ToF32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

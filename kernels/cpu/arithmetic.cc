@@ -52,21 +52,21 @@ void binaryLoop(F f, const float *a, const Shape &as, const float *b, const Shap
 }
 } // namespace
 
-void binary(Binary kind, const float *a, const Shape &as, const float *b, const Shape &bs,
+void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, const Shape &bs,
             float *out, const Shape &os) {
   switch (kind) {
-  case Binary::Add:
+  case BinaryOp::Add:
     return binaryLoop([](float x, float y) { return x + y; }, a, as, b, bs, out, os);
-  case Binary::Sub:
+  case BinaryOp::Sub:
     return binaryLoop([](float x, float y) { return x - y; }, a, as, b, bs, out, os);
-  case Binary::Mul:
+  case BinaryOp::Mul:
     return binaryLoop([](float x, float y) { return x * y; }, a, as, b, bs, out, os);
-  case Binary::Div:
+  case BinaryOp::Div:
     return binaryLoop([](float x, float y) { return x / y; }, a, as, b, bs, out, os);
   }
 }
 
-void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) {
+static void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) {
   binaryLoop([](float x, float) { return x; }, in, is, in, is, out, os);
 }
 
@@ -135,6 +135,48 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
     for (int64_t i = 0; i < n; ++i)
       dst[i] = f32ToBf16(load(i));
   }
+}
+
+void addArithmeticKernels(KernelTable &t) {
+  auto binaryKernel = [](const KernelCall &c) {
+    static constexpr BinaryOp kOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
+    const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
+    binary(kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)], a.f32(), *a.shape,
+           b.f32(), *b.shape, out.f32(), *out.shape);
+    return KernelResult::ok();
+  };
+  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div})
+    t.add(op, binaryKernel);
+  // out += in (a micro-batch's contribution to a sum).
+  t.add(OpKind::MicrobatchSum, [](const KernelCall &c) {
+    const TensorView &in = c.input(0), &out = c.output(0);
+    binary(BinaryOp::Add, out.f32(), *out.shape, in.f32(), *in.shape, out.f32(), *out.shape);
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Broadcast, [](const KernelCall &c) {
+    broadcastTo(c.input(0).f32(), *c.input(0).shape, c.output(0).f32(), *c.output(0).shape);
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Scale, [](const KernelCall &c) {
+    scale(c.input(0).f32(), c.output(0).f32(), c.input(0).elements, c.real(0));
+    return KernelResult::ok();
+  });
+  // Byte moves and conversions run on the stored types.
+  t.add(
+      OpKind::Reshape,
+      [](const KernelCall &c) {
+        copy(c.input(0).data, c.output(0).data, c.input(0).bytes());
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(
+      OpKind::Convert,
+      [](const KernelCall &c) {
+        convertFloat(c.input(0).data, floatTypeOf(c.input(0).dtype), c.output(0).data,
+                     floatTypeOf(c.output(0).dtype), c.input(0).elements);
+        return KernelResult::ok();
+      },
+      anyTypes);
 }
 
 } // namespace ptc::kernels::cpu

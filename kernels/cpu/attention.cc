@@ -254,4 +254,21 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
   }
 }
 
+void addAttentionKernels(KernelTable &t) {
+  // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
+  t.add(OpKind::CausalAttention, [](const KernelCall &c) {
+    const TensorView &q = c.input(0);
+    causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), *q.shape,
+                    c.input(1).dim(1), c.real(0));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
+    const TensorView &q = c.input(0);
+    causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
+                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), *q.shape,
+                        c.input(1).dim(1), c.real(0));
+    return KernelResult::ok();
+  });
+}
+
 } // namespace ptc::kernels::cpu

@@ -132,4 +132,16 @@ void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int
   }
 }
 
+void addElementwiseKernels(KernelTable &t) {
+  t.add(OpKind::Unary, [](const KernelCall &c) {
+    unary(c.function, c.input(0).f32(), c.output(0).f32(), c.input(0).elements);
+    return KernelResult::ok();
+  });
+  t.add(OpKind::UnaryGrad, [](const KernelCall &c) {
+    unaryGrad(c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(),
+              c.input(0).elements);
+    return KernelResult::ok();
+  });
+}
+
 } // namespace ptc::kernels::cpu

@@ -14,7 +14,7 @@ namespace ptc::kernels::cpu {
 using namespace internal;
 
 
-KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
+static KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
                  int64_t count, float *out, int64_t rowOffset, int64_t totalRows) {
   if (totalRows < 0)
     totalRows = rows;
@@ -32,7 +32,7 @@ KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int3
   return KernelResult::ok();
 }
 
-KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
+static KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
                      int64_t rows, int64_t dim, int64_t rowOffset, int64_t totalRows) {
   if (totalRows < 0)
     totalRows = rows;
@@ -98,7 +98,7 @@ KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t r
   return KernelResult::ok();
 }
 
-KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
+static KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
                         int64_t rows, int64_t classes, float *out) {
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] < 0 || targets[r] >= classes)
@@ -120,6 +120,32 @@ KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const
     o[targets[r]] -= scale;
   }
   return KernelResult::ok();
+}
+
+void addEmbeddingAndLossKernels(KernelTable &t) {
+  // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
+  t.add(OpKind::Embedding, [](const KernelCall &c) {
+    const TensorView &table = c.input(0), &ids = c.input(1);
+    VocabularyBlock block = vocabularyBlock(c, table.dim(0));
+    return embedding(table.f32(), table.dim(0), table.dim(1), ids.i32(), ids.elements,
+                     c.output(0).f32(), block.offset, block.total);
+  });
+  t.add(OpKind::EmbeddingGrad, [](const KernelCall &c) {
+    const TensorView &ids = c.input(0), &dtable = c.output(0);
+    VocabularyBlock block = vocabularyBlock(c, dtable.dim(0));
+    return embeddingGrad(ids.i32(), ids.elements, c.input(1).f32(), dtable.f32(), dtable.dim(0),
+                         dtable.dim(1), block.offset, block.total);
+  });
+  t.add(OpKind::CrossEntropy, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    return crossEntropy(logits.f32(), c.input(1).i32(), logits.rows(), logits.dim(-1),
+                        c.output(0).f32());
+  });
+  t.add(OpKind::CrossEntropyGrad, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    return crossEntropyGrad(logits.f32(), c.input(1).i32(), c.input(2).f32(), logits.rows(),
+                            logits.dim(-1), c.output(0).f32());
+  });
 }
 
 } // namespace ptc::kernels::cpu

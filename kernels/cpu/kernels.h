@@ -1,11 +1,19 @@
-// CPU kernels (f32; i32 ids), one entry point per op kind. Shapes come
-// verified from the plan loader; kernels that read ids check their range and
-// report bad ids through a KernelResult. Matmuls go through OpenBLAS; the rest
-// are OpenMP loops written to vectorize. Activations: elementwise.cc.
+// CPU kernels (f32, bf16 matmuls; i32 ids). The runtime reaches them through
+// kernelTable(): one entry per op kind, added by each family file
+// (arithmetic.cc, elementwise.cc, matmul.cc, normalization.cc, attention.cc,
+// embedding_loss.cc, layout.cc, reduction.cc, moe.cc). Declared below besides
+// the table: what other code calls directly — host conversions and box
+// copies, the matmul and attention the planner calibrates and benchmarks time,
+// the vocabulary-parallel loss pieces and optimizer updates the executor
+// composes, and the kernels the unit tests compare with naive references.
+// Shapes come verified from the plan loader; kernels that read ids check their
+// range and report bad ids through a KernelResult. Matmuls go through oneDNN;
+// the rest are OpenMP loops written to vectorize.
 #ifndef PTC_KERNELS_CPU_KERNELS_H
 #define PTC_KERNELS_CPU_KERNELS_H
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/kernel_call.h"
 #include "kernels/common/error.h"
 #include "kernels/common/types.h"
 
@@ -17,16 +25,28 @@
 namespace ptc::kernels::cpu {
 
 using kernels::bf16ToF32;
+using kernels::BinaryOp;
+using kernels::ReduceOp;
 using kernels::f32ToBf16;
 using kernels::FloatType;
 using kernels::KernelResult;
 using kernels::Shape;
 using kernels::UnaryFunction;
 
-enum class Binary { Add, Sub, Mul, Div };
-void binary(Binary kind, const float *a, const Shape &as, const float *b, const Shape &bs,
+/// Every CPU kernel by op kind.
+const KernelTable &kernelTable();
+void addArithmeticKernels(KernelTable &t);
+void addElementwiseKernels(KernelTable &t);
+void addMatmulKernels(KernelTable &t);
+void addNormalizationKernels(KernelTable &t);
+void addAttentionKernels(KernelTable &t);
+void addEmbeddingAndLossKernels(KernelTable &t);
+void addLayoutKernels(KernelTable &t);
+void addReductionKernels(KernelTable &t);
+void addMoeKernels(KernelTable &t);
+
+void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, const Shape &bs,
             float *out, const Shape &os);
-void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os);
 void scale(const float *in, float *out, int64_t n, float factor);
 /// The activation `fn` and its gradient (elementwise.cc).
 void unary(UnaryFunction fn, const float *in, float *out, int64_t n);
@@ -51,18 +71,6 @@ bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const vo
 /// CPU (e.g. "brg:avx512_core_bf16"), or "" where it has none.
 std::string lowPrecisionMatmulImplementation(FloatType type);
 
-void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
-               int64_t cols, float eps);
-void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                   float *db, int64_t rows, int64_t cols, float eps);
-
-void softmax(const float *x, float *out, const Shape &shape, int64_t axis);
-void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis);
-
-/// x / sqrt(mean(x^2) + eps) * w over rows of `cols`, and its gradient.
-void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps);
-void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                 int64_t rows, int64_t cols, float eps);
 /// Rotary embedding of x [batch, heads, seq, dim] (rotate_half pairs i, i + dim/2;
 /// position = index along seq); `inverse` rotates back (the gradient).
 void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse);
@@ -76,13 +84,6 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
                          float scale);
 
-/// With `rowOffset`/`totalRows` (a vocabulary-parallel block of the table):
-/// ids in [0, totalRows) outside [rowOffset, rowOffset + rows) give zero rows.
-KernelResult embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                 int64_t count, float *out, int64_t rowOffset = 0, int64_t totalRows = -1);
-KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
-                     int64_t rows, int64_t dim, int64_t rowOffset = 0, int64_t totalRows = -1);
-
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
 /// classes) of `totalClasses` on this device): row maxima, row sums of
 /// exp(x - max), and the target logit (0 where another device holds it).
@@ -94,8 +95,6 @@ KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t ro
 /// Mean cross-entropy over `rows` rows of `classes` logits.
 KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                     float *loss);
-KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
-                        int64_t rows, int64_t classes, float *out);
 
 void transpose(const void *in, const Shape &is, void *out, const std::vector<int64_t> &perm,
                int64_t elemBytes);
@@ -106,23 +105,12 @@ void sliceCopy(const void *big, const Shape &bigShape, void *small, const Shape 
 void copyBox(const void *src, const Shape &srcShape, const std::vector<int64_t> &srcOffsets,
              void *dst, const Shape &dstShape, const std::vector<int64_t> &dstOffsets,
              const Shape &box, int64_t elemBytes);
-void pad(const float *in, const Shape &is, float *out, const Shape &os,
-         const std::vector<int64_t> &offsets);
 void concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes, void *out,
             int64_t axis, int64_t elemBytes);
 
-enum class Reduce { Sum, Mean, Max };
-void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
+void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
             float *out);
-void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
-                   const float *g, float *out);
 
-/// Softmax over `experts`, the k largest of p + bias (`bias` may be null)
-/// with their p as weights (renormalized with `normalize`).
-void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
-              bool normalize, float *weights, int32_t *indices);
-KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
-                    int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out);
 /// Per group, the fraction of the tokens * k assignments routed to each
 /// expert: out [groups, experts].
 KernelResult expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
@@ -131,16 +119,9 @@ KernelResult expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, 
 /// per group, expert buffers [experts, groups, capacity, dim].
 KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
                          int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out);
-KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
-                             int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                             int64_t capacity, float *out);
 KernelResult moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
                         int64_t groups, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
                         int64_t capacity, float *out);
-KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                            const float *g, int64_t groups, int64_t tokens, int64_t k,
-                            int64_t dim, int64_t experts, int64_t capacity, float *dExpertOut,
-                            float *dWeights);
 
 struct AdamW {
   float lr, beta1, beta2, eps, weightDecay;

@@ -96,7 +96,7 @@ void copyBox(const void *src, const Shape &srcShape, const std::vector<int64_t> 
                 sp + (s0 + rowOffset(r, box, ss)) * elemBytes, static_cast<size_t>(inner * elemBytes));
 }
 
-void pad(const float *in, const Shape &is, float *out, const Shape &os,
+static void pad(const float *in, const Shape &is, float *out, const Shape &os,
          const std::vector<int64_t> &offsets) {
   std::fill(out, out + product(os), 0.0f);
   sliceCopy(out, os, const_cast<float *>(in), is, offsets, sizeof(float), /*toSmall=*/false);
@@ -113,6 +113,44 @@ void concat(const std::vector<const void *> &ins, const std::vector<Shape> &shap
     sliceCopy(out, os, const_cast<void *>(ins[i]), shapes[i], offsets, elemBytes, false);
     offsets[axis] += shapes[i][axis];
   }
+}
+
+void addLayoutKernels(KernelTable &t) {
+  // Byte moves: on the stored element type.
+  t.add(
+      OpKind::Transpose,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0);
+        transpose(in.data, *in.shape, c.output(0).data, c.intList(), dtypeBytes(in.dtype));
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(
+      OpKind::Slice,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0), &out = c.output(0);
+        sliceCopy(in.data, *in.shape, out.data, *out.shape, c.intList(), dtypeBytes(in.dtype),
+                  /*toSmall=*/true);
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(
+      OpKind::Concat,
+      [](const KernelCall &c) {
+        std::vector<const void *> ins;
+        std::vector<Shape> shapes;
+        for (size_t i = 0; i < c.numInputs; ++i) {
+          ins.push_back(c.in[i].data);
+          shapes.push_back(*c.in[i].shape);
+        }
+        concat(ins, shapes, c.output(0).data, c.integer(0), dtypeBytes(c.output(0).dtype));
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(OpKind::Pad, [](const KernelCall &c) {
+    pad(c.input(0).f32(), *c.input(0).shape, c.output(0).f32(), *c.output(0).shape, c.intList());
+    return KernelResult::ok();
+  });
 }
 
 } // namespace ptc::kernels::cpu

@@ -179,17 +179,25 @@ std::mutex gLowPrecisionMutex;
 std::map<LowPrecisionKey, LowPrecisionMatmul> gLowPrecisionMatmuls; // every shape static: a few dozen
 } // namespace
 
-bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
-                        const Shape &bs, void *out, bool transA, bool transB) {
-  if (type == FloatType::F32)
-    return false;
+namespace {
+/// The primitive of a shape, created at its first use and kept.
+LowPrecisionMatmul &lowPrecisionMatmulFor(FloatType type, const Shape &as, const Shape &bs,
+                                          bool transA, bool transB) {
   std::lock_guard<std::mutex> lock(gLowPrecisionMutex);
   LowPrecisionKey key{type, as, bs, transA, transB};
   auto it = gLowPrecisionMatmuls.find(key);
   if (it == gLowPrecisionMatmuls.end())
     it = gLowPrecisionMatmuls.emplace(key, createLowPrecisionMatmul(type, as, bs, transA, transB))
              .first;
-  LowPrecisionMatmul &mm = it->second;
+  return it->second;
+}
+} // namespace
+
+bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
+                        const Shape &bs, void *out, bool transA, bool transB) {
+  if (type == FloatType::F32)
+    return false;
+  LowPrecisionMatmul &mm = lowPrecisionMatmulFor(type, as, bs, transA, transB);
   if (!mm.usable)
     return false;
   static dnnl::stream stream(cpuEngine());
@@ -206,6 +214,33 @@ std::string lowPrecisionMatmulImplementation(FloatType type) {
     return "";
   LowPrecisionMatmul probe = createLowPrecisionMatmul(type, {256, 256}, {256, 256}, false, false);
   return probe.usable ? probe.implementation : "";
+}
+
+void addMatmulKernels(KernelTable &t) {
+  // f32, or bf16 operands and result where oneDNN has a native kernel for
+  // the shape (the executor widens the others to f32).
+  auto accepts = [](const KernelCall &c) {
+    const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
+    if (a.dtype == DType::F32 && b.dtype == DType::F32 && out.dtype == DType::F32)
+      return true;
+    return a.dtype == out.dtype && b.dtype == out.dtype && isLowPrecision(out.dtype) &&
+           lowPrecisionMatmulFor(floatTypeOf(out.dtype), *a.shape, *b.shape, c.integer(0) != 0,
+                                 c.integer(1) != 0)
+               .usable;
+  };
+  t.add(
+      OpKind::Matmul,
+      [](const KernelCall &c) {
+        const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
+        const bool transA = c.integer(0) != 0, transB = c.integer(1) != 0;
+        if (out.dtype == DType::F32)
+          matmul(a.f32(), *a.shape, b.f32(), *b.shape, out.f32(), transA, transB);
+        else if (!matmulLowPrecision(floatTypeOf(out.dtype), a.data, *a.shape, b.data, *b.shape,
+                                     out.data, transA, transB))
+          return KernelResult::error("no native low-precision matmul for this shape");
+        return KernelResult::ok();
+      },
+      accepts);
 }
 
 } // namespace ptc::kernels::cpu

@@ -50,7 +50,7 @@ KernelResult assignSlots(const int32_t *indices, int64_t groups, int64_t tokens,
 }
 } // namespace
 
-void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
+static void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts, int64_t k,
               bool normalize, float *weights, int32_t *indices) {
 #pragma omp parallel
   {
@@ -79,7 +79,7 @@ void topKGate(const float *logits, const float *bias, int64_t tokens, int64_t ex
   }
 }
 
-KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
+static KernelResult topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
                     int64_t tokens, int64_t experts, int64_t k, bool normalize, float *out) {
   for (int64_t i = 0; i < tokens * k; ++i)
     if (indices[i] < 0 || indices[i] >= experts)
@@ -140,7 +140,7 @@ KernelResult moeDispatch(const float *x, const int32_t *indices, int64_t groups,
   return KernelResult::ok();
 }
 
-KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
+static KernelResult moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
                              int64_t tokens, int64_t k, int64_t dim, int64_t experts,
                              int64_t capacity, float *out) {
   std::vector<int64_t> slots;
@@ -177,7 +177,7 @@ KernelResult moeCombine(const float *expertOut, const float *weights, const int3
   return KernelResult::ok();
 }
 
-KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
+static KernelResult moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
                             const float *g, int64_t groups, int64_t tokens, int64_t k,
                             int64_t dim, int64_t experts, int64_t capacity, float *dExpertOut,
                             float *dWeights) {
@@ -200,6 +200,48 @@ KernelResult moeCombineGrad(const float *expertOut, const float *weights, const 
     dWeights[i] = dot;
   }
   return KernelResult::ok();
+}
+
+void addMoeKernels(KernelTable &t) {
+  t.add(OpKind::TopKGate, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    const float *bias = c.numInputs > 1 ? c.input(1).f32() : nullptr;
+    topKGate(logits.f32(), bias, logits.rows(), logits.dim(-1), c.integer(0), c.integer(1) != 0,
+             c.output(0).f32(), c.output(1).i32());
+    return KernelResult::ok();
+  });
+  t.add(OpKind::TopKGateGrad, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0), &indices = c.input(1);
+    return topKGateGrad(logits.f32(), indices.i32(), c.input(2).f32(), logits.rows(),
+                        logits.dim(-1), indices.dim(-1), c.integer(0) != 0, c.output(0).f32());
+  });
+  t.add(OpKind::ExpertLoad, [](const KernelCall &c) {
+    // indices [groups, tokens, k] (or [tokens, k]) -> load [groups, experts].
+    const TensorView &indices = c.input(0);
+    return expertLoad(indices.i32(), indices.rank() == 3 ? indices.dim(0) : 1, indices.dim(-2),
+                      indices.dim(-1), c.output(0).dim(-1), c.output(0).f32());
+  });
+  t.add(OpKind::MoeDispatch, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(1), c.output(0));
+    return moeDispatch(c.input(0).f32(), c.input(1).i32(), m.groups, m.tokens, m.k, m.dim,
+                       m.experts, m.capacity, c.output(0).f32());
+  });
+  t.add(OpKind::MoeDispatchGrad, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(1), c.input(0));
+    return moeDispatchGrad(c.input(0).f32(), c.input(1).i32(), m.groups, m.tokens, m.k, m.dim,
+                           m.experts, m.capacity, c.output(0).f32());
+  });
+  t.add(OpKind::MoeCombine, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(2), c.input(0));
+    return moeCombine(c.input(0).f32(), c.input(1).f32(), c.input(2).i32(), m.groups, m.tokens,
+                      m.k, m.dim, m.experts, m.capacity, c.output(0).f32());
+  });
+  t.add(OpKind::MoeCombineGrad, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(2), c.input(0));
+    return moeCombineGrad(c.input(0).f32(), c.input(1).f32(), c.input(2).i32(), c.input(3).f32(),
+                          m.groups, m.tokens, m.k, m.dim, m.experts, m.capacity,
+                          c.output(0).f32(), c.output(1).f32());
+  });
 }
 
 } // namespace ptc::kernels::cpu

@@ -1,4 +1,5 @@
-// CPU kernels: LayerNorm and softmax, forward and backward.
+// CPU kernels: LayerNorm, RMSNorm, rotary embeddings and softmax, forward and
+// backward.
 #include "kernels/cpu/internal.h"
 
 #include <algorithm>
@@ -30,7 +31,7 @@ inline void rowStats(const float *x, int64_t cols, float eps, float &mean, float
 }
 } // namespace
 
-void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
+static void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
                int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
@@ -62,7 +63,7 @@ void sumPartials(const std::vector<float> &partials, int threads, int64_t cols, 
 }
 } // namespace
 
-void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+static void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
                    float *db, int64_t rows, int64_t cols, float eps) {
   const int threads = normThreads(rows, cols);
   std::vector<float> partials(static_cast<size_t>(threads * 2 * cols), 0.0f);
@@ -97,7 +98,7 @@ void layerNormGrad(const float *x, const float *w, const float *g, float *dx, fl
   sumPartials(partials, threads, cols, 1, 2, db);
 }
 
-void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps) {
+static void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * cols;
@@ -115,7 +116,7 @@ void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t c
 
 // y = x r w with r = (mean(x^2) + eps)^-1/2:
 // dx = r (g w - x r^2 mean(g w x)), dw = sum over rows of g x r.
-void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
+static void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
                  int64_t rows, int64_t cols, float eps) {
   const int threads = normThreads(rows, cols);
   std::vector<float> partials(static_cast<size_t>(threads * cols), 0.0f);
@@ -174,7 +175,7 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
     }
 }
 
-void softmax(const float *x, float *out, const Shape &shape, int64_t axis) {
+static void softmax(const float *x, float *out, const Shape &shape, int64_t axis) {
   int64_t n = shape[axis], inner = product(shape, axis + 1), outer = product(shape, 0, axis);
 #pragma omp parallel for collapse(2) if (outer * inner * n > 16384)
   for (int64_t o = 0; o < outer; ++o)
@@ -194,7 +195,7 @@ void softmax(const float *x, float *out, const Shape &shape, int64_t axis) {
     }
 }
 
-void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis) {
+static void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape, int64_t axis) {
   int64_t n = shape[axis], inner = product(shape, axis + 1), outer = product(shape, 0, axis);
 #pragma omp parallel for collapse(2) if (outer * inner * n > 16384)
   for (int64_t o = 0; o < outer; ++o)
@@ -206,6 +207,46 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
       for (int64_t j = 0; j < n; ++j)
         out[base + j * inner] = y[base + j * inner] * (g[base + j * inner] - dot);
     }
+}
+
+void addNormalizationKernels(KernelTable &t) {
+  t.add(OpKind::LayerNorm, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    layerNorm(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), x.rows(), x.dim(-1),
+              c.real(0));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::LayerNormGrad, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    layerNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(),
+                  c.output(1).f32(), c.output(2).f32(), x.rows(), x.dim(-1), c.real(0));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::RmsNorm, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rmsNorm(x.f32(), c.input(1).f32(), c.output(0).f32(), x.rows(), x.dim(-1), c.real(0));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::RmsNormGrad, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rmsNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), c.output(1).f32(),
+                x.rows(), x.dim(-1), c.real(0));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Rotary, [](const KernelCall &c) {
+    rotary(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.floats[0],
+           c.integer(0) != 0);
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Softmax, [](const KernelCall &c) {
+    softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::SoftmaxGrad, [](const KernelCall &c) {
+    softmaxGrad(c.input(0).f32(), c.input(1).f32(), c.output(0).f32(), *c.input(0).shape,
+                c.integer(0));
+    return KernelResult::ok();
+  });
 }
 
 } // namespace ptc::kernels::cpu

@@ -30,7 +30,7 @@ std::vector<int64_t> reducedStrides(const Shape &is, const std::vector<int64_t> 
 }
 } // namespace
 
-void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
+void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
             float *out) {
   int64_t n = product(is);
   std::vector<int64_t> st = reducedStrides(is, axes);
@@ -43,7 +43,7 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
     return;
   }
   std::fill(out, out + outN,
-            kind == Reduce::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
+            kind == ReduceOp::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
   int64_t inner = is.back(), rows = n / std::max<int64_t>(inner, 1), ist = st.back();
   if (ist != 0) {
     // The last dimension is kept (a bias gradient's column sums): blocks of
@@ -56,7 +56,7 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
       for (int64_t r = 0; r < rows; ++r) {
         const float *x = in + r * inner;
         float *o = out + rowOffset(r, is, st);
-        if (kind == Reduce::Max) {
+        if (kind == ReduceOp::Max) {
           for (int64_t j = j0; j < j1; ++j)
             o[j] = std::max(o[j], x[j]);
         } else {
@@ -71,25 +71,25 @@ void reduce(Reduce kind, const float *in, const Shape &is, const std::vector<int
     for (int64_t r = 0; r < rows; ++r) {
       const float *x = in + r * inner;
       float *o = out + rowOffset(r, is, st);
-      float v = kind == Reduce::Max ? o[0] : 0.0f;
+      float v = kind == ReduceOp::Max ? o[0] : 0.0f;
       for (int64_t j = 0; j < inner; ++j)
-        v = kind == Reduce::Max ? std::max(v, x[j]) : v + x[j];
-      o[0] = kind == Reduce::Max ? v : o[0] + v;
+        v = kind == ReduceOp::Max ? std::max(v, x[j]) : v + x[j];
+      o[0] = kind == ReduceOp::Max ? v : o[0] + v;
     }
   }
-  if (kind == Reduce::Mean)
+  if (kind == ReduceOp::Mean)
     for (int64_t i = 0; i < outN; ++i)
       out[i] /= static_cast<float>(count);
 }
 
-void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
+static void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
                    const float *g, float *out) {
   int64_t n = product(is);
   int64_t count = 1;
   for (int64_t a : axes)
     count *= is[a];
   std::vector<float> mx(static_cast<size_t>(n / std::max<int64_t>(count, 1)));
-  reduce(Reduce::Max, in, is, axes, mx.data());
+  reduce(ReduceOp::Max, in, is, axes, mx.data());
   std::vector<float> ties(mx.size(), 0.0f);
   std::vector<int64_t> st = reducedStrides(is, axes);
   Shape shape = is.empty() ? Shape{1} : is;
@@ -108,6 +108,23 @@ void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> 
           out[r * inner + j] = hit ? g[oi] / ties[oi] : 0.0f;
       }
     }
+}
+
+void addReductionKernels(KernelTable &t) {
+  auto reduceKernel = [](const KernelCall &c) {
+    const ReduceOp kind = c.op == OpKind::ReduceSum    ? ReduceOp::Sum
+                          : c.op == OpKind::ReduceMean ? ReduceOp::Mean
+                                                       : ReduceOp::Max;
+    reduce(kind, c.input(0).f32(), *c.input(0).shape, c.intList(), c.output(0).f32());
+    return KernelResult::ok();
+  };
+  for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
+    t.add(op, reduceKernel);
+  t.add(OpKind::ReduceMaxGrad, [](const KernelCall &c) {
+    reduceMaxGrad(c.input(0).f32(), *c.input(0).shape, c.intList(), c.input(1).f32(),
+                  c.output(0).f32());
+    return KernelResult::ok();
+  });
 }
 
 } // namespace ptc::kernels::cpu

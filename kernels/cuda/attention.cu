@@ -281,5 +281,38 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
       q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale);
 }
 
-
+void addAttentionKernels(KernelTable &t) {
+  t.add(OpKind::Softmax, [](const KernelCall &c) {
+    softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::SoftmaxGrad, [](const KernelCall &c) {
+    softmaxGrad(c.input(0).f32(), c.input(1).f32(), c.output(0).f32(), *c.input(0).shape,
+                c.integer(0), streamOf(c));
+    return KernelResult::ok();
+  });
+  // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
+  t.add(OpKind::CausalAttention, [](const KernelCall &c) {
+    const TensorView &q = c.input(0);
+    if (KernelResult r = attentionShapeSupported(q); !r.isOk())
+      return r;
+    causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), q.dim(0),
+                    q.dim(1), c.input(1).dim(1), q.dim(2), q.dim(3), c.real(0), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
+    const TensorView &q = c.input(0);
+    if (KernelResult r = attentionShapeSupported(q); !r.isOk())
+      return r;
+    const int64_t bytes = 3 * q.dim(0) * q.dim(1) * q.dim(2) * 4;
+    auto *stats = static_cast<float *>(scratch(c, bytes));
+    if (!stats)
+      return scratchFailure(c, bytes);
+    causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
+                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), q.dim(0),
+                        q.dim(1), c.input(1).dim(1), q.dim(2), q.dim(3), c.real(0), stats,
+                        streamOf(c));
+    return KernelResult::ok();
+  });
+}
 } // namespace ptc::kernels::cuda

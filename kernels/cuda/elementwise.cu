@@ -132,22 +132,22 @@ __global__ void convertKernel(const void *in, int from, void *out, int to, int64
 
 } // namespace
 
-void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs,
+void binary(BinaryOp op, const float *a, const Shape &as, const float *b, const Shape &bs,
             float *out, const Shape &os, void *stream) {
   BroadcastShape s = broadcastShape(as, bs, os);
   int64_t n = product(os);
   unsigned grid = gridFor(n);
   switch (op) {
-  case Binary::Add:
+  case BinaryOp::Add:
     binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, AddOp{});
     break;
-  case Binary::Sub:
+  case BinaryOp::Sub:
     binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, SubOp{});
     break;
-  case Binary::Mul:
+  case BinaryOp::Mul:
     binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, MulOp{});
     break;
-  case Binary::Div:
+  case BinaryOp::Div:
     binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, DivOp{});
     break;
   }
@@ -178,5 +178,65 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
                                                         static_cast<int>(to), n);
 }
 
-
+void addElementwiseKernels(KernelTable &t) {
+  auto binaryKernel = [](const KernelCall &c) {
+    static constexpr BinaryOp kOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
+    const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
+    if (KernelResult r = rankAtMost8(*out.shape, "an elementwise op"); !r.isOk())
+      return r;
+    binary(kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)], a.f32(), *a.shape,
+           b.f32(), *b.shape, out.f32(), *out.shape, streamOf(c));
+    return KernelResult::ok();
+  };
+  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div})
+    t.add(op, binaryKernel);
+  // out += in (a micro-batch's contribution to a sum).
+  t.add(OpKind::MicrobatchSum, [](const KernelCall &c) {
+    const TensorView &in = c.input(0), &out = c.output(0);
+    if (KernelResult r = rankAtMost8(*out.shape, "a micro-batch sum"); !r.isOk())
+      return r;
+    binary(BinaryOp::Add, out.f32(), *out.shape, in.f32(), *in.shape, out.f32(), *out.shape,
+           streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Broadcast, [](const KernelCall &c) {
+    const TensorView &in = c.input(0), &out = c.output(0);
+    if (KernelResult r = rankAtMost8(*out.shape, "broadcast"); !r.isOk())
+      return r;
+    broadcastTo(in.f32(), *in.shape, out.f32(), *out.shape, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Scale, [](const KernelCall &c) {
+    scale(c.input(0).f32(), c.output(0).f32(), c.input(0).elements, c.real(0), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::Unary, [](const KernelCall &c) {
+    unary(c.function, c.input(0).f32(), c.output(0).f32(), c.input(0).elements, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::UnaryGrad, [](const KernelCall &c) {
+    unaryGrad(c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(),
+              c.input(0).elements, streamOf(c));
+    return KernelResult::ok();
+  });
+  // Byte moves and conversions run on the stored types.
+  t.add(
+      OpKind::Reshape,
+      [](const KernelCall &c) {
+        cudaError_t e = cudaMemcpyAsync(c.output(0).data, c.input(0).data,
+                                        static_cast<size_t>(c.input(0).bytes()),
+                                        cudaMemcpyDeviceToDevice, S(streamOf(c)));
+        return e == cudaSuccess ? KernelResult::ok()
+                                : KernelResult::error("copying: ", cudaGetErrorString(e));
+      },
+      anyTypes);
+  t.add(
+      OpKind::Convert,
+      [](const KernelCall &c) {
+        convertFloat(c.input(0).data, floatTypeOf(c.input(0).dtype), c.output(0).data,
+                     floatTypeOf(c.output(0).dtype), c.input(0).elements, streamOf(c));
+        return KernelResult::ok();
+      },
+      anyTypes);
+}
 } // namespace ptc::kernels::cuda

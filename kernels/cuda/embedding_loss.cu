@@ -193,5 +193,33 @@ void vocabParallelGrad(const float *logits, const int32_t *targets, const float 
         logits, targets, g, max, sumExp, rows, classes, offset, total, out, err);
 }
 
-
+void addEmbeddingAndLossKernels(KernelTable &t) {
+  // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
+  t.add(OpKind::Embedding, [](const KernelCall &c) {
+    const TensorView &table = c.input(0), &ids = c.input(1);
+    VocabularyBlock block = vocabularyBlock(c, table.dim(0));
+    embedding(table.f32(), table.dim(0), table.dim(1), ids.i32(), ids.elements, c.output(0).f32(),
+              block.offset, block.total, context(c).err, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::EmbeddingGrad, [](const KernelCall &c) {
+    const TensorView &ids = c.input(0), &dtable = c.output(0);
+    VocabularyBlock block = vocabularyBlock(c, dtable.dim(0));
+    embeddingGrad(ids.i32(), ids.elements, c.input(1).f32(), dtable.f32(), dtable.dim(0),
+                  dtable.dim(1), block.offset, block.total, context(c).err, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::CrossEntropy, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    crossEntropy(logits.f32(), c.input(1).i32(), logits.rows(), logits.dim(-1), c.output(0).f32(),
+                 context(c).err, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::CrossEntropyGrad, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    crossEntropyGrad(logits.f32(), c.input(1).i32(), c.input(2).f32(), logits.rows(),
+                     logits.dim(-1), c.output(0).f32(), context(c).err, streamOf(c));
+    return KernelResult::ok();
+  });
+}
 } // namespace ptc::kernels::cuda

@@ -20,6 +20,35 @@
 
 namespace ptc::kernels::cuda {
 namespace {
+// ---- Kernel entries: the call's launch context ------------------------------------
+inline const LaunchContext &context(const KernelCall &c) {
+  return *static_cast<const LaunchContext *>(c.backend);
+}
+inline void *streamOf(const KernelCall &c) { return context(c).stream; }
+/// Scratch device memory for this call, or null.
+inline void *scratch(const KernelCall &c, int64_t bytes) {
+  const LaunchContext &ctx = context(c);
+  return ctx.scratch(ctx.owner, bytes);
+}
+inline KernelResult scratchFailure(const KernelCall &c, int64_t bytes) {
+  return KernelResult::error("cannot allocate ", bytes, " bytes of scratch for ",
+                             opKindName(c.op));
+}
+/// The shape kernels take shapes of rank <= 8 (Dims).
+inline KernelResult rankAtMost8(const Shape &s, const char *what) {
+  if (s.size() > 8)
+    return KernelResult::error(what, " on a rank-", s.size(),
+                               " tensor (the CUDA kernels take rank <= 8)");
+  return KernelResult::ok();
+}
+inline KernelResult attentionShapeSupported(const TensorView &q) {
+  if (q.rank() != 4 || q.dim(3) > kMaxAttentionDim)
+    return KernelResult::error("causal attention with head dimension ",
+                               q.rank() == 0 ? 0 : q.dim(-1), " (the CUDA kernel takes at most ",
+                               kMaxAttentionDim, ")");
+  return KernelResult::ok();
+}
+
 constexpr int kThreads = 256;
 constexpr int kMaxRank = 8;
 inline cudaStream_t S(void *stream) { return static_cast<cudaStream_t>(stream); }

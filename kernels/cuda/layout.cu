@@ -176,7 +176,7 @@ void splitAxes(const Shape &is, const Shape &axes, Dims &kept, Dims &red, int64_
 }
 } // namespace
 
-void reduce(Reduce op, const float *in, const Shape &is, const Shape &axes, float *out,
+void reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes, float *out,
             void *stream) {
   Dims kept, red;
   int64_t outN, count;
@@ -194,5 +194,77 @@ void reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const fl
                                                                  count);
 }
 
-
+void addLayoutKernels(KernelTable &t) {
+  // Byte moves: on the stored element type.
+  t.add(
+      OpKind::Transpose,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0);
+        if (KernelResult r = rankAtMost8(*in.shape, "transpose"); !r.isOk())
+          return r;
+        transpose(in.data, *in.shape, c.output(0).data, c.intList(), dtypeBytes(in.dtype),
+                  streamOf(c));
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(
+      OpKind::Slice,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0), &out = c.output(0);
+        if (KernelResult r = rankAtMost8(*out.shape, "a slice"); !r.isOk())
+          return r;
+        copyBox(in.data, *in.shape, c.intList(), out.data, *out.shape, Shape(out.rank(), 0),
+                *out.shape, dtypeBytes(in.dtype), streamOf(c));
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(
+      OpKind::Concat,
+      [](const KernelCall &c) {
+        const TensorView &out = c.output(0);
+        if (KernelResult r = rankAtMost8(*out.shape, "concat"); !r.isOk())
+          return r;
+        const size_t axis = static_cast<size_t>(c.integer(0));
+        Shape offsets(out.rank(), 0);
+        for (size_t i = 0; i < c.numInputs; ++i) {
+          const TensorView &in = c.in[i];
+          copyBox(in.data, *in.shape, Shape(out.rank(), 0), out.data, *out.shape, offsets,
+                  *in.shape, dtypeBytes(out.dtype), streamOf(c));
+          offsets[axis] += in.dim(static_cast<int>(axis));
+        }
+        return KernelResult::ok();
+      },
+      anyTypes);
+  t.add(OpKind::Pad, [](const KernelCall &c) {
+    const TensorView &in = c.input(0), &out = c.output(0);
+    if (KernelResult r = rankAtMost8(*out.shape, "pad"); !r.isOk())
+      return r;
+    cudaError_t e = cudaMemsetAsync(out.data, 0, static_cast<size_t>(out.bytes()), S(streamOf(c)));
+    if (e != cudaSuccess)
+      return KernelResult::error("clearing: ", cudaGetErrorString(e));
+    copyBox(in.data, *in.shape, Shape(in.rank(), 0), out.data, *out.shape, c.intList(), *in.shape,
+            4, streamOf(c));
+    return KernelResult::ok();
+  });
+  auto reduceKernel = [](const KernelCall &c) {
+    const TensorView &in = c.input(0);
+    if (KernelResult r = rankAtMost8(*in.shape, "a reduction"); !r.isOk())
+      return r;
+    const ReduceOp kind = c.op == OpKind::ReduceSum    ? ReduceOp::Sum
+                          : c.op == OpKind::ReduceMean ? ReduceOp::Mean
+                                                       : ReduceOp::Max;
+    reduce(kind, in.f32(), *in.shape, c.intList(), c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  };
+  for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
+    t.add(op, reduceKernel);
+  t.add(OpKind::ReduceMaxGrad, [](const KernelCall &c) {
+    const TensorView &in = c.input(0);
+    if (KernelResult r = rankAtMost8(*in.shape, "a max gradient"); !r.isOk())
+      return r;
+    reduceMaxGrad(in.f32(), *in.shape, c.intList(), c.input(1).f32(), c.output(0).f32(),
+                  streamOf(c));
+    return KernelResult::ok();
+  });
+}
 } // namespace ptc::kernels::cuda

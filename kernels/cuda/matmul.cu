@@ -36,5 +36,25 @@ int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, co
   return static_cast<int>(st);
 }
 
-
+void addMatmulKernels(KernelTable &t) {
+  // f32 (TF32 tensor cores when allowed), or bf16 / f16 operands and result
+  // with f32 accumulation.
+  auto accepts = [](const KernelCall &c) {
+    const DType type = c.output(0).dtype;
+    return c.input(0).dtype == type && c.input(1).dtype == type && type != DType::I32;
+  };
+  t.add(
+      OpKind::Matmul,
+      [](const KernelCall &c) {
+        const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
+        const LaunchContext &ctx = context(c);
+        const FloatType type = floatTypeOf(out.dtype);
+        int st = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data, c.integer(0) != 0,
+                        c.integer(1) != 0, type, type == FloatType::F32 && ctx.allowTf32,
+                        ctx.stream);
+        return st == 0 ? KernelResult::ok()
+                       : KernelResult::error("cuBLAS matmul failed with status ", st);
+      },
+      accepts);
+}
 } // namespace ptc::kernels::cuda

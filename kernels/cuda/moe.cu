@@ -233,5 +233,77 @@ void moeCombineGrad(const float *expertOut, const float *weights, const int32_t 
       expertOut, weights, indices, slots, g, tokens * k, k, dim, capacity, dExpertOut, dWeights);
 }
 
+namespace {
+/// Every assignment's slot in its expert's rows (scratch), or null.
+const int32_t *slotsFor(const KernelCall &c, const int32_t *indices, const MoeRouting &m) {
+  auto *slots = static_cast<int32_t *>(scratch(c, m.groups * m.tokens * m.k * 4));
+  if (slots)
+    assignSlots(indices, m.groups, m.tokens, m.k, m.experts, m.capacity, slots, context(c).err,
+                streamOf(c));
+  return slots;
+}
+} // namespace
 
+// The CUDA kernels index expert buffers by (expert, slot) with slot =
+// group * capacity + s: their "capacity" is the row stride groups * capacity.
+void addMoeKernels(KernelTable &t) {
+  t.add(OpKind::TopKGate, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    const float *bias = c.numInputs > 1 ? c.input(1).f32() : nullptr;
+    topKGate(logits.f32(), bias, logits.rows(), logits.dim(-1), c.integer(0), c.integer(1) != 0,
+             c.output(0).f32(), c.output(1).i32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::TopKGateGrad, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0), &indices = c.input(1);
+    topKGateGrad(logits.f32(), indices.i32(), c.input(2).f32(), logits.rows(), logits.dim(-1),
+                 indices.dim(-1), c.integer(0) != 0, c.output(0).f32(), context(c).err,
+                 streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::ExpertLoad, [](const KernelCall &c) {
+    const TensorView &indices = c.input(0);
+    expertLoad(indices.i32(), indices.rank() == 3 ? indices.dim(0) : 1, indices.dim(-2),
+               indices.dim(-1), c.output(0).dim(-1), c.output(0).f32(), context(c).err,
+               streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::MoeDispatch, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(1), c.output(0));
+    const int32_t *slots = slotsFor(c, c.input(1).i32(), m);
+    if (!slots)
+      return scratchFailure(c, m.groups * m.tokens * m.k * 4);
+    moeDispatch(c.input(0).f32(), c.input(1).i32(), slots, m.groups * m.tokens, m.k, m.dim,
+                m.experts, m.groups * m.capacity, c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::MoeDispatchGrad, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(1), c.input(0));
+    const int32_t *slots = slotsFor(c, c.input(1).i32(), m);
+    if (!slots)
+      return scratchFailure(c, m.groups * m.tokens * m.k * 4);
+    moeDispatchGrad(c.input(0).f32(), c.input(1).i32(), slots, m.groups * m.tokens, m.k, m.dim,
+                    m.groups * m.capacity, c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::MoeCombine, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(2), c.input(0));
+    const int32_t *slots = slotsFor(c, c.input(2).i32(), m);
+    if (!slots)
+      return scratchFailure(c, m.groups * m.tokens * m.k * 4);
+    moeCombine(c.input(0).f32(), c.input(1).f32(), c.input(2).i32(), slots, m.groups * m.tokens,
+               m.k, m.dim, m.groups * m.capacity, c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::MoeCombineGrad, [](const KernelCall &c) {
+    MoeRouting m = moeRouting(c.input(2), c.input(0));
+    const int32_t *slots = slotsFor(c, c.input(2).i32(), m);
+    if (!slots)
+      return scratchFailure(c, m.groups * m.tokens * m.k * 4);
+    moeCombineGrad(c.input(0).f32(), c.input(1).f32(), c.input(2).i32(), slots, c.input(3).f32(),
+                   m.groups * m.tokens, m.k, m.dim, m.experts, m.groups * m.capacity,
+                   c.output(0).f32(), c.output(1).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+}
 } // namespace ptc::kernels::cuda

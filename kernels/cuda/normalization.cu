@@ -201,5 +201,44 @@ void rotary(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim, do
     rotaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(x, out, bh, seq, dim, theta, inverse);
 }
 
-
+void addNormalizationKernels(KernelTable &t) {
+  t.add(OpKind::LayerNorm, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    layerNorm(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), x.rows(), x.dim(-1),
+              c.real(0), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::LayerNormGrad, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    auto *stats = static_cast<float *>(scratch(c, 2 * x.rows() * 4));
+    if (!stats)
+      return scratchFailure(c, 2 * x.rows() * 4);
+    layerNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(),
+                  c.output(1).f32(), c.output(2).f32(), x.rows(), x.dim(-1), c.real(0), stats,
+                  streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::RmsNorm, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rmsNorm(x.f32(), c.input(1).f32(), c.output(0).f32(), x.rows(), x.dim(-1), c.real(0),
+            streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::RmsNormGrad, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    auto *stats = static_cast<float *>(scratch(c, x.rows() * 4));
+    if (!stats)
+      return scratchFailure(c, x.rows() * 4);
+    rmsNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), c.output(1).f32(),
+                x.rows(), x.dim(-1), c.real(0), stats, streamOf(c));
+    return KernelResult::ok();
+  });
+  // x [batch, heads, seq, dim].
+  t.add(OpKind::Rotary, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rotary(x.f32(), c.output(0).f32(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3), c.floats[0],
+           c.integer(0) != 0, streamOf(c));
+    return KernelResult::ok();
+  });
+}
 } // namespace ptc::kernels::cuda

@@ -482,7 +482,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       FailureOr<Lowered> lowered = lowerOp(&op, mesh ? &*mesh : nullptr);
       if (failed(lowered))
         return failure();
-      // What the runtime will accept (runtime/plan/op_table.def).
+      // What the runtime will accept (kernels/common/op_table.def).
       const pp::OpInfo *info = pp::lookupOp(lowered->code);
       auto fits = [](int expected, size_t actual) {
         return expected < 0 || static_cast<size_t>(expected) == actual;

@@ -70,112 +70,18 @@ public:
   Status wait(StreamKind, Event) override { return Status::ok(); }
   void *nativeStream(StreamKind) override { return nullptr; }
 
-  Status binary(BinaryOp op, const float *a, const Shape &as, const float *b, const Shape &bs,
-                float *out, const Shape &os) override {
-    kernels::cpu::binary(static_cast<kernels::cpu::Binary>(static_cast<int>(op)), a, as, b, bs, out, os);
-    return Status::ok();
-  }
-  Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) override {
-    kernels::cpu::broadcastTo(in, is, out, os);
-    return Status::ok();
-  }
-  Status scale(const float *in, float *out, int64_t n, float factor) override {
-    kernels::cpu::scale(in, out, n, factor);
-    return Status::ok();
-  }
-  Status unary(UnaryFunction fn, const float *in, float *out, int64_t n) override {
-    kernels::cpu::unary(fn, in, out, n);
-    return Status::ok();
-  }
-  Status unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out,
-                   int64_t n) override {
-    kernels::cpu::unaryGrad(fn, x, g, out, n);
-    return Status::ok();
-  }
-  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
-                      int64_t n) override {
-    kernels::cpu::convertFloat(in, from, out, to, n);
-    return Status::ok();
-  }
-  Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
-                bool transA, bool transB) override {
-    kernels::cpu::matmul(a, as, b, bs, out, transA, transB);
-    return Status::ok();
+  const kernels::KernelTable &kernelTable() const override { return kernels::cpu::kernelTable(); }
+  Status launch(kernels::KernelCall call) override {
+    return cpu_device_detail::toStatus(kernels::cpu::kernelTable()[call.op].run(call));
   }
   std::string lowPrecisionMatmul(FloatType type) const override {
     std::string impl = kernels::cpu::lowPrecisionMatmulImplementation(type);
     return impl.empty() ? "" : "oneDNN " + impl;
   }
-  Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
-                            const Shape &bs, void *out, bool transA, bool transB) override {
-    if (!kernels::cpu::matmulLowPrecision(type, a, as, b, bs, out, transA, transB))
-      return error(StatusCode::kUnimplemented, "no native ",
-                   type == FloatType::BF16 ? "bf16" : "f16",
-                   " matmul on this CPU (oneDNN's needs AVX512-BF16 or AMX for bf16; f16 is "
-                   "always widened); the executor widens the operands to f32");
+  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
+                      int64_t n) override {
+    kernels::cpu::convertFloat(in, from, out, to, n);
     return Status::ok();
-  }
-  Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
-                   int64_t cols, float eps) override {
-    kernels::cpu::layerNorm(x, w, b, out, rows, cols, eps);
-    return Status::ok();
-  }
-  Status layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                       float *db, int64_t rows, int64_t cols, float eps) override {
-    kernels::cpu::layerNormGrad(x, w, g, dx, dw, db, rows, cols, eps);
-    return Status::ok();
-  }
-  Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) override {
-    kernels::cpu::softmax(x, out, shape, axis);
-    return Status::ok();
-  }
-  Status softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
-                     int64_t axis) override {
-    kernels::cpu::softmaxGrad(y, g, out, shape, axis);
-    return Status::ok();
-  }
-  Status rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols,
-                 float eps) override {
-    kernels::cpu::rmsNorm(x, w, out, rows, cols, eps);
-    return Status::ok();
-  }
-  Status rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                     int64_t rows, int64_t cols, float eps) override {
-    kernels::cpu::rmsNormGrad(x, w, g, dx, dw, rows, cols, eps);
-    return Status::ok();
-  }
-  Status rotary(const float *x, float *out, const Shape &shape, double theta,
-                bool inverse) override {
-    kernels::cpu::rotary(x, out, shape, theta, inverse);
-    return Status::ok();
-  }
-  Status causalAttention(const float *q, const float *kk, const float *v, float *out,
-                         const Shape &shape, int64_t kvHeads, float scale) override {
-    kernels::cpu::causalAttention(q, kk, v, out, shape, kvHeads, scale);
-    return Status::ok();
-  }
-  Status causalAttentionGrad(const float *q, const float *kk, const float *v, const float *g,
-                             float *dq, float *dk, float *dv, const Shape &shape,
-                             int64_t kvHeads, float scale) override {
-    kernels::cpu::causalAttentionGrad(q, kk, v, g, dq, dk, dv, shape, kvHeads, scale);
-    return Status::ok();
-  }
-  Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                   int64_t count, float *out, int64_t rowOffset, int64_t totalRows) override {
-    return cpu_device_detail::toStatus(kernels::cpu::embedding(table, rows, dim, ids, count, out, rowOffset, totalRows));
-  }
-  Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
-                       int64_t rows, int64_t dim, int64_t rowOffset,
-                       int64_t totalRows) override {
-    return cpu_device_detail::toStatus(kernels::cpu::embeddingGrad(ids, count, g, dtable, rows, dim, rowOffset, totalRows));
-  }
-  Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                      float *loss) override {
-    return cpu_device_detail::toStatus(kernels::cpu::crossEntropy(logits, targets, rows, classes, loss));
-  }
-  Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
-                          int64_t rows, int64_t classes, float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::crossEntropyGrad(logits, targets, g, rows, classes, out));
   }
   Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {
     kernels::cpu::rowMax(logits, rows, classes, out);
@@ -215,77 +121,11 @@ public:
     }
     return Status::ok();
   }
-  Status transpose(const void *in, const Shape &is, void *out, const Shape &perm,
-                   int64_t elemBytes) override {
-    kernels::cpu::transpose(in, is, out, perm, elemBytes);
-    return Status::ok();
-  }
   Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
                  const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
                  int64_t elemBytes) override {
     kernels::cpu::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes);
     return Status::ok();
-  }
-  Status pad(const float *in, const Shape &is, float *out, const Shape &os,
-             const Shape &offsets) override {
-    kernels::cpu::pad(in, is, out, os, offsets);
-    return Status::ok();
-  }
-  Status concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes,
-                void *out, int64_t axis, int64_t elemBytes) override {
-    kernels::cpu::concat(ins, shapes, out, axis, elemBytes);
-    return Status::ok();
-  }
-  Status reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes,
-                float *out) override {
-    kernels::cpu::reduce(static_cast<kernels::cpu::Reduce>(static_cast<int>(op)), in, is, axes, out);
-    return Status::ok();
-  }
-  Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *g,
-                       float *out) override {
-    kernels::cpu::reduceMaxGrad(in, is, axes, g, out);
-    return Status::ok();
-  }
-  Status topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts,
-                  int64_t kk, bool normalize, float *weights, int32_t *indices) override {
-    kernels::cpu::topKGate(logits, bias, tokens, experts, kk, normalize, weights, indices);
-    return Status::ok();
-  }
-  Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
-                      int64_t tokens, int64_t experts, int64_t kk, bool normalize,
-                      float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::topKGateGrad(logits, indices, gw, tokens, experts, kk, normalize, out));
-  }
-  Status expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t kk,
-                    int64_t experts, float *out) override {
-    return cpu_device_detail::toStatus(
-        kernels::cpu::expertLoad(indices, groups, tokens, kk, experts, out));
-  }
-  Status moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
-                     int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
-                     float *out) override {
-    return cpu_device_detail::toStatus(
-        kernels::cpu::moeDispatch(x, indices, groups, tokens, kk, dim, experts, capacity, out));
-  }
-  Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups, int64_t tokens,
-                         int64_t kk, int64_t dim, int64_t experts, int64_t capacity,
-                         float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::moeDispatchGrad(
-        g, indices, groups, tokens, kk, dim, experts, capacity, out));
-  }
-  Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                    int64_t groups, int64_t tokens, int64_t kk, int64_t dim, int64_t experts,
-                    int64_t capacity, float *out) override {
-    return cpu_device_detail::toStatus(kernels::cpu::moeCombine(
-        expertOut, weights, indices, groups, tokens, kk, dim, experts, capacity, out));
-  }
-  Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                        const float *g, int64_t groups, int64_t tokens, int64_t kk, int64_t dim,
-                        int64_t experts, int64_t capacity, float *dExpertOut,
-                        float *dWeights) override {
-    return cpu_device_detail::toStatus(
-        kernels::cpu::moeCombineGrad(expertOut, weights, indices, g, groups, tokens, kk, dim,
-                                     experts, capacity, dExpertOut, dWeights));
   }
   Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
                      const float *step, const AdamWParams &hp, int64_t n, const float *skip,

@@ -30,12 +30,6 @@ Status cudaStatus(cudaError_t e, const std::string &what) {
                cudaGetErrorString(e), ")");
 }
 
-g::FloatType toGpu(FloatType t) {
-  return t == FloatType::BF16 ? g::FloatType::BF16
-         : t == FloatType::F16 ? g::FloatType::F16
-                               : g::FloatType::F32;
-}
-
 class CudaDevice final : public Device {
 public:
   static StatusOr<std::unique_ptr<Device>> create(int ordinal) {
@@ -167,124 +161,30 @@ public:
   void *nativeStream(StreamKind stream) override { return streamOf(stream); }
 
   // ---- Kernels ------------------------------------------------------------------
-  Status binary(BinaryOp op, const float *a, const Shape &as, const float *b, const Shape &bs,
-                float *out, const Shape &os) override {
-    PTC_RETURN_IF_ERROR(checkRank(os, "an elementwise op"));
-    g::binary(static_cast<g::Binary>(static_cast<int>(op)), a, as, b, bs, out, os, compute_);
-    return launched("an elementwise op");
-  }
-  Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) override {
-    PTC_RETURN_IF_ERROR(checkRank(os, "broadcast"));
-    g::broadcastTo(in, is, out, os, compute_);
-    return launched("broadcast");
-  }
-  Status scale(const float *in, float *out, int64_t n, float factor) override {
-    g::scale(in, out, n, factor, compute_);
-    return launched("scale");
-  }
-  Status unary(UnaryFunction fn, const float *in, float *out, int64_t n) override {
-    g::unary(fn, in, out, n, compute_);
-    return launched(kernels::unaryFunctionName(fn));
-  }
-  Status unaryGrad(UnaryFunction fn, const float *x, const float *gr, float *out,
-                   int64_t n) override {
-    g::unaryGrad(fn, x, gr, out, n, compute_);
-    return launched(kernels::unaryFunctionName(fn));
-  }
-  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
-                      int64_t n) override {
-    g::convertFloat(in, toGpu(from), out, toGpu(to), n, compute_);
-    return launched("a float conversion");
-  }
-  Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
-                bool transA, bool transB) override {
-    int st = g::matmul(blas_, a, as, b, bs, out, transA, transB, g::FloatType::F32, tf32_,
-                       compute_);
-    if (st != 0)
-      return error(StatusCode::kInternal, "cuBLAS matmul failed with status ", st);
-    return launched("matmul");
+  const kernels::KernelTable &kernelTable() const override { return g::kernelTable(); }
+  Status launch(kernels::KernelCall call) override {
+    g::LaunchContext ctx;
+    ctx.stream = compute_;
+    ctx.blas = blas_;
+    ctx.allowTf32 = tf32_;
+    ctx.err = err_;
+    ctx.scratch = [](void *owner, int64_t bytes) -> void * {
+      auto *self = static_cast<CudaDevice *>(owner);
+      return self->reserveScratch(bytes).isOk() ? self->scratch_ : nullptr;
+    };
+    ctx.owner = this;
+    call.backend = &ctx;
+    kernels::KernelResult r = g::kernelTable()[call.op].run(call);
+    if (!r.isOk())
+      return error(StatusCode::kInternal, kernels::opKindName(call.op), " on ", name_, ": ",
+                   r.message());
+    return launched(kernels::opKindName(call.op));
   }
   std::string lowPrecisionMatmul(FloatType type) const override { return "cuBLAS"; }
-  Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
-                            const Shape &bs, void *out, bool transA, bool transB) override {
-    int st = g::matmul(blas_, a, as, b, bs, out, transA, transB, toGpu(type), false, compute_);
-    if (st != 0)
-      return error(StatusCode::kInternal, "cuBLAS low-precision matmul failed with status ", st);
-    return launched("matmul");
-  }
-  Status layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
-                   int64_t cols, float eps) override {
-    g::layerNorm(x, w, b, out, rows, cols, eps, compute_);
-    return launched("layer norm");
-  }
-  Status layerNormGrad(const float *x, const float *w, const float *gr, float *dx, float *dw,
-                       float *db, int64_t rows, int64_t cols, float eps) override {
-    PTC_RETURN_IF_ERROR(reserveScratch(2 * rows * 4));
-    g::layerNormGrad(x, w, gr, dx, dw, db, rows, cols, eps, static_cast<float *>(scratch_),
-                     compute_);
-    return launched("layer norm gradient");
-  }
-  Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) override {
-    g::softmax(x, out, shape, axis, compute_);
-    return launched("softmax");
-  }
-  Status softmaxGrad(const float *y, const float *gr, float *out, const Shape &shape,
-                     int64_t axis) override {
-    g::softmaxGrad(y, gr, out, shape, axis, compute_);
-    return launched("softmax gradient");
-  }
-  Status rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols,
-                 float eps) override {
-    g::rmsNorm(x, w, out, rows, cols, eps, compute_);
-    return launched("RMS norm");
-  }
-  Status rmsNormGrad(const float *x, const float *w, const float *gr, float *dx, float *dw,
-                     int64_t rows, int64_t cols, float eps) override {
-    PTC_RETURN_IF_ERROR(reserveScratch(rows * 4));
-    g::rmsNormGrad(x, w, gr, dx, dw, rows, cols, eps, static_cast<float *>(scratch_), compute_);
-    return launched("RMS norm gradient");
-  }
-  Status rotary(const float *x, float *out, const Shape &shape, double theta,
-                bool inverse) override {
-    g::rotary(x, out, shape[0] * shape[1], shape[2], shape[3], theta, inverse, compute_);
-    return launched("rotary embedding");
-  }
-  Status causalAttention(const float *q, const float *k, const float *v, float *out,
-                         const Shape &shape, int64_t kvHeads, float scale) override {
-    PTC_RETURN_IF_ERROR(checkAttention(shape));
-    g::causalAttention(q, k, v, out, shape[0], shape[1], kvHeads, shape[2], shape[3], scale,
-                       compute_);
-    return launched("causal attention");
-  }
-  Status causalAttentionGrad(const float *q, const float *k, const float *v, const float *gr,
-                             float *dq, float *dk, float *dv, const Shape &shape,
-                             int64_t kvHeads, float scale) override {
-    PTC_RETURN_IF_ERROR(checkAttention(shape));
-    PTC_RETURN_IF_ERROR(reserveScratch(3 * shape[0] * shape[1] * shape[2] * 4));
-    g::causalAttentionGrad(q, k, v, gr, dq, dk, dv, shape[0], shape[1], kvHeads, shape[2],
-                           shape[3], scale, static_cast<float *>(scratch_), compute_);
-    return launched("causal attention gradient");
-  }
-  Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                   int64_t count, float *out, int64_t rowOffset, int64_t totalRows) override {
-    g::embedding(table, rows, dim, ids, count, out, rowOffset, totalRows, err_, compute_);
-    return launched("embedding");
-  }
-  Status embeddingGrad(const int32_t *ids, int64_t count, const float *gr, float *dtable,
-                       int64_t rows, int64_t dim, int64_t rowOffset,
-                       int64_t totalRows) override {
-    g::embeddingGrad(ids, count, gr, dtable, rows, dim, rowOffset, totalRows, err_, compute_);
-    return launched("embedding gradient");
-  }
-  Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                      float *loss) override {
-    g::crossEntropy(logits, targets, rows, classes, loss, err_, compute_);
-    return launched("cross-entropy");
-  }
-  Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *gr,
-                          int64_t rows, int64_t classes, float *out) override {
-    g::crossEntropyGrad(logits, targets, gr, rows, classes, out, err_, compute_);
-    return launched("cross-entropy gradient");
+  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
+                      int64_t n) override {
+    g::convertFloat(in, from, out, to, n, compute_);
+    return launched("a float conversion");
   }
   Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {
     g::rowMax(logits, rows, classes, out, compute_);
@@ -312,111 +212,12 @@ public:
                          compute_);
     return launched("cross-entropy gradient");
   }
-  Status transpose(const void *in, const Shape &is, void *out, const Shape &perm,
-                   int64_t elemBytes) override {
-    PTC_RETURN_IF_ERROR(checkRank(is, "transpose"));
-    g::transpose(in, is, out, perm, elemBytes, compute_);
-    return launched("transpose");
-  }
   Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
                  const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
                  int64_t elemBytes) override {
     PTC_RETURN_IF_ERROR(checkRank(box, "a slice copy"));
     g::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes, compute_);
     return launched("a slice copy");
-  }
-  Status pad(const float *in, const Shape &is, float *out, const Shape &os,
-             const Shape &offsets) override {
-    int64_t n = 1;
-    for (int64_t d : os)
-      n *= d;
-    PTC_RETURN_IF_ERROR(zero(out, n * 4));
-    return copyBox(in, is, Shape(is.size(), 0), out, os, offsets, is, 4);
-  }
-  Status concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes,
-                void *out, int64_t axis, int64_t elemBytes) override {
-    Shape os = shapes[0];
-    os[static_cast<size_t>(axis)] = 0;
-    for (const Shape &s : shapes)
-      os[static_cast<size_t>(axis)] += s[static_cast<size_t>(axis)];
-    Shape offsets(os.size(), 0);
-    for (size_t i = 0; i < ins.size(); ++i) {
-      PTC_RETURN_IF_ERROR(copyBox(ins[i], shapes[i], Shape(os.size(), 0), out, os, offsets,
-                                  shapes[i], elemBytes));
-      offsets[static_cast<size_t>(axis)] += shapes[i][static_cast<size_t>(axis)];
-    }
-    return Status::ok();
-  }
-  Status reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes,
-                float *out) override {
-    PTC_RETURN_IF_ERROR(checkRank(is, "a reduction"));
-    g::reduce(static_cast<g::Reduce>(static_cast<int>(op)), in, is, axes, out, compute_);
-    return launched("a reduction");
-  }
-  Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *gr,
-                       float *out) override {
-    PTC_RETURN_IF_ERROR(checkRank(is, "a max gradient"));
-    g::reduceMaxGrad(in, is, axes, gr, out, compute_);
-    return launched("a max gradient");
-  }
-  Status topKGate(const float *logits, const float *bias, int64_t tokens, int64_t experts,
-                  int64_t k, bool normalize, float *weights, int32_t *indices) override {
-    g::topKGate(logits, bias, tokens, experts, k, normalize, weights, indices, compute_);
-    return launched("top-k gate");
-  }
-  Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
-                      int64_t tokens, int64_t experts, int64_t k, bool normalize,
-                      float *out) override {
-    g::topKGateGrad(logits, indices, gw, tokens, experts, k, normalize, out, err_, compute_);
-    return launched("top-k gate gradient");
-  }
-  Status expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
-                    int64_t experts, float *out) override {
-    g::expertLoad(indices, groups, tokens, k, experts, out, err_, compute_);
-    return launched("expert load");
-  }
-  // The CUDA kernels index expert buffers by (expert, slot) with slot =
-  // group * capacity + s: their "capacity" is the row stride groups * capacity.
-  Status moeDispatch(const float *x, const int32_t *indices, int64_t groups, int64_t tokens,
-                     int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                     float *out) override {
-    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
-    if (!slots.isOk())
-      return slots.status();
-    g::moeDispatch(x, indices, *slots, groups * tokens, k, dim, experts, groups * capacity, out,
-                   compute_);
-    return launched("MoE dispatch");
-  }
-  Status moeDispatchGrad(const float *gr, const int32_t *indices, int64_t groups, int64_t tokens,
-                         int64_t k, int64_t dim, int64_t experts, int64_t capacity,
-                         float *out) override {
-    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
-    if (!slots.isOk())
-      return slots.status();
-    g::moeDispatchGrad(gr, indices, *slots, groups * tokens, k, dim, groups * capacity, out,
-                       compute_);
-    return launched("MoE dispatch gradient");
-  }
-  Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                    int64_t groups, int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                    int64_t capacity, float *out) override {
-    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
-    if (!slots.isOk())
-      return slots.status();
-    g::moeCombine(expertOut, weights, indices, *slots, groups * tokens, k, dim, groups * capacity,
-                  out, compute_);
-    return launched("MoE combine");
-  }
-  Status moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                        const float *gr, int64_t groups, int64_t tokens, int64_t k, int64_t dim,
-                        int64_t experts, int64_t capacity, float *dExpertOut,
-                        float *dWeights) override {
-    auto slots = assignSlots(indices, groups, tokens, k, experts, capacity);
-    if (!slots.isOk())
-      return slots.status();
-    g::moeCombineGrad(expertOut, weights, indices, *slots, gr, groups * tokens, k, dim, experts,
-                      groups * capacity, dExpertOut, dWeights, compute_);
-    return launched("MoE combine gradient");
   }
   Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
                      const float *step, const AdamWParams &hp, int64_t n, const float *skip,
@@ -498,13 +299,6 @@ private:
                    " tensor (the CUDA kernels take rank <= 8)");
     return Status::ok();
   }
-  static Status checkAttention(const Shape &shape) {
-    if (shape.size() != 4 || shape[3] > g::kMaxAttentionDim)
-      return error(StatusCode::kUnimplemented, "causal attention with head dimension ",
-                   shape.empty() ? 0 : shape.back(), " (the CUDA kernel takes at most ",
-                   g::kMaxAttentionDim, ")");
-    return Status::ok();
-  }
   /// Scratch memory for one kernel at a time (stream-ordered reuse).
   Status reserveScratch(int64_t bytes) {
     if (bytes <= scratchBytes_)
@@ -520,15 +314,6 @@ private:
     scratchBytes_ = bytes;
     return Status::ok();
   }
-  StatusOr<const int32_t *> assignSlots(const int32_t *indices, int64_t groups, int64_t tokens,
-                                        int64_t k, int64_t experts, int64_t capacity) {
-    PTC_RETURN_IF_ERROR(reserveScratch(groups * tokens * k * 4));
-    auto *slots = static_cast<int32_t *>(scratch_);
-    g::assignSlots(indices, groups, tokens, k, experts, capacity, slots, err_, compute_);
-    PTC_RETURN_IF_ERROR(launched("MoE slot assignment"));
-    return static_cast<const int32_t *>(slots);
-  }
-
   std::string name_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cublasHandle_t blas_ = nullptr;

@@ -1,9 +1,12 @@
 // Device: the memory, streams, events and kernels of one accelerator, as the
-// executor sees them. Implementations: CpuDevice (host memory, OpenBLAS +
-// OpenMP kernels; streams run in order on the calling thread) and CudaDevice
-// (one GPU: cudaMalloc'd memory, a compute and a communication stream, CUDA
-// events, cuBLAS + the kernels of kernels/cuda). Pointers passed to the
-// kernels are this device's memory; shapes are row-major.
+// executor sees them. Implementations: CpuDevice (host memory, the kernels of
+// kernels/cpu: oneDNN + OpenMP; streams run in order on the calling thread)
+// and CudaDevice (one GPU: cudaMalloc'd memory, a compute and a communication
+// stream, CUDA events, cuBLAS + the kernels of kernels/cuda). A plan's
+// instructions reach kernels through the backend's KernelTable with typed
+// tensor views (launch); the few primitives below are what the executor
+// composes itself (conversions, box copies, the vocabulary-parallel loss, the
+// optimizer's updates). Pointers are this device's memory; shapes row-major.
 //
 // Kernels are enqueued on the compute stream and may still be running when a
 // call returns; copies to or from the host and synchronize() wait. A kernel
@@ -15,6 +18,7 @@
 #include "runtime/base/status.h"
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/kernel_call.h"
 #include "kernels/common/types.h"
 
 #include <cstdint>
@@ -31,8 +35,6 @@ using kernels::UnaryFunction;
 enum class DeviceKind { Cpu, Cuda };
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 enum class StreamKind { Compute, Communication };
-enum class BinaryOp { Add, Sub, Mul, Div };
-enum class ReduceOp { Sum, Mean, Max };
 
 struct AdamWParams {
   float lr, beta1, beta2, eps, weightDecay;
@@ -94,65 +96,22 @@ public:
   /// Native handle of a stream (cudaStream_t; nullptr on the CPU).
   virtual void *nativeStream(StreamKind stream) = 0;
 
-  // ---- Kernels (f32 math; i32 ids) ------------------------------------------
-  /// out = a (op) b with numpy broadcasting of both to out's shape.
-  virtual Status binary(BinaryOp op, const float *a, const Shape &as, const float *b,
-                        const Shape &bs, float *out, const Shape &os) = 0;
-  virtual Status broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) = 0;
-  /// Scale uses `factor`.
-  virtual Status scale(const float *in, float *out, int64_t n, float factor) = 0;
-  /// An activation (kernels/common/elementwise.h) and its gradient.
-  virtual Status unary(UnaryFunction fn, const float *in, float *out, int64_t n) = 0;
-  virtual Status unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out,
-                           int64_t n) = 0;
+  // ---- Kernels ----------------------------------------------------------------
+  /// This backend's kernels by op kind (kernels/common/kernel_call.h): what
+  /// each computes and in which element types.
+  virtual const kernels::KernelTable &kernelTable() const = 0;
+  /// Runs `call` with its kernelTable() entry, which must accept the call's
+  /// element types: with this device's launch context, a failure (bad ids,
+  /// an unsupported shape, a launch error) as a Status naming the op.
+  virtual Status launch(kernels::KernelCall call) = 0;
+  /// What this device's Matmul entry runs for bf16 / f16 operands
+  /// ("cuBLAS", "oneDNN brg:avx512_core_bf16"), or "" where the executor
+  /// widens them to f32.
+  virtual std::string lowPrecisionMatmul(FloatType type) const { return ""; }
+
+  // ---- Primitives the executor composes (f32 math; i32 ids) ----------------
   virtual Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
                               int64_t n) = 0;
-  /// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b rank 2 (shared) or batched like a.
-  virtual Status matmul(const float *a, const Shape &as, const float *b, const Shape &bs,
-                        float *out, bool transA, bool transB) = 0;
-  /// The same on bf16 / f16 operands and result with f32 accumulation
-  /// (tensor cores). Devices without such a path return kUnimplemented; the
-  /// executor then widens the operands to f32 (same rounding: one at the end).
-  virtual Status matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
-                                    const Shape &bs, void *out, bool transA, bool transB) {
-    return error(StatusCode::kUnimplemented, "no low-precision matmul on ", describe());
-  }
-  /// What matmulLowPrecision runs for `type` ("cuBLAS", "oneDNN brg:avx512_core_bf16"), or
-  /// "" where the executor widens the operands to f32 kernels.
-  virtual std::string lowPrecisionMatmul(FloatType type) const { return ""; }
-  virtual Status layerNorm(const float *x, const float *w, const float *b, float *out,
-                           int64_t rows, int64_t cols, float eps) = 0;
-  virtual Status layerNormGrad(const float *x, const float *w, const float *g, float *dx,
-                               float *dw, float *db, int64_t rows, int64_t cols, float eps) = 0;
-  virtual Status softmax(const float *x, float *out, const Shape &shape, int64_t axis) = 0;
-  virtual Status softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
-                             int64_t axis) = 0;
-  virtual Status rmsNorm(const float *x, const float *w, float *out, int64_t rows,
-                         int64_t cols, float eps) = 0;
-  virtual Status rmsNormGrad(const float *x, const float *w, const float *g, float *dx,
-                             float *dw, int64_t rows, int64_t cols, float eps) = 0;
-  /// Rotary embedding of [batch, heads, seq, dim] (rotate_half convention).
-  virtual Status rotary(const float *x, float *out, const Shape &shape, double theta,
-                        bool inverse) = 0;
-  /// q, out: [batch, heads, seq, dim] (`shape`); k, v: [batch, kvHeads, seq,
-  /// dim], kvHeads dividing heads (grouped-query attention); causal.
-  virtual Status causalAttention(const float *q, const float *k, const float *v, float *out,
-                                 const Shape &shape, int64_t kvHeads, float scale) = 0;
-  virtual Status causalAttentionGrad(const float *q, const float *k, const float *v,
-                                     const float *g, float *dq, float *dk, float *dv,
-                                     const Shape &shape, int64_t kvHeads, float scale) = 0;
-  /// Rows [rowOffset, rowOffset + rows) of a `totalRows`-row table (vocabulary parallel).
-  virtual Status embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                           int64_t count, float *out, int64_t rowOffset, int64_t totalRows) = 0;
-  virtual Status embeddingGrad(const int32_t *ids, int64_t count, const float *g, float *dtable,
-                               int64_t rows, int64_t dim, int64_t rowOffset,
-                               int64_t totalRows) = 0;
-  /// Mean cross-entropy into *loss (device scalar).
-  virtual Status crossEntropy(const float *logits, const int32_t *targets, int64_t rows,
-                              int64_t classes, float *loss) = 0;
-  /// `g`: device scalar (the loss gradient).
-  virtual Status crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
-                                  int64_t rows, int64_t classes, float *out) = 0;
   /// Vocabulary-parallel cross-entropy pieces (classes [offset, offset +
   /// classes) of `total` here): row maxima, row sums of exp(x - max), target
   /// logits (0 where another device holds the target); then the mean loss
@@ -168,49 +127,11 @@ public:
                                    const float *max, const float *sumExp, int64_t rows,
                                    int64_t classes, int64_t offset, int64_t total,
                                    float *out) = 0;
-  /// Layout ops on any element size.
-  virtual Status transpose(const void *in, const Shape &is, void *out, const Shape &perm,
-                           int64_t elemBytes) = 0;
-  /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`.
+  /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`
+  /// (any element size).
   virtual Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets,
                          void *dst, const Shape &dstShape, const Shape &dstOffsets,
                          const Shape &box, int64_t elemBytes) = 0;
-  virtual Status pad(const float *in, const Shape &is, float *out, const Shape &os,
-                     const Shape &offsets) = 0;
-  virtual Status concat(const std::vector<const void *> &ins, const std::vector<Shape> &shapes,
-                        void *out, int64_t axis, int64_t elemBytes) = 0;
-  virtual Status reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes,
-                        float *out) = 0;
-  virtual Status reduceMaxGrad(const float *in, const Shape &is, const Shape &axes,
-                               const float *g, float *out) = 0;
-  // Mixture of experts.
-  /// `bias` (null, or one per expert): the experts are chosen by p + bias.
-  virtual Status topKGate(const float *logits, const float *bias, int64_t tokens,
-                          int64_t experts, int64_t k, bool normalize, float *weights,
-                          int32_t *indices) = 0;
-  virtual Status topKGateGrad(const float *logits, const int32_t *indices, const float *gw,
-                              int64_t tokens, int64_t experts, int64_t k, bool normalize,
-                              float *out) = 0;
-  /// Per group, the fraction of its tokens * k assignments routed to each
-  /// expert (before capacity): out [groups, experts].
-  virtual Status expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t k,
-                            int64_t experts, float *out) = 0;
-  // Routing groups: `groups` x `tokens` tokens (`tokens` per group),
-  // `capacity` slots per expert per group, expert buffers
-  // [experts, groups, capacity, dim].
-  virtual Status moeDispatch(const float *x, const int32_t *indices, int64_t groups,
-                             int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                             int64_t capacity, float *out) = 0;
-  virtual Status moeDispatchGrad(const float *g, const int32_t *indices, int64_t groups,
-                                 int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                                 int64_t capacity, float *out) = 0;
-  virtual Status moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
-                            int64_t groups, int64_t tokens, int64_t k, int64_t dim,
-                            int64_t experts, int64_t capacity, float *out) = 0;
-  virtual Status moeCombineGrad(const float *expertOut, const float *weights,
-                                const int32_t *indices, const float *g, int64_t groups,
-                                int64_t tokens, int64_t k, int64_t dim, int64_t experts,
-                                int64_t capacity, float *dExpertOut, float *dWeights) = 0;
   // Optimizer. `skip` (device scalar or nullptr): when non-zero (an overflow
   // under dynamic loss scaling) the outputs get the inputs' values.
   virtual Status adamwUpdate(const float *param, const float *grad, const float *m,

@@ -1,4 +1,7 @@
-// Executor kernel dispatch: one device call per opcode.
+// Executor kernel dispatch: a plan instruction as a KernelCall to its
+// device's kernel table, or one of the instructions the executor runs itself
+// (collectives, the vocabulary-parallel loss, the optimizer's updates, loss
+// scaling, the learning-rate schedule).
 
 #include "runtime/exec/executor.h"
 #include "runtime/plan/plan_ops.h"
@@ -17,181 +20,131 @@ using plan::OpCode;
 using plan::TensorKind;
 
 namespace {
-/// The activation a Unary / UnaryGrad instruction names (the loader checked it).
-UnaryFunction unaryFunctionOf(const plan::Instruction &inst) {
-  return *kernels::lookupUnaryFunction(inst.function()->string_view());
-}
+static_assert(static_cast<size_t>(OpCode::MAX) + 1 == kernels::kNumOpKinds,
+              "the plan's OpCode and the kernels' OpKind are both op_table.def's rows");
 
-/// The routing of an MoE instruction, from its `[groups, tokens, k]` (or
-/// `[tokens, k]`) indices and `[experts, groups, capacity, dim]` (or
-/// `[experts, capacity, dim]`) expert buffers (the loader checked them).
-struct MoeShape {
-  int64_t groups, tokens, k, experts, capacity, dim;
-};
-MoeShape moeShape(const Shape &indices, const Shape &experts) {
-  size_t r = indices.size();
-  return {r == 3 ? indices[0] : 1, indices[r - 2],          indices[r - 1],
-          experts[0],              experts[experts.size() - 2], experts.back()};
+/// Instructions that move a collective's bytes as they are stored (bf16 on the wire).
+bool movesStoredBytes(OpCode op) {
+  return op == OpCode::ShardSlice || op == OpCode::AllGather || op == OpCode::AllToAll;
 }
 } // namespace
 
+kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
+  auto views = [&](const flatbuffers::Vector<int32_t> *ids, std::vector<kernels::TensorView> &out) {
+    out.clear();
+    if (!ids)
+      return;
+    for (int32_t id : *ids) {
+      const TensorInfo &t = plan_->tensor(id);
+      auto dtype = static_cast<kernels::DType>(t.dtype);
+      if (widening_ && kernels::isLowPrecision(dtype)) // runWidened's f32 copy
+        dtype = kernels::DType::F32;
+      out.push_back({data(id), dtype, &t.shape, t.numElements});
+    }
+  };
+  views(inst.inputs(), callInputs_);
+  views(inst.outputs(), callOutputs_);
+  callInts_.clear();
+  if (inst.ints())
+    callInts_.assign(inst.ints()->begin(), inst.ints()->end());
+  callFloats_.clear();
+  if (inst.floats())
+    callFloats_.assign(inst.floats()->begin(), inst.floats()->end());
+  if (callMeshSizes_.empty()) {
+    std::vector<int> c = coords();
+    callMeshCoords_.assign(c.begin(), c.end());
+    callMeshSizes_.assign(plan_->meshSizes().begin(), plan_->meshSizes().end());
+  }
+  kernels::KernelCall call;
+  call.op = static_cast<kernels::OpKind>(inst.op());
+  call.in = callInputs_.data();
+  call.numInputs = callInputs_.size();
+  call.out = callOutputs_.data();
+  call.numOutputs = callOutputs_.size();
+  call.ints = callInts_.data();
+  call.numInts = callInts_.size();
+  call.floats = callFloats_.data();
+  call.numFloats = callFloats_.size();
+  if (inst.function()) // Unary / UnaryGrad: the loader checked the name
+    call.function = *kernels::lookupUnaryFunction(inst.function()->string_view());
+  call.meshCoords = callMeshCoords_.data();
+  call.meshSizes = callMeshSizes_.data();
+  return call;
+}
+
+Status Executor::runWidened(const plan::Instruction &inst, const std::function<Status()> &body) {
+  // bf16 / f16 storage, f32 math: the body sees f32 copies of the
+  // instruction's low-precision tensors, and its low-precision results are
+  // rounded back once.
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
+  auto dtypeOf = [&](int32_t id) { return static_cast<kernels::DType>(plan_->tensor(id).dtype); };
+  auto isLow = [&](int32_t id) { return kernels::isLowPrecision(dtypeOf(id)); };
+  std::vector<int32_t> low;
+  for (const auto *ids : {&in, &out})
+    for (int32_t id : *ids)
+      if (isLow(id) && std::find(low.begin(), low.end(), id) == low.end())
+        low.push_back(id);
+  if (low.empty())
+    return body();
+  Device &d = deviceFor(inst);
+  while (widened_.size() < low.size())
+    widened_.emplace_back(dev_.get());
+  for (size_t i = 0; i < low.size(); ++i)
+    PTC_RETURN_IF_ERROR(widened_[i].reserve(plan_->tensor(low[i]).numElements * 4));
+  std::vector<void *> saved;
+  for (size_t i = 0; i < low.size(); ++i) {
+    const TensorInfo &t = plan_->tensor(low[i]);
+    PTC_RETURN_IF_ERROR(d.convertFloat(data(low[i]), kernels::floatTypeOf(dtypeOf(low[i])),
+                                       widened_[i].data(), FloatType::F32, t.numElements));
+    saved.push_back(storage_[static_cast<size_t>(low[i])]);
+    storage_[static_cast<size_t>(low[i])] = widened_[i].data();
+  }
+  widening_ = true;
+  Status status = body();
+  widening_ = false;
+  for (size_t i = 0; i < low.size(); ++i) {
+    storage_[static_cast<size_t>(low[i])] = saved[i];
+    if (status.isOk() && std::find(out.begin(), out.end(), low[i]) != out.end())
+      status = d.convertFloat(widened_[i].data(), FloatType::F32, data(low[i]),
+                              kernels::floatTypeOf(dtypeOf(low[i])),
+                              plan_->tensor(low[i]).numElements);
+  }
+  return status;
+}
+
 Status Executor::runKernel(const plan::Instruction &inst) {
+  Device &d = deviceFor(inst);
+  const kernels::KernelEntry &entry = d.kernelTable()[static_cast<kernels::OpKind>(inst.op())];
+  if (entry.run) {
+    kernels::KernelCall call = kernelCall(inst);
+    if (entry.accepts(call))
+      return d.launch(call);
+    return runWidened(inst, [&] { return d.launch(kernelCall(inst)); });
+  }
+  if (movesStoredBytes(inst.op()))
+    return runHostOp(inst);
+  return runWidened(inst, [&] { return runHostOp(inst); });
+}
+
+Status Executor::runHostOp(const plan::Instruction &inst) {
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
   auto T = [&](int32_t id) -> const TensorInfo & { return plan_->tensor(id); };
   auto I = [&](size_t i) { return f32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
   auto O = [&](size_t i) { return f32(out[static_cast<flatbuffers::uoffset_t>(i)]); };
-  auto IS = [&](size_t i) -> const Shape & { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
-  auto OS = [&](size_t i) -> const Shape & { return T(out[static_cast<flatbuffers::uoffset_t>(i)]).shape; };
   auto N = [&](size_t i) { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).numElements; };
   auto ints = [&]() {
     return inst.ints() ? std::vector<int64_t>(inst.ints()->begin(), inst.ints()->end())
                        : std::vector<int64_t>();
   };
   auto F = [&](size_t i) { return static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i))); };
-  auto ids = [&](size_t i) { return i32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
   Device &d = deviceFor(inst);
 
   switch (inst.op()) {
-  case OpCode::Add:
-  case OpCode::Sub:
-  case OpCode::Mul:
-  case OpCode::Div: {
-    BinaryOp kind = inst.op() == OpCode::Add   ? BinaryOp::Add
-                    : inst.op() == OpCode::Sub ? BinaryOp::Sub
-                    : inst.op() == OpCode::Mul ? BinaryOp::Mul
-                                               : BinaryOp::Div;
-    return d.binary(kind, I(0), IS(0), I(1), IS(1), O(0), OS(0));
-  }
-  case OpCode::Scale:
-    return d.scale(I(0), O(0), N(0), F(0));
-  case OpCode::Unary:
-    return d.unary(unaryFunctionOf(inst), I(0), O(0), N(0));
-  case OpCode::Convert:
-  case OpCode::Reshape:
-    return d.copy(data(out[0]), data(in[0]), T(in[0]).bytes, CopyKind::DeviceToDevice);
-  case OpCode::Matmul: {
-    auto a = ints();
-    return d.matmul(I(0), IS(0), I(1), IS(1), O(0), a[0] != 0, a[1] != 0);
-  }
-  case OpCode::LayerNorm: {
-    int64_t cols = IS(0).back();
-    return d.layerNorm(I(0), I(1), I(2), O(0), N(0) / cols, cols, F(0));
-  }
-  case OpCode::LayerNormGrad: {
-    int64_t cols = IS(0).back();
-    return d.layerNormGrad(I(0), I(1), I(2), O(0), O(1), O(2), N(0) / cols, cols, F(0));
-  }
-  case OpCode::Softmax:
-    return d.softmax(I(0), O(0), IS(0), ints()[0]);
-  case OpCode::SoftmaxGrad:
-    return d.softmaxGrad(I(0), I(1), O(0), IS(0), ints()[0]);
-  case OpCode::RmsNorm: {
-    int64_t cols = IS(0).back();
-    return d.rmsNorm(I(0), I(1), O(0), N(0) / cols, cols, F(0));
-  }
-  case OpCode::RmsNormGrad: {
-    int64_t cols = IS(0).back();
-    return d.rmsNormGrad(I(0), I(1), I(2), O(0), O(1), N(0) / cols, cols, F(0));
-  }
-  case OpCode::Rotary:
-    return d.rotary(I(0), O(0), IS(0), inst.floats()->Get(0), ints()[0] != 0);
-  case OpCode::CausalAttention:
-    return d.causalAttention(I(0), I(1), I(2), O(0), IS(0), IS(1)[1], F(0));
-  case OpCode::CausalAttentionGrad:
-    return d.causalAttentionGrad(I(0), I(1), I(2), I(3), O(0), O(1), O(2), IS(0), IS(1)[1],
-                                 F(0));
-  case OpCode::Embedding:
-  case OpCode::EmbeddingGrad: {
-    // A vocabulary-parallel table is this device's block of rows.
-    bool grad = inst.op() == OpCode::EmbeddingGrad;
-    int64_t rows = grad ? OS(0)[0] : IS(0)[0], dim = grad ? OS(0)[1] : IS(0)[1];
-    int64_t offset = 0, total = rows;
-    if (inst.ints() && inst.ints()->size() == 1) {
-      size_t axis = static_cast<size_t>(inst.ints()->Get(0));
-      offset = coords()[axis] * rows;
-      total = rows * plan_->meshSizes()[axis];
-    }
-    return grad ? d.embeddingGrad(ids(0), N(0), I(1), O(0), rows, dim, offset, total)
-                : d.embedding(I(0), rows, dim, ids(1), N(1), O(0), offset, total);
-  }
   case OpCode::VocabParallelCrossEntropy:
   case OpCode::VocabParallelCrossEntropyGrad:
     return runVocabParallelCrossEntropy(inst);
-  case OpCode::CrossEntropy: {
-    int64_t classes = IS(0).back();
-    return d.crossEntropy(I(0), ids(1), N(0) / classes, classes, O(0));
-  }
-  case OpCode::CrossEntropyGrad: {
-    int64_t classes = IS(0).back();
-    return d.crossEntropyGrad(I(0), ids(1), I(2), N(0) / classes, classes, O(0));
-  }
-  case OpCode::Transpose:
-    return d.transpose(data(in[0]), IS(0), data(out[0]), ints(), dtypeSize(T(in[0]).dtype));
-  case OpCode::Slice:
-    return d.copyBox(data(in[0]), IS(0), ints(), data(out[0]), OS(0),
-                     Shape(OS(0).size(), 0), OS(0), dtypeSize(T(in[0]).dtype));
-  case OpCode::Pad:
-    return d.pad(I(0), IS(0), O(0), OS(0), ints());
-  case OpCode::Concat: {
-    std::vector<const void *> ptrs;
-    std::vector<Shape> shapes;
-    for (size_t i = 0; i < in.size(); ++i) {
-      ptrs.push_back(data(in[static_cast<flatbuffers::uoffset_t>(i)]));
-      shapes.push_back(IS(i));
-    }
-    return d.concat(ptrs, shapes, data(out[0]), ints()[0], dtypeSize(T(out[0]).dtype));
-  }
-  case OpCode::ReduceSum:
-  case OpCode::ReduceMean:
-  case OpCode::ReduceMax: {
-    ReduceOp kind = inst.op() == OpCode::ReduceSum    ? ReduceOp::Sum
-                    : inst.op() == OpCode::ReduceMean ? ReduceOp::Mean
-                                                      : ReduceOp::Max;
-    return d.reduce(kind, I(0), IS(0), ints(), O(0));
-  }
-  case OpCode::ReduceMaxGrad:
-    return d.reduceMaxGrad(I(0), IS(0), ints(), I(1), O(0));
-  case OpCode::Broadcast:
-    return d.broadcastTo(I(0), IS(0), O(0), OS(0));
-  case OpCode::UnaryGrad:
-    return d.unaryGrad(unaryFunctionOf(inst), I(0), I(1), O(0), N(0));
-  case OpCode::TopKGate: {
-    auto a = ints();
-    int64_t experts = IS(0).back();
-    const float *bias = in.size() > 1 ? I(1) : nullptr;
-    return d.topKGate(I(0), bias, N(0) / experts, experts, a[0], a[1] != 0, O(0), i32(out[1]));
-  }
-  case OpCode::TopKGateGrad: {
-    int64_t experts = IS(0).back();
-    return d.topKGateGrad(I(0), ids(1), I(2), N(0) / experts, experts, IS(1).back(),
-                          ints()[0] != 0, O(0));
-  }
-  case OpCode::ExpertLoad: {
-    const Shape &is = IS(0);
-    size_t r = is.size();
-    return d.expertLoad(ids(0), r == 3 ? is[0] : 1, is[r - 2], is[r - 1], OS(0).back(), O(0));
-  }
-  case OpCode::MoeDispatch: {
-    MoeShape m = moeShape(IS(1), OS(0));
-    return d.moeDispatch(I(0), ids(1), m.groups, m.tokens, m.k, m.dim, m.experts, m.capacity,
-                         O(0));
-  }
-  case OpCode::MoeDispatchGrad: {
-    MoeShape m = moeShape(IS(1), IS(0));
-    return d.moeDispatchGrad(I(0), ids(1), m.groups, m.tokens, m.k, m.dim, m.experts,
-                             m.capacity, O(0));
-  }
-  case OpCode::MoeCombine: {
-    MoeShape m = moeShape(IS(2), IS(0));
-    return d.moeCombine(I(0), I(1), ids(2), m.groups, m.tokens, m.k, m.dim, m.experts,
-                        m.capacity, O(0));
-  }
-  case OpCode::MoeCombineGrad: {
-    MoeShape m = moeShape(IS(2), IS(0));
-    return d.moeCombineGrad(I(0), I(1), ids(2), I(3), m.groups, m.tokens, m.k, m.dim, m.experts,
-                            m.capacity, O(0), O(1));
-  }
   case OpCode::AdamWUpdate:
   case OpCode::SgdUpdate: {
     // Optional inputs after the fixed ones: the overflow flag of dynamic loss
@@ -294,15 +247,15 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     }
     return d.clipByNorm(grads, sizes, outs, F(0), norm, norm);
   }
-  case OpCode::MicrobatchSum:
-    return d.binary(BinaryOp::Add, O(0), OS(0), I(0), IS(0), O(0), OS(0));
   case OpCode::Send:
   case OpCode::Recv:
     return error(StatusCode::kInternal, "point-to-point instructions run as schedule actions");
   case OpCode::Transfer:
     return error(StatusCode::kInternal, "host-device transfers run as copies (Executor::run)");
+  default:
+    break;
   }
-  return error(StatusCode::kUnimplemented, "opcode ", static_cast<int>(inst.op()),
+  return error(StatusCode::kUnimplemented, "opcode ", kernels::opKindName(static_cast<kernels::OpKind>(inst.op())),
                " has no kernel on ", d.describe());
 }
 

@@ -467,15 +467,6 @@ Status Executor::step(std::vector<double> *profile) {
   return Status::ok();
 }
 
-namespace {
-FloatType floatTypeOf(plan::DType d) {
-  return d == plan::DType::BF16 ? FloatType::BF16
-         : d == plan::DType::F16 ? FloatType::F16
-                                 : FloatType::F32;
-}
-bool isLowPrecision(plan::DType d) { return d == plan::DType::BF16 || d == plan::DType::F16; }
-} // namespace
-
 Status Executor::run(const plan::Instruction &inst) {
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
@@ -514,75 +505,12 @@ Status Executor::run(const plan::Instruction &inst) {
     asyncTransfers_ = true;
     return Status::ok();
   }
-  if (inst.op() == OpCode::Convert) {
-    const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    return deviceFor(inst).convertFloat(data(in[0]), floatTypeOf(src.dtype), data(out[0]),
-                              floatTypeOf(dst.dtype), src.numElements);
-  }
-  // Mixed precision: bf16 / f16 storage, f32 math. Ops that only move bytes
-  // run on the stored type; the others see f32 copies of their low-precision
-  // tensors, and their low-precision results are rounded back.
-  switch (inst.op()) {
-  case OpCode::Reshape:
-  case OpCode::Transpose:
-  case OpCode::Slice:
-  case OpCode::Concat:
-  case OpCode::ShardSlice:
-  case OpCode::AllGather:
-  case OpCode::AllToAll:
-    return runKernel(inst);
-  case OpCode::AllReduce:
-  case OpCode::ReduceScatter:
-    // bf16 gradient reduction: bf16 on the wire.
-    if (plan_->tensor(in[0]).dtype == plan::DType::BF16)
-      return inst.op() == OpCode::AllReduce ? runBucketAllReduce(inst, /*bf16=*/true)
-                                            : runReduceScatter(inst, /*bf16=*/true);
-    break;
-  default:
-    break;
-  }
-  // fp32 instructions (the common case) go straight to their kernel.
-  auto isLow = [&](int32_t id) { return isLowPrecision(plan_->tensor(id).dtype); };
-  if (std::none_of(in.begin(), in.end(), isLow) && std::none_of(out.begin(), out.end(), isLow))
-    return runKernel(inst);
-  if (inst.op() == OpCode::Matmul) {
-    // bf16 / f16 operands and result with f32 accumulation: tensor cores on
-    // GPUs, oneDNN's bf16 matmul on CPUs that have it (AVX512-BF16, AMX).
-    plan::DType t = plan_->tensor(out[0]).dtype;
-    if (plan_->tensor(in[0]).dtype == t && plan_->tensor(in[1]).dtype == t) {
-      Status s = dev_->matmulLowPrecision(floatTypeOf(t), data(in[0]), plan_->tensor(in[0]).shape,
-                                          data(in[1]), plan_->tensor(in[1]).shape, data(out[0]),
-                                          inst.ints()->Get(0) != 0, inst.ints()->Get(1) != 0);
-      if (s.code() != StatusCode::kUnimplemented)
-        return s;
-    }
-  }
-  std::vector<int32_t> low;
-  for (const auto *ids : {&in, &out})
-    for (int32_t id : *ids)
-      if (isLow(id) && std::find(low.begin(), low.end(), id) == low.end())
-        low.push_back(id);
-  while (widened_.size() < low.size())
-    widened_.emplace_back(dev_.get());
-  for (size_t i = 0; i < low.size(); ++i)
-    PTC_RETURN_IF_ERROR(widened_[i].reserve(plan_->tensor(low[i]).numElements * 4));
-  std::vector<void *> saved;
-  for (size_t i = 0; i < low.size(); ++i) {
-    const TensorInfo &t = plan_->tensor(low[i]);
-    PTC_RETURN_IF_ERROR(dev_->convertFloat(data(low[i]), floatTypeOf(t.dtype), widened_[i].data(),
-                                           FloatType::F32, t.numElements));
-    saved.push_back(storage_[static_cast<size_t>(low[i])]);
-    storage_[static_cast<size_t>(low[i])] = widened_[i].data();
-  }
-  Status status = runKernel(inst);
-  for (size_t i = 0; i < low.size(); ++i) {
-    storage_[static_cast<size_t>(low[i])] = saved[i];
-    if (status.isOk() && std::find(out.begin(), out.end(), low[i]) != out.end())
-      status = dev_->convertFloat(widened_[i].data(), FloatType::F32, data(low[i]),
-                                  floatTypeOf(plan_->tensor(low[i]).dtype),
-                                  plan_->tensor(low[i]).numElements);
-  }
-  return status;
+  // bf16 gradient reduction: bf16 on the wire.
+  if ((inst.op() == OpCode::AllReduce || inst.op() == OpCode::ReduceScatter) &&
+      plan_->tensor(in[0]).dtype == plan::DType::BF16)
+    return inst.op() == OpCode::AllReduce ? runBucketAllReduce(inst, /*bf16=*/true)
+                                          : runReduceScatter(inst, /*bf16=*/true);
+  return runKernel(inst);
 }
 
 } // namespace ptc

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -194,7 +195,22 @@ public:
 private:
   std::vector<uint32_t> groupEnd_;
   std::vector<bool> covered_;
+  /// An instruction: through its device's kernel table (widened to f32
+  /// where the entry does not take its element types), else runHostOp.
   Status runKernel(const plan::Instruction &inst);
+  /// The instructions the executor composes itself from device primitives
+  /// and collectives.
+  Status runHostOp(const plan::Instruction &inst);
+  /// Runs `body` with the instruction's bf16 / f16 tensors replaced by f32
+  /// copies, rounding its low-precision results back.
+  Status runWidened(const plan::Instruction &inst, const std::function<Status()> &body);
+  /// The instruction as its kernel sees it (views into the buffers below,
+  /// valid until the next call).
+  kernels::KernelCall kernelCall(const plan::Instruction &inst);
+  std::vector<kernels::TensorView> callInputs_, callOutputs_;
+  std::vector<int64_t> callInts_, callMeshCoords_, callMeshSizes_;
+  std::vector<double> callFloats_;
+  bool widening_ = false; // inside runWidened: low-precision tensors are f32 copies
   /// Lays a reduce-scatter's input out as one contiguous block per group member.
   Status blocksForReduceScatter(const plan::Instruction &inst, void *staging, int64_t elementBytes);
   std::vector<DeviceBuffer> widened_; // f32 copies of bf16 / f16 tensors

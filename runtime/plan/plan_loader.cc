@@ -23,6 +23,7 @@ namespace ptc {
 
 using plan::DType;
 using plan::OpCode;
+using plan::ShapeRule;
 using plan::TensorKind;
 
 int64_t dtypeSize(DType dtype) {
@@ -361,34 +362,29 @@ Status InstructionChecker::check() {
                 " integer and ",
                 info->floats < 0 ? floats_.size() : static_cast<size_t>(info->floats),
                 " float attributes, has ", ints_.size(), " and ", floats_.size());
-  switch (op) {
-  case OpCode::Add:
-  case OpCode::Sub:
-  case OpCode::Mul:
-  case OpCode::Div: {
-    PTC_RETURN_IF_ERROR(counts(2, 1));
+  switch (info->rule) {
+  case ShapeRule::Broadcasting:
+
+ {
     PTC_RETURN_IF_ERROR(dtypes());
     auto b = broadcastShape(in(0), in(1));
     if (!b)
       return fail("shapes ", shapeStr(in(0)), " and ", shapeStr(in(1)), " do not broadcast");
     return expectShape(out(0), *b, "result");
   }
-  case OpCode::Unary:
+  case ShapeRule::Activation:
     PTC_RETURN_IF_ERROR(unaryFunction());
     [[fallthrough]];
-  case OpCode::Scale:
-  case OpCode::Convert:
-    PTC_RETURN_IF_ERROR(counts(1, 1, 0, op == OpCode::Scale ? 1 : 0));
+  case ShapeRule::SameShape:
     PTC_RETURN_IF_ERROR(dtypes());
     return expectShape(out(0), in(0), "result");
-  case OpCode::Matmul:
+  case ShapeRule::Matmul:
     PTC_RETURN_IF_ERROR(dtypes());
     return matmul();
-  case OpCode::LayerNorm:
-  case OpCode::RmsNorm: {
+  case ShapeRule::RowNorm:
+ {
     // Inputs: x, weight[, bias] over x's last dimension.
-    const bool bias = op == OpCode::LayerNorm;
-    PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, 1, 0, 1));
+    const bool bias = in_.size() == 3;
     PTC_RETURN_IF_ERROR(dtypes());
     if (in(0).empty())
       return fail("input must have rank >= 1");
@@ -397,14 +393,12 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(in(2), {in(0).back()}, "bias"));
     return expectShape(out(0), in(0), "result");
   }
-  case OpCode::Softmax:
-    PTC_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+  case ShapeRule::Softmax:
     PTC_RETURN_IF_ERROR(dtypes());
     if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size()))
       return fail("axis ", ints_[0], " is out of range");
     return expectShape(out(0), in(0), "result");
-  case OpCode::Rotary:
-    PTC_RETURN_IF_ERROR(counts(1, 1, 1, 1));
+  case ShapeRule::Rotary:
     PTC_RETURN_IF_ERROR(dtypes());
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)
       return fail("input must be [batch, heads, seq, head_dim] with an even head_dim, got ",
@@ -414,14 +408,12 @@ Status InstructionChecker::check() {
     if (!(floats_[0] > 1.0))
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");
-  case OpCode::CausalAttention:
-    PTC_RETURN_IF_ERROR(counts(3, 1, 0, 1));
+  case ShapeRule::Attention:
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(attentionShapes());
     return expectShape(out(0), in(0), "result");
-  case OpCode::Embedding: {
+  case ShapeRule::Embedding: {
     PTC_RETURN_IF_ERROR(vocabAxis());
-    PTC_RETURN_IF_ERROR(counts(2, 1, ints_.size()));
     PTC_RETURN_IF_ERROR(dtypes({1}));
     if (in(0).size() != 2)
       return fail("table must have rank 2");
@@ -429,13 +421,12 @@ Status InstructionChecker::check() {
     expected.push_back(in(0)[1]);
     return expectShape(out(0), expected, "result");
   }
-  case OpCode::CrossEntropy:
-  case OpCode::CrossEntropyGrad:
-  case OpCode::VocabParallelCrossEntropy:
-  case OpCode::VocabParallelCrossEntropyGrad: {
-    bool grad = op == OpCode::CrossEntropyGrad || op == OpCode::VocabParallelCrossEntropyGrad;
-    bool vocab = op == OpCode::VocabParallelCrossEntropy || op == OpCode::VocabParallelCrossEntropyGrad;
-    PTC_RETURN_IF_ERROR(counts(grad ? 3 : 2, 1, vocab ? 1 : 0));
+  case ShapeRule::CrossEntropy:
+
+ {
+    // logits, targets[, the loss gradient]; a vocabulary-parallel one names
+    // the mesh axis of its classes.
+    bool grad = in_.size() == 3, vocab = info->ints == 1;
     if (vocab)
       PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(dtypes({1}));
@@ -447,20 +438,18 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(in(2), {}, "loss gradient"));
     return expectShape(out(0), grad ? logits : Shape{}, "result");
   }
-  case OpCode::Transfer:
-    PTC_RETURN_IF_ERROR(counts(1, 1));
+  case ShapeRule::Transfer:
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("a transfer changes the dtype");
     return expectShape(out(0), in(0), "result");
-  case OpCode::Reshape:
-    PTC_RETURN_IF_ERROR(counts(1, 1));
+  case ShapeRule::Reshape:
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("reshape changes the dtype");
     if (product(in(0)) != product(out(0)))
       return fail("reshape changes the element count from ", product(in(0)), " to ",
                   product(out(0)));
     return Status::ok();
-  case OpCode::Transpose: {
+  case ShapeRule::Transpose: {
     if (in_.size() != 1 || out_.size() != 1 || ints_.size() != in(0).size())
       return fail("expects one input, one output and a permutation of its rank");
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
@@ -474,21 +463,23 @@ Status InstructionChecker::check() {
     }
     return expectShape(out(0), expected, "result");
   }
-  case OpCode::Slice:
-  case OpCode::Pad: {
+  case ShapeRule::Slice:
+  case ShapeRule::Pad:
+ {
     if (in_.size() != 1 || out_.size() != 1 || ints_.size() != in(0).size() ||
         out(0).size() != in(0).size())
       return fail("expects one input, one output of the same rank and one offset per dimension");
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("changes the dtype");
-    const Shape &small = op == OpCode::Slice ? out(0) : in(0);
-    const Shape &big = op == OpCode::Slice ? in(0) : out(0);
+    const bool slice = info->rule == ShapeRule::Slice;
+    const Shape &small = slice ? out(0) : in(0);
+    const Shape &big = slice ? in(0) : out(0);
     for (size_t i = 0; i < small.size(); ++i)
       if (ints_[i] < 0 || ints_[i] + small[i] > big[i])
         return fail("region of dimension ", i, " is out of bounds");
     return Status::ok();
   }
-  case OpCode::Concat: {
+  case ShapeRule::Concat: {
     if (in_.empty() || out_.size() != 1 || ints_.size() != 1)
       return fail("expects inputs, one output and an axis");
     int64_t axis = ints_[0];
@@ -506,20 +497,19 @@ Status InstructionChecker::check() {
     }
     return expectShape(out(0), expected, "result");
   }
-  case OpCode::ReduceSum:
-  case OpCode::ReduceMean:
-  case OpCode::ReduceMax:
+  case ShapeRule::Reduction:
+
     if (in_.size() != 1 || out_.size() != 1)
       return fail("expects one input and one output");
     PTC_RETURN_IF_ERROR(dtypes());
     return reduce(in(0), out(0));
-  case OpCode::ReduceMaxGrad:
+  case ShapeRule::ReductionMaxGrad:
     if (in_.size() != 2 || out_.size() != 1)
       return fail("expects two inputs and one output");
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(reduce(in(0), in(1)));
     return expectShape(out(0), in(0), "result");
-  case OpCode::TopKGate: {
+  case ShapeRule::TopKGate: {
     // Inputs: logits, and optionally the selection bias [experts].
     PTC_RETURN_IF_ERROR(counts(in_.size() == 2 ? 2 : 1, 2, 2, 0));
     PTC_RETURN_IF_ERROR(dtypes({}, {1}));
@@ -532,16 +522,14 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(out(0), expected, "weights"));
     return expectShape(out(1), expected, "indices");
   }
-  case OpCode::TopKGateGrad:
-    PTC_RETURN_IF_ERROR(counts(3, 1, 1, 0));
+  case ShapeRule::TopKGateGrad:
     PTC_RETURN_IF_ERROR(dtypes({1}));
     if (in(0).size() < 2 || in(1).size() != in(0).size() ||
         !std::equal(in(0).begin(), in(0).end() - 1, in(1).begin()) || in(1).back() > in(0).back())
       return fail("needs [..., experts] logits and [..., k] indices");
     PTC_RETURN_IF_ERROR(expectShape(in(2), in(1), "weights gradient"));
     return expectShape(out(0), in(0), "result");
-  case OpCode::ExpertLoad: {
-    PTC_RETURN_IF_ERROR(counts(1, 1));
+  case ShapeRule::ExpertLoad: {
     PTC_RETURN_IF_ERROR(dtypes({0}));
     size_t r = in(0).size();
     if ((r != 2 && r != 3) || out(0).size() != r - 1 || out(0).back() < 1 ||
@@ -550,18 +538,16 @@ Status InstructionChecker::check() {
                   "(or [experts]) result, got ", shapeStr(in(0)), " and ", shapeStr(out(0)));
     return Status::ok();
   }
-  case OpCode::MoeDispatch:
-    PTC_RETURN_IF_ERROR(counts(2, 1));
+  case ShapeRule::MoeDispatch:
     PTC_RETURN_IF_ERROR(dtypes({1}));
     return moeShapes(in(0), in(1), out(0), "input", "result");
-  case OpCode::MoeDispatchGrad:
-    PTC_RETURN_IF_ERROR(counts(2, 1));
+  case ShapeRule::MoeDispatchGrad:
     PTC_RETURN_IF_ERROR(dtypes({1}));
     return moeShapes(out(0), in(1), in(0), "result", "gradient");
-  case OpCode::MoeCombine:
-  case OpCode::MoeCombineGrad: {
-    bool grad = op == OpCode::MoeCombineGrad;
-    PTC_RETURN_IF_ERROR(counts(grad ? 4 : 3, grad ? 2 : 1));
+  case ShapeRule::MoeCombine:
+ {
+    // expert outputs, weights, indices[, the gradient].
+    bool grad = in_.size() == 4;
     PTC_RETURN_IF_ERROR(dtypes({2}));
     if (in(2) != in(1))
       return fail("needs weights and indices of one shape");
@@ -572,29 +558,26 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "expert_output gradient"));
     return expectShape(out(1), in(1), "weights gradient");
   }
-  case OpCode::Broadcast: {
-    PTC_RETURN_IF_ERROR(counts(1, 1));
+  case ShapeRule::Broadcast: {
     PTC_RETURN_IF_ERROR(dtypes());
     auto b = broadcastShape(in(0), out(0));
     if (!b || *b != out(0))
       return fail("cannot broadcast ", shapeStr(in(0)), " to ", shapeStr(out(0)));
     return Status::ok();
   }
-  case OpCode::UnaryGrad:
+  case ShapeRule::ActivationGrad:
     PTC_RETURN_IF_ERROR(unaryFunction());
     [[fallthrough]];
-  case OpCode::SoftmaxGrad:
-    PTC_RETURN_IF_ERROR(counts(2, 1, op == OpCode::SoftmaxGrad ? 1 : 0, 0));
+  case ShapeRule::SoftmaxGrad:
     PTC_RETURN_IF_ERROR(dtypes());
-    if (op == OpCode::SoftmaxGrad && (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size())))
+    if (info->rule == ShapeRule::SoftmaxGrad && (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size())))
       return fail("axis ", ints_[0], " is out of range");
     PTC_RETURN_IF_ERROR(expectShape(in(1), in(0), "gradient"));
     return expectShape(out(0), in(0), "result");
-  case OpCode::LayerNormGrad:
-  case OpCode::RmsNormGrad: {
+  case ShapeRule::RowNormGrad:
+ {
     // Inputs x, weight, dy; outputs dx, dweight[, dbias].
-    const bool bias = op == OpCode::LayerNormGrad;
-    PTC_RETURN_IF_ERROR(counts(3, bias ? 3 : 2, 0, 1));
+    const bool bias = out_.size() == 3;
     PTC_RETURN_IF_ERROR(dtypes());
     if (in(0).empty())
       return fail("input must have rank >= 1");
@@ -606,17 +589,15 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(2), in(1), "bias gradient"));
     return Status::ok();
   }
-  case OpCode::CausalAttentionGrad:
-    PTC_RETURN_IF_ERROR(counts(4, 3, 0, 1));
+  case ShapeRule::AttentionGrad:
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(attentionShapes());
     PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));
     return expectShape(out(2), in(1), "value gradient");
-  case OpCode::EmbeddingGrad: {
+  case ShapeRule::EmbeddingGrad: {
     PTC_RETURN_IF_ERROR(vocabAxis());
-    PTC_RETURN_IF_ERROR(counts(2, 1, ints_.size()));
     PTC_RETURN_IF_ERROR(dtypes({0}));
     if (out(0).size() != 2)
       return fail("table gradient must have rank 2");
@@ -624,9 +605,9 @@ Status InstructionChecker::check() {
     expected.push_back(out(0)[1]);
     return expectShape(in(1), expected, "gradient");
   }
-  case OpCode::AdamWUpdate:
-  case OpCode::SgdUpdate: {
-    bool adam = op == OpCode::AdamWUpdate;
+  case ShapeRule::OptimizerUpdate:
+ {
+    bool adam = op == OpCode::AdamWUpdate; // else SgdUpdate
     if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 1))
       return fail("the only integer attribute is [1] (a scheduled learning rate input)");
     const plan::UpdateInputs layout = plan::updateInputs(inst_);
@@ -658,8 +639,7 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
     return Status::ok();
   }
-  case OpCode::LrSchedule:
-    PTC_RETURN_IF_ERROR(counts(1, 1, 3, 2));
+  case ShapeRule::LrSchedule:
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(expectShape(in(0), {}, "step"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), {}, "result"));
@@ -670,7 +650,7 @@ Status InstructionChecker::check() {
     if (!(floats_[0] >= 0.0) || !(floats_[1] >= 0.0) || floats_[1] > floats_[0])
       return fail("needs 0 <= min_lr <= lr, got lr ", floats_[0], " and min_lr ", floats_[1]);
     return Status::ok();
-  case OpCode::AllReduce: {
+  case ShapeRule::AllReduce: {
     if (in_.empty() || out_.size() != in_.size() || ints_.empty())
       return fail("expects n inputs, n outputs and mesh axes");
     PTC_RETURN_IF_ERROR(dtypes());
@@ -682,16 +662,16 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "result"));
     return Status::ok();
   }
-  case OpCode::AllGather:
+  case ShapeRule::AllGather:
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");
     return blocked(out(0), in(0), /*hasBlocks=*/true);
-  case OpCode::ReduceScatter:
+  case ShapeRule::ReduceScatter:
     if (in_.size() != 1 || out_.size() != 1)
       return fail("expects one input and one output");
     PTC_RETURN_IF_ERROR(dtypes());
     return blocked(in(0), out(0), /*hasBlocks=*/false);
-  case OpCode::AllToAll: {
+  case ShapeRule::AllToAll: {
     if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 3 || ints_[0] < 0 ||
         ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
       return fail("expects one input, one output and [mesh axis, split dim, concat dim]");
@@ -706,24 +686,22 @@ Status InstructionChecker::check() {
     expected[static_cast<size_t>(concat)] *= p;
     return expectShape(out(0), expected, "result");
   }
-  case OpCode::ShardSlice:
+  case ShapeRule::ShardSlice:
     if (in_.size() != 1 || out_.size() != 1 || tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("expects one input and one output of the same dtype");
     return blocked(in(0), out(0), /*hasBlocks=*/true);
-  case OpCode::LossScale:
-    PTC_RETURN_IF_ERROR(counts(1, 1, 0, 1));
+  case ShapeRule::LossScale:
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(expectShape(in(0), {}, "exponent"));
     return expectShape(out(0), {}, "scale");
-  case OpCode::LossScaleUpdate:
-    PTC_RETURN_IF_ERROR(counts(3, 2, 1, 0));
+  case ShapeRule::LossScaleUpdate:
     PTC_RETURN_IF_ERROR(dtypes());
     if (ints_[0] < 1)
       return fail("window must be >= 1, got ", ints_[0]);
     for (size_t i = 0; i < 3; ++i)
       PTC_RETURN_IF_ERROR(expectShape(in(i), {}, "operand"));
     return Status::ok();
-  case OpCode::UnscaleGrads:
+  case ShapeRule::UnscaleGrads:
     if (in_.size() < 2 || out_.size() != in_.size())
       return fail("expects n gradients and the scale, n results and the overflow flag");
     PTC_RETURN_IF_ERROR(dtypes());
@@ -734,17 +712,14 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "unscaled gradient"));
     PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scale"));
     return expectShape(out(out_.size() - 1), {}, "overflow flag");
-  case OpCode::Send:
-  case OpCode::Recv:
-    PTC_RETURN_IF_ERROR(counts(op == OpCode::Send ? 1 : 0, op == OpCode::Send ? 0 : 1, 1, 0));
-    return Status::ok();
-  case OpCode::MicrobatchSum:
-    PTC_RETURN_IF_ERROR(counts(1, 1));
+  case ShapeRule::Channel:
+    return Status::ok(); // the table fixes its operands; the schedule checks its channel
+  case ShapeRule::MicrobatchSum:
     PTC_RETURN_IF_ERROR(dtypes());
     if (tensors_[out_[0]].kind != TensorKind::Temporary)
       return fail("must accumulate into a temporary");
     return expectShape(out(0), in(0), "result");
-  case OpCode::ClipGradNorm:
+  case ShapeRule::ClipGradNorm:
     if (in_.empty() || out_.size() != in_.size() + 1 || floats_.size() != 1)
       return fail("expects n gradients, n + 1 results and max_norm");
     for (int64_t a : ints_)
@@ -755,7 +730,7 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "clipped gradient"));
     return expectShape(out(in_.size()), {}, "norm");
   }
-  return fail("unknown opcode ", static_cast<int>(inst_.op()));
+  return fail("has no shape rule (opcode ", static_cast<int>(inst_.op()), ")");
 }
 
 /// Offload: a host instruction runs on the host CPU and touches only host

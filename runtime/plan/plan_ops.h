@@ -11,29 +11,43 @@
 
 namespace ptc::plan {
 
+/// The loader's shape and attribute checks, one per kind of instruction
+/// (the last column of op_table.def): what an opcode's operands must look
+/// like besides the table's fixed counts. RowNorm: x, weight[, bias] over
+/// x's last dimension (the bias when the row has three inputs).
+enum class ShapeRule {
+  Broadcasting, SameShape, Activation, ActivationGrad, Matmul, RowNorm, RowNormGrad, Softmax,
+  SoftmaxGrad, Rotary, Attention, AttentionGrad, Embedding, EmbeddingGrad, CrossEntropy,
+  Reshape, Transpose, Slice, Pad, Concat, Reduction, ReductionMaxGrad, Broadcast, TopKGate,
+  TopKGateGrad, ExpertLoad, MoeDispatch, MoeDispatchGrad, MoeCombine, OptimizerUpdate,
+  LrSchedule, ClipGradNorm, AllReduce, AllGather, ShardSlice, ReduceScatter, AllToAll, Channel,
+  MicrobatchSum, LossScale, LossScaleUpdate, UnscaleGrads, Transfer,
+};
+
 struct OpInfo {
   OpCode code;
   const char *name;
   int inputs, outputs, ints, floats; // -1: depends on the instruction
   const char *intNames, *floatNames;
+  ShapeRule rule;
 };
 
 inline constexpr OpInfo kOpTable[] = {
-#define PTC_PLAN_OP(op, nIn, nOut, nInts, nFloats, intNames, floatNames)                           \
-  {OpCode::op, #op, nIn, nOut, nInts, nFloats, intNames, floatNames},
-#include "runtime/plan/op_table.def"
+#define PTC_PLAN_OP(op, nIn, nOut, nInts, nFloats, intNames, floatNames, rule)                     \
+  {OpCode::op, #op, nIn, nOut, nInts, nFloats, intNames, floatNames, ShapeRule::rule},
+#include "kernels/common/op_table.def"
 #undef PTC_PLAN_OP
 };
 
 static_assert(std::size(kOpTable) == static_cast<size_t>(OpCode::MAX) + 1,
-              "op_table.def needs one row per OpCode of plan.fbs");
+              "plan.fbs's OpCode is generated from op_table.def: one enumerator per row");
 constexpr bool opTableInEnumOrder() {
   for (size_t i = 0; i < std::size(kOpTable); ++i)
     if (static_cast<size_t>(kOpTable[i].code) != i)
       return false;
   return true;
 }
-static_assert(opTableInEnumOrder(), "op_table.def rows must follow plan.fbs's OpCode order");
+static_assert(opTableInEnumOrder(), "the generated OpCode enum follows op_table.def's rows");
 
 /// The row of `code`, or null for a value outside the enum (a corrupt plan).
 inline const OpInfo *lookupOp(OpCode code) {

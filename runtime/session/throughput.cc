@@ -43,15 +43,30 @@ StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n, 
       return s;
     }
   }
+  // The device's Matmul kernel, as a plan's instruction calls it.
   const Shape shape{n, n};
-  auto once = [&]() -> Status {
-    if (type == FloatType::F32)
-      return device.matmul(static_cast<const float *>(buffers[0]), shape,
-                           static_cast<const float *>(buffers[1]), shape,
-                           static_cast<float *>(buffers[2]), false, false);
-    return device.matmulLowPrecision(type, buffers[0], shape, buffers[1], shape, buffers[2], false,
-                                     false);
-  };
+  const kernels::DType dtype = type == FloatType::F32    ? kernels::DType::F32
+                               : type == FloatType::BF16 ? kernels::DType::BF16
+                                                         : kernels::DType::F16;
+  kernels::TensorView views[3];
+  for (int i = 0; i < 3; ++i)
+    views[i] = {buffers[i], dtype, &shape, n * n};
+  const int64_t noTranspose[2] = {0, 0};
+  kernels::KernelCall call;
+  call.op = kernels::OpKind::Matmul;
+  call.in = views;
+  call.numInputs = 2;
+  call.out = views + 2;
+  call.numOutputs = 1;
+  call.ints = noTranspose;
+  call.numInts = 2;
+  const kernels::KernelEntry &entry = device.kernelTable()[kernels::OpKind::Matmul];
+  if (!entry.run || !entry.accepts(call)) {
+    releaseAll();
+    return error(StatusCode::kUnimplemented, "no ", type == FloatType::F32 ? "f32" : "native low-precision",
+                 " matmul on ", device.describe());
+  }
+  auto once = [&]() -> Status { return device.launch(call); };
   Status s = once(); // warm-up: primitive creation, first-touch pages
   if (s.isOk())
     s = device.synchronize();

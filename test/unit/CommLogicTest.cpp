@@ -101,9 +101,9 @@ public:
     log_->push_back("copy on " + name(s));
     return CpuDevice::copyOn(s, dst, src, bytes);
   }
-  Status scale(const float *in, float *out, int64_t n, float f) override {
+  Status launch(kernels::KernelCall call) override {
     log_->push_back("kernel");
-    return CpuDevice::scale(in, out, n, f);
+    return CpuDevice::launch(call);
   }
 
 private:

@@ -48,6 +48,50 @@ private:
   std::vector<void *> owned_;
 };
 
+/// A tensor argument of a kernel call: device memory, shape, element type.
+struct Arg {
+  const void *data;
+  Shape shape;
+  kernels::DType dtype = kernels::DType::F32;
+};
+Arg ids(const int32_t *data, Shape shape) { return {data, std::move(shape), kernels::DType::I32}; }
+
+/// Runs op kind `op` through `d`'s kernel table, as the executor calls it;
+/// kUnimplemented where the entry does not take these element types.
+Status run(Device &d, kernels::OpKind op, const std::vector<Arg> &in, const std::vector<Arg> &out,
+           std::vector<int64_t> ints = {}, std::vector<double> floats = {},
+           UnaryFunction fn = {}) {
+  std::vector<kernels::TensorView> vi, vo;
+  auto numel = [](const Shape &s) {
+    int64_t n = 1;
+    for (int64_t x : s)
+      n *= x;
+    return n;
+  };
+  for (const Arg &a : in)
+    vi.push_back({const_cast<void *>(a.data), a.dtype, &a.shape, numel(a.shape)});
+  for (const Arg &a : out)
+    vo.push_back({const_cast<void *>(a.data), a.dtype, &a.shape, numel(a.shape)});
+  kernels::KernelCall call;
+  call.op = op;
+  call.in = vi.data();
+  call.numInputs = vi.size();
+  call.out = vo.data();
+  call.numOutputs = vo.size();
+  call.ints = ints.data();
+  call.numInts = ints.size();
+  call.floats = floats.data();
+  call.numFloats = floats.size();
+  call.function = fn;
+  const int64_t coords[1] = {1}, sizes[1] = {2}; // rank 1 of a 2-way axis
+  call.meshCoords = coords;
+  call.meshSizes = sizes;
+  const kernels::KernelEntry &entry = d.kernelTable()[op];
+  if (!entry.run || !entry.accepts(call))
+    return error(StatusCode::kUnimplemented, kernels::opKindName(op), " does not take these types");
+  return d.launch(call);
+}
+
 TEST(CpuDevice, AllocatesZeroedAlignedMemoryAndCopies) {
   auto dev = createCpuDevice();
   EXPECT_EQ(dev->kind(), DeviceKind::Cpu);
@@ -215,15 +259,16 @@ protected:
 
 TEST_F(CudaConformance, ElementwiseWithBroadcast) {
   auto a = randomVector(96, 1), b = randomVector(8, 2);
-  for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div})
+  for (kernels::OpKind op : {kernels::OpKind::Add, kernels::OpKind::Sub, kernels::OpKind::Mul,
+                             kernels::OpKind::Div})
     compare([&](Device &d, Mem &m) {
       float *out = m.zeros(96);
-      OK(d.binary(op, m.put(a), {4, 3, 8}, m.put(b), {8}, out, {4, 3, 8}));
+      OK(run(d, op, {{m.put(a), {4, 3, 8}}, {m.put(b), {8}}}, {{out, {4, 3, 8}}}));
       return m.get(out, 96);
     });
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(96);
-    OK(d.broadcastTo(m.put(b), {1, 1, 8}, out, {4, 3, 8}));
+    OK(run(d, kernels::OpKind::Broadcast, {{m.put(b), {1, 1, 8}}}, {{out, {4, 3, 8}}}));
     return m.get(out, 96);
   });
 }
@@ -239,19 +284,22 @@ TEST_F(CudaConformance, ActivationsAndGradients) {
   };
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(1000);
-    OK(d.scale(m.put(x), out, 1000, 0.25f));
+    OK(run(d, kernels::OpKind::Scale, {{m.put(x), {1000}}}, {{out, {1000}}}, {}, {0.25}));
     return m.get(out, 1000);
   });
   // Every activation the kernels know (kernels/common/elementwise.h).
 #define PTC_TEST_UNARY(e, name)                                                                    \
   compare([&](Device &d, Mem &m) {                                                                 \
     float *out = m.zeros(1000);                                                                    \
-    OK(d.unary(UnaryFunction::e, m.put(inputOf(UnaryFunction::e)), out, 1000));                                            \
+    OK(run(d, kernels::OpKind::Unary, {{m.put(inputOf(UnaryFunction::e)), {1000}}},              \
+           {{out, {1000}}}, {}, {}, UnaryFunction::e));                                            \
     return m.get(out, 1000);                                                                       \
   });                                                                                              \
   compare([&](Device &d, Mem &m) {                                                                 \
     float *out = m.zeros(1000);                                                                    \
-    OK(d.unaryGrad(UnaryFunction::e, m.put(inputOf(UnaryFunction::e)), m.put(g), out, 1000));                              \
+    OK(run(d, kernels::OpKind::UnaryGrad,                                                        \
+           {{m.put(inputOf(UnaryFunction::e)), {1000}}, {m.put(g), {1000}}}, {{out, {1000}}}, {},  \
+           {}, UnaryFunction::e));                                                                 \
     return m.get(out, 1000);                                                                       \
   });
   PTC_UNARY_FUNCTIONS(PTC_TEST_UNARY)
@@ -277,17 +325,20 @@ TEST_F(CudaConformance, MatmulSharedAndBatchedWithTransposes) {
        bb = randomVector(2 * 3 * 7 * 5, 8);
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(2 * 3 * 5 * 4);
-    OK(d.matmul(m.put(a), {2, 3, 5, 7}, m.put(b), {7, 4}, out, false, false));
+    OK(run(d, kernels::OpKind::Matmul, {{m.put(a), {2, 3, 5, 7}}, {m.put(b), {7, 4}}},
+           {{out, {2, 3, 5, 4}}}, {0, 0}));
     return m.get(out, 120);
   });
   compare([&](Device &d, Mem &m) { // a^T b^T: [6, 7, 5]^T x [6, 5, 7]^T -> [6, 5, 5]
     float *out = m.zeros(6 * 5 * 5);
-    OK(d.matmul(m.put(a), {6, 7, 5}, m.put(bb), {6, 5, 7}, out, true, true));
+    OK(run(d, kernels::OpKind::Matmul, {{m.put(a), {6, 7, 5}}, {m.put(bb), {6, 5, 7}}},
+           {{out, {6, 5, 5}}}, {1, 1}));
     return m.get(out, 150);
   });
   compare([&](Device &d, Mem &m) { // shared b with transposed a: [6, 7, 5]^T x [7, 4]
     float *out = m.zeros(6 * 5 * 4);
-    OK(d.matmul(m.put(a), {6, 7, 5}, m.put(b), {7, 4}, out, true, false));
+    OK(run(d, kernels::OpKind::Matmul, {{m.put(a), {6, 7, 5}}, {m.put(b), {7, 4}}},
+           {{out, {6, 5, 4}}}, {1, 0}));
     return m.get(out, 120);
   });
 }
@@ -302,13 +353,15 @@ TEST_F(CudaConformance, Bf16MatmulAccumulatesInF32) {
                  *o16 = m.zeros<uint16_t>(4 * 64 * 48);
         OK(d.convertFloat(m.put(a), FloatType::F32, a16, FloatType::BF16, a.size()));
         OK(d.convertFloat(m.put(b), FloatType::F32, b16, FloatType::BF16, b.size()));
-        Status s = d.matmulLowPrecision(FloatType::BF16, a16, {4, 64, 96}, b16, {96, 48}, o16,
-                                        false, false);
+        const auto bf16 = kernels::DType::BF16;
+        Status s = run(d, kernels::OpKind::Matmul, {{a16, {4, 64, 96}, bf16}, {b16, {96, 48}, bf16}},
+                       {{o16, {4, 64, 48}, bf16}}, {0, 0});
         if (s.code() == StatusCode::kUnimplemented) {
           float *aw = m.zeros(a.size()), *bw = m.zeros(b.size()), *ow = m.zeros(4 * 64 * 48);
           OK(d.convertFloat(a16, FloatType::BF16, aw, FloatType::F32, a.size()));
           OK(d.convertFloat(b16, FloatType::BF16, bw, FloatType::F32, b.size()));
-          OK(d.matmul(aw, {4, 64, 96}, bw, {96, 48}, ow, false, false));
+          OK(run(d, kernels::OpKind::Matmul, {{aw, {4, 64, 96}}, {bw, {96, 48}}},
+                 {{ow, {4, 64, 48}}}, {0, 0}));
           OK(d.convertFloat(ow, FloatType::F32, o16, FloatType::BF16, 4 * 64 * 48));
         } else {
           OK(s);
@@ -326,13 +379,17 @@ TEST_F(CudaConformance, LayerNormAndGradient) {
        g = randomVector(rows * cols, 12);
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(rows * cols);
-    OK(d.layerNorm(m.put(x), m.put(w), m.put(b), out, rows, cols, 1e-5f));
+    OK(run(d, kernels::OpKind::LayerNorm,
+           {{m.put(x), {rows, cols}}, {m.put(w), {cols}}, {m.put(b), {cols}}},
+           {{out, {rows, cols}}}, {}, {1e-5}));
     return m.get(out, rows * cols);
   });
   compare(
       [&](Device &d, Mem &m) {
         float *dx = m.zeros(rows * cols), *dw = m.zeros(cols), *db = m.zeros(cols);
-        OK(d.layerNormGrad(m.put(x), m.put(w), m.put(g), dx, dw, db, rows, cols, 1e-5f));
+        OK(run(d, kernels::OpKind::LayerNormGrad,
+               {{m.put(x), {rows, cols}}, {m.put(w), {cols}}, {m.put(g), {rows, cols}}},
+               {{dx, {rows, cols}}, {dw, {cols}}, {db, {cols}}}, {}, {1e-5}));
         auto out = m.get(dx, rows * cols);
         for (float *p : {dw, db}) {
           auto v = m.get(p, cols);
@@ -348,8 +405,9 @@ TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
   for (int64_t axis : {2, 1})
     compare([&](Device &d, Mem &m) {
       float *y = m.zeros(180), *dx = m.zeros(180);
-      OK(d.softmax(m.put(x), y, {4, 9, 5}, axis));
-      OK(d.softmaxGrad(y, m.put(g), dx, {4, 9, 5}, axis));
+      OK(run(d, kernels::OpKind::Softmax, {{m.put(x), {4, 9, 5}}}, {{y, {4, 9, 5}}}, {axis}));
+      OK(run(d, kernels::OpKind::SoftmaxGrad, {{y, {4, 9, 5}}, {m.put(g), {4, 9, 5}}},
+             {{dx, {4, 9, 5}}}, {axis}));
       auto out = m.get(y, 180), grad = m.get(dx, 180);
       out.insert(out.end(), grad.begin(), grad.end());
       return out;
@@ -369,8 +427,12 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
         [&](Device &d, Mem &m) {
           float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
           const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
-          OK(d.causalAttention(pq, pk, pv, o, s, kvHeads, 0.25f));
-          OK(d.causalAttentionGrad(pq, pk, pv, m.put(g), dq, dk, dv, s, kvHeads, 0.25f));
+          Shape kv{2, kvHeads, 17, 16};
+          OK(run(d, kernels::OpKind::CausalAttention, {{pq, s}, {pk, kv}, {pv, kv}}, {{o, s}}, {},
+                 {0.25}));
+          OK(run(d, kernels::OpKind::CausalAttentionGrad,
+                 {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}}, {{dq, s}, {dk, kv}, {dv, kv}}, {},
+                 {0.25}));
           auto out = m.get(o, n);
           for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
             auto t = m.get(p, count);
@@ -394,10 +456,13 @@ TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
         float *y = m.zeros(n), *dx = m.zeros(n), *dw = m.zeros(static_cast<size_t>(cols));
         float *r = m.zeros(nr), *back = m.zeros(nr);
         const float *px = m.put(x), *pw = m.put(w);
-        OK(d.rmsNorm(px, pw, y, rows, cols, 1e-5f));
-        OK(d.rmsNormGrad(px, pw, m.put(g), dx, dw, rows, cols, 1e-5f));
-        OK(d.rotary(m.put(xr), r, rs, 10000.0, false));
-        OK(d.rotary(r, back, rs, 500000.0, true));
+        OK(run(d, kernels::OpKind::RmsNorm, {{px, {rows, cols}}, {pw, {cols}}},
+               {{y, {rows, cols}}}, {}, {1e-5}));
+        OK(run(d, kernels::OpKind::RmsNormGrad,
+               {{px, {rows, cols}}, {pw, {cols}}, {m.put(g), {rows, cols}}},
+               {{dx, {rows, cols}}, {dw, {cols}}}, {}, {1e-5}));
+        OK(run(d, kernels::OpKind::Rotary, {{m.put(xr), rs}}, {{r, rs}}, {0}, {10000.0}));
+        OK(run(d, kernels::OpKind::Rotary, {{r, rs}}, {{back, rs}}, {1}, {500000.0}));
         auto out = m.get(y, n);
         for (auto [p, count] : {std::pair{dx, n}, {dw, static_cast<size_t>(cols)}, {r, nr},
                                 {back, nr}}) {
@@ -411,12 +476,15 @@ TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
 
 TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
   auto table = randomVector(10 * 8, 19), g = randomVector(6 * 8, 20);
-  std::vector<int32_t> ids{0, 12, 5, 19, 12, 3}; // rows 10..19 live elsewhere
+  std::vector<int32_t> tokenIds{0, 12, 5, 19, 12, 3}; // rows 0..9 live on the other rank
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(6 * 8), *dt = m.zeros(10 * 8);
-    const int32_t *pid = m.put(ids);
-    OK(d.embedding(m.put(table), 10, 8, pid, 6, out, 10, 20));
-    OK(d.embeddingGrad(pid, 6, m.put(g), dt, 10, 8, 10, 20));
+    const int32_t *pid = m.put(tokenIds);
+    // Mesh axis 0: this is rank 1 of 2 (run()'s coordinates): rows 10..19.
+    OK(run(d, kernels::OpKind::Embedding, {{m.put(table), {10, 8}}, ids(pid, {6})},
+           {{out, {6, 8}}}, {0}));
+    OK(run(d, kernels::OpKind::EmbeddingGrad, {ids(pid, {6}), {m.put(g), {6, 8}}},
+           {{dt, {10, 8}}}, {0}));
     auto r = m.get(out, 48), t = m.get(dt, 80);
     r.insert(r.end(), t.begin(), t.end());
     return r;
@@ -425,9 +493,10 @@ TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
 
 TEST_F(CudaConformance, BadIdsAreReportedAtSynchronize) {
   Mem m(*gpu_);
-  std::vector<int32_t> ids{1, 70000};
+  std::vector<int32_t> badIds{1, 70000};
   float *out = m.zeros(2 * 4);
-  OK(gpu_->embedding(m.put(randomVector(40, 1)), 10, 4, m.put(ids), 2, out, 0, 10));
+  OK(run(*gpu_, kernels::OpKind::Embedding, {{m.put(randomVector(40, 1)), {10, 4}}, ids(m.put(badIds), {2})},
+         {{out, {2, 4}}}));
   Status s = gpu_->synchronize();
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("embedding index 70000 at position 1 is outside [0, 10)"),
@@ -447,8 +516,11 @@ TEST_F(CudaConformance, CrossEntropyWholeAndVocabularyParallel) {
         float *loss = m.zeros(1), *dx = m.zeros(rows * classes);
         const float *px = m.put(x);
         const int32_t *pt = m.put(t);
-        OK(d.crossEntropy(px, pt, rows, classes, loss));
-        OK(d.crossEntropyGrad(px, pt, m.put(std::vector<float>{2.0f}), rows, classes, dx));
+        OK(run(d, kernels::OpKind::CrossEntropy, {{px, {rows, classes}}, ids(pt, {rows})},
+               {{loss, {}}}));
+        OK(run(d, kernels::OpKind::CrossEntropyGrad,
+               {{px, {rows, classes}}, ids(pt, {rows}), {m.put(std::vector<float>{2.0f}), {}}},
+               {{dx, {rows, classes}}}));
         auto out = m.get(loss, 1), grad = m.get(dx, rows * classes);
         out.insert(out.end(), grad.begin(), grad.end());
         return out;
@@ -488,11 +560,13 @@ TEST_F(CudaConformance, LayoutOps) {
         float *t = m.zeros(120), *sl = m.zeros(2 * 2 * 3 * 5), *pd = m.zeros(4 * 5 * 6 * 5),
               *cat = m.zeros(2 * 5 * 4 * 5);
         const float *px = m.put(x);
-        OK(d.transpose(px, {2, 3, 4, 5}, t, {0, 2, 1, 3}, 4));
-        OK(d.copyBox(px, {2, 3, 4, 5}, {0, 1, 1, 0}, sl, {2, 2, 3, 5}, {0, 0, 0, 0},
-                     {2, 2, 3, 5}, 4));
-        OK(d.pad(px, {2, 3, 4, 5}, pd, {4, 5, 6, 5}, {1, 1, 2, 0}));
-        OK(d.concat({px, m.put(y)}, {{2, 3, 4, 5}, {2, 2, 4, 5}}, cat, 1, 4));
+        OK(run(d, kernels::OpKind::Transpose, {{px, {2, 3, 4, 5}}}, {{t, {2, 4, 3, 5}}},
+               {0, 2, 1, 3}));
+        OK(run(d, kernels::OpKind::Slice, {{px, {2, 3, 4, 5}}}, {{sl, {2, 2, 3, 5}}},
+               {0, 1, 1, 0}));
+        OK(run(d, kernels::OpKind::Pad, {{px, {2, 3, 4, 5}}}, {{pd, {4, 5, 6, 5}}}, {1, 1, 2, 0}));
+        OK(run(d, kernels::OpKind::Concat, {{px, {2, 3, 4, 5}}, {m.put(y), {2, 2, 4, 5}}},
+               {{cat, {2, 5, 4, 5}}}, {1}));
         auto out = m.get(t, 120);
         for (auto [p, n] : {std::pair{sl, 60}, std::pair{pd, 600}, std::pair{cat, 200}}) {
           auto v = m.get(p, static_cast<size_t>(n));
@@ -508,7 +582,8 @@ TEST_F(CudaConformance, LayoutOps) {
         for (size_t i = 0; i < h.size(); ++i)
           h[i] = static_cast<uint16_t>(i * 37);
         uint16_t *t = m.zeros<uint16_t>(24);
-        OK(d.transpose(m.put(h), {2, 3, 4}, t, {2, 0, 1}, 2));
+        OK(run(d, kernels::OpKind::Transpose, {{m.put(h), {2, 3, 4}, kernels::DType::BF16}},
+               {{t, {4, 2, 3}, kernels::DType::BF16}}, {2, 0, 1}));
         auto r = m.get(t, 24);
         return std::vector<float>(r.begin(), r.end());
       },
@@ -518,11 +593,16 @@ TEST_F(CudaConformance, LayoutOps) {
 TEST_F(CudaConformance, ReductionsAndMaxGradientWithTies) {
   auto x = randomVector(3 * 4 * 5, 24), g = randomVector(12, 25);
   x[7] = x[8] = 9.0f; // a tie inside one reduced row
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max})
+  for (kernels::OpKind op :
+       {kernels::OpKind::ReduceSum, kernels::OpKind::ReduceMean, kernels::OpKind::ReduceMax})
     for (Shape axes : {Shape{1}, Shape{0, 2}, Shape{2}})
       compare([&](Device &d, Mem &m) {
         float *out = m.zeros(60);
-        OK(d.reduce(op, m.put(x), {3, 4, 5}, axes, out));
+        Shape kept;
+        for (int64_t i = 0; i < 3; ++i)
+          if (std::find(axes.begin(), axes.end(), i) == axes.end())
+            kept.push_back(Shape{3, 4, 5}[static_cast<size_t>(i)]);
+        OK(run(d, op, {{m.put(x), {3, 4, 5}}}, {{out, kept}}, axes));
         int64_t n = 60;
         for (int64_t a : axes)
           n /= Shape{3, 4, 5}[static_cast<size_t>(a)];
@@ -530,7 +610,8 @@ TEST_F(CudaConformance, ReductionsAndMaxGradientWithTies) {
       });
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(60);
-    OK(d.reduceMaxGrad(m.put(x), {3, 4, 5}, {2}, m.put(g), out));
+    OK(run(d, kernels::OpKind::ReduceMaxGrad, {{m.put(x), {3, 4, 5}}, {m.put(g), {3, 4}}},
+           {{out, {3, 4, 5}}}, {2}));
     return m.get(out, 60);
   });
 }
@@ -549,19 +630,29 @@ TEST_F(CudaConformance, MixtureOfExpertsRoutingWithDrops) {
           float *w = m.zeros(tokens * k), *dl = m.zeros(tokens * experts);
           int32_t *idx = m.zeros<int32_t>(tokens * k);
           const float *pl = m.put(logits);
-          OK(d.topKGate(pl, normalize ? m.put(bias) : nullptr, tokens, experts, k, normalize, w,
-                        idx));
-          OK(d.topKGateGrad(pl, idx, m.put(gw), tokens, experts, k, normalize, dl));
+          std::vector<Arg> gateIn{{pl, {tokens, experts}}};
+          if (normalize)
+            gateIn.push_back({m.put(bias), {experts}});
+          OK(run(d, kernels::OpKind::TopKGate, gateIn, {{w, {tokens, k}}, ids(idx, {tokens, k})},
+                 {k, normalize ? 1 : 0}));
+          OK(run(d, kernels::OpKind::TopKGateGrad,
+                 {{pl, {tokens, experts}}, ids(idx, {tokens, k}), {m.put(gw), {tokens, k}}},
+                 {{dl, {tokens, experts}}}, {normalize ? 1 : 0}));
           float *disp = m.zeros(slots * dim), *dd = m.zeros(tokens * dim),
                 *comb = m.zeros(tokens * dim), *dexp = m.zeros(slots * dim),
                 *dwt = m.zeros(tokens * k), *load = m.zeros(groups * experts);
           const float *pe = m.put(eo);
-          OK(d.expertLoad(idx, groups, perGroup, k, experts, load));
-          OK(d.moeDispatch(m.put(x), idx, groups, perGroup, k, dim, experts, capacity, disp));
-          OK(d.moeDispatchGrad(m.put(ge), idx, groups, perGroup, k, dim, experts, capacity, dd));
-          OK(d.moeCombine(pe, w, idx, groups, perGroup, k, dim, experts, capacity, comb));
-          OK(d.moeCombineGrad(pe, w, idx, m.put(g), groups, perGroup, k, dim, experts, capacity,
-                              dexp, dwt));
+          // Routing groups: indices [groups, perGroup, k], expert buffers
+          // [experts, groups, capacity, dim].
+          Arg routed = ids(idx, {groups, perGroup, k});
+          Shape tok{groups, perGroup, dim}, buf{experts, groups, capacity, dim},
+              wts{groups, perGroup, k};
+          OK(run(d, kernels::OpKind::ExpertLoad, {routed}, {{load, {groups, experts}}}));
+          OK(run(d, kernels::OpKind::MoeDispatch, {{m.put(x), tok}, routed}, {{disp, buf}}));
+          OK(run(d, kernels::OpKind::MoeDispatchGrad, {{m.put(ge), buf}, routed}, {{dd, tok}}));
+          OK(run(d, kernels::OpKind::MoeCombine, {{pe, buf}, {w, wts}, routed}, {{comb, tok}}));
+          OK(run(d, kernels::OpKind::MoeCombineGrad, {{pe, buf}, {w, wts}, routed, {m.put(g), tok}},
+                 {{dexp, buf}, {dwt, wts}}));
           auto ids = m.get(idx, tokens * k);
           std::vector<float> out(ids.begin(), ids.end());
           for (auto [p, n] : {std::pair{w, tokens * k}, std::pair{dl, tokens * experts},

@@ -15,6 +15,30 @@ using namespace ptc::kernels::cpu;
 namespace {
 using ptc::test::randomVector;
 
+/// A host vector as a kernel's f32 view.
+ptc::kernels::TensorView view(std::vector<float> &v, const Shape &shape) {
+  return {v.data(), ptc::kernels::DType::F32, &shape, static_cast<int64_t>(v.size())};
+}
+
+/// Runs `op` through the CPU kernel table, as the executor calls it.
+KernelResult runKernel(ptc::kernels::OpKind op, std::vector<ptc::kernels::TensorView> in,
+                       std::vector<ptc::kernels::TensorView> out, std::vector<int64_t> ints = {},
+                       std::vector<double> floats = {}) {
+  ptc::kernels::KernelCall call;
+  call.op = op;
+  call.in = in.data();
+  call.numInputs = in.size();
+  call.out = out.data();
+  call.numOutputs = out.size();
+  call.ints = ints.data();
+  call.numInts = ints.size();
+  call.floats = floats.data();
+  call.numFloats = floats.size();
+  const ptc::kernels::KernelEntry &entry = kernelTable()[op];
+  EXPECT_TRUE(entry.run && entry.accepts(call)) << ptc::kernels::opKindName(op);
+  return entry.run(call);
+}
+
 void expectNear(const std::vector<float> &a, const std::vector<float> &b, float tol) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
@@ -115,7 +139,10 @@ TEST(Kernels, RmsNormMatchesDefinition) {
   const int64_t R = 5, C = 12;
   auto x = randomVector(R * C, 41), w = randomVector(C, 42);
   std::vector<float> y(x.size()), ref(x.size());
-  rmsNorm(x.data(), w.data(), y.data(), R, C, 1e-5f);
+  const Shape xs{R, C}, ws{C};
+  ASSERT_TRUE(runKernel(ptc::kernels::OpKind::RmsNorm, {view(x, xs), view(w, ws)}, {view(y, xs)},
+                        {}, {1e-5})
+                  .isOk());
   for (int64_t r = 0; r < R; ++r) {
     double ss = 0;
     for (int64_t c = 0; c < C; ++c)
@@ -169,11 +196,11 @@ TEST(Kernels, ReductionsOverLeadingAndTrailingAxes) {
   for (size_t i = 0; i < a.size(); ++i)
     a[i] = static_cast<float>(i);
   std::vector<float> sum(4), mx(2 * 3), mean(3);
-  reduce(Reduce::Sum, a.data(), {2, 3, 4}, {0, 1}, sum.data());
+  reduce(ReduceOp::Sum, a.data(), {2, 3, 4}, {0, 1}, sum.data());
   EXPECT_EQ(sum, (std::vector<float>{60, 66, 72, 78}));
-  reduce(Reduce::Max, a.data(), {2, 3, 4}, {2}, mx.data());
+  reduce(ReduceOp::Max, a.data(), {2, 3, 4}, {2}, mx.data());
   EXPECT_EQ(mx, (std::vector<float>{3, 7, 11, 15, 19, 23}));
-  reduce(Reduce::Mean, a.data(), {2, 3, 4}, {0, 2}, mean.data());
+  reduce(ReduceOp::Mean, a.data(), {2, 3, 4}, {0, 2}, mean.data());
   EXPECT_EQ(mean, (std::vector<float>{7.5f, 11.5f, 15.5f}));
 }
 
