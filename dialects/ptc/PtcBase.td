@@ -59,6 +59,12 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kInputAttrName = "ptc.input";
     /// Argument attribute naming optimizer state.
     static constexpr ::llvm::StringLiteral kStateAttrName = "ptc.state";
+    /// Argument attribute on a parameter's optimizer state (set by
+    /// ptc-optimizer): `{param = "<name>"}`, with `dropped_dim = d` for a
+    /// factored moment that averages out dimension d of the parameter
+    /// (Adafactor's row and column statistics). The sharding defaults split
+    /// state like its parameter from it.
+    static constexpr ::llvm::StringLiteral kStateOfAttrName = "ptc.state_of";
     /// Argument attribute giving a parameter's initializer.
     static constexpr ::llvm::StringLiteral kInitAttrName = "ptc.init";
     /// Argument attribute on a parameter stacked over experts: the expert
@@ -81,8 +87,9 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kMetricAttrName = "ptc.metric";
     /// Module attribute: the device mesh, `{axes = ["dp", "tp"], shape = array<i64: 2, 2>}`.
     static constexpr ::llvm::StringLiteral kMeshAttrName = "ptc.mesh";
-    /// Argument attribute: a user sharding annotation, e.g. "[dp, _]" (one
-    /// mesh axis or `_` per dimension).
+    /// Argument attribute: a user sharding annotation, e.g.
+    /// `#ptc.sharding<[dp, _]>` (one mesh axis or `_` per dimension); after
+    /// ptc-propagate-sharding, every argument's sharding.
     static constexpr ::llvm::StringLiteral kShardingAttrName = "ptc.sharding";
     /// Between ptc-propagate-sharding and ptc-partition, on an argument:
     /// the sharding every user reads (the batch over dp*ep), resharded on

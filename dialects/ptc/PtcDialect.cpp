@@ -302,7 +302,7 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
     auto type = func ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex]) : nullptr;
     FailureOr<MeshInfo> mesh = getEnclosingMesh(op);
     if (type && succeeded(mesh) &&
-        failed(getShardingSpec(attr.getValue(), *mesh, type.getRank(), [&] {
+        failed(getSharding(attr.getValue(), *mesh, type.getRank(), [&] {
           return op->emitError() << "argument #" << argIndex << ": ";
         })))
       return failure();
@@ -330,6 +330,26 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
                              << " must be {load = \"<metric name>\", rate = <positive float>}";
     if (func && !func.getArgAttr(argIndex, kStateAttrName))
       return op->emitError() << "'ptc.bias_balancing' on argument #" << argIndex
+                             << " needs a 'ptc.state' on the same argument";
+    return success();
+  }
+  if (attrName == kStateOfAttrName) {
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    auto param = dict ? dict.getAs<StringAttr>("param") : StringAttr();
+    Attribute dropped = dict ? dict.get("dropped_dim") : Attribute();
+    auto droppedDim = dyn_cast_or_null<IntegerAttr>(dropped);
+    auto type = func ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex]) : nullptr;
+    if (!param || param.getValue().empty() || (dropped && !droppedDim) ||
+        dict.size() != (dropped ? 2u : 1u))
+      return op->emitError() << "'ptc.state_of' on argument #" << argIndex
+                             << " must be {param = \"<parameter name>\"} or {param = \"<name>\", "
+                                "dropped_dim = <dimension>}";
+    if (droppedDim && (droppedDim.getInt() < 0 || (type && droppedDim.getInt() > type.getRank())))
+      return op->emitError() << "'ptc.state_of' on argument #" << argIndex << ": dropped_dim "
+                             << droppedDim.getInt() << " is not a dimension of the parameter";
+    if (func && !func.getArgAttr(argIndex, kStateAttrName))
+      return op->emitError() << "'ptc.state_of' on argument #" << argIndex
                              << " needs a 'ptc.state' on the same argument";
     return success();
   }

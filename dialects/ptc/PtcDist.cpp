@@ -194,7 +194,7 @@ FailureOr<MeshInfo> mlir::ptc::getEnclosingMesh(Operation *op) {
 namespace {
 /// Appends dimension `name` (split in `blocks`) of sharding `text` to `out`:
 /// the axis must exist in `mesh` and not split another dimension already.
-LogicalResult addSplitDim(ShardingSpec &out, StringRef name, int blocks, StringRef text,
+LogicalResult addSplitDim(Sharding &out, StringRef name, int blocks, StringRef text,
                           const MeshInfo &mesh, EmitErrorFn emitError) {
   // A compound axis ("dp*ep") names its mesh axes, the major one first.
   SmallVector<StringRef, 2> names;
@@ -211,10 +211,9 @@ LogicalResult addSplitDim(ShardingSpec &out, StringRef name, int blocks, StringR
   if (axis < 0)
     return emitError() << "sharding " << text << " names '" << name
                        << "', which is not a compound axis of the mesh";
-  if (llvm::is_contained(out.axes, axis))
+  if (out.hasAxis(axis))
     return emitError() << "sharding " << text << " uses mesh axis '" << name << "' twice";
-  out.axes.push_back(axis);
-  out.blocks.push_back(blocks);
+  out.dims.push_back(DimShard(axis, blocks));
   return success();
 }
 } // namespace
@@ -230,51 +229,8 @@ std::string mlir::ptc::shardingText(ShardingAttr attr) {
   return text + "]";
 }
 
-FailureOr<ShardingSpec> mlir::ptc::getShardingSpec(Attribute attr, const MeshInfo &mesh,
-                                                   int64_t rank, EmitErrorFn emitError) {
-  if (auto text = dyn_cast<StringAttr>(attr))
-    return parseShardingSpec(text.getValue(), mesh, rank, emitError);
-  auto typed = dyn_cast<ShardingAttr>(attr);
-  if (!typed) {
-    emitError() << "a sharding must be #ptc.sharding<[axis or _, ...]> (or its text), got "
-                << attr;
-    return failure();
-  }
-  std::string text = shardingText(typed);
-  if (static_cast<int64_t>(typed.getAxes().size()) != rank) {
-    emitError() << "sharding " << text << " has " << typed.getAxes().size()
-                << " entries for a tensor of rank " << rank;
-    return failure();
-  }
-  ShardingSpec out;
-  for (auto [name, blocks] : llvm::zip(typed.getAxes(), typed.getBlocks())) {
-    if (name.getValue().empty()) {
-      out.axes.push_back(-1);
-      out.blocks.push_back(1);
-      continue;
-    }
-    if (failed(addSplitDim(out, name.getValue(), static_cast<int>(blocks), text, mesh, emitError)))
-      return failure();
-  }
-  return out;
-}
-
-ShardingAttr mlir::ptc::getShardingAttr(MLIRContext *context, const MeshInfo &mesh,
-                                        ArrayRef<int> axes, ArrayRef<int> blocks,
-                                        ArrayRef<int> partial) {
-  SmallVector<StringAttr> names, partialNames;
-  SmallVector<int64_t> counts;
-  for (auto [a, k] : llvm::zip(axes, blocks)) {
-    names.push_back(StringAttr::get(context, a < 0 ? "" : mesh.axes[static_cast<size_t>(a)]));
-    counts.push_back(a < 0 ? 1 : k);
-  }
-  for (int a : partial)
-    partialNames.push_back(StringAttr::get(context, mesh.axes[static_cast<size_t>(a)]));
-  return ShardingAttr::get(context, names, counts, partialNames);
-}
-
-FailureOr<ShardingSpec> mlir::ptc::parseShardingSpec(StringRef spec, const MeshInfo &mesh,
-                                                     int64_t rank, EmitErrorFn emitError) {
+FailureOr<Sharding> mlir::ptc::parseShardingText(StringRef spec, const MeshInfo &mesh,
+                                                  int64_t rank, EmitErrorFn emitError) {
   StringRef body = spec.trim();
   if (!body.consume_front("[") || !body.consume_back("]")) {
     emitError() << "sharding \"" << spec << "\" must be written [axis or _, ...]";
@@ -288,12 +244,11 @@ FailureOr<ShardingSpec> mlir::ptc::parseShardingSpec(StringRef spec, const MeshI
                 << " entries for a tensor of rank " << rank;
     return failure();
   }
-  ShardingSpec out;
+  Sharding out;
   for (StringRef p : parts) {
     p = p.trim();
     if (p == "_") {
-      out.axes.push_back(-1);
-      out.blocks.push_back(1);
+      out.dims.push_back(DimShard());
       continue;
     }
     auto [name, blockText] = p.split('/');
@@ -328,8 +283,8 @@ LogicalResult PtcDialect::verifyOperationAttribute(Operation *op, NamedAttribute
     if (succeeded(mesh))
       for (auto [spec, result] : llvm::zip(specs, op->getResults()))
         if (auto type = dyn_cast<RankedTensorType>(result.getType()); type && !isa<UnitAttr>(spec))
-          if (failed(getShardingSpec(spec, *mesh, type.getRank(),
-                                     [&] { return op->emitOpError(); })))
+          if (failed(getSharding(spec, *mesh, type.getRank(),
+                                 [&] { return op->emitOpError(); })))
             return failure();
     return success();
   }
@@ -497,20 +452,34 @@ ShardingAttr mlir::ptc::getShardingAttr(MLIRContext *context, const MeshInfo &me
 
 FailureOr<Sharding> mlir::ptc::getSharding(Attribute attr, const MeshInfo &mesh, int64_t rank,
                                            EmitErrorFn emitError) {
-  FailureOr<ShardingSpec> spec = getShardingSpec(attr, mesh, rank, emitError);
-  if (failed(spec))
+  if (auto text = dyn_cast<StringAttr>(attr))
+    return parseShardingText(text.getValue(), mesh, rank, emitError);
+  auto typed = dyn_cast<ShardingAttr>(attr);
+  if (!typed) {
+    emitError() << "a sharding must be #ptc.sharding<[axis or _, ...]> (or its text), got "
+                << attr;
     return failure();
-  Sharding out = Sharding::replicated(rank);
-  for (int64_t d = 0; d < rank; ++d)
-    out.dims[d] = DimShard(spec->axes[d], spec->blocks[d]);
-  if (auto typed = dyn_cast<ShardingAttr>(attr)) {
-    for (StringAttr name : typed.getPartial()) {
-      ShardingSpec one;
-      if (failed(addSplitDim(one, name.getValue(), 1, shardingText(typed), mesh, emitError)))
-        return failure();
-      out.partial.push_back(one.axes[0]);
+  }
+  std::string text = shardingText(typed);
+  if (static_cast<int64_t>(typed.getAxes().size()) != rank) {
+    emitError() << "sharding " << text << " has " << typed.getAxes().size()
+                << " entries for a tensor of rank " << rank;
+    return failure();
+  }
+  Sharding out;
+  for (auto [name, blocks] : llvm::zip(typed.getAxes(), typed.getBlocks())) {
+    if (name.getValue().empty()) {
+      out.dims.push_back(DimShard());
+      continue;
     }
-    llvm::sort(out.partial);
+    if (failed(addSplitDim(out, name.getValue(), static_cast<int>(blocks), text, mesh, emitError)))
+      return failure();
+  }
+  for (StringAttr name : typed.getPartial()) {
+    Sharding one;
+    if (failed(addSplitDim(one, name.getValue(), 1, text, mesh, emitError)))
+      return failure();
+    addPartial(out.partial, one.dims[0].axis);
   }
   return out;
 }

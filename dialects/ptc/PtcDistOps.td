@@ -10,7 +10,7 @@
 #ifndef PTC_DIST_OPS_TD
 #define PTC_DIST_OPS_TD
 
-def Ptc_AllReduceOp : Ptc_Op<"all_reduce", [Pure]> {
+def Ptc_AllReduceOp : Ptc_Op<"all_reduce", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
   let summary = "sum over a mesh group, of one or more tensors (a bucket)";
   let description = [{
     Every device of the group gets, for each operand, the elementwise sum of
@@ -36,7 +36,7 @@ def Ptc_AllReduceOp : Ptc_Op<"all_reduce", [Pure]> {
   }]>];
 }
 
-def Ptc_AllGatherOp : Ptc_Op<"all_gather", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_AllGatherOp : Ptc_Op<"all_gather", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "concatenation of the group's shards along one dimension";
   let description = [{
     Every device gets the operands of the whole group (one mesh axis),
@@ -62,7 +62,7 @@ def Ptc_AllGatherOp : Ptc_Op<"all_gather", [Pure, SameOperandsAndResultElementTy
   let hasVerifier = 1;
 }
 
-def Ptc_ReduceScatterOp : Ptc_Op<"reduce_scatter", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_ReduceScatterOp : Ptc_Op<"reduce_scatter", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "sum over a mesh group, each device keeping one block of the result";
   let description = [{
     Sums the operand over the group (one mesh axis) and leaves on the device
@@ -85,7 +85,7 @@ def Ptc_ReduceScatterOp : Ptc_Op<"reduce_scatter", [Pure, SameOperandsAndResultE
   let hasVerifier = 1;
 }
 
-def Ptc_AllToAllOp : Ptc_Op<"all_to_all", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_AllToAllOp : Ptc_Op<"all_to_all", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "moves a split from one dimension to another within a mesh group";
   let description = [{
     The operand is split along `concat_dim` over the axis and whole along
@@ -111,7 +111,7 @@ def Ptc_AllToAllOp : Ptc_Op<"all_to_all", [Pure, SameOperandsAndResultElementTyp
   let hasVerifier = 1;
 }
 
-def Ptc_VocabParallelCrossEntropyOp : Ptc_Op<"vocab_parallel_cross_entropy", [Pure]> {
+def Ptc_VocabParallelCrossEntropyOp : Ptc_Op<"vocab_parallel_cross_entropy", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
   let summary = "mean cross-entropy of logits whose classes are split over a mesh axis";
   let description = [{
     The local program of `ptc.cross_entropy` when the class dimension is split
@@ -133,7 +133,7 @@ def Ptc_VocabParallelCrossEntropyOp : Ptc_Op<"vocab_parallel_cross_entropy", [Pu
   let hasVerifier = 1;
 }
 
-def Ptc_VocabParallelCrossEntropyGradOp : Ptc_Op<"vocab_parallel_cross_entropy_grad", [Pure,
+def Ptc_VocabParallelCrossEntropyGradOp : Ptc_Op<"vocab_parallel_cross_entropy_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of `ptc.vocab_parallel_cross_entropy` for the local classes";
   let description = [{
@@ -154,7 +154,7 @@ def Ptc_VocabParallelCrossEntropyGradOp : Ptc_Op<"vocab_parallel_cross_entropy_g
   let hasVerifier = 1;
 }
 
-def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElementType]> {
+def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "this device's block of a replicated tensor (no communication)";
   let description = [{
     The inverse of `ptc.all_gather`: a device with coordinate `c` along the
@@ -176,7 +176,7 @@ def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [Pure, SameOperandsAndResultElement
 // Micro-batches and pipeline stages
 //===----------------------------------------------------------------------===//
 
-def Ptc_MicrobatchSumOp : Ptc_Op<"microbatch_sum", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
+def Ptc_MicrobatchSumOp : Ptc_Op<"microbatch_sum", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "sum of a per-micro-batch value over the micro-batches of a step";
   let description = [{
     In a training step whose function carries `ptc.microbatches = M`, the ops
@@ -195,7 +195,7 @@ def Ptc_MicrobatchSumOp : Ptc_Op<"microbatch_sum", [DeclareOpInterfaceMethods<Pt
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Ptc_SendOp : Ptc_Op<"send"> {
+def Ptc_SendOp : Ptc_Op<"send", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>]> {
   let summary = "point-to-point send of a value to another pipeline stage";
   let description = [{
     Inserted by `ptc-split-stages`: the value, produced on pipeline chunk
@@ -215,7 +215,7 @@ def Ptc_SendOp : Ptc_Op<"send"> {
   let hasVerifier = 1;
 }
 
-def Ptc_RecvOp : Ptc_Op<"recv"> {
+def Ptc_RecvOp : Ptc_Op<"recv", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>]> {
   let summary = "point-to-point receive of a value from another pipeline stage";
   let description = [{
     The receiving end of channel `channel`: the value sent by chunk `from`.
@@ -234,7 +234,7 @@ def Ptc_RecvOp : Ptc_Op<"recv"> {
 // Memory placement
 //===----------------------------------------------------------------------===//
 
-def Ptc_TransferOp : Ptc_Op<"transfer", [Pure, SameOperandsAndResultType]> {
+def Ptc_TransferOp : Ptc_Op<"transfer", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "a copy between device memory and host memory";
   let description = [{
     Inserted by `ptc-offload-optimizer` where a value crosses between the

@@ -9,7 +9,7 @@
 #ifndef PTC_GRAD_OPS_TD
 #define PTC_GRAD_OPS_TD
 
-def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "NumPy-style broadcast to a larger shape";
   let description = [{
     Stretches dimensions of size 1 and adds leading dimensions so that the
@@ -25,7 +25,7 @@ def Ptc_BroadcastOp : Ptc_Op<"broadcast", [DeclareOpInterfaceMethods<Ptc_Shardin
   let hasVerifier = 1;
 }
 
-def Ptc_PadOp : Ptc_Op<"pad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_PadOp : Ptc_Op<"pad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "zero padding around a tensor (the gradient of a slice)";
   let description = [{
     The result is zero except for the region starting at `offsets` with the
@@ -48,7 +48,8 @@ def Ptc_PadOp : Ptc_Op<"pad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInter
 class Ptc_UnaryGradOp<string mnemonic, string forward>
     : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultType,
                         DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
-                        DeclareOpInterfaceMethods<Ptc_ElementwiseFunctionOpInterface>]> {
+                        DeclareOpInterfaceMethods<Ptc_ElementwiseFunctionOpInterface>,
+                        DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>]> {
   let summary = "gradient of `ptc." # forward # "`";
   let description = [{
     `result = grad * d}] # forward # [{(input)/d input`, elementwise.
@@ -66,6 +67,9 @@ class Ptc_UnaryGradOp<string mnemonic, string forward>
     }
     ::llvm::StringRef $cppClass::getFunctionName() { return "}] # forward # [{"; }
     bool $cppClass::isGradient() { return true; }
+    ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
+      return {"UnaryGrad", {}, {}, "}] # forward # [{"};
+    }
   }];
 }
 
@@ -77,7 +81,7 @@ def Ptc_ExpGradOp : Ptc_UnaryGradOp<"exp_grad", "exp">;
 def Ptc_LogGradOp : Ptc_UnaryGradOp<"log_grad", "log">;
 def Ptc_SignGradOp : Ptc_UnaryGradOp<"sign_grad", "sign">;
 
-def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
+def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "gradient of `ptc.softmax`, from its output";
   let description = [{
     With `y = softmax(x)` along `axis`: `result = y * (grad - sum(grad * y))`,
@@ -94,9 +98,37 @@ def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [DeclareOpInterfaceMethods<Ptc_Sh
   let hasVerifier = 1;
 }
 
-def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
-    AllTypesMatch<["input", "grad", "input_grad"]>,
-    AllTypesMatch<["weight", "weight_grad", "bias_grad"]>]> {
+// The gradient of a Ptc_RowNormOp (operands: input, weight, result
+// gradient; results: the gradient of each forward operand): verifier,
+// sharding rule (the input gradient split as the input, parameter gradients
+// partial sums over the axes that split it) and plan instruction.
+class Ptc_RowNormGradOp<string mnemonic, string planOpcode,
+                        list<Trait> traits = []>
+    : Ptc_Op<mnemonic, !listconcat([Pure,
+        DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>,
+        AllTypesMatch<["input", "grad", "input_grad"]>], traits)> {
+  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight, Ptc_FloatTensor:$grad,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $grad attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mlir::ptc::verifyRowNorm(*this, getEpsilon().convertToDouble());
+    }
+    ::llvm::LogicalResult $cppClass::inferShardingRule(::mlir::ptc::ShardingRuleContext &ctx) {
+      return ::mlir::ptc::rowNormGradShardingRule(*this, ctx);
+    }
+    ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
+      return {"}] # planOpcode # [{", {}, {getEpsilon().convertToDouble()}};
+    }
+  }];
+}
+
+def Ptc_LayerNormGradOp : Ptc_RowNormGradOp<"layer_norm_grad", "LayerNormGrad",
+    [AllTypesMatch<["weight", "weight_grad", "bias_grad"]>]> {
   let summary = "gradient of `ptc.layer_norm` (input, weight and bias)";
   let description = [{
     Recomputes the row statistics of `input` and returns the gradients of
@@ -106,19 +138,12 @@ def Ptc_LayerNormGradOp : Ptc_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<P
     %dx, %dw, %db = ptc.layer_norm_grad %x, %w, %g : tensor<8x64x128xf32>, tensor<128xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight, Ptc_FloatTensor:$grad,
-                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
   let results = (outs Ptc_FloatTensor:$input_grad, Ptc_FloatTensor:$weight_grad,
                       Ptc_FloatTensor:$bias_grad);
-  let assemblyFormat = [{
-    $input `,` $weight `,` $grad attr-dict `:` type($input) `,` type($weight)
-  }];
-  let hasVerifier = 1;
 }
 
-def Ptc_RmsNormGradOp : Ptc_Op<"rms_norm_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
-    AllTypesMatch<["input", "grad", "input_grad"]>,
-    AllTypesMatch<["weight", "weight_grad"]>]> {
+def Ptc_RmsNormGradOp : Ptc_RowNormGradOp<"rms_norm_grad", "RmsNormGrad",
+    [AllTypesMatch<["weight", "weight_grad"]>]> {
   let summary = "gradient of `ptc.rms_norm` (input and weight)";
   let description = [{
     Recomputes the row statistics of `input` and returns the gradients of
@@ -128,16 +153,10 @@ def Ptc_RmsNormGradOp : Ptc_Op<"rms_norm_grad", [DeclareOpInterfaceMethods<Ptc_S
     %dx, %dw = ptc.rms_norm_grad %x, %w, %g : tensor<8x64x128xf32>, tensor<128xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight, Ptc_FloatTensor:$grad,
-                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
   let results = (outs Ptc_FloatTensor:$input_grad, Ptc_FloatTensor:$weight_grad);
-  let assemblyFormat = [{
-    $input `,` $weight `,` $grad attr-dict `:` type($input) `,` type($weight)
-  }];
-  let hasVerifier = 1;
 }
 
-def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["query", "grad", "query_grad"]>,
     AllTypesMatch<["key", "value", "key_grad", "value_grad"]>]> {
   let summary = "gradient of `ptc.causal_attention` (query, key and value)";
@@ -164,7 +183,7 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
   }];
 }
 
-def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
+def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "gradient of `ptc.embedding`: rows scatter-added into the table shape";
   let description = [{
     `result[r, :] = sum of grad[i..., :] over positions with indices[i...] == r`;
@@ -185,7 +204,7 @@ def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Pt
   let hasVerifier = 1;
 }
 
-def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure,
+def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of `ptc.cross_entropy` with respect to the logits";
   let description = [{
@@ -206,7 +225,7 @@ def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMet
   let hasVerifier = 1;
 }
 
-def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "gradient of `ptc.reduce_max`";
   let description = [{
@@ -227,7 +246,7 @@ def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [DeclareOpInterfaceMethods<P
   let hasVerifier = 1;
 }
 
-def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of `ptc.top_k_gate` with respect to the router logits";
   let description = [{
@@ -250,7 +269,7 @@ def Ptc_TopKGateGradOp : Ptc_Op<"top_k_gate_grad", [DeclareOpInterfaceMethods<Pt
   let hasVerifier = 1;
 }
 
-def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
+def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "gradient of `ptc.moe_dispatch`: expert slots gathered back to tokens";
   let description = [{
     `result[g, t, :] = sum over assignments (t, j) -> (e, s) of group g within
@@ -270,7 +289,7 @@ def Ptc_MoeDispatchGradOp : Ptc_Op<"moe_dispatch_grad", [DeclareOpInterfaceMetho
   let hasVerifier = 1;
 }
 
-def Ptc_MoeCombineGradOp : Ptc_Op<"moe_combine_grad", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_MoeCombineGradOp : Ptc_Op<"moe_combine_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["expert_output", "expert_output_grad"]>,
     AllTypesMatch<["weights", "weights_grad"]>]> {
   let summary = "gradient of `ptc.moe_combine` (expert outputs and weights)";

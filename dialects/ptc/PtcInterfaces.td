@@ -108,4 +108,23 @@ def Ptc_ElementwiseFunctionOpInterface : OpInterface<"ElementwiseFunctionOpInter
   ];
 }
 
+def Ptc_PlanInstructionOpInterface : OpInterface<"PlanInstructionOpInterface"> {
+  let cppNamespace = "::mlir::ptc";
+  let description = [{
+    The instruction of the executable plan an op lowers to: an opcode of
+    `kernels/common/op_table.def` by name, its integer and float attributes
+    in the order the table names them (axes normalized, mesh axes as
+    indices), and for an activation the function's name. `ptc-export-plan`
+    asks every op of the step and checks each answer against the table; an
+    op without the interface has no plan instruction.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The op's plan instruction; `axisIndex` gives the index of a mesh axis.
+      }],
+      "::mlir::ptc::PlanInstruction", "getPlanInstruction",
+      (ins "::mlir::ptc::MeshAxisIndexFn":$axisIndex)>
+  ];
+}
+
 #endif // PTC_INTERFACES_TD

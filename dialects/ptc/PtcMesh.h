@@ -75,25 +75,53 @@ FailureOr<MeshInfo> parseMeshAttr(Attribute attr, EmitErrorFn emitError);
 /// The mesh of the module enclosing `op`, if it has one (failure: no mesh or invalid).
 FailureOr<MeshInfo> getEnclosingMesh(Operation *op);
 
-/// A parsed sharding annotation: per dimension the mesh axis (-1: whole) and
-/// the block count. "tp/3" splits each of the dimension's 3 equal blocks over
-/// tp (a fused QKV projection keeps every head's q, k and v on one device).
-struct ShardingSpec {
-  SmallVector<int> axes;
-  SmallVector<int> blocks;
+/// How one dimension is split: over mesh axis `axis` (-1: whole), as
+/// `blocks` equal blocks each split over the axis (1: a plain split).
+/// Converts to and from the axis index so that rules read like integers.
+struct DimShard {
+  int axis = -1;
+  int blocks = 1;
+  DimShard(int axis = -1, int blocks = 1) : axis(axis), blocks(axis < 0 ? 1 : blocks) {}
+  operator int() const { return axis; }
+  bool operator==(const DimShard &o) const { return axis == o.axis && blocks == o.blocks; }
+  bool operator!=(const DimShard &o) const { return !(*this == o); }
 };
 
-/// Parses "[dp, _, tp/3]" for a tensor of `rank`.
-FailureOr<ShardingSpec> parseShardingSpec(StringRef spec, const MeshInfo &mesh, int64_t rank,
-                                          EmitErrorFn emitError);
+/// One mesh axis (or none) per dimension, and the axes over which the value is
+/// a partial sum.
+struct Sharding {
+  SmallVector<DimShard> dims;
+  SmallVector<int> partial; // sorted, unique
+  bool operator==(const Sharding &o) const { return dims == o.dims && partial == o.partial; }
+  bool operator!=(const Sharding &o) const { return !(*this == o); }
+  static Sharding replicated(int64_t rank) { return {SmallVector<DimShard>(rank), {}}; }
+  bool hasAxis(int a) const {
+    return llvm::any_of(dims, [&](const DimShard &d) { return d.axis == a; });
+  }
+  Sharding withoutPartial() const { return {dims, {}}; }
+};
 
-/// A sharding annotation, typed (#ptc.sharding<[dp, _]>) or as text ("[dp, _]"),
-/// resolved against `mesh` for a tensor of `rank`.
-FailureOr<ShardingSpec> getShardingSpec(Attribute attr, const MeshInfo &mesh, int64_t rank,
-                                        EmitErrorFn emitError);
-/// The typed attribute of a spec (and its partial-sum axes).
-ShardingAttr getShardingAttr(MLIRContext *context, const MeshInfo &mesh, ArrayRef<int> axes,
-                             ArrayRef<int> blocks, ArrayRef<int> partial = {});
+/// Adds `axis` to a sorted set of partial-sum axes.
+inline void addPartial(SmallVector<int> &partial, int axis) {
+  if (!llvm::is_contained(partial, axis)) {
+    partial.push_back(axis);
+    llvm::sort(partial);
+  }
+}
+
+/// Parses "[dp, _, tp/3]" (the text form of a user annotation) for a tensor
+/// of `rank`.
+FailureOr<Sharding> parseShardingText(StringRef spec, const MeshInfo &mesh, int64_t rank,
+                                      EmitErrorFn emitError);
+
+/// The typed attribute of `sharding` (a compound axis by its "dp*ep" name):
+/// what the sharding passes write between phases.
+ShardingAttr getShardingAttr(MLIRContext *context, const MeshInfo &mesh, const Sharding &sharding);
+/// The sharding an attribute (typed, or the text of user annotations) states
+/// for a tensor of `rank`, partial sums included.
+FailureOr<Sharding> getSharding(Attribute attr, const MeshInfo &mesh, int64_t rank,
+                                EmitErrorFn emitError);
+
 /// "[dp, _, tp/3]": the text of a sharding attribute's dimensions (messages).
 std::string shardingText(ShardingAttr attr);
 

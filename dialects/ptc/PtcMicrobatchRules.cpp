@@ -44,14 +44,6 @@ FailureOr<int> scaleBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
  return in[0];
 }
 
-FailureOr<int> layerNormBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
-  auto o = cast<LayerNormOp>(op);
-
-  if (in[1] >= 0 || in[2] >= 0 || in[0] == rankOf(o.getInput()) - 1)
-    return emitMicrobatchError(op, "it normalizes over the batch dimension");
-  return in[0];
-}
-
 FailureOr<int> softmaxBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
   auto o = cast<SoftmaxOp>(op);
 
@@ -206,13 +198,12 @@ FailureOr<int> ConvertOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return scaleBatchDim(getOperation(), in, count);
 }
 
-FailureOr<int> LayerNormOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
-  return layerNormBatchDim(getOperation(), in, count);
-}
-
-FailureOr<int> RmsNormOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
-  if (in[1] >= 0 || in[0] == rankOf(getInput()) - 1)
-    return emitMicrobatchError(*this, "it normalizes over the batch dimension");
+/// A row normalization keeps its input's batch dimension, unless it
+/// normalizes over it (the last one) or a parameter is batched.
+FailureOr<int> mlir::ptc::rowNormBatchDim(Operation *op, ArrayRef<int> in) {
+  const int64_t rank = cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+  if (in[0] == rank - 1 || llvm::any_of(in.drop_front(), [](int d) { return d >= 0; }))
+    return emitMicrobatchError(op, "it normalizes over the batch dimension");
   return in[0];
 }
 

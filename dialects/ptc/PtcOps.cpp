@@ -21,11 +21,7 @@ std::optional<SegmentKind> mlir::ptc::getSegment(Operation *op) {
   auto seg = op->getAttrOfType<StringAttr>(PtcDialect::kSegmentAttrName);
   if (!seg)
     return std::nullopt;
-  return llvm::StringSwitch<SegmentKind>(seg.getValue())
-      .Case("forward", SegmentKind::Forward)
-      .Case("backward", SegmentKind::Backward)
-      .Case("weight", SegmentKind::Weight)
-      .Default(SegmentKind::Step);
+  return ::ptc::schedule::lookupSegment(seg.getValue()).value_or(SegmentKind::Step);
 }
 
 int64_t mlir::ptc::getNumElements(ShapedType type) {
@@ -280,23 +276,6 @@ void MatmulOp::build(OpBuilder &builder, OperationState &state, Value lhs, Value
 }
 
 namespace {
-LogicalResult verifyLayerNormOperands(Operation *op, RankedTensorType input,
-                                      RankedTensorType weight, double epsilon,
-                                      StringRef what = "weight and bias") {
-  if (input.getRank() < 1)
-    return op->emitOpError() << "input must have rank >= 1";
-  if (weight.getRank() != 1 || weight.getDimSize(0) != input.getShape().back())
-    return op->emitOpError() << what << " must have shape [" << input.getShape().back()
-                             << "] (the normalized dimension), got "
-                             << shapeStr(weight.getShape());
-  if (failed(checkSameElementType([&] { return op->emitOpError(); }, "input",
-                                  input.getElementType(), "weight", weight.getElementType())))
-    return failure();
-  if (!(epsilon > 0.0))
-    return op->emitOpError() << "epsilon must be positive, got " << epsilon;
-  return success();
-}
-
 LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
   if (failed(normalizeAxis(axis, rank)))
     return op->emitOpError() << "axis " << axis << " is out of range for rank " << rank;
@@ -343,14 +322,25 @@ static void printAttentionTypes(OpAsmPrinter &printer, Operation *, Type queryTy
     printer << ", " << keyType;
 }
 
-LogicalResult RmsNormOp::verify() {
-  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
-                                 getEpsilon().convertToDouble(), "weight");
-}
-
-LogicalResult RmsNormGradOp::verify() {
-  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
-                                 getEpsilon().convertToDouble(), "weight");
+LogicalResult mlir::ptc::verifyRowNorm(Operation *op, double epsilon) {
+  // A forward normalization has a bias when it has three operands, its
+  // gradient when it has three results.
+  const bool bias = op->hasTrait<OpTrait::RowNormalization>() ? op->getNumOperands() == 3
+                                                                : op->getNumResults() == 3;
+  auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto weight = cast<RankedTensorType>(op->getOperand(1).getType());
+  if (input.getRank() < 1)
+    return op->emitOpError() << "input must have rank >= 1";
+  if (weight.getRank() != 1 || weight.getDimSize(0) != input.getShape().back())
+    return op->emitOpError() << (bias ? "weight and bias" : "weight") << " must have shape ["
+                             << input.getShape().back() << "] (the normalized dimension), got "
+                             << shapeStr(weight.getShape());
+  if (failed(checkSameElementType([&] { return op->emitOpError(); }, "input",
+                                  input.getElementType(), "weight", weight.getElementType())))
+    return failure();
+  if (!(epsilon > 0.0))
+    return op->emitOpError() << "epsilon must be positive, got " << epsilon;
+  return success();
 }
 
 LogicalResult RotaryOp::verify() {
@@ -362,11 +352,6 @@ LogicalResult RotaryOp::verify() {
   if (!(getTheta().convertToDouble() > 1.0))
     return emitOpError() << "theta must be greater than 1, got " << getTheta().convertToDouble();
   return success();
-}
-
-LogicalResult LayerNormOp::verify() {
-  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
-                                 getEpsilon().convertToDouble());
 }
 
 LogicalResult SoftmaxOp::verify() {
@@ -667,11 +652,6 @@ LogicalResult PadOp::verify() {
 
 LogicalResult SoftmaxGradOp::verify() {
   return verifyAxis(*this, getAxis(), getOutput().getType().getRank());
-}
-
-LogicalResult LayerNormGradOp::verify() {
-  return verifyLayerNormOperands(*this, getInput().getType(), getWeight().getType(),
-                                 getEpsilon().convertToDouble());
 }
 
 LogicalResult CausalAttentionGradOp::verify() {

@@ -17,6 +17,8 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "runtime/schedule/schedule_kinds.h"
+
 #include "dialects/ptc/PtcDialect.h.inc"
 
 #define GET_ATTRDEF_CLASSES
@@ -34,7 +36,37 @@ InFlightDiagnostic emitMicrobatchError(Operation *op, const Twine &why);
 /// Sharding rules shared by op families (PtcShardingRules.cpp).
 LogicalResult activationShardingRule(Operation *op, ShardingRuleContext &ctx);
 LogicalResult activationGradShardingRule(Operation *op, ShardingRuleContext &ctx);
+
+/// An op's instruction in the executable plan (PlanInstructionOpInterface):
+/// an opcode of kernels/common/op_table.def by name, its integer and float
+/// attributes in the table's order, and for Unary / UnaryGrad the activation.
+struct PlanInstruction {
+  StringRef opcode;
+  SmallVector<int64_t> ints = {};
+  SmallVector<double> floats = {};
+  std::string function = {};
+};
+/// The index of a mesh axis by name, for attributes that name one (-1
+/// without a mesh).
+using MeshAxisIndexFn = llvm::function_ref<int64_t(StringRef)>;
+
+/// The facts every row normalization shares (the Ptc_RowNormOp and
+/// Ptc_RowNormGradOp classes of the ODS; operands: input, weight[, bias] or
+/// input, weight, result gradient): the verifier, the batch dimension
+/// (PtcMicrobatchRules.cpp) and the sharding rules (PtcShardingRules.cpp).
+LogicalResult verifyRowNorm(Operation *op, double epsilon);
+FailureOr<int> rowNormBatchDim(Operation *op, ArrayRef<int> operandDims);
+LogicalResult rowNormShardingRule(Operation *op, ShardingRuleContext &ctx);
+LogicalResult rowNormGradShardingRule(Operation *op, ShardingRuleContext &ctx);
 } // namespace mlir::ptc
+
+namespace mlir::OpTrait {
+/// Marks a normalization of every row along the last dimension (LayerNorm,
+/// RMSNorm): `ptc-recompute`'s `full` policy keeps their inputs, the
+/// residual stream.
+template <typename ConcreteType>
+class RowNormalization : public TraitBase<ConcreteType, RowNormalization> {};
+} // namespace mlir::OpTrait
 
 #include "dialects/ptc/PtcInterfaces.h.inc"
 
@@ -81,8 +113,9 @@ void replaceReturn(func::FuncOp func, ArrayRef<Value> results,
 int64_t getNumElements(ShapedType type);
 
 /// The part of a split training step an op belongs to (its `ptc.segment`,
-/// set by ptc-split-stages); the values are those of the plan's Segment.
-enum class SegmentKind { Forward, Backward, Weight, Step };
+/// set by ptc-split-stages): the schedule's segments, whose list the plan's
+/// Segment enum is generated from (runtime/schedule/schedule_kinds.def).
+using SegmentKind = ::ptc::schedule::Segment;
 /// None: the op carries no segment.
 std::optional<SegmentKind> getSegment(Operation *op);
 

@@ -20,7 +20,7 @@ include "mlir/IR/OpBase.td"
 //===----------------------------------------------------------------------===//
 
 class Ptc_BinaryElementwiseOp<string mnemonic, string expr>
-    : Ptc_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+    : Ptc_Op<mnemonic, [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
                         DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
                         DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>]> {
   let summary = "elementwise " # mnemonic # " with broadcasting";
@@ -65,7 +65,8 @@ class Ptc_UnaryElementwiseOp<string mnemonic, string what, string gradOp,
         DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
         DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
         DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>,
-        DeclareOpInterfaceMethods<Ptc_ElementwiseFunctionOpInterface>], traits)> {
+        DeclareOpInterfaceMethods<Ptc_ElementwiseFunctionOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>], traits)> {
   let summary = what;
   let arguments = (ins Ptc_FloatTensor:$input);
   let results = (outs Ptc_FloatTensor:$result);
@@ -79,6 +80,9 @@ class Ptc_UnaryElementwiseOp<string mnemonic, string what, string gradOp,
     }
     ::llvm::StringRef $cppClass::getFunctionName() { return "}] # mnemonic # [{"; }
     bool $cppClass::isGradient() { return false; }
+    ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
+      return {"Unary", {}, {}, "}] # mnemonic # [{"};
+    }
     // The VJP: the gradient op of the same function, d input = grad * f'(input).
     ::llvm::LogicalResult $cppClass::buildVjp(::mlir::OpBuilder &b,
                                               ::llvm::ArrayRef<::mlir::Value> rg,
@@ -167,7 +171,7 @@ def Ptc_SignOp : Ptc_UnaryElementwiseOp<"sign", "sign", "SignGradOp"> {
   }];
 }
 
-def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "multiplication by a compile-time constant";
   let description = [{
     `result = factor * input`, elementwise, with `factor` a constant known to
@@ -182,7 +186,7 @@ def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInt
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def Ptc_ConvertOp : Ptc_Op<"convert", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ConvertOp : Ptc_Op<"convert", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "element type conversion between f32, bf16 and f16";
   let description = [{
     Converts every element to the result's element type (round to nearest
@@ -202,7 +206,7 @@ def Ptc_ConvertOp : Ptc_Op<"convert", [DeclareOpInterfaceMethods<Ptc_MicrobatchO
 // Dense algebra
 //===----------------------------------------------------------------------===//
 
-def Ptc_MatmulOp : Ptc_Op<"matmul", [DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_MatmulOp : Ptc_Op<"matmul", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "batched matrix multiplication with optional transposes";
   let description = [{
     Multiplies the last two dimensions: `result[..., m, n] = sum_k
@@ -239,8 +243,57 @@ def Ptc_MatmulOp : Ptc_Op<"matmul", [DeclareOpInterfaceMethods<Ptc_CostOpInterfa
 // Fused neural-network blocks
 //===----------------------------------------------------------------------===//
 
-def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
-    AllTypesMatch<["input", "result"]>, AllTypesMatch<["weight", "bias"]>]> {
+// A normalization of every row along the last dimension, with a weight (and
+// optionally a bias) of that size: LayerNorm, RMSNorm. The class brings every
+// fact the ops share: the verifier, the VJP (`gradOp`, a Ptc_RowNormGradOp),
+// the batch dimension, the sharding rule (split anywhere but the last
+// dimension, parameters whole), the plan instruction (`planOpcode`, floats
+// [epsilon]) and the RowNormalization trait. A def gives its arguments
+// (input, weight[, bias], epsilon), summary and description.
+def Ptc_RowNormalization : NativeOpTrait<"RowNormalization">;
+class Ptc_RowNormOp<string mnemonic, string planOpcode, string gradOp, list<Trait> traits = []>
+    : Ptc_Op<mnemonic, !listconcat([Pure, Ptc_RowNormalization,
+        DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+        DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>,
+        AllTypesMatch<["input", "result"]>], traits)> {
+  let results = (outs Ptc_FloatTensor:$result);
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mlir::ptc::verifyRowNorm(*this, getEpsilon().convertToDouble());
+    }
+    ::mlir::FailureOr<int> $cppClass::inferBatchDim(::llvm::ArrayRef<int> dims, int64_t) {
+      return ::mlir::ptc::rowNormBatchDim(*this, dims);
+    }
+    ::llvm::LogicalResult $cppClass::inferShardingRule(::mlir::ptc::ShardingRuleContext &ctx) {
+      return ::mlir::ptc::rowNormShardingRule(*this, ctx);
+    }
+    ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
+      return {"}] # planOpcode # [{", {}, {getEpsilon().convertToDouble()}};
+    }
+    // The VJP: the gradient op recomputes the row statistics and returns one
+    // gradient per operand (input, weight[, bias]).
+    ::llvm::LogicalResult $cppClass::buildVjp(::mlir::OpBuilder &b,
+                                              ::llvm::ArrayRef<::mlir::Value> rg,
+                                              ::llvm::ArrayRef<bool> needed,
+                                              ::llvm::SmallVectorImpl<::mlir::Value> &og) {
+      auto grad = ::mlir::ptc::}] # gradOp # [{::create(
+          b, getLoc(), getOperation()->getOperandTypes(),
+          ::mlir::ValueRange{getInput(), getWeight(), rg[0]},
+          {b.getNamedAttr(getEpsilonAttrName(), getEpsilonAttr())});
+      og.assign(getOperation()->getNumOperands(), ::mlir::Value());
+      for (unsigned i = 0; i < og.size(); ++i)
+        if (needed[i])
+          og[i] = grad->getResult(i);
+      return ::mlir::success();
+    }
+  }];
+}
+
+def Ptc_LayerNormOp : Ptc_RowNormOp<"layer_norm", "LayerNorm", "LayerNormGradOp",
+    [AllTypesMatch<["weight", "bias"]>]> {
   let summary = "layer normalization over the last dimension, with affine weight and bias";
   let description = [{
     For every row `x` along the last dimension (size `N`):
@@ -256,15 +309,12 @@ def Ptc_LayerNormOp : Ptc_Op<"layer_norm", [DeclareOpInterfaceMethods<Ptc_Microb
   let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight,
                        Ptc_FloatTensor:$bias,
                        DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
-  let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight)
   }];
-  let hasVerifier = 1;
 }
 
-def Ptc_RmsNormOp : Ptc_Op<"rms_norm", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
-    AllTypesMatch<["input", "result"]>]> {
+def Ptc_RmsNormOp : Ptc_RowNormOp<"rms_norm", "RmsNorm", "RmsNormGradOp"> {
   let summary = "RMS normalization over the last dimension, with a weight";
   let description = [{
     For every row `x` along the last dimension (size `N`):
@@ -279,14 +329,12 @@ def Ptc_RmsNormOp : Ptc_Op<"rms_norm", [DeclareOpInterfaceMethods<Ptc_Microbatch
   }];
   let arguments = (ins Ptc_FloatTensor:$input, Ptc_FloatTensor:$weight,
                        DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
-  let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight attr-dict `:` type($input) `,` type($weight)
   }];
-  let hasVerifier = 1;
 }
 
-def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "rotary position embedding (rotate_half convention)";
   let description = [{
     The input has shape `[batch, heads, seq, head_dim]` with an even
@@ -309,7 +357,7 @@ def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpI
   let hasVerifier = 1;
 }
 
-def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "numerically stable softmax along one axis";
   let description = [{
     `result = exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`
@@ -326,7 +374,7 @@ def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_MicrobatchO
   let hasVerifier = 1;
 }
 
-def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["query", "result"]>, AllTypesMatch<["key", "value"]>]> {
   let summary = "causal scaled dot-product attention over all heads";
   let description = [{
@@ -360,7 +408,7 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
   }];
 }
 
-def Ptc_EmbeddingOp : Ptc_Op<"embedding", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_EmbeddingOp : Ptc_Op<"embedding", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "row lookup in an embedding table";
   let description = [{
     `result[i..., :] = table[indices[i...], :]` for a table of shape
@@ -389,7 +437,7 @@ def Ptc_EmbeddingOp : Ptc_Op<"embedding", [DeclareOpInterfaceMethods<Ptc_Microba
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$indices)>];
 }
 
-def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "mean softmax cross-entropy over all positions";
   let description = [{
     `logits` has shape `targets.shape + [num_classes]`; `targets` holds `i32`
@@ -416,7 +464,7 @@ def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_
 // Layout changes
 //===----------------------------------------------------------------------===//
 
-def Ptc_ReshapeOp : Ptc_Op<"reshape", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ReshapeOp : Ptc_Op<"reshape", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "reinterpretation of a tensor with another shape";
   let description = [{
     Row-major reinterpretation: the element count must be unchanged.
@@ -431,7 +479,7 @@ def Ptc_ReshapeOp : Ptc_Op<"reshape", [DeclareOpInterfaceMethods<Ptc_MicrobatchO
   let hasVerifier = 1;
 }
 
-def Ptc_TransposeOp : Ptc_Op<"transpose", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_TransposeOp : Ptc_Op<"transpose", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "permutation of dimensions";
   let description = [{
     `result.shape[i] = input.shape[permutation[i]]`, and
@@ -451,7 +499,7 @@ def Ptc_TransposeOp : Ptc_Op<"transpose", [DeclareOpInterfaceMethods<Ptc_Microba
   let builders = [OpBuilder<(ins "::mlir::Value":$input, "::llvm::ArrayRef<int64_t>":$permutation)>];
 }
 
-def Ptc_SliceOp : Ptc_Op<"slice", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_SliceOp : Ptc_Op<"slice", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "contiguous static slice";
   let description = [{
     `result[i...] = input[offsets + i...]`: the result's shape gives the slice
@@ -472,7 +520,7 @@ def Ptc_SliceOp : Ptc_Op<"slice", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInt
   let hasVerifier = 1;
 }
 
-def Ptc_ConcatOp : Ptc_Op<"concat", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_ConcatOp : Ptc_Op<"concat", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "concatenation along one axis";
   let description = [{
     Joins the inputs along `axis`; all other dimensions must agree.
@@ -495,7 +543,7 @@ def Ptc_ConcatOp : Ptc_Op<"concat", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpI
 //===----------------------------------------------------------------------===//
 
 class Ptc_ReduceOp<string mnemonic, string what>
-    : Ptc_Op<mnemonic, [Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+    : Ptc_Op<mnemonic, [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultElementType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
                         DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
                         DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>]> {
   let summary = what # " over a set of axes";
@@ -525,7 +573,7 @@ def Ptc_ReduceMaxOp : Ptc_ReduceOp<"reduce_max", "maximum">;
 // Mixture-of-experts routing
 //===----------------------------------------------------------------------===//
 
-def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "softmax router choosing the top-k experts of every token";
   let description = [{
     `logits` has shape `[..., num_experts]` (`[tokens, E]` or, per routing
@@ -554,7 +602,7 @@ def Ptc_TopKGateOp : Ptc_Op<"top_k_gate", [DeclareOpInterfaceMethods<Ptc_Microba
   let hasVerifier = 1;
 }
 
-def Ptc_ExpertLoadOp : Ptc_Op<"expert_load", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
+def Ptc_ExpertLoadOp : Ptc_Op<"expert_load", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "fraction of each routing group's assignments that go to each expert";
   let description = [{
     `indices` (from `ptc.top_k_gate`) is `[groups, tokens, k]`; the result
@@ -577,7 +625,7 @@ def Ptc_ExpertLoadOp : Ptc_Op<"expert_load", [DeclareOpInterfaceMethods<Ptc_Micr
   let hasVerifier = 1;
 }
 
-def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "scatter of tokens into per-expert buffers of fixed capacity";
   let description = [{
     Routing groups (GShard): `input` is `[groups, tokens, dim]` and
@@ -607,7 +655,7 @@ def Ptc_MoeDispatchOp : Ptc_Op<"moe_dispatch", [DeclareOpInterfaceMethods<Ptc_Mi
   let hasVerifier = 1;
 }
 
-def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "weighted gather of expert outputs back to tokens";
   let description = [{
     The inverse of `ptc.moe_dispatch`: `expert_output` is

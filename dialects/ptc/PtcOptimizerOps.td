@@ -9,7 +9,7 @@
 #ifndef PTC_OPTIMIZER_OPS_TD
 #define PTC_OPTIMIZER_OPS_TD
 
-def Ptc_LrScheduleOp : Ptc_Op<"lr_schedule", [Pure, AllTypesMatch<["step", "result"]>]> {
+def Ptc_LrScheduleOp : Ptc_Op<"lr_schedule", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, AllTypesMatch<["step", "result"]>]> {
   let summary = "the learning rate of this step from the step count";
   let description = [{
     `step` counts this step (1 for the first; the optimizer state
@@ -39,7 +39,7 @@ def Ptc_LrScheduleOp : Ptc_Op<"lr_schedule", [Pure, AllTypesMatch<["step", "resu
   let hasVerifier = 1;
 }
 
-def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
+def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
     AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
                    "new_exp_avg_sq"]>]> {
   let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
@@ -75,7 +75,7 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Sh
   let hasVerifier = 1;
 }
 
-def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
+def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
     AllTypesMatch<["param", "grad", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
   let summary = "one SGD step with momentum (torch.optim.SGD semantics, dampening 0)";
   let description = [{
@@ -103,7 +103,7 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_Shardi
   let hasVerifier = 1;
 }
 
-def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [Pure]> {
+def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
   let summary = "scales gradients so that their global L2 norm is at most max_norm";
   let description = [{
     `norm = sqrt(sum of squares of every element of every grad)`; each result
@@ -128,7 +128,7 @@ def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [Pure]> {
 // Dynamic loss scaling
 //===----------------------------------------------------------------------===//
 
-def Ptc_LossScaleOp : Ptc_Op<"loss_scale", [Pure, AllTypesMatch<["exponent", "scale"]>]> {
+def Ptc_LossScaleOp : Ptc_Op<"loss_scale", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, AllTypesMatch<["exponent", "scale"]>]> {
   let summary = "the current loss scale: initial * 2^exponent";
   let description = [{
     The factor the backward pass starts from under dynamic loss scaling;
@@ -144,7 +144,7 @@ def Ptc_LossScaleOp : Ptc_Op<"loss_scale", [Pure, AllTypesMatch<["exponent", "sc
   let assemblyFormat = "$exponent attr-dict `:` type($scale)";
 }
 
-def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [Pure]> {
+def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
   let summary = "gradients divided by the loss scale, and whether any is not finite";
   let description = [{
     Each result is its gradient divided by `scale`; the last result is 1.0
@@ -164,7 +164,7 @@ def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ptc_LossScaleUpdateOp : Ptc_Op<"loss_scale_update", [Pure,
+def Ptc_LossScaleUpdateOp : Ptc_Op<"loss_scale_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
     AllTypesMatch<["exponent", "good_steps", "found_inf", "new_exponent", "new_good_steps"]>]> {
   let summary = "halve the loss scale after an overflow, double it after `window` good steps";
   let description = [{

@@ -15,40 +15,6 @@
 
 namespace mlir::ptc {
 
-/// How one dimension is split: over mesh axis `axis` (-1: whole), as
-/// `blocks` equal blocks each split over the axis (1: a plain split).
-/// Converts to and from the axis index so that rules read like integers.
-struct DimShard {
-  int axis = -1;
-  int blocks = 1;
-  DimShard(int axis = -1, int blocks = 1) : axis(axis), blocks(axis < 0 ? 1 : blocks) {}
-  operator int() const { return axis; }
-  bool operator==(const DimShard &o) const { return axis == o.axis && blocks == o.blocks; }
-  bool operator!=(const DimShard &o) const { return !(*this == o); }
-};
-
-/// One mesh axis (or none) per dimension, and the axes over which the value is
-/// a partial sum.
-struct Sharding {
-  SmallVector<DimShard> dims;
-  SmallVector<int> partial; // sorted, unique
-  bool operator==(const Sharding &o) const { return dims == o.dims && partial == o.partial; }
-  bool operator!=(const Sharding &o) const { return !(*this == o); }
-  static Sharding replicated(int64_t rank) { return {SmallVector<DimShard>(rank), {}}; }
-  bool hasAxis(int a) const {
-    return llvm::any_of(dims, [&](const DimShard &d) { return d.axis == a; });
-  }
-  Sharding withoutPartial() const { return {dims, {}}; }
-};
-
-/// Adds `axis` to a sorted set of partial-sum axes.
-inline void addPartial(SmallVector<int> &partial, int axis) {
-  if (!llvm::is_contained(partial, axis)) {
-    partial.push_back(axis);
-    llvm::sort(partial);
-  }
-}
-
 /// What a sharding rule reads (global types, current shardings, which values
 /// derive from user annotations, the mesh) and decides (`want`, `out`,
 /// rescales). Implemented by ptc-propagate-sharding.
@@ -120,14 +86,6 @@ public:
   /// Operand `i` must be split like `s` (and complete).
   void like(unsigned i, const Sharding &s) { want[i] = s.withoutPartial(); }
 };
-
-/// The typed attribute of `sharding` (a compound axis by its "dp*ep" name):
-/// what the sharding passes write between phases.
-ShardingAttr getShardingAttr(MLIRContext *context, const MeshInfo &mesh, const Sharding &sharding);
-/// The sharding an attribute (typed, or the text of user annotations) states
-/// for a tensor of `rank`, partial sums included.
-FailureOr<Sharding> getSharding(Attribute attr, const MeshInfo &mesh, int64_t rank,
-                                EmitErrorFn emitError);
 
 } // namespace mlir::ptc
 

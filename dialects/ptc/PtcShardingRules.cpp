@@ -190,10 +190,12 @@ LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
   return success();
 }
 
+} // namespace
+
 /// A normalization over the last dimension (LayerNorm, RMSNorm): the input
 /// may be split anywhere but there, its affine parameters (operands 1..) are
 /// whole.
-LogicalResult normRule(Operation *op, ShardingRuleContext &ctx) {
+LogicalResult mlir::ptc::rowNormShardingRule(Operation *op, ShardingRuleContext &ctx) {
   ctx.full(0);
   ctx.want[0].dims.back() = -1;
   for (unsigned i = 1; i < op->getNumOperands(); ++i)
@@ -205,7 +207,7 @@ LogicalResult normRule(Operation *op, ShardingRuleContext &ctx) {
 /// Its gradient (operands: input, weight, result gradient): the input
 /// gradient split as the input; each parameter gradient (results 1..) a
 /// partial sum over every axis that splits the input.
-LogicalResult normGradRule(Operation *op, ShardingRuleContext &ctx) {
+LogicalResult mlir::ptc::rowNormGradShardingRule(Operation *op, ShardingRuleContext &ctx) {
   ctx.full(0);
   ctx.want[0].dims.back() = -1;
   ctx.replicate(1, ctx.rank(op->getOperand(1)));
@@ -219,6 +221,8 @@ LogicalResult normGradRule(Operation *op, ShardingRuleContext &ctx) {
     ctx.out.push_back(w);
   return success();
 }
+
+namespace {
 
 /// Rotary embeddings: positions are indices along the sequence, so the
 /// sequence and head dimensions stay whole; batch and heads split freely.
@@ -655,10 +659,6 @@ LogicalResult ScaleOp::inferShardingRule(ShardingRuleContext &ctx) { return pass
 LogicalResult ConvertOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MicrobatchSumOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MatmulOp::inferShardingRule(ShardingRuleContext &ctx) { return matmulRule(*this, ctx); }
-LogicalResult LayerNormOp::inferShardingRule(ShardingRuleContext &ctx) { return normRule(*this, ctx); }
-LogicalResult LayerNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return normGradRule(*this, ctx); }
-LogicalResult RmsNormOp::inferShardingRule(ShardingRuleContext &ctx) { return normRule(*this, ctx); }
-LogicalResult RmsNormGradOp::inferShardingRule(ShardingRuleContext &ctx) { return normGradRule(*this, ctx); }
 LogicalResult RotaryOp::inferShardingRule(ShardingRuleContext &ctx) { return rotaryRule(*this, ctx); }
 LogicalResult SoftmaxOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxRule(*this, ctx); }
 LogicalResult SoftmaxGradOp::inferShardingRule(ShardingRuleContext &ctx) { return softmaxGradRule(*this, ctx); }

@@ -192,24 +192,6 @@ LogicalResult MatmulOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool
 // Fused blocks
 //===----------------------------------------------------------------------===//
 
-LogicalResult LayerNormOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                                    SmallVectorImpl<Value> &og) {
-  auto grad = LayerNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
-                                      getWeight().getType(), getInput(), getWeight(), rg[0],
-                                      getEpsilonAttr());
-  og.assign({needed[0] ? grad.getInputGrad() : Value(), needed[1] ? grad.getWeightGrad() : Value(),
-             needed[2] ? grad.getBiasGrad() : Value()});
-  return success();
-}
-
-LogicalResult RmsNormOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
-                                  SmallVectorImpl<Value> &og) {
-  auto grad = RmsNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
-                                    getInput(), getWeight(), rg[0], getEpsilonAttr());
-  og.assign({needed[0] ? grad.getInputGrad() : Value(), needed[1] ? grad.getWeightGrad() : Value()});
-  return success();
-}
-
 // A rotation is orthogonal: its gradient is the inverse rotation.
 LogicalResult RotaryOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                  SmallVectorImpl<Value> &og) {

@@ -19,6 +19,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 namespace ptc::kernels {
 
@@ -109,6 +110,24 @@ struct KernelCall {
   }
   Shape intList() const { return Shape(ints, ints + numInts); }
 };
+
+/// A call of `op` on views and attributes held in containers (vectors,
+/// arrays) that outlive it.
+template <typename Inputs, typename Outputs, typename Ints, typename Floats>
+KernelCall makeKernelCall(OpKind op, const Inputs &in, Outputs &out, const Ints &ints,
+                          const Floats &floats) {
+  KernelCall call;
+  call.op = op;
+  call.in = std::data(in);
+  call.numInputs = std::size(in);
+  call.out = std::data(out);
+  call.numOutputs = std::size(out);
+  call.ints = std::data(ints);
+  call.numInts = std::size(ints);
+  call.floats = std::data(floats);
+  call.numFloats = std::size(floats);
+  return call;
+}
 
 /// The rows of a table this rank holds: all `rows` (offset 0, total rows),
 /// or, when the instruction's one integer names a mesh axis (a

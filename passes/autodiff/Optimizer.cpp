@@ -85,11 +85,24 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       insertAt = std::max(insertAt, e.param.getArgNumber() + 1);
     // Every state argument in the order addState hands them out, inserted in
     // one call (one at a time rebuilds the signature each time: quadratic).
-    SmallVector<std::pair<Type, std::string>> states;
+    // Per-parameter state says whose it is (ptc.state_of: the parameter's
+    // name, and for a factored second moment the dimension it averages out).
+    struct State {
+      Type type;
+      std::string name;
+      DictionaryAttr of;
+    };
+    SmallVector<State> states;
+    auto stateOf = [&](StringAttr param, int64_t dropped = -1) {
+      SmallVector<NamedAttribute> entries{b.getNamedAttr("param", param)};
+      if (dropped >= 0)
+        entries.push_back(b.getNamedAttr("dropped_dim", b.getI64IntegerAttr(dropped)));
+      return b.getDictionaryAttr(entries);
+    };
     auto scalarType = RankedTensorType::get({}, b.getF32Type());
     if (dynamicLossScale) {
-      states.push_back({scalarType, "loss_scale.exponent"});
-      states.push_back({scalarType, "loss_scale.good_steps"});
+      states.push_back({scalarType, "loss_scale.exponent", {}});
+      states.push_back({scalarType, "loss_scale.good_steps", {}});
     }
     if (!std::isfinite(maxGradNorm) || maxGradNorm < 0) {
       func.emitError() << "max-grad-norm=" << llvm::formatv("{0}", maxGradNorm.getValue()).str()
@@ -117,11 +130,11 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     }
     const bool counted = adamw || adafactor || scheduled; // the step count is state
     if (counted)
-      states.push_back({scalarType, "optimizer.step"});
+      states.push_back({scalarType, "optimizer.step", {}});
     for (const Entry &e : entries) {
       if (adamw) {
-        states.push_back({e.param.getType(), e.name.str() + ".exp_avg"});
-        states.push_back({e.param.getType(), e.name.str() + ".exp_avg_sq"});
+        states.push_back({e.param.getType(), e.name.str() + ".exp_avg", stateOf(e.name)});
+        states.push_back({e.param.getType(), e.name.str() + ".exp_avg_sq", stateOf(e.name)});
       } else if (adafactor) {
         auto t = cast<RankedTensorType>(e.param.getType());
         if (!t.getElementType().isF32()) {
@@ -130,11 +143,12 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
           return signalPassFailure();
         }
         if (adafactorBeta1 > 0.0)
-          states.push_back({t, e.name.str() + ".exp_avg"});
-        for (auto &[stateType, suffix] : adafactorStates(t))
-          states.push_back({stateType, e.name.str() + suffix});
+          states.push_back({t, e.name.str() + ".exp_avg", stateOf(e.name)});
+        for (auto &[stateType, suffix, dropped] : adafactorStates(t))
+          states.push_back({stateType, e.name.str() + suffix, stateOf(e.name, dropped)});
       } else {
-        states.push_back({e.param.getType(), e.name.str() + ".momentum_buffer"});
+        states.push_back(
+            {e.param.getType(), e.name.str() + ".momentum_buffer", stateOf(e.name)});
       }
     }
     bool inserted = false;
@@ -144,18 +158,21 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         SmallVector<unsigned> at(states.size(), insertAt);
         SmallVector<Type> types;
         SmallVector<DictionaryAttr> attrs;
-        for (auto &[t, n] : states) {
-          types.push_back(t);
-          attrs.push_back(b.getDictionaryAttr(
-              b.getNamedAttr(PtcDialect::kStateAttrName, b.getStringAttr(n))));
+        for (const State &st : states) {
+          types.push_back(st.type);
+          SmallVector<NamedAttribute> entries{
+              b.getNamedAttr(PtcDialect::kStateAttrName, b.getStringAttr(st.name))};
+          if (st.of)
+            entries.push_back(b.getNamedAttr(PtcDialect::kStateOfAttrName, st.of));
+          attrs.push_back(b.getDictionaryAttr(entries));
         }
         SmallVector<Location> locs(states.size(), loc);
         if (failed(func.insertArguments(at, types, attrs, locs)))
           return {};
         inserted = true;
       }
-      assert(nextState < states.size() && states[nextState].first == type &&
-             states[nextState].second == name.str() && "state arguments in the planned order");
+      assert(nextState < states.size() && states[nextState].type == type &&
+             states[nextState].name == name.str() && "state arguments in the planned order");
       (void)type;
       return func.getArgument(insertAt + static_cast<unsigned>(nextState++));
     };
@@ -327,14 +344,16 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
   /// Adafactor's second-moment state of a parameter of type `t`: factored
   /// (a row and a column mean, Hugging Face's exp_avg_sq_row / _col shapes)
   /// for rank >= 2, whole for vectors.
-  static SmallVector<std::pair<Type, std::string>> adafactorStates(RankedTensorType t) {
+  /// Each: its type, its name's suffix and the parameter dimension it
+  /// averages out (-1: none).
+  static SmallVector<std::tuple<Type, std::string, int64_t>> adafactorStates(RankedTensorType t) {
     ArrayRef<int64_t> s = t.getShape();
     if (t.getRank() < 2)
-      return {{t, ".exp_avg_sq"}};
+      return {{t, ".exp_avg_sq", -1}};
     SmallVector<int64_t> row(s.drop_back()), col(s.drop_back(2));
     col.push_back(s.back());
-    return {{RankedTensorType::get(row, t.getElementType()), ".exp_avg_sq_row"},
-            {RankedTensorType::get(col, t.getElementType()), ".exp_avg_sq_col"}};
+    return {{RankedTensorType::get(row, t.getElementType()), ".exp_avg_sq_row", t.getRank() - 1},
+            {RankedTensorType::get(col, t.getElementType()), ".exp_avg_sq_col", t.getRank() - 2}};
   }
 
   /// One Adafactor step (Shazeer & Stern 2018, as Hugging Face's Adafactor
@@ -397,10 +416,10 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     square->setAttr(PtcDialect::kOptimizerGradAttrName, b.getStringAttr(base));
     Value s = AddOp::create(b, loc, square, constant(adafactorEps));
     Value u;
-    SmallVector<std::pair<Type, std::string>> shapes = adafactorStates(t);
+    SmallVector<std::tuple<Type, std::string, int64_t>> shapes = adafactorStates(t);
     if (r >= 2) {
-      BlockArgument row = addState(shapes[0].first, base + ".exp_avg_sq_row");
-      BlockArgument col = addState(shapes[1].first, base + ".exp_avg_sq_col");
+      BlockArgument row = addState(std::get<0>(shapes[0]), base + ".exp_avg_sq_row");
+      BlockArgument col = addState(std::get<0>(shapes[1]), base + ".exp_avg_sq_col");
       Value newRow = average(row, mean(s, {r - 1}, false));
       Value newCol = average(col, mean(s, {r - 2}, false));
       Value rowFactor = RsqrtOp::create(b, loc, DivOp::create(b, loc, newRow,

@@ -68,8 +68,8 @@ def RecomputePass : Pass<"ptc-recompute", "::mlir::func::FuncOp"> {
     memory planner reuses its buffer. Kernels are deterministic, so the
     losses are bitwise those without recomputation.
 
-    - `full`: keep only the residual stream (the input of every LayerNorm /
-      RMSNorm), the parameters and inputs, and the loss's logits; recompute
+    - `full`: keep only the residual stream (the input of every row
+      normalization: ops with the `RowNormalization` trait), the parameters and inputs, and the loss's logits; recompute
       everything else (Korthikanti et al.'s full recomputation, at sub-layer
       granularity: two kept values per transformer layer).
     - `selective`: recompute the values of cheap ops (activations,

@@ -152,7 +152,7 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
     for (Operation &op : block) {
       if (!isForward(&op))
         continue;
-      if (isa<LayerNormOp, RmsNormOp>(op))
+      if (op.hasTrait<OpTrait::RowNormalization>())
         kept.insert(op.getOperand(0));
       if (isa<CrossEntropyOp>(op))
         kept.insert(op.getOperand(0));

@@ -7,17 +7,15 @@
 
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_generated.h"
-#include "kernels/common/lr_schedule.h"
 #include "runtime/plan/pipeline_segments.h"
 #include "runtime/plan/plan_ops.h"
 #include "runtime/schedule/schedule.h"
 
 static_assert(static_cast<int>(mlir::ptc::SegmentKind::Step) ==
                   static_cast<int>(ptc::plan::Segment::Step),
-              "ptc.segment values and the plan's Segment enum must agree");
+              "the plan's Segment enum is generated from runtime/schedule/schedule_kinds.def");
 
 #include "mlir/IR/BuiltinAttributes.h"
-#include "llvm/ADT/TypeSwitch.h"
 #include <map>
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -45,15 +43,6 @@ FailureOr<pp::DType> toDType(Type t, Location loc) {
   return emitError(loc) << "element type " << t << " has no plan dtype";
 }
 
-int64_t normAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
-
-SmallVector<int64_t> normAxes(ArrayRef<int64_t> axes, int64_t rank) {
-  SmallVector<int64_t> out;
-  for (int64_t a : axes)
-    out.push_back(normAxis(a, rank));
-  return out;
-}
-
 /// Opcode and attributes of one ptc op.
 struct Lowered {
   Lowered(pp::OpCode code, SmallVector<int64_t> ints = {}, SmallVector<double> floats = {})
@@ -64,174 +53,21 @@ struct Lowered {
   std::string function; // Unary, UnaryGrad
 };
 
+/// The op's plan instruction (PlanInstructionOpInterface), its opcode looked
+/// up in the op table by name.
 FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
-  auto axisIndices = [&](ArrayAttr axes) {
-    SmallVector<int64_t> out;
-    for (Attribute a : axes)
-      out.push_back(mesh ? mesh->axisIndex(cast<StringAttr>(a).getValue()) : -1);
-    return out;
-  };
-  auto rankOf = [](Value v) { return cast<RankedTensorType>(v.getType()).getRank(); };
-  using C = pp::OpCode;
-  // Every activation (and its gradient) is one instruction naming its kernel
-  // function, so a new activation needs no case here.
-  if (auto fn = dyn_cast<ElementwiseFunctionOpInterface>(op)) {
-    Lowered l{fn.isGradient() ? C::UnaryGrad : C::Unary};
-    l.function = fn.getFunctionName().str();
-    return l;
-  }
-  return llvm::TypeSwitch<Operation *, FailureOr<Lowered>>(op)
-      .Case([](AddOp) { return Lowered{C::Add}; })
-      .Case([](SubOp) { return Lowered{C::Sub}; })
-      .Case([](MulOp) { return Lowered{C::Mul}; })
-      .Case([](DivOp) { return Lowered{C::Div}; })
-      .Case([](ScaleOp o) { return Lowered{C::Scale, {}, {o.getFactor().convertToDouble()}}; })
-      .Case([](ConvertOp) { return Lowered{C::Convert}; })
-      .Case([](TransferOp) { return Lowered{C::Transfer}; })
-      .Case([](MatmulOp o) {
-        return Lowered{C::Matmul, {o.getTransposeLhs(), o.getTransposeRhs()}, {}};
-      })
-      .Case([](LayerNormOp o) {
-        return Lowered{C::LayerNorm, {}, {o.getEpsilon().convertToDouble()}};
-      })
-      .Case([](RmsNormOp o) {
-        return Lowered{C::RmsNorm, {}, {o.getEpsilon().convertToDouble()}};
-      })
-      .Case([](RmsNormGradOp o) {
-        return Lowered{C::RmsNormGrad, {}, {o.getEpsilon().convertToDouble()}};
-      })
-      .Case([](RotaryOp o) {
-        return Lowered{C::Rotary, {o.getInverse() ? 1 : 0}, {o.getTheta().convertToDouble()}};
-      })
-      .Case([&](SoftmaxOp o) {
-        return Lowered{C::Softmax, {normAxis(o.getAxis(), rankOf(o.getInput()))}, {}};
-      })
-      .Case([](CausalAttentionOp o) {
-        return Lowered{C::CausalAttention, {}, {o.getScaleOrDefault()}};
-      })
-      .Case([&](EmbeddingOp o) {
-        return o.getVocabAxis() ? Lowered{C::Embedding, {mesh ? mesh->axisIndex(*o.getVocabAxis()) : -1}, {}}
-                                : Lowered{C::Embedding};
-      })
-      .Case([](CrossEntropyOp) { return Lowered{C::CrossEntropy}; })
-      .Case([](ReshapeOp) { return Lowered{C::Reshape}; })
-      .Case([](TransposeOp o) {
-        return Lowered{C::Transpose, SmallVector<int64_t>(o.getPermutation()), {}};
-      })
-      .Case([](SliceOp o) { return Lowered{C::Slice, SmallVector<int64_t>(o.getOffsets()), {}}; })
-      .Case([&](ConcatOp o) {
-        return Lowered{C::Concat, {normAxis(o.getAxis(), o.getType().getRank())}, {}};
-      })
-      .Case([&](ReduceSumOp o) {
-        return Lowered{C::ReduceSum, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
-      })
-      .Case([&](ReduceMeanOp o) {
-        return Lowered{C::ReduceMean, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
-      })
-      .Case([&](ReduceMaxOp o) {
-        return Lowered{C::ReduceMax, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
-      })
-      .Case([](TopKGateOp o) {
-        return Lowered{C::TopKGate, {o.getKAttr().getInt(), o.getNormalize()}, {}};
-      })
-      .Case([](MoeDispatchOp) { return Lowered{C::MoeDispatch}; })
-      .Case([](ExpertLoadOp) { return Lowered{C::ExpertLoad}; })
-      .Case([](MoeCombineOp) { return Lowered{C::MoeCombine}; })
-      .Case([](BroadcastOp) { return Lowered{C::Broadcast}; })
-      .Case([](PadOp o) { return Lowered{C::Pad, SmallVector<int64_t>(o.getOffsets()), {}}; })
-      .Case([&](SoftmaxGradOp o) {
-        return Lowered{C::SoftmaxGrad, {normAxis(o.getAxis(), rankOf(o.getOutput()))}, {}};
-      })
-      .Case([](LayerNormGradOp o) {
-        return Lowered{C::LayerNormGrad, {}, {o.getEpsilon().convertToDouble()}};
-      })
-      .Case([](CausalAttentionGradOp o) {
-        return Lowered{C::CausalAttentionGrad, {}, {o.getScaleOrDefault()}};
-      })
-      .Case([&](EmbeddingGradOp o) {
-        return o.getVocabAxis()
-                   ? Lowered{C::EmbeddingGrad, {mesh ? mesh->axisIndex(*o.getVocabAxis()) : -1}, {}}
-                   : Lowered{C::EmbeddingGrad};
-      })
-      .Case([&](VocabParallelCrossEntropyOp o) {
-        return Lowered{C::VocabParallelCrossEntropy, axisIndices(o.getAxes()), {}};
-      })
-      .Case([&](VocabParallelCrossEntropyGradOp o) {
-        return Lowered{C::VocabParallelCrossEntropyGrad, axisIndices(o.getAxes()), {}};
-      })
-      .Case([](CrossEntropyGradOp) { return Lowered{C::CrossEntropyGrad}; })
-      .Case([&](ReduceMaxGradOp o) {
-        return Lowered{C::ReduceMaxGrad, normAxes(o.getAxes(), rankOf(o.getInput())), {}};
-      })
-      .Case([](TopKGateGradOp o) { return Lowered{C::TopKGateGrad, {o.getNormalize()}, {}}; })
-      .Case([](MoeDispatchGradOp) { return Lowered{C::MoeDispatchGrad}; })
-      .Case([](MoeCombineGradOp) { return Lowered{C::MoeCombineGrad}; })
-      .Case([](LrScheduleOp o) {
-        auto kind = ::ptc::kernels::lookupLrScheduleKind(o.getKind().str());
-        return Lowered{C::LrSchedule,
-                       {static_cast<int64_t>(*kind), o.getWarmupStepsAttr().getInt(), o.getDecayStepsAttr().getInt()},
-                       {o.getLr().convertToDouble(), o.getMinLr().convertToDouble()}};
-      })
-      .Case([](AdamWUpdateOp o) {
-        // ints [1]: the last input is the scheduled learning rate.
-        return Lowered{C::AdamWUpdate,
-                       o.getScheduledLr() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
-                       {o.getLr().convertToDouble(), o.getBeta1().convertToDouble(),
-                        o.getBeta2().convertToDouble(), o.getEps().convertToDouble(),
-                        o.getWeightDecay().convertToDouble()}};
-      })
-      .Case([](SgdUpdateOp o) {
-        return Lowered{C::SgdUpdate,
-                       o.getScheduledLr() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
-                       {o.getLr().convertToDouble(), o.getMomentum().convertToDouble(),
-                        o.getWeightDecay().convertToDouble()}};
-      })
-      .Case([&](ClipGradNormOp o) {
-        SmallVector<int64_t> axes;
-        if (o.getAxes())
-          axes = axisIndices(*o.getAxes());
-        return Lowered{C::ClipGradNorm, axes, {o.getMaxNorm().convertToDouble()}};
-      })
-      .Case([](LossScaleOp o) {
-        return Lowered{C::LossScale, {}, {o.getInitial().convertToDouble()}};
-      })
-      .Case([&](UnscaleGradsOp o) {
-        SmallVector<int64_t> axes;
-        if (o.getAxes())
-          axes = axisIndices(*o.getAxes());
-        return Lowered{C::UnscaleGrads, axes, {}};
-      })
-      .Case([](LossScaleUpdateOp o) {
-        return Lowered{C::LossScaleUpdate, {static_cast<int64_t>(o.getWindow())}, {}};
-      })
-      .Case([](SendOp o) { return Lowered{C::Send, {static_cast<int64_t>(o.getChannel())}, {}}; })
-      .Case([](RecvOp o) { return Lowered{C::Recv, {static_cast<int64_t>(o.getChannel())}, {}}; })
-      .Case([](MicrobatchSumOp) { return Lowered{C::MicrobatchSum}; })
-      .Case([&](AllReduceOp o) { return Lowered{C::AllReduce, axisIndices(o.getAxes()), {}}; })
-      .Case([&](AllGatherOp o) {
-        return Lowered{C::AllGather,
-                       {axisIndices(o.getAxes())[0], o.getDimAttr().getInt(),
-                        o.getBlocksAttr().getInt()},
-                       {}};
-      })
-      .Case([&](AllToAllOp o) {
-        return Lowered{C::AllToAll,
-                       {axisIndices(o.getAxes())[0], o.getSplitDimAttr().getInt(),
-                        o.getConcatDimAttr().getInt()},
-                       {}};
-      })
-      .Case([&](ReduceScatterOp o) {
-        return Lowered{C::ReduceScatter, {axisIndices(o.getAxes())[0], o.getDimAttr().getInt()}, {}};
-      })
-      .Case([&](ShardSliceOp o) {
-        return Lowered{C::ShardSlice,
-                       {axisIndices(o.getAxes())[0], o.getDimAttr().getInt(),
-                        o.getBlocksAttr().getInt()},
-                       {}};
-      })
-      .Default([](Operation *op) -> FailureOr<Lowered> {
-        return op->emitOpError() << "has no plan instruction";
-      });
+  auto lowering = dyn_cast<PlanInstructionOpInterface>(op);
+  if (!lowering)
+    return op->emitOpError() << "has no plan instruction";
+  PlanInstruction inst = lowering.getPlanInstruction(
+      [&](StringRef axis) -> int64_t { return mesh ? mesh->axisIndex(axis) : -1; });
+  const pp::OpInfo *info = pp::lookupOp(std::string_view(inst.opcode.data(), inst.opcode.size()));
+  if (!info)
+    return op->emitOpError() << "lowers to the opcode '" << inst.opcode
+                             << "', which kernels/common/op_table.def does not list";
+  Lowered l{info->code, std::move(inst.ints), std::move(inst.floats)};
+  l.function = std::move(inst.function);
+  return l;
 }
 
 /// `file:line:col` or the name of a NameLoc; other locations as MLIR prints them.
@@ -440,12 +276,14 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         dimAxes.assign(cast<RankedTensorType>(arg.getType()).getRank(), -1);
         dimBlocks.assign(dimAxes.size(), 1);
         if (Attribute spec = func.getArgAttr(i, PtcDialect::kShardingAttrName)) {
-          FailureOr<ShardingSpec> parsed = getShardingSpec(
-              spec, *mesh, dimAxes.size(), [&] { return func.emitError(); });
+          FailureOr<Sharding> parsed =
+              getSharding(spec, *mesh, dimAxes.size(), [&] { return func.emitError(); });
           if (failed(parsed))
             return failure();
-          dimAxes = parsed->axes;
-          dimBlocks = parsed->blocks;
+          for (auto [d, dim] : llvm::enumerate(parsed->dims)) {
+            dimAxes[d] = dim.axis;
+            dimBlocks[d] = dim.blocks;
+          }
         }
       }
       int ppRank = -1;

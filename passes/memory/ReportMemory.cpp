@@ -241,18 +241,18 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
           // The hidden size is the global one (ZeRO-3 splits this weight over dp).
           h = type.getDimSize(0);
           if (Attribute spec = func.getArgAttr(i, PtcDialect::kShardingAttrName); spec && mesh)
-            if (auto parsed = getShardingSpec(spec, *mesh, 1, [&] { return func.emitError(); });
-                succeeded(parsed) && parsed->axes[0] >= 0)
-              h *= mesh->sizes[parsed->axes[0]];
+            if (auto parsed = getSharding(spec, *mesh, 1, [&] { return func.emitError(); });
+                succeeded(parsed) && parsed->dims[0].axis >= 0)
+              h *= mesh->size(parsed->dims[0].axis);
         }
       } else if (auto input = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kInputAttrName);
                  input && input.getValue() == "tokens" && type.getRank() == 2) {
         b = type.getDimSize(0);
         s = type.getDimSize(1);
         if (Attribute spec = func.getArgAttr(i, PtcDialect::kShardingAttrName); spec && mesh)
-          if (auto parsed = getShardingSpec(spec, *mesh, 2, [&] { return func.emitError(); });
-              succeeded(parsed) && parsed->axes[1] >= 0) {
-            s *= mesh->sizes[parsed->axes[1]];
+          if (auto parsed = getSharding(spec, *mesh, 2, [&] { return func.emitError(); });
+              succeeded(parsed) && parsed->dims[1].axis >= 0) {
+            s *= mesh->size(parsed->dims[1].axis);
             sp = true;
           }
       }
@@ -576,13 +576,13 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
           int64_t n = getNumElements(cast<RankedTensorType>(arg.getType()));
           if (Attribute spec = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName);
               spec && succeeded(mesh))
-            if (auto parsed = getShardingSpec(spec, *mesh,
-                                                cast<RankedTensorType>(arg.getType()).getRank(),
-                                                [&] { return func.emitError(); });
+            if (auto parsed = getSharding(spec, *mesh,
+                                          cast<RankedTensorType>(arg.getType()).getRank(),
+                                          [&] { return func.emitError(); });
                 succeeded(parsed))
-              for (int a : parsed->axes)
-                if (a >= 0)
-                  n *= mesh->sizes[a];
+              for (const DimShard &d : parsed->dims)
+                if (d.axis >= 0)
+                  n *= mesh->size(d.axis);
           psi += n;
         }
       int dpSize = succeeded(mesh) && mesh->axisIndex(MeshAxisRole::Data) >= 0 ? mesh->sizes[mesh->axisIndex(MeshAxisRole::Data)] : 1;

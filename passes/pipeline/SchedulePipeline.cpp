@@ -23,8 +23,8 @@ namespace sch = ::ptc::schedule;
 namespace {
 /// A channel's producer / consumer segment (once-per-step channels: Forward).
 sch::Segment segmentOf(Operation *op) {
-  SegmentKind s = getSegment(op).value_or(SegmentKind::Forward);
-  return s == SegmentKind::Step ? sch::Segment::Forward : static_cast<sch::Segment>(s);
+  sch::Segment s = getSegment(op).value_or(sch::Segment::Forward);
+  return s == sch::Segment::Step ? sch::Segment::Forward : s;
 }
 
 /// The pipeline of a split step: chunks, micro-batches and the channels of

@@ -48,11 +48,13 @@ void mergePerUseGathers(func::FuncOp func) {
     op->erase();
 }
 
-enum Seg { kForward = 0, kBackward = 1, kWeight = 2, kStep = 3 };
-const char *segName(int s) {
-  static const char *names[] = {"forward", "backward", "weight", "step"};
-  return names[s];
-}
+// Segments as ordered ints (a value's first consumer is the least of its
+// users' segments).
+constexpr int kForward = static_cast<int>(SegmentKind::Forward);
+constexpr int kBackward = static_cast<int>(SegmentKind::Backward);
+constexpr int kWeight = static_cast<int>(SegmentKind::Weight);
+constexpr int kStep = static_cast<int>(SegmentKind::Step);
+const char *segName(int s) { return ::ptc::schedule::segmentText(static_cast<SegmentKind>(s)); }
 
 int64_t numel(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());

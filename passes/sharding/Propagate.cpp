@@ -249,11 +249,10 @@ LogicalResult Propagation::run() {
   // ep rank takes its own rows of its dp rank's batch).
   int batch = mesh.batchAxis();
   int batchArg = mesh.parts(batch).empty() ? -1 : mesh.parts(batch).front();
-  FailureOr<llvm::DenseMap<BlockArgument, std::string>> tensorParallel =
-      megatronDefaults(func, mesh, sequenceParallel);
+  FailureOr<ShardingDefaults> tensorParallel = megatronDefaults(func, mesh, sequenceParallel);
   if (failed(tensorParallel))
     return failure();
-  llvm::DenseMap<BlockArgument, std::string> defaults = std::move(*tensorParallel);
+  ShardingDefaults defaults = std::move(*tensorParallel);
   if (failed(expertDefaults(func, mesh, defaults)))
     return failure();
   zeroDefaults(func, mesh, zero, defaults);
@@ -276,11 +275,7 @@ LogicalResult Propagation::run() {
       s = *parsed;
       origin = {"annotation", arg};
     } else if (auto it = defaults.find(arg); it != defaults.end()) {
-      FailureOr<Sharding> parsed = getSharding(b.getStringAttr(it->second), mesh, g.getRank(),
-                                               [&] { return func.emitError(); });
-      if (failed(parsed))
-        return failure();
-      s = *parsed;
+      s = it->second;
       origin = {"default rule", {}};
     } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && batch >= 0 &&
                g.getRank() >= 1) {

@@ -39,67 +39,35 @@ SmallVector<Operation *> forwardUsers(Value v) {
 }
 
 /// Calls `fn(param, state, spec)` for every optimizer state argument of a
-/// parameter, where `spec(paramSpec)` turns the parameter's sharding spec
-/// into the state's (nullopt: leave the state unannotated). The fused
-/// updates (AdamW, SGD) name their state as operands and hold it in the
-/// parameter's shape; Adafactor's update is primitive ops whose first op
-/// names the parameter (`ptc.optimizer_grad`), its state is found by name,
-/// and its row / column means drop the last / second-last dimension.
-using StateSpecFn = std::function<std::optional<std::string>(StringRef)>;
+/// parameter (its `ptc.state_of`), where `spec(paramSharding)` turns the
+/// parameter's sharding into the state's (nullopt: leave the state
+/// unannotated): the same, or without the dimension a factored moment
+/// averages out (Adafactor's row and column statistics).
+using StateSpecFn = std::function<std::optional<Sharding>(const Sharding &)>;
 void forEachOptimizerState(
     func::FuncOp func,
     llvm::function_ref<void(BlockArgument param, BlockArgument state, StateSpecFn spec)> fn) {
-  auto same = [](StringRef s) { return std::optional<std::string>(s.str()); };
-  // "[a, b, c]" without entry `d` (counted from the end); nullopt when nothing is split.
-  auto dropEntry = [](int64_t fromEnd) {
-    return [fromEnd](StringRef s) -> std::optional<std::string> {
-      SmallVector<StringRef> parts;
-      s.trim().drop_front().drop_back().split(parts, ',');
-      int64_t drop = static_cast<int64_t>(parts.size()) - fromEnd;
-      std::string out = "[";
-      bool split = false;
-      for (auto [i, part] : llvm::enumerate(parts)) {
-        if (static_cast<int64_t>(i) == drop)
-          continue;
-        StringRef entry = part.trim();
-        split |= entry != "_";
-        out += (out.size() > 1 ? ", " : "") + entry.str();
-      }
-      if (!split)
-        return std::nullopt;
-      return out + "]";
-    };
-  };
-  llvm::StringMap<BlockArgument> params, states;
-  for (BlockArgument arg : func.getArguments()) {
+  llvm::StringMap<BlockArgument> params;
+  for (BlockArgument arg : func.getArguments())
     if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName))
       params[n.getValue()] = arg;
-    if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kStateAttrName))
-      states[n.getValue()] = arg;
+  for (BlockArgument state : func.getArguments()) {
+    auto of = func.getArgAttrOfType<DictionaryAttr>(state.getArgNumber(),
+                                                    PtcDialect::kStateOfAttrName);
+    auto name = of ? of.getAs<StringAttr>("param") : StringAttr();
+    auto param = name ? params.find(name.getValue()) : params.end();
+    if (param == params.end())
+      continue;
+    auto dropped = of.getAs<IntegerAttr>("dropped_dim");
+    fn(param->second, state, [dropped](const Sharding &s) -> std::optional<Sharding> {
+      Sharding out = s;
+      if (dropped && dropped.getInt() < static_cast<int64_t>(out.dims.size()))
+        out.dims.erase(out.dims.begin() + dropped.getInt());
+      if (llvm::none_of(out.dims, [](const DimShard &d) { return d.axis >= 0; }))
+        return std::nullopt;
+      return out;
+    });
   }
-  func.walk([&](Operation *op) {
-    if (isa<AdamWUpdateOp, SgdUpdateOp>(op)) {
-      auto param = dyn_cast<BlockArgument>(op->getOperand(0));
-      if (!param)
-        return;
-      for (Value v : op->getOperands().drop_front(2))
-        if (auto state = dyn_cast<BlockArgument>(v);
-            state && cast<RankedTensorType>(state.getType()).getRank() > 0)
-          fn(param, state, same);
-      return;
-    }
-    auto name = op->getAttrOfType<StringAttr>(PtcDialect::kOptimizerGradAttrName);
-    if (!name || !params.count(name.getValue()))
-      return;
-    BlockArgument param = params[name.getValue()];
-    std::pair<const char *, StateSpecFn> kinds[] = {{".exp_avg", same},
-                                                    {".exp_avg_sq", same},
-                                                    {".exp_avg_sq_row", dropEntry(1)},
-                                                    {".exp_avg_sq_col", dropEntry(2)}};
-    for (auto &[suffix, spec] : kinds)
-      if (auto it = states.find((name.getValue() + suffix).str()); it != states.end())
-        fn(param, it->second, spec);
-  });
 }
 
 /// Whether `op` is the product of a gated linear unit: act(gate) * up.
@@ -150,9 +118,9 @@ int64_t projectionHeads(Value out) {
 /// follows the embedding rule. Optimizer state follows its parameter.
 } // namespace
 
-FailureOr<llvm::DenseMap<BlockArgument, std::string>>
+FailureOr<ShardingDefaults>
 mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel) {
-  llvm::DenseMap<BlockArgument, std::string> specs;
+  ShardingDefaults specs;
   int tp = mesh.axisIndex(MeshAxisRole::Tensor);
   if (tp < 0 || mesh.sizes[tp] < 2)
     return specs;
@@ -216,7 +184,7 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
       return;
     int64_t vocab = e.getTable().getType().getDimSize(0);
     if (vocab % tpSize == 0)
-      specs.try_emplace(table, "[" + mesh.axes[tp] + ", _]");
+      specs.try_emplace(table, Sharding{{DimShard(tp), DimShard()}, {}});
     else
       mlir::emitWarning(e.getLoc())
           << "the table '" << paramName(table) << "' stays whole on every '" << mesh.axes[tp]
@@ -233,7 +201,15 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     bool stacked = rank == 3 && func.getArgAttr(w.getArgNumber(), PtcDialect::kExpertsAttrName);
     if (rank != 2 && !stacked)
       return;
-    std::string lead = stacked ? "_, " : "";
+    // The sharding of a weight (or bias) whose last two (one) dimensions
+    // are `dims`; a stacked one keeps its expert dimension whole here.
+    auto split = [&](std::initializer_list<DimShard> dims) {
+      Sharding out;
+      if (stacked)
+        out.dims.push_back(DimShard());
+      out.dims.append(dims.begin(), dims.end());
+      return out;
+    };
     if (usedByEmbedding(w))
       return; // tied LM head: follows the embedding rule
     int64_t outFeatures = mm.getRhs().getType().getDimSize(rank - 2);
@@ -242,7 +218,7 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src) ||
                 isGatedProduct(src))) {
       if (inFeatures % tpSize == 0)
-        specs.try_emplace(w, "[" + lead + "_, " + mesh.axes[tp] + "]");
+        specs.try_emplace(w, split({DimShard(), DimShard(tp)}));
       else
         cannotSplit(mm, w, "by rows (row-parallel)", inFeatures, 1);
       return;
@@ -326,18 +302,16 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
               return;
             }
           }
-    std::string tpName = meshAxisName(MeshAxisRole::Tensor).str();
-    std::string axis = blocks > 1 ? tpName + "/" + std::to_string(blocks) : tpName;
-    specs.try_emplace(w, "[" + lead + axis + ", _]");
+    specs.try_emplace(w, split({DimShard(tp, static_cast<int>(blocks)), DimShard()}));
     if (bias)
-      specs.try_emplace(bias, "[" + lead + axis + "]");
+      specs.try_emplace(bias, split({DimShard(tp, static_cast<int>(blocks))}));
   });
   // Optimizer state is sharded like its parameter.
   forEachOptimizerState(func, [&](BlockArgument p, BlockArgument state, StateSpecFn spec) {
     auto it = specs.find(p);
     if (it == specs.end())
       return;
-    if (std::optional<std::string> s = spec(it->second))
+    if (std::optional<Sharding> s = spec(it->second))
       specs.try_emplace(state, *s);
   });
   if (indivisible) {
@@ -359,7 +333,7 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
 }
 
 LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
-                                        llvm::DenseMap<BlockArgument, std::string> &specs) {
+                                        ShardingDefaults &specs) {
   int ep = mesh.axisIndex(MeshAxisRole::Expert);
   if (ep < 0 || mesh.sizes[ep] < 2)
     return success();
@@ -383,20 +357,11 @@ LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
                               << "': use an ep size that divides the expert count";
     // Dimension 0 over ep, the others as the tensor-parallel rule split them.
     auto type = cast<RankedTensorType>(arg.getType());
-    FailureOr<ShardingSpec> base = ShardingSpec{SmallVector<int>(type.getRank(), -1),
-                                                SmallVector<int>(type.getRank(), 1)};
+    Sharding spec = Sharding::replicated(type.getRank());
     if (auto it = specs.find(arg); it != specs.end())
-      base = parseShardingSpec(it->second, mesh, type.getRank(), [&] { return func.emitError(); });
-    if (failed(base))
-      return failure();
-    std::string spec = "[" + mesh.axes[ep];
-    for (int64_t d = 1; d < type.getRank(); ++d)
-      spec += ", " + (base->axes[d] < 0 ? std::string("_")
-                                        : mesh.axes[base->axes[d]] +
-                                              (base->blocks[d] > 1
-                                                   ? "/" + std::to_string(base->blocks[d])
-                                                   : ""));
-    specs[arg] = spec + "]";
+      spec = it->second;
+    spec.dims[0] = DimShard(ep);
+    specs[arg] = spec;
   }
   if (!any) {
     func.emitWarning() << "mesh axis '" << mesh.axes[ep] << "' (size " << epSize
@@ -408,7 +373,7 @@ LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
     auto it = specs.find(p);
     if (it == specs.end() || !func.getArgAttr(p.getArgNumber(), PtcDialect::kExpertsAttrName))
       return;
-    if (std::optional<std::string> s = spec(it->second))
+    if (std::optional<Sharding> s = spec(it->second))
       specs[state] = *s;
   });
   return success();
@@ -429,7 +394,7 @@ int mlir::ptc::updateGradientOperand(Operation *op) {
 }
 
 void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
-                  llvm::DenseMap<BlockArgument, std::string> &specs) {
+                             ShardingDefaults &specs) {
   if (zero == 1) {
     Block &block = func.getBody().front();
     SmallVector<Operation *> converts;
@@ -458,7 +423,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
       return dp;
     return func.getArgAttr(arg.getArgNumber(), PtcDialect::kExpertsAttrName) ? -1 : ep;
   };
-  auto withDp = [&](BlockArgument arg) -> std::optional<std::string> {
+  auto withDp = [&](BlockArgument arg) -> std::optional<Sharding> {
     int axis = zeroAxis(arg);
     if (axis < 0)
       return std::nullopt;
@@ -466,42 +431,29 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
     auto type = cast<RankedTensorType>(arg.getType());
     if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName))
       return std::nullopt; // user annotations stand
-    FailureOr<ShardingSpec> base = ShardingSpec{SmallVector<int>(type.getRank(), -1),
-                                                SmallVector<int>(type.getRank(), 1)};
+    Sharding out = Sharding::replicated(type.getRank());
     if (auto it = specs.find(arg); it != specs.end())
-      base = parseShardingSpec(it->second, mesh, type.getRank(), [&] { return func.emitError(); });
-    if (failed(base))
-      return std::nullopt;
-    std::string out = "[";
-    bool placed = false;
-    for (int64_t d = 0; d < type.getRank(); ++d) {
-      std::string entry = "_";
-      int a = base->axes[d];
-      if (a >= 0)
-        entry = mesh.axes[a] + (base->blocks[d] > 1 ? "/" + std::to_string(base->blocks[d]) : "");
-      else if (!placed && type.getDimSize(d) % dpSize == 0) {
-        entry = mesh.axes[axis];
-        placed = true;
+      out = it->second;
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (out.dims[d].axis < 0 && type.getDimSize(d) % dpSize == 0) {
+        out.dims[d] = DimShard(axis);
+        return out;
       }
-      out += (d ? ", " : "") + entry;
-    }
-    if (!placed)
-      return std::nullopt;
-    return out + "]";
+    return std::nullopt;
   };
   // Each parameter's split is decided from the specs before ZeRO (stage 3
   // then annotates the parameter itself).
-  llvm::MapVector<BlockArgument, std::string> placed;
+  llvm::MapVector<BlockArgument, Sharding> placed;
   SmallVector<std::tuple<BlockArgument, BlockArgument, StateSpecFn>> states;
   forEachOptimizerState(func, [&](BlockArgument param, BlockArgument state, StateSpecFn spec) {
     if (!placed.count(param))
-      if (std::optional<std::string> pspec = withDp(param))
+      if (std::optional<Sharding> pspec = withDp(param))
         placed[param] = *pspec;
     states.push_back({param, state, spec});
   });
   for (auto &[param, state, spec] : states)
     if (auto it = placed.find(param); it != placed.end())
-      if (std::optional<std::string> s = spec(it->second))
+      if (std::optional<Sharding> s = spec(it->second))
         specs[state] = *s;
   // Under mixed precision the fp32 parameter is a master weight: the model
   // computes with its low-precision copy (every use but the update is a
@@ -535,7 +487,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   // gradients whole (all-reduced; the update's ops slice them).
   if (zero == 1)
     return;
-  llvm::StringMap<std::string> placedByName;
+  llvm::StringMap<Sharding> placedByName;
   for (auto &[param, pspec] : placed)
     if (auto n = func.getArgAttrOfType<StringAttr>(param.getArgNumber(), PtcDialect::kParamAttrName))
       placedByName[n.getValue()] = pspec;
@@ -547,7 +499,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
     auto grad = dyn_cast<OpResult>(op->getOperand(0));
     if (!grad)
       return;
-    const std::string &pspec = it->second;
+    const Sharding &pspec = it->second;
     Operation *producer = grad.getOwner();
     MLIRContext *ctx = func.getContext();
     SmallVector<Attribute> entries(producer->getNumResults(), UnitAttr::get(ctx));
@@ -556,7 +508,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
         if (i < entries.size())
           entries[i] = a;
     if (isa<UnitAttr>(entries[grad.getResultNumber()]))
-      entries[grad.getResultNumber()] = StringAttr::get(ctx, pspec);
+      entries[grad.getResultNumber()] = getShardingAttr(ctx, mesh, pspec);
     producer->setAttr(PtcDialect::kShardingAttrName, ArrayAttr::get(ctx, entries));
   });
 }

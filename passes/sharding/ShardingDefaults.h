@@ -4,15 +4,18 @@
 #define PTC_PASSES_SHARDING_SHARDINGDEFAULTS_H
 
 #include "dialects/ptc/PtcMesh.h"
-
-#include <string>
+#include "dialects/ptc/PtcSharding.h"
 
 namespace mlir::ptc {
+
+/// A default sharding per argument (parameters and their optimizer state),
+/// below user annotations: what ptc-propagate-sharding starts from.
+using ShardingDefaults = llvm::DenseMap<BlockArgument, Sharding>;
 
 /// Megatron-LM tensor parallelism: per parameter (and its optimizer state) a
 /// sharding spec over the tensor axis. Fails, naming the axis and parameter,
 /// when the axis cannot split a layer the rules recognize.
-FailureOr<llvm::DenseMap<BlockArgument, std::string>>
+FailureOr<ShardingDefaults>
 megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel);
 
 /// ZeRO stage `zero` over the data axis, on top of `specs`.
@@ -21,14 +24,13 @@ megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequenceParallel)
 /// not divide an expert count; warns when the mesh has ep and the model no
 /// experts.
 LogicalResult expertDefaults(func::FuncOp func, const MeshInfo &mesh,
-                             llvm::DenseMap<BlockArgument, std::string> &specs);
+                             ShardingDefaults &specs);
 
 /// ZeRO's defaults: optimizer state (stage >= 1) and parameters (stage 3)
 /// split over dp. At stage 1, also moves each gradient's widening copy (mixed
 /// precision) to its first reader at the end of the step, so that what stays
 /// whole from the backward pass to the update is the low-precision gradient.
-void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
-                  llvm::DenseMap<BlockArgument, std::string> &specs);
+void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero, ShardingDefaults &specs);
 
 /// The operand of `op` that is a gradient on its way to a fused update (the
 /// update's own gradient, or the source of a convert feeding one); -1 if none.

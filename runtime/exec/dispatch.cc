@@ -55,16 +55,9 @@ kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
     callMeshCoords_.assign(c.begin(), c.end());
     callMeshSizes_.assign(plan_->meshSizes().begin(), plan_->meshSizes().end());
   }
-  kernels::KernelCall call;
-  call.op = static_cast<kernels::OpKind>(inst.op());
-  call.in = callInputs_.data();
-  call.numInputs = callInputs_.size();
-  call.out = callOutputs_.data();
-  call.numOutputs = callOutputs_.size();
-  call.ints = callInts_.data();
-  call.numInts = callInts_.size();
-  call.floats = callFloats_.data();
-  call.numFloats = callFloats_.size();
+  kernels::KernelCall call = kernels::makeKernelCall(static_cast<kernels::OpKind>(inst.op()),
+                                                     callInputs_, callOutputs_, callInts_,
+                                                     callFloats_);
   if (inst.function()) // Unary / UnaryGrad: the loader checked the name
     call.function = *kernels::lookupUnaryFunction(inst.function()->string_view());
   call.meshCoords = callMeshCoords_.data();

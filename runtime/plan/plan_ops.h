@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <iterator>
+#include <string_view>
 
 namespace ptc::plan {
 
@@ -48,6 +49,14 @@ constexpr bool opTableInEnumOrder() {
   return true;
 }
 static_assert(opTableInEnumOrder(), "the generated OpCode enum follows op_table.def's rows");
+
+/// The row of the opcode named `name` ("RmsNorm"), or null.
+inline const OpInfo *lookupOp(std::string_view name) {
+  for (const OpInfo &info : kOpTable)
+    if (name == info.name)
+      return &info;
+  return nullptr;
+}
 
 /// The row of `code`, or null for a value outside the enum (a corrupt plan).
 inline const OpInfo *lookupOp(OpCode code) {

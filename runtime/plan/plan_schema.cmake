@@ -1,5 +1,6 @@
-# The plan schema: plan.fbs.in with its OpCode enum filled in from the rows of
-# kernels/common/op_table.def (the one list of opcodes, in its order).
+# The plan schema: plan.fbs.in with its enums filled in from the lists they
+# share with the C++ code: OpCode from the rows of kernels/common/op_table.def,
+# Segment and ActionKind from runtime/schedule/schedule_kinds.def.
 #   include(plan_schema.cmake) + ptc_plan_schema(<var> <source dir>)
 #   cmake -DSOURCE_DIR=<repo> -DOUTPUT=<file> -P plan_schema.cmake   (writes the schema
 #   when its text changed, so that an unchanged table does not rebuild the plan header)
@@ -16,6 +17,21 @@ function(ptc_plan_schema out source_dir)
     message(FATAL_ERROR "kernels/common/op_table.def has no PTC_PLAN_OP rows")
   endif()
   string(REPLACE "  @PTC_PLAN_OPCODES@\n" "${names}" schema "${schema}")
+  file(READ "${source_dir}/runtime/schedule/schedule_kinds.def" kinds)
+  foreach(kind SEGMENT ACTION_KIND)
+    string(REGEX MATCHALL "\nPTC_${kind}\\([A-Za-z0-9_]+" rows "${kinds}")
+    set(values "")
+    set(index 0)
+    foreach(row IN LISTS rows)
+      string(REGEX REPLACE "\nPTC_${kind}\\(" "" name "${row}")
+      if(index GREATER 0)
+        string(APPEND values ", ")
+      endif()
+      string(APPEND values "${name} = ${index}")
+      math(EXPR index "${index} + 1")
+    endforeach()
+    string(REPLACE "@PTC_PLAN_${kind}S@" "${values}" schema "${schema}")
+  endforeach()
   set(${out} "${schema}" PARENT_SCOPE)
 endfunction()
 

@@ -12,18 +12,6 @@
 
 namespace ptc::schedule {
 
-const char *segmentName(Segment s) {
-  switch (s) {
-  case Segment::Forward:
-    return "forward";
-  case Segment::Backward:
-    return "backward";
-  case Segment::Weight:
-    return "weight";
-  }
-  return "?";
-}
-
 std::string describe(const Action &a) {
   static const char *names[] = {"F", "B", "W", "SEND", "RECV"};
   std::ostringstream os;

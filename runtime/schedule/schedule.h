@@ -8,6 +8,7 @@
 #define PTC_RUNTIME_SCHEDULE_SCHEDULE_H
 
 #include "runtime/base/status.h"
+#include "runtime/schedule/schedule_kinds.h"
 
 #include <cstdint>
 #include <string>
@@ -15,13 +16,6 @@
 
 namespace ptc::schedule {
 
-/// What a chunk computes for one micro-batch: its forward ops, its backward
-/// ops (with a weight-gradient split: only those the input gradient needs), or
-/// the rest of its backward ops (weight gradients).
-enum class Segment : int8_t { Forward = 0, Backward = 1, Weight = 2 };
-const char *segmentName(Segment s);
-
-enum class ActionKind : int8_t { Forward = 0, Backward = 1, Weight = 2, Send = 3, Recv = 4 };
 
 struct Action {
   ActionKind kind = ActionKind::Forward;

@@ -1,6 +1,7 @@
 #include "runtime/session/throughput.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 namespace ptc {
@@ -48,18 +49,14 @@ StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n, 
   const kernels::DType dtype = type == FloatType::F32    ? kernels::DType::F32
                                : type == FloatType::BF16 ? kernels::DType::BF16
                                                          : kernels::DType::F16;
-  kernels::TensorView views[3];
-  for (int i = 0; i < 3; ++i)
-    views[i] = {buffers[i], dtype, &shape, n * n};
-  const int64_t noTranspose[2] = {0, 0};
-  kernels::KernelCall call;
-  call.op = kernels::OpKind::Matmul;
-  call.in = views;
-  call.numInputs = 2;
-  call.out = views + 2;
-  call.numOutputs = 1;
-  call.ints = noTranspose;
-  call.numInts = 2;
+  kernels::TensorView in[2], out[1];
+  for (int i = 0; i < 2; ++i)
+    in[i] = {buffers[i], dtype, &shape, n * n};
+  out[0] = {buffers[2], dtype, &shape, n * n};
+  const std::array<int64_t, 2> noTranspose = {0, 0};
+  const std::array<double, 0> noFloats{};
+  kernels::KernelCall call =
+      kernels::makeKernelCall(kernels::OpKind::Matmul, in, out, noTranspose, noFloats);
   const kernels::KernelEntry &entry = device.kernelTable()[kernels::OpKind::Matmul];
   if (!entry.run || !entry.accepts(call)) {
     releaseAll();

@@ -72,16 +72,7 @@ Status run(Device &d, kernels::OpKind op, const std::vector<Arg> &in, const std:
     vi.push_back({const_cast<void *>(a.data), a.dtype, &a.shape, numel(a.shape)});
   for (const Arg &a : out)
     vo.push_back({const_cast<void *>(a.data), a.dtype, &a.shape, numel(a.shape)});
-  kernels::KernelCall call;
-  call.op = op;
-  call.in = vi.data();
-  call.numInputs = vi.size();
-  call.out = vo.data();
-  call.numOutputs = vo.size();
-  call.ints = ints.data();
-  call.numInts = ints.size();
-  call.floats = floats.data();
-  call.numFloats = floats.size();
+  kernels::KernelCall call = kernels::makeKernelCall(op, vi, vo, ints, floats);
   call.function = fn;
   const int64_t coords[1] = {1}, sizes[1] = {2}; // rank 1 of a 2-way axis
   call.meshCoords = coords;

@@ -24,16 +24,7 @@ ptc::kernels::TensorView view(std::vector<float> &v, const Shape &shape) {
 KernelResult runKernel(ptc::kernels::OpKind op, std::vector<ptc::kernels::TensorView> in,
                        std::vector<ptc::kernels::TensorView> out, std::vector<int64_t> ints = {},
                        std::vector<double> floats = {}) {
-  ptc::kernels::KernelCall call;
-  call.op = op;
-  call.in = in.data();
-  call.numInputs = in.size();
-  call.out = out.data();
-  call.numOutputs = out.size();
-  call.ints = ints.data();
-  call.numInts = ints.size();
-  call.floats = floats.data();
-  call.numFloats = floats.size();
+  ptc::kernels::KernelCall call = ptc::kernels::makeKernelCall(op, in, out, ints, floats);
   const ptc::kernels::KernelEntry &entry = kernelTable()[op];
   EXPECT_TRUE(entry.run && entry.accepts(call)) << ptc::kernels::opKindName(op);
   return entry.run(call);

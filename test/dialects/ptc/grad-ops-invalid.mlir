@@ -254,6 +254,27 @@ func.func @two_roles(%w: tensor<4xf32> {ptc.param = "w", ptc.state = "s"}) {
 
 // -----
 
+// expected-error @+1 {{'ptc.state_of' on argument #0 must be {param = "<parameter name>"} or {param = "<name>", dropped_dim = <dimension>}}}
+func.func @state_of_no_param(%m: tensor<4xf32> {ptc.state = "m", ptc.state_of = {dropped_dim = 0 : i64}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'ptc.state_of' on argument #0: dropped_dim -1 is not a dimension of the parameter}}
+func.func @state_of_bad_dim(%m: tensor<4xf32> {ptc.state = "m", ptc.state_of = {param = "w", dropped_dim = -1 : i64}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'ptc.state_of' on argument #0 needs a 'ptc.state' on the same argument}}
+func.func @state_of_without_state(%m: tensor<4xf32> {ptc.state_of = {param = "w"}}) {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{'ptc.loss' on result #0 must be a unit attribute on a scalar float tensor}}
 func.func @loss_not_scalar(%a: tensor<4xf32>) -> (tensor<4xf32> {ptc.loss}) {
   return %a : tensor<4xf32>

@@ -6,9 +6,9 @@
 // ADAMW-LABEL: func.func @step
 // ADAMW-SAME: %[[W:.+]]: tensor<3x4xf32> {ptc.param = "w"}, %[[B:.+]]: tensor<3xf32> {ptc.param = "b"}
 // ADAMW-SAME: %[[T:.+]]: tensor<f32> {ptc.state = "optimizer.step"}
-// ADAMW-SAME: %[[WM:.+]]: tensor<3x4xf32> {ptc.state = "w.exp_avg"}, %[[WV:.+]]: tensor<3x4xf32> {ptc.state = "w.exp_avg_sq"}
-// ADAMW-SAME: {ptc.state = "b.exp_avg"}
-// ADAMW-SAME: {ptc.state = "b.exp_avg_sq"}
+// ADAMW-SAME: %[[WM:.+]]: tensor<3x4xf32> {ptc.state = "w.exp_avg", ptc.state_of = {param = "w"}}, %[[WV:.+]]: tensor<3x4xf32> {ptc.state = "w.exp_avg_sq", ptc.state_of = {param = "w"}}
+// ADAMW-SAME: {ptc.state = "b.exp_avg", ptc.state_of = {param = "b"}}
+// ADAMW-SAME: {ptc.state = "b.exp_avg_sq", ptc.state_of = {param = "b"}}
 // ADAMW-SAME: {ptc.input = "x"}
 // ADAMW-SAME: -> (tensor<f32> {ptc.loss}, tensor<f32> {ptc.grad_norm}, tensor<3x4xf32> {ptc.update = "w"}, tensor<3x4xf32> {ptc.update = "w.exp_avg"}, tensor<3x4xf32> {ptc.update = "w.exp_avg_sq"}, tensor<3xf32> {ptc.update = "b"}, tensor<3xf32> {ptc.update = "b.exp_avg"}, tensor<3xf32> {ptc.update = "b.exp_avg_sq"}, tensor<f32> {ptc.update = "optimizer.step"})
 // ADAMW: %[[C:.+]]:2, %[[NORM:.+]] = ptc.clip_grad_norm %{{.*}}, %{{.*}} {max_norm = 2.000000e+00 : f64}
@@ -19,8 +19,8 @@
 
 // With SGD there is one momentum buffer per parameter, no step counter, no clipping.
 // SGD-LABEL: func.func @step
-// SGD-SAME: {ptc.state = "w.momentum_buffer"}
-// SGD-SAME: {ptc.state = "b.momentum_buffer"}
+// SGD-SAME: {ptc.state = "w.momentum_buffer", ptc.state_of = {param = "w"}}
+// SGD-SAME: {ptc.state = "b.momentum_buffer", ptc.state_of = {param = "b"}}
 // SGD-NOT: optimizer.step
 // SGD-NOT: ptc.clip_grad_norm
 // SGD: ptc.sgd_update %arg0, %{{.*}}, %{{.*}} {lr = 2.500000e-01 : f64, momentum = 5.000000e-01 : f64, weight_decay = 5.000000e-01 : f64} : tensor<3x4xf32>
