@@ -14,16 +14,16 @@ namespace ptc::kernels::cpu {
 using namespace internal;
 
 namespace {
-template <typename F> inline float apply(F f, float a, float b) { return f(a, b); }
-
-template <typename F>
-void binaryLoop(F f, const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
+/// out = f(a, b) with numpy broadcasting, on f32 or bf16 storage (T), in f32
+/// registers (one rounding per bf16 result, as widening would give).
+template <typename T, typename F>
+void binaryLoop(F f, const T *a, const Shape &as, const T *b, const Shape &bs, T *out,
                 const Shape &os) {
   int64_t n = product(os);
   if (as == os && bs == os) {
 #pragma omp parallel for simd if (n > 32768)
     for (int64_t i = 0; i < n; ++i)
-      out[i] = f(a[i], b[i]);
+      storeAs(out, i, f(loadAs(a, i), loadAs(b, i)));
     return;
   }
   Shape shape = os.empty() ? Shape{1} : os;
@@ -37,23 +37,23 @@ void binaryLoop(F f, const float *a, const Shape &as, const float *b, const Shap
   int64_t ia = sa.back(), ib = sb.back();
 #pragma omp parallel for if (n > 32768)
   for (int64_t r = 0; r < rows; ++r) {
-    const float *pa = a + rowOffset(r, shape, sa);
-    const float *pb = b + rowOffset(r, shape, sb);
-    float *po = out + r * inner;
+    const T *pa = a + rowOffset(r, shape, sa);
+    const T *pb = b + rowOffset(r, shape, sb);
+    T *po = out + r * inner;
     if (ia == 1 && ib == 1) {
 #pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
-        po[j] = f(pa[j], pb[j]);
+        storeAs(po, j, f(loadAs(pa, j), loadAs(pb, j)));
     } else {
       for (int64_t j = 0; j < inner; ++j)
-        po[j] = f(pa[j * ia], pb[j * ib]);
+        storeAs(po, j, f(loadAs(pa, j * ia), loadAs(pb, j * ib)));
     }
   }
 }
-} // namespace
 
-void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, const Shape &bs,
-            float *out, const Shape &os) {
+template <typename T>
+void binaryOf(BinaryOp kind, const T *a, const Shape &as, const T *b, const Shape &bs, T *out,
+              const Shape &os) {
   switch (kind) {
   case BinaryOp::Add:
     return binaryLoop([](float x, float y) { return x + y; }, a, as, b, bs, out, os);
@@ -66,15 +66,38 @@ void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, cons
   }
 }
 
+template <typename T>
+void scaleOf(const T *in, T *out, int64_t n, float factor) {
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i)
+    storeAs(out, i, loadAs(in, i) * factor);
+}
+
+/// All float views f32, or all bf16.
+bool f32OrBf16(const KernelCall &c) {
+  const DType t = c.output(0).dtype;
+  if (t != DType::F32 && t != DType::BF16)
+    return false;
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.in[i].dtype != t)
+      return false;
+  return true;
+}
+
+const uint16_t *bf16(const TensorView &v) { return static_cast<const uint16_t *>(v.data); }
+uint16_t *bf16Out(const TensorView &v) { return static_cast<uint16_t *>(v.data); }
+} // namespace
+
+void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, const Shape &bs,
+            float *out, const Shape &os) {
+  binaryOf(kind, a, as, b, bs, out, os);
+}
+
 static void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os) {
   binaryLoop([](float x, float) { return x; }, in, is, in, is, out, os);
 }
 
-void scale(const float *in, float *out, int64_t n, float factor) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = in[i] * factor;
-}
+void scale(const float *in, float *out, int64_t n, float factor) { scaleOf(in, out, n, factor); }
 
 
 
@@ -138,15 +161,19 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
 }
 
 void addArithmeticKernels(KernelTable &t) {
+  // Arithmetic computes natively on bf16 storage (f32 math).
   auto binaryKernel = [](const KernelCall &c) {
     static constexpr BinaryOp kOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
+    const BinaryOp kind = kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)];
     const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
-    binary(kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)], a.f32(), *a.shape,
-           b.f32(), *b.shape, out.f32(), *out.shape);
+    if (out.dtype == DType::BF16)
+      binaryOf(kind, bf16(a), *a.shape, bf16(b), *b.shape, bf16Out(out), *out.shape);
+    else
+      binaryOf(kind, a.f32(), *a.shape, b.f32(), *b.shape, out.f32(), *out.shape);
     return KernelResult::ok();
   };
   for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div})
-    t.add(op, binaryKernel);
+    t.add(op, binaryKernel, f32OrBf16);
   // out += in (a micro-batch's contribution to a sum).
   t.add(OpKind::MicrobatchSum, [](const KernelCall &c) {
     const TensorView &in = c.input(0), &out = c.output(0);
@@ -157,10 +184,17 @@ void addArithmeticKernels(KernelTable &t) {
     broadcastTo(c.input(0).f32(), *c.input(0).shape, c.output(0).f32(), *c.output(0).shape);
     return KernelResult::ok();
   });
-  t.add(OpKind::Scale, [](const KernelCall &c) {
-    scale(c.input(0).f32(), c.output(0).f32(), c.input(0).elements, c.real(0));
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::Scale,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0), &out = c.output(0);
+        if (out.dtype == DType::BF16)
+          scaleOf(bf16(in), bf16Out(out), in.elements, c.real(0));
+        else
+          scaleOf(in.f32(), out.f32(), in.elements, c.real(0));
+        return KernelResult::ok();
+      },
+      f32OrBf16);
   // Byte moves and conversions run on the stored types.
   t.add(
       OpKind::Reshape,

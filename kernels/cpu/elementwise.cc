@@ -1,7 +1,7 @@
 // CPU activations (kernels/common/elementwise.h lists them): one forward and
 // one gradient loop per function, written to vectorize; `unary` /
 // `unaryGrad` dispatch on the function the plan names.
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/internal.h"
 
 #include <cmath>
 
@@ -22,126 +22,125 @@ inline float normalCdf(float x, float &gauss) {
 }
 } // namespace
 
-void gelu(const float *in, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    float gauss;
-    out[i] = in[i] * normalCdf(in[i], gauss);
-  }
-}
-
-void geluGrad(const float *x, const float *g, float *out, int64_t n) {
-  const float invSqrt2Pi = 0.39894228040143268f;
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    float gauss;
-    float cdf = normalCdf(x[i], gauss);
-    out[i] = g[i] * (cdf + x[i] * invSqrt2Pi * gauss);
-  }
-}
-
-void relu(const float *in, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = in[i] > 0.0f ? in[i] : 0.0f;
-}
-
-void reluGrad(const float *x, const float *g, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = x[i] > 0.0f ? g[i] : 0.0f;
-}
-
-void silu(const float *in, float *out, int64_t n) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = in[i] / (1.0f + std::exp(-in[i]));
-}
-
-void siluGrad(const float *x, const float *g, float *out, int64_t n) {
-  // d/dx x * sigmoid(x) = sigmoid(x) * (1 + x * (1 - sigmoid(x))).
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    float s = 1.0f / (1.0f + std::exp(-x[i]));
-    out[i] = g[i] * s * (1.0f + x[i] * (1.0f - s));
-  }
-}
-
 namespace {
-/// out[i] = f(in[i]) and out[i] = g[i] * df(x[i]): the loops of the
-/// functions without a public entry point (the lambdas inline, the loops vectorize).
-template <typename F> void mapForward(const float *in, float *out, int64_t n, F f) {
+/// out[i] = f(in[i]) and out[i] = df(x[i], g[i]) (the gradient g * f'(x)) on
+/// f32 or bf16 storage (T), in f32 registers: one rounding per bf16 result,
+/// as widening the tensors would give, without the copies.
+template <typename T, typename F> void mapForward(const T *in, T *out, int64_t n, F f) {
 #pragma omp parallel for simd if (n > 16384)
   for (int64_t i = 0; i < n; ++i)
-    out[i] = f(in[i]);
+    internal::storeAs(out, i, f(internal::loadAs(in, i)));
 }
-template <typename F>
-void mapBackward(const float *x, const float *g, float *out, int64_t n, F df) {
+template <typename T, typename F>
+void mapBackward(const T *x, const T *g, T *out, int64_t n, F df) {
 #pragma omp parallel for simd if (n > 16384)
   for (int64_t i = 0; i < n; ++i)
-    out[i] = g[i] * df(x[i]);
+    internal::storeAs(out, i, df(internal::loadAs(x, i), internal::loadAs(g, i)));
 }
-float rsqrtOf(float v) { return 1.0f / std::sqrt(v); }
-// d/dx x^(-1/2) = -x^(-3/2) / 2.
-float rsqrtSlope(float v) {
-  float r = 1.0f / std::sqrt(v);
-  return -0.5f * r * r * r;
+
+template <typename T> void unaryOf(UnaryFunction fn, const T *in, T *out, int64_t n) {
+  switch (fn) {
+  case UnaryFunction::Gelu:
+    return mapForward(in, out, n, [](float x) {
+      float gauss;
+      return x * normalCdf(x, gauss);
+    });
+  case UnaryFunction::Relu:
+    return mapForward(in, out, n, [](float x) { return x > 0.0f ? x : 0.0f; });
+  case UnaryFunction::Silu:
+    return mapForward(in, out, n, [](float x) { return x / (1.0f + std::exp(-x)); });
+  case UnaryFunction::Rsqrt:
+    return mapForward(in, out, n, [](float x) { return 1.0f / std::sqrt(x); });
+  case UnaryFunction::Exp:
+    return mapForward(in, out, n, [](float x) { return std::exp(x); });
+  case UnaryFunction::Log:
+    return mapForward(in, out, n, [](float x) { return std::log(x); });
+  case UnaryFunction::Sign:
+    return mapForward(in, out, n, [](float x) {
+      return std::isnan(x) ? x : static_cast<float>((x > 0.0f) - (x < 0.0f));
+    });
+  }
 }
-float expOf(float v) { return std::exp(v); }
-float logOf(float v) { return std::log(v); }
-float logSlope(float v) { return 1.0f / v; }
-float signOf(float v) { return std::isnan(v) ? v : static_cast<float>((v > 0.0f) - (v < 0.0f)); }
-float zeroSlope(float) { return 0.0f; }
+
+template <typename T>
+void unaryGradOf(UnaryFunction fn, const T *x, const T *g, T *out, int64_t n) {
+  switch (fn) {
+  case UnaryFunction::Gelu:
+    return mapBackward(x, g, out, n, [](float v, float gv) {
+      float gauss;
+      float cdf = normalCdf(v, gauss);
+      return gv * (cdf + v * 0.39894228040143268f * gauss);
+    });
+  case UnaryFunction::Relu:
+    return mapBackward(x, g, out, n, [](float v, float gv) { return v > 0.0f ? gv : 0.0f; });
+  case UnaryFunction::Silu:
+    // d/dx x * sigmoid(x) = sigmoid(x) * (1 + x * (1 - sigmoid(x))).
+    return mapBackward(x, g, out, n, [](float v, float gv) {
+      float s = 1.0f / (1.0f + std::exp(-v));
+      return gv * s * (1.0f + v * (1.0f - s));
+    });
+  case UnaryFunction::Rsqrt:
+    // d/dx x^(-1/2) = -x^(-3/2) / 2.
+    return mapBackward(x, g, out, n, [](float v, float gv) {
+      float r = 1.0f / std::sqrt(v);
+      return gv * (-0.5f * r * r * r);
+    });
+  case UnaryFunction::Exp:
+    return mapBackward(x, g, out, n, [](float v, float gv) { return gv * std::exp(v); });
+  case UnaryFunction::Log:
+    return mapBackward(x, g, out, n, [](float v, float gv) { return gv * (1.0f / v); });
+  case UnaryFunction::Sign:
+    return mapBackward(x, g, out, n, [](float, float gv) { return gv * 0.0f; });
+  }
+}
+
+/// All float views f32, or all bf16.
+bool f32OrBf16(const KernelCall &c) {
+  const DType t = c.output(0).dtype;
+  if (t != DType::F32 && t != DType::BF16)
+    return false;
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.in[i].dtype != t)
+      return false;
+  return true;
+}
 } // namespace
 
 void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
-  switch (fn) {
-  case UnaryFunction::Gelu:
-    return gelu(in, out, n);
-  case UnaryFunction::Relu:
-    return relu(in, out, n);
-  case UnaryFunction::Silu:
-    return silu(in, out, n);
-  case UnaryFunction::Rsqrt:
-    return mapForward(in, out, n, rsqrtOf);
-  case UnaryFunction::Exp:
-    return mapForward(in, out, n, expOf);
-  case UnaryFunction::Log:
-    return mapForward(in, out, n, logOf);
-  case UnaryFunction::Sign:
-    return mapForward(in, out, n, signOf);
-  }
+  unaryOf(fn, in, out, n);
 }
 
 void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int64_t n) {
-  switch (fn) {
-  case UnaryFunction::Gelu:
-    return geluGrad(x, g, out, n);
-  case UnaryFunction::Relu:
-    return reluGrad(x, g, out, n);
-  case UnaryFunction::Silu:
-    return siluGrad(x, g, out, n);
-  case UnaryFunction::Rsqrt:
-    return mapBackward(x, g, out, n, rsqrtSlope);
-  case UnaryFunction::Exp:
-    return mapBackward(x, g, out, n, expOf);
-  case UnaryFunction::Log:
-    return mapBackward(x, g, out, n, logSlope);
-  case UnaryFunction::Sign:
-    return mapBackward(x, g, out, n, zeroSlope);
-  }
+  unaryGradOf(fn, x, g, out, n);
 }
 
 void addElementwiseKernels(KernelTable &t) {
-  t.add(OpKind::Unary, [](const KernelCall &c) {
-    unary(c.function, c.input(0).f32(), c.output(0).f32(), c.input(0).elements);
-    return KernelResult::ok();
-  });
-  t.add(OpKind::UnaryGrad, [](const KernelCall &c) {
-    unaryGrad(c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(),
-              c.input(0).elements);
-    return KernelResult::ok();
-  });
+  // Activations compute natively on bf16 storage (f32 math).
+  t.add(
+      OpKind::Unary,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0), &out = c.output(0);
+        if (in.dtype == DType::BF16)
+          unaryOf(c.function, static_cast<const uint16_t *>(in.data),
+                  static_cast<uint16_t *>(out.data), in.elements);
+        else
+          unaryOf(c.function, in.f32(), out.f32(), in.elements);
+        return KernelResult::ok();
+      },
+      f32OrBf16);
+  t.add(
+      OpKind::UnaryGrad,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0), &g = c.input(1), &out = c.output(0);
+        if (x.dtype == DType::BF16)
+          unaryGradOf(c.function, static_cast<const uint16_t *>(x.data),
+                      static_cast<const uint16_t *>(g.data), static_cast<uint16_t *>(out.data),
+                      x.elements);
+        else
+          unaryGradOf(c.function, x.f32(), g.f32(), out.f32(), x.elements);
+        return KernelResult::ok();
+      },
+      f32OrBf16);
 }
 
 } // namespace ptc::kernels::cpu

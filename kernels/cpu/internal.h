@@ -14,6 +14,14 @@
 
 namespace ptc::kernels::cpu::internal {
 
+/// Element i of f32 or bf16 (uint16_t) storage as f32, and a f32 result
+/// stored (bf16: rounded to nearest even): the loops of kernels that
+/// compute natively on bf16 tensors.
+inline float loadAs(const float *p, int64_t i) { return p[i]; }
+inline float loadAs(const uint16_t *p, int64_t i) { return bf16ToF32(p[i]); }
+inline void storeAs(float *p, int64_t i, float v) { p[i] = v; }
+inline void storeAs(uint16_t *p, int64_t i, float v) { p[i] = f32ToBf16(v); }
+
 inline int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t p = 1;
   const size_t end = std::min(to, s.size());

@@ -23,8 +23,9 @@ ptc::kernels::TensorView view(std::vector<float> &v, const Shape &shape) {
 /// Runs `op` through the CPU kernel table, as the executor calls it.
 KernelResult runKernel(ptc::kernels::OpKind op, std::vector<ptc::kernels::TensorView> in,
                        std::vector<ptc::kernels::TensorView> out, std::vector<int64_t> ints = {},
-                       std::vector<double> floats = {}) {
+                       std::vector<double> floats = {}, UnaryFunction fn = {}) {
   ptc::kernels::KernelCall call = ptc::kernels::makeKernelCall(op, in, out, ints, floats);
+  call.function = fn;
   const ptc::kernels::KernelEntry &entry = kernelTable()[op];
   EXPECT_TRUE(entry.run && entry.accepts(call)) << ptc::kernels::opKindName(op);
   return entry.run(call);
@@ -328,4 +329,46 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
   // The plan's names resolve to the same functions.
   EXPECT_EQ(ptc::kernels::lookupUnaryFunction("silu"), ptc::kernels::UnaryFunction::Silu);
   EXPECT_FALSE(ptc::kernels::lookupUnaryFunction("swish").has_value());
+}
+
+// Arithmetic and activations on bf16 storage compute in f32 and round once:
+// bitwise the f32 kernel on the widened inputs, rounded (what the executor's
+// widening gave before these kernels took bf16).
+TEST(Kernels, Bf16ArithmeticAndActivationsRoundOnceLikeWidening) {
+  using ptc::kernels::DType;
+  using ptc::kernels::OpKind;
+  const Shape as{4, 3, 8}, bs{8};
+  auto a = randomVector(96, 61), b = randomVector(8, 62);
+  std::vector<uint16_t> a16(a.size()), b16(b.size()), out16(a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    a16[i] = f32ToBf16(a[i]);
+  for (size_t i = 0; i < b.size(); ++i)
+    b16[i] = f32ToBf16(b[i]);
+  std::vector<float> aw(a.size()), bw(b.size()), ref(a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    aw[i] = bf16ToF32(a16[i]);
+  for (size_t i = 0; i < b.size(); ++i)
+    bw[i] = bf16ToF32(b16[i]);
+  auto bf = [](std::vector<uint16_t> &v, const Shape &s) {
+    return ptc::kernels::TensorView{v.data(), DType::BF16, &s, static_cast<int64_t>(v.size())};
+  };
+  auto expectRounded = [&](const char *what) {
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_EQ(out16[i], f32ToBf16(ref[i])) << what << " at " << i;
+  };
+  ASSERT_TRUE(runKernel(OpKind::Mul, {bf(a16, as), bf(b16, bs)}, {bf(out16, as)}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::Mul, {view(aw, as), view(bw, bs)}, {view(ref, as)}).isOk());
+  expectRounded("mul");
+  for (UnaryFunction fn : {UnaryFunction::Gelu, UnaryFunction::Silu}) {
+    ASSERT_TRUE(runKernel(OpKind::Unary, {bf(a16, as)}, {bf(out16, as)}, {}, {}, fn).isOk());
+    ASSERT_TRUE(runKernel(OpKind::Unary, {view(aw, as)}, {view(ref, as)}, {}, {}, fn).isOk());
+    expectRounded("activation");
+    ASSERT_TRUE(
+        runKernel(OpKind::UnaryGrad, {bf(a16, as), bf(a16, as)}, {bf(out16, as)}, {}, {}, fn)
+            .isOk());
+    ASSERT_TRUE(
+        runKernel(OpKind::UnaryGrad, {view(aw, as), view(aw, as)}, {view(ref, as)}, {}, {}, fn)
+            .isOk());
+    expectRounded("activation gradient");
+  }
 }
