@@ -73,17 +73,6 @@ void scaleOf(const T *in, T *out, int64_t n, float factor) {
     storeAs(out, i, loadAs(in, i) * factor);
 }
 
-/// All float views f32, or all bf16.
-bool f32OrBf16(const KernelCall &c) {
-  const DType t = c.output(0).dtype;
-  if (t != DType::F32 && t != DType::BF16)
-    return false;
-  for (size_t i = 0; i < c.numInputs; ++i)
-    if (c.in[i].dtype != t)
-      return false;
-  return true;
-}
-
 const uint16_t *bf16(const TensorView &v) { return static_cast<const uint16_t *>(v.data); }
 uint16_t *bf16Out(const TensorView &v) { return static_cast<uint16_t *>(v.data); }
 } // namespace

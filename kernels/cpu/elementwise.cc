@@ -94,16 +94,6 @@ void unaryGradOf(UnaryFunction fn, const T *x, const T *g, T *out, int64_t n) {
   }
 }
 
-/// All float views f32, or all bf16.
-bool f32OrBf16(const KernelCall &c) {
-  const DType t = c.output(0).dtype;
-  if (t != DType::F32 && t != DType::BF16)
-    return false;
-  for (size_t i = 0; i < c.numInputs; ++i)
-    if (c.in[i].dtype != t)
-      return false;
-  return true;
-}
 } // namespace
 
 void unary(UnaryFunction fn, const float *in, float *out, int64_t n) {
@@ -127,7 +117,7 @@ void addElementwiseKernels(KernelTable &t) {
           unaryOf(c.function, in.f32(), out.f32(), in.elements);
         return KernelResult::ok();
       },
-      f32OrBf16);
+      internal::f32OrBf16);
   t.add(
       OpKind::UnaryGrad,
       [](const KernelCall &c) {
@@ -140,7 +130,7 @@ void addElementwiseKernels(KernelTable &t) {
           unaryGradOf(c.function, x.f32(), g.f32(), out.f32(), x.elements);
         return KernelResult::ok();
       },
-      f32OrBf16);
+      internal::f32OrBf16);
 }
 
 } // namespace ptc::kernels::cpu

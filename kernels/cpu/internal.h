@@ -22,6 +22,21 @@ inline float loadAs(const uint16_t *p, int64_t i) { return bf16ToF32(p[i]); }
 inline void storeAs(float *p, int64_t i, float v) { p[i] = v; }
 inline void storeAs(uint16_t *p, int64_t i, float v) { p[i] = f32ToBf16(v); }
 
+/// The element types of the kernels that compute natively on bf16: every
+/// view f32, or every view bf16 (a kernel table entry's `accepts`).
+inline bool f32OrBf16(const KernelCall &c) {
+  const DType t = c.output(0).dtype;
+  if (t != DType::F32 && t != DType::BF16)
+    return false;
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.in[i].dtype != t)
+      return false;
+  for (size_t i = 0; i < c.numOutputs; ++i)
+    if (c.out[i].dtype != t)
+      return false;
+  return true;
+}
+
 inline int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t p = 1;
   const size_t end = std::min(to, s.size());

@@ -14,57 +14,62 @@
 namespace ptc::kernels::cpu {
 using namespace internal;
 
+// LayerNorm and RMSNorm on f32 or bf16 storage (T: float or uint16_t); the
+// row statistics, the gradient's sums and the weight gradients' partials in
+// f32, one rounding per bf16 result.
 namespace {
 /// Mean and 1/sqrt(biased variance + eps) of one row, two-pass for accuracy.
-inline void rowStats(const float *x, int64_t cols, float eps, float &mean, float &rstd) {
+template <typename T>
+inline void rowStats(const T *x, int64_t cols, float eps, float &mean, float &rstd) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < cols; ++c)
-    sum += x[c];
+    sum += loadAs(x, c);
   mean = sum / static_cast<float>(cols);
   float var = 0.0f;
   const float m = mean;
 #pragma omp simd reduction(+ : var)
   for (int64_t c = 0; c < cols; ++c)
-    var += (x[c] - m) * (x[c] - m);
+    var += (loadAs(x, c) - m) * (loadAs(x, c) - m);
   rstd = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
 }
-} // namespace
 
-static void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
-               int64_t cols, float eps) {
+template <typename T>
+void layerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * cols;
-    float *yr = out + r * cols;
+    const T *xr = x + r * cols;
+    T *yr = out + r * cols;
     float mean, rstd;
     rowStats(xr, cols, eps, mean, rstd);
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c)
-      yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
+      storeAs(yr, c, (loadAs(xr, c) - mean) * rstd * loadAs(w, c) + loadAs(b, c));
   }
 }
 
-namespace {
 /// The threads the row loops of a normalization gradient use, and the sum of
 /// their per-thread column partials in thread order (deterministic for any
 /// thread count, unlike an arrival-ordered critical section).
 int normThreads(int64_t rows, int64_t cols) {
   return rows * cols > 16384 ? availableThreads() : 1;
 }
+template <typename T>
 void sumPartials(const std::vector<float> &partials, int threads, int64_t cols, int64_t which,
-                 int64_t count, float *out) {
-  std::fill(out, out + cols, 0.0f);
+                 int64_t count, T *out) {
+  std::vector<float> sum(static_cast<size_t>(cols), 0.0f);
   for (int t = 0; t < threads; ++t) {
     const float *p = partials.data() + (t * count + which) * cols;
     for (int64_t c = 0; c < cols; ++c)
-      out[c] += p[c];
+      sum[c] += p[c];
   }
+  for (int64_t c = 0; c < cols; ++c)
+    storeAs(out, c, sum[c]);
 }
-} // namespace
 
-static void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                   float *db, int64_t rows, int64_t cols, float eps) {
+template <typename T>
+void layerNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, T *db, int64_t rows,
+                   int64_t cols, float eps) {
   const int threads = normThreads(rows, cols);
   std::vector<float> partials(static_cast<size_t>(threads * 2 * cols), 0.0f);
 #pragma omp parallel num_threads(threads)
@@ -73,51 +78,54 @@ static void layerNormGrad(const float *x, const float *w, const float *g, float 
     float *pw = partials.data() + threadIndex() * 2 * cols, *pb = pw + cols;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols, *gr = g + r * cols;
+      const T *xr = x + r * cols, *gr = g + r * cols;
       float mean, rstd;
       rowStats(xr, cols, eps, mean, rstd);
       float sumD = 0.0f, sumDX = 0.0f;
       float *xh = xhat.data();
 #pragma omp simd reduction(+ : sumD, sumDX)
       for (int64_t c = 0; c < cols; ++c) {
-        xh[c] = (xr[c] - mean) * rstd;
-        float d = gr[c] * w[c];
+        xh[c] = (loadAs(xr, c) - mean) * rstd;
+        float gc = loadAs(gr, c);
+        float d = gc * loadAs(w, c);
         sumD += d;
         sumDX += d * xh[c];
-        pw[c] += gr[c] * xh[c];
-        pb[c] += gr[c];
+        pw[c] += gc * xh[c];
+        pb[c] += gc;
       }
       float mD = sumD / static_cast<float>(cols), mDX = sumDX / static_cast<float>(cols);
-      float *dxr = dx + r * cols;
+      T *dxr = dx + r * cols;
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c)
-        dxr[c] = rstd * (gr[c] * w[c] - mD - xh[c] * mDX);
+        storeAs(dxr, c, rstd * (loadAs(gr, c) * loadAs(w, c) - mD - xh[c] * mDX));
     }
   }
   sumPartials(partials, threads, cols, 0, 2, dw);
   sumPartials(partials, threads, cols, 1, 2, db);
 }
 
-static void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps) {
+template <typename T>
+void rmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * cols;
-    float *yr = out + r * cols;
+    const T *xr = x + r * cols;
+    T *yr = out + r * cols;
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < cols; ++c)
-      ss += xr[c] * xr[c];
+      ss += loadAs(xr, c) * loadAs(xr, c);
     float rstd = 1.0f / std::sqrt(ss / static_cast<float>(cols) + eps);
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c)
-      yr[c] = xr[c] * rstd * w[c];
+      storeAs(yr, c, loadAs(xr, c) * rstd * loadAs(w, c));
   }
 }
 
 // y = x r w with r = (mean(x^2) + eps)^-1/2:
 // dx = r (g w - x r^2 mean(g w x)), dw = sum over rows of g x r.
-static void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                 int64_t rows, int64_t cols, float eps) {
+template <typename T>
+void rmsNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, int64_t rows, int64_t cols,
+                 float eps) {
   const int threads = normThreads(rows, cols);
   std::vector<float> partials(static_cast<size_t>(threads * cols), 0.0f);
 #pragma omp parallel num_threads(threads)
@@ -125,26 +133,41 @@ static void rmsNormGrad(const float *x, const float *w, const float *g, float *d
     float *pdw = partials.data() + threadIndex() * cols;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols, *gr = g + r * cols;
+      const T *xr = x + r * cols, *gr = g + r * cols;
       float ss = 0.0f, dot = 0.0f;
 #pragma omp simd reduction(+ : ss, dot)
       for (int64_t c = 0; c < cols; ++c) {
-        ss += xr[c] * xr[c];
-        dot += gr[c] * w[c] * xr[c];
+        float xc = loadAs(xr, c);
+        ss += xc * xc;
+        dot += loadAs(gr, c) * loadAs(w, c) * xc;
       }
       float n = static_cast<float>(cols);
       float rstd = 1.0f / std::sqrt(ss / n + eps);
       float k = rstd * rstd * dot / n;
-      float *dxr = dx + r * cols;
+      T *dxr = dx + r * cols;
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
-        dxr[c] = rstd * (gr[c] * w[c] - xr[c] * k);
-        pdw[c] += gr[c] * xr[c] * rstd;
+        float xc = loadAs(xr, c), gc = loadAs(gr, c);
+        storeAs(dxr, c, rstd * (gc * loadAs(w, c) - xc * k));
+        pdw[c] += gc * xc * rstd;
       }
     }
   }
   sumPartials(partials, threads, cols, 0, 1, dw);
 }
+
+/// A view's data as T (the entry checked its element type).
+template <typename T> T *as(const TensorView &v) { return static_cast<T *>(v.data); }
+
+/// Runs `body` with the call's element type: float or uint16_t (bf16).
+template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) {
+  if (c.output(0).dtype == DType::BF16)
+    body(uint16_t{});
+  else
+    body(float{});
+  return KernelResult::ok();
+}
+} // namespace
 
 void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse) {
   int64_t bh = shape[0] * shape[1], s = shape[2], d = shape[3], half = d / 2;
@@ -210,29 +233,51 @@ static void softmaxGrad(const float *y, const float *g, float *out, const Shape 
 }
 
 void addNormalizationKernels(KernelTable &t) {
-  t.add(OpKind::LayerNorm, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    layerNorm(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), x.rows(), x.dim(-1),
-              c.real(0));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::LayerNormGrad, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    layerNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(),
-                  c.output(1).f32(), c.output(2).f32(), x.rows(), x.dim(-1), c.real(0));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::RmsNorm, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rmsNorm(x.f32(), c.input(1).f32(), c.output(0).f32(), x.rows(), x.dim(-1), c.real(0));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::RmsNormGrad, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rmsNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), c.output(1).f32(),
-                x.rows(), x.dim(-1), c.real(0));
-    return KernelResult::ok();
-  });
+  // Normalizations compute natively on bf16 storage (f32 statistics).
+  t.add(
+      OpKind::LayerNorm,
+      [](const KernelCall &c) {
+        return onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          const TensorView &x = c.input(0);
+          layerNorm(as<T>(x), as<T>(c.input(1)), as<T>(c.input(2)), as<T>(c.output(0)), x.rows(),
+                    x.dim(-1), c.real(0));
+        });
+      },
+      f32OrBf16);
+  t.add(
+      OpKind::LayerNormGrad,
+      [](const KernelCall &c) {
+        return onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          const TensorView &x = c.input(0);
+          layerNormGrad(as<T>(x), as<T>(c.input(1)), as<T>(c.input(2)), as<T>(c.output(0)),
+                        as<T>(c.output(1)), as<T>(c.output(2)), x.rows(), x.dim(-1), c.real(0));
+        });
+      },
+      f32OrBf16);
+  t.add(
+      OpKind::RmsNorm,
+      [](const KernelCall &c) {
+        return onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          const TensorView &x = c.input(0);
+          rmsNorm(as<T>(x), as<T>(c.input(1)), as<T>(c.output(0)), x.rows(), x.dim(-1),
+                  c.real(0));
+        });
+      },
+      f32OrBf16);
+  t.add(
+      OpKind::RmsNormGrad,
+      [](const KernelCall &c) {
+        return onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          const TensorView &x = c.input(0);
+          rmsNormGrad(as<T>(x), as<T>(c.input(1)), as<T>(c.input(2)), as<T>(c.output(0)),
+                      as<T>(c.output(1)), x.rows(), x.dim(-1), c.real(0));
+        });
+      },
+      f32OrBf16);
   t.add(OpKind::Rotary, [](const KernelCall &c) {
     rotary(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.floats[0],
            c.integer(0) != 0);

@@ -372,3 +372,65 @@ TEST(Kernels, Bf16ArithmeticAndActivationsRoundOnceLikeWidening) {
     expectRounded("activation gradient");
   }
 }
+
+// LayerNorm and RMSNorm (and their gradients) on bf16 storage: f32 statistics
+// and sums, so each result is within one bf16 rounding of the f32 kernel on
+// the widened inputs (the sums may group differently: not bitwise).
+TEST(Kernels, Bf16NormalizationsMatchWidenedF32) {
+  using ptc::kernels::DType;
+  using ptc::kernels::OpKind;
+  const int64_t R = 9, C = 40;
+  const Shape xs{R, C}, ws{C};
+  auto widen = [](std::vector<float> v, std::vector<uint16_t> &b16) {
+    b16.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      b16[i] = f32ToBf16(v[i]);
+      v[i] = bf16ToF32(b16[i]);
+    }
+    return v;
+  };
+  std::vector<uint16_t> x16, w16, b16, g16;
+  auto x = widen(randomVector(R * C, 71), x16), w = widen(randomVector(C, 72), w16),
+       b = widen(randomVector(C, 73), b16), g = widen(randomVector(R * C, 74), g16);
+  auto bf = [](std::vector<uint16_t> &v, const Shape &s) {
+    return ptc::kernels::TensorView{v.data(), DType::BF16, &s, static_cast<int64_t>(v.size())};
+  };
+  // Within one bf16 step (2^-7 relative) of the f32 result, or 1e-3 near zero.
+  auto expectClose = [](const std::vector<uint16_t> &got, const std::vector<float> &want,
+                        const char *what) {
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(bf16ToF32(got[i]), want[i], std::fabs(want[i]) / 128.0f + 1e-3f)
+          << what << " at " << i;
+  };
+  std::vector<uint16_t> y16(R * C), dx16(R * C), dw16(C), db16(C);
+  std::vector<float> y(R * C), dx(R * C), dw(C), db(C);
+  ASSERT_TRUE(runKernel(OpKind::LayerNorm, {bf(x16, xs), bf(w16, ws), bf(b16, ws)},
+                        {bf(y16, xs)}, {}, {1e-5})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::LayerNorm, {view(x, xs), view(w, ws), view(b, ws)}, {view(y, xs)},
+                        {}, {1e-5})
+                  .isOk());
+  expectClose(y16, y, "layer norm");
+  ASSERT_TRUE(runKernel(OpKind::LayerNormGrad, {bf(x16, xs), bf(w16, ws), bf(g16, xs)},
+                        {bf(dx16, xs), bf(dw16, ws), bf(db16, ws)}, {}, {1e-5})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::LayerNormGrad, {view(x, xs), view(w, ws), view(g, xs)},
+                        {view(dx, xs), view(dw, ws), view(db, ws)}, {}, {1e-5})
+                  .isOk());
+  expectClose(dx16, dx, "layer norm input gradient");
+  expectClose(dw16, dw, "layer norm weight gradient");
+  expectClose(db16, db, "layer norm bias gradient");
+  ASSERT_TRUE(
+      runKernel(OpKind::RmsNorm, {bf(x16, xs), bf(w16, ws)}, {bf(y16, xs)}, {}, {1e-5}).isOk());
+  ASSERT_TRUE(
+      runKernel(OpKind::RmsNorm, {view(x, xs), view(w, ws)}, {view(y, xs)}, {}, {1e-5}).isOk());
+  expectClose(y16, y, "RMS norm");
+  ASSERT_TRUE(runKernel(OpKind::RmsNormGrad, {bf(x16, xs), bf(w16, ws), bf(g16, xs)},
+                        {bf(dx16, xs), bf(dw16, ws)}, {}, {1e-5})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::RmsNormGrad, {view(x, xs), view(w, ws), view(g, xs)},
+                        {view(dx, xs), view(dw, ws)}, {}, {1e-5})
+                  .isOk());
+  expectClose(dx16, dx, "RMS norm input gradient");
+  expectClose(dw16, dw, "RMS norm weight gradient");
+}
