@@ -181,14 +181,26 @@ std::map<LowPrecisionKey, LowPrecisionMatmul> gLowPrecisionMatmuls; // every sha
 
 namespace {
 /// The primitive of a shape, created at its first use and kept.
+/// The primitive of a shape, created at its first use and kept. The Matmul
+/// entry asks twice per instruction (does it accept the call, then run it):
+/// the thread's last answer is kept so that the second ask costs neither the
+/// lock nor the key's copies (map nodes never move).
 LowPrecisionMatmul &lowPrecisionMatmulFor(FloatType type, const Shape &as, const Shape &bs,
                                           bool transA, bool transB) {
+  thread_local const LowPrecisionKey *lastKey = nullptr;
+  thread_local LowPrecisionMatmul *last = nullptr;
+  if (last && std::get<0>(*lastKey) == type && std::get<1>(*lastKey) == as &&
+      std::get<2>(*lastKey) == bs && std::get<3>(*lastKey) == transA &&
+      std::get<4>(*lastKey) == transB)
+    return *last;
   std::lock_guard<std::mutex> lock(gLowPrecisionMutex);
   LowPrecisionKey key{type, as, bs, transA, transB};
   auto it = gLowPrecisionMatmuls.find(key);
   if (it == gLowPrecisionMatmuls.end())
     it = gLowPrecisionMatmuls.emplace(key, createLowPrecisionMatmul(type, as, bs, transA, transB))
              .first;
+  lastKey = &it->first;
+  last = &it->second;
   return it->second;
 }
 } // namespace

@@ -80,7 +80,9 @@ Status Executor::runWidened(const plan::Instruction &inst, const std::function<S
         low.push_back(id);
   if (low.empty())
     return body();
-  Device &d = deviceFor(inst);
+  // The copies live on the device (the loader refuses low-precision tensors
+  // in host instructions).
+  Device &d = *dev_;
   while (widened_.size() < low.size())
     widened_.emplace_back(dev_.get());
   for (size_t i = 0; i < low.size(); ++i)

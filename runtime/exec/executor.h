@@ -119,7 +119,10 @@ public:
 
   /// The communicator for the plan's collectives (none: every mesh axis has
   /// size 1, or the plan has no mesh). Not owned.
-  void setCommunicator(Communicator *comm) { comm_ = comm; }
+  void setCommunicator(Communicator *comm) {
+    comm_ = comm;
+    callMeshSizes_.clear(); // the kernel calls' mesh coordinates are the communicator's
+  }
 
   /// Every set of mesh axes the plan's collectives run over (communicators
   /// that build their groups up front need the whole list on every rank).
