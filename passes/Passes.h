@@ -156,6 +156,33 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
 /// schedule-pipeline] -> plan-memory -> export-plan.
 void buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options);
 
+/// Options of the `ptc-compile-decode` pipeline (model IR -> forward-only
+/// prefill / decode plan with a key/value cache; ptc-generate runs it).
+struct DecodePipelineOptions : public PassPipelineOptions<DecodePipelineOptions> {
+  PassOptions::Option<std::string> plan{
+      *this, "plan",
+      llvm::cl::desc("Plan file to write (none: stop at the compiled IR; ptc-opt also takes "
+                     "-o FILE.plan)")};
+  PassOptions::Option<int64_t> tokens{
+      *this, "tokens", llvm::cl::desc("New tokens per call (1: decode; prompt length: prefill)"),
+      llvm::cl::init(1)};
+  PassOptions::Option<int64_t> context{
+      *this, "context",
+      llvm::cl::desc("Positions of the key/value cache (0: the model's sequence length)"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> batch{*this, "batch",
+                                     llvm::cl::desc("Sequences generated together"),
+                                     llvm::cl::init(1)};
+  PassOptions::Option<std::string> mesh{
+      *this, "mesh", llvm::cl::desc("Device mesh, e.g. tp:2 (default: one device)")};
+  PassOptions::Option<bool> reportMemory{
+      *this, "report-memory", llvm::cl::desc("Print the per-device memory report"),
+      llvm::cl::init(false)};
+};
+
+/// derive-decode -> cse -> [shard -> cse] -> plan-memory -> export-plan.
+void buildDecodePipeline(OpPassManager &pm, const DecodePipelineOptions &options);
+
 /// Registers every ptc pass and named pipeline with the global registry, so
 /// that ptc-opt accepts them as flags and inside --pass-pipeline.
 void registerAllPasses();

@@ -7,6 +7,7 @@
 #include "passes/analysis/Passes.h"
 #include "passes/autodiff/Passes.h"
 #include "passes/export/Passes.h"
+#include "passes/inference/Passes.h"
 #include "passes/memory/Passes.h"
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
@@ -191,12 +192,42 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   pm.addPass(createExportPlanPass(exportOptions));
 }
 
+void mlir::ptc::buildDecodePipeline(OpPassManager &pm, const DecodePipelineOptions &options) {
+  DeriveDecodePassOptions derive;
+  derive.tokens = options.tokens;
+  derive.context = options.context;
+  derive.batch = options.batch;
+  pm.addNestedPass<func::FuncOp>(createDeriveDecodePass(derive));
+  pm.addPass(createCSEPass());
+  if (!options.mesh.empty()) {
+    ShardPipelineOptions shard;
+    shard.mesh = options.mesh;
+    buildShardPipeline(pm, shard);
+    pm.addPass(createCSEPass());
+  }
+  pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
+  if (options.reportMemory) {
+    ReportMemoryPassOptions report;
+    pm.addPass(createReportMemoryPass(report));
+  }
+  if (options.plan.empty())
+    return;
+  ExportPlanPassOptions exportOptions;
+  exportOptions.output = options.plan;
+  pm.addPass(createExportPlanPass(exportOptions));
+}
+
 namespace {
 void registerPipelines() {
   PassPipelineRegistration<mlir::ptc::CompilePipelineOptions>(
       "ptc-compile",
       "Compile a ptc model to a plan: autodiff, optimizer, cse, memory planning, export",
       mlir::ptc::buildCompilePipeline);
+  PassPipelineRegistration<mlir::ptc::DecodePipelineOptions>(
+      "ptc-compile-decode",
+      "Compile a ptc model to a forward-only prefill / decode plan with a key/value cache: "
+      "derive-decode, cse, [shard], memory planning, export",
+      mlir::ptc::buildDecodePipeline);
 }
 } // namespace
 
@@ -207,5 +238,6 @@ void mlir::ptc::registerAllPasses() {
   registerShardingPassesAndPipelines();
   registerPipelinePasses();
   registerExportPasses();
+  registerInferencePasses();
   registerPipelines();
 }

@@ -85,6 +85,9 @@ def Ptc_Dialect : Dialect {
     /// A value the step reports (per-step metrics: an MoE layer's load),
     /// named by the attribute; a float tensor, the mean over the batch.
     static constexpr ::llvm::StringLiteral kMetricAttrName = "ptc.metric";
+    /// Unit attribute on the result of a forward-only (decode) function: the
+    /// next-token logits `[batch, tokens, vocab]` (ptc-derive-decode).
+    static constexpr ::llvm::StringLiteral kLogitsAttrName = "ptc.logits";
     /// Module attribute: the device mesh, `{axes = ["dp", "tp"], shape = array<i64: 2, 2>}`.
     static constexpr ::llvm::StringLiteral kMeshAttrName = "ptc.mesh";
     /// Argument attribute: a user sharding annotation, e.g.

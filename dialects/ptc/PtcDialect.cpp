@@ -452,6 +452,14 @@ LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned re
                              << " must name a float tensor result";
     return success();
   }
+  if (attrName == kLogitsAttrName) {
+    auto t = dyn_cast<RankedTensorType>(resultType);
+    if (!isa<UnitAttr>(attr.getValue()) || !t || t.getRank() < 2 ||
+        !isa<FloatType>(t.getElementType()))
+      return op->emitError() << "'ptc.logits' on result #" << resultIndex
+                             << " must be a unit attribute on a float tensor [..., vocab]";
+    return success();
+  }
   if (attrName != kGradAttrName && attrName != kUpdateAttrName)
     return op->emitError() << "unknown ptc result attribute '" << attrName << "' on result #"
                            << resultIndex;

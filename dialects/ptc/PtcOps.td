@@ -683,5 +683,6 @@ def Ptc_MoeCombineOp : Ptc_Op<"moe_combine", [DeclareOpInterfaceMethods<Ptc_Plan
 include "dialects/ptc/PtcGradOps.td"
 include "dialects/ptc/PtcOptimizerOps.td"
 include "dialects/ptc/PtcDistOps.td"
+include "dialects/ptc/PtcDecodeOps.td"
 
 #endif // PTC_OPS_TD

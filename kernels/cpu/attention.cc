@@ -254,6 +254,77 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
   }
 }
 
+namespace {
+/// Attention of new tokens over a key/value cache (decode plans): q [b, heads,
+/// t, d], k / v [b, kvHeads, t, d], caches [b, kvHeads, context, d] (the new
+/// ones in `kcOut` / `vcOut`, which may be the old ones), positions [b, t].
+KernelResult cachedAttention(const TensorView &q, const TensorView &k, const TensorView &v,
+                             const TensorView &kcIn, const TensorView &vcIn, const int32_t *pos,
+                             const TensorView &out, const TensorView &kcOut,
+                             const TensorView &vcOut, double scaleAttr) {
+  const int64_t batch = q.dim(0), heads = q.dim(1), tokens = q.dim(2), d = q.dim(3);
+  const int64_t kvHeads = k.dim(1), context = kcIn.dim(2), group = heads / kvHeads;
+  for (int64_t i = 0; i < batch * tokens; ++i)
+    if (pos[i] < 0 || pos[i] >= context)
+      return badId("position", pos[i], i, context);
+  if (kcOut.data != kcIn.data)
+    std::memcpy(kcOut.data, kcIn.data, static_cast<size_t>(kcIn.bytes()));
+  if (vcOut.data != vcIn.data)
+    std::memcpy(vcOut.data, vcIn.data, static_cast<size_t>(vcIn.bytes()));
+  float *kc = kcOut.f32(), *vc = vcOut.f32();
+  const float *kn = k.f32(), *vn = v.f32();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < kvHeads; ++h)
+      for (int64_t t = 0; t < tokens; ++t) {
+        int64_t row = ((b * kvHeads + h) * context + pos[b * tokens + t]) * d;
+        int64_t src = ((b * kvHeads + h) * tokens + t) * d;
+        std::memcpy(kc + row, kn + src, sizeof(float) * static_cast<size_t>(d));
+        std::memcpy(vc + row, vn + src, sizeof(float) * static_cast<size_t>(d));
+      }
+  const float scale = static_cast<float>(scaleAttr);
+  const float *qd = q.f32();
+  float *y = out.f32();
+#pragma omp parallel if (batch * heads * tokens * context * d > 65536)
+  {
+    std::vector<float> w(static_cast<size_t>(context));
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t g = h / group;
+        const float *kh = kc + (b * kvHeads + g) * context * d;
+        const float *vh = vc + (b * kvHeads + g) * context * d;
+        for (int64_t t = 0; t < tokens; ++t) {
+          const float *qr = qd + ((b * heads + h) * tokens + t) * d;
+          float *yr = y + ((b * heads + h) * tokens + t) * d;
+          const int64_t keys = pos[b * tokens + t] + 1;
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < keys; ++j) {
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t c = 0; c < d; ++c)
+              s += qr[c] * kh[j * d + c];
+            w[static_cast<size_t>(j)] = s * scale;
+            mx = std::max(mx, w[static_cast<size_t>(j)]);
+          }
+          float sum = 0.0f;
+          for (int64_t j = 0; j < keys; ++j) {
+            w[static_cast<size_t>(j)] = std::exp(w[static_cast<size_t>(j)] - mx);
+            sum += w[static_cast<size_t>(j)];
+          }
+          std::fill(yr, yr + d, 0.0f);
+          for (int64_t j = 0; j < keys; ++j) {
+            const float p = w[static_cast<size_t>(j)] / sum;
+#pragma omp simd
+            for (int64_t c = 0; c < d; ++c)
+              yr[c] += p * vh[j * d + c];
+          }
+        }
+      }
+  }
+  return KernelResult::ok();
+}
+} // namespace
+
 void addAttentionKernels(KernelTable &t) {
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
   t.add(OpKind::CausalAttention, [](const KernelCall &c) {
@@ -268,6 +339,12 @@ void addAttentionKernels(KernelTable &t) {
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), *q.shape,
                         c.input(1).dim(1), c.real(0));
     return KernelResult::ok();
+  });
+  // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
+  // dim], caches [batch, kvHeads, context, dim], positions [batch, tokens].
+  t.add(OpKind::CachedAttention, [](const KernelCall &c) {
+    return cachedAttention(c.input(0), c.input(1), c.input(2), c.input(3), c.input(4),
+                           c.input(5).i32(), c.output(0), c.output(1), c.output(2), c.real(0));
   });
 }
 

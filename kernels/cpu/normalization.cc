@@ -198,6 +198,39 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
     }
 }
 
+/// ptc.rotary_at: row (b, h, t) of x [b, heads, t, d] rotated at position
+/// pos[b * t + t] (the angles computed as rotary computes them).
+static KernelResult rotaryAt(const float *x, const int32_t *pos, float *out, const Shape &shape,
+                             double theta) {
+  const int64_t batch = shape[0], heads = shape[1], s = shape[2], d = shape[3], half = d / 2;
+  for (int64_t i = 0; i < batch * s; ++i)
+    if (pos[i] < 0)
+      return badId("position", pos[i], i, std::numeric_limits<int32_t>::max());
+  std::vector<float> invFreq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    invFreq[static_cast<size_t>(i)] = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(d)));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t p = 0; p < s; ++p) {
+      std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+      for (int64_t i = 0; i < half; ++i) {
+        float angle = static_cast<float>(pos[b * s + p]) * invFreq[static_cast<size_t>(i)];
+        cs[static_cast<size_t>(i)] = std::cos(angle);
+        sn[static_cast<size_t>(i)] = std::sin(angle);
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *xr = x + ((b * heads + h) * s + p) * d;
+        float *yr = out + ((b * heads + h) * s + p) * d;
+        for (int64_t i = 0; i < half; ++i) {
+          float a = xr[i], c = xr[i + half];
+          yr[i] = a * cs[static_cast<size_t>(i)] - c * sn[static_cast<size_t>(i)];
+          yr[i + half] = c * cs[static_cast<size_t>(i)] + a * sn[static_cast<size_t>(i)];
+        }
+      }
+    }
+  return KernelResult::ok();
+}
+
 static void softmax(const float *x, float *out, const Shape &shape, int64_t axis) {
   int64_t n = shape[axis], inner = product(shape, axis + 1), outer = product(shape, 0, axis);
 #pragma omp parallel for collapse(2) if (outer * inner * n > 16384)
@@ -282,6 +315,10 @@ void addNormalizationKernels(KernelTable &t) {
     rotary(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.floats[0],
            c.integer(0) != 0);
     return KernelResult::ok();
+  });
+  t.add(OpKind::RotaryAt, [](const KernelCall &c) {
+    return rotaryAt(c.input(0).f32(), c.input(1).i32(), c.output(0).f32(), *c.input(0).shape,
+                    c.real(0));
   });
   t.add(OpKind::Softmax, [](const KernelCall &c) {
     softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0));

@@ -394,6 +394,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         name = "loss_scale";
       else if (func.getResultAttr(i, PtcDialect::kLrAttrName))
         name = "lr";
+      else if (func.getResultAttr(i, PtcDialect::kLogitsAttrName))
+        name = "logits";
       else if (auto m = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kMetricAttrName))
         name = "metric:" + m.str();
       else if (auto p = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName))
@@ -402,7 +404,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         continue; // written in place
       else
         return func.emitError() << "result #" << i << " has no role (ptc.loss, ptc.grad, "
-                                << "ptc.grad_norm or ptc.update)";
+                                << "ptc.grad_norm, ptc.logits or ptc.update)";
       outputs.push_back(pp::CreateOutput(fbb, fbb.CreateString(name), tensorOf.at(v)));
     }
 

@@ -98,9 +98,9 @@ int64_t projectionHeads(Value out) {
   Value v = reshape.getResult();
   for (users = forwardUsers(v); users.size() == 1; users = forwardUsers(v)) {
     Operation *user = users.front();
-    if (isa<CausalAttentionOp>(user))
+    if (isa<CausalAttentionOp, CachedAttentionOp>(user))
       return shape[shape.size() - 2];
-    if (!isa<TransposeOp, RotaryOp>(user))
+    if (!isa<TransposeOp, RotaryOp, RotaryAtOp>(user))
       return 0;
     v = user->getResult(0);
   }
@@ -215,7 +215,7 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     int64_t outFeatures = mm.getRhs().getType().getDimSize(rank - 2);
     int64_t inFeatures = mm.getRhs().getType().getDimSize(rank - 1);
     Operation *src = stripViews(mm.getLhs()).getDefiningOp();
-    if (src && (isa<CausalAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src) ||
+    if (src && (isa<CausalAttentionOp, CachedAttentionOp>(src) || isa<ElementwiseFunctionOpInterface>(src) ||
                 isGatedProduct(src))) {
       if (inFeatures % tpSize == 0)
         specs.try_emplace(w, split({DimShard(), DimShard(tp)}));
@@ -313,6 +313,16 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
       return;
     if (std::optional<Sharding> s = spec(it->second))
       specs.try_emplace(state, *s);
+  });
+  // A decode function's key/value caches split their heads over tp with the
+  // attention that reads them (ptc-derive-decode).
+  func.walk([&](CachedAttentionOp attn) {
+    int64_t kvHeads = attn.getKey().getType().getDimSize(1);
+    if (kvHeads % tpSize != 0)
+      return; // the attention's sharding rule says why
+    for (Value cache : {attn.getKeyCache(), attn.getValueCache()})
+      if (auto arg = dyn_cast<BlockArgument>(cache))
+        specs.try_emplace(arg, Sharding{{DimShard(), DimShard(tp), DimShard(), DimShard()}, {}});
   });
   if (indivisible) {
     if (!alsoIndivisible.empty()) {

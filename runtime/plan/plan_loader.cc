@@ -412,6 +412,30 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(attentionShapes());
     return expectShape(out(0), in(0), "result");
+  case ShapeRule::CachedAttention: {
+    // query, key, value, key cache, value cache, positions -> result, caches.
+    PTC_RETURN_IF_ERROR(dtypes({5}));
+    PTC_RETURN_IF_ERROR(attentionShapes());
+    const Shape &kv = in(1), &cache = in(3);
+    if (cache.size() != 4 || cache[0] != kv[0] || cache[1] != kv[1] || cache[3] != kv[3] ||
+        cache[2] < kv[2])
+      return fail("caches must be [batch, kv_heads, context, head_dim] for keys ", shapeStr(kv),
+                  ", got ", shapeStr(cache));
+    PTC_RETURN_IF_ERROR(expectShape(in(4), cache, "value cache"));
+    PTC_RETURN_IF_ERROR(expectShape(in(5), {kv[0], kv[2]}, "positions"));
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "result"));
+    PTC_RETURN_IF_ERROR(expectShape(out(1), cache, "new key cache"));
+    return expectShape(out(2), cache, "new value cache");
+  }
+  case ShapeRule::RotaryAt:
+    PTC_RETURN_IF_ERROR(dtypes({1}));
+    if (in(0).size() != 4 || in(0)[3] % 2 != 0)
+      return fail("input must be [batch, heads, tokens, head_dim] with an even head_dim, got ",
+                  shapeStr(in(0)));
+    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0)[0], in(0)[2]}, "positions"));
+    if (!(floats_[0] > 1.0))
+      return fail("theta must be greater than 1, got ", floats_[0]);
+    return expectShape(out(0), in(0), "result");
   case ShapeRule::Embedding: {
     PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(dtypes({1}));

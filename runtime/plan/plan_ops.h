@@ -22,7 +22,7 @@ enum class ShapeRule {
   Reshape, Transpose, Slice, Pad, Concat, Reduction, ReductionMaxGrad, Broadcast, TopKGate,
   TopKGateGrad, ExpertLoad, MoeDispatch, MoeDispatchGrad, MoeCombine, OptimizerUpdate,
   LrSchedule, ClipGradNorm, AllReduce, AllGather, ShardSlice, ReduceScatter, AllToAll, Channel,
-  MicrobatchSum, LossScale, LossScaleUpdate, UnscaleGrads, Transfer,
+  MicrobatchSum, LossScale, LossScaleUpdate, UnscaleGrads, Transfer, CachedAttention, RotaryAt,
 };
 
 struct OpInfo {

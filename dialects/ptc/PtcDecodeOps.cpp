@@ -1,0 +1,119 @@
+//===- PtcDecodeOps.cpp - ops of forward-only decode plans ----------------===//
+//
+// Verifiers, sharding rules and plan instructions of the ops ptc-derive-decode
+// introduces (PtcDecodeOps.td): attention over a key/value cache and rotary
+// embeddings at given positions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/ptc/PtcOps.h"
+#include "dialects/ptc/PtcSharding.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+std::string shapeText(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// `positions` must be [batch, tokens] of a [batch, heads, tokens, dim] input.
+LogicalResult verifyPositions(Operation *op, RankedTensorType input, RankedTensorType positions) {
+  if (positions.getRank() != 2 || positions.getDimSize(0) != input.getDimSize(0) ||
+      positions.getDimSize(1) != input.getDimSize(2))
+    return op->emitOpError() << "positions must have shape [batch, tokens] = ["
+                             << input.getDimSize(0) << ", " << input.getDimSize(2) << "], got "
+                             << shapeText(positions.getShape());
+  return success();
+}
+
+/// Batch and heads split freely (with the query's split of its heads on the
+/// key/value heads and caches); tokens, context and head_dim stay whole; the
+/// positions follow the batch.
+void batchAndHeadsRule(Operation *op, ShardingRuleContext &ctx, unsigned numFloat,
+                       unsigned positionsOperand) {
+  ctx.full(0);
+  ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1;
+  for (unsigned i = 1; i < numFloat; ++i)
+    ctx.like(i, ctx.want[0]);
+  Sharding pos = Sharding::replicated(2);
+  pos.dims[0] = ctx.want[0].dims[0];
+  ctx.like(positionsOperand, pos);
+  for (unsigned i = 0; i < op->getNumResults(); ++i)
+    ctx.out.push_back(ctx.want[0]);
+}
+} // namespace
+
+LogicalResult CachedAttentionOp::verify() {
+  RankedTensorType q = getQuery().getType(), kv = getKey().getType(),
+                   cache = getKeyCache().getType();
+  if (q.getRank() != 4)
+    return emitOpError() << "query must have shape [batch, heads, tokens, head_dim], got "
+                         << shapeText(q.getShape());
+  if (kv.getRank() != 4 || kv.getDimSize(0) != q.getDimSize(0) ||
+      kv.getDimSize(2) != q.getDimSize(2) || kv.getDimSize(3) != q.getDimSize(3))
+    return emitOpError() << "key and value must have shape [batch, kv_heads, tokens, head_dim] "
+                            "with the query's batch, tokens and head_dim ("
+                         << shapeText(q.getShape()) << "), got " << shapeText(kv.getShape());
+  if (kv.getElementType() != q.getElementType() || cache.getElementType() != q.getElementType())
+    return emitOpError() << "query, key/value and caches must have one element type";
+  int64_t heads = q.getDimSize(1), kvHeads = kv.getDimSize(1);
+  if (kvHeads < 1 || heads % kvHeads != 0)
+    return emitOpError() << "the " << kvHeads << " key/value heads must divide the " << heads
+                         << " query heads (grouped-query attention)";
+  if (cache.getRank() != 4 || cache.getDimSize(0) != kv.getDimSize(0) ||
+      cache.getDimSize(1) != kvHeads || cache.getDimSize(3) != kv.getDimSize(3) ||
+      cache.getDimSize(2) < kv.getDimSize(2))
+    return emitOpError() << "caches must have shape [batch, kv_heads, context, head_dim] with the "
+                            "key's batch, kv_heads and head_dim and a context of at least its "
+                         << kv.getDimSize(2) << " tokens, got " << shapeText(cache.getShape());
+  if (std::optional<llvm::APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
+    return emitOpError() << "scale must be positive, got " << scale->convertToDouble();
+  return verifyPositions(*this, q, getPositions().getType());
+}
+
+double CachedAttentionOp::getScaleOrDefault() {
+  if (std::optional<llvm::APFloat> scale = getScale())
+    return scale->convertToDouble();
+  return 1.0 / std::sqrt(static_cast<double>(getQuery().getType().getDimSize(3)));
+}
+
+LogicalResult CachedAttentionOp::inferShardingRule(ShardingRuleContext &ctx) {
+  DimShard heads = ctx.want[0].dims[1];
+  int64_t kvHeads = ctx.globalType(getKey()).getDimSize(1);
+  if (heads.axis >= 0 && kvHeads % (ctx.axisSize(heads.axis) * heads.blocks) != 0)
+    return emitError() << "mesh axis '" << ctx.mesh().axes[heads.axis] << "' (size "
+                       << ctx.axisSize(heads.axis) << ") cannot split the " << kvHeads
+                       << " key/value heads of the cache";
+  batchAndHeadsRule(*this, ctx, 5, 5);
+  return success();
+}
+
+PlanInstruction CachedAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
+  return PlanInstruction{"CachedAttention", {}, {getScaleOrDefault()}};
+}
+
+LogicalResult RotaryAtOp::verify() {
+  RankedTensorType type = getType();
+  if (type.getRank() != 4 || type.getDimSize(3) % 2 != 0)
+    return emitOpError() << "input must have shape [batch, heads, tokens, head_dim] with an even "
+                            "head_dim, got "
+                         << shapeText(type.getShape());
+  if (!(getTheta().convertToDouble() > 1.0))
+    return emitOpError() << "theta must be greater than 1, got " << getTheta().convertToDouble();
+  return verifyPositions(*this, type, getPositions().getType());
+}
+
+LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {
+  batchAndHeadsRule(*this, ctx, 1, 1);
+  return success();
+}
+
+PlanInstruction RotaryAtOp::getPlanInstruction(MeshAxisIndexFn) {
+  return PlanInstruction{"RotaryAt", {}, {getTheta().convertToDouble()}};
+}
