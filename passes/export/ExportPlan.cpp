@@ -108,18 +108,21 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     func::FuncOp step;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal() || func.getNumResults() == 0 ||
-          !func.getResultAttr(0, PtcDialect::kLossAttrName))
+          (!func.getResultAttr(0, PtcDialect::kLossAttrName) &&
+           !func.getResultAttr(0, PtcDialect::kLogitsAttrName)))
         continue;
       if (step) {
-        func.emitError() << "a plan holds one training step, but @" << step.getSymName()
-                         << " and @" << func.getSymName() << " both return a 'ptc.loss'";
+        func.emitError() << "a plan holds one step, but @" << step.getSymName() << " and @"
+                         << func.getSymName()
+                         << " both return a 'ptc.loss' (or decode 'ptc.logits')";
         return signalPassFailure();
       }
       step = func;
     }
     if (!step) {
       getOperation().emitError()
-          << "no function returns a 'ptc.loss' result; run ptc-autodiff first";
+          << "no function returns a 'ptc.loss' result (run ptc-autodiff first) or decode "
+             "'ptc.logits' (ptc-derive-decode)";
       return signalPassFailure();
     }
     if (failed(exportStep(step)))

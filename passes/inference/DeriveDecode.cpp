@@ -142,11 +142,29 @@ struct Deriver {
     return EmbeddingOp::create(b, op->getLoc(), arg, positions).getResult();
   }
 
-  std::string cacheName(Operation *op, unsigned index) {
-    std::string base = "layer" + std::to_string(index);
+  /// The caches' name: the attention's module as its query projection's
+  /// parameter names it ("transformer.h.0.attn" of
+  /// "transformer.h.0.attn.c_attn.weight"), else its location's name, else
+  /// "attention.<index>".
+  std::string cacheName(CausalAttentionOp op, unsigned index) {
+    Value v = op.getQuery();
+    for (int hops = 0; hops < 16 && v.getDefiningOp(); ++hops) {
+      Operation *def = v.getDefiningOp();
+      if (auto mm = dyn_cast<MatmulOp>(def)) {
+        if (auto arg = dyn_cast<BlockArgument>(mm.getRhs()))
+          if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                           PtcDialect::kParamAttrName)) {
+            StringRef module = name.getValue().rsplit('.').first.rsplit('.').first;
+            if (!module.empty() && module != name.getValue())
+              return module.str();
+          }
+        break;
+      }
+      v = def->getOperand(0);
+    }
     if (auto name = dyn_cast<NameLoc>(op->getLoc()))
-      base = name.getName().str();
-    return base;
+      return name.getName().str();
+    return "attention." + std::to_string(index);
   }
 
   LogicalResult run() {
@@ -263,7 +281,7 @@ struct Deriver {
         auto kv = cast<RankedTensorType>(attn.getKey().getType());
         auto cacheType = RankedTensorType::get(
             {batch, kv.getDimSize(1), context, kv.getDimSize(3)}, kv.getElementType());
-        std::string base = cacheName(op, attentionIndex++);
+        std::string base = cacheName(attn, attentionIndex++);
         if (unsigned n = names[base]++; n > 0)
           base += "." + std::to_string(n);
         Value cacheArgs[2];

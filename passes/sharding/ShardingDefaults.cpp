@@ -237,7 +237,13 @@ mlir::ptc::megatronDefaults(func::FuncOp func, const MeshInfo &mesh, bool sequen
     bool activation = !users.empty() && llvm::all_of(users, [](Operation *u) {
       return isa<ElementwiseFunctionOpInterface>(u) || isGatedProduct(u);
     });
-    bool lmHead = !users.empty() && llvm::all_of(users, [](Operation *u) {
+    // The LM head feeds the loss, or a decode function returns its logits.
+    bool lmHead = !users.empty() && llvm::all_of(users, [&](Operation *u) {
+      if (isa<func::ReturnOp>(u))
+        return llvm::all_of(u->getOpOperands(), [&](OpOperand &o) {
+          return o.get() != out ||
+                 func.getResultAttr(o.getOperandNumber(), PtcDialect::kLogitsAttrName);
+        });
       return isa<CrossEntropyOp>(u);
     });
     int64_t heads = projectionHeads(out);

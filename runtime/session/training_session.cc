@@ -175,8 +175,17 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   plan_ = *loaded;
   const LoadedPlan &plan = *plan_;
   lossId_ = plan.findOutput("loss");
-  if (lossId_ < 0)
-    return invalidArgument("plan '", options.planPath, "' has no 'loss' output");
+  if (options.inference) {
+    if (plan.findOutput("logits") < 0)
+      return invalidArgument("plan '", options.planPath,
+                             "' has no 'logits' output: compile the model with "
+                             "--ptc-compile-decode for generation");
+  } else if (lossId_ < 0) {
+    return invalidArgument("plan '", options.planPath, "' has no 'loss' output",
+                           plan.findOutput("logits") >= 0
+                               ? " (it is a decode plan: ptc-generate runs it)"
+                               : "");
+  }
   gradNormId_ = plan.findOutput("grad_norm");
   lossScaleId_ = plan.findOutput("loss_scale");
   lrId_ = plan.findOutput("lr");
@@ -187,7 +196,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
 
   const bool arrays = options.dataPath.size() >= 12 &&
                       options.dataPath.compare(options.dataPath.size() - 12, 12, ".safetensors") == 0;
-  if (options.needsData && arrays) {
+  if (options.needsData && !options.inference && arrays) {
     // Any model: one named array per input, examples along the first dimension.
     std::vector<ArrayData::Input> specs;
     for (size_t i = 0; i < plan.tensors().size(); ++i) {
@@ -226,7 +235,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
       arrayBatches_.emplace_back(static_cast<size_t>(bytes * plan.microbatches()));
     }
     seq_ = 1;
-  } else if (options.needsData) {
+  } else if (options.needsData && !options.inference) {
     // The standard model reads 'tokens' and 'targets' [batch, seq] from the data.
     tokensId_ = plan.findTensor("tokens", plan::TensorKind::Input);
     targetsId_ = plan.findTensor("targets", plan::TensorKind::Input);

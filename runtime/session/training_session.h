@@ -44,6 +44,9 @@ struct SessionOptions {
   /// Where the executor writes the instruction it is running (Executor::setProgress).
   std::atomic<int32_t> *instructionProgress = nullptr;
   bool needsData = true;       // false: inputs are set by the caller (ptc-gradcheck)
+  /// A forward-only decode plan (ptc-compile-decode): it returns 'logits'
+  /// instead of a loss; the caller sets its inputs (ptc-generate).
+  bool inference = false;
 };
 
 /// The collective timeout a plan gets by default: 60 s (a rank that waits

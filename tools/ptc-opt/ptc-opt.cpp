@@ -34,14 +34,19 @@
 using namespace mlir;
 
 namespace {
-/// `ptc-opt in.mlir --ptc-compile="..." -o out.plan`: the plan goes to out.plan.
+/// `ptc-opt in.mlir --ptc-compile="..." -o out.plan` (or --ptc-compile-decode):
+/// the plan goes to out.plan.
 std::vector<std::string> planFromOutputFile(int argc, char **argv) {
   std::vector<std::string> args(argv, argv + argc);
   int compile = -1, output = -1;
+  std::string pipeline;
   for (int i = 1; i < argc; ++i) {
     llvm::StringRef a(args[static_cast<size_t>(i)]);
-    if (a == "--ptc-compile" || a.starts_with("--ptc-compile="))
-      compile = i;
+    for (llvm::StringRef name : {"--ptc-compile", "--ptc-compile-decode"})
+      if (a == name || (a.starts_with(name) && a.drop_front(name.size()).starts_with("="))) {
+        compile = i;
+        pipeline = name.str();
+      }
     else if ((a == "-o" || a == "--o") && i + 1 < argc)
       output = i + 1;
   }
@@ -52,7 +57,7 @@ std::vector<std::string> planFromOutputFile(int argc, char **argv) {
   bool hasPlan = options.starts_with("plan=") || options.contains(" plan=");
   if (hasPlan || !llvm::StringRef(o).ends_with(".plan"))
     return args;
-  c = "--ptc-compile=" + options.str() + (options.empty() ? "" : " ") + "plan=" + o;
+  c = pipeline + "=" + options.str() + (options.empty() ? "" : " ") + "plan=" + o;
   o = "/dev/null";
   return args;
 }

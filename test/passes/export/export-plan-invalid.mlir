@@ -3,7 +3,7 @@
 // NO-OUTPUT: error: ptc-export-plan needs output=<plan file> (with ptc-compile: plan=<plan file>)
 
 // Nothing to export.
-// expected-error @+1 {{no function returns a 'ptc.loss' result; run ptc-autodiff first}}
+// expected-error @+1 {{no function returns a 'ptc.loss' result (run ptc-autodiff first) or decode 'ptc.logits' (ptc-derive-decode)}}
 module {
   func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
     return %a : tensor<4xf32>
