@@ -32,10 +32,20 @@ namespace {
 constexpr int kNone = kNoBatch;
 
 /// Per value: where the tokens' batch and sequence dimensions are (kNone:
-/// not carried).
+/// not carried; the same dimension: merged, batch x sequence rows) and their
+/// sizes in the model (the sequence's is an MoE buffer's capacity there).
 struct Dims {
   int batch = kNone, seq = kNone;
+  int64_t batchSize = 0, seqSize = 0;
+  bool merged() const { return batch != kNone && batch == seq; }
 };
+
+int64_t prefixProduct(ArrayRef<int64_t> shape, int d) {
+  int64_t p = 1;
+  for (int i = 0; i < d; ++i)
+    p *= shape[i];
+  return p;
+}
 
 struct Deriver {
   Deriver(func::FuncOp func, int64_t tokens, int64_t context, int64_t batch)
@@ -79,18 +89,58 @@ struct Deriver {
     return *d;
   }
 
+  /// Where a reshape puts the batch and sequence of its input: dimensions
+  /// kept (same prefix product and size), merged into one (batch x
+  /// sequence rows) or split back out of one.
+  FailureOr<Dims> reshapeDims(ReshapeOp op, Dims in) {
+    ArrayRef<int64_t> src = op.getInput().getType().getShape(), dst = op.getType().getShape();
+    Dims out = in;
+    out.batch = out.seq = kNone;
+    auto find = [&](int64_t prefix, int64_t size) -> int {
+      for (size_t e = 0; e < dst.size(); ++e)
+        if (prefixProduct(dst, static_cast<int>(e)) == prefix && dst[e] == size)
+          return static_cast<int>(e);
+      return kNone;
+    };
+    if (in.merged()) {
+      int64_t p = prefixProduct(src, in.batch);
+      if (int e = find(p, src[in.batch]); e != kNone) {
+        out.batch = out.seq = e;
+      } else if (int e = find(p, in.batchSize);
+                 e != kNone && e + 1 < static_cast<int>(dst.size()) && dst[e + 1] == in.seqSize) {
+        out.batch = e;
+        out.seq = e + 1;
+      }
+    } else {
+      out.batch = find(prefixProduct(src, in.batch), src[in.batch]);
+      out.seq = find(prefixProduct(src, in.seq), src[in.seq]);
+      if ((out.batch == kNone || out.seq == kNone) && in.seq == in.batch + 1) {
+        int e = find(prefixProduct(src, in.batch), src[in.batch] * src[in.seq]);
+        out.batch = out.seq = e;
+      }
+    }
+    if (out.batch == kNone || out.seq == kNone)
+      return error(op) << "it reshapes " << op.getInput().getType() << " to " << op.getType()
+                       << ", mixing the tokens' batch or sequence with other dimensions";
+    return out;
+  }
+
   /// Analysis on the unchanged function: the dimensions of every value that
   /// the logits depend on.
   LogicalResult analyze(ArrayRef<Operation *> ops) {
     for (Operation *op : ops) {
       SmallVector<int> b, s;
+      std::optional<Dims> first; // of the first operand that carries them
       for (Value v : op->getOperands()) {
-        Dims d = dims.lookup(v);
         auto it = dims.find(v);
-        b.push_back(it == dims.end() ? kNone : d.batch);
-        s.push_back(it == dims.end() ? kNone : d.seq);
+        b.push_back(it == dims.end() ? kNone : it->second.batch);
+        s.push_back(it == dims.end() ? kNone : it->second.seq);
+        if (it != dims.end() && !first)
+          first = it->second;
       }
-      Dims out;
+      if (!first)
+        continue;
+      Dims out = *first;
       if (isa<CausalAttentionOp, RotaryOp>(op)) {
         if (auto rot = dyn_cast<RotaryOp>(op); rot && rot.getInverse())
           return error(op) << "an inverse rotation in the forward pass";
@@ -98,7 +148,26 @@ struct Deriver {
           if (bi != 0 || si != 2)
             return error(op) << "its operands must be [batch, heads, sequence, head_dim] of the "
                                 "tokens";
-        out = {0, 2};
+      } else if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+        FailureOr<Dims> d = reshapeDims(reshape, *first);
+        if (failed(d))
+          return failure();
+        out = *d;
+      } else if (auto dispatch = dyn_cast<MoeDispatchOp>(op)) {
+        // [groups = batch, tokens, dim] -> [experts, batch, capacity, dim]. A
+        // call's tokens fill at most `tokens` slots of an expert (each token
+        // picks distinct experts): capacity `tokens` drops nothing.
+        if (b[0] != 0 || s[0] != 1 || b[1] != 0 || s[1] != 1)
+          return error(op) << "its routing groups must be the sequences of the batch "
+                              "([batch, sequence, dim] tokens)";
+        out.batch = 1;
+        out.seq = 2;
+        out.seqSize = dispatch.getType().getDimSize(2);
+      } else if (isa<MoeCombineOp>(op)) {
+        if (b[0] != 1 || s[0] != 2 || b[1] != 0 || s[1] != 1 || b[2] != 0 || s[2] != 1)
+          return error(op) << "expects expert buffers [experts, batch, capacity, dim] and "
+                              "[batch, sequence, k] routing";
+        out = dims.lookup(op->getOperand(1));
       } else {
         FailureOr<int> bd = carry(op, b, "batch");
         if (failed(bd))
@@ -106,7 +175,8 @@ struct Deriver {
         FailureOr<int> sd = carry(op, s, "sequence");
         if (failed(sd))
           return failure();
-        out = {*bd, *sd};
+        out.batch = *bd;
+        out.seq = *sd;
         if ((out.batch == kNone) != (out.seq == kNone))
           return error(op) << "it keeps only one of the batch and sequence dimensions";
       }
@@ -216,7 +286,7 @@ struct Deriver {
       if (needed.contains(&op))
         ops.push_back(&op);
 
-    dims[tokensArg] = {0, 1};
+    dims[tokensArg] = {0, 1, tokensType.getDimSize(0), seq};
     if (failed(analyze(ops)))
       return failure();
     Dims logitDims = dims.lookup(logits);
@@ -252,8 +322,12 @@ struct Deriver {
           continue;
         auto type = cast<RankedTensorType>(r.getType());
         SmallVector<int64_t> shape(type.getShape());
-        shape[it->second.batch] = batch;
-        shape[it->second.seq] = tokens;
+        if (it->second.merged()) {
+          shape[it->second.batch] = batch * tokens;
+        } else {
+          shape[it->second.batch] = batch;
+          shape[it->second.seq] = tokens;
+        }
         r.setType(RankedTensorType::get(shape, type.getElementType()));
       }
       b.setInsertionPoint(op);

@@ -5,7 +5,10 @@ ptc-generate --no-cache (the whole prefix recomputed each token); sampling is re
 seed; a prompt longer than the context, token ids outside the vocabulary and weights of another
 model are errors.
 
-usage: generate.py --bin BUILD/bin --workdir DIR [--model gpt|llama]
+usage: generate.py --bin BUILD/bin --workdir DIR [--model gpt|llama|moe]
+
+The MoE GPT routes every token as training does (router, top-k) but drops nothing at decode
+(a call's tokens fit the experts' buffers): its reference is the dropless PyTorch MoE.
 Needs Debian's python3-torch (CPU) and numpy; run with /usr/bin/python3.
 """
 import argparse
@@ -17,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import reference_gpt  # noqa: E402
 import reference_llama  # noqa: E402
+import reference_moe  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -29,6 +33,19 @@ def gpt_logits(model, tokens):
     x = t.wte(tokens) + t.wpe(torch.arange(tokens.shape[1]))
     for block in t.h:
         x = block(x)
+    return model.lm_head(t.ln_f(x))
+
+
+def moe_logits(model, tokens):
+    """reference_moe's forward up to the logits (dropless: capacity_factor 0)."""
+    t = model.transformer
+    x = t.wte(tokens) + t.wpe(torch.arange(tokens.shape[1]))
+    for block in t.h:
+        x = x + block.attn(block.ln_1(x))
+        if isinstance(block.mlp, reference_moe.MoeMlp):
+            x = x + block.mlp(block.ln_2(x), 0.0, 0.0)
+        else:
+            x = x + block.mlp(block.ln_2(x))
     return model.lm_head(t.ln_f(x))
 
 
@@ -52,7 +69,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--model", default="gpt", choices=["gpt", "llama"])
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "moe"])
     args = ap.parse_args()
     harness.fresh_workdir(args.workdir)
     w, b, run = harness.tools(args.bin, args.workdir)
@@ -72,13 +89,19 @@ def main():
         other = ["llama", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2"]
         torch_model = reference_gpt.GPT(2, 64, 4, SEQ, 256)
         logits_fn = gpt_logits
+    elif args.model == "moe":
+        shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--moe-experts", "4",
+                 "--moe-top-k", "2"]
+        other = ["gpt", "--layers", "2", "--hidden", "64", "--heads", "4"]
+        torch_model = reference_moe.MoeGPT(2, 64, 4, SEQ, 256, 4, 2, 0.0)
+        logits_fn = moe_logits
     else:
         shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
                  "--intermediate", "128"]
         other = ["gpt", "--layers", "2", "--hidden", "64", "--heads", "4"]
         torch_model = reference_llama.Llama(2, 64, 4, 2, 128, 256)
         logits_fn = llama_logits
-    run(b("ptc-model"), args.model, *shape, "--seq", str(SEQ), "--vocab", "256", "--batch", "8",
+    run(b("ptc-model"), "gpt" if args.model == "moe" else args.model, *shape, "--seq", str(SEQ), "--vocab", "256", "--batch", "8",
         "-o", w("model.mlir"))
     run(b("ptc-opt"), w("model.mlir"), "--ptc-compile=lr=3e-3", "-o", w("train.plan"))
     run(b("ptc-run"), w("train.plan"), "--data", w("data.bin"), "--steps", "300", "--save",
@@ -101,7 +124,8 @@ def main():
 
     state = reference_gpt.load_safetensors(w("weights.safetensors"))
     missing, unexpected = torch_model.load_state_dict(state, strict=False)
-    assert not unexpected and all(m == "lm_head.weight" for m in missing), (missing, unexpected)
+    assert not unexpected and all(m == "lm_head.weight" or m.endswith(".expert_bias")
+                                  for m in missing), (missing, unexpected)
     torch_model.eval()
     expected = torch_greedy(torch_model, logits_fn, prompt, NEW_TOKENS)
 
