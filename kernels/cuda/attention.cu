@@ -222,6 +222,53 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
   }
 }
 
+// ---- Attention over a key/value cache (decode plans) -------------------------------
+/// Writes the new tokens' keys and values at their positions: one thread per
+/// element of k / v [batch, kvHeads, tokens, dim].
+__global__ void cacheWriteKernel(const float *k, const float *v, float *kc, float *vc,
+                                 const int32_t *pos, int64_t batch, int64_t kvHeads,
+                                 int64_t tokens, int64_t context, int64_t dim, ErrorRecord *err) {
+  PTC_GRID_LOOP(i, batch * kvHeads * tokens * dim) {
+    int64_t d = i % dim, t = (i / dim) % tokens, h = (i / (dim * tokens)) % kvHeads,
+            b = i / (dim * tokens * kvHeads);
+    int64_t p = pos[b * tokens + t];
+    if (p < 0 || p >= context) {
+      if (d == 0 && h == 0)
+        recordError(err, kBadPosition, p, b * tokens + t, context);
+      continue;
+    }
+    int64_t row = ((b * kvHeads + h) * context + p) * dim + d;
+    kc[row] = k[i];
+    vc[row] = v[i];
+  }
+}
+
+/// One warp per query row (b, head, t): online softmax over cache rows
+/// 0..positions[b, t].
+__global__ void cachedAttentionKernel(const float *q, const float *kc, const float *vc,
+                                      const int32_t *pos, float *out, int64_t batch,
+                                      int64_t heads, int64_t kvHeads, int64_t tokens,
+                                      int64_t context, int64_t dim, float scale) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < batch * heads * tokens; i += w.warps) {
+    int64_t head = i / tokens, t = i % tokens, b = head / heads;
+    int64_t p = pos[b * tokens + t];
+    if (p < 0 || p >= context)
+      continue; // recorded by cacheWriteKernel
+    int64_t kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = kc + kvh * context * dim, *vh = vc + kvh * context * dim;
+    float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
+    loadRow(q + i * dim, dim, w.lane, qi);
+    float m, l;
+    attendRow(qi, kh, vh, p, dim, w.lane, scale, acc, m, l);
+    for (int s = 0; s < kAttentionPerLane; ++s) {
+      int64_t d = w.lane + static_cast<int64_t>(s) * kAttentionLanes;
+      if (d < dim)
+        out[i * dim + d] = acc[s] / l;
+    }
+  }
+}
+
 } // namespace
 
 namespace {
@@ -312,6 +359,31 @@ void addAttentionKernels(KernelTable &t) {
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), q.dim(0),
                         q.dim(1), c.input(1).dim(1), q.dim(2), q.dim(3), c.real(0), stats,
                         streamOf(c));
+    return KernelResult::ok();
+  });
+  // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
+  // dim], caches [batch, kvHeads, context, dim] (outputs 1, 2; in place of
+  // inputs 3, 4 in a plan), positions [batch, tokens].
+  t.add(OpKind::CachedAttention, [](const KernelCall &c) {
+    const TensorView &q = c.input(0), &k = c.input(1), &kcIn = c.input(3);
+    if (KernelResult r = attentionShapeSupported(q); !r.isOk())
+      return r;
+    const TensorView &kc = c.output(1), &vc = c.output(2);
+    for (auto [from, to] : {std::pair{&kcIn, &kc}, std::pair{&c.input(4), &vc}})
+      if (from->data != to->data)
+        cudaMemcpyAsync(to->data, from->data, static_cast<size_t>(from->bytes()),
+                        cudaMemcpyDeviceToDevice, S(streamOf(c)));
+    const int64_t batch = q.dim(0), kvHeads = k.dim(1), tokens = q.dim(2), dim = q.dim(3),
+                  positions = kcIn.dim(2);
+    const int32_t *pos = c.input(5).i32();
+    if (int64_t n = batch * kvHeads * tokens * dim; n > 0)
+      cacheWriteKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+          k.f32(), c.input(2).f32(), kc.f32(), vc.f32(), pos, batch, kvHeads, tokens, positions,
+          dim, context(c).err);
+    if (int64_t rows = batch * q.dim(1) * tokens; rows > 0)
+      cachedAttentionKernel<<<warpBlocksFor(rows), 4 * kAttentionLanes, 0, S(streamOf(c))>>>(
+          q.f32(), kc.f32(), vc.f32(), pos, c.output(0).f32(), batch, q.dim(1), kvHeads, tokens,
+          positions, dim, static_cast<float>(c.real(0)));
     return KernelResult::ok();
   });
 }

@@ -125,6 +125,7 @@ __global__ void vocabParallelGradKernel(const float *x, const int32_t *targets, 
 std::string describe(const ErrorRecord &e) {
   const char *what = e.kind == kBadEmbeddingId ? "embedding index"
                      : e.kind == kBadTarget    ? "target"
+                     : e.kind == kBadPosition  ? "position"
                                                : "expert index";
   return std::string(what) + " " + std::to_string(e.id) + " at position " +
          std::to_string(e.where) + " is outside [0, " + std::to_string(e.limit) + ")";

@@ -36,7 +36,7 @@ struct ErrorRecord {
   int64_t where;  // its position
   int64_t limit;  // the valid range is [0, limit)
 };
-enum ErrorKind { kNoError = 0, kBadEmbeddingId = 1, kBadTarget = 2, kBadExpert = 3 };
+enum ErrorKind { kNoError = 0, kBadEmbeddingId = 1, kBadTarget = 2, kBadExpert = 3, kBadPosition = 4 };
 /// "embedding index 70000 at position 12 is outside [0, 65536)".
 std::string describe(const ErrorRecord &e);
 

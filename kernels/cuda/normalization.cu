@@ -155,6 +155,24 @@ __global__ void rotaryKernel(const float *x, float *out, int64_t bh, int64_t seq
   }
 }
 
+/// rotaryKernel at the positions pos[b, t] of rows (b, h, t).
+__global__ void rotaryAtKernel(const float *x, const int32_t *pos, float *out, int64_t heads,
+                               int64_t rows, int64_t seq, int64_t dim, double theta) {
+  int64_t half = dim / 2;
+  PTC_GRID_LOOP(t, rows * half) {
+    int64_t i = t % half, rowIndex = t / half;
+    int64_t b = rowIndex / (heads * seq), p = pos[b * seq + rowIndex % seq];
+    float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
+                                                            static_cast<double>(dim)));
+    float angle = static_cast<float>(p) * invFreq;
+    float c = cosf(angle), sn = sinf(angle);
+    const float *xr = x + rowIndex * dim;
+    float *yr = out + rowIndex * dim;
+    float a = xr[i], bv = xr[i + half];
+    yr[i] = a * c - bv * sn;
+    yr[i + half] = bv * c + a * sn;
+  }
+}
 } // namespace
 
 void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
@@ -238,6 +256,16 @@ void addNormalizationKernels(KernelTable &t) {
     const TensorView &x = c.input(0);
     rotary(x.f32(), c.output(0).f32(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3), c.floats[0],
            c.integer(0) != 0, streamOf(c));
+    return KernelResult::ok();
+  });
+  // x [batch, heads, tokens, dim], positions [batch, tokens].
+  t.add(OpKind::RotaryAt, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    int64_t rows = x.dim(0) * x.dim(1) * x.dim(2), n = rows * (x.dim(3) / 2);
+    if (n > 0)
+      rotaryAtKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+          x.f32(), c.input(1).i32(), c.output(0).f32(), x.dim(1), rows, x.dim(2), x.dim(3),
+          c.real(0));
     return KernelResult::ok();
   });
 }

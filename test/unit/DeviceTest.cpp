@@ -465,6 +465,50 @@ TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
       1e-4f);
 }
 
+TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
+  // Grouped-query decode: a 3-token prefill then one token, caches written in place.
+  const int64_t B = 2, A = 4, KV = 2, C = 10, D = 16;
+  Shape cache{B, KV, C, D};
+  const size_t nc = static_cast<size_t>(B * KV * C * D);
+  auto q = randomVector(B * A * 4 * D, 81), k = randomVector(B * KV * 4 * D, 82),
+       v = randomVector(B * KV * 4 * D, 83), xr = randomVector(B * A * 3 * D, 84);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *kc = m.zeros(nc), *vc = m.zeros(nc);
+        std::vector<float> out;
+        for (auto [from, n] : {std::pair<int64_t, int64_t>{0, 3}, {3, 1}}) {
+          std::vector<int32_t> pos;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < n; ++t)
+              pos.push_back(static_cast<int32_t>(from + t));
+          size_t nq = static_cast<size_t>(B * A * n * D), nkv = static_cast<size_t>(B * KV * n * D);
+          std::vector<float> qs(q.begin(), q.begin() + static_cast<long>(nq)),
+              ks(k.begin(), k.begin() + static_cast<long>(nkv)),
+              vs(v.begin(), v.begin() + static_cast<long>(nkv));
+          float *o = m.zeros(nq);
+          Shape qShape{B, A, n, D}, kvShape{B, KV, n, D};
+          OK(run(d, kernels::OpKind::CachedAttention,
+                 {{m.put(qs), qShape}, {m.put(ks), kvShape}, {m.put(vs), kvShape}, {kc, cache},
+                  {vc, cache}, ids(m.put(pos), {B, n})},
+                 {{o, qShape}, {kc, cache}, {vc, cache}}, {}, {0.25}));
+          auto t = m.get(o, nq);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        for (float *c : {kc, vc}) {
+          auto t = m.get(c, nc);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        std::vector<int32_t> at{7, 0, 3, 2, 9, 1};
+        float *r = m.zeros(xr.size());
+        OK(run(d, kernels::OpKind::RotaryAt, {{m.put(xr), {B, A, 3, D}}, ids(m.put(at), {B, 3})},
+               {{r, {B, A, 3, D}}}, {}, {10000.0}));
+        auto t = m.get(r, xr.size());
+        out.insert(out.end(), t.begin(), t.end());
+        return out;
+      },
+      1e-4f);
+}
+
 TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
   auto table = randomVector(10 * 8, 19), g = randomVector(6 * 8, 20);
   std::vector<int32_t> tokenIds{0, 12, 5, 19, 12, 3}; // rows 0..9 live on the other rank

@@ -164,6 +164,97 @@ TEST(Kernels, RotaryRotatesHalvesAndInverts) {
   expectNear(back, x, 1e-5f);
 }
 
+/// Decode's attention: a prompt over empty caches, then one token at a time,
+/// each equals causal attention over the whole sequence (grouped-query heads);
+/// the caches hold the keys and values at their positions.
+TEST(Kernels, CachedAttentionPrefillThenOneTokenEqualsCausalAttention) {
+  const int64_t B = 2, A = 4, KV = 2, S = 9, D = 8, C = 12, P = 5;
+  auto q = randomVector(B * A * S * D, 61), k = randomVector(B * KV * S * D, 62),
+       v = randomVector(B * KV * S * D, 63);
+  std::vector<float> want(q.size());
+  Shape full{B, A, S, D}, fullKv{B, KV, S, D};
+  ASSERT_TRUE(runKernel(ptc::kernels::OpKind::CausalAttention,
+                        {view(q, full), view(k, fullKv), view(v, fullKv)}, {view(want, full)}, {},
+                        {0.3})
+                  .isOk());
+  // Rows [from, from + n) of every (batch, head) of a [B, heads, S, D] tensor.
+  auto rows = [&](const std::vector<float> &x, int64_t heads, int64_t from, int64_t n) {
+    std::vector<float> out;
+    for (int64_t bh = 0; bh < B * heads; ++bh)
+      out.insert(out.end(), x.begin() + (bh * S + from) * D, x.begin() + (bh * S + from + n) * D);
+    return out;
+  };
+  std::vector<float> kc(B * KV * C * D, 0.0f), vc(kc.size(), 0.0f);
+  Shape cache{B, KV, C, D};
+  auto call = [&](int64_t from, int64_t n) {
+    auto qs = rows(q, A, from, n), ks = rows(k, KV, from, n), vs = rows(v, KV, from, n);
+    std::vector<int32_t> pos;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < n; ++t)
+        pos.push_back(static_cast<int32_t>(from + t));
+    Shape qShape{B, A, n, D}, kvShape{B, KV, n, D}, posShape{B, n};
+    std::vector<float> out(qs.size());
+    ptc::kernels::TensorView posView{pos.data(), ptc::kernels::DType::I32, &posShape,
+                                     static_cast<int64_t>(pos.size())};
+    // The caches are written in place, as a plan runs it.
+    EXPECT_TRUE(runKernel(ptc::kernels::OpKind::CachedAttention,
+                          {view(qs, qShape), view(ks, kvShape), view(vs, kvShape),
+                           view(kc, cache), view(vc, cache), posView},
+                          {view(out, qShape), view(kc, cache), view(vc, cache)}, {}, {0.3})
+                    .isOk());
+    expectNear(out, rows(want, A, from, n), 1e-5f);
+  };
+  call(0, P);
+  for (int64_t t = P; t < S; ++t)
+    call(t, 1);
+  for (int64_t bh = 0; bh < B * KV; ++bh)
+    for (int64_t p = 0; p < C; ++p)
+      for (int64_t d = 0; d < D; ++d)
+        ASSERT_EQ(kc[(bh * C + p) * D + d], p < S ? k[(bh * S + p) * D + d] : 0.0f);
+  // A position outside the cache is an error naming it.
+  Shape one{1, A, 1, D}, oneKv{1, KV, 1, D}, oneCache{1, KV, C, D}, onePos{1, 1};
+  std::vector<float> q1(A * D), k1(KV * D), c1(KV * C * D), o1(A * D);
+  int32_t bad = static_cast<int32_t>(C);
+  ptc::kernels::TensorView badPos{&bad, ptc::kernels::DType::I32, &onePos, 1};
+  KernelResult r = runKernel(ptc::kernels::OpKind::CachedAttention,
+                             {view(q1, one), view(k1, oneKv), view(k1, oneKv), view(c1, oneCache),
+                              view(c1, oneCache), badPos},
+                             {view(o1, one), view(c1, oneCache), view(c1, oneCache)}, {}, {0.3});
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.message().find("position 12 at position 0 is outside [0, 12)"), std::string::npos)
+      << r.message();
+}
+
+/// Rotary at given positions: at 0..S-1 it is ptc.rotary; each row rotates
+/// by its own position.
+TEST(Kernels, RotaryAtPositionsEqualsRotaryOfTheSequence) {
+  const int64_t S = 6, D = 8;
+  auto x = randomVector(2 * 3 * S * D, 71);
+  std::vector<float> want(x.size()), got(x.size());
+  rotary(x.data(), want.data(), {2, 3, S, D}, 10000.0, false);
+  std::vector<int32_t> pos;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t p = 0; p < S; ++p)
+      pos.push_back(static_cast<int32_t>(p));
+  Shape xs{2, 3, S, D}, ps{2, S};
+  ptc::kernels::TensorView posView{pos.data(), ptc::kernels::DType::I32, &ps, 2 * S};
+  ASSERT_TRUE(runKernel(ptc::kernels::OpKind::RotaryAt, {view(x, xs), posView}, {view(got, xs)},
+                        {}, {10000.0})
+                  .isOk());
+  expectNear(got, want, 0.0f);
+  // One token at position 4 of batch row 1: row 4 of the sequence's rotation.
+  std::vector<float> row(x.begin() + (1 * 3 * S + 4) * D, x.begin() + (1 * 3 * S + 5) * D), one(D);
+  int32_t four = 4;
+  Shape rs{1, 1, 1, D}, ones{1, 1};
+  ptc::kernels::TensorView fourView{&four, ptc::kernels::DType::I32, &ones, 1};
+  ASSERT_TRUE(runKernel(ptc::kernels::OpKind::RotaryAt, {view(row, rs), fourView}, {view(one, rs)},
+                        {}, {10000.0})
+                  .isOk());
+  expectNear(one, std::vector<float>(want.begin() + (1 * 3 * S + 4) * D,
+                                     want.begin() + (1 * 3 * S + 5) * D),
+             0.0f);
+}
+
 TEST(Kernels, TransposeAndSliceAndConcat) {
   std::vector<float> a(2 * 3 * 4);
   for (size_t i = 0; i < a.size(); ++i)
