@@ -105,7 +105,7 @@ def main():
         "-o", w("model.mlir"))
     run(b("ptc-opt"), w("model.mlir"), "--ptc-compile=lr=3e-3", "-o", w("train.plan"))
     run(b("ptc-run"), w("train.plan"), "--data", w("data.bin"), "--steps", "300", "--save",
-        w("weights.safetensors"))
+        w("weights.safetensors"), "--checkpoint-dir", w("ckpt"), "--checkpoint-every", "300")
 
     def generate(*extra, check=True):
         cmd = [b("ptc-generate"), w("model.mlir"), "--init", w("weights.safetensors"),
@@ -140,6 +140,11 @@ def main():
     print(f"{args.model}: ptc tp:2:       {tp}")
     if tp != expected:
         sys.exit("FAIL: tp:2 greedy tokens differ from PyTorch's")
+    # The same weights from the run's checkpoint directory.
+    p = subprocess.run([b("ptc-generate"), w("model.mlir"), "--init", w("ckpt"), "--print-tokens",
+                        *greedy], env=env, capture_output=True, text=True)
+    if p.returncode != 0 or new_tokens(p) != expected:
+        sys.exit(f"FAIL: --init CHECKPOINT_DIR: {p.returncode}\n{p.stdout}{p.stderr}")
     no_cache = new_tokens(generate(*greedy, "--no-cache"))
     if no_cache != expected:
         sys.exit(f"FAIL: --no-cache gives {no_cache}, the cache {expected}")

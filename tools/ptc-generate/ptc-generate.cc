@@ -3,7 +3,7 @@
 // ptc-compile-decode into two forward-only plans sharing one key/value cache:
 // a prefill plan that runs the whole prompt at once and a decode plan that
 // runs one new token per call. Weights come from a safetensors file, a
-// Hugging Face directory or a ptc-run --save file. With --np N --mesh tp:N the
+// Hugging Face directory or a ptc-run checkpoint directory. With --np N --mesh tp:N the
 // plans are tensor-parallel (heads and caches split over the ranks) and run
 // under mpirun; every rank samples the same token from the same (gathered)
 // logits with the same seeded generator.
@@ -11,6 +11,7 @@
 //       --max-new-tokens 64 --temperature 0.8 --top-k 40 --seed 1
 #include "kernels/common/types.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/session/checkpointing.h"
 #include "runtime/session/training_session.h"
 
 #ifdef PTC_HAVE_SENTENCEPIECE
@@ -41,7 +42,8 @@ namespace {
 const char *kUsage =
     R"(usage: ptc-generate MODEL.mlir --init WEIGHTS (--prompt TEXT | --prompt-tokens IDS) [options]
 Generates text with a model trained by ptc: MODEL.mlir is the training model as ptc-model wrote it,
-WEIGHTS its parameters (safetensors file, Hugging Face directory, or ptc-run --save output).
+WEIGHTS its parameters: a safetensors file (ptc-run --save), a Hugging Face directory, or a
+ptc-run --checkpoint-dir (its newest complete checkpoint, from any layout).
   --prompt TEXT            the prompt, tokenized by the tokenizer (default: bytes, vocabulary 256)
   --prompt-tokens IDS      the prompt as token ids, comma- or space-separated
   --sentencepiece MODEL    tokenize and detokenize with a SentencePiece model (ptc-tokenize's)
@@ -299,9 +301,17 @@ struct Runner {
   int64_t width = 0; // new tokens per call
 
   static StatusOr<Runner> open(const std::string &plan, const Options &o) {
+    // --init: a safetensors file or Hugging Face directory (loaded by the
+    // session), or a ptc-run checkpoint directory (its newest complete
+    // checkpoint's parameters, in any layout).
+    std::error_code ec;
+    const fs::path init(o.init);
+    const bool checkpoint = fs::is_directory(init, ec) &&
+                            !fs::exists(init / "model.safetensors", ec) &&
+                            !fs::exists(init / "model.safetensors.index.json", ec);
     SessionOptions so;
     so.planPath = plan;
-    so.initPath = o.init;
+    so.initPath = checkpoint ? "" : o.init;
     so.device = o.device;
     so.needsData = false;
     so.inference = true;
@@ -310,6 +320,12 @@ struct Runner {
       return session.status();
     Runner r;
     r.session = std::move(*session);
+    if (checkpoint) {
+      std::vector<std::string> warnings; // the caches are state no checkpoint holds
+      auto step = resumeFromCheckpoint(*r.session, o.init, &warnings);
+      if (!step.isOk())
+        return step.status();
+    }
     const LoadedPlan &p = r.session->plan();
     r.tokens = p.findTensor("tokens", plan::TensorKind::Input);
     r.positions = p.findTensor("positions", plan::TensorKind::Input);
@@ -414,32 +430,40 @@ Status generate(const Options &o, const fs::path &dir, const std::vector<int32_t
       generated.push_back(next);
     }
   } else {
-    auto prefill = Runner::open((dir / "prefill.plan").string(), o);
-    if (!prefill.isOk())
-      return prefill.status();
+    // The prefill plan runs the prompt; its caches move to the decode plan
+    // through host memory, so that one plan's weights are loaded at a time.
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> caches;
+    StatusOr<std::vector<float>> logits = invalidArgument("no prefill");
+    {
+      auto prefill = Runner::open((dir / "prefill.plan").string(), o);
+      if (!prefill.isOk())
+        return prefill.status();
+      auto t0 = Clock::now();
+      logits = prefill->run(prompt, 0, p - 1);
+      if (!logits.isOk())
+        return logits.status();
+      prefillSeconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      const LoadedPlan &from = prefill->session->plan();
+      for (size_t i = 0; i < from.tensors().size(); ++i) {
+        const TensorInfo &t = from.tensors()[i];
+        if (t.kind != plan::TensorKind::OptimizerState)
+          continue;
+        caches.push_back({t.name, std::vector<uint8_t>(static_cast<size_t>(t.bytes))});
+        PTC_RETURN_IF_ERROR(prefill->session->executor().readLocal(static_cast<int32_t>(i),
+                                                                   caches.back().second.data()));
+      }
+    }
     auto decode = Runner::open((dir / "decode.plan").string(), o);
     if (!decode.isOk())
       return decode.status();
     leader = decode->session->leader();
-    auto t0 = Clock::now();
-    auto logits = prefill->run(prompt, 0, p - 1);
-    if (!logits.isOk())
-      return logits.status();
-    // The prompt's keys and values move to the decode plan's caches.
-    const LoadedPlan &from = prefill->session->plan(), &to = decode->session->plan();
-    for (size_t i = 0; i < from.tensors().size(); ++i) {
-      const TensorInfo &t = from.tensors()[i];
-      if (t.kind != plan::TensorKind::OptimizerState)
-        continue;
-      int32_t id = to.findTensor(t.name, plan::TensorKind::OptimizerState);
-      if (id < 0 || to.tensor(id).shape != t.shape)
-        return invalidArgument("the decode plan has no cache '", t.name, "' of the prefill's shape");
-      std::vector<uint8_t> bytes(static_cast<size_t>(t.bytes));
-      PTC_RETURN_IF_ERROR(prefill->session->executor().readLocal(static_cast<int32_t>(i), bytes.data()));
+    const LoadedPlan &to = decode->session->plan();
+    for (auto &[name, bytes] : caches) {
+      int32_t id = to.findTensor(name, plan::TensorKind::OptimizerState);
+      if (id < 0 || static_cast<size_t>(to.tensor(id).bytes) != bytes.size())
+        return invalidArgument("the decode plan has no cache '", name, "' of the prefill's size");
       PTC_RETURN_IF_ERROR(decode->session->executor().loadLocal(id, bytes.data()));
     }
-    prefillSeconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    prefill.value().session.reset(); // its weights and caches are no longer needed
     int32_t next = sample(std::move(*logits), o, rng);
     all.push_back(next);
     generated.push_back(next);
