@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <set>
 #include <tuple>
 
 using namespace mlir;
@@ -307,6 +308,149 @@ EndBytes endBytes(func::FuncOp func, bool tied) {
 }
 
 /// A rank's memory figures (bytes) that extrapolate linearly with depth.
+
+/// A model file's repeated blocks (nn.ModuleList entries, a builder's
+/// layers): parameters named `<prefix><i>.<rest>` for i = 0..L-1 with the same
+/// `<rest>`s, and the op regions they delimit: region i starts at the first op
+/// that reads a parameter of block i, all regions have the same ops, and what
+/// follows the last region (the final norm, the head, the loss) reads only
+/// its results. The planner compiles the file cut to a few blocks and
+/// extrapolates, as it builds one- and two-layer probes of builder models.
+struct FileBlocks {
+  int64_t layers = 0;
+  size_t length = 0;               // ops per region
+  std::vector<size_t> begin;       // per block: its first op's index
+  llvm::DenseMap<BlockArgument, int64_t> layerOf;
+};
+
+std::optional<FileBlocks> findBlocks(func::FuncOp func) {
+  // Parameters by (prefix, index): the first numeric component of the name.
+  std::map<std::string, std::map<int64_t, std::set<std::string>>> byPrefix;
+  std::map<std::string, std::vector<std::pair<BlockArgument, int64_t>>> argsOf;
+  for (BlockArgument arg : func.getArguments()) {
+    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName);
+    if (!name)
+      continue;
+    SmallVector<StringRef> parts;
+    name.getValue().split(parts, '.');
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      int64_t index;
+      if (parts[i].getAsInteger(10, index) || index < 0)
+        continue;
+      std::string prefix, rest;
+      for (size_t j = 0; j < i; ++j)
+        prefix += parts[j].str() + ".";
+      for (size_t j = i + 1; j < parts.size(); ++j)
+        rest += (j > i + 1 ? "." : "") + parts[j].str();
+      byPrefix[prefix][index].insert(rest);
+      argsOf[prefix].push_back({arg, index});
+      break;
+    }
+  }
+  const std::string *best = nullptr;
+  for (auto &[prefix, blocks] : byPrefix)
+    if (!best || blocks.size() > byPrefix[*best].size())
+      best = &prefix;
+  if (!best)
+    return std::nullopt;
+  auto &blocks = byPrefix[*best];
+  FileBlocks fb;
+  fb.layers = static_cast<int64_t>(blocks.size());
+  if (fb.layers < 2 || blocks.rbegin()->first != fb.layers - 1)
+    return std::nullopt;
+  for (auto &[index, rest] : blocks)
+    if (rest != blocks.begin()->second)
+      return std::nullopt;
+  for (auto &[arg, index] : argsOf[*best])
+    fb.layerOf[arg] = index;
+  SmallVector<Operation *> ops;
+  for (Operation &op : func.getBody().front().without_terminator())
+    ops.push_back(&op);
+  std::vector<int64_t> direct(ops.size(), -1);
+  fb.begin.assign(static_cast<size_t>(fb.layers), ops.size());
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (Value v : ops[i]->getOperands())
+      if (auto arg = dyn_cast<BlockArgument>(v); arg && fb.layerOf.count(arg)) {
+        int64_t l = fb.layerOf[arg];
+        if (direct[i] >= 0 && direct[i] != l)
+          return std::nullopt;
+        direct[i] = l;
+        fb.begin[static_cast<size_t>(l)] = std::min(fb.begin[static_cast<size_t>(l)], i);
+      }
+  fb.length = fb.begin[1] - std::min(fb.begin[1], fb.begin[0]);
+  if (fb.length == 0)
+    return std::nullopt;
+  for (int64_t l = 0; l < fb.layers; ++l) {
+    size_t b = fb.begin[static_cast<size_t>(l)];
+    if (b + fb.length > ops.size() ||
+        (l + 1 < fb.layers && fb.begin[static_cast<size_t>(l + 1)] != b + fb.length))
+      return std::nullopt;
+    for (size_t j = 0; j < fb.length; ++j) {
+      Operation *op = ops[b + j], *first = ops[fb.begin[0] + j];
+      if (op->getName() != first->getName() || op->getNumResults() != first->getNumResults() ||
+          (direct[b + j] >= 0 && direct[b + j] != l))
+        return std::nullopt;
+    }
+  }
+  // Nothing outside the regions reads a block's parameters.
+  size_t end = fb.begin.back() + fb.length;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if ((i < fb.begin[0] || i >= end) && direct[i] >= 0)
+      return std::nullopt;
+  return fb;
+}
+
+/// `module` (one function, blocks `fb`) cut to its first `keep` blocks: what
+/// followed the last block now reads the corresponding results of block
+/// keep - 1. Null when the cut does not close (a later op reads an earlier
+/// block's values).
+OwningOpRef<ModuleOp> truncateBlocks(ModuleOp module, const FileBlocks &fb, int64_t keep) {
+  OwningOpRef<ModuleOp> out(cast<ModuleOp>(module->clone()));
+  func::FuncOp func;
+  for (auto f : out->getOps<func::FuncOp>())
+    if (!f.isExternal())
+      func = f;
+  if (!func)
+    return nullptr;
+  SmallVector<Operation *> ops;
+  for (Operation &op : func.getBody().front().without_terminator())
+    ops.push_back(&op);
+  const size_t lastBegin = fb.begin.back(), keptBegin = fb.begin[static_cast<size_t>(keep - 1)];
+  const size_t end = lastBegin + fb.length;
+  llvm::DenseMap<Operation *, size_t> indexOf;
+  for (size_t i = 0; i < ops.size(); ++i)
+    indexOf[ops[i]] = i;
+  // What follows the blocks (and the return) reads block keep - 1 instead of the last.
+  SmallVector<Operation *> readers(ops.begin() + static_cast<long>(end), ops.end());
+  readers.push_back(func.getBody().front().getTerminator());
+  for (Operation *reader : readers)
+    for (OpOperand &operand : reader->getOpOperands()) {
+      Operation *def = operand.get().getDefiningOp();
+      if (!def)
+        continue;
+      size_t i = indexOf.lookup(def);
+      if (i < fb.begin[0] || i >= end)
+        continue;
+      if (i < lastBegin)
+        return nullptr;
+      Operation *same = ops[keptBegin + (i - lastBegin)];
+      operand.set(same->getResult(cast<OpResult>(operand.get()).getResultNumber()));
+    }
+  for (size_t i = end; i-- > fb.begin[static_cast<size_t>(keep)];)
+    if (ops[i]->use_empty())
+      ops[i]->erase();
+    else
+      return nullptr;
+  // The cut blocks' parameters go with them.
+  llvm::BitVector unused(func.getNumArguments());
+  for (BlockArgument arg : func.getArguments())
+    if (arg.use_empty() && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName))
+      unused.set(arg.getArgNumber());
+  if (failed(func.eraseArguments(unused)))
+    return nullptr;
+  return out;
+}
+
 struct RankBytes {
   double peak = 0, modelState = 0, activations = 0;
   static RankBytes of(const DeviceMemory &m) {
@@ -383,9 +527,29 @@ struct Planner::Impl {
   }
   int64_t fileBatch() { return fileInput().first; }
 
+  /// The file's repeated blocks, when it has them (probes cut to a few).
+  std::optional<FileBlocks> fileBlocks;
+
+  /// Blocks per chunk of a file layout whose probes are cut to one and two
+  /// blocks per chunk and extrapolated (0: compile the whole file).
+  int64_t fileBlocksPerChunk(const Layout &l) const {
+    int64_t chunks = l.pp * l.virtualStages;
+    if (!fileBlocks || fileBlocks->layers % chunks != 0 || fileBlocks->layers / chunks < 3)
+      return 0;
+    return fileBlocks->layers / chunks;
+  }
+
   llvm::Expected<OwningOpRef<ModuleOp>> buildModel(int64_t layers, int64_t batch) {
-    if (model.kind == "file")
+    if (model.kind == "file") {
+      if (layers > 0 && fileBlocks) {
+        OwningOpRef<ModuleOp> cut = truncateBlocks(*fileModule, *fileBlocks, layers);
+        if (cut)
+          return std::move(cut);
+        return llvm::createStringError("cannot cut '" + model.file + "' to " +
+                                       std::to_string(layers) + " of its blocks");
+      }
       return OwningOpRef<ModuleOp>(cast<ModuleOp>(fileModule->getOperation()->clone()));
+    }
     if (model.kind == "gpt") {
       GptConfig c = model.gpt;
       c.layers = layers;
@@ -535,15 +699,25 @@ struct Planner::Impl {
     int64_t chunks = l.pp * l.virtualStages;
     std::vector<Costs> out(static_cast<size_t>(chunks));
     if (model.kind == "file") {
-      const Probe &p = probe(0, 0, probeOptions(l, true), static_cast<int>(l.pp));
-      if (!p.error.empty()) {
-        error = p.error;
+      // The file cut to one and two blocks per chunk, compiled in the
+      // layout; each chunk's cost grows by the difference per block.
+      const int64_t n = fileBlocksPerChunk(l);
+      const std::string opts = probeOptions(l, true);
+      const Probe &a = probe(n ? chunks : 0, 0, opts, static_cast<int>(l.pp));
+      const Probe &b = n ? probe(2 * chunks, 0, opts, static_cast<int>(l.pp)) : a;
+      if (!a.error.empty() || !b.error.empty()) {
+        error = a.error.empty() ? b.error : a.error;
         return out;
       }
-      for (auto &[c, costs] : p.costs)
-        if (c < chunks)
-          out[static_cast<size_t>(c)] = costs;
-      modelFlops = 3 * p.forwardModelFlops;
+      const double more = n ? static_cast<double>(n - 1) : 0.0;
+      for (auto &[c, costs] : a.costs)
+        if (c < chunks) {
+          Costs &o = out[static_cast<size_t>(c)];
+          o = costs;
+          if (n && b.costs.count(c))
+            o.add(b.costs.at(c), more).add(costs, -more);
+        }
+      modelFlops = 3 * (a.forwardModelFlops + more * (b.forwardModelFlops - a.forwardModelFlops));
       return out;
     }
     // Without pp the ZeRO shards and the dp collectives need a dp axis of
@@ -590,13 +764,18 @@ struct Planner::Impl {
       return std::max(0, held - 1) * activationsPerMb;
     };
     if (model.kind == "file") {
-      const Probe &p = probe(0, 0, probeOptions(l, true), static_cast<int>(l.pp));
-      if (!p.error.empty()) {
-        error = p.error;
+      const int64_t n = fileBlocksPerChunk(l), chunks = l.pp * l.virtualStages;
+      const std::string opts = probeOptions(l, true);
+      const Probe &a = probe(n ? chunks : 0, 0, opts, static_cast<int>(l.pp));
+      const Probe &c = n ? probe(2 * chunks, 0, opts, static_cast<int>(l.pp)) : a;
+      if (!a.error.empty() || !c.error.empty()) {
+        error = a.error.empty() ? c.error : a.error;
         return out;
       }
-      for (size_t r = 0; r < p.memory.size(); ++r) {
-        RankBytes b = RankBytes::of(p.memory[r]);
+      for (size_t r = 0; r < a.memory.size(); ++r) {
+        RankBytes b = RankBytes::of(a.memory[r]);
+        if (n && r < c.memory.size())
+          b = b.plus(RankBytes::of(c.memory[r]).plus(b, -1), static_cast<double>(n - 1));
         b.peak += stash(r, b.activations);
         out.push_back(b);
       }
@@ -860,10 +1039,13 @@ Planner::Planner(MLIRContext &context, ModelSpec model, Cluster cluster, SearchS
   if (impl_->model.kind == "file") {
     impl_->fileModule = parseSourceFile<ModuleOp>(impl_->model.file, &context);
     if (impl_->fileModule)
-      for (auto func : impl_->fileModule->getOps<func::FuncOp>())
+      for (auto func : impl_->fileModule->getOps<func::FuncOp>()) {
         for (BlockArgument arg : func.getArguments())
           if (auto e = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), PtcDialect::kExpertsAttrName))
             impl_->model.fileExperts = e.getInt();
+        if (!func.isExternal())
+          impl_->fileBlocks = findBlocks(func);
+      }
   }
 }
 

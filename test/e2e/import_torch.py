@@ -136,6 +136,13 @@ def main():
         if tag == "tp2" and params > 0.65 * one_params:
             sys.exit(f"FAIL: tp:2 holds {params / one_params:.2f}x of one rank's parameters")
 
+    # The planner takes the imported file (its blocks found and cut for the probes).
+    p = subprocess.run([b("ptc-plan"), w("model.mlir"), "--gpus", "4", "--cluster", "h100-ib",
+                        "--top", "3"], capture_output=True, text=True)
+    if p.returncode != 0 or "best: --ptc-compile=" not in p.stdout:
+        sys.exit(f"FAIL: ptc-plan on the imported model: {p.returncode}\n{p.stdout}{p.stderr}")
+    print(f"{args.model}: ptc-plan: {p.stdout.strip().splitlines()[1]}")
+
     # An op ptc does not have: one error naming the aten op and the line of the source.
     with open(w("unsupported.py"), "w") as f:
         f.write("import torch\n"
