@@ -711,12 +711,12 @@ def emit(root, params, inputs, module_path):
     """The MLIR text of the function computing `root` (the loss)."""
     lines, names = [], {}
     args = []
-    for i, (name, shape, dtype, kind) in enumerate(params + inputs):
-        args.append((name, shape, dtype, kind))
+    for entry in params + inputs:
+        args.append(entry)
     order = _topo(root)
     arg_index = {}
-    for i, (name, shape, dtype, kind) in enumerate(args):
-        arg_index[name] = i
+    for i, entry in enumerate(args):
+        arg_index[entry[0]] = i
     counter = [0]
 
     def loc(n):
@@ -773,9 +773,12 @@ def emit(root, params, inputs, module_path):
                      f"{_ty(n.shape, n.dtype)}{loc(n)}")
         names[id(n)] = name
     arg_text = []
-    for name, shape, dtype, kind in args:
+    for name, shape, dtype, kind, *init in args:
         role = "ptc.param" if kind == "param" else "ptc.input"
-        arg_text.append(f"%arg{arg_index[name]}: {_ty(shape, dtype)} {{{role} = \"{name}\"}}")
+        attrs = f"{role} = \"{name}\""
+        if init and init[0]:
+            attrs = f"ptc.init = \"{init[0]}\", " + attrs
+        arg_text.append(f"%arg{arg_index[name]}: {_ty(shape, dtype)} {{{attrs}}}")
     out = ["module {",
            f"  func.func @train_step({', '.join(arg_text)}) -> ({_ty(root.shape, root.dtype)} "
            "{ptc.loss}) {"]
@@ -789,6 +792,18 @@ def _nested(v, dtype):
     if v.dim() == 0:
         return f"{float(v):.9e}" if dtype == "f32" else str(int(v))
     return "[" + ", ".join(_nested(x, dtype) for x in v) + "]"
+
+
+def _initializer(p):
+    """ptc's initializer for a parameter like the module's initial value: zeros, ones, or
+    N(0, std) with its values' std (the exact values: --state-dict, then ptc-run --init)."""
+    v = p.detach()
+    if bool((v == 0).all()):
+        return "zeros"
+    if bool((v == 1).all()):
+        return "ones"
+    std = float(v.float().std()) if v.numel() > 1 else abs(float(v))
+    return f"normal:{std:.6g}" if std > 0 else "zeros"
 
 
 def _parse_input(spec):
@@ -845,7 +860,7 @@ def import_module(module_path, class_name, kwargs, input_specs):
             raise ImportError_(f"parameter '{name}' is {p.dtype}; ptc-import-torch takes float32 "
                                "modules (mixed precision is a compile option)")
         arg_nodes.append(_Node("arg", [], p.shape, "f32", name=name))
-        param_args.append((name, tuple(p.shape), "f32", "param"))
+        param_args.append((name, tuple(p.shape), "f32", "param", _initializer(p)))
     for name, b in buffers.items():
         arg_nodes.append(_const(b.detach().clone()))  # buffers are constants of the step
     for name, dims, tdtype in input_specs:
@@ -861,6 +876,24 @@ def import_module(module_path, class_name, kwargs, input_specs):
     return emit(loss, param_args, input_args, os.path.abspath(module_path)), model
 
 
+def _save_safetensors(path, tensors):
+    """float32 tensors by name, as safetensors (header JSON, then the data)."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="ptc-import-torch",
@@ -871,6 +904,9 @@ def main(argv=None):
     ap.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE:DTYPE",
                     help="forward's inputs in order, e.g. tokens=8x64:int64")
     ap.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+    ap.add_argument("--state-dict", default=None, metavar="FILE.safetensors",
+                    help="also write the module's initial state_dict (ptc-run --init FILE starts "
+                         "from exactly those weights)")
     a = ap.parse_args(argv)
     try:
         try:
@@ -881,7 +917,9 @@ def main(argv=None):
             raise ImportError_("no --input given: name forward's inputs, e.g. "
                                "--input tokens=8x64:int64 --input targets=8x64:int64")
         specs = [_parse_input(s) for s in a.input]
-        text, _ = import_module(a.module, a.cls, kwargs, specs)
+        text, model = import_module(a.module, a.cls, kwargs, specs)
+        if a.state_dict:
+            _save_safetensors(a.state_dict, model.state_dict())
     except ImportError_ as e:
         print(f"ptc-import-torch: error: {e}", file=sys.stderr)
         return 1
