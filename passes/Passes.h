@@ -50,6 +50,11 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       *this, "sequence-parallel",
       llvm::cl::desc("With a tp axis: also split the sequence over tp (Megatron-SP)"),
       llvm::cl::init(false)};
+  PassOptions::Option<std::string> cpAttention{
+      *this, "cp-attention",
+      llvm::cl::desc("Attention under context parallelism (a cp mesh axis): ulysses (all-to-all "
+                     "from the sequence to the heads and back; ring is not implemented yet)"),
+      llvm::cl::init("ulysses")};
   PassOptions::Option<int> zero{*this, "zero",
                                  llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};
   PassOptions::Option<bool> reshardAfterForward{

@@ -48,7 +48,8 @@ struct CheckCompileOptionsPass
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CheckCompileOptionsPass)
   explicit CheckCompileOptionsPass(const mlir::ptc::CompilePipelineOptions &options)
       : zero(options.zero), reshardAfterForward(options.reshardAfterForward),
-        schedule(options.schedule), gradReduceDtype(options.gradReduceDtype) {}
+        schedule(options.schedule), gradReduceDtype(options.gradReduceDtype),
+        cpAttention(options.cpAttention) {}
   StringRef getArgument() const override { return "ptc-check-compile-options"; }
 
   void runOnOperation() override {
@@ -68,13 +69,21 @@ struct CheckCompileOptionsPass
     }
     if (failed(mlir::ptc::checkGradReduceDtype(module, gradReduceDtype)))
       ok = false;
+    if (cpAttention != "ulysses") {
+      ok = false;
+      module.emitError() << "cp-attention='" << cpAttention << "': "
+                         << (cpAttention == "ring"
+                                 ? "ring attention is not implemented yet; context parallelism "
+                                   "runs Ulysses (cp-attention=ulysses)"
+                                 : "unknown; the choice is ulysses");
+    }
     if (!ok)
       signalPassFailure();
   }
 
   int64_t zero;
   bool reshardAfterForward;
-  std::string schedule, gradReduceDtype;
+  std::string schedule, gradReduceDtype, cpAttention;
 };
 } // namespace
 

@@ -22,7 +22,7 @@ ArrayRef<MeshAxisKind> mlir::ptc::meshAxisKinds() {
       {MeshAxisRole::Tensor, "tp", "tensor and sequence parallelism", true},
       {MeshAxisRole::Pipeline, "pp", "pipeline parallelism", true},
       {MeshAxisRole::Expert, "ep", "expert parallelism", true},
-      {MeshAxisRole::Context, "cp", "context parallelism", false},
+      {MeshAxisRole::Context, "cp", "context parallelism", true},
   };
   return kinds;
 }
@@ -134,12 +134,21 @@ LogicalResult checkMesh(const MeshInfo &mesh, EmitErrorFn emitError) {
 
 /// The compound axes a mesh needs: dp*ep when it has both (the batch of
 /// expert parallelism carved out of data parallelism; ep minor, so that an
-/// all_to_all over ep moves a dimension from dp*ep to dp).
+/// all_to_all over ep moves a dimension from dp*ep to dp), and tp*cp.
 void addCompounds(MeshInfo &mesh) {
-  int dp = mesh.axisIndex(MeshAxisRole::Data), ep = mesh.axisIndex(MeshAxisRole::Expert);
-  if (dp >= 0 && ep >= 0 && mesh.sizes[static_cast<size_t>(dp)] > 1 &&
-      mesh.sizes[static_cast<size_t>(ep)] > 1)
+  auto split = [&](MeshAxisRole role) {
+    int a = mesh.axisIndex(role);
+    return a >= 0 && mesh.sizes[static_cast<size_t>(a)] > 1 ? a : -1;
+  };
+  int dp = split(MeshAxisRole::Data), ep = split(MeshAxisRole::Expert);
+  if (dp >= 0 && ep >= 0)
     mesh.compounds.push_back({dp, ep});
+  // tp*cp: context parallelism's attention (Ulysses) splits heads that tp
+  // already splits over cp too (cp minor: an all_to_all over cp moves the
+  // split between the sequence and the heads).
+  int tp = split(MeshAxisRole::Tensor), cp = split(MeshAxisRole::Context);
+  if (tp >= 0 && cp >= 0)
+    mesh.compounds.push_back({tp, cp});
 }
 } // namespace
 

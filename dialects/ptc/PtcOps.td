@@ -334,7 +334,7 @@ def Ptc_RmsNormOp : Ptc_RowNormOp<"rms_norm", "RmsNorm", "RmsNormGradOp"> {
   }];
 }
 
-def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "rotary position embedding (rotate_half convention)";
   let description = [{
     The input has shape `[batch, heads, seq, head_dim]` with an even
@@ -345,13 +345,18 @@ def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_PlanInstructi
     `result[i+h] = x[i+h] cos + x[i] sin`. With `inverse`, the rotation goes
     the other way (its transpose, and so its gradient).
 
+    With `seq_axis` (set by `ptc-shard` under context parallelism), the input
+    is this device's block of the sequence along that mesh axis: block `c`
+    holds positions `c * seq ..`, so each device rotates its own positions.
+
     ```mlir
     %q2 = ptc.rotary %q {theta = 1.000000e+04 : f64} : tensor<8x8x64x16xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$input,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta,
-                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse,
+                       OptionalAttr<StrAttr>:$seq_axis);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;

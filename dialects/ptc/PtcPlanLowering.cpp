@@ -70,7 +70,10 @@ PlanInstruction MatmulOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"Matmul", {getTransposeLhs(), getTransposeRhs()}, {}};
 }
 
-PlanInstruction RotaryOp::getPlanInstruction(MeshAxisIndexFn) {
+PlanInstruction RotaryOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
+  if (std::optional<StringRef> axis = getSeqAxis())
+    return PlanInstruction{"Rotary", {getInverse() ? 1 : 0, axisIndex(*axis)},
+                           {getTheta().convertToDouble()}};
   return PlanInstruction{"Rotary", {getInverse() ? 1 : 0}, {getTheta().convertToDouble()}};
 }
 

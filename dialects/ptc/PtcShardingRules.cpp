@@ -227,8 +227,16 @@ namespace {
 /// Rotary embeddings: positions are indices along the sequence, so the
 /// sequence and head dimensions stay whole; batch and heads split freely.
 /// Linear, so a partial sum passes through.
-LogicalResult rotaryRule(RotaryOp, ShardingRuleContext &ctx) {
-  ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1;
+LogicalResult rotaryRule(RotaryOp r, ShardingRuleContext &ctx) {
+  // A sequence split plainly over cp stays split: each rank rotates its
+  // positions (the partitioned op offsets them by its coordinate).
+  const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
+  const bool contextSplit = cp >= 0 && ctx.want[0].dims[2] == DimShard(cp);
+  if (!contextSplit)
+    ctx.want[0].dims[2] = -1;
+  ctx.want[0].dims[3] = -1;
+  if (contextSplit)
+    ctx.partitionedForm = StringAttr::get(r->getContext(), ctx.mesh().axes[cp]);
   ctx.out.push_back(ctx.want[0]);
   return success();
 }
@@ -254,6 +262,42 @@ LogicalResult softmaxGradRule(SoftmaxGradOp s, ShardingRuleContext &ctx) {
 /// axis divides the kv head count.
 LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   ctx.full(0);
+  // Context parallelism (Ulysses): queries, keys and values that arrive with
+  // the sequence split over cp move that split to the heads (an all_to_all
+  // each), attention runs on whole sequences of cp's share of the heads, and
+  // the results move back to the sequence (all_to_all).
+  const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
+  std::optional<Sharding> arrivedQ, arrivedKv;
+  if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp)) {
+    const int64_t qHeads = ctx.globalType(o->getOperand(0)).getDimSize(1),
+                  kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
+    // Heads already split over tp: over tp*cp (cp minor).
+    const DimShard headsBefore = ctx.want[0].dims[1];
+    int headsAxis = cp;
+    if (headsBefore.axis >= 0) {
+      SmallVector<int, 2> parts(ctx.mesh().parts(headsBefore.axis));
+      parts.push_back(cp);
+      headsAxis = ctx.mesh().axisOf(parts);
+      if (headsAxis < 0 || headsBefore.blocks != 1)
+        return o->emitError() << "context parallelism (mesh axis '" << ctx.mesh().axes[cp]
+                              << "') with the heads also split over '"
+                              << ctx.mesh().name(headsBefore.axis)
+                              << "' is not implemented (tp and cp are)";
+    }
+    const int64_t total = ctx.axisSize(headsAxis);
+    if (qHeads % total != 0 || kvHeads % total != 0)
+      return o->emitError() << "context parallelism (Ulysses) splits the heads over '"
+                            << ctx.mesh().name(headsAxis) << "' (" << total << " ways), which "
+                            << "must divide the " << qHeads << " query heads and the " << kvHeads
+                            << " key/value heads";
+    arrivedQ = ctx.want[0];
+    arrivedKv = ctx.want[1].withoutPartial();
+    arrivedKv->dims[1] = DimShard();
+    arrivedKv->dims[2] = DimShard(cp);
+    arrivedKv->dims[0] = arrivedQ->dims[0];
+    arrivedKv->dims[1] = headsBefore;
+    ctx.want[0].dims[1] = DimShard(headsAxis);
+  }
   ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1; // sequence and head dim stay whole
   DimShard heads = ctx.want[0].dims[1];
   int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
@@ -267,8 +311,12 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   }
   for (unsigned i = 1; i < o->getNumOperands(); ++i)
     ctx.like(i, ctx.want[0]);
-  for (unsigned i = 0; i < o->getNumResults(); ++i)
+  for (unsigned i = 0; i < o->getNumResults(); ++i) {
     ctx.out.push_back(ctx.want[0]);
+    if (arrivedQ)
+      ctx.then.push_back({i, i == 0 ? *arrivedQ : *arrivedKv,
+                          "context parallelism (Ulysses): back from the heads to the sequence"});
+  }
   return success();
 }
 
@@ -408,8 +456,31 @@ LogicalResult reshapeRule(ReshapeOp rs, ShardingRuleContext &ctx) {
       }
       p *= go.getDimSize(e);
     }
-    if (mapped >= 0)
-      res.dims[mapped] = ds;
+    // A plain split over cp merged into an output dimension with the
+    // dimensions before it (the sequence of [batch, seq, h] -> [batch * seq,
+    // h] under context parallelism, as the weight gradients flatten it):
+    // `prefix / p` equal blocks, each split, so that the gradient is a partial
+    // sum over cp rather than a gather of the sequence. (Sequence parallelism
+    // over tp keeps Megatron's gather of the input.)
+    int64_t blocks = 0;
+    if (mapped < 0 && ds.blocks == 1 && a == ctx.mesh().axisIndex(MeshAxisRole::Context)) {
+      int64_t pe = 1;
+      for (int64_t e = 0; e < go.getRank() && pe <= prefix && prefix % pe == 0; ++e) {
+        int64_t spanEnd = pe * go.getDimSize(e); // output dim e spans prefixes [pe, spanEnd)
+        if (spanEnd > prefix) {
+          // It holds dimension d whole, after `prefix / pe` outer rows.
+          if (pe < prefix && spanEnd % (prefix * gi.getDimSize(d)) == 0 &&
+              res.dims[e].axis < 0 && gi.getDimSize(d) % ctx.axisSize(a) == 0) {
+            mapped = e;
+            blocks = prefix / pe;
+          }
+          break;
+        }
+        pe = spanEnd;
+      }
+    }
+    if (mapped >= 0 && res.dims[mapped].axis < 0)
+      res.dims[mapped] = blocks > 1 ? DimShard(a, static_cast<int>(blocks)) : ds;
     else
       ctx.want[0].dims[d] = DimShard();
   }
@@ -668,6 +739,15 @@ LogicalResult EmbeddingOp::inferShardingRule(ShardingRuleContext &ctx) { return 
 LogicalResult EmbeddingGradOp::inferShardingRule(ShardingRuleContext &ctx) { return embeddingGradRule(*this, ctx); }
 LogicalResult CrossEntropyOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
 LogicalResult CrossEntropyGradOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
+
+// Rotary embeddings of a sequence split over cp: offset by the block.
+Operation *RotaryOp::partition(OpBuilder &b) {
+  auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!axis)
+    return nullptr;
+  return RotaryOp::create(b, getLoc(), getType(), getInput(), getThetaAttr(), getInverseAttr(),
+                          axis);
+}
 
 // The vocabulary-parallel cross-entropy (and its gradient) over the axis the
 // rule found the classes split over.

@@ -73,7 +73,9 @@ std::string lowPrecisionMatmulImplementation(FloatType type);
 
 /// Rotary embedding of x [batch, heads, seq, dim] (rotate_half pairs i, i + dim/2;
 /// position = index along seq); `inverse` rotates back (the gradient).
-void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse);
+/// Positions start at `first` (a device's block of a sequence split over context parallelism).
+void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse,
+            int64_t first = 0);
 
 /// q, out: [batch, heads, seq, dim]; k, v: [batch, kvHeads, seq, dim] with
 /// kvHeads dividing heads (query head h uses kv head h / (heads / kvHeads));

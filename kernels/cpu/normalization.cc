@@ -169,7 +169,8 @@ template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) 
 }
 } // namespace
 
-void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse) {
+void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse,
+            int64_t first) {
   int64_t bh = shape[0] * shape[1], s = shape[2], d = shape[3], half = d / 2;
   // The angles of every (position, frequency), as Hugging Face computes them:
   // inv_freq_i = theta^(-2i/d) in f32, angle = position * inv_freq_i.
@@ -178,7 +179,7 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
     float invFreq = static_cast<float>(
         1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(d)));
     for (int64_t p = 0; p < s; ++p) {
-      float angle = static_cast<float>(p) * invFreq;
+      float angle = static_cast<float>(first + p) * invFreq;
       cosT[p * half + i] = std::cos(angle);
       sinT[p * half + i] = inverse ? -std::sin(angle) : std::sin(angle);
     }
@@ -312,8 +313,10 @@ void addNormalizationKernels(KernelTable &t) {
       },
       f32OrBf16);
   t.add(OpKind::Rotary, [](const KernelCall &c) {
+    // With a mesh axis: this device's block of the sequence.
+    const int64_t first = c.numInts > 1 ? c.meshCoords[c.integer(1)] * c.input(0).dim(2) : 0;
     rotary(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.floats[0],
-           c.integer(0) != 0);
+           c.integer(0) != 0, first);
     return KernelResult::ok();
   });
   t.add(OpKind::RotaryAt, [](const KernelCall &c) {

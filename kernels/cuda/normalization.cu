@@ -139,10 +139,10 @@ __global__ void rmsNormGradColumnsKernel(const float *x, const float *g, const f
 
 /// One thread per (head row, frequency) pair; angles in f32 as Hugging Face.
 __global__ void rotaryKernel(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim,
-                             double theta, bool inverse) {
+                             double theta, bool inverse, int64_t first) {
   int64_t half = dim / 2;
   PTC_GRID_LOOP(t, bh * seq * half) {
-    int64_t i = t % half, rowIndex = t / half, p = rowIndex % seq;
+    int64_t i = t % half, rowIndex = t / half, p = first + rowIndex % seq;
     float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
                                                             static_cast<double>(dim)));
     float angle = static_cast<float>(p) * invFreq;
@@ -213,10 +213,11 @@ void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, floa
 }
 
 void rotary(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim, double theta,
-            bool inverse, void *stream) {
+            bool inverse, void *stream, int64_t first) {
   int64_t n = bh * seq * (dim / 2);
   if (n > 0)
-    rotaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(x, out, bh, seq, dim, theta, inverse);
+    rotaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(x, out, bh, seq, dim, theta, inverse,
+                                                         first);
 }
 
 void addNormalizationKernels(KernelTable &t) {
@@ -254,8 +255,9 @@ void addNormalizationKernels(KernelTable &t) {
   // x [batch, heads, seq, dim].
   t.add(OpKind::Rotary, [](const KernelCall &c) {
     const TensorView &x = c.input(0);
+    const int64_t first = c.numInts > 1 ? c.meshCoords[c.integer(1)] * x.dim(2) : 0;
     rotary(x.f32(), c.output(0).f32(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3), c.floats[0],
-           c.integer(0) != 0, streamOf(c));
+           c.integer(0) != 0, streamOf(c), first);
     return KernelResult::ok();
   });
   // x [batch, heads, tokens, dim], positions [batch, tokens].

@@ -293,6 +293,22 @@ LogicalResult Propagation::run() {
       s.dims[1] = tp; // sequence parallelism: the sequence dimension goes to tp
       origin.how += ", sequence -> tp";
     }
+    // Context parallelism: the sequence of inputs (dimension 1 of [batch,
+    // seq, ...]) goes to cp for the whole layer.
+    int cp = mesh.axisIndex(MeshAxisRole::Context);
+    if (cp >= 0 && mesh.sizes[cp] > 1 && g.getRank() >= 2 &&
+        !func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName) &&
+        func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
+      if (s.dims[1].axis >= 0)
+        return emit() << "its sequence is already split over '" << mesh.name(s.dims[1].axis)
+                      << "' (sequence parallelism) and cannot also go to '" << mesh.axes[cp]
+                      << "' (context parallelism); combining them is not implemented yet";
+      if (g.getDimSize(1) % mesh.sizes[cp] != 0)
+        return emit() << "its sequence of " << g.getDimSize(1) << " does not split over mesh axis '"
+                      << mesh.axes[cp] << "' (size " << mesh.sizes[cp] << ")";
+      s.dims[1] = cp;
+      origin.how += ", sequence -> " + mesh.axes[cp];
+    }
     if (failed(publish(arg, s, origin, nullptr)))
       return failure();
     NamedAttrList attrs(argAttrs[arg.getArgNumber()]);

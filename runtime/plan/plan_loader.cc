@@ -403,8 +403,12 @@ Status InstructionChecker::check() {
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)
       return fail("input must be [batch, heads, seq, head_dim] with an even head_dim, got ",
                   shapeStr(in(0)));
+    if (ints_.empty() || ints_.size() > 2)
+      return fail("expects 1 or 2 integer attributes (inverse[, mesh axis]), has ", ints_.size());
     if (ints_[0] != 0 && ints_[0] != 1)
       return fail("inverse must be 0 or 1, got ", ints_[0]);
+    if (ints_.size() == 2 && (ints_[1] < 0 || ints_[1] >= static_cast<int64_t>(meshSizes_.size())))
+      return fail("the sequence's mesh axis ", ints_[1], " is not an axis of the plan's mesh");
     if (!(floats_[0] > 1.0))
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");

@@ -7,10 +7,23 @@ import shutil
 import subprocess
 
 
+_SESSION_DIR = None
+
+
 def mpi_env(**extra):
     """This process's environment with OpenMPI allowed to start as root (as this machine's
-    jobs run), plus `extra`."""
-    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
+    jobs run), plus `extra`. Each test script's mpiruns keep their session files in a folder
+    of their own: two tests starting mpirun at the same moment (ctest -j) in the one shared
+    session folder can make one of them fail ("ORTE_ERROR_LOG ... session_dir.c")."""
+    global _SESSION_DIR
+    if _SESSION_DIR is None:
+        import atexit
+        import tempfile
+        _SESSION_DIR = tempfile.mkdtemp(prefix="ompi-", dir="/tmp")
+        atexit.register(shutil.rmtree, _SESSION_DIR, True)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
+    env.setdefault("OMPI_MCA_orte_tmpdir_base", _SESSION_DIR)
+    return env
 
 
 def fresh_workdir(path):

@@ -111,7 +111,7 @@ Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, const std::strin
     y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3});
     if (rotate)
       y = RotaryOp::create(b, loc, y.getType(), y, b.getF64FloatAttr(c.ropeTheta),
-                           b.getBoolAttr(false));
+                           b.getBoolAttr(false), StringAttr());
     return y;
   };
   Value q = heads("q_proj", A, true), k = heads("k_proj", KV, true), v = heads("v_proj", KV, false);

@@ -9,10 +9,7 @@
 // NONE: error: ptc-propagate-sharding needs a mesh: mesh=dp:2,tp:2 or a 'ptc.mesh' module attribute
 // An axis name ptc does not know would run full replicas: an error listing the known ones.
 // RUN: not ptc-opt %s --ptc-shard="mesh=foo:2" 2>&1 | FileCheck %s --check-prefix=UNKNOWN
-// UNKNOWN: error: unknown mesh axis 'foo'; known axes: dp (data parallelism, ZeRO), tp (tensor and sequence parallelism), pp (pipeline parallelism), ep (expert parallelism), cp (context parallelism, not implemented yet)
-// Axis kinds not implemented yet are errors too (size 1 is harmless).
-// RUN: not ptc-opt %s --ptc-shard="mesh=cp:2" 2>&1 | FileCheck %s --check-prefix=CP
-// CP: error: mesh axis 'cp' (context parallelism) is not implemented yet: every rank would hold a full replica
+// UNKNOWN: error: unknown mesh axis 'foo'; known axes: dp (data parallelism, ZeRO), tp (tensor and sequence parallelism), pp (pipeline parallelism), ep (expert parallelism), cp (context parallelism)
 // An ep axis over a model without experts only splits the batch: a warning.
 // RUN: ptc-opt %s --ptc-shard="mesh=dp:2,ep:2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=EP
 // EP: warning: mesh axis 'ep' (size 2, expert parallelism) has no effect: the model has no experts
