@@ -794,6 +794,27 @@ def _nested(v, dtype):
     return "[" + ", ".join(_nested(x, dtype) for x in v) + "]"
 
 
+class _user_code:
+    """Turns an exception raised by the user's module into one error line that names the
+    module's line it came from and what the importer was doing."""
+
+    def __init__(self, module_path, doing):
+        self.module_path, self.doing = os.path.abspath(module_path), doing
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None or issubclass(kind, ImportError_) or not issubclass(kind, Exception):
+            return False
+        line = None
+        for frame in traceback.extract_tb(tb):
+            if os.path.abspath(frame.filename) == self.module_path:
+                line = frame.lineno
+        where = f"{self.module_path}:{line}" if line else self.module_path
+        raise ImportError_(f"{where}: {kind.__name__} while {self.doing}: {value}") from None
+
+
 def _initializer(p):
     """ptc's initializer for a parameter like the module's initial value: zeros, ones, or
     N(0, std) with its values' std (the exact values: --state-dict, then ptc-run --init)."""
@@ -820,16 +841,20 @@ def _parse_input(spec):
 
 
 def import_module(module_path, class_name, kwargs, input_specs):
+    if not os.path.isfile(module_path):
+        raise ImportError_(f"'{module_path}': no such file")
     spec = importlib.util.spec_from_file_location("_ptc_user_module", module_path)
     if spec is None:
         raise ImportError_(f"'{module_path}' is not a Python file")
     mod = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(os.path.abspath(module_path)))
-    spec.loader.exec_module(mod)
+    with _user_code(module_path, "loading it"):
+        spec.loader.exec_module(mod)
     cls = getattr(mod, class_name, None)
     if cls is None:
         raise ImportError_(f"'{module_path}' has no class '{class_name}'")
-    model = cls(**kwargs)
+    with _user_code(module_path, f"constructing {class_name}(**kwargs)"):
+        model = cls(**kwargs)
     model.eval()  # no dropout: ptc trains without it
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -849,7 +874,8 @@ def import_module(module_path, class_name, kwargs, input_specs):
         self.record_stack_traces = True
     proxy_tensor.PythonKeyTracer.__init__ = init
     try:
-        graph = proxy_tensor.make_fx(step)(*params.values(), *buffers.values(), *example)
+        with _user_code(module_path, "tracing forward with the example inputs"):
+            graph = proxy_tensor.make_fx(step)(*params.values(), *buffers.values(), *example)
     finally:
         proxy_tensor.PythonKeyTracer.__init__ = original
 

@@ -34,8 +34,9 @@ def main():
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     shutil.copy("/usr/share/common-licenses/GPL-3", os.path.join(args.workdir, "some-text.txt"))
-    # The tour runs from the repository root: its scripts/ are there.
-    for folder in ("scripts", "configs"):
+    # The tour runs from the repository root: its scripts/, configs/ and test/ (the example
+    # PyTorch modules) are there.
+    for folder in ("scripts", "configs", "test"):
         os.symlink(os.path.join(os.path.dirname(os.path.abspath(args.readme)), folder),
                    os.path.join(args.workdir, folder))
     env = dict(os.environ, B=os.path.abspath(args.bin), OMPI_ALLOW_RUN_AS_ROOT="1",
