@@ -53,7 +53,8 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<std::string> cpAttention{
       *this, "cp-attention",
       llvm::cl::desc("Attention under context parallelism (a cp mesh axis): ulysses (all-to-all "
-                     "from the sequence to the heads and back; ring is not implemented yet)"),
+                     "from the sequence to the heads and back) or ring (key/value blocks passed "
+                     "around the cp ring)"),
       llvm::cl::init("ulysses")};
   PassOptions::Option<int> zero{*this, "zero",
                                  llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};

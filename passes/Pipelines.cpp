@@ -3,6 +3,7 @@
 #include "passes/Passes.h"
 
 #include "dialects/ptc/PtcMesh.h"
+#include "dialects/ptc/PtcSharding.h"
 
 #include "passes/analysis/Passes.h"
 #include "passes/autodiff/Passes.h"
@@ -69,13 +70,12 @@ struct CheckCompileOptionsPass
     }
     if (failed(mlir::ptc::checkGradReduceDtype(module, gradReduceDtype)))
       ok = false;
-    if (cpAttention != "ulysses") {
+    if (cpAttention != "ulysses" && cpAttention != "ring") {
       ok = false;
-      module.emitError() << "cp-attention='" << cpAttention << "': "
-                         << (cpAttention == "ring"
-                                 ? "ring attention is not implemented yet; context parallelism "
-                                   "runs Ulysses (cp-attention=ulysses)"
-                                 : "unknown; the choice is ulysses");
+      module.emitError() << "cp-attention='" << cpAttention << "': expected ring or ulysses";
+    } else {
+      module->setAttr(mlir::ptc::kCpAttentionAttrName,
+                      StringAttr::get(module.getContext(), cpAttention));
     }
     if (!ok)
       signalPassFailure();

@@ -492,3 +492,19 @@ FailureOr<Sharding> mlir::ptc::getSharding(Attribute attr, const MeshInfo &mesh,
   }
   return out;
 }
+
+LogicalResult RingAttentionOp::verify() {
+  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
+    return failure();
+  if (getQuery().getType().getRank() != 4 || getKey().getType().getRank() != 4)
+    return emitOpError() << "operands must be [batch, heads, seq, head_dim]";
+  return success();
+}
+
+LogicalResult RingAttentionGradOp::verify() {
+  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
+    return failure();
+  if (getQuery().getType().getRank() != 4 || getKey().getType().getRank() != 4)
+    return emitOpError() << "operands must be [batch, heads, seq, head_dim]";
+  return success();
+}

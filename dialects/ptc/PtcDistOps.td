@@ -258,4 +258,52 @@ def Ptc_TransferOp : Ptc_Op<"transfer", [DeclareOpInterfaceMethods<Ptc_PlanInstr
   }];
 }
 
+
+def Ptc_RingAttentionOp : Ptc_Op<"ring_attention", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
+    AllTypesMatch<["query", "result"]>, AllTypesMatch<["key", "value"]>]> {
+  let summary = "causal attention of a sequence split over a mesh axis (ring attention)";
+  let description = [{
+    The local program of `ptc.causal_attention` under context parallelism
+    with `cp-attention=ring`: every device of the `axes` group holds a block
+    of the sequence (block `c` of `[batch, heads, seq, head_dim]`); the
+    key/value blocks travel around the ring (`c -> c + 1`) and each device
+    merges the blocks its queries may see into their online softmax, so no
+    device holds more than two key/value blocks.
+
+    ```mlir
+    %o = ptc.ring_attention %q, %k, %v {axes = ["cp"]} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
+                       StrArrayAttr:$axes, F64Attr:$scale);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ptc_RingAttentionGradOp : Ptc_Op<"ring_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
+    AllTypesMatch<["query", "grad", "query_grad"]>, AllTypesMatch<["key", "value", "key_grad", "value_grad"]>]> {
+  let summary = "gradient of `ptc.ring_attention`";
+  let description = [{
+    Runs the ring once for the rows' softmax statistics and once more with
+    the key/value blocks and their gradients travelling together, which come
+    home after a full turn.
+
+    ```mlir
+    %dq, %dk, %dv = ptc.ring_attention_grad %q, %k, %v, %g {axes = ["cp"]}
+        : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
+                       Ptc_FloatTensor:$grad, StrArrayAttr:$axes, F64Attr:$scale);
+  let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
+                      Ptc_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $grad attr-dict `:` type($query) `,` type($key)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // PTC_DIST_OPS_TD

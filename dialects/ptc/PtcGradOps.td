@@ -156,7 +156,7 @@ def Ptc_RmsNormGradOp : Ptc_RowNormGradOp<"rms_norm_grad", "RmsNormGrad",
   let results = (outs Ptc_FloatTensor:$input_grad, Ptc_FloatTensor:$weight_grad);
 }
 
-def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure,
     AllTypesMatch<["query", "grad", "query_grad"]>,
     AllTypesMatch<["key", "value", "key_grad", "value_grad"]>]> {
   let summary = "gradient of `ptc.causal_attention` (query, key and value)";

@@ -379,7 +379,7 @@ def Ptc_SoftmaxOp : Ptc_Op<"softmax", [DeclareOpInterfaceMethods<Ptc_PlanInstruc
   let hasVerifier = 1;
 }
 
-def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["query", "result"]>, AllTypesMatch<["key", "value"]>]> {
   let summary = "causal scaled dot-product attention over all heads";
   let description = [{

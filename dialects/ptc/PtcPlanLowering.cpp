@@ -164,6 +164,16 @@ PlanInstruction VocabParallelCrossEntropyOp::getPlanInstruction(MeshAxisIndexFn 
   return PlanInstruction{"VocabParallelCrossEntropy", axisIndices(axisIndex, getAxes()), {}};
 }
 
+PlanInstruction RingAttentionOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
+  return PlanInstruction{"RingAttention", axisIndices(axisIndex, getAxes()),
+                         {getScale().convertToDouble()}};
+}
+
+PlanInstruction RingAttentionGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
+  return PlanInstruction{"RingAttentionGrad", axisIndices(axisIndex, getAxes()),
+                         {getScale().convertToDouble()}};
+}
+
 PlanInstruction VocabParallelCrossEntropyGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   return PlanInstruction{"VocabParallelCrossEntropyGrad", axisIndices(axisIndex, getAxes()), {}};
 }

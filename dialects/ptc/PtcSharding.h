@@ -15,6 +15,10 @@
 
 namespace mlir::ptc {
 
+/// Module attribute: how attention runs under context parallelism ("ulysses",
+/// the default, or "ring"); set by ptc-compile's cp-attention option.
+inline constexpr llvm::StringLiteral kCpAttentionAttrName = "ptc.cp_attention";
+
 /// What a sharding rule reads (global types, current shardings, which values
 /// derive from user annotations, the mesh) and decides (`want`, `out`,
 /// rescales). Implemented by ptc-propagate-sharding.

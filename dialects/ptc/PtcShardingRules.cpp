@@ -268,6 +268,24 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   // the results move back to the sequence (all_to_all).
   const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
   std::optional<Sharding> arrivedQ, arrivedKv;
+  // Ring attention (cp-attention=ring, a module attribute ptc-compile sets):
+  // the sequence stays split; key/value blocks travel around the cp ring.
+  auto module = o->getParentOfType<ModuleOp>();
+  auto mode = module ? module->getAttrOfType<StringAttr>(kCpAttentionAttrName) : StringAttr();
+  if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && mode && mode.getValue() == "ring") {
+    ctx.want[0].dims[3] = DimShard();
+    DimShard heads = ctx.want[0].dims[1];
+    int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
+    if (heads.axis >= 0 && kvHeads % (ctx.axisSize(heads.axis) * heads.blocks) != 0)
+      return o->emitError() << "mesh axis '" << ctx.mesh().name(heads.axis)
+                            << "' cannot split the " << kvHeads << " key/value heads";
+    for (unsigned i = 1; i < o->getNumOperands(); ++i)
+      ctx.like(i, ctx.want[0]);
+    for (unsigned i = 0; i < o->getNumResults(); ++i)
+      ctx.out.push_back(ctx.want[0]);
+    ctx.partitionedForm = StringAttr::get(o->getContext(), ctx.mesh().axes[cp]);
+    return success();
+  }
   if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp)) {
     const int64_t qHeads = ctx.globalType(o->getOperand(0)).getDimSize(1),
                   kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
@@ -739,6 +757,25 @@ LogicalResult EmbeddingOp::inferShardingRule(ShardingRuleContext &ctx) { return 
 LogicalResult EmbeddingGradOp::inferShardingRule(ShardingRuleContext &ctx) { return embeddingGradRule(*this, ctx); }
 LogicalResult CrossEntropyOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
 LogicalResult CrossEntropyGradOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
+
+// Causal attention of a sequence split over cp with cp-attention=ring.
+Operation *CausalAttentionOp::partition(OpBuilder &b) {
+  auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!axis)
+    return nullptr;
+  return RingAttentionOp::create(b, getLoc(), getType(), getQuery(), getKey(), getValue(),
+                                 b.getStrArrayAttr({axis.getValue()}),
+                                 b.getF64FloatAttr(getScaleOrDefault()));
+}
+Operation *CausalAttentionGradOp::partition(OpBuilder &b) {
+  auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!axis)
+    return nullptr;
+  return RingAttentionGradOp::create(b, getLoc(), getResultTypes(), getOperand(0), getOperand(1),
+                                     getOperand(2), getOperand(3),
+                                     b.getStrArrayAttr({axis.getValue()}),
+                                     b.getF64FloatAttr(getScaleOrDefault()));
+}
 
 // Rotary embeddings of a sequence split over cp: offset by the block.
 Operation *RotaryOp::partition(OpBuilder &b) {

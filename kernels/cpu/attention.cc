@@ -325,6 +325,102 @@ KernelResult cachedAttention(const TensorView &q, const TensorView &k, const Ten
 }
 } // namespace
 
+/// Ring attention's blocks (context parallelism): queries [batch, heads, sq, d]
+/// against one block of keys / values [batch, kvHeads, sk, d], accumulated by
+/// the online-softmax rule into acc [batch, heads, sq, d] and the rows'
+/// running maximum and sum [batch, heads, sq]. `causal`: the blocks hold the
+/// same positions (key j visible to query i when j <= i).
+void attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
+                    int64_t kvHeads, int64_t keys, double scaleArg, bool causal, float *acc,
+                    float *rowMax, float *rowSum) {
+  const int64_t batch = qShape[0], heads = qShape[1], sq = qShape[2], d = qShape[3];
+  const int64_t group = heads / kvHeads;
+  const float scale = static_cast<float>(scaleArg);
+#pragma omp parallel
+  {
+    std::vector<float> s(static_cast<size_t>(keys));
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *kh = k + (b * kvHeads + h / group) * keys * d;
+        const float *vh = v + (b * kvHeads + h / group) * keys * d;
+        for (int64_t i = 0; i < sq; ++i) {
+          const int64_t row = (b * heads + h) * sq + i;
+          const float *qi = q + row * d;
+          float *ai = acc + row * d;
+          const int64_t n = causal ? std::min(keys, i + 1) : keys;
+          if (n == 0)
+            continue;
+          float mx = rowMax[row];
+          for (int64_t j = 0; j < n; ++j) {
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t c = 0; c < d; ++c)
+              dot += qi[c] * kh[j * d + c];
+            s[static_cast<size_t>(j)] = dot * scale;
+            mx = std::max(mx, s[static_cast<size_t>(j)]);
+          }
+          const float correction = std::exp(rowMax[row] - mx);
+          float sum = rowSum[row] * correction;
+          for (int64_t c = 0; c < d; ++c)
+            ai[c] *= correction;
+          for (int64_t j = 0; j < n; ++j) {
+            const float p = std::exp(s[static_cast<size_t>(j)] - mx);
+            sum += p;
+#pragma omp simd
+            for (int64_t c = 0; c < d; ++c)
+              ai[c] += p * vh[j * d + c];
+          }
+          rowMax[row] = mx;
+          rowSum[row] = sum;
+        }
+      }
+  }
+}
+
+/// The gradient of one block: with the rows' log-sum-exp `lse` and the
+/// attention output `o` (both of all blocks), adds the block's share to dq
+/// and to the block's dk, dv.
+void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
+                        const float *g, const float *lse, const Shape &qShape, int64_t kvHeads,
+                        int64_t keys, double scaleArg, bool causal, float *dq, float *dk,
+                        float *dv) {
+  const int64_t batch = qShape[0], heads = qShape[1], sq = qShape[2], d = qShape[3];
+  const int64_t group = heads / kvHeads;
+  const float scale = static_cast<float>(scaleArg);
+  // One kv head (and its query heads) per task: dk, dv are its own.
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t kvh = 0; kvh < kvHeads; ++kvh) {
+      const float *kh = k + (b * kvHeads + kvh) * keys * d, *vh = v + (b * kvHeads + kvh) * keys * d;
+      float *dkh = dk + (b * kvHeads + kvh) * keys * d, *dvh = dv + (b * kvHeads + kvh) * keys * d;
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+        for (int64_t i = 0; i < sq; ++i) {
+          const int64_t row = (b * heads + h) * sq + i;
+          const float *qi = q + row * d, *gi = g + row * d, *oi = o + row * d;
+          float *dqi = dq + row * d;
+          float delta = 0.0f;
+          for (int64_t c = 0; c < d; ++c)
+            delta += gi[c] * oi[c];
+          const int64_t n = causal ? std::min(keys, i + 1) : keys;
+          for (int64_t j = 0; j < n; ++j) {
+            float dot = 0.0f, dp = 0.0f;
+            for (int64_t c = 0; c < d; ++c) {
+              dot += qi[c] * kh[j * d + c];
+              dp += gi[c] * vh[j * d + c];
+            }
+            const float p = std::exp(dot * scale - lse[row]);
+            const float ds = p * (dp - delta) * scale;
+            for (int64_t c = 0; c < d; ++c) {
+              dqi[c] += ds * kh[j * d + c];
+              dkh[j * d + c] += ds * qi[c];
+              dvh[j * d + c] += p * gi[c];
+            }
+          }
+        }
+    }
+}
+
 void addAttentionKernels(KernelTable &t) {
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
   t.add(OpKind::CausalAttention, [](const KernelCall &c) {

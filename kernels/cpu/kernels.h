@@ -77,6 +77,19 @@ std::string lowPrecisionMatmulImplementation(FloatType type);
 void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse,
             int64_t first = 0);
 
+/// Ring attention's blocks (context parallelism): queries [batch, heads, sq,
+/// d] against keys / values [batch, kvHeads, keys, d], accumulated by the
+/// online-softmax rule into acc and the rows' running max and sum; with
+/// `causal` the blocks hold the same positions.
+void attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
+                    int64_t kvHeads, int64_t keys, double scale, bool causal, float *acc,
+                    float *rowMax, float *rowSum);
+/// Its gradient given the rows' log-sum-exp and the output: adds to dq and to
+/// the block's dk, dv.
+void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
+                        const float *g, const float *lse, const Shape &qShape, int64_t kvHeads,
+                        int64_t keys, double scale, bool causal, float *dq, float *dk, float *dv);
+
 /// q, out: [batch, heads, seq, dim]; k, v: [batch, kvHeads, seq, dim] with
 /// kvHeads dividing heads (query head h uses kv head h / (heads / kvHeads));
 /// causal; no seq x seq buffer. dk, dv sum over the query heads of a kv head.

@@ -127,6 +127,21 @@ public:
                                    const float *max, const float *sumExp, int64_t rows,
                                    int64_t classes, int64_t offset, int64_t total,
                                    float *out) = 0;
+  /// Ring attention (context parallelism): one block of keys / values
+  /// accumulated into the queries' online softmax (acc, row max, row sum),
+  /// and the block's gradient (see kernels/cpu/kernels.h). Devices without
+  /// them refuse ring attention.
+  virtual Status attentionBlock(const float *q, const float *k, const float *v,
+                                const Shape &qShape, int64_t kvHeads, int64_t keys, double scale,
+                                bool causal, float *acc, float *rowMax, float *rowSum) {
+    return error(StatusCode::kUnimplemented, "ring attention is not implemented on ", describe());
+  }
+  virtual Status attentionBlockGrad(const float *q, const float *k, const float *v,
+                                    const float *o, const float *g, const float *lse,
+                                    const Shape &qShape, int64_t kvHeads, int64_t keys,
+                                    double scale, bool causal, float *dq, float *dk, float *dv) {
+    return error(StatusCode::kUnimplemented, "ring attention is not implemented on ", describe());
+  }
   /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`
   /// (any element size).
   virtual Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 
@@ -32,6 +33,8 @@ std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan)
     case OpCode::AllToAll:
     case OpCode::VocabParallelCrossEntropy:
     case OpCode::VocabParallelCrossEntropyGrad:
+    case OpCode::RingAttention:
+    case OpCode::RingAttentionGrad:
       groups.insert({static_cast<int>(ints->Get(0))});
       break;
     default:
@@ -253,6 +256,127 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
     return d.lossFromParts(mx, sum, target, rows, out);
   }
   return d.vocabParallelGrad(x, t, f32(in[2]), mx, sum, rows, classes, offset, total, out);
+}
+
+Status Executor::runRingAttention(const plan::Instruction &inst) {
+  // Rank r of the axis' n holds block r of the sequence. Step s: the
+  // key/value block of rank (r - s) mod n is here; the queries see the blocks
+  // before theirs whole and their own causally (blocks after theirs are
+  // skipped), merged by the online-softmax rule; then every block moves one
+  // rank on. The gradient runs the ring twice: once for the rows' statistics
+  // (o, log-sum-exp), once with the blocks' dk, dv travelling along, which a
+  // last move brings home.
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
+  const bool grad = inst.op() == OpCode::RingAttentionGrad;
+  const TensorInfo &qt = plan_->tensor(in[0]), &kt = plan_->tensor(in[1]);
+  const int axis = static_cast<int>(inst.ints()->Get(0));
+  const double scale = inst.floats()->Get(0);
+  const int n = plan_->meshSizes()[static_cast<size_t>(axis)];
+  const int r = coords()[static_cast<size_t>(axis)];
+  const Shape &qShape = qt.shape;
+  const int64_t kvHeads = kt.shape[1], keys = kt.shape[2];
+  const int64_t rows = qt.numElements / qt.shape[3];
+  const int64_t qBytes = qt.bytes, kvBytes = kt.bytes, rowBytes = rows * 4;
+  const std::string what = std::string("ring attention at ") +
+                           (inst.location() ? inst.location()->c_str() : "");
+  Device &d = *dev_;
+  // acc, o | row max, row sum, lse | k, v, next k, next v | dk, dv, next dk, next dv
+  const int64_t total = 2 * qBytes + 3 * rowBytes + (grad ? 8 : 4) * kvBytes;
+  PTC_RETURN_IF_ERROR(ringScratch_.reserve(total));
+  auto *base = static_cast<uint8_t *>(ringScratch_.data());
+  auto carve = [&](int64_t bytes) {
+    float *p = reinterpret_cast<float *>(base);
+    base += bytes;
+    return p;
+  };
+  float *acc = carve(qBytes), *o = carve(qBytes), *mx = carve(rowBytes), *sum = carve(rowBytes),
+        *lse = carve(rowBytes);
+  float *kv[2][2] = {{carve(kvBytes), carve(kvBytes)}, {carve(kvBytes), carve(kvBytes)}};
+  float *dkv[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+  if (grad)
+    for (auto &pair : dkv)
+      pair[0] = carve(kvBytes), pair[1] = carve(kvBytes);
+  std::vector<uint8_t> sendHost, recvHost;
+  // Moves `bufs` (each kvBytes) one rank on along the ring into `into`.
+  auto move = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
+    const int64_t bytes = kvBytes * static_cast<int64_t>(bufs.size());
+    sendHost.resize(static_cast<size_t>(bytes));
+    recvHost.resize(static_cast<size_t>(bytes));
+    for (size_t i = 0; i < bufs.size(); ++i)
+      PTC_RETURN_IF_ERROR(d.copy(sendHost.data() + i * kvBytes, bufs[i], kvBytes,
+                                 CopyKind::DeviceToHost));
+    PTC_RETURN_IF_ERROR(comm_->send(sendHost.data(), bytes, axis, (r + 1) % n, tag, what));
+    PTC_RETURN_IF_ERROR(comm_->recv(recvHost.data(), bytes, axis, (r + n - 1) % n, tag, what));
+    for (size_t i = 0; i < into.size(); ++i)
+      PTC_RETURN_IF_ERROR(d.copy(into[i], recvHost.data() + i * kvBytes, kvBytes,
+                                 CopyKind::HostToDevice));
+    return Status::ok();
+  };
+  if (n > 1 && !comm_)
+    return error(StatusCode::kInternal, what, ": the plan's mesh axis has ", n, " ranks but no communicator");
+  // Forward: the rows' online softmax over the blocks they see.
+  {
+    PTC_RETURN_IF_ERROR(d.zero(acc, qBytes));
+    PTC_RETURN_IF_ERROR(d.zero(sum, rowBytes));
+    std::vector<float> minusInf(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+    PTC_RETURN_IF_ERROR(d.copy(mx, minusInf.data(), rowBytes, CopyKind::HostToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(kv[0][0], data(in[1]), kvBytes, CopyKind::DeviceToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(kv[0][1], data(in[2]), kvBytes, CopyKind::DeviceToDevice));
+    for (int s = 0, cur = 0; s < n; ++s, cur ^= 1) {
+      const int src = (r - s + n) % n;
+      if (src <= r)
+        PTC_RETURN_IF_ERROR(d.attentionBlock(f32(in[0]), kv[cur][0], kv[cur][1], qShape, kvHeads,
+                                             keys, scale, src == r, acc, mx, sum));
+      if (s + 1 < n)
+        PTC_RETURN_IF_ERROR(move({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]},
+                                 9100 + s));
+    }
+    // o = acc / sum, lse = max + log(sum): rows of the host copies.
+    const int64_t dim = qShape[3];
+    std::vector<float> hAcc(static_cast<size_t>(rows * dim)), hMx(static_cast<size_t>(rows)),
+        hSum(static_cast<size_t>(rows));
+    PTC_RETURN_IF_ERROR(d.copy(hAcc.data(), acc, qBytes, CopyKind::DeviceToHost));
+    PTC_RETURN_IF_ERROR(d.copy(hMx.data(), mx, rowBytes, CopyKind::DeviceToHost));
+    PTC_RETURN_IF_ERROR(d.copy(hSum.data(), sum, rowBytes, CopyKind::DeviceToHost));
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < dim; ++c)
+        hAcc[static_cast<size_t>(i * dim + c)] /= hSum[static_cast<size_t>(i)];
+      hMx[static_cast<size_t>(i)] += std::log(hSum[static_cast<size_t>(i)]);
+    }
+    PTC_RETURN_IF_ERROR(d.copy(grad ? o : f32(out[0]), hAcc.data(), qBytes, CopyKind::HostToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(lse, hMx.data(), rowBytes, CopyKind::HostToDevice));
+  }
+  if (!grad)
+    return n > 1 ? comm_->flushSends() : Status::ok();
+  // Backward: dq here; each block's dk, dv travel with it.
+  float *dq = f32(out[0]);
+  PTC_RETURN_IF_ERROR(d.zero(dq, qBytes));
+  PTC_RETURN_IF_ERROR(d.copy(kv[0][0], data(in[1]), kvBytes, CopyKind::DeviceToDevice));
+  PTC_RETURN_IF_ERROR(d.copy(kv[0][1], data(in[2]), kvBytes, CopyKind::DeviceToDevice));
+  PTC_RETURN_IF_ERROR(d.zero(dkv[0][0], kvBytes));
+  PTC_RETURN_IF_ERROR(d.zero(dkv[0][1], kvBytes));
+  int cur = 0;
+  for (int s = 0; s < n; ++s) {
+    const int src = (r - s + n) % n;
+    if (src <= r)
+      PTC_RETURN_IF_ERROR(d.attentionBlockGrad(f32(in[0]), kv[cur][0], kv[cur][1], o, f32(in[3]),
+                                               lse, qShape, kvHeads, keys, scale, src == r, dq,
+                                               dkv[cur][0], dkv[cur][1]));
+    if (s + 1 < n) {
+      PTC_RETURN_IF_ERROR(move({kv[cur][0], kv[cur][1], dkv[cur][0], dkv[cur][1]},
+                               {kv[cur ^ 1][0], kv[cur ^ 1][1], dkv[cur ^ 1][0], dkv[cur ^ 1][1]},
+                               9200 + s));
+      cur ^= 1;
+    }
+  }
+  // Here: the gradients of block r + 1; one more move brings every block's home.
+  if (n > 1) {
+    PTC_RETURN_IF_ERROR(move({dkv[cur][0], dkv[cur][1]}, {f32(out[1]), f32(out[2])}, 9300));
+    return comm_->flushSends();
+  }
+  PTC_RETURN_IF_ERROR(d.copy(f32(out[1]), dkv[cur][0], kvBytes, CopyKind::DeviceToDevice));
+  return d.copy(f32(out[2]), dkv[cur][1], kvBytes, CopyKind::DeviceToDevice);
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {

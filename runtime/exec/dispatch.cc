@@ -140,6 +140,9 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
   case OpCode::VocabParallelCrossEntropy:
   case OpCode::VocabParallelCrossEntropyGrad:
     return runVocabParallelCrossEntropy(inst);
+  case OpCode::RingAttention:
+  case OpCode::RingAttentionGrad:
+    return runRingAttention(inst);
   case OpCode::AdamWUpdate:
   case OpCode::SgdUpdate: {
     // Optional inputs after the fixed ones: the overflow flag of dynamic loss

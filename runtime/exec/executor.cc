@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   Device &dev = *ex->dev_;
   ex->staging_ = DeviceBuffer(&dev);
   ex->rowScratch_ = DeviceBuffer(&dev);
+  ex->ringScratch_ = DeviceBuffer(&dev);
   const auto &tensors = plan->tensors();
   ex->storage_.assign(tensors.size(), nullptr);
   ex->ppRank_ = pipelineRank;

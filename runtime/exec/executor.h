@@ -243,6 +243,10 @@ private:
   DeviceBuffer rowScratch_;
   Status runCollective(const plan::Instruction &inst);
   Status runVocabParallelCrossEntropy(const plan::Instruction &inst);
+  /// Ring attention (context parallelism) and its gradient: key/value blocks
+  /// passed around the ring of the instruction's mesh axis (see collectives.cc).
+  Status runRingAttention(const plan::Instruction &inst);
+  DeviceBuffer ringScratch_;
   /// Calls fn(wholeOffsets, localOffsets, box) for every box of tensor `t`'s
   /// local part that a device at `coords` holds.
   template <typename Fn>

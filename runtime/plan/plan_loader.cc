@@ -207,6 +207,19 @@ private:
                   " (same batch, seq and head_dim; kv heads dividing the query heads)");
     return expectShape(in(2), k, "value");
   }
+  /// Ring attention's mesh axis (its only integer attribute): one of the
+  /// plan's axes; the ring runs in f32.
+  Status ringAxis() {
+    if (ints_.empty())
+      return Status::ok();
+    if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
+      return fail("the sequence's mesh axis ", ints_[0], " is not an axis of the plan's mesh");
+    for (int32_t id : in_)
+      if (tensors_[id].dtype != DType::F32)
+        return fail("ring attention runs on f32 tensors; input '", tensors_[id].name, "' is ",
+                    dtypeName(tensors_[id].dtype));
+    return Status::ok();
+  }
   /// An optional single mesh-axis attribute (vocabulary-parallel ops).
   Status vocabAxis() {
     if (ints_.size() > 1 || (ints_.size() == 1 && (ints_[0] < 0 ||
@@ -415,6 +428,7 @@ Status InstructionChecker::check() {
   case ShapeRule::Attention:
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(attentionShapes());
+    PTC_RETURN_IF_ERROR(ringAxis());
     return expectShape(out(0), in(0), "result");
   case ShapeRule::CachedAttention: {
     // query, key, value, key cache, value cache, positions -> result, caches.
@@ -620,6 +634,7 @@ Status InstructionChecker::check() {
   case ShapeRule::AttentionGrad:
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(attentionShapes());
+    PTC_RETURN_IF_ERROR(ringAxis());
     PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));
