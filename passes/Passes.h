@@ -52,10 +52,10 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(false)};
   PassOptions::Option<std::string> cpAttention{
       *this, "cp-attention",
-      llvm::cl::desc("Attention under context parallelism (a cp mesh axis): ulysses (all-to-all "
-                     "from the sequence to the heads and back) or ring (key/value blocks passed "
-                     "around the cp ring)"),
-      llvm::cl::init("ulysses")};
+      llvm::cl::desc("Attention under context parallelism (a cp mesh axis): ring (key/value "
+                     "blocks passed around the cp ring, causally balanced) or ulysses (all-to-all "
+                     "from the sequence to the heads and back)"),
+      llvm::cl::init("ring")};
   PassOptions::Option<int> zero{*this, "zero",
                                  llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};
   PassOptions::Option<bool> reshardAfterForward{

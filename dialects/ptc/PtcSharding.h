@@ -15,8 +15,8 @@
 
 namespace mlir::ptc {
 
-/// Module attribute: how attention runs under context parallelism ("ulysses",
-/// the default, or "ring"); set by ptc-compile's cp-attention option.
+/// Module attribute: how attention runs under context parallelism ("ring",
+/// the default, or "ulysses"); set by ptc-compile's cp-attention option.
 inline constexpr llvm::StringLiteral kCpAttentionAttrName = "ptc.cp_attention";
 
 /// What a sharding rule reads (global types, current shardings, which values

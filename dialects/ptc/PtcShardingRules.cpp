@@ -268,11 +268,12 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   // the results move back to the sequence (all_to_all).
   const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
   std::optional<Sharding> arrivedQ, arrivedKv;
-  // Ring attention (cp-attention=ring, a module attribute ptc-compile sets):
-  // the sequence stays split; key/value blocks travel around the cp ring.
+  // Ring attention (cp-attention=ring, the default; a module attribute
+  // ptc-compile sets): the sequence stays split; key/value blocks travel
+  // around the cp ring.
   auto module = o->getParentOfType<ModuleOp>();
   auto mode = module ? module->getAttrOfType<StringAttr>(kCpAttentionAttrName) : StringAttr();
-  if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && mode && mode.getValue() == "ring") {
+  if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && (!mode || mode.getValue() == "ring")) {
     ctx.want[0].dims[3] = DimShard();
     DimShard heads = ctx.want[0].dims[1];
     int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);

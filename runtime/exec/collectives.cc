@@ -259,13 +259,17 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
 }
 
 Status Executor::runRingAttention(const plan::Instruction &inst) {
-  // Rank r of the axis' n holds block r of the sequence. Step s: the
-  // key/value block of rank (r - s) mod n is here; the queries see the blocks
-  // before theirs whole and their own causally (blocks after theirs are
-  // skipped), merged by the online-softmax rule; then every block moves one
-  // rank on. The gradient runs the ring twice: once for the rows' statistics
-  // (o, log-sum-exp), once with the blocks' dk, dv travelling along, which a
-  // last move brings home.
+  // Rank r of the axis' n holds block r of the sequence. For causal balance
+  // (every rank the same work) the blocks are first rearranged in halves:
+  // with the sequence in 2n halves, rank r works on halves r and 2n-1-r
+  // (each rank's contiguous block is halves 2r and 2r+1), held half-major
+  // ([2][batch, heads, half, dim]). Step s of the ring: the key/value halves
+  // of rank (r - s) mod n are here; each query half sees the key halves
+  // before it whole and its own causally, merged by the online-softmax rule;
+  // then every rank's key/value halves move one rank on. The gradient runs
+  // the ring twice: once for the rows' statistics (o, log-sum-exp), once with
+  // the halves' dk, dv travelling along, which a last move brings home; the
+  // results go back to the contiguous blocks.
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
   const bool grad = inst.op() == OpCode::RingAttentionGrad;
@@ -274,15 +278,81 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   const double scale = inst.floats()->Get(0);
   const int n = plan_->meshSizes()[static_cast<size_t>(axis)];
   const int r = coords()[static_cast<size_t>(axis)];
-  const Shape &qShape = qt.shape;
-  const int64_t kvHeads = kt.shape[1], keys = kt.shape[2];
-  const int64_t rows = qt.numElements / qt.shape[3];
-  const int64_t qBytes = qt.bytes, kvBytes = kt.bytes, rowBytes = rows * 4;
   const std::string what = std::string("ring attention at ") +
                            (inst.location() ? inst.location()->c_str() : "");
+  if (n > 1 && !comm_)
+    return error(StatusCode::kInternal, what, ": the plan's mesh axis has ", n,
+                 " ranks but no communicator");
+  const int64_t block = qt.shape[2];
+  // Halves when the block splits in two (else whole blocks, unbalanced).
+  const int parts = n > 1 && block % 2 == 0 ? 2 : 1;
+  const int64_t len = block / parts; // rows of one part
+  const int64_t batch = qt.shape[0], heads = qt.shape[1], kvHeads = kt.shape[1],
+                dim = qt.shape[3];
+  const Shape partShape{batch, heads, len, dim};
+  const int64_t qPart = batch * heads * len * dim, kvPart = batch * kvHeads * len * dim;
+  const int64_t qBytes = qt.bytes, kvBytes = kt.bytes, rows = batch * heads * block;
+  const int64_t rowBytes = rows * 4, rowsPart = batch * heads * len;
   Device &d = *dev_;
-  // acc, o | row max, row sum, lse | k, v, next k, next v | dk, dv, next dk, next dv
-  const int64_t total = 2 * qBytes + 3 * rowBytes + (grad ? 8 : 4) * kvBytes;
+  // The sequence part a rank's slot holds: contiguous block r is parts
+  // (parts*r, parts*r+1); the balanced layout puts parts r and 2n-1-r here.
+  auto heldPart = [&](int rank, int slot) { return parts == 1 ? rank : slot == 0 ? rank : 2 * n - 1 - rank; };
+
+  // Host staging for moves between layouts and ranks.
+  std::vector<float> hostA, hostB;
+  // Contiguous [b, h, block, d] (device) <-> balanced half-major (device).
+  // `heads_` is the tensor's head count; `toBalanced` picks the direction.
+  auto rearrange = [&](const float *src, float *dst, int64_t headCount, bool toBalanced,
+                       int tagBase) -> Status {
+    const int64_t elems = batch * headCount * block * dim, partElems = elems / parts;
+    const int64_t bytes = elems * 4;
+    if (parts == 1)
+      return d.copy(dst, src, bytes, CopyKind::DeviceToDevice);
+    hostA.resize(static_cast<size_t>(elems));
+    hostB.resize(static_cast<size_t>(elems));
+    PTC_RETURN_IF_ERROR(d.copy(hostA.data(), src, bytes, CopyKind::DeviceToHost));
+    std::vector<float> message(static_cast<size_t>(partElems));
+    // The rows of part `slot` of the contiguous block, packed.
+    auto pack = [&](const float *from, int slot, float *to) {
+      for (int64_t bh = 0; bh < batch * headCount; ++bh)
+        std::memcpy(to + bh * len * dim, from + (bh * block + slot * len) * dim,
+                    static_cast<size_t>(len * dim) * 4);
+    };
+    auto unpack = [&](const float *from, int slot, float *to) {
+      for (int64_t bh = 0; bh < batch * headCount; ++bh)
+        std::memcpy(to + (bh * block + slot * len) * dim, from + bh * len * dim,
+                    static_cast<size_t>(len * dim) * 4);
+    };
+    for (int slot = 0; slot < 2; ++slot) {
+      // The global part this slot holds, and where it goes.
+      int part, peer, peerSlot;
+      if (toBalanced) {
+        part = 2 * r + slot;
+        peer = part < n ? part : 2 * n - 1 - part;
+        peerSlot = part < n ? 0 : 1;
+        pack(hostA.data(), slot, message.data());
+      } else {
+        part = heldPart(r, slot);
+        peer = part / 2;
+        peerSlot = part % 2;
+        std::memcpy(message.data(), hostA.data() + slot * partElems, static_cast<size_t>(partElems) * 4);
+      }
+      PTC_RETURN_IF_ERROR(comm_->send(message.data(), partElems * 4, axis, peer, tagBase + peerSlot, what));
+    }
+    for (int slot = 0; slot < 2; ++slot) {
+      int part = toBalanced ? heldPart(r, slot) : 2 * r + slot;
+      int peer = toBalanced ? part / 2 : (part < n ? part : 2 * n - 1 - part);
+      PTC_RETURN_IF_ERROR(comm_->recv(message.data(), partElems * 4, axis, peer, tagBase + slot, what));
+      if (toBalanced)
+        std::memcpy(hostB.data() + slot * partElems, message.data(), static_cast<size_t>(partElems) * 4);
+      else
+        unpack(message.data(), slot, hostB.data());
+    }
+    return d.copy(dst, hostB.data(), bytes, CopyKind::HostToDevice);
+  };
+
+  // q, (g), acc, o, dq | row max, sum, lse | k, v x2 | dk, dv x2 | balanced k, v copies
+  const int64_t total = (grad ? 5 : 3) * qBytes + 3 * rowBytes + (grad ? 10 : 6) * kvBytes;
   PTC_RETURN_IF_ERROR(ringScratch_.reserve(total));
   auto *base = static_cast<uint8_t *>(ringScratch_.data());
   auto carve = [&](int64_t bytes) {
@@ -290,9 +360,11 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     base += bytes;
     return p;
   };
-  float *acc = carve(qBytes), *o = carve(qBytes), *mx = carve(rowBytes), *sum = carve(rowBytes),
-        *lse = carve(rowBytes);
+  float *q = carve(qBytes), *acc = carve(qBytes), *o = carve(qBytes);
+  float *g = grad ? carve(qBytes) : nullptr, *dq = grad ? carve(qBytes) : nullptr;
+  float *mx = carve(rowBytes), *sum = carve(rowBytes), *lse = carve(rowBytes);
   float *kv[2][2] = {{carve(kvBytes), carve(kvBytes)}, {carve(kvBytes), carve(kvBytes)}};
+  float *home[2] = {carve(kvBytes), carve(kvBytes)};
   float *dkv[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   if (grad)
     for (auto &pair : dkv)
@@ -313,27 +385,41 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
                                  CopyKind::HostToDevice));
     return Status::ok();
   };
-  if (n > 1 && !comm_)
-    return error(StatusCode::kInternal, what, ": the plan's mesh axis has ", n, " ranks but no communicator");
-  // Forward: the rows' online softmax over the blocks they see.
+  // Every (query part, key part) pair a ring step holds: `fn(qSlot, kSlot, causal)`
+  // for the pairs the causal mask does not hide whole.
+  auto pairs = [&](int src, const std::function<Status(int, int, bool)> &fn) -> Status {
+    for (int a = 0; a < parts; ++a)
+      for (int b = 0; b < parts; ++b) {
+        int qPartIndex = heldPart(r, a), kPartIndex = heldPart(src, b);
+        if (kPartIndex <= qPartIndex)
+          PTC_RETURN_IF_ERROR(fn(a, b, kPartIndex == qPartIndex));
+      }
+    return Status::ok();
+  };
+
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[0]), q, heads, true, 9000));
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[1]), home[0], kvHeads, true, 9002));
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[2]), home[1], kvHeads, true, 9004));
+  // Forward: the rows' online softmax over the parts they see.
   {
     PTC_RETURN_IF_ERROR(d.zero(acc, qBytes));
     PTC_RETURN_IF_ERROR(d.zero(sum, rowBytes));
     std::vector<float> minusInf(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
     PTC_RETURN_IF_ERROR(d.copy(mx, minusInf.data(), rowBytes, CopyKind::HostToDevice));
-    PTC_RETURN_IF_ERROR(d.copy(kv[0][0], data(in[1]), kvBytes, CopyKind::DeviceToDevice));
-    PTC_RETURN_IF_ERROR(d.copy(kv[0][1], data(in[2]), kvBytes, CopyKind::DeviceToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(kv[0][0], home[0], kvBytes, CopyKind::DeviceToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(kv[0][1], home[1], kvBytes, CopyKind::DeviceToDevice));
     for (int s = 0, cur = 0; s < n; ++s, cur ^= 1) {
       const int src = (r - s + n) % n;
-      if (src <= r)
-        PTC_RETURN_IF_ERROR(d.attentionBlock(f32(in[0]), kv[cur][0], kv[cur][1], qShape, kvHeads,
-                                             keys, scale, src == r, acc, mx, sum));
+      PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
+        return d.attentionBlock(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
+                                partShape, kvHeads, len, scale, causal, acc + a * qPart,
+                                mx + a * rowsPart, sum + a * rowsPart);
+      }));
       if (s + 1 < n)
         PTC_RETURN_IF_ERROR(move({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]},
                                  9100 + s));
     }
     // o = acc / sum, lse = max + log(sum): rows of the host copies.
-    const int64_t dim = qShape[3];
     std::vector<float> hAcc(static_cast<size_t>(rows * dim)), hMx(static_cast<size_t>(rows)),
         hSum(static_cast<size_t>(rows));
     PTC_RETURN_IF_ERROR(d.copy(hAcc.data(), acc, qBytes, CopyKind::DeviceToHost));
@@ -344,25 +430,29 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
         hAcc[static_cast<size_t>(i * dim + c)] /= hSum[static_cast<size_t>(i)];
       hMx[static_cast<size_t>(i)] += std::log(hSum[static_cast<size_t>(i)]);
     }
-    PTC_RETURN_IF_ERROR(d.copy(grad ? o : f32(out[0]), hAcc.data(), qBytes, CopyKind::HostToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(o, hAcc.data(), qBytes, CopyKind::HostToDevice));
     PTC_RETURN_IF_ERROR(d.copy(lse, hMx.data(), rowBytes, CopyKind::HostToDevice));
   }
-  if (!grad)
+  if (!grad) {
+    PTC_RETURN_IF_ERROR(rearrange(o, f32(out[0]), heads, false, 9006));
     return n > 1 ? comm_->flushSends() : Status::ok();
-  // Backward: dq here; each block's dk, dv travel with it.
-  float *dq = f32(out[0]);
+  }
+  // Backward: dq here; each part's dk, dv travel with it.
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[3]), g, heads, true, 9008));
   PTC_RETURN_IF_ERROR(d.zero(dq, qBytes));
-  PTC_RETURN_IF_ERROR(d.copy(kv[0][0], data(in[1]), kvBytes, CopyKind::DeviceToDevice));
-  PTC_RETURN_IF_ERROR(d.copy(kv[0][1], data(in[2]), kvBytes, CopyKind::DeviceToDevice));
+  PTC_RETURN_IF_ERROR(d.copy(kv[0][0], home[0], kvBytes, CopyKind::DeviceToDevice));
+  PTC_RETURN_IF_ERROR(d.copy(kv[0][1], home[1], kvBytes, CopyKind::DeviceToDevice));
   PTC_RETURN_IF_ERROR(d.zero(dkv[0][0], kvBytes));
   PTC_RETURN_IF_ERROR(d.zero(dkv[0][1], kvBytes));
   int cur = 0;
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
-    if (src <= r)
-      PTC_RETURN_IF_ERROR(d.attentionBlockGrad(f32(in[0]), kv[cur][0], kv[cur][1], o, f32(in[3]),
-                                               lse, qShape, kvHeads, keys, scale, src == r, dq,
-                                               dkv[cur][0], dkv[cur][1]));
+    PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
+      return d.attentionBlockGrad(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
+                                  o + a * qPart, g + a * qPart, lse + a * rowsPart, partShape,
+                                  kvHeads, len, scale, causal, dq + a * qPart,
+                                  dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart);
+    }));
     if (s + 1 < n) {
       PTC_RETURN_IF_ERROR(move({kv[cur][0], kv[cur][1], dkv[cur][0], dkv[cur][1]},
                                {kv[cur ^ 1][0], kv[cur ^ 1][1], dkv[cur ^ 1][0], dkv[cur ^ 1][1]},
@@ -370,13 +460,17 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
       cur ^= 1;
     }
   }
-  // Here: the gradients of block r + 1; one more move brings every block's home.
-  if (n > 1) {
-    PTC_RETURN_IF_ERROR(move({dkv[cur][0], dkv[cur][1]}, {f32(out[1]), f32(out[2])}, 9300));
-    return comm_->flushSends();
+  // Here: the gradients of rank r + 1's parts; one more move brings every part home.
+  if (n > 1)
+    PTC_RETURN_IF_ERROR(move({dkv[cur][0], dkv[cur][1]}, {home[0], home[1]}, 9300));
+  else {
+    PTC_RETURN_IF_ERROR(d.copy(home[0], dkv[cur][0], kvBytes, CopyKind::DeviceToDevice));
+    PTC_RETURN_IF_ERROR(d.copy(home[1], dkv[cur][1], kvBytes, CopyKind::DeviceToDevice));
   }
-  PTC_RETURN_IF_ERROR(d.copy(f32(out[1]), dkv[cur][0], kvBytes, CopyKind::DeviceToDevice));
-  return d.copy(f32(out[2]), dkv[cur][1], kvBytes, CopyKind::DeviceToDevice);
+  PTC_RETURN_IF_ERROR(rearrange(dq, f32(out[0]), heads, false, 9010));
+  PTC_RETURN_IF_ERROR(rearrange(home[0], f32(out[1]), kvHeads, false, 9012));
+  PTC_RETURN_IF_ERROR(rearrange(home[1], f32(out[2]), kvHeads, false, 9014));
+  return n > 1 ? comm_->flushSends() : Status::ok();
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {

@@ -19,8 +19,8 @@ rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) th
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
 the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages, +rfull /
-+rselective activation recomputation, +keep ZeRO-3 without resharding after forward, +ring
-context parallelism's ring attention instead of Ulysses)
++rselective activation recomputation, +keep ZeRO-3 without resharding after forward, +ring /
++ulysses: context parallelism's attention)
 """
 import argparse
 import json
@@ -83,6 +83,7 @@ def main():
             "".join(f" recompute={m[1:]}" for m in mods if m in ("rfull", "rselective")) + \
             (" reshard-after-forward=false" if "keep" in mods else "") + \
             (" cp-attention=ring" if "ring" in mods else "") + \
+            (" cp-attention=ulysses" if "ulysses" in mods else "") + \
             "".join(f" schedule=interleaved-1f1b virtual-stages={m[2:]}"
                     for m in mods if m.startswith("il"))
         run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)

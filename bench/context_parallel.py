@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""Benchmark: context parallelism on this machine's CPU ranks, in one invocation: the bench GPT
+at a long sequence (4 layers, hidden 256, 8 heads, seq 1024, batch 2) trained by one process with
+2 threads, and by cp:2 (2 processes x 1 thread) with ring attention and with Ulysses; median step
+times and their ratios to one rank. (The ring's transfers are not overlapped with its compute yet:
+the figure includes them.)
+
+usage: bench/context_parallel.py [--bin build/bin] [--seq 1024] [--steps 8]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(here, "..", "build", "bin"))
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
+    a = ap.parse_args()
+    b = lambda t: os.path.join(a.bin, t)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    with tempfile.TemporaryDirectory() as work:
+        w = lambda f: os.path.join(work, f)
+        subprocess.run([b("ptc-tokenize"), "-o", w("data.bin"), "/usr/share/common-licenses/GPL-3"],
+                       check=True, capture_output=True)
+        subprocess.run([b("ptc-model"), "gpt", "--layers", "4", "--hidden", "256", "--heads", "8",
+                        "--seq", str(a.seq), "--vocab", "256", "--batch", str(a.batch), "-o",
+                        w("gpt.mlir")], check=True)
+        runs = {"one rank, 2 threads": ("", 1, 2), "cp:2 ring, 2 x 1 thread": ("mesh=cp:2", 2, 1),
+                "cp:2 ulysses, 2 x 1 thread": ("mesh=cp:2 cp-attention=ulysses", 2, 1)}
+        times = {}
+        for name, (opts, ranks, threads) in runs.items():
+            plan = w("p.plan")
+            subprocess.run([b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=optimizer=adamw {opts}", "-o",
+                            plan], check=True)
+            cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(a.steps + 2),
+                   "--log-every", "0", "--threads", str(threads), "--metrics", w("m.jsonl")]
+            if ranks > 1:
+                cmd += ["--np", str(ranks)]
+            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+            rows = [json.loads(l) for l in open(w("m.jsonl"))][2:]
+            times[name] = statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
+        base = times["one rank, 2 threads"]
+        print(f"GPT 4 layers, hidden 256, 8 heads, seq {a.seq}, batch {a.batch}, AdamW; median of "
+              f"{a.steps} steps")
+        for name, t in times.items():
+            print(f"  {name:28s} {t * 1e3:8.1f} ms/step   {t / base:5.2f}x one rank")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
