@@ -2,8 +2,9 @@
 """Benchmark: context parallelism on this machine's CPU ranks, in one invocation: the bench GPT
 at a long sequence (4 layers, hidden 256, 8 heads, seq 1024, batch 2) trained by one process with
 2 threads, and by cp:2 (2 processes x 1 thread) with ring attention and with Ulysses; median step
-times and their ratios to one rank. (The ring's transfers are not overlapped with its compute yet:
-the figure includes them.)
+times and their ratios to one rank. (The ring posts each step's transfer before its compute; on
+CPU ranks Open MPI's shared-memory transport moves large messages when they are received, so the
+figure includes most of the transfers.)
 
 usage: bench/context_parallel.py [--bin build/bin] [--seq 1024] [--steps 8]
 """

@@ -370,20 +370,29 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     for (auto &pair : dkv)
       pair[0] = carve(kvBytes), pair[1] = carve(kvBytes);
   std::vector<uint8_t> sendHost, recvHost;
-  // Moves `bufs` (each kvBytes) one rank on along the ring into `into`.
-  auto move = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
+  // Moving `bufs` (each kvBytes) one rank on along the ring into `into`, in
+  // two halves so that the transfer overlaps the step's compute: `post` sends
+  // (the communicator copies the data and returns at once), `finish` receives.
+  auto post = [&](std::vector<float *> bufs, int tag) -> Status {
     const int64_t bytes = kvBytes * static_cast<int64_t>(bufs.size());
     sendHost.resize(static_cast<size_t>(bytes));
-    recvHost.resize(static_cast<size_t>(bytes));
     for (size_t i = 0; i < bufs.size(); ++i)
       PTC_RETURN_IF_ERROR(d.copy(sendHost.data() + i * kvBytes, bufs[i], kvBytes,
                                  CopyKind::DeviceToHost));
-    PTC_RETURN_IF_ERROR(comm_->send(sendHost.data(), bytes, axis, (r + 1) % n, tag, what));
+    return comm_->send(sendHost.data(), bytes, axis, (r + 1) % n, tag, what);
+  };
+  auto finish = [&](std::vector<float *> into, int tag) -> Status {
+    const int64_t bytes = kvBytes * static_cast<int64_t>(into.size());
+    recvHost.resize(static_cast<size_t>(bytes));
     PTC_RETURN_IF_ERROR(comm_->recv(recvHost.data(), bytes, axis, (r + n - 1) % n, tag, what));
     for (size_t i = 0; i < into.size(); ++i)
       PTC_RETURN_IF_ERROR(d.copy(into[i], recvHost.data() + i * kvBytes, kvBytes,
                                  CopyKind::HostToDevice));
     return Status::ok();
+  };
+  auto move = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
+    PTC_RETURN_IF_ERROR(post(bufs, tag));
+    return finish(into, tag);
   };
   // Every (query part, key part) pair a ring step holds: `fn(qSlot, kSlot, causal)`
   // for the pairs the causal mask does not hide whole.
@@ -410,14 +419,15 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     PTC_RETURN_IF_ERROR(d.copy(kv[0][1], home[1], kvBytes, CopyKind::DeviceToDevice));
     for (int s = 0, cur = 0; s < n; ++s, cur ^= 1) {
       const int src = (r - s + n) % n;
+      if (s + 1 < n) // on its way while this step computes
+        PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, 9100 + s));
       PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
         return d.attentionBlock(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                 partShape, kvHeads, len, scale, causal, acc + a * qPart,
                                 mx + a * rowsPart, sum + a * rowsPart);
       }));
       if (s + 1 < n)
-        PTC_RETURN_IF_ERROR(move({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]},
-                                 9100 + s));
+        PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
     }
     // o = acc / sum, lse = max + log(sum): rows of the host copies.
     std::vector<float> hAcc(static_cast<size_t>(rows * dim)), hMx(static_cast<size_t>(rows)),
@@ -447,6 +457,10 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   int cur = 0;
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
+    // The keys and values leave before this step's compute; their gradients
+    // (which it adds to) after it.
+    if (s + 1 < n)
+      PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, 9200 + s));
     PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
       return d.attentionBlockGrad(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                   o + a * qPart, g + a * qPart, lse + a * rowsPart, partShape,
@@ -454,9 +468,9 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
                                   dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart);
     }));
     if (s + 1 < n) {
-      PTC_RETURN_IF_ERROR(move({kv[cur][0], kv[cur][1], dkv[cur][0], dkv[cur][1]},
-                               {kv[cur ^ 1][0], kv[cur ^ 1][1], dkv[cur ^ 1][0], dkv[cur ^ 1][1]},
-                               9200 + s));
+      PTC_RETURN_IF_ERROR(post({dkv[cur][0], dkv[cur][1]}, 9250 + s));
+      PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
+      PTC_RETURN_IF_ERROR(finish({dkv[cur ^ 1][0], dkv[cur ^ 1][1]}, 9250 + s));
       cur ^= 1;
     }
   }
