@@ -110,6 +110,15 @@ __device__ void attendRow(const float *qi, const float *kh, const float *vh, int
   }
 }
 
+/// Writes this lane's slots of a row's normalized output: acc / l.
+__device__ void storeRow(const float *acc, float l, int64_t dim, int lane, float *out) {
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    if (d < dim)
+      out[d] = acc[t] / l;
+  }
+}
+
 /// The key/value head (flat over batch) that query head `head` (flat) reads.
 __device__ int64_t kvHeadOf(int64_t head, int64_t heads, int64_t kvHeads) {
   return (head / heads) * kvHeads + (head % heads) / (heads / kvHeads);
@@ -126,11 +135,7 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
     loadRow(q + i * dim, dim, w.lane, qi);
     float m, l;
     attendRow(qi, kh, vh, row, dim, w.lane, scale, acc, m, l);
-    for (int t = 0; t < kAttentionPerLane; ++t) {
-      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-      if (d < dim)
-        out[i * dim + d] = acc[t] / l;
-    }
+    storeRow(acc, l, dim, w.lane, out + i * dim);
   }
 }
 
@@ -261,11 +266,7 @@ __global__ void cachedAttentionKernel(const float *q, const float *kc, const flo
     loadRow(q + i * dim, dim, w.lane, qi);
     float m, l;
     attendRow(qi, kh, vh, p, dim, w.lane, scale, acc, m, l);
-    for (int s = 0; s < kAttentionPerLane; ++s) {
-      int64_t d = w.lane + static_cast<int64_t>(s) * kAttentionLanes;
-      if (d < dim)
-        out[i * dim + d] = acc[s] / l;
-    }
+    storeRow(acc, l, dim, w.lane, out + i * dim);
   }
 }
 

@@ -186,8 +186,8 @@ def _norm_axis(a, rank):
     return a + rank if a < 0 else a
 
 
-def _scalar(imp, x, like, meta):
-    """A Python number as a constant of `like`'s element type."""
+def _scalar(x):
+    """A Python number as an f32 constant (operands are float32)."""
     return _const(torch.tensor(float(x), dtype=torch.float32))
 
 
@@ -196,7 +196,7 @@ def _binary(op):
         a, b = args[0], args[1]
         alpha = kwargs.get("alpha", 1)
         if not isinstance(a, _Node):
-            a = _scalar(imp, a, b, meta)
+            a = _scalar(a)
             if op == "mul":
                 return imp.node("scale", [b], meta, factor=float(a.attrs["value"]))
         if not isinstance(b, _Node):
@@ -204,7 +204,7 @@ def _binary(op):
                 return imp.node("scale", [a], meta, factor=float(b))
             if op == "div":
                 return imp.node("scale", [a], meta, factor=1.0 / float(b))
-            b = _scalar(imp, b, a, meta)
+            b = _scalar(b)
         if alpha != 1:
             b = imp.node("scale", [b], None, factor=float(alpha), shape=b.shape, dtype=b.dtype or a.dtype)
         return imp.node(op, [a, b], meta)
@@ -215,11 +215,18 @@ def _identity(imp, args, kwargs, meta):
     return args[0]
 
 
-def _reshape(imp, args, kwargs, meta):
-    x = args[0]
-    if tuple(meta.shape) == x.shape:
-        return x
-    return imp.node("reshape", [x], meta)
+def _unless_unchanged(op):
+    """`op` of the first argument, or the argument itself where the shape stays."""
+    def handler(imp, args, kwargs, meta):
+        x = args[0]
+        if tuple(meta.shape) == x.shape:
+            return x
+        return imp.node(op, [x], meta)
+    return handler
+
+
+_reshape = _unless_unchanged("reshape")
+_expand = _unless_unchanged("broadcast")
 
 
 def _to_copy(imp, args, kwargs, meta):
@@ -248,13 +255,6 @@ def _permute(imp, args, kwargs, meta):
     if perm == list(range(len(perm))):
         return x
     return imp.node("transpose", [x], meta, permutation=perm)
-
-
-def _expand(imp, args, kwargs, meta):
-    x = args[0]
-    if tuple(meta.shape) == x.shape:
-        return x
-    return imp.node("broadcast", [x], meta)
 
 
 def _slice(imp, args, kwargs, meta):
@@ -372,10 +372,6 @@ def _neg(imp, args, kwargs, meta):
     return imp.node("scale", [args[0]], meta, factor=-1.0)
 
 
-def _unsqueeze(imp, args, kwargs, meta):
-    return imp.node("reshape", [args[0]], meta)
-
-
 _HANDLERS = {
     aten.add.Tensor: _binary("add"), aten.sub.Tensor: _binary("sub"),
     aten.mul.Tensor: _binary("mul"), aten.div.Tensor: _binary("div"),
@@ -383,7 +379,7 @@ _HANDLERS = {
     aten.neg.default: _neg,
     aten.view.default: _reshape, aten._unsafe_view.default: _reshape,
     aten._reshape_alias.default: _reshape, aten.reshape.default: _reshape,
-    aten.unsqueeze.default: _unsqueeze, aten.squeeze.dim: _reshape,
+    aten.unsqueeze.default: _reshape, aten.squeeze.dim: _reshape,
     aten.clone.default: _identity, aten.detach.default: _identity, aten.alias.default: _identity,
     aten.lift_fresh_copy.default: _identity,
     aten._to_copy.default: _to_copy,
@@ -466,11 +462,6 @@ def _strip(n, ops=("reshape",)):
     return n
 
 
-def _merges_leading(flat, full):
-    """A reshape of `full` ([a, b, ..., x, y]) into [a*b*..., x, y] or [a*b*..., y]."""
-    return flat.op == "reshape" and flat.inputs[0] is full
-
-
 def _rotary_theta(cos, sin, seq, dim):
     """The theta of rotary tables cos / sin ([..., seq, dim], rotate_half layout), or None."""
     c, s = cos.attrs["value"], sin.attrs["value"]
@@ -505,12 +496,6 @@ def fuse(root):
                 len(n.inputs[1].shape) == 2 and n.inputs[1].attrs["permutation"] == [1, 0]:
             n.inputs[1] = n.inputs[1].inputs[0]
             n.attrs["transpose_rhs"] = True
-        # matmul(a, transpose(b, last two)) of batched operands -> transpose_rhs.
-        if n.op == "matmul" and n.inputs[1].op == "transpose" and len(n.inputs[1].shape) >= 3:
-            r = len(n.inputs[1].shape)
-            if n.inputs[1].attrs["permutation"] == list(range(r - 2)) + [r - 1, r - 2]:
-                n.inputs[1] = n.inputs[1].inputs[0]
-                n.attrs["transpose_rhs"] = not n.attrs.get("transpose_rhs", False)
 
     users, order = _users(root)
     for n in order:
@@ -553,6 +538,7 @@ def fuse(root):
                 _replace(n, "matmul", [a.inputs[0], b.inputs[0]], **mm.attrs)
     users, order = _users(root)
     for n in order:
+        # matmul(a, transpose(b, last two)) of batched operands -> transpose_rhs.
         if n.op == "matmul" and n.inputs[1].op == "transpose" and len(n.inputs[1].shape) >= 3:
             r = len(n.inputs[1].shape)
             if n.inputs[1].attrs["permutation"] == list(range(r - 2)) + [r - 1, r - 2]:

@@ -291,7 +291,9 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
                 dim = qt.shape[3];
   const Shape partShape{batch, heads, len, dim};
   const int64_t qPart = batch * heads * len * dim, kvPart = batch * kvHeads * len * dim;
-  const int64_t qBytes = qt.bytes, kvBytes = kt.bytes, rows = batch * heads * block;
+  // f32 throughout (low-precision tensors arrive widened: runWidened).
+  const int64_t qBytes = qt.numElements * 4, kvBytes = kt.numElements * 4,
+                rows = batch * heads * block;
   const int64_t rowBytes = rows * 4, rowsPart = batch * heads * len;
   Device &d = *dev_;
   // The sequence part a rank's slot holds: contiguous block r is parts

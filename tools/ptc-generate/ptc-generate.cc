@@ -10,6 +10,8 @@
 //   ptc-generate model.mlir --init weights.safetensors --prompt "Once upon" \
 //       --max-new-tokens 64 --temperature 0.8 --top-k 40 --seed 1
 #include "kernels/common/types.h"
+#include "runtime/base/parse_number.h"
+#include "runtime/base/self_path.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/session/checkpointing.h"
 #include "runtime/session/training_session.h"
@@ -33,6 +35,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -74,12 +77,6 @@ int fail(const std::string &message) {
   return 1;
 }
 
-template <typename T> bool parseNumber(const std::string &text, T &out) {
-  std::istringstream in(text);
-  in >> out;
-  return in && in.peek() == std::char_traits<char>::eof();
-}
-
 std::optional<std::string> parseArgs(int argc, char **argv, Options &o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -90,11 +87,22 @@ std::optional<std::string> parseArgs(int argc, char **argv, Options &o) {
       return true;
     };
     std::string v;
-    auto number = [&](auto &out) -> std::optional<std::string> {
+    auto integer = [&](auto &out) -> std::optional<std::string> {
       if (!value(v))
         return a + " needs a value";
-      if (!parseNumber(v, out))
+      std::optional<int64_t> x = parseInteger(v, 0);
+      if (!x)
+        return a + ": '" + v + "' is not a non-negative integer";
+      out = static_cast<std::remove_reference_t<decltype(out)>>(*x);
+      return std::nullopt;
+    };
+    auto real = [&](double &out) -> std::optional<std::string> {
+      if (!value(v))
+        return a + " needs a value";
+      std::optional<double> x = parseReal(v);
+      if (!x)
         return a + ": '" + v + "' is not a number";
+      out = *x;
       return std::nullopt;
     };
     std::optional<std::string> err;
@@ -115,29 +123,29 @@ std::optional<std::string> parseArgs(int argc, char **argv, Options &o) {
       std::istringstream in(v);
       std::string id;
       while (in >> id) {
-        int64_t x = 0;
-        if (!parseNumber(id, x) || x < 0 || x > 2147483647)
+        std::optional<int64_t> x = parseInteger(id, 0, 2147483647);
+        if (!x)
           return "--prompt-tokens: '" + id + "' is not a token id";
-        o.promptTokens.push_back(static_cast<int32_t>(x));
+        o.promptTokens.push_back(static_cast<int32_t>(*x));
       }
       o.hasPromptTokens = true;
     } else if (a == "--sentencepiece") {
       if (!value(o.sentencepiece))
         return "--sentencepiece needs a model file";
     } else if (a == "--max-new-tokens") {
-      err = number(o.maxNew);
+      err = integer(o.maxNew);
     } else if (a == "--temperature") {
-      err = number(o.temperature);
+      err = real(o.temperature);
     } else if (a == "--top-k") {
-      err = number(o.topK);
+      err = integer(o.topK);
     } else if (a == "--top-p") {
-      err = number(o.topP);
+      err = real(o.topP);
     } else if (a == "--seed") {
-      err = number(o.seed);
+      err = integer(o.seed);
     } else if (a == "--context") {
-      err = number(o.context);
+      err = integer(o.context);
     } else if (a == "--np") {
-      err = number(o.np);
+      err = integer(o.np);
     } else if (a == "--mesh") {
       if (!value(o.mesh))
         return "--mesh needs a mesh (tp:N)";
@@ -169,14 +177,10 @@ std::optional<std::string> parseArgs(int argc, char **argv, Options &o) {
     return "give the prompt as exactly one of --prompt TEXT and --prompt-tokens IDS";
   if (o.maxNew < 1)
     return "--max-new-tokens must be at least 1";
-  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
+  if (o.temperature < 0.0)
     return "--temperature must be >= 0";
-  if (o.topK < 0)
-    return "--top-k must be >= 0";
   if (!(o.topP > 0.0 && o.topP <= 1.0))
     return "--top-p must be in (0, 1]";
-  if (o.context < 0)
-    return "--context must be >= 1";
   if (o.np < 1 || o.np > 4096)
     return "--np must be between 1 and 4096";
   if (o.np > 1 && o.mesh.empty())
@@ -229,16 +233,10 @@ std::string detokenize(const Options &o, const std::vector<int32_t> &ids) {
   return text;
 }
 
-fs::path toolDir() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path(".") : self.parent_path();
-}
-
 /// Runs argv (argv[0] in this tool's directory, else on PATH); its exit status.
 int runChild(std::vector<std::string> args, bool inToolDir) {
   if (inToolDir)
-    args[0] = (toolDir() / args[0]).string();
+    args[0] = (toolDirectory() / args[0]).string();
   pid_t pid = fork();
   if (pid < 0)
     return 127;
@@ -344,9 +342,8 @@ struct Runner {
     PTC_RETURN_IF_ERROR(ex.setInput(tokens, ids.data()));
     PTC_RETURN_IF_ERROR(ex.setInput(positions, pos.data()));
     PTC_RETURN_IF_ERROR(ex.step());
+    // Whole on every rank: a function's results are gathered (ptc-partition).
     const TensorInfo &t = session->plan().tensor(logits);
-    if (t.shape != t.globalShape)
-      return invalidArgument("the plan's logits are split over ranks; expected them whole");
     std::vector<uint8_t> bytes(static_cast<size_t>(t.bytes));
     PTC_RETURN_IF_ERROR(ex.readLocal(logits, bytes.data()));
     const int64_t vocab = t.shape.back();
@@ -557,7 +554,7 @@ int main(int argc, char **argv) {
   if (o.np > 1 && !launchedByMpi()) {
     // The ranks: this tool again under mpirun, with the compiled plans.
     std::vector<std::string> args{"mpirun", "-np", std::to_string(o.np)};
-    args.push_back((toolDir() / "ptc-generate").string());
+    args.push_back((toolDirectory() / "ptc-generate").string());
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "--np") {

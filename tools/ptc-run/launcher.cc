@@ -3,6 +3,7 @@
 #include "runtime/base/exit_codes.h"
 #include "runtime/base/hostfile.h"
 #include "runtime/base/parse_number.h"
+#include "runtime/base/self_path.h"
 #include "runtime/base/signal_handlers.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/plan/plan_loader.h"
@@ -196,9 +197,8 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
   std::vector<std::string> args{"mpirun", "-np", np};
   if (!hostfile.empty())
     args.insert(args.begin() + 1, {"--hostfile", hostfile});
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  args.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
+  std::filesystem::path self = selfExecutable();
+  args.push_back(self.empty() ? std::string(argv[0]) : self.string());
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--np" || a == "--max-restarts" || a == "--hostfile" ||

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/base/self_path.h"
 #include "tools/ptc-train/JobConfig.h"
 
 #include "runtime/base/exit_codes.h"
@@ -60,11 +61,7 @@ Examples: configs/*.toml, configs/slurm/ptc-train.sbatch (Slurm), configs/kubern
 MPIJob). Relative paths are relative to the current folder.
 )";
 
-fs::path toolDir() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path(".") : self.parent_path();
-}
+fs::path toolDir() { return ptc::toolDirectory(); }
 
 std::string quoted(const std::vector<std::string> &argv) {
   std::string out;
