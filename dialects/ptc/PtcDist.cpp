@@ -134,7 +134,7 @@ LogicalResult checkMesh(const MeshInfo &mesh, EmitErrorFn emitError) {
 
 /// The compound axes a mesh needs: dp*ep when it has both (the batch of
 /// expert parallelism carved out of data parallelism; ep minor, so that an
-/// all_to_all over ep moves a dimension from dp*ep to dp), and tp*cp.
+/// all_to_all over ep moves a dimension from dp*ep to dp), tp*cp and cp*tp.
 void addCompounds(MeshInfo &mesh) {
   auto split = [&](MeshAxisRole role) {
     int a = mesh.axisIndex(role);
@@ -149,6 +149,11 @@ void addCompounds(MeshInfo &mesh) {
   int tp = split(MeshAxisRole::Tensor), cp = split(MeshAxisRole::Context);
   if (tp >= 0 && cp >= 0)
     mesh.compounds.push_back({tp, cp});
+  // cp*tp: sequence parallelism inside context parallelism splits each cp
+  // rank's chunk of the sequence over tp (tp minor: gathering over tp before
+  // a column-parallel projection leaves the cp chunk).
+  if (tp >= 0 && cp >= 0)
+    mesh.compounds.push_back({cp, tp});
 }
 } // namespace
 
@@ -220,7 +225,7 @@ LogicalResult addSplitDim(Sharding &out, StringRef name, int blocks, StringRef t
   if (axis < 0)
     return emitError() << "sharding " << text << " names '" << name
                        << "', which is not a compound axis of the mesh";
-  if (out.hasAxis(axis))
+  if (llvm::any_of(out.dims, [&](const DimShard &d) { return d.axis >= 0 && mesh.overlaps(d.axis, axis); }))
     return emitError() << "sharding " << text << " uses mesh axis '" << name << "' twice";
   out.dims.push_back(DimShard(axis, blocks));
   return success();

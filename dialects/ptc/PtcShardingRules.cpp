@@ -49,7 +49,7 @@ LogicalResult elementwiseBinaryRule(Operation *o, ShardingRuleContext &ctx) {
     if (res.dims[d].axis >= 0 && res.dims[d] != f && failed(ctx.conflict(o, lead, follow))) {
       return failure();
     }
-    if (res.dims[d].axis < 0 && !res.hasAxis(f.axis))
+    if (res.dims[d].axis < 0 && !ctx.uses(res, f.axis))
       res.dims[d] = f;
   }
   for (Value v : {lhs, rhs}) {
@@ -91,9 +91,10 @@ LogicalResult elementwiseBinaryRule(Operation *o, ShardingRuleContext &ctx) {
   } else {
     res.partial = pl.empty() ? pr : pl;
   }
-  // An axis cannot both split a dimension and carry a pending sum.
+  // An axis cannot both split a dimension (alone or in a compound) and carry
+  // a pending sum.
   for (int a : SmallVector<int>(res.partial))
-    if (res.hasAxis(a)) {
+    if (ctx.uses(res, a)) {
       ctx.full(0);
       ctx.full(1);
       res.partial.clear();
@@ -177,7 +178,7 @@ LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
   res.dims[r - 2] = m;
   res.partial = sa.partial.empty() ? sb.partial : sa.partial;
   if (k.axis >= 0) {
-    if (llvm::is_contained(res.partial, k.axis) || res.hasAxis(k.axis)) {
+    if (llvm::is_contained(res.partial, k.axis) || ctx.uses(res, k.axis)) {
       sa.partial.clear();
       sb.partial.clear();
       res.partial.clear();
@@ -350,15 +351,17 @@ LogicalResult embeddingRule(EmbeddingOp e, ShardingRuleContext &ctx) {
   DimShard rows = ctx.want[0].dims[0];
   bool vocab = rows.axis >= 0 && rows.blocks == 1;
   const bool tensorAxis = rows.axis >= 0 && rows.axis == ctx.mesh().axisIndex(MeshAxisRole::Tensor);
-  if (vocab && ctx.want[1].hasAxis(rows.axis) && !tensorAxis)
+  if (vocab && ctx.uses(ctx.want[1], rows.axis) && !tensorAxis)
     vocab = false; // rows over dp (ZeRO-3): the table is gathered instead
   std::optional<Sharding> arrived;
-  if (vocab && ctx.want[1].hasAxis(rows.axis)) {
+  if (vocab && ctx.uses(ctx.want[1], rows.axis)) {
+    // Gathered over the table's axis; a compound keeps its other part (ids
+    // over cp*tp under context and sequence parallelism: over cp).
     arrived = ctx.want[1].withoutPartial();
     for (DimShard &d : ctx.want[1].dims)
-      if (d.axis == rows.axis && d.blocks == 1)
-        d = DimShard();
-    vocab = !ctx.want[1].hasAxis(rows.axis); // a compound axis holding it: no
+      if (d.axis >= 0 && d.blocks == 1 && ctx.mesh().overlaps(d.axis, rows.axis))
+        d = DimShard(ctx.without(d.axis, rows.axis));
+    vocab = !ctx.uses(ctx.want[1], rows.axis); // a blocked split holding it: no
   }
   Sharding res = ctx.want[1];
   res.dims.push_back(DimShard());
@@ -397,8 +400,8 @@ LogicalResult embeddingGradRule(EmbeddingGradOp eg, ShardingRuleContext &ctx) {
   }
   if (vocabAxis >= 0 && vocabAxis == ctx.mesh().axisIndex(MeshAxisRole::Tensor))
     for (DimShard &d : ctx.want[0].dims)
-      if (d.axis == vocabAxis && d.blocks == 1)
-        d = DimShard();
+      if (d.axis >= 0 && d.blocks == 1 && ctx.mesh().overlaps(d.axis, vocabAxis))
+        d = DimShard(ctx.without(d.axis, vocabAxis));
   Sharding g = ctx.want[0];
   g.dims.push_back(-1);
   ctx.want[1] = g;
@@ -480,9 +483,17 @@ LogicalResult reshapeRule(ReshapeOp rs, ShardingRuleContext &ctx) {
     // h] under context parallelism, as the weight gradients flatten it):
     // `prefix / p` equal blocks, each split, so that the gradient is a partial
     // sum over cp rather than a gather of the sequence. (Sequence parallelism
-    // over tp keeps Megatron's gather of the input.)
+    // over tp keeps Megatron's gather of the input: within cp, cp*tp is
+    // gathered over tp to cp's chunk.)
     int64_t blocks = 0;
-    if (mapped < 0 && ds.blocks == 1 && a == ctx.mesh().axisIndex(MeshAxisRole::Context)) {
+    const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
+    if (mapped < 0 && ds.blocks == 1 && a >= 0 && cp >= 0 && a != cp &&
+        ctx.mesh().parts(a).front() == cp) {
+      a = cp;
+      ds = DimShard(cp);
+      ctx.want[0].dims[d] = ds;
+    }
+    if (mapped < 0 && ds.blocks == 1 && a == cp) {
       int64_t pe = 1;
       for (int64_t e = 0; e < go.getRank() && pe <= prefix && prefix % pe == 0; ++e) {
         int64_t spanEnd = pe * go.getDimSize(e); // output dim e spans prefixes [pe, spanEnd)

@@ -132,14 +132,19 @@ FailureOr<Value> Partitioner::reshard(Value v, const Sharding &target, Operation
     if (!llvm::is_contained(target.partial, a))
       reduce.push_back(a);
   // A pending sum over an axis that the consumer wants to split a dimension
-  // over: reduce-scatter along that dimension (half the traffic of an
-  // all-reduce, and no slice afterwards).
+  // over (alone, or as the minor axis of a compound whose major part splits
+  // it already: cp -> cp*tp): reduce-scatter along that dimension (half the
+  // traffic of an all-reduce, and no slice afterwards).
   for (int a : SmallVector<int>(wholeGradient ? SmallVector<int>() : reduce)) {
     for (size_t d = 0; d < target.dims.size(); ++d) {
-      if (target.dims[d].axis != a || target.dims[d].blocks != 1 || curS.dims[d].axis >= 0)
+      if (target.dims[d].blocks != 1 || curS.dims[d].blocks != 1)
+        continue;
+      SmallVector<int, 2> scattered = mesh.parts(curS.dims[d].axis);
+      scattered.push_back(a);
+      if (target.dims[d].axis < 0 || target.dims[d].axis != mesh.axisOf(scattered))
         continue;
       Sharding next = curS;
-      next.dims[d] = DimShard(a);
+      next.dims[d] = target.dims[d];
       llvm::erase(next.partial, a);
       FailureOr<RankedTensorType> type = localType(func, mesh, v, g, next, user);
       if (failed(type))
@@ -409,8 +414,10 @@ LogicalResult Partitioner::run() {
   for (Operation &op : block)
     ops.push_back(&op);
   for (auto &[arg, target] : onEntry) {
-    FailureOr<Value> rows = reshard(arg, target, ops.front(), "expert parallelism: ep ranks take "
-                                                              "their own rows of dp's batch");
+    FailureOr<Value> rows = reshard(arg, target, ops.front(),
+                                       "a compound axis refines the split the input is loaded in "
+                                       "(ep ranks take their own rows of dp's batch, sequence "
+                                       "parallelism within cp its tp share of the chunk)");
     if (failed(rows))
       return failure();
     arg.replaceAllUsesExcept(*rows, rows->getDefiningOp());

@@ -266,8 +266,13 @@ LogicalResult Propagation::run() {
       return func.emitError() << "argument #" << arg.getArgNumber() << " is not a ranked tensor";
     Sharding s = Sharding::replicated(g.getRank());
     Origin origin{"default", {}};
-    bool refineBatch = false;
+    // The split the plan loads an input in (plain mesh axes) and the one its
+    // users read, when a compound axis refines it (sliced on entry).
+    std::optional<Sharding> entry;
+    std::string entryWhy;
     auto emit = [&] { return mlir::emitError(arg.getLoc()) << describe(func, arg) << ": "; };
+    bool input = func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) != nullptr;
+    bool annotated = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName) != nullptr;
     if (Attribute spec = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName)) {
       FailureOr<Sharding> parsed = getSharding(spec, mesh, g.getRank(), emit);
       if (failed(parsed))
@@ -277,48 +282,57 @@ LogicalResult Propagation::run() {
     } else if (auto it = defaults.find(arg); it != defaults.end()) {
       s = it->second;
       origin = {"default rule", {}};
-    } else if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName) && batch >= 0 &&
-               g.getRank() >= 1) {
+    } else if (input && batch >= 0 && g.getRank() >= 1) {
       // Default rule: the batch dimension of inputs goes to dp (or ep). The
       // plan loads dp's rows; a compound batch axis slices them over ep on
       // entry.
       s.dims[0] = batchArg;
       origin = {"default: batch -> " + mesh.axes[batchArg], {}};
-      refineBatch = batch != batchArg;
+      if (batch != batchArg) {
+        entry = Sharding::replicated(g.getRank());
+        entry->dims[0] = DimShard(batch);
+        entryWhy = "default: batch -> " + mesh.name(batch);
+      }
     }
     int tp = mesh.axisIndex(MeshAxisRole::Tensor);
-    if (sequenceParallel && tp >= 0 && mesh.sizes[tp] > 1 && g.getRank() >= 2 &&
-        !func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName) &&
-        func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
-      s.dims[1] = tp; // sequence parallelism: the sequence dimension goes to tp
-      origin.how += ", sequence -> tp";
-    }
-    // Context parallelism: the sequence of inputs (dimension 1 of [batch,
-    // seq, ...]) goes to cp for the whole layer.
     int cp = mesh.axisIndex(MeshAxisRole::Context);
-    if (cp >= 0 && mesh.sizes[cp] > 1 && g.getRank() >= 2 &&
-        !func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName) &&
-        func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
-      if (s.dims[1].axis >= 0)
-        return emit() << "its sequence is already split over '" << mesh.name(s.dims[1].axis)
-                      << "' (sequence parallelism) and cannot also go to '" << mesh.axes[cp]
-                      << "' (context parallelism); combining them is not implemented yet";
-      if (g.getDimSize(1) % mesh.sizes[cp] != 0)
+    bool sequenceToTp = sequenceParallel && tp >= 0 && mesh.sizes[tp] > 1 && g.getRank() >= 2 &&
+                        !annotated && input;
+    if (cp >= 0 && mesh.sizes[cp] > 1 && g.getRank() >= 2 && !annotated && input) {
+      // Context parallelism: the sequence of inputs (dimension 1 of [batch,
+      // seq, ...]) goes to cp for the whole layer. With sequence parallelism
+      // too, each cp rank's chunk is split over tp (cp*tp, sliced on entry):
+      // the projections gather it over tp back to the chunk.
+      int seq = sequenceToTp ? mesh.axisOf({cp, tp}) : cp;
+      if (g.getDimSize(1) % mesh.size(seq) != 0)
         return emit() << "its sequence of " << g.getDimSize(1) << " does not split over mesh axis '"
-                      << mesh.axes[cp] << "' (size " << mesh.sizes[cp] << ")";
+                      << mesh.name(seq) << "' (size " << mesh.size(seq) << ")";
       s.dims[1] = cp;
       origin.how += ", sequence -> " + mesh.axes[cp];
+      if (seq != cp) {
+        if (!entry) {
+          entry = Sharding::replicated(g.getRank());
+          entryWhy = origin.how;
+        }
+        entry->dims[1] = DimShard(seq);
+        entryWhy += ", sequence -> " + mesh.name(seq) + " (sequence parallelism)";
+      }
+    } else if (sequenceToTp) {
+      s.dims[1] = tp; // sequence parallelism: the sequence dimension goes to tp
+      origin.how += ", sequence -> tp";
     }
     if (failed(publish(arg, s, origin, nullptr)))
       return failure();
     NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
     attrs.set(PtcDialect::kShardingAttrName, attr(sharding(arg)));
-    if (refineBatch && !arg.use_empty()) {
-      Sharding rows = sharding(arg);
-      rows.dims[0] = DimShard(batch);
-      if (failed(publish(arg, rows, {"default: batch -> " + mesh.name(batch), {}}, nullptr)))
+    if (entry && !arg.use_empty()) {
+      // Every other dimension as loaded.
+      for (auto [e, loaded] : llvm::zip(entry->dims, s.dims))
+        if (e.axis < 0)
+          e = loaded;
+      if (failed(publish(arg, *entry, {entryWhy, {}}, nullptr)))
         return failure();
-      attrs.set(kReshardOnEntry, attr(rows));
+      attrs.set(kReshardOnEntry, attr(*entry));
     }
     // ZeRO-3 gathers a parameter for each use (FSDP's reshard-after-forward),
     // so that the memory plan can free the whole copy right after it.
