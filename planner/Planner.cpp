@@ -39,10 +39,13 @@ std::string Layout::compileOptions(const std::string &precision) const {
   axis("pp", pp);
   axis("dp", dp);
   axis("ep", ep);
+  axis("cp", cp);
   axis("tp", tp);
   if (!mesh.empty())
     os << "mesh=" << mesh;
   auto opt = [&](const std::string &text) { os << (os.tellp() > 0 ? " " : "") << text; };
+  if (cp > 1 && cpAttention != "ring")
+    opt("cp-attention=" + cpAttention);
   if (microbatches > 1 || pp > 1)
     opt("microbatches=" + std::to_string(microbatches));
   if (pp > 1) {
@@ -66,6 +69,8 @@ std::string Layout::describe() const {
   os << "dp" << dp;
   if (ep > 1)
     os << " ep" << ep;
+  if (cp > 1)
+    os << " cp" << cp << (cpAttention == "ring" ? "" : "u");
   os << " tp" << tp << " pp" << pp;
   if (virtualStages > 1)
     os << "x" << virtualStages;
@@ -93,14 +98,17 @@ struct Collective {
 using CollKey = std::pair<int, int>; // (mask of MeshAxisRole bits, CollKind)
 int roleBit(MeshAxisRole r) { return 1 << static_cast<int>(r); }
 /// Which traffic a collective is: an all-to-all over ep is the experts'
-/// dispatch; any other collective over dp or ep moves gradients or
-/// parameters (the dense ones are replicated over dp x ep); the rest is tp's.
+/// dispatch, one over cp Ulysses' attention; any other collective over dp,
+/// ep or cp moves gradients or parameters (the dense ones are replicated over
+/// dp x ep x cp); the rest is tp's.
 MeshAxisRole classOf(const std::pair<int, int> &key) {
   auto [mask, kind] = key;
   if (mask & roleBit(MeshAxisRole::Data))
     return MeshAxisRole::Data;
   if (mask & roleBit(MeshAxisRole::Expert))
     return kind == kAllToAll ? MeshAxisRole::Expert : MeshAxisRole::Data;
+  if (mask & roleBit(MeshAxisRole::Context))
+    return kind == kAllToAll ? MeshAxisRole::Context : MeshAxisRole::Data;
   return MeshAxisRole::Tensor;
 }
 
@@ -112,12 +120,19 @@ struct PhaseCost {
   double attentionSeconds = 0;
   double flops = 0;         ///< matmul and attention FLOPs executed (recomputation included)
   std::map<CollKey, Collective> collectives;
+  /// Ring attention (cp): the key/value blocks (and their gradients) it
+  /// passes to the next cp rank, and the attention compute they overlap.
+  Collective ring;
+  double ringComputeSeconds = 0;
 
   PhaseCost &add(const PhaseCost &o, double scale) {
     seconds += scale * o.seconds;
     matmulSeconds += scale * o.matmulSeconds;
     attentionSeconds += scale * o.attentionSeconds;
     flops += scale * o.flops;
+    ring.bytes += scale * o.ring.bytes;
+    ring.count += scale * o.ring.count;
+    ringComputeSeconds += scale * o.ringComputeSeconds;
     for (const auto &[k, c] : o.collectives) {
       collectives[k].bytes += scale * c.bytes;
       collectives[k].count += scale * c.count;
@@ -258,6 +273,29 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.seconds += s;
       pc.attentionSeconds += s;
       pc.flops += f;
+    } else if (isa<RingAttentionOp, RingAttentionGradOp>(op)) {
+      // A rank's causal share of the whole sequence's attention (the ring is
+      // balanced): n blocks of its local size; the gradient runs the forward
+      // ring again. Each of the n - 1 steps passes the key and value blocks
+      // (f32: the executor's working copies) on; the gradient's steps pass
+      // their gradients too, and one last move brings them home.
+      Value q = op.getOperand(0), k = op.getOperand(1);
+      auto axes = op.getAttrOfType<ArrayAttr>("axes");
+      double n = 1;
+      if (succeeded(mesh) && axes)
+        for (Attribute a : axes)
+          n *= static_cast<double>(mesh->sizes[static_cast<size_t>(
+              mesh->axisIndex(cast<StringAttr>(a).getValue()))]);
+      bool grad = isa<RingAttentionGradOp>(op);
+      double f = (grad ? 3.5 : 1.0) * n * attentionFlopsOf(q);
+      double s = price.attention(f, elementTypeName(cast<RankedTensorType>(q.getType()).getElementType()));
+      pc.seconds += s;
+      pc.attentionSeconds += s;
+      pc.ringComputeSeconds += s;
+      pc.flops += f;
+      double kv = 2.0 * 4.0 * static_cast<double>(cast<RankedTensorType>(k.getType()).getNumElements());
+      pc.ring.bytes += (n - 1) * kv + (grad ? (n - 1) * 2 * kv + kv : 0.0);
+      pc.ring.count += (n - 1) + (grad ? 2 * (n - 1) + 1 : 0.0);
     } else if (auto ag = dyn_cast<CausalAttentionGradOp>(op)) {
       // The gradient recomputes the probabilities: 2.5x the forward's FLOPs.
       double f = 2.5 * attentionFlopsOf(ag.getQuery());
@@ -527,6 +565,30 @@ struct Planner::Impl {
   }
   int64_t fileBatch() { return fileInput().first; }
 
+  /// The sequence length: the builder's, or a file's first input's
+  /// dimension 1 ([batch, seq]).
+  int64_t sequenceLength() {
+    if (model.kind != "file")
+      return model.seq();
+    if (fileModule)
+      for (auto func : fileModule->getOps<func::FuncOp>())
+        for (BlockArgument arg : func.getArguments())
+          if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName)) {
+            auto type = cast<RankedTensorType>(arg.getType());
+            return type.getRank() >= 2 ? type.getDimSize(1) : 0;
+          }
+    return 0;
+  }
+
+  /// Whether the search tries context parallelism of size `cp`: the listed
+  /// sizes, or by default those leaving each rank kMinCpChunk tokens or more.
+  bool cpAllowed(int64_t cp) {
+    if (!space.cp.empty())
+      return allowed(space.cp, cp);
+    int64_t seq = sequenceLength();
+    return cp == 1 || (seq % cp == 0 && seq / cp >= kMinCpChunk);
+  }
+
   /// The file's repeated blocks, when it has them (probes cut to a few).
   std::optional<FileBlocks> fileBlocks;
 
@@ -625,13 +687,13 @@ struct Planner::Impl {
 
   double collectiveSeconds(const CollKey &k, const Collective &c, const Layout &l) const {
     auto [mask, kind] = k;
-    // Ranks are numbered pp, dp, ep, tp (tp fastest): the group of the
+    // Ranks are numbered pp, dp, ep, cp, tp (tp fastest): the group of the
     // axes in `mask` has p members and spans `extent` consecutive ranks.
     struct Axis {
       MeshAxisRole role;
       int64_t size;
-    } order[] = {{MeshAxisRole::Tensor, l.tp}, {MeshAxisRole::Expert, l.ep}, {MeshAxisRole::Data, l.dp},
-                 {MeshAxisRole::Pipeline, l.pp}};
+    } order[] = {{MeshAxisRole::Tensor, l.tp}, {MeshAxisRole::Context, l.cp}, {MeshAxisRole::Expert, l.ep},
+                 {MeshAxisRole::Data, l.dp}, {MeshAxisRole::Pipeline, l.pp}};
     int64_t p = 1, stride = 1, extent = 1;
     for (const Axis &a : order) {
       if (mask & roleBit(a.role)) {
@@ -655,6 +717,19 @@ struct Planner::Impl {
     return seconds * price.slowdown;
   }
 
+  /// Ring attention's transfers (each cp rank to the next, tp ranks apart;
+  /// the ring's slowest link bounds it) and what of them stays exposed: all
+  /// of it where the cluster does not overlap communication with compute
+  /// (CPU ranks), else what the attention blocks do not hide.
+  double ringSeconds(const PhaseCost &pc, const Layout &l) const {
+    if (pc.ring.count <= 0)
+      return 0;
+    const Link &link = linkFor(l.tp, l.cp);
+    const double latency = link.p2pSeconds(0);
+    double seconds = (pc.ring.count * latency + (link.p2pSeconds(pc.ring.bytes) - latency)) * price.slowdown;
+    return cluster.overlap ? std::max(0.0, seconds - pc.ringComputeSeconds) : seconds;
+  }
+
   double collectivesSeconds(const PhaseCost &pc, const Layout &l, MeshAxisRole cls) const {
     double t = 0;
     for (const auto &[k, c] : pc.collectives)
@@ -664,8 +739,8 @@ struct Planner::Impl {
   }
 
   std::string invalidReason(const Layout &l) const {
-    if (l.dp * l.ep * l.tp * l.pp != space.devices)
-      return "dp x ep x tp x pp != devices";
+    if (l.devices() != space.devices)
+      return "dp x ep x cp x tp x pp != devices";
     if (l.ep > 1 && (model.experts() == 0 || model.experts() % l.ep))
       return model.experts() ? "ep does not divide the experts" : "ep needs a mixture-of-experts model";
     if (model.kind != "file") {
@@ -675,7 +750,14 @@ struct Planner::Impl {
         return "pp x virtual stages does not divide the layers";
       if (l.sequenceParallel && model.seq() % l.tp)
         return "tp does not divide the sequence (sp)";
+      if (l.cp > 1 && model.seq() % (l.cp * (l.sequenceParallel ? l.tp : 1)))
+        return "cp does not divide the sequence";
+      if (l.cp > 1 && l.cpAttention == "ulysses" &&
+          (model.heads() % (l.tp * l.cp) || model.kvHeads() % (l.tp * l.cp)))
+        return "tp x cp does not divide the (key/value) heads (ulysses)";
     }
+    if (l.cp == 1 && l.cpAttention != "ring")
+      return "cp attention without cp";
     if (l.tp > cluster.ranksPerNode(space.devices) && !space.tpAcrossNodes)
       return "tp spans nodes (--tp-across-nodes allows it)";
     if (l.zero > 0 && l.dp == 1)
@@ -859,6 +941,7 @@ struct Planner::Impl {
     int64_t chunks = l.pp * l.virtualStages;
     schedule::Timing timing;
     std::vector<double> tpPerRank(static_cast<size_t>(l.pp), 0), epPerRank(static_cast<size_t>(l.pp), 0),
+        cpPerRank(static_cast<size_t>(l.pp), 0),
         computePerRank(static_cast<size_t>(l.pp), 0), dpPerRank(static_cast<size_t>(l.pp), 0),
         stepPerRank(static_cast<size_t>(l.pp), 0), lastBackward(static_cast<size_t>(l.pp), 0),
         gatherExposed(static_cast<size_t>(l.pp), 0);
@@ -870,6 +953,7 @@ struct Planner::Impl {
       for (int ph : {kForward, kBackward}) {
         const PhaseCost &pc = cc.phase[ph];
         double tp = collectivesSeconds(pc, l, tensor), ep = collectivesSeconds(pc, l, expert);
+        double cp = collectivesSeconds(pc, l, MeshAxisRole::Context) + ringSeconds(pc, l);
         // dp collectives inside a micro-batch: ZeRO-3's parameter gathers
         // (ahead of their layer, overlapping the previous one's compute on
         // a GPU) and, in the probes' single micro-batch, the gradients.
@@ -878,9 +962,10 @@ struct Planner::Impl {
           if (classOf(k) == data && !(ph == kBackward && (k.second == kAllReduce || k.second == kReduceScatter)))
             dpIn += collectiveSeconds(k, coll, l);
         double gathered = cluster.overlap ? std::max(0.0, dpIn - pc.seconds) : dpIn;
-        seg[ph] = pc.seconds + tp + ep + gathered;
+        seg[ph] = pc.seconds + tp + ep + cp + gathered;
         tpPerRank[r] += m * tp;
         epPerRank[r] += m * ep;
+        cpPerRank[r] += m * cp;
         gatherExposed[r] += m * gathered;
         computePerRank[r] += m * pc.seconds;
         hardwareFlops += m * pc.flops;
@@ -915,8 +1000,8 @@ struct Planner::Impl {
         return llvm::createStringError(error);
       // One micro-batch's activations between neighbouring ranks.
       double bytes = static_cast<double>(l.microBatch) * model.seq() * model.hidden() *
-                     (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1);
-      const Link &link = linkFor(l.dp * l.ep * l.tp, 2);
+                     (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1) / l.cp;
+      const Link &link = linkFor(l.dp * l.ep * l.cp * l.tp, 2);
       timing.transfer = link.p2pSeconds(bytes) * price.slowdown;
       StatusOr<schedule::Report> rep = schedule::simulate(*p, timing, /*verified=*/true);
       if (!rep.isOk())
@@ -938,6 +1023,7 @@ struct Planner::Impl {
       e.dpComm = std::max(e.dpComm, exposed + gatherExposed[i]);
       e.tpComm = std::max(e.tpComm, tpPerRank[i]);
       e.epComm = std::max(e.epComm, epPerRank[i]);
+      e.cpComm = std::max(e.cpComm, cpPerRank[i]);
       e.compute = std::max(e.compute, computePerRank[i]);
       e.optimizer = std::max(e.optimizer, stepPerRank[i]);
     }
@@ -953,6 +1039,7 @@ struct Planner::Impl {
                                                {e.tpComm, "tp communication"},
                                                {e.dpComm, "dp communication"},
                                                {e.epComm, "ep communication"},
+                                               {e.cpComm, "cp communication"},
                                                {e.bubble * makespan, "pipeline bubble"},
                                                {e.optimizer, "optimizer step"}};
     e.limit = std::max_element(std::begin(parts), std::end(parts))->second;
@@ -984,7 +1071,10 @@ struct Planner::Impl {
         for (int64_t ep : divisors(n / (tp * pp))) {
         if (!allowed(space.ep, ep) || (ep > 1 && model.experts() == 0))
           continue;
-        int64_t dp = n / (tp * pp * ep);
+        for (int64_t cp : divisors(n / (tp * pp * ep))) {
+        if (!cpAllowed(cp))
+          continue;
+        int64_t dp = n / (tp * pp * ep * cp);
         if (!allowed(space.dp, dp))
           continue;
         // The batch splits over dp x ep replicas.
@@ -1005,7 +1095,9 @@ struct Planner::Impl {
             if (space.globalBatch % (replicas * mbs) == 0)
               batches.push_back({mbs, space.globalBatch / (replicas * mbs)});
         }
+        const std::vector<std::string> ring{"ring"};
         for (auto [mbs, m] : batches)
+          for (const std::string &cpAttention : cp > 1 ? space.cpAttention : ring)
           for (int64_t v : space.virtualStages)
             for (const std::string &sched : space.schedules)
               for (bool sp : space.sequenceParallel)
@@ -1017,7 +1109,7 @@ struct Planner::Impl {
                     if ((pp == 1 && (v > 1 || sched != space.schedules.front())) ||
                         (pp > 1 && (v > 1) != (sched == "interleaved-1f1b")) || (sp && tp == 1))
                       continue;
-                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched, ep};
+                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched, ep, cp, cpAttention};
                     std::string why = invalidReason(l);
                     if (!why.empty()) {
                       ++stats.invalid;
@@ -1026,6 +1118,7 @@ struct Planner::Impl {
                     }
                     out.push_back(l);
                   }
+        }
         }
       }
     }

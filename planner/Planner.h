@@ -29,6 +29,10 @@
 
 namespace ptc::plan {
 
+/// The shortest per-rank chunk of the sequence the default search gives
+/// context parallelism (shorter chunks leave the ring's transfers exposed).
+inline constexpr int64_t kMinCpChunk = 4096;
+
 /// The model being planned: one of ptc-model's builders (per-layer probes),
 /// or a whole .mlir file (each layout compiled in full).
 struct ModelSpec {
@@ -51,6 +55,10 @@ struct SearchSpace {
   int64_t devices = 1;
   int64_t globalBatch = 0; ///< sequences per step (builders; a file's batch is its own)
   std::vector<int64_t> tp, pp, dp, ep; ///< empty: every divisor
+  /// Context parallelism sizes; empty: 1, and every divisor that leaves each
+  /// rank at least kMinCpChunk tokens (a long sequence's memory saver).
+  std::vector<int64_t> cp;
+  std::vector<std::string> cpAttention{"ring", "ulysses"};
   std::vector<int64_t> microBatchSizes{1, 2, 4};
   std::vector<int64_t> virtualStages{1, 2};
   std::vector<int> zero{0, 1, 2, 3};
@@ -68,6 +76,9 @@ struct Layout {
   int zero = 0;
   std::string recompute = "none", schedule = "1f1b";
   int64_t ep = 1; ///< expert parallelism (MoE models): experts split over ep, the batch over dp x ep
+  int64_t cp = 1; ///< context parallelism: the sequence split over cp for the whole layer
+  std::string cpAttention = "ring"; ///< ring or ulysses (with cp > 1)
+  int64_t devices() const { return dp * ep * cp * tp * pp; }
   /// The layout as ptc-compile options.
   std::string compileOptions(const std::string &precision) const;
   std::string describe() const;
@@ -78,6 +89,9 @@ struct Estimate {
   double step = 0;    ///< seconds
   double compute = 0; ///< per rank, all micro-batches, the slowest pipeline rank
   double tpComm = 0, dpComm = 0, ppComm = 0, epComm = 0; ///< exposed seconds per step
+  /// Context parallelism's exposed seconds per step: the ring's key/value
+  /// transfers that the attention blocks do not hide, or Ulysses' all-to-alls.
+  double cpComm = 0;
   double bubble = 0;   ///< idle fraction of the pipeline (simulated)
   double optimizer = 0; ///< the step segment (updates and their collectives)
   double tokensPerSecond = 0, tflopsPerDevice = 0, mfu = 0;

@@ -75,6 +75,11 @@ cl::list<int64_t> ppList("pp", cl::desc("Allowed pp sizes"), cl::CommaSeparated,
 cl::list<int64_t> dpList("dp", cl::desc("Allowed dp sizes"), cl::CommaSeparated, cl::cat(category));
 cl::list<int64_t> epList("ep", cl::desc("Allowed ep sizes (MoE models; default: every divisor of the experts)"),
                          cl::CommaSeparated, cl::cat(category));
+cl::list<int64_t> cpList("cp", cl::desc("Allowed cp sizes (context parallelism; default: 1 and every divisor "
+                                         "leaving each rank 4096 tokens or more)"),
+                         cl::CommaSeparated, cl::cat(category));
+cl::list<std::string> cpAttentionList("cp-attention", cl::desc("ring, ulysses (default both)"), cl::CommaSeparated,
+                                      cl::cat(category));
 cl::opt<int64_t> moeExperts("moe-experts", cl::desc("Experts per MoE layer (0: dense; default the preset's)"),
                             cl::init(-1), cl::cat(category));
 cl::opt<int64_t> moeTopK("moe-top-k", cl::desc("Experts per token (default 2, or the preset's)"), cl::init(0),
@@ -98,7 +103,8 @@ cl::opt<std::string> spChoice("sp", cl::desc("Sequence parallelism: on, off or b
                               cl::init("both"), cl::cat(category));
 cl::opt<bool> tpAcrossNodes("tp-across-nodes", cl::desc("Allow tp groups that span nodes"), cl::cat(category));
 cl::opt<std::string> layoutText("layout",
-                                cl::desc("Evaluate one layout: dp=,ep=,tp=,pp=,v=,mbs=,m=,sp=,zero=,recompute=,schedule="),
+                                cl::desc("Evaluate one layout: dp=,ep=,cp=,tp=,pp=,v=,mbs=,m=,sp=,zero=,recompute=,"
+                                         "schedule=,cp-attention="),
                                 cl::cat(category));
 cl::opt<unsigned> top("top", cl::desc("Rows of the table (default 10)"), cl::init(10), cl::cat(category));
 cl::opt<bool> explain("explain", cl::desc("Say why each runner-up loses to the best"), cl::cat(category));
@@ -126,6 +132,7 @@ Expected<Layout> parseLayout(StringRef text) {
   Layout l;
   const std::pair<const char *, int64_t *> counts[] = {{"dp", &l.dp},         {"tp", &l.tp},
                                                        {"pp", &l.pp},         {"ep", &l.ep},
+                                                       {"cp", &l.cp},
                                                        {"v", &l.virtualStages}, {"mbs", &l.microBatch},
                                                        {"m", &l.microbatches}};
   SmallVector<StringRef> parts;
@@ -134,7 +141,8 @@ Expected<Layout> parseLayout(StringRef text) {
     auto [key, value] = part.trim().split('=');
     int64_t n = 0;
     bool isInt = !value.getAsInteger(10, n);
-    auto count = llvm::find_if(counts, [&](const auto &c) { return key == c.first; });
+    StringRef name = key;
+    auto count = llvm::find_if(counts, [&](const auto &c) { return name == c.first; });
     if (count != std::end(counts) && isInt && n >= 1)
       *count->second = n;
     else if (key == "zero" && isInt && n >= 0 && n <= 3)
@@ -145,25 +153,29 @@ Expected<Layout> parseLayout(StringRef text) {
       l.recompute = value.str();
     else if (key == "schedule" && llvm::is_contained(ptc::schedule::scheduleNames(), value.str()))
       l.schedule = value.str();
+    else if (key == "cp-attention" && (value == "ring" || value == "ulysses"))
+      l.cpAttention = value.str();
     else
       return createStringError("--layout: cannot read '" + part.str() +
-                               "' (expected dp=, ep=, tp=, pp=, v=, mbs=, m= at least 1, zero=0-3, "
-                               "sp=true|false, recompute=none|selective|full, schedule=" +
+                               "' (expected dp=, ep=, cp=, tp=, pp=, v=, mbs=, m= at least 1, zero=0-3, "
+                               "sp=true|false, recompute=none|selective|full, cp-attention=ring|ulysses, "
+                               "schedule=" +
                                llvm::join(ptc::schedule::scheduleNames(), "|") + ")");
   }
   return l;
 }
 
 void printTable(const std::vector<Estimate> &rows, raw_ostream &os) {
-  os << format("  %-3s %-38s %10s %11s %8s %6s %10s %7s %9s %9s %9s %9s  %s\n", "#", "layout", "step", "tokens/s",
-               "TFLOP/s", "MFU", "memory", "bubble", "tp comm", "dp comm", "pp comm", "ep comm", "limit");
+  os << format("  %-3s %-38s %10s %11s %8s %6s %10s %7s %9s %9s %9s %9s %9s  %s\n", "#", "layout", "step",
+               "tokens/s", "TFLOP/s", "MFU", "memory", "bubble", "tp comm", "dp comm", "pp comm", "ep comm",
+               "cp comm", "limit");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Estimate &e = rows[i];
-    os << format("  %-3zu %-38s %10s %11.0f %8.2f %5.1f%% %10s %6.1f%% %9s %9s %9s %9s  %s%s\n", i + 1,
+    os << format("  %-3zu %-38s %10s %11.0f %8.2f %5.1f%% %10s %6.1f%% %9s %9s %9s %9s %9s  %s%s\n", i + 1,
                  e.layout.describe().c_str(), seconds(e.step).c_str(), e.tokensPerSecond, e.tflopsPerDevice,
                  100 * e.mfu, mlir::ptc::formatByteSize(e.memory).c_str(), 100 * e.bubble, seconds(e.tpComm).c_str(),
-                 seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), seconds(e.epComm).c_str(), e.limit.c_str(),
-                 e.fits ? "" : " (does not fit)");
+                 seconds(e.dpComm).c_str(), seconds(e.ppComm).c_str(), seconds(e.epComm).c_str(),
+                 seconds(e.cpComm).c_str(), e.limit.c_str(), e.fits ? "" : " (does not fit)");
   }
 }
 
@@ -174,6 +186,7 @@ std::string whyLoses(const Estimate &e, const Estimate &best) {
       {e.tpComm - best.tpComm, "tp communication"},
       {e.dpComm - best.dpComm, "exposed dp communication"},
       {e.epComm - best.epComm, "ep communication"},
+      {e.cpComm - best.cpComm, "cp communication"},
       {e.bubble * (e.step - e.optimizer) - best.bubble * (best.step - best.optimizer), "pipeline bubble"},
       {e.ppComm - best.ppComm, "pipeline transfers"},
       {e.optimizer - best.optimizer, "optimizer step"}};
@@ -197,6 +210,8 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"tp", l.tp},
           {"pp", l.pp},
           {"ep", l.ep},
+          {"cp", l.cp},
+          {"cp_attention", l.cpAttention},
           {"virtual_stages", l.virtualStages},
           {"micro_batch", l.microBatch},
           {"microbatches", l.microbatches},
@@ -217,6 +232,7 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"dp_seconds", e.dpComm},
           {"pp_seconds", e.ppComm},
           {"ep_seconds", e.epComm},
+          {"cp_seconds", e.cpComm},
           {"optimizer_seconds", e.optimizer},
           {"limit", e.limit}};
 }
@@ -226,7 +242,7 @@ int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
-                              "ptc-plan: ranks parallel layouts (dp, tp, pp, virtual stages, micro-batches, sp, ZeRO, "
+                              "ptc-plan: ranks parallel layouts (dp, tp, pp, ep, cp, virtual stages, micro-batches, sp, ZeRO, "
                               "recomputation, schedule) by predicted step time\n");
   // The size options' 0 / -1 defaults mean "not given": a given value must be
   // a size (--seq 0 was taken as "the preset's").
@@ -378,6 +394,12 @@ int main(int argc, char **argv) {
   space.pp.assign(ppList.begin(), ppList.end());
   space.dp.assign(dpList.begin(), dpList.end());
   space.ep.assign(epList.begin(), epList.end());
+  space.cp.assign(cpList.begin(), cpList.end());
+  if (!cpAttentionList.empty())
+    space.cpAttention.assign(cpAttentionList.begin(), cpAttentionList.end());
+  for (const std::string &a : space.cpAttention)
+    if (a != "ring" && a != "ulysses")
+      return fail("--cp-attention '" + a + "' is not ring or ulysses");
   if (!mbsList.empty())
     space.microBatchSizes.assign(mbsList.begin(), mbsList.end());
   if (!vList.empty())
@@ -386,6 +408,7 @@ int main(int argc, char **argv) {
     space.zero.assign(zeroList.begin(), zeroList.end());
   for (const auto &[flag, list] : {std::pair{"--tp", &space.tp}, std::pair{"--pp", &space.pp},
                                    std::pair{"--dp", &space.dp}, std::pair{"--ep", &space.ep},
+                                   std::pair{"--cp", &space.cp},
                                    std::pair{"--micro-batch-sizes", &space.microBatchSizes},
                                    std::pair{"--virtual-stages", &space.virtualStages}})
     for (int64_t v : *list)
@@ -475,7 +498,7 @@ int main(int argc, char **argv) {
     const Layout &l = rows.front().layout;
     os << "  run it: " << (input.empty() ? "ptc-model ... --batch " + std::to_string(space.globalBatch) + ", then "
                                           : std::string())
-       << "ptc-run PLAN --np " << l.dp * l.tp * l.pp * l.ep << " (or mpirun/srun with that many ranks)\n";
+       << "ptc-run PLAN --np " << l.devices() << " (or mpirun/srun with that many ranks)\n";
   }
   if (explain)
     for (size_t i = 1; i < rows.size(); ++i)
