@@ -227,6 +227,137 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
   }
 }
 
+// ---- Ring attention blocks (context parallelism) -----------------------------------
+/// One block of keys / values into the online softmax of the query rows: one
+/// warp per query row (b, head, i) of q [B, H, sq, D], keys j of the block it
+/// may see (j <= i when `causal`), acc (unnormalized), rowMax and rowSum
+/// updated in place (kernels/cpu's attentionBlock).
+__global__ void attentionBlockKernel(const float *q, const float *k, const float *v, int64_t bh,
+                                     int64_t heads, int64_t kvHeads, int64_t sq, int64_t keys,
+                                     int64_t dim, float scale, bool causal, float *acc,
+                                     float *rowMax, float *rowSum) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < bh * sq; i += w.warps) {
+    int64_t head = i / sq, row = i % sq, kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = k + kvh * keys * dim, *vh = v + kvh * keys * dim;
+    const int64_t n = causal ? (row + 1 < keys ? row + 1 : keys) : keys;
+    float qi[kAttentionPerLane], a[kAttentionPerLane];
+    loadRow(q + i * dim, dim, w.lane, qi);
+    loadRow(acc + i * dim, dim, w.lane, a);
+    float m = rowMax[i], l = rowSum[i];
+    for (int64_t j = 0; j < n; ++j) {
+      float s = rowDot(qi, kh + j * dim, dim, w.lane) * scale;
+      float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
+      l = l * correction + p;
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        a[t] = a[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
+      }
+      m = mNew;
+    }
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim)
+        acc[i * dim + d] = a[t];
+    }
+    __syncwarp();
+    if (w.lane == 0) {
+      rowMax[i] = m;
+      rowSum[i] = l;
+    }
+  }
+}
+
+/// The block's probability p_ij and score gradient ds_ij from the rows'
+/// log-sum-exp over every block (kernels/cpu's attentionBlockGrad).
+__device__ void blockGradTerms(float s, float dp, float lse, float delta, float scale, float &p,
+                               float &ds) {
+  p = expf(fminf(s * scale - lse, 0.0f));
+  ds = p * (dp - delta) * scale;
+}
+
+/// Its gradient, pass 1: one warp per query row adds the block's share to dq.
+__global__ void attentionBlockGradQKernel(const float *q, const float *k, const float *v,
+                                          const float *o, const float *g, const float *lse,
+                                          int64_t bh, int64_t heads, int64_t kvHeads, int64_t sq,
+                                          int64_t keys, int64_t dim, float scale, bool causal,
+                                          float *dq) {
+  WarpIndex w = warpIndex();
+  for (int64_t i = w.warp; i < bh * sq; i += w.warps) {
+    int64_t head = i / sq, row = i % sq, kvh = kvHeadOf(head, heads, kvHeads);
+    const float *kh = k + kvh * keys * dim, *vh = v + kvh * keys * dim;
+    const int64_t n = causal ? (row + 1 < keys ? row + 1 : keys) : keys;
+    float qi[kAttentionPerLane], gi[kAttentionPerLane], dqi[kAttentionPerLane];
+    loadRow(q + i * dim, dim, w.lane, qi);
+    loadRow(g + i * dim, dim, w.lane, gi);
+    loadRow(dq + i * dim, dim, w.lane, dqi);
+    const float delta = rowDot(gi, o + i * dim, dim, w.lane);
+    for (int64_t j = 0; j < n; ++j) {
+      float p, ds;
+      blockGradTerms(rowDot(qi, kh + j * dim, dim, w.lane), rowDot(gi, vh + j * dim, dim, w.lane),
+                     lse[i], delta, scale, p, ds);
+      for (int t = 0; t < kAttentionPerLane; ++t) {
+        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+        if (d < dim)
+          dqi[t] += ds * kh[j * dim + d];
+      }
+    }
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim)
+        dq[i * dim + d] = dqi[t];
+    }
+  }
+}
+
+/// Pass 2: one warp per key row j of a kv head adds the block's share to dk_j
+/// and dv_j over the query rows that see it (i >= j when `causal`) of every
+/// query head it serves (no atomics, deterministic).
+__global__ void attentionBlockGradKVKernel(const float *q, const float *k, const float *v,
+                                           const float *o, const float *g, const float *lse,
+                                           int64_t bkv, int64_t heads, int64_t kvHeads,
+                                           int64_t sq, int64_t keys, int64_t dim, float scale,
+                                           bool causal, float *dk, float *dv) {
+  WarpIndex w = warpIndex();
+  const int64_t group = heads / kvHeads;
+  for (int64_t jj = w.warp; jj < bkv * keys; jj += w.warps) {
+    int64_t kvh = jj / keys, j = jj % keys;
+    float kj[kAttentionPerLane], vj[kAttentionPerLane], dkj[kAttentionPerLane],
+        dvj[kAttentionPerLane];
+    loadRow(k + jj * dim, dim, w.lane, kj);
+    loadRow(v + jj * dim, dim, w.lane, vj);
+    loadRow(dk + jj * dim, dim, w.lane, dkj);
+    loadRow(dv + jj * dim, dim, w.lane, dvj);
+    for (int64_t h = 0; h < group; ++h) {
+      int64_t head = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + h;
+      for (int64_t i = causal ? j : 0; i < sq; ++i) {
+        const int64_t r = head * sq + i;
+        const float *qi = q + r * dim, *gi = g + r * dim;
+        float gs[kAttentionPerLane];
+        loadRow(gi, dim, w.lane, gs);
+        const float delta = rowDot(gs, o + r * dim, dim, w.lane); // g_i . o_i
+        float p, ds;
+        blockGradTerms(rowDot(kj, qi, dim, w.lane), rowDot(vj, gi, dim, w.lane), lse[r], delta,
+                       scale, p, ds);
+        for (int t = 0; t < kAttentionPerLane; ++t) {
+          int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+          if (d < dim) {
+            dvj[t] += p * gi[d];
+            dkj[t] += ds * qi[d];
+          }
+        }
+      }
+    }
+    for (int t = 0; t < kAttentionPerLane; ++t) {
+      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
+      if (d < dim) {
+        dk[jj * dim + d] = dkj[t];
+        dv[jj * dim + d] = dvj[t];
+      }
+    }
+  }
+}
+
 // ---- Attention over a key/value cache (decode plans) -------------------------------
 /// Writes the new tokens' keys and values at their positions: one thread per
 /// element of k / v [batch, kvHeads, tokens, dim].
@@ -327,6 +458,30 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
       q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale);
   causalAttentionGradKVKernel<<<warpBlocksFor(bkv * seq), 128, 0, S(stream)>>>(
       q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale);
+}
+
+void attentionBlock(const float *q, const float *k, const float *v, int64_t batch,
+                    int64_t heads, int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim,
+                    float scale, bool causal, float *acc, float *rowMax, float *rowSum,
+                    void *stream) {
+  int64_t bh = batch * heads;
+  if (bh * sq == 0)
+    return;
+  attentionBlockKernel<<<warpBlocksFor(bh * sq), 128, 0, S(stream)>>>(
+      q, k, v, bh, heads, kvHeads, sq, keys, dim, scale, causal, acc, rowMax, rowSum);
+}
+
+void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
+                        const float *g, const float *lse, int64_t batch, int64_t heads,
+                        int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim, float scale,
+                        bool causal, float *dq, float *dk, float *dv, void *stream) {
+  int64_t bh = batch * heads, bkv = batch * kvHeads;
+  if (bh * sq == 0 || bkv * keys == 0)
+    return;
+  attentionBlockGradQKernel<<<warpBlocksFor(bh * sq), 128, 0, S(stream)>>>(
+      q, k, v, o, g, lse, bh, heads, kvHeads, sq, keys, dim, scale, causal, dq);
+  attentionBlockGradKVKernel<<<warpBlocksFor(bkv * keys), 128, 0, S(stream)>>>(
+      q, k, v, o, g, lse, bkv, heads, kvHeads, sq, keys, dim, scale, causal, dk, dv);
 }
 
 void addAttentionKernels(KernelTable &t) {

@@ -70,6 +70,18 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
 constexpr int64_t kMaxAttentionDim = 256;
 
 // ---- The vocabulary-parallel cross-entropy's pieces ---------------------------
+/// Ring attention (context parallelism): one block of keys / values into the
+/// queries' online softmax, and the block's gradient (kernels/cpu's
+/// attentionBlock / attentionBlockGrad; q [batch, heads, sq, dim], k, v
+/// [batch, kvHeads, keys, dim]; dq, dk, dv accumulate).
+void attentionBlock(const float *q, const float *k, const float *v, int64_t batch,
+                    int64_t heads, int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim,
+                    float scale, bool causal, float *acc, float *rowMax, float *rowSum,
+                    void *stream);
+void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
+                        const float *g, const float *lse, int64_t batch, int64_t heads,
+                        int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim, float scale,
+                        bool causal, float *dq, float *dk, float *dv, void *stream);
 void rowMax(const float *logits, int64_t rows, int64_t classes, float *out, void *stream);
 void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out,
                void *stream);

@@ -212,6 +212,23 @@ public:
                          compute_);
     return launched("cross-entropy gradient");
   }
+  Status attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
+                        int64_t kvHeads, int64_t keys, double scale, bool causal, float *acc,
+                        float *rowMax, float *rowSum) override {
+    PTC_RETURN_IF_ERROR(checkAttentionShape(qShape, "ring attention"));
+    g::attentionBlock(q, k, v, qShape[0], qShape[1], kvHeads, qShape[2], keys, qShape[3],
+                      static_cast<float>(scale), causal, acc, rowMax, rowSum, compute_);
+    return launched("ring attention");
+  }
+  Status attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
+                            const float *g, const float *lse, const Shape &qShape,
+                            int64_t kvHeads, int64_t keys, double scale, bool causal, float *dq,
+                            float *dk, float *dv) override {
+    PTC_RETURN_IF_ERROR(checkAttentionShape(qShape, "ring attention gradient"));
+    g::attentionBlockGrad(q, k, v, o, g, lse, qShape[0], qShape[1], kvHeads, qShape[2], keys,
+                          qShape[3], static_cast<float>(scale), causal, dq, dk, dv, compute_);
+    return launched("ring attention gradient");
+  }
   Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
                  const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
                  int64_t elemBytes) override {
@@ -297,6 +314,15 @@ private:
     if (s.size() > 8)
       return error(StatusCode::kUnimplemented, what, " on a rank-", s.size(),
                    " tensor (the CUDA kernels take rank <= 8)");
+    return Status::ok();
+  }
+  /// Ring attention's query blocks: [batch, heads, rows, head dim], the head
+  /// dimension within the warp kernels' registers.
+  static Status checkAttentionShape(const Shape &q, const char *what) {
+    if (q.size() != 4 || q[3] > kernels::cuda::kMaxAttentionDim)
+      return error(StatusCode::kUnimplemented, what, " with head dimension ",
+                   q.empty() ? 0 : q.back(), " (the CUDA kernel takes rank-4 queries and at most ",
+                   kernels::cuda::kMaxAttentionDim, ")");
     return Status::ok();
   }
   /// Scratch memory for one kernel at a time (stream-ordered reuse).

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 namespace ptc {
 namespace {
@@ -504,6 +505,50 @@ TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
                {{r, {B, A, 3, D}}}, {}, {10000.0}));
         auto t = m.get(r, xr.size());
         out.insert(out.end(), t.begin(), t.end());
+        return out;
+      },
+      1e-4f);
+}
+
+TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
+  // Grouped-query queries of 6 rows against two key/value blocks of 6 (the
+  // ring's steps): the diagonal block under the causal mask, then a whole
+  // one; the online softmax's accumulator, row max and row sum, then each
+  // block's gradient from the rows' log-sum-exp (as the executor forms it).
+  const int64_t B = 2, A = 4, KV = 2, S = 6, D = 16;
+  Shape qShape{B, A, S, D};
+  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D),
+               rows = static_cast<size_t>(B * A * S);
+  auto q = randomVector(nq, 91), k0 = randomVector(nkv, 92), v0 = randomVector(nkv, 93),
+       k1 = randomVector(nkv, 94), v1 = randomVector(nkv, 95), g = randomVector(nq, 96);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *acc = m.zeros(nq), *sum = m.zeros(rows);
+        float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
+        const float *pq = m.put(q), *pk0 = m.put(k0), *pv0 = m.put(v0), *pk1 = m.put(k1),
+                    *pv1 = m.put(v1);
+        OK(d.attentionBlock(pq, pk0, pv0, qShape, KV, S, 0.25, true, acc, mx, sum));
+        OK(d.attentionBlock(pq, pk1, pv1, qShape, KV, S, 0.25, false, acc, mx, sum));
+        auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
+        std::vector<float> o(nq), lse(rows);
+        for (size_t r = 0; r < rows; ++r) {
+          for (size_t c = 0; c < static_cast<size_t>(D); ++c)
+            o[r * D + c] = hAcc[r * D + c] / hSum[r];
+          lse[r] = hMx[r] + std::log(hSum[r]);
+        }
+        float *dq = m.zeros(nq), *dk0 = m.zeros(nkv), *dv0 = m.zeros(nkv), *dk1 = m.zeros(nkv),
+              *dv1 = m.zeros(nkv);
+        const float *po = m.put(o), *pg = m.put(g), *plse = m.put(lse);
+        OK(d.attentionBlockGrad(pq, pk0, pv0, po, pg, plse, qShape, KV, S, 0.25, true, dq, dk0,
+                                dv0));
+        OK(d.attentionBlockGrad(pq, pk1, pv1, po, pg, plse, qShape, KV, S, 0.25, false, dq, dk1,
+                                dv1));
+        std::vector<float> out = o;
+        out.insert(out.end(), lse.begin(), lse.end());
+        for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
+          auto t = m.get(p, count);
+          out.insert(out.end(), t.begin(), t.end());
+        }
         return out;
       },
       1e-4f);
