@@ -280,6 +280,18 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   const int r = coords()[static_cast<size_t>(axis)];
   const std::string what = std::string("ring attention at ") +
                            (inst.location() ? inst.location()->c_str() : "");
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  struct Timed { // the instruction's whole time, however it returns
+    RingProfile &p;
+    Clock::time_point t0 = Clock::now();
+    ~Timed() {
+      ++p.instructions;
+      p.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  } timed{ringProfile_};
   if (n > 1 && !comm_)
     return error(StatusCode::kInternal, what, ": the plan's mesh axis has ", n,
                  " ranks but no communicator");
@@ -375,21 +387,45 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   // Moving `bufs` (each kvBytes) one rank on along the ring into `into`, in
   // two halves so that the transfer overlaps the step's compute: `post` sends
   // (the communicator copies the data and returns at once), `finish` receives.
+  // Buffers the communicator can read or write in place: host memory, one
+  // after the other (the carved pairs are); else staged through the host.
+  auto direct = [&](const std::vector<float *> &bufs) {
+    if (!d.hostAddressable())
+      return false;
+    for (size_t i = 1; i < bufs.size(); ++i)
+      if (reinterpret_cast<uint8_t *>(bufs[i]) != reinterpret_cast<uint8_t *>(bufs[0]) + i * kvBytes)
+        return false;
+    return true;
+  };
   auto post = [&](std::vector<float *> bufs, int tag) -> Status {
+    const Clock::time_point t0 = Clock::now();
     const int64_t bytes = kvBytes * static_cast<int64_t>(bufs.size());
-    sendHost.resize(static_cast<size_t>(bytes));
-    for (size_t i = 0; i < bufs.size(); ++i)
-      PTC_RETURN_IF_ERROR(d.copy(sendHost.data() + i * kvBytes, bufs[i], kvBytes,
-                                 CopyKind::DeviceToHost));
-    return comm_->send(sendHost.data(), bytes, axis, (r + 1) % n, tag, what);
+    const void *from = bufs[0];
+    if (!direct(bufs)) {
+      sendHost.resize(static_cast<size_t>(bytes));
+      for (size_t i = 0; i < bufs.size(); ++i)
+        PTC_RETURN_IF_ERROR(d.copy(sendHost.data() + i * kvBytes, bufs[i], kvBytes,
+                                   CopyKind::DeviceToHost));
+      from = sendHost.data();
+    }
+    PTC_RETURN_IF_ERROR(comm_->send(from, bytes, axis, (r + 1) % n, tag, what));
+    ringProfile_.bytes += static_cast<double>(bytes);
+    ringProfile_.transferSeconds += since(t0);
+    return Status::ok();
   };
   auto finish = [&](std::vector<float *> into, int tag) -> Status {
+    const Clock::time_point t0 = Clock::now();
     const int64_t bytes = kvBytes * static_cast<int64_t>(into.size());
-    recvHost.resize(static_cast<size_t>(bytes));
-    PTC_RETURN_IF_ERROR(comm_->recv(recvHost.data(), bytes, axis, (r + n - 1) % n, tag, what));
-    for (size_t i = 0; i < into.size(); ++i)
-      PTC_RETURN_IF_ERROR(d.copy(into[i], recvHost.data() + i * kvBytes, kvBytes,
-                                 CopyKind::HostToDevice));
+    if (direct(into)) {
+      PTC_RETURN_IF_ERROR(comm_->recv(into[0], bytes, axis, (r + n - 1) % n, tag, what));
+    } else {
+      recvHost.resize(static_cast<size_t>(bytes));
+      PTC_RETURN_IF_ERROR(comm_->recv(recvHost.data(), bytes, axis, (r + n - 1) % n, tag, what));
+      for (size_t i = 0; i < into.size(); ++i)
+        PTC_RETURN_IF_ERROR(d.copy(into[i], recvHost.data() + i * kvBytes, kvBytes,
+                                   CopyKind::HostToDevice));
+    }
+    ringProfile_.transferSeconds += since(t0);
     return Status::ok();
   };
   auto move = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
@@ -399,12 +435,14 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   // Every (query part, key part) pair a ring step holds: `fn(qSlot, kSlot, causal)`
   // for the pairs the causal mask does not hide whole.
   auto pairs = [&](int src, const std::function<Status(int, int, bool)> &fn) -> Status {
+    const Clock::time_point t0 = Clock::now();
     for (int a = 0; a < parts; ++a)
       for (int b = 0; b < parts; ++b) {
         int qPartIndex = heldPart(r, a), kPartIndex = heldPart(src, b);
         if (kPartIndex <= qPartIndex)
           PTC_RETURN_IF_ERROR(fn(a, b, kPartIndex == qPartIndex));
       }
+    ringProfile_.computeSeconds += since(t0);
     return Status::ok();
   };
 
@@ -423,12 +461,14 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
       const int src = (r - s + n) % n;
       if (s + 1 < n) // on its way while this step computes
         PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, 9100 + s));
+      if (s + 1 < n && ringSerial_)
+        PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
       PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
         return d.attentionBlock(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                 partShape, kvHeads, len, scale, causal, acc + a * qPart,
                                 mx + a * rowsPart, sum + a * rowsPart);
       }));
-      if (s + 1 < n)
+      if (s + 1 < n && !ringSerial_)
         PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
     }
     // o = acc / sum, lse = max + log(sum): rows of the host copies.
@@ -463,6 +503,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     // (which it adds to) after it.
     if (s + 1 < n)
       PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, 9200 + s));
+    if (s + 1 < n && ringSerial_)
+      PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
     PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
       return d.attentionBlockGrad(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                   o + a * qPart, g + a * qPart, lse + a * rowsPart, partShape,
@@ -471,7 +513,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     }));
     if (s + 1 < n) {
       PTC_RETURN_IF_ERROR(post({dkv[cur][0], dkv[cur][1]}, 9250 + s));
-      PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
+      if (!ringSerial_)
+        PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
       PTC_RETURN_IF_ERROR(finish({dkv[cur ^ 1][0], dkv[cur ^ 1][1]}, 9250 + s));
       cur ^= 1;
     }

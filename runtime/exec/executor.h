@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -91,6 +92,20 @@ public:
   /// receives) and then its once-per-step instructions. With `profile` (one
   /// entry per opcode), adds each instruction's wall time to its opcode.
   Status step(std::vector<double> *profile = nullptr);
+
+  /// Where ring attention's time goes (context parallelism), summed over its
+  /// instructions since the executor was made: the blocks' compute, the time
+  /// spent handing blocks to the next rank and waiting for the previous
+  /// rank's (the transfer the compute did not hide), the rest (layout moves
+  /// and the softmax's normalization), and the bytes it passed on. With
+  /// `PTC_RING_SERIAL=1` in the environment each transfer completes before the
+  /// step's compute (no overlap): a benchmark's reference for what the
+  /// overlap hides.
+  struct RingProfile {
+    int64_t instructions = 0;
+    double seconds = 0, computeSeconds = 0, transferSeconds = 0, bytes = 0;
+  };
+  const RingProfile &ringProfile() const { return ringProfile_; }
 
   /// Whether tensor `id` has storage on this rank (pipelined plans hold only
   /// their chunks' tensors).
@@ -247,6 +262,11 @@ private:
   /// passed around the ring of the instruction's mesh axis (see collectives.cc).
   Status runRingAttention(const plan::Instruction &inst);
   DeviceBuffer ringScratch_;
+  RingProfile ringProfile_;
+  const bool ringSerial_ = [] {
+    const char *v = std::getenv("PTC_RING_SERIAL");
+    return v && std::string(v) == "1";
+  }();
   /// Calls fn(wholeOffsets, localOffsets, box) for every box of tensor `t`'s
   /// local part that a device at `coords` holds.
   template <typename Fn>

@@ -65,6 +65,22 @@ void printOpProfile(const std::vector<double> &opTimes, int64_t steps) {
   }
 }
 
+void printRingProfile(const Executor::RingProfile &ring, int64_t steps) {
+  if (ring.instructions == 0 || steps <= 0)
+    return;
+  const double perStep = 1e3 / static_cast<double>(steps);
+  const double other = ring.seconds - ring.computeSeconds - ring.transferSeconds;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "ring attention (this rank): %.3f ms per step in %lld instructions: blocks %.3f ms, "
+                "passing and waiting for blocks %.3f ms (%.2f MB passed on), layout and "
+                "normalization %.3f ms\n",
+                ring.seconds * perStep, static_cast<long long>(ring.instructions / steps),
+                ring.computeSeconds * perStep, ring.transferSeconds * perStep,
+                ring.bytes / static_cast<double>(steps) / 1e6, other * perStep);
+  std::cout << line;
+}
+
 void printMemoryReport(TrainingSession &session) {
   // Everything ptc-run allocates for the plan is known up front; the process
   // peak adds code, MPI and BLAS buffers.
