@@ -432,6 +432,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     PTC_RETURN_IF_ERROR(post(bufs, tag));
     return finish(into, tag);
   };
+  double flopsWeight = 1.0; // the gradient's blocks count 2.5x the forward's
   // Every (query part, key part) pair a ring step holds: `fn(qSlot, kSlot, causal)`
   // for the pairs the causal mask does not hide whole.
   auto pairs = [&](int src, const std::function<Status(int, int, bool)> &fn) -> Status {
@@ -439,8 +440,13 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     for (int a = 0; a < parts; ++a)
       for (int b = 0; b < parts; ++b) {
         int qPartIndex = heldPart(r, a), kPartIndex = heldPart(src, b);
-        if (kPartIndex <= qPartIndex)
-          PTC_RETURN_IF_ERROR(fn(a, b, kPartIndex == qPartIndex));
+        if (kPartIndex <= qPartIndex) {
+          const bool diagonal = kPartIndex == qPartIndex;
+          const double visible = diagonal ? 0.5 * static_cast<double>(len) * static_cast<double>(len + 1)
+                                          : static_cast<double>(len) * static_cast<double>(len);
+          ringProfile_.flops += flopsWeight * 4.0 * static_cast<double>(batch * heads * dim) * visible;
+          PTC_RETURN_IF_ERROR(fn(a, b, diagonal));
+        }
       }
     ringProfile_.computeSeconds += since(t0);
     return Status::ok();
@@ -490,6 +496,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return n > 1 ? comm_->flushSends() : Status::ok();
   }
   // Backward: dq here; each part's dk, dv travel with it.
+  flopsWeight = 2.5;
   PTC_RETURN_IF_ERROR(rearrange(f32(in[3]), g, heads, true, 9008));
   PTC_RETURN_IF_ERROR(d.zero(dq, qBytes));
   PTC_RETURN_IF_ERROR(d.copy(kv[0][0], home[0], kvBytes, CopyKind::DeviceToDevice));

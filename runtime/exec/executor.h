@@ -104,6 +104,9 @@ public:
   struct RingProfile {
     int64_t instructions = 0;
     double seconds = 0, computeSeconds = 0, transferSeconds = 0, bytes = 0;
+    /// Attention FLOPs of the blocks (query-key pairs the causal mask leaves,
+    /// 4 x head dim each; the gradient's blocks 2.5x): the load balance.
+    double flops = 0;
   };
   const RingProfile &ringProfile() const { return ringProfile_; }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -65,9 +66,18 @@ void printOpProfile(const std::vector<double> &opTimes, int64_t steps) {
   }
 }
 
-void printRingProfile(const Executor::RingProfile &ring, int64_t steps) {
-  if (ring.instructions == 0 || steps <= 0)
-    return;
+Status printRingProfile(TrainingSession &session, int64_t steps) {
+  const Executor::RingProfile &ring = session.executor().ringProfile();
+  // Every rank's blocks' FLOPs: the ring's causal load balance.
+  std::vector<std::string> flops{std::to_string(ring.flops)};
+  if (Communicator *comm = session.communicator()) {
+    auto gathered = comm->allGatherStrings(flops[0]);
+    if (!gathered.isOk())
+      return gathered.status();
+    flops = *gathered;
+  }
+  if (!session.leader() || ring.instructions == 0 || steps <= 0)
+    return Status::ok();
   const double perStep = 1e3 / static_cast<double>(steps);
   const double other = ring.seconds - ring.computeSeconds - ring.transferSeconds;
   char line[320];
@@ -79,6 +89,20 @@ void printRingProfile(const Executor::RingProfile &ring, int64_t steps) {
                 ring.computeSeconds * perStep, ring.transferSeconds * perStep,
                 ring.bytes / static_cast<double>(steps) / 1e6, other * perStep);
   std::cout << line;
+  double lo = 0, hi = 0;
+  std::cout << "ring attention FLOPs per step by rank:";
+  for (size_t r = 0; r < flops.size(); ++r) {
+    const double f = std::strtod(flops[r].c_str(), nullptr) / static_cast<double>(steps);
+    if (f <= 0)
+      continue; // a rank without ring attention (another pipeline stage's)
+    lo = lo == 0 ? f : std::min(lo, f);
+    hi = std::max(hi, f);
+    std::snprintf(line, sizeof line, " %zu: %.4g", r, f);
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, " (max / min %.4f)\n", lo > 0 ? hi / lo : 0.0);
+  std::cout << line;
+  return Status::ok();
 }
 
 void printMemoryReport(TrainingSession &session) {

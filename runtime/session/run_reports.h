@@ -17,9 +17,10 @@ namespace ptc {
 Status writeScheduleTrace(TrainingSession &session, const std::string &path);
 /// The time per step by op kind, largest first, from TrainingSession::setProfile.
 void printOpProfile(const std::vector<double> &opTimes, int64_t steps);
-/// Where this rank's ring attention spent its time per step (Executor::ringProfile);
-/// nothing when the plan has none.
-void printRingProfile(const Executor::RingProfile &ring, int64_t steps);
+/// Where the leader's ring attention spent its time per step
+/// (Executor::ringProfile) and every rank's blocks' FLOPs (gathered: every
+/// rank calls it); nothing printed when the plan has no ring attention.
+Status printRingProfile(TrainingSession &session, int64_t steps);
 /// This rank's allocation against the plan's predicted peak (and the offload
 /// file, host memory and pipeline stash where the plan has them).
 void printMemoryReport(TrainingSession &session);

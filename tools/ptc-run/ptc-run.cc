@@ -294,10 +294,11 @@ int runMain(int argc, char **argv) {
   if (lossScale.active() && leader)
     std::cout << "dynamic loss scale: " << lossScale.last() << " at the last step; "
               << lossScale.skipped() << " of the steps before it overflowed and were skipped\n";
-  if (o.profile && steps > 0 && leader) {
+  if (o.profile && steps > 0 && leader)
     printOpProfile(opTimes, steps);
-    printRingProfile(session.executor().ringProfile(), steps);
-  }
+  if (o.profile)
+    if (Status s = printRingProfile(session, steps); !s.isOk())
+      return fail(s.message());
   if (o.memoryReport)
     printMemoryReportPerPipelineRank(session);
 
