@@ -279,7 +279,7 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       // ring again. Each of the n - 1 steps passes the key and value blocks
       // (f32: the executor's working copies) on; the gradient's steps pass
       // their gradients too, and one last move brings them home.
-      Value q = op.getOperand(0), k = op.getOperand(1);
+      Value q = op.getOperand(0);
       auto axes = op.getAttrOfType<ArrayAttr>("axes");
       double n = 1;
       if (succeeded(mesh) && axes)
@@ -293,9 +293,10 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.attentionSeconds += s;
       pc.ringComputeSeconds += s;
       pc.flops += f;
-      double kv = 2.0 * 4.0 * static_cast<double>(cast<RankedTensorType>(k.getType()).getNumElements());
-      pc.ring.bytes += (n - 1) * kv + (grad ? (n - 1) * 2 * kv + kv : 0.0);
-      pc.ring.count += (n - 1) + (grad ? 2 * (n - 1) + 1 : 0.0);
+      auto [bytes, messages] = grad ? cast<RingAttentionGradOp>(op).ringTransfers(static_cast<int64_t>(n))
+                                    : cast<RingAttentionOp>(op).ringTransfers(static_cast<int64_t>(n));
+      pc.ring.bytes += bytes;
+      pc.ring.count += messages;
     } else if (auto ag = dyn_cast<CausalAttentionGradOp>(op)) {
       // The gradient recomputes the probabilities: 2.5x the forward's FLOPs.
       double f = 2.5 * attentionFlopsOf(ag.getQuery());

@@ -498,6 +498,41 @@ FailureOr<Sharding> mlir::ptc::getSharding(Attribute attr, const MeshInfo &mesh,
   return out;
 }
 
+namespace {
+/// Ring attention's transfers per call on a ring of `ranks` (the executor's
+/// runRingAttention): n - 1 moves of the key and value blocks forward; the
+/// gradient runs that ring again, then n - 1 moves of the blocks with their
+/// gradients and one last move of the gradients home. Around them, the
+/// causal balancing moves: each tensor in (q, k, v; and g) and out (o; dq,
+/// dk, dv) travels as two halves when the block splits in two.
+std::pair<double, double> ringTransfersOf(RankedTensorType query, RankedTensorType key,
+                                          int64_t ranks, bool grad) {
+  if (ranks <= 1)
+    return {0.0, 0.0};
+  const double n = static_cast<double>(ranks);
+  const double q = 4.0 * static_cast<double>(query.getNumElements()),
+               k = 4.0 * static_cast<double>(key.getNumElements()), kv = 2 * k;
+  const bool halves = query.getDimSize(2) % 2 == 0;
+  double bytes = (n - 1) * kv, messages = n - 1;
+  if (grad) {
+    bytes += (n - 1) * 2 * kv + kv;
+    messages += 2 * (n - 1) + 1;
+  }
+  if (halves) {
+    bytes += grad ? 2 * q + 2 * k + q + 2 * k : 2 * q + 2 * k;
+    messages += grad ? 2 * 7 : 2 * 4;
+  }
+  return {bytes, messages};
+}
+} // namespace
+
+std::pair<double, double> RingAttentionOp::ringTransfers(int64_t ranks) {
+  return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/false);
+}
+std::pair<double, double> RingAttentionGradOp::ringTransfers(int64_t ranks) {
+  return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/true);
+}
+
 LogicalResult RingAttentionOp::verify() {
   if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
     return failure();

@@ -281,6 +281,12 @@ def Ptc_RingAttentionOp : Ptc_Op<"ring_attention", [DeclareOpInterfaceMethods<Pt
     $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key)
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// What one call sends on a ring of `ranks`: bytes (the executor's f32
+    /// key/value blocks to the next device, and the causal balancing moves)
+    /// and messages.
+    std::pair<double, double> ringTransfers(int64_t ranks);
+  }];
 }
 
 def Ptc_RingAttentionGradOp : Ptc_Op<"ring_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
@@ -304,6 +310,12 @@ def Ptc_RingAttentionGradOp : Ptc_Op<"ring_attention_grad", [DeclareOpInterfaceM
     $query `,` $key `,` $value `,` $grad attr-dict `:` type($query) `,` type($key)
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// What one call sends on a ring of `ranks`: bytes (the executor's f32
+    /// key/value blocks and their gradients to the next device, and the causal
+    /// balancing moves) and messages.
+    std::pair<double, double> ringTransfers(int64_t ranks);
+  }];
 }
 
 #endif // PTC_DIST_OPS_TD

@@ -33,6 +33,28 @@ void printReport(func::FuncOp func, const MeshInfo &meshInfo, double alphaUs, do
     os << " " << a << "=" << s;
   os << "\n";
   func.walk([&](Operation *op) {
+    // Ring attention passes key/value blocks to the next rank itself.
+    if (isa<RingAttentionOp, RingAttentionGradOp>(op)) {
+      int64_t p = 1;
+      for (Attribute a : op->getAttrOfType<ArrayAttr>("axes"))
+        p *= meshInfo.sizes[meshInfo.axisIndex(cast<StringAttr>(a).getValue())];
+      auto [bytes, messages] = isa<RingAttentionOp>(op) ? cast<RingAttentionOp>(op).ringTransfers(p)
+                                                        : cast<RingAttentionGradOp>(op).ringTransfers(p);
+      double seconds = messages * alpha + bytes / beta;
+      total += seconds;
+      ++count;
+      os << "  " << op->getName().getStringRef() << " over " << op->getAttr("axes") << " at "
+         << op->getLoc() << ": " << llvm::format("%.0f", bytes) << " bytes per device sent in "
+         << llvm::format("%.0f", messages) << " messages, est. " << llvm::format("%.1f", seconds * 1e6)
+         << " us (before overlap with the blocks' compute)\n    "
+         << (isa<RingAttentionOp>(op) ? "ring attention: the key/value blocks travel around the ring"
+                                      : "ring attention gradient: the key/value blocks travel around the "
+                                        "ring twice, the second time with their gradients, which a "
+                                        "last move brings home")
+         << "; the sequence is balanced in halves on the way in and back on the way out"
+         << "\n";
+      return;
+    }
     auto cause = op->getAttrOfType<StringAttr>(PtcDialect::kCollectiveCauseAttrName);
     if (!cause)
       return;
