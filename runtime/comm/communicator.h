@@ -94,6 +94,18 @@ public:
   virtual Status recv(void *data, int64_t bytes, int axis, int peer, int tag,
                       const std::string &what) = 0;
   virtual Status flushSends() = 0;
+  /// One step of a ring along mesh axis `axis`: sends `bytes` of `data` to
+  /// the member whose coordinate is this one's + 1 (mod the axis size) and
+  /// receives as many from the one before into `into` (a distinct buffer).
+  /// A device-resident communicator enqueues both on the communication
+  /// stream as one group (NCCL send/recv: every member sends and receives at
+  /// once without deadlock); the others move host memory before returning.
+  virtual Status ringShift(const void *data, void *into, int64_t bytes, int axis, int tag,
+                           const std::string &what) {
+    const int n = mesh_.sizes[static_cast<size_t>(axis)], c = coords_[static_cast<size_t>(axis)];
+    PTC_RETURN_IF_ERROR(send(data, bytes, axis, (c + 1) % n, tag, what));
+    return recv(into, bytes, axis, (c + n - 1) % n, tag, what);
+  }
   /// Gathers one string per rank on every rank (small metadata only).
   virtual StatusOr<std::vector<std::string>> allGatherStrings(const std::string &mine) = 0;
   /// Whether any rank passes true (host memory, every rank; a coordination

@@ -1,5 +1,6 @@
-// NCCL communicator (CUDA builds): collectives on the device's communication
-// stream (pipeline point-to-point stays on MPI through host memory); the executor orders them against compute
+// NCCL communicator (CUDA builds): collectives and ring attention's send/recv
+// on the device's communication stream (pipeline point-to-point stays on MPI
+// through host memory); the executor orders them against compute
 // with events. Non-blocking communicators: every call that reports
 // ncclInProgress, and every drain(), is watched (runtime/comm/watchdog.h), so
 // a dead peer or a NCCL error aborts the communicators and names the
@@ -183,6 +184,22 @@ public:
   Status flushSends() override {
     PTC_RETURN_IF_ERROR(drain());
     return host_->flushSends();
+  }
+  // Ring attention's steps: device memory, NCCL send/recv on the
+  // communication stream (every member sends and receives in one group, so
+  // the ring cannot deadlock on the order).
+  Status ringShift(const void *data, void *into, int64_t bytes, int axis, int /*tag*/,
+                   const std::string &what) override {
+    const int n = mesh_.sizes[static_cast<size_t>(axis)], me = coords_[static_cast<size_t>(axis)];
+    return enqueue("ring send/recv", what, {axis}, [&](ncclComm_t c) {
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess || r == ncclInProgress)
+        r = ncclSend(data, static_cast<size_t>(bytes), ncclUint8, (me + 1) % n, c, stream_);
+      if (r == ncclSuccess || r == ncclInProgress)
+        r = ncclRecv(into, static_cast<size_t>(bytes), ncclUint8, (me + n - 1) % n, c, stream_);
+      ncclResult_t end = ncclGroupEnd();
+      return r == ncclSuccess || r == ncclInProgress ? end : r;
+    });
   }
 
   Status drain() override {

@@ -397,9 +397,26 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
         return false;
     return true;
   };
-  auto post = [&](std::vector<float *> bufs, int tag) -> Status {
+  // A device-resident communicator (NCCL) runs each step's send/recv on the
+  // communication stream, after the compute that produced the blocks; the
+  // compute that reads what arrives waits for it (`finish`).
+  const bool onDevice = n > 1 && commOnDevice();
+  std::map<int, Event> shifted; // tag -> the communication stream's event
+  auto post = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
     const Clock::time_point t0 = Clock::now();
     const int64_t bytes = kvBytes * static_cast<int64_t>(bufs.size());
+    if (onDevice) {
+      PTC_RETURN_IF_ERROR(enterComm());
+      for (size_t i = 0; i < bufs.size(); ++i)
+        PTC_RETURN_IF_ERROR(comm_->ringShift(bufs[i], into[i], kvBytes, axis, tag, what));
+      auto ev = d.record(StreamKind::Communication);
+      if (!ev.isOk())
+        return ev.status();
+      shifted[tag] = *ev;
+      ringProfile_.bytes += static_cast<double>(bytes);
+      ringProfile_.transferSeconds += since(t0);
+      return Status::ok();
+    }
     const void *from = bufs[0];
     if (!direct(bufs)) {
       sendHost.resize(static_cast<size_t>(bytes));
@@ -416,6 +433,12 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   auto finish = [&](std::vector<float *> into, int tag) -> Status {
     const Clock::time_point t0 = Clock::now();
     const int64_t bytes = kvBytes * static_cast<int64_t>(into.size());
+    if (onDevice) {
+      PTC_RETURN_IF_ERROR(d.wait(StreamKind::Compute, shifted.at(tag)));
+      shifted.erase(tag);
+      ringProfile_.transferSeconds += since(t0);
+      return Status::ok();
+    }
     if (direct(into)) {
       PTC_RETURN_IF_ERROR(comm_->recv(into[0], bytes, axis, (r + n - 1) % n, tag, what));
     } else {
@@ -429,7 +452,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return Status::ok();
   };
   auto move = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
-    PTC_RETURN_IF_ERROR(post(bufs, tag));
+    PTC_RETURN_IF_ERROR(post(bufs, into, tag));
     return finish(into, tag);
   };
   double flopsWeight = 1.0; // the gradient's blocks count 2.5x the forward's
@@ -466,7 +489,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     for (int s = 0, cur = 0; s < n; ++s, cur ^= 1) {
       const int src = (r - s + n) % n;
       if (s + 1 < n) // on its way while this step computes
-        PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, 9100 + s));
+        PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
       if (s + 1 < n && ringSerial_)
         PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
       PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
@@ -509,7 +532,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     // The keys and values leave before this step's compute; their gradients
     // (which it adds to) after it.
     if (s + 1 < n)
-      PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, 9200 + s));
+      PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
     if (s + 1 < n && ringSerial_)
       PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
     PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
@@ -519,7 +542,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
                                   dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart);
     }));
     if (s + 1 < n) {
-      PTC_RETURN_IF_ERROR(post({dkv[cur][0], dkv[cur][1]}, 9250 + s));
+      PTC_RETURN_IF_ERROR(post({dkv[cur][0], dkv[cur][1]}, {dkv[cur ^ 1][0], dkv[cur ^ 1][1]}, 9250 + s));
       if (!ringSerial_)
         PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
       PTC_RETURN_IF_ERROR(finish({dkv[cur ^ 1][0], dkv[cur ^ 1][1]}, 9250 + s));

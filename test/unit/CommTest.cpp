@@ -62,6 +62,13 @@ TEST(MpiCommunicator, AllToAllExchangesBlocks) {
   ASSERT_TRUE(gComm->allToAll(in.data(), out.data(), sizeof(float), 1, "test").isOk());
   EXPECT_EQ(out, (std::vector<float>{static_cast<float>(tp()), 100.0f + tp()}));
 }
+TEST(MpiCommunicator, RingShiftPassesToTheNextMember) {
+  // Along dp (2 members): each sends its rank, receives the previous member's.
+  float mine = static_cast<float>(gComm->rank()), got = -1;
+  ASSERT_TRUE(gComm->ringShift(&mine, &got, sizeof(float), 0, 77, "test").isOk());
+  EXPECT_EQ(got, static_cast<float>(2 * (1 - dp()) + tp()));
+  ASSERT_TRUE(gComm->flushSends().isOk());
+}
 } // namespace
 
 int main(int argc, char **argv) {
