@@ -696,12 +696,20 @@ LogicalResult topKGateRule(Operation *op, ShardingRuleContext &ctx) {
 /// MoE dispatch and combine (and their gradients) route each group on its
 /// own: the group dimension splits freely, a group's tokens must stay
 /// together on one device (capacity and slot order are per group). Returns
-/// the groups' split, read from the indices operand `idx`.
-FailureOr<DimShard> routingGroups(Operation *op, ShardingRuleContext &ctx, unsigned idx) {
+/// the groups' split, read from the indices operand `idx`, and in
+/// `contextAxis` the cp axis when the tokens arrive split over it (context
+/// parallelism): the routing ops then take the whole group (gathered over
+/// cp) and the expert side is split over cp by capacity slots instead.
+FailureOr<DimShard> routingGroups(Operation *op, ShardingRuleContext &ctx, unsigned idx,
+                                  int &contextAxis) {
   const Sharding &s = ctx.want[idx];
   int64_t r = ctx.rank(op->getOperand(idx));
   int64_t tokenDim = r - 2;
-  if (DimShard t = s.dims[tokenDim]; t.axis >= 0) {
+  const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
+  contextAxis = -1;
+  if (DimShard t = s.dims[tokenDim]; t.axis >= 0 && t.blocks == 1 && t.axis == cp && r == 3) {
+    contextAxis = cp;
+  } else if (t.axis >= 0) {
     op->emitOpError() << "splits a routing group over mesh axis '" << ctx.mesh().name(t.axis)
                       << "': dimension " << tokenDim << " of the expert indices ("
                       << ctx.globalType(op->getOperand(idx)).getDimSize(tokenDim)
@@ -735,9 +743,14 @@ Sharding expertSide(ShardingRuleContext &, Value v, DimShard g) {
 
 /// Dispatch, combine and their gradients: every operand and result is
 /// token-side (the indices' rank) or expert-side (one more), split over the
-/// routing groups like the indices (operand `indices`).
+/// routing groups like the indices (operand `indices`). Under context
+/// parallelism the token side arrives gathered over cp (whole groups) and
+/// each expert-side result is resharded right away to its cp share of the
+/// capacity slots, so the experts' work splits over cp like the rest of the
+/// layer (its users gather it back before the next routing op).
 LogicalResult moeRoutingRule(Operation *op, ShardingRuleContext &ctx, unsigned indices) {
-  FailureOr<DimShard> g = routingGroups(op, ctx, indices);
+  int cp = -1;
+  FailureOr<DimShard> g = routingGroups(op, ctx, indices, cp);
   if (failed(g))
     return failure();
   int64_t r = rankOf(op->getOperand(indices));
@@ -746,8 +759,20 @@ LogicalResult moeRoutingRule(Operation *op, ShardingRuleContext &ctx, unsigned i
   };
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
     ctx.like(static_cast<unsigned>(i), side(v));
-  for (Value v : op->getResults())
+  for (auto [i, v] : llvm::enumerate(op->getResults())) {
     ctx.out.push_back(side(v));
+    // (Only when the groups are whole: with dp or ep splitting them too, the
+    // experts' reshape of [groups, slots] would need a compound of both and
+    // gathers the slots back; the expert work is then repeated over cp.)
+    if (cp >= 0 && g->axis < 0 && rankOf(v) == r + 1 &&
+        ctx.globalType(v).getDimSize(2) % ctx.axisSize(cp) == 0) {
+      Sharding slots = side(v);
+      slots.dims[2] = DimShard(cp);
+      ctx.then.push_back({static_cast<unsigned>(i), slots,
+                          "context parallelism: the routing group's capacity slots split over " +
+                              ctx.mesh().axes[cp]});
+    }
+  }
   return success();
 }
 } // namespace
@@ -843,7 +868,8 @@ LogicalResult MoeCombineOp::inferShardingRule(ShardingRuleContext &ctx) { return
 LogicalResult MoeCombineGradOp::inferShardingRule(ShardingRuleContext &ctx) { return moeRoutingRule(*this, ctx, 2); }
 
 LogicalResult ExpertLoadOp::inferShardingRule(ShardingRuleContext &ctx) {
-  FailureOr<DimShard> g = routingGroups(*this, ctx, 0);
+  int cp = -1; // under cp the whole group's indices are counted (gathered)
+  FailureOr<DimShard> g = routingGroups(*this, ctx, 0, cp);
   if (failed(g))
     return failure();
   ctx.like(0, tokenSide(ctx, getIndices(), *g));
