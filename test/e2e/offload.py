@@ -36,6 +36,7 @@ LAYOUTS = [
     ("bf16 tp:2 sp", "precision=bf16 mesh=tp:2 sequence-parallel=true", 2),
     ("bf16 pp:2 1f1b", "precision=bf16 mesh=pp:2 microbatches=4", 2),
     ("bf16 pp:2 x dp:2 zero=1", "precision=bf16 mesh=pp:2,dp:2 microbatches=4 zero=1", 4),
+    ("bf16 cp:2 ring", "precision=bf16 mesh=cp:2", 2),
 ]
 
 
