@@ -322,47 +322,60 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     const int64_t bytes = elems * 4;
     if (parts == 1)
       return d.copy(dst, src, bytes, CopyKind::DeviceToDevice);
-    hostA.resize(static_cast<size_t>(elems));
-    hostB.resize(static_cast<size_t>(elems));
-    PTC_RETURN_IF_ERROR(d.copy(hostA.data(), src, bytes, CopyKind::DeviceToHost));
+    // Host memory devices are read and written in place; others through
+    // host copies.
+    const bool inPlace = d.hostAddressable();
+    const float *from = src;
+    float *to = dst;
+    if (!inPlace) {
+      hostA.resize(static_cast<size_t>(elems));
+      hostB.resize(static_cast<size_t>(elems));
+      PTC_RETURN_IF_ERROR(d.copy(hostA.data(), src, bytes, CopyKind::DeviceToHost));
+      from = hostA.data();
+      to = hostB.data();
+    }
     std::vector<float> message(static_cast<size_t>(partElems));
     // The rows of part `slot` of the contiguous block, packed.
-    auto pack = [&](const float *from, int slot, float *to) {
+    auto pack = [&](const float *in, int slot, float *out) {
       for (int64_t bh = 0; bh < batch * headCount; ++bh)
-        std::memcpy(to + bh * len * dim, from + (bh * block + slot * len) * dim,
+        std::memcpy(out + bh * len * dim, in + (bh * block + slot * len) * dim,
                     static_cast<size_t>(len * dim) * 4);
     };
-    auto unpack = [&](const float *from, int slot, float *to) {
+    auto unpack = [&](const float *in, int slot, float *out) {
       for (int64_t bh = 0; bh < batch * headCount; ++bh)
-        std::memcpy(to + (bh * block + slot * len) * dim, from + bh * len * dim,
+        std::memcpy(out + (bh * block + slot * len) * dim, in + bh * len * dim,
                     static_cast<size_t>(len * dim) * 4);
     };
     for (int slot = 0; slot < 2; ++slot) {
-      // The global part this slot holds, and where it goes.
+      // The global part this slot holds, and where it goes (the balanced
+      // layout is half-major: each part is contiguous there).
       int part, peer, peerSlot;
+      const float *out = message.data();
       if (toBalanced) {
         part = 2 * r + slot;
         peer = part < n ? part : 2 * n - 1 - part;
         peerSlot = part < n ? 0 : 1;
-        pack(hostA.data(), slot, message.data());
+        pack(from, slot, message.data());
       } else {
         part = heldPart(r, slot);
         peer = part / 2;
         peerSlot = part % 2;
-        std::memcpy(message.data(), hostA.data() + slot * partElems, static_cast<size_t>(partElems) * 4);
+        out = from + slot * partElems;
       }
-      PTC_RETURN_IF_ERROR(comm_->send(message.data(), partElems * 4, axis, peer, tagBase + peerSlot, what));
+      PTC_RETURN_IF_ERROR(comm_->send(out, partElems * 4, axis, peer, tagBase + peerSlot, what));
     }
     for (int slot = 0; slot < 2; ++slot) {
       int part = toBalanced ? heldPart(r, slot) : 2 * r + slot;
       int peer = toBalanced ? part / 2 : (part < n ? part : 2 * n - 1 - part);
-      PTC_RETURN_IF_ERROR(comm_->recv(message.data(), partElems * 4, axis, peer, tagBase + slot, what));
-      if (toBalanced)
-        std::memcpy(hostB.data() + slot * partElems, message.data(), static_cast<size_t>(partElems) * 4);
-      else
-        unpack(message.data(), slot, hostB.data());
+      if (toBalanced) {
+        PTC_RETURN_IF_ERROR(comm_->recv(to + slot * partElems, partElems * 4, axis, peer,
+                                        tagBase + slot, what));
+      } else {
+        PTC_RETURN_IF_ERROR(comm_->recv(message.data(), partElems * 4, axis, peer, tagBase + slot, what));
+        unpack(message.data(), slot, to);
+      }
     }
-    return d.copy(dst, hostB.data(), bytes, CopyKind::HostToDevice);
+    return inPlace ? Status::ok() : d.copy(dst, hostB.data(), bytes, CopyKind::HostToDevice);
   };
 
   // q, (g), acc, o, dq | row max, sum, lse | k, v x2 | dk, dv x2 | balanced k, v copies
