@@ -286,6 +286,14 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
     for (unsigned i = 0; i < o->getNumResults(); ++i)
       ctx.out.push_back(ctx.want[0]);
     ctx.partitionedForm = StringAttr::get(o->getContext(), ctx.mesh().axes[cp]);
+    // The causal balance splits each rank's block in two halves.
+    const int64_t seq = ctx.globalType(o->getOperand(0)).getDimSize(2), n = ctx.axisSize(cp);
+    if (isa<CausalAttentionOp>(o) && n > 1 && (seq / n) % 2 != 0)
+      o->emitWarning() << "ring attention cannot balance the causal work over '"
+                       << ctx.mesh().axes[cp] << "': each rank's block of " << seq / n
+                       << " tokens does not split in two halves, so rank " << n - 1 << " attends "
+                       << 2 * n - 1 << "x the blocks rank 0 does (a sequence divisible by "
+                       << 2 * n << " is balanced)";
     return success();
   }
   if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp)) {
