@@ -88,6 +88,7 @@ const std::vector<KeyDef> &schema() {
       {"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"},
       {"parallelism", "reshard_after_forward", Kind::Bool, "ZeRO-3: gather again in the backward pass (default true; false: FSDP's SHARD_GRAD_OP)"},
       {"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"},
+      {"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", {"ring", "ulysses"}},
       {"parallelism", "recompute", Kind::String, "activation recomputation", {"none", "selective", "full"}},
       {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
       {"parallelism", "precision", Kind::String, "compute precision", {"fp32", "bf16", "f16"}},
@@ -538,7 +539,7 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     if (const Value *v = get(std::string("parallelism.") + k))
       opt(flagOf(k).substr(2), std::to_string(v->i));
   for (const char *k : {"schedule", "recompute", "precision", "offload", "offload_target",
-                        "offload_path", "grad_reduce_dtype"})
+                        "offload_path", "grad_reduce_dtype", "cp_attention"})
     if (const Value *v = get(std::string("parallelism.") + k))
       opt(flagOf(k).substr(2), v->s);
   if (const Value *v = get("parallelism.bucket_mb"))
@@ -620,6 +621,7 @@ std::optional<std::string> applyLayout(Job &job, const std::string &options, std
       {"recompute", "recompute"},
       {"recompute-layers", "recompute_layers"},
       {"sequence-parallel", "sequence_parallel"},
+      {"cp-attention", "cp_attention"},
       {"reshard-after-forward", "reshard_after_forward"}};
   auto describe = [&] {
     std::string d;
