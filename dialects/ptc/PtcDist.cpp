@@ -134,7 +134,8 @@ LogicalResult checkMesh(const MeshInfo &mesh, EmitErrorFn emitError) {
 
 /// The compound axes a mesh needs: dp*ep when it has both (the batch of
 /// expert parallelism carved out of data parallelism; ep minor, so that an
-/// all_to_all over ep moves a dimension from dp*ep to dp), tp*cp and cp*tp.
+/// all_to_all over ep moves a dimension from dp*ep to dp), tp*cp, cp*tp and
+/// dp*cp.
 void addCompounds(MeshInfo &mesh) {
   auto split = [&](MeshAxisRole role) {
     int a = mesh.axisIndex(role);
@@ -154,6 +155,10 @@ void addCompounds(MeshInfo &mesh) {
   // a column-parallel projection leaves the cp chunk).
   if (tp >= 0 && cp >= 0)
     mesh.compounds.push_back({cp, tp});
+  // dp*cp: a batch of one sequence per dp rank, flattened with its sequence
+  // (the weight gradients' [batch * seq] rows under context parallelism).
+  if (dp >= 0 && cp >= 0)
+    mesh.compounds.push_back({dp, cp});
 }
 } // namespace
 

@@ -501,22 +501,40 @@ LogicalResult reshapeRule(ReshapeOp rs, ShardingRuleContext &ctx) {
       ds = DimShard(cp);
       ctx.want[0].dims[d] = ds;
     }
+    bool merged = false;
     if (mapped < 0 && ds.blocks == 1 && a == cp) {
       int64_t pe = 1;
       for (int64_t e = 0; e < go.getRank() && pe <= prefix && prefix % pe == 0; ++e) {
         int64_t spanEnd = pe * go.getDimSize(e); // output dim e spans prefixes [pe, spanEnd)
         if (spanEnd > prefix) {
           // It holds dimension d whole, after `prefix / pe` outer rows.
-          if (pe < prefix && spanEnd % (prefix * gi.getDimSize(d)) == 0 &&
-              res.dims[e].axis < 0 && gi.getDimSize(d) % ctx.axisSize(a) == 0) {
+          const bool holds = pe < prefix && spanEnd % (prefix * gi.getDimSize(d)) == 0 &&
+                             gi.getDimSize(d) % ctx.axisSize(a) == 0;
+          if (holds && res.dims[e].axis < 0) {
             mapped = e;
             blocks = prefix / pe;
+          } else if (holds && d > 0 && pe * gi.getDimSize(d - 1) == prefix &&
+                     spanEnd == prefix * gi.getDimSize(d) &&
+                     res.dims[e] == ctx.want[0].dims[d - 1] && res.dims[e].blocks == 1 &&
+                     gi.getDimSize(d - 1) == ctx.axisSize(res.dims[e].axis)) {
+            // The dimension before it, split over P down to one row per
+            // device (a batch over dp, one sequence each), merged with it:
+            // each device holds one contiguous run of the output dimension,
+            // the compound P*cp's (the weight gradients of dp x cp).
+            SmallVector<int, 3> parts(ctx.mesh().parts(res.dims[e].axis));
+            parts.push_back(cp);
+            if (int both = ctx.mesh().axisOf(parts); both >= 0) {
+              res.dims[e] = DimShard(both);
+              merged = true;
+            }
           }
           break;
         }
         pe = spanEnd;
       }
     }
+    if (merged)
+      continue;
     if (mapped >= 0 && res.dims[mapped].axis < 0)
       res.dims[mapped] = blocks > 1 ? DimShard(a, static_cast<int>(blocks)) : ds;
     else

@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "gpt-moe", "llama-moe"])
     ap.add_argument("--seq", type=int, default=32, help="sequence length of the model")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
     ap.add_argument("--device", default="cpu",
@@ -62,7 +63,7 @@ def main():
         if model == "gpt":
             extra += ["--moe-shared-experts", "1", "--moe-bias-balancing", "0.002"]
     run(b("ptc-model"), model, "--layers", "2", "--hidden", "64", "--heads", "4", "--seq",
-        str(args.seq), "--vocab", "256", "--batch", "8", *extra, "-o", w("gpt.mlir"))
+        str(args.seq), "--vocab", "256", "--batch", str(args.batch), *extra, "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
     if args.optimizer == "adafactor":
         opts = "optimizer=adafactor lr=1e-3 adafactor-beta1=0.9 weight-decay=0.1"
