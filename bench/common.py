@@ -91,6 +91,12 @@ def compile_gpt(a, workdir, plan, options):
 def ptc_step_seconds(a, workdir, tag, options, ranks, threads):
     """Compiles the bench GPT with `options`, trains it with ptc-run on `ranks`
     processes x `threads` threads, and returns the median step time after warm-up."""
+    return ptc_run(a, workdir, tag, options, ranks, threads)[0]
+
+
+def ptc_run(a, workdir, tag, options, ranks, threads, extra_args=(), extra_env=None):
+    """ptc_step_seconds with more ptc-run arguments and environment variables;
+    returns the median step time and ptc-run's output."""
     import json
     b = lambda t: os.path.join(a.bin, t)
     w = lambda n: os.path.join(workdir, n)
@@ -98,14 +104,15 @@ def ptc_step_seconds(a, workdir, tag, options, ranks, threads):
     compile_gpt(a, workdir, plan, "optimizer=adamw lr=1e-3 " + options +
                 (" precision=bf16" if getattr(a, "precision", "fp32") == "bf16" else ""))
     cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(a.steps + a.warmup),
-           "--log-every", "0", "--threads", str(threads), "--metrics", w(f"{tag}.jsonl")]
+           "--log-every", "0", "--threads", str(threads), "--metrics", w(f"{tag}.jsonl"),
+           *extra_args]
     if ranks > 1:
         cmd += ["--np", str(ranks)]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+               OMPI_MCA_rmaps_base_oversubscribe="1", **(extra_env or {}))
+    out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
     rows = [json.loads(l) for l in open(w(f"{tag}.jsonl"))][a.warmup:]
-    return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
+    return statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows), out
 
 
 def model_args(a):

@@ -8,36 +8,26 @@ completed before the step's compute (PTC_RING_SERIAL=1), how much transfer time 
 (On CPU ranks Open MPI's shared-memory transport copies a large message when it is received, and
 every core runs a rank, so little or nothing is hidden here.)
 
-usage: bench/context_parallel.py [--bin build/bin] [--seq 1024] [--steps 8]
+usage: bench/context_parallel.py [--bin build/bin] [--seq 1024] [--batch 2] [--steps 8]
+       [--layers 4 --hidden 256 --heads 8 --vocab 256] [--model gpt|llama]
 """
 import argparse
-import json
 import os
 import re
-import statistics
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(here, "..", "build", "bin"))
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=8)
+    common.add_model_options(ap, steps=8)
+    ap.set_defaults(seq=1024, batch=2)
     a = ap.parse_args()
-    b = lambda t: os.path.join(a.bin, t)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
     with tempfile.TemporaryDirectory() as work:
-        w = lambda f: os.path.join(work, f)
-        subprocess.run([b("ptc-tokenize"), "-o", w("data.bin"), "/usr/share/common-licenses/GPL-3"],
-                       check=True, capture_output=True)
-        subprocess.run([b("ptc-model"), "gpt", "--layers", "4", "--hidden", "256", "--heads", "8",
-                        "--seq", str(a.seq), "--vocab", "256", "--batch", str(a.batch), "-o",
-                        w("gpt.mlir")], check=True)
+        common.write_data(os.path.join(work, "data.bin"))
         runs = {"one rank, 2 threads": ("", 1, 2, {}),
                 "cp:2 ring, 2 x 1 thread": ("mesh=cp:2", 2, 1, {}),
                 "cp:2 ring, transfers not overlapped": ("mesh=cp:2", 2, 1, {"PTC_RING_SERIAL": "1"}),
@@ -45,26 +35,15 @@ def main():
         times, rings = {}, {}
         ring_line = re.compile(r"ring attention \(this rank\): ([0-9.]+) ms per step .*blocks ([0-9.]+) ms, "
                                r"passing and waiting for blocks ([0-9.]+) ms \(([0-9.]+) MB")
-        for name, (opts, ranks, threads, extra) in runs.items():
-            plan = w("p.plan")
-            subprocess.run([b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=optimizer=adamw {opts}", "-o",
-                            plan], check=True)
-            cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(a.steps + 2),
-                   "--log-every", "0", "--threads", str(threads), "--metrics", w("m.jsonl")]
-            if ranks > 1:
-                cmd += ["--np", str(ranks)]
-            if "ring" in name:
-                cmd += ["--profile"]
-            out = subprocess.run(cmd, check=True, env=dict(env, **extra), capture_output=True,
-                                 text=True).stdout
-            if "ring" in name:
-                m = ring_line.search(out)
-                rings[name] = [float(x) for x in m.groups()]
-            rows = [json.loads(l) for l in open(w("m.jsonl"))][2:]
-            times[name] = statistics.median(a.batch * a.seq / r["tokens_per_s"] for r in rows)
+        for i, (name, (opts, ranks, threads, extra)) in enumerate(runs.items()):
+            ring = "ring" in name
+            times[name], out = common.ptc_run(a, work, f"run{i}", opts, ranks, threads,
+                                              ["--profile"] if ring else [], extra)
+            if ring:
+                rings[name] = [float(x) for x in ring_line.search(out).groups()]
         base = times["one rank, 2 threads"]
-        print(f"GPT 4 layers, hidden 256, 8 heads, seq {a.seq}, batch {a.batch}, AdamW; median of "
-              f"{a.steps} steps")
+        print(f"{a.model} {a.layers} layers, hidden {a.hidden}, {a.heads} heads, seq {a.seq}, "
+              f"batch {a.batch}, AdamW; median of {a.steps} steps")
         for name, t in times.items():
             print(f"  {name:36s} {t * 1e3:8.1f} ms/step   {t / base:5.2f}x one rank")
         for name, (total, blocks, transfer, mb) in rings.items():

@@ -15,12 +15,6 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
-std::string shapeText(ArrayRef<int64_t> shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 /// `positions` must be [batch, tokens] of a [batch, heads, tokens, dim] input.
 LogicalResult verifyPositions(Operation *op, RankedTensorType input, RankedTensorType positions) {
@@ -28,7 +22,7 @@ LogicalResult verifyPositions(Operation *op, RankedTensorType input, RankedTenso
       positions.getDimSize(1) != input.getDimSize(2))
     return op->emitOpError() << "positions must have shape [batch, tokens] = ["
                              << input.getDimSize(0) << ", " << input.getDimSize(2) << "], got "
-                             << shapeText(positions.getShape());
+                             << shapeStr(positions.getShape());
   return success();
 }
 
@@ -54,12 +48,12 @@ LogicalResult CachedAttentionOp::verify() {
                    cache = getKeyCache().getType();
   if (q.getRank() != 4)
     return emitOpError() << "query must have shape [batch, heads, tokens, head_dim], got "
-                         << shapeText(q.getShape());
+                         << shapeStr(q.getShape());
   if (kv.getRank() != 4 || kv.getDimSize(0) != q.getDimSize(0) ||
       kv.getDimSize(2) != q.getDimSize(2) || kv.getDimSize(3) != q.getDimSize(3))
     return emitOpError() << "key and value must have shape [batch, kv_heads, tokens, head_dim] "
                             "with the query's batch, tokens and head_dim ("
-                         << shapeText(q.getShape()) << "), got " << shapeText(kv.getShape());
+                         << shapeStr(q.getShape()) << "), got " << shapeStr(kv.getShape());
   if (kv.getElementType() != q.getElementType() || cache.getElementType() != q.getElementType())
     return emitOpError() << "query, key/value and caches must have one element type";
   int64_t heads = q.getDimSize(1), kvHeads = kv.getDimSize(1);
@@ -71,7 +65,7 @@ LogicalResult CachedAttentionOp::verify() {
       cache.getDimSize(2) < kv.getDimSize(2))
     return emitOpError() << "caches must have shape [batch, kv_heads, context, head_dim] with the "
                             "key's batch, kv_heads and head_dim and a context of at least its "
-                         << kv.getDimSize(2) << " tokens, got " << shapeText(cache.getShape());
+                         << kv.getDimSize(2) << " tokens, got " << shapeStr(cache.getShape());
   if (std::optional<llvm::APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
     return emitOpError() << "scale must be positive, got " << scale->convertToDouble();
   return verifyPositions(*this, q, getPositions().getType());
@@ -99,14 +93,9 @@ PlanInstruction CachedAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
 }
 
 LogicalResult RotaryAtOp::verify() {
-  RankedTensorType type = getType();
-  if (type.getRank() != 4 || type.getDimSize(3) % 2 != 0)
-    return emitOpError() << "input must have shape [batch, heads, tokens, head_dim] with an even "
-                            "head_dim, got "
-                         << shapeText(type.getShape());
-  if (!(getTheta().convertToDouble() > 1.0))
-    return emitOpError() << "theta must be greater than 1, got " << getTheta().convertToDouble();
-  return verifyPositions(*this, type, getPositions().getType());
+  if (failed(verifyRotaryInput(*this, getType(), getTheta().convertToDouble())))
+    return failure();
+  return verifyPositions(*this, getType(), getPositions().getType());
 }
 
 LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {

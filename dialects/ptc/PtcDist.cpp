@@ -538,18 +538,23 @@ std::pair<double, double> RingAttentionGradOp::ringTransfers(int64_t ranks) {
   return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/true);
 }
 
-LogicalResult RingAttentionOp::verify() {
-  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
+namespace {
+/// Ring attention and its gradient: one mesh axis, [batch, heads, seq,
+/// head_dim] queries and keys.
+LogicalResult verifyRingAttention(Operation *op, ArrayAttr axes, RankedTensorType query,
+                                  RankedTensorType key) {
+  if (failed(resolveAxes(op, axes, /*single=*/true)))
     return failure();
-  if (getQuery().getType().getRank() != 4 || getKey().getType().getRank() != 4)
-    return emitOpError() << "operands must be [batch, heads, seq, head_dim]";
+  if (query.getRank() != 4 || key.getRank() != 4)
+    return op->emitOpError() << "operands must be [batch, heads, seq, head_dim]";
   return success();
+}
+} // namespace
+
+LogicalResult RingAttentionOp::verify() {
+  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType());
 }
 
 LogicalResult RingAttentionGradOp::verify() {
-  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
-    return failure();
-  if (getQuery().getType().getRank() != 4 || getKey().getType().getRank() != 4)
-    return emitOpError() << "operands must be [batch, heads, seq, head_dim]";
-  return success();
+  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType());
 }

@@ -47,9 +47,7 @@ void mlir::ptc::replaceReturn(func::FuncOp func, ArrayRef<Value> results,
   func.setAllResultAttrs(resultAttrs);
 }
 
-namespace {
-/// Prints a shape as `4x8x16` (or `scalar` for rank 0) in diagnostics.
-std::string shapeStr(ArrayRef<int64_t> shape) {
+std::string mlir::ptc::shapeStr(ArrayRef<int64_t> shape) {
   if (shape.empty())
     return "scalar";
   std::string s;
@@ -57,6 +55,8 @@ std::string shapeStr(ArrayRef<int64_t> shape) {
   llvm::interleave(shape, os, "x");
   return s;
 }
+
+namespace {
 
 /// Maps a possibly negative axis into [0, rank), or fails.
 FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
@@ -343,15 +343,18 @@ LogicalResult mlir::ptc::verifyRowNorm(Operation *op, double epsilon) {
   return success();
 }
 
-LogicalResult RotaryOp::verify() {
-  RankedTensorType type = getType();
+LogicalResult mlir::ptc::verifyRotaryInput(Operation *op, RankedTensorType type, double theta) {
   if (type.getRank() != 4 || type.getDimSize(3) % 2 != 0)
-    return emitOpError() << "input must have shape [batch, heads, seq, head_dim] with an even "
-                            "head_dim, got "
-                         << shapeStr(type.getShape());
-  if (!(getTheta().convertToDouble() > 1.0))
-    return emitOpError() << "theta must be greater than 1, got " << getTheta().convertToDouble();
+    return op->emitOpError() << "input must have shape [batch, heads, seq, head_dim] with an even "
+                                "head_dim, got "
+                             << shapeStr(type.getShape());
+  if (!(theta > 1.0))
+    return op->emitOpError() << "theta must be greater than 1, got " << theta;
   return success();
+}
+
+LogicalResult RotaryOp::verify() {
+  return verifyRotaryInput(*this, getType(), getTheta().convertToDouble());
 }
 
 LogicalResult SoftmaxOp::verify() {

@@ -94,6 +94,13 @@ FailureOr<RankedTensorType> inferTransposeType(RankedTensorType input,
 FailureOr<RankedTensorType> inferReduceType(RankedTensorType input, ArrayRef<int64_t> axes,
                                             bool keepDims, EmitErrorFn emitError);
 
+/// A shape as `4x8x16` (or `scalar` for rank 0), for diagnostics.
+std::string shapeStr(ArrayRef<int64_t> shape);
+
+/// The input of rotary embeddings (`ptc.rotary`, `ptc.rotary_at`): [batch,
+/// heads, seq, head_dim] with an even head_dim, and theta > 1.
+LogicalResult verifyRotaryInput(Operation *op, RankedTensorType input, double theta);
+
 /// Checks a cross-entropy's logits/targets and that `loss` (its result, or
 /// the gradient of its result) is the scalar it produces; `what` names it.
 LogicalResult verifyCrossEntropyLoss(Operation *op, RankedTensorType logits,

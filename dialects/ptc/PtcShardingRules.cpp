@@ -486,55 +486,52 @@ LogicalResult reshapeRule(ReshapeOp rs, ShardingRuleContext &ctx) {
       }
       p *= go.getDimSize(e);
     }
-    // A plain split over cp merged into an output dimension with the
-    // dimensions before it (the sequence of [batch, seq, h] -> [batch * seq,
-    // h] under context parallelism, as the weight gradients flatten it):
-    // `prefix / p` equal blocks, each split, so that the gradient is a partial
-    // sum over cp rather than a gather of the sequence. (Sequence parallelism
-    // over tp keeps Megatron's gather of the input: within cp, cp*tp is
-    // gathered over tp to cp's chunk.)
-    int64_t blocks = 0;
+    // Context parallelism's sequence under sequence parallelism (cp*tp) is
+    // gathered over tp to cp's chunk first (Megatron's gather of the input).
     const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
-    if (mapped < 0 && ds.blocks == 1 && a >= 0 && cp >= 0 && a != cp &&
-        ctx.mesh().parts(a).front() == cp) {
+    if (mapped < 0 && ds.blocks == 1 && cp >= 0 && a != cp && ctx.mesh().parts(a).front() == cp) {
       a = cp;
       ds = DimShard(cp);
       ctx.want[0].dims[d] = ds;
     }
-    bool merged = false;
-    if (mapped < 0 && ds.blocks == 1 && a == cp) {
-      int64_t pe = 1;
-      for (int64_t e = 0; e < go.getRank() && pe <= prefix && prefix % pe == 0; ++e) {
-        int64_t spanEnd = pe * go.getDimSize(e); // output dim e spans prefixes [pe, spanEnd)
+    // A plain split merged into an output dimension with the dimensions
+    // before it (the sequence of [batch, seq, h] -> [batch * seq, h], as the
+    // weight gradients flatten it). The output dimension e spans the input
+    // prefixes [pe, spanEnd) and holds dimension d whole after `prefix / pe`
+    // outer rows.
+    int64_t blocks = 0, e = -1, pe = 1, spanEnd = 0;
+    if (mapped < 0 && ds.blocks == 1 && gi.getDimSize(d) % ctx.axisSize(a) == 0)
+      for (int64_t o = 0; o < go.getRank() && pe <= prefix && prefix % pe == 0; ++o) {
+        spanEnd = pe * go.getDimSize(o);
         if (spanEnd > prefix) {
-          // It holds dimension d whole, after `prefix / pe` outer rows.
-          const bool holds = pe < prefix && spanEnd % (prefix * gi.getDimSize(d)) == 0 &&
-                             gi.getDimSize(d) % ctx.axisSize(a) == 0;
-          if (holds && res.dims[e].axis < 0) {
-            mapped = e;
-            blocks = prefix / pe;
-          } else if (holds && d > 0 && pe * gi.getDimSize(d - 1) == prefix &&
-                     spanEnd == prefix * gi.getDimSize(d) &&
-                     res.dims[e] == ctx.want[0].dims[d - 1] && res.dims[e].blocks == 1 &&
-                     gi.getDimSize(d - 1) == ctx.axisSize(res.dims[e].axis)) {
-            // The dimension before it, split over P down to one row per
-            // device (a batch over dp, one sequence each), merged with it:
-            // each device holds one contiguous run of the output dimension,
-            // the compound P*cp's (the weight gradients of dp x cp).
-            SmallVector<int, 3> parts(ctx.mesh().parts(res.dims[e].axis));
-            parts.push_back(cp);
-            if (int both = ctx.mesh().axisOf(parts); both >= 0) {
-              res.dims[e] = DimShard(both);
-              merged = true;
-            }
-          }
+          if (pe < prefix && spanEnd % (prefix * gi.getDimSize(d)) == 0)
+            e = o;
           break;
         }
         pe = spanEnd;
       }
+    // Merged with exactly the dimension before it, which is split over P
+    // down to one row per device (a batch over dp, one sequence each): each
+    // device holds one contiguous run of the output dimension, the compound
+    // P*a's when the mesh has it (dp*cp: the weight gradients of dp x cp).
+    if (e >= 0 && res.dims[e].axis >= 0 && res.dims[e].blocks == 1 &&
+        res.dims[e] == ctx.want[0].dims[d - 1] && pe * gi.getDimSize(d - 1) == prefix &&
+        spanEnd == prefix * gi.getDimSize(d) &&
+        gi.getDimSize(d - 1) == ctx.axisSize(res.dims[e].axis)) {
+      SmallVector<int, 3> parts(ctx.mesh().parts(res.dims[e].axis));
+      llvm::append_range(parts, ctx.mesh().parts(a));
+      if (int both = ctx.mesh().axisOf(parts); both >= 0) {
+        res.dims[e] = DimShard(both);
+        continue;
+      }
     }
-    if (merged)
-      continue;
+    // Otherwise a split over cp: `prefix / pe` equal blocks, each split, so
+    // that the gradient is a partial sum over cp rather than a gather of the
+    // sequence.
+    if (e >= 0 && a == cp && res.dims[e].axis < 0) {
+      mapped = e;
+      blocks = prefix / pe;
+    }
     if (mapped >= 0 && res.dims[mapped].axis < 0)
       res.dims[mapped] = blocks > 1 ? DimShard(a, static_cast<int>(blocks)) : ds;
     else

@@ -92,13 +92,28 @@ __device__ float rowDot(const float *x, const float *r, int64_t dim, int lane) {
   return warpSum(s);
 }
 
-/// Online softmax of query row `row` over keys 0..row: acc = sum_j p_j v_j
-/// (unnormalized), m = max logit, l = sum_j p_j.
-__device__ void attendRow(const float *qi, const float *kh, const float *vh, int64_t row,
-                          int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
-  m = -INFINITY;
-  l = 0.0f;
-  for (int64_t j = 0; j <= row; ++j) {
+/// x += a * r in this lane's slots of a row.
+__device__ void addScaledRow(float *x, float a, const float *r, int64_t dim, int lane) {
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    if (d < dim)
+      x[t] += a * r[d];
+  }
+}
+/// Writes this lane's slots of a row.
+__device__ void storeSlots(const float *x, int64_t dim, int lane, float *out) {
+  for (int t = 0; t < kAttentionPerLane; ++t) {
+    int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
+    if (d < dim)
+      out[d] = x[t];
+  }
+}
+
+/// The online softmax of a query row continued over keys 0..n-1: acc = sum_j
+/// p_j v_j (unnormalized), m = max logit, l = sum_j p_j.
+__device__ void attendKeys(const float *qi, const float *kh, const float *vh, int64_t n,
+                           int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
+  for (int64_t j = 0; j < n; ++j) {
     float s = rowDot(qi, kh + j * dim, dim, lane) * scale;
     float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
     l = l * correction + p;
@@ -108,6 +123,14 @@ __device__ void attendRow(const float *qi, const float *kh, const float *vh, int
     }
     m = mNew;
   }
+}
+
+/// Online softmax of query row `row` over keys 0..row.
+__device__ void attendRow(const float *qi, const float *kh, const float *vh, int64_t row,
+                          int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
+  m = -INFINITY;
+  l = 0.0f;
+  attendKeys(qi, kh, vh, row + 1, dim, lane, scale, acc, m, l);
 }
 
 /// Writes this lane's slots of a row's normalized output: acc / l.
@@ -164,17 +187,9 @@ __global__ void causalAttentionGradQKernel(const float *q, const float *k, const
       float s = rowDot(qi, kh + j * dim, dim, w.lane);
       float dp = rowDot(gi, vh + j * dim, dim, w.lane);
       float ds = expf(s * scale - m) / l * (dp - D) * scale;
-      for (int t = 0; t < kAttentionPerLane; ++t) {
-        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-        if (d < dim)
-          dqi[t] += ds * kh[j * dim + d];
-      }
+      addScaledRow(dqi, ds, kh + j * dim, dim, w.lane);
     }
-    for (int t = 0; t < kAttentionPerLane; ++t) {
-      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-      if (d < dim)
-        dq[i * dim + d] = dqi[t];
-    }
+    storeSlots(dqi, dim, w.lane, dq + i * dim);
     if (w.lane == 0) {
       stats[3 * i] = m;
       stats[3 * i + 1] = l;
@@ -208,22 +223,12 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
         float dp = rowDot(vj, gi, dim, w.lane);
         float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
         float ds = p * (dp - st[3 * i + 2]) * scale;
-        for (int t = 0; t < kAttentionPerLane; ++t) {
-          int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-          if (d < dim) {
-            dvj[t] += p * gi[d];
-            dkj[t] += ds * qi[d];
-          }
-        }
+        addScaledRow(dvj, p, gi, dim, w.lane);
+        addScaledRow(dkj, ds, qi, dim, w.lane);
       }
     }
-    for (int t = 0; t < kAttentionPerLane; ++t) {
-      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-      if (d < dim) {
-        dk[jj * dim + d] = dkj[t];
-        dv[jj * dim + d] = dvj[t];
-      }
-    }
+    storeSlots(dkj, dim, w.lane, dk + jj * dim);
+    storeSlots(dvj, dim, w.lane, dv + jj * dim);
   }
 }
 
@@ -245,21 +250,8 @@ __global__ void attentionBlockKernel(const float *q, const float *k, const float
     loadRow(q + i * dim, dim, w.lane, qi);
     loadRow(acc + i * dim, dim, w.lane, a);
     float m = rowMax[i], l = rowSum[i];
-    for (int64_t j = 0; j < n; ++j) {
-      float s = rowDot(qi, kh + j * dim, dim, w.lane) * scale;
-      float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
-      l = l * correction + p;
-      for (int t = 0; t < kAttentionPerLane; ++t) {
-        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-        a[t] = a[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
-      }
-      m = mNew;
-    }
-    for (int t = 0; t < kAttentionPerLane; ++t) {
-      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-      if (d < dim)
-        acc[i * dim + d] = a[t];
-    }
+    attendKeys(qi, kh, vh, n, dim, w.lane, scale, a, m, l);
+    storeSlots(a, dim, w.lane, acc + i * dim);
     __syncwarp();
     if (w.lane == 0) {
       rowMax[i] = m;
@@ -296,17 +288,9 @@ __global__ void attentionBlockGradQKernel(const float *q, const float *k, const 
       float p, ds;
       blockGradTerms(rowDot(qi, kh + j * dim, dim, w.lane), rowDot(gi, vh + j * dim, dim, w.lane),
                      lse[i], delta, scale, p, ds);
-      for (int t = 0; t < kAttentionPerLane; ++t) {
-        int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-        if (d < dim)
-          dqi[t] += ds * kh[j * dim + d];
-      }
+      addScaledRow(dqi, ds, kh + j * dim, dim, w.lane);
     }
-    for (int t = 0; t < kAttentionPerLane; ++t) {
-      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-      if (d < dim)
-        dq[i * dim + d] = dqi[t];
-    }
+    storeSlots(dqi, dim, w.lane, dq + i * dim);
   }
 }
 
@@ -339,22 +323,12 @@ __global__ void attentionBlockGradKVKernel(const float *q, const float *k, const
         float p, ds;
         blockGradTerms(rowDot(kj, qi, dim, w.lane), rowDot(vj, gi, dim, w.lane), lse[r], delta,
                        scale, p, ds);
-        for (int t = 0; t < kAttentionPerLane; ++t) {
-          int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-          if (d < dim) {
-            dvj[t] += p * gi[d];
-            dkj[t] += ds * qi[d];
-          }
-        }
+        addScaledRow(dvj, p, gi, dim, w.lane);
+        addScaledRow(dkj, ds, qi, dim, w.lane);
       }
     }
-    for (int t = 0; t < kAttentionPerLane; ++t) {
-      int64_t d = w.lane + static_cast<int64_t>(t) * kAttentionLanes;
-      if (d < dim) {
-        dk[jj * dim + d] = dkj[t];
-        dv[jj * dim + d] = dvj[t];
-      }
-    }
+    storeSlots(dkj, dim, w.lane, dk + jj * dim);
+    storeSlots(dvj, dim, w.lane, dv + jj * dim);
   }
 }
 

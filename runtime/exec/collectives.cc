@@ -390,82 +390,59 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   float *q = carve(qBytes), *acc = carve(qBytes), *o = carve(qBytes);
   float *g = grad ? carve(qBytes) : nullptr, *dq = grad ? carve(qBytes) : nullptr;
   float *mx = carve(rowBytes), *sum = carve(rowBytes), *lse = carve(rowBytes);
+  // Each key/value pair is carved one after the other: the ring moves a pair at once.
   float *kv[2][2] = {{carve(kvBytes), carve(kvBytes)}, {carve(kvBytes), carve(kvBytes)}};
   float *home[2] = {carve(kvBytes), carve(kvBytes)};
   float *dkv[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   if (grad)
     for (auto &pair : dkv)
       pair[0] = carve(kvBytes), pair[1] = carve(kvBytes);
-  std::vector<uint8_t> sendHost, recvHost;
-  // Moving `bufs` (each kvBytes) one rank on along the ring into `into`, in
-  // two halves so that the transfer overlaps the step's compute: `post` sends
-  // (the communicator copies the data and returns at once), `finish` receives.
-  // Buffers the communicator can read or write in place: host memory, one
-  // after the other (the carved pairs are); else staged through the host.
-  auto direct = [&](const std::vector<float *> &bufs) {
-    if (!d.hostAddressable())
-      return false;
-    for (size_t i = 1; i < bufs.size(); ++i)
-      if (reinterpret_cast<uint8_t *>(bufs[i]) != reinterpret_cast<uint8_t *>(bufs[0]) + i * kvBytes)
-        return false;
-    return true;
-  };
-  // A device-resident communicator (NCCL) runs each step's send/recv on the
-  // communication stream, after the compute that produced the blocks; the
-  // compute that reads what arrives waits for it (`finish`).
+  // Moving a key/value pair (carved one after the other: 2 x kvBytes from
+  // `pair`) one rank on along the ring into `into`, in two halves so that the
+  // transfer overlaps the step's compute: `post` sends (the communicator
+  // copies the data and returns at once), `finish` receives. A
+  // device-resident communicator (NCCL) instead runs the step's send/recv on
+  // the communication stream after the compute that produced the blocks, and
+  // `finish` makes the compute that reads them wait for it.
+  const int64_t pairBytes = 2 * kvBytes;
   const bool onDevice = n > 1 && commOnDevice();
   std::map<int, Event> shifted; // tag -> the communication stream's event
-  auto post = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
+  auto post = [&](float *pair, float *into, int tag) -> Status {
     const Clock::time_point t0 = Clock::now();
-    const int64_t bytes = kvBytes * static_cast<int64_t>(bufs.size());
     if (onDevice) {
       PTC_RETURN_IF_ERROR(enterComm());
-      for (size_t i = 0; i < bufs.size(); ++i)
-        PTC_RETURN_IF_ERROR(comm_->ringShift(bufs[i], into[i], kvBytes, axis, tag, what));
+      PTC_RETURN_IF_ERROR(comm_->ringShift(pair, into, pairBytes, axis, tag, what));
       auto ev = d.record(StreamKind::Communication);
       if (!ev.isOk())
         return ev.status();
       shifted[tag] = *ev;
-      ringProfile_.bytes += static_cast<double>(bytes);
-      ringProfile_.transferSeconds += since(t0);
-      return Status::ok();
+    } else {
+      auto view = commView(pair, pairBytes, 0, /*load=*/true);
+      if (!view.isOk())
+        return view.status();
+      PTC_RETURN_IF_ERROR(comm_->send(*view, pairBytes, axis, (r + 1) % n, tag, what));
     }
-    const void *from = bufs[0];
-    if (!direct(bufs)) {
-      sendHost.resize(static_cast<size_t>(bytes));
-      for (size_t i = 0; i < bufs.size(); ++i)
-        PTC_RETURN_IF_ERROR(d.copy(sendHost.data() + i * kvBytes, bufs[i], kvBytes,
-                                   CopyKind::DeviceToHost));
-      from = sendHost.data();
-    }
-    PTC_RETURN_IF_ERROR(comm_->send(from, bytes, axis, (r + 1) % n, tag, what));
-    ringProfile_.bytes += static_cast<double>(bytes);
+    ringProfile_.bytes += static_cast<double>(pairBytes);
     ringProfile_.transferSeconds += since(t0);
     return Status::ok();
   };
-  auto finish = [&](std::vector<float *> into, int tag) -> Status {
+  auto finish = [&](float *into, int tag) -> Status {
     const Clock::time_point t0 = Clock::now();
-    const int64_t bytes = kvBytes * static_cast<int64_t>(into.size());
     if (onDevice) {
       PTC_RETURN_IF_ERROR(d.wait(StreamKind::Compute, shifted.at(tag)));
       shifted.erase(tag);
-      ringProfile_.transferSeconds += since(t0);
-      return Status::ok();
-    }
-    if (direct(into)) {
-      PTC_RETURN_IF_ERROR(comm_->recv(into[0], bytes, axis, (r + n - 1) % n, tag, what));
     } else {
-      recvHost.resize(static_cast<size_t>(bytes));
-      PTC_RETURN_IF_ERROR(comm_->recv(recvHost.data(), bytes, axis, (r + n - 1) % n, tag, what));
-      for (size_t i = 0; i < into.size(); ++i)
-        PTC_RETURN_IF_ERROR(d.copy(into[i], recvHost.data() + i * kvBytes, kvBytes,
-                                   CopyKind::HostToDevice));
+      auto view = commView(into, pairBytes, 1, /*load=*/false);
+      if (!view.isOk())
+        return view.status();
+      PTC_RETURN_IF_ERROR(comm_->recv(*view, pairBytes, axis, (r + n - 1) % n, tag, what));
+      PTC_RETURN_IF_ERROR(commWriteBack(into, *view, pairBytes));
     }
     ringProfile_.transferSeconds += since(t0);
     return Status::ok();
   };
-  auto move = [&](std::vector<float *> bufs, std::vector<float *> into, int tag) -> Status {
-    PTC_RETURN_IF_ERROR(post(bufs, into, tag));
+  auto move = [&](float *pair, float *into, int tag) -> Status {
+    PTC_RETURN_IF_ERROR(post(pair, into, tag));
     return finish(into, tag);
   };
   double flopsWeight = 1.0; // the gradient's blocks count 2.5x the forward's
@@ -502,16 +479,16 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     for (int s = 0, cur = 0; s < n; ++s, cur ^= 1) {
       const int src = (r - s + n) % n;
       if (s + 1 < n) // on its way while this step computes
-        PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
+        PTC_RETURN_IF_ERROR(post(kv[cur][0], kv[cur ^ 1][0], 9100 + s));
       if (s + 1 < n && ringSerial_)
-        PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
+        PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
       PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
         return d.attentionBlock(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                 partShape, kvHeads, len, scale, causal, acc + a * qPart,
                                 mx + a * rowsPart, sum + a * rowsPart);
       }));
       if (s + 1 < n && !ringSerial_)
-        PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9100 + s));
+        PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
     }
     // o = acc / sum, lse = max + log(sum): rows of the host copies.
     std::vector<float> hAcc(static_cast<size_t>(rows * dim)), hMx(static_cast<size_t>(rows)),
@@ -545,9 +522,9 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     // The keys and values leave before this step's compute; their gradients
     // (which it adds to) after it.
     if (s + 1 < n)
-      PTC_RETURN_IF_ERROR(post({kv[cur][0], kv[cur][1]}, {kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
+      PTC_RETURN_IF_ERROR(post(kv[cur][0], kv[cur ^ 1][0], 9200 + s));
     if (s + 1 < n && ringSerial_)
-      PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
+      PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9200 + s));
     PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
       return d.attentionBlockGrad(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                   o + a * qPart, g + a * qPart, lse + a * rowsPart, partShape,
@@ -555,16 +532,16 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
                                   dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart);
     }));
     if (s + 1 < n) {
-      PTC_RETURN_IF_ERROR(post({dkv[cur][0], dkv[cur][1]}, {dkv[cur ^ 1][0], dkv[cur ^ 1][1]}, 9250 + s));
+      PTC_RETURN_IF_ERROR(post(dkv[cur][0], dkv[cur ^ 1][0], 9250 + s));
       if (!ringSerial_)
-        PTC_RETURN_IF_ERROR(finish({kv[cur ^ 1][0], kv[cur ^ 1][1]}, 9200 + s));
-      PTC_RETURN_IF_ERROR(finish({dkv[cur ^ 1][0], dkv[cur ^ 1][1]}, 9250 + s));
+        PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9200 + s));
+      PTC_RETURN_IF_ERROR(finish(dkv[cur ^ 1][0], 9250 + s));
       cur ^= 1;
     }
   }
   // Here: the gradients of rank r + 1's parts; one more move brings every part home.
   if (n > 1)
-    PTC_RETURN_IF_ERROR(move({dkv[cur][0], dkv[cur][1]}, {home[0], home[1]}, 9300));
+    PTC_RETURN_IF_ERROR(move(dkv[cur][0], home[0], 9300));
   else {
     PTC_RETURN_IF_ERROR(d.copy(home[0], dkv[cur][0], kvBytes, CopyKind::DeviceToDevice));
     PTC_RETURN_IF_ERROR(d.copy(home[1], dkv[cur][1], kvBytes, CopyKind::DeviceToDevice));

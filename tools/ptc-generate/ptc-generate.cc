@@ -509,9 +509,13 @@ int main(int argc, char **argv) {
   std::string dir = o.compiled;
   bool ownDir = false;
   if (dir.empty()) {
-    char tmpl[] = "/tmp/ptc-generate-XXXXXX";
-    if (!mkdtemp(tmpl))
-      return fail(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+    // Under $TMPDIR (else /tmp), as std::filesystem finds it.
+    std::error_code tmpError;
+    std::string tmpl =
+        (std::filesystem::temp_directory_path(tmpError) / "ptc-generate-XXXXXX").string();
+    if (tmpError || !mkdtemp(tmpl.data()))
+      return fail("cannot create a temporary directory " + tmpl + ": " +
+                  (tmpError ? tmpError.message() : std::string(std::strerror(errno))));
     dir = tmpl;
     ownDir = true;
   }
