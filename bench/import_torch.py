@@ -5,7 +5,8 @@ nanoGPT-style module in test/e2e/torch_models) against the builder GPT of the sa
 invocation: the medians of each and their ratio (the patterns were recognised when it is ~1).
 
 usage: bench/import_torch.py [--bin build/bin] [--layers 4] [--hidden 256] [--heads 8]
-                             [--seq 128] [--batch 8] [--steps 20] [--rounds 3] [--threads 2]
+                             [--seq 128] [--batch 8] [--vocab 256] [--steps 20] [--rounds 3]
+                             [--threads 2]
 """
 import argparse
 import json
@@ -15,46 +16,41 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(here, "..", "build", "bin"))
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=20)
+    common.add_model_options(ap, steps=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
+    if a.model != "gpt" or a.precision != "fp32":
+        ap.error("the imported module is the nanoGPT-style GPT in fp32: --model gpt --precision fp32")
     b = lambda t: os.path.join(a.bin, t)
-    module = os.path.join(here, "..", "test", "e2e", "torch_models", "nanogpt_style.py")
+    module = os.path.join(common.HERE, "..", "test", "e2e", "torch_models", "nanogpt_style.py")
     with tempfile.TemporaryDirectory() as work:
         w = lambda f: os.path.join(work, f)
-        subprocess.run([b("ptc-tokenize"), "-o", w("data.bin"), "/usr/share/common-licenses/GPL-3"],
-                       check=True, capture_output=True)
+        common.write_data(w("data.bin"))
         kwargs = dict(n_layer=a.layers, n_head=a.heads, n_embd=a.hidden, block_size=a.seq,
-                      vocab_size=256)
+                      vocab_size=a.vocab)
         subprocess.run([b("ptc-import-torch"), module, "--class", "GPT", "--kwargs",
                         json.dumps(kwargs), "--input", f"tokens={a.batch}x{a.seq}:int64",
                         "--input", f"targets={a.batch}x{a.seq}:int64", "-o", w("imported.mlir")],
                        check=True)
-        subprocess.run([b("ptc-model"), "gpt", "--layers", str(a.layers), "--hidden",
-                        str(a.hidden), "--heads", str(a.heads), "--seq", str(a.seq), "--vocab",
-                        "256", "--batch", str(a.batch), "-o", w("builder.mlir")], check=True)
-        for tag in ("imported", "builder"):
-            subprocess.run([b("ptc-opt"), w(f"{tag}.mlir"), "--ptc-compile=optimizer=adamw lr=1e-3",
-                            "-o", w(f"{tag}.plan")], check=True)
+        # The builder's plan (ptc-model gpt of the same shape) and the imported one.
+        common.compile_gpt(a, work, w("builder.plan"), "optimizer=adamw lr=1e-3")
+        subprocess.run([b("ptc-opt"), w("imported.mlir"), "--ptc-compile=optimizer=adamw lr=1e-3",
+                        "-o", w("imported.plan")], check=True)
         times = {"imported": [], "builder": []}
         for _ in range(a.rounds):
             for tag in times:
                 subprocess.run([b("ptc-run"), w(f"{tag}.plan"), "--data", w("data.bin"), "--steps",
-                                str(a.steps + 3), "--log-every", "0", "--threads", str(a.threads),
+                                str(a.steps + a.warmup), "--log-every", "0", "--threads", str(a.threads),
                                 "--metrics", w(f"{tag}.jsonl")], check=True,
                                stdout=subprocess.DEVNULL)
-                rows = [json.loads(l) for l in open(w(f"{tag}.jsonl"))][3:]
+                rows = [json.loads(l) for l in open(w(f"{tag}.jsonl"))][a.warmup:]
                 times[tag] += [a.batch * a.seq / r["tokens_per_s"] for r in rows]
         print(f"GPT {a.layers} layers, hidden {a.hidden}, {a.heads} heads, seq {a.seq}, batch "
               f"{a.batch}, {a.threads} threads, median of {a.rounds} x {a.steps} steps:")
