@@ -6,6 +6,7 @@
 //     machine's environment pins it to its Haswell kernels), where built.
 //   ptc-bench-sgemm [n=1024] [threads=0 (all cores)] [repeats=10]
 
+#include "bench/best_seconds.h"
 #include "kernels/cpu/kernels.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -22,16 +23,7 @@
 #include <vector>
 
 namespace {
-double bestSeconds(int repeats, const std::function<void()> &run) {
-  run(); // warm-up (JIT, pages)
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
+using ptc::bench::bestSeconds;
 } // namespace
 
 int main(int argc, char **argv) {

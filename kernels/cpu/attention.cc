@@ -25,69 +25,96 @@ using namespace internal;
 
 namespace {
 constexpr int64_t kQueryBlock = 32;
-// Register block of the products: 4 rows x 2 vectors of accumulators.
-#ifdef __AVX512F__
-constexpr int64_t kRows = 4, kCols = 32;
-#else
-constexpr int64_t kRows = 4, kCols = 16;
-#endif
 
 #ifdef __AVX512F__
-/// One full register block: acc[r][0..32) = sum_p A(r, p) * B[p][0..32), where
+// Register block of the products: up to 8 rows x 2 vectors of accumulators
+// (16 of the 32 registers), written straight into C (masked at the right
+// edge), so that a short inner dimension (the head size) is not dominated by
+// a copy-out.
+constexpr int64_t kRows = 8, kCols = 32;
+
+/// C[R rows][cols] (+)= sum_p A(r, p) * B[p][0..cols) for cols <= 32, where
 /// A(r, p) is a[r * rowStride + p * colStride] (rows of A, or of A^T).
-inline void block512(const float *a, int64_t rowStride, int64_t colStride, const float *b,
-                     int64_t ldb, int64_t k, float (&acc)[kRows][kCols]) {
-  __m512 c[kRows][2];
-  for (int64_t r = 0; r < kRows; ++r)
-    c[r][0] = c[r][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
-    __m512 b0 = _mm512_loadu_ps(b + p * ldb), b1 = _mm512_loadu_ps(b + p * ldb + 16);
-    for (int64_t r = 0; r < kRows; ++r) {
-      __m512 av = _mm512_set1_ps(a[r * rowStride + p * colStride]);
-      c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
-      c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
+template <int R>
+inline void blockRows(const float *a, int64_t rowStride, int64_t colStride, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, int64_t k, int64_t cols,
+                      bool accumulate) {
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
+  const __mmask16 m1 =
+      cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1u);
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r)
+    acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  if (m1 != 0) {
+    for (int64_t p = 0; p < k; ++p) {
+      const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + p * ldb);
+      const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(a[r * rowStride + p * colStride]);
+        acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+      }
+    }
+  } else {
+    for (int64_t p = 0; p < k; ++p) {
+      const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + p * ldb);
+      for (int r = 0; r < R; ++r)
+        acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rowStride + p * colStride]), b0, acc[r][0]);
     }
   }
-  for (int64_t r = 0; r < kRows; ++r) {
-    _mm512_storeu_ps(acc[r], c[r][0]);
-    _mm512_storeu_ps(acc[r] + 16, c[r][1]);
+  for (int r = 0; r < R; ++r) {
+    float *cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), acc[r][1]);
+    }
+    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
   }
 }
-#endif
+
+template <int R = kRows>
+inline void blockOf(int64_t rows, const float *a, int64_t rowStride, int64_t colStride,
+                    const float *b, int64_t ldb, float *c, int64_t ldc, int64_t k, int64_t cols,
+                    bool accumulate) {
+  if constexpr (R > 1) {
+    if (rows < R)
+      return blockOf<R - 1>(rows, a, rowStride, colStride, b, ldb, c, ldc, k, cols, accumulate);
+  }
+  blockRows<R>(a, rowStride, colStride, b, ldb, c, ldc, k, cols, accumulate);
+}
 
 /// C[m][n] (+)= A * B[k][n] with A(r, p) = a[r * rowStride + p * colStride]:
 /// A [m][k] row-major is (lda, 1), A^T of a row-major [k][m] is (1, lda).
 /// `accumulate` adds to C instead of overwriting it.
 void product(const float *a, int64_t rowStride, int64_t colStride, const float *b, int64_t ldb,
              float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  for (int64_t i = 0; i < m; i += kRows)
+    for (int64_t j = 0; j < n; j += kCols)
+      blockOf(std::min(kRows, m - i), a + i * rowStride, rowStride, colStride, b + j, ldb,
+              c + i * ldc + j, ldc, k, std::min(kCols, n - j), accumulate);
+}
+#else
+/// C[m][n] (+)= A * B[k][n] with A(r, p) = a[r * rowStride + p * colStride]:
+/// A [m][k] row-major is (lda, 1), A^T of a row-major [k][m] is (1, lda).
+/// `accumulate` adds to C instead of overwriting it. Register blocks of
+/// 4 rows x 16 columns.
+void product(const float *a, int64_t rowStride, int64_t colStride, const float *b, int64_t ldb,
+             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  constexpr int64_t kRows = 4, kCols = 16;
   for (int64_t i = 0; i < m; i += kRows) {
     int64_t rows = std::min(kRows, m - i);
     const float *ai = a + i * rowStride;
     for (int64_t j = 0; j < n; j += kCols) {
       int64_t cols = std::min(kCols, n - j);
       float acc[kRows][kCols] = {};
-      if (rows == kRows && cols == kCols) {
-#ifdef __AVX512F__
-        block512(ai, rowStride, colStride, b + j, ldb, k, acc);
-#else
-        for (int64_t p = 0; p < k; ++p) {
-          const float *bp = b + p * ldb + j;
-          for (int64_t r = 0; r < kRows; ++r) {
-            float av = ai[r * rowStride + p * colStride];
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t r = 0; r < rows; ++r) {
+          float av = ai[r * rowStride + p * colStride];
 #pragma omp simd
-            for (int64_t x = 0; x < kCols; ++x)
-              acc[r][x] += av * bp[x];
-          }
+          for (int64_t x = 0; x < kCols; ++x)
+            acc[r][x] += av * (x < cols ? b[p * ldb + j + x] : 0.0f);
         }
-#endif
-      } else {
-        for (int64_t p = 0; p < k; ++p)
-          for (int64_t r = 0; r < rows; ++r) {
-            float av = ai[r * rowStride + p * colStride];
-            for (int64_t x = 0; x < cols; ++x)
-              acc[r][x] += av * b[p * ldb + j + x];
-          }
-      }
       for (int64_t r = 0; r < rows; ++r) {
         float *cr = c + (i + r) * ldc + j;
         for (int64_t x = 0; x < cols; ++x)
@@ -96,6 +123,7 @@ void product(const float *a, int64_t rowStride, int64_t colStride, const float *
     }
   }
 }
+#endif
 
 /// C[m][n] (+)= A[m][k] B[k][n].
 void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
@@ -109,31 +137,56 @@ void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ld
   product(a, 1, lda, b, ldb, c, ldc, m, n, k, /*accumulate=*/true);
 }
 
-/// exp(x) for x <= 0 (a softmax's shifted scores), branch-free so that its
-/// loops vectorize whole: 2^n * e^r with n = round(x / ln 2), r in
-/// [-ln 2 / 2, ln 2 / 2] and e^r from its degree-6 Taylor polynomial
-/// (relative error below 2e-7, as libm's expf within a few ulp); 0 below
-/// -87 (where expf underflows too).
-inline float expNonPositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+#ifdef __AVX512F__
+/// out[c][r] = in[r][c] for a 16 x 16 block: 32-bit and 64-bit unpacks within
+/// 128-bit lanes, then two rounds of lane shuffles (no scalar moves).
+inline void transpose16(const float *in, int64_t ldi, float *out, int64_t ldo) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = _mm512_loadu_ps(in + i * ldi);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  // r[g + m]: in each 128-bit lane l, column 4 l + m of rows g .. g + 3.
+  for (int g = 0; g < 16; g += 4) {
+    r[g] = lo(t[g], t[g + 2]);
+    r[g + 1] = hi(t[g], t[g + 2]);
+    r[g + 2] = lo(t[g + 1], t[g + 3]);
+    r[g + 3] = hi(t[g + 1], t[g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44);
+    const __m512 v1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
+    const __m512 w0 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44);
+    const __m512 w1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+    _mm512_storeu_ps(out + m * ldo, _mm512_shuffle_f32x4(v0, w0, 0x88));
+    _mm512_storeu_ps(out + (4 + m) * ldo, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+    _mm512_storeu_ps(out + (8 + m) * ldo, _mm512_shuffle_f32x4(v1, w1, 0x88));
+    _mm512_storeu_ps(out + (12 + m) * ldo, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+  }
 }
+#endif
 
-/// out [d][s] = in [s][d] transposed.
+/// out [d][s] = in [s][d] transposed (16 x 16 register blocks with AVX-512).
 void transposeInto(const float *in, int64_t s, int64_t d, float *out) {
-  for (int64_t i = 0; i < s; ++i)
+  int64_t i0 = 0, c0 = 0;
+#ifdef __AVX512F__
+  for (; i0 + 16 <= s; i0 += 16)
+    for (c0 = 0; c0 + 16 <= d; c0 += 16)
+      transpose16(in + i0 * d + c0, d, out + c0 * s + i0, s);
+  // The columns right of the last whole block, for the rows done above.
+  for (int64_t i = 0; i < i0; ++i)
+    for (int64_t c = c0; c < d; ++c)
+      out[c * s + i] = in[i * d + c];
+#endif
+  for (int64_t i = i0; i < s; ++i)
     for (int64_t c = 0; c < d; ++c)
       out[c * s + i] = in[i * d + c];
 }
@@ -148,32 +201,24 @@ void probabilities(const float *q, const float *kt, int64_t s, int64_t d, int64_
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * keys;
     int64_t seen = i0 + r + 1;
-    // The row maximum in vector lanes (a max reduction does not vectorize
-    // without fast-math); scaling is monotonic, so max(scale * x) is
-    // scale * max(x) exactly.
+    // Scaling is monotonic, so max(scale * x) is scale * max(x) exactly.
     constexpr int64_t kLanes = 16;
-    float lane[kLanes];
-    std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
-    int64_t j = 0;
-    for (; j + kLanes <= seen; j += kLanes)
-      for (int64_t l = 0; l < kLanes; ++l)
-        lane[l] = pr[j + l] > lane[l] ? pr[j + l] : lane[l];
-    for (; j < seen; ++j)
-      lane[0] = pr[j] > lane[0] ? pr[j] : lane[0];
-    float mx = *std::max_element(lane, lane + kLanes) * scale;
+    float mx = maxOf(pr, seen) * scale;
     // Whole vectors up to the causal limit (a scalar exp per leftover key
     // cost more than the vectors), masked to zero past it.
-    int64_t padded = std::min(keys, (seen + kLanes - 1) / kLanes * kLanes);
+    // 32-bit indices: a 64-bit compare would halve the vectors' width.
+    const int32_t padded = static_cast<int32_t>(std::min(keys, (seen + kLanes - 1) / kLanes * kLanes));
+    const int32_t visible = static_cast<int32_t>(seen);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < padded; ++c) {
+    for (int32_t c = 0; c < padded; ++c) {
       float e = expNonPositive(pr[c] * scale - mx);
-      pr[c] = c < seen ? e : 0.0f;
+      pr[c] = c < visible ? e : 0.0f;
       sum += pr[c];
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int64_t c = 0; c < padded; ++c)
+    for (int32_t c = 0; c < padded; ++c)
       pr[c] *= inv;
     std::fill(pr + padded, pr + keys, 0.0f);
   }

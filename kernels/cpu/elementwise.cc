@@ -10,13 +10,14 @@ namespace ptc::kernels::cpu {
 namespace {
 /// Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) with erf from Abramowitz & Stegun
 /// 7.1.26 (absolute error below 1.5e-7); `gauss` receives exp(-x^2 / 2).
-/// Branch-free, so the loops that call it vectorize (libmvec expf).
+/// Branch-free and inline (exp of a non-positive argument), so the loops
+/// that call it vectorize whole.
 inline float normalCdf(float x, float &gauss) {
   const float z = std::fabs(x) * 0.70710678118654752f;
   const float t = 1.0f / (1.0f + 0.3275911f * z);
   const float poly =
       t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  gauss = std::exp(-0.5f * x * x);
+  gauss = internal::expNonPositive(-0.5f * x * x);
   const float erfAbs = 1.0f - poly * gauss;
   return 0.5f + 0.5f * std::copysign(erfAbs, x);
 }

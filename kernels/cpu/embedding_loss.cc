@@ -55,17 +55,13 @@ static KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float
 void rowMax(const float *logits, int64_t rows, int64_t classes, float *out) {
 #pragma omp parallel for if (rows * classes > 16384)
   for (int64_t r = 0; r < rows; ++r)
-    out[r] = *std::max_element(logits + r * classes, logits + (r + 1) * classes);
+    out[r] = maxOf(logits + r * classes, classes);
 }
 
 void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out) {
 #pragma omp parallel for if (rows * classes > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    float s = 0.0f;
-    for (int64_t c = 0; c < classes; ++c)
-      s += std::exp(logits[r * classes + c] - max[r]);
-    out[r] = s;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = sumExpShifted(logits + r * classes, classes, max[r]);
 }
 
 KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
@@ -88,10 +84,8 @@ KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t r
 #pragma omp parallel for reduction(+ : total) if (rows * classes > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = logits + r * classes;
-    float mx = *std::max_element(x, x + classes);
-    float sum = 0.0f;
-    for (int64_t c = 0; c < classes; ++c)
-      sum += std::exp(x[c] - mx);
+    const float mx = maxOf(x, classes);
+    const float sum = sumExpShifted(x, classes, mx);
     total += static_cast<double>(mx + std::log(sum) - x[targets[r]]);
   }
   *loss = static_cast<float>(total / static_cast<double>(rows));
@@ -108,13 +102,15 @@ static KernelResult crossEntropyGrad(const float *logits, const int32_t *targets
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = logits + r * classes;
     float *o = out + r * classes;
-    float mx = *std::max_element(x, x + classes);
+    const float mx = maxOf(x, classes);
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t c = 0; c < classes; ++c) {
-      o[c] = std::exp(x[c] - mx);
+      o[c] = expNonPositive(x[c] - mx);
       sum += o[c];
     }
-    float inv = scale / sum;
+    const float inv = scale / sum;
+#pragma omp simd
     for (int64_t c = 0; c < classes; ++c)
       o[c] *= inv;
     o[targets[r]] -= scale;

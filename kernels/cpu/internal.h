@@ -5,7 +5,10 @@
 #include "kernels/cpu/kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -21,6 +24,52 @@ inline float loadAs(const float *p, int64_t i) { return p[i]; }
 inline float loadAs(const uint16_t *p, int64_t i) { return bf16ToF32(p[i]); }
 inline void storeAs(float *p, int64_t i, float v) { p[i] = v; }
 inline void storeAs(uint16_t *p, int64_t i, float v) { p[i] = f32ToBf16(v); }
+
+/// exp(x) for x <= 0 (a softmax's shifted scores, -x^2 / 2), branch-free
+/// and inline so that its loops vectorize whole without a library call:
+/// 2^n * e^r with n = round(x / ln 2), r in [-ln 2 / 2, ln 2 / 2] and e^r from
+/// its degree-6 Taylor polynomial (relative error below 2e-7, as libm's expf
+/// within a few ulp); 0 below -87 (where expf underflows too).
+inline float expNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/// max(x[0..n)) in 16 vector lanes (a max reduction does not vectorize
+/// without fast-math); -inf for n = 0. NaNs are not propagated.
+inline float maxOf(const float *x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l)
+      lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  for (; j < n; ++j)
+    lane[0] = x[j] > lane[0] ? x[j] : lane[0];
+  return *std::max_element(lane, lane + kLanes);
+}
+
+/// sum_j exp(x[j] - mx) for mx >= max(x) (vectorized, a fixed order).
+inline float sumExpShifted(const float *x, int64_t n, float mx) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j)
+    sum += expNonPositive(x[j] - mx);
+  return sum;
+}
 
 /// The element types of the kernels that compute natively on bf16: every
 /// view f32, or every view bf16 (a kernel table entry's `accepts`).

@@ -50,12 +50,39 @@ void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<i
     // columns, each reduced over the rows in order, on many threads when the
     // input is large (every element sees the same additions either way).
     constexpr int64_t kColumns = 64;
+    // Each row's output offset, once (not per block of columns); a bias
+    // gradient's rows all land on the same output row.
+    std::vector<int64_t> rowOut(static_cast<size_t>(rows));
+    bool oneOutputRow = true;
+    for (int64_t r = 0; r < rows; ++r) {
+      rowOut[static_cast<size_t>(r)] = rowOffset(r, is, st);
+      oneOutputRow = oneOutputRow && rowOut[static_cast<size_t>(r)] == rowOut[0];
+    }
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t j0 = 0; j0 < inner; j0 += kColumns) {
-      int64_t j1 = std::min(inner, j0 + kColumns);
+      const int64_t j1 = std::min(inner, j0 + kColumns);
+      if (oneOutputRow && kind != ReduceOp::Max && j1 - j0 == kColumns) {
+        // Column sums in registers over all the rows (the same additions in
+        // the same order as below).
+        float acc[kColumns];
+        float *o = out + rowOut[0] + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < kColumns; ++j)
+          acc[j] = o[j];
+        for (int64_t r = 0; r < rows; ++r) {
+          const float *x = in + r * inner + j0;
+#pragma omp simd
+          for (int64_t j = 0; j < kColumns; ++j)
+            acc[j] += x[j];
+        }
+#pragma omp simd
+        for (int64_t j = 0; j < kColumns; ++j)
+          o[j] = acc[j];
+        continue;
+      }
       for (int64_t r = 0; r < rows; ++r) {
         const float *x = in + r * inner;
-        float *o = out + rowOffset(r, is, st);
+        float *o = out + rowOut[static_cast<size_t>(r)];
         if (kind == ReduceOp::Max) {
           for (int64_t j = j0; j < j1; ++j)
             o[j] = std::max(o[j], x[j]);

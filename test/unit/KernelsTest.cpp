@@ -127,6 +127,75 @@ TEST(Kernels, GroupedQueryAttentionIsRepeatedKvHeads) {
   expectNear(dv, sv, 1e-5f);
 }
 
+// Forward and gradient against a double-precision reference on shapes that
+// exercise the blocked paths' edges: sequences and head sizes that are not
+// multiples of the 16 x 16 transposes, the 8-row register blocks or the
+// 32-row query blocks, and grouped kv heads.
+TEST(Kernels, CausalAttentionAndGradientMatchDoubleReferenceOnOddShapes) {
+  struct Case { int64_t B, H, S, D, KV; };
+  for (Case t : {Case{1, 2, 40, 24, 1}, Case{2, 4, 37, 48, 2}, Case{1, 1, 16, 16, 1},
+                 Case{1, 2, 5, 3, 2}, Case{1, 2, 70, 64, 1}, Case{2, 2, 33, 17, 1}}) {
+    SCOPED_TRACE("S " + std::to_string(t.S) + " D " + std::to_string(t.D));
+    const size_t nq = t.B * t.H * t.S * t.D, nk = t.B * t.KV * t.S * t.D;
+    auto q = randomVector(nq, 41), k = randomVector(nk, 42), v = randomVector(nk, 43),
+         g = randomVector(nq, 44);
+    std::vector<float> o(nq), dq(nq), dk(nk), dv(nk);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(t.D));
+    const Shape shape{t.B, t.H, t.S, t.D};
+    causalAttention(q.data(), k.data(), v.data(), o.data(), shape, t.KV, scale);
+    causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), dq.data(), dk.data(), dv.data(),
+                        shape, t.KV, scale);
+    std::vector<double> ro(nq), rdq(nq), rdk(nk), rdv(nk);
+    const int64_t S = t.S, D = t.D;
+    for (int64_t b = 0; b < t.B; ++b)
+      for (int64_t h = 0; h < t.H; ++h) {
+        const int64_t qo = (b * t.H + h) * S * D, ko = (b * t.KV + h / (t.H / t.KV)) * S * D;
+        for (int64_t i = 0; i < S; ++i) {
+          std::vector<double> p(i + 1), dp(i + 1);
+          double mx = -INFINITY, sum = 0, delta = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t c = 0; c < D; ++c)
+              dot += double(q[qo + i * D + c]) * k[ko + j * D + c];
+            p[j] = dot * scale;
+            mx = std::max(mx, p[j]);
+          }
+          for (int64_t j = 0; j <= i; ++j)
+            sum += p[j] = std::exp(p[j] - mx);
+          for (int64_t j = 0; j <= i; ++j) {
+            p[j] /= sum;
+            for (int64_t c = 0; c < D; ++c) {
+              ro[qo + i * D + c] += p[j] * v[ko + j * D + c];
+              dp[j] += double(g[qo + i * D + c]) * v[ko + j * D + c];
+            }
+            delta += p[j] * dp[j];
+          }
+          for (int64_t j = 0; j <= i; ++j) {
+            const double ds = p[j] * (dp[j] - delta) * scale;
+            for (int64_t c = 0; c < D; ++c) {
+              rdq[qo + i * D + c] += ds * k[ko + j * D + c];
+              rdk[ko + j * D + c] += ds * q[qo + i * D + c];
+              rdv[ko + j * D + c] += p[j] * g[qo + i * D + c];
+            }
+          }
+        }
+      }
+    auto expectClose = [](const std::vector<float> &got, const std::vector<double> &want,
+                          const char *what) {
+      double worst = 0, largest = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+        largest = std::max(largest, std::fabs(want[i]));
+      }
+      EXPECT_LT(worst, 2e-6 * largest) << what;
+    };
+    expectClose(o, ro, "output");
+    expectClose(dq, rdq, "dq");
+    expectClose(dk, rdk, "dk");
+    expectClose(dv, rdv, "dv");
+  }
+}
+
 TEST(Kernels, RmsNormMatchesDefinition) {
   const int64_t R = 5, C = 12;
   auto x = randomVector(R * C, 41), w = randomVector(C, 42);

@@ -1,0 +1,123 @@
+// ptc-bench-kernels: the CPU kernels other than GEMMs on the bench
+// configuration's shapes (the step-time benchmark's GPT: batch 8, seq 128,
+// hidden 256, 8 heads, 4 x hidden MLP), one line per kernel: the best time of
+// `repeats` runs and its rate (GFLOP/s for attention, GB/s moved for the
+// memory-bound ones). What `ptc-run --profile` attributes to non-GEMM op kinds,
+// kernel by kernel, without the executor.
+//   ptc-bench-kernels [threads=0 (all cores)] [batch=8] [seq=128] [hidden=256]
+//                     [heads=8] [repeats=20]
+
+#include "bench/best_seconds.h"
+#include "kernels/cpu/kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <vector>
+
+namespace {
+using ptc::bench::bestSeconds;
+using namespace ptc::kernels::cpu;
+
+
+std::vector<float> randomValues(size_t n, unsigned seed, float stddev = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+void report(const char *what, double seconds, double amount, const char *unit) {
+  std::printf("%-34s %9.1f us  %8.1f %s\n", what, seconds * 1e6, amount / seconds / 1e9, unit);
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
+  const int threads = static_cast<int>(arg(1, 0));
+  const int64_t B = arg(2, 8), S = arg(3, 128), H = arg(4, 256), A = arg(5, 8);
+  const int repeats = static_cast<int>(arg(6, 20));
+  if (threads < 0 || B < 1 || S < 1 || H < 1 || A < 1 || H % A != 0 || repeats < 1) {
+    std::fprintf(stderr, "usage: ptc-bench-kernels [threads (0: all)] [batch] [seq] [hidden] "
+                         "[heads (dividing hidden)] [repeats]\n");
+    return 2;
+  }
+  if (threads > 0)
+    omp_set_num_threads(threads);
+  const int64_t D = H / A, tokens = B * S, mlp = 4 * H;
+  std::printf("kernels on batch %lld, seq %lld, hidden %lld, %lld heads, %d threads (best of %d)\n",
+              static_cast<long long>(B), static_cast<long long>(S), static_cast<long long>(H),
+              static_cast<long long>(A), omp_get_max_threads(), repeats);
+
+  // Causal attention, one layer: model FLOPs of the causal half (QK^T and PV
+  // forward; five products backward, the scores recomputed).
+  const size_t n = static_cast<size_t>(B * A * S * D);
+  auto q = randomValues(n, 1), k = randomValues(n, 2), v = randomValues(n, 3), g = randomValues(n, 4);
+  std::vector<float> o(n), dq(n), dk(n), dv(n);
+  const Shape shape{B, A, S, D};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const double causal = 2.0 * B * A * D * (S * (S + 1) / 2.0);
+  report("causal attention", bestSeconds(repeats, [&] {
+           causalAttention(q.data(), k.data(), v.data(), o.data(), shape, A, scale);
+         }), 2 * causal, "GFLOP/s");
+  report("causal attention gradient", bestSeconds(repeats, [&] {
+           causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), dq.data(), dk.data(),
+                               dv.data(), shape, A, scale);
+         }), 5 * causal, "GFLOP/s");
+
+  // The MLP's activation and its gradient on [tokens, 4 hidden].
+  const size_t m = static_cast<size_t>(tokens * mlp);
+  auto x = randomValues(m, 5, 2.0f), gy = randomValues(m, 6);
+  std::vector<float> y(m), dx(m);
+  report("gelu", bestSeconds(repeats, [&] { unary(UnaryFunction::Gelu, x.data(), y.data(), m); }),
+         8.0 * m, "GB/s");
+  report("gelu gradient", bestSeconds(repeats, [&] {
+           unaryGrad(UnaryFunction::Gelu, x.data(), gy.data(), dx.data(), m);
+         }), 12.0 * m, "GB/s");
+
+  // Bias add and bias gradient on [batch, seq, 4 hidden].
+  const Shape act{B, S, mlp}, bias{mlp};
+  report("bias add", bestSeconds(repeats, [&] {
+           binary(BinaryOp::Add, x.data(), act, gy.data(), bias, y.data(), act);
+         }), 8.0 * m, "GB/s");
+  std::vector<float> db(static_cast<size_t>(mlp));
+  report("bias gradient (sum over tokens)", bestSeconds(repeats, [&] {
+           reduce(ReduceOp::Sum, x.data(), act, {0, 1}, db.data());
+         }), 4.0 * m, "GB/s");
+
+  // Splitting heads: [batch, seq, heads, dim] -> [batch, heads, seq, dim].
+  report("head transpose", bestSeconds(repeats, [&] {
+           transpose(q.data(), Shape{B, S, A, D}, o.data(), {0, 2, 1, 3}, sizeof(float));
+         }), 8.0 * n, "GB/s");
+
+  // The loss on [tokens, 256 classes].
+  const int64_t classes = 256;
+  auto logits = randomValues(static_cast<size_t>(tokens * classes), 7, 3.0f);
+  std::vector<int32_t> targets(static_cast<size_t>(tokens));
+  for (int64_t i = 0; i < tokens; ++i)
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37) % classes);
+  float loss = 0;
+  report("cross entropy", bestSeconds(repeats, [&] {
+           (void)crossEntropy(logits.data(), targets.data(), tokens, classes, &loss);
+         }), 4.0 * tokens * classes, "GB/s");
+
+  // AdamW over one [4 hidden, hidden] weight: reads parameter, gradient and
+  // both moments, writes parameter and moments.
+  const size_t w = static_cast<size_t>(mlp * H);
+  auto p = randomValues(w, 8), gr = randomValues(w, 9), m1 = randomValues(w, 10, 0.1f);
+  std::vector<float> v1(w, 0.01f), po(w), mo(w), vo(w);
+  const AdamW hp{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  report("adamw update", bestSeconds(repeats, [&] {
+           adamwUpdate(p.data(), gr.data(), m1.data(), v1.data(), 10.0f, hp, static_cast<int64_t>(w),
+                       po.data(), mo.data(), vo.data());
+         }), 28.0 * w, "GB/s");
+  return 0;
+}
