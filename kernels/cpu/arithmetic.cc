@@ -73,8 +73,6 @@ void scaleOf(const T *in, T *out, int64_t n, float factor) {
     storeAs(out, i, loadAs(in, i) * factor);
 }
 
-const uint16_t *bf16(const TensorView &v) { return static_cast<const uint16_t *>(v.data); }
-uint16_t *bf16Out(const TensorView &v) { return static_cast<uint16_t *>(v.data); }
 } // namespace
 
 void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, const Shape &bs,
@@ -156,7 +154,7 @@ void addArithmeticKernels(KernelTable &t) {
     const BinaryOp kind = kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)];
     const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
     if (out.dtype == DType::BF16)
-      binaryOf(kind, bf16(a), *a.shape, bf16(b), *b.shape, bf16Out(out), *out.shape);
+      binaryOf(kind, bf16In(a), *a.shape, bf16In(b), *b.shape, bf16Out(out), *out.shape);
     else
       binaryOf(kind, a.f32(), *a.shape, b.f32(), *b.shape, out.f32(), *out.shape);
     return KernelResult::ok();
@@ -178,7 +176,7 @@ void addArithmeticKernels(KernelTable &t) {
       [](const KernelCall &c) {
         const TensorView &in = c.input(0), &out = c.output(0);
         if (out.dtype == DType::BF16)
-          scaleOf(bf16(in), bf16Out(out), in.elements, c.real(0));
+          scaleOf(bf16In(in), bf16Out(out), in.elements, c.real(0));
         else
           scaleOf(in.f32(), out.f32(), in.elements, c.real(0));
         return KernelResult::ok();

@@ -191,13 +191,13 @@ void transposeInto(const float *in, int64_t s, int64_t d, float *out) {
       out[c * s + i] = in[i * d + c];
 }
 
-/// The probabilities of query rows [i0, i0 + rows) of one head: p[r][j] for
-/// the keys j <= i0 + r (0 after), `keys` = i0 + rows columns, from the
-/// transposed keys kt [d][s].
-void probabilities(const float *q, const float *kt, int64_t s, int64_t d, int64_t i0,
+/// The probabilities of query rows [i0, i0 + rows) of one head (`qRows`, row
+/// i0 first): p[r][j] for the keys j <= i0 + r (0 after), `keys` = i0 + rows
+/// columns, from the transposed keys kt [d][s].
+void probabilities(const float *qRows, const float *kt, int64_t s, int64_t d, int64_t i0,
                    int64_t rows, float scale, float *p) {
   int64_t keys = i0 + rows;
-  productNN(q + i0 * d, d, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
+  productNN(qRows, d, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * keys;
     int64_t seen = i0 + r + 1;
@@ -225,58 +225,96 @@ void probabilities(const float *q, const float *kt, int64_t s, int64_t d, int64_
 }
 } // namespace
 
-void causalAttention(const float *q, const float *k, const float *v, float *out,
-                     const Shape &shape, int64_t kvHeads, float scale) {
+namespace {
+/// Rows of f32 or bf16 storage as f32: the rows themselves (f32), or widened
+/// into `buffer` (bf16) — per head inside the kernels, where the executor
+/// would otherwise widen whole tensors before the call and narrow after it
+/// (the same numbers: bf16 widens exactly, results round once).
+inline const float *asF32(const float *p, int64_t n, std::vector<float> &) { return p; }
+inline const float *asF32(const uint16_t *p, int64_t n, std::vector<float> &buffer) {
+  buffer.resize(static_cast<size_t>(n));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    buffer[static_cast<size_t>(i)] = bf16ToF32(p[i]);
+  return buffer.data();
+}
+/// Where an f32 result of n elements goes before it is stored at `out`: `out`
+/// itself (f32) or `buffer` (bf16, narrowed by storeResult).
+inline float *resultRows(float *out, int64_t, std::vector<float> &) { return out; }
+inline float *resultRows(uint16_t *, int64_t n, std::vector<float> &buffer) {
+  buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+inline void storeResult(const float *, int64_t, float *) {}
+inline void storeResult(const float *rows, int64_t n, uint16_t *out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = f32ToBf16(rows[i]);
+}
+
+template <typename T>
+void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &shape,
+                       int64_t kvHeads, float scale) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), p(static_cast<size_t>(kQueryBlock * s));
-    int64_t transposed = -1; // the kv head kt holds
+    std::vector<float> kRows, vRows, qRows, oRows; // bf16 heads and blocks widened
+    const float *vh = nullptr;
+    int64_t transposed = -1; // the kv head kt and vh hold
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < bh; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         // Query head h of batch entry h / heads reads kv head (h % heads) / group.
         int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
         if (kvh != transposed) {
-          transposeInto(k + kvh * s * d, s, d, kt.data());
+          transposeInto(asF32(k + kvh * s * d, s * d, kRows), s, d, kt.data());
+          vh = asF32(v + kvh * s * d, s * d, vRows);
           transposed = kvh;
         }
         int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
-        probabilities(q + h * s * d, kt.data(), s, d, i0, rows, scale, p.data());
-        productNN(p.data(), i0 + rows, v + kvh * s * d, d, out + h * s * d + i0 * d, d, rows, d,
-                  i0 + rows, /*accumulate=*/false);
+        const int64_t first = h * s * d + i0 * d;
+        probabilities(asF32(q + first, rows * d, qRows), kt.data(), s, d, i0, rows, scale,
+                      p.data());
+        float *o = resultRows(out + first, rows * d, oRows);
+        productNN(p.data(), i0 + rows, vh, d, o, d, rows, d, i0 + rows, /*accumulate=*/false);
+        storeResult(o, rows * d, out + first);
       }
   }
 }
 
-void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
-                         float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale) {
+template <typename T>
+void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq, T *dk, T *dv,
+                           const Shape &shape, int64_t kvHeads, float scale) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads;
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), vt(static_cast<size_t>(s * d));
     std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), dp(p.size());
+    std::vector<float> kRows, vRows, qRows, gRows, dqRows, dkRows, dvRows; // bf16 heads widened
     // One kv head per iteration: the query heads it serves and their query
     // blocks accumulate into its dk and dv in a fixed order (deterministic).
 #pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
-      const float *kh = k + kvh * s * d, *vh = v + kvh * s * d;
-      float *dkh = dk + kvh * s * d, *dvh = dv + kvh * s * d;
+      const float *kh = asF32(k + kvh * s * d, s * d, kRows);
+      const float *vh = asF32(v + kvh * s * d, s * d, vRows);
+      float *dkh = resultRows(dk + kvh * s * d, s * d, dkRows);
+      float *dvh = resultRows(dv + kvh * s * d, s * d, dvRows);
       std::fill(dkh, dkh + s * d, 0.0f);
       std::fill(dvh, dvh + s * d, 0.0f);
       transposeInto(kh, s, d, kt.data());
       transposeInto(vh, s, d, vt.data());
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
-        const float *qh = q + h * s * d, *gh = g + h * s * d;
-        float *dqh = dq + h * s * d;
+        const float *qh = asF32(q + h * s * d, s * d, qRows);
+        const float *gh = asF32(g + h * s * d, s * d, gRows);
+        float *dqh = resultRows(dq + h * s * d, s * d, dqRows);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
-          probabilities(qh, kt.data(), s, d, i0, rows, scale, p.data());
+          probabilities(qh + i0 * d, kt.data(), s, d, i0, rows, scale, p.data());
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           productNN(gh + i0 * d, d, vt.data(), s, dp.data(), keys, rows, keys, d, false);
           for (int64_t r = 0; r < rows; ++r) {
@@ -294,9 +332,24 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
           productNN(dp.data(), keys, kh, d, dqh + i0 * d, d, rows, d, keys, false);
           productTNAccumulate(dp.data(), keys, qh + i0 * d, d, dkh, d, keys, d, rows);
         }
+        storeResult(dqh, s * d, dq + h * s * d);
       }
+      storeResult(dkh, s * d, dk + kvh * s * d);
+      storeResult(dvh, s * d, dv + kvh * s * d);
     }
   }
+}
+} // namespace
+
+void causalAttention(const float *q, const float *k, const float *v, float *out,
+                     const Shape &shape, int64_t kvHeads, float scale) {
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale);
+}
+
+void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
+                         float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
+                         float scale) {
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
 }
 
 namespace {
@@ -473,19 +526,37 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 
 void addAttentionKernels(KernelTable &t) {
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
-  t.add(OpKind::CausalAttention, [](const KernelCall &c) {
-    const TensorView &q = c.input(0);
-    causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), *q.shape,
-                    c.input(1).dim(1), c.real(0));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
-    const TensorView &q = c.input(0);
-    causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), *q.shape,
-                        c.input(1).dim(1), c.real(0));
-    return KernelResult::ok();
-  });
+  // Both compute in f32 on f32 or bf16 storage (bf16 heads widened per head).
+  t.add(
+      OpKind::CausalAttention,
+      [](const KernelCall &c) {
+        const TensorView &q = c.input(0);
+        const float scale = static_cast<float>(c.real(0));
+        if (q.dtype == DType::BF16)
+          causalAttentionOf(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
+                            *q.shape, c.input(1).dim(1), scale);
+        else
+          causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), *q.shape,
+                          c.input(1).dim(1), scale);
+        return KernelResult::ok();
+      },
+      internal::f32OrBf16);
+  t.add(
+      OpKind::CausalAttentionGrad,
+      [](const KernelCall &c) {
+        const TensorView &q = c.input(0);
+        const float scale = static_cast<float>(c.real(0));
+        if (q.dtype == DType::BF16)
+          causalAttentionGradOf(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
+                                bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
+                                bf16Out(c.output(2)), *q.shape, c.input(1).dim(1), scale);
+        else
+          causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
+                              c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), *q.shape,
+                              c.input(1).dim(1), scale);
+        return KernelResult::ok();
+      },
+      internal::f32OrBf16);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim], positions [batch, tokens].
   t.add(OpKind::CachedAttention, [](const KernelCall &c) {

@@ -112,8 +112,7 @@ void addElementwiseKernels(KernelTable &t) {
       [](const KernelCall &c) {
         const TensorView &in = c.input(0), &out = c.output(0);
         if (in.dtype == DType::BF16)
-          unaryOf(c.function, static_cast<const uint16_t *>(in.data),
-                  static_cast<uint16_t *>(out.data), in.elements);
+          unaryOf(c.function, internal::bf16In(in), internal::bf16Out(out), in.elements);
         else
           unaryOf(c.function, in.f32(), out.f32(), in.elements);
         return KernelResult::ok();
@@ -124,8 +123,7 @@ void addElementwiseKernels(KernelTable &t) {
       [](const KernelCall &c) {
         const TensorView &x = c.input(0), &g = c.input(1), &out = c.output(0);
         if (x.dtype == DType::BF16)
-          unaryGradOf(c.function, static_cast<const uint16_t *>(x.data),
-                      static_cast<const uint16_t *>(g.data), static_cast<uint16_t *>(out.data),
+          unaryGradOf(c.function, internal::bf16In(x), internal::bf16In(g), internal::bf16Out(out),
                       x.elements);
         else
           unaryGradOf(c.function, x.f32(), g.f32(), out.f32(), x.elements);

@@ -71,6 +71,10 @@ inline float sumExpShifted(const float *x, int64_t n, float mx) {
   return sum;
 }
 
+/// A view's bf16 storage (the kernels that compute natively on bf16).
+inline const uint16_t *bf16In(const TensorView &v) { return static_cast<const uint16_t *>(v.data); }
+inline uint16_t *bf16Out(const TensorView &v) { return static_cast<uint16_t *>(v.data); }
+
 /// The element types of the kernels that compute natively on bf16: every
 /// view f32, or every view bf16 (a kernel table entry's `accepts`).
 inline bool f32OrBf16(const KernelCall &c) {

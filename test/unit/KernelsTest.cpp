@@ -533,6 +533,57 @@ TEST(Kernels, Bf16ArithmeticAndActivationsRoundOnceLikeWidening) {
   }
 }
 
+// Causal attention and its gradient on bf16 storage (heads widened inside the
+// kernel): bitwise the f32 kernel on the widened inputs, each result rounded
+// once, as the executor's widening gave.
+TEST(Kernels, Bf16CausalAttentionIsWidenedF32RoundedOnce) {
+  using ptc::kernels::DType;
+  using ptc::kernels::OpKind;
+  const int64_t B = 2, H = 4, KV = 2, S = 37, D = 24;
+  const Shape qs{B, H, S, D}, ks{B, KV, S, D};
+  auto widen = [](std::vector<float> v, std::vector<uint16_t> &b16) {
+    b16.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      b16[i] = f32ToBf16(v[i]);
+      v[i] = bf16ToF32(b16[i]);
+    }
+    return v;
+  };
+  std::vector<uint16_t> q16, k16, v16, g16;
+  auto q = widen(randomVector(B * H * S * D, 81), q16), k = widen(randomVector(B * KV * S * D, 82), k16),
+       v = widen(randomVector(B * KV * S * D, 83), v16), g = widen(randomVector(B * H * S * D, 84), g16);
+  auto bf = [](std::vector<uint16_t> &x, const Shape &s) {
+    return ptc::kernels::TensorView{x.data(), DType::BF16, &s, static_cast<int64_t>(x.size())};
+  };
+  auto expectRounded = [](const std::vector<uint16_t> &got, const std::vector<float> &want,
+                          const char *what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], f32ToBf16(want[i])) << what << " at " << i;
+  };
+  const double scale = 0.2;
+  std::vector<uint16_t> o16(q.size()), dq16(q.size()), dk16(k.size()), dv16(v.size());
+  std::vector<float> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttention, {bf(q16, qs), bf(k16, ks), bf(v16, ks)},
+                        {bf(o16, qs)}, {}, {scale})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttention, {view(q, qs), view(k, ks), view(v, ks)},
+                        {view(o, qs)}, {}, {scale})
+                  .isOk());
+  expectRounded(o16, o, "output");
+  ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                        {bf(q16, qs), bf(k16, ks), bf(v16, ks), bf(g16, qs)},
+                        {bf(dq16, qs), bf(dk16, ks), bf(dv16, ks)}, {}, {scale})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                        {view(q, qs), view(k, ks), view(v, ks), view(g, qs)},
+                        {view(dq, qs), view(dk, ks), view(dv, ks)}, {}, {scale})
+                  .isOk());
+  expectRounded(dq16, dq, "dq");
+  expectRounded(dk16, dk, "dk");
+  expectRounded(dv16, dv, "dv");
+}
+
 // LayerNorm and RMSNorm (and their gradients) on bf16 storage: f32 statistics
 // and sums, so each result is within one bf16 rounding of the f32 kernel on
 // the widened inputs (the sums may group differently: not bitwise).
