@@ -145,6 +145,47 @@ inline int64_t rowOffset(int64_t row, const Shape &shape, const std::vector<int6
   return off;
 }
 
+/// Calls f(r, rowOffset(r, shape, st)) for every row r in [0, rows) (rows:
+/// the product of all dims but the last), in order within contiguous blocks
+/// of rows, one block per thread when `parallel`. The offsets advance like an
+/// odometer: one division per block instead of one per dimension and row.
+template <typename F>
+void forEachRowOffset(int64_t rows, const Shape &shape, const std::vector<int64_t> &st,
+                      bool parallel, F f) {
+  const int64_t lead = static_cast<int64_t>(shape.size()) - 1;
+  auto run = [&](int64_t r0, int64_t r1) {
+    if (r0 >= r1)
+      return;
+    std::vector<int64_t> idx(static_cast<size_t>(std::max<int64_t>(lead, 0)));
+    int64_t rest = r0, off = 0;
+    for (int64_t d = lead - 1; d >= 0; --d) {
+      idx[d] = rest % shape[d];
+      rest /= shape[d];
+      off += idx[d] * st[d];
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      f(r, off);
+      for (int64_t d = lead - 1; d >= 0; --d) {
+        off += st[d];
+        if (++idx[d] < shape[d])
+          break;
+        off -= st[d] * shape[d];
+        idx[d] = 0;
+      }
+    }
+  };
+  const int threads = parallel ? availableThreads() : 1;
+  if (threads <= 1) {
+    run(0, rows);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t block = (rows + threads - 1) / threads, t = threadIndex();
+    run(std::min(rows, t * block), std::min(rows, (t + 1) * block));
+  }
+}
+
 /// "embedding index 70000 at position 12 is outside [0, 65536)" (the CUDA
 /// kernels report the same text).
 inline KernelResult badId(const char *what, int64_t id, int64_t pos, int64_t limit) {

@@ -31,9 +31,7 @@ void transpose(const void *in, const Shape &is, void *out, const std::vector<int
   const char *src = static_cast<const char *>(in);
   char *dst = static_cast<char *>(out);
   bool contiguous = st.back() == 1;
-#pragma omp parallel for if (n > 32768)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t base = rowOffset(r, os, st);
+  forEachRowOffset(rows, os, st, n > 32768, [&](int64_t r, int64_t base) {
     if (contiguous) {
       std::memcpy(dst + r * inner * elemBytes, src + base * elemBytes,
                   static_cast<size_t>(inner * elemBytes));
@@ -42,7 +40,7 @@ void transpose(const void *in, const Shape &is, void *out, const std::vector<int
         std::memcpy(dst + (r * inner + j) * elemBytes, src + (base + j * st.back()) * elemBytes,
                     static_cast<size_t>(elemBytes));
     }
-  }
+  });
 }
 
 void sliceCopy(const void *big, const Shape &bigShape, void *small, const Shape &smallShape,
@@ -61,15 +59,13 @@ void sliceCopy(const void *big, const Shape &bigShape, void *small, const Shape 
   int64_t inner = smallShape.back(), rows = n / inner;
   char *b = static_cast<char *>(const_cast<void *>(big));
   char *s = static_cast<char *>(small);
-#pragma omp parallel for if (n > 32768)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t off = start + rowOffset(r, smallShape, bigSt);
-    char *bp = b + off * elemBytes, *sp = s + r * inner * elemBytes;
+  forEachRowOffset(rows, smallShape, bigSt, n > 32768, [&](int64_t r, int64_t rowOff) {
+    char *bp = b + (start + rowOff) * elemBytes, *sp = s + r * inner * elemBytes;
     if (toSmall)
       std::memcpy(sp, bp, static_cast<size_t>(inner * elemBytes));
     else
       std::memcpy(bp, sp, static_cast<size_t>(inner * elemBytes));
-  }
+  });
 }
 
 void copyBox(const void *src, const Shape &srcShape, const std::vector<int64_t> &srcOffsets,

@@ -30,8 +30,12 @@ std::vector<int64_t> reducedStrides(const Shape &is, const std::vector<int64_t> 
 }
 } // namespace
 
-void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
-            float *out) {
+namespace {
+/// The reduction of f32 or bf16 storage (T) into f32 results (a bf16
+/// input's sums in f32, as the widened input would give).
+template <typename T>
+void reduceOf(ReduceOp kind, const T *in, const Shape &is, const std::vector<int64_t> &axes,
+              float *out) {
   int64_t n = product(is);
   std::vector<int64_t> st = reducedStrides(is, axes);
   int64_t count = 1;
@@ -39,7 +43,7 @@ void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<i
     count *= is[a];
   int64_t outN = count ? n / std::max<int64_t>(count, 1) : 0;
   if (is.empty()) {
-    out[0] = in[0];
+    out[0] = loadAs(in, 0);
     return;
   }
   std::fill(out, out + outN,
@@ -70,10 +74,10 @@ void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<i
         for (int64_t j = 0; j < kColumns; ++j)
           acc[j] = o[j];
         for (int64_t r = 0; r < rows; ++r) {
-          const float *x = in + r * inner + j0;
+          const T *x = in + r * inner + j0;
 #pragma omp simd
           for (int64_t j = 0; j < kColumns; ++j)
-            acc[j] += x[j];
+            acc[j] += loadAs(x, j);
         }
 #pragma omp simd
         for (int64_t j = 0; j < kColumns; ++j)
@@ -81,32 +85,39 @@ void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<i
         continue;
       }
       for (int64_t r = 0; r < rows; ++r) {
-        const float *x = in + r * inner;
+        const T *x = in + r * inner;
         float *o = out + rowOut[static_cast<size_t>(r)];
         if (kind == ReduceOp::Max) {
           for (int64_t j = j0; j < j1; ++j)
-            o[j] = std::max(o[j], x[j]);
+            o[j] = std::max(o[j], loadAs(x, j));
         } else {
 #pragma omp simd
           for (int64_t j = j0; j < j1; ++j)
-            o[j] += x[j];
+            o[j] += loadAs(x, j);
         }
       }
     }
   } else {
     // The last dimension is reduced: one value per row.
     for (int64_t r = 0; r < rows; ++r) {
-      const float *x = in + r * inner;
+      const T *x = in + r * inner;
       float *o = out + rowOffset(r, is, st);
       float v = kind == ReduceOp::Max ? o[0] : 0.0f;
       for (int64_t j = 0; j < inner; ++j)
-        v = kind == ReduceOp::Max ? std::max(v, x[j]) : v + x[j];
+        v = kind == ReduceOp::Max ? std::max(v, loadAs(x, j)) : v + loadAs(x, j);
       o[0] = kind == ReduceOp::Max ? v : o[0] + v;
     }
   }
   if (kind == ReduceOp::Mean)
     for (int64_t i = 0; i < outN; ++i)
       out[i] /= static_cast<float>(count);
+}
+
+} // namespace
+
+void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
+            float *out) {
+  reduceOf(kind, in, is, axes, out);
 }
 
 static void reduceMaxGrad(const float *in, const Shape &is, const std::vector<int64_t> &axes,
@@ -138,15 +149,26 @@ static void reduceMaxGrad(const float *in, const Shape &is, const std::vector<in
 }
 
 void addReductionKernels(KernelTable &t) {
+  // f32, or bf16 storage summed in f32 and rounded once (a bias gradient in
+  // bf16 plans), without the executor widening the whole input first.
   auto reduceKernel = [](const KernelCall &c) {
     const ReduceOp kind = c.op == OpKind::ReduceSum    ? ReduceOp::Sum
                           : c.op == OpKind::ReduceMean ? ReduceOp::Mean
                                                        : ReduceOp::Max;
-    reduce(kind, c.input(0).f32(), *c.input(0).shape, c.intList(), c.output(0).f32());
+    const TensorView &in = c.input(0), &out = c.output(0);
+    if (in.dtype == DType::BF16) {
+      std::vector<float> sums(static_cast<size_t>(out.elements));
+      reduceOf(kind, bf16In(in), *in.shape, c.intList(), sums.data());
+      uint16_t *o = bf16Out(out);
+      for (int64_t i = 0; i < out.elements; ++i)
+        o[i] = f32ToBf16(sums[static_cast<size_t>(i)]);
+    } else {
+      reduce(kind, in.f32(), *in.shape, c.intList(), out.f32());
+    }
     return KernelResult::ok();
   };
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
-    t.add(op, reduceKernel);
+    t.add(op, reduceKernel, internal::f32OrBf16);
   t.add(OpKind::ReduceMaxGrad, [](const KernelCall &c) {
     reduceMaxGrad(c.input(0).f32(), *c.input(0).shape, c.intList(), c.input(1).f32(),
                   c.output(0).f32());

@@ -584,6 +584,40 @@ TEST(Kernels, Bf16CausalAttentionIsWidenedF32RoundedOnce) {
   expectRounded(dv16, dv, "dv");
 }
 
+// Sums, means and maxima on bf16 storage (f32 sums inside the kernel):
+// bitwise the f32 kernel on the widened input, rounded once. The shapes take
+// every path: the bias gradient's register sums (a 128-column last dimension
+// kept, leading dimensions reduced), a ragged column block, an inner axis
+// reduced with the last one kept, and the last dimension reduced.
+TEST(Kernels, Bf16ReductionsAreWidenedF32RoundedOnce) {
+  using ptc::kernels::DType;
+  using ptc::kernels::OpKind;
+  struct Case { Shape in; std::vector<int64_t> axes; Shape out; };
+  for (const Case &t : {Case{{3, 5, 128}, {0, 1}, {128}}, Case{{7, 70}, {0}, {70}},
+                        Case{{4, 6, 9}, {1}, {4, 9}}, Case{{6, 33}, {1}, {6}}}) {
+    int64_t n = 1, m = 1;
+    for (int64_t d : t.in)
+      n *= d;
+    for (int64_t d : t.out)
+      m *= d;
+    auto x = randomVector(n, 91);
+    std::vector<uint16_t> x16(n), o16(m);
+    for (int64_t i = 0; i < n; ++i) {
+      x16[i] = f32ToBf16(x[i]);
+      x[i] = bf16ToF32(x16[i]);
+    }
+    std::vector<float> o(m);
+    for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax}) {
+      ptc::kernels::TensorView in16{x16.data(), DType::BF16, &t.in, n},
+          out16{o16.data(), DType::BF16, &t.out, m};
+      ASSERT_TRUE(runKernel(op, {in16}, {out16}, t.axes).isOk());
+      ASSERT_TRUE(runKernel(op, {view(x, t.in)}, {view(o, t.out)}, t.axes).isOk());
+      for (int64_t i = 0; i < m; ++i)
+        ASSERT_EQ(o16[i], f32ToBf16(o[i])) << ptc::kernels::opKindName(op) << " at " << i;
+    }
+  }
+}
+
 // LayerNorm and RMSNorm (and their gradients) on bf16 storage: f32 statistics
 // and sums, so each result is within one bf16 rounding of the f32 kernel on
 // the widened inputs (the sums may group differently: not bitwise).
