@@ -31,6 +31,21 @@ KernelResult runKernel(ptc::kernels::OpKind op, std::vector<ptc::kernels::Tensor
   return entry.run(call);
 }
 
+/// A host vector of bf16 bits as a kernel's bf16 view.
+ptc::kernels::TensorView bf(std::vector<uint16_t> &v, const Shape &shape) {
+  return {v.data(), ptc::kernels::DType::BF16, &shape, static_cast<int64_t>(v.size())};
+}
+
+/// `v` rounded to bf16: the bits in `b16`, their exact f32 values returned.
+std::vector<float> roundToBf16(std::vector<float> v, std::vector<uint16_t> &b16) {
+  b16.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    b16[i] = f32ToBf16(v[i]);
+    v[i] = bf16ToF32(b16[i]);
+  }
+  return v;
+}
+
 void expectNear(const std::vector<float> &a, const std::vector<float> &b, float tol) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
@@ -509,9 +524,6 @@ TEST(Kernels, Bf16ArithmeticAndActivationsRoundOnceLikeWidening) {
     aw[i] = bf16ToF32(a16[i]);
   for (size_t i = 0; i < b.size(); ++i)
     bw[i] = bf16ToF32(b16[i]);
-  auto bf = [](std::vector<uint16_t> &v, const Shape &s) {
-    return ptc::kernels::TensorView{v.data(), DType::BF16, &s, static_cast<int64_t>(v.size())};
-  };
   auto expectRounded = [&](const char *what) {
     for (size_t i = 0; i < ref.size(); ++i)
       ASSERT_EQ(out16[i], f32ToBf16(ref[i])) << what << " at " << i;
@@ -541,20 +553,9 @@ TEST(Kernels, Bf16CausalAttentionIsWidenedF32RoundedOnce) {
   using ptc::kernels::OpKind;
   const int64_t B = 2, H = 4, KV = 2, S = 37, D = 24;
   const Shape qs{B, H, S, D}, ks{B, KV, S, D};
-  auto widen = [](std::vector<float> v, std::vector<uint16_t> &b16) {
-    b16.resize(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      b16[i] = f32ToBf16(v[i]);
-      v[i] = bf16ToF32(b16[i]);
-    }
-    return v;
-  };
   std::vector<uint16_t> q16, k16, v16, g16;
-  auto q = widen(randomVector(B * H * S * D, 81), q16), k = widen(randomVector(B * KV * S * D, 82), k16),
-       v = widen(randomVector(B * KV * S * D, 83), v16), g = widen(randomVector(B * H * S * D, 84), g16);
-  auto bf = [](std::vector<uint16_t> &x, const Shape &s) {
-    return ptc::kernels::TensorView{x.data(), DType::BF16, &s, static_cast<int64_t>(x.size())};
-  };
+  auto q = roundToBf16(randomVector(B * H * S * D, 81), q16), k = roundToBf16(randomVector(B * KV * S * D, 82), k16),
+       v = roundToBf16(randomVector(B * KV * S * D, 83), v16), g = roundToBf16(randomVector(B * H * S * D, 84), g16);
   auto expectRounded = [](const std::vector<uint16_t> &got, const std::vector<float> &want,
                           const char *what) {
     ASSERT_EQ(got.size(), want.size());
@@ -600,17 +601,11 @@ TEST(Kernels, Bf16ReductionsAreWidenedF32RoundedOnce) {
       n *= d;
     for (int64_t d : t.out)
       m *= d;
-    auto x = randomVector(n, 91);
-    std::vector<uint16_t> x16(n), o16(m);
-    for (int64_t i = 0; i < n; ++i) {
-      x16[i] = f32ToBf16(x[i]);
-      x[i] = bf16ToF32(x16[i]);
-    }
+    std::vector<uint16_t> x16, o16(m);
+    auto x = roundToBf16(randomVector(n, 91), x16);
     std::vector<float> o(m);
     for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax}) {
-      ptc::kernels::TensorView in16{x16.data(), DType::BF16, &t.in, n},
-          out16{o16.data(), DType::BF16, &t.out, m};
-      ASSERT_TRUE(runKernel(op, {in16}, {out16}, t.axes).isOk());
+      ASSERT_TRUE(runKernel(op, {bf(x16, t.in)}, {bf(o16, t.out)}, t.axes).isOk());
       ASSERT_TRUE(runKernel(op, {view(x, t.in)}, {view(o, t.out)}, t.axes).isOk());
       for (int64_t i = 0; i < m; ++i)
         ASSERT_EQ(o16[i], f32ToBf16(o[i])) << ptc::kernels::opKindName(op) << " at " << i;
@@ -626,20 +621,9 @@ TEST(Kernels, Bf16NormalizationsMatchWidenedF32) {
   using ptc::kernels::OpKind;
   const int64_t R = 9, C = 40;
   const Shape xs{R, C}, ws{C};
-  auto widen = [](std::vector<float> v, std::vector<uint16_t> &b16) {
-    b16.resize(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      b16[i] = f32ToBf16(v[i]);
-      v[i] = bf16ToF32(b16[i]);
-    }
-    return v;
-  };
   std::vector<uint16_t> x16, w16, b16, g16;
-  auto x = widen(randomVector(R * C, 71), x16), w = widen(randomVector(C, 72), w16),
-       b = widen(randomVector(C, 73), b16), g = widen(randomVector(R * C, 74), g16);
-  auto bf = [](std::vector<uint16_t> &v, const Shape &s) {
-    return ptc::kernels::TensorView{v.data(), DType::BF16, &s, static_cast<int64_t>(v.size())};
-  };
+  auto x = roundToBf16(randomVector(R * C, 71), x16), w = roundToBf16(randomVector(C, 72), w16),
+       b = roundToBf16(randomVector(C, 73), b16), g = roundToBf16(randomVector(R * C, 74), g16);
   // Within one bf16 step (2^-7 relative) of the f32 result, or 1e-3 near zero.
   auto expectClose = [](const std::vector<uint16_t> &got, const std::vector<float> &want,
                         const char *what) {
