@@ -47,7 +47,7 @@ Status writeScheduleTrace(TrainingSession &session, const std::string &path) {
   return Status::ok();
 }
 
-void printOpProfile(const std::vector<double> &opTimes, int64_t steps) {
+void printOpProfile(const std::vector<double> &opTimes, int64_t steps, bool skippedFirst) {
   std::vector<std::pair<double, int>> rows;
   double total = 0;
   for (size_t op = 0; op < opTimes.size(); ++op)
@@ -56,7 +56,8 @@ void printOpProfile(const std::vector<double> &opTimes, int64_t steps) {
       total += opTimes[op];
     }
   std::sort(rows.rbegin(), rows.rend());
-  std::cout << "profile: time per step by op kind\n";
+  std::cout << "profile: time per step by op kind (" << steps << (steps == 1 ? " step" : " steps")
+            << (skippedFirst ? ", the first step's one-time setup left out" : "") << ")\n";
   for (auto [t, op] : rows) {
     char line[128];
     std::snprintf(line, sizeof line, "  %-22s %8.3f ms  %5.1f%%",

@@ -15,8 +15,9 @@ namespace ptc {
 /// Gathers every rank's traced schedule actions (TrainingSession::traceFrom)
 /// and, on the leader, writes them to `path`: one row per rank, times in us.
 Status writeScheduleTrace(TrainingSession &session, const std::string &path);
-/// The time per step by op kind, largest first, from TrainingSession::setProfile.
-void printOpProfile(const std::vector<double> &opTimes, int64_t steps);
+/// The time per step by op kind, largest first, from TrainingSession::setProfile
+/// over `steps` steps (`skippedFirst`: the first step was not counted).
+void printOpProfile(const std::vector<double> &opTimes, int64_t steps, bool skippedFirst);
 /// Where the leader's ring attention spent its time per step
 /// (Executor::ringProfile) and every rank's blocks' FLOPs (gathered: every
 /// rank calls it); nothing printed when the plan has no ring attention.

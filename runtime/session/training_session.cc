@@ -484,7 +484,7 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
   }
   executor_->setTracing(traceFrom_ >= 0 && step >= traceFrom_);
   auto t0 = Clock::now();
-  PTC_RETURN_IF_ERROR(executor_->step(profile_));
+  PTC_RETURN_IF_ERROR(executor_->step(stepsRun_++ >= profileSkip_ ? profile_ : nullptr));
   auto readScalar = [&](int32_t id) {
     auto v = executor_->scalar(id);
     return v.isOk() ? *v : std::nanf("");

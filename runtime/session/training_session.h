@@ -11,6 +11,7 @@
 #include "runtime/io/token_data.h"
 #include "runtime/plan/plan_loader.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -162,8 +163,15 @@ public:
   int64_t vocab() const { return vocab_; }
   /// "437760 parameters, batch 8 x seq 64, ... device cpu (2 threads)".
   std::string describe() const;
-  /// Per-step time by opcode, accumulated (null: off).
-  void setProfile(std::vector<double> *opTimes) { profile_ = opTimes; }
+  /// Per-step time by opcode, accumulated (null: off). With `skipFirst` the
+  /// first step this session runs is not counted (it creates the matmul
+  /// primitives and touches the arena's pages: one-time costs).
+  void setProfile(std::vector<double> *opTimes, bool skipFirst = false) {
+    profile_ = opTimes;
+    profileSkip_ = skipFirst ? 1 : 0;
+  }
+  /// The steps whose times `setProfile`'s vector holds.
+  int64_t profiledSteps() const { return std::max<int64_t>(0, stepsRun_ - profileSkip_); }
   /// Record schedule actions of the steps from `step` on (pipelined plans).
   void traceFrom(int64_t step) { traceFrom_ = step; }
 
@@ -187,6 +195,7 @@ private:
   int64_t batch_ = 0, seq_ = 0, vocab_ = 65536;
   std::vector<int32_t> wholeTokens_, wholeTargets_;
   std::vector<double> *profile_ = nullptr;
+  int64_t profileSkip_ = 0, stepsRun_ = 0;
   int64_t traceFrom_ = -1;
   double elapsedBase_ = 0.0;
   std::vector<std::string> unusedInitTensors_;

@@ -153,7 +153,7 @@ int runMain(int argc, char **argv) {
   session.executor().measureFileResidency(o.memoryReport);
   std::vector<double> opTimes;
   if (o.profile)
-    session.setProfile(&opTimes);
+    session.setProfile(&opTimes, /*skipFirst=*/steps > 1);
   if (!o.trace.empty())
     session.traceFrom(steps - 1);
   // --resume: parameters, optimizer state and the step count of the newest
@@ -294,8 +294,8 @@ int runMain(int argc, char **argv) {
   if (lossScale.active() && leader)
     std::cout << "dynamic loss scale: " << lossScale.last() << " at the last step; "
               << lossScale.skipped() << " of the steps before it overflowed and were skipped\n";
-  if (o.profile && steps > 0 && leader)
-    printOpProfile(opTimes, steps);
+  if (o.profile && session.profiledSteps() > 0 && leader)
+    printOpProfile(opTimes, session.profiledSteps(), steps > session.profiledSteps());
   if (o.profile)
     if (Status s = printRingProfile(session, steps); !s.isOk())
       return fail(s.message());
