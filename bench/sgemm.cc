@@ -22,9 +22,7 @@
 #include <functional>
 #include <vector>
 
-namespace {
 using ptc::bench::bestSeconds;
-} // namespace
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 1024;

@@ -57,11 +57,10 @@ void reduceOf(ReduceOp kind, const T *in, const Shape &is, const std::vector<int
     // Each row's output offset, once (not per block of columns); a bias
     // gradient's rows all land on the same output row.
     std::vector<int64_t> rowOut(static_cast<size_t>(rows));
-    bool oneOutputRow = true;
-    for (int64_t r = 0; r < rows; ++r) {
-      rowOut[static_cast<size_t>(r)] = rowOffset(r, is, st);
-      oneOutputRow = oneOutputRow && rowOut[static_cast<size_t>(r)] == rowOut[0];
-    }
+    forEachRowOffset(rows, is, st, /*parallel=*/false,
+                     [&](int64_t r, int64_t off) { rowOut[static_cast<size_t>(r)] = off; });
+    const bool oneOutputRow =
+        std::all_of(rowOut.begin(), rowOut.end(), [&](int64_t o) { return o == rowOut[0]; });
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t j0 = 0; j0 < inner; j0 += kColumns) {
       const int64_t j1 = std::min(inner, j0 + kColumns);

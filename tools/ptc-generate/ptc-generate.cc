@@ -12,6 +12,7 @@
 #include "kernels/common/types.h"
 #include "runtime/base/parse_number.h"
 #include "runtime/base/self_path.h"
+#include "runtime/base/temp_dir.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/session/checkpointing.h"
 #include "runtime/session/training_session.h"
@@ -509,14 +510,10 @@ int main(int argc, char **argv) {
   std::string dir = o.compiled;
   bool ownDir = false;
   if (dir.empty()) {
-    // Under $TMPDIR (else /tmp), as std::filesystem finds it.
-    std::error_code tmpError;
-    std::string tmpl =
-        (std::filesystem::temp_directory_path(tmpError) / "ptc-generate-XXXXXX").string();
-    if (tmpError || !mkdtemp(tmpl.data()))
-      return fail("cannot create a temporary directory " + tmpl + ": " +
-                  (tmpError ? tmpError.message() : std::string(std::strerror(errno))));
-    dir = tmpl;
+    auto tmp = makeTempDirectory("ptc-generate-");
+    if (!tmp.isOk())
+      return fail(tmp.status().message());
+    dir = *tmp;
     ownDir = true;
   }
   auto cleanup = [&] {

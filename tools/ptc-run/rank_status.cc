@@ -2,6 +2,8 @@
 
 #include "tools/ptc-run/launcher.h"
 
+#include "runtime/base/temp_dir.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -205,14 +207,11 @@ void reportSilentDeaths(const std::string &dir, int ranks, const std::string &pl
 }
 
 std::string makeStatusDirectory() {
-  std::error_code error;
-  std::string dir =
-      (std::filesystem::temp_directory_path(error) / "ptc-run-status-XXXXXX").string();
-  if (!error && mkdtemp(dir.data()))
-    return dir;
-  std::cerr << "ptc-run: warning: cannot create the ranks' status directory " << dir << " ("
-            << (error ? error.message() : std::strerror(errno))
-            << "): a rank that dies without a word will not be named\n";
+  auto dir = makeTempDirectory("ptc-run-status-");
+  if (dir.isOk())
+    return *dir;
+  std::cerr << "ptc-run: warning: for the ranks' status files, " << dir.status().message()
+            << ": a rank that dies without a word will not be named\n";
   return "";
 }
 
