@@ -175,12 +175,15 @@ inline void transpose16(const float *in, int64_t ldi, float *out, int64_t ldo) {
 #endif
 
 /// out [d][s] = in [s][d] transposed (16 x 16 register blocks with AVX-512).
-void transposeInto(const float *in, int64_t s, int64_t d, float *out) {
+/// 32-bit elements: floats, or pairs of bf16 (moved, never computed on).
+template <typename T> void transposeInto(const T *in, int64_t s, int64_t d, T *out) {
+  static_assert(sizeof(T) == 4, "16 x 16 blocks of 32-bit elements");
   int64_t i0 = 0, c0 = 0;
 #ifdef __AVX512F__
   for (; i0 + 16 <= s; i0 += 16)
     for (c0 = 0; c0 + 16 <= d; c0 += 16)
-      transpose16(in + i0 * d + c0, d, out + c0 * s + i0, s);
+      transpose16(reinterpret_cast<const float *>(in + i0 * d + c0), d,
+                  reinterpret_cast<float *>(out + c0 * s + i0), s);
   // The columns right of the last whole block, for the rows done above.
   for (int64_t i = 0; i < i0; ++i)
     for (int64_t c = c0; c < d; ++c)
@@ -191,13 +194,11 @@ void transposeInto(const float *in, int64_t s, int64_t d, float *out) {
       out[c * s + i] = in[i * d + c];
 }
 
-/// The probabilities of query rows [i0, i0 + rows) of one head (`qRows`, row
-/// i0 first): p[r][j] for the keys j <= i0 + r (0 after), `keys` = i0 + rows
-/// columns, from the transposed keys kt [d][s].
-void probabilities(const float *qRows, const float *kt, int64_t s, int64_t d, int64_t i0,
-                   int64_t rows, float scale, float *p) {
+/// The scores p [rows][i0 + rows] of query rows [i0, i0 + rows) made
+/// probabilities in place: softmax(scale * p[r][j]) over the keys j <= i0 + r,
+/// 0 after.
+void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
   int64_t keys = i0 + rows;
-  productNN(qRows, d, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * keys;
     int64_t seen = i0 + r + 1;
@@ -222,6 +223,16 @@ void probabilities(const float *qRows, const float *kt, int64_t s, int64_t d, in
       pr[c] *= inv;
     std::fill(pr + padded, pr + keys, 0.0f);
   }
+}
+
+/// The probabilities of query rows [i0, i0 + rows) of one head (`qRows`, row
+/// i0 first): p[r][j] for the keys j <= i0 + r (0 after), `keys` = i0 + rows
+/// columns, from the transposed keys kt [d][s].
+void probabilities(const float *qRows, const float *kt, int64_t s, int64_t d, int64_t i0,
+                   int64_t rows, float scale, float *p) {
+  int64_t keys = i0 + rows;
+  productNN(qRows, d, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
+  softmaxRows(p, i0, rows, scale);
 }
 } // namespace
 
@@ -341,6 +352,235 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
 }
 } // namespace
 
+#if defined(__AVX512F__) && defined(__clang__)
+// ---- bf16 heads on AVX512-BF16: the products as bf16 dot products
+// (vdpbf16ps: pairs of bf16 multiplied exactly, summed in f32), twice the
+// f32 FMA rate. The scores, the softmax and the gradient of the scores stay
+// f32; the probabilities and the scores' gradient are rounded to bf16 for
+// the products that take them (as PyTorch's bf16 autocast and FlashAttention
+// do), and each result is rounded once. Operands are packed per head or per
+// query block into 32-bit pairs: along the inner dimension for the left one,
+// and, for the right one, row pairs interleaved (oneDNN's "VNNI" layout).
+#define PTC_BF16_KERNEL __attribute__((target("avx512bf16,avx512bw,avx512vl,avx512dq,avx512f")))
+#define PTC_HAVE_BF16_ATTENTION 1
+namespace {
+inline uint16_t toBf16(uint16_t x) { return x; }
+inline uint16_t toBf16(float x) { return f32ToBf16(x); }
+inline uint32_t pairOf(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+}
+
+/// dst[r][p] = (src[r][2p], src[r][2p + 1]) for rows x cols (0 past cols):
+/// [rows][(cols + 1) / 2] pairs along each row.
+template <typename T>
+void pairColumns(const T *src, int64_t rows, int64_t cols, int64_t ld, uint32_t *dst) {
+  const int64_t pairs = (cols + 1) / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *sr = src + r * ld;
+    uint32_t *dr = dst + r * pairs;
+    const int64_t whole = cols / 2;
+#pragma omp simd
+    for (int64_t p = 0; p < whole; ++p)
+      dr[p] = pairOf(toBf16(sr[2 * p]), toBf16(sr[2 * p + 1]));
+    if (whole < pairs)
+      dr[whole] = pairOf(toBf16(sr[cols - 1]), 0);
+  }
+}
+
+/// dst[p][j] = (src[2p][j], src[2p + 1][j]) for rows x cols (0 past rows):
+/// [(rows + 1) / 2][cols] pairs down each column.
+template <typename T>
+void pairRows(const T *src, int64_t rows, int64_t cols, int64_t ld, uint32_t *dst) {
+  for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+    const T *r0 = src + 2 * p * ld;
+    uint32_t *dr = dst + p * cols;
+    if (2 * p + 1 < rows) {
+      const T *r1 = r0 + ld;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        dr[j] = pairOf(toBf16(r0[j]), toBf16(r1[j]));
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        dr[j] = pairOf(toBf16(r0[j]), 0);
+    }
+  }
+}
+
+/// C[R rows][cols] (+)= sum_p A(r, p) . B[p][0..cols) for cols <= 32, where
+/// A(r, p) = a[r * rowStride + p * colStride] and B's rows are pairs.
+template <int R>
+PTC_BF16_KERNEL inline void pairBlockRows(const uint32_t *a, int64_t rowStride,
+                                          int64_t colStride, const uint32_t *b, int64_t ldb,
+                                          float *c, int64_t ldc, int64_t kp, int64_t cols,
+                                          bool accumulate) {
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
+  const __mmask16 m1 =
+      cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1u);
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r)
+    acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + p * ldb);
+    const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + p * ldb + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * rowStride + p * colStride]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      if (m1 != 0)
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float *cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), acc[r][1]);
+    }
+    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+  }
+}
+
+template <int R = kRows>
+PTC_BF16_KERNEL inline void pairBlockOf(int64_t rows, const uint32_t *a, int64_t rowStride,
+                                        int64_t colStride, const uint32_t *b, int64_t ldb,
+                                        float *c, int64_t ldc, int64_t kp, int64_t cols,
+                                        bool accumulate) {
+  if constexpr (R > 1) {
+    if (rows < R)
+      return pairBlockOf<R - 1>(rows, a, rowStride, colStride, b, ldb, c, ldc, kp, cols,
+                                accumulate);
+  }
+  pairBlockRows<R>(a, rowStride, colStride, b, ldb, c, ldc, kp, cols, accumulate);
+}
+
+/// C[m][n] (+)= A * B over kp pairs: A(r, p) = a[r * rowStride + p * colStride],
+/// B [kp][n] pairs with row stride ldb.
+PTC_BF16_KERNEL void pairProduct(const uint32_t *a, int64_t rowStride, int64_t colStride,
+                                 const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
+                                 int64_t m, int64_t n, int64_t kp, bool accumulate) {
+  for (int64_t i = 0; i < m; i += kRows)
+    for (int64_t j = 0; j < n; j += kCols)
+      pairBlockOf(std::min(kRows, m - i), a + i * rowStride, rowStride, colStride, b + j, ldb,
+                  c + i * ldc + j, ldc, kp, std::min(kCols, n - j), accumulate);
+}
+
+/// A head's [s][d] rows as the right operand of a product with its transpose
+/// (Q K^T, G V^T): [(d + 1) / 2][s] pairs of each row's columns.
+void pairTransposed(const uint16_t *head, int64_t s, int64_t d, std::vector<uint32_t> &scratch,
+                    uint32_t *out) {
+  const int64_t dp = (d + 1) / 2;
+  scratch.resize(static_cast<size_t>(s * dp));
+  pairColumns(head, s, d, d, scratch.data());
+  transposeInto(scratch.data(), s, dp, out);
+}
+
+void storeRounded(const float *rows, int64_t n, uint16_t *out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = f32ToBf16(rows[i]);
+}
+
+void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
+                         const Shape &shape, int64_t kvHeads, float scale) {
+  int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
+  int64_t group = heads / kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
+  int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
+#pragma omp parallel
+  {
+    std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vp(static_cast<size_t>(sp * d));
+    std::vector<uint32_t> qp(static_cast<size_t>(kQueryBlock * dp)), pp(static_cast<size_t>(kQueryBlock * sp));
+    std::vector<uint32_t> scratch;
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), o(static_cast<size_t>(kQueryBlock * d));
+    int64_t packed = -1; // the kv head kt and vp hold
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t h = 0; h < bh; ++h)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
+        if (kvh != packed) {
+          pairTransposed(k + kvh * s * d, s, d, scratch, kt.data());
+          pairRows(v + kvh * s * d, s, d, d, vp.data());
+          packed = kvh;
+        }
+        int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
+        const int64_t first = h * s * d + i0 * d, kp = (keys + 1) / 2;
+        pairColumns(q + first, rows, d, d, qp.data());
+        pairProduct(qp.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
+        softmaxRows(p.data(), i0, rows, scale);
+        // Pairs of keys: an odd last pair (keys == s, odd) meets the zero row
+        // pairRows put past the last value.
+        pairColumns(p.data(), rows, keys, keys, pp.data());
+        pairProduct(pp.data(), kp, 1, vp.data(), d, o.data(), d, rows, d, kp, false);
+        storeRounded(o.data(), rows * d, out + first);
+      }
+  }
+}
+
+void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                             const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                             const Shape &shape, int64_t kvHeads, float scale) {
+  int64_t heads = shape[1], s = shape[2], d = shape[3];
+  int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
+  constexpr int64_t kBlockPairs = (kQueryBlock + 1) / 2;
+#pragma omp parallel
+  {
+    std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vt(kt.size()), kr(static_cast<size_t>(sp * d));
+    std::vector<uint32_t> qc(static_cast<size_t>(kQueryBlock * dp)), gc(qc.size());
+    std::vector<uint32_t> qr(static_cast<size_t>(kBlockPairs * d)), gr(qr.size());
+    std::vector<uint32_t> pr(static_cast<size_t>(kBlockPairs * s)), dsr(pr.size());
+    std::vector<uint32_t> dsc(static_cast<size_t>(kQueryBlock * sp)), scratch;
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), dp_(p.size());
+    std::vector<float> dkh(static_cast<size_t>(s * d)), dvh(dkh.size()), dqb(static_cast<size_t>(kQueryBlock * d));
+#pragma omp for schedule(static)
+    for (int64_t kvh = 0; kvh < bkv; ++kvh) {
+      const uint16_t *kh = k + kvh * s * d, *vh = v + kvh * s * d;
+      std::fill(dkh.begin(), dkh.end(), 0.0f);
+      std::fill(dvh.begin(), dvh.end(), 0.0f);
+      pairTransposed(kh, s, d, scratch, kt.data());
+      pairTransposed(vh, s, d, scratch, vt.data());
+      pairRows(kh, s, d, d, kr.data());
+      for (int64_t m = 0; m < group; ++m) {
+        int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
+        const uint16_t *qh = q + h * s * d, *gh = g + h * s * d;
+        for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
+          int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
+          int64_t kp = (keys + 1) / 2, rp = (rows + 1) / 2;
+          pairColumns(qh + i0 * d, rows, d, d, qc.data());
+          pairColumns(gh + i0 * d, rows, d, d, gc.data());
+          pairProduct(qc.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
+          softmaxRows(p.data(), i0, rows, scale);
+          // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
+          pairProduct(gc.data(), dp, 1, vt.data(), s, dp_.data(), keys, rows, keys, dp, false);
+          for (int64_t r = 0; r < rows; ++r) {
+            float *prow = p.data() + r * keys, *dprow = dp_.data() + r * keys;
+            float t = 0.0f;
+#pragma omp simd reduction(+ : t)
+            for (int64_t j = 0; j < keys; ++j)
+              t += prow[j] * dprow[j];
+#pragma omp simd
+            for (int64_t j = 0; j < keys; ++j)
+              dprow[j] = prow[j] * (dprow[j] - t) * scale;
+          }
+          // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
+          pairRows(p.data(), rows, keys, keys, pr.data());
+          pairRows(dp_.data(), rows, keys, keys, dsr.data());
+          pairRows(gh + i0 * d, rows, d, d, gr.data());
+          pairRows(qh + i0 * d, rows, d, d, qr.data());
+          pairProduct(pr.data(), 1, keys, gr.data(), d, dvh.data(), d, keys, d, rp, true);
+          pairProduct(dsr.data(), 1, keys, qr.data(), d, dkh.data(), d, keys, d, rp, true);
+          pairColumns(dp_.data(), rows, keys, keys, dsc.data());
+          pairProduct(dsc.data(), kp, 1, kr.data(), d, dqb.data(), d, rows, d, kp, false);
+          storeRounded(dqb.data(), rows * d, dq + h * s * d + i0 * d);
+        }
+      }
+      storeRounded(dkh.data(), s * d, dk + kvh * s * d);
+      storeRounded(dvh.data(), s * d, dv + kvh * s * d);
+    }
+  }
+}
+} // namespace
+#endif
+
 void causalAttention(const float *q, const float *k, const float *v, float *out,
                      const Shape &shape, int64_t kvHeads, float scale) {
   causalAttentionOf(q, k, v, out, shape, kvHeads, scale);
@@ -349,6 +589,25 @@ void causalAttention(const float *q, const float *k, const float *v, float *out,
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
                          float scale) {
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
+}
+
+void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
+                     const Shape &shape, int64_t kvHeads, float scale) {
+#ifdef PTC_HAVE_BF16_ATTENTION
+  if (nativeBf16())
+    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale);
+#endif
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale);
+}
+
+void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                         const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                         const Shape &shape, int64_t kvHeads, float scale) {
+#ifdef PTC_HAVE_BF16_ATTENTION
+  if (nativeBf16())
+    return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
+#endif
   causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
 }
 
@@ -526,14 +785,15 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 
 void addAttentionKernels(KernelTable &t) {
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
-  // Both compute in f32 on f32 or bf16 storage (bf16 heads widened per head).
+  // f32: f32 products. bf16: bf16 dot products where the CPU has them
+  // (nativeBf16), else the heads widened to f32 per head.
   t.add(
       OpKind::CausalAttention,
       [](const KernelCall &c) {
         const TensorView &q = c.input(0);
         const float scale = static_cast<float>(c.real(0));
         if (q.dtype == DType::BF16)
-          causalAttentionOf(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
+          causalAttention(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
                             *q.shape, c.input(1).dim(1), scale);
         else
           causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), *q.shape,
@@ -547,7 +807,7 @@ void addAttentionKernels(KernelTable &t) {
         const TensorView &q = c.input(0);
         const float scale = static_cast<float>(c.real(0));
         if (q.dtype == DType::BF16)
-          causalAttentionGradOf(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
+          causalAttentionGrad(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
                                 bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
                                 bf16Out(c.output(2)), *q.shape, c.input(1).dim(1), scale);
         else

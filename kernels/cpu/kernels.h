@@ -67,6 +67,11 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
 bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
                         const Shape &bs, void *out, bool transA, bool transB);
 
+/// Whether this CPU computes bf16 natively (AVX512-BF16, AMX), as oneDNN
+/// dispatches: ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 turns it off for
+/// ptc's own bf16 kernels too (attention), so one setting tests the fallbacks.
+bool nativeBf16();
+
 /// The oneDNN implementation matmulLowPrecision uses for this type on this
 /// CPU (e.g. "brg:avx512_core_bf16"), or "" where it has none.
 std::string lowPrecisionMatmulImplementation(FloatType type);
@@ -98,6 +103,15 @@ void causalAttention(const float *q, const float *k, const float *v, float *out,
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
                          float scale);
+/// The same on bf16 storage (uint16_t bits): bf16 dot products with f32 sums
+/// where the CPU has them (nativeBf16; the probabilities and the scores'
+/// gradient rounded to bf16 for the products), else each head widened to f32;
+/// each result rounded once.
+void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
+                     const Shape &shape, int64_t kvHeads, float scale);
+void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                         const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                         const Shape &shape, int64_t kvHeads, float scale);
 
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
 /// classes) of `totalClasses` on this device): row maxima, row sums of

@@ -105,6 +105,15 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
          out + i * m * n, n, threads);
 }
 
+bool nativeBf16() {
+  static const bool native = [] {
+    const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  return native;
+}
+
 // ---- bf16 / f16: oneDNN's matmul primitive (f32 accumulation; the result
 // rounded once, to nearest even, as the widening path rounds it).
 namespace {
@@ -125,13 +134,7 @@ dnnl::engine &cpuEngine() {
 /// AVX2 and 18689 natively), so the executor widens instead. f16 matmuls:
 /// oneDNN 2.6 computes them natively only with AVX512-FP16 (not in its ISA
 /// list), so they are widened everywhere.
-bool nativeLowPrecision(FloatType type) {
-  if (type != FloatType::BF16)
-    return false;
-  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-  const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
-  return (isa & bf16) == bf16;
-}
+bool nativeLowPrecision(FloatType type) { return type == FloatType::BF16 && nativeBf16(); }
 
 /// One matmul shape's primitive, or none where the CPU has no native kernel
 /// for the type or oneDNN has only its reference implementation.
