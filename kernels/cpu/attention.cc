@@ -198,30 +198,73 @@ template <typename T> void transposeInto(const T *in, int64_t s, int64_t d, T *o
 /// probabilities in place: softmax(scale * p[r][j]) over the keys j <= i0 + r,
 /// 0 after.
 void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
-  int64_t keys = i0 + rows;
+  // Phase by phase over the block's rows: each row's maximum, sum and
+  // reciprocal are short dependent chains (a sum's lanes added in order, a
+  // division), which overlap across rows when no row waits on its own.
+  constexpr int64_t kLanes = 16;
+  const int64_t keys = i0 + rows;
+  float mx[kQueryBlock], inv[kQueryBlock];
+  int32_t padded[kQueryBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    float *pr = p + r * keys;
-    int64_t seen = i0 + r + 1;
     // Scaling is monotonic, so max(scale * x) is scale * max(x) exactly.
-    constexpr int64_t kLanes = 16;
-    float mx = maxOf(pr, seen) * scale;
+    const int64_t seen = i0 + r + 1;
+    mx[r] = maxOf(p + r * keys, seen) * scale;
     // Whole vectors up to the causal limit (a scalar exp per leftover key
     // cost more than the vectors), masked to zero past it.
+    padded[r] = static_cast<int32_t>(std::min(keys, (seen + kLanes - 1) / kLanes * kLanes));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float *pr = p + r * keys;
+    const float m = mx[r];
     // 32-bit indices: a 64-bit compare would halve the vectors' width.
-    const int32_t padded = static_cast<int32_t>(std::min(keys, (seen + kLanes - 1) / kLanes * kLanes));
-    const int32_t visible = static_cast<int32_t>(seen);
+    const int32_t visible = static_cast<int32_t>(i0 + r + 1), n = padded[r];
+#pragma omp simd
+    for (int32_t c = 0; c < n; ++c) {
+      float e = expNonPositive(pr[c] * scale - m);
+      pr[c] = c < visible ? e : 0.0f;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *pr = p + r * keys;
+    const int32_t n = padded[r];
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int32_t c = 0; c < padded; ++c) {
-      float e = expNonPositive(pr[c] * scale - mx);
-      pr[c] = c < visible ? e : 0.0f;
+    for (int32_t c = 0; c < n; ++c)
       sum += pr[c];
-    }
-    float inv = 1.0f / sum;
+    inv[r] = sum;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    inv[r] = 1.0f / inv[r];
+  for (int64_t r = 0; r < rows; ++r) {
+    float *pr = p + r * keys;
+    const float f = inv[r];
+    const int32_t n = padded[r];
 #pragma omp simd
-    for (int32_t c = 0; c < padded; ++c)
-      pr[c] *= inv;
-    std::fill(pr + padded, pr + keys, 0.0f);
+    for (int32_t c = 0; c < n; ++c)
+      pr[c] *= f;
+    std::fill(pr + n, pr + keys, 0.0f);
+  }
+}
+
+/// dS = P (dP - rowsum(P dP)) * scale in place of dP, for rows <= kQueryBlock
+/// rows of `keys` columns: the row sums first, so that their chains overlap.
+void scoreGradients(const float *p, float *dp, int64_t rows, int64_t keys, float scale) {
+  float t[kQueryBlock];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *pr = p + r * keys, *dpr = dp + r * keys;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < keys; ++j)
+      sum += pr[j] * dpr[j];
+    t[r] = sum;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *pr = p + r * keys;
+    float *dpr = dp + r * keys;
+    const float tr = t[r];
+#pragma omp simd
+    for (int64_t j = 0; j < keys; ++j)
+      dpr[j] = pr[j] * (dpr[j] - tr) * scale;
   }
 }
 
@@ -328,16 +371,7 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
           probabilities(qh + i0 * d, kt.data(), s, d, i0, rows, scale, p.data());
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           productNN(gh + i0 * d, d, vt.data(), s, dp.data(), keys, rows, keys, d, false);
-          for (int64_t r = 0; r < rows; ++r) {
-            float *pr = p.data() + r * keys, *dpr = dp.data() + r * keys;
-            float t = 0.0f;
-#pragma omp simd reduction(+ : t)
-            for (int64_t j = 0; j < keys; ++j)
-              t += pr[j] * dpr[j];
-#pragma omp simd
-            for (int64_t j = 0; j < keys; ++j)
-              dpr[j] = pr[j] * (dpr[j] - t) * scale;
-          }
+          scoreGradients(p.data(), dp.data(), rows, keys, scale);
           // dV += P^T G, dQ = dS K, dK += dS^T Q.
           productTNAccumulate(p.data(), keys, gh + i0 * d, d, dvh, d, keys, d, rows);
           productNN(dp.data(), keys, kh, d, dqh + i0 * d, d, rows, d, keys, false);
@@ -551,16 +585,7 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
           softmaxRows(p.data(), i0, rows, scale);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           pairProduct(gc.data(), dp, 1, vt.data(), s, dp_.data(), keys, rows, keys, dp, false);
-          for (int64_t r = 0; r < rows; ++r) {
-            float *prow = p.data() + r * keys, *dprow = dp_.data() + r * keys;
-            float t = 0.0f;
-#pragma omp simd reduction(+ : t)
-            for (int64_t j = 0; j < keys; ++j)
-              t += prow[j] * dprow[j];
-#pragma omp simd
-            for (int64_t j = 0; j < keys; ++j)
-              dprow[j] = prow[j] * (dprow[j] - t) * scale;
-          }
+          scoreGradients(p.data(), dp_.data(), rows, keys, scale);
           // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
           pairRows(p.data(), rows, keys, keys, pr.data());
           pairRows(dp_.data(), rows, keys, keys, dsr.data());

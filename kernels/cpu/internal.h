@@ -11,6 +11,10 @@
 #include <limits>
 #include <vector>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -50,6 +54,18 @@ inline float expNonPositive(float x) {
 /// max(x[0..n)) in 16 vector lanes (a max reduction does not vectorize
 /// without fast-math); -inf for n = 0. NaNs are not propagated.
 inline float maxOf(const float *x, int64_t n) {
+#ifdef __AVX512F__
+  // maxps(a, b) is a > b ? a : b, lane by lane: the loop below, whole.
+  __m512 lanes = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    lanes = _mm512_max_ps(_mm512_loadu_ps(x + i), lanes);
+  if (i < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    lanes = _mm512_mask_max_ps(lanes, tail, _mm512_maskz_loadu_ps(tail, x + i), lanes);
+  }
+  return _mm512_reduce_max_ps(lanes);
+#else
   constexpr int64_t kLanes = 16;
   float lane[kLanes];
   std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
@@ -60,6 +76,7 @@ inline float maxOf(const float *x, int64_t n) {
   for (; j < n; ++j)
     lane[0] = x[j] > lane[0] ? x[j] : lane[0];
   return *std::max_element(lane, lane + kLanes);
+#endif
 }
 
 /// sum_j exp(x[j] - mx) for mx >= max(x) (vectorized, a fixed order).
