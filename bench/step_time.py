@@ -6,7 +6,8 @@ threads and OpenBLAS threads from 1 to --threads, each in its own process with t
 environment set before PyTorch and OpenBLAS start; ptc-run is compared with the best.
 PyTorch also runs with OpenBLAS unpinned (this machine's OPENBLAS_CORETYPE/L2 settings
 unset for that command). Prints per-step times, the ratio, and model FLOP/s as a
-fraction of oneDNN's sgemm throughput on the same threads (the GEMM bound).
+fraction of oneDNN's sgemm throughput on the same threads (the GEMM bound). With
+--precision bf16, ptc-run's fp32 step runs too and the bf16 / fp32 ratio is printed.
 
 usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30] [--model gpt|llama]
        [--precision fp32|bf16]
@@ -43,13 +44,22 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         w = lambda n: os.path.join(d, n)
         common.write_data(w("data.bin"))
-        common.compile_gpt(a, d, w("gpt.plan"), "optimizer=adamw lr=1e-3" +
-                           (" precision=bf16" if a.precision == "bf16" else ""))
-        subprocess.run([binp("ptc-run"), w("gpt.plan"), "--data", w("data.bin"), "--steps",
-                        str(a.steps + a.warmup), "--threads", str(a.threads), "--log-every", "0",
-                        "--metrics", w("run.jsonl")], env=env, check=True, stdout=subprocess.DEVNULL)
-        rows = [json.loads(l) for l in open(w("run.jsonl"))][a.warmup:]
-        ptc_step = statistics.median(B * S / r["tokens_per_s"] for r in rows)
+
+        def ptc_step(precision):
+            """ptc-run's median step of the configuration compiled at `precision`."""
+            plan = w(f"gpt-{precision}.plan")
+            common.compile_gpt(a, d, plan, "optimizer=adamw lr=1e-3" +
+                               (" precision=bf16" if precision == "bf16" else ""))
+            subprocess.run([binp("ptc-run"), plan, "--data", w("data.bin"), "--steps",
+                            str(a.steps + a.warmup), "--threads", str(a.threads), "--log-every",
+                            "0", "--metrics", w("run.jsonl")], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            rows = [json.loads(l) for l in open(w("run.jsonl"))][a.warmup:]
+            return statistics.median(B * S / r["tokens_per_s"] for r in rows)
+
+        ptc_step_time = ptc_step(a.precision)
+        # bf16: ptc's own fp32 step too, right after, for the bf16 / fp32 ratio.
+        ptc_fp32 = ptc_step("fp32") if a.precision == "bf16" else None
 
     # PyTorch at every (intra-op, BLAS) thread combination; its best is the reference.
     torch_runs = common.torch_thread_sweep(a, a.threads)
@@ -64,12 +74,16 @@ def main():
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
     for key, t in sorted(torch_runs.items()):
         print(f"{common.sweep_name(key)}: {t * 1e3:8.1f} ms{'  <- best' if key == best_key else ''}")
+    ptc_step = ptc_step_time
     for name, t in (("ptc-run", ptc_step), ("pytorch", torch_step)):
         rate = flops / t
         print(f"{name:8s} step {t * 1e3:8.1f} ms  {B * S / t:9.0f} tok/s  "
               f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of oneDNN sgemm")
     print(f"ptc-run ({a.threads} threads) / pytorch at its best ({common.sweep_name(best_key)[9:]}): "
           f"{ptc_step / torch_step:.2f}x")
+    if ptc_fp32 is not None:
+        print(f"ptc-run fp32 step {ptc_fp32 * 1e3:8.1f} ms; ptc-run bf16 / ptc-run fp32: "
+              f"{ptc_step / ptc_fp32:.2f}x")
 
 
 if __name__ == "__main__":
