@@ -28,6 +28,17 @@ int64_t getTensorBytes(RankedTensorType type);
 /// argument: true for values returned with `ptc.update`.
 bool isInPlaceUpdate(Value value);
 
+/// The staging buffer ptc-run needs for a collective op (its bytes on the
+/// wire: an all-reduce's operands, an all-gather's result, a reduce-scatter's
+/// operand, both buffers of an all-to-all); 0 for other ops.
+int64_t collectiveBufferBytes(Operation &op);
+
+/// Whether a planned all-reduce bucket sums in place (ptc-plan-memory laid
+/// its operands back to back and gave each result its operand's offset):
+/// ptc-run then needs no staging buffer for it (plan_loader's
+/// allReduceInPlace reads the same from the plan).
+bool isInPlaceAllReduce(AllReduceOp op);
+
 /// Whether `value` lives in host memory (ptc-offload-optimizer): an argument
 /// or an op result marked `ptc.on_host`, or a `ptc.transfer` to the host.
 bool isOnHost(Value value);

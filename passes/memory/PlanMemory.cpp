@@ -3,6 +3,7 @@
 #include "passes/memory/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,8 +39,46 @@ bool mlir::ptc::isInPlaceUpdate(Value value) {
   return false;
 }
 
+int64_t mlir::ptc::collectiveBufferBytes(Operation &op) {
+  auto bytes = [](Value v) { return getTensorBytes(cast<RankedTensorType>(v.getType())); };
+  int64_t c = 0;
+  if (isa<AllReduceOp>(op))
+    for (Value v : op.getOperands())
+      c += bytes(v);
+  else if (isa<AllGatherOp>(op))
+    c = bytes(op.getResult(0));
+  else if (isa<ReduceScatterOp>(op))
+    c = bytes(op.getOperand(0));
+  else if (isa<AllToAllOp>(op))
+    c = 2 * bytes(op.getOperand(0));
+  return c;
+}
+
+/// Arena offsets are multiples of this (ptc-run's loader checks 4; the
+/// kernels' vector loads like 64; runtime/plan's kBucketAlignment is this).
+static constexpr int64_t kAlignment = 64;
+
+bool mlir::ptc::isInPlaceAllReduce(AllReduceOp op) {
+  auto offsetOf = [](Value v) -> int64_t {
+    Operation *def = v.getDefiningOp();
+    auto offsets = def ? def->getAttrOfType<DenseI64ArrayAttr>(kOffsetsAttrName) : nullptr;
+    unsigned n = cast<OpResult>(v).getResultNumber();
+    return offsets && n < offsets.size() ? offsets[n] : -1;
+  };
+  if (op.getInputs().empty() || !op->hasAttr(kOffsetsAttrName) ||
+      isa<BlockArgument>(op.getInputs()[0]))
+    return false;
+  int64_t next = offsetOf(op.getInputs()[0]);
+  for (auto [in, out] : llvm::zip(op.getInputs(), op.getResults())) {
+    if (isa<BlockArgument>(in) || next < 0 || offsetOf(in) != next || offsetOf(out) != next)
+      return false;
+    next = static_cast<int64_t>(
+        llvm::alignTo(next + getTensorBytes(cast<RankedTensorType>(in.getType())), kAlignment));
+  }
+  return true;
+}
+
 namespace {
-constexpr int64_t kAlignment = 64;
 
 struct Buffer {
   Value value;
@@ -165,32 +204,100 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
       }
     }
 
-    // Largest first, each at the lowest offset free over its whole lifetime.
-    SmallVector<size_t> order(buffers.size());
-    for (size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    llvm::sort(order, [&](size_t a, size_t b) {
-      return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes : a < b;
-    });
-    // Placed buffers by pipeline rank (slot 0: every rank), so that a buffer
-    // meets only those that can share its memory, and by time: level k cuts
-    // the step into blocks of kTimeBlock * 8^k ops and holds the buffers whose
-    // lifetime spans at most 4 such blocks, listed in each block they touch.
-    // A buffer then meets the placed ones near its lifetime instead of every
-    // placed buffer (which was quadratic in the op count); the set it meets
-    // and so every offset are the same.
-    constexpr int64_t kTimeBlock = 32, kLevelRatio = 8;
-    int64_t lastTime = 0;
-    for (const Buffer &buf : buffers)
-      lastTime = std::max(lastTime, buf.end);
-    SmallVector<int64_t> blockSize{kTimeBlock};
-    while (blockSize.back() * 4 <= lastTime + 1)
-      blockSize.push_back(blockSize.back() * kLevelRatio);
-    auto levelOf = [&](const Buffer &b) {
-      size_t k = 0;
-      while (k + 1 < blockSize.size() && b.end - b.start + 1 > 4 * blockSize[k])
-        ++k;
-      return k;
+    // A bucket all-reduce whose operands die at it sums in place: each result
+    // shares its operand's memory and the operands lie back to back in one
+    // block, each at the next 64-byte boundary (as DDP's flat gradient
+    // buckets), so the runtime reduces the block where it is (the few padding
+    // bytes with it), without packing it into a staging buffer and back.
+    // The block is live from its first operand's definition to its last
+    // result's last use.
+    // Grouping extends the operands' lifetimes, so it is kept only where the
+    // predicted peak (arena + staging buffer) does not grow: both layouts are
+    // placed and compared below.
+    const SmallVector<Buffer> ungrouped = buffers;
+    const auto ungroupedBufferOf = bufferOf;
+    llvm::SmallPtrSet<Operation *, 4> inPlace;
+    constexpr size_t kNoGroup = std::numeric_limits<size_t>::max();
+    SmallVector<std::pair<size_t, int64_t>> groupOf(buffers.size(), {kNoGroup, 0});
+    SmallVector<bool> placed(buffers.size(), true);
+    llvm::DenseMap<size_t, size_t> sharedWith; // result's buffer -> its operand's
+    for (Operation &op : block) {
+      auto reduce = dyn_cast<AllReduceOp>(op);
+      if (!reduce || reduce.getInputs().size() < 2)
+        continue;
+      const int64_t at = index[&op];
+      SmallVector<size_t> members, shared;
+      for (auto [in, out] : llvm::zip(reduce.getInputs(), reduce.getResults())) {
+        auto input = bufferOf.find(in), result = bufferOf.find(out);
+        if (input == bufferOf.end() || result == bufferOf.end())
+          break;
+        const Buffer &a = buffers[input->second], &r = buffers[result->second];
+        if (a.end != at || a.bytes != r.bytes || a.rank != r.rank ||
+            a.rank != buffers[bufferOf.lookup(reduce.getInputs()[0])].rank ||
+            groupOf[input->second].first != kNoGroup)
+          break;
+        groupOf[input->second] = {kNoGroup - 1, 0}; // taken (an operand twice breaks)
+        members.push_back(input->second);
+        shared.push_back(result->second);
+      }
+      if (members.size() != reduce.getInputs().size()) {
+        for (size_t member : members)
+          groupOf[member] = {kNoGroup, 0};
+        continue;
+      }
+      Buffer group{reduce.getInputs()[0], 0, std::numeric_limits<int64_t>::max(), 0, -1,
+                   buffers[members[0]].rank};
+      const size_t g = buffers.size();
+      for (auto [member, result] : llvm::zip(members, shared)) {
+        groupOf[member] = {g, group.bytes};
+        group.bytes += llvm::alignTo(buffers[member].bytes, kAlignment);
+        group.start = std::min(group.start, buffers[member].start);
+        group.end = std::max(group.end, buffers[result].end);
+        placed[member] = placed[result] = false;
+      }
+      for (auto [member, result] : llvm::zip(members, shared))
+        sharedWith[result] = member;
+      inPlace.insert(&op);
+      buffers.push_back(group);
+      groupOf.push_back({kNoGroup, 0});
+      placed.push_back(true);
+    }
+
+    // The results (and any reshape views of them) name their operands' memory.
+    if (!sharedWith.empty())
+      for (auto &entry : bufferOf)
+        if (auto it = sharedWith.find(entry.second); it != sharedWith.end())
+          entry.second = it->second;
+
+    // Largest first, each at the lowest offset free over its whole lifetime;
+    // returns the arena's bytes and the bytes without reuse.
+    auto place = [&](SmallVector<Buffer> &buffers, ArrayRef<bool> placed) {
+      SmallVector<size_t> order;
+      for (size_t i = 0; i < buffers.size(); ++i)
+        if (placed[i])
+          order.push_back(i);
+      llvm::sort(order, [&](size_t a, size_t b) {
+        return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes : a < b;
+      });
+      // Placed buffers by pipeline rank (slot 0: every rank), so that a buffer
+      // meets only those that can share its memory, and by time: level k cuts
+      // the step into blocks of kTimeBlock * 8^k ops and holds the buffers whose
+      // lifetime spans at most 4 such blocks, listed in each block they touch.
+      // A buffer then meets the placed ones near its lifetime instead of every
+      // placed buffer (which was quadratic in the op count); the set it meets
+      // and so every offset are the same.
+      constexpr int64_t kTimeBlock = 32, kLevelRatio = 8;
+      int64_t lastTime = 0;
+      for (const Buffer &buf : buffers)
+        lastTime = std::max(lastTime, buf.end);
+      SmallVector<int64_t> blockSize{kTimeBlock};
+      while (blockSize.back() * 4 <= lastTime + 1)
+        blockSize.push_back(blockSize.back() * kLevelRatio);
+      auto levelOf = [&](const Buffer &b) {
+        size_t k = 0;
+        while (k + 1 < blockSize.size() && b.end - b.start + 1 > 4 * blockSize[k])
+          ++k;
+        return k;
     };
     size_t slots = static_cast<size_t>(std::max(ranks, 0)) + 1;
     auto slotOf = [](const Buffer &b) { return static_cast<size_t>(b.rank + 1); };
@@ -317,6 +424,35 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
           addToRanges(level.tree[node], offset, offset + size);
       }
     }
+    return std::make_pair(arena, unshared);
+    };
+    // The staging buffer ptc-run allocates: the largest collective that is
+    // not an in-place bucket.
+    auto staging = [&](const llvm::SmallPtrSetImpl<Operation *> &skip) {
+      int64_t bytes = 0;
+      for (Operation &op : block)
+        if (!skip.contains(&op))
+          bytes = std::max(bytes, collectiveBufferBytes(op));
+      return bytes;
+    };
+    auto [arena, unshared] = place(buffers, placed);
+    if (!inPlace.empty()) {
+      SmallVector<Buffer> alone = ungrouped;
+      SmallVector<bool> all(alone.size(), true);
+      auto [arenaAlone, unsharedAlone] = place(alone, all);
+      const llvm::SmallPtrSet<Operation *, 1> none;
+      if (arenaAlone + staging(none) < arena + staging(inPlace)) {
+        buffers = std::move(alone);
+        bufferOf = ungroupedBufferOf;
+        groupOf.assign(buffers.size(), {kNoGroup, 0});
+        arena = arenaAlone;
+        unshared = unsharedAlone;
+      }
+    }
+
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (groupOf[i].first != kNoGroup)
+        buffers[i].offset = buffers[groupOf[i].first].offset + groupOf[i].second;
 
     Builder b(&getContext());
     for (Operation &op : block) {
@@ -333,7 +469,7 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     if (ranks > 0) {
       SmallVector<int64_t> perRank(static_cast<size_t>(ranks), 0);
       for (const Buffer &buf : buffers)
-        for (int r = 0; r < ranks; ++r)
+        for (int r = 0; r < ranks && buf.offset >= 0; ++r)
           if (buf.rank < 0 || buf.rank == r)
             perRank[static_cast<size_t>(r)] = std::max(
                 perRank[static_cast<size_t>(r)], buf.offset + static_cast<int64_t>(llvm::alignTo(buf.bytes, kAlignment)));

@@ -63,20 +63,12 @@ struct Consumer {
   int64_t bytes;
 };
 
-/// The buffer a collective needs (ptc-run allocates the largest one).
-int64_t collectiveBufferBytes(Operation &op) {
-  auto bytes = [](Value v) { return getTensorBytes(cast<RankedTensorType>(v.getType())); };
-  int64_t c = 0;
-  if (isa<AllReduceOp>(op))
-    for (Value v : op.getOperands())
-      c += bytes(v);
-  else if (isa<AllGatherOp>(op))
-    c = bytes(op.getResult(0));
-  else if (isa<ReduceScatterOp>(op))
-    c = bytes(op.getOperand(0));
-  else if (isa<AllToAllOp>(op))
-    c = 2 * bytes(op.getOperand(0));
-  return c;
+/// The staging buffer a collective needs (ptc-run allocates the largest one):
+/// none for a bucket that sums in place.
+int64_t stagingBytes(Operation &op) {
+  if (auto reduce = dyn_cast<AllReduceOp>(op); reduce && isInPlaceAllReduce(reduce))
+    return 0;
+  return collectiveBufferBytes(op);
 }
 
 /// Bytes of the forward values (of ops `on` accepts) that the backward pass
@@ -192,7 +184,7 @@ DeviceMemory mlir::ptc::computeDeviceMemory(func::FuncOp func, int r, int ranks)
     m.host += hostTemporaryBytes(op);
     if (Value g = optimizerGradient(&op))
       m.grads += getTensorBytes(cast<RankedTensorType>(g.getType()));
-    m.comm = std::max(m.comm, collectiveBufferBytes(op));
+    m.comm = std::max(m.comm, stagingBytes(op));
   }
   // Forward values of this rank that its backward ops read (one micro-batch).
   m.activations = savedActivationBytes(block, firstBackward, on);
@@ -481,7 +473,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       if (Value g = optimizerGradient(&op))
         grads.insert(g);
       adamw |= isa<AdamWUpdateOp>(op);
-      commBytes = std::max(commBytes, collectiveBufferBytes(op));
+      commBytes = std::max(commBytes, stagingBytes(op));
     }
     for (Value g : grads)
       gradBytes += getTensorBytes(cast<RankedTensorType>(g.getType()));

@@ -140,7 +140,9 @@ Status Executor::awaitPending(const plan::Instruction &inst) {
 }
 
 Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
-  // One bucket: pack, sum once, unpack.
+  // One bucket: pack, sum once, unpack; or, where the compiler laid the
+  // bucket out back to back with each result on its operand (PlanMemory),
+  // sum it where it is.
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
   std::string what = inst.location() ? inst.location()->str() : "";
@@ -148,6 +150,25 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   int64_t total = 0;
   for (int32_t id : in)
     total += plan_->tensor(id).bytes;
+  auto sum = [&](void *view) {
+    std::string bucket = "a " + std::to_string(total) + "-byte " + (bf16 ? "bf16 " : "") +
+                         "bucket at " + what;
+    return bf16 ? comm_->allReduceSumBf16(static_cast<uint16_t *>(view), total / 2, axes, bucket)
+                : comm_->allReduceSum(static_cast<float *>(view), total / 4, axes, bucket);
+  };
+  if (allReduceInPlace(*plan_, inst)) {
+    if (!comm_)
+      return Status::ok(); // one rank: the sum is the operand, already in place
+    void *block = data(in[0]);
+    total = inPlaceBucketBytes(*plan_, inst); // the padding between operands too
+    PTC_RETURN_IF_ERROR(enterComm());
+    auto view = commView(block, total, 0, true);
+    if (!view.isOk())
+      return view.status();
+    PTC_RETURN_IF_ERROR(sum(*view));
+    PTC_RETURN_IF_ERROR(commWriteBack(block, *view, total));
+    return leaveComm(std::vector<int32_t>(out.begin(), out.end()), /*overlap=*/true);
+  }
   PTC_RETURN_IF_ERROR(reuseStaging());
   PTC_RETURN_IF_ERROR(staging_.reserve(total));
   uint8_t *staging = static_cast<uint8_t *>(staging_.data());
@@ -162,12 +183,7 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
     auto view = commView(staging, total, 0, true);
     if (!view.isOk())
       return view.status();
-    std::string bucket = "a " + std::to_string(total) + "-byte " + (bf16 ? "bf16 " : "") +
-                         "bucket at " + what;
-    PTC_RETURN_IF_ERROR(bf16 ? comm_->allReduceSumBf16(static_cast<uint16_t *>(*view), total / 2,
-                                                        axes, bucket)
-                             : comm_->allReduceSum(static_cast<float *>(*view), total / 4, axes,
-                                                   bucket));
+    PTC_RETURN_IF_ERROR(sum(*view));
     PTC_RETURN_IF_ERROR(commWriteBack(staging, *view, total));
   }
   // Unpacked on the stream the sum ran on.

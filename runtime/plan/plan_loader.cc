@@ -897,7 +897,32 @@ int64_t predictedHostBytes(const LoadedPlan &loaded, int pipelineRank) {
   return total;
 }
 
-int64_t largestCollectiveBytes(const LoadedPlan &loaded, int pipelineRank) {
+bool allReduceInPlace(const LoadedPlan &loaded, const plan::Instruction &inst) {
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
+  if (inst.op() != OpCode::AllReduce || in.size() != out.size() || in.size() == 0)
+    return false;
+  int64_t next = loaded.tensor(in[0]).arenaOffset;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const TensorInfo &a = loaded.tensor(in[i]), &r = loaded.tensor(out[i]);
+    if (a.host || r.host || a.arenaOffset < 0 || a.arenaOffset != next ||
+        r.arenaOffset != a.arenaOffset || r.bytes != a.bytes)
+      return false;
+    next = (a.arenaOffset + a.bytes + kBucketAlignment - 1) / kBucketAlignment * kBucketAlignment;
+  }
+  return true;
+}
+
+int64_t inPlaceBucketBytes(const LoadedPlan &loaded, const plan::Instruction &inst) {
+  const auto &in = inputsOf(inst);
+  const TensorInfo &first = loaded.tensor(in[0]), &last = loaded.tensor(in[in.size() - 1]);
+  return last.arenaOffset + last.bytes - first.arenaOffset;
+}
+
+namespace {
+/// The largest collective's bytes; `staged`: only what needs the staging
+/// buffer (an in-place bucket needs none).
+int64_t largestCollective(const LoadedPlan &loaded, int pipelineRank, bool staged) {
   int64_t comm = 0;
   for (const plan::Instruction *inst : *loaded.plan().instructions()) {
     if (!loaded.runsOnPipelineRank(*inst, pipelineRank))
@@ -906,8 +931,9 @@ int64_t largestCollectiveBytes(const LoadedPlan &loaded, int pipelineRank) {
     int64_t c = 0;
     switch (inst->op()) {
     case OpCode::AllReduce:
-      for (int32_t id : inputsOf(*inst))
-        c += bytesOf(id);
+      if (!staged || !allReduceInPlace(loaded, *inst))
+        for (int32_t id : inputsOf(*inst))
+          c += bytesOf(id);
       break;
     case OpCode::AllGather:
       c = bytesOf((outputsOf(*inst))[0]);
@@ -925,6 +951,15 @@ int64_t largestCollectiveBytes(const LoadedPlan &loaded, int pipelineRank) {
   }
   return comm;
 }
+} // namespace
+
+int64_t largestCollectiveBytes(const LoadedPlan &loaded, int pipelineRank) {
+  return largestCollective(loaded, pipelineRank, /*staged=*/false);
+}
+
+int64_t collectiveStagingBytes(const LoadedPlan &loaded, int pipelineRank) {
+  return largestCollective(loaded, pipelineRank, /*staged=*/true);
+}
 
 int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
   int64_t total = loaded.plan().arena_bytes();
@@ -938,7 +973,7 @@ int64_t predictedPeakBytes(const LoadedPlan &loaded, int pipelineRank) {
     for (const plan::Output *o : *loaded.plan().outputs())
       if (!here[static_cast<size_t>(o->tensor())])
         total += loaded.tensor(o->tensor()).bytes;
-  return total + largestCollectiveBytes(loaded, pipelineRank);
+  return total + collectiveStagingBytes(loaded, pipelineRank);
 }
 
 Status LoadedPlan::verify() {

@@ -126,15 +126,28 @@ private:
 /// experts), or -1 when no instruction bounds it.
 int64_t idUpperBound(const LoadedPlan &plan, int32_t tensor);
 
+/// Whether an all-reduce bucket sums in place: the compiler laid its operands
+/// back to back in the arena, each at the next kBucketAlignment-byte boundary,
+/// and gave each result its operand's memory (see PlanMemory), so no staging
+/// buffer is needed: the block from the first operand to the end of the last
+/// one is reduced as it is, padding included.
+inline constexpr int64_t kBucketAlignment = 64;
+bool allReduceInPlace(const LoadedPlan &plan, const plan::Instruction &inst);
+/// The bytes of that block.
+int64_t inPlaceBucketBytes(const LoadedPlan &plan, const plan::Instruction &inst);
+
 /// What the compiler's memory report predicts a rank allocates: persistent
-/// tensors (parameters, state, inputs, constants), the arena, and the largest
-/// collective buffer (of pipeline rank `pipelineRank` for a pipelined plan; its
+/// tensors (parameters, state, inputs, constants), the arena, and the
+/// collectives' staging buffer (collectiveStagingBytes; of pipeline rank `pipelineRank` for a pipelined plan; its
 /// activation stash is dynamic and not included).
 int64_t predictedPeakBytes(const LoadedPlan &plan, int pipelineRank = 0);
 /// Bytes of the largest collective a pipeline rank's instructions run (an
 /// all-reduce's buckets, an all-gather's result, a reduce-scatter's input,
 /// both buffers of an all-to-all).
 int64_t largestCollectiveBytes(const LoadedPlan &plan, int pipelineRank = 0);
+/// The staging buffer ptc-run allocates for those collectives: the largest,
+/// leaving out all-reduce buckets that sum in place (allReduceInPlace).
+int64_t collectiveStagingBytes(const LoadedPlan &plan, int pipelineRank = 0);
 /// Bytes of the tensors a pipeline rank keeps in host memory (offloaded).
 int64_t predictedHostBytes(const LoadedPlan &plan, int pipelineRank = 0);
 
