@@ -33,15 +33,33 @@ constexpr int64_t kQueryBlock = 32;
 // a copy-out.
 constexpr int64_t kRows = 8, kCols = 32;
 
+/// The lanes of a 16-column vector that hold some of `cols` columns.
+inline __mmask16 columnMask(int64_t cols) {
+  return cols >= 16 ? __mmask16(0xffff) : cols <= 0 ? __mmask16(0) : __mmask16((1u << cols) - 1u);
+}
+
+/// C's R rows (+)= a block's accumulators (two vectors a row, masked by m0, m1).
+template <int R>
+inline void storeBlock(__m512 (&acc)[R][2], float *c, int64_t ldc, __mmask16 m0, __mmask16 m1,
+                       bool accumulate) {
+  for (int r = 0; r < R; ++r) {
+    float *cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), acc[r][1]);
+    }
+    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+  }
+}
+
 /// C[R rows][cols] (+)= sum_p A(r, p) * B[p][0..cols) for cols <= 32, where
 /// A(r, p) is a[r * rowStride + p * colStride] (rows of A, or of A^T).
 template <int R>
 inline void blockRows(const float *a, int64_t rowStride, int64_t colStride, const float *b,
                       int64_t ldb, float *c, int64_t ldc, int64_t k, int64_t cols,
                       bool accumulate) {
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
-  const __mmask16 m1 =
-      cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1u);
+  const __mmask16 m0 = columnMask(cols), m1 = columnMask(cols - 16);
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r)
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -62,15 +80,7 @@ inline void blockRows(const float *a, int64_t rowStride, int64_t colStride, cons
         acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rowStride + p * colStride]), b0, acc[r][0]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float *cr = c + r * ldc;
-    if (accumulate) {
-      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), acc[r][0]);
-      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), acc[r][1]);
-    }
-    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
-  }
+  storeBlock<R>(acc, c, ldc, m0, m1, accumulate);
 }
 
 template <int R = kRows>
@@ -448,9 +458,7 @@ PTC_BF16_KERNEL inline void pairBlockRows(const uint32_t *a, int64_t rowStride,
                                           int64_t colStride, const uint32_t *b, int64_t ldb,
                                           float *c, int64_t ldc, int64_t kp, int64_t cols,
                                           bool accumulate) {
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
-  const __mmask16 m1 =
-      cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1u);
+  const __mmask16 m0 = columnMask(cols), m1 = columnMask(cols - 16);
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r)
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -458,21 +466,14 @@ PTC_BF16_KERNEL inline void pairBlockRows(const uint32_t *a, int64_t rowStride,
     const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + p * ldb);
     const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + p * ldb + 16);
     for (int r = 0; r < R; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * rowStride + p * colStride]));
+      const __m512bh av =
+          (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * rowStride + p * colStride]));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       if (m1 != 0)
         acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float *cr = c + r * ldc;
-    if (accumulate) {
-      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), acc[r][0]);
-      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), acc[r][1]);
-    }
-    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
-  }
+  storeBlock<R>(acc, c, ldc, m0, m1, accumulate);
 }
 
 template <int R = kRows>
@@ -523,9 +524,11 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
 #pragma omp parallel
   {
     std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vp(static_cast<size_t>(sp * d));
-    std::vector<uint32_t> qp(static_cast<size_t>(kQueryBlock * dp)), pp(static_cast<size_t>(kQueryBlock * sp));
+    std::vector<uint32_t> qp(static_cast<size_t>(kQueryBlock * dp));
+    std::vector<uint32_t> pp(static_cast<size_t>(kQueryBlock * sp));
     std::vector<uint32_t> scratch;
-    std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), o(static_cast<size_t>(kQueryBlock * d));
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * s));
+    std::vector<float> o(static_cast<size_t>(kQueryBlock * d));
     int64_t packed = -1; // the kv head kt and vp hold
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < bh; ++h)
@@ -558,13 +561,15 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
   constexpr int64_t kBlockPairs = (kQueryBlock + 1) / 2;
 #pragma omp parallel
   {
-    std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vt(kt.size()), kr(static_cast<size_t>(sp * d));
+    std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vt(kt.size());
+    std::vector<uint32_t> kr(static_cast<size_t>(sp * d));
     std::vector<uint32_t> qc(static_cast<size_t>(kQueryBlock * dp)), gc(qc.size());
     std::vector<uint32_t> qr(static_cast<size_t>(kBlockPairs * d)), gr(qr.size());
     std::vector<uint32_t> pr(static_cast<size_t>(kBlockPairs * s)), dsr(pr.size());
     std::vector<uint32_t> dsc(static_cast<size_t>(kQueryBlock * sp)), scratch;
     std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), dp_(p.size());
-    std::vector<float> dkh(static_cast<size_t>(s * d)), dvh(dkh.size()), dqb(static_cast<size_t>(kQueryBlock * d));
+    std::vector<float> dkh(static_cast<size_t>(s * d)), dvh(dkh.size());
+    std::vector<float> dqb(static_cast<size_t>(kQueryBlock * d));
 #pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
       const uint16_t *kh = k + kvh * s * d, *vh = v + kvh * s * d;

@@ -150,23 +150,24 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   int64_t total = 0;
   for (int32_t id : in)
     total += plan_->tensor(id).bytes;
-  auto sum = [&](void *view) {
-    std::string bucket = "a " + std::to_string(total) + "-byte " + (bf16 ? "bf16 " : "") +
-                         "bucket at " + what;
-    return bf16 ? comm_->allReduceSumBf16(static_cast<uint16_t *>(view), total / 2, axes, bucket)
-                : comm_->allReduceSum(static_cast<float *>(view), total / 4, axes, bucket);
-  };
-  if (allReduceInPlace(*plan_, inst)) {
-    if (!comm_)
-      return Status::ok(); // one rank: the sum is the operand, already in place
-    void *block = data(in[0]);
-    total = inPlaceBucketBytes(*plan_, inst); // the padding between operands too
+  // The group's sum of the `total` bytes at `block`, in place.
+  auto sumAt = [&](void *block) -> Status {
     PTC_RETURN_IF_ERROR(enterComm());
     auto view = commView(block, total, 0, true);
     if (!view.isOk())
       return view.status();
-    PTC_RETURN_IF_ERROR(sum(*view));
-    PTC_RETURN_IF_ERROR(commWriteBack(block, *view, total));
+    std::string bucket = "a " + std::to_string(total) + "-byte " + (bf16 ? "bf16 " : "") +
+                         "bucket at " + what;
+    PTC_RETURN_IF_ERROR(
+        bf16 ? comm_->allReduceSumBf16(static_cast<uint16_t *>(*view), total / 2, axes, bucket)
+             : comm_->allReduceSum(static_cast<float *>(*view), total / 4, axes, bucket));
+    return commWriteBack(block, *view, total);
+  };
+  if (allReduceInPlace(*plan_, inst)) {
+    if (!comm_)
+      return Status::ok(); // one rank: the sum is the operand, already in place
+    total = inPlaceBucketBytes(*plan_, inst); // the padding between operands too
+    PTC_RETURN_IF_ERROR(sumAt(data(in[0])));
     return leaveComm(std::vector<int32_t>(out.begin(), out.end()), /*overlap=*/true);
   }
   PTC_RETURN_IF_ERROR(reuseStaging());
@@ -178,14 +179,8 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
                                    CopyKind::DeviceToDevice));
     off += plan_->tensor(id).bytes;
   }
-  if (comm_) {
-    PTC_RETURN_IF_ERROR(enterComm());
-    auto view = commView(staging, total, 0, true);
-    if (!view.isOk())
-      return view.status();
-    PTC_RETURN_IF_ERROR(sum(*view));
-    PTC_RETURN_IF_ERROR(commWriteBack(staging, *view, total));
-  }
+  if (comm_)
+    PTC_RETURN_IF_ERROR(sumAt(staging));
   // Unpacked on the stream the sum ran on.
   StreamKind stream = commOnDevice() ? StreamKind::Communication : StreamKind::Compute;
   off = 0;

@@ -138,8 +138,9 @@ int64_t inPlaceBucketBytes(const LoadedPlan &plan, const plan::Instruction &inst
 
 /// What the compiler's memory report predicts a rank allocates: persistent
 /// tensors (parameters, state, inputs, constants), the arena, and the
-/// collectives' staging buffer (collectiveStagingBytes; of pipeline rank `pipelineRank` for a pipelined plan; its
-/// activation stash is dynamic and not included).
+/// collectives' staging buffer (collectiveStagingBytes), of pipeline rank
+/// `pipelineRank` for a pipelined plan (its activation stash is dynamic and
+/// not included).
 int64_t predictedPeakBytes(const LoadedPlan &plan, int pipelineRank = 0);
 /// Bytes of the largest collective a pipeline rank's instructions run (an
 /// all-reduce's buckets, an all-gather's result, a reduce-scatter's input,
