@@ -270,7 +270,8 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
           entry.second = it->second;
 
     // Largest first, each at the lowest offset free over its whole lifetime;
-    // returns the arena's bytes and the bytes without reuse.
+    // returns the arena's bytes and the bytes without reuse. Places `buffers`
+    // (the grouped layout or the ungrouped copy), those marked in `placed`.
     auto place = [&](SmallVector<Buffer> &buffers, ArrayRef<bool> placed) {
       SmallVector<size_t> order;
       for (size_t i = 0; i < buffers.size(); ++i)
@@ -424,7 +425,7 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
           addToRanges(level.tree[node], offset, offset + size);
       }
     }
-    return std::make_pair(arena, unshared);
+      return std::make_pair(arena, unshared);
     };
     // The staging buffer ptc-run allocates: the largest collective that is
     // not an in-place bucket.
