@@ -206,7 +206,7 @@ template <typename T> void transposeInto(const T *in, int64_t s, int64_t d, T *o
 
 /// The scores p [rows][i0 + rows] of query rows [i0, i0 + rows) made
 /// probabilities in place: softmax(scale * p[r][j]) over the keys j <= i0 + r,
-/// 0 after.
+/// 0 after. One query block: rows <= kQueryBlock.
 void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
   // Phase by phase over the block's rows: each row's maximum, sum and
   // reciprocal are short dependent chains (a sum's lanes added in order, a
@@ -510,12 +510,6 @@ void pairTransposed(const uint16_t *head, int64_t s, int64_t d, std::vector<uint
   transposeInto(scratch.data(), s, dp, out);
 }
 
-void storeRounded(const float *rows, int64_t n, uint16_t *out) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = f32ToBf16(rows[i]);
-}
-
 void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                          const Shape &shape, int64_t kvHeads, float scale) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
@@ -548,7 +542,7 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
         // pairRows put past the last value.
         pairColumns(p.data(), rows, keys, keys, pp.data());
         pairProduct(pp.data(), kp, 1, vp.data(), d, o.data(), d, rows, d, kp, false);
-        storeRounded(o.data(), rows * d, out + first);
+        storeResult(o.data(), rows * d, out + first);
       }
   }
 }
@@ -600,11 +594,11 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
           pairProduct(dsr.data(), 1, keys, qr.data(), d, dkh.data(), d, keys, d, rp, true);
           pairColumns(dp_.data(), rows, keys, keys, dsc.data());
           pairProduct(dsc.data(), kp, 1, kr.data(), d, dqb.data(), d, rows, d, kp, false);
-          storeRounded(dqb.data(), rows * d, dq + h * s * d + i0 * d);
+          storeResult(dqb.data(), rows * d, dq + h * s * d + i0 * d);
         }
       }
-      storeRounded(dkh.data(), s * d, dk + kvh * s * d);
-      storeRounded(dvh.data(), s * d, dv + kvh * s * d);
+      storeResult(dkh.data(), s * d, dk + kvh * s * d);
+      storeResult(dvh.data(), s * d, dv + kvh * s * d);
     }
   }
 }

@@ -214,8 +214,10 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     // Grouping extends the operands' lifetimes, so it is kept only where the
     // predicted peak (arena + staging buffer) does not grow: both layouts are
     // placed and compared below.
-    const SmallVector<Buffer> ungrouped = buffers;
-    const auto ungroupedBufferOf = bufferOf;
+    // The ungrouped layout is the buffers made so far, all placed, with the
+    // value-to-buffer map as it is before the results are redirected.
+    const size_t ungroupedCount = buffers.size();
+    llvm::DenseMap<Value, size_t> ungroupedBufferOf;
     llvm::SmallPtrSet<Operation *, 4> inPlace;
     constexpr size_t kNoGroup = std::numeric_limits<size_t>::max();
     SmallVector<std::pair<size_t, int64_t>> groupOf(buffers.size(), {kNoGroup, 0});
@@ -264,10 +266,12 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     }
 
     // The results (and any reshape views of them) name their operands' memory.
-    if (!sharedWith.empty())
+    if (!sharedWith.empty()) {
+      ungroupedBufferOf = bufferOf;
       for (auto &entry : bufferOf)
         if (auto it = sharedWith.find(entry.second); it != sharedWith.end())
           entry.second = it->second;
+    }
 
     // Largest first, each at the lowest offset free over its whole lifetime;
     // returns the arena's bytes and the bytes without reuse. Places `buffers`
@@ -438,7 +442,9 @@ struct PlanMemoryPass : mlir::ptc::impl::PlanMemoryPassBase<PlanMemoryPass> {
     };
     auto [arena, unshared] = place(buffers, placed);
     if (!inPlace.empty()) {
-      SmallVector<Buffer> alone = ungrouped;
+      // (place() sets the offset of every buffer it places: the copied
+      // offsets of the first placement are not read.)
+      SmallVector<Buffer> alone(buffers.begin(), buffers.begin() + ungroupedCount);
       SmallVector<bool> all(alone.size(), true);
       auto [arenaAlone, unsharedAlone] = place(alone, all);
       const llvm::SmallPtrSet<Operation *, 1> none;
