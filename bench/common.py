@@ -131,23 +131,44 @@ def torch_thread_sweep(a, cores):
     `cores`, with OpenBLAS as this machine's environment configures it ("pinned": it
     sets OPENBLAS_CORETYPE=Haswell) and with those settings unset for that one command
     ("unpinned": OpenBLAS picks its kernels for this CPU, as a user benchmarking here
-    would), each in its own process with the thread counts in the environment before
-    PyTorch and its BLAS start: {(intra, blas, "pinned"|"unpinned"): seconds}."""
+    would): {(intra, blas, "pinned"|"unpinned"): seconds} (torch_step_seconds)."""
+    return {(intra, blas, openblas): torch_step_seconds(a, (intra, blas, openblas))
+            for openblas in ("pinned", "unpinned")
+            for intra in range(1, cores + 1)
+            for blas in range(1, cores + 1)}
+
+
+def torch_step_seconds(a, key):
+    """PyTorch eager's median step at one sweep point (intra, blas, openblas), in its own
+    process with the thread counts in the environment before PyTorch and its BLAS start."""
     import sys
-    runs = {}
-    for openblas in ("pinned", "unpinned"):
-        for intra in range(1, cores + 1):
-            for blas in range(1, cores + 1):
-                env = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
-                           MKL_NUM_THREADS=str(blas))
-                if openblas == "unpinned":
-                    env.pop("OPENBLAS_CORETYPE", None)
-                    env.pop("OPENBLAS_L2_SIZE", None)
-                out = subprocess.run([sys.executable, os.path.join(HERE, "torch_step.py"),
-                                      "--intra", str(intra), *model_args(a)], env=env, check=True,
-                                     capture_output=True, text=True).stdout
-                runs[(intra, blas, openblas)] = float(out.strip().splitlines()[-1])
-    return runs
+    intra, blas, openblas = key
+    env = dict(os.environ, OMP_NUM_THREADS=str(intra), OPENBLAS_NUM_THREADS=str(blas),
+               MKL_NUM_THREADS=str(blas))
+    if openblas == "unpinned":
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+    out = subprocess.run([sys.executable, os.path.join(HERE, "torch_step.py"),
+                          "--intra", str(intra), *model_args(a)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def paired_rounds(rounds, runs):
+    """Runs every (name, function) of `runs` in turn, `rounds` times, so that each
+    round measures every side in the same few seconds of the machine (its speed
+    drifts over minutes): {name: [seconds per round]}."""
+    out = {name: [] for name, _ in runs}
+    for _ in range(rounds):
+        for name, run in runs:
+            out[name].append(run())
+    return out
+
+
+def median_ratio(num, den):
+    """The median over rounds of num[i] / den[i], and the ratios."""
+    ratios = [n / d for n, d in zip(num, den)]
+    return statistics.median(ratios), ratios
 
 
 def sweep_name(key):

@@ -3,12 +3,17 @@
   ptc-run 1 process (2 threads)  vs  ptc-run dp=2 (2 processes x 1 thread), same global batch,
   against PyTorch at its best on the same 2 cores: DDP (gloo, one process per core, 1 intra-op
   and 1 BLAS thread each) and one process at every intra-op x BLAS thread combination.
-Prints every figure and the ratios against DDP and against PyTorch's best.
+Prints every figure and the ratios against DDP and against PyTorch's best. The ratio
+against DDP is the median over --rounds paired rounds: ptc-run dp=2 and DDP (with OpenBLAS
+as it ran best) one after the other, round after round, so that a drift of this machine's
+speed (it changes over minutes) moves both sides of each ratio.
 
-usage: bench/dp_scaling.py [--bin build/bin] [--steps 20] [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8]
+usage: bench/dp_scaling.py [--bin build/bin] [--steps 20] [--rounds 3]
+       [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8]
 """
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 
@@ -40,14 +45,16 @@ def ddp_worker(rank, world, cfg, port, steps, warmup, out, autocast=False):
 def main():
     ap = argparse.ArgumentParser()
     common.add_model_options(ap, steps=20)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="paired rounds of ptc-run dp=2 and DDP (the ratio's median)")
     a = ap.parse_args()
     cfg = (a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab)
-    with tempfile.TemporaryDirectory() as d:
-        common.write_data(os.path.join(d, "data.bin"))
-        ptc = lambda mesh, ranks, threads: common.ptc_step_seconds(
-            a, d, f"gpt-{ranks}", f"mesh={mesh}" if mesh else "", ranks, threads)
-        one = ptc(None, 1, 2)
-        two = ptc("dp:2", 2, 1)
+    workdir = tempfile.TemporaryDirectory()
+    d = workdir.name
+    common.write_data(os.path.join(d, "data.bin"))
+    ptc = lambda mesh, ranks, threads: common.ptc_step_seconds(
+        a, d, f"gpt-{ranks}", f"mesh={mesh}" if mesh else "", ranks, threads)
+    one = ptc(None, 1, 2)
 
     sweep = common.torch_thread_sweep(a, 2)
     # One process per core: one intra-op and one BLAS thread each (set before the
@@ -78,15 +85,25 @@ def main():
         return q.get()
 
     ddps = {o: ddp(o) for o in ("pinned", "unpinned")}
-    ddp_best = min(ddps.values())
+    ddp_mode = min(ddps, key=ddps.get)
+    rounds = common.paired_rounds(a.rounds, [("ptc", lambda: ptc("dp:2", 2, 1)),
+                                             ("ddp", lambda: ddp(ddp_mode))])
+    workdir.cleanup()
+    two, ddp_best = statistics.median(rounds["ptc"]), statistics.median(rounds["ddp"])
 
     print(f"config: layers {a.layers}, hidden {a.hidden}, heads {a.heads}, seq {a.seq}, "
           f"global batch {a.batch}, AdamW; median of {a.steps} steps; 2 cores")
     best_name, best = common.print_torch_sweep(
         sweep, [(f"pytorch  DDP gloo 2 processes x 1 thread, OpenBLAS {o}", t) for o, t in ddps.items()])
+    for i in range(a.rounds):
+        print(f"round {i + 1}: ptc-run dp=2 {rounds['ptc'][i] * 1e3:.1f} ms, "
+              f"DDP (OpenBLAS {ddp_mode}) {rounds['ddp'][i] * 1e3:.1f} ms")
     print(f"ptc-run 1 process x 2 threads : {one * 1e3:8.1f} ms/step")
-    print(f"ptc-run dp=2 x 1 thread       : {two * 1e3:8.1f} ms/step  ({two / one:.2f}x the 1-process time)")
-    print(f"ptc-run dp=2 / PyTorch DDP at its best (2 x 1 thread): {two / ddp_best:.2f}x")
+    print(f"ptc-run dp=2 x 1 thread       : {two * 1e3:8.1f} ms/step  ({two / one:.2f}x the 1-process time; "
+          f"median of {a.rounds} rounds)")
+    ratio, ratios = common.median_ratio(rounds["ptc"], rounds["ddp"])
+    print(f"ptc-run dp=2 / PyTorch DDP at its best (2 x 1 thread): {ratio:.2f}x "
+          f"(median of the rounds' ratios {', '.join(f'{r:.2f}' for r in ratios)})")
     print(f"ptc-run best / PyTorch at its best ({best_name.split('  ', 1)[1]}): "
           f"{min(one, two) / best:.2f}x")
 

@@ -8,9 +8,13 @@ PyTorch also runs with OpenBLAS unpinned (this machine's OPENBLAS_CORETYPE/L2 se
 unset for that command). Prints per-step times, the ratio, and model FLOP/s as a
 fraction of oneDNN's sgemm throughput on the same threads (the GEMM bound). With
 --precision bf16, ptc-run's fp32 step runs too and the bf16 / fp32 ratio is printed.
+The ratios are medians over --rounds paired rounds: after the sweep picks PyTorch's best
+configuration, ptc-run and that configuration run one after the other, round after
+round, so that a drift of this machine's speed (it changes over minutes) moves both
+sides of each ratio.
 
-usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30] [--model gpt|llama]
-       [--precision fp32|bf16]
+usage: bench/step_time.py [--bin build/bin] [--threads 2] [--steps 30] [--rounds 3]
+       [--model gpt|llama] [--precision fp32|bf16]
        [--layers 4 --hidden 256 --heads 8 --seq 128 --batch 8 --vocab 256]
        [--kv-heads 4 --intermediate 688]
 """
@@ -32,6 +36,8 @@ def main():
     ap = argparse.ArgumentParser()
     common.add_model_options(ap, steps=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="paired rounds of ptc-run and PyTorch's best (the ratios' medians)")
     a = ap.parse_args()
     L, H, A, S, B, V = a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab
     binp = lambda t: os.path.join(a.bin, t)
@@ -45,11 +51,14 @@ def main():
         w = lambda n: os.path.join(d, n)
         common.write_data(w("data.bin"))
 
-        def ptc_step(precision):
-            """ptc-run's median step of the configuration compiled at `precision`."""
+        def compile_plan(precision):
             plan = w(f"gpt-{precision}.plan")
             common.compile_gpt(a, d, plan, "optimizer=adamw lr=1e-3" +
                                (" precision=bf16" if precision == "bf16" else ""))
+            return plan
+
+        def ptc_step(plan):
+            """ptc-run's median step of `plan`."""
             subprocess.run([binp("ptc-run"), plan, "--data", w("data.bin"), "--steps",
                             str(a.steps + a.warmup), "--threads", str(a.threads), "--log-every",
                             "0", "--metrics", w("run.jsonl")], env=env, check=True,
@@ -57,13 +66,19 @@ def main():
             rows = [json.loads(l) for l in open(w("run.jsonl"))][a.warmup:]
             return statistics.median(B * S / r["tokens_per_s"] for r in rows)
 
-        ptc_step_time = ptc_step(a.precision)
-        # bf16: ptc's own fp32 step too, right after, for the bf16 / fp32 ratio.
-        ptc_fp32 = ptc_step("fp32") if a.precision == "bf16" else None
+        plan = compile_plan(a.precision)
+        # bf16: ptc's own fp32 step too, in the same rounds, for the bf16 / fp32 ratio.
+        fp32_plan = compile_plan("fp32") if a.precision == "bf16" else None
 
-    # PyTorch at every (intra-op, BLAS) thread combination; its best is the reference.
-    torch_runs = common.torch_thread_sweep(a, a.threads)
-    best_key, torch_step = min(torch_runs.items(), key=lambda kv: kv[1])
+        # PyTorch at every (intra-op, BLAS) thread combination picks its best
+        # configuration; then the paired rounds.
+        torch_runs = common.torch_thread_sweep(a, a.threads)
+        best_key = min(torch_runs, key=torch_runs.get)
+        runs = [("ptc", lambda: ptc_step(plan))]
+        if fp32_plan:
+            runs.append(("ptc-fp32", lambda: ptc_step(fp32_plan)))
+        runs.append(("pytorch", lambda: common.torch_step_seconds(a, best_key)))
+        rounds = common.paired_rounds(a.rounds, runs)
 
     flops = common.flops_of(a)
     llama = f" ({a.kv_heads} kv heads, intermediate {a.intermediate})" if a.model == "llama" else ""
@@ -74,16 +89,23 @@ def main():
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
     for key, t in sorted(torch_runs.items()):
         print(f"{common.sweep_name(key)}: {t * 1e3:8.1f} ms{'  <- best' if key == best_key else ''}")
-    ptc_step = ptc_step_time
+    for i in range(a.rounds):
+        print(f"round {i + 1}: " + ", ".join(f"{name} {rounds[name][i] * 1e3:.1f} ms"
+                                             for name, _ in runs))
+    ptc_step, torch_step = statistics.median(rounds["ptc"]), statistics.median(rounds["pytorch"])
     for name, t in (("ptc-run", ptc_step), ("pytorch", torch_step)):
         rate = flops / t
         print(f"{name:8s} step {t * 1e3:8.1f} ms  {B * S / t:9.0f} tok/s  "
-              f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of oneDNN sgemm")
+              f"{rate / 1e9:6.1f} GFLOP/s  = {rate / sgemm:5.1%} of oneDNN sgemm  "
+              f"(median of {a.rounds} rounds)")
+    ratio, ratios = common.median_ratio(rounds["ptc"], rounds["pytorch"])
     print(f"ptc-run ({a.threads} threads) / pytorch at its best ({common.sweep_name(best_key)[9:]}): "
-          f"{ptc_step / torch_step:.2f}x")
-    if ptc_fp32 is not None:
-        print(f"ptc-run fp32 step {ptc_fp32 * 1e3:8.1f} ms; ptc-run bf16 / ptc-run fp32: "
-              f"{ptc_step / ptc_fp32:.2f}x")
+          f"{ratio:.2f}x (median of the rounds' ratios {', '.join(f'{r:.2f}' for r in ratios)})")
+    if fp32_plan:
+        ratio, ratios = common.median_ratio(rounds["ptc"], rounds["ptc-fp32"])
+        print(f"ptc-run fp32 step {statistics.median(rounds['ptc-fp32']) * 1e3:8.1f} ms; "
+              f"ptc-run bf16 / ptc-run fp32: {ratio:.2f}x "
+              f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 if __name__ == "__main__":
