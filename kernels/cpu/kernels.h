@@ -61,7 +61,8 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
             bool transA, bool transB);
 
 /// The same on bf16 / f16 operands and result, f32 accumulation (oneDNN's
-/// matmul primitive, one per shape, created at its first use and kept).
+/// matmul primitive, one per shape, created at its first use (the Matmul
+/// entry's `accepts`, which the executor asks at load) and kept).
 /// Returns false, computing nothing, where oneDNN has no JIT implementation
 /// of it for this CPU (the caller then widens the operands to f32).
 bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,

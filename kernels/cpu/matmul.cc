@@ -189,8 +189,9 @@ std::map<LowPrecisionKey, LowPrecisionMatmul> gLowPrecisionMatmuls; // every sha
 } // namespace
 
 namespace {
-/// The primitive of a shape, created at its first use and kept.
-/// The primitive of a shape, created at its first use and kept. The Matmul
+/// The primitive of a shape, created at its first use (the executor asks
+/// every instruction's kernel whether it accepts the call when the plan is
+/// loaded, so that is at load) and kept. The Matmul
 /// entry asks twice per instruction (does it accept the call, then run it):
 /// the thread's last answer is kept so that the second ask costs neither the
 /// lock nor the key's copies (map nodes never move).

@@ -30,6 +30,27 @@ bool movesStoredBytes(OpCode op) {
 } // namespace
 
 kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
+  kernels::KernelCall call = typedCall(inst);
+  if (callMeshSizes_.empty()) {
+    std::vector<int> c = coords();
+    callMeshCoords_.assign(c.begin(), c.end());
+    callMeshSizes_.assign(plan_->meshSizes().begin(), plan_->meshSizes().end());
+  }
+  call.meshCoords = callMeshCoords_.data();
+  call.meshSizes = callMeshSizes_.data();
+  return call;
+}
+
+void Executor::prepareKernels() {
+  for (const plan::Instruction *inst : *plan_->plan().instructions()) {
+    const kernels::KernelEntry &entry =
+        deviceFor(*inst).kernelTable()[static_cast<kernels::OpKind>(inst->op())];
+    if (entry.run)
+      (void)entry.accepts(typedCall(*inst));
+  }
+}
+
+kernels::KernelCall Executor::typedCall(const plan::Instruction &inst) {
   auto views = [&](const flatbuffers::Vector<int32_t> *ids, std::vector<kernels::TensorView> &out) {
     out.clear();
     if (!ids)
@@ -50,18 +71,11 @@ kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
   callFloats_.clear();
   if (inst.floats())
     callFloats_.assign(inst.floats()->begin(), inst.floats()->end());
-  if (callMeshSizes_.empty()) {
-    std::vector<int> c = coords();
-    callMeshCoords_.assign(c.begin(), c.end());
-    callMeshSizes_.assign(plan_->meshSizes().begin(), plan_->meshSizes().end());
-  }
   kernels::KernelCall call = kernels::makeKernelCall(static_cast<kernels::OpKind>(inst.op()),
                                                      callInputs_, callOutputs_, callInts_,
                                                      callFloats_);
   if (inst.function()) // Unary / UnaryGrad: the loader checked the name
     call.function = *kernels::lookupUnaryFunction(inst.function()->string_view());
-  call.meshCoords = callMeshCoords_.data();
-  call.meshSizes = callMeshSizes_.data();
   return call;
 }
 

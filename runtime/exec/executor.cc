@@ -192,6 +192,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
       if (kind == TensorKind::Parameter || kind == TensorKind::OptimizerState)
         ex->writesState_[n] = true;
     }
+  ex->prepareKernels();
   return ex;
 }
 

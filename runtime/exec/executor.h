@@ -228,6 +228,12 @@ private:
   /// The instruction as its kernel sees it (views into the buffers below,
   /// valid until the next call).
   kernels::KernelCall kernelCall(const plan::Instruction &inst);
+  /// kernelCall without the mesh coordinates (which a kernel reads only when it runs).
+  kernels::KernelCall typedCall(const plan::Instruction &inst);
+  /// Asks every instruction's kernel, once at load, whether it takes the
+  /// instruction's element types and shapes: a kernel that builds per-shape
+  /// state (the CPU's oneDNN matmul primitives) builds it then, not in a step.
+  void prepareKernels();
   std::vector<kernels::TensorView> callInputs_, callOutputs_;
   std::vector<int64_t> callInts_, callMeshCoords_, callMeshSizes_;
   std::vector<double> callFloats_;
