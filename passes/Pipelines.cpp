@@ -183,6 +183,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     offload.what = options.offload;
     pm.addNestedPass<func::FuncOp>(createOffloadOptimizerPass(offload));
   }
+  // Attention on the projections' layout (the head transposes folded away):
+  // after sharding and stage splitting, which see heads-major attention only.
+  pm.addNestedPass<func::FuncOp>(createFoldAttentionLayoutPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
     ReportMemoryPassOptions report;

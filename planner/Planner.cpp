@@ -150,9 +150,11 @@ struct Costs {
   }
 };
 
-double attentionFlopsOf(Value query) {
-  ArrayRef<int64_t> s = cast<RankedTensorType>(query.getType()).getShape(); // [B, H, S, D]
-  return 4.0 * static_cast<double>(s[0]) * s[1] * s[2] * s[2] * s[3];
+/// 4 B H S^2 D of a query whose sequence is dimension `seqDim` ([B, H, S, D]:
+/// 2; seq_major: 1).
+double attentionFlopsOf(Value query, int64_t seqDim = 2) {
+  auto q = cast<RankedTensorType>(query.getType());
+  return 4.0 * static_cast<double>(q.getNumElements()) * q.getDimSize(seqDim);
 }
 
 std::string elementTypeName(Type t) {
@@ -268,7 +270,7 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.matmulSeconds += s;
       pc.flops += f;
     } else if (auto at = dyn_cast<CausalAttentionOp>(op)) {
-      double f = attentionFlopsOf(at.getQuery());
+      double f = attentionFlopsOf(at.getQuery(), at.getSeqDim());
       double s = price.attention(f, elementTypeName(at.getType().getElementType()));
       pc.seconds += s;
       pc.attentionSeconds += s;
@@ -299,7 +301,7 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.ring.count += messages;
     } else if (auto ag = dyn_cast<CausalAttentionGradOp>(op)) {
       // The gradient recomputes the probabilities: 2.5x the forward's FLOPs.
-      double f = 2.5 * attentionFlopsOf(ag.getQuery());
+      double f = 2.5 * attentionFlopsOf(ag.getQuery(), ag.getSeqDim());
       double s = price.attention(f, elementTypeName(cast<RankedTensorType>(ag.getQuery().getType()).getElementType()));
       pc.seconds += s;
       pc.attentionSeconds += s;

@@ -163,14 +163,17 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
   let description = [{
     Recomputes the attention probabilities (no saved `seq x seq` matrix) and
     returns the gradients of query, key and value (with grouped-query heads,
-    each kv head's gradient sums over the query heads it serves).
+    each kv head's gradient sums over the query heads it serves). With
+    `seq_major`, every operand and result is `[batch, seq, heads, head_dim]`
+    (see `ptc.causal_attention`).
 
     ```mlir
     %dq, %dk, %dv = ptc.causal_attention_grad %q, %k, %v, %g : tensor<8x4x64x32xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
-                       Ptc_FloatTensor:$grad, OptionalAttr<F64Attr>:$scale);
+                       Ptc_FloatTensor:$grad, OptionalAttr<F64Attr>:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
                       Ptc_FloatTensor:$value_grad);
   let assemblyFormat = [{
@@ -180,6 +183,9 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
   let extraClassDeclaration = [{
     /// The scale applied to query * key^T: the attribute, or 1/sqrt(head_dim).
     double getScaleOrDefault();
+    /// The operands' sequence and heads dimensions (seq_major swaps them).
+    int64_t getSeqDim() { return getSeqMajor() ? 1 : 2; }
+    int64_t getHeadsDim() { return getSeqMajor() ? 2 : 1; }
   }];
 }
 

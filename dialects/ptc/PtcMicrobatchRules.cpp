@@ -58,6 +58,9 @@ FailureOr<int> causalAttentionBatchDim(Operation *op, ArrayRef<int> in, int64_t 
 
   if (in[0] != in[1] || in[0] != in[2] || in[0] >= rankOf(o.getQuery()) - 2)
     return emitMicrobatchError(op, "q, k and v must share a leading batch dimension");
+  // Seq-major operands have the sequence second: never split it.
+  if (o.getSeqMajor() && in[0] == o.getSeqDim())
+    return emitMicrobatchError(op, "a seq_major attention's dimension 1 is its sequence");
   return in[0];
 }
 

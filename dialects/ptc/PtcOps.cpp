@@ -282,20 +282,26 @@ LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
   return success();
 }
 
+/// Query [batch, heads, seq, head_dim] (seqMajor: [batch, seq, heads,
+/// head_dim]); key and value the same with kv_heads dividing heads.
 LogicalResult verifyAttentionOperands(Operation *op, RankedTensorType type,
-                                      RankedTensorType kv, std::optional<llvm::APFloat> scale) {
+                                      RankedTensorType kv, std::optional<llvm::APFloat> scale,
+                                      bool seqMajor = false) {
+  const char *layout = seqMajor ? "[batch, seq, heads, head_dim]" : "[batch, heads, seq, head_dim]";
   if (type.getRank() != 4)
-    return op->emitOpError()
-           << "operands must have shape [batch, heads, seq, head_dim], got rank "
-           << type.getRank();
+    return op->emitOpError() << "operands must have shape " << layout << ", got rank "
+                             << type.getRank();
+  const int64_t headsDim = seqMajor ? 2 : 1, seqDim = seqMajor ? 1 : 2;
   if (kv.getRank() != 4 || kv.getDimSize(0) != type.getDimSize(0) ||
-      kv.getDimSize(2) != type.getDimSize(2) || kv.getDimSize(3) != type.getDimSize(3))
-    return op->emitOpError() << "key and value must have shape [batch, kv_heads, seq, head_dim] "
-                                "with the query's batch, seq and head_dim ("
+      kv.getDimSize(seqDim) != type.getDimSize(seqDim) || kv.getDimSize(3) != type.getDimSize(3))
+    return op->emitOpError() << "key and value must have shape "
+                             << (seqMajor ? "[batch, seq, kv_heads, head_dim]"
+                                          : "[batch, kv_heads, seq, head_dim]")
+                             << " with the query's batch, seq and head_dim ("
                              << shapeStr(type.getShape()) << "), got " << shapeStr(kv.getShape());
   if (kv.getElementType() != type.getElementType())
     return op->emitOpError() << "query and key must have the same element type";
-  int64_t heads = type.getDimSize(1), kvHeads = kv.getDimSize(1);
+  int64_t heads = type.getDimSize(headsDim), kvHeads = kv.getDimSize(headsDim);
   if (kvHeads < 1 || heads % kvHeads != 0)
     return op->emitOpError() << "the " << kvHeads << " key/value heads must divide the " << heads
                              << " query heads (grouped-query attention)";
@@ -362,7 +368,8 @@ LogicalResult SoftmaxOp::verify() {
 }
 
 LogicalResult CausalAttentionOp::verify() {
-  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale());
+  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
+                                 getSeqMajor());
 }
 
 double CausalAttentionOp::getScaleOrDefault() {
@@ -658,7 +665,8 @@ LogicalResult SoftmaxGradOp::verify() {
 }
 
 LogicalResult CausalAttentionGradOp::verify() {
-  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale());
+  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
+                                 getSeqMajor());
 }
 
 double CausalAttentionGradOp::getScaleOrDefault() {
@@ -843,7 +851,7 @@ double CausalAttentionOp::getFlops() {
   // Scores and weighted values: 2 multiply-adds per (query, key, feature),
   // counting every key (as the stage balancer always has).
   RankedTensorType q = getQuery().getType();
-  int64_t keys = q.getDimSize(q.getRank() - 2);
+  int64_t keys = q.getDimSize(getSeqDim());
   return 2.0 * static_cast<double>(getNumElements(q)) * static_cast<double>(keys);
 }
 

@@ -395,13 +395,22 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
     Attention is one op so that kernels can fuse it (no `seq x seq` matrix in
     memory) and sequence parallelism can treat it as a whole.
 
+    With `seq_major`, the operands and the result are `[batch, seq, heads,
+    head_dim]` instead: the layout the projections produce, so that the
+    kernels read and write the heads where they are (strided) and no
+    transposes surround the op. `ptc-fold-attention-layout` sets it late in
+    the pipeline (after sharding), where transposes are all that surrounded
+    the op; the passes before it see `[batch, heads, seq, head_dim]` only.
+
     ```mlir
     %o = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32>
     %o2 = ptc.causal_attention %q, %k2, %v2 : tensor<8x4x64x32xf32>, tensor<8x2x64x32xf32>
+    %o3 = ptc.causal_attention %qs, %ks, %vs {seq_major = true} : tensor<8x64x4x32xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key,
-                       Ptc_FloatTensor:$value, OptionalAttr<F64Attr>:$scale);
+                       Ptc_FloatTensor:$value, OptionalAttr<F64Attr>:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value attr-dict `:` custom<AttentionTypes>(type($query), type($key))
@@ -410,6 +419,9 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
   let extraClassDeclaration = [{
     /// The scale applied to query * key^T: the attribute, or 1/sqrt(head_dim).
     double getScaleOrDefault();
+    /// The operands' sequence and heads dimensions (seq_major swaps them).
+    int64_t getSeqDim() { return getSeqMajor() ? 1 : 2; }
+    int64_t getHeadsDim() { return getSeqMajor() ? 2 : 1; }
   }];
 }
 

@@ -82,7 +82,8 @@ PlanInstruction SoftmaxOp::getPlanInstruction(MeshAxisIndexFn) {
 }
 
 PlanInstruction CausalAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttention", {}, {getScaleOrDefault()}};
+  return PlanInstruction{"CausalAttention", getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
+                         {getScaleOrDefault()}};
 }
 
 PlanInstruction EmbeddingOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
@@ -151,7 +152,9 @@ PlanInstruction SoftmaxGradOp::getPlanInstruction(MeshAxisIndexFn) {
 }
 
 PlanInstruction CausalAttentionGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttentionGrad", {}, {getScaleOrDefault()}};
+  return PlanInstruction{"CausalAttentionGrad",
+                         getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
+                         {getScaleOrDefault()}};
 }
 
 PlanInstruction EmbeddingGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {

@@ -262,6 +262,10 @@ LogicalResult softmaxGradRule(SoftmaxGradOp s, ShardingRuleContext &ctx) {
 /// way, which keeps each rank's query heads with their kv heads only if the
 /// axis divides the kv head count.
 LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
+  auto attr = o->getAttrOfType<BoolAttr>("seq_major");
+  if (attr && attr.getValue())
+    return o->emitOpError() << "with seq_major has no sharding rule: ptc-fold-attention-layout "
+                               "forms it after sharding";
   ctx.full(0);
   // Context parallelism (Ulysses): queries, keys and values that arrive with
   // the sequence split over cp move that split to the heads (an all_to_all

@@ -184,24 +184,28 @@ inline void transpose16(const float *in, int64_t ldi, float *out, int64_t ldo) {
 }
 #endif
 
-/// out [d][s] = in [s][d] transposed (16 x 16 register blocks with AVX-512).
-/// 32-bit elements: floats, or pairs of bf16 (moved, never computed on).
-template <typename T> void transposeInto(const T *in, int64_t s, int64_t d, T *out) {
+/// out [d][s] = in [s][d] transposed (16 x 16 register blocks with AVX-512),
+/// in's rows `ld` apart (default d: back to back). 32-bit elements: floats,
+/// or pairs of bf16 (moved, never computed on).
+template <typename T>
+void transposeInto(const T *in, int64_t s, int64_t d, T *out, int64_t ld = -1) {
   static_assert(sizeof(T) == 4, "16 x 16 blocks of 32-bit elements");
+  if (ld < 0)
+    ld = d;
   int64_t i0 = 0, c0 = 0;
 #ifdef __AVX512F__
   for (; i0 + 16 <= s; i0 += 16)
     for (c0 = 0; c0 + 16 <= d; c0 += 16)
-      transpose16(reinterpret_cast<const float *>(in + i0 * d + c0), d,
+      transpose16(reinterpret_cast<const float *>(in + i0 * ld + c0), ld,
                   reinterpret_cast<float *>(out + c0 * s + i0), s);
   // The columns right of the last whole block, for the rows done above.
   for (int64_t i = 0; i < i0; ++i)
     for (int64_t c = c0; c < d; ++c)
-      out[c * s + i] = in[i * d + c];
+      out[c * s + i] = in[i * ld + c];
 #endif
   for (int64_t i = i0; i < s; ++i)
     for (int64_t c = 0; c < d; ++c)
-      out[c * s + i] = in[i * d + c];
+      out[c * s + i] = in[i * ld + c];
 }
 
 /// The scores p [rows][i0 + rows] of query rows [i0, i0 + rows) made
@@ -281,52 +285,101 @@ void scoreGradients(const float *p, float *dp, int64_t rows, int64_t keys, float
 /// The probabilities of query rows [i0, i0 + rows) of one head (`qRows`, row
 /// i0 first): p[r][j] for the keys j <= i0 + r (0 after), `keys` = i0 + rows
 /// columns, from the transposed keys kt [d][s].
-void probabilities(const float *qRows, const float *kt, int64_t s, int64_t d, int64_t i0,
-                   int64_t rows, float scale, float *p) {
+void probabilities(const float *qRows, int64_t ldq, const float *kt, int64_t s, int64_t d,
+                   int64_t i0, int64_t rows, float scale, float *p) {
   int64_t keys = i0 + rows;
-  productNN(qRows, d, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
+  productNN(qRows, ldq, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
   softmaxRows(p, i0, rows, scale);
 }
 } // namespace
 
 namespace {
-/// Rows of f32 or bf16 storage as f32: the rows themselves (f32), or widened
-/// into `buffer` (bf16) — per head inside the kernels, where the executor
-/// would otherwise widen whole tensors before the call and narrow after it
-/// (the same numbers: bf16 widens exactly, results round once).
-inline const float *asF32(const float *p, int64_t n, std::vector<float> &) { return p; }
-inline const float *asF32(const uint16_t *p, int64_t n, std::vector<float> &buffer) {
-  buffer.resize(static_cast<size_t>(n));
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    buffer[static_cast<size_t>(i)] = bf16ToF32(p[i]);
-  return buffer.data();
+/// Where the rows of a flat head (batch entry * heads + head) lie: heads-major
+/// [batch, heads, seq, dim] (a head's rows back to back) or seq-major [batch,
+/// seq, heads, dim] (the projections' layout: a head's rows heads * dim apart).
+struct HeadRows {
+  int64_t heads, s, d;
+  bool seqMajor;
+  /// The distance between a head's consecutive rows.
+  int64_t ld() const { return seqMajor ? heads * d : d; }
+  /// Row `row` of flat head `h`.
+  int64_t at(int64_t h, int64_t row = 0) const {
+    return seqMajor ? ((h / heads) * s * heads + h % heads) * d + row * heads * d
+                    : (h * s + row) * d;
+  }
+};
+
+/// Rows of f32 values `ld` apart (a head's, or a dense copy of them).
+template <typename F> struct Rows {
+  F *p;
+  int64_t ld;
+  F *row(int64_t r) const { return p + r * ld; }
+};
+
+/// Rows [row0, row0 + rows) of flat head h as f32: the storage itself (f32,
+/// either layout: the products take the rows' distance), or widened into
+/// `buffer` (bf16) -- per head inside the kernels, where the executor would
+/// otherwise widen whole tensors (the same numbers: bf16 widens exactly).
+inline Rows<const float> rowsOf(const float *base, const HeadRows &L, int64_t h, int64_t row0,
+                                int64_t, std::vector<float> &) {
+  return {base + L.at(h, row0), L.ld()};
 }
-/// Where an f32 result of n elements goes before it is stored at `out`: `out`
-/// itself (f32) or `buffer` (bf16, narrowed by storeResult).
-inline float *resultRows(float *out, int64_t, std::vector<float> &) { return out; }
-inline float *resultRows(uint16_t *, int64_t n, std::vector<float> &buffer) {
-  buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
-inline void storeResult(const float *, int64_t, float *) {}
-inline void storeResult(const float *rows, int64_t n, uint16_t *out) {
+inline Rows<const float> rowsOf(const uint16_t *base, const HeadRows &L, int64_t h,
+                                int64_t row0, int64_t rows, std::vector<float> &buffer) {
+  buffer.resize(static_cast<size_t>(rows * L.d));
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t *src = base + L.at(h, row0 + r);
+    float *dst = buffer.data() + r * L.d;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = f32ToBf16(rows[i]);
+    for (int64_t c = 0; c < L.d; ++c)
+      dst[c] = bf16ToF32(src[c]);
+  }
+  return {buffer.data(), L.d};
+}
+/// Where an f32 result for those rows is computed: the storage itself (f32)
+/// or `buffer` (bf16, rounded into place by storeRows).
+inline Rows<float> resultRows(float *base, const HeadRows &L, int64_t h, int64_t row0, int64_t,
+                              std::vector<float> &) {
+  return {base + L.at(h, row0), L.ld()};
+}
+inline Rows<float> resultRows(uint16_t *, const HeadRows &L, int64_t, int64_t, int64_t rows,
+                              std::vector<float> &buffer) {
+  buffer.resize(static_cast<size_t>(rows * L.d));
+  return {buffer.data(), L.d};
+}
+/// Puts rows computed by resultRows in place: nothing for f32 (computed
+/// there), each rounded once for bf16.
+inline void storeRows(Rows<float>, float *, const HeadRows &, int64_t, int64_t, int64_t) {}
+inline void storeRows(Rows<float> rows, uint16_t *base, const HeadRows &L, int64_t h,
+                      int64_t row0, int64_t count) {
+  for (int64_t r = 0; r < count; ++r) {
+    uint16_t *dst = base + L.at(h, row0 + r);
+    const float *src = rows.row(r);
+#pragma omp simd
+    for (int64_t c = 0; c < L.d; ++c)
+      dst[c] = f32ToBf16(src[c]);
+  }
+}
+/// Zeroes rows (the gradients dk and dv accumulate into).
+inline void zeroRows(Rows<float> rows, int64_t count, int64_t d) {
+  for (int64_t r = 0; r < count; ++r)
+    std::fill(rows.row(r), rows.row(r) + d, 0.0f);
 }
 
+/// shape: [batch, heads, seq, dim] of the query whatever the storage's layout
+/// (seqMajor: [batch, seq, heads, dim]); keys and values have kvHeads heads.
 template <typename T>
 void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &shape,
-                       int64_t kvHeads, float scale) {
+                       int64_t kvHeads, float scale, bool seqMajor) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
+  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), p(static_cast<size_t>(kQueryBlock * s));
     std::vector<float> kRows, vRows, qRows, oRows; // bf16 heads and blocks widened
-    const float *vh = nullptr;
+    Rows<const float> vh{nullptr, d};
     int64_t transposed = -1; // the kv head kt and vh hold
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < bh; ++h)
@@ -334,26 +387,28 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
         // Query head h of batch entry h / heads reads kv head (h % heads) / group.
         int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
         if (kvh != transposed) {
-          transposeInto(asF32(k + kvh * s * d, s * d, kRows), s, d, kt.data());
-          vh = asF32(v + kvh * s * d, s * d, vRows);
+          const Rows<const float> kh = rowsOf(k, kvL, kvh, 0, s, kRows);
+          transposeInto(kh.p, s, d, kt.data(), kh.ld);
+          vh = rowsOf(v, kvL, kvh, 0, s, vRows);
           transposed = kvh;
         }
         int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
-        const int64_t first = h * s * d + i0 * d;
-        probabilities(asF32(q + first, rows * d, qRows), kt.data(), s, d, i0, rows, scale,
-                      p.data());
-        float *o = resultRows(out + first, rows * d, oRows);
-        productNN(p.data(), i0 + rows, vh, d, o, d, rows, d, i0 + rows, /*accumulate=*/false);
-        storeResult(o, rows * d, out + first);
+        const Rows<const float> qb = rowsOf(q, qL, h, i0, rows, qRows);
+        probabilities(qb.p, qb.ld, kt.data(), s, d, i0, rows, scale, p.data());
+        const Rows<float> o = resultRows(out, qL, h, i0, rows, oRows);
+        productNN(p.data(), i0 + rows, vh.p, vh.ld, o.p, o.ld, rows, d, i0 + rows,
+                  /*accumulate=*/false);
+        storeRows(o, out, qL, h, i0, rows);
       }
   }
 }
 
 template <typename T>
 void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq, T *dk, T *dv,
-                           const Shape &shape, int64_t kvHeads, float scale) {
+                           const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads;
+  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), vt(static_cast<size_t>(s * d));
@@ -363,34 +418,34 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
     // blocks accumulate into its dk and dv in a fixed order (deterministic).
 #pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
-      const float *kh = asF32(k + kvh * s * d, s * d, kRows);
-      const float *vh = asF32(v + kvh * s * d, s * d, vRows);
-      float *dkh = resultRows(dk + kvh * s * d, s * d, dkRows);
-      float *dvh = resultRows(dv + kvh * s * d, s * d, dvRows);
-      std::fill(dkh, dkh + s * d, 0.0f);
-      std::fill(dvh, dvh + s * d, 0.0f);
-      transposeInto(kh, s, d, kt.data());
-      transposeInto(vh, s, d, vt.data());
+      const Rows<const float> kh = rowsOf(k, kvL, kvh, 0, s, kRows);
+      const Rows<const float> vh = rowsOf(v, kvL, kvh, 0, s, vRows);
+      const Rows<float> dkh = resultRows(dk, kvL, kvh, 0, s, dkRows);
+      const Rows<float> dvh = resultRows(dv, kvL, kvh, 0, s, dvRows);
+      zeroRows(dkh, s, d);
+      zeroRows(dvh, s, d);
+      transposeInto(kh.p, s, d, kt.data(), kh.ld);
+      transposeInto(vh.p, s, d, vt.data(), vh.ld);
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
-        const float *qh = asF32(q + h * s * d, s * d, qRows);
-        const float *gh = asF32(g + h * s * d, s * d, gRows);
-        float *dqh = resultRows(dq + h * s * d, s * d, dqRows);
+        const Rows<const float> qh = rowsOf(q, qL, h, 0, s, qRows);
+        const Rows<const float> gh = rowsOf(g, qL, h, 0, s, gRows);
+        const Rows<float> dqh = resultRows(dq, qL, h, 0, s, dqRows);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
-          probabilities(qh + i0 * d, kt.data(), s, d, i0, rows, scale, p.data());
+          probabilities(qh.row(i0), qh.ld, kt.data(), s, d, i0, rows, scale, p.data());
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
-          productNN(gh + i0 * d, d, vt.data(), s, dp.data(), keys, rows, keys, d, false);
+          productNN(gh.row(i0), gh.ld, vt.data(), s, dp.data(), keys, rows, keys, d, false);
           scoreGradients(p.data(), dp.data(), rows, keys, scale);
           // dV += P^T G, dQ = dS K, dK += dS^T Q.
-          productTNAccumulate(p.data(), keys, gh + i0 * d, d, dvh, d, keys, d, rows);
-          productNN(dp.data(), keys, kh, d, dqh + i0 * d, d, rows, d, keys, false);
-          productTNAccumulate(dp.data(), keys, qh + i0 * d, d, dkh, d, keys, d, rows);
+          productTNAccumulate(p.data(), keys, gh.row(i0), gh.ld, dvh.p, dvh.ld, keys, d, rows);
+          productNN(dp.data(), keys, kh.p, kh.ld, dqh.row(i0), dqh.ld, rows, d, keys, false);
+          productTNAccumulate(dp.data(), keys, qh.row(i0), qh.ld, dkh.p, dkh.ld, keys, d, rows);
         }
-        storeResult(dqh, s * d, dq + h * s * d);
+        storeRows(dqh, dq, qL, h, 0, s);
       }
-      storeResult(dkh, s * d, dk + kvh * s * d);
-      storeResult(dvh, s * d, dv + kvh * s * d);
+      storeRows(dkh, dk, kvL, kvh, 0, s);
+      storeRows(dvh, dv, kvL, kvh, 0, s);
     }
   }
 }
@@ -500,21 +555,22 @@ PTC_BF16_KERNEL void pairProduct(const uint32_t *a, int64_t rowStride, int64_t c
                   c + i * ldc + j, ldc, kp, std::min(kCols, n - j), accumulate);
 }
 
-/// A head's [s][d] rows as the right operand of a product with its transpose
-/// (Q K^T, G V^T): [(d + 1) / 2][s] pairs of each row's columns.
-void pairTransposed(const uint16_t *head, int64_t s, int64_t d, std::vector<uint32_t> &scratch,
-                    uint32_t *out) {
+/// A head's [s][d] rows (`ld` apart) as the right operand of a product with
+/// its transpose (Q K^T, G V^T): [(d + 1) / 2][s] pairs of each row's columns.
+void pairTransposed(const uint16_t *head, int64_t s, int64_t d, int64_t ld,
+                    std::vector<uint32_t> &scratch, uint32_t *out) {
   const int64_t dp = (d + 1) / 2;
   scratch.resize(static_cast<size_t>(s * dp));
-  pairColumns(head, s, d, d, scratch.data());
+  pairColumns(head, s, d, ld, scratch.data());
   transposeInto(scratch.data(), s, dp, out);
 }
 
 void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                         const Shape &shape, int64_t kvHeads, float scale) {
+                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
+  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
 #pragma omp parallel
   {
     std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vp(static_cast<size_t>(sp * d));
@@ -529,29 +585,31 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
       for (int64_t blk = 0; blk < blocks; ++blk) {
         int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
         if (kvh != packed) {
-          pairTransposed(k + kvh * s * d, s, d, scratch, kt.data());
-          pairRows(v + kvh * s * d, s, d, d, vp.data());
+          pairTransposed(k + kvL.at(kvh), s, d, kvL.ld(), scratch, kt.data());
+          pairRows(v + kvL.at(kvh), s, d, kvL.ld(), vp.data());
           packed = kvh;
         }
         int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
-        const int64_t first = h * s * d + i0 * d, kp = (keys + 1) / 2;
-        pairColumns(q + first, rows, d, d, qp.data());
+        const int64_t kp = (keys + 1) / 2;
+        pairColumns(q + qL.at(h, i0), rows, d, qL.ld(), qp.data());
         pairProduct(qp.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
         softmaxRows(p.data(), i0, rows, scale);
         // Pairs of keys: an odd last pair (keys == s, odd) meets the zero row
         // pairRows put past the last value.
         pairColumns(p.data(), rows, keys, keys, pp.data());
         pairProduct(pp.data(), kp, 1, vp.data(), d, o.data(), d, rows, d, kp, false);
-        storeResult(o.data(), rows * d, out + first);
+        storeRows(Rows<float>{o.data(), d}, out, qL, h, i0, rows);
       }
   }
 }
 
 void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                             const Shape &shape, int64_t kvHeads, float scale) {
+                             const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
+  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
+  const int64_t qld = qL.ld(), kvld = kvL.ld();
   constexpr int64_t kBlockPairs = (kQueryBlock + 1) / 2;
 #pragma omp parallel
   {
@@ -566,20 +624,20 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
     std::vector<float> dqb(static_cast<size_t>(kQueryBlock * d));
 #pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
-      const uint16_t *kh = k + kvh * s * d, *vh = v + kvh * s * d;
+      const uint16_t *kh = k + kvL.at(kvh), *vh = v + kvL.at(kvh);
       std::fill(dkh.begin(), dkh.end(), 0.0f);
       std::fill(dvh.begin(), dvh.end(), 0.0f);
-      pairTransposed(kh, s, d, scratch, kt.data());
-      pairTransposed(vh, s, d, scratch, vt.data());
-      pairRows(kh, s, d, d, kr.data());
+      pairTransposed(kh, s, d, kvld, scratch, kt.data());
+      pairTransposed(vh, s, d, kvld, scratch, vt.data());
+      pairRows(kh, s, d, kvld, kr.data());
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
-        const uint16_t *qh = q + h * s * d, *gh = g + h * s * d;
+        const uint16_t *qh = q + qL.at(h), *gh = g + qL.at(h);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
           int64_t kp = (keys + 1) / 2, rp = (rows + 1) / 2;
-          pairColumns(qh + i0 * d, rows, d, d, qc.data());
-          pairColumns(gh + i0 * d, rows, d, d, gc.data());
+          pairColumns(qh + i0 * qld, rows, d, qld, qc.data());
+          pairColumns(gh + i0 * qld, rows, d, qld, gc.data());
           pairProduct(qc.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
           softmaxRows(p.data(), i0, rows, scale);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
@@ -588,17 +646,17 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
           // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
           pairRows(p.data(), rows, keys, keys, pr.data());
           pairRows(dp_.data(), rows, keys, keys, dsr.data());
-          pairRows(gh + i0 * d, rows, d, d, gr.data());
-          pairRows(qh + i0 * d, rows, d, d, qr.data());
+          pairRows(gh + i0 * qld, rows, d, qld, gr.data());
+          pairRows(qh + i0 * qld, rows, d, qld, qr.data());
           pairProduct(pr.data(), 1, keys, gr.data(), d, dvh.data(), d, keys, d, rp, true);
           pairProduct(dsr.data(), 1, keys, qr.data(), d, dkh.data(), d, keys, d, rp, true);
           pairColumns(dp_.data(), rows, keys, keys, dsc.data());
           pairProduct(dsc.data(), kp, 1, kr.data(), d, dqb.data(), d, rows, d, kp, false);
-          storeResult(dqb.data(), rows * d, dq + h * s * d + i0 * d);
+          storeRows(Rows<float>{dqb.data(), d}, dq, qL, h, i0, rows);
         }
       }
-      storeResult(dkh.data(), s * d, dk + kvh * s * d);
-      storeResult(dvh.data(), s * d, dv + kvh * s * d);
+      storeRows(Rows<float>{dkh.data(), d}, dk, kvL, kvh, 0, s);
+      storeRows(Rows<float>{dvh.data(), d}, dv, kvL, kvh, 0, s);
     }
   }
 }
@@ -606,33 +664,33 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
 #endif
 
 void causalAttention(const float *q, const float *k, const float *v, float *out,
-                     const Shape &shape, int64_t kvHeads, float scale) {
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale);
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale) {
-  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
+                         float scale, bool seqMajor) {
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor);
 }
 
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                     const Shape &shape, int64_t kvHeads, float scale) {
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
 #ifdef PTC_HAVE_BF16_ATTENTION
   if (nativeBf16())
-    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale);
+    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor);
 #endif
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale);
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor);
 }
 
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                         const Shape &shape, int64_t kvHeads, float scale) {
+                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
 #ifdef PTC_HAVE_BF16_ATTENTION
   if (nativeBf16())
-    return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
+    return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor);
 #endif
-  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale);
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor);
 }
 
 namespace {
@@ -807,21 +865,41 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
   }
 }
 
+namespace {
+/// A CausalAttention(Grad) call's [batch, heads, seq, dim] query shape and kv
+/// head count, whatever its storage's layout (seq_major: its optional integer).
+struct AttentionLayout {
+  Shape shape;
+  int64_t kvHeads;
+  bool seqMajor;
+};
+AttentionLayout attentionLayout(const KernelCall &c) {
+  const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
+  const TensorView &q = c.input(0), &k = c.input(1);
+  if (!seqMajor)
+    return {*q.shape, k.dim(1), false};
+  return {Shape{q.dim(0), q.dim(2), q.dim(1), q.dim(3)}, k.dim(2), true};
+}
+} // namespace
+
 void addAttentionKernels(KernelTable &t) {
-  // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
-  // f32: f32 products. bf16: bf16 dot products where the CPU has them
-  // (nativeBf16), else the heads widened to f32 per head.
+  // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim] (with the
+  // optional integer seq_major = 1: [batch, seq, heads, dim] and [batch, seq,
+  // kvHeads, dim], read and written in place). f32: f32 products. bf16: bf16
+  // dot products where the CPU has them (nativeBf16), else the heads widened
+  // to f32 per head.
   t.add(
       OpKind::CausalAttention,
       [](const KernelCall &c) {
         const TensorView &q = c.input(0);
+        const AttentionLayout L = attentionLayout(c);
         const float scale = static_cast<float>(c.real(0));
         if (q.dtype == DType::BF16)
           causalAttention(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
-                            *q.shape, c.input(1).dim(1), scale);
+                          L.shape, L.kvHeads, scale, L.seqMajor);
         else
-          causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), *q.shape,
-                          c.input(1).dim(1), scale);
+          causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), L.shape,
+                          L.kvHeads, scale, L.seqMajor);
         return KernelResult::ok();
       },
       internal::f32OrBf16);
@@ -829,15 +907,16 @@ void addAttentionKernels(KernelTable &t) {
       OpKind::CausalAttentionGrad,
       [](const KernelCall &c) {
         const TensorView &q = c.input(0);
+        const AttentionLayout L = attentionLayout(c);
         const float scale = static_cast<float>(c.real(0));
         if (q.dtype == DType::BF16)
           causalAttentionGrad(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
-                                bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
-                                bf16Out(c.output(2)), *q.shape, c.input(1).dim(1), scale);
+                              bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
+                              bf16Out(c.output(2)), L.shape, L.kvHeads, scale, L.seqMajor);
         else
           causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                              c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), *q.shape,
-                              c.input(1).dim(1), scale);
+                              c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), L.shape,
+                              L.kvHeads, scale, L.seqMajor);
         return KernelResult::ok();
       },
       internal::f32OrBf16);

@@ -99,20 +99,23 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 /// q, out: [batch, heads, seq, dim]; k, v: [batch, kvHeads, seq, dim] with
 /// kvHeads dividing heads (query head h uses kv head h / (heads / kvHeads));
 /// causal; no seq x seq buffer. dk, dv sum over the query heads of a kv head.
+/// `shape` is the query's [batch, heads, seq, dim]; with `seqMajor` every
+/// tensor is stored [batch, seq, heads (kvHeads), dim] instead (the heads read
+/// and written in place, strided; the same numbers).
 void causalAttention(const float *q, const float *k, const float *v, float *out,
-                     const Shape &shape, int64_t kvHeads, float scale);
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false);
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale);
+                         float scale, bool seqMajor = false);
 /// The same on bf16 storage (uint16_t bits): bf16 dot products with f32 sums
 /// where the CPU has them (nativeBf16; the probabilities and the scores'
 /// gradient rounded to bf16 for the products), else each head widened to f32;
 /// each result rounded once.
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                     const Shape &shape, int64_t kvHeads, float scale);
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false);
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                         const Shape &shape, int64_t kvHeads, float scale);
+                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false);
 
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
 /// classes) of `totalClasses` on this device): row maxima, row sums of

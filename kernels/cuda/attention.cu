@@ -111,15 +111,17 @@ __device__ void storeSlots(const float *x, int64_t dim, int lane, float *out) {
 
 /// The online softmax of a query row continued over keys 0..n-1: acc = sum_j
 /// p_j v_j (unnormalized), m = max logit, l = sum_j p_j.
+/// Key and value rows lie `ld` floats apart.
 __device__ void attendKeys(const float *qi, const float *kh, const float *vh, int64_t n,
-                           int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
+                           int64_t dim, int64_t ld, int lane, float scale, float *acc, float &m,
+                           float &l) {
   for (int64_t j = 0; j < n; ++j) {
-    float s = rowDot(qi, kh + j * dim, dim, lane) * scale;
+    float s = rowDot(qi, kh + j * ld, dim, lane) * scale;
     float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
     l = l * correction + p;
     for (int t = 0; t < kAttentionPerLane; ++t) {
       int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
-      acc[t] = acc[t] * correction + (d < dim ? p * vh[j * dim + d] : 0.0f);
+      acc[t] = acc[t] * correction + (d < dim ? p * vh[j * ld + d] : 0.0f);
     }
     m = mNew;
   }
@@ -127,10 +129,11 @@ __device__ void attendKeys(const float *qi, const float *kh, const float *vh, in
 
 /// Online softmax of query row `row` over keys 0..row.
 __device__ void attendRow(const float *qi, const float *kh, const float *vh, int64_t row,
-                          int64_t dim, int lane, float scale, float *acc, float &m, float &l) {
+                          int64_t dim, int64_t ld, int lane, float scale, float *acc, float &m,
+                          float &l) {
   m = -INFINITY;
   l = 0.0f;
-  attendKeys(qi, kh, vh, row + 1, dim, lane, scale, acc, m, l);
+  attendKeys(qi, kh, vh, row + 1, dim, ld, lane, scale, acc, m, l);
 }
 
 /// Writes this lane's slots of a row's normalized output: acc / l.
@@ -147,18 +150,29 @@ __device__ int64_t kvHeadOf(int64_t head, int64_t heads, int64_t kvHeads) {
   return (head / heads) * kvHeads + (head % heads) / (heads / kvHeads);
 }
 
+/// Row `row` of flat head `head` (batch entry * heads + head): in a [batch,
+/// heads, seq, dim] tensor, or a seq-major [batch, seq, heads, dim] one.
+__device__ int64_t headRow(int64_t head, int64_t row, int64_t heads, int64_t seq, int64_t dim,
+                           bool seqMajor) {
+  return seqMajor ? (((head / heads) * seq + row) * heads + head % heads) * dim
+                  : (head * seq + row) * dim;
+}
+
 __global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
                                       int64_t bh, int64_t heads, int64_t kvHeads, int64_t seq,
-                                      int64_t dim, float scale) {
+                                      int64_t dim, float scale, bool seqMajor) {
   WarpIndex w = warpIndex();
+  const int64_t ldkv = seqMajor ? kvHeads * dim : dim;
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
     int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
-    const float *kh = k + kvh * seq * dim, *vh = v + kvh * seq * dim;
+    const int64_t kv0 = headRow(kvh, 0, kvHeads, seq, dim, seqMajor);
+    const int64_t qRow = headRow(head, row, heads, seq, dim, seqMajor);
+    const float *kh = k + kv0, *vh = v + kv0;
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
-    loadRow(q + i * dim, dim, w.lane, qi);
+    loadRow(q + qRow, dim, w.lane, qi);
     float m, l;
-    attendRow(qi, kh, vh, row, dim, w.lane, scale, acc, m, l);
-    storeRow(acc, l, dim, w.lane, out + i * dim);
+    attendRow(qi, kh, vh, row, dim, ldkv, w.lane, scale, acc, m, l);
+    storeRow(acc, l, dim, w.lane, out + qRow);
   }
 }
 
@@ -168,28 +182,31 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
 __global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
                                            const float *g, float *dq, float *stats, int64_t bh,
                                            int64_t heads, int64_t kvHeads, int64_t seq,
-                                           int64_t dim, float scale) {
+                                           int64_t dim, float scale, bool seqMajor) {
   WarpIndex w = warpIndex();
+  const int64_t ldkv = seqMajor ? kvHeads * dim : dim;
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
     int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
-    const float *kh = k + kvh * seq * dim, *vh = v + kvh * seq * dim;
+    const int64_t kv0 = headRow(kvh, 0, kvHeads, seq, dim, seqMajor);
+    const int64_t qRow = headRow(head, row, heads, seq, dim, seqMajor);
+    const float *kh = k + kv0, *vh = v + kv0;
     float qi[kAttentionPerLane], gi[kAttentionPerLane], o[kAttentionPerLane] = {},
         dqi[kAttentionPerLane] = {};
-    loadRow(q + i * dim, dim, w.lane, qi);
-    loadRow(g + i * dim, dim, w.lane, gi);
+    loadRow(q + qRow, dim, w.lane, qi);
+    loadRow(g + qRow, dim, w.lane, gi);
     float m, l;
-    attendRow(qi, kh, vh, row, dim, w.lane, scale, o, m, l);
+    attendRow(qi, kh, vh, row, dim, ldkv, w.lane, scale, o, m, l);
     float part = 0.0f; // D_i = sum_j p_j (g_i . v_j) = g_i . o_i
     for (int t = 0; t < kAttentionPerLane; ++t)
       part += gi[t] * o[t] / l;
     float D = warpSum(part);
     for (int64_t j = 0; j <= row; ++j) {
-      float s = rowDot(qi, kh + j * dim, dim, w.lane);
-      float dp = rowDot(gi, vh + j * dim, dim, w.lane);
+      float s = rowDot(qi, kh + j * ldkv, dim, w.lane);
+      float dp = rowDot(gi, vh + j * ldkv, dim, w.lane);
       float ds = expf(s * scale - m) / l * (dp - D) * scale;
-      addScaledRow(dqi, ds, kh + j * dim, dim, w.lane);
+      addScaledRow(dqi, ds, kh + j * ldkv, dim, w.lane);
     }
-    storeSlots(dqi, dim, w.lane, dq + i * dim);
+    storeSlots(dqi, dim, w.lane, dq + qRow);
     if (w.lane == 0) {
       stats[3 * i] = m;
       stats[3 * i + 1] = l;
@@ -204,21 +221,24 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
                                             const float *g, const float *stats, float *dk,
                                             float *dv, int64_t bkv, int64_t heads,
                                             int64_t kvHeads, int64_t seq, int64_t dim,
-                                            float scale) {
+                                            float scale, bool seqMajor) {
   WarpIndex w = warpIndex();
   int64_t group = heads / kvHeads;
+  const int64_t ldq = seqMajor ? heads * dim : dim;
   for (int64_t jj = w.warp; jj < bkv * seq; jj += w.warps) {
     int64_t kvh = jj / seq, j = jj % seq;
+    const int64_t kvRow = headRow(kvh, j, kvHeads, seq, dim, seqMajor);
     float kj[kAttentionPerLane], vj[kAttentionPerLane], dkj[kAttentionPerLane] = {},
         dvj[kAttentionPerLane] = {};
-    loadRow(k + jj * dim, dim, w.lane, kj);
-    loadRow(v + jj * dim, dim, w.lane, vj);
+    loadRow(k + kvRow, dim, w.lane, kj);
+    loadRow(v + kvRow, dim, w.lane, vj);
     for (int64_t m = 0; m < group; ++m) {
       int64_t head = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
-      const float *qh = q + head * seq * dim, *gh = g + head * seq * dim;
+      const int64_t q0 = headRow(head, 0, heads, seq, dim, seqMajor);
+      const float *qh = q + q0, *gh = g + q0;
       const float *st = stats + 3 * head * seq;
       for (int64_t i = j; i < seq; ++i) {
-        const float *qi = qh + i * dim, *gi = gh + i * dim;
+        const float *qi = qh + i * ldq, *gi = gh + i * ldq;
         float s = rowDot(kj, qi, dim, w.lane);
         float dp = rowDot(vj, gi, dim, w.lane);
         float p = expf(s * scale - st[3 * i]) / st[3 * i + 1];
@@ -227,8 +247,8 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
         addScaledRow(dkj, ds, qi, dim, w.lane);
       }
     }
-    storeSlots(dkj, dim, w.lane, dk + jj * dim);
-    storeSlots(dvj, dim, w.lane, dv + jj * dim);
+    storeSlots(dkj, dim, w.lane, dk + kvRow);
+    storeSlots(dvj, dim, w.lane, dv + kvRow);
   }
 }
 
@@ -250,7 +270,7 @@ __global__ void attentionBlockKernel(const float *q, const float *k, const float
     loadRow(q + i * dim, dim, w.lane, qi);
     loadRow(acc + i * dim, dim, w.lane, a);
     float m = rowMax[i], l = rowSum[i];
-    attendKeys(qi, kh, vh, n, dim, w.lane, scale, a, m, l);
+    attendKeys(qi, kh, vh, n, dim, dim, w.lane, scale, a, m, l);
     storeSlots(a, dim, w.lane, acc + i * dim);
     __syncwarp();
     if (w.lane == 0) {
@@ -370,7 +390,7 @@ __global__ void cachedAttentionKernel(const float *q, const float *kc, const flo
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
     loadRow(q + i * dim, dim, w.lane, qi);
     float m, l;
-    attendRow(qi, kh, vh, p, dim, w.lane, scale, acc, m, l);
+    attendRow(qi, kh, vh, p, dim, dim, w.lane, scale, acc, m, l);
     storeRow(acc, l, dim, w.lane, out + i * dim);
   }
 }
@@ -417,21 +437,21 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
 
 void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t batch,
                      int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, float scale,
-                     void *stream) {
+                     bool seqMajor, void *stream) {
   int64_t bh = batch * heads;
   causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, out, bh, heads, kvHeads, seq, dim, scale);
+      q, k, v, out, bh, heads, kvHeads, seq, dim, scale, seqMajor);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, int64_t batch, int64_t heads,
                          int64_t kvHeads, int64_t seq, int64_t dim, float scale,
-                         float *rowStats, void *stream) {
+                         bool seqMajor, float *rowStats, void *stream) {
   int64_t bh = batch * heads, bkv = batch * kvHeads;
   causalAttentionGradQKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale);
+      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale, seqMajor);
   causalAttentionGradKVKernel<<<warpBlocksFor(bkv * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale);
+      q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale, seqMajor);
 }
 
 void attentionBlock(const float *q, const float *k, const float *v, int64_t batch,
@@ -469,26 +489,33 @@ void addAttentionKernels(KernelTable &t) {
     return KernelResult::ok();
   });
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
+  // q [batch, heads, seq, dim], k / v [batch, kvHeads, seq, dim]; with the
+  // optional integer seq_major = 1, [batch, seq, heads (kvHeads), dim].
   t.add(OpKind::CausalAttention, [](const KernelCall &c) {
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
+    const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
+    const int64_t heads = q.dim(seqMajor ? 2 : 1), seq = q.dim(seqMajor ? 1 : 2);
     causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), q.dim(0),
-                    q.dim(1), c.input(1).dim(1), q.dim(2), q.dim(3), c.real(0), streamOf(c));
+                    heads, c.input(1).dim(seqMajor ? 2 : 1), seq, q.dim(3), c.real(0), seqMajor,
+                    streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
-    const int64_t bytes = 3 * q.dim(0) * q.dim(1) * q.dim(2) * 4;
+    const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
+    const int64_t heads = q.dim(seqMajor ? 2 : 1), seq = q.dim(seqMajor ? 1 : 2);
+    const int64_t bytes = 3 * q.dim(0) * heads * seq * 4;
     auto *stats = static_cast<float *>(scratch(c, bytes));
     if (!stats)
       return scratchFailure(c, bytes);
     causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), q.dim(0),
-                        q.dim(1), c.input(1).dim(1), q.dim(2), q.dim(3), c.real(0), stats,
-                        streamOf(c));
+                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), q.dim(0), heads,
+                        c.input(1).dim(seqMajor ? 2 : 1), seq, q.dim(3), c.real(0), seqMajor,
+                        stats, streamOf(c));
     return KernelResult::ok();
   });
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,

@@ -16,8 +16,9 @@ double matmulFlops(MatmulOp op) {
 }
 
 double attentionFlops(CausalAttentionOp op) {
-  ArrayRef<int64_t> s = op.getQuery().getType().getShape(); // [B, H, S, D]
-  return 4.0 * static_cast<double>(s[0]) * s[1] * s[2] * s[2] * s[3];
+  // 4 B H S^2 D: every query element against every key position.
+  RankedTensorType q = op.getQuery().getType();
+  return 4.0 * static_cast<double>(q.getNumElements()) * q.getDimSize(op.getSeqDim());
 }
 } // namespace
 

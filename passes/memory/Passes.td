@@ -5,6 +5,36 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FoldAttentionLayoutPass : Pass<"ptc-fold-attention-layout", "::mlir::func::FuncOp"> {
+  let summary = "Attention on the projections' [batch, seq, heads, head_dim] layout: no head transposes";
+  let description = [{
+    After sharding and pipeline splitting, before `ptc-plan-memory`. A model
+    splits its projections into heads with `ptc.transpose ... permutation =
+    [0, 2, 1, 3]` ([batch, seq, heads, head_dim] to [batch, heads, seq,
+    head_dim]) before `ptc.causal_attention` and merges them back with the
+    same transpose after it; the backward pass does the same around
+    `ptc.causal_attention_grad`. Where every operand of an attention op (or
+    its gradient) is such a transpose and every use of its results is one,
+    the op takes the transposes' inputs instead, with `seq_major = true`, and
+    its results replace the transposes after it: the kernels read and write
+    the heads where they are, and the transposes' copies and buffers go
+    (4 per layer forward, 4 backward). The numbers are the same. Transposes
+    left without uses are erased.
+
+    Input:
+    ```mlir
+    %q = ptc.transpose %qs permutation = [0, 2, 1, 3] : tensor<8x64x4x32xf32> -> tensor<8x4x64x32xf32>
+    ...
+    %o = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32>
+    %os = ptc.transpose %o permutation = [0, 2, 1, 3] : tensor<8x4x64x32xf32> -> tensor<8x64x4x32xf32>
+    ```
+    Output:
+    ```mlir
+    %os = ptc.causal_attention %qs, %ks, %vs {seq_major = true} : tensor<8x64x4x32xf32>
+    ```
+  }];
+}
+
 def PlanMemoryPass : Pass<"ptc-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Assign arena offsets to temporaries from their lifetimes";
   let description = [{

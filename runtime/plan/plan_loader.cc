@@ -196,16 +196,38 @@ private:
                   tokens.back(), "], got ", shapeStr(experts));
     return Status::ok();
   }
-  /// Attention: query [b, h, s, d]; key and value [b, kvh, s, d], kvh | h.
-  Status attentionShapes() {
+  /// Attention: query [b, h, s, d]; key and value [b, kvh, s, d], kvh | h
+  /// (seq_major: [b, s, h, d] and [b, s, kvh, d]).
+  Status attentionShapes(bool seqMajor = false) {
     if (in(0).size() != 4)
       return fail("query must have rank 4, got ", shapeStr(in(0)));
     const Shape &q = in(0), &k = in(1);
-    if (k.size() != 4 || k[0] != q[0] || k[2] != q[2] || k[3] != q[3] || k[1] < 1 ||
-        q[1] % k[1] != 0)
+    const size_t heads = seqMajor ? 2 : 1, seq = seqMajor ? 1 : 2;
+    if (k.size() != 4 || k[0] != q[0] || k[seq] != q[seq] || k[3] != q[3] || k[heads] < 1 ||
+        q[heads] % k[heads] != 0)
       return fail("key ", shapeStr(k), " does not fit query ", shapeStr(q),
-                  " (same batch, seq and head_dim; kv heads dividing the query heads)");
+                  " (same batch, seq and head_dim; kv heads dividing the query heads", 
+                  seqMajor ? "; seq-major layout [batch, seq, heads, head_dim])" : ")");
     return expectShape(in(2), k, "value");
+  }
+  /// CausalAttention(Grad)'s optional integer: seq_major (0 or 1).
+  StatusOr<bool> seqMajor() {
+    if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 0 && ints_[0] != 1))
+      return fail("needs at most one integer attribute, seq_major (0 or 1)");
+    return !ints_.empty() && ints_[0] == 1;
+  }
+  /// Attention's shapes: CausalAttention(Grad)'s in its layout, RingAttention(Grad)'s
+  /// (whose only integer is its mesh axis) in the heads-major one.
+  Status attentionOperands() {
+    const bool ring = inst_.op() == OpCode::RingAttention || inst_.op() == OpCode::RingAttentionGrad;
+    if (ring) {
+      PTC_RETURN_IF_ERROR(attentionShapes());
+      return ringAxis();
+    }
+    StatusOr<bool> layout = seqMajor();
+    if (!layout.isOk())
+      return layout.status();
+    return attentionShapes(*layout);
   }
   /// Ring attention's mesh axis (its only integer attribute): one of the
   /// plan's axes. (Low-precision tensors are widened by the executor, as for
@@ -424,8 +446,7 @@ Status InstructionChecker::check() {
     return expectShape(out(0), in(0), "result");
   case ShapeRule::Attention:
     PTC_RETURN_IF_ERROR(dtypes());
-    PTC_RETURN_IF_ERROR(attentionShapes());
-    PTC_RETURN_IF_ERROR(ringAxis());
+    PTC_RETURN_IF_ERROR(attentionOperands());
     return expectShape(out(0), in(0), "result");
   case ShapeRule::CachedAttention: {
     // query, key, value, key cache, value cache, positions -> result, caches.
@@ -630,8 +651,7 @@ Status InstructionChecker::check() {
   }
   case ShapeRule::AttentionGrad:
     PTC_RETURN_IF_ERROR(dtypes());
-    PTC_RETURN_IF_ERROR(attentionShapes());
-    PTC_RETURN_IF_ERROR(ringAxis());
+    PTC_RETURN_IF_ERROR(attentionOperands());
     PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));

@@ -436,6 +436,34 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
   }
 }
 
+TEST_F(CudaConformance, SeqMajorCausalAttentionAndGradient) {
+  // Every tensor [batch, seq, heads, head_dim] (seq_major = 1), 4 query heads
+  // over 2 kv heads: the GPU's strided rows against the CPU's.
+  const int64_t heads = 4, kvHeads = 2, seq = 17, dim = 16;
+  const Shape s{2, seq, heads, dim}, kv{2, seq, kvHeads, dim};
+  const size_t n = static_cast<size_t>(2 * heads * seq * dim),
+               nkv = static_cast<size_t>(2 * kvHeads * seq * dim);
+  auto q = randomVector(n, 19), k = randomVector(nkv, 20), v = randomVector(nkv, 21),
+       g = randomVector(n, 22);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
+        const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
+        OK(run(d, kernels::OpKind::CausalAttention, {{pq, s}, {pk, kv}, {pv, kv}}, {{o, s}}, {1},
+               {0.25}));
+        OK(run(d, kernels::OpKind::CausalAttentionGrad,
+               {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}}, {{dq, s}, {dk, kv}, {dv, kv}}, {1},
+               {0.25}));
+        auto out = m.get(o, n);
+        for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
+          auto t = m.get(p, count);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        return out;
+      },
+      1e-4f);
+}
+
 TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
   const int64_t rows = 37, cols = 96;
   size_t n = static_cast<size_t>(rows * cols);

@@ -623,6 +623,80 @@ TEST(Kernels, Bf16CausalAttentionMatchesReferenceNativeOrWidened) {
   }
 }
 
+/// [b][x][y][d] -> [b][y][x][d] (heads-major <-> seq-major).
+template <typename T>
+std::vector<T> swapMiddle(const std::vector<T> &in, int64_t b, int64_t x, int64_t y, int64_t d) {
+  std::vector<T> out(in.size());
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < x; ++j)
+      for (int64_t k = 0; k < y; ++k)
+        for (int64_t c = 0; c < d; ++c)
+          out[((i * y + k) * x + j) * d + c] = in[((i * x + j) * y + k) * d + c];
+  return out;
+}
+
+/// Attention and its gradient through the kernel table with every tensor
+/// seq-major ([batch, seq, heads, head_dim], the integer seq_major = 1) are
+/// bitwise the heads-major results transposed: the same arithmetic, read
+/// and written in place (ptc-fold-attention-layout relies on it).
+template <typename T>
+void expectSeqMajorAttentionBitwise(std::vector<T> q, std::vector<T> k, std::vector<T> v,
+                                    std::vector<T> g, const AttentionCase &t,
+                                    ptc::kernels::TensorView (*wrap)(std::vector<T> &,
+                                                                      const Shape &)) {
+  using ptc::kernels::OpKind;
+  const Shape qs{t.B, t.H, t.S, t.D}, ks{t.B, t.KV, t.S, t.D};
+  const Shape qsm{t.B, t.S, t.H, t.D}, ksm{t.B, t.S, t.KV, t.D};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(t.D));
+  std::vector<T> o(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttention, {wrap(q, qs), wrap(k, ks), wrap(v, ks)},
+                        {wrap(o, qs)}, {}, {scale})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                        {wrap(q, qs), wrap(k, ks), wrap(v, ks), wrap(g, qs)},
+                        {wrap(dq, qs), wrap(dk, ks), wrap(dv, ks)}, {}, {scale})
+                  .isOk());
+  auto qm = swapMiddle(q, t.B, t.H, t.S, t.D), km = swapMiddle(k, t.B, t.KV, t.S, t.D),
+       vm = swapMiddle(v, t.B, t.KV, t.S, t.D), gm = swapMiddle(g, t.B, t.H, t.S, t.D);
+  std::vector<T> om(q.size()), dqm(q.size()), dkm(k.size()), dvm(k.size());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttention, {wrap(qm, qsm), wrap(km, ksm), wrap(vm, ksm)},
+                        {wrap(om, qsm)}, {1}, {scale})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                        {wrap(qm, qsm), wrap(km, ksm), wrap(vm, ksm), wrap(gm, qsm)},
+                        {wrap(dqm, qsm), wrap(dkm, ksm), wrap(dvm, ksm)}, {1}, {scale})
+                  .isOk());
+  EXPECT_TRUE(swapMiddle(om, t.B, t.S, t.H, t.D) == o) << "output";
+  EXPECT_TRUE(swapMiddle(dqm, t.B, t.S, t.H, t.D) == dq) << "dq";
+  EXPECT_TRUE(swapMiddle(dkm, t.B, t.S, t.KV, t.D) == dk) << "dk";
+  EXPECT_TRUE(swapMiddle(dvm, t.B, t.S, t.KV, t.D) == dv) << "dv";
+}
+
+TEST(Kernels, CausalAttentionSeqMajorIsBitwiseHeadsMajor) {
+  for (AttentionCase t : kAttentionCases) {
+    SCOPED_TRACE("S " + std::to_string(t.S) + " D " + std::to_string(t.D));
+    const size_t nq = t.B * t.H * t.S * t.D, nk = t.B * t.KV * t.S * t.D;
+    expectSeqMajorAttentionBitwise(randomVector(nq, 91), randomVector(nk, 92),
+                                   randomVector(nk, 93), randomVector(nq, 94), t, view);
+  }
+}
+
+// The same on bf16 storage: the bf16 dot products where the CPU has them, the
+// widened heads under ONEDNN_MAX_CPU_ISA=AVX2.
+TEST(Kernels, Bf16CausalAttentionSeqMajorIsBitwiseHeadsMajor) {
+  for (AttentionCase t : kAttentionCases) {
+    SCOPED_TRACE("S " + std::to_string(t.S) + " D " + std::to_string(t.D) +
+                 (nativeBf16() ? " (bf16 dot products)" : " (widened)"));
+    const size_t nq = t.B * t.H * t.S * t.D, nk = t.B * t.KV * t.S * t.D;
+    std::vector<uint16_t> q16, k16, v16, g16;
+    roundToBf16(randomVector(nq, 95), q16);
+    roundToBf16(randomVector(nk, 96), k16);
+    roundToBf16(randomVector(nk, 97), v16);
+    roundToBf16(randomVector(nq, 98), g16);
+    expectSeqMajorAttentionBitwise(q16, k16, v16, g16, t, bf);
+  }
+}
+
 // Sums, means and maxima on bf16 storage (f32 sums inside the kernel):
 // bitwise the f32 kernel on the widened input, rounded once. The shapes take
 // every path: the bias gradient's register sums (a 128-column last dimension

@@ -68,6 +68,23 @@ TEST(PlanLoader, RejectsMatmulShapeMismatch) {
   EXPECT_NE(loadError(bytes).find("contracting dimensions differ: 3 and 5"), std::string::npos);
 }
 
+// CausalAttention's optional integer is seq_major: [batch, seq, heads,
+// head_dim] operands (here 4 tokens, 2 query heads over 1 kv head).
+TEST(PlanLoader, ChecksSeqMajorAttentionShapes) {
+  std::vector<TensorDesc> tensors = {{"q", plan::TensorKind::Input, {1, 4, 2, 8}},
+                                     {"k", plan::TensorKind::Input, {1, 4, 1, 8}},
+                                     {"v", plan::TensorKind::Input, {1, 4, 1, 8}},
+                                     {"o", plan::TensorKind::Temporary, {1, 4, 2, 8}, 0}};
+  auto attention = [&](std::vector<int64_t> ints) {
+    return loadError(
+        buildPlan(tensors, {{plan::OpCode::CausalAttention, {0, 1, 2}, {3}, ints, {0.35}}}, 256));
+  };
+  EXPECT_EQ(attention({1}), "");
+  // Read heads-major, the same tensors do not fit (4 kv heads do not divide 2 query heads).
+  EXPECT_NE(attention({}).find("does not fit query"), std::string::npos) << attention({});
+  EXPECT_NE(attention({2}).find("seq_major (0 or 1)"), std::string::npos) << attention({2});
+}
+
 TEST(PlanLoader, RejectsTemporaryOutsideArena) {
   auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 16);
   EXPECT_NE(loadError(bytes).find("lies outside the 16-byte arena"), std::string::npos);

@@ -142,6 +142,23 @@ func.func @attention_rank(%q: tensor<8x64x32xf32>) -> tensor<8x64x32xf32> {
 
 // -----
 
+func.func @attention_seq_major_kv(%q: tensor<2x16x4x8xf32>, %kv: tensor<2x2x16x8xf32>) -> tensor<2x16x4x8xf32> {
+  // Seq-major: key and value are [batch, seq, kv_heads, head_dim] too.
+  // expected-error @+1 {{'ptc.causal_attention' op key and value must have shape [batch, seq, kv_heads, head_dim] with the query's batch, seq and head_dim (2x16x4x8), got 2x2x16x8}}
+  %0 = ptc.causal_attention %q, %kv, %kv {seq_major = true} : tensor<2x16x4x8xf32>, tensor<2x2x16x8xf32>
+  return %0 : tensor<2x16x4x8xf32>
+}
+
+// -----
+
+func.func @attention_seq_major_heads(%q: tensor<2x16x4x8xf32>, %kv: tensor<2x16x3x8xf32>) -> tensor<2x16x4x8xf32> {
+  // expected-error @+1 {{'ptc.causal_attention' op the 3 key/value heads must divide the 4 query heads (grouped-query attention)}}
+  %0 = ptc.causal_attention %q, %kv, %kv {seq_major = true} : tensor<2x16x4x8xf32>, tensor<2x16x3x8xf32>
+  return %0 : tensor<2x16x4x8xf32>
+}
+
+// -----
+
 func.func @attention_scale(%q: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
   // expected-error @+1 {{'ptc.causal_attention' op scale must be positive, got -1}}
   %0 = ptc.causal_attention %q, %q, %q {scale = -1.0 : f64} : tensor<1x2x4x8xf32>
