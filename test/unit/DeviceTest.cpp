@@ -407,23 +407,30 @@ TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
 }
 
 TEST_F(CudaConformance, CausalAttentionAndGradient) {
-  // Multi-head (3 kv heads of 3) and grouped-query (2 kv heads of 4).
-  for (std::pair<int64_t, int64_t> config : {std::pair<int64_t, int64_t>{3, 3}, {4, 2}}) {
-    const int64_t heads = config.first, kvHeads = config.second;
-    Shape s{2, heads, 17, 16};
-    size_t n = static_cast<size_t>(2 * heads * 17 * 16);
-    size_t nkv = static_cast<size_t>(2 * kvHeads * 17 * 16);
+  // Multi-head (3 kv heads of 3), grouped-query (2 kv heads of 4), and
+  // grouped-query seq-major (every tensor [batch, seq, heads, head_dim]: the
+  // integer seq_major = 1, rows read strided).
+  struct Config {
+    int64_t heads, kvHeads;
+    bool seqMajor;
+  };
+  for (Config c : {Config{3, 3, false}, Config{4, 2, false}, Config{4, 2, true}}) {
+    const int64_t seq = 17, dim = 16;
+    const Shape s = c.seqMajor ? Shape{2, seq, c.heads, dim} : Shape{2, c.heads, seq, dim};
+    const Shape kv = c.seqMajor ? Shape{2, seq, c.kvHeads, dim} : Shape{2, c.kvHeads, seq, dim};
+    const std::vector<int64_t> ints = c.seqMajor ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+    size_t n = static_cast<size_t>(2 * c.heads * seq * dim);
+    size_t nkv = static_cast<size_t>(2 * c.kvHeads * seq * dim);
     auto q = randomVector(n, 15), k = randomVector(nkv, 16), v = randomVector(nkv, 17),
          g = randomVector(n, 18);
     compare(
         [&](Device &d, Mem &m) {
           float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
           const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
-          Shape kv{2, kvHeads, 17, 16};
-          OK(run(d, kernels::OpKind::CausalAttention, {{pq, s}, {pk, kv}, {pv, kv}}, {{o, s}}, {},
+          OK(run(d, kernels::OpKind::CausalAttention, {{pq, s}, {pk, kv}, {pv, kv}}, {{o, s}}, ints,
                  {0.25}));
           OK(run(d, kernels::OpKind::CausalAttentionGrad,
-                 {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}}, {{dq, s}, {dk, kv}, {dv, kv}}, {},
+                 {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}}, {{dq, s}, {dk, kv}, {dv, kv}}, ints,
                  {0.25}));
           auto out = m.get(o, n);
           for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
@@ -434,34 +441,6 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
         },
         1e-4f);
   }
-}
-
-TEST_F(CudaConformance, SeqMajorCausalAttentionAndGradient) {
-  // Every tensor [batch, seq, heads, head_dim] (seq_major = 1), 4 query heads
-  // over 2 kv heads: the GPU's strided rows against the CPU's.
-  const int64_t heads = 4, kvHeads = 2, seq = 17, dim = 16;
-  const Shape s{2, seq, heads, dim}, kv{2, seq, kvHeads, dim};
-  const size_t n = static_cast<size_t>(2 * heads * seq * dim),
-               nkv = static_cast<size_t>(2 * kvHeads * seq * dim);
-  auto q = randomVector(n, 19), k = randomVector(nkv, 20), v = randomVector(nkv, 21),
-       g = randomVector(n, 22);
-  compare(
-      [&](Device &d, Mem &m) {
-        float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
-        const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
-        OK(run(d, kernels::OpKind::CausalAttention, {{pq, s}, {pk, kv}, {pv, kv}}, {{o, s}}, {1},
-               {0.25}));
-        OK(run(d, kernels::OpKind::CausalAttentionGrad,
-               {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}}, {{dq, s}, {dk, kv}, {dv, kv}}, {1},
-               {0.25}));
-        auto out = m.get(o, n);
-        for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
-          auto t = m.get(p, count);
-          out.insert(out.end(), t.begin(), t.end());
-        }
-        return out;
-      },
-      1e-4f);
 }
 
 TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
