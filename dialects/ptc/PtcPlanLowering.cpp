@@ -81,8 +81,10 @@ PlanInstruction SoftmaxOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"Softmax", {normAxis(getAxis(), rankOf(getInput()))}, {}};
 }
 
+// The optional integer: seq_major (ptc-fold-attention-layout).
 PlanInstruction CausalAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttention", getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
+  return PlanInstruction{"CausalAttention",
+                         getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                          {getScaleOrDefault()}};
 }
 

@@ -206,7 +206,7 @@ private:
     if (k.size() != 4 || k[0] != q[0] || k[seq] != q[seq] || k[3] != q[3] || k[heads] < 1 ||
         q[heads] % k[heads] != 0)
       return fail("key ", shapeStr(k), " does not fit query ", shapeStr(q),
-                  " (same batch, seq and head_dim; kv heads dividing the query heads", 
+                  " (same batch, seq and head_dim; kv heads dividing the query heads",
                   seqMajor ? "; seq-major layout [batch, seq, heads, head_dim])" : ")");
     return expectShape(in(2), k, "value");
   }
