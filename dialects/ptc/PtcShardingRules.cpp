@@ -262,8 +262,9 @@ LogicalResult softmaxGradRule(SoftmaxGradOp s, ShardingRuleContext &ctx) {
 /// way, which keeps each rank's query heads with their kv heads only if the
 /// axis divides the kv head count.
 LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
-  auto attr = o->getAttrOfType<BoolAttr>("seq_major");
-  if (attr && attr.getValue())
+  auto fwd = dyn_cast<CausalAttentionOp>(o);
+  auto grad = dyn_cast<CausalAttentionGradOp>(o);
+  if ((fwd && fwd.getSeqMajor()) || (grad && grad.getSeqMajor()))
     return o->emitOpError() << "with seq_major has no sharding rule: ptc-fold-attention-layout "
                                "forms it after sharding";
   ctx.full(0);

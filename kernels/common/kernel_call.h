@@ -129,6 +129,20 @@ KernelCall makeKernelCall(OpKind op, const Inputs &in, Outputs &out, const Ints 
   return call;
 }
 
+/// A CausalAttention(Grad) call's sizes whatever its tensors' layout: query
+/// [batch, heads, seq, dim] and key/value [batch, kvHeads, seq, dim], or, with
+/// the optional integer seq_major = 1, [batch, seq, heads (kvHeads), dim].
+struct AttentionDims {
+  int64_t batch, heads, kvHeads, seq, dim;
+  bool seqMajor;
+};
+inline AttentionDims attentionDims(const KernelCall &c) {
+  const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
+  const TensorView &q = c.input(0), &k = c.input(1);
+  const int headsDim = seqMajor ? 2 : 1, seqDim = seqMajor ? 1 : 2;
+  return {q.dim(0), q.dim(headsDim), k.dim(headsDim), q.dim(seqDim), q.dim(3), seqMajor};
+}
+
 /// The rows of a table this rank holds: all `rows` (offset 0, total rows),
 /// or, when the instruction's one integer names a mesh axis (a
 /// vocabulary-parallel table), the rank's block [offset, offset + rows) of

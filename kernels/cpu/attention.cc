@@ -309,6 +309,16 @@ struct HeadRows {
   }
 };
 
+/// The flat kv head (batch entry * kvHeads + kv head) flat query head h reads,
+/// and the m-th flat query head of kv head kvh (grouped-query attention: each
+/// kv head serves heads / kvHeads consecutive query heads).
+inline int64_t kvHeadOf(int64_t h, int64_t heads, int64_t kvHeads) {
+  return (h / heads) * kvHeads + (h % heads) / (heads / kvHeads);
+}
+inline int64_t queryHeadOf(int64_t kvh, int64_t m, int64_t heads, int64_t kvHeads) {
+  return (kvh / kvHeads) * heads + (kvh % kvHeads) * (heads / kvHeads) + m;
+}
+
 /// Rows of f32 values `ld` apart (a head's, or a dense copy of them).
 template <typename F> struct Rows {
   F *p;
@@ -372,7 +382,6 @@ template <typename T>
 void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &shape,
                        int64_t kvHeads, float scale, bool seqMajor) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
-  int64_t group = heads / kvHeads;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
   const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
 #pragma omp parallel
@@ -384,8 +393,7 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < bh; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        // Query head h of batch entry h / heads reads kv head (h % heads) / group.
-        int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
+        int64_t kvh = kvHeadOf(h, heads, kvHeads);
         if (kvh != transposed) {
           const Rows<const float> kh = rowsOf(k, kvL, kvh, 0, s, kRows);
           transposeInto(kh.p, s, d, kt.data(), kh.ld);
@@ -427,7 +435,7 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
       transposeInto(kh.p, s, d, kt.data(), kh.ld);
       transposeInto(vh.p, s, d, vt.data(), vh.ld);
       for (int64_t m = 0; m < group; ++m) {
-        int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
+        int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
         const Rows<const float> qh = rowsOf(q, qL, h, 0, s, qRows);
         const Rows<const float> gh = rowsOf(g, qL, h, 0, s, gRows);
         const Rows<float> dqh = resultRows(dq, qL, h, 0, s, dqRows);
@@ -568,7 +576,7 @@ void pairTransposed(const uint16_t *head, int64_t s, int64_t d, int64_t ld,
 void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
-  int64_t group = heads / kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
+  int64_t dp = (d + 1) / 2, sp = (s + 1) / 2;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
   const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
 #pragma omp parallel
@@ -583,7 +591,7 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < bh; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        int64_t kvh = (h / heads) * kvHeads + (h % heads) / group;
+        int64_t kvh = kvHeadOf(h, heads, kvHeads);
         if (kvh != packed) {
           pairTransposed(k + kvL.at(kvh), s, d, kvL.ld(), scratch, kt.data());
           pairRows(v + kvL.at(kvh), s, d, kvL.ld(), vp.data());
@@ -631,7 +639,7 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
       pairTransposed(vh, s, d, kvld, scratch, vt.data());
       pairRows(kh, s, d, kvld, kr.data());
       for (int64_t m = 0; m < group; ++m) {
-        int64_t h = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + m;
+        int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
         const uint16_t *qh = q + qL.at(h), *gh = g + qL.at(h);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
@@ -865,23 +873,6 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
   }
 }
 
-namespace {
-/// A CausalAttention(Grad) call's [batch, heads, seq, dim] query shape and kv
-/// head count, whatever its storage's layout (seq_major: its optional integer).
-struct AttentionLayout {
-  Shape shape;
-  int64_t kvHeads;
-  bool seqMajor;
-};
-AttentionLayout attentionLayout(const KernelCall &c) {
-  const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
-  const TensorView &q = c.input(0), &k = c.input(1);
-  if (!seqMajor)
-    return {*q.shape, k.dim(1), false};
-  return {Shape{q.dim(0), q.dim(2), q.dim(1), q.dim(3)}, k.dim(2), true};
-}
-} // namespace
-
 void addAttentionKernels(KernelTable &t) {
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim] (with the
   // optional integer seq_major = 1: [batch, seq, heads, dim] and [batch, seq,
@@ -892,14 +883,15 @@ void addAttentionKernels(KernelTable &t) {
       OpKind::CausalAttention,
       [](const KernelCall &c) {
         const TensorView &q = c.input(0);
-        const AttentionLayout L = attentionLayout(c);
+        const AttentionDims a = attentionDims(c);
+        const Shape shape{a.batch, a.heads, a.seq, a.dim};
         const float scale = static_cast<float>(c.real(0));
         if (q.dtype == DType::BF16)
           causalAttention(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
-                          L.shape, L.kvHeads, scale, L.seqMajor);
+                          shape, a.kvHeads, scale, a.seqMajor);
         else
-          causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), L.shape,
-                          L.kvHeads, scale, L.seqMajor);
+          causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), shape,
+                          a.kvHeads, scale, a.seqMajor);
         return KernelResult::ok();
       },
       internal::f32OrBf16);
@@ -907,16 +899,17 @@ void addAttentionKernels(KernelTable &t) {
       OpKind::CausalAttentionGrad,
       [](const KernelCall &c) {
         const TensorView &q = c.input(0);
-        const AttentionLayout L = attentionLayout(c);
+        const AttentionDims a = attentionDims(c);
+        const Shape shape{a.batch, a.heads, a.seq, a.dim};
         const float scale = static_cast<float>(c.real(0));
         if (q.dtype == DType::BF16)
           causalAttentionGrad(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
                               bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
-                              bf16Out(c.output(2)), L.shape, L.kvHeads, scale, L.seqMajor);
+                              bf16Out(c.output(2)), shape, a.kvHeads, scale, a.seqMajor);
         else
           causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                              c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), L.shape,
-                              L.kvHeads, scale, L.seqMajor);
+                              c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), shape,
+                              a.kvHeads, scale, a.seqMajor);
         return KernelResult::ok();
       },
       internal::f32OrBf16);

@@ -495,27 +495,23 @@ void addAttentionKernels(KernelTable &t) {
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
-    const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
-    const int64_t heads = q.dim(seqMajor ? 2 : 1), seq = q.dim(seqMajor ? 1 : 2);
-    causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), q.dim(0),
-                    heads, c.input(1).dim(seqMajor ? 2 : 1), seq, q.dim(3), c.real(0), seqMajor,
-                    streamOf(c));
+    const AttentionDims a = attentionDims(c);
+    causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), a.batch,
+                    a.heads, a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
-    const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
-    const int64_t heads = q.dim(seqMajor ? 2 : 1), seq = q.dim(seqMajor ? 1 : 2);
-    const int64_t bytes = 3 * q.dim(0) * heads * seq * 4;
+    const AttentionDims a = attentionDims(c);
+    const int64_t bytes = 3 * a.batch * a.heads * a.seq * 4;
     auto *stats = static_cast<float *>(scratch(c, bytes));
     if (!stats)
       return scratchFailure(c, bytes);
     causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), q.dim(0), heads,
-                        c.input(1).dim(seqMajor ? 2 : 1), seq, q.dim(3), c.real(0), seqMajor,
-                        stats, streamOf(c));
+                        c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
+                        a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c));
     return KernelResult::ok();
   });
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,

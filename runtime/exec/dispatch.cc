@@ -43,6 +43,10 @@ kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
 
 void Executor::prepareKernels() {
   for (const plan::Instruction *inst : *plan_->plan().instructions()) {
+    // Another pipeline rank's instruction: its tensors have no storage here.
+    const auto &out = outputsOf(*inst);
+    if (out.size() > 0 && !data(out[0]))
+      continue;
     const kernels::KernelEntry &entry =
         deviceFor(*inst).kernelTable()[static_cast<kernels::OpKind>(inst->op())];
     if (entry.run)

@@ -648,28 +648,28 @@ void expectSeqMajorAttentionBitwise(std::vector<T> q, std::vector<T> k, std::vec
   const Shape qs{t.B, t.H, t.S, t.D}, ks{t.B, t.KV, t.S, t.D};
   const Shape qsm{t.B, t.S, t.H, t.D}, ksm{t.B, t.S, t.KV, t.D};
   const double scale = 1.0 / std::sqrt(static_cast<double>(t.D));
-  std::vector<T> o(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
-  ASSERT_TRUE(runKernel(OpKind::CausalAttention, {wrap(q, qs), wrap(k, ks), wrap(v, ks)},
-                        {wrap(o, qs)}, {}, {scale})
-                  .isOk());
-  ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
-                        {wrap(q, qs), wrap(k, ks), wrap(v, ks), wrap(g, qs)},
-                        {wrap(dq, qs), wrap(dk, ks), wrap(dv, ks)}, {}, {scale})
-                  .isOk());
+  // Forward and gradient of one layout: {output, dq, dk, dv}.
+  auto attend = [&](std::vector<T> &q, std::vector<T> &k, std::vector<T> &v, std::vector<T> &g,
+                    const Shape &qs, const Shape &ks, std::vector<int64_t> ints) {
+    std::vector<std::vector<T>> r{std::vector<T>(q.size()), std::vector<T>(q.size()),
+                                  std::vector<T>(k.size()), std::vector<T>(k.size())};
+    EXPECT_TRUE(runKernel(OpKind::CausalAttention, {wrap(q, qs), wrap(k, ks), wrap(v, ks)},
+                          {wrap(r[0], qs)}, ints, {scale})
+                    .isOk());
+    EXPECT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                          {wrap(q, qs), wrap(k, ks), wrap(v, ks), wrap(g, qs)},
+                          {wrap(r[1], qs), wrap(r[2], ks), wrap(r[3], ks)}, ints, {scale})
+                    .isOk());
+    return r;
+  };
+  auto heads = attend(q, k, v, g, qs, ks, {});
   auto qm = swapMiddle(q, t.B, t.H, t.S, t.D), km = swapMiddle(k, t.B, t.KV, t.S, t.D),
        vm = swapMiddle(v, t.B, t.KV, t.S, t.D), gm = swapMiddle(g, t.B, t.H, t.S, t.D);
-  std::vector<T> om(q.size()), dqm(q.size()), dkm(k.size()), dvm(k.size());
-  ASSERT_TRUE(runKernel(OpKind::CausalAttention, {wrap(qm, qsm), wrap(km, ksm), wrap(vm, ksm)},
-                        {wrap(om, qsm)}, {1}, {scale})
-                  .isOk());
-  ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
-                        {wrap(qm, qsm), wrap(km, ksm), wrap(vm, ksm), wrap(gm, qsm)},
-                        {wrap(dqm, qsm), wrap(dkm, ksm), wrap(dvm, ksm)}, {1}, {scale})
-                  .isOk());
-  EXPECT_TRUE(swapMiddle(om, t.B, t.S, t.H, t.D) == o) << "output";
-  EXPECT_TRUE(swapMiddle(dqm, t.B, t.S, t.H, t.D) == dq) << "dq";
-  EXPECT_TRUE(swapMiddle(dkm, t.B, t.S, t.KV, t.D) == dk) << "dk";
-  EXPECT_TRUE(swapMiddle(dvm, t.B, t.S, t.KV, t.D) == dv) << "dv";
+  auto seq = attend(qm, km, vm, gm, qsm, ksm, {1});
+  EXPECT_TRUE(swapMiddle(seq[0], t.B, t.S, t.H, t.D) == heads[0]) << "output";
+  EXPECT_TRUE(swapMiddle(seq[1], t.B, t.S, t.H, t.D) == heads[1]) << "dq";
+  EXPECT_TRUE(swapMiddle(seq[2], t.B, t.S, t.KV, t.D) == heads[2]) << "dk";
+  EXPECT_TRUE(swapMiddle(seq[3], t.B, t.S, t.KV, t.D) == heads[3]) << "dv";
 }
 
 TEST(Kernels, CausalAttentionSeqMajorIsBitwiseHeadsMajor) {
