@@ -78,6 +78,29 @@ TEST(Kernels, MatmulAllTransposesSharedAndBatched) {
       }
 }
 
+// A transposed left operand whose rows are a multiple of 512 floats apart
+// (the weight gradient of a layer 512 wide) is copied into unaligned rows
+// first, in slices when K is long: every slice must still be the product.
+TEST(Kernels, MatmulTransposedLhsOnConflictingRowsMatchesReference) {
+  struct Case {
+    int64_t k, m, n;
+  };
+  // One slice; four slices of 128 columns (K * 128 = the 4 MiB limit).
+  for (Case c : {Case{256, 512, 24}, Case{8192, 512, 8}}) {
+    auto a = randomVector(c.k * c.m, 3), b = randomVector(c.k * c.n, 4);
+    std::vector<float> out(c.m * c.n);
+    matmul(a.data(), Shape{c.k, c.m}, b.data(), Shape{c.k, c.n}, out.data(), /*transA=*/true,
+           /*transB=*/false);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < c.k; ++p)
+          s += static_cast<double>(a[p * c.m + i]) * b[p * c.n + j];
+        ASSERT_NEAR(out[i * c.n + j], s, 1e-3) << "K " << c.k << " at " << i << ", " << j;
+      }
+  }
+}
+
 TEST(Kernels, CausalAttentionMatchesDenseSoftmax) {
   const int64_t B = 2, H = 2, S = 7, D = 4;
   auto q = randomVector(B * H * S * D, 3), k = randomVector(B * H * S * D, 4),
