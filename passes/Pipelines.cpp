@@ -186,6 +186,8 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // Attention on the projections' layout (the head transposes folded away):
   // after sharding and stage splitting, which see heads-major attention only.
   pm.addNestedPass<func::FuncOp>(createFoldAttentionLayoutPass());
+  // Bias adds as matmul epilogues (after sharding: the rule sees plain matmuls).
+  pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
     ReportMemoryPassOptions report;
@@ -217,6 +219,7 @@ void mlir::ptc::buildDecodePipeline(OpPassManager &pm, const DecodePipelineOptio
     buildShardPipeline(pm, shard);
     pm.addPass(createCSEPass());
   }
+  pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory) {
     ReportMemoryPassOptions report;

@@ -91,6 +91,8 @@ FailureOr<int> matmulBatchDim(Operation *op, ArrayRef<int> in, int64_t count) {
       return emitMicrobatchError(op, "both operands are per-example along different dimensions");
     out = mapped;
   }
+  if (o.getBias() && in[2] >= 0)
+    return emitMicrobatchError(op, "its bias depends on the batch");
   return out;
 }
 

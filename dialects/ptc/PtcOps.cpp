@@ -260,18 +260,30 @@ PTC_BINARY_VERIFIER(DivOp)
 #undef PTC_BINARY_VERIFIER
 
 LogicalResult MatmulOp::verify() {
-  return checkResultType(*this, getType(),
-                         inferMatmulType(getLhs().getType(), getRhs().getType(),
-                                         getTransposeLhs(), getTransposeRhs(),
-                                         [&] { return emitOpError(); }));
+  if (failed(checkResultType(*this, getType(),
+                             inferMatmulType(getLhs().getType(), getRhs().getType(),
+                                             getTransposeLhs(), getTransposeRhs(),
+                                             [&] { return emitOpError(); }))))
+    return failure();
+  if (Value bias = getBias()) {
+    auto type = cast<RankedTensorType>(bias.getType());
+    RankedTensorType result = getType();
+    if (type.getRank() != 1 || type.getDimSize(0) != result.getShape().back())
+      return emitOpError() << "bias must be a vector of the result's last dimension ("
+                           << result.getShape().back() << "), got " << type;
+    if (type.getElementType() != result.getElementType())
+      return emitOpError() << "bias element type " << type.getElementType()
+                           << " differs from the result's " << result.getElementType();
+  }
+  return success();
 }
 
 void MatmulOp::build(OpBuilder &builder, OperationState &state, Value lhs, Value rhs,
-                     bool transposeLhs, bool transposeRhs) {
+                     bool transposeLhs, bool transposeRhs, Value bias) {
   auto lhsType = cast<RankedTensorType>(lhs.getType());
   auto inferred = inferMatmulType(lhsType, cast<RankedTensorType>(rhs.getType()), transposeLhs,
                                   transposeRhs, [&] { return mlir::emitError(state.location); });
-  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(lhsType), lhs, rhs,
+  build(builder, state, succeeded(inferred) ? Type(*inferred) : Type(lhsType), lhs, rhs, bias,
         transposeLhs, transposeRhs);
 }
 

@@ -218,24 +218,34 @@ def Ptc_MatmulOp : Ptc_Op<"matmul", [DeclareOpInterfaceMethods<Ptc_PlanInstructi
     entry (a weight applied at every position). The result has `lhs`'s batch
     dimensions. Element types must be equal; accumulation is in f32.
 
+    An optional `bias` of the result's last dimension is added to every row
+    (`result[..., m, n] += bias[n]`, in the accumulator, before the result is
+    rounded): the epilogue `ptc-fuse-matmul-bias` folds a following
+    `ptc.add` of a bias into, after sharding (the sharding rule refuses it).
+
     A linear layer with a PyTorch-layout weight `[out, in]`:
     ```mlir
     %y = ptc.matmul %x, %w {transpose_rhs = true}
         : tensor<8x64x128xf32>, tensor<384x128xf32> -> tensor<8x64x384xf32>
+    %z = ptc.matmul %x, %w, %b {transpose_rhs = true}
+        : tensor<8x64x128xf32>, tensor<384x128xf32>, tensor<384xf32> -> tensor<8x64x384xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$lhs, Ptc_FloatTensor:$rhs,
+                       Optional<Ptc_FloatTensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
                        DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
-    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+    $lhs `,` $rhs (`,` $bias^)? attr-dict `:` type($lhs) `,` type($rhs) (`,` type($bias)^)?
+    `->` type($result)
   }];
   let hasVerifier = 1;
   let builders = [
     OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs,
                    CArg<"bool", "false">:$transposeLhs,
-                   CArg<"bool", "false">:$transposeRhs)>
+                   CArg<"bool", "false">:$transposeRhs,
+                   CArg<"::mlir::Value", "{}">:$bias)>
   ];
 }
 

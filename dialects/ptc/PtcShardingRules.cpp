@@ -127,6 +127,9 @@ LogicalResult mlir::ptc::activationGradShardingRule(Operation *, ShardingRuleCon
 
 namespace {
 LogicalResult matmulRule(MatmulOp mm, ShardingRuleContext &ctx) {
+  if (mm.getBias())
+    return mm.emitOpError() << "with a bias has no sharding rule: ptc-fuse-matmul-bias forms it "
+                               "after sharding";
   int64_t r = ctx.rank(mm.getLhs()), rb = ctx.rank(mm.getRhs());
   bool tl = mm.getTransposeLhs(), tr = mm.getTransposeRhs();
   int64_t mDim = tl ? r - 1 : r - 2, kDim = tl ? r - 2 : r - 1;

@@ -150,13 +150,16 @@ LogicalResult ConvertOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<boo
 // Matmul
 //===----------------------------------------------------------------------===//
 
-// With C = op(A) op(B): dop(A) = g op(B)^T and dop(B) = op(A)^T g. A shared
-// (rank-2) B gets the sum over the batch, done as one GEMM on flattened rows.
+// With C = op(A) op(B) (+ bias): dop(A) = g op(B)^T and dop(B) = op(A)^T g. A
+// shared (rank-2) B gets the sum over the batch, done as one GEMM on flattened
+// rows; the bias the sum of g over every row.
 LogicalResult MatmulOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                  SmallVectorImpl<Value> &og) {
-  og.assign(2, Value());
+  og.assign(getNumOperands(), Value());
   Location loc = getLoc();
   Value g = rg[0], lhs = getLhs(), rhs = getRhs();
+  if (getBias() && needed[2])
+    og[2] = unbroadcast(b, loc, g, getBias().getType());
   bool tl = getTransposeLhs(), tr = getTransposeRhs();
   if (needed[0]) {
     Value dOpA = MatmulOp::create(b, loc, g, rhs, false, !tr);

@@ -56,17 +56,21 @@ void copy(const void *in, void *out, int64_t bytes);
 /// Converts n elements (round to nearest even when narrowing).
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n);
 
-/// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n]; b is rank 2 (shared) or batched like a.
+/// out[..., m, n] = op(a)[..., m, k] op(b)[..., k, n] (+ bias[n], if not
+/// null, on every row); b is rank 2 (shared) or batched like a.
 void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
-            bool transA, bool transB);
+            bool transA, bool transB, const float *bias = nullptr);
 
 /// The same on bf16 / f16 operands and result, f32 accumulation (oneDNN's
 /// matmul primitive, one per shape, created at its first use (the Matmul
-/// entry's `accepts`, which the executor asks at load) and kept).
-/// Returns false, computing nothing, where oneDNN has no JIT implementation
-/// of it for this CPU (the caller then widens the operands to f32).
+/// entry's `accepts`, which the executor asks at load) and kept); `bias`, if
+/// not null, a vector of n values of the same type added to every row in the
+/// accumulator. Returns false, computing nothing, where oneDNN has no JIT
+/// implementation of it for this CPU (the caller then widens the operands to
+/// f32).
 bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
-                        const Shape &bs, void *out, bool transA, bool transB);
+                        const Shape &bs, void *out, bool transA, bool transB,
+                        const void *bias = nullptr);
 
 /// Whether this CPU computes bf16 natively (AVX512-BF16, AMX), as oneDNN
 /// dispatches: ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 turns it off for

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #ifdef _OPENMP
@@ -76,10 +77,11 @@ void sgemmTransposedA(char tb, int64_t m, int64_t n, int64_t k, const float *a, 
   }
 }
 
-/// C[M x N] = op(A) op(B), row-major, split over the threads along the
-/// larger of M and N in blocks of 16 rows / columns.
+/// C[M x N] = op(A) op(B) (+ bias[N] on every row), row-major, split over
+/// the threads along the larger of M and N in blocks of 16 rows / columns;
+/// each thread adds the bias to its block right after its product.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-          const float *b, int64_t ldb, float *c, int64_t ldc, int threads) {
+          const float *b, int64_t ldb, float *c, int64_t ldc, int threads, const float *bias) {
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
   auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0)
@@ -88,12 +90,21 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
     const float *bb = transB ? b + n0 * ldb : b + n0;
     if (K == 0) { // an empty sum (oneDNN refuses a leading dimension of 0)
       for (int64_t i = m0; i < m1; ++i)
-        std::fill(c + i * ldc + n0, c + i * ldc + n1, 0.0f);
+        for (int64_t j = n0; j < n1; ++j)
+          c[i * ldc + j] = bias ? bias[j] : 0.0f;
       return;
     }
     if (transA && conflictingRows(lda) && (m1 - m0) * K >= (int64_t{1} << 16))
-      return sgemmTransposedA(tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
-    sgemm(ta, tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
+      sgemmTransposedA(tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
+    else
+      sgemm(ta, tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
+    if (bias)
+      for (int64_t i = m0; i < m1; ++i) {
+        float *row = c + i * ldc;
+#pragma omp simd
+        for (int64_t j = n0; j < n1; ++j)
+          row[j] += bias[j];
+      }
   };
   // Small products are not worth waking the threads for.
   if (threads <= 1 || M * N * K < (int64_t{1} << 18)) {
@@ -116,7 +127,7 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
 } // namespace
 
 void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
-            bool transA, bool transB) {
+            bool transA, bool transB, const float *bias) {
   size_t r = as.size(), rb = bs.size();
   int64_t m = transA ? as[r - 1] : as[r - 2], k = transA ? as[r - 2] : as[r - 1];
   int64_t n = transB ? bs[rb - 2] : bs[rb - 1];
@@ -126,7 +137,7 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
   int threads = availableThreads();
   if (shared && !transA) {
     // All batch rows share B: one GEMM over batch * m rows.
-    gemm(false, transB, batch * m, n, k, a, lda, b, ldb, out, n, threads);
+    gemm(false, transB, batch * m, n, k, a, lda, b, ldb, out, n, threads, bias);
     return;
   }
   if (batch >= threads && threads > 1) {
@@ -135,12 +146,12 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < batch; ++i)
       gemm(transA, transB, m, n, k, a + i * m * k, lda, shared ? b : b + i * k * n, ldb,
-           out + i * m * n, n, 1);
+           out + i * m * n, n, 1, bias);
     return;
   }
   for (int64_t i = 0; i < batch; ++i)
     gemm(transA, transB, m, n, k, a + i * m * k, lda, shared ? b : b + i * k * n, ldb,
-         out + i * m * n, n, threads);
+         out + i * m * n, n, threads, bias);
 }
 
 bool nativeBf16() {
@@ -180,13 +191,13 @@ struct LowPrecisionMatmul {
   bool usable = false;
   std::string implementation;
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias; // bias: [1, 1, n] when the matmul has one
 };
 
 /// op(a) as [batch, m, k] and op(b) as [batch or 1, k, n], the transposes
 /// folded into the strides; the result [batch, m, n] dense.
 LowPrecisionMatmul createLowPrecisionMatmul(FloatType type, const Shape &as, const Shape &bs,
-                                            bool transA, bool transB) {
+                                            bool transA, bool transB, bool bias) {
   using dims = dnnl::memory::dims;
   size_t r = as.size(), rb = bs.size();
   int64_t m = transA ? as[r - 1] : as[r - 2], k = transA ? as[r - 2] : as[r - 1];
@@ -208,8 +219,12 @@ LowPrecisionMatmul createLowPrecisionMatmul(FloatType type, const Shape &as, con
   out.b = dnnl::memory::desc(dims{batchB, k, n}, t,
                              transB ? dims{k * n, 1, k} : dims{k * n, n, 1});
   out.c = dnnl::memory::desc(dims{batch, m, n}, t, dims{m * n, n, 1});
+  if (bias)
+    out.bias = dnnl::memory::desc(dims{1, 1, n}, t, dims{n, n, 1});
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(out.a, out.b, out.c), cpuEngine());
+    dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(out.a, out.b, out.bias, out.c)
+                                         : dnnl::matmul::desc(out.a, out.b, out.c),
+                                    cpuEngine());
     out.implementation = pd.impl_info_str();
     if (out.implementation.rfind("ref", 0) == 0)
       return out;
@@ -221,7 +236,7 @@ LowPrecisionMatmul createLowPrecisionMatmul(FloatType type, const Shape &as, con
   return out;
 }
 
-using LowPrecisionKey = std::tuple<FloatType, Shape, Shape, bool, bool>;
+using LowPrecisionKey = std::tuple<FloatType, Shape, Shape, bool, bool, bool>;
 std::mutex gLowPrecisionMutex;
 std::map<LowPrecisionKey, LowPrecisionMatmul> gLowPrecisionMatmuls; // every shape static: a few dozen
 } // namespace
@@ -234,18 +249,19 @@ namespace {
 /// the thread's last answer is kept so that the second ask costs neither the
 /// lock nor the key's copies (map nodes never move).
 LowPrecisionMatmul &lowPrecisionMatmulFor(FloatType type, const Shape &as, const Shape &bs,
-                                          bool transA, bool transB) {
+                                          bool transA, bool transB, bool bias) {
   thread_local const LowPrecisionKey *lastKey = nullptr;
   thread_local LowPrecisionMatmul *last = nullptr;
   if (last && std::get<0>(*lastKey) == type && std::get<1>(*lastKey) == as &&
       std::get<2>(*lastKey) == bs && std::get<3>(*lastKey) == transA &&
-      std::get<4>(*lastKey) == transB)
+      std::get<4>(*lastKey) == transB && std::get<5>(*lastKey) == bias)
     return *last;
   std::lock_guard<std::mutex> lock(gLowPrecisionMutex);
-  LowPrecisionKey key{type, as, bs, transA, transB};
+  LowPrecisionKey key{type, as, bs, transA, transB, bias};
   auto it = gLowPrecisionMatmuls.find(key);
   if (it == gLowPrecisionMatmuls.end())
-    it = gLowPrecisionMatmuls.emplace(key, createLowPrecisionMatmul(type, as, bs, transA, transB))
+    it = gLowPrecisionMatmuls
+             .emplace(key, createLowPrecisionMatmul(type, as, bs, transA, transB, bias))
              .first;
   lastKey = &it->first;
   last = &it->second;
@@ -254,17 +270,21 @@ LowPrecisionMatmul &lowPrecisionMatmulFor(FloatType type, const Shape &as, const
 } // namespace
 
 bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const void *b,
-                        const Shape &bs, void *out, bool transA, bool transB) {
+                        const Shape &bs, void *out, bool transA, bool transB, const void *bias) {
   if (type == FloatType::F32)
     return false;
-  LowPrecisionMatmul &mm = lowPrecisionMatmulFor(type, as, bs, transA, transB);
+  LowPrecisionMatmul &mm = lowPrecisionMatmulFor(type, as, bs, transA, transB, bias != nullptr);
   if (!mm.usable)
     return false;
   static dnnl::stream stream(cpuEngine());
   dnnl::engine &engine = cpuEngine();
-  mm.primitive.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(mm.a, engine, const_cast<void *>(a))},
-                                {DNNL_ARG_WEIGHTS, dnnl::memory(mm.b, engine, const_cast<void *>(b))},
-                                {DNNL_ARG_DST, dnnl::memory(mm.c, engine, out)}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(mm.a, engine, const_cast<void *>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(mm.b, engine, const_cast<void *>(b))},
+      {DNNL_ARG_DST, dnnl::memory(mm.c, engine, out)}};
+  if (bias)
+    args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, engine, const_cast<void *>(bias)));
+  mm.primitive.execute(stream, args);
   stream.wait();
   return true;
 }
@@ -272,20 +292,27 @@ bool matmulLowPrecision(FloatType type, const void *a, const Shape &as, const vo
 std::string lowPrecisionMatmulImplementation(FloatType type) {
   if (type == FloatType::F32)
     return "";
-  LowPrecisionMatmul probe = createLowPrecisionMatmul(type, {256, 256}, {256, 256}, false, false);
+  LowPrecisionMatmul probe =
+      createLowPrecisionMatmul(type, {256, 256}, {256, 256}, false, false, false);
   return probe.usable ? probe.implementation : "";
 }
 
 void addMatmulKernels(KernelTable &t) {
   // f32, or bf16 operands and result where oneDNN has a native kernel for
-  // the shape (the executor widens the others to f32).
+  // the shape (the executor widens the others to f32). An optional third
+  // input, the bias, is added to every row: by oneDNN's primitive for bf16
+  // (in the accumulator, before the one rounding), by each thread to its
+  // block right after its GEMM for f32 (the same additions as an Add).
   auto accepts = [](const KernelCall &c) {
     const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
+    const bool bias = c.numInputs >= 3;
+    if (bias && c.input(2).dtype != out.dtype)
+      return false;
     if (a.dtype == DType::F32 && b.dtype == DType::F32 && out.dtype == DType::F32)
       return true;
     return a.dtype == out.dtype && b.dtype == out.dtype && isLowPrecision(out.dtype) &&
            lowPrecisionMatmulFor(floatTypeOf(out.dtype), *a.shape, *b.shape, c.integer(0) != 0,
-                                 c.integer(1) != 0)
+                                 c.integer(1) != 0, bias)
                .usable;
   };
   t.add(
@@ -293,11 +320,14 @@ void addMatmulKernels(KernelTable &t) {
       [](const KernelCall &c) {
         const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
         const bool transA = c.integer(0) != 0, transB = c.integer(1) != 0;
-        if (out.dtype == DType::F32)
-          matmul(a.f32(), *a.shape, b.f32(), *b.shape, out.f32(), transA, transB);
-        else if (!matmulLowPrecision(floatTypeOf(out.dtype), a.data, *a.shape, b.data, *b.shape,
-                                     out.data, transA, transB))
+        const TensorView *bias = c.numInputs >= 3 ? &c.input(2) : nullptr;
+        if (out.dtype == DType::F32) {
+          matmul(a.f32(), *a.shape, b.f32(), *b.shape, out.f32(), transA, transB,
+                 bias ? bias->f32() : nullptr);
+        } else if (!matmulLowPrecision(floatTypeOf(out.dtype), a.data, *a.shape, b.data, *b.shape,
+                                       out.data, transA, transB, bias ? bias->data : nullptr)) {
           return KernelResult::error("no native low-precision matmul for this shape");
+        }
         return KernelResult::ok();
       },
       accepts);

@@ -3,6 +3,34 @@
 #include "kernels/cuda/internal.cuh"
 
 namespace ptc::kernels::cuda {
+namespace {
+/// out[r][j] += bias[j] over `rows` rows of n (f32 math; bf16 / f16 results
+/// rounded to nearest even): a matmul's bias epilogue.
+template <typename T> __device__ float toFloat(T x) { return static_cast<float>(x); }
+template <> __device__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ float toFloat(__half x) { return __half2float(x); }
+template <typename T> __device__ T fromFloat(float x) { return static_cast<T>(x); }
+template <> __device__ __nv_bfloat16 fromFloat(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __half fromFloat(float x) { return __float2half_rn(x); }
+
+template <typename T> __global__ void addBiasKernel(T *out, const T *bias, int64_t count, int64_t n) {
+  PTC_GRID_LOOP(i, count) { out[i] = fromFloat<T>(toFloat(out[i]) + toFloat(bias[i % n])); }
+}
+
+void addBias(void *out, const void *bias, int64_t rows, int64_t n, FloatType type, void *stream) {
+  const int64_t count = rows * n;
+  if (type == FloatType::BF16)
+    addBiasKernel<<<gridFor(count), kThreads, 0, S(stream)>>>(
+        static_cast<__nv_bfloat16 *>(out), static_cast<const __nv_bfloat16 *>(bias), count, n);
+  else if (type == FloatType::F16)
+    addBiasKernel<<<gridFor(count), kThreads, 0, S(stream)>>>(
+        static_cast<__half *>(out), static_cast<const __half *>(bias), count, n);
+  else
+    addBiasKernel<<<gridFor(count), kThreads, 0, S(stream)>>>(
+        static_cast<float *>(out), static_cast<const float *>(bias), count, n);
+}
+} // namespace
+
 int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, const Shape &bs,
            void *out, bool transA, bool transB, FloatType type, bool allowTf32, void *stream) {
   size_t r = as.size(), rb = bs.size();
@@ -38,10 +66,12 @@ int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, co
 
 void addMatmulKernels(KernelTable &t) {
   // f32 (TF32 tensor cores when allowed), or bf16 / f16 operands and result
-  // with f32 accumulation.
+  // with f32 accumulation; an optional bias (a third input) added to every
+  // row after the product.
   auto accepts = [](const KernelCall &c) {
     const DType type = c.output(0).dtype;
-    return c.input(0).dtype == type && c.input(1).dtype == type && type != DType::I32;
+    return c.input(0).dtype == type && c.input(1).dtype == type && type != DType::I32 &&
+           (c.numInputs < 3 || c.input(2).dtype == type);
   };
   t.add(
       OpKind::Matmul,
@@ -52,8 +82,13 @@ void addMatmulKernels(KernelTable &t) {
         int st = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data, c.integer(0) != 0,
                         c.integer(1) != 0, type, type == FloatType::F32 && ctx.allowTf32,
                         ctx.stream);
-        return st == 0 ? KernelResult::ok()
-                       : KernelResult::error("cuBLAS matmul failed with status ", st);
+        if (st != 0)
+          return KernelResult::error("cuBLAS matmul failed with status ", st);
+        if (c.numInputs >= 3) {
+          const int64_t n = out.shape->back();
+          addBias(out.data, c.input(2).data, out.elements / n, n, type, ctx.stream);
+        }
+        return KernelResult::ok();
       },
       accepts);
 }

@@ -304,7 +304,9 @@ Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
 }
 
 Status InstructionChecker::matmul() {
-  PTC_RETURN_IF_ERROR(counts(2, 1, 2, 0));
+  // (lhs, rhs[, bias]).
+  const bool bias = in_.size() >= 3;
+  PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, 1, 2, 0));
   const Shape &a = in(0), &b = in(1);
   bool ta = ints_[0] != 0, tb = ints_[1] != 0;
   if (a.size() < 2 || (b.size() != 2 && b.size() != a.size()))
@@ -321,6 +323,8 @@ Status InstructionChecker::matmul() {
   Shape expected(a.begin(), a.end() - 2);
   expected.push_back(m);
   expected.push_back(n);
+  if (bias)
+    PTC_RETURN_IF_ERROR(expectShape(in(2), {n}, "bias"));
   return expectShape(out(0), expected, "result");
 }
 

@@ -333,6 +333,14 @@ TEST_F(CudaConformance, MatmulSharedAndBatchedWithTransposes) {
            {{out, {6, 5, 4}}}, {1, 0}));
     return m.get(out, 120);
   });
+  auto bias = randomVector(4, 9);
+  compare([&](Device &d, Mem &m) { // with a bias (ptc-fuse-matmul-bias): + bias[n] on every row
+    float *out = m.zeros(2 * 3 * 5 * 4);
+    OK(run(d, kernels::OpKind::Matmul,
+           {{m.put(a), {2, 3, 5, 7}}, {m.put(b), {7, 4}}, {m.put(bias), {4}}},
+           {{out, {2, 3, 5, 4}}}, {0, 0}));
+    return m.get(out, 120);
+  });
 }
 
 TEST_F(CudaConformance, Bf16MatmulAccumulatesInF32) {

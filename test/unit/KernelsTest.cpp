@@ -78,6 +78,61 @@ TEST(Kernels, MatmulAllTransposesSharedAndBatched) {
       }
 }
 
+// Matmul's optional bias (ptc-fuse-matmul-bias) is added to every row of
+// every batch entry: f32 on each path (one GEMM over shared-weight rows, a
+// batched product, an empty contraction), bf16 through oneDNN's bias argument
+// (in the f32 accumulator, rounded once) where the CPU has bf16.
+TEST(Kernels, MatmulBiasIsAddedToEveryRow) {
+  struct Case {
+    Shape as, bs;
+    bool ta, tb;
+  };
+  for (Case c : {Case{{4, 16, 24}, {40, 24}, false, true}, Case{{3, 24, 16}, {3, 24, 40}, true, false},
+                 Case{{2, 5, 0}, {0, 7}, false, false}}) {
+    const size_t r = c.as.size(), rb = c.bs.size();
+    const int64_t m = c.ta ? c.as[r - 1] : c.as[r - 2], k = c.ta ? c.as[r - 2] : c.as[r - 1];
+    const int64_t n = c.tb ? c.bs[rb - 2] : c.bs[rb - 1];
+    const int64_t batch = c.as[0], bBatch = rb == 2 ? 1 : batch;
+    auto a = randomVector(batch * m * k, 5), b = randomVector(bBatch * k * n, 6);
+    auto bias = randomVector(n, 7);
+    Shape os{batch, m, n}, biasShape{n};
+    // The reference from the values bf16 holds exactly (used for both types).
+    std::vector<uint16_t> a16, b16, bias16;
+    a = roundToBf16(a, a16);
+    b = roundToBf16(b, b16);
+    bias = roundToBf16(bias, bias16);
+    std::vector<double> ref(batch * m * n);
+    for (int64_t x = 0; x < batch; ++x)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = bias[j];
+          for (int64_t p = 0; p < k; ++p) {
+            const float av = c.ta ? a[(x * k + p) * m + i] : a[(x * m + i) * k + p];
+            const int64_t bo = rb == 2 ? 0 : x * k * n;
+            const float bv = c.tb ? b[bo + j * k + p] : b[bo + p * n + j];
+            sum += static_cast<double>(av) * bv;
+          }
+          ref[(x * m + i) * n + j] = sum;
+        }
+    std::vector<float> out(batch * m * n, -1.0f);
+    ASSERT_TRUE(runKernel(ptc::kernels::OpKind::Matmul, {view(a, c.as), view(b, c.bs), view(bias, biasShape)},
+                          {view(out, os)}, {c.ta, c.tb})
+                    .isOk());
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], ref[i], 1e-4) << "f32, k " << k << " at " << i;
+    if (!nativeBf16() || k == 0)
+      continue; // the executor widens these bf16 matmuls to the f32 kernel above
+    std::vector<uint16_t> out16(out.size());
+    ASSERT_TRUE(runKernel(ptc::kernels::OpKind::Matmul,
+                          {bf(a16, c.as), bf(b16, c.bs), bf(bias16, biasShape)}, {bf(out16, os)},
+                          {c.ta, c.tb})
+                    .isOk());
+    for (size_t i = 0; i < out16.size(); ++i)
+      ASSERT_NEAR(bf16ToF32(out16[i]), ref[i], std::abs(ref[i]) * (1.0 / 128) + 1e-6)
+          << "bf16, k " << k << " at " << i;
+  }
+}
+
 // A transposed left operand whose rows are a multiple of 512 floats apart
 // (the weight gradient of a layer 512 wide) is copied into unaligned rows
 // first, in slices when K is long: every slice must still be the product.

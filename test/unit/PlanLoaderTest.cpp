@@ -68,6 +68,24 @@ TEST(PlanLoader, RejectsMatmulShapeMismatch) {
   EXPECT_NE(loadError(bytes).find("contracting dimensions differ: 3 and 5"), std::string::npos);
 }
 
+// Matmul's optional third input is a bias of the result's last dimension.
+TEST(PlanLoader, ChecksMatmulBiasShape) {
+  auto withBias = [](std::vector<int64_t> bias, size_t extra = 0) {
+    auto tensors = matmulTensors();
+    tensors.push_back({"b", plan::TensorKind::Parameter, bias});
+    std::vector<int32_t> inputs = {0, 1, 3};
+    for (size_t i = 0; i < extra; ++i)
+      inputs.push_back(3);
+    return loadError(buildPlan(tensors, {{plan::OpCode::Matmul, inputs, {2}, {0, 0}, {}}}, 32));
+  };
+  EXPECT_EQ(withBias({4}), "");
+  EXPECT_NE(withBias({3}).find("bias has shape 3, expected 4"), std::string::npos)
+      << withBias({3});
+  EXPECT_NE(withBias({4}, 1).find("expects 3 inputs and 1 outputs, has 4 and 1"),
+            std::string::npos)
+      << withBias({4}, 1);
+}
+
 // CausalAttention's optional integer is seq_major: [batch, seq, heads,
 // head_dim] operands (here 4 tokens, 2 query heads over 1 kv head).
 TEST(PlanLoader, ChecksSeqMajorAttentionShapes) {

@@ -62,6 +62,22 @@ func.func @matmul_rhs_rank(%a: tensor<2x3x8x4xf32>, %b: tensor<3x4x5xf32>) -> te
 
 // -----
 
+func.func @matmul_bias_size(%a: tensor<2x8x4xf32>, %w: tensor<4x5xf32>, %b: tensor<4xf32>) -> tensor<2x8x5xf32> {
+  // expected-error @+1 {{'ptc.matmul' op bias must be a vector of the result's last dimension (5), got 'tensor<4xf32>'}}
+  %0 = ptc.matmul %a, %w, %b : tensor<2x8x4xf32>, tensor<4x5xf32>, tensor<4xf32> -> tensor<2x8x5xf32>
+  return %0 : tensor<2x8x5xf32>
+}
+
+// -----
+
+func.func @matmul_bias_type(%a: tensor<2x8x4xf32>, %w: tensor<4x5xf32>, %b: tensor<5xbf16>) -> tensor<2x8x5xf32> {
+  // expected-error @+1 {{'ptc.matmul' op bias element type 'bf16' differs from the result's 'f32'}}
+  %0 = ptc.matmul %a, %w, %b : tensor<2x8x4xf32>, tensor<4x5xf32>, tensor<5xbf16> -> tensor<2x8x5xf32>
+  return %0 : tensor<2x8x5xf32>
+}
+
+// -----
+
 func.func @matmul_batch(%a: tensor<2x8x4xf32>, %b: tensor<3x4x5xf32>) -> tensor<2x8x5xf32> {
   // expected-error @+1 {{'ptc.matmul' op batch dimension 0 differs: lhs has 2, rhs has 3}}
   %0 = ptc.matmul %a, %b : tensor<2x8x4xf32>, tensor<3x4x5xf32> -> tensor<2x8x5xf32>

@@ -42,6 +42,13 @@ func.func @matmul(%x: tensor<8x64x128xf32>, %w: tensor<384x128xf32>, %a: tensor<
   return %0, %1 : tensor<8x64x384xf32>, tensor<4x8x32xbf16>
 }
 
+// CHECK-LABEL: func.func @matmul_bias
+func.func @matmul_bias(%x: tensor<8x64x128xf32>, %w: tensor<384x128xf32>, %b: tensor<384xf32>) -> tensor<8x64x384xf32> {
+  // CHECK: ptc.matmul %{{.*}}, %{{.*}}, %{{.*}} {transpose_rhs = true} : tensor<8x64x128xf32>, tensor<384x128xf32>, tensor<384xf32> -> tensor<8x64x384xf32>
+  %0 = ptc.matmul %x, %w, %b {transpose_rhs = true} : tensor<8x64x128xf32>, tensor<384x128xf32>, tensor<384xf32> -> tensor<8x64x384xf32>
+  return %0 : tensor<8x64x384xf32>
+}
+
 // CHECK-LABEL: func.func @blocks
 func.func @blocks(%x: tensor<8x64x128xf16>, %g: tensor<128xf16>, %b: tensor<128xf16>, %q: tensor<8x4x64x32xf32>, %s: tensor<512x8xf32>, %x4: tensor<8x64x4x32xf32>, %kv2: tensor<8x64x2x32xf32>) -> (tensor<8x64x128xf16>, tensor<8x4x64x32xf32>, tensor<512x8xf32>) {
   // CHECK: ptc.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x64x128xf16>, tensor<128xf16>

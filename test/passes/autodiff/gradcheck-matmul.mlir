@@ -18,7 +18,14 @@
 // RUN: ptc-gradcheck %t/shared_11.plan | FileCheck %s
 // RUN: ptc-opt %t/batched_11.mlir --ptc-compile="plan=%t/batched_11.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/batched_11.plan | FileCheck %s
+// A matmul written with a bias (its VJP sums the gradient's rows), and a bias
+// add that ptc-fuse-matmul-bias folds into the forward matmul after autodiff.
+// RUN: ptc-opt %t/bias.mlir --ptc-compile="plan=%t/bias.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/bias.plan | FileCheck %s
+// RUN: ptc-opt %t/bias_add.mlir --ptc-compile="plan=%t/bias_add.plan optimizer=none" -o - | FileCheck %s --check-prefix=FUSED
+// RUN: ptc-gradcheck %t/bias_add.plan | FileCheck %s
 // CHECK: gradcheck: passed
+// FUSED: ptc.matmul %{{[^,]+}}, %{{[^,]+}}, %{{[^ ]+}} {{.*}}transpose_rhs = true{{.*}} : tensor<2x3x5xf32>, tensor<4x5xf32>, tensor<4xf32> -> tensor<2x3x4xf32>
 
 //--- shared_00.mlir
 func.func @shared_00(%a: tensor<2x3x5xf32> {ptc.param = "a"}, %b: tensor<5x4xf32> {ptc.param = "b"}, %r: tensor<2x3x4xf32> {ptc.input = "r"}) -> tensor<f32> {
@@ -80,6 +87,23 @@ func.func @shared_11(%a: tensor<2x5x3xf32> {ptc.param = "a"}, %b: tensor<4x5xf32
 func.func @batched_11(%a: tensor<2x5x3xf32> {ptc.param = "a"}, %b: tensor<2x4x5xf32> {ptc.param = "b"}, %r: tensor<2x3x4xf32> {ptc.input = "r"}) -> tensor<f32> {
   %y = ptc.matmul %a, %b {transpose_lhs = true, transpose_rhs = true} : tensor<2x5x3xf32>, tensor<2x4x5xf32> -> tensor<2x3x4xf32>
   %weighted = ptc.mul %y, %r : tensor<2x3x4xf32>, tensor<2x3x4xf32> -> tensor<2x3x4xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1, 2] : tensor<2x3x4xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- bias.mlir
+func.func @bias(%a: tensor<2x3x5xf32> {ptc.param = "a"}, %b: tensor<4x5xf32> {ptc.param = "b"}, %c: tensor<4xf32> {ptc.param = "c"}, %r: tensor<2x3x4xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %y = ptc.matmul %a, %b, %c {transpose_rhs = true} : tensor<2x3x5xf32>, tensor<4x5xf32>, tensor<4xf32> -> tensor<2x3x4xf32>
+  %weighted = ptc.mul %y, %r : tensor<2x3x4xf32>, tensor<2x3x4xf32> -> tensor<2x3x4xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1, 2] : tensor<2x3x4xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- bias_add.mlir
+func.func @bias_add(%a: tensor<2x3x5xf32> {ptc.param = "a"}, %b: tensor<4x5xf32> {ptc.param = "b"}, %c: tensor<4xf32> {ptc.param = "c"}, %r: tensor<2x3x4xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %y = ptc.matmul %a, %b {transpose_rhs = true} : tensor<2x3x5xf32>, tensor<4x5xf32> -> tensor<2x3x4xf32>
+  %z = ptc.add %y, %c : tensor<2x3x4xf32>, tensor<4xf32> -> tensor<2x3x4xf32>
+  %weighted = ptc.mul %z, %r : tensor<2x3x4xf32>, tensor<2x3x4xf32> -> tensor<2x3x4xf32>
   %loss = ptc.reduce_sum %weighted axes = [0, 1, 2] : tensor<2x3x4xf32> -> tensor<f32>
   return %loss : tensor<f32>
 }

@@ -47,3 +47,22 @@ func.func @value_conflict(%a: tensor<4x4xf32> {ptc.param = "a", ptc.sharding = "
   %0 = ptc.add %a, %g : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
   return %0 : tensor<4x4xf32>
 }
+
+// -----
+
+// Ops the compiler forms only after sharding have no sharding rule: a matmul
+// with a bias (ptc-fuse-matmul-bias), seq-major attention
+// (ptc-fold-attention-layout).
+func.func @fused_bias(%x: tensor<4x8xf32> {ptc.input = "x"}, %w: tensor<6x8xf32> {ptc.param = "w"}, %b: tensor<6xf32> {ptc.param = "b"}) -> tensor<4x6xf32> {
+  // expected-error @+1 {{'ptc.matmul' op with a bias has no sharding rule: ptc-fuse-matmul-bias forms it after sharding}}
+  %0 = ptc.matmul %x, %w, %b {transpose_rhs = true} : tensor<4x8xf32>, tensor<6x8xf32>, tensor<6xf32> -> tensor<4x6xf32>
+  return %0 : tensor<4x6xf32>
+}
+
+// -----
+
+func.func @seq_major(%q: tensor<2x8x4x4xf32> {ptc.input = "q"}) -> tensor<2x8x4x4xf32> {
+  // expected-error @+1 {{'ptc.causal_attention' op with seq_major has no sharding rule: ptc-fold-attention-layout forms it after sharding}}
+  %0 = ptc.causal_attention %q, %q, %q {seq_major = true} : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>
+  return %0 : tensor<2x8x4x4xf32>
+}
