@@ -220,8 +220,8 @@ def Ptc_MatmulOp : Ptc_Op<"matmul", [DeclareOpInterfaceMethods<Ptc_PlanInstructi
 
     An optional `bias` of the result's last dimension is added to every row
     (`result[..., m, n] += bias[n]`, in the accumulator, before the result is
-    rounded): the epilogue `ptc-fuse-matmul-bias` folds a following
-    `ptc.add` of a bias into, after sharding (the sharding rule refuses it).
+    rounded): the epilogue `ptc-fuse-matmul-bias` forms from a following
+    `ptc.add` of a bias, after sharding (the sharding rule refuses it).
 
     A linear layer with a PyTorch-layout weight `[out, in]`:
     ```mlir
