@@ -21,9 +21,7 @@ void binaryLoop(F f, const T *a, const Shape &as, const T *b, const Shape &bs, T
                 const Shape &os) {
   int64_t n = product(os);
   if (as == os && bs == os) {
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i)
-      storeAs(out, i, f(loadAs(a, i), loadAs(b, i)));
+    vectorLoop(n, 32768, [&](int64_t i) { storeAs(out, i, f(loadAs(a, i), loadAs(b, i))); });
     return;
   }
   Shape shape = os.empty() ? Shape{1} : os;
@@ -68,9 +66,7 @@ void binaryOf(BinaryOp kind, const T *a, const Shape &as, const T *b, const Shap
 
 template <typename T>
 void scaleOf(const T *in, T *out, int64_t n, float factor) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    storeAs(out, i, loadAs(in, i) * factor);
+  vectorLoop(n, 32768, [&](int64_t i) { storeAs(out, i, loadAs(in, i) * factor); });
 }
 
 } // namespace
@@ -101,21 +97,18 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
   // One loop per pair, without branches inside, so that each vectorizes (the
   // mixed-precision executor converts every low-precision operand and result
   // of the ops without a native low-precision kernel).
-  const bool parallel = n > 65536;
+  constexpr int64_t kGrain = 65536;
+  const bool parallel = n > kGrain;
   if (from == FloatType::BF16 && to == FloatType::F32) {
     const uint16_t *src = static_cast<const uint16_t *>(in);
     float *dst = static_cast<float *>(out);
-#pragma omp parallel for simd if (parallel)
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = bf16ToF32(src[i]);
+    vectorLoop(n, kGrain, [&](int64_t i) { dst[i] = bf16ToF32(src[i]); });
     return;
   }
   if (from == FloatType::F32 && to == FloatType::BF16) {
     const float *src = static_cast<const float *>(in);
     uint16_t *dst = static_cast<uint16_t *>(out);
-#pragma omp parallel for simd if (parallel)
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = f32ToBf16(src[i]);
+    vectorLoop(n, kGrain, [&](int64_t i) { dst[i] = f32ToBf16(src[i]); });
     return;
   }
   auto load = [&](int64_t i) -> float {

@@ -28,15 +28,14 @@ namespace {
 /// f32 or bf16 storage (T), in f32 registers: one rounding per bf16 result,
 /// as widening the tensors would give, without the copies.
 template <typename T, typename F> void mapForward(const T *in, T *out, int64_t n, F f) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
-    internal::storeAs(out, i, f(internal::loadAs(in, i)));
+  internal::vectorLoop(n, 16384,
+                       [&](int64_t i) { internal::storeAs(out, i, f(internal::loadAs(in, i))); });
 }
 template <typename T, typename F>
 void mapBackward(const T *x, const T *g, T *out, int64_t n, F df) {
-#pragma omp parallel for simd if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
+  internal::vectorLoop(n, 16384, [&](int64_t i) {
     internal::storeAs(out, i, df(internal::loadAs(x, i), internal::loadAs(g, i)));
+  });
 }
 
 template <typename T> void unaryOf(UnaryFunction fn, const T *in, T *out, int64_t n) {

@@ -143,6 +143,22 @@ inline int availableThreads() {
 #endif
 }
 
+/// body(i) for i in [0, n), as one vectorized loop: split over OpenMP's
+/// threads when n exceeds `grain`, on this thread otherwise. (An `if` clause
+/// on `omp parallel for simd` leaves clang's serial copy of the loop scalar:
+/// a 256 x 256 f32 -> bf16 conversion took 43 us that way, 5 us vectorized.)
+template <typename F> inline void vectorLoop(int64_t n, int64_t grain, F body) {
+  if (n > grain) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i)
+      body(i);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      body(i);
+  }
+}
+
 /// This thread's index in the enclosing parallel region (0 outside one).
 inline int threadIndex() {
 #ifdef _OPENMP

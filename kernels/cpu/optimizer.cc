@@ -20,8 +20,7 @@ void adamwUpdate(const float *param, const float *grad, const float *m, const fl
   const float stepSize = static_cast<float>(hp.lr / bc1);
   const float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - hp.lr * hp.weightDecay;
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
+  vectorLoop(n, 32768, [&](int64_t i) {
     float g = grad[i];
     float mi = m[i] + (g - m[i]) * (1.0f - hp.beta1); // lerp, as torch
     float vi = v[i] * hp.beta2 + (1.0f - hp.beta2) * g * g;
@@ -30,18 +29,17 @@ void adamwUpdate(const float *param, const float *grad, const float *m, const fl
     outParam[i] = p - stepSize * mi / denom;
     outM[i] = mi;
     outV[i] = vi;
-  }
+  });
 }
 
 void sgdUpdate(const float *param, const float *grad, const float *buf, float lr, float momentum,
                float weightDecay, int64_t n, float *outParam, float *outBuf) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
+  vectorLoop(n, 32768, [&](int64_t i) {
     float g = grad[i] + weightDecay * param[i];
     float b = momentum * buf[i] + g;
     outBuf[i] = b;
     outParam[i] = param[i] - lr * b;
-  }
+  });
 }
 
 double sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes) {
