@@ -94,7 +94,9 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
           c[i * ldc + j] = bias ? bias[j] : 0.0f;
       return;
     }
-    if (transA && conflictingRows(lda) && (m1 - m0) * K >= (int64_t{1} << 16))
+    // (A K too long for even 16 columns within the slice limit keeps the stride.)
+    if (transA && conflictingRows(lda) && (m1 - m0) * K >= (int64_t{1} << 16) &&
+        K * 16 <= kConflictFreeSliceFloats)
       sgemmTransposedA(tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
     else
       sgemm(ta, tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
