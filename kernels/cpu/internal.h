@@ -146,7 +146,7 @@ inline int availableThreads() {
 /// body(i) for i in [0, n), as one vectorized loop: split over OpenMP's
 /// threads when n exceeds `grain`, on this thread otherwise. (An `if` clause
 /// on `omp parallel for simd` leaves clang's serial copy of the loop scalar:
-/// a 256 x 256 f32 -> bf16 conversion took 43 us that way, 5 us vectorized.)
+/// a 256 x 256 f32 -> bf16 conversion took 43 us that way, 2.6 us vectorized.)
 template <typename F> inline void vectorLoop(int64_t n, int64_t grain, F body) {
   if (n > grain) {
 #pragma omp parallel for simd

@@ -110,24 +110,8 @@ __global__ void unaryGradKernel(UnaryFunction fn, const float *x, const float *g
   PTC_GRID_LOOP(i, n) { out[i] = activationGrad(fn, x[i], g[i]); }
 }
 
-__device__ float loadFloat(const void *in, int type, int64_t i) {
-  if (type == 1)
-    return __bfloat162float(static_cast<const __nv_bfloat16 *>(in)[i]);
-  if (type == 2)
-    return __half2float(static_cast<const __half *>(in)[i]);
-  return static_cast<const float *>(in)[i];
-}
-
 __global__ void convertKernel(const void *in, int from, void *out, int to, int64_t n) {
-  PTC_GRID_LOOP(i, n) {
-    float x = loadFloat(in, from, i);
-    if (to == 1)
-      static_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(x);
-    else if (to == 2)
-      static_cast<__half *>(out)[i] = __float2half_rn(x);
-    else
-      static_cast<float *>(out)[i] = x;
-  }
+  PTC_GRID_LOOP(i, n) { storeFloat(out, to, i, loadFloat(in, from, i)); }
 }
 
 } // namespace

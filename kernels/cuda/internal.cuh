@@ -131,6 +131,24 @@ template <typename Op> __device__ float blockReduce(float v, float identity, Op 
   __syncthreads();
   return total;
 }
+/// Element i of f32, bf16 or f16 storage (`type`: a FloatType's value) as
+/// f32, and an f32 stored there (narrow types rounded to nearest even).
+__device__ inline float loadFloat(const void *p, int type, int64_t i) {
+  if (type == 1)
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  if (type == 2)
+    return __half2float(static_cast<const __half *>(p)[i]);
+  return static_cast<const float *>(p)[i];
+}
+__device__ inline void storeFloat(void *p, int type, int64_t i, float x) {
+  if (type == 1)
+    static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(x);
+  else if (type == 2)
+    static_cast<__half *>(p)[i] = __float2half_rn(x);
+  else
+    static_cast<float *>(p)[i] = x;
+}
+
 __device__ inline float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
 __device__ inline float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 

@@ -4,30 +4,12 @@
 
 namespace ptc::kernels::cuda {
 namespace {
-/// out[r][j] += bias[j] over `rows` rows of n (f32 math; bf16 / f16 results
-/// rounded to nearest even): a matmul's bias epilogue.
-template <typename T> __device__ float toFloat(T x) { return static_cast<float>(x); }
-template <> __device__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ float toFloat(__half x) { return __half2float(x); }
-template <typename T> __device__ T fromFloat(float x) { return static_cast<T>(x); }
-template <> __device__ __nv_bfloat16 fromFloat(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __half fromFloat(float x) { return __float2half_rn(x); }
-
-template <typename T> __global__ void addBiasKernel(T *out, const T *bias, int64_t count, int64_t n) {
-  PTC_GRID_LOOP(i, count) { out[i] = fromFloat<T>(toFloat(out[i]) + toFloat(bias[i % n])); }
-}
-
-void addBias(void *out, const void *bias, int64_t rows, int64_t n, FloatType type, void *stream) {
-  const int64_t count = rows * n;
-  if (type == FloatType::BF16)
-    addBiasKernel<<<gridFor(count), kThreads, 0, S(stream)>>>(
-        static_cast<__nv_bfloat16 *>(out), static_cast<const __nv_bfloat16 *>(bias), count, n);
-  else if (type == FloatType::F16)
-    addBiasKernel<<<gridFor(count), kThreads, 0, S(stream)>>>(
-        static_cast<__half *>(out), static_cast<const __half *>(bias), count, n);
-  else
-    addBiasKernel<<<gridFor(count), kThreads, 0, S(stream)>>>(
-        static_cast<float *>(out), static_cast<const float *>(bias), count, n);
+/// out[i] += bias[i % n] for `count` elements of `type` (f32 math, narrow
+/// results rounded to nearest even): a matmul's bias epilogue.
+__global__ void addBiasKernel(void *out, const void *bias, int type, int64_t count, int64_t n) {
+  PTC_GRID_LOOP(i, count) {
+    storeFloat(out, type, i, loadFloat(out, type, i) + loadFloat(bias, type, i % n));
+  }
 }
 } // namespace
 
@@ -84,10 +66,9 @@ void addMatmulKernels(KernelTable &t) {
                         ctx.stream);
         if (st != 0)
           return KernelResult::error("cuBLAS matmul failed with status ", st);
-        if (c.numInputs >= 3) {
-          const int64_t n = out.shape->back();
-          addBias(out.data, c.input(2).data, out.elements / n, n, type, ctx.stream);
-        }
+        if (c.numInputs >= 3 && out.elements > 0)
+          addBiasKernel<<<gridFor(out.elements), kThreads, 0, S(ctx.stream)>>>(
+              out.data, c.input(2).data, static_cast<int>(type), out.elements, out.shape->back());
         return KernelResult::ok();
       },
       accepts);
