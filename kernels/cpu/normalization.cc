@@ -18,33 +18,59 @@ using namespace internal;
 // row statistics, the gradient's sums and the weight gradients' partials in
 // f32, one rounding per bf16 result.
 namespace {
-/// Mean and 1/sqrt(biased variance + eps) of one row, two-pass for accuracy.
+/// Rows go through the normalizations in blocks of kNormRows, phase by phase
+/// (every row's sum, then every row's variance, ...): a row's statistics are
+/// short dependent chains (a reduction's lanes added, a division, a square
+/// root) which overlap across the block's rows when no row waits on its own.
+/// Each row's arithmetic is the same as one row at a time.
+constexpr int64_t kNormRows = 8;
+
+/// The number of row blocks, and the rows in block `block` (the last may be short).
+inline int64_t normBlocks(int64_t rows) { return (rows + kNormRows - 1) / kNormRows; }
+inline int64_t rowsInBlock(int64_t rows, int64_t block) {
+  return std::min(kNormRows, rows - block * kNormRows);
+}
+
+/// Mean and 1/sqrt(biased variance + eps) of each of n <= kNormRows rows,
+/// two-pass for accuracy.
 template <typename T>
-inline void rowStats(const T *x, int64_t cols, float eps, float &mean, float &rstd) {
-  float sum = 0.0f;
+inline void blockStats(const T *x, int64_t n, int64_t cols, float eps, float *mean, float *rstd) {
+  for (int64_t r = 0; r < n; ++r) {
+    const T *xr = x + r * cols;
+    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < cols; ++c)
-    sum += loadAs(x, c);
-  mean = sum / static_cast<float>(cols);
-  float var = 0.0f;
-  const float m = mean;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += loadAs(xr, c);
+    mean[r] = sum / static_cast<float>(cols);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const T *xr = x + r * cols;
+    float var = 0.0f;
+    const float m = mean[r];
 #pragma omp simd reduction(+ : var)
-  for (int64_t c = 0; c < cols; ++c)
-    var += (loadAs(x, c) - m) * (loadAs(x, c) - m);
-  rstd = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
+    for (int64_t c = 0; c < cols; ++c)
+      var += (loadAs(xr, c) - m) * (loadAs(xr, c) - m);
+    rstd[r] = var;
+  }
+  for (int64_t r = 0; r < n; ++r)
+    rstd[r] = 1.0f / std::sqrt(rstd[r] / static_cast<float>(cols) + eps);
 }
 
 template <typename T>
 void layerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *xr = x + r * cols;
-    T *yr = out + r * cols;
-    float mean, rstd;
-    rowStats(xr, cols, eps, mean, rstd);
+  for (int64_t blk = 0; blk < normBlocks(rows); ++blk) {
+    const int64_t r0 = blk * kNormRows, n = rowsInBlock(rows, blk);
+    float mean[kNormRows], rstd[kNormRows];
+    blockStats(x + r0 * cols, n, cols, eps, mean, rstd);
+    for (int64_t r = 0; r < n; ++r) {
+      const T *xr = x + (r0 + r) * cols;
+      T *yr = out + (r0 + r) * cols;
+      const float m = mean[r], s = rstd[r];
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c)
-      storeAs(yr, c, (loadAs(xr, c) - mean) * rstd * loadAs(w, c) + loadAs(b, c));
+      for (int64_t c = 0; c < cols; ++c)
+        storeAs(yr, c, (loadAs(xr, c) - m) * s * loadAs(w, c) + loadAs(b, c));
+    }
   }
 }
 
@@ -74,30 +100,40 @@ void layerNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, T *db, int6
   std::vector<float> partials(static_cast<size_t>(threads * 2 * cols), 0.0f);
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> xhat(cols);
+    std::vector<float> xhat(static_cast<size_t>(kNormRows * cols));
     float *pw = partials.data() + threadIndex() * 2 * cols, *pb = pw + cols;
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = x + r * cols, *gr = g + r * cols;
-      float mean, rstd;
-      rowStats(xr, cols, eps, mean, rstd);
-      float sumD = 0.0f, sumDX = 0.0f;
-      float *xh = xhat.data();
+    for (int64_t blk = 0; blk < normBlocks(rows); ++blk) {
+      const int64_t r0 = blk * kNormRows, n = rowsInBlock(rows, blk);
+      float mean[kNormRows], rstd[kNormRows], mD[kNormRows], mDX[kNormRows];
+      blockStats(x + r0 * cols, n, cols, eps, mean, rstd);
+      for (int64_t r = 0; r < n; ++r) {
+        const T *xr = x + (r0 + r) * cols, *gr = g + (r0 + r) * cols;
+        const float m = mean[r], s = rstd[r];
+        float sumD = 0.0f, sumDX = 0.0f;
+        float *xh = xhat.data() + r * cols;
 #pragma omp simd reduction(+ : sumD, sumDX)
-      for (int64_t c = 0; c < cols; ++c) {
-        xh[c] = (loadAs(xr, c) - mean) * rstd;
-        float gc = loadAs(gr, c);
-        float d = gc * loadAs(w, c);
-        sumD += d;
-        sumDX += d * xh[c];
-        pw[c] += gc * xh[c];
-        pb[c] += gc;
+        for (int64_t c = 0; c < cols; ++c) {
+          xh[c] = (loadAs(xr, c) - m) * s;
+          float gc = loadAs(gr, c);
+          float d = gc * loadAs(w, c);
+          sumD += d;
+          sumDX += d * xh[c];
+          pw[c] += gc * xh[c];
+          pb[c] += gc;
+        }
+        mD[r] = sumD / static_cast<float>(cols);
+        mDX[r] = sumDX / static_cast<float>(cols);
       }
-      float mD = sumD / static_cast<float>(cols), mDX = sumDX / static_cast<float>(cols);
-      T *dxr = dx + r * cols;
+      for (int64_t r = 0; r < n; ++r) {
+        const T *gr = g + (r0 + r) * cols;
+        const float *xh = xhat.data() + r * cols;
+        const float s = rstd[r], md = mD[r], mdx = mDX[r];
+        T *dxr = dx + (r0 + r) * cols;
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c)
-        storeAs(dxr, c, rstd * (loadAs(gr, c) * loadAs(w, c) - mD - xh[c] * mDX));
+        for (int64_t c = 0; c < cols; ++c)
+          storeAs(dxr, c, s * (loadAs(gr, c) * loadAs(w, c) - md - xh[c] * mdx));
+      }
     }
   }
   sumPartials(partials, threads, cols, 0, 2, dw);
@@ -107,17 +143,27 @@ void layerNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, T *db, int6
 template <typename T>
 void rmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t cols, float eps) {
 #pragma omp parallel for if (rows * cols > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *xr = x + r * cols;
-    T *yr = out + r * cols;
-    float ss = 0.0f;
+  for (int64_t blk = 0; blk < normBlocks(rows); ++blk) {
+    const int64_t r0 = blk * kNormRows, n = rowsInBlock(rows, blk);
+    float rstd[kNormRows];
+    for (int64_t r = 0; r < n; ++r) {
+      const T *xr = x + (r0 + r) * cols;
+      float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < cols; ++c)
-      ss += loadAs(xr, c) * loadAs(xr, c);
-    float rstd = 1.0f / std::sqrt(ss / static_cast<float>(cols) + eps);
+      for (int64_t c = 0; c < cols; ++c)
+        ss += loadAs(xr, c) * loadAs(xr, c);
+      rstd[r] = ss;
+    }
+    for (int64_t r = 0; r < n; ++r)
+      rstd[r] = 1.0f / std::sqrt(rstd[r] / static_cast<float>(cols) + eps);
+    for (int64_t r = 0; r < n; ++r) {
+      const T *xr = x + (r0 + r) * cols;
+      T *yr = out + (r0 + r) * cols;
+      const float s = rstd[r];
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c)
-      storeAs(yr, c, loadAs(xr, c) * rstd * loadAs(w, c));
+      for (int64_t c = 0; c < cols; ++c)
+        storeAs(yr, c, loadAs(xr, c) * s * loadAs(w, c));
+    }
   }
 }
 
@@ -132,24 +178,36 @@ void rmsNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, int64_t rows,
   {
     float *pdw = partials.data() + threadIndex() * cols;
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = x + r * cols, *gr = g + r * cols;
-      float ss = 0.0f, dot = 0.0f;
+    for (int64_t blk = 0; blk < normBlocks(rows); ++blk) {
+      const int64_t r0 = blk * kNormRows, n = rowsInBlock(rows, blk);
+      float rstd[kNormRows], k[kNormRows];
+      for (int64_t r = 0; r < n; ++r) {
+        const T *xr = x + (r0 + r) * cols, *gr = g + (r0 + r) * cols;
+        float ss = 0.0f, dot = 0.0f;
 #pragma omp simd reduction(+ : ss, dot)
-      for (int64_t c = 0; c < cols; ++c) {
-        float xc = loadAs(xr, c);
-        ss += xc * xc;
-        dot += loadAs(gr, c) * loadAs(w, c) * xc;
+        for (int64_t c = 0; c < cols; ++c) {
+          float xc = loadAs(xr, c);
+          ss += xc * xc;
+          dot += loadAs(gr, c) * loadAs(w, c) * xc;
+        }
+        rstd[r] = ss;
+        k[r] = dot;
       }
-      float n = static_cast<float>(cols);
-      float rstd = 1.0f / std::sqrt(ss / n + eps);
-      float k = rstd * rstd * dot / n;
-      T *dxr = dx + r * cols;
+      const float nc = static_cast<float>(cols);
+      for (int64_t r = 0; r < n; ++r) {
+        rstd[r] = 1.0f / std::sqrt(rstd[r] / nc + eps);
+        k[r] = rstd[r] * rstd[r] * k[r] / nc;
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        const T *xr = x + (r0 + r) * cols, *gr = g + (r0 + r) * cols;
+        const float s = rstd[r], kr = k[r];
+        T *dxr = dx + (r0 + r) * cols;
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) {
-        float xc = loadAs(xr, c), gc = loadAs(gr, c);
-        storeAs(dxr, c, rstd * (gc * loadAs(w, c) - xc * k));
-        pdw[c] += gc * xc * rstd;
+        for (int64_t c = 0; c < cols; ++c) {
+          float xc = loadAs(xr, c), gc = loadAs(gr, c);
+          storeAs(dxr, c, s * (gc * loadAs(w, c) - xc * kr));
+          pdw[c] += gc * xc * s;
+        }
       }
     }
   }

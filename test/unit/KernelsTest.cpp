@@ -329,6 +329,78 @@ TEST(Kernels, RmsNormMatchesDefinition) {
   expectNear(y, ref, 1e-5f);
 }
 
+// LayerNorm and RMSNorm, forward and gradient, against their definitions in
+// double on a row count that is not a multiple of the kernels' row block (8)
+// and large enough for the kernels to split it over threads.
+TEST(Kernels, NormalizationsAndGradientsMatchDefinitionOverRowBlocks) {
+  using ptc::kernels::OpKind;
+  const int64_t R = 701, C = 24;
+  const Shape xs{R, C}, ws{C};
+  auto x = randomVector(R * C, 61), w = randomVector(C, 62), b = randomVector(C, 63),
+       g = randomVector(R * C, 64);
+  std::vector<float> y(R * C), dx(R * C), dw(C), db(C);
+  std::vector<double> yRef(R * C), dxRef(R * C), dwRef(C, 0.0), dbRef(C, 0.0);
+  auto expectAll = [](const std::vector<float> &got, const std::vector<double> &want,
+                      const char *what) {
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5 * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+  };
+  ASSERT_TRUE(runKernel(OpKind::LayerNorm, {view(x, xs), view(w, ws), view(b, ws)}, {view(y, xs)},
+                        {}, {1e-5})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::LayerNormGrad, {view(x, xs), view(w, ws), view(g, xs)},
+                        {view(dx, xs), view(dw, ws), view(db, ws)}, {}, {1e-5})
+                  .isOk());
+  for (int64_t r = 0; r < R; ++r) {
+    const float *xr = &x[r * C], *gr = &g[r * C];
+    double mean = 0, var = 0, mD = 0, mDX = 0;
+    for (int64_t c = 0; c < C; ++c)
+      mean += xr[c];
+    mean /= C;
+    for (int64_t c = 0; c < C; ++c)
+      var += (xr[c] - mean) * (xr[c] - mean);
+    const double rstd = 1.0 / std::sqrt(var / C + 1e-5);
+    for (int64_t c = 0; c < C; ++c) {
+      const double xh = (xr[c] - mean) * rstd;
+      yRef[r * C + c] = xh * w[c] + b[c];
+      mD += double(gr[c]) * w[c] / C;
+      mDX += double(gr[c]) * w[c] * xh / C;
+      dwRef[c] += gr[c] * xh;
+      dbRef[c] += gr[c];
+    }
+    for (int64_t c = 0; c < C; ++c)
+      dxRef[r * C + c] = rstd * (double(gr[c]) * w[c] - mD - (xr[c] - mean) * rstd * mDX);
+  }
+  expectAll(y, yRef, "layer norm");
+  expectAll(dx, dxRef, "layer norm input gradient");
+  expectAll(dw, dwRef, "layer norm weight gradient");
+  expectAll(db, dbRef, "layer norm bias gradient");
+
+  ASSERT_TRUE(
+      runKernel(OpKind::RmsNorm, {view(x, xs), view(w, ws)}, {view(y, xs)}, {}, {1e-5}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::RmsNormGrad, {view(x, xs), view(w, ws), view(g, xs)},
+                        {view(dx, xs), view(dw, ws)}, {}, {1e-5})
+                  .isOk());
+  std::fill(dwRef.begin(), dwRef.end(), 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    const float *xr = &x[r * C], *gr = &g[r * C];
+    double ss = 0, dot = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      ss += double(xr[c]) * xr[c];
+      dot += double(gr[c]) * w[c] * xr[c];
+    }
+    const double rstd = 1.0 / std::sqrt(ss / C + 1e-5);
+    for (int64_t c = 0; c < C; ++c) {
+      yRef[r * C + c] = xr[c] * rstd * w[c];
+      dxRef[r * C + c] = rstd * (double(gr[c]) * w[c] - xr[c] * rstd * rstd * dot / C);
+      dwRef[c] += gr[c] * xr[c] * rstd;
+    }
+  }
+  expectAll(y, yRef, "RMS norm");
+  expectAll(dx, dxRef, "RMS norm input gradient");
+  expectAll(dw, dwRef, "RMS norm weight gradient");
+}
+
 // Rotary: HF's rotate_half convention at position p, and the inverse undoes it.
 TEST(Kernels, RotaryRotatesHalvesAndInverts) {
   const int64_t S = 5, D = 8;
