@@ -227,8 +227,11 @@ template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) 
 }
 } // namespace
 
-void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse,
-            int64_t first) {
+namespace {
+/// Rotary on f32 or bf16 storage (T), in f32 registers: one rounding per bf16
+/// result, as widening the tensor would give, without the copies.
+template <typename T>
+void rotaryOf(const T *x, T *out, const Shape &shape, double theta, bool inverse, int64_t first) {
   int64_t bh = shape[0] * shape[1], s = shape[2], d = shape[3], half = d / 2;
   // The angles of every (position, frequency), as Hugging Face computes them:
   // inv_freq_i = theta^(-2i/d) in f32, angle = position * inv_freq_i.
@@ -245,16 +248,22 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
 #pragma omp parallel for collapse(2) if (bh * s * d > 16384)
   for (int64_t h = 0; h < bh; ++h)
     for (int64_t p = 0; p < s; ++p) {
-      const float *xr = x + (h * s + p) * d;
-      float *yr = out + (h * s + p) * d;
+      const T *xr = x + (h * s + p) * d;
+      T *yr = out + (h * s + p) * d;
       const float *cs = cosT.data() + p * half, *sn = sinT.data() + p * half;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
-        float a = xr[i], b = xr[i + half];
-        yr[i] = a * cs[i] - b * sn[i];
-        yr[i + half] = b * cs[i] + a * sn[i];
+        float a = loadAs(xr, i), b = loadAs(xr, i + half);
+        storeAs(yr, i, a * cs[i] - b * sn[i]);
+        storeAs(yr, i + half, b * cs[i] + a * sn[i]);
       }
     }
+}
+} // namespace
+
+void rotary(const float *x, float *out, const Shape &shape, double theta, bool inverse,
+            int64_t first) {
+  rotaryOf(x, out, shape, theta, inverse, first);
 }
 
 /// ptc.rotary_at: row (b, h, t) of x [b, heads, t, d] rotated at position
@@ -325,7 +334,8 @@ static void softmaxGrad(const float *y, const float *g, float *out, const Shape 
 }
 
 void addNormalizationKernels(KernelTable &t) {
-  // Normalizations compute natively on bf16 storage (f32 statistics).
+  // Normalizations and rotary compute natively on bf16 storage (f32 statistics
+  // and rotations).
   t.add(
       OpKind::LayerNorm,
       [](const KernelCall &c) {
@@ -370,13 +380,19 @@ void addNormalizationKernels(KernelTable &t) {
         });
       },
       f32OrBf16);
-  t.add(OpKind::Rotary, [](const KernelCall &c) {
-    // With a mesh axis: this device's block of the sequence.
-    const int64_t first = c.numInts > 1 ? c.meshCoords[c.integer(1)] * c.input(0).dim(2) : 0;
-    rotary(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.floats[0],
-           c.integer(0) != 0, first);
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::Rotary,
+      [](const KernelCall &c) {
+        // With a mesh axis: this device's block of the sequence.
+        const int64_t first =
+            c.numInts > 1 ? c.meshCoords[c.integer(1)] * c.input(0).dim(2) : 0;
+        return onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          rotaryOf(as<T>(c.input(0)), as<T>(c.output(0)), *c.input(0).shape, c.floats[0],
+                   c.integer(0) != 0, first);
+        });
+      },
+      f32OrBf16);
   t.add(OpKind::RotaryAt, [](const KernelCall &c) {
     return rotaryAt(c.input(0).f32(), c.input(1).i32(), c.output(0).f32(), *c.input(0).shape,
                     c.real(0));

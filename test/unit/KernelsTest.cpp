@@ -875,6 +875,26 @@ TEST(Kernels, Bf16ReductionsAreWidenedF32RoundedOnce) {
   }
 }
 
+// Rotary on bf16 storage: each result is the f32 rotation of the widened
+// input rounded once (bitwise what widening the tensor gives), forward and
+// inverse, on a tensor large enough for the kernel to split it over threads.
+TEST(Kernels, Bf16RotaryIsWidenedF32RoundedOnce) {
+  using ptc::kernels::OpKind;
+  const Shape xs{2, 4, 64, 32};
+  std::vector<uint16_t> x16;
+  auto x = roundToBf16(randomVector(2 * 4 * 64 * 32, 81), x16);
+  for (int64_t inverse : {0, 1}) {
+    std::vector<uint16_t> y16(x.size());
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(runKernel(OpKind::Rotary, {bf(x16, xs)}, {bf(y16, xs)}, {inverse}, {10000.0})
+                    .isOk());
+    ASSERT_TRUE(
+        runKernel(OpKind::Rotary, {view(x, xs)}, {view(y, xs)}, {inverse}, {10000.0}).isOk());
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(y16[i], f32ToBf16(y[i])) << "inverse " << inverse << " at " << i;
+  }
+}
+
 // LayerNorm and RMSNorm (and their gradients) on bf16 storage: f32 statistics
 // and sums, so each result is within one bf16 rounding of the f32 kernel on
 // the widened inputs (the sums may group differently: not bitwise).
