@@ -186,8 +186,10 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // Attention on the projections' layout (the head transposes folded away):
   // after sharding and stage splitting, which see heads-major attention only.
   pm.addNestedPass<func::FuncOp>(createFoldAttentionLayoutPass());
-  // Bias adds as matmul epilogues (after sharding: the rule sees plain matmuls).
+  // Bias adds as matmul epilogues and SwiGLU in one op (after sharding: the
+  // rules see plain matmuls and elementwise ops).
   pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());
+  pm.addNestedPass<func::FuncOp>(createFuseSwigluPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
     ReportMemoryPassOptions report;
@@ -220,6 +222,7 @@ void mlir::ptc::buildDecodePipeline(OpPassManager &pm, const DecodePipelineOptio
     pm.addPass(createCSEPass());
   }
   pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());
+  pm.addNestedPass<func::FuncOp>(createFuseSwigluPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory) {
     ReportMemoryPassOptions report;

@@ -81,6 +81,23 @@ def Ptc_ExpGradOp : Ptc_UnaryGradOp<"exp_grad", "exp">;
 def Ptc_LogGradOp : Ptc_UnaryGradOp<"log_grad", "log">;
 def Ptc_SignGradOp : Ptc_UnaryGradOp<"sign_grad", "sign">;
 
+def Ptc_SwigluGradOp : Ptc_Op<"swiglu_grad", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+    DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>]> {
+  let summary = "gradient of `ptc.swiglu`";
+  let description = [{
+    With `s = silu(gate)`: `gate_grad = grad * up * ds/dgate` and
+    `up_grad = grad * s`, elementwise, in one pass (`s` recomputed from `gate`).
+
+    ```mlir
+    %dgate, %dup = ptc.swiglu_grad %gate, %up, %g : tensor<8x64x1408xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$gate, Ptc_FloatTensor:$up, Ptc_FloatTensor:$grad);
+  let results = (outs Ptc_FloatTensor:$gate_grad, Ptc_FloatTensor:$up_grad);
+  let assemblyFormat = "$gate `,` $up `,` $grad attr-dict `:` type($gate)";
+}
+
 def Ptc_SoftmaxGradOp : Ptc_Op<"softmax_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultType]> {
   let summary = "gradient of `ptc.softmax`, from its output";
   let description = [{

@@ -191,6 +191,10 @@ FailureOr<int> MulOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return addBatchDim(getOperation(), in, count);
 }
 
+FailureOr<int> SwigluOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  return addBatchDim(getOperation(), in, count);
+}
+
 FailureOr<int> DivOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return addBatchDim(getOperation(), in, count);
 }

@@ -128,6 +128,28 @@ def Ptc_SiluOp : Ptc_UnaryElementwiseOp<"silu", "SiLU (swish) activation", "Silu
   }];
 }
 
+def Ptc_SwigluOp : Ptc_Op<"swiglu", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>,
+    DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>,
+    DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>]> {
+  let summary = "SwiGLU gate: silu(gate) * up";
+  let description = [{
+    `result = silu(gate) * up`, elementwise, with `silu(x) = x / (1 + exp(-x))`:
+    the gated activation of Llama's MLP in one pass. `ptc-fuse-swiglu` forms it
+    (and its gradient) from `ptc.silu` and `ptc.mul` after autodiff; the VJP is
+    `ptc.swiglu_grad`, which recomputes the gate's activation instead of
+    keeping it.
+
+    ```mlir
+    %h = ptc.swiglu %gate, %up : tensor<8x64x1408xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$gate, Ptc_FloatTensor:$up);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
+}
+
 def Ptc_RsqrtOp : Ptc_UnaryElementwiseOp<"rsqrt", "reciprocal square root", "RsqrtGradOp"> {
   let description = [{
     `result = 1 / sqrt(x)`, elementwise (`torch.rsqrt`): Adafactor's factored

@@ -50,6 +50,13 @@ PlanInstruction MulOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"Mul"};
 }
 
+// A gated activation: function(input 0) * input 1 (and its gradient).
+PlanInstruction SwigluOp::getPlanInstruction(MeshAxisIndexFn) {
+  return {"GatedUnary", {}, {}, "silu"};
+}
+PlanInstruction SwigluGradOp::getPlanInstruction(MeshAxisIndexFn) {
+  return {"GatedUnaryGrad", {}, {}, "silu"};
+}
 PlanInstruction DivOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"Div"};
 }

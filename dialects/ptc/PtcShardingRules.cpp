@@ -812,6 +812,15 @@ LogicalResult AddOp::inferShardingRule(ShardingRuleContext &ctx) { return elemen
 LogicalResult SubOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
 LogicalResult MulOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
 LogicalResult DivOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
+LogicalResult SwigluOp::inferShardingRule(ShardingRuleContext &ctx) { return elementwiseBinaryRule(*this, ctx); }
+// The gradient: every operand and both results split like the gate.
+LogicalResult SwigluGradOp::inferShardingRule(ShardingRuleContext &ctx) {
+  ctx.full(0);
+  ctx.like(1, ctx.want[0]);
+  ctx.like(2, ctx.want[0]);
+  ctx.out.assign(2, ctx.want[0]);
+  return success();
+}
 LogicalResult ScaleOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult ConvertOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MicrobatchSumOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }

@@ -115,6 +115,20 @@ LogicalResult MulOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> n
   return success();
 }
 
+// Both gradients from one swiglu_grad (the gate's activation recomputed there).
+LogicalResult SwigluOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                                 SmallVectorImpl<Value> &og) {
+  og.assign(2, Value());
+  if (!needed[0] && !needed[1])
+    return success();
+  auto grad = SwigluGradOp::create(b, getLoc(), getGate(), getUp(), rg[0]);
+  if (needed[0])
+    og[0] = grad.getGateGrad();
+  if (needed[1])
+    og[1] = grad.getUpGrad();
+  return success();
+}
+
 LogicalResult DivOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                               SmallVectorImpl<Value> &og) {
   og.assign(2, Value());

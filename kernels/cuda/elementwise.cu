@@ -110,6 +110,22 @@ __global__ void unaryGradKernel(UnaryFunction fn, const float *x, const float *g
   PTC_GRID_LOOP(i, n) { out[i] = activationGrad(fn, x[i], g[i]); }
 }
 
+// A gated activation f(gate) * up and its gradient (dgate = f'(gate) * g * up,
+// dup = g * f(gate)), one pass each.
+__global__ void gatedKernel(UnaryFunction fn, const float *gate, const float *up, float *out,
+                            int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = activation(fn, gate[i]) * up[i]; }
+}
+
+__global__ void gatedGradKernel(UnaryFunction fn, const float *gate, const float *up,
+                                const float *g, float *dgate, float *dup, int64_t n) {
+  PTC_GRID_LOOP(i, n) {
+    const float x = gate[i], gv = g[i];
+    dgate[i] = activationGrad(fn, x, gv * up[i]);
+    dup[i] = gv * activation(fn, x);
+  }
+}
+
 __global__ void convertKernel(const void *in, int from, void *out, int to, int64_t n) {
   PTC_GRID_LOOP(i, n) { storeFloat(out, to, i, loadFloat(in, from, i)); }
 }
@@ -201,6 +217,19 @@ void addElementwiseKernels(KernelTable &t) {
   t.add(OpKind::UnaryGrad, [](const KernelCall &c) {
     unaryGrad(c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(),
               c.input(0).elements, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::GatedUnary, [](const KernelCall &c) {
+    const int64_t n = c.input(0).elements;
+    gatedKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+        c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(), n);
+    return KernelResult::ok();
+  });
+  t.add(OpKind::GatedUnaryGrad, [](const KernelCall &c) {
+    const int64_t n = c.input(0).elements;
+    gatedGradKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+        c.function, c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(),
+        c.output(1).f32(), n);
     return KernelResult::ok();
   });
   // Byte moves and conversions run on the stored types.

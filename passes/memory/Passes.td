@@ -35,6 +35,39 @@ def FoldAttentionLayoutPass : Pass<"ptc-fold-attention-layout", "::mlir::func::F
   }];
 }
 
+def FuseSwigluPass : Pass<"ptc-fuse-swiglu", "::mlir::func::FuncOp"> {
+  let summary = "silu(gate) * up and its gradient as ptc.swiglu / ptc.swiglu_grad";
+  let description = [{
+    After autodiff and sharding, before `ptc-plan-memory`. Where a `ptc.silu`
+    feeds only its product with `up` (a SwiGLU MLP: Llama, Mistral, Qwen) and,
+    in training, the backward's product of the incoming gradient `g` with it,
+    with `g * up` feeding only the `ptc.silu_grad` of the gate: the forward
+    becomes one `ptc.swiglu` and the backward one `ptc.swiglu_grad`, one pass
+    over the tensors each instead of two and three, and the activation
+    `silu(gate)` is no longer kept from the forward to the backward (the
+    gradient recomputes it). f32 results are the same (the same products in
+    the same order); bf16 ones are rounded once instead of twice. The ops of
+    each half must carry the same discardable attributes (pipeline stage,
+    segment, forward or backward).
+
+    Input:
+    ```mlir
+    %s = ptc.silu %a : tensor<8x64x1408xf32>
+    %h = ptc.mul %s, %b : tensor<8x64x1408xf32>, tensor<8x64x1408xf32> -> tensor<8x64x1408xf32>
+    ...
+    %t = ptc.mul %g, %b {ptc.backward} : tensor<8x64x1408xf32>, tensor<8x64x1408xf32> -> tensor<8x64x1408xf32>
+    %db = ptc.mul %g, %s {ptc.backward} : tensor<8x64x1408xf32>, tensor<8x64x1408xf32> -> tensor<8x64x1408xf32>
+    %da = ptc.silu_grad %a, %t {ptc.backward} : tensor<8x64x1408xf32>
+    ```
+    Output:
+    ```mlir
+    %h = ptc.swiglu %a, %b : tensor<8x64x1408xf32>
+    ...
+    %da, %db = ptc.swiglu_grad %a, %b, %g {ptc.backward} : tensor<8x64x1408xf32>
+    ```
+  }];
+}
+
 def FuseMatmulBiasPass : Pass<"ptc-fuse-matmul-bias", "::mlir::func::FuncOp"> {
   let summary = "Bias adds after matmuls as the matmuls' epilogue";
   let description = [{

@@ -70,8 +70,11 @@ void forEachOptimizerState(
   }
 }
 
-/// Whether `op` is the product of a gated linear unit: act(gate) * up.
+/// Whether `op` is the product of a gated linear unit: act(gate) * up, or
+/// ptc.swiglu.
 bool isGatedProduct(Operation *op) {
+  if (isa_and_nonnull<SwigluOp>(op))
+    return true;
   auto mul = dyn_cast_or_null<MulOp>(op);
   if (!mul)
     return false;

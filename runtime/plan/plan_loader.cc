@@ -408,6 +408,16 @@ Status InstructionChecker::check() {
       return fail("shapes ", shapeStr(in(0)), " and ", shapeStr(in(1)), " do not broadcast");
     return expectShape(out(0), *b, "result");
   }
+  case ShapeRule::GatedActivation:
+  case ShapeRule::GatedActivationGrad:
+    // (gate, up[, grad]) -> result or (gate grad, up grad), all of one shape.
+    PTC_RETURN_IF_ERROR(unaryFunction());
+    PTC_RETURN_IF_ERROR(dtypes());
+    for (size_t i = 1; i < in_.size(); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(in(i), in(0), i == 1 ? "up" : "gradient"));
+    for (size_t i = 0; i < out_.size(); ++i)
+      PTC_RETURN_IF_ERROR(expectShape(out(i), in(0), "result"));
+    return Status::ok();
   case ShapeRule::Activation:
     PTC_RETURN_IF_ERROR(unaryFunction());
     [[fallthrough]];

@@ -296,6 +296,25 @@ TEST_F(CudaConformance, ActivationsAndGradients) {
   });
   PTC_UNARY_FUNCTIONS(PTC_TEST_UNARY)
 #undef PTC_TEST_UNARY
+  // Gated (SwiGLU: silu; GeGLU: gelu): f(gate) * up, and both gradients.
+  auto up = randomVector(1000, 6);
+  for (UnaryFunction fn : {UnaryFunction::Silu, UnaryFunction::Gelu}) {
+    compare([&](Device &d, Mem &m) {
+      float *out = m.zeros(1000);
+      OK(run(d, kernels::OpKind::GatedUnary, {{m.put(x), {1000}}, {m.put(up), {1000}}},
+             {{out, {1000}}}, {}, {}, fn));
+      return m.get(out, 1000);
+    });
+    compare([&](Device &d, Mem &m) {
+      float *dgate = m.zeros(1000), *dup = m.zeros(1000);
+      OK(run(d, kernels::OpKind::GatedUnaryGrad,
+             {{m.put(x), {1000}}, {m.put(up), {1000}}, {m.put(g), {1000}}},
+             {{dgate, {1000}}, {dup, {1000}}}, {}, {}, fn));
+      auto both = m.get(dgate, 1000), second = m.get(dup, 1000);
+      both.insert(both.end(), second.begin(), second.end());
+      return both;
+    });
+  }
 }
 
 TEST_F(CudaConformance, FloatConversionsRoundTheSame) {

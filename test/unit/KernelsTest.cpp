@@ -677,6 +677,83 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
   EXPECT_FALSE(ptc::kernels::lookupUnaryFunction("swish").has_value());
 }
 
+// A gated activation f(gate) * up and its gradient (GatedUnary / GatedUnaryGrad,
+// ptc.swiglu for silu): f32 results bitwise the activation and multiplications
+// they replace (dgate = f'(gate) * (g * up), dup = g * f(gate)) for the
+// activations computed inline (exp and log call libm, whose vector and scalar
+// forms may differ in the last bit between two loops: within 2 ulp there);
+// bf16 ones the f32 result on the widened inputs rounded once; threaded (over
+// the kernels' grain) and not.
+TEST(Kernels, GatedActivationsAreTheirCompositionInOnePass) {
+  using ptc::kernels::OpKind;
+  using UF = UnaryFunction;
+  for (int64_t n : {int64_t{37}, int64_t{40000}}) {
+    const Shape s{n};
+    auto gate = randomVector(n, 91), up = randomVector(n, 92), g = randomVector(n, 93);
+    for (float &v : gate)
+      v *= 4.0f;
+    for (UF fn : {UF::Gelu, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log, UF::Sign}) {
+      SCOPED_TRACE(std::string(ptc::kernels::unaryFunctionName(fn)) + " n " + std::to_string(n));
+      std::vector<float> x(gate);
+      if (fn == UF::Rsqrt || fn == UF::Log)
+        for (float &v : x)
+          v = std::fabs(v) + 0.5f;
+      std::vector<float> h(n), dgate(n), dup(n), f(n), gu(n), df(n);
+      ASSERT_TRUE(
+          runKernel(OpKind::GatedUnary, {view(x, s), view(up, s)}, {view(h, s)}, {}, {}, fn)
+              .isOk());
+      ASSERT_TRUE(runKernel(OpKind::GatedUnaryGrad, {view(x, s), view(up, s), view(g, s)},
+                            {view(dgate, s), view(dup, s)}, {}, {}, fn)
+                      .isOk());
+      ASSERT_TRUE(runKernel(OpKind::Unary, {view(x, s)}, {view(f, s)}, {}, {}, fn).isOk());
+      for (int64_t i = 0; i < n; ++i)
+        gu[i] = g[i] * up[i];
+      ASSERT_TRUE(
+          runKernel(OpKind::UnaryGrad, {view(x, s), view(gu, s)}, {view(df, s)}, {}, {}, fn)
+              .isOk());
+      const bool libm = fn == UF::Exp || fn == UF::Log;
+      auto expectSame = [&](float got, float want, const char *what, int64_t i) {
+        if (libm)
+          ASSERT_NEAR(got, want, 2.5e-7f * std::fabs(want)) << what << " at " << i;
+        else
+          ASSERT_EQ(got, want) << what << " at " << i;
+      };
+      for (int64_t i = 0; i < n; ++i) {
+        expectSame(h[i], f[i] * up[i], "result", i);
+        expectSame(dgate[i], df[i], "gate gradient", i);
+        expectSame(dup[i], g[i] * f[i], "up gradient", i);
+      }
+      std::vector<uint16_t> x16, up16, g16, h16(n), dgate16(n), dup16(n);
+      auto xw = roundToBf16(x, x16), upw = roundToBf16(up, up16), gw = roundToBf16(g, g16);
+      ASSERT_TRUE(runKernel(OpKind::GatedUnary, {bf(x16, s), bf(up16, s)}, {bf(h16, s)}, {}, {},
+                            fn)
+                      .isOk());
+      ASSERT_TRUE(runKernel(OpKind::GatedUnaryGrad, {bf(x16, s), bf(up16, s), bf(g16, s)},
+                            {bf(dgate16, s), bf(dup16, s)}, {}, {}, fn)
+                      .isOk());
+      ASSERT_TRUE(
+          runKernel(OpKind::GatedUnary, {view(xw, s), view(upw, s)}, {view(h, s)}, {}, {}, fn)
+              .isOk());
+      ASSERT_TRUE(runKernel(OpKind::GatedUnaryGrad, {view(xw, s), view(upw, s), view(gw, s)},
+                            {view(dgate, s), view(dup, s)}, {}, {}, fn)
+                      .isOk());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(h16[i], f32ToBf16(h[i])) << "bf16 result at " << i;
+        ASSERT_EQ(dgate16[i], f32ToBf16(dgate[i])) << "bf16 gate gradient at " << i;
+        ASSERT_EQ(dup16[i], f32ToBf16(dup[i])) << "bf16 up gradient at " << i;
+      }
+    }
+  }
+  // SiLU far out on both sides (its exp of -|x| neither overflows nor loses
+  // the tiny negative tail).
+  std::vector<float> x{-100.0f, -30.0f, -10.0f, 10.0f, 30.0f, 100.0f}, y(x.size());
+  unary(UF::Silu, x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+    EXPECT_NEAR(y[i], want, 1e-6 * std::fabs(want) + 1e-30) << "silu(" << x[i] << ")";
+  }
+}
+
 // Arithmetic and activations on bf16 storage compute in f32 and round once:
 // bitwise the f32 kernel on the widened inputs, rounded (what the executor's
 // widening gave before these kernels took bf16).

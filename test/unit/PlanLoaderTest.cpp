@@ -141,6 +141,29 @@ TEST(PlanLoader, RejectsUnknownOrMissingElementwiseFunction) {
       << loadError(missing);
 }
 
+// GatedUnary (gate, up) -> result and GatedUnaryGrad (gate, up, grad) ->
+// (gate grad, up grad): one shape throughout, and a known function.
+TEST(PlanLoader, ChecksGatedActivationShapesAndFunction) {
+  std::vector<TensorDesc> tensors = {{"gate", plan::TensorKind::Input, {2, 6}},
+                                     {"up", plan::TensorKind::Input, {2, 6}},
+                                     {"g", plan::TensorKind::Input, {2, 6}},
+                                     {"h", plan::TensorKind::Temporary, {2, 6}, 0},
+                                     {"dgate", plan::TensorKind::Temporary, {2, 6}, 64},
+                                     {"dup", plan::TensorKind::Temporary, {2, 6}, 128},
+                                     {"v", plan::TensorKind::Input, {6}},
+                                     {"w", plan::TensorKind::Temporary, {2, 3}, 192}};
+  auto load = [&](InstDesc inst) { return loadError(buildPlan(tensors, {inst}, 256)); };
+  EXPECT_EQ(load({plan::OpCode::GatedUnary, {0, 1}, {3}, {}, {}, "silu"}), "");
+  EXPECT_EQ(load({plan::OpCode::GatedUnaryGrad, {0, 1, 2}, {4, 5}, {}, {}, "silu"}), "");
+  std::string broadcast = load({plan::OpCode::GatedUnary, {0, 6}, {3}, {}, {}, "silu"});
+  EXPECT_NE(broadcast.find("up has shape 6, expected 2x6"), std::string::npos) << broadcast;
+  std::string result = load({plan::OpCode::GatedUnaryGrad, {0, 1, 2}, {4, 7}, {}, {}, "silu"});
+  EXPECT_NE(result.find("result has shape 2x3, expected 2x6"), std::string::npos) << result;
+  std::string unknown = load({plan::OpCode::GatedUnary, {0, 1}, {3}, {}, {}, "swish"});
+  EXPECT_NE(unknown.find("names the unknown elementwise function 'swish'"), std::string::npos)
+      << unknown;
+}
+
 TEST(PlanLoader, RejectsWrongAttributeCount) {
   auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0}, {}}}, 32);
   EXPECT_NE(loadError(bytes).find("expects 2 integer and 0 float attributes"), std::string::npos);

@@ -9,6 +9,12 @@
 // RUN: ptc-gradcheck %t/relu.plan | FileCheck %s
 // RUN: ptc-opt %t/silu.mlir --ptc-compile="plan=%t/silu.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/silu.plan | FileCheck %s
+// SwiGLU written as ptc.swiglu (its VJP: ptc.swiglu_grad), and as silu(a) * b,
+// which ptc-fuse-swiglu turns into ptc.swiglu and ptc.swiglu_grad after autodiff.
+// RUN: ptc-opt %t/swiglu.mlir --ptc-compile="plan=%t/swiglu.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/swiglu.plan | FileCheck %s
+// RUN: ptc-opt %t/silu_mul.mlir --ptc-compile="plan=%t/silu_mul.plan optimizer=none" -o - | FileCheck %s --check-prefix=FUSED
+// RUN: ptc-gradcheck %t/silu_mul.plan | FileCheck %s
 // RUN: ptc-opt %t/exp_rsqrt_log.mlir --ptc-compile="plan=%t/erl.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/erl.plan | FileCheck %s
 // RUN: ptc-opt %t/softmax_last.mlir --ptc-compile="plan=%t/softmax_last.plan optimizer=none" -o /dev/null
@@ -20,6 +26,27 @@
 //--- gelu.mlir
 func.func @gelu(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
   %y = ptc.gelu %a : tensor<4x6xf32>
+  %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// FUSED: ptc.swiglu %
+// FUSED: ptc.swiglu_grad %
+// FUSED-NOT: ptc.silu
+
+//--- swiglu.mlir
+func.func @swiglu(%a: tensor<4x6xf32> {ptc.param = "a"}, %b: tensor<4x6xf32> {ptc.param = "b"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %y = ptc.swiglu %a, %b : tensor<4x6xf32>
+  %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- silu_mul.mlir
+func.func @silu_mul(%a: tensor<4x6xf32> {ptc.param = "a"}, %b: tensor<4x6xf32> {ptc.param = "b"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %s = ptc.silu %a : tensor<4x6xf32>
+  %y = ptc.mul %s, %b : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
   %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
   %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
   return %loss : tensor<f32>
