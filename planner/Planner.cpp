@@ -252,6 +252,15 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
     if (auto stage = op.getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName); stage && stage.getInt() >= 0)
       chunk = static_cast<int>(stage.getInt());
     PhaseCost &pc = out[chunk].phase[phase];
+    // Causal attention of `query`'s shape, `factor` times the forward's FLOPs.
+    auto addAttention = [&](Value query, int64_t seqDim, double factor) {
+      double f = factor * attentionFlopsOf(query, seqDim);
+      double s = price.attention(
+          f, elementTypeName(cast<RankedTensorType>(query.getType()).getElementType()));
+      pc.seconds += s;
+      pc.attentionSeconds += s;
+      pc.flops += f;
+    };
     if (&op == lastBackward)
       afterBackward = true;
     if (isa<arith::ConstantOp, ReshapeOp, TransferOp>(op))
@@ -270,11 +279,12 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.matmulSeconds += s;
       pc.flops += f;
     } else if (auto at = dyn_cast<CausalAttentionOp>(op)) {
-      double f = attentionFlopsOf(at.getQuery(), at.getSeqDim());
-      double s = price.attention(f, elementTypeName(at.getType().getElementType()));
-      pc.seconds += s;
-      pc.attentionSeconds += s;
-      pc.flops += f;
+      addAttention(at.getQuery(), at.getSeqDim(), 1.0);
+    } else if (auto aq = dyn_cast<CausalAttentionQkvOp>(op)) {
+      // Read from a fused projection: the query's shape is the result's.
+      addAttention(aq.getResult(), 1, 1.0);
+    } else if (auto aqg = dyn_cast<CausalAttentionQkvGradOp>(op)) {
+      addAttention(aqg.getGrad(), 1, 2.5);
     } else if (isa<RingAttentionOp, RingAttentionGradOp>(op)) {
       // A rank's causal share of the whole sequence's attention (the ring is
       // balanced): n blocks of its local size; the gradient runs the forward
@@ -301,11 +311,7 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.ring.count += messages;
     } else if (auto ag = dyn_cast<CausalAttentionGradOp>(op)) {
       // The gradient recomputes the probabilities: 2.5x the forward's FLOPs.
-      double f = 2.5 * attentionFlopsOf(ag.getQuery(), ag.getSeqDim());
-      double s = price.attention(f, elementTypeName(cast<RankedTensorType>(ag.getQuery().getType()).getElementType()));
-      pc.seconds += s;
-      pc.attentionSeconds += s;
-      pc.flops += f;
+      addAttention(ag.getQuery(), ag.getSeqDim(), 2.5);
     } else {
       double bytes = 0;
       for (Value v : op.getOperands())

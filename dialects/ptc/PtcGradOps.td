@@ -206,6 +206,26 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
   }];
 }
 
+def Ptc_CausalAttentionQkvGradOp : Ptc_Op<"causal_attention_qkv_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+    AllTypesMatch<["qkv", "qkv_grad"]>]> {
+  let summary = "gradient of `ptc.causal_attention_qkv`, in the fused projection's layout";
+  let description = [{
+    The query, key and value gradients of `ptc.causal_attention_qkv` written
+    into one tensor of `qkv`'s type, in its column blocks (what the
+    concatenation of the three gradients gave). `grad` has the forward
+    result's type.
+
+    ```mlir
+    %dqkv = ptc.causal_attention_qkv_grad %qkv, %g {scale = 0.17677669529663687 : f64}
+        : tensor<8x64x384xf32>, tensor<8x64x4x32xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$qkv, Ptc_FloatTensor:$grad, F64Attr:$scale);
+  let results = (outs Ptc_FloatTensor:$qkv_grad);
+  let assemblyFormat = "$qkv `,` $grad attr-dict `:` type($qkv) `,` type($grad)";
+  let hasVerifier = 1;
+}
+
 def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "gradient of `ptc.embedding`: rows scatter-added into the table shape";
   let description = [{

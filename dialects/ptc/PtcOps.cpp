@@ -390,6 +390,39 @@ double CausalAttentionOp::getScaleOrDefault() {
   return 1.0 / std::sqrt(static_cast<double>(getQuery().getType().getDimSize(3)));
 }
 
+/// qkv [batch, seq, (heads + 2 * kv_heads) * head_dim] against the attention
+/// result [batch, seq, heads, head_dim] (the forward's result, the gradient's
+/// incoming gradient): the kv heads that fill the rest, and divide heads.
+static LogicalResult verifyFusedQkv(Operation *op, RankedTensorType qkv,
+                                    RankedTensorType result, StringRef resultName) {
+  if (qkv.getRank() != 3 || result.getRank() != 4)
+    return op->emitOpError() << "expects qkv of rank 3 and a " << resultName
+                             << " of rank 4, got " << qkv << " and " << result;
+  if (qkv.getElementType() != result.getElementType())
+    return op->emitOpError() << "expects qkv and the " << resultName
+                             << " to have one element type, got " << qkv << " and " << result;
+  ArrayRef<int64_t> q = qkv.getShape(), r = result.getShape();
+  if (q[0] != r[0] || q[1] != r[1])
+    return op->emitOpError() << "expects the " << resultName << "'s batch and sequence ("
+                             << r[0] << ", " << r[1] << ") to be qkv's (" << q[0] << ", "
+                             << q[1] << ")";
+  const int64_t heads = r[2], dim = r[3], width = q[2];
+  if (heads <= 0 || dim <= 0 || width % dim != 0 || width / dim <= heads ||
+      (width / dim - heads) % 2 != 0 || heads % ((width / dim - heads) / 2) != 0)
+    return op->emitOpError() << "expects qkv's last dimension " << width << " to be (" << heads
+                             << " heads + 2 * kv_heads) * " << dim
+                             << " with kv_heads dividing the heads";
+  return success();
+}
+
+LogicalResult CausalAttentionQkvOp::verify() {
+  return verifyFusedQkv(*this, getQkv().getType(), getType(), "result");
+}
+
+LogicalResult CausalAttentionQkvGradOp::verify() {
+  return verifyFusedQkv(*this, getQkv().getType(), getGrad().getType(), "gradient");
+}
+
 LogicalResult EmbeddingOp::verify() {
   if (failed(verifyVocabAxis(*this, getVocabAxis())))
     return failure();

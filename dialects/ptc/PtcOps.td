@@ -457,6 +457,28 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
   }];
 }
 
+def Ptc_CausalAttentionQkvOp : Ptc_Op<"causal_attention_qkv", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
+  let summary = "causal attention reading query, key and value from one fused projection";
+  let description = [{
+    `ptc.causal_attention {seq_major}` of the three column blocks of `qkv`
+    (`[batch, seq, (heads + 2 * kv_heads) * head_dim]`: the query's heads,
+    then the key's, then the value's, as a fused QKV projection writes them),
+    read in place instead of sliced out first. The result is `[batch, seq,
+    heads, head_dim]`, which gives `heads` and `head_dim`; `kv_heads` follows
+    from `qkv`'s last dimension. `ptc-fold-attention-layout` forms it after
+    sharding, where the three operands were slices of one projection.
+
+    ```mlir
+    %o = ptc.causal_attention_qkv %qkv {scale = 0.17677669529663687 : f64}
+        : tensor<8x64x384xf32> -> tensor<8x64x4x32xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$qkv, F64Attr:$scale);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Ptc_EmbeddingOp : Ptc_Op<"embedding", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "row lookup in an embedding table";
   let description = [{

@@ -160,6 +160,14 @@ PlanInstruction SoftmaxGradOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"SoftmaxGrad", {normAxis(getAxis(), rankOf(getOutput()))}, {}};
 }
 
+// Attention reading the fused projection in place (ptc-fold-attention-layout).
+PlanInstruction CausalAttentionQkvOp::getPlanInstruction(MeshAxisIndexFn) {
+  return PlanInstruction{"CausalAttentionQkv", {}, {getScale().convertToDouble()}};
+}
+PlanInstruction CausalAttentionQkvGradOp::getPlanInstruction(MeshAxisIndexFn) {
+  return PlanInstruction{"CausalAttentionQkvGrad", {}, {getScale().convertToDouble()}};
+}
+
 PlanInstruction CausalAttentionGradOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"CausalAttentionGrad",
                          getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},

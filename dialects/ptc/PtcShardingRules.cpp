@@ -835,6 +835,16 @@ LogicalResult EmbeddingGradOp::inferShardingRule(ShardingRuleContext &ctx) { ret
 LogicalResult CrossEntropyOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
 LogicalResult CrossEntropyGradOp::inferShardingRule(ShardingRuleContext &ctx) { return crossEntropyRule(*this, ctx); }
 
+// Formed after sharding (ptc-fold-attention-layout): no rule.
+LogicalResult CausalAttentionQkvOp::inferShardingRule(ShardingRuleContext &) {
+  return emitOpError() << "has no sharding rule: ptc-fold-attention-layout forms it after "
+                          "sharding";
+}
+LogicalResult CausalAttentionQkvGradOp::inferShardingRule(ShardingRuleContext &) {
+  return emitOpError() << "has no sharding rule: ptc-fold-attention-layout forms it after "
+                          "sharding";
+}
+
 // Causal attention of a sequence split over cp with cp-attention=ring.
 Operation *CausalAttentionOp::partition(OpBuilder &b) {
   auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);

@@ -143,6 +143,20 @@ inline AttentionDims attentionDims(const KernelCall &c) {
   return {q.dim(0), q.dim(headsDim), k.dim(headsDim), q.dim(seqDim), q.dim(3), seqMajor};
 }
 
+/// CausalAttentionQkv(Grad): qkv [batch, seq, width] with width = (heads + 2
+/// kvHeads) * dim, against `heads` [batch, seq, heads, dim] (the forward's
+/// result, the gradient's incoming gradient). The query, key and value are
+/// column blocks of qkv at element offsets 0, kOffset and vOffset.
+struct FusedQkvDims {
+  AttentionDims dims;
+  int64_t width, kOffset, vOffset;
+};
+inline FusedQkvDims fusedQkvDims(const TensorView &qkv, const TensorView &heads) {
+  const int64_t h = heads.dim(2), d = heads.dim(3), width = qkv.dim(2);
+  const int64_t kv = (width / d - h) / 2;
+  return {{qkv.dim(0), h, kv, qkv.dim(1), d, true}, width, h * d, (h + kv) * d};
+}
+
 /// The rows of a table this rank holds: all `rows` (offset 0, total rows),
 /// or, when the instruction's one integer names a mesh axis (a
 /// vocabulary-parallel table), the rank's block [offset, offset + rows) of

@@ -300,12 +300,15 @@ namespace {
 struct HeadRows {
   int64_t heads, s, d;
   bool seqMajor;
+  /// Seq-major only: the distance between consecutive positions when the
+  /// heads are a column block of wider rows (a fused QKV projection's), 0
+  /// for rows of exactly heads * d.
+  int64_t rowStride = 0;
   /// The distance between a head's consecutive rows.
-  int64_t ld() const { return seqMajor ? heads * d : d; }
+  int64_t ld() const { return seqMajor ? (rowStride ? rowStride : heads * d) : d; }
   /// Row `row` of flat head `h`.
   int64_t at(int64_t h, int64_t row = 0) const {
-    return seqMajor ? ((h / heads) * s * heads + h % heads) * d + row * heads * d
-                    : (h * s + row) * d;
+    return seqMajor ? (h / heads) * s * ld() + (h % heads) * d + row * ld() : (h * s + row) * d;
   }
 };
 
@@ -380,10 +383,11 @@ inline void zeroRows(Rows<float> rows, int64_t count, int64_t d) {
 /// (seqMajor: [batch, seq, heads, dim]); keys and values have kvHeads heads.
 template <typename T>
 void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &shape,
-                       int64_t kvHeads, float scale, bool seqMajor) {
+                       int64_t kvHeads, float scale, bool seqMajor, int64_t qkvStride) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
-  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
+  const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
+      oL{heads, s, d, seqMajor};
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), p(static_cast<size_t>(kQueryBlock * s));
@@ -403,20 +407,22 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
         int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
         const Rows<const float> qb = rowsOf(q, qL, h, i0, rows, qRows);
         probabilities(qb.p, qb.ld, kt.data(), s, d, i0, rows, scale, p.data());
-        const Rows<float> o = resultRows(out, qL, h, i0, rows, oRows);
+        const Rows<float> o = resultRows(out, oL, h, i0, rows, oRows);
         productNN(p.data(), i0 + rows, vh.p, vh.ld, o.p, o.ld, rows, d, i0 + rows,
                   /*accumulate=*/false);
-        storeRows(o, out, qL, h, i0, rows);
+        storeRows(o, out, oL, h, i0, rows);
       }
   }
 }
 
 template <typename T>
 void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq, T *dk, T *dv,
-                           const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
+                           const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
+                           int64_t qkvStride) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads;
-  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
+  const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
+      gL{heads, s, d, seqMajor};
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), vt(static_cast<size_t>(s * d));
@@ -437,7 +443,7 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
         const Rows<const float> qh = rowsOf(q, qL, h, 0, s, qRows);
-        const Rows<const float> gh = rowsOf(g, qL, h, 0, s, gRows);
+        const Rows<const float> gh = rowsOf(g, gL, h, 0, s, gRows);
         const Rows<float> dqh = resultRows(dq, qL, h, 0, s, dqRows);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
@@ -574,11 +580,13 @@ void pairTransposed(const uint16_t *head, int64_t s, int64_t d, int64_t ld,
 }
 
 void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
+                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
+                         int64_t qkvStride) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t dp = (d + 1) / 2, sp = (s + 1) / 2;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
-  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
+  const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
+      oL{heads, s, d, seqMajor};
 #pragma omp parallel
   {
     std::vector<uint32_t> kt(static_cast<size_t>(dp * s)), vp(static_cast<size_t>(sp * d));
@@ -606,18 +614,20 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
         // pairRows put past the last value.
         pairColumns(p.data(), rows, keys, keys, pp.data());
         pairProduct(pp.data(), kp, 1, vp.data(), d, o.data(), d, rows, d, kp, false);
-        storeRows(Rows<float>{o.data(), d}, out, qL, h, i0, rows);
+        storeRows(Rows<float>{o.data(), d}, out, oL, h, i0, rows);
       }
   }
 }
 
 void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                             const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
+                             const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
+                             int64_t qkvStride) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
-  const HeadRows qL{heads, s, d, seqMajor}, kvL{kvHeads, s, d, seqMajor};
-  const int64_t qld = qL.ld(), kvld = kvL.ld();
+  const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
+      gL{heads, s, d, seqMajor};
+  const int64_t qld = qL.ld(), kvld = kvL.ld(), gld = gL.ld();
   constexpr int64_t kBlockPairs = (kQueryBlock + 1) / 2;
 #pragma omp parallel
   {
@@ -640,12 +650,12 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
       pairRows(kh, s, d, kvld, kr.data());
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
-        const uint16_t *qh = q + qL.at(h), *gh = g + qL.at(h);
+        const uint16_t *qh = q + qL.at(h), *gh = g + gL.at(h);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
           int64_t kp = (keys + 1) / 2, rp = (rows + 1) / 2;
           pairColumns(qh + i0 * qld, rows, d, qld, qc.data());
-          pairColumns(gh + i0 * qld, rows, d, qld, gc.data());
+          pairColumns(gh + i0 * gld, rows, d, gld, gc.data());
           pairProduct(qc.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
           softmaxRows(p.data(), i0, rows, scale);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
@@ -654,7 +664,7 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
           // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
           pairRows(p.data(), rows, keys, keys, pr.data());
           pairRows(dp_.data(), rows, keys, keys, dsr.data());
-          pairRows(gh + i0 * qld, rows, d, qld, gr.data());
+          pairRows(gh + i0 * gld, rows, d, gld, gr.data());
           pairRows(qh + i0 * qld, rows, d, qld, qr.data());
           pairProduct(pr.data(), 1, keys, gr.data(), d, dvh.data(), d, keys, d, rp, true);
           pairProduct(dsr.data(), 1, keys, qr.data(), d, dkh.data(), d, keys, d, rp, true);
@@ -672,33 +682,37 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
 #endif
 
 void causalAttention(const float *q, const float *k, const float *v, float *out,
-                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor);
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
+                     int64_t qkvStride) {
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale, bool seqMajor) {
-  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor);
+                         float scale, bool seqMajor, int64_t qkvStride) {
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride);
 }
 
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
+                     int64_t qkvStride) {
 #ifdef PTC_HAVE_BF16_ATTENTION
   if (nativeBf16())
-    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor);
+    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
 #endif
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor);
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
 }
 
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor) {
+                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
+                         int64_t qkvStride) {
 #ifdef PTC_HAVE_BF16_ATTENTION
   if (nativeBf16())
-    return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor);
+    return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor,
+                                   qkvStride);
 #endif
-  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor);
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride);
 }
 
 namespace {
@@ -910,6 +924,50 @@ void addAttentionKernels(KernelTable &t) {
           causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                               c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), shape,
                               a.kvHeads, scale, a.seqMajor);
+        return KernelResult::ok();
+      },
+      internal::f32OrBf16);
+  // The fused projection's layout: q, k, v (and their gradients) are column
+  // blocks of qkv [batch, seq, width], read and written in place.
+  t.add(
+      OpKind::CausalAttentionQkv,
+      [](const KernelCall &c) {
+        const TensorView &qkv = c.input(0), &out = c.output(0);
+        const FusedQkvDims f = fusedQkvDims(qkv, out);
+        const AttentionDims &a = f.dims;
+        const Shape shape{a.batch, a.heads, a.seq, a.dim};
+        const float scale = static_cast<float>(c.real(0));
+        if (qkv.dtype == DType::BF16) {
+          const uint16_t *p = bf16In(qkv);
+          causalAttention(p, p + f.kOffset, p + f.vOffset, bf16Out(out), shape, a.kvHeads, scale,
+                          true, f.width);
+        } else {
+          const float *p = qkv.f32();
+          causalAttention(p, p + f.kOffset, p + f.vOffset, out.f32(), shape, a.kvHeads, scale,
+                          true, f.width);
+        }
+        return KernelResult::ok();
+      },
+      internal::f32OrBf16);
+  t.add(
+      OpKind::CausalAttentionQkvGrad,
+      [](const KernelCall &c) {
+        const TensorView &qkv = c.input(0), &g = c.input(1), &dqkv = c.output(0);
+        const FusedQkvDims f = fusedQkvDims(qkv, g);
+        const AttentionDims &a = f.dims;
+        const Shape shape{a.batch, a.heads, a.seq, a.dim};
+        const float scale = static_cast<float>(c.real(0));
+        if (qkv.dtype == DType::BF16) {
+          const uint16_t *p = bf16In(qkv);
+          uint16_t *d = bf16Out(dqkv);
+          causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, bf16In(g), d, d + f.kOffset,
+                              d + f.vOffset, shape, a.kvHeads, scale, true, f.width);
+        } else {
+          const float *p = qkv.f32();
+          float *d = dqkv.f32();
+          causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, g.f32(), d, d + f.kOffset,
+                              d + f.vOffset, shape, a.kvHeads, scale, true, f.width);
+        }
         return KernelResult::ok();
       },
       internal::f32OrBf16);

@@ -105,21 +105,27 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 /// causal; no seq x seq buffer. dk, dv sum over the query heads of a kv head.
 /// `shape` is the query's [batch, heads, seq, dim]; with `seqMajor` every
 /// tensor is stored [batch, seq, heads (kvHeads), dim] instead (the heads read
-/// and written in place, strided; the same numbers).
+/// and written in place, strided; the same numbers). A nonzero `qkvStride`
+/// (seq-major only) is the distance between positions of q, k, v, dq, dk and
+/// dv: column blocks of one fused projection [batch, seq, qkvStride] (out and
+/// g stay [batch, seq, heads, dim]).
 void causalAttention(const float *q, const float *k, const float *v, float *out,
-                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false);
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
+                     int64_t qkvStride = 0);
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale, bool seqMajor = false);
+                         float scale, bool seqMajor = false, int64_t qkvStride = 0);
 /// The same on bf16 storage (uint16_t bits): bf16 dot products with f32 sums
 /// where the CPU has them (nativeBf16; the probabilities and the scores'
 /// gradient rounded to bf16 for the products), else each head widened to f32;
 /// each result rounded once.
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false);
+                     const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
+                     int64_t qkvStride = 0);
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false);
+                         const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
+                         int64_t qkvStride = 0);
 
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
 /// classes) of `totalClasses` on this device): row maxima, row sums of

@@ -478,6 +478,32 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
       q, k, v, o, g, lse, bkv, heads, kvHeads, sq, keys, dim, scale, causal, dk, dv);
 }
 
+namespace {
+/// Between qkv [rows, width] and its dense column blocks q [rows, heads * dim],
+/// k and v [rows, kvHeads * dim]: out of qkv (`toBlocks`) or back into it.
+KernelResult copyColumns(float *qkvIn, const FusedQkvDims &f, float *q, float *k, float *v,
+                         bool toBlocks, const KernelCall &c) {
+  const AttentionDims &a = f.dims;
+  const size_t rows = static_cast<size_t>(a.batch * a.seq), pitch = static_cast<size_t>(f.width) * 4;
+  const int64_t offsets[3] = {0, f.kOffset, f.vOffset};
+  const int64_t cols[3] = {a.heads * a.dim, a.kvHeads * a.dim, a.kvHeads * a.dim};
+  float *blocks[3] = {q, k, v};
+  for (int i = 0; i < 3; ++i) {
+    const size_t width = static_cast<size_t>(cols[i]) * 4;
+    float *column = qkvIn + offsets[i];
+    cudaError_t e =
+        toBlocks ? cudaMemcpy2DAsync(blocks[i], width, column, pitch, width, rows,
+                                     cudaMemcpyDeviceToDevice, S(streamOf(c)))
+                 : cudaMemcpy2DAsync(column, pitch, blocks[i], width, width, rows,
+                                     cudaMemcpyDeviceToDevice, S(streamOf(c)));
+    if (e != cudaSuccess)
+      return KernelResult::error("copying the fused projection's column blocks: ",
+                                 cudaGetErrorString(e));
+  }
+  return KernelResult::ok();
+}
+} // namespace
+
 void addAttentionKernels(KernelTable &t) {
   t.add(OpKind::Softmax, [](const KernelCall &c) {
     softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0), streamOf(c));
@@ -513,6 +539,44 @@ void addAttentionKernels(KernelTable &t) {
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
                         a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c));
     return KernelResult::ok();
+  });
+  // The fused projection's layout (qkv [batch, seq, width]): here the column
+  // blocks are copied out to seq-major q, k, v in scratch (and the gradients
+  // back in), around the seq-major kernels above; no kernel reads the
+  // strided blocks in place yet.
+  t.add(OpKind::CausalAttentionQkv, [](const KernelCall &c) {
+    const TensorView &qkv = c.input(0);
+    const FusedQkvDims f = fusedQkvDims(qkv, c.output(0));
+    const AttentionDims &a = f.dims;
+    const int64_t rows = a.batch * a.seq, qCols = a.heads * a.dim, kvCols = a.kvHeads * a.dim;
+    const int64_t bytes = rows * (qCols + 2 * kvCols) * 4;
+    auto *q = static_cast<float *>(scratch(c, bytes));
+    if (!q)
+      return scratchFailure(c, bytes);
+    float *k = q + rows * qCols, *v = k + rows * kvCols;
+    if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
+      return r;
+    causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
+                    c.real(0), true, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
+    const TensorView &qkv = c.input(0);
+    const FusedQkvDims f = fusedQkvDims(qkv, c.input(1));
+    const AttentionDims &a = f.dims;
+    const int64_t rows = a.batch * a.seq, qCols = a.heads * a.dim, kvCols = a.kvHeads * a.dim;
+    const int64_t blocks = rows * (qCols + 2 * kvCols), stats = 3 * a.batch * a.heads * a.seq;
+    const int64_t bytes = (2 * blocks + stats) * 4;
+    auto *q = static_cast<float *>(scratch(c, bytes));
+    if (!q)
+      return scratchFailure(c, bytes);
+    float *k = q + rows * qCols, *v = k + rows * kvCols, *dq = q + blocks;
+    float *dk = dq + rows * qCols, *dv = dk + rows * kvCols, *rowStats = dq + blocks;
+    if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
+      return r;
+    causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
+                        a.seq, a.dim, c.real(0), true, rowStats, streamOf(c));
+    return copyColumns(c.output(0).f32(), f, dq, dk, dv, false, c);
   });
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim] (outputs 1, 2; in place of

@@ -16,6 +16,51 @@ bool swapsHeadsAndSeq(TransposeOp t) {
   return t && t.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3};
 }
 
+/// A seq-major head tensor [batch, seq, heads, dim] that is a column block of
+/// a fused projection [batch, seq, width]: the projection and the block's
+/// first column, for `v` = reshape(slice(projection)) with the slice whole
+/// but for the last dimension.
+struct ColumnBlock {
+  Value projection;
+  int64_t offset;
+};
+std::optional<ColumnBlock> columnBlockOf(Value v) {
+  auto reshape = v.getDefiningOp<ReshapeOp>();
+  auto slice = reshape ? reshape.getInput().getDefiningOp<SliceOp>() : SliceOp();
+  if (!slice)
+    return std::nullopt;
+  auto whole = cast<RankedTensorType>(slice.getInput().getType());
+  auto block = cast<RankedTensorType>(slice.getType());
+  auto heads = cast<RankedTensorType>(reshape.getType());
+  ArrayRef<int64_t> offsets = slice.getOffsets();
+  if (whole.getRank() != 3 || block.getRank() != 3 || heads.getRank() != 4 || offsets[0] != 0 ||
+      offsets[1] != 0 || block.getDimSize(0) != whole.getDimSize(0) ||
+      block.getDimSize(1) != whole.getDimSize(1) || heads.getDimSize(0) != block.getDimSize(0) ||
+      heads.getDimSize(1) != block.getDimSize(1) ||
+      heads.getDimSize(2) * heads.getDimSize(3) != block.getDimSize(2))
+    return std::nullopt;
+  return ColumnBlock{slice.getInput(), offsets[2]};
+}
+
+/// The fused projection whose column blocks are exactly `q`, `k` and `v`, in
+/// that order and filling it (a fused QKV projection split into heads), or
+/// null.
+Value fusedProjectionOf(Value q, Value k, Value v) {
+  std::optional<ColumnBlock> bq = columnBlockOf(q), bk = columnBlockOf(k), bv = columnBlockOf(v);
+  if (!bq || !bk || !bv || bq->projection != bk->projection ||
+      bq->projection != bv->projection)
+    return {};
+  auto width = [](Value x) {
+    auto t = cast<RankedTensorType>(x.getType());
+    return t.getDimSize(2) * t.getDimSize(3);
+  };
+  int64_t total = cast<RankedTensorType>(bq->projection.getType()).getDimSize(2);
+  if (bq->offset != 0 || bk->offset != width(q) || bv->offset != width(q) + width(k) ||
+      total != width(q) + width(k) + width(v))
+    return {};
+  return bq->projection;
+}
+
 struct FoldAttentionLayoutPass
     : mlir::ptc::impl::FoldAttentionLayoutPassBase<FoldAttentionLayoutPass> {
   void runOnOperation() override {
@@ -31,6 +76,81 @@ struct FoldAttentionLayoutPass
     for (TransposeOp t : inputs)
       if (t->use_empty())
         t.erase();
+    // Then seq-major attention whose operands are the column blocks of one
+    // fused projection reads them there.
+    SmallVector<Operation *> seqMajor;
+    getOperation().walk([&](Operation *op) {
+      auto fwd = dyn_cast<CausalAttentionOp>(op);
+      auto grad = dyn_cast<CausalAttentionGradOp>(op);
+      if ((fwd && fwd.getSeqMajor()) || (grad && grad.getSeqMajor()))
+        seqMajor.push_back(op);
+    });
+    SmallVector<Operation *> blocks;
+    for (Operation *op : seqMajor)
+      foldProjection(op, blocks);
+    // The reshapes and slices that split the projections, once unread.
+    for (Operation *op : blocks)
+      if (op->use_empty()) {
+        Operation *slice = op->getOperand(0).getDefiningOp();
+        op->erase();
+        if (slice && slice->use_empty())
+          slice->erase();
+      }
+  }
+
+  /// Seq-major attention (or its gradient) whose query, key and value are the
+  /// column blocks of one fused projection becomes ptc.causal_attention_qkv
+  /// (ptc.causal_attention_qkv_grad when the three gradients only feed their
+  /// concatenation in the projection's layout, which it replaces). The
+  /// blocks' reshapes go to `blocks` (erased with their slices once unread).
+  void foldProjection(Operation *op, SmallVectorImpl<Operation *> &blocks) {
+    Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
+    Value projection = fusedProjectionOf(q, k, v);
+    if (!projection)
+      return;
+    OpBuilder b(op);
+    Operation *folded;
+    if (auto fwd = dyn_cast<CausalAttentionOp>(op)) {
+      folded = CausalAttentionQkvOp::create(b, op->getLoc(), fwd.getType(), projection,
+                                            b.getF64FloatAttr(fwd.getScaleOrDefault()));
+      fwd.getResult().replaceAllUsesWith(folded->getResult(0));
+    } else {
+      auto grad = cast<CausalAttentionGradOp>(op);
+      // dq, dk, dv: each reshaped back to [batch, seq, heads * dim], the three
+      // concatenated along the last dimension in order, nothing else.
+      ConcatOp concat;
+      for (auto [i, r] : llvm::enumerate(grad->getResults())) {
+        if (!r.hasOneUse())
+          return;
+        auto reshape = dyn_cast<ReshapeOp>(*r.getUsers().begin());
+        if (!reshape || !reshape->hasOneUse())
+          return;
+        auto user = dyn_cast<ConcatOp>(*reshape->getUsers().begin());
+        if (!user || (concat && user != concat) || user.getInputs().size() != 3 ||
+            user.getInputs()[i] != reshape.getResult())
+          return;
+        concat = user;
+      }
+      if (!concat || concat.getType() != projection.getType() || concat.getAxis() != 2)
+        return;
+      folded = CausalAttentionQkvGradOp::create(b, op->getLoc(), projection.getType(), projection,
+                                                grad.getGrad(),
+                                                b.getF64FloatAttr(grad.getScaleOrDefault()));
+      concat.getResult().replaceAllUsesWith(folded->getResult(0));
+      SmallVector<Operation *> reshapes;
+      for (Value in : concat.getInputs())
+        reshapes.push_back(in.getDefiningOp());
+      concat.erase();
+      for (Operation *r : reshapes)
+        r->erase();
+    }
+    // Discardable attributes (ptc.backward, a pipeline stage) carry over.
+    for (NamedAttribute a : op->getDiscardableAttrs())
+      folded->setAttr(a.getName(), a.getValue());
+    op->erase();
+    for (Value x : {q, k, v})
+      if (Operation *reshape = x.getDefiningOp(); !llvm::is_contained(blocks, reshape))
+        blocks.push_back(reshape);
   }
 
   /// Rewrites one heads-major attention op whose operands are all head

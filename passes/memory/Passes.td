@@ -21,6 +21,16 @@ def FoldAttentionLayoutPass : Pass<"ptc-fold-attention-layout", "::mlir::func::F
     (4 per layer forward, 4 backward). The numbers are the same. Transposes
     left without uses are erased.
 
+    Then, where the three operands of seq-major attention are the column
+    blocks of one fused projection `[batch, seq, (heads + 2 * kv_heads) *
+    head_dim]` (query, key, value in that order, sliced out and reshaped into
+    heads), the op becomes `ptc.causal_attention_qkv` of the projection, and
+    its gradient, where the three gradients are only concatenated back in
+    that layout, `ptc.causal_attention_qkv_grad`, which replaces the
+    concatenation: the kernels read and write the blocks in place, and the
+    slices' and the concatenation's copies and buffers go (on the bench GPT,
+    1.1-2.0 ms per one-core step). The numbers are the same.
+
     Input:
     ```mlir
     %q = ptc.transpose %qs permutation = [0, 2, 1, 3] : tensor<8x64x4x32xf32> -> tensor<8x4x64x32xf32>

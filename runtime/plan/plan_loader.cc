@@ -462,6 +462,25 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(attentionOperands());
     return expectShape(out(0), in(0), "result");
+  case ShapeRule::AttentionQkv:
+  case ShapeRule::AttentionQkvGrad: {
+    // qkv [batch, seq, (heads + 2 kv_heads) * head_dim] -> [batch, seq, heads,
+    // head_dim]; the gradient: (qkv, that gradient) -> qkv's shape.
+    PTC_RETURN_IF_ERROR(dtypes());
+    const bool grad = info->rule == ShapeRule::AttentionQkvGrad;
+    const Shape &qkv = in(0), &heads = grad ? in(1) : out(0);
+    if (qkv.size() != 3 || heads.size() != 4 || heads[0] != qkv[0] || heads[1] != qkv[1])
+      return fail("expects qkv [batch, seq, width] and [batch, seq, heads, head_dim], got ",
+                  shapeStr(qkv), " and ", shapeStr(heads));
+    const int64_t h = heads[2], d = heads[3], w = qkv[2];
+    if (h <= 0 || d <= 0 || w % d != 0 || w / d <= h || (w / d - h) % 2 != 0 ||
+        h % ((w / d - h) / 2) != 0)
+      return fail("qkv's width ", w, " is not (", h, " heads + 2 * kv_heads) * ", d,
+                  " with kv_heads dividing the heads");
+    if (floats_[0] <= 0.0)
+      return fail("scale must be positive, got ", floats_[0]);
+    return grad ? expectShape(out(0), qkv, "result") : Status::ok();
+  }
   case ShapeRule::CachedAttention: {
     // query, key, value, key cache, value cache, positions -> result, caches.
     PTC_RETURN_IF_ERROR(dtypes({5}));

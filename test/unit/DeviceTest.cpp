@@ -468,6 +468,24 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
         },
         1e-4f);
   }
+  // Read from and written into a fused projection [batch, seq, (4 + 2 * 2) *
+  // 16] (CausalAttentionQkv(Grad); the CUDA entries copy the column blocks).
+  const int64_t seq = 17, width = 8 * 16;
+  const Shape fs{2, seq, width}, os{2, seq, 4, 16};
+  const size_t nf = static_cast<size_t>(2 * seq * width), no = static_cast<size_t>(2 * seq * 64);
+  auto qkv = randomVector(nf, 19), g = randomVector(no, 20);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *o = m.zeros(no), *dqkv = m.zeros(nf);
+        const float *p = m.put(qkv);
+        OK(run(d, kernels::OpKind::CausalAttentionQkv, {{p, fs}}, {{o, os}}, {}, {0.25}));
+        OK(run(d, kernels::OpKind::CausalAttentionQkvGrad, {{p, fs}, {m.put(g), os}}, {{dqkv, fs}},
+               {}, {0.25}));
+        auto out = m.get(o, no), t = m.get(dqkv, nf);
+        out.insert(out.end(), t.begin(), t.end());
+        return out;
+      },
+      1e-4f);
 }
 
 TEST_F(CudaConformance, RmsNormRotaryAndGradients) {

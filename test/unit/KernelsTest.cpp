@@ -864,8 +864,9 @@ std::vector<T> swapMiddle(const std::vector<T> &in, int64_t b, int64_t x, int64_
 
 /// Attention and its gradient through the kernel table with every tensor
 /// seq-major ([batch, seq, heads, head_dim], the integer seq_major = 1) are
-/// bitwise the heads-major results transposed: the same arithmetic, read
-/// and written in place (ptc-fold-attention-layout relies on it).
+/// bitwise the heads-major results transposed, and so are those read from
+/// and written into a fused projection: the same arithmetic, read and written
+/// in place (ptc-fold-attention-layout relies on it).
 template <typename T>
 void expectSeqMajorAttentionBitwise(std::vector<T> q, std::vector<T> k, std::vector<T> v,
                                     std::vector<T> g, const AttentionCase &t,
@@ -897,6 +898,32 @@ void expectSeqMajorAttentionBitwise(std::vector<T> q, std::vector<T> k, std::vec
   EXPECT_TRUE(swapMiddle(seq[1], t.B, t.S, t.H, t.D) == heads[1]) << "dq";
   EXPECT_TRUE(swapMiddle(seq[2], t.B, t.S, t.KV, t.D) == heads[2]) << "dk";
   EXPECT_TRUE(swapMiddle(seq[3], t.B, t.S, t.KV, t.D) == heads[3]) << "dv";
+  // The fused projection's layout (CausalAttentionQkv(Grad)): q, k and v as
+  // column blocks of one [batch, seq, (heads + 2 kv_heads) * head_dim]
+  // tensor, the gradients written into such a tensor: bitwise seq-major's.
+  const int64_t qc = t.H * t.D, kc = t.KV * t.D, width = qc + 2 * kc, rows = t.B * t.S;
+  std::vector<T> qkv(static_cast<size_t>(rows * width)), out(qm.size()), dqkv(qkv.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(qm.begin() + r * qc, qc, qkv.begin() + r * width);
+    std::copy_n(km.begin() + r * kc, kc, qkv.begin() + r * width + qc);
+    std::copy_n(vm.begin() + r * kc, kc, qkv.begin() + r * width + qc + kc);
+  }
+  const Shape fs{t.B, t.S, width};
+  EXPECT_TRUE(
+      runKernel(OpKind::CausalAttentionQkv, {wrap(qkv, fs)}, {wrap(out, qsm)}, {}, {scale}).isOk());
+  EXPECT_TRUE(runKernel(OpKind::CausalAttentionQkvGrad, {wrap(qkv, fs), wrap(gm, qsm)},
+                        {wrap(dqkv, fs)}, {}, {scale})
+                  .isOk());
+  EXPECT_TRUE(out == seq[0]) << "fused output";
+  std::vector<T> dq(seq[1].size()), dk(seq[2].size()), dv(seq[3].size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(dqkv.begin() + r * width, qc, dq.begin() + r * qc);
+    std::copy_n(dqkv.begin() + r * width + qc, kc, dk.begin() + r * kc);
+    std::copy_n(dqkv.begin() + r * width + qc + kc, kc, dv.begin() + r * kc);
+  }
+  EXPECT_TRUE(dq == seq[1]) << "fused dq";
+  EXPECT_TRUE(dk == seq[2]) << "fused dk";
+  EXPECT_TRUE(dv == seq[3]) << "fused dv";
 }
 
 TEST(Kernels, CausalAttentionSeqMajorIsBitwiseHeadsMajor) {

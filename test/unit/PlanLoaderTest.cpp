@@ -103,6 +103,30 @@ TEST(PlanLoader, ChecksSeqMajorAttentionShapes) {
   EXPECT_NE(attention({2}).find("seq_major (0 or 1)"), std::string::npos) << attention({2});
 }
 
+// CausalAttentionQkv reads [batch, seq, (heads + 2 kv_heads) * head_dim]
+// (here 2 query heads over 1 kv head of 8: 32 columns) and gives [batch, seq,
+// heads, head_dim]; its gradient maps (qkv, result gradient) to qkv's shape.
+TEST(PlanLoader, ChecksFusedQkvAttentionShapes) {
+  std::vector<TensorDesc> tensors = {{"qkv", plan::TensorKind::Input, {1, 4, 32}},
+                                     {"o", plan::TensorKind::Temporary, {1, 4, 2, 8}, 0},
+                                     {"dqkv", plan::TensorKind::Temporary, {1, 4, 32}, 256},
+                                     {"odd", plan::TensorKind::Input, {1, 4, 28}},
+                                     {"short", plan::TensorKind::Temporary, {1, 4, 24}, 768}};
+  auto load = [&](plan::OpCode op, std::vector<int32_t> in, std::vector<int32_t> out) {
+    return loadError(buildPlan(tensors, {{op, in, out, {}, {0.35}}}, 2048));
+  };
+  EXPECT_EQ(loadError(buildPlan(tensors,
+                                {{plan::OpCode::CausalAttentionQkv, {0}, {1}, {}, {0.35}},
+                                 {plan::OpCode::CausalAttentionQkvGrad, {0, 1}, {2}, {}, {0.35}}},
+                                2048)),
+            "");
+  std::string width = load(plan::OpCode::CausalAttentionQkv, {3}, {1});
+  EXPECT_NE(width.find("qkv's width 28 is not (2 heads + 2 * kv_heads) * 8"), std::string::npos)
+      << width;
+  std::string result = load(plan::OpCode::CausalAttentionQkvGrad, {0, 1}, {4});
+  EXPECT_NE(result.find("result has shape 1x4x24, expected 1x4x32"), std::string::npos) << result;
+}
+
 TEST(PlanLoader, RejectsTemporaryOutsideArena) {
   auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0, 0}, {}}}, 16);
   EXPECT_NE(loadError(bytes).find("lies outside the 16-byte arena"), std::string::npos);

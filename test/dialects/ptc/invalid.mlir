@@ -529,3 +529,36 @@ func.func @expert_load_result(%e: tensor<4x16x2xi32>) -> tensor<8xf32> {
   %0 = ptc.expert_load %e : tensor<4x16x2xi32> -> tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// A fused projection's width must be (heads + 2 kv_heads) * head_dim.
+func.func @attention_qkv_width(%qkv: tensor<2x16x40xf32>) -> tensor<2x16x4x8xf32> {
+  // expected-error @+1 {{'ptc.causal_attention_qkv' op expects qkv's last dimension 40 to be (4 heads + 2 * kv_heads) * 8 with kv_heads dividing the heads}}
+  %0 = ptc.causal_attention_qkv %qkv {scale = 0.5 : f64} : tensor<2x16x40xf32> -> tensor<2x16x4x8xf32>
+  return %0 : tensor<2x16x4x8xf32>
+}
+
+// -----
+
+func.func @attention_qkv_rank(%qkv: tensor<32x64xf32>) -> tensor<2x16x4x8xf32> {
+  // expected-error @+1 {{'ptc.causal_attention_qkv' op expects qkv of rank 3 and a result of rank 4, got 'tensor<32x64xf32>' and 'tensor<2x16x4x8xf32>'}}
+  %0 = ptc.causal_attention_qkv %qkv {scale = 0.5 : f64} : tensor<32x64xf32> -> tensor<2x16x4x8xf32>
+  return %0 : tensor<2x16x4x8xf32>
+}
+
+// -----
+
+func.func @attention_qkv_element_type(%qkv: tensor<2x16x64xbf16>) -> tensor<2x16x4x8xf32> {
+  // expected-error @+1 {{'ptc.causal_attention_qkv' op expects qkv and the result to have one element type, got 'tensor<2x16x64xbf16>' and 'tensor<2x16x4x8xf32>'}}
+  %0 = ptc.causal_attention_qkv %qkv {scale = 0.5 : f64} : tensor<2x16x64xbf16> -> tensor<2x16x4x8xf32>
+  return %0 : tensor<2x16x4x8xf32>
+}
+
+// -----
+
+func.func @attention_qkv_grad_batch(%qkv: tensor<2x16x64xf32>, %g: tensor<2x8x4x8xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'ptc.causal_attention_qkv_grad' op expects the gradient's batch and sequence (2, 8) to be qkv's (2, 16)}}
+  %0 = ptc.causal_attention_qkv_grad %qkv, %g {scale = 0.5 : f64} : tensor<2x16x64xf32>, tensor<2x8x4x8xf32>
+  return %0 : tensor<2x16x64xf32>
+}

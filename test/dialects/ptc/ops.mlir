@@ -54,7 +54,7 @@ func.func @matmul_bias(%x: tensor<8x64x128xf32>, %w: tensor<384x128xf32>, %b: te
 }
 
 // CHECK-LABEL: func.func @blocks
-func.func @blocks(%x: tensor<8x64x128xf16>, %g: tensor<128xf16>, %b: tensor<128xf16>, %q: tensor<8x4x64x32xf32>, %s: tensor<512x8xf32>, %x4: tensor<8x64x4x32xf32>, %kv2: tensor<8x64x2x32xf32>) -> (tensor<8x64x128xf16>, tensor<8x4x64x32xf32>, tensor<512x8xf32>) {
+func.func @blocks(%x: tensor<8x64x128xf16>, %g: tensor<128xf16>, %b: tensor<128xf16>, %q: tensor<8x4x64x32xf32>, %s: tensor<512x8xf32>, %x4: tensor<8x64x4x32xf32>, %kv2: tensor<8x64x2x32xf32>, %qkv: tensor<8x64x256xf32>) -> (tensor<8x64x128xf16>, tensor<8x4x64x32xf32>, tensor<512x8xf32>) {
   // CHECK: ptc.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x64x128xf16>, tensor<128xf16>
   %0 = ptc.layer_norm %x, %g, %b : tensor<8x64x128xf16>, tensor<128xf16>
   // CHECK: ptc.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 2.500000e-01 : f64}
@@ -66,6 +66,11 @@ func.func @blocks(%x: tensor<8x64x128xf16>, %g: tensor<128xf16>, %b: tensor<128x
   // Seq-major ([batch, seq, heads, head_dim]), 4 query heads over 2 kv heads.
   // CHECK: ptc.causal_attention %{{.*}}, %{{.*}}, %{{.*}} {seq_major = true} : tensor<8x64x4x32xf32>, tensor<8x64x2x32xf32>
   %sm = ptc.causal_attention %x4, %kv2, %kv2 {seq_major = true} : tensor<8x64x4x32xf32>, tensor<8x64x2x32xf32>
+  // Read from a fused projection: 4 query heads, 2 kv heads of 32 = 256 columns.
+  // CHECK: ptc.causal_attention_qkv %{{.*}} {scale = 2.500000e-01 : f64} : tensor<8x64x256xf32> -> tensor<8x64x4x32xf32>
+  %fq = ptc.causal_attention_qkv %qkv {scale = 0.25 : f64} : tensor<8x64x256xf32> -> tensor<8x64x4x32xf32>
+  // CHECK: ptc.causal_attention_qkv_grad %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f64} : tensor<8x64x256xf32>, tensor<8x64x4x32xf32>
+  %fd = ptc.causal_attention_qkv_grad %qkv, %fq {scale = 0.25 : f64} : tensor<8x64x256xf32>, tensor<8x64x4x32xf32>
   // CHECK: ptc.softmax %{{.*}} : tensor<512x8xf32>
   %4 = ptc.softmax %s : tensor<512x8xf32>
   // CHECK: ptc.softmax %{{.*}} {axis = 0 : i64} : tensor<512x8xf32>

@@ -66,3 +66,11 @@ func.func @seq_major(%q: tensor<2x8x4x4xf32> {ptc.input = "q"}) -> tensor<2x8x4x
   %0 = ptc.causal_attention %q, %q, %q {seq_major = true} : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>
   return %0 : tensor<2x8x4x4xf32>
 }
+
+// -----
+
+func.func @attention_qkv(%qkv: tensor<2x8x48xf32> {ptc.input = "qkv"}) -> tensor<2x8x4x4xf32> {
+  // expected-error @+1 {{'ptc.causal_attention_qkv' op has no sharding rule: ptc-fold-attention-layout forms it after sharding}}
+  %0 = ptc.causal_attention_qkv %qkv {scale = 0.5 : f64} : tensor<2x8x48xf32> -> tensor<2x8x4x4xf32>
+  return %0 : tensor<2x8x4x4xf32>
+}
