@@ -887,6 +887,30 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
   }
 }
 
+namespace {
+/// A view's data as the element type `like` points to (f32 or bf16 bits).
+inline float *storage(const TensorView &v, const float *) { return v.f32(); }
+inline uint16_t *storage(const TensorView &v, const uint16_t *) {
+  return static_cast<uint16_t *>(v.data);
+}
+
+/// Runs body(qkv's data, its dims, the query's [batch, heads, seq, dim] shape,
+/// the scale) on the fused projection's element type; `heads` is the
+/// [batch, seq, heads, dim] result or gradient.
+template <typename Body>
+KernelResult onFusedQkv(const KernelCall &c, const TensorView &qkv, const TensorView &heads,
+                        Body body) {
+  const FusedQkvDims f = fusedQkvDims(qkv, heads);
+  const Shape shape{f.dims.batch, f.dims.heads, f.dims.seq, f.dims.dim};
+  const float scale = static_cast<float>(c.real(0));
+  if (qkv.dtype == DType::BF16)
+    body(static_cast<const uint16_t *>(qkv.data), f, shape, scale);
+  else
+    body(static_cast<const float *>(qkv.f32()), f, shape, scale);
+  return KernelResult::ok();
+}
+} // namespace
+
 void addAttentionKernels(KernelTable &t) {
   // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim] (with the
   // optional integer seq_major = 1: [batch, seq, heads, dim] and [batch, seq,
@@ -933,42 +957,23 @@ void addAttentionKernels(KernelTable &t) {
       OpKind::CausalAttentionQkv,
       [](const KernelCall &c) {
         const TensorView &qkv = c.input(0), &out = c.output(0);
-        const FusedQkvDims f = fusedQkvDims(qkv, out);
-        const AttentionDims &a = f.dims;
-        const Shape shape{a.batch, a.heads, a.seq, a.dim};
-        const float scale = static_cast<float>(c.real(0));
-        if (qkv.dtype == DType::BF16) {
-          const uint16_t *p = bf16In(qkv);
-          causalAttention(p, p + f.kOffset, p + f.vOffset, bf16Out(out), shape, a.kvHeads, scale,
-                          true, f.width);
-        } else {
-          const float *p = qkv.f32();
-          causalAttention(p, p + f.kOffset, p + f.vOffset, out.f32(), shape, a.kvHeads, scale,
-                          true, f.width);
-        }
-        return KernelResult::ok();
+        return onFusedQkv(c, qkv, out, [&](auto *p, const FusedQkvDims &f, const Shape &shape,
+                                           float scale) {
+          causalAttention(p, p + f.kOffset, p + f.vOffset, storage(out, p), shape,
+                          f.dims.kvHeads, scale, true, f.width);
+        });
       },
       internal::f32OrBf16);
   t.add(
       OpKind::CausalAttentionQkvGrad,
       [](const KernelCall &c) {
-        const TensorView &qkv = c.input(0), &g = c.input(1), &dqkv = c.output(0);
-        const FusedQkvDims f = fusedQkvDims(qkv, g);
-        const AttentionDims &a = f.dims;
-        const Shape shape{a.batch, a.heads, a.seq, a.dim};
-        const float scale = static_cast<float>(c.real(0));
-        if (qkv.dtype == DType::BF16) {
-          const uint16_t *p = bf16In(qkv);
-          uint16_t *d = bf16Out(dqkv);
-          causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, bf16In(g), d, d + f.kOffset,
-                              d + f.vOffset, shape, a.kvHeads, scale, true, f.width);
-        } else {
-          const float *p = qkv.f32();
-          float *d = dqkv.f32();
-          causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, g.f32(), d, d + f.kOffset,
-                              d + f.vOffset, shape, a.kvHeads, scale, true, f.width);
-        }
-        return KernelResult::ok();
+        const TensorView &qkv = c.input(0), &g = c.input(1);
+        return onFusedQkv(c, qkv, g, [&](auto *p, const FusedQkvDims &f, const Shape &shape,
+                                         float scale) {
+          auto *d = storage(c.output(0), p);
+          causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, storage(g, p), d, d + f.kOffset,
+                              d + f.vOffset, shape, f.dims.kvHeads, scale, true, f.width);
+        });
       },
       internal::f32OrBf16);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,

@@ -479,6 +479,17 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 }
 
 namespace {
+/// The dense column blocks of a fused projection: q [rows, qCols], k and v
+/// [rows, kvCols], `elements` in all.
+struct FusedBlocks {
+  int64_t rows, qCols, kvCols, elements;
+};
+FusedBlocks fusedBlocks(const FusedQkvDims &f) {
+  const AttentionDims &a = f.dims;
+  const int64_t rows = a.batch * a.seq, qCols = a.heads * a.dim, kvCols = a.kvHeads * a.dim;
+  return {rows, qCols, kvCols, rows * (qCols + 2 * kvCols)};
+}
+
 /// Between qkv [rows, width] and its dense column blocks q [rows, heads * dim],
 /// k and v [rows, kvHeads * dim]: out of qkv (`toBlocks`) or back into it.
 KernelResult copyColumns(float *qkvIn, const FusedQkvDims &f, float *q, float *k, float *v,
@@ -548,12 +559,12 @@ void addAttentionKernels(KernelTable &t) {
     const TensorView &qkv = c.input(0);
     const FusedQkvDims f = fusedQkvDims(qkv, c.output(0));
     const AttentionDims &a = f.dims;
-    const int64_t rows = a.batch * a.seq, qCols = a.heads * a.dim, kvCols = a.kvHeads * a.dim;
-    const int64_t bytes = rows * (qCols + 2 * kvCols) * 4;
+    const FusedBlocks b = fusedBlocks(f);
+    const int64_t bytes = b.elements * 4;
     auto *q = static_cast<float *>(scratch(c, bytes));
     if (!q)
       return scratchFailure(c, bytes);
-    float *k = q + rows * qCols, *v = k + rows * kvCols;
+    float *k = q + b.rows * b.qCols, *v = k + b.rows * b.kvCols;
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
@@ -564,14 +575,13 @@ void addAttentionKernels(KernelTable &t) {
     const TensorView &qkv = c.input(0);
     const FusedQkvDims f = fusedQkvDims(qkv, c.input(1));
     const AttentionDims &a = f.dims;
-    const int64_t rows = a.batch * a.seq, qCols = a.heads * a.dim, kvCols = a.kvHeads * a.dim;
-    const int64_t blocks = rows * (qCols + 2 * kvCols), stats = 3 * a.batch * a.heads * a.seq;
-    const int64_t bytes = (2 * blocks + stats) * 4;
+    const FusedBlocks b = fusedBlocks(f);
+    const int64_t stats = 3 * a.batch * a.heads * a.seq, bytes = (2 * b.elements + stats) * 4;
     auto *q = static_cast<float *>(scratch(c, bytes));
     if (!q)
       return scratchFailure(c, bytes);
-    float *k = q + rows * qCols, *v = k + rows * kvCols, *dq = q + blocks;
-    float *dk = dq + rows * qCols, *dv = dk + rows * kvCols, *rowStats = dq + blocks;
+    float *k = q + b.rows * b.qCols, *v = k + b.rows * b.kvCols, *dq = q + b.elements;
+    float *dk = dq + b.rows * b.qCols, *dv = dk + b.rows * b.kvCols, *rowStats = dq + b.elements;
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
