@@ -151,6 +151,14 @@ struct FusedQkvDims {
   AttentionDims dims;
   int64_t width, kOffset, vOffset;
 };
+/// Whether `width` columns are (heads + 2 kvHeads) * dim with kvHeads > 0
+/// dividing heads (the plan loader's check before fusedQkvDims may run).
+inline bool fusedQkvWidthFits(int64_t heads, int64_t dim, int64_t width) {
+  if (heads <= 0 || dim <= 0 || width % dim != 0 || width / dim <= heads ||
+      (width / dim - heads) % 2 != 0)
+    return false;
+  return heads % ((width / dim - heads) / 2) == 0;
+}
 inline FusedQkvDims fusedQkvDims(const TensorView &qkv, const TensorView &heads) {
   const int64_t h = heads.dim(2), d = heads.dim(3), width = qkv.dim(2);
   const int64_t kv = (width / d - h) / 2;

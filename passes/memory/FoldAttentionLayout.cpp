@@ -145,8 +145,7 @@ struct FoldAttentionLayoutPass
         r->erase();
     }
     // Discardable attributes (ptc.backward, a pipeline stage) carry over.
-    for (NamedAttribute a : op->getDiscardableAttrs())
-      folded->setAttr(a.getName(), a.getValue());
+    folded->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     op->erase();
     for (Value x : {q, k, v})
       if (Operation *reshape = x.getDefiningOp(); !llvm::is_contained(blocks, reshape))
@@ -188,8 +187,7 @@ struct FoldAttentionLayoutPass
       folded = CausalAttentionGradOp::create(b, op->getLoc(), types, operands[0], operands[1],
                                              operands[2], operands[3], grad.getScaleAttr(), true);
     // Discardable attributes (ptc.backward, a pipeline stage) carry over.
-    for (NamedAttribute a : op->getDiscardableAttrs())
-      folded->setAttr(a.getName(), a.getValue());
+    folded->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     for (auto [old, now] : llvm::zip(op->getResults(), folded->getResults()))
       for (Operation *user : llvm::make_early_inc_range(old.getUsers())) {
         user->getResult(0).replaceAllUsesWith(now);

@@ -54,8 +54,7 @@ struct FuseMatmulBiasPass : mlir::ptc::impl::FuseMatmulBiasPassBase<FuseMatmulBi
     OpBuilder b(biasLater ? add.getOperation() : mm.getOperation());
     auto fused = MatmulOp::create(b, mm.getLoc(), mm.getType(), mm.getLhs(), mm.getRhs(), bias,
                                   mm.getTransposeLhs(), mm.getTransposeRhs());
-    for (NamedAttribute a : mm->getDiscardableAttrs())
-      fused->setAttr(a.getName(), a.getValue());
+    fused->setDiscardableAttrs(mm->getDiscardableAttrDictionary());
     add.getResult().replaceAllUsesWith(fused.getResult());
     add.erase();
     mm.erase();

@@ -42,7 +42,7 @@ std::optional<Backward> matchBackward(SiluOp silu, MulOp upGrad, Value up) {
   for (Operation *user : g.getUsers()) {
     auto tMul = dyn_cast<MulOp>(user);
     if (!tMul || tMul == upGrad || otherOperand(tMul, g) != up || !tMul->hasOneUse() ||
-        tMul.getType() != silu.getType())
+        tMul.getType() != silu.getType() || tMul->getBlock() != upGrad->getBlock())
       continue;
     auto gateGrad = dyn_cast<SiluGradOp>(*tMul->getUsers().begin());
     if (!gateGrad || gateGrad.getInput() != silu.getInput() ||
@@ -66,46 +66,33 @@ struct FuseSwigluPass : mlir::ptc::impl::FuseSwigluPassBase<FuseSwigluPass> {
   /// product with `up` (of its own type: no broadcast) and, in training, the
   /// backward's product of the incoming gradient with it: otherwise the
   /// activation would still be needed and the fused ops would compute it
-  /// twice.
+  /// twice. Either of two products may be the forward one.
   void fuse(SiluOp silu) {
-    auto isUp = [&](Value v) { return v && v.getType() == silu.getType(); };
     Value s = silu.getResult();
-    MulOp forward;
-    Value up;
-    SmallVector<MulOp, 1> others;
+    SmallVector<MulOp, 2> muls;
     for (Operation *user : s.getUsers()) {
       auto mul = dyn_cast<MulOp>(user);
-      if (!mul || mul.getType() != silu.getType())
+      if (!mul || mul.getType() != silu.getType() || muls.size() == 2)
         return;
-      if (!forward && sameAttrs(mul, silu) && otherOperand(mul, s))
-        forward = mul;
-      else
-        others.push_back(mul);
+      muls.push_back(mul);
     }
-    if (!forward || others.size() > 1)
+    for (size_t f = 0; f < muls.size(); ++f) {
+      MulOp forward = muls[f];
+      Value up = otherOperand(forward, s);
+      if (!up || up.getType() != silu.getType() || !sameAttrs(forward, silu))
+        continue;
+      std::optional<Backward> backward;
+      if (muls.size() == 2 && !(backward = matchBackward(silu, muls[1 - f], up)))
+        continue;
+      rewrite(silu, forward, up, backward);
       return;
-    up = otherOperand(forward, s);
-    if (!isUp(up))
-      return;
-    std::optional<Backward> backward;
-    if (!others.empty()) {
-      // Either product may be the forward one: the backward's is the one
-      // whose other operand is a gradient that meets `up` too.
-      backward = matchBackward(silu, others[0], up);
-      if (!backward) {
-        std::swap(forward, others[0]);
-        up = otherOperand(forward, s);
-        if (!sameAttrs(forward, silu) || !isUp(up))
-          return;
-        backward = matchBackward(silu, others[0], up);
-      }
-      if (!backward)
-        return;
     }
+  }
+
+  void rewrite(SiluOp silu, MulOp forward, Value up, std::optional<Backward> backward) {
     OpBuilder b(forward);
     auto fused = SwigluOp::create(b, forward.getLoc(), silu.getInput(), up);
-    for (NamedAttribute a : forward->getDiscardableAttrs())
-      fused->setAttr(a.getName(), a.getValue());
+    fused->setDiscardableAttrs(forward->getDiscardableAttrDictionary());
     forward.getResult().replaceAllUsesWith(fused.getResult());
     forward.erase();
     if (backward) {
@@ -115,10 +102,9 @@ struct FuseSwigluPass : mlir::ptc::impl::FuseSwigluPassBase<FuseSwigluPass> {
                              ? backward->tMul.getOperation()
                              : backward->upGrad.getOperation();
       OpBuilder bb(first);
-      Value g = otherOperand(backward->upGrad, s);
+      Value g = otherOperand(backward->upGrad, silu.getResult());
       auto grad = SwigluGradOp::create(bb, backward->gateGrad.getLoc(), silu.getInput(), up, g);
-      for (NamedAttribute a : backward->gateGrad->getDiscardableAttrs())
-        grad->setAttr(a.getName(), a.getValue());
+      grad->setDiscardableAttrs(backward->gateGrad->getDiscardableAttrDictionary());
       backward->gateGrad.getResult().replaceAllUsesWith(grad.getGateGrad());
       backward->upGrad.getResult().replaceAllUsesWith(grad.getUpGrad());
       backward->gateGrad.erase();

@@ -10,6 +10,7 @@
 #include "runtime/plan/plan_ops.h"
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/kernel_call.h"
 
 #include <algorithm>
 #include <cmath>
@@ -473,8 +474,7 @@ Status InstructionChecker::check() {
       return fail("expects qkv [batch, seq, width] and [batch, seq, heads, head_dim], got ",
                   shapeStr(qkv), " and ", shapeStr(heads));
     const int64_t h = heads[2], d = heads[3], w = qkv[2];
-    if (h <= 0 || d <= 0 || w % d != 0 || w / d <= h || (w / d - h) % 2 != 0 ||
-        h % ((w / d - h) / 2) != 0)
+    if (!kernels::fusedQkvWidthFits(h, d, w))
       return fail("qkv's width ", w, " is not (", h, " heads + 2 * kv_heads) * ", d,
                   " with kv_heads dividing the heads");
     if (floats_[0] <= 0.0)
