@@ -156,6 +156,11 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(false)};
   PassOptions::Option<std::string> scheduleSvg{
       *this, "schedule-svg", llvm::cl::desc("Write the pipeline diagram (SVG) to this file")};
+  /// Not a command-line option: the layout planner compiles one micro-batch
+  /// to price a layout that accumulates gradients over several, whose plan
+  /// widens every micro-batch's gradients (ptc-fuse-gradient-widening applies
+  /// without accumulation only), and turns the pass off for that probe.
+  bool fuseGradientWidening = true;
 };
 
 /// [microbatch] -> autodiff -> optimizer -> cse -> [shard -> cse] -> [split-stages ->

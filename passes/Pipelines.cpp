@@ -190,6 +190,10 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // rules see plain matmuls and elementwise ops).
   pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());
   pm.addNestedPass<func::FuncOp>(createFuseSwigluPass());
+  // Mixed precision's updates read the bf16 gradients (after offload, which
+  // keeps host updates f32).
+  if (options.fuseGradientWidening)
+    pm.addNestedPass<func::FuncOp>(createFuseGradientWideningPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
     ReportMemoryPassOptions report;

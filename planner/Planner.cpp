@@ -634,9 +634,14 @@ struct Planner::Impl {
   }
 
   /// Compiles the model at `layers` layers and `batch` sequences with
-  /// ptc-compile `options` (cached).
-  const Probe &probe(int64_t layers, int64_t batch, const std::string &options, int pp) {
-    std::string key = std::to_string(layers) + "|" + std::to_string(batch) + "|" + options;
+  /// ptc-compile `options` (cached). `accumulates`: one micro-batch of a
+  /// layout that accumulates gradients over several (its updates read the
+  /// f32 sums, not the micro-batch's bf16 gradients: the probe keeps their
+  /// conversions, which the accumulating plan runs every micro-batch).
+  const Probe &probe(int64_t layers, int64_t batch, const std::string &options, int pp,
+                     bool accumulates = false) {
+    std::string key = std::to_string(layers) + "|" + std::to_string(batch) + "|" + options +
+                      (accumulates ? "|accumulates" : "");
     auto it = cache.find(key);
     if (it != cache.end())
       return it->second;
@@ -664,6 +669,7 @@ struct Planner::Impl {
         p.error = "cannot parse ptc-compile options '" + options + "'";
         return p;
       }
+      opts->fuseGradientWidening = !accumulates;
       buildCompilePipeline(pm, *opts);
       if (failed(pm.run(**module))) {
         p.error = diagnostics.empty() ? "the compiler refused it" : diagnostics;
@@ -817,8 +823,9 @@ struct Planner::Impl {
     Layout q = l;
     q.dp = std::min<int64_t>(l.dp, 2);
     std::string opts = probeOptions(q, false);
-    const Probe &one = probe(1, l.microBatch * q.dp * l.ep, opts, 1);
-    const Probe &two = probe(2, l.microBatch * q.dp * l.ep, opts, 1);
+    const bool accumulates = l.microbatches > 1;
+    const Probe &one = probe(1, l.microBatch * q.dp * l.ep, opts, 1, accumulates);
+    const Probe &two = probe(2, l.microBatch * q.dp * l.ep, opts, 1, accumulates);
     if (!one.error.empty() || !two.error.empty()) {
       error = one.error.empty() ? two.error : one.error;
       return out;
@@ -879,7 +886,9 @@ struct Planner::Impl {
     int64_t depth = model.layers() / l.pp;
     std::string opts = probeOptions(l, false);
     int64_t batch = l.microBatch * l.dp * l.ep;
-    auto at = [&](int64_t layers) -> const Probe & { return probe(layers, batch, opts, 1); };
+    auto at = [&](int64_t layers) -> const Probe & {
+      return probe(layers, batch, opts, 1, l.microbatches > 1);
+    };
     RankBytes m, perLayer;
     EndBytes ends;
     const Probe &lo = at(depth <= 8 ? 1 : 4), &hi = at(depth <= 8 ? depth : 8);

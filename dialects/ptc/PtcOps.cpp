@@ -340,6 +340,24 @@ static void printAttentionTypes(OpAsmPrinter &printer, Operation *, Type queryTy
     printer << ", " << keyType;
 }
 
+// An optimizer update's types: `type(param)` when the gradient has it, else
+// `type(param) grad(type)` (a narrower float gradient for an f32 parameter).
+static ParseResult parseOptimizerTypes(OpAsmParser &parser, Type &paramType, Type &gradType) {
+  if (parser.parseType(paramType))
+    return failure();
+  gradType = paramType;
+  if (failed(parser.parseOptionalKeyword("grad")))
+    return success();
+  return failure(parser.parseLParen() || parser.parseType(gradType) || parser.parseRParen());
+}
+
+static void printOptimizerTypes(OpAsmPrinter &printer, Operation *, Type paramType,
+                                Type gradType) {
+  printer << paramType;
+  if (gradType != paramType)
+    printer << " grad(" << gradType << ")";
+}
+
 LogicalResult mlir::ptc::verifyRowNorm(Operation *op, double epsilon) {
   // A forward normalization has a bias when it has three operands, its
   // gradient when it has three results.
@@ -817,7 +835,25 @@ LogicalResult checkHyperparameter(Operation *op, StringRef name, double value, d
 }
 } // namespace
 
+/// An optimizer update's gradient has the parameter's type, or its shape in
+/// bf16 or f16 for an f32 parameter (mixed precision's master weights).
+static LogicalResult verifyOptimizerGrad(Operation *op, Value param, Value grad) {
+  auto p = cast<RankedTensorType>(param.getType()), g = cast<RankedTensorType>(grad.getType());
+  if (g == p)
+    return success();
+  if (g.getShape() != p.getShape())
+    return op->emitOpError() << "gradient shape " << g << " differs from the parameter's " << p;
+  if (!p.getElementType().isF32() || !(g.getElementType().isBF16() || g.getElementType().isF16()))
+    return op->emitOpError() << "gradient type " << g
+                             << " must be the parameter's, or bf16 / f16 for an f32 parameter, "
+                                "not for "
+                             << p;
+  return success();
+}
+
 LogicalResult AdamWUpdateOp::verify() {
+  if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())))
+    return failure();
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||
       failed(checkHyperparameter(*this, "beta1", getBeta1().convertToDouble(), 0, true, 1)) ||
@@ -846,6 +882,8 @@ LogicalResult LrScheduleOp::verify() {
 }
 
 LogicalResult SgdUpdateOp::verify() {
+  if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())))
+    return failure();
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||
       failed(checkHyperparameter(*this, "momentum", getMomentum().convertToDouble(), 0, true, inf)) ||

@@ -40,7 +40,7 @@ def Ptc_LrScheduleOp : Ptc_Op<"lr_schedule", [DeclareOpInterfaceMethods<Ptc_Plan
 }
 
 def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
-    AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
+    AllTypesMatch<["param", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
                    "new_exp_avg_sq"]>]> {
   let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
   let description = [{
@@ -53,11 +53,16 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Pl
     v  = beta2 * v + (1 - beta2) * g * g
     p  = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
     ```
+    The gradient has the parameter's type, or (f32 master weights under
+    mixed precision, `ptc-fuse-gradient-widening`) its shape in bf16 or f16,
+    widened exactly as it is read: `grad(<type>)` after the parameter's type.
 
     ```mlir
     %p2, %m2, %v2 = ptc.adamw_update %p, %g, %m, %v, %t
         {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64,
          weight_decay = 0.1 : f64} : tensor<384x128xf32>, tensor<f32>
+    %q2, %n2, %w2 = ptc.adamw_update %q, %g16, %n, %w, %t {...}
+        : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad, Ptc_FloatTensor:$exp_avg,
@@ -70,13 +75,14 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Pl
                       Ptc_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`skip` `(` $skip^ `:` type($skip) `)`)?
-    (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:` type($param) `,` type($step)
+    (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:`
+    custom<OptimizerTypes>(type($param), type($grad)) `,` type($step)
   }];
   let hasVerifier = 1;
 }
 
 def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
-    AllTypesMatch<["param", "grad", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
+    AllTypesMatch<["param", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
   let summary = "one SGD step with momentum (torch.optim.SGD semantics, dampening 0)";
   let description = [{
     ```
@@ -85,6 +91,8 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanIn
     p = p - lr * b
     ```
     With `skip` (a scalar, dynamic loss scaling) non-zero, nothing changes.
+    The gradient may be bf16 or f16 for an f32 parameter, as in
+    `ptc.adamw_update`.
 
     ```mlir
     %p2, %b2 = ptc.sgd_update %p, %g, %b {lr = 0.1 : f64, momentum = 0.9 : f64,
@@ -98,7 +106,8 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanIn
   let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_momentum_buffer);
   let assemblyFormat = [{
     $param `,` $grad `,` $momentum_buffer (`skip` `(` $skip^ `:` type($skip) `)`)?
-    (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:` type($param)
+    (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:`
+    custom<OptimizerTypes>(type($param), type($grad))
   }];
   let hasVerifier = 1;
 }

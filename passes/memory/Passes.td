@@ -78,6 +78,32 @@ def FuseSwigluPass : Pass<"ptc-fuse-swiglu", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseGradientWideningPass : Pass<"ptc-fuse-gradient-widening", "::mlir::func::FuncOp"> {
+  let summary = "Optimizer updates read bf16 / f16 gradients directly";
+  let description = [{
+    After sharding, collectives and offload, before `ptc-plan-memory`. Mixed
+    precision computes gradients in bf16 (or f16) and converts each to f32
+    for the update of its f32 master weight. Where such a `ptc.convert` feeds
+    only a `ptc.adamw_update` or `ptc.sgd_update` on the device, the update
+    takes the low-precision gradient itself and widens it as it reads it (the
+    same values: widening is exact). The f32 gradient buffers go: the arena
+    no longer holds an f32 copy of every gradient until the optimizer step,
+    and the step no longer writes and reads them back. Updates offloaded to
+    the host (`ptc.on_host`) keep their f32 gradients.
+
+    Input:
+    ```mlir
+    %g = ptc.convert %g16 {ptc.backward} : tensor<768x256xbf16> -> tensor<768x256xf32>
+    %p2, %m2, %v2 = ptc.adamw_update %p, %g, %m, %v, %t {...} : tensor<768x256xf32>, tensor<f32>
+    ```
+    Output:
+    ```mlir
+    %p2, %m2, %v2 = ptc.adamw_update %p, %g16, %m, %v, %t {...}
+        : tensor<768x256xf32> grad(tensor<768x256xbf16>), tensor<f32>
+    ```
+  }];
+}
+
 def FuseMatmulBiasPass : Pass<"ptc-fuse-matmul-bias", "::mlir::func::FuncOp"> {
   let summary = "Bias adds after matmuls as the matmuls' epilogue";
   let description = [{

@@ -711,12 +711,18 @@ Status InstructionChecker::check() {
     if (layout.lr >= 0)
       PTC_RETURN_IF_ERROR(expectShape(in(static_cast<size_t>(layout.lr)), {}, "scheduled learning rate"));
     // The parameter, its gradient and state share one float type (bf16 for a
-    // model built in bf16); the step count, skip flag and rate are f32 scalars.
+    // model built in bf16), except that an f32 parameter's gradient may be
+    // bf16 or f16 (ptc-fuse-gradient-widening: widened as it is read); the
+    // step count, skip flag and rate are f32 scalars.
     for (size_t i = 0; i < in_.size(); ++i) {
       DType want = i < (adam ? 4u : 3u) ? tensors_[in_[0]].dtype : DType::F32;
-      if (tensors_[in_[i]].dtype != want)
-        return fail("input #", i, " ('", tensors_[in_[i]].name, "') is ",
-                    dtypeName(tensors_[in_[i]].dtype), ", expected ", dtypeName(want));
+      DType have = tensors_[in_[i]].dtype;
+      const bool narrowGrad = i == 1 && want == DType::F32 &&
+                              (have == DType::BF16 || have == DType::F16);
+      if (have != want && !narrowGrad)
+        return fail("input #", i, " ('", tensors_[in_[i]].name, "') is ", dtypeName(have),
+                    ", expected ", dtypeName(want),
+                    i == 1 && want == DType::F32 ? " (or bf16 / f16)" : "");
     }
     if (tensors_[in_[0]].dtype == DType::I32)
       return fail("the parameter is i32, expected a float type");

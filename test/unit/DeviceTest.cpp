@@ -212,6 +212,79 @@ TEST(ExecutorOptimizerGroups, ConsecutiveAdamWWithTheSameSettingsRunAsOneCall) {
   }
 }
 
+// ptc-fuse-gradient-widening hands an f32 parameter's update its bf16
+// gradient: the result must be bitwise the update of the gradient widened
+// to f32 (widening is exact), for AdamW and SGD; such updates run on their
+// own, outside the multi-tensor groups of f32 ones.
+TEST(ExecutorOptimizerGroups, UpdatesReadingBf16GradientsEqualTheWidenedOnes) {
+  using plan::DType;
+  using plan::OpCode;
+  using plan::TensorKind;
+  using test::InstDesc;
+  // p0 / p2 take bf16 gradients, p1 / p3 the same values in f32.
+  std::vector<test::TensorDesc> t{{"step", TensorKind::OptimizerState, {}}};
+  for (int p = 0; p < 4; ++p) {
+    std::string n = "p" + std::to_string(p);
+    t.push_back({n, TensorKind::Parameter, {37}});
+    t.push_back({n + ".grad", TensorKind::Input, {37}, -1, p % 2 == 0 ? DType::BF16 : DType::F32});
+    t.push_back({n + ".m", TensorKind::OptimizerState, {37}});
+    t.push_back({n + ".v", TensorKind::OptimizerState, {37}});
+  }
+  std::vector<InstDesc> insts;
+  for (int p = 0; p < 2; ++p) {
+    int32_t b = 1 + 4 * p;
+    insts.push_back(InstDesc{OpCode::AdamWUpdate, {b, b + 1, b + 2, b + 3, 0}, {b, b + 2, b + 3},
+                             {}, {1e-3, 0.9, 0.95, 1e-8, 0.1}});
+  }
+  for (int p = 2; p < 4; ++p) {
+    int32_t b = 1 + 4 * p;
+    insts.push_back(InstDesc{OpCode::SgdUpdate, {b, b + 1, b + 2}, {b, b + 2}, {}, {0.1, 0.9, 0.01}});
+  }
+  auto loaded = LoadedPlan::loadBytes(test::buildPlan(t, insts, 0), "widening.plan");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  auto counting = std::make_unique<CountingDevice>();
+  CountingDevice *dev = counting.get();
+  auto ex = Executor::create(*loaded, 0, std::move(counting));
+  ASSERT_TRUE(ex.isOk()) << ex.status().message();
+  std::vector<float> one{1.0f};
+  ASSERT_TRUE((*ex)->loadFromWhole(0, one.data()).isOk());
+  for (int pair = 0; pair < 2; ++pair) {
+    // Gradient values bf16 holds exactly, the same parameters and moments.
+    std::vector<uint16_t> g16(37);
+    std::vector<float> g = randomVector(37, 3 + pair);
+    for (size_t i = 0; i < g.size(); ++i) {
+      g16[i] = kernels::f32ToBf16(g[i]);
+      g[i] = kernels::bf16ToF32(g16[i]);
+    }
+    for (int p : {2 * pair, 2 * pair + 1}) {
+      int32_t b = 1 + 4 * p;
+      ASSERT_TRUE((*ex)->loadFromWhole(b, randomVector(37, 11 + pair).data()).isOk());
+      ASSERT_TRUE((*ex)->loadFromWhole(b + 2, randomVector(37, 13 + pair).data()).isOk());
+      if (p < 2) { // AdamW's second moment, non-negative
+        std::vector<float> v = randomVector(37, 17);
+        for (float &x : v)
+          x = std::fabs(x);
+        ASSERT_TRUE((*ex)->loadFromWhole(b + 3, v.data()).isOk());
+      }
+      ASSERT_TRUE((*ex)->loadFromWhole(b + 1, p % 2 == 0 ? static_cast<const void *>(g16.data())
+                                                         : g.data())
+                      .isOk());
+    }
+  }
+  ASSERT_TRUE((*ex)->step().isOk());
+  EXPECT_TRUE(dev->groups.empty()); // no group: p0's update is not an all-f32 one
+  for (int pair = 0; pair < 2; ++pair)
+    for (int32_t k : {0, 2, 3}) {
+      if (pair == 1 && k == 3)
+        continue; // SGD has no second moment
+      int32_t a = 1 + 8 * pair + k, b = a + 4;
+      auto x = (*ex)->gatherWhole(a), y = (*ex)->gatherWhole(b);
+      ASSERT_TRUE(x.isOk() && y.isOk());
+      EXPECT_EQ(*x, *y) << "tensors " << a << " and " << b;
+      EXPECT_NE(*x, randomVector(37, 11 + pair)) << "tensor " << a << " was not updated";
+    }
+}
+
 // ---- CUDA against CPU ----------------------------------------------------------
 
 /// Runs `body` on the CPU and on the GPU device with the same inputs and

@@ -17,6 +17,7 @@ struct TensorDesc {
   plan::TensorKind kind;
   std::vector<int64_t> shape;
   int64_t offset = -1;
+  plan::DType dtype = plan::DType::F32;
 };
 struct InstDesc {
   plan::OpCode op;
@@ -26,7 +27,7 @@ struct InstDesc {
   std::string function; // Unary, UnaryGrad
 };
 
-/// A plan of f32 tensors and instructions; output "loss" is tensor 2. `mesh`:
+/// A plan of tensors (f32 unless they say) and instructions; output "loss" is tensor 2. `mesh`:
 /// (axis name, size) pairs.
 inline std::vector<uint8_t>
 buildPlan(const std::vector<TensorDesc> &tensors, const std::vector<InstDesc> &insts,
@@ -41,7 +42,7 @@ buildPlan(const std::vector<TensorDesc> &tensors, const std::vector<InstDesc> &i
   }
   std::vector<fb::Offset<plan::Tensor>> ts;
   for (const TensorDesc &t : tensors)
-    ts.push_back(plan::CreateTensor(b, b.CreateString(t.name), 0, 0, t.kind, plan::DType::F32,
+    ts.push_back(plan::CreateTensor(b, b.CreateString(t.name), 0, 0, t.kind, t.dtype,
                                     b.CreateVector(t.shape), t.offset, plan::InitKind::Zeros));
   std::vector<fb::Offset<plan::Instruction>> is;
   for (const InstDesc &i : insts)

@@ -188,6 +188,34 @@ TEST(PlanLoader, ChecksGatedActivationShapesAndFunction) {
       << unknown;
 }
 
+// An update's parameter, gradient and state share one float type, except
+// that an f32 parameter's gradient may be bf16 or f16 (read widened).
+TEST(PlanLoader, ChecksOptimizerUpdateDtypes) {
+  using plan::DType;
+  using plan::TensorKind;
+  auto load = [](DType param, DType grad) {
+    std::vector<TensorDesc> tensors = {{"step", TensorKind::OptimizerState, {}},
+                                       {"p", TensorKind::Parameter, {4}, -1, param},
+                                       {"g", TensorKind::Input, {4}, -1, grad},
+                                       {"m", TensorKind::OptimizerState, {4}, -1, param},
+                                       {"v", TensorKind::OptimizerState, {4}, -1, param}};
+    return loadError(buildPlan(tensors,
+                               {{plan::OpCode::AdamWUpdate, {1, 2, 3, 4, 0}, {1, 3, 4}, {},
+                                 {1e-3, 0.9, 0.95, 1e-8, 0.0}},
+                                {plan::OpCode::SgdUpdate, {1, 2, 3}, {1, 3}, {}, {0.1, 0.9, 0.0}}},
+                               0));
+  };
+  EXPECT_EQ(load(DType::F32, DType::F32), "");
+  EXPECT_EQ(load(DType::F32, DType::BF16), "");
+  EXPECT_EQ(load(DType::F32, DType::F16), "");
+  EXPECT_EQ(load(DType::BF16, DType::BF16), "");
+  std::string wider = load(DType::BF16, DType::F32);
+  EXPECT_NE(wider.find("input #1 ('g') is F32, expected BF16"), std::string::npos) << wider;
+  std::string ints = load(DType::F32, DType::I32);
+  EXPECT_NE(ints.find("input #1 ('g') is I32, expected F32 (or bf16 / f16)"), std::string::npos)
+      << ints;
+}
+
 TEST(PlanLoader, RejectsWrongAttributeCount) {
   auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0}, {}}}, 32);
   EXPECT_NE(loadError(bytes).find("expects 2 integer and 0 float attributes"), std::string::npos);

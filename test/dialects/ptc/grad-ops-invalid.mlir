@@ -194,6 +194,22 @@ func.func @adamw_eps(%p: tensor<4xf32>, %t: tensor<f32>) -> tensor<4xf32> {
 
 // -----
 
+func.func @adamw_grad_shape(%p: tensor<4xf32>, %g: tensor<5xbf16>, %t: tensor<f32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ptc.adamw_update' op gradient shape 'tensor<5xbf16>' differs from the parameter's 'tensor<4xf32>'}}
+  %a, %b, %c = ptc.adamw_update %p, %g, %p, %p, %t {lr = 1.0 : f64, beta1 = 0.9 : f64, beta2 = 0.9 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<4xf32> grad(tensor<5xbf16>), tensor<f32>
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+func.func @sgd_wider_grad(%p: tensor<4xbf16>, %g: tensor<4xf32>) -> tensor<4xbf16> {
+  // expected-error @+1 {{'ptc.sgd_update' op gradient type 'tensor<4xf32>' must be the parameter's, or bf16 / f16 for an f32 parameter, not for 'tensor<4xbf16>'}}
+  %a, %b = ptc.sgd_update %p, %g, %p {lr = 1.0 : f64, momentum = 0.5 : f64, weight_decay = 0.0 : f64} : tensor<4xbf16> grad(tensor<4xf32>)
+  return %a : tensor<4xbf16>
+}
+
+// -----
+
 func.func @sgd_momentum(%p: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @+1 {{'ptc.sgd_update' op momentum = -0.5 must be in [0, inf)}}
   %a, %b = ptc.sgd_update %p, %p, %p {lr = 1.0 : f64, momentum = -0.5 : f64, weight_decay = 0.0 : f64} : tensor<4xf32>

@@ -52,11 +52,16 @@ func.func @moe_grads(%l: tensor<512x8xf32>, %e: tensor<512x2xi32>, %w: tensor<51
 }
 
 // CHECK-LABEL: func.func @optimizer
-func.func @optimizer(%p: tensor<384x128xf32>, %t: tensor<f32>, %b: tensor<384xf32>) -> (tensor<384x128xf32>, tensor<384xf32>, tensor<f32>) {
+func.func @optimizer(%p: tensor<384x128xf32>, %t: tensor<f32>, %b: tensor<384xf32>, %g16: tensor<384x128xbf16>, %b16: tensor<384xf16>) -> (tensor<384x128xf32>, tensor<384xf32>, tensor<f32>) {
   // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = ptc.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = 0.94999999999999996 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-01 : f64} : tensor<384x128xf32>, tensor<f32>
   %p2, %m2, %v2 = ptc.adamw_update %p, %p, %p, %p, %t {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64} : tensor<384x128xf32>, tensor<f32>
   // CHECK: %{{.*}}, %{{.*}} = ptc.sgd_update %{{.*}}, %{{.*}}, %{{.*}} {lr = 1.000000e-01 : f64, momentum = 9.000000e-01 : f64, weight_decay = 0.000000e+00 : f64} : tensor<384xf32>
   %b2, %mb = ptc.sgd_update %b, %b, %b {lr = 0.1 : f64, momentum = 0.9 : f64, weight_decay = 0.0 : f64} : tensor<384xf32>
+  // A bf16 gradient for an f32 parameter (ptc-fuse-gradient-widening).
+  // CHECK: ptc.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {{{.*}}} : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>
+  %q2, %n2, %w2 = ptc.adamw_update %p, %g16, %p, %p, %t {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64} : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>
+  // CHECK: ptc.sgd_update %{{.*}}, %{{.*}}, %{{.*}} {{{.*}}} : tensor<384xf32> grad(tensor<384xf16>)
+  %b3, %mb3 = ptc.sgd_update %b, %b16, %b {lr = 0.1 : f64, momentum = 0.9 : f64, weight_decay = 0.0 : f64} : tensor<384xf32> grad(tensor<384xf16>)
   // CHECK: %{{.*}}:2, %{{.*}} = ptc.clip_grad_norm %{{.*}}, %{{.*}} {max_norm = 1.000000e+00 : f64} : (tensor<384x128xf32>, tensor<384xf32>) -> (tensor<384x128xf32>, tensor<384xf32>, tensor<f32>)
   %c:2, %n = ptc.clip_grad_norm %p2, %b2 {max_norm = 1.0 : f64} : (tensor<384x128xf32>, tensor<384xf32>) -> (tensor<384x128xf32>, tensor<384xf32>, tensor<f32>)
   return %c#0, %c#1, %n : tensor<384x128xf32>, tensor<384xf32>, tensor<f32>
