@@ -793,6 +793,63 @@ TEST(Kernels, Bf16ArithmeticAndActivationsRoundOnceLikeWidening) {
   }
 }
 
+// bf16 activations compute in f32 and round each result once: every result
+// must be f32ToBf16's rounding of the f32 kernel's value, on every bf16 bit
+// pattern as input (denormal, NaN, infinite results among them; a NaN's
+// payload may differ between the f32 and bf16 loops, its being NaN may not),
+// over a length that leaves partial vectors and splits over the threads.
+// (AVX512-BF16's conversion would flush the denormals: this is what keeps
+// it from replacing the software rounding unchecked.)
+TEST(Kernels, Bf16ActivationsRoundEveryValueLikeSoftware) {
+  using ptc::kernels::OpKind;
+  const int64_t n = 3 * 65536 + 7;
+  const Shape shape{n};
+  std::vector<uint16_t> x16(n), g16(n), out16(n), out16b(n);
+  std::vector<float> x(n), g(n), ref(n), refb(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x16[i] = static_cast<uint16_t>(i * 40503u); // every pattern, shuffled
+    g16[i] = static_cast<uint16_t>(i);
+    x[i] = bf16ToF32(x16[i]);
+    g[i] = bf16ToF32(g16[i]);
+  }
+  auto expectRounded = [&](const std::vector<uint16_t> &got, const std::vector<float> &want,
+                           const char *what) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i]))
+        ASSERT_TRUE(std::isnan(bf16ToF32(got[i]))) << what << " at " << i;
+      else
+        ASSERT_EQ(got[i], f32ToBf16(want[i])) << what << " at " << i << " (x bits " << x16[i] << ")";
+    }
+  };
+  for (UnaryFunction fn : {UnaryFunction::Relu, UnaryFunction::Gelu, UnaryFunction::Silu}) {
+    ASSERT_TRUE(runKernel(OpKind::Unary, {bf(x16, shape)}, {bf(out16, shape)}, {}, {}, fn).isOk());
+    ASSERT_TRUE(runKernel(OpKind::Unary, {view(x, shape)}, {view(ref, shape)}, {}, {}, fn).isOk());
+    expectRounded(out16, ref, "activation");
+    ASSERT_TRUE(runKernel(OpKind::UnaryGrad, {bf(x16, shape), bf(g16, shape)}, {bf(out16, shape)},
+                          {}, {}, fn)
+                    .isOk());
+    ASSERT_TRUE(runKernel(OpKind::UnaryGrad, {view(x, shape), view(g, shape)}, {view(ref, shape)},
+                          {}, {}, fn)
+                    .isOk());
+    expectRounded(out16, ref, "activation gradient");
+    ASSERT_TRUE(runKernel(OpKind::GatedUnary, {bf(x16, shape), bf(g16, shape)}, {bf(out16, shape)},
+                          {}, {}, fn)
+                    .isOk());
+    ASSERT_TRUE(runKernel(OpKind::GatedUnary, {view(x, shape), view(g, shape)}, {view(ref, shape)},
+                          {}, {}, fn)
+                    .isOk());
+    expectRounded(out16, ref, "gated activation");
+    ASSERT_TRUE(runKernel(OpKind::GatedUnaryGrad, {bf(x16, shape), bf(g16, shape), bf(x16, shape)},
+                          {bf(out16, shape), bf(out16b, shape)}, {}, {}, fn)
+                    .isOk());
+    ASSERT_TRUE(runKernel(OpKind::GatedUnaryGrad, {view(x, shape), view(g, shape), view(x, shape)},
+                          {view(ref, shape), view(refb, shape)}, {}, {}, fn)
+                    .isOk());
+    expectRounded(out16, ref, "gated gate gradient");
+    expectRounded(out16b, refb, "gated up gradient");
+  }
+}
+
 // Causal attention and its gradient on bf16 storage. With bf16 instructions
 // (nativeBf16: AVX512-BF16) the products are bf16 dot products, the
 // probabilities and the scores' gradient rounded to bf16 for them: within
