@@ -33,10 +33,13 @@ inline void storeAs(uint16_t *p, int64_t i, float v) { p[i] = f32ToBf16(v); }
 /// and inline so that its loops vectorize whole without a library call:
 /// 2^n * e^r with n = round(x / ln 2), r in [-ln 2 / 2, ln 2 / 2] and e^r from
 /// its degree-6 Taylor polynomial (relative error below 2e-7, as libm's expf
-/// within a few ulp); 0 below -87 (where expf underflows too).
+/// within a few ulp); 0 below -87 (where expf underflows too); NaN for NaN
+/// (its power of two taken from 0: converting a NaN, or an infinity, to an
+/// integer is undefined).
 inline float expNonPositive(float x) {
   x = x < -87.0f ? -87.0f : x;
-  float n = std::nearbyint(x * 1.44269504088896341f);
+  const float bounded = x <= 88.0f ? x : 0.0f;
+  float n = std::nearbyint(bounded * 1.44269504088896341f);
   float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
