@@ -143,53 +143,44 @@ void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int
 
 void addElementwiseKernels(KernelTable &t) {
   // Activations compute natively on bf16 storage (f32 math).
+  using internal::as;
   t.add(
       OpKind::Unary,
       [](const KernelCall &c) {
-        const TensorView &in = c.input(0), &out = c.output(0);
-        if (in.dtype == DType::BF16)
-          unaryOf(c.function, internal::bf16In(in), internal::bf16Out(out), in.elements);
-        else
-          unaryOf(c.function, in.f32(), out.f32(), in.elements);
-        return KernelResult::ok();
-      },
-      internal::f32OrBf16);
-  t.add(
-      OpKind::GatedUnary,
-      [](const KernelCall &c) {
-        const TensorView &gate = c.input(0), &up = c.input(1), &out = c.output(0);
-        if (gate.dtype == DType::BF16)
-          gatedOf(c.function, internal::bf16In(gate), internal::bf16In(up),
-                  internal::bf16Out(out), gate.elements);
-        else
-          gatedOf(c.function, gate.f32(), up.f32(), out.f32(), gate.elements);
-        return KernelResult::ok();
-      },
-      internal::f32OrBf16);
-  t.add(
-      OpKind::GatedUnaryGrad,
-      [](const KernelCall &c) {
-        const TensorView &gate = c.input(0), &up = c.input(1), &g = c.input(2);
-        if (gate.dtype == DType::BF16)
-          gatedGradOf(c.function, internal::bf16In(gate), internal::bf16In(up),
-                      internal::bf16In(g), internal::bf16Out(c.output(0)),
-                      internal::bf16Out(c.output(1)), gate.elements);
-        else
-          gatedGradOf(c.function, gate.f32(), up.f32(), g.f32(), c.output(0).f32(),
-                      c.output(1).f32(), gate.elements);
-        return KernelResult::ok();
+        return internal::onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          unaryOf(c.function, as<T>(c.input(0)), as<T>(c.output(0)), c.input(0).elements);
+        });
       },
       internal::f32OrBf16);
   t.add(
       OpKind::UnaryGrad,
       [](const KernelCall &c) {
-        const TensorView &x = c.input(0), &g = c.input(1), &out = c.output(0);
-        if (x.dtype == DType::BF16)
-          unaryGradOf(c.function, internal::bf16In(x), internal::bf16In(g), internal::bf16Out(out),
-                      x.elements);
-        else
-          unaryGradOf(c.function, x.f32(), g.f32(), out.f32(), x.elements);
-        return KernelResult::ok();
+        return internal::onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          unaryGradOf(c.function, as<T>(c.input(0)), as<T>(c.input(1)), as<T>(c.output(0)),
+                      c.input(0).elements);
+        });
+      },
+      internal::f32OrBf16);
+  t.add(
+      OpKind::GatedUnary,
+      [](const KernelCall &c) {
+        return internal::onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          gatedOf(c.function, as<T>(c.input(0)), as<T>(c.input(1)), as<T>(c.output(0)),
+                  c.input(0).elements);
+        });
+      },
+      internal::f32OrBf16);
+  t.add(
+      OpKind::GatedUnaryGrad,
+      [](const KernelCall &c) {
+        return internal::onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          gatedGradOf(c.function, as<T>(c.input(0)), as<T>(c.input(1)), as<T>(c.input(2)),
+                      as<T>(c.output(0)), as<T>(c.output(1)), c.input(0).elements);
+        });
       },
       internal::f32OrBf16);
 }

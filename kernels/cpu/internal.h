@@ -92,6 +92,19 @@ inline float sumExpShifted(const float *x, int64_t n, float mx) {
 }
 
 /// A view's bf16 storage (the kernels that compute natively on bf16).
+/// A view's data as T (the entry checked its element type).
+template <typename T> T *as(const TensorView &v) { return static_cast<T *>(v.data); }
+
+/// Runs `body` with a value of the call's storage type (its first output's):
+/// float, or uint16_t for bf16 (entries that accept f32OrBf16).
+template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) {
+  if (c.output(0).dtype == DType::BF16)
+    body(uint16_t{});
+  else
+    body(float{});
+  return KernelResult::ok();
+}
+
 inline const uint16_t *bf16In(const TensorView &v) { return static_cast<const uint16_t *>(v.data); }
 inline uint16_t *bf16Out(const TensorView &v) { return static_cast<uint16_t *>(v.data); }
 

@@ -214,17 +214,6 @@ void rmsNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, int64_t rows,
   sumPartials(partials, threads, cols, 0, 1, dw);
 }
 
-/// A view's data as T (the entry checked its element type).
-template <typename T> T *as(const TensorView &v) { return static_cast<T *>(v.data); }
-
-/// Runs `body` with the call's element type: float or uint16_t (bf16).
-template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) {
-  if (c.output(0).dtype == DType::BF16)
-    body(uint16_t{});
-  else
-    body(float{});
-  return KernelResult::ok();
-}
 } // namespace
 
 namespace {

@@ -557,6 +557,9 @@ void addAttentionKernels(KernelTable &t) {
   // strided blocks in place yet.
   t.add(OpKind::CausalAttentionQkv, [](const KernelCall &c) {
     const TensorView &qkv = c.input(0);
+    // The result [batch, seq, heads, dim] carries the head size.
+    if (KernelResult r = attentionShapeSupported(c.output(0)); !r.isOk())
+      return r;
     const FusedQkvDims f = fusedQkvDims(qkv, c.output(0));
     const AttentionDims &a = f.dims;
     const FusedBlocks b = fusedBlocks(f);
@@ -573,6 +576,9 @@ void addAttentionKernels(KernelTable &t) {
   });
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
     const TensorView &qkv = c.input(0);
+    // The incoming gradient [batch, seq, heads, dim] carries the head size.
+    if (KernelResult r = attentionShapeSupported(c.input(1)); !r.isOk())
+      return r;
     const FusedQkvDims f = fusedQkvDims(qkv, c.input(1));
     const AttentionDims &a = f.dims;
     const FusedBlocks b = fusedBlocks(f);

@@ -2,6 +2,7 @@
 // (always), and every kernel of the CUDA device against the CPU device's on
 // the same inputs (label `gpu`: "skipped: no GPU" without one).
 
+#include "kernels/cuda/kernels.h"
 #include "runtime/device/cpu_device.h"
 #include "runtime/device/device.h"
 #include "runtime/exec/executor.h"
@@ -559,6 +560,27 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
         return out;
       },
       1e-4f);
+}
+
+// Heads larger than the CUDA attention kernels take are refused, naming the
+// head size, in either layout (the fused projection's entries check the
+// heads of their result or incoming gradient before copying the blocks out).
+TEST_F(CudaConformance, AttentionRefusesHeadsBeyondTheKernel) {
+  const int64_t d = kernels::cuda::kMaxAttentionDim * 2;
+  const Shape hs{1, 1, 2, d}, fs{1, 2, 3 * d}, os{1, 2, 1, d};
+  Mem m(*gpu_);
+  float *a = m.zeros(static_cast<size_t>(2 * d)), *b = m.zeros(static_cast<size_t>(2 * d));
+  float *f = m.zeros(static_cast<size_t>(6 * d)), *df = m.zeros(static_cast<size_t>(6 * d));
+  const std::string want = "head dimension " + std::to_string(d);
+  for (Status s : {run(*gpu_, kernels::OpKind::CausalAttention, {{a, hs}, {a, hs}, {a, hs}},
+                       {{b, hs}}, {}, {0.25}),
+                   run(*gpu_, kernels::OpKind::CausalAttentionQkv, {{f, fs}}, {{b, os}}, {},
+                       {0.25}),
+                   run(*gpu_, kernels::OpKind::CausalAttentionQkvGrad, {{f, fs}, {a, os}},
+                       {{df, fs}}, {}, {0.25})}) {
+    EXPECT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
+  }
 }
 
 TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
