@@ -131,11 +131,18 @@ def torch_thread_sweep(a, cores):
     `cores`, with OpenBLAS as this machine's environment configures it ("pinned": it
     sets OPENBLAS_CORETYPE=Haswell) and with those settings unset for that one command
     ("unpinned": OpenBLAS picks its kernels for this CPU, as a user benchmarking here
-    would): {(intra, blas, "pinned"|"unpinned"): seconds} (torch_step_seconds)."""
+    would): {(intra, blas, "pinned"|"unpinned"): seconds} (torch_step_seconds). Where the
+    environment sets neither variable the two are the same command, run once ("as set")."""
+    variants = ("pinned", "unpinned") if openblas_pinned() else ("as set",)
     return {(intra, blas, openblas): torch_step_seconds(a, (intra, blas, openblas))
-            for openblas in ("pinned", "unpinned")
+            for openblas in variants
             for intra in range(1, cores + 1)
             for blas in range(1, cores + 1)}
+
+
+def openblas_pinned():
+    """Whether this environment configures OpenBLAS's kernels (OPENBLAS_CORETYPE / L2 size)."""
+    return any(v in os.environ for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"))
 
 
 def torch_step_seconds(a, key):

@@ -5,7 +5,7 @@ machine and cores, in one invocation. PyTorch runs at every combination of intra
 threads and OpenBLAS threads from 1 to --threads, each in its own process with the
 environment set before PyTorch and OpenBLAS start; ptc-run is compared with the best.
 PyTorch also runs with OpenBLAS unpinned (this machine's OPENBLAS_CORETYPE/L2 settings
-unset for that command). Prints per-step times, the ratio, and model FLOP/s as a
+unset for that command), where the environment sets them. Prints per-step times, the ratio, and model FLOP/s as a
 fraction of oneDNN's sgemm throughput on the same threads (the GEMM bound). With
 --precision bf16, ptc-run's fp32 step runs too and the bf16 / fp32 ratio is printed.
 The ratios are medians over --rounds paired rounds: after the sweep picks PyTorch's best
@@ -70,14 +70,28 @@ def main():
         # bf16: ptc's own fp32 step too, in the same rounds, for the bf16 / fp32 ratio.
         fp32_plan = compile_plan("fp32") if a.precision == "bf16" else None
 
+        # bf16 on a CPU without bf16 instructions: ptc-run widens to f32 (its log
+        # says so), and PyTorch's autocast falls to kernels that take seconds per
+        # step, so PyTorch runs 3 steps (after 1) per measurement there.
+        native_bf16 = True
+        if a.precision == "bf16":
+            probe = subprocess.run([binp("ptc-run"), plan, "--data", w("data.bin"), "--steps", "1",
+                                    "--threads", str(a.threads), "--log-every", "0"], env=env,
+                                   check=True, capture_output=True, text=True)
+            native_bf16 = "widened to f32" not in probe.stdout + probe.stderr
+        torch_a = a
+        if not native_bf16:
+            torch_a = argparse.Namespace(**vars(a))
+            torch_a.steps, torch_a.warmup = 3, 1
+
         # PyTorch at every (intra-op, BLAS) thread combination picks its best
         # configuration; then the paired rounds.
-        torch_runs = common.torch_thread_sweep(a, a.threads)
+        torch_runs = common.torch_thread_sweep(torch_a, a.threads)
         best_key = min(torch_runs, key=torch_runs.get)
         runs = [("ptc", lambda: ptc_step(plan))]
         if fp32_plan:
             runs.append(("ptc-fp32", lambda: ptc_step(fp32_plan)))
-        runs.append(("pytorch", lambda: common.torch_step_seconds(a, best_key)))
+        runs.append(("pytorch", lambda: common.torch_step_seconds(torch_a, best_key)))
         rounds = common.paired_rounds(a.rounds, runs)
 
     flops = common.flops_of(a)
@@ -86,6 +100,9 @@ def main():
           f"vocab {V}, AdamW, {a.precision}{' (PyTorch: CPU autocast)' if a.precision == 'bf16' else ''}, "
           f"{a.threads} threads, median of {a.steps} steps")
     print(sgemm_out.rstrip())
+    if not native_bf16:
+        print("this CPU has no bf16 instructions: ptc-run widens bf16 to f32 (bf16 matmul: widened "
+              "to f32), PyTorch's autocast runs its fallback kernels (median of 3 steps after 1)")
     print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP")
     for key, t in sorted(torch_runs.items()):
         print(f"{common.sweep_name(key)}: {t * 1e3:8.1f} ms{'  <- best' if key == best_key else ''}")
