@@ -83,27 +83,6 @@ inline void blockRows(const float *a, int64_t rowStride, int64_t colStride, cons
   storeBlock<R>(acc, c, ldc, m0, m1, accumulate);
 }
 
-template <int R = kRows>
-inline void blockOf(int64_t rows, const float *a, int64_t rowStride, int64_t colStride,
-                    const float *b, int64_t ldb, float *c, int64_t ldc, int64_t k, int64_t cols,
-                    bool accumulate) {
-  if constexpr (R > 1) {
-    if (rows < R)
-      return blockOf<R - 1>(rows, a, rowStride, colStride, b, ldb, c, ldc, k, cols, accumulate);
-  }
-  blockRows<R>(a, rowStride, colStride, b, ldb, c, ldc, k, cols, accumulate);
-}
-
-/// C[m][n] (+)= A * B[k][n] with A(r, p) = a[r * rowStride + p * colStride]:
-/// A [m][k] row-major is (lda, 1), A^T of a row-major [k][m] is (1, lda).
-/// `accumulate` adds to C instead of overwriting it.
-void product(const float *a, int64_t rowStride, int64_t colStride, const float *b, int64_t ldb,
-             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
-  for (int64_t i = 0; i < m; i += kRows)
-    for (int64_t j = 0; j < n; j += kCols)
-      blockOf(std::min(kRows, m - i), a + i * rowStride, rowStride, colStride, b + j, ldb,
-              c + i * ldc + j, ldc, k, std::min(kCols, n - j), accumulate);
-}
 #elif defined(__AVX2__) && defined(__FMA__)
 // Register block of the products with AVX2: up to 6 rows x 2 vectors of 8
 // accumulators (12 of the 16 registers, the other 3 for B's two vectors and
@@ -176,6 +155,9 @@ inline void blockRows(const float *a, int64_t rowStride, int64_t colStride, cons
   }
 }
 
+#endif
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 template <int R = kRows>
 inline void blockOf(int64_t rows, const float *a, int64_t rowStride, int64_t colStride,
                     const float *b, int64_t ldb, float *c, int64_t ldc, int64_t k, int64_t cols,
@@ -241,9 +223,10 @@ void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ld
 }
 
 #ifdef __AVX512F__
-/// out[c][r] = in[r][c] for a 16 x 16 block: 32-bit and 64-bit unpacks within
-/// 128-bit lanes, then two rounds of lane shuffles (no scalar moves).
-inline void transpose16(const float *in, int64_t ldi, float *out, int64_t ldo) {
+/// out[c][r] = in[r][c] for a kTile x kTile block, 16 x 16: 32-bit and 64-bit
+/// unpacks within 128-bit lanes, then two rounds of lane shuffles (no scalar moves).
+constexpr int64_t kTile = 16;
+inline void transposeTile(const float *in, int64_t ldi, float *out, int64_t ldo) {
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i)
     r[i] = _mm512_loadu_ps(in + i * ldi);
@@ -276,9 +259,10 @@ inline void transpose16(const float *in, int64_t ldi, float *out, int64_t ldo) {
   }
 }
 #elif defined(__AVX2__)
-/// out[c][r] = in[r][c] for an 8 x 8 block: unpacks and shuffles within
-/// 128-bit lanes, then the lanes exchanged.
-inline void transpose8(const float *in, int64_t ldi, float *out, int64_t ldo) {
+/// out[c][r] = in[r][c] for a kTile x kTile block, 8 x 8: unpacks and shuffles
+/// within 128-bit lanes, then the lanes exchanged.
+constexpr int64_t kTile = 8;
+inline void transposeTile(const float *in, int64_t ldi, float *out, int64_t ldo) {
   __m256 r[8], t[8];
   for (int i = 0; i < 8; ++i)
     r[i] = _mm256_loadu_ps(in + i * ldi);
@@ -305,24 +289,17 @@ inline void transpose8(const float *in, int64_t ldi, float *out, int64_t ldo) {
 /// or pairs of bf16 (moved, never computed on).
 template <typename T>
 void transposeInto(const T *in, int64_t s, int64_t d, T *out, int64_t ld = -1) {
-  static_assert(sizeof(T) == 4, "16 x 16 blocks of 32-bit elements");
+  static_assert(sizeof(T) == 4, "register blocks of 32-bit elements");
   if (ld < 0)
     ld = d;
-  int64_t i0 = 0, c0 = 0;
-#ifdef __AVX512F__
-  for (; i0 + 16 <= s; i0 += 16)
-    for (c0 = 0; c0 + 16 <= d; c0 += 16)
-      transpose16(reinterpret_cast<const float *>(in + i0 * ld + c0), ld,
-                  reinterpret_cast<float *>(out + c0 * s + i0), s);
+  int64_t i0 = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+  int64_t c0 = 0;
+  for (; i0 + kTile <= s; i0 += kTile)
+    for (c0 = 0; c0 + kTile <= d; c0 += kTile)
+      transposeTile(reinterpret_cast<const float *>(in + i0 * ld + c0), ld,
+                    reinterpret_cast<float *>(out + c0 * s + i0), s);
   // The columns right of the last whole block, for the rows done above.
-  for (int64_t i = 0; i < i0; ++i)
-    for (int64_t c = c0; c < d; ++c)
-      out[c * s + i] = in[i * ld + c];
-#elif defined(__AVX2__)
-  for (; i0 + 8 <= s; i0 += 8)
-    for (c0 = 0; c0 + 8 <= d; c0 += 8)
-      transpose8(reinterpret_cast<const float *>(in + i0 * ld + c0), ld,
-                 reinterpret_cast<float *>(out + c0 * s + i0), s);
   for (int64_t i = 0; i < i0; ++i)
     for (int64_t c = c0; c < d; ++c)
       out[c * s + i] = in[i * ld + c];
