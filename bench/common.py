@@ -133,16 +133,17 @@ def torch_thread_sweep(a, cores):
     ("unpinned": OpenBLAS picks its kernels for this CPU, as a user benchmarking here
     would): {(intra, blas, "pinned"|"unpinned"): seconds} (torch_step_seconds). Where the
     environment sets neither variable the two are the same command, run once ("as set")."""
-    variants = ("pinned", "unpinned") if openblas_pinned() else ("as set",)
     return {(intra, blas, openblas): torch_step_seconds(a, (intra, blas, openblas))
-            for openblas in variants
+            for openblas in openblas_variants()
             for intra in range(1, cores + 1)
             for blas in range(1, cores + 1)}
 
 
-def openblas_pinned():
-    """Whether this environment configures OpenBLAS's kernels (OPENBLAS_CORETYPE / L2 size)."""
-    return any(v in os.environ for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"))
+def openblas_variants():
+    """("pinned", "unpinned") where this environment configures OpenBLAS's kernels
+    (OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE), else ("as set",): the one command there is."""
+    pinned = any(v in os.environ for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"))
+    return ("pinned", "unpinned") if pinned else ("as set",)
 
 
 def torch_step_seconds(a, key):

@@ -84,7 +84,7 @@ def main():
                 os.environ[v] = val
         return q.get()
 
-    ddps = {o: ddp(o) for o in (("pinned", "unpinned") if common.openblas_pinned() else ("as set",))}
+    ddps = {o: ddp(o) for o in common.openblas_variants()}
     ddp_mode = min(ddps, key=ddps.get)
     rounds = common.paired_rounds(a.rounds, [("ptc", lambda: ptc("dp:2", 2, 1)),
                                              ("ddp", lambda: ddp(ddp_mode))])

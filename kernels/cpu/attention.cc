@@ -106,33 +106,18 @@ inline void blockRows(const float *a, int64_t rowStride, int64_t colStride, cons
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r)
     acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  // Whole blocks load unmasked; an edge block masks both vectors (the second
+  // all-zero where cols <= 8: its accumulators stay 0 and are not stored).
   const bool full = cols == kCols;
   const __m256i m0 = columnMask(cols), m1 = columnMask(cols - 8);
-  if (full) {
-    for (int64_t p = 0; p < k; ++p) {
-      const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
-      for (int r = 0; r < R; ++r) {
-        const __m256 av = _mm256_broadcast_ss(a + r * rowStride + p * colStride);
-        acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-      }
-    }
-  } else if (cols > 8) {
-    for (int64_t p = 0; p < k; ++p) {
-      const __m256 b0 = _mm256_loadu_ps(b + p * ldb);
-      const __m256 b1 = _mm256_maskload_ps(b + p * ldb + 8, m1);
-      for (int r = 0; r < R; ++r) {
-        const __m256 av = _mm256_broadcast_ss(a + r * rowStride + p * colStride);
-        acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-      }
-    }
-  } else {
-    for (int64_t p = 0; p < k; ++p) {
-      const __m256 b0 = _mm256_maskload_ps(b + p * ldb, m0);
-      for (int r = 0; r < R; ++r)
-        acc[r][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * rowStride + p * colStride), b0,
-                                    acc[r][0]);
+  for (int64_t p = 0; p < k; ++p) {
+    const float *bp = b + p * ldb;
+    const __m256 b0 = full ? _mm256_loadu_ps(bp) : _mm256_maskload_ps(bp, m0);
+    const __m256 b1 = full ? _mm256_loadu_ps(bp + 8) : _mm256_maskload_ps(bp + 8, m1);
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * rowStride + p * colStride);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
   }
   for (int r = 0; r < R; ++r) {
