@@ -2,9 +2,10 @@
 # Prepares .gpu-carry/ (git-ignored) for bench/gpu_check.sh on a GPU machine
 # that has CUDA, cmake, ninja and PyTorch but no MLIR, MPI, oneDNN,
 # FlatBuffers headers or GoogleTest, and no network:
-#   deps/include  FlatBuffers, nlohmann/json, oneDNN headers and the
+#   deps/include  FlatBuffers, nlohmann/json, oneDNN and OpenBLAS headers and the
 #                 generated plan header (runtime/plan/plan_generated.h)
-#   deps/lib      libdnnl (+ libgomp, libOpenCL it links) for the CPU kernels' GEMMs
+#   deps/lib      libdnnl (+ libgomp, libOpenCL it links) and libopenblas (+ libgfortran,
+#                 libquadmath) for the CPU kernels' GEMMs
 #   deps/googletest  GoogleTest sources (built there)
 #   bin/          the same runtime built here (no MPI, sm_80 + sm_90), in case the build
 #                 there fails: ptc-run, ptc-device-tests, ptc-runtime-tests (+ libomp in deps/lib)
@@ -22,11 +23,14 @@ ninja -C "${PTC_BUILD_DIR:-build}" ptc-opt ptc-model ptc-run ptc-tokenize >/dev/
 
 cp -r /usr/include/flatbuffers /usr/include/nlohmann "$C/deps/include/"
 cp -r /usr/include/oneapi "$C/deps/include/"
+OPENBLAS_INCLUDE=$(dirname "$(readlink -f /usr/include/x86_64-linux-gnu/cblas.h)")
+cp "$OPENBLAS_INCLUDE/cblas.h" "$OPENBLAS_INCLUDE/openblas_config.h" "$C/deps/include/"
 cp "${PTC_BUILD_DIR:-build}/runtime/plan/plan_generated.h" "$C/deps/include/runtime/plan/"
-for lib in libdnnl.so.2 libgomp.so.1 libOpenCL.so.1; do
+for lib in libdnnl.so.2 libgomp.so.1 libOpenCL.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" "$C/deps/lib/"
 done
 ln -s libdnnl.so.2 "$C/deps/lib/libdnnl.so"
+ln -s libopenblas.so.0 "$C/deps/lib/libopenblas.so"
 cp -r /usr/src/googletest "$C/deps/googletest"
 
 # Fallback binaries: a runtime-only build without MPI (CUDA, cuBLAS and NCCL come

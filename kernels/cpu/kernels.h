@@ -61,6 +61,25 @@ void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64
 void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out,
             bool transA, bool transB, const float *bias = nullptr);
 
+/// The library of the f32 matmuls (and of the low-precision ones widened to
+/// f32): oneDNN's or OpenBLAS's sgemm, called on each thread's block of the
+/// product.
+enum class F32Gemm { OneDnn, OpenBlas };
+/// This CPU's faster one as measured: oneDNN where its sgemm has AVX-512
+/// kernels (as it dispatches, ONEDNN_MAX_CPU_ISA included), OpenBLAS where
+/// oneDNN would run its AVX2 sgemm.
+F32Gemm defaultF32Gemm();
+/// The library in use: PTC_CPU_GEMM (auto, onednn or openblas) where it names
+/// one, else defaultF32Gemm; read at the first matmul and fixed for the
+/// process (a run's numbers do not change between steps), except by
+/// setF32Gemm (tests and benchmarks, between products).
+F32Gemm f32Gemm();
+void setF32Gemm(F32Gemm library);
+const char *f32GemmName(F32Gemm library);
+/// What is wrong with PTC_CPU_GEMM's value, or "" (unset or valid): the CPU
+/// device refuses to start on it.
+std::string f32GemmEnvironmentError();
+
 /// The same on bf16 / f16 operands and result, f32 accumulation (oneDNN's
 /// matmul primitive, one per shape, created at its first use (the Matmul
 /// entry's `accepts`, which the executor asks at load) and kept); `bias`, if

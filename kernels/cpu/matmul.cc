@@ -1,19 +1,28 @@
-// CPU kernels: matmuls through oneDNN's sgemm (one GEMM for a shared weight
-// over all rows). oneDNN's JIT kernels dispatch on the CPU at run time
-// (AVX-512 here: about twice the rate of OpenBLAS pinned to its Haswell
-// kernels, which this machine's environment does). The kernels own the
-// threads: every GEMM is split over OpenMP's threads, each calling oneDNN on
+// CPU kernels: f32 matmuls through oneDNN's or OpenBLAS's sgemm (one GEMM
+// for a shared weight over all rows), whichever runs this CPU's product
+// shapes faster (f32Gemm): oneDNN's JIT kernels where it has AVX-512 ones
+// (about twice the rate of OpenBLAS pinned to its Haswell kernels, which the
+// first measuring machine's environment did), OpenBLAS's where oneDNN would
+// run its AVX2 sgemm (measured on a Zen 3 EPYC, one core: OpenBLAS 84-88
+// GFLOP/s on every product of the bench GPT, oneDNN 37-75 on its weight
+// gradients and K = 1024 products). The kernels own the threads: every GEMM
+// is split over OpenMP's threads, each calling the library single-threaded on
 // its block of the result. Debian's oneDNN is built against GNU OpenMP, but
 // its OpenMP calls bind to the LLVM runtime ptc's kernels link first (one
 // pool, no second spinning team), and inside a parallel region oneDNN runs
-// on the calling thread. Each element of the result is computed by one call
-// over the whole K, so the numbers do not depend on the thread count.
+// on the calling thread; OpenBLAS is told to use one thread and its own pool
+// (the pthread build's) is shut down at start. Each element of the result is
+// computed by one call over the whole K, and the threads' blocks start where
+// the library's tiles start (splitOf), so the numbers do not depend on the
+// thread count.
 #include "kernels/cpu/internal.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +30,8 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -33,11 +44,60 @@ namespace ptc::kernels::cpu {
 using namespace internal;
 
 namespace {
-/// C[m x n] = op(A) op(B) through dnnl_sgemm, row-major. The arguments are
-/// valid by construction (the plan's shapes were checked when it was loaded);
-/// a refusal is a bug in this file.
+constexpr const char *kF32GemmVariable = "PTC_CPU_GEMM";
+
+std::optional<F32Gemm> parseF32Gemm(std::string_view text) {
+  if (text == "auto")
+    return defaultF32Gemm();
+  if (text == "onednn")
+    return F32Gemm::OneDnn;
+  if (text == "openblas")
+    return F32Gemm::OpenBlas;
+  return std::nullopt;
+}
+
+/// The library in use: PTC_CPU_GEMM where it names one, else this CPU's default.
+std::atomic<F32Gemm> &f32GemmChoice() {
+  static std::atomic<F32Gemm> choice = [] {
+    const char *text = std::getenv(kF32GemmVariable);
+    return (text ? parseF32Gemm(text) : std::nullopt).value_or(defaultF32Gemm());
+  }();
+  return choice;
+}
+
+/// OpenBLAS's pthread build starts a pool of threads when it loads, before
+/// main: threads that take the process's signals (ptc-run blocks its stop
+/// signals in its own threads and waits for them in one; a SIGTERM that
+/// reached OpenBLAS's idle thread ended the process) and a second pool beside
+/// OpenMP's. ptc calls OpenBLAS on one thread, so the pool is shut down as the
+/// program starts (OpenBLAS starts it again for a caller that asks for more
+/// threads: the sgemm benchmark's reference). blas_thread_shutdown_ is
+/// exported by every OpenBLAS build, not declared in its headers.
+extern "C" int blas_thread_shutdown_(void);
+const bool kOpenBlasPoolShutDown = [] {
+  openblas_set_num_threads(1);
+  blas_thread_shutdown_();
+  return true;
+}();
+
+/// OpenBLAS's sgemm on the calling thread (its thread count set to 1 above).
+void openblasSgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta == 'T' ? CblasTrans : CblasNoTrans,
+              tb == 'T' ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda),
+              b, static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(ldc));
+}
+
+/// C[m x n] = op(A) op(B) through oneDNN's or OpenBLAS's sgemm (f32Gemm),
+/// row-major. The arguments are valid by construction (the plan's shapes were
+/// checked when it was loaded); a refusal is a bug in this file.
 void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
            const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (f32Gemm() == F32Gemm::OpenBlas) {
+    openblasSgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
   dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   if (status != dnnl_success) {
     std::fprintf(stderr, "ptc: internal error: dnnl_sgemm refused %c%c %lldx%lldx%lld (status %d)\n",
@@ -47,7 +107,7 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, in
   }
 }
 
-/// A transposed A is read down its columns, one row of A after another:
+/// (oneDNN) A transposed A is read down its columns, one row of A after another:
 /// with rows a multiple of 2 KiB apart (lda % 512 floats == 0: the weight
 /// gradient of any layer 512, 1024, 4096... wide, A being the output's
 /// gradient) sgemm runs 10-20% slower (on this machine, one core, TN 512 x
@@ -77,9 +137,32 @@ void sgemmTransposedA(char tb, int64_t m, int64_t n, int64_t k, const float *a, 
   }
 }
 
+/// How a product is split over the threads: along its rows or its columns,
+/// at multiples of `unit`. The libraries' micro-kernels tile the result (and
+/// sum an edge tile's elements in another order than a whole tile's), so a
+/// block must start where a tile of the whole product starts for its elements
+/// to be computed as on one thread. Measured on this machine's libraries
+/// (Kernels.MatmulIsBitwiseTheSameOnOneAndTwoThreads checks it on every
+/// CPU): oneDNN's sgemm gives the same sums for blocks of columns at
+/// multiples of 16, and for blocks of rows at multiples of 48 unless B is
+/// transposed (never then); OpenBLAS's (its Haswell / Zen kernels) for
+/// blocks of rows at multiples of 24, never for blocks of columns.
+struct RowColumnSplit {
+  bool alongM;
+  int64_t unit;
+};
+
+RowColumnSplit splitOf(int64_t N, bool transB) {
+  if (f32Gemm() == F32Gemm::OpenBlas)
+    return {true, 24};
+  if (N >= 32 || transB)
+    return {false, 16};
+  return {true, 48};
+}
+
 /// C[M x N] = op(A) op(B) (+ bias[N] on every row), row-major, split over
-/// the threads along the larger of M and N in blocks of 16 rows / columns;
-/// each thread adds the bias to its block right after its product.
+/// the threads (splitOf); each thread adds the bias to its block right after
+/// its product.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
           const float *b, int64_t ldb, float *c, int64_t ldc, int threads, const float *bias) {
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
@@ -95,7 +178,7 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
       return;
     }
     // (A K too long for even 16 columns within the slice limit keeps the stride.)
-    if (transA && conflictingRows(lda) && (m1 - m0) * K >= (int64_t{1} << 16) &&
+    if (transA && f32Gemm() == F32Gemm::OneDnn && conflictingRows(lda) && (m1 - m0) * K >= (int64_t{1} << 16) &&
         K * 16 <= kConflictFreeSliceFloats)
       sgemmTransposedA(tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
     else
@@ -108,19 +191,33 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
           row[j] += bias[j];
       }
   };
-  // Small products are not worth waking the threads for.
+  // Small products are not worth waking the threads for (and run on this
+  // thread alone: oneDNN would otherwise start its own team, whose split of
+  // the product depends on the thread count).
   if (threads <= 1 || M * N * K < (int64_t{1} << 18)) {
+#ifdef _OPENMP
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
     call(0, M, 0, N);
+    omp_set_num_threads(team);
+#else
+    call(0, M, 0, N);
+#endif
     return;
   }
-  const bool alongM = M >= N;
-  const int64_t extent = alongM ? M : N;
-  const int64_t block = ((extent + threads - 1) / threads + 15) / 16 * 16;
+  const RowColumnSplit split = splitOf(N, transB);
+  const int64_t extent = split.alongM ? M : N;
 #pragma omp parallel num_threads(threads)
   {
-    int64_t t = threadIndex();
-    int64_t lo = std::min(extent, t * block), hi = std::min(extent, lo + block);
-    if (alongM)
+    const int64_t t = threadIndex();
+    // Boundaries at the multiples of the unit nearest to even shares.
+    auto bound = [&](int64_t i) {
+      return i >= threads ? extent
+                          : std::min(extent, (i * extent + threads * split.unit / 2) /
+                                                 (threads * split.unit) * split.unit);
+    };
+    const int64_t lo = bound(t), hi = bound(t + 1);
+    if (split.alongM)
       call(lo, hi, 0, N);
     else
       call(0, M, lo, hi);
@@ -154,6 +251,27 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
   for (int64_t i = 0; i < batch; ++i)
     gemm(transA, transB, m, n, k, a + i * m * k, lda, shared ? b : b + i * k * n, ldb,
          out + i * m * n, n, threads, bias);
+}
+
+F32Gemm defaultF32Gemm() {
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+  return (isa & avx512) == avx512 ? F32Gemm::OneDnn : F32Gemm::OpenBlas;
+}
+
+F32Gemm f32Gemm() { return f32GemmChoice().load(std::memory_order_relaxed); }
+
+void setF32Gemm(F32Gemm library) { f32GemmChoice().store(library, std::memory_order_relaxed); }
+
+const char *f32GemmName(F32Gemm library) {
+  return library == F32Gemm::OneDnn ? "oneDNN" : "OpenBLAS";
+}
+
+std::string f32GemmEnvironmentError() {
+  const char *text = std::getenv(kF32GemmVariable);
+  if (!text || parseF32Gemm(text))
+    return "";
+  return std::string(kF32GemmVariable) + "='" + text + "': expected auto, onednn or openblas";
 }
 
 bool nativeBf16() {

@@ -50,6 +50,9 @@ public:
 std::unique_ptr<Device> createDiscreteCpuDevice() { return std::make_unique<DiscreteCpuDevice>(); }
 
 StatusOr<std::unique_ptr<Device>> createDevice(const std::string &name, int localRank) {
+  // The CPU kernels' GEMM library (also the host's, for offloaded optimizers).
+  if (std::string error = kernels::cpu::f32GemmEnvironmentError(); !error.empty())
+    return invalidArgument(error);
   if (name == "cpu")
     return createCpuDevice();
   if (name == "cpu-discrete")

@@ -35,11 +35,13 @@ class CpuDevice : public Device {
 public:
   DeviceKind kind() const override { return DeviceKind::Cpu; }
   std::string describe() const override {
+    const std::string gemm =
+        std::string("f32 GEMMs: ") + kernels::cpu::f32GemmName(kernels::cpu::f32Gemm());
 #ifdef _OPENMP
     int threads = omp_get_max_threads();
-    return "cpu (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+    return "cpu (" + std::to_string(threads) + (threads == 1 ? " thread, " : " threads, ") + gemm + ")";
 #else
-    return "cpu";
+    return "cpu (" + gemm + ")";
 #endif
   }
 

@@ -7,8 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <random>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 using namespace ptc::kernels::cpu;
 
@@ -46,6 +52,18 @@ std::vector<float> roundToBf16(std::vector<float> v, std::vector<uint16_t> &b16)
   return v;
 }
 
+/// Runs `body` once with each f32 GEMM library (F32Gemm), restoring the
+/// process's choice after: both are tested on every CPU, whichever is its default.
+template <typename Body> void forEachF32Gemm(Body body) {
+  const F32Gemm chosen = f32Gemm();
+  for (F32Gemm library : {F32Gemm::OneDnn, F32Gemm::OpenBlas}) {
+    SCOPED_TRACE(f32GemmName(library));
+    setF32Gemm(library);
+    body();
+  }
+  setF32Gemm(chosen);
+}
+
 void expectNear(const std::vector<float> &a, const std::vector<float> &b, float tol) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
@@ -53,6 +71,7 @@ void expectNear(const std::vector<float> &a, const std::vector<float> &b, float 
 }
 
 TEST(Kernels, MatmulAllTransposesSharedAndBatched) {
+  forEachF32Gemm([] {
   const int64_t B = 3, M = 4, K = 5, N = 6;
   for (bool shared : {true, false})
     for (bool ta : {false, true})
@@ -76,6 +95,52 @@ TEST(Kernels, MatmulAllTransposesSharedAndBatched) {
             }
         expectNear(out, ref, 1e-4f);
       }
+  });
+}
+
+// Each element of a product is one library call's sum over the whole K, and
+// the threads' blocks start where the libraries' tiles of the whole product
+// start, so the result does not depend on how many threads split the product,
+// bitwise, with either library: rows and columns that leave partial blocks
+// and tiles, each transpose, a batched product, a small one (on one thread),
+// long rows, columns and sums.
+TEST(Kernels, MatmulIsBitwiseTheSameOnOneAndTwoThreads) {
+#ifdef _OPENMP
+  struct Case {
+    Shape as, bs;
+    bool ta, tb;
+  };
+  auto elements = [](const Shape &shape) {
+    return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  };
+  forEachF32Gemm([&] {
+    for (Case c : {Case{{301, 97}, {97, 131}, false, false}, Case{{2, 77, 150}, {90, 150}, false, true},
+                   Case{{260, 133}, {260, 70}, true, false}, Case{{133, 260}, {70, 133}, true, true},
+                   Case{{1, 300, 61}, {1, 61, 29}, false, false}, Case{{40, 50}, {50, 60}, false, false},
+                   // Large enough for the libraries to block M, N and K themselves.
+                   Case{{1100, 1024}, {1024, 200}, false, false}, Case{{1024, 1100}, {1024, 150}, true, false},
+                   Case{{200, 1024}, {1100, 1024}, false, true}}) {
+      const size_t r = c.as.size(), rb = c.bs.size();
+      const int64_t m = c.ta ? c.as[r - 1] : c.as[r - 2];
+      const int64_t n = c.tb ? c.bs[rb - 2] : c.bs[rb - 1];
+      const int64_t batch = r == 3 ? c.as[0] : 1;
+      auto a = randomVector(elements(c.as), 11), b = randomVector(elements(c.bs), 12);
+      std::vector<std::vector<float>> out;
+      const int before = omp_get_max_threads();
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        out.emplace_back(static_cast<size_t>(batch * m * n));
+        matmul(a.data(), c.as, b.data(), c.bs, out.back().data(), c.ta, c.tb);
+      }
+      omp_set_num_threads(before);
+      for (size_t i = 0; i < out[0].size(); ++i)
+        ASSERT_EQ(out[0][i], out[1][i]) << "m " << m << ", n " << n << (c.ta ? " TA" : "")
+                                        << (c.tb ? " TB" : "") << " at " << i;
+    }
+  });
+#else
+  GTEST_SKIP() << "built without OpenMP: one thread only";
+#endif
 }
 
 // Matmul's optional bias (ptc-fuse-matmul-bias) is added to every row of
@@ -114,12 +179,16 @@ TEST(Kernels, MatmulBiasIsAddedToEveryRow) {
           }
           ref[(x * m + i) * n + j] = sum;
         }
-    std::vector<float> out(batch * m * n, -1.0f);
-    ASSERT_TRUE(runKernel(ptc::kernels::OpKind::Matmul, {view(a, c.as), view(b, c.bs), view(bias, biasShape)},
-                          {view(out, os)}, {c.ta, c.tb})
-                    .isOk());
-    for (size_t i = 0; i < out.size(); ++i)
-      ASSERT_NEAR(out[i], ref[i], 1e-4) << "f32, k " << k << " at " << i;
+    forEachF32Gemm([&] {
+      std::vector<float> out(batch * m * n, -1.0f);
+      ASSERT_TRUE(runKernel(ptc::kernels::OpKind::Matmul,
+                            {view(a, c.as), view(b, c.bs), view(bias, biasShape)}, {view(out, os)},
+                            {c.ta, c.tb})
+                      .isOk());
+      for (size_t i = 0; i < out.size(); ++i)
+        ASSERT_NEAR(out[i], ref[i], 1e-4) << "f32, k " << k << " at " << i;
+    });
+    std::vector<float> out(batch * m * n);
     if (!nativeBf16() || k == 0)
       continue; // the executor widens these bf16 matmuls to the f32 kernel above
     std::vector<uint16_t> out16(out.size());
@@ -141,6 +210,8 @@ TEST(Kernels, MatmulTransposedLhsOnConflictingRowsMatchesReference) {
     int64_t k, m, n;
   };
   // One slice; four slices of 128 columns (K * 128 = the 4 MiB limit).
+  // (The copy is oneDNN's path: OpenBLAS packs A itself; both tested.)
+  forEachF32Gemm([] {
   for (Case c : {Case{256, 512, 24}, Case{8192, 512, 8}}) {
     auto a = randomVector(c.k * c.m, 3), b = randomVector(c.k * c.n, 4);
     std::vector<float> out(c.m * c.n);
@@ -154,6 +225,7 @@ TEST(Kernels, MatmulTransposedLhsOnConflictingRowsMatchesReference) {
         ASSERT_NEAR(out[i * c.n + j], s, 1e-3) << "K " << c.k << " at " << i << ", " << j;
       }
   }
+  });
 }
 
 TEST(Kernels, CausalAttentionMatchesDenseSoftmax) {
