@@ -55,7 +55,7 @@ fi
 # 1. Build (runtime only).
 t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
-  -DPTC_WITH_MPI=OFF -DPTC_DEPS_DIR="$C/deps" -DCMAKE_CUDA_ARCHITECTURES=90 "${NCCL_ARGS[@]}" \
+  -DPTC_WITH_MPI=OFF -DPTC_WITH_OPENBLAS=OFF -DPTC_DEPS_DIR="$C/deps" -DCMAKE_CUDA_ARCHITECTURES=90 "${NCCL_ARGS[@]}" \
   > "$OUT/build.log" 2>&1 &&
   ninja -C build-gpu ptc-run ptc-device-tests ptc-runtime-tests >> "$OUT/build.log" 2>&1
 if [ $? -eq 0 ]; then

@@ -2,10 +2,11 @@
 # Prepares .gpu-carry/ (git-ignored) for bench/gpu_check.sh on a GPU machine
 # that has CUDA, cmake, ninja and PyTorch but no MLIR, MPI, oneDNN,
 # FlatBuffers headers or GoogleTest, and no network:
-#   deps/include  FlatBuffers, nlohmann/json, oneDNN and OpenBLAS headers and the
+#   deps/include  FlatBuffers, nlohmann/json, oneDNN headers and the
 #                 generated plan header (runtime/plan/plan_generated.h)
-#   deps/lib      libdnnl (+ libgomp, libOpenCL it links) and libopenblas (+ libgfortran,
-#                 libquadmath) for the CPU kernels' GEMMs
+#   deps/lib      libdnnl (+ libgomp, libOpenCL it links) for the CPU kernels' GEMMs
+#                 (without OpenBLAS, whose 35 MB would not fit the carry: built with
+#                 -DPTC_WITH_OPENBLAS=OFF, every f32 GEMM on oneDNN)
 #   deps/googletest  GoogleTest sources (built there)
 #   bin/          the same runtime built here (no MPI, sm_80 + sm_90), in case the build
 #                 there fails: ptc-run, ptc-device-tests, ptc-runtime-tests (+ libomp in deps/lib)
@@ -23,20 +24,17 @@ ninja -C "${PTC_BUILD_DIR:-build}" ptc-opt ptc-model ptc-run ptc-tokenize >/dev/
 
 cp -r /usr/include/flatbuffers /usr/include/nlohmann "$C/deps/include/"
 cp -r /usr/include/oneapi "$C/deps/include/"
-OPENBLAS_INCLUDE=$(dirname "$(readlink -f /usr/include/x86_64-linux-gnu/cblas.h)")
-cp "$OPENBLAS_INCLUDE/cblas.h" "$OPENBLAS_INCLUDE/openblas_config.h" "$C/deps/include/"
 cp "${PTC_BUILD_DIR:-build}/runtime/plan/plan_generated.h" "$C/deps/include/runtime/plan/"
-for lib in libdnnl.so.2 libgomp.so.1 libOpenCL.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+for lib in libdnnl.so.2 libgomp.so.1 libOpenCL.so.1; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" "$C/deps/lib/"
 done
 ln -s libdnnl.so.2 "$C/deps/lib/libdnnl.so"
-ln -s libopenblas.so.0 "$C/deps/lib/libopenblas.so"
 cp -r /usr/src/googletest "$C/deps/googletest"
 
 # Fallback binaries: a runtime-only build without MPI (CUDA, cuBLAS and NCCL come
 # from the GPU machine's CUDA 13).
 cmake -S . -B build-gpu-carry -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
-  -DPTC_WITH_MPI=OFF -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
+  -DPTC_WITH_MPI=OFF -DPTC_WITH_OPENBLAS=OFF -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
   -DPTC_CPU_ARCH=x86-64-v3 >/dev/null
 ninja -C build-gpu-carry ptc-run ptc-device-tests ptc-runtime-tests >/dev/null
 mkdir -p "$C/bin"

@@ -2,7 +2,8 @@
 // ceiling the step-time benchmark compares model FLOP/s against, and the
 // figures behind the CPU kernels' choice of GEMM library (f32Gemm):
 //   - oneDNN's dnnl_sgemm and OpenBLAS's cblas_sgemm over an n-cube, each on
-//     its own threads (OpenBLAS as the environment configures it);
+//     its own threads (OpenBLAS as the environment configures it, where
+//     built: PTC_WITH_OPENBLAS);
 //   - ptc's CPU matmul kernel (the product split over ptc's OpenMP threads)
 //     calling each library, the default of this CPU marked;
 //   - the same kernel on the products of one training step of the bench GPT
@@ -14,8 +15,10 @@
 #include "bench/best_seconds.h"
 #include "kernels/cpu/kernels.h"
 
-#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
+#ifdef PTC_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 #include <omp.h>
 
 #include <cstdio>
@@ -82,14 +85,18 @@ int main(int argc, char **argv) {
   report("oneDNN", bestSeconds(repeats, [&] {
            dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
          }));
+#ifdef PTC_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
   report("OpenBLAS", bestSeconds(repeats, [&] {
            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
                        b.data(), n, 0.0f, c.data(), n);
          }));
+#endif
   const F32Gemm libraries[] = {F32Gemm::OneDnn, F32Gemm::OpenBlas};
   const ptc::kernels::Shape s{n, n};
   for (F32Gemm library : libraries) {
+    if (!cpu::f32GemmBuilt(library))
+      continue;
     cpu::setF32Gemm(library);
     char label[64];
     std::snprintf(label, sizeof label, "ptc (%s)%s", cpu::f32GemmName(library),
@@ -110,8 +117,10 @@ int main(int argc, char **argv) {
                        pb = filled(static_cast<size_t>(p.k * p.n), 2),
                        pc(static_cast<size_t>(p.m * p.n));
     const double productFlops = 2.0 * p.m * p.n * p.k;
-    double rate[2];
+    double rate[2] = {0, 0};
     for (int l = 0; l < 2; ++l) {
+      if (!cpu::f32GemmBuilt(libraries[l]))
+        continue;
       cpu::setF32Gemm(libraries[l]);
       double seconds = bestSeconds(repeats, [&] {
         cpu::matmul(pa.data(), as, pb.data(), bs, pc.data(), p.transA, p.transB);
@@ -125,9 +134,12 @@ int main(int argc, char **argv) {
     std::printf("%-40s %5lld %5lld %5lld %10.1f %10.1f\n", name, static_cast<long long>(p.m),
                 static_cast<long long>(p.n), static_cast<long long>(p.k), rate[0], rate[1]);
   }
-  std::printf("step's products: oneDNN %.1f ms, OpenBLAS %.1f ms (OpenBLAS / oneDNN %.2fx); this "
-              "CPU's default (*): %s\n",
-              total[0] * 1e3, total[1] * 1e3, total[1] / total[0], cpu::f32GemmName(chosen));
+  if (cpu::f32GemmBuilt(F32Gemm::OpenBlas))
+    std::printf("step's products: oneDNN %.1f ms, OpenBLAS %.1f ms (OpenBLAS / oneDNN %.2fx); "
+                "this CPU's default (*): %s\n",
+                total[0] * 1e3, total[1] * 1e3, total[1] / total[0], cpu::f32GemmName(chosen));
+  else
+    std::printf("step's products: oneDNN %.1f ms (built without OpenBLAS)\n", total[0] * 1e3);
   cpu::setF32Gemm(chosen);
   return 0;
 }

@@ -65,14 +65,17 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
 /// f32): oneDNN's or OpenBLAS's sgemm, called on each thread's block of the
 /// product.
 enum class F32Gemm { OneDnn, OpenBlas };
+/// Whether this build has the library (OpenBLAS: PTC_WITH_OPENBLAS).
+bool f32GemmBuilt(F32Gemm library);
 /// This CPU's faster one as measured: oneDNN where its sgemm has AVX-512
 /// kernels (as it dispatches, ONEDNN_MAX_CPU_ISA included), OpenBLAS where
-/// oneDNN would run its AVX2 sgemm.
+/// oneDNN would run its AVX2 sgemm (where built).
 F32Gemm defaultF32Gemm();
 /// The library in use: PTC_CPU_GEMM (auto, onednn or openblas) where it names
 /// one, else defaultF32Gemm; read at the first matmul and fixed for the
 /// process (a run's numbers do not change between steps), except by
-/// setF32Gemm (tests and benchmarks, between products).
+/// setF32Gemm (tests and benchmarks, between products; a library not built
+/// is ignored).
 F32Gemm f32Gemm();
 void setF32Gemm(F32Gemm library);
 const char *f32GemmName(F32Gemm library);

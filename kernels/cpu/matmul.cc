@@ -19,7 +19,9 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
+#ifdef PTC_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -51,7 +53,7 @@ std::optional<F32Gemm> parseF32Gemm(std::string_view text) {
     return defaultF32Gemm();
   if (text == "onednn")
     return F32Gemm::OneDnn;
-  if (text == "openblas")
+  if (text == "openblas" && f32GemmBuilt(F32Gemm::OpenBlas))
     return F32Gemm::OpenBlas;
   return std::nullopt;
 }
@@ -65,6 +67,7 @@ std::atomic<F32Gemm> &f32GemmChoice() {
   return choice;
 }
 
+#ifdef PTC_HAVE_OPENBLAS
 /// OpenBLAS's pthread build starts a pool of threads when it loads, before
 /// main: threads that take the process's signals (ptc-run blocks its stop
 /// signals in its own threads and waits for them in one; a SIGTERM that
@@ -88,16 +91,19 @@ void openblasSgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const floa
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda),
               b, static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(ldc));
 }
+#endif
 
 /// C[m x n] = op(A) op(B) through oneDNN's or OpenBLAS's sgemm (f32Gemm),
 /// row-major. The arguments are valid by construction (the plan's shapes were
 /// checked when it was loaded); a refusal is a bug in this file.
 void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
            const float *b, int64_t ldb, float *c, int64_t ldc) {
+#ifdef PTC_HAVE_OPENBLAS
   if (f32Gemm() == F32Gemm::OpenBlas) {
     openblasSgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
+#endif
   dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   if (status != dnnl_success) {
     std::fprintf(stderr, "ptc: internal error: dnnl_sgemm refused %c%c %lldx%lldx%lld (status %d)\n",
@@ -253,15 +259,27 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
          out + i * m * n, n, threads, bias);
 }
 
+bool f32GemmBuilt(F32Gemm library) {
+#ifdef PTC_HAVE_OPENBLAS
+  return true;
+#else
+  return library == F32Gemm::OneDnn;
+#endif
+}
+
 F32Gemm defaultF32Gemm() {
   const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
   const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
-  return (isa & avx512) == avx512 ? F32Gemm::OneDnn : F32Gemm::OpenBlas;
+  return (isa & avx512) == avx512 || !f32GemmBuilt(F32Gemm::OpenBlas) ? F32Gemm::OneDnn
+                                                                       : F32Gemm::OpenBlas;
 }
 
 F32Gemm f32Gemm() { return f32GemmChoice().load(std::memory_order_relaxed); }
 
-void setF32Gemm(F32Gemm library) { f32GemmChoice().store(library, std::memory_order_relaxed); }
+void setF32Gemm(F32Gemm library) {
+  if (f32GemmBuilt(library))
+    f32GemmChoice().store(library, std::memory_order_relaxed);
+}
 
 const char *f32GemmName(F32Gemm library) {
   return library == F32Gemm::OneDnn ? "oneDNN" : "OpenBLAS";
@@ -271,7 +289,8 @@ std::string f32GemmEnvironmentError() {
   const char *text = std::getenv(kF32GemmVariable);
   if (!text || parseF32Gemm(text))
     return "";
-  return std::string(kF32GemmVariable) + "='" + text + "': expected auto, onednn or openblas";
+  return std::string(kF32GemmVariable) + "='" + text + "': expected auto, onednn or openblas" +
+         (f32GemmBuilt(F32Gemm::OpenBlas) ? "" : " (this build has no OpenBLAS: PTC_WITH_OPENBLAS=OFF)");
 }
 
 bool nativeBf16() {

@@ -52,11 +52,13 @@ std::vector<float> roundToBf16(std::vector<float> v, std::vector<uint16_t> &b16)
   return v;
 }
 
-/// Runs `body` once with each f32 GEMM library (F32Gemm), restoring the
+/// Runs `body` once with each f32 GEMM library (F32Gemm) built, restoring the
 /// process's choice after: both are tested on every CPU, whichever is its default.
 template <typename Body> void forEachF32Gemm(Body body) {
   const F32Gemm chosen = f32Gemm();
   for (F32Gemm library : {F32Gemm::OneDnn, F32Gemm::OpenBlas}) {
+    if (!f32GemmBuilt(library))
+      continue;
     SCOPED_TRACE(f32GemmName(library));
     setF32Gemm(library);
     body();
