@@ -5,9 +5,9 @@ machine and cores, in one invocation. PyTorch runs at every combination of intra
 threads and OpenBLAS threads from 1 to --threads, each in its own process with the
 environment set before PyTorch and OpenBLAS start; ptc-run is compared with the best.
 PyTorch also runs with OpenBLAS unpinned (this machine's OPENBLAS_CORETYPE/L2 settings
-unset for that command), where the environment sets them. Prints per-step times, the ratio, and model FLOP/s as a
-fraction of the faster of oneDNN's and OpenBLAS's sgemm throughput on the same threads
-(the GEMM bound). With
+unset for that command), where the environment sets them. Prints per-step times, the
+ratio, and model FLOP/s as a fraction of the faster of oneDNN's and OpenBLAS's sgemm
+throughput on the same threads (the GEMM bound). With
 --precision bf16, ptc-run's fp32 step runs too and the bf16 / fp32 ratio is printed.
 The ratios are medians over --rounds paired rounds: after the sweep picks PyTorch's best
 configuration, ptc-run and that configuration run one after the other, round after

@@ -93,13 +93,13 @@ void openblasSgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const floa
 }
 #endif
 
-/// C[m x n] = op(A) op(B) through oneDNN's or OpenBLAS's sgemm (f32Gemm),
-/// row-major. The arguments are valid by construction (the plan's shapes were
-/// checked when it was loaded); a refusal is a bug in this file.
-void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-           const float *b, int64_t ldb, float *c, int64_t ldc) {
+/// C[m x n] = op(A) op(B) through oneDNN's or OpenBLAS's sgemm, row-major.
+/// The arguments are valid by construction (the plan's shapes were checked
+/// when it was loaded); a refusal is a bug in this file.
+void sgemm(F32Gemm library, char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a,
+           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
 #ifdef PTC_HAVE_OPENBLAS
-  if (f32Gemm() == F32Gemm::OpenBlas) {
+  if (library == F32Gemm::OpenBlas) {
     openblasSgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
@@ -139,7 +139,7 @@ void sgemmTransposedA(char tb, int64_t m, int64_t n, int64_t k, const float *a, 
     for (int64_t p = 0; p < k; ++p)
       std::memcpy(copy.data() + p * ld, a + p * lda + s0,
                   sizeof(float) * static_cast<size_t>(width));
-    sgemm('T', tb, width, n, k, copy.data(), ld, b, ldb, c + s0 * ldc, ldc);
+    sgemm(F32Gemm::OneDnn, 'T', tb, width, n, k, copy.data(), ld, b, ldb, c + s0 * ldc, ldc);
   }
 }
 
@@ -158,8 +158,8 @@ struct RowColumnSplit {
   int64_t unit;
 };
 
-RowColumnSplit splitOf(int64_t N, bool transB) {
-  if (f32Gemm() == F32Gemm::OpenBlas)
+RowColumnSplit splitOf(F32Gemm library, int64_t N, bool transB) {
+  if (library == F32Gemm::OpenBlas)
     return {true, 24};
   if (N >= 32 || transB)
     return {false, 16};
@@ -168,9 +168,10 @@ RowColumnSplit splitOf(int64_t N, bool transB) {
 
 /// C[M x N] = op(A) op(B) (+ bias[N] on every row), row-major, split over
 /// the threads (splitOf); each thread adds the bias to its block right after
-/// its product.
+/// its product. The library is read once: every block of a product on the same one.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
           const float *b, int64_t ldb, float *c, int64_t ldc, int threads, const float *bias) {
+  const F32Gemm library = f32Gemm();
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
   auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0)
@@ -184,11 +185,11 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
       return;
     }
     // (A K too long for even 16 columns within the slice limit keeps the stride.)
-    if (transA && f32Gemm() == F32Gemm::OneDnn && conflictingRows(lda) && (m1 - m0) * K >= (int64_t{1} << 16) &&
-        K * 16 <= kConflictFreeSliceFloats)
+    if (library == F32Gemm::OneDnn && transA && conflictingRows(lda) &&
+        (m1 - m0) * K >= (int64_t{1} << 16) && K * 16 <= kConflictFreeSliceFloats)
       sgemmTransposedA(tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
     else
-      sgemm(ta, tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
+      sgemm(library, ta, tb, m1 - m0, n1 - n0, K, ab, lda, bb, ldb, c + m0 * ldc + n0, ldc);
     if (bias)
       for (int64_t i = m0; i < m1; ++i) {
         float *row = c + i * ldc;
@@ -197,21 +198,23 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float
           row[j] += bias[j];
       }
   };
-  // Small products are not worth waking the threads for (and run on this
-  // thread alone: oneDNN would otherwise start its own team, whose split of
-  // the product depends on the thread count).
+  // Small products are not worth waking the threads for. They run on this
+  // thread alone: oneDNN, called outside a parallel region with more than
+  // one thread allowed, would start its own team, whose split of the product
+  // depends on the thread count (OpenBLAS runs on one thread already).
   if (threads <= 1 || M * N * K < (int64_t{1} << 18)) {
 #ifdef _OPENMP
-    const int team = omp_get_max_threads();
-    omp_set_num_threads(1);
-    call(0, M, 0, N);
-    omp_set_num_threads(team);
-#else
-    call(0, M, 0, N);
+    if (library == F32Gemm::OneDnn && threads > 1) {
+      omp_set_num_threads(1);
+      call(0, M, 0, N);
+      omp_set_num_threads(threads);
+      return;
+    }
 #endif
+    call(0, M, 0, N);
     return;
   }
-  const RowColumnSplit split = splitOf(N, transB);
+  const RowColumnSplit split = splitOf(library, N, transB);
   const int64_t extent = split.alongM ? M : N;
 #pragma omp parallel num_threads(threads)
   {
