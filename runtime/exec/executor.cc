@@ -451,11 +451,27 @@ Status Executor::finishTransfers() {
 
 Status Executor::step(std::vector<double> *profile) {
   fileWritten_ = true;
-  if (plan_->pipelined())
+  if (plan_->pipelined()) {
     PTC_RETURN_IF_ERROR(runPipelined(profile));
-  else
-    for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
+  } else {
+    // Traced: one event per instruction, named by its op and the model's line.
+    trace_.clear();
+    const auto start = std::chrono::steady_clock::now();
+    auto us = [&](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double, std::micro>(t - start).count();
+    };
+    for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n) {
+      const auto t0 = std::chrono::steady_clock::now();
       PTC_RETURN_IF_ERROR(runInstruction(n, profile));
+      if (tracing_ && !covered_[n]) {
+        const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
+        std::string name = opcodeName(inst->op());
+        if (inst->location())
+          name += " " + inst->location()->str();
+        trace_.push_back({std::move(name), us(t0), us(std::chrono::steady_clock::now()) - us(t0)});
+      }
+    }
+  }
   if (comm_)
     PTC_RETURN_IF_ERROR(comm_->drain());
   Status s = dev_->synchronize();

@@ -114,7 +114,8 @@ public:
   /// their chunks' tensors).
   bool holds(int32_t id) const { return storage_[static_cast<size_t>(id)] != nullptr; }
 
-  /// Records one event per schedule action (name, start, duration in us).
+  /// Records one event per schedule action (pipelined plans) or instruction
+  /// (name, start from the step's start, duration; us).
   struct TraceEvent {
     std::string name;
     double startUs, durationUs;

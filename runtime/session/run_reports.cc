@@ -18,13 +18,32 @@ namespace ptc {
 Status writeScheduleTrace(TrainingSession &session, const std::string &path) {
   Communicator *comm = session.communicator();
   std::string mine;
+  // A name is an action ("F3 mb1") or an op and the model's location, whose
+  // file name may hold any character: JSON-escaped.
+  auto quoted = [](const std::string &s) {
+    std::string q = "\"";
+    for (char ch : s) {
+      unsigned char c = static_cast<unsigned char>(ch);
+      if (c == '"' || c == '\\') {
+        q += '\\';
+        q += ch;
+      } else if (c < 0x20) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", c);
+        q += esc;
+      } else {
+        q += ch;
+      }
+    }
+    return q + "\"";
+  };
   for (const Executor::TraceEvent &e : session.executor().trace()) {
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "{\"name\":\"%s\",\"cat\":\"%c\",\"ph\":\"X\",\"ts\":%.1f,\"dur\":%.1f,"
-                  "\"pid\":0,\"tid\":%d},\n",
-                  e.name.c_str(), e.name[0], e.startUs, e.durationUs, session.rank());
-    mine += line;
+    char times[128];
+    std::snprintf(times, sizeof times, "\"ph\":\"X\",\"ts\":%.1f,\"dur\":%.1f,\"pid\":0,\"tid\":%d},\n",
+                  e.startUs, e.durationUs, session.rank());
+    // The category: the name's first word (an action's kind, or the op).
+    mine += "{\"name\":" + quoted(e.name) + ",\"cat\":" + quoted(e.name.substr(0, e.name.find(' '))) +
+            "," + times;
   }
   std::vector<std::string> all{mine};
   if (comm) {

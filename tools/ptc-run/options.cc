@@ -75,8 +75,8 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
   --dump-plan         print the verified plan as JSON and exit
-  --trace FILE        write a Chrome-trace / Perfetto JSON timeline of every rank's schedule
-                      actions (pipelined plans; the last step)
+  --trace FILE        write a Chrome-trace / Perfetto JSON timeline of the last step, a row
+                      per rank: schedule actions (pipelined plans) or instructions (op, line)
   --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
   --collective-timeout S  fail a collective that does not finish within S seconds (default:
                       60 s plus the plan's largest collective at 10 MB/s for the step's
