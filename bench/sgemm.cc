@@ -9,7 +9,8 @@
 //   - the same kernel on the products of one training step of the bench GPT
 //     (bench/step_time.py: 4 layers, hidden 256, MLP 1024, vocabulary 256,
 //     1024 tokens; 51 products of 12 shapes), per shape and summed, with
-//     each library: the step's GEMM time.
+//     each library and with F32Gemm::Mixed's split between them (oneDNN
+//     for the products A B^T): the step's GEMM time.
 //   ptc-bench-sgemm [n=1024] [threads=0 (all cores)] [repeats=10]
 
 #include "bench/best_seconds.h"
@@ -99,8 +100,10 @@ int main(int argc, char **argv) {
       continue;
     cpu::setF32Gemm(library);
     char label[64];
+    // (The cube is A B: F32Gemm::Mixed runs it on OpenBLAS.)
+    const F32Gemm cube = chosen == F32Gemm::Mixed ? F32Gemm::OpenBlas : chosen;
     std::snprintf(label, sizeof label, "ptc (%s)%s", cpu::f32GemmName(library),
-                  library == chosen ? "*" : "");
+                  library == cube ? "*" : "");
     report(label, bestSeconds(repeats, [&] {
              cpu::matmul(a.data(), s, b.data(), s, c.data(), false, false);
            }));
@@ -109,7 +112,7 @@ int main(int argc, char **argv) {
   std::printf("\nptc's matmul on the bench GPT's step (1024 tokens, hidden 256, 4 layers), GFLOP/s, "
               "best of %d, %d threads:\n%-40s %5s %5s %5s %10s %10s\n",
               repeats, threads, "product", "m", "n", "k", "oneDNN", "OpenBLAS");
-  double total[2] = {0, 0};
+  double total[2] = {0, 0}, mixed = 0; // mixed: each product on F32Gemm::Mixed's library
   for (const Product &p : kBenchStep) {
     ptc::kernels::Shape as = p.transA ? ptc::kernels::Shape{p.k, p.m} : ptc::kernels::Shape{p.m, p.k};
     ptc::kernels::Shape bs = p.transB ? ptc::kernels::Shape{p.n, p.k} : ptc::kernels::Shape{p.k, p.n};
@@ -127,6 +130,8 @@ int main(int argc, char **argv) {
       });
       rate[l] = productFlops / seconds / 1e9;
       total[l] += seconds * p.count;
+      if ((libraries[l] == F32Gemm::OneDnn) == (p.transB && !p.transA))
+        mixed += seconds * p.count;
     }
     char name[64];
     std::snprintf(name, sizeof name, "%s (%c%c) x%d", p.what, p.transA ? 'T' : 'N',
@@ -135,9 +140,11 @@ int main(int argc, char **argv) {
                 static_cast<long long>(p.n), static_cast<long long>(p.k), rate[0], rate[1]);
   }
   if (cpu::f32GemmBuilt(F32Gemm::OpenBlas))
-    std::printf("step's products: oneDNN %.1f ms, OpenBLAS %.1f ms (OpenBLAS / oneDNN %.2fx); "
-                "this CPU's default (*): %s\n",
-                total[0] * 1e3, total[1] * 1e3, total[1] / total[0], cpu::f32GemmName(chosen));
+    std::printf("step's products: oneDNN %.1f ms, OpenBLAS %.1f ms (OpenBLAS / oneDNN %.2fx), "
+                "mixed (oneDNN for A B^T, OpenBLAS for the rest) %.1f ms (%.2fx oneDNN, %.2fx "
+                "OpenBLAS); ptc's choice here: %s\n",
+                total[0] * 1e3, total[1] * 1e3, total[1] / total[0], mixed * 1e3,
+                mixed / total[0], mixed / total[1], cpu::f32GemmName(chosen));
   else
     std::printf("step's products: oneDNN %.1f ms (built without OpenBLAS)\n", total[0] * 1e3);
   cpu::setF32Gemm(chosen);

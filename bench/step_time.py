@@ -47,7 +47,7 @@ def main():
     sgemm_out = subprocess.run([binp("ptc-bench-sgemm"), "1024", str(a.threads)], env=env,
                                check=True, capture_output=True, text=True).stdout
     # The GEMM bound: the faster library's sgemm on its own threads (ptc's
-    # kernels call oneDNN's or OpenBLAS's, whichever this CPU runs faster).
+    # kernels call oneDNN's or OpenBLAS's, whichever this CPU runs a product faster).
     sgemm_name, sgemm = max(((lib, float(re.search(lib + r" +sgemm .*?([0-9.]+) GFLOP/s",
                                                    sgemm_out).group(1)) * 1e9)
                              for lib in ("oneDNN", "OpenBLAS")), key=lambda x: x[1])

@@ -11,7 +11,7 @@ PACKAGES=(
   flatbuffers-compiler libflatbuffers-dev flatbuffers-compiler-dev # plan format
   openmpi-bin libopenmpi-dev                                      # launcher, CPU collectives
   libdnnl-dev libomp-22-dev                                       # CPU GEMMs (oneDNN), kernel threads
-  libopenblas-dev                                                 # CPU GEMMs without AVX-512 (OpenBLAS)
+  libopenblas-dev                                                 # CPU gradient GEMMs without AVX-512 (OpenBLAS)
   nlohmann-json3-dev                                              # safetensors headers, metrics
   libtomlplusplus-dev                                             # ptc-train job files
   libsentencepiece-dev python3-sentencepiece                      # ptc-tokenize (and its check)

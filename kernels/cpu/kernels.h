@@ -63,18 +63,21 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
 
 /// The library of the f32 matmuls (and of the low-precision ones widened to
 /// f32): oneDNN's or OpenBLAS's sgemm, called on each thread's block of the
-/// product.
-enum class F32Gemm { OneDnn, OpenBlas };
-/// Whether this build has the library (OpenBLAS: PTC_WITH_OPENBLAS).
+/// product; or Mixed: oneDNN's for the products A B^T (B transposed, A not:
+/// a linear layer's forward), OpenBLAS's for the others (the gradients). A
+/// product's library depends only on its transposes, never on its shape or
+/// the thread count.
+enum class F32Gemm { OneDnn, OpenBlas, Mixed };
+/// Whether this build has the library (OpenBLAS and Mixed: PTC_WITH_OPENBLAS).
 bool f32GemmBuilt(F32Gemm library);
-/// This CPU's faster one as measured: oneDNN where its sgemm has AVX-512
-/// kernels (as it dispatches, ONEDNN_MAX_CPU_ISA included), OpenBLAS where
-/// oneDNN would run its AVX2 sgemm (where built).
+/// This CPU's fastest choice as measured: oneDNN where its sgemm has AVX-512
+/// kernels (as it dispatches, ONEDNN_MAX_CPU_ISA included), Mixed where
+/// oneDNN would run its AVX2 sgemm (where OpenBLAS is built).
 F32Gemm defaultF32Gemm();
-/// The library in use: PTC_CPU_GEMM (auto, onednn or openblas) where it names
-/// one, else defaultF32Gemm; read at the first matmul and fixed for the
+/// The choice in use: PTC_CPU_GEMM (auto, onednn, openblas or mixed) where it
+/// names one, else defaultF32Gemm; read at the first matmul and fixed for the
 /// process (a run's numbers do not change between steps), except by
-/// setF32Gemm (tests and benchmarks, between products; a library not built
+/// setF32Gemm (tests and benchmarks, between products; a choice not built
 /// is ignored).
 F32Gemm f32Gemm();
 void setF32Gemm(F32Gemm library);

@@ -2,10 +2,12 @@
 // for a shared weight over all rows), whichever runs this CPU's product
 // shapes faster (f32Gemm): oneDNN's JIT kernels where it has AVX-512 ones
 // (about twice the rate of OpenBLAS pinned to its Haswell kernels, which the
-// first measuring machine's environment did), OpenBLAS's where oneDNN would
-// run its AVX2 sgemm (measured on a Zen 3 EPYC, one core: OpenBLAS 84-88
-// GFLOP/s on every product of the bench GPT, oneDNN 37-75 on its weight
-// gradients and K = 1024 products). The kernels own the threads: every GEMM
+// first measuring machine's environment did); where oneDNN would run its
+// AVX2 sgemm, OpenBLAS's for the gradients' products (measured on a Zen 3
+// EPYC, one core: 65-87 GFLOP/s on the bench GPT's, oneDNN's 41-75 on the
+// weight gradients) and oneDNN's for the forward products A B^T (oneDNN
+// 80-89 GFLOP/s where K = 256, OpenBLAS 71-75; equal where K = 1024:
+// `ptc-bench-sgemm 1024 1`). The kernels own the threads: every GEMM
 // is split over OpenMP's threads, each calling the library single-threaded on
 // its block of the result. Debian's oneDNN is built against GNU OpenMP, but
 // its OpenMP calls bind to the LLVM runtime ptc's kernels link first (one
@@ -55,10 +57,12 @@ std::optional<F32Gemm> parseF32Gemm(std::string_view text) {
     return F32Gemm::OneDnn;
   if (text == "openblas" && f32GemmBuilt(F32Gemm::OpenBlas))
     return F32Gemm::OpenBlas;
+  if (text == "mixed" && f32GemmBuilt(F32Gemm::Mixed))
+    return F32Gemm::Mixed;
   return std::nullopt;
 }
 
-/// The library in use: PTC_CPU_GEMM where it names one, else this CPU's default.
+/// The choice in use: PTC_CPU_GEMM where it names one, else this CPU's default.
 std::atomic<F32Gemm> &f32GemmChoice() {
   static std::atomic<F32Gemm> choice = [] {
     const char *text = std::getenv(kF32GemmVariable);
@@ -166,12 +170,19 @@ RowColumnSplit splitOf(F32Gemm library, int64_t N, bool transB) {
   return {true, 48};
 }
 
+/// The library of one product under `choice` (F32Gemm::Mixed: by its transposes).
+F32Gemm libraryOf(F32Gemm choice, bool transA, bool transB) {
+  if (choice != F32Gemm::Mixed)
+    return choice;
+  return transB && !transA ? F32Gemm::OneDnn : F32Gemm::OpenBlas;
+}
+
 /// C[M x N] = op(A) op(B) (+ bias[N] on every row), row-major, split over
 /// the threads (splitOf); each thread adds the bias to its block right after
 /// its product. The library is read once: every block of a product on the same one.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
           const float *b, int64_t ldb, float *c, int64_t ldc, int threads, const float *bias) {
-  const F32Gemm library = f32Gemm();
+  const F32Gemm library = libraryOf(f32Gemm(), transA, transB);
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
   auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0)
@@ -264,6 +275,7 @@ void matmul(const float *a, const Shape &as, const float *b, const Shape &bs, fl
 
 bool f32GemmBuilt(F32Gemm library) {
 #ifdef PTC_HAVE_OPENBLAS
+  (void)library;
   return true;
 #else
   return library == F32Gemm::OneDnn;
@@ -273,8 +285,8 @@ bool f32GemmBuilt(F32Gemm library) {
 F32Gemm defaultF32Gemm() {
   const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
   const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
-  return (isa & avx512) == avx512 || !f32GemmBuilt(F32Gemm::OpenBlas) ? F32Gemm::OneDnn
-                                                                       : F32Gemm::OpenBlas;
+  return (isa & avx512) == avx512 || !f32GemmBuilt(F32Gemm::Mixed) ? F32Gemm::OneDnn
+                                                                    : F32Gemm::Mixed;
 }
 
 F32Gemm f32Gemm() { return f32GemmChoice().load(std::memory_order_relaxed); }
@@ -285,14 +297,22 @@ void setF32Gemm(F32Gemm library) {
 }
 
 const char *f32GemmName(F32Gemm library) {
-  return library == F32Gemm::OneDnn ? "oneDNN" : "OpenBLAS";
+  switch (library) {
+  case F32Gemm::OneDnn:
+    return "oneDNN";
+  case F32Gemm::OpenBlas:
+    return "OpenBLAS";
+  case F32Gemm::Mixed:
+    break;
+  }
+  return "oneDNN for A B^T, OpenBLAS for the rest";
 }
 
 std::string f32GemmEnvironmentError() {
   const char *text = std::getenv(kF32GemmVariable);
   if (!text || parseF32Gemm(text))
     return "";
-  return std::string(kF32GemmVariable) + "='" + text + "': expected auto, onednn or openblas" +
+  return std::string(kF32GemmVariable) + "='" + text + "': expected auto, onednn, openblas or mixed" +
          (f32GemmBuilt(F32Gemm::OpenBlas) ? "" : " (this build has no OpenBLAS: PTC_WITH_OPENBLAS=OFF)");
 }
 

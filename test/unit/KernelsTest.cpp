@@ -52,11 +52,11 @@ std::vector<float> roundToBf16(std::vector<float> v, std::vector<uint16_t> &b16)
   return v;
 }
 
-/// Runs `body` once with each f32 GEMM library (F32Gemm) built, restoring the
-/// process's choice after: both are tested on every CPU, whichever is its default.
+/// Runs `body` once with each f32 GEMM choice (F32Gemm) built, restoring the
+/// process's choice after: every one is tested on every CPU, whichever is its default.
 template <typename Body> void forEachF32Gemm(Body body) {
   const F32Gemm chosen = f32Gemm();
-  for (F32Gemm library : {F32Gemm::OneDnn, F32Gemm::OpenBlas}) {
+  for (F32Gemm library : {F32Gemm::OneDnn, F32Gemm::OpenBlas, F32Gemm::Mixed}) {
     if (!f32GemmBuilt(library))
       continue;
     SCOPED_TRACE(f32GemmName(library));
