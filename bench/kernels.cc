@@ -74,6 +74,28 @@ int main(int argc, char **argv) {
                                dv.data(), shape, A, scale);
          }), 5 * causal, "GFLOP/s");
 
+  // The same in the layout a GPT step runs it in (ptc-fold-attention-layout):
+  // q, k and v read in place from the fused QKV projection [batch, seq, 3 x
+  // hidden], the output and its gradient [batch, seq, heads, dim].
+  std::vector<float> qkv(3 * n), dqkv(3 * n);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t c = 0; c < H; ++c) {
+      const int64_t b = t / S, pos = t % S, head = c / D, col = c % D;
+      const size_t from = static_cast<size_t>(((b * A + head) * S + pos) * D + col);
+      qkv[static_cast<size_t>(t * 3 * H + c)] = q[from];
+      qkv[static_cast<size_t>(t * 3 * H + H + c)] = k[from];
+      qkv[static_cast<size_t>(t * 3 * H + 2 * H + c)] = v[from];
+    }
+  report("causal attention, fused QKV layout", bestSeconds(repeats, [&] {
+           causalAttention(qkv.data(), qkv.data() + H, qkv.data() + 2 * H, o.data(), shape, A,
+                           scale, /*seqMajor=*/true, 3 * H);
+         }), 2 * causal, "GFLOP/s");
+  report("causal attention gradient, fused QKV layout", bestSeconds(repeats, [&] {
+           causalAttentionGrad(qkv.data(), qkv.data() + H, qkv.data() + 2 * H, g.data(),
+                               dqkv.data(), dqkv.data() + H, dqkv.data() + 2 * H, shape, A,
+                               scale, /*seqMajor=*/true, 3 * H);
+         }), 5 * causal, "GFLOP/s");
+
   // The same on bf16 storage (bf16 dot products where the CPU has them).
   auto bits = [](const std::vector<float> &x) {
     std::vector<uint16_t> b(x.size());

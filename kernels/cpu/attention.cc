@@ -435,20 +435,52 @@ inline Rows<const float> rowsOf(const uint16_t *base, const HeadRows &L, int64_t
   }
   return {buffer.data(), L.d};
 }
-/// Where an f32 result for those rows is computed: the storage itself (f32)
-/// or `buffer` (bf16, rounded into place by storeRows).
-inline Rows<float> resultRows(float *base, const HeadRows &L, int64_t h, int64_t row0, int64_t,
-                              std::vector<float> &) {
-  return {base + L.at(h, row0), L.ld()};
+/// The same rows back to back (ld = d) for the products that read them as B
+/// (a row per step of the sum): the f32 rows of a fused projection lie
+/// 3 x heads x dim floats apart, a stride that maps a head's rows to a few
+/// cache sets (at hidden 256, 3 KiB: 4 of an L1's 64), so such rows are
+/// copied first (the same numbers). bf16 rows are widened into a dense buffer
+/// anyway.
+inline Rows<const float> denseRowsOf(const float *base, const HeadRows &L, int64_t h,
+                                     int64_t row0, int64_t rows, std::vector<float> &buffer) {
+  if (L.ld() == L.d)
+    return {base + L.at(h, row0), L.d};
+  buffer.resize(static_cast<size_t>(rows * L.d));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(buffer.data() + r * L.d, base + L.at(h, row0 + r),
+                sizeof(float) * static_cast<size_t>(L.d));
+  return {buffer.data(), L.d};
+}
+inline Rows<const float> denseRowsOf(const uint16_t *base, const HeadRows &L, int64_t h,
+                                     int64_t row0, int64_t rows, std::vector<float> &buffer) {
+  return rowsOf(base, L, h, row0, rows, buffer);
+}
+/// Where an f32 result for those rows is computed: the storage itself (f32
+/// rows back to back) or `buffer` (strided f32 rows, as in denseRowsOf,
+/// copied into place by storeRows; bf16, rounded into place).
+inline Rows<float> resultRows(float *base, const HeadRows &L, int64_t h, int64_t row0,
+                              int64_t rows, std::vector<float> &buffer) {
+  if (L.ld() == L.d)
+    return {base + L.at(h, row0), L.d};
+  // Strided rows (see denseRowsOf): computed back to back, then copied.
+  buffer.resize(static_cast<size_t>(rows * L.d));
+  return {buffer.data(), L.d};
 }
 inline Rows<float> resultRows(uint16_t *, const HeadRows &L, int64_t, int64_t, int64_t rows,
                               std::vector<float> &buffer) {
   buffer.resize(static_cast<size_t>(rows * L.d));
   return {buffer.data(), L.d};
 }
-/// Puts rows computed by resultRows in place: nothing for f32 (computed
-/// there), each rounded once for bf16.
-inline void storeRows(Rows<float>, float *, const HeadRows &, int64_t, int64_t, int64_t) {}
+/// Puts rows computed by resultRows in place: nothing for f32 computed
+/// there, copied from the dense buffer for strided f32 rows, each rounded
+/// once for bf16.
+inline void storeRows(Rows<float> rows, float *base, const HeadRows &L, int64_t h, int64_t row0,
+                      int64_t count) {
+  if (rows.p == base + L.at(h, row0))
+    return;
+  for (int64_t r = 0; r < count; ++r)
+    std::memcpy(base + L.at(h, row0 + r), rows.row(r), sizeof(float) * static_cast<size_t>(L.d));
+}
 inline void storeRows(Rows<float> rows, uint16_t *base, const HeadRows &L, int64_t h,
                       int64_t row0, int64_t count) {
   for (int64_t r = 0; r < count; ++r) {
@@ -487,7 +519,7 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
         if (kvh != transposed) {
           const Rows<const float> kh = rowsOf(k, kvL, kvh, 0, s, kRows);
           transposeInto(kh.p, s, d, kt.data(), kh.ld);
-          vh = rowsOf(v, kvL, kvh, 0, s, vRows);
+          vh = denseRowsOf(v, kvL, kvh, 0, s, vRows);
           transposed = kvh;
         }
         int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
@@ -518,7 +550,8 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
     // blocks accumulate into its dk and dv in a fixed order (deterministic).
 #pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
-      const Rows<const float> kh = rowsOf(k, kvL, kvh, 0, s, kRows);
+      // K, Q and G are read as B by dQ, dK and dV: dense.
+      const Rows<const float> kh = denseRowsOf(k, kvL, kvh, 0, s, kRows);
       const Rows<const float> vh = rowsOf(v, kvL, kvh, 0, s, vRows);
       const Rows<float> dkh = resultRows(dk, kvL, kvh, 0, s, dkRows);
       const Rows<float> dvh = resultRows(dv, kvL, kvh, 0, s, dvRows);
@@ -528,8 +561,8 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
       transposeInto(vh.p, s, d, vt.data(), vh.ld);
       for (int64_t m = 0; m < group; ++m) {
         int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
-        const Rows<const float> qh = rowsOf(q, qL, h, 0, s, qRows);
-        const Rows<const float> gh = rowsOf(g, gL, h, 0, s, gRows);
+        const Rows<const float> qh = denseRowsOf(q, qL, h, 0, s, qRows);
+        const Rows<const float> gh = denseRowsOf(g, gL, h, 0, s, gRows);
         const Rows<float> dqh = resultRows(dq, qL, h, 0, s, dqRows);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
