@@ -15,7 +15,7 @@
 namespace ptc {
 
 /// Chrome trace event format: one row (tid) per rank, times in us.
-Status writeScheduleTrace(TrainingSession &session, const std::string &path) {
+Status writeStepTrace(TrainingSession &session, const std::string &path) {
   Communicator *comm = session.communicator();
   std::string mine;
   // A name is an action ("F3 mb1") or an op and the model's location, whose

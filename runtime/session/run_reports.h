@@ -12,9 +12,9 @@
 
 namespace ptc {
 
-/// Gathers every rank's traced schedule actions (TrainingSession::traceFrom)
+/// Gathers every rank's traced schedule actions or instructions (TrainingSession::traceFrom)
 /// and, on the leader, writes them to `path`: one row per rank, times in us.
-Status writeScheduleTrace(TrainingSession &session, const std::string &path);
+Status writeStepTrace(TrainingSession &session, const std::string &path);
 /// The time per step by op kind, largest first, from TrainingSession::setProfile
 /// over `steps` steps (`skippedFirst`: the first step was not counted).
 void printOpProfile(const std::vector<double> &opTimes, int64_t steps, bool skippedFirst);

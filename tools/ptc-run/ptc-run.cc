@@ -289,7 +289,7 @@ int runMain(int argc, char **argv) {
   }
 
   if (!o.trace.empty())
-    if (Status s = writeScheduleTrace(session, o.trace); !s.isOk())
+    if (Status s = writeStepTrace(session, o.trace); !s.isOk())
       return fail(s.message());
   if (lossScale.active() && leader)
     std::cout << "dynamic loss scale: " << lossScale.last() << " at the last step; "
