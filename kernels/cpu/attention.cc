@@ -25,6 +25,35 @@ using namespace internal;
 
 namespace {
 constexpr int64_t kQueryBlock = 32;
+/// A row of scores is made probabilities (softmaxRows) and score gradients
+/// (scoreGradients) in whole vectors of this many keys up to its causal
+/// limit, and zero after: the columns a causal product must compute.
+constexpr int64_t kScoreLanes = 16;
+
+inline int64_t paddedKeys(int64_t visible, int64_t keys) {
+  return std::min(keys, (visible + kScoreLanes - 1) / kScoreLanes * kScoreLanes);
+}
+
+/// What the causal mask leaves of a product over a query block whose first
+/// row is row `diagonal` of the sequence (products with one operand or the
+/// result indexed by the block's query rows and the other by keys); per
+/// register block of rows [i, i + r):
+enum class Causal {
+  /// every column and every term of the sum;
+  kNone,
+  /// C's row i + x (query diagonal + i + x) sees the keys (columns) up to
+  /// diagonal + i + x: the columns from paddedKeys(diagonal + i + r) on are
+  /// not computed (their scores are not read; the probabilities and score
+  /// gradients there are set to zero);
+  kColumns,
+  /// A's row i + x is zero after column diagonal + i + x (probabilities or
+  /// score gradients times keys or values): the sum ends at diagonal + i + r;
+  kSumEnd,
+  /// A(i + x, p) is P[p][i + x] (probabilities or score gradients transposed,
+  /// times the block's queries or incoming gradients), zero for queries p <
+  /// i + x - diagonal: the sum starts at i - diagonal.
+  kSumStart,
+};
 
 #ifdef __AVX512F__
 // Register block of the products: up to 8 rows x 2 vectors of accumulators
@@ -156,21 +185,41 @@ inline void blockOf(int64_t rows, const float *a, int64_t rowStride, int64_t col
 
 /// C[m][n] (+)= A * B[k][n] with A(r, p) = a[r * rowStride + p * colStride]:
 /// A [m][k] row-major is (lda, 1), A^T of a row-major [k][m] is (1, lda).
-/// `accumulate` adds to C instead of overwriting it.
+/// `accumulate` adds to C instead of overwriting it. `causal` leaves out
+/// what the mask zeroes (Causal): the terms left out are zeros times finite
+/// values, so every computed element is bitwise what the whole sum gives.
 void product(const float *a, int64_t rowStride, int64_t colStride, const float *b, int64_t ldb,
-             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
-  for (int64_t i = 0; i < m; i += kRows)
-    for (int64_t j = 0; j < n; j += kCols)
-      blockOf(std::min(kRows, m - i), a + i * rowStride, rowStride, colStride, b + j, ldb,
-              c + i * ldc + j, ldc, k, std::min(kCols, n - j), accumulate);
+             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate,
+             Causal causal = Causal::kNone, int64_t diagonal = 0) {
+  for (int64_t i = 0; i < m; i += kRows) {
+    const int64_t rows = std::min(kRows, m - i);
+    int64_t columns = n, k0 = 0, k1 = k;
+    if (causal == Causal::kColumns)
+      columns = paddedKeys(diagonal + i + rows, n);
+    else if (causal == Causal::kSumEnd)
+      k1 = std::min(k, diagonal + i + rows);
+    else if (causal == Causal::kSumStart)
+      k0 = std::clamp<int64_t>(i - diagonal, 0, k);
+    if (k1 <= k0) { // an empty sum
+      if (!accumulate)
+        for (int64_t r = 0; r < rows; ++r)
+          std::fill(c + (i + r) * ldc, c + (i + r) * ldc + columns, 0.0f);
+      continue;
+    }
+    for (int64_t j = 0; j < columns; j += kCols)
+      blockOf(rows, a + i * rowStride + k0 * colStride, rowStride, colStride, b + k0 * ldb + j,
+              ldb, c + i * ldc + j, ldc, k1 - k0, std::min(kCols, columns - j), accumulate);
+  }
 }
 #else
 /// C[m][n] (+)= A * B[k][n] with A(r, p) = a[r * rowStride + p * colStride]:
 /// A [m][k] row-major is (lda, 1), A^T of a row-major [k][m] is (1, lda).
 /// `accumulate` adds to C instead of overwriting it. Register blocks of
-/// 4 rows x 16 columns.
+/// 4 rows x 16 columns. Computes the whole product whatever `causal` says
+/// (what the mask leaves is within it).
 void product(const float *a, int64_t rowStride, int64_t colStride, const float *b, int64_t ldb,
-             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
+             float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate,
+             Causal = Causal::kNone, int64_t = 0) {
   constexpr int64_t kRows = 4, kCols = 16;
   for (int64_t i = 0; i < m; i += kRows) {
     int64_t rows = std::min(kRows, m - i);
@@ -197,14 +246,16 @@ void product(const float *a, int64_t rowStride, int64_t colStride, const float *
 
 /// C[m][n] (+)= A[m][k] B[k][n].
 void productNN(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-               int64_t m, int64_t n, int64_t k, bool accumulate) {
-  product(a, lda, 1, b, ldb, c, ldc, m, n, k, accumulate);
+               int64_t m, int64_t n, int64_t k, bool accumulate, Causal causal = Causal::kNone,
+               int64_t diagonal = 0) {
+  product(a, lda, 1, b, ldb, c, ldc, m, n, k, accumulate, causal, diagonal);
 }
 
 /// C[m][n] += A^T B with A [k][m] and B [k][n] row-major.
 void productTNAccumulate(const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-                         int64_t ldc, int64_t m, int64_t n, int64_t k) {
-  product(a, 1, lda, b, ldb, c, ldc, m, n, k, /*accumulate=*/true);
+                         int64_t ldc, int64_t m, int64_t n, int64_t k,
+                         Causal causal = Causal::kNone, int64_t diagonal = 0) {
+  product(a, 1, lda, b, ldb, c, ldc, m, n, k, /*accumulate=*/true, causal, diagonal);
 }
 
 #ifdef __AVX512F__
@@ -301,7 +352,6 @@ void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
   // Phase by phase over the block's rows: each row's maximum, sum and
   // reciprocal are short dependent chains (a sum's lanes added in order, a
   // division), which overlap across rows when no row waits on its own.
-  constexpr int64_t kLanes = 16;
   const int64_t keys = i0 + rows;
   float mx[kQueryBlock], inv[kQueryBlock];
   int32_t padded[kQueryBlock];
@@ -311,7 +361,7 @@ void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
     mx[r] = maxOf(p + r * keys, seen) * scale;
     // Whole vectors up to the causal limit (a scalar exp per leftover key
     // cost more than the vectors), masked to zero past it.
-    padded[r] = static_cast<int32_t>(std::min(keys, (seen + kLanes - 1) / kLanes * kLanes));
+    padded[r] = static_cast<int32_t>(paddedKeys(seen, keys));
   }
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * keys;
@@ -346,25 +396,32 @@ void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
   }
 }
 
-/// dS = P (dP - rowsum(P dP)) * scale in place of dP, for rows <= kQueryBlock
-/// rows of `keys` columns: the row sums first, so that their chains overlap.
-void scoreGradients(const float *p, float *dp, int64_t rows, int64_t keys, float scale) {
+/// dS = P (dP - rowsum(P dP)) * scale in place of dP for query rows [i0, i0 +
+/// rows) (rows <= kQueryBlock) of `keys` = i0 + rows columns: the row sums
+/// first, so that their chains overlap. Each row up to its paddedKeys (P is
+/// zero after its causal limit, dP need not be computed past paddedKeys:
+/// Causal::kColumns), zero after.
+void scoreGradients(const float *p, float *dp, int64_t i0, int64_t rows, float scale) {
+  const int64_t keys = i0 + rows;
   float t[kQueryBlock];
   for (int64_t r = 0; r < rows; ++r) {
     const float *pr = p + r * keys, *dpr = dp + r * keys;
+    const int64_t n = paddedKeys(i0 + r + 1, keys);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < keys; ++j)
+    for (int64_t j = 0; j < n; ++j)
       sum += pr[j] * dpr[j];
     t[r] = sum;
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float *pr = p + r * keys;
     float *dpr = dp + r * keys;
+    const int64_t n = paddedKeys(i0 + r + 1, keys);
     const float tr = t[r];
 #pragma omp simd
-    for (int64_t j = 0; j < keys; ++j)
+    for (int64_t j = 0; j < n; ++j)
       dpr[j] = pr[j] * (dpr[j] - tr) * scale;
+    std::fill(dpr + n, dpr + keys, 0.0f);
   }
 }
 
@@ -374,7 +431,7 @@ void scoreGradients(const float *p, float *dp, int64_t rows, int64_t keys, float
 void probabilities(const float *qRows, int64_t ldq, const float *kt, int64_t s, int64_t d,
                    int64_t i0, int64_t rows, float scale, float *p) {
   int64_t keys = i0 + rows;
-  productNN(qRows, ldq, kt, s, p, keys, rows, keys, d, /*accumulate=*/false);
+  productNN(qRows, ldq, kt, s, p, keys, rows, keys, d, /*accumulate=*/false, Causal::kColumns, i0);
   softmaxRows(p, i0, rows, scale);
 }
 } // namespace
@@ -527,7 +584,7 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
         probabilities(qb.p, qb.ld, kt.data(), s, d, i0, rows, scale, p.data());
         const Rows<float> o = resultRows(out, oL, h, i0, rows, oRows);
         productNN(p.data(), i0 + rows, vh.p, vh.ld, o.p, o.ld, rows, d, i0 + rows,
-                  /*accumulate=*/false);
+                  /*accumulate=*/false, Causal::kSumEnd, i0);
         storeRows(o, out, oL, h, i0, rows);
       }
   }
@@ -568,12 +625,17 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
           int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
           probabilities(qh.row(i0), qh.ld, kt.data(), s, d, i0, rows, scale, p.data());
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
-          productNN(gh.row(i0), gh.ld, vt.data(), s, dp.data(), keys, rows, keys, d, false);
-          scoreGradients(p.data(), dp.data(), rows, keys, scale);
+          // (Each product leaves out what the causal mask zeroes.)
+          productNN(gh.row(i0), gh.ld, vt.data(), s, dp.data(), keys, rows, keys, d, false,
+                    Causal::kColumns, i0);
+          scoreGradients(p.data(), dp.data(), i0, rows, scale);
           // dV += P^T G, dQ = dS K, dK += dS^T Q.
-          productTNAccumulate(p.data(), keys, gh.row(i0), gh.ld, dvh.p, dvh.ld, keys, d, rows);
-          productNN(dp.data(), keys, kh.p, kh.ld, dqh.row(i0), dqh.ld, rows, d, keys, false);
-          productTNAccumulate(dp.data(), keys, qh.row(i0), qh.ld, dkh.p, dkh.ld, keys, d, rows);
+          productTNAccumulate(p.data(), keys, gh.row(i0), gh.ld, dvh.p, dvh.ld, keys, d, rows,
+                              Causal::kSumStart, i0);
+          productNN(dp.data(), keys, kh.p, kh.ld, dqh.row(i0), dqh.ld, rows, d, keys, false,
+                    Causal::kSumEnd, i0);
+          productTNAccumulate(dp.data(), keys, qh.row(i0), qh.ld, dkh.p, dkh.ld, keys, d, rows,
+                              Causal::kSumStart, i0);
         }
         storeRows(dqh, dq, qL, h, 0, s);
       }
@@ -779,7 +841,7 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
           softmaxRows(p.data(), i0, rows, scale);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           pairProduct(gc.data(), dp, 1, vt.data(), s, dp_.data(), keys, rows, keys, dp, false);
-          scoreGradients(p.data(), dp_.data(), rows, keys, scale);
+          scoreGradients(p.data(), dp_.data(), i0, rows, scale);
           // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
           pairRows(p.data(), rows, keys, keys, pr.data());
           pairRows(dp_.data(), rows, keys, keys, dsr.data());
