@@ -3,8 +3,9 @@
 // scores against the keys it may see are one register-blocked product, the
 // softmax runs on the block, and the outputs (or, backward, the gradients)
 // are products again. Memory per thread is one block of scores (kQueryBlock
-// rows x the sequence), so long sequences stay bounded; every head's result
-// is computed the same way whatever the thread count (deterministic).
+// rows x the sequence) and a few per-head copies (sequence x head dim), never
+// sequence x sequence; every head's result is computed the same way whatever
+// the thread count (deterministic).
 #include "kernels/cpu/internal.h"
 
 #include <algorithm>
