@@ -100,10 +100,8 @@ int main(int argc, char **argv) {
       continue;
     cpu::setF32Gemm(library);
     char label[64];
-    // (The cube is A B: F32Gemm::Mixed runs it on OpenBLAS.)
-    const F32Gemm cube = chosen == F32Gemm::Mixed ? F32Gemm::OpenBlas : chosen;
     std::snprintf(label, sizeof label, "ptc (%s)%s", cpu::f32GemmName(library),
-                  library == cube ? "*" : "");
+                  library == cpu::f32GemmLibraryOf(chosen, false, false) ? "*" : "");
     report(label, bestSeconds(repeats, [&] {
              cpu::matmul(a.data(), s, b.data(), s, c.data(), false, false);
            }));
@@ -130,7 +128,7 @@ int main(int argc, char **argv) {
       });
       rate[l] = productFlops / seconds / 1e9;
       total[l] += seconds * p.count;
-      if ((libraries[l] == F32Gemm::OneDnn) == (p.transB && !p.transA))
+      if (libraries[l] == cpu::f32GemmLibraryOf(F32Gemm::Mixed, p.transA, p.transB))
         mixed += seconds * p.count;
     }
     char name[64];

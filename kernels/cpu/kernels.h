@@ -80,6 +80,9 @@ F32Gemm defaultF32Gemm();
 /// setF32Gemm (tests and benchmarks, between products; a choice not built
 /// is ignored).
 F32Gemm f32Gemm();
+/// The library (OneDnn or OpenBlas) that runs a product with these
+/// transposes under `choice`.
+F32Gemm f32GemmLibraryOf(F32Gemm choice, bool transA, bool transB);
 void setF32Gemm(F32Gemm library);
 const char *f32GemmName(F32Gemm library);
 /// What is wrong with PTC_CPU_GEMM's value, or "" (unset or valid): the CPU

@@ -170,19 +170,12 @@ RowColumnSplit splitOf(F32Gemm library, int64_t N, bool transB) {
   return {true, 48};
 }
 
-/// The library of one product under `choice` (F32Gemm::Mixed: by its transposes).
-F32Gemm libraryOf(F32Gemm choice, bool transA, bool transB) {
-  if (choice != F32Gemm::Mixed)
-    return choice;
-  return transB && !transA ? F32Gemm::OneDnn : F32Gemm::OpenBlas;
-}
-
 /// C[M x N] = op(A) op(B) (+ bias[N] on every row), row-major, split over
 /// the threads (splitOf); each thread adds the bias to its block right after
 /// its product. The library is read once: every block of a product on the same one.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
           const float *b, int64_t ldb, float *c, int64_t ldc, int threads, const float *bias) {
-  const F32Gemm library = libraryOf(f32Gemm(), transA, transB);
+  const F32Gemm library = f32GemmLibraryOf(f32Gemm(), transA, transB);
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
   auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m1 <= m0 || n1 <= n0)
@@ -290,6 +283,12 @@ F32Gemm defaultF32Gemm() {
 }
 
 F32Gemm f32Gemm() { return f32GemmChoice().load(std::memory_order_relaxed); }
+
+F32Gemm f32GemmLibraryOf(F32Gemm choice, bool transA, bool transB) {
+  if (choice != F32Gemm::Mixed)
+    return choice;
+  return transB && !transA ? F32Gemm::OneDnn : F32Gemm::OpenBlas;
+}
 
 void setF32Gemm(F32Gemm library) {
   if (f32GemmBuilt(library))

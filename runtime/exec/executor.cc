@@ -453,23 +453,23 @@ Status Executor::step(std::vector<double> *profile) {
   fileWritten_ = true;
   if (plan_->pipelined()) {
     PTC_RETURN_IF_ERROR(runPipelined(profile));
+  } else if (!tracing_) {
+    for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n)
+      PTC_RETURN_IF_ERROR(runInstruction(n, profile));
   } else {
-    // Traced: one event per instruction, named by its op and the model's line.
+    // One event per instruction, named by its op and the model's line.
     trace_.clear();
     const auto start = std::chrono::steady_clock::now();
-    auto us = [&](std::chrono::steady_clock::time_point t) {
-      return std::chrono::duration<double, std::micro>(t - start).count();
-    };
     for (uint32_t n = 0, e = plan_->plan().instructions()->size(); n < e; ++n) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = microsecondsSince(start);
       PTC_RETURN_IF_ERROR(runInstruction(n, profile));
-      if (tracing_ && !covered_[n]) {
-        const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
-        std::string name = opcodeName(inst->op());
-        if (inst->location())
-          name += " " + inst->location()->str();
-        trace_.push_back({std::move(name), us(t0), us(std::chrono::steady_clock::now()) - us(t0)});
-      }
+      if (covered_[n]) // ran with its optimizer group's first instruction
+        continue;
+      const plan::Instruction *inst = plan_->plan().instructions()->Get(n);
+      std::string name = opcodeName(inst->op());
+      if (inst->location())
+        name += " " + inst->location()->str();
+      trace_.push_back({std::move(name), t0, microsecondsSince(start) - t0});
     }
   }
   if (comm_)

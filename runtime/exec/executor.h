@@ -13,6 +13,7 @@
 #include "runtime/plan/plan_loader.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -121,6 +122,11 @@ public:
     double startUs, durationUs;
   };
   void setTracing(bool on) { tracing_ = on; }
+  /// A trace event's time: microseconds from `start` (the step's).
+  static double microsecondsSince(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+        .count();
+  }
   const std::vector<TraceEvent> &trace() const { return trace_; }
   /// Most bytes the activation stash held at once (pipelined plans).
   int64_t stashPeakBytes() const { return stashPeak_; }

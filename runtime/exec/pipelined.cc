@@ -206,21 +206,17 @@ Status Executor::runPipelined(std::vector<double> *profile) {
   for (int32_t id : pipeline_.accumulators)
     PTC_RETURN_IF_ERROR(dev_->zero(data(id), plan_->tensor(id).bytes));
   trace_.clear();
-  auto start = std::chrono::steady_clock::now();
-  auto us = [&](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::micro>(t - start).count();
-  };
+  const auto start = std::chrono::steady_clock::now();
   const auto &actions = p.actions[static_cast<size_t>(ppRank_)];
   for (size_t i = 0; i < actions.size(); ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+    const double t0 = microsecondsSince(start);
     Status s = runAction(i, profile);
     if (!s.isOk())
       return Status(s.code(), "pipeline rank " + std::to_string(ppRank_) + " action #" +
                                   std::to_string(i) + " (" + schedule::describe(actions[i]) +
                                   "): " + s.message());
     if (tracing_)
-      trace_.push_back({schedule::describe(actions[i]), us(t0),
-                        us(std::chrono::steady_clock::now()) - us(t0)});
+      trace_.push_back({schedule::describe(actions[i]), t0, microsecondsSince(start) - t0});
   }
   if (comm_)
     PTC_RETURN_IF_ERROR(comm_->flushSends());
@@ -230,11 +226,11 @@ Status Executor::runPipelined(std::vector<double> *profile) {
                  stash_.empty() ? direct_.begin()->first : stash_.begin()->first.first,
                  " of micro-batch ",
                  stash_.empty() ? direct_.begin()->second : stash_.begin()->first.second, ")");
-  auto t0 = std::chrono::steady_clock::now();
+  const double t0 = microsecondsSince(start);
   for (uint32_t n : stepInstructions_)
     PTC_RETURN_IF_ERROR(runInstruction(n, profile));
   if (tracing_)
-    trace_.push_back({"optimizer step", us(t0), us(std::chrono::steady_clock::now()) - us(t0)});
+    trace_.push_back({"optimizer step", t0, microsecondsSince(start) - t0});
   return shareOutputs();
 }
 

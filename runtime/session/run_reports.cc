@@ -4,6 +4,8 @@
 
 #include "runtime/plan/plan_ops.h"
 
+#include <nlohmann/json.hpp>
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,24 +20,10 @@ namespace ptc {
 Status writeStepTrace(TrainingSession &session, const std::string &path) {
   Communicator *comm = session.communicator();
   std::string mine;
-  // A name is an action ("F3 mb1") or an op and the model's location, whose
-  // file name may hold any character: JSON-escaped.
+  // A name is an action ("F c0 mb1") or an op and the model's location,
+  // whose file name may hold any bytes: a JSON string (invalid UTF-8 replaced).
   auto quoted = [](const std::string &s) {
-    std::string q = "\"";
-    for (char ch : s) {
-      unsigned char c = static_cast<unsigned char>(ch);
-      if (c == '"' || c == '\\') {
-        q += '\\';
-        q += ch;
-      } else if (c < 0x20) {
-        char esc[8];
-        std::snprintf(esc, sizeof esc, "\\u%04x", c);
-        q += esc;
-      } else {
-        q += ch;
-      }
-    }
-    return q + "\"";
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
   for (const Executor::TraceEvent &e : session.executor().trace()) {
     char times[128];
