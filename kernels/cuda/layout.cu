@@ -55,6 +55,41 @@ __global__ void reduceKernel(int op, const float *in, float *out, int64_t outN, 
   }
 }
 
+/// Column sums of a row-major [rows, cols] block (a bias gradient: the sum
+/// over every leading axis), pass 1: a block of 32 x 8 threads per 32 columns
+/// and kRowsPerChunk rows, reads coalesced along the columns; the chunk's sum
+/// of each column goes to partial[chunk * cols + col]. Pass 2 adds the chunks
+/// in order: a fixed summation order whatever the GPU (no atomics).
+constexpr int kColumnTile = 32, kRowThreads = 8;
+constexpr int64_t kRowsPerChunk = 256;
+__global__ void columnPartialSumsKernel(const float *in, int64_t rows, int64_t cols,
+                                        float *partial) {
+  __shared__ float tile[kRowThreads][kColumnTile + 1];
+  const int64_t col = blockIdx.x * static_cast<int64_t>(kColumnTile) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * kRowsPerChunk, r1 = min(rows, r0 + kRowsPerChunk);
+  float acc = 0.0f;
+  if (col < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads)
+      acc += in[r * cols + col];
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float sum = 0.0f;
+    for (int i = 0; i < kRowThreads; ++i)
+      sum += tile[i][threadIdx.x];
+    partial[blockIdx.y * cols + col] = sum;
+  }
+}
+__global__ void columnFinishKernel(const float *partial, int64_t chunks, int64_t cols, float scale,
+                                   float *out) {
+  PTC_GRID_LOOP(c, cols) {
+    float sum = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k)
+      sum += partial[k * cols + c];
+    out[c] = sum * scale;
+  }
+}
+
 /// d max: g split evenly over the positions that hold the maximum.
 __global__ void reduceMaxGradKernel(const float *in, const float *g, float *out, int64_t outN,
                                     Dims kept, Dims red, int64_t count) {
@@ -253,7 +288,29 @@ void addLayoutKernels(KernelTable &t) {
     const ReduceOp kind = c.op == OpKind::ReduceSum    ? ReduceOp::Sum
                           : c.op == OpKind::ReduceMean ? ReduceOp::Mean
                                                        : ReduceOp::Max;
-    reduce(kind, in.f32(), *in.shape, c.intList(), c.output(0).f32(), streamOf(c));
+    // Sums over leading axes (bias gradients): column sums in two passes.
+    const Shape axes = c.intList();
+    int64_t rows = 1, leading = 0;
+    while (leading < static_cast<int64_t>(in.rank()) &&
+           std::find(axes.begin(), axes.end(), leading) != axes.end())
+      rows *= in.dim(static_cast<int>(leading++));
+    const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+    if (kind != ReduceOp::Max && leading == static_cast<int64_t>(axes.size()) && rows > 0 &&
+        in.elements > 0 && chunks <= 65535) {
+      const int64_t cols = in.elements / rows;
+      auto *partial = static_cast<float *>(scratch(c, chunks * cols * 4));
+      if (!partial)
+        return scratchFailure(c, chunks * cols * 4);
+      dim3 grid(static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile),
+                static_cast<unsigned>(chunks));
+      columnPartialSumsKernel<<<grid, dim3(kColumnTile, kRowThreads), 0, S(streamOf(c))>>>(
+          in.f32(), rows, cols, partial);
+      columnFinishKernel<<<gridFor(cols), kThreads, 0, S(streamOf(c))>>>(
+          partial, chunks, cols, kind == ReduceOp::Mean ? 1.0f / static_cast<float>(rows) : 1.0f,
+          c.output(0).f32());
+      return KernelResult::ok();
+    }
+    reduce(kind, in.f32(), *in.shape, axes, c.output(0).f32(), streamOf(c));
     return KernelResult::ok();
   };
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
