@@ -12,12 +12,17 @@
 #     backend's (computed by gpu_prepare.sh): fp32 within 1e-4 relative; bf16
 #     within 2e-2 relative (bf16 rounding of every activation; the CPU rounds the
 #     same values, but sums in a different order, so the runs drift apart slowly),
-#  4. benchmarks a GPT-2-medium-sized training step (24 layers, hidden 1024, seq
+#     and runs the fp32 and bf16 plans a second time: bitwise equal losses,
+#  4. times bf16 causal attention (ptc-bench-cuda-attention: cuDNN's fused attention
+#     through the CUDA device) beside PyTorch's scaled_dot_product_attention at its
+#     best backend (bench/gpu_torch_sdpa.py) on GPT-2 medium's and a Llama-style
+#     grouped-query layer,
+#  5. benchmarks a GPT-2-medium-sized training step (24 layers, hidden 1024, seq
 #     1024, batch 8, bf16) with ptc-run and with PyTorch eager on the same GPU:
 #     tokens/s and MFU of both (PTC_PEAK_TFLOPS, default 989: H100/H200 dense bf16).
 # Results: $OUT/summary.txt (and logs beside it). Exit status: non-zero when a
 # kernel test or a loss comparison fails.
-# PTC_GPU_CHECK_PARTS (default "kernels losses bench") picks the parts after the build,
+# PTC_GPU_CHECK_PARTS (default "kernels losses attention bench") picks the parts after the build,
 # e.g. PTC_GPU_CHECK_PARTS=kernels to iterate on a failing kernel quickly.
 # With this workplace's device tool: run(command="bash bench/gpu_check.sh",
 # carry=[".gpu-carry"], timeout_s=540); the build takes a few minutes of it. If
@@ -37,7 +42,7 @@ status=0
 [ -d "$C/deps" ] || { echo "gpu_check: $C is missing; run bench/gpu_prepare.sh first" >&2; exit 2; }
 export LD_LIBRARY_PATH=$C/deps/lib:${LD_LIBRARY_PATH:-}
 PY=${PYTHON:-python3}
-PARTS=" ${PTC_GPU_CHECK_PARTS:-kernels losses bench} "
+PARTS=" ${PTC_GPU_CHECK_PARTS:-kernels losses attention bench} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 
 say "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
@@ -52,12 +57,22 @@ if ! ls /usr/local/cuda/lib64/libnccl.so* /usr/local/cuda/lib/libnccl.so* >/dev/
   fi
 fi
 
+# cuDNN: the newest copy there (PyTorch's wheel, 9.19, where the system's is 9.14): the
+# deterministic fused attention backward needs 9.18.1 or later, at build and run time.
+CUDNN_ARGS=()
+CUDNN_DIR=$($PY -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || true)
+if [ -n "$CUDNN_DIR" ] && [ -f "$CUDNN_DIR/include/cudnn_graph.h" ]; then
+  CUDNN_LIB=$(ls "$CUDNN_DIR"/lib/libcudnn.so* | head -1)
+  CUDNN_ARGS=(-DCUDNN_INCLUDE_DIR="$CUDNN_DIR/include" -DCUDNN_LIBRARY="$CUDNN_LIB")
+  export LD_LIBRARY_PATH=$CUDNN_DIR/lib:$LD_LIBRARY_PATH
+fi
+
 # 1. Build (runtime only).
 t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
-  -DPTC_WITH_MPI=OFF -DPTC_WITH_OPENBLAS=OFF -DPTC_DEPS_DIR="$C/deps" -DCMAKE_CUDA_ARCHITECTURES=90 "${NCCL_ARGS[@]}" \
-  > "$OUT/build.log" 2>&1 &&
-  ninja -C build-gpu ptc-run ptc-device-tests ptc-runtime-tests >> "$OUT/build.log" 2>&1
+  -DPTC_WITH_MPI=OFF -DPTC_WITH_OPENBLAS=OFF -DPTC_DEPS_DIR="$C/deps" -DCMAKE_CUDA_ARCHITECTURES=90 \
+  "${NCCL_ARGS[@]}" "${CUDNN_ARGS[@]}" > "$OUT/build.log" 2>&1 &&
+  ninja -C build-gpu ptc-run ptc-device-tests ptc-runtime-tests ptc-bench-cuda-attention >> "$OUT/build.log" 2>&1
 if [ $? -eq 0 ]; then
   say "build: ok in $(( $(date +%s) - t0 )) s"
   B=build-gpu/bin
@@ -73,11 +88,14 @@ fi
 
 # 2. Kernels: CUDA against CPU.
 if part kernels; then
-$T/ptc-device-tests > "$OUT/device-tests.log" 2>&1
+# cuDNN's own errors (why a graph is refused) go to cudnn-errors.log.
+CUDNN_LOGLEVEL_DBG=1 CUDNN_LOGDEST_DBG="$OUT/cudnn-errors.log" $T/ptc-device-tests > "$OUT/device-tests.log" 2>&1
 rc=$?
+grep -h "cuDNN" "$OUT/device-tests.log" | sort -u | head -12 | tee -a "$SUMMARY"
 say "kernel tests (ptc-device-tests): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/device-tests.log" | tr -s ' \n' ' ')"
 if grep -q "skipped: no GPU" "$OUT/device-tests.log"; then say "kernel tests: SKIPPED (no GPU visible)"; status=1; fi
-[ $rc -eq 0 ] || { status=1; grep -B2 -A8 "Failure\|FAILED" "$OUT/device-tests.log" | head -60; }
+[ $rc -eq 0 ] || { status=1; grep -B2 -A8 "Failure\|FAILED" "$OUT/device-tests.log" | head -60;
+                   [ -s "$OUT/cudnn-errors.log" ] && grep -v "^\s*$" "$OUT/cudnn-errors.log" | head -40; }
 $T/ptc-runtime-tests > "$OUT/runtime-tests.log" 2>&1 || { status=1; say "runtime tests: FAILED"; }
 fi
 
@@ -111,6 +129,46 @@ for p in fp32 bf16 bf16off; do
   compare "losses $p (GPU vs CPU)" "$OUT/gpu-$p.jsonl" "$P/cpu-$p.jsonl" "${!bound}" | tee -a "$SUMMARY"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
+# The same plan twice on the GPU: bitwise the same losses.
+for p in fp32 bf16; do
+  $B/ptc-run "$P/gpt-$p.plan" --device cuda --data "$P/data.bin" --steps "$STEPS" --log-every 0 \
+    --metrics "$OUT/gpu-$p-again.jsonl" > "$OUT/train-$p-again.log" 2>&1 || { status=1; say "train $p again: FAILED"; }
+  if cmp -s <($PY -c "import json,sys; [print(repr(json.loads(l)['loss'])) for l in open(sys.argv[1])]" "$OUT/gpu-$p.jsonl") \
+            <($PY -c "import json,sys; [print(repr(json.loads(l)['loss'])) for l in open(sys.argv[1])]" "$OUT/gpu-$p-again.jsonl"); then
+    say "repeatability $p: two runs of the same plan, $STEPS steps: bitwise equal losses: ok"
+  else
+    say "repeatability $p: two runs of the same plan differ: FAILED"; status=1
+  fi
+done
+head -1 "$OUT/train-bf16.log" | tee -a "$SUMMARY"
+fi
+
+# 3b. Attention: ptc's bf16 attention (cuDNN) against PyTorch's SDPA, same shapes, same run.
+if part attention; then
+SHAPES="gpt2-medium:8:16:16:1024:64 llama-gqa:4:32:8:2048:128"
+$B/ptc-bench-cuda-attention $SHAPES > "$OUT/attention-ptc.txt" 2>&1 || { status=1; say "ptc-bench-cuda-attention: FAILED"; }
+$PY bench/gpu_torch_sdpa.py $SHAPES > "$OUT/attention-torch.jsonl" 2> "$OUT/attention-torch.log" || { status=1; say "gpu_torch_sdpa: FAILED"; tail -3 "$OUT/attention-torch.log"; }
+cat "$OUT/attention-ptc.txt" | tee -a "$SUMMARY"
+$PY - "$OUT/attention-ptc.txt" "$OUT/attention-torch.jsonl" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+ptc = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 11 and f[1].isdigit():
+        ptc[f[0]] = (float(f[6]), float(f[8]), float(f[10]))
+layers = {"gpt2-medium": 24, "llama-gqa": 16}
+for line in open(sys.argv[2]):
+    t = json.loads(line)
+    name = t["name"]
+    if "error" in t or name not in ptc:
+        print(f"attention {name}: no comparison ({t.get('error', 'ptc did not run it')})")
+        continue
+    fwd, bwd, both = ptc[name]
+    n = layers.get(name, 1)
+    print(f"attention {name} (x{n} layers): ptc fwd {fwd * n:.2f} ms bwd {bwd * n:.2f} ms | torch "
+          f"({t['backend']}) fwd {t['fwd_ms'] * n:.2f} ms bwd {t['bwd_ms'] * n:.2f} ms | "
+          f"ptc / torch fwd+bwd: {both / t['fwd_bwd_ms']:.2f}x")
+PY
 fi
 
 # 4. Benchmark: GPT-2 medium, bf16, ptc-run vs PyTorch eager.

@@ -1,6 +1,12 @@
 // CUDA kernels: softmax and causal attention (see kernels.h).
 
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/internal.cuh"
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <sstream>
 
 namespace ptc::kernels::cuda {
 namespace {
@@ -515,6 +521,152 @@ KernelResult copyColumns(float *qkvIn, const FusedQkvDims &f, float *q, float *k
 }
 } // namespace
 
+namespace {
+// ---- bf16 / f16 attention on cuDNN ---------------------------------------------------
+bool isAttentionGrad(OpKind op) {
+  return op == OpKind::CausalAttentionGrad || op == OpKind::CausalAttentionQkvGrad;
+}
+bool isFusedQkv(OpKind op) {
+  return op == OpKind::CausalAttentionQkv || op == OpKind::CausalAttentionQkvGrad;
+}
+
+/// The cuDNN problem of a CausalAttention(Grad) or CausalAttentionQkv(Grad)
+/// call: its sizes and the strides its layout gives q, k, v and o (the
+/// forward's result, the backward's incoming gradient).
+cudnn::AttentionProblem attentionProblemOf(const KernelCall &c) {
+  const FloatType type = floatTypeOf(c.input(0).dtype);
+  if (isFusedQkv(c.op)) {
+    const TensorView &heads = c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1);
+    const FusedQkvDims f = fusedQkvDims(c.input(0), heads);
+    const AttentionDims &a = f.dims;
+    const cudnn::HeadStrides column{a.seq * f.width, a.dim, f.width};
+    const cudnn::HeadStrides o{a.seq * a.heads * a.dim, a.dim, a.heads * a.dim};
+    return {type, a.batch, a.heads, a.kvHeads, a.seq, a.dim, column, column, column, o};
+  }
+  const AttentionDims a = attentionDims(c);
+  auto strides = [&](int64_t heads) {
+    return a.seqMajor ? cudnn::HeadStrides{a.seq * heads * a.dim, a.dim, heads * a.dim}
+                      : cudnn::HeadStrides{heads * a.seq * a.dim, a.seq * a.dim, a.dim};
+  };
+  const cudnn::HeadStrides q = strides(a.heads), kv = strides(a.kvHeads);
+  return {type, a.batch, a.heads, a.kvHeads, a.seq, a.dim, q, kv, kv, q};
+}
+
+/// The call's tensors: q, k, v, then o (forward) or the incoming gradient and
+/// dq, dk, dv (backward), in place in the fused projection where it is one.
+struct AttentionPointers {
+  const void *q, *k, *v, *g;
+  void *o, *dq, *dk, *dv;
+};
+AttentionPointers attentionPointersOf(const KernelCall &c) {
+  AttentionPointers p{};
+  const int64_t bytes = dtypeBytes(c.input(0).dtype);
+  if (isFusedQkv(c.op)) {
+    const TensorView &heads = c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1);
+    const FusedQkvDims f = fusedQkvDims(c.input(0), heads);
+    const char *qkv = static_cast<const char *>(c.input(0).data);
+    p.q = qkv;
+    p.k = qkv + f.kOffset * bytes;
+    p.v = qkv + f.vOffset * bytes;
+    if (c.op == OpKind::CausalAttentionQkv) {
+      p.o = c.output(0).data;
+    } else {
+      p.g = c.input(1).data;
+      char *d = static_cast<char *>(c.output(0).data);
+      p.dq = d;
+      p.dk = d + f.kOffset * bytes;
+      p.dv = d + f.vOffset * bytes;
+    }
+    return p;
+  }
+  p.q = c.input(0).data;
+  p.k = c.input(1).data;
+  p.v = c.input(2).data;
+  if (c.op == OpKind::CausalAttention) {
+    p.o = c.output(0).data;
+  } else {
+    p.g = c.input(3).data;
+    p.dq = c.output(0).data;
+    p.dk = c.output(1).data;
+    p.dv = c.output(2).data;
+  }
+  return p;
+}
+
+/// Why cuDNN cannot take this low-precision call (empty when it can): the
+/// views' types and alignment, then cuDNN's own answer for the problem.
+std::string cudnnRefusal(const KernelCall &c) {
+  const DType type = c.input(0).dtype;
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.input(i).dtype != type)
+      return "operands of different element types";
+  for (size_t i = 0; i < c.numOutputs; ++i)
+    if (c.output(i).dtype != type)
+      return "operands of different element types";
+  if (const TensorView &heads = isFusedQkv(c.op)
+                                    ? (c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1))
+                                    : c.input(0);
+      heads.rank() != 4)
+    return "a rank-" + std::to_string(heads.rank()) + " query";
+  const AttentionPointers p = attentionPointersOf(c);
+  for (const void *ptr : {p.q, p.k, p.v, p.g, static_cast<const void *>(p.o),
+                          static_cast<const void *>(p.dq), static_cast<const void *>(p.dk),
+                          static_cast<const void *>(p.dv)})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+      return "a tensor not aligned to 16 bytes";
+  return cudnn::supports(attentionProblemOf(c), isAttentionGrad(c.op));
+}
+
+/// Says once per op and shape that cuDNN refused it and what runs instead.
+void reportFallback(const KernelCall &c, const std::string &why) {
+  std::ostringstream key;
+  key << opKindName(c.op) << " [";
+  for (size_t i = 0; i < c.input(0).rank(); ++i)
+    key << (i ? ", " : "") << c.input(0).dim(static_cast<int>(i));
+  key << "] " << (c.input(0).dtype == DType::BF16 ? "bf16" : "f16");
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(key.str()).second)
+    std::fprintf(stderr,
+                 "ptc: %s: cuDNN fused attention refused it (%s); it runs on the f32 warp kernel "
+                 "over widened copies instead (slow)\n",
+                 key.str().c_str(), why.c_str());
+}
+
+/// The attention entries' element types: f32 (the warp kernels below), or
+/// bf16 / f16 where cuDNN's fused attention takes the problem (checked, and
+/// its plans built, when the plan loads); other low-precision calls are
+/// widened to f32 by the runtime, and say so once.
+bool acceptsAttention(const KernelCall &c) {
+  if (onlyF32(c))
+    return true;
+  std::string why = cudnnRefusal(c);
+  if (why.empty())
+    return true;
+  reportFallback(c, why);
+  return false;
+}
+
+/// A bf16 / f16 attention call on cuDNN.
+KernelResult runCudnnAttention(const KernelCall &c) {
+  const cudnn::AttentionProblem problem = attentionProblemOf(c);
+  const AttentionPointers p = attentionPointersOf(c);
+  const bool grad = isAttentionGrad(c.op);
+  const int64_t bytes =
+      grad ? cudnn::backwardScratchBytes(problem) : cudnn::forwardScratchBytes(problem);
+  void *work = scratch(c, bytes);
+  if (!work)
+    return scratchFailure(c, bytes);
+  if (grad)
+    return cudnn::backward(problem, p.q, p.k, p.v, p.g, p.dq, p.dk, p.dv, c.real(0), work,
+                           streamOf(c));
+  return cudnn::forward(problem, p.q, p.k, p.v, p.o, c.real(0), work, streamOf(c));
+}
+} // namespace
+
+std::string attentionLibrary() { return cudnn::libraryDescription(); }
+
 void addAttentionKernels(KernelTable &t) {
   t.add(OpKind::Softmax, [](const KernelCall &c) {
     softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0), streamOf(c));
@@ -525,10 +677,13 @@ void addAttentionKernels(KernelTable &t) {
                 c.integer(0), streamOf(c));
     return KernelResult::ok();
   });
-  // q [batch, heads, seq, dim]; k, v [batch, kvHeads, seq, dim].
   // q [batch, heads, seq, dim], k / v [batch, kvHeads, seq, dim]; with the
   // optional integer seq_major = 1, [batch, seq, heads (kvHeads), dim].
+  // bf16 / f16: cuDNN's fused attention on the views in place; f32: the warp
+  // kernels above.
   t.add(OpKind::CausalAttention, [](const KernelCall &c) {
+    if (isLowPrecision(c.input(0).dtype))
+      return runCudnnAttention(c);
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
@@ -536,8 +691,10 @@ void addAttentionKernels(KernelTable &t) {
     causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), a.batch,
                     a.heads, a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, streamOf(c));
     return KernelResult::ok();
-  });
+  }, acceptsAttention);
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
+    if (isLowPrecision(c.input(0).dtype))
+      return runCudnnAttention(c);
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
@@ -550,12 +707,14 @@ void addAttentionKernels(KernelTable &t) {
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
                         a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c));
     return KernelResult::ok();
-  });
-  // The fused projection's layout (qkv [batch, seq, width]): here the column
-  // blocks are copied out to seq-major q, k, v in scratch (and the gradients
-  // back in), around the seq-major kernels above; no kernel reads the
-  // strided blocks in place yet.
+  }, acceptsAttention);
+  // The fused projection's layout (qkv [batch, seq, width]): in bf16 / f16,
+  // cuDNN reads the column blocks in place (and writes the gradients into
+  // theirs); in f32 they are copied out to seq-major q, k, v in scratch (and
+  // the gradients back in), around the seq-major warp kernels.
   t.add(OpKind::CausalAttentionQkv, [](const KernelCall &c) {
+    if (isLowPrecision(c.input(0).dtype))
+      return runCudnnAttention(c);
     const TensorView &qkv = c.input(0);
     // The result [batch, seq, heads, dim] carries the head size.
     if (KernelResult r = attentionShapeSupported(c.output(0)); !r.isOk())
@@ -573,8 +732,10 @@ void addAttentionKernels(KernelTable &t) {
     causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
                     c.real(0), true, streamOf(c));
     return KernelResult::ok();
-  });
+  }, acceptsAttention);
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
+    if (isLowPrecision(c.input(0).dtype))
+      return runCudnnAttention(c);
     const TensorView &qkv = c.input(0);
     // The incoming gradient [batch, seq, heads, dim] carries the head size.
     if (KernelResult r = attentionShapeSupported(c.input(1)); !r.isOk())
@@ -593,7 +754,7 @@ void addAttentionKernels(KernelTable &t) {
     causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
                         a.seq, a.dim, c.real(0), true, rowStats, streamOf(c));
     return copyColumns(c.output(0).f32(), f, dq, dk, dv, false, c);
-  });
+  }, acceptsAttention);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim] (outputs 1, 2; in place of
   // inputs 3, 4 in a plan), positions [batch, tokens].

@@ -66,6 +66,10 @@ void addMoeKernels(KernelTable &t);
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,
                   void *stream);
 
+/// What runs bf16 / f16 attention: "cuDNN 9.19.0 fused attention", or why
+/// cuDNN is unavailable (those calls then run widened on the f32 kernels).
+std::string attentionLibrary();
+
 /// The longest head dimension the attention kernels take.
 constexpr int64_t kMaxAttentionDim = 256;
 

@@ -42,6 +42,8 @@ public:
                   prop.major, prop.minor,
                   static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
     d->name_ = text;
+    // What runs bf16 / f16 attention (the run's first line names the device).
+    d->attention_ = g::attentionLibrary();
     PTC_RETURN_IF_ERROR(cudaStatus(
         cudaStreamCreateWithFlags(&d->compute_, cudaStreamNonBlocking), "creating a stream"));
     PTC_RETURN_IF_ERROR(cudaStatus(cudaStreamCreateWithFlags(&d->comm_, cudaStreamNonBlocking),
@@ -74,7 +76,7 @@ public:
   }
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
-  std::string describe() const override { return name_; }
+  std::string describe() const override { return name_ + "; bf16 attention: " + attention_; }
 
   StatusOr<void *> allocate(int64_t bytes) override {
     void *p = nullptr;
@@ -340,7 +342,7 @@ private:
     scratchBytes_ = bytes;
     return Status::ok();
   }
-  std::string name_;
+  std::string name_, attention_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   g::ErrorRecord *err_ = nullptr;

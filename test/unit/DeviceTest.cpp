@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -562,6 +563,144 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
       1e-4f);
 }
 
+// bf16 attention on cuDNN's fused kernels against the CPU's f32 kernels on the
+// same bf16-rounded inputs, in every layout ptc has (per-head, seq-major, the
+// fused projection's column blocks read and written in place), head sizes 64,
+// 80, 96 and 128, multi-head and grouped-query (2 and 8 query heads per kv
+// head), and a sequence length that is not a multiple of a tile. Outputs are
+// poisoned with NaN first (every element must be written); the bound is the
+// relative L2 error bf16 operands give (METHOD: 1e-3 .. 1e-2). The backward
+// pass run twice must be bitwise the same (cuDNN's deterministic algorithm).
+TEST_F(CudaConformance, Bf16AttentionOnCudnnMatchesF32InEveryLayout) {
+  enum class Layout { PerHead, SeqMajor, Fused };
+  struct Config {
+    Layout layout;
+    int64_t heads, kvHeads, dim, seq;
+  };
+  const std::vector<Config> configs = {
+      {Layout::PerHead, 4, 4, 64, 100},   {Layout::SeqMajor, 4, 2, 64, 128},
+      {Layout::Fused, 4, 4, 64, 100},     {Layout::Fused, 8, 1, 128, 77},
+      {Layout::Fused, 4, 2, 80, 64},      {Layout::PerHead, 4, 2, 96, 129},
+      {Layout::SeqMajor, 2, 2, 128, 200}, {Layout::Fused, 4, 2, 128, 256},
+      {Layout::PerHead, 2, 1, 256, 64},
+  };
+  const auto bf16 = kernels::DType::BF16;
+  for (const Config &c : configs) {
+    SCOPED_TRACE("layout " + std::to_string(static_cast<int>(c.layout)) + " heads " +
+                 std::to_string(c.heads) + "/" + std::to_string(c.kvHeads) + " dim " +
+                 std::to_string(c.dim) + " seq " + std::to_string(c.seq));
+    const int64_t batch = 2, s = c.seq, d = c.dim;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    // Shapes of the call's tensors: inputs and outputs in call order.
+    std::vector<Shape> fwdIn, fwdOut, bwdIn, bwdOut;
+    std::vector<int64_t> ints;
+    kernels::OpKind fwdOp, bwdOp;
+    const Shape heads = {batch, s, c.heads, d};
+    if (c.layout == Layout::Fused) {
+      const Shape qkv{batch, s, (c.heads + 2 * c.kvHeads) * d};
+      fwdOp = kernels::OpKind::CausalAttentionQkv;
+      bwdOp = kernels::OpKind::CausalAttentionQkvGrad;
+      fwdIn = {qkv};
+      fwdOut = {heads};
+      bwdIn = {qkv, heads};
+      bwdOut = {qkv};
+    } else {
+      const bool sm = c.layout == Layout::SeqMajor;
+      const Shape q = sm ? heads : Shape{batch, c.heads, s, d};
+      const Shape kv = sm ? Shape{batch, s, c.kvHeads, d} : Shape{batch, c.kvHeads, s, d};
+      if (sm)
+        ints = {1};
+      fwdOp = kernels::OpKind::CausalAttention;
+      bwdOp = kernels::OpKind::CausalAttentionGrad;
+      fwdIn = {q, kv, kv};
+      fwdOut = {q};
+      bwdIn = {q, kv, kv, q};
+      bwdOut = {q, kv, kv};
+    }
+    auto count = [](const Shape &sh) {
+      size_t n = 1;
+      for (int64_t x : sh)
+        n *= static_cast<size_t>(x);
+      return n;
+    };
+    // Host values (bf16-representable: rounded on the device first).
+    std::vector<std::vector<float>> values;
+    unsigned seed = 70;
+    for (const Shape &sh : bwdIn)
+      values.push_back(randomVector(count(sh), seed++));
+
+    // The device's results of the forward and backward calls, as f32.
+    auto runOn = [&](Device &dev, bool lowPrecision, std::vector<std::vector<float>> *rounded) {
+      Mem m(dev);
+      std::vector<Arg> in;
+      for (size_t i = 0; i < bwdIn.size(); ++i) {
+        const size_t n = values[i].size();
+        float *f = m.put(values[i]);
+        uint16_t *h = m.zeros<uint16_t>(n);
+        OK(dev.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(n)));
+        OK(dev.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+        if (rounded)
+          rounded->push_back(m.get(f, n));
+        in.push_back(lowPrecision ? Arg{h, bwdIn[i], bf16} : Arg{f, bwdIn[i]});
+      }
+      auto outputs = [&](const std::vector<Shape> &shapes) {
+        std::vector<Arg> out;
+        for (const Shape &sh : shapes)
+          out.push_back(lowPrecision
+                            ? Arg{m.put(std::vector<uint16_t>(count(sh), 0x7FC0)), sh, bf16}
+                            : Arg{m.put(std::vector<float>(count(sh), NAN)), sh});
+        return out;
+      };
+      std::vector<Arg> fo = outputs(fwdOut), bo = outputs(bwdOut), bo2 = outputs(bwdOut);
+      std::vector<Arg> fin(in.begin(), in.begin() + static_cast<long>(fwdIn.size()));
+      OK(run(dev, fwdOp, fin, fo, ints, {scale}));
+      OK(run(dev, bwdOp, in, bo, ints, {scale}));
+      if (lowPrecision)
+        OK(run(dev, bwdOp, in, bo2, ints, {scale}));
+      OK(dev.synchronize());
+      std::vector<std::vector<float>> results;
+      auto collect = [&](const std::vector<Arg> &args, std::vector<std::vector<float>> &into) {
+        for (const Arg &a : args) {
+          const size_t n = count(a.shape);
+          if (!lowPrecision) {
+            into.push_back(m.get(static_cast<const float *>(a.data), n));
+            continue;
+          }
+          float *f = m.zeros(n);
+          OK(dev.convertFloat(a.data, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+          into.push_back(m.get(f, n));
+        }
+      };
+      collect(fo, results);
+      collect(bo, results);
+      if (lowPrecision) {
+        std::vector<std::vector<float>> again;
+        collect(bo2, again);
+        for (size_t i = 0; i < again.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(again[i].data(), results[fwdOut.size() + i].data(),
+                                   again[i].size() * sizeof(float)))
+              << "the backward's output " << i << " differs between two runs";
+      }
+      return results;
+    };
+    std::vector<std::vector<float>> rounded;
+    auto got = runOn(*gpu_, true, &rounded);
+    values = rounded; // the CPU sees exactly the bf16 values
+    auto want = runOn(*cpu_, false, nullptr);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < got.size(); ++t) {
+      ASSERT_EQ(got[t].size(), want[t].size());
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < got[t].size(); ++i) {
+        ASSERT_FALSE(std::isnan(got[t][i])) << "output " << t << " element " << i << " unwritten";
+        err += (got[t][i] - want[t][i]) * double(got[t][i] - want[t][i]);
+        ref += want[t][i] * double(want[t][i]);
+      }
+      EXPECT_LT(std::sqrt(err / ref), 1e-2) << "output " << t;
+    }
+  }
+}
+
 // Heads larger than the CUDA attention kernels take are refused, naming the
 // head size, in either layout (the fused projection's entries check the
 // heads of their result or incoming gradient before copying the blocks out).
@@ -834,6 +973,18 @@ TEST_F(CudaConformance, ReductionsAndMaxGradientWithTies) {
         for (int64_t a : axes)
           n /= Shape{3, 4, 5}[static_cast<size_t>(a)];
         return m.get(out, static_cast<size_t>(n));
+      });
+  // Sums and means over leading axes (bias gradients: the two-pass column
+  // sums), with a partial last chunk of rows and a partial tile of columns.
+  auto big = randomVector(2 * 600 * 70, 26);
+  for (kernels::OpKind op : {kernels::OpKind::ReduceSum, kernels::OpKind::ReduceMean})
+    for (Shape axes : {Shape{0, 1}, Shape{1, 0}, Shape{0}})
+      compare([&](Device &d, Mem &m) {
+        const size_t n = axes.size() == 2 ? 70 : 600 * 70;
+        float *out = m.zeros(n);
+        OK(run(d, op, {{m.put(big), {2, 600, 70}}},
+               {{out, axes.size() == 2 ? Shape{70} : Shape{600, 70}}}, axes));
+        return m.get(out, n);
       });
   compare([&](Device &d, Mem &m) {
     float *out = m.zeros(60);
