@@ -2,6 +2,10 @@
 
 #include "kernels/cuda/internal.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
+
+#include <climits>
+
 namespace ptc::kernels::cuda {
 namespace {
 // ---- Embedding and cross-entropy -----------------------------------------------------
@@ -17,25 +21,44 @@ __global__ void embeddingKernel(const float *table, int64_t rows, int64_t dim, c
   }
 }
 
-__global__ void embeddingGradKernel(const int32_t *ids, int64_t n, const float *g, float *dtable,
-                                    int64_t rows, int64_t dim, int64_t offset, int64_t total,
-                                    ErrorRecord *err) {
-  PTC_GRID_LOOP(i, n * dim) {
-    int64_t t = i / dim, id = ids[t];
+/// The embedding gradient without atomics: the token ids sorted (stably, so
+/// each id's positions stay in order), then one block per run of equal ids
+/// sums that id's gradient rows in position order and writes its table row.
+/// The same sums in the same order on every run (and as the CPU adds them).
+__global__ void iotaKernel(int32_t *p, int64_t n) {
+  PTC_GRID_LOOP(i, n) p[i] = static_cast<int32_t>(i);
+}
+__global__ void embeddingGradRunsKernel(const int32_t *sortedIds, const int32_t *order, int64_t n,
+                                        const float *g, float *dtable, int64_t rows, int64_t dim,
+                                        int64_t offset, int64_t total, ErrorRecord *err) {
+  for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
+    const int32_t id = sortedIds[p];
+    if (p > 0 && sortedIds[p - 1] == id)
+      continue; // inside another block's run
     if (id < 0 || id >= total) {
-      if (i % dim == 0)
-        recordError(err, kBadEmbeddingId, id, t, total);
+      if (threadIdx.x == 0)
+        recordError(err, kBadEmbeddingId, id, order[p], total);
       continue;
     }
-    int64_t r = id - offset;
-    if (r >= 0 && r < rows)
-      atomicAdd(&dtable[r * dim + i % dim], g[i]);
+    const int64_t r = id - offset;
+    if (r < 0 || r >= rows)
+      continue; // another rank's block of the table
+    int64_t end = p + 1;
+    while (end < n && sortedIds[end] == id)
+      ++end;
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+      float sum = 0.0f;
+      for (int64_t q = p; q < end; ++q)
+        sum += g[static_cast<int64_t>(order[q]) * dim + c];
+      dtable[r * dim + c] = sum;
+    }
   }
 }
 
-/// One block per row: adds this row's loss / rows into *loss (zeroed first).
-__global__ void crossEntropyKernel(const float *logits, const int32_t *targets, int64_t rows,
-                                   int64_t classes, float *loss, ErrorRecord *err) {
+/// One block per row: the row's loss into rowLoss (summed by meanKernel in a
+/// fixed order: no atomics).
+__global__ void crossEntropyRowsKernel(const float *logits, const int32_t *targets, int64_t rows,
+                                       int64_t classes, float *rowLoss, ErrorRecord *err) {
   const float *row = logits + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
   float m;
@@ -43,10 +66,21 @@ __global__ void crossEntropyKernel(const float *logits, const int32_t *targets, 
   if (threadIdx.x == 0) {
     if (t < 0 || t >= classes) {
       recordError(err, kBadTarget, t, blockIdx.x, classes);
+      rowLoss[blockIdx.x] = 0.0f;
       return;
     }
-    atomicAdd(loss, (logf(s) + m - row[t]) / static_cast<float>(rows));
+    rowLoss[blockIdx.x] = logf(s) + m - row[t];
   }
+}
+
+/// *out = mean of x[0, n): one block, a fixed summation order.
+__global__ void meanKernel(const float *x, int64_t n, float *out) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s += x[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    *out = s / static_cast<float>(n);
 }
 
 __global__ void crossEntropyGradKernel(const float *logits, const int32_t *targets, const float *g,
@@ -139,20 +173,59 @@ void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids
                                                                 rowOffset, totalRows, err);
 }
 
-void embeddingGrad(const int32_t *ids, int64_t n, const float *g, float *dtable, int64_t rows,
-                   int64_t dim, int64_t rowOffset, int64_t totalRows, ErrorRecord *err,
-                   void *stream) {
+namespace {
+/// The scratch of embeddingGrad for n ids: sorted ids, positions, sorted
+/// positions (each 256-byte aligned), then CUB's sort storage.
+int64_t alignedBytes(int64_t n) { return (n * 4 + 255) / 256 * 256; }
+size_t sortStorageBytes(int64_t n) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t *>(nullptr),
+                                  static_cast<int32_t *>(nullptr),
+                                  static_cast<const int32_t *>(nullptr),
+                                  static_cast<int32_t *>(nullptr), static_cast<int>(n));
+  return bytes;
+}
+} // namespace
+
+int64_t embeddingGradScratchBytes(int64_t n) {
+  return 3 * alignedBytes(n) + static_cast<int64_t>(sortStorageBytes(n));
+}
+
+KernelResult embeddingGrad(const int32_t *ids, int64_t n, const float *g, float *dtable,
+                           int64_t rows, int64_t dim, int64_t rowOffset, int64_t totalRows,
+                           ErrorRecord *err, void *scratch, void *stream) {
   cudaMemsetAsync(dtable, 0, static_cast<size_t>(rows * dim) * sizeof(float), S(stream));
-  embeddingGradKernel<<<gridFor(n * dim), kThreads, 0, S(stream)>>>(ids, n, g, dtable, rows, dim,
-                                                                    rowOffset, totalRows, err);
+  if (n == 0)
+    return KernelResult::ok();
+  if (n > INT32_MAX)
+    return KernelResult::error("an embedding gradient over ", n, " ids (at most 2^31 - 1)");
+  char *base = static_cast<char *>(scratch);
+  auto *sortedIds = reinterpret_cast<int32_t *>(base);
+  auto *order = reinterpret_cast<int32_t *>(base + alignedBytes(n));
+  auto *sortedOrder = reinterpret_cast<int32_t *>(base + 2 * alignedBytes(n));
+  void *storage = base + 3 * alignedBytes(n);
+  size_t storageBytes = sortStorageBytes(n);
+  iotaKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(order, n);
+  cudaError_t e = cub::DeviceRadixSort::SortPairs(storage, storageBytes, ids, sortedIds, order,
+                                                  sortedOrder, static_cast<int>(n), 0, 32,
+                                                  S(stream));
+  if (e != cudaSuccess)
+    return KernelResult::error("sorting the embedding gradient's ids: ", cudaGetErrorString(e));
+  embeddingGradRunsKernel<<<static_cast<unsigned>(std::min<int64_t>(n, 65535)), kThreads, 0,
+                            S(stream)>>>(sortedIds, sortedOrder, n, g, dtable, rows, dim,
+                                         rowOffset, totalRows, err);
+  return KernelResult::ok();
 }
 
 void crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                  float *loss, ErrorRecord *err, void *stream) {
-  cudaMemsetAsync(loss, 0, sizeof(float), S(stream));
-  if (rows > 0)
-    crossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
-        logits, targets, rows, classes, loss, err);
+                  float *loss, float *rowLoss, ErrorRecord *err, void *stream) {
+  if (rows == 0) {
+    cudaMemsetAsync(loss, 0, sizeof(float), S(stream));
+    return;
+  }
+  crossEntropyRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+      logits, targets, rows, classes, rowLoss, err);
+  meanKernel<<<1, 1024, 0, S(stream)>>>(rowLoss, rows, loss);
 }
 
 void crossEntropyGrad(const float *logits, const int32_t *targets, const float *g, int64_t rows,
@@ -206,14 +279,22 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
   t.add(OpKind::EmbeddingGrad, [](const KernelCall &c) {
     const TensorView &ids = c.input(0), &dtable = c.output(0);
     VocabularyBlock block = vocabularyBlock(c, dtable.dim(0));
-    embeddingGrad(ids.i32(), ids.elements, c.input(1).f32(), dtable.f32(), dtable.dim(0),
-                  dtable.dim(1), block.offset, block.total, context(c).err, streamOf(c));
-    return KernelResult::ok();
+    const int64_t bytes = embeddingGradScratchBytes(ids.elements);
+    void *work = scratch(c, bytes);
+    if (!work)
+      return scratchFailure(c, bytes);
+    return embeddingGrad(ids.i32(), ids.elements, c.input(1).f32(), dtable.f32(), dtable.dim(0),
+                         dtable.dim(1), block.offset, block.total, context(c).err, work,
+                         streamOf(c));
   });
   t.add(OpKind::CrossEntropy, [](const KernelCall &c) {
     const TensorView &logits = c.input(0);
+    const int64_t bytes = std::max<int64_t>(logits.rows(), 1) * 4;
+    auto *rowLoss = static_cast<float *>(scratch(c, bytes));
+    if (!rowLoss)
+      return scratchFailure(c, bytes);
     crossEntropy(logits.f32(), c.input(1).i32(), logits.rows(), logits.dim(-1), c.output(0).f32(),
-                 context(c).err, streamOf(c));
+                 rowLoss, context(c).err, streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::CrossEntropyGrad, [](const KernelCall &c) {

@@ -124,9 +124,11 @@ void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const f
 void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
                float momentum, float weightDecay, int64_t n, const float *skip, float *outParam,
                float *outBuf, void *stream);
-/// *out = sum of squares over all tensors (device scalar).
+/// *out = sum of squares over all tensors (device scalar), in a fixed order
+/// (no atomics): `partials` holds sumOfSquaresPartials(sizes) floats.
+int64_t sumOfSquaresPartials(const std::vector<int64_t> &sizes);
 void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                  float *out, void *stream);
+                  float *out, float *partials, void *stream);
 void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
                 const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
                 float *norm, void *stream);

@@ -80,13 +80,26 @@ __global__ void sgdKernel(const float *param, const float *grad, const float *bu
   }
 }
 
-__global__ void sumSquaresKernel(const float *x, int64_t n, float *out) {
+/// Each block's sum of squares of its grid-stride share of x, into
+/// partial[blockIdx.x]; sumPartialsKernel adds the partials in order. The grid
+/// depends only on the sizes, so the sum is the same on every run.
+__global__ void sumSquaresKernel(const float *x, int64_t n, float *partial) {
   float s = 0.0f;
   PTC_GRID_LOOP(i, n) s += x[i] * x[i];
   s = blockSum(s);
   if (threadIdx.x == 0)
-    atomicAdd(out, s);
+    partial[blockIdx.x] = s;
 }
+__global__ void sumPartialsKernel(const float *partial, int64_t n, float *out) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s += partial[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    *out = s;
+}
+/// Blocks of a tensor's sum of squares.
+unsigned sumSquaresBlocks(int64_t n) { return std::min<unsigned>(gridFor(n), 1024u); }
 
 __global__ void clipKernel(const float *g, float *out, int64_t n, float maxNorm,
                            const float *sumSquares) {
@@ -133,13 +146,27 @@ void sgdUpdate(const float *param, const float *grad, const float *buf, float lr
                                                     skip, outParam, outBuf);
 }
 
+int64_t sumOfSquaresPartials(const std::vector<int64_t> &sizes) {
+  int64_t n = 0;
+  for (int64_t size : sizes)
+    if (size > 0)
+      n += sumSquaresBlocks(size);
+  return n;
+}
+
 void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                  float *out, void *stream) {
-  cudaMemsetAsync(out, 0, sizeof(float), S(stream));
+                  float *out, float *partials, void *stream) {
+  int64_t next = 0;
   for (size_t t = 0; t < grads.size(); ++t)
-    if (sizes[t] > 0)
-      sumSquaresKernel<<<std::min<unsigned>(gridFor(sizes[t]), 1024u), kThreads, 0, S(stream)>>>(
-          grads[t], sizes[t], out);
+    if (sizes[t] > 0) {
+      const unsigned blocks = sumSquaresBlocks(sizes[t]);
+      sumSquaresKernel<<<blocks, kThreads, 0, S(stream)>>>(grads[t], sizes[t], partials + next);
+      next += blocks;
+    }
+  if (next == 0)
+    cudaMemsetAsync(out, 0, sizeof(float), S(stream));
+  else
+    sumPartialsKernel<<<1, 1024, 0, S(stream)>>>(partials, next, out);
 }
 
 void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,

@@ -281,7 +281,8 @@ public:
   }
   Status sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
                       float *out) override {
-    g::sumOfSquares(grads, sizes, out, compute_);
+    PTC_RETURN_IF_ERROR(reserveScratch(std::max<int64_t>(g::sumOfSquaresPartials(sizes), 1) * 4));
+    g::sumOfSquares(grads, sizes, out, static_cast<float *>(scratch_), compute_);
     return launched("gradient norm");
   }
   Status clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,

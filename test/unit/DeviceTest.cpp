@@ -857,6 +857,42 @@ TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
   });
 }
 
+// The sums that used float atomics (the embedding gradient, the cross-entropy
+// mean, the gradient norm's sum of squares) now add in a fixed order: against
+// the CPU, and bitwise the same when run twice on the GPU. Many tokens share
+// few ids (long runs of equal ids in the sorted gradient).
+TEST_F(CudaConformance, SumsWithoutAtomicsMatchAndRepeatBitwise) {
+  const int64_t n = 5000, vocab = 50, dim = 96, rows = 300, classes = 70;
+  std::vector<int32_t> tokenIds(n), targets(rows);
+  for (int64_t i = 0; i < n; ++i)
+    tokenIds[static_cast<size_t>(i)] = static_cast<int32_t>((i * 13 + i / 7) % vocab);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[static_cast<size_t>(r)] = static_cast<int32_t>((r * 11) % classes);
+  auto g = randomVector(n * dim, 31), logits = randomVector(rows * classes, 32);
+  auto body = [&](Device &d, Mem &m) {
+    float *dt = m.zeros(vocab * dim), *loss = m.zeros(1), *norm = m.zeros(1);
+    const float *pg = m.put(g), *pl = m.put(logits);
+    OK(run(d, kernels::OpKind::EmbeddingGrad, {ids(m.put(tokenIds), {n}), {pg, {n, dim}}},
+           {{dt, {vocab, dim}}}));
+    OK(run(d, kernels::OpKind::CrossEntropy, {{pl, {rows, classes}}, ids(m.put(targets), {rows})},
+           {{loss, {}}}));
+    OK(d.sumOfSquares({pg, pl}, {n * dim, rows * classes}, norm));
+    auto out = m.get(dt, static_cast<size_t>(vocab * dim));
+    out.push_back(m.get(loss, 1)[0]);
+    out.push_back(m.get(norm, 1)[0] / static_cast<float>(n * dim)); // ~1: within the bound
+    return out;
+  };
+  compare(body, 1e-4f);
+  std::vector<float> first, second;
+  for (auto *into : {&first, &second}) {
+    Mem m(*gpu_);
+    *into = body(*gpu_, m);
+    ASSERT_TRUE(gpu_->synchronize().isOk());
+  }
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+}
+
 TEST_F(CudaConformance, BadIdsAreReportedAtSynchronize) {
   Mem m(*gpu_);
   std::vector<int32_t> badIds{1, 70000};
