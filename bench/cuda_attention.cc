@@ -132,10 +132,18 @@ int main(int argc, char **argv) {
         kernels::makeKernelCall(kernels::OpKind::CausalAttentionQkv, fwdIn, fwdOut, ints, floats);
     kernels::KernelCall bwd = kernels::makeKernelCall(kernels::OpKind::CausalAttentionQkvGrad,
                                                       bwdIn, bwdOut, ints, floats);
+    bool refused = false;
     for (const kernels::KernelCall *c : {&fwd, &bwd})
-      if (!d.kernelTable()[c->op].accepts(*c))
-        std::printf("%s: %s runs widened to f32 (cuDNN refused it; see above)\n", s.name.c_str(),
+      if (!d.kernelTable()[c->op].accepts(*c)) {
+        std::printf("%s: cuDNN refused %s (the reason is above); not timed\n", s.name.c_str(),
                     kernels::opKindName(c->op));
+        refused = true;
+      }
+    if (refused) {
+      for (void *p : owned)
+        d.release(p);
+      continue;
+    }
     // One round: `repeats` calls, the device synchronized after.
     auto round = [&](const kernels::KernelCall &c) -> double {
       auto t0 = std::chrono::steady_clock::now();

@@ -9,8 +9,9 @@
 #                 -DPTC_WITH_OPENBLAS=OFF, every f32 GEMM on oneDNN)
 #   deps/googletest  GoogleTest sources (built there)
 #   bin/          the same runtime built here (no MPI, sm_80 + sm_90), in case the build
-#                 there fails: ptc-run, ptc-bench-cuda-attention, ptc-device-tests,
-#                 ptc-runtime-tests (+ libomp in deps/lib; cuDNN comes from the GPU machine)
+#                 there fails: ptc-run, ptc-bench-cuda-attention, ptc-device-tests, stripped
+#                 (+ libomp in deps/lib; cuDNN comes from the GPU machine; the carry and
+#                 the sources must stay under the device tool's 64 MiB)
 #   plans/        plans compiled here: the standard GPT (fp32, bf16, bf16 offloaded) and a
 #                 GPT-2-medium-sized bf16 model; the token data; the CPU
 #                 backend's losses for the standard GPT (the GPU must match them)
@@ -37,10 +38,11 @@ cp -r /usr/src/googletest "$C/deps/googletest"
 cmake -S . -B build-gpu-carry -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
   -DPTC_WITH_MPI=OFF -DPTC_WITH_OPENBLAS=OFF -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
   -DPTC_CPU_ARCH=x86-64-v3 >/dev/null
-ninja -C build-gpu-carry ptc-run ptc-device-tests ptc-runtime-tests ptc-bench-cuda-attention >/dev/null
+ninja -C build-gpu-carry ptc-run ptc-device-tests ptc-bench-cuda-attention >/dev/null
 mkdir -p "$C/bin"
 cp build-gpu-carry/bin/ptc-run build-gpu-carry/bin/ptc-bench-cuda-attention \
-  build-gpu-carry/test/ptc-device-tests build-gpu-carry/test/ptc-runtime-tests "$C/bin/"
+  build-gpu-carry/test/ptc-device-tests "$C/bin/"
+strip "$C"/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/libomp.so.5 "$C/deps/lib/"
 
 P=$C/plans
