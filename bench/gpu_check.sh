@@ -72,7 +72,8 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTC_BUILD_COMPILER=OFF \
   -DPTC_WITH_MPI=OFF -DPTC_WITH_OPENBLAS=OFF -DPTC_DEPS_DIR="$C/deps" -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${NCCL_ARGS[@]}" "${CUDNN_ARGS[@]}" > "$OUT/build.log" 2>&1 &&
-  ninja -C build-gpu ptc-run ptc-device-tests ptc-runtime-tests ptc-bench-cuda-attention >> "$OUT/build.log" 2>&1
+  ninja -C build-gpu ptc-run ptc-device-tests ptc-runtime-tests ptc-bench-cuda-attention \
+    ptc-bench-cuda-matmul >> "$OUT/build.log" 2>&1
 if [ $? -eq 0 ]; then
   say "build: ok in $(( $(date +%s) - t0 )) s"
   B=build-gpu/bin
@@ -199,7 +200,9 @@ if torch:
 if ptc and torch:
     print(f"  ptc-run / pytorch step time: {ptc / torch['step_s']:.2f}x")
 PY
-grep -A12 "^profile:" "$OUT/gpt2m-profile.txt" | tee -a "$SUMMARY"
+grep -A16 "^profile:" "$OUT/gpt2m-profile.txt" | tee -a "$SUMMARY"
+# The step's products one by one (bf16, the Matmul entry as ptc-run calls it).
+[ -x $B/ptc-bench-cuda-matmul ] && $B/ptc-bench-cuda-matmul 8192 1024 50257 24 2>&1 | tee -a "$SUMMARY"
 fi
 say "result: $([ $status -eq 0 ] && echo ok || echo FAILED)"
 exit $status

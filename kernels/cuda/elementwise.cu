@@ -10,9 +10,9 @@ struct BroadcastShape {
   int64_t out[kMaxRank], aStride[kMaxRank], bStride[kMaxRank];
 };
 
-template <typename Op>
-__global__ void binaryKernel(const float *a, const float *b, float *out, int64_t n,
-                             BroadcastShape s, Op op) {
+/// out = op(a, b) with broadcasting: every dimension's index recovered from i.
+template <typename T, typename Op>
+__global__ void binaryKernel(const T *a, const T *b, T *out, int64_t n, BroadcastShape s, Op op) {
   PTC_GRID_LOOP(i, n) {
     int64_t rest = i, ai = 0, bi = 0;
     for (int d = s.rank - 1; d >= 0; --d) {
@@ -21,7 +21,20 @@ __global__ void binaryKernel(const float *a, const float *b, float *out, int64_t
       ai += c * s.aStride[d];
       bi += c * s.bStride[d];
     }
-    out[i] = op(a[ai], b[bi]);
+    out[i] = fromFloat<T>(op(toFloat(a[ai]), toFloat(b[bi])));
+  }
+}
+
+/// The common cases without index arithmetic: a has the result's shape and b
+/// either too (bPeriod == n) or repeats along the leading dimensions (a bias:
+/// b[i % bPeriod]).
+template <typename T, typename Op>
+__global__ void binaryFlatKernel(const T *a, const T *b, T *out, int64_t n, int64_t bPeriod,
+                                 Op op) {
+  if (bPeriod == n) {
+    PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(op(toFloat(a[i]), toFloat(b[i]))); }
+  } else {
+    PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(op(toFloat(a[i]), toFloat(b[i % bPeriod]))); }
   }
 }
 
@@ -52,8 +65,8 @@ BroadcastShape broadcastShape(const Shape &as, const Shape &bs, const Shape &os)
 
 __device__ float normalCdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
 
-__global__ void scaleKernel(const float *in, float *out, int64_t n, float f) {
-  PTC_GRID_LOOP(i, n) { out[i] = in[i] * f; }
+template <typename T> __global__ void scaleKernel(const T *in, T *out, int64_t n, float f) {
+  PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(toFloat(in[i]) * f); }
 }
 
 // One case per entry of PTC_UNARY_FUNCTIONS (kernels/common/elementwise.h).
@@ -101,54 +114,89 @@ __device__ float activationGrad(UnaryFunction fn, float x, float g) {
   return 0.0f;
 }
 
-__global__ void unaryKernel(UnaryFunction fn, const float *in, float *out, int64_t n) {
-  PTC_GRID_LOOP(i, n) { out[i] = activation(fn, in[i]); }
+template <typename T>
+__global__ void unaryKernel(UnaryFunction fn, const T *in, T *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(activation(fn, toFloat(in[i]))); }
 }
 
-__global__ void unaryGradKernel(UnaryFunction fn, const float *x, const float *g, float *out,
-                                int64_t n) {
-  PTC_GRID_LOOP(i, n) { out[i] = activationGrad(fn, x[i], g[i]); }
+template <typename T>
+__global__ void unaryGradKernel(UnaryFunction fn, const T *x, const T *g, T *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(activationGrad(fn, toFloat(x[i]), toFloat(g[i]))); }
 }
 
 // A gated activation f(gate) * up and its gradient (dgate = f'(gate) * g * up,
 // dup = g * f(gate)), one pass each.
-__global__ void gatedKernel(UnaryFunction fn, const float *gate, const float *up, float *out,
-                            int64_t n) {
-  PTC_GRID_LOOP(i, n) { out[i] = activation(fn, gate[i]) * up[i]; }
+template <typename T>
+__global__ void gatedKernel(UnaryFunction fn, const T *gate, const T *up, T *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(activation(fn, toFloat(gate[i])) * toFloat(up[i])); }
 }
 
-__global__ void gatedGradKernel(UnaryFunction fn, const float *gate, const float *up,
-                                const float *g, float *dgate, float *dup, int64_t n) {
+template <typename T>
+__global__ void gatedGradKernel(UnaryFunction fn, const T *gate, const T *up, const T *g,
+                                T *dgate, T *dup, int64_t n) {
   PTC_GRID_LOOP(i, n) {
-    const float x = gate[i], gv = g[i];
-    dgate[i] = activationGrad(fn, x, gv * up[i]);
-    dup[i] = gv * activation(fn, x);
+    const float x = toFloat(gate[i]), gv = toFloat(g[i]);
+    dgate[i] = fromFloat<T>(activationGrad(fn, x, gv * toFloat(up[i])));
+    dup[i] = fromFloat<T>(gv * activation(fn, x));
   }
 }
 
-__global__ void convertKernel(const void *in, int from, void *out, int to, int64_t n) {
-  PTC_GRID_LOOP(i, n) { storeFloat(out, to, i, loadFloat(in, from, i)); }
+template <typename From, typename To>
+__global__ void convertKernel(const From *in, To *out, int64_t n) {
+  PTC_GRID_LOOP(i, n) { out[i] = fromFloat<To>(toFloat(in[i])); }
+}
+
+DType dtypeOf(FloatType t) {
+  return t == FloatType::BF16 ? DType::BF16 : t == FloatType::F16 ? DType::F16 : DType::F32;
+}
+
+/// b's period when a has the result's shape and b equals the result's
+/// trailing dimensions (leading ones of size 1 or missing): the flat kernel's
+/// case; 0 otherwise.
+int64_t flatPeriod(const Shape &as, const Shape &bs, const Shape &os) {
+  if (as != os || bs.size() > os.size())
+    return 0;
+  const size_t lead = os.size() - bs.size();
+  size_t first = 0; // b's first dimension that is not a leading 1
+  while (first < bs.size() && bs[first] == 1 && os[lead + first] != 1)
+    ++first;
+  int64_t period = 1;
+  for (size_t d = first; d < bs.size(); ++d) {
+    if (bs[d] != os[lead + d])
+      return 0;
+    period *= bs[d];
+  }
+  return period;
 }
 
 } // namespace
 
-void binary(BinaryOp op, const float *a, const Shape &as, const float *b, const Shape &bs,
-            float *out, const Shape &os, void *stream) {
-  BroadcastShape s = broadcastShape(as, bs, os);
-  int64_t n = product(os);
-  unsigned grid = gridFor(n);
+template <typename T>
+void binary(BinaryOp op, const T *a, const Shape &as, const T *b, const Shape &bs, T *out,
+            const Shape &os, void *stream) {
+  const int64_t n = product(os);
+  if (n == 0)
+    return;
+  const unsigned grid = gridFor(n);
+  const int64_t period = flatPeriod(as, bs, os);
+  auto launch = [&](auto f) {
+    if (period > 0)
+      binaryFlatKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, period, f);
+    else
+      binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, broadcastShape(as, bs, os), f);
+  };
   switch (op) {
   case BinaryOp::Add:
-    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, AddOp{});
+    launch(AddOp{});
     break;
   case BinaryOp::Sub:
-    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, SubOp{});
+    launch(SubOp{});
     break;
   case BinaryOp::Mul:
-    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, MulOp{});
+    launch(MulOp{});
     break;
   case BinaryOp::Div:
-    binaryKernel<<<grid, kThreads, 0, S(stream)>>>(a, b, out, n, s, DivOp{});
+    launch(DivOp{});
     break;
   }
 }
@@ -159,37 +207,42 @@ void broadcastTo(const float *in, const Shape &is, float *out, const Shape &os, 
   binaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, in, out, n, s, FirstOp{});
 }
 
-void scale(const float *in, float *out, int64_t n, float factor, void *stream) {
-  scaleKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, out, n, factor);
-}
-
-void unary(UnaryFunction fn, const float *in, float *out, int64_t n, void *stream) {
-  unaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(fn, in, out, n);
-}
-
-void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int64_t n,
-               void *stream) {
-  unaryGradKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(fn, x, g, out, n);
-}
-
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,
                   void *stream) {
-  convertKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(in, static_cast<int>(from), out,
-                                                        static_cast<int>(to), n);
+  if (n <= 0)
+    return;
+  withFloatType(dtypeOf(from), [&](auto f) {
+    using From = decltype(f);
+    withFloatType(dtypeOf(to), [&](auto t) {
+      using To = decltype(t);
+      convertKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(static_cast<const From *>(in),
+                                                            static_cast<To *>(out), n);
+      return 0;
+    });
+    return 0;
+  });
 }
 
 void addElementwiseKernels(KernelTable &t) {
-  auto binaryKernel = [](const KernelCall &c) {
+  // The arithmetic entries take f32, bf16 and f16 natively (every view of a
+  // call one type): f32 math in registers, each result rounded once, as the
+  // runtime's widening gave.
+  auto binaryEntry = [](const KernelCall &c) {
     static constexpr BinaryOp kOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
     const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
     if (KernelResult r = rankAtMost8(*out.shape, "an elementwise op"); !r.isOk())
       return r;
-    binary(kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)], a.f32(), *a.shape,
-           b.f32(), *b.shape, out.f32(), *out.shape, streamOf(c));
+    const BinaryOp op = kOps[static_cast<int>(c.op) - static_cast<int>(OpKind::Add)];
+    withFloatType(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      binary(op, static_cast<const T *>(a.data), *a.shape, static_cast<const T *>(b.data),
+             *b.shape, static_cast<T *>(out.data), *out.shape, streamOf(c));
+      return 0;
+    });
     return KernelResult::ok();
   };
   for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div})
-    t.add(op, binaryKernel);
+    t.add(op, binaryEntry, oneFloatType);
   // out += in (a micro-batch's contribution to a sum).
   t.add(OpKind::MicrobatchSum, [](const KernelCall &c) {
     const TensorView &in = c.input(0), &out = c.output(0);
@@ -206,32 +259,82 @@ void addElementwiseKernels(KernelTable &t) {
     broadcastTo(in.f32(), *in.shape, out.f32(), *out.shape, streamOf(c));
     return KernelResult::ok();
   });
-  t.add(OpKind::Scale, [](const KernelCall &c) {
-    scale(c.input(0).f32(), c.output(0).f32(), c.input(0).elements, c.real(0), streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::Unary, [](const KernelCall &c) {
-    unary(c.function, c.input(0).f32(), c.output(0).f32(), c.input(0).elements, streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::UnaryGrad, [](const KernelCall &c) {
-    unaryGrad(c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(),
-              c.input(0).elements, streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::GatedUnary, [](const KernelCall &c) {
-    const int64_t n = c.input(0).elements;
-    gatedKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
-        c.function, c.input(0).f32(), c.input(1).f32(), c.output(0).f32(), n);
-    return KernelResult::ok();
-  });
-  t.add(OpKind::GatedUnaryGrad, [](const KernelCall &c) {
-    const int64_t n = c.input(0).elements;
-    gatedGradKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
-        c.function, c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(),
-        c.output(1).f32(), n);
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::Scale,
+      [](const KernelCall &c) {
+        const int64_t n = c.input(0).elements;
+        if (n > 0)
+          withFloatType(c.input(0).dtype, [&](auto tag) {
+            using T = decltype(tag);
+            scaleKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                static_cast<const T *>(c.input(0).data), static_cast<T *>(c.output(0).data), n,
+                c.real(0));
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
+  t.add(
+      OpKind::Unary,
+      [](const KernelCall &c) {
+        const int64_t n = c.input(0).elements;
+        if (n > 0)
+          withFloatType(c.input(0).dtype, [&](auto tag) {
+            using T = decltype(tag);
+            unaryKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                c.function, static_cast<const T *>(c.input(0).data),
+                static_cast<T *>(c.output(0).data), n);
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
+  t.add(
+      OpKind::UnaryGrad,
+      [](const KernelCall &c) {
+        const int64_t n = c.input(0).elements;
+        if (n > 0)
+          withFloatType(c.input(0).dtype, [&](auto tag) {
+            using T = decltype(tag);
+            unaryGradKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                c.function, static_cast<const T *>(c.input(0).data),
+                static_cast<const T *>(c.input(1).data), static_cast<T *>(c.output(0).data), n);
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
+  t.add(
+      OpKind::GatedUnary,
+      [](const KernelCall &c) {
+        const int64_t n = c.input(0).elements;
+        if (n > 0)
+          withFloatType(c.input(0).dtype, [&](auto tag) {
+            using T = decltype(tag);
+            gatedKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                c.function, static_cast<const T *>(c.input(0).data),
+                static_cast<const T *>(c.input(1).data), static_cast<T *>(c.output(0).data), n);
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
+  t.add(
+      OpKind::GatedUnaryGrad,
+      [](const KernelCall &c) {
+        const int64_t n = c.input(0).elements;
+        if (n > 0)
+          withFloatType(c.input(0).dtype, [&](auto tag) {
+            using T = decltype(tag);
+            gatedGradKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                c.function, static_cast<const T *>(c.input(0).data),
+                static_cast<const T *>(c.input(1).data), static_cast<const T *>(c.input(2).data),
+                static_cast<T *>(c.output(0).data), static_cast<T *>(c.output(1).data), n);
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
   // Byte moves and conversions run on the stored types.
   t.add(
       OpKind::Reshape,

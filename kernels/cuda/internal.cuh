@@ -149,6 +149,42 @@ __device__ inline void storeFloat(void *p, int type, int64_t i, float x) {
     static_cast<float *>(p)[i] = x;
 }
 
+// ---- Element types: kernels templated on the stored type ---------------------------
+/// f32 math on f32, bf16 or f16 storage (narrow results rounded to nearest even).
+__device__ inline float toFloat(float x) { return x; }
+__device__ inline float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float toFloat(__half x) { return __half2float(x); }
+template <typename T> __device__ inline T fromFloat(float x);
+template <> __device__ inline float fromFloat<float>(float x) { return x; }
+template <> __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ inline __half fromFloat<__half>(float x) { return __float2half_rn(x); }
+
+/// Whether every view of the call (inputs and outputs) has one float type:
+/// the entries templated on it take f32, bf16 and f16 natively.
+inline bool oneFloatType(const KernelCall &c) {
+  const DType t = c.numInputs ? c.input(0).dtype : c.output(0).dtype;
+  if (t == DType::I32)
+    return false;
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.input(i).dtype != t)
+      return false;
+  for (size_t i = 0; i < c.numOutputs; ++i)
+    if (c.output(i).dtype != t)
+      return false;
+  return true;
+}
+
+/// Calls `f(T{})` with T the C++ type of `t` (float, __nv_bfloat16, __half).
+template <typename F> auto withFloatType(DType t, F &&f) {
+  if (t == DType::BF16)
+    return f(__nv_bfloat16{});
+  if (t == DType::F16)
+    return f(__half{});
+  return f(float{});
+}
+
 __device__ inline float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
 __device__ inline float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 

@@ -62,15 +62,15 @@ __global__ void reduceKernel(int op, const float *in, float *out, int64_t outN, 
 /// in order: a fixed summation order whatever the GPU (no atomics).
 constexpr int kColumnTile = 32, kRowThreads = 8;
 constexpr int64_t kRowsPerChunk = 256;
-__global__ void columnPartialSumsKernel(const float *in, int64_t rows, int64_t cols,
-                                        float *partial) {
+template <typename T>
+__global__ void columnPartialSumsKernel(const T *in, int64_t rows, int64_t cols, float *partial) {
   __shared__ float tile[kRowThreads][kColumnTile + 1];
   const int64_t col = blockIdx.x * static_cast<int64_t>(kColumnTile) + threadIdx.x;
   const int64_t r0 = blockIdx.y * kRowsPerChunk, r1 = min(rows, r0 + kRowsPerChunk);
   float acc = 0.0f;
   if (col < cols)
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads)
-      acc += in[r * cols + col];
+      acc += toFloat(in[r * cols + col]);
   tile[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
@@ -80,14 +80,33 @@ __global__ void columnPartialSumsKernel(const float *in, int64_t rows, int64_t c
     partial[blockIdx.y * cols + col] = sum;
   }
 }
+template <typename T>
 __global__ void columnFinishKernel(const float *partial, int64_t chunks, int64_t cols, float scale,
-                                   float *out) {
+                                   T *out) {
   PTC_GRID_LOOP(c, cols) {
     float sum = 0.0f;
     for (int64_t k = 0; k < chunks; ++k)
       sum += partial[k * cols + c];
-    out[c] = sum * scale;
+    out[c] = fromFloat<T>(sum * scale);
   }
+}
+
+/// The rows a ReduceSum / ReduceMean call sums when it reduces exactly the
+/// leading axes (in any order) and the column sums can run: > 0; else 0.
+int64_t leadingRows(const KernelCall &c) {
+  if (c.op == OpKind::ReduceMax)
+    return 0;
+  const TensorView &in = c.input(0);
+  const Shape axes = c.intList();
+  int64_t rows = 1, leading = 0;
+  while (leading < static_cast<int64_t>(in.rank()) &&
+         std::find(axes.begin(), axes.end(), leading) != axes.end())
+    rows *= in.dim(static_cast<int>(leading++));
+  const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  if (leading != static_cast<int64_t>(axes.size()) || rows <= 0 || in.elements <= 0 ||
+      chunks > 65535)
+    return 0;
+  return rows;
 }
 
 /// d max: g split evenly over the positions that hold the maximum.
@@ -288,33 +307,38 @@ void addLayoutKernels(KernelTable &t) {
     const ReduceOp kind = c.op == OpKind::ReduceSum    ? ReduceOp::Sum
                           : c.op == OpKind::ReduceMean ? ReduceOp::Mean
                                                        : ReduceOp::Max;
-    // Sums over leading axes (bias gradients): column sums in two passes.
+    // Sums over leading axes (bias gradients): column sums in two passes, on
+    // the stored type (f32, bf16, f16).
     const Shape axes = c.intList();
-    int64_t rows = 1, leading = 0;
-    while (leading < static_cast<int64_t>(in.rank()) &&
-           std::find(axes.begin(), axes.end(), leading) != axes.end())
-      rows *= in.dim(static_cast<int>(leading++));
-    const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-    if (kind != ReduceOp::Max && leading == static_cast<int64_t>(axes.size()) && rows > 0 &&
-        in.elements > 0 && chunks <= 65535) {
+    if (const int64_t rows = leadingRows(c); rows > 0) {
+      const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
       const int64_t cols = in.elements / rows;
       auto *partial = static_cast<float *>(scratch(c, chunks * cols * 4));
       if (!partial)
         return scratchFailure(c, chunks * cols * 4);
       dim3 grid(static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile),
                 static_cast<unsigned>(chunks));
-      columnPartialSumsKernel<<<grid, dim3(kColumnTile, kRowThreads), 0, S(streamOf(c))>>>(
-          in.f32(), rows, cols, partial);
-      columnFinishKernel<<<gridFor(cols), kThreads, 0, S(streamOf(c))>>>(
-          partial, chunks, cols, kind == ReduceOp::Mean ? 1.0f / static_cast<float>(rows) : 1.0f,
-          c.output(0).f32());
+      withFloatType(in.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        columnPartialSumsKernel<<<grid, dim3(kColumnTile, kRowThreads), 0, S(streamOf(c))>>>(
+            static_cast<const T *>(in.data), rows, cols, partial);
+        columnFinishKernel<<<gridFor(cols), kThreads, 0, S(streamOf(c))>>>(
+            partial, chunks, cols,
+            kind == ReduceOp::Mean ? 1.0f / static_cast<float>(rows) : 1.0f,
+            static_cast<T *>(c.output(0).data));
+        return 0;
+      });
       return KernelResult::ok();
     }
     reduce(kind, in.f32(), *in.shape, axes, c.output(0).f32(), streamOf(c));
     return KernelResult::ok();
   };
+  // f32 always; bf16 / f16 natively where the column sums run (else widened).
+  auto reduceTypes = [](const KernelCall &c) {
+    return onlyF32(c) || (oneFloatType(c) && leadingRows(c) > 0);
+  };
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
-    t.add(op, reduceKernel);
+    t.add(op, reduceKernel, reduceTypes);
   t.add(OpKind::ReduceMaxGrad, [](const KernelCall &c) {
     const TensorView &in = c.input(0);
     if (KernelResult r = rankAtMost8(*in.shape, "a max gradient"); !r.isOk())

@@ -6,10 +6,9 @@ namespace ptc::kernels::cuda {
 namespace {
 /// out[i] += bias[i % n] for `count` elements of `type` (f32 math, narrow
 /// results rounded to nearest even): a matmul's bias epilogue.
-__global__ void addBiasKernel(void *out, const void *bias, int type, int64_t count, int64_t n) {
-  PTC_GRID_LOOP(i, count) {
-    storeFloat(out, type, i, loadFloat(out, type, i) + loadFloat(bias, type, i % n));
-  }
+template <typename T>
+__global__ void addBiasKernel(T *out, const T *bias, int64_t count, int64_t n) {
+  PTC_GRID_LOOP(i, count) { out[i] = fromFloat<T>(toFloat(out[i]) + toFloat(bias[i % n])); }
 }
 } // namespace
 
@@ -67,8 +66,13 @@ void addMatmulKernels(KernelTable &t) {
         if (st != 0)
           return KernelResult::error("cuBLAS matmul failed with status ", st);
         if (c.numInputs >= 3 && out.elements > 0)
-          addBiasKernel<<<gridFor(out.elements), kThreads, 0, S(ctx.stream)>>>(
-              out.data, c.input(2).data, static_cast<int>(type), out.elements, out.shape->back());
+          withFloatType(out.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            addBiasKernel<<<gridFor(out.elements), kThreads, 0, S(ctx.stream)>>>(
+                static_cast<T *>(out.data), static_cast<const T *>(c.input(2).data), out.elements,
+                out.shape->back());
+            return 0;
+          });
         return KernelResult::ok();
       },
       accepts);

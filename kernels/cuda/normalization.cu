@@ -5,69 +5,79 @@
 namespace ptc::kernels::cuda {
 namespace {
 // ---- LayerNorm -----------------------------------------------------------------
+// Templated on the stored type T (f32, bf16, f16: every view of a call one
+// type); f32 math in registers, each result rounded once.
+
 /// Mean and 1/sqrt(var + eps) of one row (two passes), for every thread of the block.
-__device__ void rowStats(const float *row, int64_t cols, float eps, float &mean, float &rstd) {
+template <typename T>
+__device__ void rowStats(const T *row, int64_t cols, float eps, float &mean, float &rstd) {
   float s = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    s += row[c];
+    s += toFloat(row[c]);
   mean = blockSum(s) / static_cast<float>(cols);
   float q = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    q += (row[c] - mean) * (row[c] - mean);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float d = toFloat(row[c]) - mean;
+    q += d * d;
+  }
   rstd = rsqrtf(blockSum(q) / static_cast<float>(cols) + eps);
 }
 
 /// One block per row.
-__global__ void layerNormKernel(const float *x, const float *w, const float *b, float *out,
-                                int64_t cols, float eps) {
-  const float *row = x + blockIdx.x * cols;
-  float *o = out + blockIdx.x * cols;
+template <typename T>
+__global__ void layerNormKernel(const T *x, const T *w, const T *b, T *out, int64_t cols,
+                                float eps) {
+  const T *row = x + blockIdx.x * cols;
+  T *o = out + blockIdx.x * cols;
   float mean, rstd;
   rowStats(row, cols, eps, mean, rstd);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    o[c] = (row[c] - mean) * rstd * w[c] + b[c];
+    o[c] = fromFloat<T>((toFloat(row[c]) - mean) * rstd * toFloat(w[c]) + toFloat(b[c]));
 }
 
-/// One block per row: dx = rstd (g w - mean(g w) - xhat mean(g w xhat)).
-__global__ void layerNormGradRowKernel(const float *x, const float *w, const float *g, float *dx,
+/// One block per row: dx = rstd (g w - mean(g w) - xhat mean(g w xhat)); the
+/// row's mean and rstd into stats[2 * row + {0, 1}] for the columns' pass.
+template <typename T>
+__global__ void layerNormGradRowKernel(const T *x, const T *w, const T *g, T *dx, float *stats,
                                        int64_t cols, float eps) {
-  const float *row = x + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
+  const T *row = x + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
   float mean, rstd;
   rowStats(row, cols, eps, mean, rstd);
   float sd = 0.0f, sdx = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    float d = gr[c] * w[c];
+    float d = toFloat(gr[c]) * toFloat(w[c]);
     sd += d;
-    sdx += d * (row[c] - mean) * rstd;
+    sdx += d * (toFloat(row[c]) - mean) * rstd;
   }
   float mD = blockSum(sd) / static_cast<float>(cols);
   float mDX = blockSum(sdx) / static_cast<float>(cols);
-  float *o = dx + blockIdx.x * cols;
+  T *o = dx + blockIdx.x * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    o[c] = rstd * (gr[c] * w[c] - mD - (row[c] - mean) * rstd * mDX);
-}
-
-/// Per row: mean and rstd into stats[2 * row + {0, 1}].
-__global__ void layerNormStatsKernel(const float *x, int64_t cols, float eps, float *stats) {
-  float mean, rstd;
-  rowStats(x + blockIdx.x * cols, cols, eps, mean, rstd);
+    o[c] = fromFloat<T>(rstd * (toFloat(gr[c]) * toFloat(w[c]) - mD -
+                                (toFloat(row[c]) - mean) * rstd * mDX));
   if (threadIdx.x == 0) {
     stats[2 * blockIdx.x] = mean;
     stats[2 * blockIdx.x + 1] = rstd;
   }
 }
 
-/// dw, db: blocks of 32 columns x 8 row groups, reduced in shared memory.
-__global__ void layerNormGradColumnsKernel(const float *x, const float *g, const float *stats,
-                                           float *dw, float *db, int64_t rows, int64_t cols) {
+/// dw, db, pass 1: blocks of 32 columns x 8 row threads over a chunk of
+/// kNormRowsPerChunk rows, reduced in shared memory into one partial per
+/// chunk and column (partial[chunk * cols + col]; db's after dw's).
+constexpr int64_t kNormRowsPerChunk = 256;
+template <typename T>
+__global__ void layerNormGradColumnsKernel(const T *x, const T *g, const float *stats,
+                                           float *partialW, float *partialB, int64_t rows,
+                                           int64_t cols) {
   __shared__ float sw[8][33], sb[8][33];
-  int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t r0 = blockIdx.y * kNormRowsPerChunk, r1 = min(rows, r0 + kNormRowsPerChunk);
   float aw = 0.0f, ab = 0.0f;
   if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 8) {
-      float xhat = (x[r * cols + c] - stats[2 * r]) * stats[2 * r + 1];
-      aw += g[r * cols + c] * xhat;
-      ab += g[r * cols + c];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      const float gv = toFloat(g[r * cols + c]);
+      aw += gv * (toFloat(x[r * cols + c]) - stats[2 * r]) * stats[2 * r + 1];
+      ab += gv;
     }
   sw[threadIdx.y][threadIdx.x] = aw;
   sb[threadIdx.y][threadIdx.x] = ab;
@@ -78,8 +88,21 @@ __global__ void layerNormGradColumnsKernel(const float *x, const float *g, const
       tw += sw[y][threadIdx.x];
       tb += sb[y][threadIdx.x];
     }
-    dw[c] = tw;
-    db[c] = tb;
+    partialW[blockIdx.y * cols + c] = tw;
+    partialB[blockIdx.y * cols + c] = tb;
+  }
+}
+
+/// Pass 2: the chunks' partials added in order (no atomics: the same sums on
+/// every run).
+template <typename T>
+__global__ void normColumnsFinishKernel(const float *partial, int64_t chunks, int64_t cols,
+                                        T *out) {
+  PTC_GRID_LOOP(c, cols) {
+    float sum = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k)
+      sum += partial[k * cols + c];
+    out[c] = fromFloat<T>(sum);
   }
 }
 
@@ -175,26 +198,30 @@ __global__ void rotaryAtKernel(const float *x, const int32_t *pos, float *out, i
 }
 } // namespace
 
-void layerNorm(const float *x, const float *w, const float *b, float *out, int64_t rows,
-               int64_t cols, float eps, void *stream) {
-  if (rows > 0)
-    layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, b, out, cols,
-                                                                             eps);
+namespace {
+int64_t normChunks(int64_t rows) { return (rows + kNormRowsPerChunk - 1) / kNormRowsPerChunk; }
+/// Scratch of a LayerNormGrad: the rows' statistics and the columns' partials.
+int64_t layerNormGradScratchFloats(int64_t rows, int64_t cols) {
+  return 2 * rows + 2 * normChunks(rows) * cols;
 }
 
-void layerNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                   float *db, int64_t rows, int64_t cols, float eps, float *rowStats,
-                   void *stream) {
-  if (rows == 0)
+template <typename T>
+void layerNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, T *db, int64_t rows,
+                   int64_t cols, float eps, float *scratch, void *stream) {
+  if (rows == 0 || cols == 0)
     return;
+  const int64_t chunks = normChunks(rows);
+  float *stats = scratch, *partialW = scratch + 2 * rows, *partialB = partialW + chunks * cols;
   layerNormGradRowKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, g, dx,
-                                                                                  cols, eps);
-  layerNormStatsKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, cols, eps,
-                                                                                rowStats);
-  layerNormGradColumnsKernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0,
-                               S(stream)>>>(x, g, rowStats, dw, db, rows, cols);
+                                                                                  stats, cols, eps);
+  layerNormGradColumnsKernel<<<dim3(static_cast<unsigned>((cols + 31) / 32),
+                                    static_cast<unsigned>(chunks)),
+                               dim3(32, 8), 0, S(stream)>>>(x, g, stats, partialW, partialB, rows,
+                                                            cols);
+  normColumnsFinishKernel<<<gridFor(cols), kThreads, 0, S(stream)>>>(partialW, chunks, cols, dw);
+  normColumnsFinishKernel<<<gridFor(cols), kThreads, 0, S(stream)>>>(partialB, chunks, cols, db);
 }
-
+} // namespace
 
 void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps,
              void *stream) {
@@ -221,22 +248,46 @@ void rotary(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim, do
 }
 
 void addNormalizationKernels(KernelTable &t) {
-  t.add(OpKind::LayerNorm, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    layerNorm(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), x.rows(), x.dim(-1),
-              c.real(0), streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::LayerNormGrad, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    auto *stats = static_cast<float *>(scratch(c, 2 * x.rows() * 4));
-    if (!stats)
-      return scratchFailure(c, 2 * x.rows() * 4);
-    layerNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(),
-                  c.output(1).f32(), c.output(2).f32(), x.rows(), x.dim(-1), c.real(0), stats,
-                  streamOf(c));
-    return KernelResult::ok();
-  });
+  // LayerNorm and its gradient take f32, bf16 and f16 natively (every view one
+  // type); dw and db are column sums in two passes (row chunks, then the
+  // chunks in order: no atomics).
+  t.add(
+      OpKind::LayerNorm,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        const int64_t rows = x.rows();
+        if (rows > 0)
+          withFloatType(x.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
+                static_cast<const T *>(x.data), static_cast<const T *>(c.input(1).data),
+                static_cast<const T *>(c.input(2).data), static_cast<T *>(c.output(0).data),
+                x.dim(-1), c.real(0));
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
+  t.add(
+      OpKind::LayerNormGrad,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        const int64_t rows = x.rows(), cols = x.dim(-1);
+        const int64_t bytes = std::max<int64_t>(layerNormGradScratchFloats(rows, cols), 1) * 4;
+        auto *work = static_cast<float *>(scratch(c, bytes));
+        if (!work)
+          return scratchFailure(c, bytes);
+        withFloatType(x.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          layerNormGrad(static_cast<const T *>(x.data), static_cast<const T *>(c.input(1).data),
+                        static_cast<const T *>(c.input(2).data), static_cast<T *>(c.output(0).data),
+                        static_cast<T *>(c.output(1).data), static_cast<T *>(c.output(2).data),
+                        rows, cols, c.real(0), work, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      oneFloatType);
   t.add(OpKind::RmsNorm, [](const KernelCall &c) {
     const TensorView &x = c.input(0);
     rmsNorm(x.f32(), c.input(1).f32(), c.output(0).f32(), x.rows(), x.dim(-1), c.real(0),

@@ -43,20 +43,28 @@ __global__ void adamwKernel(const float *param, const float *grad, const float *
   PTC_GRID_LOOP(i, n) adamwElement(c, param, grad, m, v, outP, outM, outV, i);
 }
 
-/// One thread per element of the concatenated tensors; the tensor is found by
-/// binary search over the prefix offsets.
+/// One thread per element of the concatenated tensors (grid-stride, so a
+/// thread's elements increase): the tensor is found by binary search over the
+/// prefix offsets for a thread's first element, then by stepping forward.
 __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t total,
                                 const float *step, float lr, float b1, float b2, float eps,
                                 float wd, const float *skip) {
   AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
+  int lo = -1;
   PTC_GRID_LOOP(e, total) {
-    int lo = 0, hi = count - 1;
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (table[mid].offset <= e)
-        lo = mid;
-      else
-        hi = mid - 1;
+    if (lo < 0) {
+      lo = 0;
+      int hi = count - 1;
+      while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (table[mid].offset <= e)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+    } else {
+      while (lo + 1 < count && table[lo + 1].offset <= e)
+        ++lo;
     }
     const AdamWTensor &x = table[lo];
     adamwElement(c, x.param, x.grad, x.m, x.v, x.outParam, x.outM, x.outV, e - x.offset);

@@ -494,6 +494,92 @@ TEST_F(CudaConformance, LayerNormAndGradient) {
       1e-4f);
 }
 
+// The entries that take bf16 natively (elementwise arithmetic with and
+// without broadcasting, activations and their gradients, gated activations,
+// scaling, LayerNorm and its gradient over several row chunks, sums over
+// leading axes) against the
+// CPU's f32 kernels on the same bf16 values, each result rounded to bf16 once
+// (what the runtime's widening gave before). The GPU must take them in bf16
+// (no widening).
+TEST_F(CudaConformance, Bf16EntriesMatchWidenedF32) {
+  struct Case {
+    kernels::OpKind op;
+    std::vector<Shape> in, out;
+    std::vector<int64_t> ints;
+    std::vector<double> floats;
+    UnaryFunction fn;
+  };
+  const Shape big{3, 200, 72}, row{72}, mid{3, 1, 72};
+  const std::vector<Case> cases = {
+      {kernels::OpKind::Add, {big, big}, {big}, {}, {}, {}},
+      {kernels::OpKind::Add, {big, row}, {big}, {}, {}, {}},
+      {kernels::OpKind::Mul, {big, mid}, {big}, {}, {}, {}},
+      {kernels::OpKind::Sub, {row, big}, {big}, {}, {}, {}},
+      {kernels::OpKind::Scale, {big}, {big}, {}, {0.5}, {}},
+      {kernels::OpKind::Unary, {big}, {big}, {}, {}, UnaryFunction::Gelu},
+      {kernels::OpKind::UnaryGrad, {big, big}, {big}, {}, {}, UnaryFunction::Gelu},
+      {kernels::OpKind::GatedUnary, {big, big}, {big}, {}, {}, UnaryFunction::Silu},
+      {kernels::OpKind::GatedUnaryGrad, {big, big, big}, {big, big}, {}, {}, UnaryFunction::Silu},
+      {kernels::OpKind::LayerNorm, {{600, 72}, row, row}, {{600, 72}}, {}, {1e-5}, {}},
+      {kernels::OpKind::LayerNormGrad, {{600, 72}, row, {600, 72}}, {{600, 72}, row, row}, {},
+       {1e-5}, {}},
+      {kernels::OpKind::ReduceSum, {{2, 600, 72}}, {row}, {0, 1}, {}, {}},
+      {kernels::OpKind::ReduceMean, {{2, 600, 72}}, {{600, 72}}, {0}, {}, {}},
+  };
+  auto count = [](const Shape &sh) {
+    size_t n = 1;
+    for (int64_t x : sh)
+      n *= static_cast<size_t>(x);
+    return n;
+  };
+  unsigned seed = 90;
+  for (const Case &k : cases) {
+    SCOPED_TRACE(kernels::opKindName(k.op));
+    std::vector<std::vector<float>> values;
+    for (const Shape &sh : k.in)
+      values.push_back(randomVector(count(sh), seed++));
+    compare(
+        [&](Device &d, Mem &m) {
+          const bool native = d.kind() == DeviceKind::Cuda;
+          const auto type = native ? kernels::DType::BF16 : kernels::DType::F32;
+          auto round = [&](void *p, size_t n, void *tmp) { // f32 at p through bf16
+            OK(d.convertFloat(p, FloatType::F32, tmp, FloatType::BF16, static_cast<int64_t>(n)));
+            OK(d.convertFloat(tmp, FloatType::BF16, p, FloatType::F32, static_cast<int64_t>(n)));
+          };
+          std::vector<Arg> in, out;
+          std::vector<float *> f32Out;
+          std::vector<uint16_t *> bf16Out;
+          for (size_t i = 0; i < k.in.size(); ++i) {
+            const size_t n = values[i].size();
+            float *f = m.put(values[i]);
+            uint16_t *h = m.zeros<uint16_t>(n);
+            round(f, n, h); // h holds the bf16 values, f the same in f32
+            in.push_back(native ? Arg{h, k.in[i], type} : Arg{f, k.in[i], type});
+          }
+          for (const Shape &sh : k.out) {
+            f32Out.push_back(m.zeros(count(sh)));
+            bf16Out.push_back(m.zeros<uint16_t>(count(sh)));
+            out.push_back(native ? Arg{bf16Out.back(), sh, type} : Arg{f32Out.back(), sh, type});
+          }
+          Status st = run(d, k.op, in, out, k.ints, k.floats, k.fn);
+          EXPECT_TRUE(st.isOk()) << st.message();
+          std::vector<float> result;
+          for (size_t i = 0; i < k.out.size(); ++i) {
+            const size_t n = count(k.out[i]);
+            if (native)
+              OK(d.convertFloat(bf16Out[i], FloatType::BF16, f32Out[i], FloatType::F32,
+                                static_cast<int64_t>(n)));
+            else
+              round(f32Out[i], n, bf16Out[i]);
+            auto v = m.get(f32Out[i], n);
+            result.insert(result.end(), v.begin(), v.end());
+          }
+          return result;
+        },
+        1e-2f);
+  }
+}
+
 TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
   auto x = randomVector(4 * 9 * 5, 13), g = randomVector(4 * 9 * 5, 14);
   for (int64_t axis : {2, 1})
