@@ -467,6 +467,56 @@ TEST_F(CudaConformance, Bf16MatmulAccumulatesInF32) {
       1e-2f);
 }
 
+// bf16 products whose A or C rows are not 16-byte aligned (an LM head over a
+// vocabulary of 50257) run in chunks of C's rows with the operand copied to
+// padded rows: C unaligned (x w^T), A unaligned (g w), A unaligned and
+// transposed (g^T x), each in several chunks (PTC_CUDA_PAD_CHUNK_BYTES), against
+// the CPU's widened product.
+TEST_F(CudaConformance, Bf16MatmulWithUnalignedRowsRunsPadded) {
+  struct Case {
+    Shape a, b, c;
+    bool transA, transB;
+  };
+  const std::vector<Case> cases = {{{64, 32}, {83, 32}, {64, 83}, false, true},
+                                   {{64, 83}, {83, 32}, {64, 32}, false, false},
+                                   {{64, 83}, {64, 32}, {83, 32}, true, false},
+                                   {{2, 40, 83}, {83, 16}, {2, 40, 16}, false, false}};
+  setenv("PTC_CUDA_PAD_CHUNK_BYTES", "4096", 1);
+  for (const Case &k : cases) {
+    auto count = [](const Shape &sh) {
+      size_t n = 1;
+      for (int64_t x : sh)
+        n *= static_cast<size_t>(x);
+      return n;
+    };
+    auto a = randomVector(count(k.a), 50), b = randomVector(count(k.b), 51);
+    const size_t nc = count(k.c);
+    compare(
+        [&](Device &d, Mem &m) {
+          const auto bf16 = kernels::DType::BF16;
+          uint16_t *a16 = m.zeros<uint16_t>(a.size()), *b16 = m.zeros<uint16_t>(b.size()),
+                   *c16 = m.zeros<uint16_t>(nc);
+          float *aw = m.put(a), *bw = m.put(b), *cw = m.zeros(nc);
+          for (auto [f, h, n] : {std::tuple{aw, a16, a.size()}, std::tuple{bw, b16, b.size()}}) {
+            OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(n)));
+            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+          }
+          const std::vector<int64_t> ints{k.transA ? 1 : 0, k.transB ? 1 : 0};
+          if (d.kind() == DeviceKind::Cuda) {
+            OK(run(d, kernels::OpKind::Matmul, {{a16, k.a, bf16}, {b16, k.b, bf16}},
+                   {{c16, k.c, bf16}}, ints));
+          } else {
+            OK(run(d, kernels::OpKind::Matmul, {{aw, k.a}, {bw, k.b}}, {{cw, k.c}}, ints));
+            OK(d.convertFloat(cw, FloatType::F32, c16, FloatType::BF16, static_cast<int64_t>(nc)));
+          }
+          OK(d.convertFloat(c16, FloatType::BF16, cw, FloatType::F32, static_cast<int64_t>(nc)));
+          return m.get(cw, nc);
+        },
+        1e-2f);
+  }
+  unsetenv("PTC_CUDA_PAD_CHUNK_BYTES");
+}
+
 TEST_F(CudaConformance, LayerNormAndGradient) {
   int64_t rows = 37, cols = 300;
   auto x = randomVector(rows * cols, 9), w = randomVector(cols, 10), b = randomVector(cols, 11),
