@@ -401,7 +401,13 @@ TEST_F(CudaConformance, FloatConversionsRoundTheSame) {
           float *back = m.zeros(777);
           OK(d.convertFloat(m.put(x), FloatType::F32, narrow, t, 777));
           OK(d.convertFloat(narrow, t, back, FloatType::F32, 777));
-          return m.get(back, 777);
+          auto out = m.get(back, 777);
+          // Unaligned starts (the scalar kernel) give the same values.
+          OK(d.convertFloat(m.put(x) + 1, FloatType::F32, narrow + 1, t, 776));
+          OK(d.convertFloat(narrow + 1, t, back + 1, FloatType::F32, 776));
+          auto shifted = m.get(back, 777);
+          out.insert(out.end(), shifted.begin() + 1, shifted.end());
+          return out;
         },
         0.0f);
 }
