@@ -193,7 +193,8 @@ ptc = statistics.median(8 * 1024 / r["tokens_per_s"] for r in rows[3:]) if len(r
 torch = json.loads(open(sys.argv[2]).read()) if os.path.getsize(sys.argv[2]) else None
 print(f"GPT-2 medium (24 x 1024, seq 1024, batch 8, bf16), {flops / 1e12:.1f} TFLOP per step, peak {sys.argv[3]} TFLOP/s:")
 if ptc:
-    print(f"  ptc-run        step {ptc * 1e3:8.1f} ms  {8192 / ptc:9.0f} tok/s  MFU {flops / ptc / peak:6.1%}")
+    print(f"  ptc-run        step {ptc * 1e3:8.1f} ms  {8192 / ptc:9.0f} tok/s  MFU {flops / ptc / peak:6.1%}"
+          f"  (loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f} over {len(rows)} steps)")
 if torch:
     t = torch["step_s"]
     print(f"  pytorch eager  step {t * 1e3:8.1f} ms  {8192 / t:9.0f} tok/s  MFU {flops / t / peak:6.1%}  (torch {torch['torch']})")

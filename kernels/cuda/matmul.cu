@@ -1,8 +1,10 @@
 // CUDA kernels: matmuls through cuBLAS (see kernels.h).
 
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/padded_product.h"
 
 #include <cstdlib>
+#include <optional>
 
 namespace ptc::kernels::cuda {
 namespace {
@@ -51,13 +53,9 @@ cudaDataType_t cudaTypeOf(FloatType type) {
   return type == FloatType::BF16 ? CUDA_R_16BF : type == FloatType::F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/// Rows of 16-bit elements are 16-byte aligned (what cuBLAS's tensor-core
-/// kernels want of every leading dimension) when their length is a multiple of 8.
-constexpr int64_t kAlignElements = 8;
-bool aligned16(int64_t ld) { return ld % kAlignElements == 0; }
-int64_t padded(int64_t ld) { return (ld + kAlignElements - 1) / kAlignElements * kAlignElements; }
-/// Bytes of scratch a padded chunk may take: 128 MB, or PTC_CUDA_PAD_CHUNK_BYTES
-/// (the conformance test makes chunks small to run several).
+/// Bytes of scratch the padded chunks (A' and C') may take: 128 MB, or
+/// PTC_CUDA_PAD_CHUNK_BYTES (the conformance test makes chunks small to run
+/// several).
 int64_t chunkBytes() {
   const char *v = std::getenv("PTC_CUDA_PAD_CHUNK_BYTES");
   const long long bytes = v ? std::atoll(v) : 0;
@@ -84,60 +82,64 @@ int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, co
   const cudaDataType_t dt = cudaTypeOf(type);
   const cublasComputeType_t ct = type == FloatType::F32 && allowTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                      : CUBLAS_COMPUTE_32F;
-  // A 16-bit product whose A or C rows are not 16-byte aligned (a vocabulary
-  // of 50257 in an LM head) runs on cuBLAS's slow kernels, 100-150 TFLOP/s
-  // instead of ~700 on an H200. Such a product runs in chunks of C's rows,
-  // each with the unaligned operand copied to rows of padded length in
-  // scratch (and C's chunk copied out of it): a few hundred MB moved per
-  // product against milliseconds of matrix time. Each chunk is a whole
-  // product over k, so results are those of one GEMM (f32 accumulation, one
-  // rounding). B must be aligned, the product unbatched.
+  // A 16-bit product with a size that is not a multiple of 8 (an LM head
+  // over 50257 tokens) runs on zero-padded copies (padded_product.h), chunk
+  // by chunk of C's rows within the scratch budget: cuBLAS's kernels for such
+  // sizes run at 90-150 TFLOP/s on an H200 where aligned ones reach ~700.
   const int64_t elem = type == FloatType::F32 ? 4 : 2;
-  const int64_t ldc = p.n;
-  const bool padA = !aligned16(p.lda), padC = !aligned16(ldc);
-  if (type == FloatType::F32 || p.batch != 1 || !aligned16(p.ldb) || !(padA || padC) ||
-      !scratchFor)
-    return gemm(h, p, p.m, a, p.lda, b, out, ldc, dt, ct);
-  // Rows of C per chunk (a multiple of 8, so column blocks of a transposed A
-  // start aligned), within the scratch budget.
-  const int64_t rowBytes = (padA ? (p.transA ? p.k : padded(p.lda)) : 0) +
-                           (padC ? padded(ldc) : 0);
-  int64_t rows = std::max<int64_t>(chunkBytes() / (rowBytes * elem) / 8 * 8, 8);
-  rows = std::min(rows, padded(p.m));
-  const int64_t aChunk = padA ? (p.transA ? p.k * rows : rows * padded(p.lda)) : 0;
-  const int64_t cChunk = padC ? rows * padded(ldc) : 0;
-  char *work = static_cast<char *>(scratchFor(owner, (aChunk + cChunk) * elem));
-  if (!work) // no scratch: the slow kernels, still correct
-    return gemm(h, p, p.m, a, p.lda, b, out, ldc, dt, ct);
-  char *aPad = work, *cPad = work + aChunk * elem;
-  for (int64_t r0 = 0; r0 < p.m; r0 += rows) {
-    const int64_t n = std::min(rows, p.m - r0);
-    // This chunk's A: rows r0.. of A [m, k], or columns r0.. of A [k, m].
-    const char *aPtr = static_cast<const char *>(a) + (p.transA ? r0 : r0 * p.lda) * elem;
-    int64_t lda = p.lda;
-    if (padA) {
-      const int64_t width = p.transA ? n : p.k, height = p.transA ? p.k : n;
-      lda = p.transA ? padded(n) : padded(p.lda);
-      if (cudaMemcpy2DAsync(aPad, static_cast<size_t>(lda * elem), aPtr,
-                            static_cast<size_t>(p.lda * elem), static_cast<size_t>(width * elem),
-                            static_cast<size_t>(height), cudaMemcpyDeviceToDevice,
-                            S(stream)) != cudaSuccess)
-        return -1;
-      aPtr = aPad;
+  std::optional<PaddedProduct> padded;
+  if (type != FloatType::F32 && p.batch == 1 && scratchFor)
+    padded = paddedProductFor(p.m, p.n, p.k, p.transA, p.transB, chunkBytes() / elem);
+  if (!padded)
+    return gemm(h, p, p.m, a, p.lda, b, out, p.n, dt, ct);
+  auto alignUp = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t bBytes = alignUp(padded->bElems * elem), aBytes = alignUp(padded->aElems * elem);
+  char *work = static_cast<char *>(
+      scratchFor(owner, bBytes + aBytes + padded->cElems * elem));
+  if (!work) // no scratch: cuBLAS's slow kernels, still correct
+    return gemm(h, p, p.m, a, p.lda, b, out, p.n, dt, ct);
+  struct Ops {
+    char *buffers[6];
+    int64_t elem;
+    cublasHandle_t h;
+    cudaDataType_t dt;
+    cublasComputeType_t ct;
+    bool transA, transB;
+    cudaStream_t stream;
+    int status = 0;
+    char *at(ProductBuffer b, int64_t offset) const {
+      return buffers[static_cast<int>(b)] + offset * elem;
     }
-    char *cPtr = padC ? cPad : static_cast<char *>(out) + r0 * ldc * elem;
-    const int64_t ldcChunk = padC ? padded(ldc) : ldc;
-    if (int st = gemm(h, p, n, aPtr, lda, b, cPtr, ldcChunk, dt, ct); st != 0)
-      return st;
-    if (padC &&
-        cudaMemcpy2DAsync(static_cast<char *>(out) + r0 * ldc * elem,
-                          static_cast<size_t>(ldc * elem), cPad,
-                          static_cast<size_t>(ldcChunk * elem), static_cast<size_t>(ldc * elem),
-                          static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
-                          S(stream)) != cudaSuccess)
-      return -1;
-  }
-  return 0;
+    bool zero(ProductBuffer b, int64_t elems) {
+      if (elems > 0 &&
+          cudaMemsetAsync(at(b, 0), 0, static_cast<size_t>(elems * elem), stream) != cudaSuccess)
+        status = -1;
+      return status == 0;
+    }
+    bool copy(ProductBuffer dst, int64_t dOff, int64_t dPitch, ProductBuffer src, int64_t sOff,
+              int64_t sPitch, int64_t width, int64_t height) {
+      if (cudaMemcpy2DAsync(at(dst, dOff), static_cast<size_t>(dPitch * elem), at(src, sOff),
+                            static_cast<size_t>(sPitch * elem), static_cast<size_t>(width * elem),
+                            static_cast<size_t>(height), cudaMemcpyDeviceToDevice,
+                            stream) != cudaSuccess)
+        status = -1;
+      return status == 0;
+    }
+    bool gemm(const ProductChunk &c) {
+      const float one = 1.0f, zero = 0.0f;
+      status = static_cast<int>(cublasGemmEx(
+          h, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+          static_cast<int>(c.gemmN), static_cast<int>(c.mc), static_cast<int>(c.gemmK), &one,
+          at(c.b, 0), dt, static_cast<int>(c.ldb), at(c.a, c.aOffset), dt, static_cast<int>(c.lda),
+          &zero, at(c.c, c.cOffset), dt, static_cast<int>(c.ldc), ct, CUBLAS_GEMM_DEFAULT));
+      return status == 0;
+    }
+  } ops{{const_cast<char *>(static_cast<const char *>(a)),
+         const_cast<char *>(static_cast<const char *>(b)), static_cast<char *>(out),
+         work + bBytes, work, work + bBytes + aBytes},
+        elem, h, dt, ct, p.transA, p.transB, S(stream)};
+  runPaddedProduct(*padded, ops);
+  return ops.status;
 }
 
 void addMatmulKernels(KernelTable &t) {

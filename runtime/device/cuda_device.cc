@@ -50,6 +50,11 @@ public:
                                    "creating a stream"));
     if (cublasCreate(&d->blas_) != CUBLAS_STATUS_SUCCESS)
       return error(StatusCode::kInternal, "cannot create a cuBLAS handle on ", d->name_);
+    // Split-k reductions of bf16 / f16 products in f32 (by default cuBLAS may
+    // add the partial products in the output type, several bf16 roundings).
+    cublasSetMathMode(d->blas_, static_cast<cublasMath_t>(
+                                    CUBLAS_DEFAULT_MATH |
+                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     void *err = nullptr;
     PTC_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&err, sizeof(g::ErrorRecord)), "allocating"));
     PTC_RETURN_IF_ERROR(cudaStatus(cudaMemsetAsync(err, 0, sizeof(g::ErrorRecord), d->compute_),

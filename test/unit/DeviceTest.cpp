@@ -473,11 +473,11 @@ TEST_F(CudaConformance, Bf16MatmulAccumulatesInF32) {
       1e-2f);
 }
 
-// bf16 products whose A or C rows are not 16-byte aligned (an LM head over a
-// vocabulary of 50257) run in chunks of C's rows with the operand copied to
-// padded rows: C unaligned (x w^T), A unaligned (g w), A unaligned and
-// transposed (g^T x), each in several chunks (PTC_CUDA_PAD_CHUNK_BYTES), against
-// the CPU's widened product.
+// bf16 products with a size that is not a multiple of 8 (an LM head over a
+// vocabulary of 50257) run on zero-padded copies in chunks of C's rows
+// (padded_product.h): odd n (x w^T), odd k (g w, and transposed B), odd m
+// transposed (g^T x), odd m, a batch-shared B; each in several chunks
+// (PTC_CUDA_PAD_CHUNK_BYTES), against the CPU's widened product.
 TEST_F(CudaConformance, Bf16MatmulWithUnalignedRowsRunsPadded) {
   struct Case {
     Shape a, b, c;
@@ -486,9 +486,12 @@ TEST_F(CudaConformance, Bf16MatmulWithUnalignedRowsRunsPadded) {
   const std::vector<Case> cases = {{{64, 32}, {83, 32}, {64, 83}, false, true},
                                    {{64, 83}, {83, 32}, {64, 32}, false, false},
                                    {{64, 83}, {64, 32}, {83, 32}, true, false},
+                                   {{40, 83}, {64, 83}, {40, 64}, false, true},
+                                   {{37, 32}, {32, 24}, {37, 24}, false, false},
                                    {{2, 40, 83}, {83, 16}, {2, 40, 16}, false, false}};
   setenv("PTC_CUDA_PAD_CHUNK_BYTES", "4096", 1);
   for (const Case &k : cases) {
+    SCOPED_TRACE(std::to_string(&k - cases.data()));
     auto count = [](const Shape &sh) {
       size_t n = 1;
       for (int64_t x : sh)

@@ -1,6 +1,7 @@
 // CPU kernels against naive references (the fused and strided paths).
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cuda/padded_product.h"
 
 #include "test/unit/TestUtil.h"
 
@@ -106,6 +107,101 @@ TEST(Kernels, MatmulAllTransposesSharedAndBatched) {
 // bitwise, with either library: rows and columns that leave partial blocks
 // and tiles, each transpose, a batched product, a small one (on one thread),
 // long rows, columns and sums.
+// The CUDA backend's plan for products with a size that is not a multiple of 8
+// (kernels/cuda/padded_product.h), run here with plain loops: zero-padded
+// copies of B and of A's chunks, products into padded C chunks, C's rows
+// copied out. Every transpose, odd and even sizes, chunks of 8 rows up to the
+// whole product: C equals the direct product, and every element of C is
+// written (NaN poison), none outside it.
+TEST(Kernels, PaddedProductPlanEqualsTheDirectProduct) {
+  using namespace ptc::kernels::cuda;
+  std::mt19937 gen(12);
+  std::uniform_int_distribution<int> size(1, 70);
+  std::uniform_int_distribution<int> small(-3, 3);
+  int planned = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t m = size(gen), n = size(gen), k = size(gen);
+    const bool transA = trial % 2, transB = (trial / 2) % 2;
+    // Chunks of 8, 16, 24 or 32 rows (a last chunk of fewer rows, padded), or one.
+    const int64_t chunk = (trial % 5 == 0) ? 1 << 20
+                                           : (trial % 4 + 1) * 8 * (roundUp8(k) + roundUp8(n));
+    auto plan = paddedProductFor(m, n, k, transA, transB, chunk);
+    if (!plan) {
+      EXPECT_TRUE(m % 8 == 0 && n % 8 == 0 && k % 8 == 0);
+      continue;
+    }
+    ++planned;
+    // Small integers: every sum is exact in float, whatever the order.
+    std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+    for (float &x : a)
+      x = static_cast<float>(small(gen));
+    for (float &x : b)
+      x = static_cast<float>(small(gen));
+    auto at = [&](int64_t i, int64_t kk) { return transA ? a[kk * m + i] : a[i * k + kk]; };
+    auto bt = [&](int64_t kk, int64_t j) { return transB ? b[j * k + kk] : b[kk * n + j]; };
+    const float poison = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> c(static_cast<size_t>(m * n + 16), poison);
+    // Scratch starts as garbage (NaN): the plan must zero what it reads as padding.
+    std::vector<float> pa(static_cast<size_t>(plan->aElems), poison),
+        pb(static_cast<size_t>(plan->bElems), poison), pc(static_cast<size_t>(plan->cElems), poison);
+    struct Ops {
+      std::vector<float> *bufs[6];
+      const PaddedProduct *p;
+      float &at(ProductBuffer buf, int64_t i) {
+        auto &v = *bufs[static_cast<int>(buf)];
+        EXPECT_TRUE(i >= 0 && static_cast<size_t>(i) < v.size())
+            << "buffer " << static_cast<int>(buf) << " index " << i << " of " << v.size();
+        static float dummy;
+        return i >= 0 && static_cast<size_t>(i) < v.size() ? v[static_cast<size_t>(i)] : dummy;
+      }
+      bool zero(ProductBuffer buf, int64_t elems) {
+        for (int64_t i = 0; i < elems; ++i)
+          at(buf, i) = 0.0f;
+        return true;
+      }
+      bool copy(ProductBuffer dst, int64_t dOff, int64_t dPitch, ProductBuffer src, int64_t sOff,
+                int64_t sPitch, int64_t width, int64_t height) {
+        EXPECT_LE(width, dPitch);
+        EXPECT_LE(width, sPitch);
+        for (int64_t r = 0; r < height; ++r)
+          for (int64_t x = 0; x < width; ++x)
+            at(dst, dOff + r * dPitch + x) = at(src, sOff + r * sPitch + x);
+        return true;
+      }
+      bool gemm(const ProductChunk &ch) {
+        EXPECT_EQ(ch.mc % 8, 0);
+        EXPECT_EQ(ch.gemmN % 8, 0);
+        EXPECT_EQ(ch.gemmK % 8, 0);
+        EXPECT_EQ(ch.lda % 8, 0);
+        EXPECT_EQ(ch.ldb % 8, 0);
+        EXPECT_EQ(ch.ldc % 8, 0);
+        for (int64_t i = 0; i < ch.mc; ++i)
+          for (int64_t j = 0; j < ch.gemmN; ++j) {
+            float sum = 0.0f;
+            for (int64_t kk = 0; kk < ch.gemmK; ++kk)
+              sum += at(ch.a, ch.aOffset + (p->transA ? kk * ch.lda + i : i * ch.lda + kk)) *
+                     at(ch.b, p->transB ? j * ch.ldb + kk : kk * ch.ldb + j);
+            at(ch.c, ch.cOffset + i * ch.ldc + j) = sum;
+          }
+        return true;
+      }
+    } ops{{&a, &b, &c, &pa, &pb, &pc}, &*plan};
+    ASSERT_TRUE(runPaddedProduct(*plan, ops));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float want = 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk)
+          want += at(i, kk) * bt(kk, j);
+        ASSERT_EQ(c[static_cast<size_t>(i * n + j)], want)
+            << "m " << m << " n " << n << " k " << k << " transA " << transA << " transB "
+            << transB << " chunk " << chunk << " at " << i << ", " << j;
+      }
+    for (size_t i = static_cast<size_t>(m * n); i < c.size(); ++i)
+      ASSERT_TRUE(std::isnan(c[i])) << "wrote past C";
+  }
+  EXPECT_GT(planned, 250);
+}
+
 TEST(Kernels, MatmulIsBitwiseTheSameOnOneAndTwoThreads) {
 #ifdef _OPENMP
   struct Case {
