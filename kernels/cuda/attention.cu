@@ -82,43 +82,45 @@ __device__ WarpIndex warpIndex() {
 }
 
 /// Loads row `r` (dim floats) into this lane's slots.
-__device__ void loadRow(const float *r, int64_t dim, int lane, float *x) {
+template <typename T> __device__ void loadRow(const T *r, int64_t dim, int lane, float *x) {
   for (int t = 0; t < kAttentionPerLane; ++t) {
     int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
-    x[t] = d < dim ? r[d] : 0.0f;
+    x[t] = d < dim ? toFloat(r[d]) : 0.0f;
   }
 }
-__device__ float rowDot(const float *x, const float *r, int64_t dim, int lane) {
+template <typename T> __device__ float rowDot(const float *x, const T *r, int64_t dim, int lane) {
   float s = 0.0f;
   for (int t = 0; t < kAttentionPerLane; ++t) {
     int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
     if (d < dim)
-      s += x[t] * r[d];
+      s += x[t] * toFloat(r[d]);
   }
   return warpSum(s);
 }
 
 /// x += a * r in this lane's slots of a row.
-__device__ void addScaledRow(float *x, float a, const float *r, int64_t dim, int lane) {
+template <typename T>
+__device__ void addScaledRow(float *x, float a, const T *r, int64_t dim, int lane) {
   for (int t = 0; t < kAttentionPerLane; ++t) {
     int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
     if (d < dim)
-      x[t] += a * r[d];
+      x[t] += a * toFloat(r[d]);
   }
 }
 /// Writes this lane's slots of a row.
-__device__ void storeSlots(const float *x, int64_t dim, int lane, float *out) {
+template <typename T> __device__ void storeSlots(const float *x, int64_t dim, int lane, T *out) {
   for (int t = 0; t < kAttentionPerLane; ++t) {
     int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
     if (d < dim)
-      out[d] = x[t];
+      out[d] = fromFloat<T>(x[t]);
   }
 }
 
 /// The online softmax of a query row continued over keys 0..n-1: acc = sum_j
 /// p_j v_j (unnormalized), m = max logit, l = sum_j p_j.
 /// Key and value rows lie `ld` floats apart.
-__device__ void attendKeys(const float *qi, const float *kh, const float *vh, int64_t n,
+template <typename T>
+__device__ void attendKeys(const float *qi, const T *kh, const T *vh, int64_t n,
                            int64_t dim, int64_t ld, int lane, float scale, float *acc, float &m,
                            float &l) {
   for (int64_t j = 0; j < n; ++j) {
@@ -127,14 +129,15 @@ __device__ void attendKeys(const float *qi, const float *kh, const float *vh, in
     l = l * correction + p;
     for (int t = 0; t < kAttentionPerLane; ++t) {
       int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
-      acc[t] = acc[t] * correction + (d < dim ? p * vh[j * ld + d] : 0.0f);
+      acc[t] = acc[t] * correction + (d < dim ? p * toFloat(vh[j * ld + d]) : 0.0f);
     }
     m = mNew;
   }
 }
 
 /// Online softmax of query row `row` over keys 0..row.
-__device__ void attendRow(const float *qi, const float *kh, const float *vh, int64_t row,
+template <typename T>
+__device__ void attendRow(const float *qi, const T *kh, const T *vh, int64_t row,
                           int64_t dim, int64_t ld, int lane, float scale, float *acc, float &m,
                           float &l) {
   m = -INFINITY;
@@ -143,11 +146,12 @@ __device__ void attendRow(const float *qi, const float *kh, const float *vh, int
 }
 
 /// Writes this lane's slots of a row's normalized output: acc / l.
-__device__ void storeRow(const float *acc, float l, int64_t dim, int lane, float *out) {
+template <typename T>
+__device__ void storeRow(const float *acc, float l, int64_t dim, int lane, T *out) {
   for (int t = 0; t < kAttentionPerLane; ++t) {
     int64_t d = lane + static_cast<int64_t>(t) * kAttentionLanes;
     if (d < dim)
-      out[d] = acc[t] / l;
+      out[d] = fromFloat<T>(acc[t] / l);
   }
 }
 
@@ -361,7 +365,8 @@ __global__ void attentionBlockGradKVKernel(const float *q, const float *k, const
 // ---- Attention over a key/value cache (decode plans) -------------------------------
 /// Writes the new tokens' keys and values at their positions: one thread per
 /// element of k / v [batch, kvHeads, tokens, dim].
-__global__ void cacheWriteKernel(const float *k, const float *v, float *kc, float *vc,
+template <typename T>
+__global__ void cacheWriteKernel(const T *k, const T *v, T *kc, T *vc,
                                  const int32_t *pos, int64_t batch, int64_t kvHeads,
                                  int64_t tokens, int64_t context, int64_t dim, ErrorRecord *err) {
   PTC_GRID_LOOP(i, batch * kvHeads * tokens * dim) {
@@ -381,8 +386,9 @@ __global__ void cacheWriteKernel(const float *k, const float *v, float *kc, floa
 
 /// One warp per query row (b, head, t): online softmax over cache rows
 /// 0..positions[b, t].
-__global__ void cachedAttentionKernel(const float *q, const float *kc, const float *vc,
-                                      const int32_t *pos, float *out, int64_t batch,
+template <typename T>
+__global__ void cachedAttentionKernel(const T *q, const T *kc, const T *vc,
+                                      const int32_t *pos, T *out, int64_t batch,
                                       int64_t heads, int64_t kvHeads, int64_t tokens,
                                       int64_t context, int64_t dim, float scale) {
   WarpIndex w = warpIndex();
@@ -392,7 +398,7 @@ __global__ void cachedAttentionKernel(const float *q, const float *kc, const flo
     if (p < 0 || p >= context)
       continue; // recorded by cacheWriteKernel
     int64_t kvh = kvHeadOf(head, heads, kvHeads);
-    const float *kh = kc + kvh * context * dim, *vh = vc + kvh * context * dim;
+    const T *kh = kc + kvh * context * dim, *vh = vc + kvh * context * dim;
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
     loadRow(q + i * dim, dim, w.lane, qi);
     float m, l;
@@ -757,7 +763,8 @@ void addAttentionKernels(KernelTable &t) {
   }, acceptsAttention);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim] (outputs 1, 2; in place of
-  // inputs 3, 4 in a plan), positions [batch, tokens].
+  // inputs 3, 4 in a plan), positions [batch, tokens]. One warp per query row
+  // (no tensor cores), on the stored type: bf16 caches are read as bf16.
   t.add(OpKind::CachedAttention, [](const KernelCall &c) {
     const TensorView &q = c.input(0), &k = c.input(1), &kcIn = c.input(3);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
@@ -770,15 +777,32 @@ void addAttentionKernels(KernelTable &t) {
     const int64_t batch = q.dim(0), kvHeads = k.dim(1), tokens = q.dim(2), dim = q.dim(3),
                   positions = kcIn.dim(2);
     const int32_t *pos = c.input(5).i32();
-    if (int64_t n = batch * kvHeads * tokens * dim; n > 0)
-      cacheWriteKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
-          k.f32(), c.input(2).f32(), kc.f32(), vc.f32(), pos, batch, kvHeads, tokens, positions,
-          dim, context(c).err);
-    if (int64_t rows = batch * q.dim(1) * tokens; rows > 0)
-      cachedAttentionKernel<<<warpBlocksFor(rows), 4 * kAttentionLanes, 0, S(streamOf(c))>>>(
-          q.f32(), kc.f32(), vc.f32(), pos, c.output(0).f32(), batch, q.dim(1), kvHeads, tokens,
-          positions, dim, static_cast<float>(c.real(0)));
+    withFloatType(q.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if (int64_t n = batch * kvHeads * tokens * dim; n > 0)
+        cacheWriteKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+            inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 1), outputAs<T>(c, 2), pos, batch,
+            kvHeads, tokens, positions, dim, context(c).err);
+      if (int64_t rows = batch * q.dim(1) * tokens; rows > 0)
+        cachedAttentionKernel<<<warpBlocksFor(rows), 4 * kAttentionLanes, 0, S(streamOf(c))>>>(
+            inputAs<T>(c, 0), outputAs<T>(c, 1), outputAs<T>(c, 2), pos, outputAs<T>(c, 0),
+            batch, q.dim(1), kvHeads, tokens, positions, dim, static_cast<float>(c.real(0)));
+      return 0;
+    });
     return KernelResult::ok();
+  }, [](const KernelCall &c) {
+    // f32, bf16 or f16 queries, keys, values and caches (one type; the caches
+    // are read in it, never widened whole), i32 positions.
+    const DType t = c.input(0).dtype;
+    if (t == DType::I32 || c.input(5).dtype != DType::I32)
+      return false;
+    for (size_t i = 0; i < 5; ++i)
+      if (c.input(i).dtype != t)
+        return false;
+    for (size_t i = 0; i < c.numOutputs; ++i)
+      if (c.output(i).dtype != t)
+        return false;
+    return true;
   });
 }
 } // namespace ptc::kernels::cuda

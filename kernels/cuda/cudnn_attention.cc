@@ -289,6 +289,16 @@ Tensor causalMask(GraphBuilder &g, const Shapes &sh, const Tensor &scores, const
   return masked;
 }
 
+/// scale q k^T: the scores [b, h, sq, skv] (f32, virtual).
+Tensor scaledScores(GraphBuilder &g, const Shapes &sh, const Tensor &q, const Tensor &kT,
+                    const Tensor &scale) {
+  Tensor scores = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
+  g.matmul(q, kT, scores);
+  Tensor scaled = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
+  g.pointwise(CUDNN_POINTWISE_MUL, scores, &scale, nullptr, scaled);
+  return scaled;
+}
+
 /// The forward graph: o and the rows' log-sum-exp (stats).
 void buildForward(GraphBuilder &g, const AttentionProblem &p) {
   const cudnnDataType_t io = ioType(p.type);
@@ -301,11 +311,7 @@ void buildForward(GraphBuilder &g, const AttentionProblem &p) {
   Tensor stats = g.tensor(sh.rows, sh.rowStrides, CUDNN_DATA_FLOAT, false, kStats);
   Tensor scale = g.scalar(kScale), negInf = g.scalar(kNegInf);
 
-  Tensor scores = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
-  g.matmul(q, kT, scores);
-  Tensor scaled = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
-  g.pointwise(CUDNN_POINTWISE_MUL, scores, &scale, nullptr, scaled);
-  Tensor masked = causalMask(g, sh, scaled, negInf);
+  Tensor masked = causalMask(g, sh, scaledScores(g, sh, q, kT, scale), negInf);
   Tensor max = g.tensor(sh.rows, sh.rowStrides, CUDNN_DATA_FLOAT, true);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
   Tensor shifted = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
@@ -348,12 +354,8 @@ void buildBackward(GraphBuilder &g, const AttentionProblem &p) {
   g.pointwise(CUDNN_POINTWISE_MUL, dot, &one, nullptr, rowDot);
 
   // P = exp(scale q k^T - lse) under the causal mask.
-  Tensor scores = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
-  g.matmul(q, kT, scores);
-  Tensor scaled = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
-  g.pointwise(CUDNN_POINTWISE_MUL, scores, &scale, nullptr, scaled);
   Tensor shifted = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
-  g.pointwise(CUDNN_POINTWISE_SUB, scaled, &stats, nullptr, shifted);
+  g.pointwise(CUDNN_POINTWISE_SUB, scaledScores(g, sh, q, kT, scale), &stats, nullptr, shifted);
   Tensor masked = causalMask(g, sh, shifted, negInf);
   Tensor probs = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
   g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, nullptr, probs);

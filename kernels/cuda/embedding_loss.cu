@@ -55,8 +55,8 @@ __global__ void embeddingGradRunsKernel(const int32_t *sortedIds, const int32_t 
   }
 }
 
-/// One block per row: the row's loss into rowLoss (summed by meanKernel in a
-/// fixed order: no atomics).
+/// One block per row: the row's loss into rowLoss (summed by orderedSumKernel
+/// in a fixed order: no atomics).
 __global__ void crossEntropyRowsKernel(const float *logits, const int32_t *targets, int64_t rows,
                                        int64_t classes, float *rowLoss, ErrorRecord *err) {
   const float *row = logits + blockIdx.x * classes;
@@ -71,16 +71,6 @@ __global__ void crossEntropyRowsKernel(const float *logits, const int32_t *targe
     }
     rowLoss[blockIdx.x] = logf(s) + m - row[t];
   }
-}
-
-/// *out = mean of x[0, n): one block, a fixed summation order.
-__global__ void meanKernel(const float *x, int64_t n, float *out) {
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    s += x[i];
-  s = blockSum(s);
-  if (threadIdx.x == 0)
-    *out = s / static_cast<float>(n);
 }
 
 __global__ void crossEntropyGradKernel(const float *logits, const int32_t *targets, const float *g,
@@ -225,7 +215,8 @@ void crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int
   }
   crossEntropyRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
       logits, targets, rows, classes, rowLoss, err);
-  meanKernel<<<1, 1024, 0, S(stream)>>>(rowLoss, rows, loss);
+  orderedSumKernel<<<1, 1024, 0, S(stream)>>>(rowLoss, rows, 1.0f / static_cast<float>(rows),
+                                              loss);
 }
 
 void crossEntropyGrad(const float *logits, const int32_t *targets, const float *g, int64_t rows,

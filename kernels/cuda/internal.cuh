@@ -185,7 +185,37 @@ template <typename F> auto withFloatType(DType t, F &&f) {
   return f(float{});
 }
 
+/// The views of a typed entry's call as T (its one float type).
+template <typename T> const T *inputAs(const KernelCall &c, size_t i) {
+  return static_cast<const T *>(c.input(i).data);
+}
+template <typename T> T *outputAs(const KernelCall &c, size_t i) {
+  return static_cast<T *>(c.output(i).data);
+}
+/// An elementwise typed entry: `launch(T{}, n)` with the call's type and its
+/// first input's element count, unless that is zero.
+template <typename F> KernelResult launchTyped(const KernelCall &c, F &&launch) {
+  const int64_t n = c.input(0).elements;
+  if (n > 0)
+    withFloatType(c.input(0).dtype, [&](auto tag) {
+      launch(tag, n);
+      return 0;
+    });
+  return KernelResult::ok();
+}
+
 __device__ inline float blockSum(float v) { return blockReduce(v, 0.0f, SumOp{}); }
+
+/// *out = scale * sum of x[0, n): one block (launch with 1024 threads), a
+/// fixed summation order (partial sums, row losses: no atomics).
+__global__ void orderedSumKernel(const float *x, int64_t n, float scale, float *out) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s += x[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    *out = s * scale;
+}
 __device__ inline float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 
 /// Block-wide max of a row and the sum of exp(x - max) over it.

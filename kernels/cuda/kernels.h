@@ -115,9 +115,12 @@ void adamwUpdate(const float *param, const float *grad, const float *m, const fl
 /// Multi-tensor AdamW: `table` (device memory) holds `count` descriptors;
 /// one launch covers every element of every tensor.
 struct AdamWTensor {
-  const float *param, *grad, *m, *v;
+  const float *param;
+  const void *grad; // f32, bf16 or f16 (gradType: a FloatType's value)
+  const float *m, *v;
   float *outParam, *outM, *outV;
   int64_t n, offset; // offset: elements before this tensor (prefix sum)
+  int64_t gradType;
 };
 void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const float *step,
                      const AdamW &hp, const float *skip, void *stream);

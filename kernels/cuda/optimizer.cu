@@ -18,16 +18,17 @@ __device__ AdamWStep adamwStep(const float *step, float lr, float b1, float b2, 
           static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t))), 1.0f - lr * wd, b1,
           b2, eps, skip && *skip != 0.0f};
 }
-__device__ void adamwElement(const AdamWStep &c, const float *param, const float *grad,
-                             const float *m, const float *v, float *outP, float *outM,
-                             float *outV, int64_t i) {
+/// One element's update; `grad` f32, bf16 or f16 (`gradType`, widened as read).
+__device__ void adamwElement(const AdamWStep &c, const float *param, const void *grad,
+                             int gradType, const float *m, const float *v, float *outP,
+                             float *outM, float *outV, int64_t i) {
   if (c.keep) {
     outP[i] = param[i];
     outM[i] = m[i];
     outV[i] = v[i];
     return;
   }
-  float g = grad[i];
+  float g = loadFloat(grad, gradType, i);
   float mi = m[i] + (g - m[i]) * (1.0f - c.b1);
   float vi = v[i] * c.b2 + (1.0f - c.b2) * g * g;
   float denom = sqrtf(vi) / c.bc2Sqrt + c.eps;
@@ -40,7 +41,7 @@ __global__ void adamwKernel(const float *param, const float *grad, const float *
                             const float *step, int64_t n, float lr, float b1, float b2, float eps,
                             float wd, const float *skip, float *outP, float *outM, float *outV) {
   AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
-  PTC_GRID_LOOP(i, n) adamwElement(c, param, grad, m, v, outP, outM, outV, i);
+  PTC_GRID_LOOP(i, n) adamwElement(c, param, grad, 0, m, v, outP, outM, outV, i);
 }
 
 /// One thread per element of the concatenated tensors (grid-stride, so a
@@ -67,7 +68,8 @@ __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t tot
         ++lo;
     }
     const AdamWTensor &x = table[lo];
-    adamwElement(c, x.param, x.grad, x.m, x.v, x.outParam, x.outM, x.outV, e - x.offset);
+    adamwElement(c, x.param, x.grad, static_cast<int>(x.gradType), x.m, x.v, x.outParam, x.outM,
+                 x.outV, e - x.offset);
   }
 }
 
@@ -89,7 +91,7 @@ __global__ void sgdKernel(const float *param, const float *grad, const float *bu
 }
 
 /// Each block's sum of squares of its grid-stride share of x, into
-/// partial[blockIdx.x]; sumPartialsKernel adds the partials in order. The grid
+/// partial[blockIdx.x]; orderedSumKernel adds the partials in order. The grid
 /// depends only on the sizes, so the sum is the same on every run.
 __global__ void sumSquaresKernel(const float *x, int64_t n, float *partial) {
   float s = 0.0f;
@@ -97,14 +99,6 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, float *partial) {
   s = blockSum(s);
   if (threadIdx.x == 0)
     partial[blockIdx.x] = s;
-}
-__global__ void sumPartialsKernel(const float *partial, int64_t n, float *out) {
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    s += partial[i];
-  s = blockSum(s);
-  if (threadIdx.x == 0)
-    *out = s;
 }
 /// Blocks of a tensor's sum of squares.
 unsigned sumSquaresBlocks(int64_t n) { return std::min<unsigned>(gridFor(n), 1024u); }
@@ -174,7 +168,7 @@ void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int
   if (next == 0)
     cudaMemsetAsync(out, 0, sizeof(float), S(stream));
   else
-    sumPartialsKernel<<<1, 1024, 0, S(stream)>>>(partials, next, out);
+    orderedSumKernel<<<1, 1024, 0, S(stream)>>>(partials, next, 1.0f, out);
 }
 
 void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,

@@ -251,12 +251,14 @@ public:
                    outM, outV, compute_);
     return launched("AdamW");
   }
+  bool adamwReadsLowPrecisionGradients() const override { return true; }
   Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
                          const AdamWParams &hp, const float *skip) override {
     std::vector<g::AdamWTensor> table;
     int64_t total = 0;
     for (const AdamWTensor &t : tensors) {
-      table.push_back({t.param, t.grad, t.m, t.v, t.outParam, t.outM, t.outV, t.n, total});
+      table.push_back({t.param, t.grad, t.m, t.v, t.outParam, t.outM, t.outV, t.n, total,
+                       static_cast<int64_t>(t.gradType)});
       total += t.n;
     }
     // A plan's groups are the same every step: each table is uploaded once.

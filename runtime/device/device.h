@@ -155,16 +155,28 @@ public:
   /// Many AdamW updates with the same hyperparameters, step and skip flag
   /// (a plan's parameters, one instruction each) in one call: one kernel
   /// launch on a GPU (multi-tensor apply). Default: one adamwUpdate each.
+  /// One tensor of a multi-tensor AdamW: f32 parameter and moments; the
+  /// gradient f32, or bf16 / f16 (gradType) where the device reads it so
+  /// (adamwReadsLowPrecisionGradients).
   struct AdamWTensor {
-    const float *param, *grad, *m, *v;
+    const float *param;
+    const void *grad;
+    const float *m, *v;
     float *outParam, *outM, *outV;
     int64_t n;
+    FloatType gradType = FloatType::F32;
   };
+  /// Whether adamwUpdateMany takes bf16 / f16 gradients (widened as read).
+  virtual bool adamwReadsLowPrecisionGradients() const { return false; }
   virtual Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
                                  const AdamWParams &hp, const float *skip) {
-    for (const AdamWTensor &t : tensors)
-      PTC_RETURN_IF_ERROR(adamwUpdate(t.param, t.grad, t.m, t.v, step, hp, t.n, skip, t.outParam,
-                                      t.outM, t.outV));
+    for (const AdamWTensor &t : tensors) {
+      if (t.gradType != FloatType::F32)
+        return error(StatusCode::kInternal, "multi-tensor AdamW with a low-precision gradient on ",
+                     describe(), ", which does not read them");
+      PTC_RETURN_IF_ERROR(adamwUpdate(t.param, static_cast<const float *>(t.grad), t.m, t.v, step,
+                                      hp, t.n, skip, t.outParam, t.outM, t.outV));
+    }
     return Status::ok();
   }
   virtual Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,

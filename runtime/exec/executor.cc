@@ -206,14 +206,22 @@ void Executor::groupOptimizerUpdates() {
   std::vector<bool> allowed(count, !plan_->pipelined());
   for (uint32_t n : stepInstructions_)
     allowed[n] = true;
+  // Every tensor f32, except a gradient in bf16 / f16 where the device reads
+  // it so (ptc-fuse-gradient-widening's updates under mixed precision).
   auto isAdamF32 = [&](uint32_t n) {
     const plan::Instruction *i = insts.Get(n);
     if (!allowed[n] || i->op() != OpCode::AdamWUpdate)
       return false;
+    const bool lowGradOk = !i->on_host() && deviceFor(*i).adamwReadsLowPrecisionGradients();
     for (const auto *ids : {&inputsOf(*i), &outputsOf(*i)})
-      for (int32_t id : *ids)
-        if (plan_->tensor(id).dtype != plan::DType::F32)
+      for (int32_t id : *ids) {
+        const plan::DType t = plan_->tensor(id).dtype;
+        if (t == plan::DType::F32)
+          continue;
+        const bool isGrad = ids == &inputsOf(*i) && inputsOf(*i).size() > 1 && id == inputsOf(*i)[1];
+        if (!(isGrad && lowGradOk && (t == plan::DType::BF16 || t == plan::DType::F16)))
           return false;
+      }
     // One launch runs the group's updates concurrently: only when they write
     // persistent tensors (in place), never arena memory another member reads.
     for (int32_t id : outputsOf(*i))
@@ -353,8 +361,11 @@ Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin,
     // Elements [begin, stop) of one tensor (stop < 0: all of each).
     int64_t off = stop >= 0 ? begin : 0;
     int64_t count = stop >= 0 ? stop - begin : plan_->tensor(in[0]).numElements;
-    tensors.push_back({f32(in[0]) + off, f32(in[1]) + off, f32(in[2]) + off, f32(in[3]) + off,
-                       f32(out[0]) + off, f32(out[1]) + off, f32(out[2]) + off, count});
+    const plan::DType gradType = plan_->tensor(in[1]).dtype;
+    const void *grad = static_cast<const char *>(data(in[1])) + off * dtypeSize(gradType);
+    tensors.push_back({f32(in[0]) + off, grad, f32(in[2]) + off, f32(in[3]) + off,
+                       f32(out[0]) + off, f32(out[1]) + off, f32(out[2]) + off, count,
+                       kernels::floatTypeOf(static_cast<kernels::DType>(gradType))});
   }
   const plan::Instruction *head = insts.Get(first);
   auto F = [&](flatbuffers::uoffset_t k) { return static_cast<float>(head->floats()->Get(k)); };

@@ -941,6 +941,71 @@ TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
       1e-4f);
 }
 
+// The same decode in bf16: the GPU reads and writes the bf16 caches as they
+// are (no widened copy of whole caches each token); the CPU runs the f32
+// kernel on the same bf16 values and rounds its outputs once.
+TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
+  const int64_t B = 2, A = 4, KV = 2, C = 40, D = 64;
+  Shape cache{B, KV, C, D};
+  const size_t nc = static_cast<size_t>(B * KV * C * D);
+  auto q = randomVector(B * A * 33 * D, 85), k = randomVector(B * KV * 33 * D, 86),
+       v = randomVector(B * KV * 33 * D, 87);
+  compare(
+      [&](Device &d, Mem &m) {
+        const bool native = d.kind() == DeviceKind::Cuda;
+        const auto type = native ? kernels::DType::BF16 : kernels::DType::F32;
+        // Device values of `host` rounded to bf16: as bf16 (native) or f32.
+        auto put = [&](const std::vector<float> &host) -> void * {
+          float *f = m.put(host);
+          uint16_t *h = m.zeros<uint16_t>(host.size());
+          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(host.size())));
+          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(host.size())));
+          return native ? static_cast<void *>(h) : static_cast<void *>(f);
+        };
+        auto zeros = [&](size_t n) -> void * {
+          return native ? static_cast<void *>(m.zeros<uint16_t>(n)) : static_cast<void *>(m.zeros(n));
+        };
+        // f32 values of a result: widened (native) or rounded through bf16.
+        auto result = [&](void *p, size_t n) {
+          float *f = m.zeros(n);
+          if (native) {
+            OK(d.convertFloat(p, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+          } else {
+            uint16_t *h = m.zeros<uint16_t>(n);
+            OK(d.convertFloat(p, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(n)));
+            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+          }
+          return m.get(f, n);
+        };
+        void *kc = zeros(nc), *vc = zeros(nc);
+        std::vector<float> out;
+        for (auto [from, n] : {std::pair<int64_t, int64_t>{0, 32}, {32, 1}}) {
+          std::vector<int32_t> pos;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < n; ++t)
+              pos.push_back(static_cast<int32_t>(from + t));
+          size_t nq = static_cast<size_t>(B * A * n * D), nkv = static_cast<size_t>(B * KV * n * D);
+          std::vector<float> qs(q.begin(), q.begin() + static_cast<long>(nq)),
+              ks(k.begin(), k.begin() + static_cast<long>(nkv)),
+              vs(v.begin(), v.begin() + static_cast<long>(nkv));
+          void *o = zeros(nq);
+          Shape qShape{B, A, n, D}, kvShape{B, KV, n, D};
+          OK(run(d, kernels::OpKind::CachedAttention,
+                 {{put(qs), qShape, type}, {put(ks), kvShape, type}, {put(vs), kvShape, type},
+                  {kc, cache, type}, {vc, cache, type}, ids(m.put(pos), {B, n})},
+                 {{o, qShape, type}, {kc, cache, type}, {vc, cache, type}}, {}, {0.125}));
+          auto t = result(o, nq);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        for (void *c : {kc, vc}) {
+          auto t = result(c, nc);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        return out;
+      },
+      1e-2f);
+}
+
 TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
   // Grouped-query queries of 6 rows against two key/value blocks of 6 (the
   // ring's steps): the diagonal block under the causal mask, then a whole
@@ -1247,28 +1312,38 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
       }
       return out;
     });
-  // Multi-tensor AdamW: one launch over three tensors of different sizes.
-  compare([&](Device &d, Mem &m) {
-    std::vector<size_t> sizes{1000, 3, 4097};
-    std::vector<Device::AdamWTensor> ts;
-    std::vector<float *> outs;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      size_t k = sizes[i];
-      float *op = m.zeros(k), *om = m.zeros(k), *ov = m.zeros(k);
-      ts.push_back({m.put(randomVector(k, 50 + i)), m.put(randomVector(k, 60 + i)),
-                    m.put(randomVector(k, 70 + i)), m.put(std::vector<float>(k, 0.5f)), op, om, ov,
-                    static_cast<int64_t>(k)});
-      outs.insert(outs.end(), {op, om, ov});
-    }
-    OK(d.adamwUpdateMany(ts, m.put(std::vector<float>{7.0f}), {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f},
-                         nullptr));
-    std::vector<float> out;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      auto v = m.get(outs[i], sizes[i / 3]);
-      out.insert(out.end(), v.begin(), v.end());
-    }
-    return out;
-  });
+  // Multi-tensor AdamW: one launch over three tensors of different sizes,
+  // with f32 gradients, then bf16 ones (ptc-fuse-gradient-widening's updates:
+  // the GPU reads them in the launch, the CPU updates from widened copies).
+  for (const bool bf16Grads : {false, true})
+    compare([&](Device &d, Mem &m) {
+      std::vector<size_t> sizes{1000, 3, 4097};
+      std::vector<Device::AdamWTensor> ts;
+      std::vector<float *> outs;
+      const bool native = bf16Grads && d.adamwReadsLowPrecisionGradients();
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        size_t k = sizes[i];
+        float *op = m.zeros(k), *om = m.zeros(k), *ov = m.zeros(k),
+              *g = m.put(randomVector(k, 60 + i));
+        uint16_t *g16 = m.zeros<uint16_t>(k);
+        if (bf16Grads) { // the gradient's bf16 values, in g16 and (widened) in g
+          OK(d.convertFloat(g, FloatType::F32, g16, FloatType::BF16, static_cast<int64_t>(k)));
+          OK(d.convertFloat(g16, FloatType::BF16, g, FloatType::F32, static_cast<int64_t>(k)));
+        }
+        ts.push_back({m.put(randomVector(k, 50 + i)), native ? static_cast<const void *>(g16) : g,
+                      m.put(randomVector(k, 70 + i)), m.put(std::vector<float>(k, 0.5f)), op, om,
+                      ov, static_cast<int64_t>(k), native ? FloatType::BF16 : FloatType::F32});
+        outs.insert(outs.end(), {op, om, ov});
+      }
+      OK(d.adamwUpdateMany(ts, m.put(std::vector<float>{7.0f}),
+                           {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, nullptr));
+      std::vector<float> out;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        auto v = m.get(outs[i], sizes[i / 3]);
+        out.insert(out.end(), v.begin(), v.end());
+      }
+      return out;
+    });
   auto g2 = randomVector(300, 35);
   g2[17] = INFINITY;
   compare(
