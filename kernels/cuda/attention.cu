@@ -792,17 +792,8 @@ void addAttentionKernels(KernelTable &t) {
     return KernelResult::ok();
   }, [](const KernelCall &c) {
     // f32, bf16 or f16 queries, keys, values and caches (one type; the caches
-    // are read in it, never widened whole), i32 positions.
-    const DType t = c.input(0).dtype;
-    if (t == DType::I32 || c.input(5).dtype != DType::I32)
-      return false;
-    for (size_t i = 0; i < 5; ++i)
-      if (c.input(i).dtype != t)
-        return false;
-    for (size_t i = 0; i < c.numOutputs; ++i)
-      if (c.output(i).dtype != t)
-        return false;
-    return true;
+    // are read in it, never widened whole), i32 positions (input 5).
+    return oneFloatType(c, 5);
   });
 }
 } // namespace ptc::kernels::cuda

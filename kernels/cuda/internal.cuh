@@ -161,20 +161,22 @@ template <> __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
 }
 template <> __device__ inline __half fromFloat<__half>(float x) { return __float2half_rn(x); }
 
-/// Whether every view of the call (inputs and outputs) has one float type:
-/// the entries templated on it take f32, bf16 and f16 natively.
-inline bool oneFloatType(const KernelCall &c) {
+/// Whether every view of the call (inputs and outputs) has one float type,
+/// the inputs from `idsFrom` on aside (i32 ids or positions): the entries
+/// templated on it take f32, bf16 and f16 natively.
+inline bool oneFloatType(const KernelCall &c, size_t idsFrom) {
   const DType t = c.numInputs ? c.input(0).dtype : c.output(0).dtype;
   if (t == DType::I32)
     return false;
   for (size_t i = 0; i < c.numInputs; ++i)
-    if (c.input(i).dtype != t)
+    if (i < idsFrom ? c.input(i).dtype != t : c.input(i).dtype != DType::I32)
       return false;
   for (size_t i = 0; i < c.numOutputs; ++i)
     if (c.output(i).dtype != t)
       return false;
   return true;
 }
+inline bool oneFloatType(const KernelCall &c) { return oneFloatType(c, c.numInputs); }
 
 /// Calls `f(T{})` with T the C++ type of `t` (float, __nv_bfloat16, __half).
 template <typename F> auto withFloatType(DType t, F &&f) {
