@@ -12,6 +12,11 @@
 // column blocks of [batch, seq, (heads + 2 kvHeads) * dim]. Grouped-query
 // attention (kvHeads dividing heads) is cuDNN's own.
 //
+// Why a pattern of primitive ops and not the one-node SDPA operation
+// (CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR): in cuDNN 9.19 that node takes
+// no mask (score-modifier subgraphs, which carry the causal mask, come with
+// 9.21 in cuDNN's frontend).
+//
 // The backward pass runs cuDNN's deterministic algorithm (the dP workspace
 // variant, with no float atomics; engines noted non-deterministic are passed
 // over), so a step is bitwise repeatable; it needs cuDNN 9.18.1 or later.
