@@ -536,14 +536,19 @@ bool isFusedQkv(OpKind op) {
   return op == OpKind::CausalAttentionQkv || op == OpKind::CausalAttentionQkvGrad;
 }
 
+/// A fused-projection call's [batch, seq, heads, dim] view: the forward's
+/// result, the backward's incoming gradient (it gives heads and head size).
+const TensorView &headsView(const KernelCall &c) {
+  return c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1);
+}
+
 /// The cuDNN problem of a CausalAttention(Grad) or CausalAttentionQkv(Grad)
 /// call: its sizes and the strides its layout gives q, k, v and o (the
 /// forward's result, the backward's incoming gradient).
 cudnn::AttentionProblem attentionProblemOf(const KernelCall &c) {
   const FloatType type = floatTypeOf(c.input(0).dtype);
   if (isFusedQkv(c.op)) {
-    const TensorView &heads = c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1);
-    const FusedQkvDims f = fusedQkvDims(c.input(0), heads);
+    const FusedQkvDims f = fusedQkvDims(c.input(0), headsView(c));
     const AttentionDims &a = f.dims;
     const cudnn::HeadStrides column{a.seq * f.width, a.dim, f.width};
     const cudnn::HeadStrides o{a.seq * a.heads * a.dim, a.dim, a.heads * a.dim};
@@ -568,8 +573,7 @@ AttentionPointers attentionPointersOf(const KernelCall &c) {
   AttentionPointers p{};
   const int64_t bytes = dtypeBytes(c.input(0).dtype);
   if (isFusedQkv(c.op)) {
-    const TensorView &heads = c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1);
-    const FusedQkvDims f = fusedQkvDims(c.input(0), heads);
+    const FusedQkvDims f = fusedQkvDims(c.input(0), headsView(c));
     const char *qkv = static_cast<const char *>(c.input(0).data);
     p.q = qkv;
     p.k = qkv + f.kOffset * bytes;
@@ -609,10 +613,7 @@ std::string cudnnRefusal(const KernelCall &c) {
   for (size_t i = 0; i < c.numOutputs; ++i)
     if (c.output(i).dtype != type)
       return "operands of different element types";
-  if (const TensorView &heads = isFusedQkv(c.op)
-                                    ? (c.op == OpKind::CausalAttentionQkv ? c.output(0) : c.input(1))
-                                    : c.input(0);
-      heads.rank() != 4)
+  if (const TensorView &heads = isFusedQkv(c.op) ? headsView(c) : c.input(0); heads.rank() != 4)
     return "a rank-" + std::to_string(heads.rank()) + " query";
   const AttentionPointers p = attentionPointersOf(c);
   for (const void *ptr : {p.q, p.k, p.v, p.g, static_cast<const void *>(p.o),

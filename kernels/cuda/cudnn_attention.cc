@@ -503,23 +503,23 @@ ProblemKey keyOf(int device, const AttentionProblem &p, bool backward) {
 
 /// Shape checks cuDNN's fused attention states in its documentation.
 std::string shapeRefusal(const AttentionProblem &p) {
-  std::ostringstream os;
+  // Called on every attention call (the entries' accepts): no text built
+  // unless something is refused.
   if (p.type == FloatType::F32)
-    os << "f32 tensors (cuDNN's fused attention takes bf16 and f16)";
-  else if (p.dim % 8 != 0 || p.dim > 256)
-    os << "head dimension " << p.dim << " (cuDNN's fused attention takes multiples of 8 up to 256)";
-  else if (p.seq < 2)
-    os << "a sequence of " << p.seq << " (cuDNN's fused attention takes 2 or more)";
-  else if (p.kvHeads <= 0 || p.heads % p.kvHeads != 0)
-    os << p.kvHeads << " key/value heads for " << p.heads << " query heads";
-  else
-    for (const HeadStrides *s : {&p.q, &p.k, &p.v, &p.o})
-      if (s->batch % 8 || s->head % 8 || s->seq % 8) {
-        os << "strides (" << s->batch << ", " << s->head << ", " << s->seq
-           << ") that are not 16-byte multiples";
-        break;
-      }
-  return os.str();
+    return "f32 tensors (cuDNN's fused attention takes bf16 and f16)";
+  if (p.dim % 8 != 0 || p.dim > 256)
+    return "head dimension " + std::to_string(p.dim) +
+           " (cuDNN's fused attention takes multiples of 8 up to 256)";
+  if (p.seq < 2)
+    return "a sequence of " + std::to_string(p.seq) + " (cuDNN's fused attention takes 2 or more)";
+  if (p.kvHeads <= 0 || p.heads % p.kvHeads != 0)
+    return std::to_string(p.kvHeads) + " key/value heads for " + std::to_string(p.heads) +
+           " query heads";
+  for (const HeadStrides *s : {&p.q, &p.k, &p.v, &p.o})
+    if (s->batch % 8 || s->head % 8 || s->seq % 8)
+      return "strides (" + std::to_string(s->batch) + ", " + std::to_string(s->head) + ", " +
+             std::to_string(s->seq) + ") that are not 16-byte multiples";
+  return {};
 }
 
 /// The cached plan of `p` (built on first use); null with `why` set when

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 namespace ptc::kernels::cuda {
 namespace {
@@ -73,9 +74,12 @@ int gemm(cublasHandle_t h, const Product &p, int64_t m, const void *a, int64_t l
 }
 } // namespace
 
-int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, const Shape &bs,
-           void *out, bool transA, bool transB, FloatType type, bool allowTf32, void *stream,
-           void *(*scratchFor)(void *owner, int64_t bytes), void *owner) {
+/// The product, or what failed: cuBLAS's status, or the CUDA error of a
+/// padded copy.
+KernelResult matmul(void *cublasHandle, const void *a, const Shape &as, const void *b,
+                    const Shape &bs, void *out, bool transA, bool transB, FloatType type,
+                    bool allowTf32, void *stream, void *(*scratchFor)(void *owner, int64_t bytes),
+                    void *owner) {
   const Product p = productOf(as, bs, transA, transB);
   auto h = static_cast<cublasHandle_t>(cublasHandle);
   cublasSetStream(h, S(stream));
@@ -90,14 +94,19 @@ int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, co
   std::optional<PaddedProduct> padded;
   if (type != FloatType::F32 && p.batch == 1 && scratchFor)
     padded = paddedProductFor(p.m, p.n, p.k, p.transA, p.transB, chunkBytes() / elem);
+  auto direct = [&] {
+    const int st = gemm(h, p, p.m, a, p.lda, b, out, p.n, dt, ct);
+    return st == 0 ? KernelResult::ok()
+                   : KernelResult::error("cuBLAS matmul failed with status ", st);
+  };
   if (!padded)
-    return gemm(h, p, p.m, a, p.lda, b, out, p.n, dt, ct);
+    return direct();
   auto alignUp = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const int64_t bBytes = alignUp(padded->bElems * elem), aBytes = alignUp(padded->aElems * elem);
   char *work = static_cast<char *>(
       scratchFor(owner, bBytes + aBytes + padded->cElems * elem));
   if (!work) // no scratch: cuBLAS's slow kernels, still correct
-    return gemm(h, p, p.m, a, p.lda, b, out, p.n, dt, ct);
+    return direct();
   struct Ops {
     char *buffers[6];
     int64_t elem;
@@ -106,40 +115,47 @@ int matmul(void *cublasHandle, const void *a, const Shape &as, const void *b, co
     cublasComputeType_t ct;
     bool transA, transB;
     cudaStream_t stream;
-    int status = 0;
+    std::string error; // the first failure
+    bool copied(cudaError_t e, const char *what) {
+      if (e != cudaSuccess)
+        error = std::string(what) + " a padded matmul operand: " + cudaGetErrorString(e);
+      return e == cudaSuccess;
+    }
     char *at(ProductBuffer b, int64_t offset) const {
       return buffers[static_cast<int>(b)] + offset * elem;
     }
     bool zero(ProductBuffer b, int64_t elems) {
-      if (elems > 0 &&
-          cudaMemsetAsync(at(b, 0), 0, static_cast<size_t>(elems * elem), stream) != cudaSuccess)
-        status = -1;
-      return status == 0;
+      return elems <= 0 ||
+             copied(cudaMemsetAsync(at(b, 0), 0, static_cast<size_t>(elems * elem), stream),
+                    "clearing");
     }
     bool copy(ProductBuffer dst, int64_t dOff, int64_t dPitch, ProductBuffer src, int64_t sOff,
               int64_t sPitch, int64_t width, int64_t height) {
-      if (cudaMemcpy2DAsync(at(dst, dOff), static_cast<size_t>(dPitch * elem), at(src, sOff),
-                            static_cast<size_t>(sPitch * elem), static_cast<size_t>(width * elem),
-                            static_cast<size_t>(height), cudaMemcpyDeviceToDevice,
-                            stream) != cudaSuccess)
-        status = -1;
-      return status == 0;
+      return copied(cudaMemcpy2DAsync(at(dst, dOff), static_cast<size_t>(dPitch * elem),
+                                      at(src, sOff), static_cast<size_t>(sPitch * elem),
+                                      static_cast<size_t>(width * elem),
+                                      static_cast<size_t>(height), cudaMemcpyDeviceToDevice, stream),
+                    "copying");
     }
     bool gemm(const ProductChunk &c) {
       const float one = 1.0f, zero = 0.0f;
-      status = static_cast<int>(cublasGemmEx(
+      const cublasStatus_t st = cublasGemmEx(
           h, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(c.gemmN), static_cast<int>(c.mc), static_cast<int>(c.gemmK), &one,
           at(c.b, 0), dt, static_cast<int>(c.ldb), at(c.a, c.aOffset), dt, static_cast<int>(c.lda),
-          &zero, at(c.c, c.cOffset), dt, static_cast<int>(c.ldc), ct, CUBLAS_GEMM_DEFAULT));
-      return status == 0;
+          &zero, at(c.c, c.cOffset), dt, static_cast<int>(c.ldc), ct, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS)
+        error = "cuBLAS matmul (a padded chunk of " + std::to_string(c.mc) + " x " +
+                std::to_string(c.gemmN) + " x " + std::to_string(c.gemmK) +
+                ") failed with status " + std::to_string(static_cast<int>(st));
+      return st == CUBLAS_STATUS_SUCCESS;
     }
   } ops{{const_cast<char *>(static_cast<const char *>(a)),
          const_cast<char *>(static_cast<const char *>(b)), static_cast<char *>(out),
          work + bBytes, work, work + bBytes + aBytes},
         elem, h, dt, ct, p.transA, p.transB, S(stream)};
   runPaddedProduct(*padded, ops);
-  return ops.status;
+  return ops.error.empty() ? KernelResult::ok() : KernelResult::error(ops.error);
 }
 
 void addMatmulKernels(KernelTable &t) {
@@ -157,11 +173,12 @@ void addMatmulKernels(KernelTable &t) {
         const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
         const LaunchContext &ctx = context(c);
         const FloatType type = floatTypeOf(out.dtype);
-        int st = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data, c.integer(0) != 0,
-                        c.integer(1) != 0, type, type == FloatType::F32 && ctx.allowTf32,
-                        ctx.stream, ctx.scratch, ctx.owner);
-        if (st != 0)
-          return KernelResult::error("cuBLAS matmul failed with status ", st);
+        if (KernelResult r = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data,
+                                    c.integer(0) != 0, c.integer(1) != 0, type,
+                                    type == FloatType::F32 && ctx.allowTf32, ctx.stream,
+                                    ctx.scratch, ctx.owner);
+            !r.isOk())
+          return r;
         if (c.numInputs >= 3 && out.elements > 0)
           withFloatType(out.dtype, [&](auto tag) {
             using T = decltype(tag);

@@ -897,39 +897,64 @@ TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
       1e-4f);
 }
 
+/// Device memory as a decode call sees it: `put` uploads host values,
+/// `zeros` allocates, `result` reads a tensor back as f32.
+struct DecodeMemory {
+  std::function<void *(const std::vector<float> &)> put;
+  std::function<void *(size_t)> zeros;
+  std::function<std::vector<float>(void *, size_t)> result;
+  kernels::DType type;
+};
+
+/// A grouped-query decode through CachedAttention: a `prefill`-token prefill
+/// then one token, the caches [B, KV, C, D] written in place; returns both
+/// calls' outputs, then the caches.
+std::vector<float> decodeTwice(Device &d, Mem &m, const DecodeMemory &dm, int64_t B, int64_t A,
+                               int64_t KV, int64_t C, int64_t D, int64_t prefill,
+                               const std::vector<float> &q, const std::vector<float> &k,
+                               const std::vector<float> &v, double scale) {
+  Shape cache{B, KV, C, D};
+  const size_t nc = static_cast<size_t>(B * KV * C * D);
+  void *kc = dm.zeros(nc), *vc = dm.zeros(nc);
+  std::vector<float> out;
+  for (auto [from, n] : {std::pair<int64_t, int64_t>{0, prefill}, {prefill, 1}}) {
+    std::vector<int32_t> pos;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < n; ++t)
+        pos.push_back(static_cast<int32_t>(from + t));
+    size_t nq = static_cast<size_t>(B * A * n * D), nkv = static_cast<size_t>(B * KV * n * D);
+    std::vector<float> qs(q.begin(), q.begin() + static_cast<long>(nq)),
+        ks(k.begin(), k.begin() + static_cast<long>(nkv)),
+        vs(v.begin(), v.begin() + static_cast<long>(nkv));
+    void *o = dm.zeros(nq);
+    Shape qShape{B, A, n, D}, kvShape{B, KV, n, D};
+    OK(run(d, kernels::OpKind::CachedAttention,
+           {{dm.put(qs), qShape, dm.type}, {dm.put(ks), kvShape, dm.type},
+            {dm.put(vs), kvShape, dm.type}, {kc, cache, dm.type}, {vc, cache, dm.type},
+            ids(m.put(pos), {B, n})},
+           {{o, qShape, dm.type}, {kc, cache, dm.type}, {vc, cache, dm.type}}, {}, {scale}));
+    auto t = dm.result(o, nq);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  for (void *c : {kc, vc}) {
+    auto t = dm.result(c, nc);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
 TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
   // Grouped-query decode: a 3-token prefill then one token, caches written in place.
   const int64_t B = 2, A = 4, KV = 2, C = 10, D = 16;
-  Shape cache{B, KV, C, D};
-  const size_t nc = static_cast<size_t>(B * KV * C * D);
   auto q = randomVector(B * A * 4 * D, 81), k = randomVector(B * KV * 4 * D, 82),
        v = randomVector(B * KV * 4 * D, 83), xr = randomVector(B * A * 3 * D, 84);
   compare(
       [&](Device &d, Mem &m) {
-        float *kc = m.zeros(nc), *vc = m.zeros(nc);
-        std::vector<float> out;
-        for (auto [from, n] : {std::pair<int64_t, int64_t>{0, 3}, {3, 1}}) {
-          std::vector<int32_t> pos;
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t t = 0; t < n; ++t)
-              pos.push_back(static_cast<int32_t>(from + t));
-          size_t nq = static_cast<size_t>(B * A * n * D), nkv = static_cast<size_t>(B * KV * n * D);
-          std::vector<float> qs(q.begin(), q.begin() + static_cast<long>(nq)),
-              ks(k.begin(), k.begin() + static_cast<long>(nkv)),
-              vs(v.begin(), v.begin() + static_cast<long>(nkv));
-          float *o = m.zeros(nq);
-          Shape qShape{B, A, n, D}, kvShape{B, KV, n, D};
-          OK(run(d, kernels::OpKind::CachedAttention,
-                 {{m.put(qs), qShape}, {m.put(ks), kvShape}, {m.put(vs), kvShape}, {kc, cache},
-                  {vc, cache}, ids(m.put(pos), {B, n})},
-                 {{o, qShape}, {kc, cache}, {vc, cache}}, {}, {0.25}));
-          auto t = m.get(o, nq);
-          out.insert(out.end(), t.begin(), t.end());
-        }
-        for (float *c : {kc, vc}) {
-          auto t = m.get(c, nc);
-          out.insert(out.end(), t.begin(), t.end());
-        }
+        DecodeMemory dm{[&](const std::vector<float> &h) -> void * { return m.put(h); },
+                        [&](size_t n) -> void * { return m.zeros(n); },
+                        [&](void *p, size_t n) { return m.get(static_cast<float *>(p), n); },
+                        kernels::DType::F32};
+        std::vector<float> out = decodeTwice(d, m, dm, B, A, KV, C, D, 3, q, k, v, 0.25);
         std::vector<int32_t> at{7, 0, 3, 2, 9, 1};
         float *r = m.zeros(xr.size());
         OK(run(d, kernels::OpKind::RotaryAt, {{m.put(xr), {B, A, 3, D}}, ids(m.put(at), {B, 3})},
@@ -946,8 +971,6 @@ TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
 // kernel on the same bf16 values and rounds its outputs once.
 TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
   const int64_t B = 2, A = 4, KV = 2, C = 40, D = 64;
-  Shape cache{B, KV, C, D};
-  const size_t nc = static_cast<size_t>(B * KV * C * D);
   auto q = randomVector(B * A * 33 * D, 85), k = randomVector(B * KV * 33 * D, 86),
        v = randomVector(B * KV * 33 * D, 87);
   compare(
@@ -977,31 +1000,8 @@ TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
           }
           return m.get(f, n);
         };
-        void *kc = zeros(nc), *vc = zeros(nc);
-        std::vector<float> out;
-        for (auto [from, n] : {std::pair<int64_t, int64_t>{0, 32}, {32, 1}}) {
-          std::vector<int32_t> pos;
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t t = 0; t < n; ++t)
-              pos.push_back(static_cast<int32_t>(from + t));
-          size_t nq = static_cast<size_t>(B * A * n * D), nkv = static_cast<size_t>(B * KV * n * D);
-          std::vector<float> qs(q.begin(), q.begin() + static_cast<long>(nq)),
-              ks(k.begin(), k.begin() + static_cast<long>(nkv)),
-              vs(v.begin(), v.begin() + static_cast<long>(nkv));
-          void *o = zeros(nq);
-          Shape qShape{B, A, n, D}, kvShape{B, KV, n, D};
-          OK(run(d, kernels::OpKind::CachedAttention,
-                 {{put(qs), qShape, type}, {put(ks), kvShape, type}, {put(vs), kvShape, type},
-                  {kc, cache, type}, {vc, cache, type}, ids(m.put(pos), {B, n})},
-                 {{o, qShape, type}, {kc, cache, type}, {vc, cache, type}}, {}, {0.125}));
-          auto t = result(o, nq);
-          out.insert(out.end(), t.begin(), t.end());
-        }
-        for (void *c : {kc, vc}) {
-          auto t = result(c, nc);
-          out.insert(out.end(), t.begin(), t.end());
-        }
-        return out;
+        return decodeTwice(d, m, DecodeMemory{put, zeros, result, type}, B, A, KV, C, D, 32, q, k, v,
+                           0.125);
       },
       1e-2f);
 }
