@@ -8,9 +8,12 @@ which names the collective, the mesh axes, itself and the frozen rank with its s
 instruction (from the status files), then aborts the job. No Open MPI banner.
 
 With --pipeline, the 2 ranks are pipeline stages (4 micro-batches, 1F1B): the frozen
-stage's peer times out in a point-to-point receive instead.
+stage's peer times out in a point-to-point receive instead. With --at-start the victim is
+frozen while it starts (its peer waits in MPI's start-up, which has no timeout): the
+launcher's freeze watch on the ranks' heartbeats names it and ends the job.
 
 usage: dead_rank.py --bin BUILD/bin --workdir DIR [--signal KILL|STOP] [--bound 60] [--pipeline]
+                    [--at-start]
 """
 import argparse
 import os
@@ -24,6 +27,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import rank_pids  # noqa: E402
 
 
+def in_step_loop(status_file):
+    """Whether a rank's status file (its first 32 bytes: "starting", "step N", ...) says it
+    began its second step."""
+    try:
+        text = open(status_file, "rb").read(32).decode(errors="replace").strip()
+    except OSError:
+        return False
+    return re.fullmatch(r"step ([0-9]+)", text) is not None and int(text.split()[1]) >= 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -31,6 +44,8 @@ def main():
     ap.add_argument("--bound", type=float, default=60.0)
     ap.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
     ap.add_argument("--pipeline", action="store_true")
+    ap.add_argument("--at-start", action="store_true",
+                    help="stop the victim as soon as its status file exists (still starting)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     w = lambda n: os.path.join(args.workdir, n)
@@ -57,11 +72,20 @@ def main():
         job.kill()
         print("FAIL: the two ranks did not start")
         return 1
-    time.sleep(2.0)  # let it train
     victim = pids[-1]
-    environ = open(f"/proc/{victim}/environ", "rb").read().split(b"\0")
-    victim_rank = next(int(v.split(b"=", 1)[1]) for v in environ
-                       if v.startswith(b"OMPI_COMM_WORLD_RANK="))
+    environ = dict(v.split(b"=", 1) for v in open(f"/proc/{victim}/environ", "rb").read().split(b"\0")
+                   if b"=" in v)
+    victim_rank = int(environ[b"OMPI_COMM_WORLD_RANK"])
+    # Let it train: stop the victim only once its status file says it is past its first step
+    # (however slow the machine, never while it is still starting).
+    status_file = os.path.join(environ[b"PTC_STATUS_DIR"].decode(), f"rank-{victim_rank}")
+    deadline = time.time() + 300
+    while not (os.path.exists(status_file) if args.at_start else in_step_loop(status_file)):
+        if time.time() > deadline or job.poll() is not None:
+            job.kill()
+            print("FAIL: the victim rank did not reach its second step")
+            return 1
+        time.sleep(0.2)
     os.kill(victim, signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP)
     killed = time.time()
     try:
@@ -77,12 +101,22 @@ def main():
     print(tail)
     named = "rank 1" in out or "rank 0" in out
     if args.signal == "STOP":
-        # The peer's timeout names the frozen rank, its step and instruction.
-        named = named and "did not complete within" in out and re.search(
-            rf"rank {victim_rank} is at step [0-9]+, instruction #[0-9]+ \(.*\(frozen: no heartbeat "
-            r"for [0-9.]+ s\)", out) is not None
-        # Within 2x the collective timeout (5 s).
-        named = named and elapsed < 10.0
+        # The peer's timeout names the frozen rank with where it froze, in each form ptc-run
+        # prints: in a step at an instruction, in a step before its first instruction, or
+        # still starting. A rank frozen in a step is named by its peer's collective timeout; one
+        # frozen while starting (MPI's start-up waits have no timeout) by the launcher's freeze
+        # watch, past the collective timeout.
+        named = named and re.search(
+            rf"rank {victim_rank} (is at step [0-9]+(, instruction #[0-9]+ \(.*\))?|is starting) "
+            r"\(frozen: no heartbeat for [0-9.]+ s\)", out) is not None
+        stopped_by = ["did not complete within"]
+        if args.at_start:  # (or by the peer's timeout, had the victim passed MPI's start-up)
+            stopped_by.append("stopping the job (the launcher's freeze limit is 15 s)")
+        named = named and any(s in out for s in stopped_by)
+        # In a bounded time: the collective timeout (5 s; the launcher's freeze limit, 15 s, at
+        # start) and the job's teardown, with room for a machine several times slower than a
+        # quiet one.
+        named = named and elapsed < (45.0 if args.at_start else 30.0)
     else:
         named = named and re.search(rf"ptc-run: rank {victim_rank} stopped without reporting an "
                                     r"error, at step [0-9]+, instruction #[0-9]+ \([A-Za-z]+.*"

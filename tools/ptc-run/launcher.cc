@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -21,7 +23,9 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 namespace ptc {
@@ -95,11 +99,56 @@ extern "C" void forwardStop(int) {
     ::kill(gMpirun, SIGUSR1);
 }
 
+/// The launcher's watch on the ranks' heartbeats (their status files): a rank
+/// frozen where no collective timeout can see it (SIGSTOP while MPI starts
+/// up, whose waits have no timeout) ends the job after `limitSeconds`, named.
+struct FreezeWatch {
+  std::string statusDir; // "" when the ranks keep no status files
+  int ranks = 0;
+  double limitSeconds = 0;
+  std::string planPath;
+};
+
+/// Until `done`: every 250 ms, a rank frozen for longer than the watch's limit
+/// is named on stderr and mpirun (`child`) is stopped (SIGTERM, which it passes
+/// on to the ranks and, a stopped rank included, ends them; SIGKILL 30 s later
+/// when it has not ended).
+void watchForFrozenRanks(const FreezeWatch &watch, pid_t child, const std::atomic<bool> &done) {
+  const int64_t limitMs = static_cast<int64_t>(watch.limitSeconds * 1000);
+  int64_t stoppedAt = -1;
+  while (!done.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    if (stoppedAt >= 0) {
+      if (monotonicMs() - stoppedAt > 30000) {
+        ::kill(child, SIGKILL);
+        return;
+      }
+      continue;
+    }
+    std::string frozen = frozenRank(watch.statusDir, watch.ranks, limitMs, nullptr);
+    if (frozen.empty())
+      continue;
+    std::shared_ptr<const LoadedPlan> plan;
+    if (auto loaded = LoadedPlan::loadFile(watch.planPath); loaded.isOk())
+      plan = *loaded;
+    frozen = frozenRank(watch.statusDir, watch.ranks, limitMs, plan.get());
+    std::string text = "ptc-run: error: " + (frozen.empty() ? std::string("a rank froze") : frozen) +
+                       ": stopping the job (the launcher's freeze limit is " +
+                       std::to_string(static_cast<int>(watch.limitSeconds)) + " s)\n";
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+    ::kill(child, SIGTERM);
+    stoppedAt = monotonicMs();
+  }
+}
+
 /// Runs mpirun (`exec` in a child) and forwards the ranks' stderr, printing
 /// each error or warning once per job: the same line from other ranks
 /// (differing only in rank numbers) is counted, and one line at the end
-/// names those ranks. Returns the wait status, or -1 when it cannot fork.
-template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) {
+/// names those ranks; `watch` ends a job with a frozen rank. Returns the wait
+/// status, or -1 when it cannot fork.
+template <typename Exec>
+int runJob(std::vector<std::string> &full, Exec &exec, const FreezeWatch &watch) {
   int fds[2];
   if (::pipe(fds) != 0)
     return -1;
@@ -118,6 +167,10 @@ template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) 
   }
   ::close(fds[1]);
   gMpirun = child;
+  std::atomic<bool> jobDone{false};
+  std::thread watcher;
+  if (!watch.statusDir.empty())
+    watcher = std::thread(watchForFrozenRanks, std::cref(watch), child, std::cref(jobDone));
   std::map<std::string, std::vector<int>> repeats; // first line -> the other ranks' numbers
   std::vector<std::string> order;
   std::string pending;
@@ -160,6 +213,9 @@ template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) 
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  jobDone = true;
+  if (watcher.joinable())
+    watcher.join();
   gMpirun = 0;
   for (const std::string &key : order) {
     std::vector<int> others = repeats[key];
@@ -191,7 +247,7 @@ template <typename Exec> int runJob(std::vector<std::string> &full, Exec &exec) 
 /// latest checkpoint of --checkpoint-dir, at most R times.
 int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestarts,
                      const std::string &checkpointDir, const std::string &planPath,
-                     const std::string &hostfile) {
+                     const std::string &hostfile, double collectiveTimeout) {
   const int ranks = static_cast<int>(jobRanks); // 1 to kMaxMeshDevices: checked by the caller
   const std::string np = std::to_string(ranks);
   std::vector<std::string> args{"mpirun", "-np", np};
@@ -256,12 +312,17 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
   };
   if (int rc = tooFewRanks("cannot start the job"))
     return rc;
+  // The freeze limit: past the collective timeout (the default's 60 s when none
+  // is given), so that a peer's collective timeout, which names both sides,
+  // normally comes first.
+  FreezeWatch watch{statusDir, ranks, (collectiveTimeout > 0 ? collectiveTimeout : 60.0) + 10.0,
+                    planPath};
   handleSignals({SIGUSR1, SIGTERM}, forwardStop);
   auto stoppedOnRequest = [](int status) {
     return WIFEXITED(status) && WEXITSTATUS(status) == kExitStopped;
   };
   if (maxRestarts <= 0) {
-    int status = runJob(args, exec);
+    int status = runJob(args, exec, watch);
     if (status < 0)
       exec(args); // cannot supervise: run mpirun in place
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !stoppedOnRequest(status) &&
@@ -283,7 +344,7 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
         full.push_back("--resume");
         full.push_back(resumeFrom);
       }
-      int status = runJob(full, exec);
+      int status = runJob(full, exec, watch);
       if (status < 0) {
         std::cerr << "ptc-run: error: cannot fork mpirun: " << std::strerror(errno) << "\n";
         return 1;

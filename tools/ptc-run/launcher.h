@@ -22,7 +22,7 @@ int launcherRank();
 /// (see the definition). Returns the job's exit status.
 int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestarts,
                      const std::string &checkpointDir, const std::string &planPath,
-                     const std::string &hostfile);
+                     const std::string &hostfile, double collectiveTimeout);
 
 } // namespace ptc
 

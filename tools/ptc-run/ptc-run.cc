@@ -60,7 +60,7 @@ int runMain(int argc, char **argv) {
     setenv("PTC_CUDA_TF32", "1", 1); // read by the CUDA device
   if (o.has("--np"))
     return launchWithMpirun(argc, argv, o.ranks, o.maxRestarts, o.checkpointDir, o.planPath,
-                            o.hostfile);
+                            o.hostfile, o.collectiveTimeout);
 #ifdef _OPENMP
   // Every kernel's threads, GEMMs included (kernels/cpu/matmul.cc splits
   // them over OpenMP's threads).

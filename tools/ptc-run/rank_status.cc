@@ -156,7 +156,10 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
       continue;
     RankStatus s = readRankStatus(dir, r);
     int64_t silentMs = s.heartbeatMs >= 0 ? monotonicMs() - s.heartbeatMs : 0;
-    bool frozen = s.text.rfind("step ", 0) == 0 && silentMs > 1000;
+    bool inStep = s.text.rfind("step ", 0) == 0;
+    // A live rank (starting, or in a step) whose heartbeat stopped is frozen,
+    // whenever it was stopped: start-up included.
+    bool frozen = (inStep || s.text == "starting") && silentMs > 1000;
     if (!s.present || (!frozen && s.text == own.text && s.instruction == own.instruction))
       continue;
     if (listed++ == 8) {
@@ -167,8 +170,8 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
     if (frozen)
       std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
     out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-           (s.text.rfind("step ", 0) == 0 ? " is at " + describeProgress(s, plan)
-                                          : " has status '" + s.text + "'") +
+           (inStep ? " is at " + describeProgress(s, plan)
+                   : frozen ? " is " + s.text : " has status '" + s.text + "'") +
            silent;
   }
   if (more)
@@ -176,6 +179,23 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
   if (out.empty())
     return "every rank's status file shows " + describeProgress(own, plan);
   return "this rank is at " + describeProgress(own, plan) + "; " + out;
+}
+
+std::string frozenRank(const std::string &dir, int ranks, int64_t limitMs, const LoadedPlan *plan) {
+  for (int r = 0; r < ranks; ++r) {
+    RankStatus s = readRankStatus(dir, r);
+    bool inStep = s.text.rfind("step ", 0) == 0;
+    if (!s.present || s.heartbeatMs < 0 || !(inStep || s.text == "starting"))
+      continue;
+    int64_t silentMs = monotonicMs() - s.heartbeatMs;
+    if (silentMs <= limitMs)
+      continue;
+    char silent[64];
+    std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
+    return "rank " + std::to_string(r) + (inStep ? " is at " + describeProgress(s, plan) : " is " + s.text) +
+           silent;
+  }
+  return "";
 }
 
 Status StatusBeacon::beforeStep(TrainingSession &, int64_t step) {

@@ -46,6 +46,13 @@ RankStatus readRankStatus(const std::string &dir, int rank);
 std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
                            const LoadedPlan *plan);
 
+/// For the launcher's freeze watch: the first rank that is live (starting or in
+/// a step) and whose heartbeat has been silent for more than `limitMs`, as "rank
+/// 1 is starting (frozen: no heartbeat for 65.2 s)"; "" when there is none.
+/// A freeze before any collective (MPI's start-up waits without a timeout)
+/// ends the job this way.
+std::string frozenRank(const std::string &dir, int ranks, int64_t limitMs, const LoadedPlan *plan);
+
 /// After a failed job: the ranks that stopped without a word, with the step
 /// and instruction where they stopped (on stderr).
 void reportSilentDeaths(const std::string &dir, int ranks, const std::string &planPath);
