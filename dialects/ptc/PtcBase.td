@@ -158,9 +158,18 @@ def Ptc_Dialect : Dialect {
 //===----------------------------------------------------------------------===//
 
 def Ptc_FloatElement : AnyTypeOf<[F32, BF16, F16], "f32, bf16 or f16">;
-def Ptc_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
-def Ptc_IdTensor : StaticShapeTensorOf<[I32]>;
-def Ptc_AnyTensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
+// ptc tensors have static shapes and are never empty: a zero-size dimension
+// would reach shape arithmetic (autodiff's flattening, the kernels' loops) as a
+// division by zero or an empty reduction, so the verifier refuses it here.
+def Ptc_NoZeroSizeDimPred : CPred<
+    "::llvm::all_of(::llvm::cast<::mlir::ShapedType>($_self).getShape(), "
+    "[](int64_t d) { return d > 0; })">;
+class Ptc_TensorOf<list<Type> types>
+    : RankedTensorOf<types, [HasStaticShapePred, Ptc_NoZeroSizeDimPred],
+                     "statically shaped tensor without zero-size dimensions">;
+def Ptc_FloatTensor : Ptc_TensorOf<[F32, BF16, F16]>;
+def Ptc_IdTensor : Ptc_TensorOf<[I32]>;
+def Ptc_AnyTensor : Ptc_TensorOf<[F32, BF16, F16, I32]>;
 
 // A dimension index where negative values count from the end. Upstream's
 // I64Attr reads back as uint64_t, which turns the default -1 into 2^64 - 1 in

@@ -411,6 +411,10 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
   if (!tensorType || !tensorType.hasStaticShape())
     return op->emitError() << "argument #" << argIndex << " ('" << name.getValue()
                            << "') must be a statically shaped tensor, got " << argType;
+  if (llvm::is_contained(tensorType.getShape(), 0))
+    return op->emitError() << "argument #" << argIndex << " ('" << name.getValue()
+                           << "') has a zero-size dimension, " << argType
+                           << ": ptc tensors are never empty";
   if (attrName != kInputAttrName && !isa<FloatType>(tensorType.getElementType()))
     return op->emitError() << (attrName == kParamAttrName ? "parameter" : "optimizer state")
                            << " '" << name.getValue()

@@ -507,7 +507,7 @@ LogicalResult SliceOp::verify() {
   if (static_cast<int64_t>(offsets.size()) != input.getRank())
     return emitOpError() << "expected " << input.getRank() << " offsets, got " << offsets.size();
   for (int64_t i = 0; i < input.getRank(); ++i) {
-    if (offsets[i] < 0 || offsets[i] + result.getDimSize(i) > input.getDimSize(i))
+    if (offsets[i] < 0 || offsets[i] > input.getDimSize(i) - result.getDimSize(i)) // (no overflow)
       return emitOpError() << "slice of dimension " << i << " (offset " << offsets[i]
                            << ", size " << result.getDimSize(i) << ") exceeds its size "
                            << input.getDimSize(i);
@@ -716,7 +716,7 @@ LogicalResult PadOp::verify() {
       static_cast<int64_t>(offsets.size()) != input.getRank())
     return emitOpError() << "input, result and offsets must have the same rank";
   for (int64_t i = 0; i < input.getRank(); ++i)
-    if (offsets[i] < 0 || offsets[i] + input.getDimSize(i) > result.getDimSize(i))
+    if (offsets[i] < 0 || offsets[i] > result.getDimSize(i) - input.getDimSize(i)) // (no overflow)
       return emitOpError() << "padded region of dimension " << i << " (offset " << offsets[i]
                            << ", size " << input.getDimSize(i) << ") exceeds the result size "
                            << result.getDimSize(i);

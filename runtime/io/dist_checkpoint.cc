@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "runtime/base/checked_math.h"
+#include "runtime/base/read_file.h"
 #include "runtime/base/text.h"
 
 #include <nlohmann/json.hpp>
@@ -42,15 +43,18 @@ bool isComplete(const fs::path &stepDir) {
   return fs::is_regular_file(stepDir / "metadata.json", ec);
 }
 
+/// A name the metadata may give a file of the checkpoint's folder: no path,
+/// not "." or "..", printable.
+bool isPlainFileName(const std::string &name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         isPrintableUtf8(name);
+}
+
 StatusOr<std::vector<uint8_t>> readBytes(const std::string &path) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
+  if (!fs::exists(path, ec))
     return error(StatusCode::kNotFound, "checkpoint file '", path, "' is missing");
-  std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof())
-    return error(StatusCode::kDataLoss, "cannot read checkpoint file '", path, "'");
-  return bytes;
+  return readRegularFile(path, "checkpoint file");
 }
 } // namespace
 
@@ -216,14 +220,19 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
             box.shape[d] > t->second.shape[d] - box.offset[d])
           return bad("a box of '" + box.tensor + "' lies outside its shape " +
                      shapeString(t->second.shape));
-      if (box.file.find('/') != std::string::npos || box.file.empty() ||
-          !isPrintableUtf8(box.file) || !isPrintableUtf8(box.key))
+      if (!isPlainFileName(box.file) || !isPrintableUtf8(box.key))
         return bad("a box names the file '" + escapedForMessage(box.file) + "' and key '" +
                    escapedForMessage(box.key) + "'");
       m.boxes.push_back(std::move(box));
     }
-    for (auto it = j.at("files").begin(); it != j.at("files").end(); ++it)
+    // The files are opened by name in the checkpoint's folder: a path, "..",
+    // or control bytes in a name would open something else.
+    for (auto it = j.at("files").begin(); it != j.at("files").end(); ++it) {
+      if (!isPlainFileName(it.key()))
+        return bad("'files' names '" + escapedForMessage(it.key()) +
+                   "', which is not a plain file name in the checkpoint's folder");
       m.files[it.key()] = it.value().get<std::string>();
+    }
   } catch (const nlohmann::json::exception &e) {
     return bad(e.what());
   } catch (const NotAnInteger &e) {
@@ -232,6 +241,39 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string &stepDir) {
   for (const CheckpointBox &b : m.boxes)
     if (!m.files.count(b.file))
       return bad("a box of '" + b.tensor + "' is in '" + b.file + "', which 'files' does not list");
+  // Each tensor's boxes cover it exactly: pairwise disjoint, and as many
+  // elements as the tensor (two copies of one box over half of it passed a
+  // count of covered elements and the other half read as zeros).
+  std::map<std::string, std::vector<const CheckpointBox *>> boxesOf;
+  for (const CheckpointBox &b : m.boxes)
+    boxesOf[b.tensor].push_back(&b);
+  for (const auto &[name, t] : m.tensors) {
+    std::vector<const CheckpointBox *> &list = boxesOf[name];
+    int64_t volume = 0;
+    for (const CheckpointBox *b : list)
+      if ((volume += elementCount(b->shape)) > elementCount(t.shape))
+        break; // (each box lies within the tensor: the sum stays far from overflow)
+    if (volume != elementCount(t.shape))
+      return bad("the boxes of tensor '" + name + "' hold " + std::to_string(volume) +
+                 " elements, but its shape " + shapeString(t.shape) + " has " +
+                 std::to_string(elementCount(t.shape)));
+    // Overlaps, by a sweep over dimension 0 (boxes starting before one ends).
+    std::sort(list.begin(), list.end(), [](const CheckpointBox *a, const CheckpointBox *b) {
+      return a->offset.empty() ? false : a->offset[0] < b->offset[0];
+    });
+    for (size_t i = 0; i < list.size(); ++i)
+      for (size_t k = i + 1; k < list.size(); ++k) {
+        const CheckpointBox &a = *list[i], &b = *list[k];
+        if (!a.offset.empty() && b.offset[0] >= a.offset[0] + a.shape[0])
+          break;
+        bool overlap = true;
+        for (size_t d = 0; d < a.offset.size() && overlap; ++d)
+          overlap = a.offset[d] < b.offset[d] + b.shape[d] && b.offset[d] < a.offset[d] + a.shape[d];
+        if (overlap && elementCount(a.shape) > 0 && elementCount(b.shape) > 0)
+          return bad("two boxes of tensor '" + name + "' overlap: at " + shapeString(a.offset) +
+                     " (in '" + a.file + "') and at " + shapeString(b.offset) + " (in '" + b.file + "')");
+      }
+  }
   return r;
 }
 

@@ -2,6 +2,7 @@
 
 #include "runtime/io/hf_checkpoint.h"
 
+#include "runtime/base/read_file.h"
 #include "runtime/io/durable_file.h"
 
 #include <nlohmann/json.hpp>
@@ -51,8 +52,10 @@ StatusOr<WeightSource> WeightSource::open(const std::string &path) {
                    kIndexName, " nor model.safetensors");
     return single((dir / "model.safetensors").string());
   }
-  std::ifstream in(index, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  StatusOr<std::vector<uint8_t>> indexBytes = readRegularFile(index.string(), "weights index");
+  if (!indexBytes.isOk())
+    return indexBytes.status();
+  std::string text(indexBytes->begin(), indexBytes->end());
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
       !j["weight_map"].is_object())

@@ -3,6 +3,7 @@
 #include "runtime/io/safetensors.h"
 
 #include "runtime/base/checked_math.h"
+#include "runtime/base/read_file.h"
 #include "runtime/base/text.h"
 
 #include "runtime/io/durable_file.h"
@@ -10,6 +11,9 @@
 #include "kernels/cpu/kernels.h"
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <set>
 
 #include <cstdio>
 #include <cstring>
@@ -91,11 +95,10 @@ StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string &path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return invalidArgument("safetensors file '", path, "' is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return error(StatusCode::kNotFound, "cannot open safetensors file '", path, "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse(std::move(bytes), path);
+  StatusOr<std::vector<uint8_t>> bytes = readRegularFile(path, "safetensors file");
+  if (!bytes.isOk())
+    return bytes.status();
+  return parse(std::move(*bytes), path);
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
@@ -112,10 +115,22 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
     return bad("header length ", len, " exceeds the file size ", bytes.size());
   SafetensorsFile file;
   file.path_ = path;
+  // A tensor named twice would silently read as its last entry: refused.
+  std::set<std::string> keys;
+  std::string duplicate;
+  nlohmann::json::parser_callback_t noDuplicateKeys = [&](int depth, nlohmann::json::parse_event_t event,
+                                                          nlohmann::json &parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+        !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(len),
-                                                nullptr, /*allow_exceptions=*/false);
+                                                noDuplicateKeys, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return bad("header is not a JSON object");
+  if (!duplicate.empty())
+    return bad("the header names '", escapedForMessage(duplicate), "' twice");
   file.data_.assign(bytes.begin() + 8 + static_cast<int64_t>(len), bytes.end());
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__")
@@ -144,8 +159,29 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
     if (e.begin < 0 || e.end < e.begin || e.end > static_cast<int64_t>(file.data_.size()))
       return bad("entry '", it.key(), "' data [", e.begin, ", ", e.end, ") lies outside the ",
                  file.data_.size(), "-byte data section");
+    kernels::FloatType type;
+    int64_t width = 0;
+    if (floatDtype(e.dtype, type, width) && e.end - e.begin != width * elementCount(e.shape))
+      return bad("entry '", escapedForMessage(it.key()), "' holds ", e.end - e.begin, " bytes, but ",
+                 e.dtype, " of shape ", shapeString(e.shape), " is ", width * elementCount(e.shape));
     file.entries_[it.key()] = e;
   }
+  // The data section is the entries back to back, as the format requires:
+  // no entry overlaps another, no gap, nothing after the last.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto &[name, e] : file.entries_)
+    ranges.push_back({e.begin, e.end});
+  std::sort(ranges.begin(), ranges.end());
+  int64_t at = 0;
+  for (const auto &[begin, end] : ranges) {
+    if (begin != at)
+      return bad(begin < at ? "two entries overlap in the data section at byte " : "the data section has a gap at byte ",
+                 std::min(begin, at));
+    at = end;
+  }
+  if (at != static_cast<int64_t>(file.data_.size()))
+    return bad("the data section has ", static_cast<int64_t>(file.data_.size()) - at,
+               " bytes after its last entry");
   return file;
 }
 

@@ -3,6 +3,8 @@
 
 #include "runtime/io/token_data.h"
 
+#include "runtime/base/read_file.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -92,14 +94,15 @@ StatusOr<TokenData::Stream> TokenData::loadStream(const std::vector<std::string>
   Stream data;
   data.shuffle = shuffleSeed;
   for (const std::string &path : paths) {
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0)
-      return error(StatusCode::kNotFound, "cannot open data file '", path, "': ",
-                   std::strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    // (Never a blocking open: a FIFO is refused, named, not waited on.)
+    StatusOr<int> opened = openRegularFile(path, "data file");
+    if (!opened.isOk())
+      return opened.status();
+    int fd = *opened;
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
       ::close(fd);
-      return invalidArgument("data file '", path, "' is not a regular file");
+      return error(StatusCode::kDataLoss, "cannot stat data file '", path, "': ", std::strerror(errno));
     }
     auto m = std::make_shared<Mapped>();
     m->path = path;

@@ -4,6 +4,7 @@
 #include "runtime/plan/plan_loader.h"
 
 #include "runtime/base/checked_math.h"
+#include "runtime/base/read_file.h"
 #include "runtime/base/text.h"
 
 #include "runtime/plan/plan_format.h"
@@ -65,12 +66,10 @@ StatusOr<std::shared_ptr<const LoadedPlan>> LoadedPlan::loadFile(const std::stri
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return invalidArgument("plan '", path, "' is a directory, not a plan file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return error(StatusCode::kNotFound, "cannot open plan '", path, "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  return loadBytes(std::move(bytes), path);
+  StatusOr<std::vector<uint8_t>> bytes = readRegularFile(path, "plan");
+  if (!bytes.isOk())
+    return bytes.status();
+  return loadBytes(std::move(*bytes), path);
 }
 
 StatusOr<std::shared_ptr<const LoadedPlan>> LoadedPlan::loadBytes(std::vector<uint8_t> bytes,
@@ -568,7 +567,7 @@ Status InstructionChecker::check() {
     const Shape &small = slice ? out(0) : in(0);
     const Shape &big = slice ? in(0) : out(0);
     for (size_t i = 0; i < small.size(); ++i)
-      if (ints_[i] < 0 || ints_[i] + small[i] > big[i])
+      if (ints_[i] < 0 || small[i] > big[i] || ints_[i] > big[i] - small[i]) // (no overflow)
         return fail("region of dimension ", i, " is out of bounds");
     return Status::ok();
   }
@@ -1136,8 +1135,10 @@ Status LoadedPlan::verify() {
     if (t->shape())
       info.shape.assign(t->shape()->begin(), t->shape()->end());
     for (int64_t d : info.shape)
-      if (d < 0)
-        return invalidArgument(where(), " has invalid dimension ", d);
+      if (d < 1)
+        return invalidArgument(where(), " of shape ", shapeStr(info.shape),
+                               d == 0 ? " has a zero-size dimension (tensors are never empty)"
+                                      : " has a negative dimension");
     std::optional<int64_t> elements = checkedProduct(info.shape, kMaxTensorElements);
     if (!elements)
       return invalidArgument(where(), " of shape ", shapeStr(info.shape), " has more than ",
@@ -1191,8 +1192,10 @@ Status LoadedPlan::verify() {
                                t->arena_offset(), " (expected none)");
     } else if (info.kind == TensorKind::Temporary) {
       info.arenaOffset = t->arena_offset();
-      if (info.arenaOffset < 0 || info.arenaOffset % 4 != 0 || info.arenaOffset > arena ||
-          info.bytes > arena - info.arenaOffset)
+      if (info.arenaOffset % 4 != 0)
+        return invalidArgument(where(), " has arena offset ", info.arenaOffset,
+                               ", which is not a multiple of 4 bytes");
+      if (info.arenaOffset < 0 || info.arenaOffset > arena || info.bytes > arena - info.arenaOffset)
         return invalidArgument(where(), " at arena offset ", info.arenaOffset, " (", info.bytes,
                                " bytes) lies outside the ", arena, "-byte arena");
     }

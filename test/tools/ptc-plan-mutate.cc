@@ -19,6 +19,9 @@
 //   ptc-plan-mutate IN OUT arena-max                the arena is INT64_MAX bytes
 //   ptc-plan-mutate IN OUT arena-offset-overflow    the first arena temporary sits at offset
 //                                                   INT64_MAX - 3 (offset + size overflows)
+//   ptc-plan-mutate IN OUT zero-dim                 the first temporary's dimension 0 becomes 0
+//   ptc-plan-mutate IN OUT slice-offset-overflow    the first Slice's last offset becomes
+//                                                   INT64_MAX - 7 (offset + size overflows)
 //   ptc-plan-mutate IN OUT move-to-chunk-0          the first chunk-1 instruction that reads a
 //                                                   temporary moves to chunk 0
 
@@ -139,6 +142,18 @@ int main(int argc, char **argv) {
     for (auto &t : plan->tensors)
       if (!done && t->kind == TensorKind::Temporary && t->arena_offset >= 0) {
         t->arena_offset = std::numeric_limits<int64_t>::max() - 3;
+        done = true;
+      }
+  } else if (what == "zero-dim") {
+    for (auto &t : plan->tensors)
+      if (!done && t->kind == TensorKind::Temporary && !t->shape.empty()) {
+        t->shape[0] = 0;
+        done = true;
+      }
+  } else if (what == "slice-offset-overflow") {
+    for (auto &inst : plan->instructions)
+      if (!done && inst->op == OpCode::Slice && !inst->ints.empty()) {
+        inst->ints.back() = std::numeric_limits<int64_t>::max() - 7;
         done = true;
       }
   } else if (what == "drop-send") {

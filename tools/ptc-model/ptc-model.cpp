@@ -11,6 +11,8 @@
 
 #include "Models.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
@@ -20,6 +22,8 @@
 #include "llvm/Support/WithColor.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 #include <cstdio>
 
 using namespace mlir;
@@ -221,16 +225,22 @@ int main(int argc, char **argv) {
   // negative value would otherwise silently become the default (--layers -1
   // built 2 layers).
   const char *modelName = gptCmd ? "gpt: " : llamaCmd ? "llama: " : mlpCmd ? "mlp: " : moeCmd ? "moe: " : "";
+  // ... and at most a bound far past any real model, so that a typo (2^62)
+  // fails here, named, not in shape arithmetic or minutes of building later.
   struct IntBound {
     const cl::opt<int64_t> *option;
-    int64_t min;
+    int64_t min, max;
   };
-  for (IntBound b : {IntBound{&batch, 1}, {&hidden, 1}, {&layers, 1}, {&heads, 1}, {&seq, 1},
-                     {&vocab, 1}, {&kvHeads, 1}, {&intermediate, 1}, {&input, 1}, {&classes, 1},
-                     {&experts, 1}, {&topK, 1}, {&groups, 1}, {&moeExperts, 0}, {&moeTopK, 1},
-                     {&moeEvery, 1}, {&moeFfn, 1}, {&moeSharedExperts, 0}})
-    if (b.option->getNumOccurrences() && *b.option < b.min) {
-      fail(modelName + Twine("--") + b.option->ArgStr + " must be at least " + Twine(b.min) + ", got " +
+  constexpr int64_t kMaxSize = int64_t{1} << 31, kMaxCount = 65536;
+  for (IntBound b : {IntBound{&batch, 1, kMaxSize}, {&hidden, 1, kMaxSize}, {&layers, 1, 4096},
+                     {&heads, 1, kMaxCount}, {&seq, 1, kMaxSize}, {&vocab, 1, kMaxSize},
+                     {&kvHeads, 1, kMaxCount}, {&intermediate, 1, kMaxSize}, {&input, 1, kMaxSize},
+                     {&classes, 1, kMaxSize}, {&experts, 1, kMaxCount}, {&topK, 1, kMaxCount},
+                     {&groups, 1, kMaxCount}, {&moeExperts, 0, kMaxCount}, {&moeTopK, 1, kMaxCount},
+                     {&moeEvery, 1, 4096}, {&moeFfn, 1, kMaxSize}, {&moeSharedExperts, 0, kMaxCount}})
+    if (b.option->getNumOccurrences() && (*b.option < b.min || *b.option > b.max)) {
+      fail(modelName + Twine("--") + b.option->ArgStr + " must be " +
+           (*b.option < b.min ? "at least " + Twine(b.min) : "at most " + Twine(b.max)) + ", got " +
            Twine(static_cast<int64_t>(*b.option)));
       return 2;
     }
@@ -345,6 +355,34 @@ int main(int argc, char **argv) {
   }
   if (!module)
     return fail(llvm::toString(module.takeError()));
+  // Sizes each within its bound can still multiply past what any device or
+  // shape arithmetic holds (--batch 2^31 --seq 2^31): name the first tensor.
+  constexpr int64_t kMaxElements = int64_t{1} << 48;
+  std::optional<std::string> tooLarge;
+  (*module)->walk([&](Operation *op) {
+    auto check = [&](Type type) {
+      auto tensor = dyn_cast<RankedTensorType>(type);
+      if (!tensor || tooLarge)
+        return;
+      int64_t elements = 1;
+      for (int64_t d : tensor.getShape())
+        if (d > 0 && (elements > kMaxElements / d || (elements *= d) > kMaxElements)) {
+          std::string text;
+          llvm::raw_string_ostream os(text);
+          os << tensor;
+          tooLarge = text;
+          return;
+        }
+    };
+    for (Type t : op->getResultTypes())
+      check(t);
+    if (auto func = dyn_cast<func::FuncOp>(op))
+      for (Type t : func.getArgumentTypes())
+        check(t);
+  });
+  if (tooLarge)
+    return fail(modelName + Twine("the model's tensor ") + *tooLarge + " has more than 2^48 elements: " +
+                "the sizes given (--batch, --seq, --hidden, --vocab, ...) are too large");
 
   std::string errorMessage;
   std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &errorMessage);

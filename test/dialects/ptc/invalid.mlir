@@ -30,7 +30,7 @@ func.func @mul_result(%a: tensor<8x1xf32>, %b: tensor<4xf32>) -> tensor<8x1xf32>
 
 // Integer tensors are not arithmetic operands.
 func.func @div_int(%a: tensor<4xi32>) -> tensor<4xi32> {
-  // expected-error @+1 {{'ptc.div' op operand #0 must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  // expected-error @+1 {{'ptc.div' op operand #0 must be statically shaped tensor without zero-size dimensions of 32-bit float or bfloat16 type or 16-bit float values}}
   %0 = ptc.div %a, %a : tensor<4xi32>, tensor<4xi32> -> tensor<4xi32>
   return %0 : tensor<4xi32>
 }
@@ -200,7 +200,7 @@ func.func @embedding_result(%t: tensor<256x64xf32>, %ids: tensor<8x16xi32>) -> t
 // -----
 
 func.func @embedding_float_ids(%t: tensor<256x64xf32>, %ids: tensor<8xf32>) -> tensor<8x64xf32> {
-  // expected-error @+1 {{'ptc.embedding' op operand #1 must be statically shaped tensor of 32-bit signless integer values}}
+  // expected-error @+1 {{'ptc.embedding' op operand #1 must be statically shaped tensor without zero-size dimensions of 32-bit signless integer values}}
   %0 = ptc.embedding %t, %ids : tensor<256x64xf32>, tensor<8xf32> -> tensor<8x64xf32>
   return %0 : tensor<8x64xf32>
 }
@@ -283,6 +283,42 @@ func.func @slice_bounds(%x: tensor<8x64xf32>) -> tensor<8x32xf32> {
   // expected-error @+1 {{'ptc.slice' op slice of dimension 1 (offset 40, size 32) exceeds its size 64}}
   %0 = ptc.slice %x offsets = [0, 40] : tensor<8x64xf32> -> tensor<8x32xf32>
   return %0 : tensor<8x32xf32>
+}
+
+// -----
+
+// An offset whose end overflows int64 (was accepted: offset + size wrapped
+// negative and the run read outside the tensor).
+func.func @slice_offset_overflow(%x: tensor<8x96xf32>) -> tensor<8x32xf32> {
+  // expected-error @+1 {{'ptc.slice' op slice of dimension 1 (offset 9223372036854775800, size 32) exceeds its size 96}}
+  %0 = ptc.slice %x offsets = [0, 9223372036854775800] : tensor<8x96xf32> -> tensor<8x32xf32>
+  return %0 : tensor<8x32xf32>
+}
+
+// -----
+
+func.func @pad_offset_overflow(%x: tensor<8x32xf32>) -> tensor<8x96xf32> {
+  // expected-error @+1 {{'ptc.pad' op padded region of dimension 1 (offset 9223372036854775800, size 32) exceeds the result size 96}}
+  %0 = ptc.pad %x offsets = [0, 9223372036854775800] : tensor<8x32xf32> -> tensor<8x96xf32>
+  return %0 : tensor<8x96xf32>
+}
+
+// -----
+
+// Zero-size dimensions: refused by the types of every ptc op (a matmul weight
+// of 0 rows divided by zero in autodiff) ...
+func.func @zero_size_dimension(%x: tensor<4x0xf32>, %w: tensor<0x4xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{'ptc.matmul' op operand #0 must be statically shaped tensor without zero-size dimensions of 32-bit float or bfloat16 type or 16-bit float values, but got 'tensor<4x0xf32>'}}
+  %0 = ptc.matmul %x, %w : tensor<4x0xf32>, tensor<0x4xf32> -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+// ... and by an argument's role, even where no op reads it.
+// expected-error @+1 {{argument #0 ('w') has a zero-size dimension, 'tensor<0x4xf32>': ptc tensors are never empty}}
+func.func @zero_size_parameter(%w: tensor<0x4xf32> {ptc.param = "w"}) {
+  return
 }
 
 // -----
@@ -408,7 +444,7 @@ func.func @dispatch_result(%x: tensor<16x32xf32>, %e: tensor<16x2xi32>) -> tenso
 // -----
 
 func.func @dispatch_capacity(%x: tensor<16x32xf32>, %e: tensor<16x2xi32>) -> tensor<4x0x32xf32> {
-  // expected-error @+1 {{'ptc.moe_dispatch' op result needs at least one expert and a capacity of at least one, got 4x0x32}}
+  // expected-error @+1 {{'ptc.moe_dispatch' op result #0 must be statically shaped tensor without zero-size dimensions of 32-bit float or bfloat16 type or 16-bit float values, but got 'tensor<4x0x32xf32>'}}
   %0 = ptc.moe_dispatch %x, %e : tensor<16x32xf32>, tensor<16x2xi32> -> tensor<4x0x32xf32>
   return %0 : tensor<4x0x32xf32>
 }
