@@ -73,6 +73,12 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
   PassOptions::Option<bool> explain{
       *this, "explain", llvm::cl::desc("Print every inserted collective, its cause and cost"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> skipNonfinite{
+      *this, "skip-nonfinite",
+      llvm::cl::desc("Skip the update of a step whose gradients are not all finite (NaN or "
+                     "inf): parameters and optimizer state unchanged, the plan output "
+                     "'skipped' says so (false: no check; AdamW and SGD)"),
+      llvm::cl::init(true)};
   PassOptions::Option<double> maxGradNorm{
       *this, "max-grad-norm", llvm::cl::desc("Global gradient-norm clipping (0: off)"),
       llvm::cl::init(0.0)};

@@ -121,6 +121,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.clipThreshold = options.clipThreshold;
     opt.decayRate = options.decayRate;
     opt.maxGradNorm = options.maxGradNorm;
+    opt.skipNonfinite = options.skipNonfinite;
     opt.lrSchedule = options.lrSchedule;
     opt.warmupSteps = options.warmupSteps;
     opt.decaySteps = options.decaySteps;

@@ -82,6 +82,9 @@ def Ptc_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGradNormAttrName = "ptc.grad_norm";
     static constexpr ::llvm::StringLiteral kLossScaleAttrName = "ptc.loss_scale";
     static constexpr ::llvm::StringLiteral kLrAttrName = "ptc.lr";
+    /// 1.0 when the step's update was skipped (a gradient was not finite; with
+    /// dynamic loss scaling also an overflow), else 0: the plan output `skipped`.
+    static constexpr ::llvm::StringLiteral kSkippedAttrName = "ptc.skipped";
     /// A value the step reports (per-step metrics: an MoE layer's load),
     /// named by the attribute; a float tensor, the mean over the batch.
     static constexpr ::llvm::StringLiteral kMetricAttrName = "ptc.metric";

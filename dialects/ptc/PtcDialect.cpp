@@ -440,7 +440,7 @@ LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned re
     return success();
   Type resultType = func.getResultTypes()[resultIndex];
   if (attrName == kLossAttrName || attrName == kGradNormAttrName || attrName == kLossScaleAttrName ||
-      attrName == kLrAttrName) {
+      attrName == kLrAttrName || attrName == kSkippedAttrName) {
     auto t = dyn_cast<RankedTensorType>(resultType);
     if (!isa<UnitAttr>(attr.getValue()) || !t || t.getRank() != 0 ||
         !isa<FloatType>(t.getElementType()))

@@ -917,6 +917,12 @@ LogicalResult UnscaleGradsOp::verify() {
   return verifyOnePerGrad(*this, getGrads(), getUnscaled(), "unscaled");
 }
 
+LogicalResult AnyNonfiniteOp::verify() {
+  if (getTensors().empty())
+    return emitOpError() << "needs at least one tensor to check";
+  return success();
+}
+
 #define GET_OP_CLASSES
 //===----------------------------------------------------------------------===//
 // Costs (CostOpInterface)

@@ -173,6 +173,25 @@ def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [DeclareOpInterfaceMethods<Ptc_
   let hasVerifier = 1;
 }
 
+def Ptc_AnyNonfiniteOp : Ptc_Op<"any_nonfinite", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
+  let summary = "1.0 when any element of the tensors is not finite, else 0";
+  let description = [{
+    The flag is 1.0 when any element of any operand is infinite or NaN (over
+    the devices of the `axes` groups too, which hold other tensors, e.g.
+    another pipeline stage's gradients), else 0. It reads its operands and
+    writes nothing else: `ptc-optimizer` checks the gradients with it and
+    passes the flag to every update as its `skip` (`skip-nonfinite`).
+
+    ```mlir
+    %bad = ptc.any_nonfinite %g0, %g1 : tensor<128x64xf32>, tensor<64xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Ptc_FloatTensor>:$tensors, OptionalAttr<StrArrayAttr>:$axes);
+  let results = (outs 0DTensorOf<[F32]>:$flag);
+  let assemblyFormat = "$tensors attr-dict `:` type($tensors) `->` type($flag)";
+  let hasVerifier = 1;
+}
+
 def Ptc_LossScaleUpdateOp : Ptc_Op<"loss_scale_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
     AllTypesMatch<["exponent", "good_steps", "found_inf", "new_exponent", "new_good_steps"]>]> {
   let summary = "halve the loss scale after an overflow, double it after `window` good steps";

@@ -259,6 +259,13 @@ PlanInstruction UnscaleGradsOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   return PlanInstruction{"UnscaleGrads", axes, {}};
 }
 
+PlanInstruction AnyNonfiniteOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
+  SmallVector<int64_t> axes;
+  if (getAxes())
+    axes = axisIndices(axisIndex, *getAxes());
+  return PlanInstruction{"AnyNonfinite", axes, {}};
+}
+
 PlanInstruction LossScaleUpdateOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"LossScaleUpdate", {static_cast<int64_t>(getWindow())}, {}};
 }

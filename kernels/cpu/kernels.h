@@ -206,6 +206,10 @@ double sumOfSquares(const std::vector<const float *> &grads, const std::vector<i
 /// Scales each tensor by min(1, maxNorm / (sqrt(sumSquares) + 1e-6)); returns the norm.
 float clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
                  const std::vector<float *> &outs, float maxNorm, double sumSquares);
+/// Whether any element of the tensors (each of its own float type) is infinite or NaN: all
+/// exponent bits set (f32 0x7f800000, bf16 0x7f80, f16 0x7c00), read from the stored bits.
+bool anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
+                  const std::vector<FloatType> &types);
 
 } // namespace ptc::kernels::cpu
 

@@ -55,6 +55,32 @@ double sumOfSquares(const std::vector<const float *> &grads, const std::vector<i
   return total;
 }
 
+namespace {
+template <typename Bits>
+bool anyWithExponentAllOnes(const void *data, int64_t count, Bits mask) {
+  const Bits *x = static_cast<const Bits *>(data);
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) if (count > 32768)
+  for (int64_t i = 0; i < count; ++i)
+    bad |= (x[i] & mask) == mask;
+  return bad != 0;
+}
+} // namespace
+
+bool anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
+                  const std::vector<FloatType> &types) {
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    bool bad = types[t] == FloatType::F32
+                   ? anyWithExponentAllOnes<uint32_t>(tensors[t], sizes[t], 0x7f800000u)
+                   : anyWithExponentAllOnes<uint16_t>(
+                         tensors[t], sizes[t],
+                         static_cast<uint16_t>(types[t] == FloatType::BF16 ? 0x7f80u : 0x7c00u));
+    if (bad)
+      return true;
+  }
+  return false;
+}
+
 float clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
                  const std::vector<float *> &outs, float maxNorm, double sumSquares) {
   float norm = static_cast<float>(std::sqrt(sumSquares));

@@ -137,6 +137,9 @@ void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64
                 float *norm, void *stream);
 void unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
              const std::vector<float *> &outs, const float *scale, float *found, void *stream);
+/// *found = 1 when any element of the tensors is not finite, else 0.
+void anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
+                  const std::vector<FloatType> &types, float *found, void *stream);
 
 } // namespace ptc::kernels::cuda
 

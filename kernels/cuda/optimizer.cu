@@ -124,6 +124,15 @@ __global__ void unscaleKernel(const float *g, float *out, int64_t n, const float
     *found = 1.0f;
 }
 
+/// Infinite or NaN: every exponent bit set in the stored bits (f32, bf16, f16).
+template <typename Bits>
+__global__ void anyNonfiniteKernel(const Bits *x, int64_t n, Bits mask, float *found) {
+  bool bad = false;
+  PTC_GRID_LOOP(i, n) { bad |= (x[i] & mask) == mask; }
+  if (bad)
+    *found = 1.0f; // every writer writes the same value: the result is deterministic
+}
+
 } // namespace
 
 void adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
@@ -188,6 +197,22 @@ void unscale(const std::vector<const float *> &grads, const std::vector<int64_t>
   for (size_t t = 0; t < grads.size(); ++t)
     unscaleKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t],
                                                                  scale, found);
+}
+
+void anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
+                  const std::vector<FloatType> &types, float *found, void *stream) {
+  cudaMemsetAsync(found, 0, sizeof(float), S(stream));
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (sizes[t] <= 0)
+      continue;
+    if (types[t] == FloatType::F32)
+      anyNonfiniteKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(
+          static_cast<const uint32_t *>(tensors[t]), sizes[t], 0x7f800000u, found);
+    else
+      anyNonfiniteKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(
+          static_cast<const uint16_t *>(tensors[t]), sizes[t],
+          static_cast<uint16_t>(types[t] == FloatType::BF16 ? 0x7f80u : 0x7c00u), found);
+  }
 }
 
 

@@ -216,6 +216,21 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       for (auto [i, u] : llvm::enumerate(unscale.getUnscaled()))
         grads[i] = u;
       skip = unscale.getFoundInf();
+    } else if (skipNonfinite && !adafactor) {
+      // AdamW and SGD skip in their kernels: the check only reads the
+      // gradients (no copy, no memory), a widened one before its widening
+      // (exact for inf and NaN; the widening may then fuse into the update).
+      // Not for Adafactor yet: its updates are primitive ops blended by the
+      // flag, which needs the non-finite entries zeroed (ptc.unscale_grads),
+      // a copy that runs on whole gradients (ZeRO would all-reduce them
+      // instead of reduce-scattering).
+      Location checkLoc = NameLoc::get(b.getStringAttr("optimizer:nonfinite"));
+      SmallVector<Value> checked;
+      for (Value g : grads) {
+        auto widen = g.getDefiningOp<ConvertOp>();
+        checked.push_back(widen ? widen.getInput() : g);
+      }
+      skip = AnyNonfiniteOp::create(b, checkLoc, scalar, checked, ArrayAttr());
     }
     Value gradNorm;
     if (maxGradNorm > 0.0) {
@@ -241,6 +256,11 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       resultAttrs.push_back(
           b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kGradNormAttrName, b.getUnitAttr())));
     }
+    if (skip) {
+      results.push_back(skip);
+      resultAttrs.push_back(
+          b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kSkippedAttrName, b.getUnitAttr())));
+    }
     if (scale) {
       results.push_back(scale);
       resultAttrs.push_back(
@@ -260,8 +280,12 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       // The step this update would be: Adafactor's decay needs it finite
       // (>= 1) even on a skipped step, whose results are then discarded.
       nextStep = AddOp::create(b, loc, stepArg, one);
-      step = skip ? Value(AddOp::create(b, loc, stepArg, SubOp::create(b, loc, one, skip)))
-                  : nextStep; // a skipped step does not count
+      // An overflow of dynamic loss scaling does not count; a step skipped
+      // for non-finite gradients does (the count stays rank-independent
+      // under pipeline stages, where the flag is computed per rank).
+      step = dynamicLossScale
+                 ? Value(AddOp::create(b, loc, stepArg, SubOp::create(b, loc, one, skip)))
+                 : nextStep;
     }
     if (scheduled) {
       scheduledLr = LrScheduleOp::create(b, NameLoc::get(b.getStringAttr("optimizer:lr")), scalar,
@@ -331,7 +355,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     }
     if (counted)
       update(step, "optimizer.step");
-    if (skip) {
+    if (dynamicLossScale) {
       auto next = LossScaleUpdateOp::create(b, loc, scalar, scalar, scaleExp, scaleGood, skip,
                                             b.getI64IntegerAttr(lossScaleWindow));
       update(next.getNewExponent(), "loss_scale.exponent");

@@ -119,6 +119,15 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     `warmup-steps` > 0), one `ptc.lr_schedule` computes each step's rate from
     the step count (`optimizer.step`, added for SGD too), every update reads
     it, and the step returns it as `ptc.lr` (the plan output `lr`).
+
+    With AdamW or SGD, a step whose gradients are not all finite changes nothing
+    (`skip-nonfinite`, on by default): `ptc.any_nonfinite` reads the gradients
+    and flags the step, every update takes the flag as its `skip`, and the step
+    returns it as `ptc.skipped` (the plan output `skipped`, which ptc-run
+    reports). The step count still advances on such a step (its learning rate
+    too), so that the count is the same value on every pipeline rank; with
+    dynamic loss scaling the scaling's own overflow flag does this, and an
+    overflowing step does not count.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
@@ -136,6 +145,10 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
            "Initial dynamic loss scale">,
     Option<"lossScaleWindow", "loss-scale-window", "int64_t", /*default=*/"1000",
            "Double the dynamic loss scale after this many steps without overflow">,
+    Option<"skipNonfinite", "skip-nonfinite", "bool", /*default=*/"true",
+           "Skip the update of a step whose gradients are not all finite (NaN or inf): "
+           "parameters and optimizer state stay as they were (ptc.any_nonfinite flags "
+           "the step; the plan output 'skipped' says so). AdamW and SGD">,
     Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",
            "Clip gradients to this global L2 norm (0: no clipping)">,
     Option<"lrSchedule", "lr-schedule", "std::string", /*default=*/"\"constant\"",

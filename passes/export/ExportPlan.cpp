@@ -397,6 +397,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         name = "loss_scale";
       else if (func.getResultAttr(i, PtcDialect::kLrAttrName))
         name = "lr";
+      else if (func.getResultAttr(i, PtcDialect::kSkippedAttrName))
+        name = "skipped";
       else if (func.getResultAttr(i, PtcDialect::kLogitsAttrName))
         name = "logits";
       else if (auto m = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kMetricAttrName))

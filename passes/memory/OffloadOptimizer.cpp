@@ -38,6 +38,7 @@ namespace {
 bool staysOnDevice(Operation *op) {
   return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, VocabParallelCrossEntropyOp,
              VocabParallelCrossEntropyGradOp, SendOp, RecvOp, MicrobatchSumOp, UnscaleGradsOp,
+             AnyNonfiniteOp,
              ClipGradNormOp, LossScaleOp, LossScaleUpdateOp, LrScheduleOp, TransferOp>(op);
 }
 

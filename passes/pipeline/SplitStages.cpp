@@ -475,20 +475,49 @@ LogicalResult Splitter::run() {
     return def && chunk.count(def) ? chunk[def] : -1;
   };
   SmallVector<Operation *> erase;
+  // The non-finite gradient check (ptc.unscale_grads by the constant 1) split
+  // per pipeline rank: its flag, the same on every rank (a maximum over pp),
+  // as each rank computes it; an op that reads it takes its own rank's.
+  llvm::DenseMap<Value, std::map<int, Value>> flagOfRank;
+  // A check's axes (dp, tp: what the gradients it reads are split over) and pp.
+  auto withPipeline = [&](std::optional<ArrayAttr> axes) {
+    SmallVector<StringRef> names;
+    if (axes)
+      for (Attribute a : *axes)
+        names.push_back(cast<StringAttr>(a).getValue());
+    names.push_back(meshAxisName(MeshAxisRole::Pipeline));
+    return b.getStrArrayAttr(names);
+  };
+  auto isNonfiniteCheck = [](Operation *op) {
+    auto unscale = dyn_cast<UnscaleGradsOp>(op);
+    return isa<AnyNonfiniteOp>(op) ||
+           (unscale && unscale.getScale().getDefiningOp<arith::ConstantOp>());
+  };
   for (Operation *op : ops) {
     if (perMb.contains(op))
       continue;
-    if (isa<AllReduceOp, ClipGradNormOp>(op)) {
-      // Group operands by the pipeline rank that holds them.
+    if (isa<AllReduceOp, ClipGradNormOp>(op) || isNonfiniteCheck(op)) {
+      const bool check = isa<UnscaleGradsOp>(op); // its last operand is the scale
+      // Group operands by the pipeline rank that holds them (the check's
+      // constant scale aside).
       std::map<int, SmallVector<unsigned>> byRank;
       for (auto [i, v] : llvm::enumerate(op->getOperands()))
-        byRank[rankOfChunk(stepChunk(v))].push_back(static_cast<unsigned>(i));
+        if (!check || i + 1 < op->getNumOperands())
+          byRank[rankOfChunk(stepChunk(v))].push_back(static_cast<unsigned>(i));
       if (byRank.size() > 1 && byRank.count(-1))
         return op->emitOpError() << "mixes values of no pipeline stage with staged ones";
       if (byRank.size() == 1) {
         chunk[op] = stepChunk(op->getOperand(byRank.begin()->second.front()));
         if (auto clip = dyn_cast<ClipGradNormOp>(op); clip && ranks > 1)
           clip.setAxesAttr(b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
+        if (auto unscale = dyn_cast<UnscaleGradsOp>(op); unscale && ranks > 1) {
+          unscale.setAxesAttr(b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
+          flagOfRank[unscale.getFoundInf()][byRank.begin()->first] = unscale.getFoundInf();
+        }
+        if (auto any = dyn_cast<AnyNonfiniteOp>(op); any && ranks > 1) {
+          any.setAxesAttr(withPipeline(any.getAxes()));
+          flagOfRank[any.getFlag()][byRank.begin()->first] = any.getFlag();
+        }
         continue;
       }
       b.setInsertionPoint(op);
@@ -503,6 +532,19 @@ LogicalResult Splitter::run() {
         Operation *part;
         if (auto ar = dyn_cast<AllReduceOp>(op)) {
           part = AllReduceOp::create(b, op->getLoc(), ValueRange(operands), ar.getAxes());
+        } else if (auto unscale = dyn_cast<UnscaleGradsOp>(op)) {
+          SmallVector<Type> types;
+          for (Value v : operands)
+            types.push_back(v.getType());
+          types.push_back(unscale.getFoundInf().getType());
+          part = UnscaleGradsOp::create(
+              b, op->getLoc(), types, operands, unscale.getScale(),
+              b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
+          flagOfRank[unscale.getFoundInf()][rank] = part->getResults().back();
+        } else if (auto any = dyn_cast<AnyNonfiniteOp>(op)) {
+          part = AnyNonfiniteOp::create(b, op->getLoc(), any.getFlag().getType(), operands,
+                                        withPipeline(any.getAxes()));
+          flagOfRank[any.getFlag()][rank] = part->getResult(0);
         } else {
           auto clip = cast<ClipGradNormOp>(op);
           SmallVector<Type> types;
@@ -514,8 +556,9 @@ LogicalResult Splitter::run() {
           if (first) // every rank computes the same norm; keep rank 0's
             clip.getNorm().replaceAllUsesWith(part->getResults().back());
         }
-        for (auto [k, i] : llvm::enumerate(idx))
-          op->getResult(i).replaceAllUsesWith(part->getResult(static_cast<unsigned>(k)));
+        if (!isa<AnyNonfiniteOp>(op)) // result i is operand i's
+          for (auto [k, i] : llvm::enumerate(idx))
+            op->getResult(i).replaceAllUsesWith(part->getResult(static_cast<unsigned>(k)));
         for (NamedAttribute a : op->getDiscardableAttrs())
           part->setAttr(a.getName(), a.getValue());
         chunk[part] = c;
@@ -530,6 +573,8 @@ LogicalResult Splitter::run() {
     int c = -1;
     std::optional<int> rank;
     for (Value v : op->getOperands()) {
+      if (flagOfRank.count(v))
+        continue; // the reader's own rank's copy, below
       int k = stepChunk(v);
       if (k < 0)
         continue;
@@ -543,8 +588,44 @@ LogicalResult Splitter::run() {
       rank = rankOfChunk(k);
       c = c < 0 ? k : std::min(c, k);
     }
+    const std::map<int, Value> *flag = nullptr;
+    for (Value v : op->getOperands())
+      if (auto it = flagOfRank.find(v); it != flagOfRank.end())
+        flag = &it->second;
+    if (flag && !rank && op->getNumResults() == 1) {
+      // Derived from the flag alone (Adafactor's 1 - skip): one copy per rank.
+      Value derived = op->getResult(0);
+      b.setInsertionPoint(op);
+      std::map<int, Value> copies;
+      for (auto &[r, v] : *flag) {
+        Operation *copy = b.clone(*op);
+        for (OpOperand &use : copy->getOpOperands())
+          if (auto it = flagOfRank.find(use.get()); it != flagOfRank.end())
+            use.set(it->second.at(r));
+        chunk[copy] = stepChunk(v);
+        copies[r] = copy->getResult(0);
+      }
+      flagOfRank[derived] = std::move(copies);
+      erase.push_back(op);
+      continue;
+    }
+    for (OpOperand &use : op->getOpOperands()) {
+      auto it = flagOfRank.find(use.get());
+      if (it == flagOfRank.end())
+        continue;
+      auto own = it->second.find(rank.value_or(-1));
+      if (own == it->second.end())
+        return op->emitOpError() << "reads the non-finite gradient flag but holds no value of "
+                                    "a pipeline rank that computes it";
+      use.set(own->second);
+    }
     chunk[op] = c;
   }
+  // What still reads a split flag (the step's `ptc.skipped` result) reads
+  // rank 0's, as the clipped norm (outputs are read on pipeline rank 0).
+  for (auto &[flag, copies] : flagOfRank)
+    if (flag != copies.begin()->second)
+      flag.replaceAllUsesWith(copies.begin()->second);
   for (Operation *op : erase) {
     chunk.erase(op);
     op->erase();

@@ -22,6 +22,10 @@
 #include "passes/sharding/ShardingPhases.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <functional>
 
 namespace mlir::ptc {
 #define GEN_PASS_DEF_PARTITIONPASS
@@ -56,6 +60,8 @@ private:
   LogicalResult setResult(Value r, const Sharding &s, Operation *where);
   LogicalResult processOp(Operation *op);
   LogicalResult processReturn(func::ReturnOp ret);
+  /// Points each non-finite gradient check at what its updates read.
+  void sinkNonfiniteChecks();
   /// Inserts `scale(r, factor)` after r's producer, redirects r's other uses
   /// to it and returns it.
   Value rescale(Value r, double factor);
@@ -432,6 +438,7 @@ LogicalResult Partitioner::run() {
     if (failed(processOp(op)))
       return failure();
   }
+  sinkNonfiniteChecks();
   // 3. Record the shardings (inserted ops too), retype the function.
   Builder builder(func.getContext());
   for (Operation &op : block) {
@@ -454,6 +461,96 @@ LogicalResult Partitioner::run() {
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   func.setType(builder.getFunctionType(block.getArgumentTypes(), ret.getOperandTypes()));
   return success();
+}
+
+// ptc-optimizer's non-finite check (skip-nonfinite) reads the whole
+// gradients; once partitioned, it reads what each update it guards reads (a
+// ZeRO shard, a tensor-parallel block), right before the first of them, and
+// takes the flag's maximum over the mesh axes those are split over. Checking
+// the whole gradients would gather each tp-split one for the check alone, and
+// keep ZeRO's whole gradients alive until the check. What was made only for
+// the old check (those gathers) goes with it.
+void Partitioner::sinkNonfiniteChecks() {
+  Block &block = func.getBody().front();
+  SmallVector<AnyNonfiniteOp> checks(block.getOps<AnyNonfiniteOp>());
+  for (AnyNonfiniteOp check : checks) {
+    SmallVector<Operation *> updates;
+    bool onlyUpdates = true;
+    for (Operation *user : check.getFlag().getUsers()) {
+      if (isa<func::ReturnOp>(user))
+        continue; // the step's 'skipped' output
+      onlyUpdates &= isa<AdamWUpdateOp, SgdUpdateOp>(user);
+      updates.push_back(user);
+    }
+    if (updates.empty() || !onlyUpdates)
+      continue;
+    Operation *first = updates.front();
+    for (Operation *u : updates)
+      if (u->isBeforeInBlock(first))
+        first = u;
+    // The gradients' producers between the updates move up before them.
+    std::function<void(Value)> hoist = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (!def || def->getBlock() != &block || def->isBeforeInBlock(first))
+        return;
+      for (Value operand : def->getOperands())
+        hoist(operand);
+      def->moveBefore(first);
+    };
+    SmallVector<Value> grads;
+    llvm::SmallSetVector<int, 4> axes;
+    for (Operation *u : updates) {
+      Value g = u->getOperand(1);
+      if (auto widen = g.getDefiningOp<ConvertOp>()) // checked before its widening
+        g = widen.getInput();
+      if (llvm::is_contained(grads, g))
+        continue;
+      grads.push_back(g);
+      hoist(g);
+      for (const DimShard &d : sharding(g).dims)
+        if (d.axis >= 0)
+          for (int part : mesh.parts(d.axis))
+            axes.insert(part);
+    }
+    SmallVector<int> sorted(axes.begin(), axes.end());
+    llvm::sort(sorted);
+    SmallVector<StringRef> names;
+    for (int a : sorted)
+      names.push_back(mesh.axes[a]);
+    b.setInsertionPoint(first);
+    auto fresh = AnyNonfiniteOp::create(b, check.getLoc(), check.getFlag().getType(), grads,
+                                        names.empty() ? ArrayAttr() : b.getStrArrayAttr(names));
+    shardings[fresh.getFlag()] = sharding(check.getFlag());
+    globalType[fresh.getFlag()] = global(check.getFlag());
+    check.getFlag().replaceAllUsesWith(fresh.getFlag());
+    llvm::SetVector<Operation *> made;
+    for (Value v : check.getOperands())
+      if (Operation *def = v.getDefiningOp())
+        made.insert(def);
+    check.erase();
+    llvm::DenseSet<Operation *> erased;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < made.size(); ++i) {
+        Operation *def = made[i];
+        if (erased.contains(def) || !def->use_empty() || !isMemoryEffectFree(def))
+          continue;
+        for (Value v : def->getOperands())
+          if (Operation *producer = v.getDefiningOp())
+            made.insert(producer);
+        for (Collective &c : collectives)
+          if (c.op == def)
+            c.op = nullptr;
+        for (Value r : def->getResults()) {
+          shardings.erase(r);
+          globalType.erase(r);
+        }
+        def->erase();
+        erased.insert(def);
+        changed = true;
+      }
+    }
+  }
 }
 
 } // namespace

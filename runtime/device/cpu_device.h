@@ -180,6 +180,11 @@ public:
     *norm = kernels::cpu::clipByNorm(grads, sizes, outs, maxNorm, static_cast<double>(*sumSquares));
     return Status::ok();
   }
+  Status anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
+                      const std::vector<FloatType> &types, float *found) override {
+    *found = kernels::cpu::anyNonfinite(tensors, sizes, types) ? 1.0f : 0.0f;
+    return Status::ok();
+  }
   Status unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
                  const std::vector<float *> &outs, const float *scale, float *found) override {
     float inv = 1.0f / *scale;

@@ -303,6 +303,11 @@ public:
     g::unscale(grads, sizes, outs, scale, found, compute_);
     return launched("gradient unscaling");
   }
+  Status anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
+                      const std::vector<FloatType> &types, float *found) override {
+    g::anyNonfinite(tensors, sizes, types, found, compute_);
+    return launched("the non-finite gradient check");
+  }
 
 private:
   CudaDevice() = default;

@@ -195,6 +195,11 @@ public:
   virtual Status unscale(const std::vector<const float *> &grads,
                          const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
                          const float *scale, float *found) = 0;
+  /// *found = 1 if any element of any tensor is not finite (inf, NaN), else
+  /// 0; reads the tensors only, each in its own float type (`types`).
+  virtual Status anyNonfinite(const std::vector<const void *> &tensors,
+                              const std::vector<int64_t> &sizes,
+                              const std::vector<FloatType> &types, float *found) = 0;
 };
 
 /// A growable block of device memory (collective staging, stash entries).

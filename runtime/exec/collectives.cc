@@ -24,6 +24,7 @@ std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan)
     switch (inst->op()) {
     case OpCode::AllReduce:
     case OpCode::UnscaleGrads:
+    case OpCode::AnyNonfinite:
     case OpCode::ClipGradNorm:
       if (ints && ints->size() > 0)
         groups.insert(std::vector<int>(ints->begin(), ints->end()));

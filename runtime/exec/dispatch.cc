@@ -27,6 +27,8 @@ static_assert(static_cast<size_t>(OpCode::MAX) + 1 == kernels::kNumOpKinds,
 bool movesStoredBytes(OpCode op) {
   return op == OpCode::ShardSlice || op == OpCode::AllGather || op == OpCode::AllToAll;
 }
+/// Reads its float inputs in their own type (no widened copies).
+bool readsAnyFloatType(OpCode op) { return op == OpCode::AnyNonfinite; }
 } // namespace
 
 kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
@@ -135,7 +137,7 @@ Status Executor::runKernel(const plan::Instruction &inst) {
       return d.launch(call);
     return runWidened(inst, [&] { return d.launch(kernelCall(inst)); });
   }
-  if (movesStoredBytes(inst.op()))
+  if (movesStoredBytes(inst.op()) || readsAnyFloatType(inst.op()))
     return runHostOp(inst);
   return runWidened(inst, [&] { return runHostOp(inst); });
 }
@@ -235,6 +237,23 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
     if (inst.ints() && inst.ints()->size() > 0 && comm_) {
       std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
       return allReduceSmall(O(n), 1, axes, /*max=*/true, "the gradient overflow flag");
+    }
+    return Status::ok();
+  }
+  case OpCode::AnyNonfinite: {
+    std::vector<const void *> tensors;
+    std::vector<int64_t> sizes;
+    std::vector<FloatType> types;
+    for (size_t t = 0; t < in.size(); ++t) {
+      const int32_t id = in[static_cast<flatbuffers::uoffset_t>(t)];
+      tensors.push_back(data(id));
+      sizes.push_back(N(t));
+      types.push_back(kernels::floatTypeOf(static_cast<kernels::DType>(T(id).dtype)));
+    }
+    PTC_RETURN_IF_ERROR(d.anyNonfinite(tensors, sizes, types, O(0)));
+    if (inst.ints() && inst.ints()->size() > 0 && comm_) {
+      std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+      return allReduceSmall(O(0), 1, axes, /*max=*/true, "the non-finite gradient flag");
     }
     return Status::ok();
   }

@@ -810,6 +810,19 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "unscaled gradient"));
     PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scale"));
     return expectShape(out(out_.size() - 1), {}, "overflow flag");
+  case ShapeRule::AnyNonfinite:
+    if (in_.empty())
+      return fail("expects at least one tensor to check");
+    // Any float tensors (a bf16 model's bf16 gradients), an f32 flag.
+    for (size_t i = 0; i < in_.size(); ++i)
+      if (tensors_[in_[i]].dtype == DType::I32)
+        return fail("input #", i, " ('", tensors_[in_[i]].name, "') is i32, expected a float type");
+    if (tensors_[out_[0]].dtype != DType::F32)
+      return fail("output #0 is ", dtypeName(tensors_[out_[0]].dtype), ", expected F32");
+    for (int64_t a : ints_)
+      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
+        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
+    return expectShape(out(0), {}, "flag");
   case ShapeRule::Channel:
     return Status::ok(); // the table fixes its operands; the schedule checks its channel
   case ShapeRule::MicrobatchSum:
@@ -852,6 +865,7 @@ Status checkPlacement(const plan::Instruction &inst, const std::vector<TensorInf
     case OpCode::MicrobatchSum:
     case OpCode::ClipGradNorm:
     case OpCode::UnscaleGrads:
+    case OpCode::AnyNonfinite:
     case OpCode::LossScale:
     case OpCode::LossScaleUpdate:
     case OpCode::LrSchedule:

@@ -216,6 +216,8 @@ Status ProgressPrinter::afterStep(TrainingSession &session, const StepResult &r)
     std::snprintf(buf, sizeof buf, " | grad norm %.4g", *r.gradNorm);
     line += buf;
   }
+  if (r.skipped)
+    line += " | update skipped";
   if (auto moe = worstMoeLoad(r)) {
     std::snprintf(buf, sizeof buf, " | MoE load max/mean %.2f (%s)", moe->first, moe->second.c_str());
     line += buf;

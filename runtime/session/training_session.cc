@@ -189,6 +189,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   gradNormId_ = plan.findOutput("grad_norm");
   lossScaleId_ = plan.findOutput("loss_scale");
   lrId_ = plan.findOutput("lr");
+  skippedId_ = plan.findOutput("skipped");
   if (plan.plan().outputs())
     for (const plan::Output *o : *plan.plan().outputs())
       if (o->name() && o->name()->string_view().substr(0, 7) == "metric:")
@@ -500,16 +501,58 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
     r.lossScale = readScalar(lossScaleId_);
   if (lrId_ >= 0)
     r.lr = readScalar(lrId_);
+  // Outputs made on another pipeline rank are read on pipeline rank 0.
+  if (skippedId_ >= 0 && pipelineRank_ == 0)
+    r.skipped = readScalar(skippedId_) != 0.0f;
   for (const auto &[name, id] : metricIds_) {
     auto whole = executor_->gatherWhole(id); // every rank takes part
     if (!whole.isOk())
       return whole.status();
     r.metrics.push_back({name, std::move(*whole)});
   }
-  if (!std::isfinite(r.loss))
-    return invalidArgument("loss is ", r.loss,
-                           "; stopping (lower the learning rate or enable max-grad-norm)");
+  PTC_RETURN_IF_ERROR(checkFinite(r));
   return r;
+}
+
+Status TrainingSession::checkFinite(const StepResult &r) {
+  if (pipelineRank_ != 0)
+    return Status::ok(); // rank 0 of the pipeline reads the step's outputs and decides
+  const bool lossFinite = std::isfinite(r.loss);
+  const bool normFinite = !r.gradNorm || std::isfinite(*r.gradNorm);
+  // With dynamic loss scaling a skipped step is an overflow, the scaling's
+  // own business; without it, non-finite gradients.
+  const bool nonfinite = !lossFinite || !normFinite || (r.skipped && lossScaleId_ < 0);
+  if (!nonfinite) {
+    skippedInARow_ = 0;
+    return Status::ok();
+  }
+  char what[96];
+  std::snprintf(what, sizeof what, "the loss is %g%s", static_cast<double>(r.loss),
+                lossFinite ? " and the gradients are not finite" : "");
+  if (skippedId_ >= 0 && !r.skipped)
+    return invalidArgument(what, " while the gradients are finite; stopping: this step's update "
+                           "was applied");
+  if (skippedId_ < 0)
+    return invalidArgument(what, "; stopping: this step's update was applied (the plan has "
+                           "no non-finite check: skip-nonfinite=false, or Adafactor), so the parameters may no longer "
+                           "be finite and are not saved; lower the learning rate, enable "
+                           "max-grad-norm, or compile with skip-nonfinite=true (AdamW, SGD)");
+  if (options_.stopOnNonfinite)
+    return invalidArgument(what, "; stopping (--on-nonfinite=stop): the update was skipped, the "
+                           "parameters and optimizer state are those before this step");
+  if (++skippedInARow_ >= options_.maxSkippedSteps && options_.maxSkippedSteps > 0)
+    return invalidArgument(what, "; stopping: ", skippedInARow_,
+                           " steps in a row had non-finite gradients and were skipped "
+                           "(--max-skipped-steps ", options_.maxSkippedSteps,
+                           "): the data or the model is broken, not one batch");
+  if (leader()) {
+    std::fprintf(stderr,
+                 "ptc-run: warning: step %lld: %s: the update was skipped (parameters and "
+                 "optimizer state unchanged)\n",
+                 static_cast<long long>(r.step + 1), what);
+    std::fflush(stderr);
+  }
+  return Status::ok();
 }
 
 void TrainingSession::loseNodeForTest(const std::string &hostfile, int64_t lostRanks, int64_t step) {
@@ -610,7 +653,7 @@ Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<Sess
     auto result = runStep(step);
     watchdog.end();
     if (!result.isOk())
-      return invalidArgument("step ", step, ": ", result.status().message());
+      return invalidArgument("step ", step + 1, ": ", result.status().message());
     result->elapsedSeconds =
         elapsedBase_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (SessionHook *h : hooks)

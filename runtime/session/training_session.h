@@ -40,6 +40,11 @@ struct SessionOptions {
   /// ones; a value: both).
   double collectiveTimeout = 0;
   double stepTimeout = 3600.0; // 0: off
+  /// A step whose loss or gradients are not finite: the plan skips its update
+  /// (plans compiled with skip-nonfinite, the default); the run warns and goes
+  /// on, or with this stops with an error naming the step.
+  bool stopOnNonfinite = false;
+  int64_t maxSkippedSteps = 10; // such steps in a row that stop the run (0: no limit)
   /// Runs when the step watchdog ends the process (before it exits).
   std::function<void()> onStepTimeout;
   /// Where the executor writes the instruction it is running (Executor::setProgress).
@@ -94,6 +99,7 @@ struct StepResult {
   std::optional<float> gradNorm;  // plans clipping gradients (NaN on a skipped step)
   std::optional<float> lossScale; // plans with dynamic loss scaling
   std::optional<float> lr;        // plans with a learning-rate schedule (this step's rate)
+  bool skipped = false;           // the plan skipped this step's update (non-finite gradients)
   double seconds = 0.0;           // this step
   double elapsedSeconds = 0.0;    // since the run started
   int64_t tokens = 0;             // tokens of the global batch
@@ -190,7 +196,11 @@ private:
   std::string deviceText_;
   double collectiveTimeout_ = 0; // as requested (0: the plan's default)
   int pipelineRank_ = 0;
-  int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, tokensId_ = -1, targetsId_ = -1;
+  int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, skippedId_ = -1,
+          tokensId_ = -1, targetsId_ = -1;
+  int64_t skippedInARow_ = 0; // steps with non-finite gradients, the latest ones
+  /// Checks a step's loss and gradients (ptc-run --on-nonfinite).
+  Status checkFinite(const StepResult &r);
   std::vector<std::pair<std::string, int32_t>> metricIds_;
   int64_t batch_ = 0, seq_ = 0, vocab_ = 65536;
   std::vector<int32_t> wholeTokens_, wholeTargets_;

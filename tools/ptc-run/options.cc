@@ -83,6 +83,10 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
                       collectives, 600 s for coordination such as checkpoint agreement)
   --step-timeout S    end the run with an error when one training step takes more than S
                       seconds, whatever it waits for (a device, a peer; default 3600; 0: off)
+  --on-nonfinite A    a step whose loss or gradients are not finite (NaN, inf): skip (default:
+                      the plan leaves parameters and optimizer state unchanged, a warning names
+                      the step) or stop (an error naming the step; nothing of it is applied)
+  --max-skipped-steps N  with skip: stop after N such steps in a row (default 10; 0: no limit)
 )";
 
 /// What an option's value must be.
@@ -124,6 +128,7 @@ const OptionRow kOptions[] = {
     {"--offload-dir", Kind::Text, &RunOptions::offloadDir},
     {"--device", Kind::Text, &RunOptions::device},
     {"--comm", Kind::Text, &RunOptions::comm},
+    {"--on-nonfinite", Kind::Text, &RunOptions::onNonfinite},
     {"--np", Kind::Count, &RunOptions::ranks},
     {"--steps", Kind::Count, &RunOptions::steps},
     {"--seed", Kind::Count, &RunOptions::seed},
@@ -135,6 +140,7 @@ const OptionRow kOptions[] = {
     {"--max-restarts", Kind::Count, &RunOptions::maxRestarts},
     {"--max-shard-mb", Kind::Count, &RunOptions::maxShardMb},
     {"--log-every", Kind::Count, &RunOptions::logEvery},
+    {"--max-skipped-steps", Kind::Count, &RunOptions::maxSkippedSteps},
     {"--threads", Kind::Count, &RunOptions::threads},
     {"--collective-timeout", Kind::Seconds, &RunOptions::collectiveTimeout},
     {"--step-timeout", Kind::SecondsOrOff, &RunOptions::stepTimeout},
@@ -189,6 +195,8 @@ bool setValue(const OptionRow &row, const std::string &value, RunOptions &out) {
 bool checkTogether(RunOptions &o) {
   if (o.comm != "auto" && o.comm != "mpi" && o.comm != "nccl")
     return error("unknown --comm '" + o.comm + "' (expected mpi, nccl or auto)");
+  if (o.onNonfinite != "skip" && o.onNonfinite != "stop")
+    return error("unknown --on-nonfinite '" + o.onNonfinite + "' (expected skip or stop)");
   if (o.has("--np") && (o.ranks < 1 || o.ranks > kMaxMeshDevices))
     return error("--np " + std::to_string(o.ranks) + " must be 1 to " +
                  std::to_string(kMaxMeshDevices) + " ranks");

@@ -19,11 +19,11 @@ struct RunOptions {
   // Paths and names ("" when not given).
   std::string data, dataBlend, evalData, init, save, checkpointDir, resume, hostfile, metrics,
       metricsCsv, tensorboard, trace, offloadDir;
-  std::string device = "auto", comm = "auto";
+  std::string device = "auto", comm = "auto", onNonfinite = "skip";
   // Counts.
   int64_t steps = 100, seed = 1337, shuffle = 0, evalEvery = 100, evalSteps = 10,
           checkpointEvery = 0, keepLast = 0, maxRestarts = 0, maxShardMb = 5000, logEvery = 10,
-          threads = 0, ranks = 0;
+          threads = 0, ranks = 0, maxSkippedSteps = 10;
   // Seconds and rates (0: the default the option's help names).
   double collectiveTimeout = 0.0, stepTimeout = 3600.0, peakTflops = 0.0;
   /// The options given on the command line ("--steps", ...).

@@ -106,6 +106,8 @@ int runMain(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(o.seed);
   options.collectiveTimeout = o.collectiveTimeout;
   options.stepTimeout = o.stepTimeout;
+  options.stopOnNonfinite = o.onNonfinite == "stop";
+  options.maxSkippedSteps = o.maxSkippedSteps;
   options.instructionProgress = statusInstructionSlot();
   // The watchdog's message is this rank's error: the status file says so, and
   // the launcher does not report the rank as dead without a word.

@@ -64,6 +64,8 @@ const std::vector<KeyDef> &schema() {
       {"training", "shuffle", Kind::Int, "seed of a shuffled window order (each window once per epoch)"},
       {"training", "seed", Kind::Int, "seed of the initial parameters"},
       {"training", "max_grad_norm", Kind::Float, "global gradient-norm clipping (0: off)"},
+      {"training", "on_nonfinite", Kind::String, "a step with non-finite loss or gradients: skip its update (and warn) or stop", {"skip", "stop"}},
+      {"training", "max_skipped_steps", Kind::Int, "with skip: stop after this many such steps in a row (0: no limit)"},
       {"training", "init", Kind::String, "initial weights: safetensors or a Hugging Face folder"},
       {"training", "save", Kind::String, "final weights (safetensors; a path ending in / : HF shards)"},
       {"training", "device", Kind::String, "cpu, cuda or auto", {"cpu", "cuda", "auto", "cpu-discrete"}},
@@ -578,11 +580,13 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
                            {"eval.steps", "--eval-steps"}, {"metrics.log_every", "--log-every"},
                            {"checkpoint.every", "--checkpoint-every"},
                            {"checkpoint.keep_last", "--keep-last"},
-                           {"checkpoint.max_restarts", "--max-restarts"}})
+                           {"checkpoint.max_restarts", "--max-restarts"},
+                           {"training.max_skipped_steps", "--max-skipped-steps"}})
     if (const Value *v = get(key))
       r.insert(r.end(), {flag, std::to_string(v->i)});
   for (auto [key, flag] : {std::pair{"training.init", "--init"}, {"training.save", "--save"},
-                           {"training.device", "--device"}, {"eval.data", "--eval-data"}})
+                           {"training.device", "--device"}, {"eval.data", "--eval-data"},
+                           {"training.on_nonfinite", "--on-nonfinite"}})
     if (const Value *v = get(key))
       r.insert(r.end(), {flag, v->s});
   if (const Value *v = get("metrics.peak_tflops"))

@@ -598,3 +598,11 @@ func.func @attention_qkv_grad_batch(%qkv: tensor<2x16x64xf32>, %g: tensor<2x8x4x
   %0 = ptc.causal_attention_qkv_grad %qkv, %g {scale = 0.5 : f64} : tensor<2x16x64xf32>, tensor<2x8x4x8xf32>
   return %0 : tensor<2x16x64xf32>
 }
+
+// -----
+
+func.func @nonfinite_check_nothing() -> tensor<f32> {
+  // expected-error @+1 {{'ptc.any_nonfinite' op needs at least one tensor to check}}
+  %0 = "ptc.any_nonfinite"() : () -> tensor<f32>
+  return %0 : tensor<f32>
+}

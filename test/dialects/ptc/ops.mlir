@@ -133,3 +133,10 @@ func.func @train_step(%w: tensor<4x8xf32> {ptc.param = "fc.weight"}, %x: tensor<
   %0 = ptc.matmul %x, %w {transpose_rhs = true} : tensor<2x8xf32>, tensor<4x8xf32> -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
 }
+
+// CHECK-LABEL: func.func @nonfinite_check
+func.func @nonfinite_check(%g0: tensor<128x64xf32>, %g1: tensor<64xbf16>) -> tensor<f32> {
+  // CHECK: ptc.any_nonfinite %{{.*}}, %{{.*}} {axes = ["dp"]} : tensor<128x64xf32>, tensor<64xbf16> -> tensor<f32>
+  %0 = ptc.any_nonfinite %g0, %g1 {axes = ["dp"]} : tensor<128x64xf32>, tensor<64xbf16> -> tensor<f32>
+  return %0 : tensor<f32>
+}

@@ -7,7 +7,7 @@
 // CHECK-LABEL: func.func @mlp
 // CHECK-SAME: {ptc.state = "loss_scale.exponent"}
 // CHECK-SAME: {ptc.state = "loss_scale.good_steps"}
-// CHECK-SAME: -> (tensor<f32> {ptc.loss}, tensor<f32> {ptc.loss_scale}
+// CHECK-SAME: -> (tensor<f32> {ptc.loss}, tensor<f32> {ptc.skipped}, tensor<f32> {ptc.loss_scale}
 // CHECK: %[[SCALE:.+]] = ptc.loss_scale %{{.*}} {initial = 1.024000e+03 : f64} : tensor<f32>
 // CHECK: ptc.cross_entropy_grad %{{.*}}, %{{.*}}, %[[SCALE]]
 // CHECK: %[[U:.+]]:2, %[[INF:.+]] = ptc.unscale_grads %{{.*}} by %[[SCALE]]

@@ -10,12 +10,15 @@
 // ADAMW-SAME: {ptc.state = "b.exp_avg", ptc.state_of = {param = "b"}}
 // ADAMW-SAME: {ptc.state = "b.exp_avg_sq", ptc.state_of = {param = "b"}}
 // ADAMW-SAME: {ptc.input = "x"}
-// ADAMW-SAME: -> (tensor<f32> {ptc.loss}, tensor<f32> {ptc.grad_norm}, tensor<3x4xf32> {ptc.update = "w"}, tensor<3x4xf32> {ptc.update = "w.exp_avg"}, tensor<3x4xf32> {ptc.update = "w.exp_avg_sq"}, tensor<3xf32> {ptc.update = "b"}, tensor<3xf32> {ptc.update = "b.exp_avg"}, tensor<3xf32> {ptc.update = "b.exp_avg_sq"}, tensor<f32> {ptc.update = "optimizer.step"})
+// ADAMW-SAME: -> (tensor<f32> {ptc.loss}, tensor<f32> {ptc.grad_norm}, tensor<f32> {ptc.skipped}, tensor<3x4xf32> {ptc.update = "w"}, tensor<3x4xf32> {ptc.update = "w.exp_avg"}, tensor<3x4xf32> {ptc.update = "w.exp_avg_sq"}, tensor<3xf32> {ptc.update = "b"}, tensor<3xf32> {ptc.update = "b.exp_avg"}, tensor<3xf32> {ptc.update = "b.exp_avg_sq"}, tensor<f32> {ptc.update = "optimizer.step"})
+// A step whose gradients are not all finite is skipped (skip-nonfinite): one
+// flag, read by every update and returned as ptc.skipped.
+// ADAMW: %[[BAD:.+]] = ptc.any_nonfinite %{{.*}}, %{{.*}} : tensor<3x4xf32>, tensor<3xf32> -> tensor<f32>
 // ADAMW: %[[C:.+]]:2, %[[NORM:.+]] = ptc.clip_grad_norm %{{.*}}, %{{.*}} {max_norm = 2.000000e+00 : f64}
 // ADAMW: %[[T1:.+]] = ptc.add %[[T]], %{{.*}} : tensor<f32>, tensor<f32> -> tensor<f32>
-// ADAMW: ptc.adamw_update %[[W]], %[[C]]#0, %[[WM]], %[[WV]], %[[T1]] {beta1 = 8.000000e-01 : f64, beta2 = 9.000000e-01 : f64, eps = 9.9999999999999995E-7 : f64, lr = 5.000000e-01 : f64, weight_decay = 2.500000e-01 : f64}
+// ADAMW: ptc.adamw_update %[[W]], %[[C]]#0, %[[WM]], %[[WV]], %[[T1]] skip(%[[BAD]] : tensor<f32>) {beta1 = 8.000000e-01 : f64, beta2 = 9.000000e-01 : f64, eps = 9.9999999999999995E-7 : f64, lr = 5.000000e-01 : f64, weight_decay = 2.500000e-01 : f64}
 // ADAMW: ptc.adamw_update %[[B]], %[[C]]#1, {{.*}} weight_decay = 0.000000e+00 : f64}
-// ADAMW: return %{{.*}}, %[[NORM]],
+// ADAMW: return %{{.*}}, %[[NORM]], %[[BAD]],
 
 // With SGD there is one momentum buffer per parameter, no step counter, no clipping.
 // SGD-LABEL: func.func @step

@@ -3,13 +3,13 @@
 
 // The tensor table: parameters with their initializers, optimizer state,
 // inputs, arena temporaries, and the loss seed as a constant.
-// CHECK: "format_version": 13,
+// CHECK: "format_version": 14,
 // CHECK: "producer": "ptc-opt",
 // Model FLOPs per step: 3x the forward matmul's 2*M*N*K = 2*2*3*4.
 // CHECK: "model_flops": 144.0,
 // CHECK: "optimizer": "sgd",
 // CHECK: "arena_bytes": 256,
-// CHECK: "arena_bytes_unshared": 320,
+// CHECK: "arena_bytes_unshared": 384,
 // CHECK: {"id":0,"name":"w","kind":"Parameter","dtype":"F32","shape":[3,4],"init":"Normal","init_std":0.5},
 // CHECK: {"id":1,"name":"b","kind":"Parameter","dtype":"F32","shape":[3],"init":"Ones"},
 // CHECK: {"id":2,"name":"w.momentum_buffer","kind":"OptimizerState","dtype":"F32","shape":[3,4]},
@@ -21,17 +21,19 @@
 
 // One instruction per op, with its source location (the bias add is the
 // forward matmul's third input: ptc-fuse-matmul-bias); the updates write
-// their parameter and state in place (outputs = the argument tensors).
+// their parameter and state in place (outputs = the argument tensors), each
+// skipped when the gradients are not all finite (the AnyNonfinite flag).
 // CHECK: "instructions": [
-// CHECK-NEXT: {"op":"Matmul","inputs":[4,0,1],"outputs":[6],"ints":[0,1],"location":"{{.*}}export-plan.mlir:39:8"},
+// CHECK-NEXT: {"op":"Matmul","inputs":[4,0,1],"outputs":[6],"ints":[0,1],"location":"{{.*}}export-plan.mlir:41:8"},
 // CHECK-NEXT: {"op":"CrossEntropy","inputs":[6,5],"outputs":[7],
 // CHECK-NEXT: {"op":"CrossEntropyGrad","inputs":[6,5,8],"outputs":[9],
 // CHECK-NEXT: {"op":"ReduceSum","inputs":[9],"outputs":[10],"ints":[0],
 // CHECK-NEXT: {"op":"Matmul","inputs":[9,4],"outputs":[11],"ints":[1,0],
-// CHECK-NEXT: {"op":"SgdUpdate","inputs":[0,11,2],"outputs":[0,2],"floats":[0.5,0.25,0.0],"location":"optimizer:w"},
-// CHECK-NEXT: {"op":"SgdUpdate","inputs":[1,10,3],"outputs":[1,3],"floats":[0.5,0.25,0.0],"location":"optimizer:b"}
+// CHECK-NEXT: {"op":"AnyNonfinite","inputs":[11,10],"outputs":[12],"location":"optimizer:nonfinite"},
+// CHECK-NEXT: {"op":"SgdUpdate","inputs":[0,11,2,12],"outputs":[0,2],"floats":[0.5,0.25,0.0],"location":"optimizer:w"},
+// CHECK-NEXT: {"op":"SgdUpdate","inputs":[1,10,3,12],"outputs":[1,3],"floats":[0.5,0.25,0.0],"location":"optimizer:b"}
 // CHECK-NEXT: ],
-// CHECK-NEXT: "outputs": {"loss":7}
+// CHECK-NEXT: "outputs": {"loss":7,"skipped":12}
 
 func.func @train_step(%w: tensor<3x4xf32> {ptc.param = "w", ptc.init = "normal:0.5"},
                       %b: tensor<3xf32> {ptc.param = "b", ptc.init = "ones"},

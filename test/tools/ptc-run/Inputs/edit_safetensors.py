@@ -1,5 +1,6 @@
 """Test helper: rewrites a safetensors file (F32 tensors only).
   edit_safetensors.py IN OUT nan NAME     the first element of NAME becomes NaN
+  edit_safetensors.py IN OUT nan-all NAME every element of NAME becomes NaN
   edit_safetensors.py IN OUT extra NAME   adds a [2] tensor NAME
   edit_safetensors.py IN OUT copy NAME FROM  adds NAME, a copy of tensor FROM
   edit_safetensors.py IN OUT overlap NAME    NAME's data starts 4 bytes early (into the entry before)
@@ -19,6 +20,9 @@ data = bytearray(raw[8 + n:])
 if what == "nan":
     begin = header[name]["data_offsets"][0]
     data[begin:begin + 4] = struct.pack("<f", float("nan"))
+elif what == "nan-all":
+    begin, stop = header[name]["data_offsets"]
+    data[begin:stop] = struct.pack("<f", float("nan")) * ((stop - begin) // 4)
 elif what == "extra":
     end = len(data)
     header[name] = {"dtype": "F32", "shape": [2], "data_offsets": [end, end + 8]}
