@@ -126,9 +126,10 @@ StatusOr<TokenData::Stream> TokenData::loadStream(const std::vector<std::string>
         return error(StatusCode::kDataLoss, "data file '", path, "' has a token header cut short (",
                      st.st_size, " bytes)");
       uint32_t version, width;
-      uint64_t count;
+      uint64_t count, fileVocab;
       std::memcpy(&version, m->base + 8, 4);
       std::memcpy(&width, m->base + 12, 4);
+      std::memcpy(&fileVocab, m->base + 16, 8);
       std::memcpy(&count, m->base + 24, 8);
       if (version != 1)
         return invalidArgument("data file '", path, "': token header version ", version,
@@ -136,6 +137,15 @@ StatusOr<TokenData::Stream> TokenData::loadStream(const std::vector<std::string>
       if (width != 2 && width != 4)
         return error(StatusCode::kDataLoss, "data file '", path, "': token header says ", width,
                      " bytes per token (2 or 4)");
+      // The tokenizer's vocabulary: its ids are below it, and the model must
+      // have an embedding row for each.
+      if (fileVocab == 0 || fileVocab > (width == 2 ? 65536ull : 4294967296ull))
+        return error(StatusCode::kDataLoss, "data file '", path, "': token header says a vocabulary of ",
+                     fileVocab, ", which ", width, "-byte ids cannot hold");
+      if (fileVocab > static_cast<uint64_t>(vocab))
+        return invalidArgument("data file '", path, "' was tokenized for a vocabulary of ", fileVocab,
+                               ", larger than the model's ", vocab,
+                               " (another tokenizer, or a model with a smaller vocab)");
       payload = st.st_size - TokenFileHeader::kBytes;
       if (count > static_cast<uint64_t>(INT64_MAX / 4) ||
           static_cast<int64_t>(count) * width != payload)

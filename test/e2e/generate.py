@@ -174,6 +174,9 @@ def main():
         print(f"{args.model}: refused: {p.stderr.strip().splitlines()[-1]}")
 
     refused("exceed the model's context of 64", "--prompt", "x" * 60, "--max-new-tokens", "8")
+    # The largest count: the context check must not overflow (it wrapped and passed).
+    refused("exceed the model's context of 64", "--prompt", "x", "--max-new-tokens",
+            "9223372036854775807")
     refused("outside the model's vocabulary of 256", "--prompt-tokens", "1 2 300")
     run(b("ptc-model"), *other, "--seq", str(SEQ), "--vocab", "256", "--batch", "8", "-o",
         w("other.mlir"))

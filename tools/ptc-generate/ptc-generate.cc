@@ -533,7 +533,7 @@ int main(int argc, char **argv) {
     auto shapes = planShapes(d / "decode.plan");
     if (!shapes.isOk())
       return finish(fail(shapes.status().message()));
-    if (p + o.maxNew > shapes->context)
+    if (o.maxNew > shapes->context - p) // p <= context here: no overflow
       return finish(fail("the prompt's " + std::to_string(p) + " tokens and " +
                          std::to_string(o.maxNew) + " new ones exceed the model's context of " +
                          std::to_string(shapes->context) +

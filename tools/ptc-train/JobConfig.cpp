@@ -2,6 +2,8 @@
 
 #include "tools/ptc-train/JobConfig.h"
 
+#include "runtime/base/text.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -436,9 +438,14 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
 
   job.name = job.has("job.name") ? job.get("job.name")->s
                                   : std::filesystem::path(path).stem().string();
-  if (job.name.empty() || job.name.find('/') != std::string::npos)
-    return fail("job.name '" + job.name + "' is not a folder name");
+  // The name is a folder and appears in logs: printable, no '/', not . or ..
+  // (a NUL would cut the path the tools are given short).
+  if (job.name.empty() || job.name.find('/') != std::string::npos || job.name == "." ||
+      job.name == ".." || !ptc::isPrintableUtf8(job.name))
+    return fail("job.name '" + ptc::escapedForMessage(job.name) + "' is not a folder name");
   job.dir = job.has("job.dir") ? job.get("job.dir")->s : "runs/" + job.name;
+  if (job.dir.empty() || job.dir.find('\0') != std::string::npos)
+    return fail("job.dir '" + ptc::escapedForMessage(job.dir) + "' is not a path");
   return job;
 }
 
