@@ -183,10 +183,26 @@ TEST(TokenData, HeaderedUint32Files) {
   ASSERT_TRUE(data->fillBatch(1, 1, 8, 0, 1, x.data(), y.data()).isOk());
   EXPECT_EQ(x[0], 70008);
   EXPECT_EQ(y[7], 70016);
+  // A model with a smaller vocabulary than the file's tokenizer: refused by
+  // the header, before any id is read.
   auto small = TokenData::load(path, 8, 70000);
   ASSERT_FALSE(small.isOk());
-  EXPECT_NE(small.status().message().find("token id 70000 at position 0"), std::string::npos)
+  EXPECT_NE(small.status().message().find("was tokenized for a vocabulary of 70064, larger than "
+                                          "the model's 70000"),
+            std::string::npos)
       << small.status().message();
+  // The ids are still checked against the model's vocabulary (a header that
+  // understates its ids).
+  h.vocab = 70001;
+  bytes = h.encode();
+  bytes.append(reinterpret_cast<const char *>(ids.data()), ids.size() * 4);
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto understated = TokenData::load(path, 8, 70001);
+  ASSERT_FALSE(understated.isOk());
+  EXPECT_NE(understated.status().message().find("token id 70001 at position 1"),
+            std::string::npos)
+      << understated.status().message();
 }
 
 // --shuffle: every window exactly once per epoch, another order each epoch,
