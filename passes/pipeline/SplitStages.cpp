@@ -475,7 +475,7 @@ LogicalResult Splitter::run() {
     return def && chunk.count(def) ? chunk[def] : -1;
   };
   SmallVector<Operation *> erase;
-  // The non-finite gradient check (ptc.unscale_grads by the constant 1) split
+  // The non-finite gradient check (ptc.any_nonfinite) split
   // per pipeline rank: its flag, the same on every rank (a maximum over pp),
   // as each rank computes it; an op that reads it takes its own rank's.
   llvm::DenseMap<Value, std::map<int, Value>> flagOfRank;
@@ -488,32 +488,20 @@ LogicalResult Splitter::run() {
     names.push_back(meshAxisName(MeshAxisRole::Pipeline));
     return b.getStrArrayAttr(names);
   };
-  auto isNonfiniteCheck = [](Operation *op) {
-    auto unscale = dyn_cast<UnscaleGradsOp>(op);
-    return isa<AnyNonfiniteOp>(op) ||
-           (unscale && unscale.getScale().getDefiningOp<arith::ConstantOp>());
-  };
   for (Operation *op : ops) {
     if (perMb.contains(op))
       continue;
-    if (isa<AllReduceOp, ClipGradNormOp>(op) || isNonfiniteCheck(op)) {
-      const bool check = isa<UnscaleGradsOp>(op); // its last operand is the scale
-      // Group operands by the pipeline rank that holds them (the check's
-      // constant scale aside).
+    if (isa<AllReduceOp, ClipGradNormOp, AnyNonfiniteOp>(op)) {
+      // Group operands by the pipeline rank that holds them.
       std::map<int, SmallVector<unsigned>> byRank;
       for (auto [i, v] : llvm::enumerate(op->getOperands()))
-        if (!check || i + 1 < op->getNumOperands())
-          byRank[rankOfChunk(stepChunk(v))].push_back(static_cast<unsigned>(i));
+        byRank[rankOfChunk(stepChunk(v))].push_back(static_cast<unsigned>(i));
       if (byRank.size() > 1 && byRank.count(-1))
         return op->emitOpError() << "mixes values of no pipeline stage with staged ones";
       if (byRank.size() == 1) {
         chunk[op] = stepChunk(op->getOperand(byRank.begin()->second.front()));
         if (auto clip = dyn_cast<ClipGradNormOp>(op); clip && ranks > 1)
           clip.setAxesAttr(b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
-        if (auto unscale = dyn_cast<UnscaleGradsOp>(op); unscale && ranks > 1) {
-          unscale.setAxesAttr(b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
-          flagOfRank[unscale.getFoundInf()][byRank.begin()->first] = unscale.getFoundInf();
-        }
         if (auto any = dyn_cast<AnyNonfiniteOp>(op); any && ranks > 1) {
           any.setAxesAttr(withPipeline(any.getAxes()));
           flagOfRank[any.getFlag()][byRank.begin()->first] = any.getFlag();
@@ -532,15 +520,6 @@ LogicalResult Splitter::run() {
         Operation *part;
         if (auto ar = dyn_cast<AllReduceOp>(op)) {
           part = AllReduceOp::create(b, op->getLoc(), ValueRange(operands), ar.getAxes());
-        } else if (auto unscale = dyn_cast<UnscaleGradsOp>(op)) {
-          SmallVector<Type> types;
-          for (Value v : operands)
-            types.push_back(v.getType());
-          types.push_back(unscale.getFoundInf().getType());
-          part = UnscaleGradsOp::create(
-              b, op->getLoc(), types, operands, unscale.getScale(),
-              b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
-          flagOfRank[unscale.getFoundInf()][rank] = part->getResults().back();
         } else if (auto any = dyn_cast<AnyNonfiniteOp>(op)) {
           part = AnyNonfiniteOp::create(b, op->getLoc(), any.getFlag().getType(), operands,
                                         withPipeline(any.getAxes()));
@@ -587,27 +566,6 @@ LogicalResult Splitter::run() {
       }
       rank = rankOfChunk(k);
       c = c < 0 ? k : std::min(c, k);
-    }
-    const std::map<int, Value> *flag = nullptr;
-    for (Value v : op->getOperands())
-      if (auto it = flagOfRank.find(v); it != flagOfRank.end())
-        flag = &it->second;
-    if (flag && !rank && op->getNumResults() == 1) {
-      // Derived from the flag alone (Adafactor's 1 - skip): one copy per rank.
-      Value derived = op->getResult(0);
-      b.setInsertionPoint(op);
-      std::map<int, Value> copies;
-      for (auto &[r, v] : *flag) {
-        Operation *copy = b.clone(*op);
-        for (OpOperand &use : copy->getOpOperands())
-          if (auto it = flagOfRank.find(use.get()); it != flagOfRank.end())
-            use.set(it->second.at(r));
-        chunk[copy] = stepChunk(v);
-        copies[r] = copy->getResult(0);
-      }
-      flagOfRank[derived] = std::move(copies);
-      erase.push_back(op);
-      continue;
     }
     for (OpOperand &use : op->getOpOperands()) {
       auto it = flagOfRank.find(use.get());
