@@ -7,6 +7,7 @@
 #include "runtime/base/read_file.h"
 #include "runtime/base/text.h"
 
+#include "runtime/plan/arena_liveness.h"
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_ops.h"
 
@@ -1258,7 +1259,7 @@ Status LoadedPlan::verify() {
           !written[out->tensor()])
         return invalidArgument("output '", out->name() ? out->name()->str() : "", "' refers to ",
                                "an invalid or unwritten tensor");
-  return Status::ok();
+  return verifyArenaLiveness(*this);
 }
 
 Status LoadedPlan::verifyPipeline() {

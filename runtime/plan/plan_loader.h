@@ -1,6 +1,7 @@
 // Loads a plan file: FlatBuffers Verifier first, then semantic checks (format
 // version, indices, shapes and dtypes of every instruction, arena bounds,
-// def-before-use), so that execution never re-checks. The result is immutable.
+// def-before-use, no two live temporaries sharing arena bytes), so that
+// execution never re-checks. The result is immutable.
 #ifndef PTC_RUNTIME_PLAN_PLAN_LOADER_H
 #define PTC_RUNTIME_PLAN_PLAN_LOADER_H
 

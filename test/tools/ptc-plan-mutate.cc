@@ -22,6 +22,9 @@
 //   ptc-plan-mutate IN OUT zero-dim                 the first temporary's dimension 0 becomes 0
 //   ptc-plan-mutate IN OUT slice-offset-overflow    the first Slice's last offset becomes
 //                                                   INT64_MAX - 7 (offset + size overflows)
+//   ptc-plan-mutate IN OUT overlap-live             the output of the first instruction that
+//                                                   maps a temporary to one of its shape (not a
+//                                                   Reshape) takes that input's arena offset
 //   ptc-plan-mutate IN OUT move-to-chunk-0          the first chunk-1 instruction that reads a
 //                                                   temporary moves to chunk 0
 
@@ -150,6 +153,25 @@ int main(int argc, char **argv) {
         t->shape[0] = 0;
         done = true;
       }
+  } else if (what == "overlap-live") {
+    auto arenaTemporary = [&](int32_t id) -> TensorT * {
+      TensorT *t = plan->tensors[static_cast<size_t>(id)].get();
+      return t->kind == TensorKind::Temporary && t->arena_offset >= 0 ? t : nullptr;
+    };
+    for (auto &inst : plan->instructions) {
+      if (done || inst->op == OpCode::Reshape || inst->op == OpCode::AllReduce ||
+          inst->outputs.empty())
+        continue;
+      TensorT *out = arenaTemporary(inst->outputs.front());
+      for (int32_t id : inst->inputs) {
+        TensorT *in = arenaTemporary(id);
+        if (!done && out && in && in != out && in->shape == out->shape && in->dtype == out->dtype &&
+            in->arena_offset != out->arena_offset) {
+          out->arena_offset = in->arena_offset;
+          done = true;
+        }
+      }
+    }
   } else if (what == "slice-offset-overflow") {
     for (auto &inst : plan->instructions)
       if (!done && inst->op == OpCode::Slice && !inst->ints.empty()) {

@@ -132,6 +132,92 @@ TEST(PlanLoader, RejectsTemporaryOutsideArena) {
   EXPECT_NE(loadError(bytes).find("lies outside the 16-byte arena"), std::string::npos);
 }
 
+// a = relu(x), b = relu(a), loss = relu(b), at the given arena offsets.
+std::vector<uint8_t> reluChain(int64_t a, int64_t b, int64_t loss) {
+  return buildPlan({{"x", plan::TensorKind::Input, {2, 4}},
+                    {"w", plan::TensorKind::Parameter, {2, 4}},
+                    {"loss", plan::TensorKind::Temporary, {2, 4}, loss},
+                    {"a", plan::TensorKind::Temporary, {2, 4}, a},
+                    {"b", plan::TensorKind::Temporary, {2, 4}, b}},
+                   {{plan::OpCode::Unary, {0}, {3}, {}, {}, "relu"},
+                    {plan::OpCode::Unary, {3}, {4}, {}, {}, "relu"},
+                    {plan::OpCode::Unary, {4}, {2}, {}, {}, "relu"}},
+                   64);
+}
+
+TEST(PlanLoader, AcceptsArenaBytesReusedOnceTheirTemporaryIsDead) {
+  EXPECT_EQ(loadError(reluChain(0, 32, 0)), ""); // 'a' is dead when 'loss' is written
+}
+
+TEST(PlanLoader, RejectsLiveTemporariesThatShareArenaBytes) {
+  std::string error = loadError(reluChain(0, 16, 32)); // 'b' is written while 'a' is read
+  EXPECT_NE(error.find("the memory plan overlaps live temporaries: tensor #4 ('b') at arena bytes "
+                       "[16, 48), live from instruction #1 to #2 shares bytes with tensor #3 ('a') "
+                       "at arena bytes [0, 32), live from instruction #0 to #1; both are live at "
+                       "instruction #1 (Unary"),
+            std::string::npos)
+      << error;
+  // The output lives to the end of the step: nothing may take its bytes after it is written.
+  auto late = buildPlan({{"x", plan::TensorKind::Input, {2, 4}},
+                         {"w", plan::TensorKind::Parameter, {2, 4}},
+                         {"loss", plan::TensorKind::Temporary, {2, 4}, 0},
+                         {"a", plan::TensorKind::Temporary, {2, 4}, 0}},
+                        {{plan::OpCode::Unary, {0}, {2}, {}, {}, "relu"},
+                         {plan::OpCode::Unary, {0}, {3}, {}, {}, "relu"}},
+                        32);
+  error = loadError(late);
+  EXPECT_NE(error.find("live from instruction #0 to the end of the step"), std::string::npos)
+      << error;
+}
+
+TEST(PlanLoader, AcceptsAReshapeThatViewsItsOperandsBytes) {
+  auto plan = [](int64_t viewOffset) {
+    return buildPlan({{"x", plan::TensorKind::Input, {2, 4}},
+                      {"w", plan::TensorKind::Parameter, {2, 4}},
+                      {"loss", plan::TensorKind::Temporary, {8}, 32},
+                      {"a", plan::TensorKind::Temporary, {2, 4}, 0},
+                      {"view", plan::TensorKind::Temporary, {8}, viewOffset}},
+                     {{plan::OpCode::Unary, {0}, {3}, {}, {}, "relu"},
+                      {plan::OpCode::Reshape, {3}, {4}, {}, {}},
+                      {plan::OpCode::Unary, {4}, {2}, {}, {}, "relu"}},
+                     64);
+  };
+  EXPECT_EQ(loadError(plan(0)), "");
+  // A view at another offset is a copy, which must not overlap its operand.
+  EXPECT_NE(loadError(plan(16)).find("overlaps live temporaries"), std::string::npos);
+}
+
+// Two 24-byte gradients summed in place as one bucket at offsets 0 and 64 (the
+// reduction writes the padding [24, 64) too), and a 24-byte temporary 'c' at
+// `c`, live across the all-reduce.
+std::vector<uint8_t> inPlaceBucket(int64_t c) {
+  return buildPlan({{"x", plan::TensorKind::Input, {2, 3}},
+                    {"w", plan::TensorKind::Parameter, {2, 3}},
+                    {"loss", plan::TensorKind::Temporary, {2, 3}, 128},
+                    {"g0", plan::TensorKind::Temporary, {2, 3}, 0},
+                    {"g1", plan::TensorKind::Temporary, {2, 3}, 64},
+                    {"s0", plan::TensorKind::Temporary, {2, 3}, 0},
+                    {"s1", plan::TensorKind::Temporary, {2, 3}, 64},
+                    {"c", plan::TensorKind::Temporary, {2, 3}, c},
+                    {"sum", plan::TensorKind::Temporary, {2, 3}, 192}},
+                   {{plan::OpCode::Unary, {0}, {3}, {}, {}, "relu"},
+                    {plan::OpCode::Unary, {0}, {4}, {}, {}, "relu"},
+                    {plan::OpCode::Unary, {1}, {7}, {}, {}, "relu"},
+                    {plan::OpCode::AllReduce, {3, 4}, {5, 6}, {0}, {}},
+                    {plan::OpCode::Add, {5, 6}, {8}, {}, {}},
+                    {plan::OpCode::Add, {8, 7}, {2}, {}, {}}},
+                   256, plan::kFormatVersion, {{"dp", 2}});
+}
+
+TEST(PlanLoader, ChecksTheBytesOfAnInPlaceBucket) {
+  EXPECT_EQ(loadError(inPlaceBucket(224)), "");
+  std::string error = loadError(inPlaceBucket(32));
+  EXPECT_NE(error.find("the padding of the in-place bucket of instruction #3 at arena bytes "
+                       "[24, 64), live from instruction #3 to #3 shares bytes with tensor #7 ('c')"),
+            std::string::npos)
+      << error;
+}
+
 TEST(PlanLoader, RejectsReadBeforeWrite) {
   auto tensors = matmulTensors();
   tensors.push_back({"z", plan::TensorKind::Temporary, {2, 4}, 32});
