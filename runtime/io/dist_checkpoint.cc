@@ -38,6 +38,12 @@ int64_t stepOfName(const std::string &name) {
   return v;
 }
 
+/// Whether `name` is a checkpoint being written: ".step-00000200.tmp".
+bool isTemporaryName(const std::string &name) {
+  return name.size() == 18 && name[0] == '.' && name.compare(14, 4, ".tmp") == 0 &&
+         stepOfName(name.substr(1, 13)) >= 0;
+}
+
 bool isComplete(const fs::path &stepDir) {
   std::error_code ec;
   return fs::is_regular_file(stepDir / "metadata.json", ec);
@@ -105,6 +111,18 @@ std::vector<std::pair<int64_t, std::string>> listCheckpoints(const std::string &
   return out;
 }
 
+int removeTemporaryCheckpoints(const std::string &dir) {
+  std::error_code ec;
+  std::vector<fs::path> temporary;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (isTemporaryName(it->path().filename().string()) && it->is_directory(ec))
+      temporary.push_back(it->path());
+  int removed = 0;
+  for (const fs::path &path : temporary)
+    removed += fs::remove_all(path, ec) > 0 ? 1 : 0;
+  return removed;
+}
+
 StatusOr<std::string> findCheckpoint(const std::string &dir,
                                      std::vector<std::string> *incomplete) {
   std::error_code ec;
@@ -114,8 +132,7 @@ StatusOr<std::string> findCheckpoint(const std::string &dir,
     return dir;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
-    bool temp = name.size() > 5 && name[0] == '.' && name.compare(name.size() - 4, 4, ".tmp") == 0;
-    if (incomplete && (temp || (stepOfName(name) >= 0 && !isComplete(it->path()))))
+    if (incomplete && (isTemporaryName(name) || (stepOfName(name) >= 0 && !isComplete(it->path()))))
       incomplete->push_back(it->path().string());
   }
   if (incomplete)

@@ -63,6 +63,11 @@ std::string checkpointMetadataJson(const CheckpointMetadata &meta);
 /// on the way are listed in `incomplete`.
 StatusOr<std::string> findCheckpoint(const std::string &dir, std::vector<std::string> *incomplete);
 
+/// Removes the checkpoints of `dir` that were being written when their job
+/// ended (".step-N.tmp" folders; no rank may still be writing); returns how
+/// many.
+int removeTemporaryCheckpoints(const std::string &dir);
+
 /// Complete checkpoints of `dir`, oldest first (for pruning).
 std::vector<std::pair<int64_t, std::string>> listCheckpoints(const std::string &dir);
 

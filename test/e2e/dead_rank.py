@@ -27,14 +27,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import rank_pids  # noqa: E402
 
 
+# Where ptc-run says a rank stopped: in step N (counted from 1) at an instruction or before
+# its first one, or between steps.
+WHERE = r"(at step [0-9]+|after step [0-9]+)(, instruction #[0-9]+ \([A-Za-z]+.*\))?"
+
+
 def in_step_loop(status_file):
-    """Whether a rank's status file (its first 32 bytes: "starting", "step N", ...) says it
-    began its second step."""
+    """Whether a rank's status file (its first 32 bytes: "starting", "step N" while step N
+    runs, counted from 1, "after step N", ...) says it began its second step."""
     try:
         text = open(status_file, "rb").read(32).decode(errors="replace").strip()
     except OSError:
         return False
-    return re.fullmatch(r"step ([0-9]+)", text) is not None and int(text.split()[1]) >= 1
+    m = re.fullmatch(r"(after )?step ([0-9]+)", text)
+    return m is not None and int(m.group(2)) >= 2
 
 
 def main():
@@ -102,12 +108,12 @@ def main():
     named = "rank 1" in out or "rank 0" in out
     if args.signal == "STOP":
         # The peer's timeout names the frozen rank with where it froze, in each form ptc-run
-        # prints: in a step at an instruction, in a step before its first instruction, or
-        # still starting. A rank frozen in a step is named by its peer's collective timeout; one
+        # prints: in a step at an instruction, in a step before its first instruction, between
+        # steps, or still starting. A rank frozen in a step is named by its peer's collective timeout; one
         # frozen while starting (MPI's start-up waits have no timeout) by the launcher's freeze
         # watch, past the collective timeout.
         named = named and re.search(
-            rf"rank {victim_rank} (is at step [0-9]+(, instruction #[0-9]+ \(.*\))?|is starting) "
+            rf"rank {victim_rank} is ({WHERE}|starting) "
             r"\(frozen: no heartbeat for [0-9.]+ s\)", out) is not None
         stopped_by = ["did not complete within"]
         if args.at_start:  # (or by the peer's timeout, had the victim passed MPI's start-up)
@@ -119,8 +125,7 @@ def main():
         named = named and elapsed < (45.0 if args.at_start else 30.0)
     else:
         named = named and re.search(rf"ptc-run: rank {victim_rank} stopped without reporting an "
-                                    r"error, at step [0-9]+, instruction #[0-9]+ \([A-Za-z]+.*"
-                                    r"\(killed by a signal", out) is not None
+                                    rf"error, {WHERE} \(killed by a signal", out) is not None
     # One copy of each error and no Open MPI banner.
     named = named and "MPI_ABORT was invoked" not in out
     ok = job.returncode != 0 and named

@@ -86,18 +86,14 @@ std::string withoutRankNumbers(const std::string &line, std::vector<int> *ranks)
   return out;
 }
 
-// The --np launcher's mpirun, for the handlers that pass a stop request on:
-// SIGUSR1 or SIGTERM to the launcher becomes SIGUSR1 to mpirun, which Open
-// MPI forwards to every rank (a clean stop at the next step boundary with a
-// checkpoint); then the launcher does not restart the job.
-volatile pid_t gMpirun = 0;
-volatile std::sig_atomic_t gStopForwarded = 0;
+// A stop request: SIGUSR1 or SIGTERM to the launcher, from its first
+// instruction on, becomes SIGUSR1 to mpirun, which Open MPI forwards to every
+// rank (a clean stop at the next step boundary with a checkpoint); then the
+// launcher does not restart the job. The handler only notes it:
+// forwardStopWhenReady passes it on once the ranks can take it.
+volatile std::sig_atomic_t gStopRequested = 0;
 
-extern "C" void forwardStop(int) {
-  gStopForwarded = 1;
-  if (gMpirun > 0)
-    ::kill(gMpirun, SIGUSR1);
-}
+extern "C" void noteStop(int) { gStopRequested = 1; }
 
 /// The launcher's watch on the ranks' heartbeats (their status files): a rank
 /// frozen where no collective timeout can see it (SIGSTOP while MPI starts
@@ -142,6 +138,29 @@ void watchForFrozenRanks(const FreezeWatch &watch, pid_t child, const std::atomi
   }
 }
 
+/// Until `done`: once a stop was requested, SIGUSR1 to mpirun (`child`) as
+/// soon as every rank can take it, which is when each rank's status file
+/// exists (a rank writes it after installing its stop handler; one signalled
+/// before would die of the signal, and mpirun before its own set-up too).
+/// Without status files, after mpirun's first second.
+void forwardStopWhenReady(const FreezeWatch &watch, pid_t child, const std::atomic<bool> &done) {
+  const int64_t started = monotonicMs();
+  while (!done.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!gStopRequested)
+      continue;
+    bool ready = true;
+    if (watch.statusDir.empty())
+      ready = monotonicMs() - started > 1000;
+    for (int r = 0; r < watch.ranks && ready && !watch.statusDir.empty(); ++r)
+      ready = readRankStatus(watch.statusDir, r).present;
+    if (ready) {
+      ::kill(child, SIGUSR1);
+      return;
+    }
+  }
+}
+
 /// Runs mpirun (`exec` in a child) and forwards the ranks' stderr, printing
 /// each error or warning once per job: the same line from other ranks
 /// (differing only in rank numbers) is counted, and one line at the end
@@ -166,9 +185,8 @@ int runJob(std::vector<std::string> &full, Exec &exec, const FreezeWatch &watch)
     std::_Exit(127);
   }
   ::close(fds[1]);
-  gMpirun = child;
   std::atomic<bool> jobDone{false};
-  std::thread watcher;
+  std::thread watcher, stopper(forwardStopWhenReady, std::cref(watch), child, std::cref(jobDone));
   if (!watch.statusDir.empty())
     watcher = std::thread(watchForFrozenRanks, std::cref(watch), child, std::cref(jobDone));
   std::map<std::string, std::vector<int>> repeats; // first line -> the other ranks' numbers
@@ -216,7 +234,7 @@ int runJob(std::vector<std::string> &full, Exec &exec, const FreezeWatch &watch)
   jobDone = true;
   if (watcher.joinable())
     watcher.join();
-  gMpirun = 0;
+  stopper.join();
   for (const std::string &key : order) {
     std::vector<int> others = repeats[key];
     if (others.empty())
@@ -248,6 +266,9 @@ int runJob(std::vector<std::string> &full, Exec &exec, const FreezeWatch &watch)
 int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestarts,
                      const std::string &checkpointDir, const std::string &planPath,
                      const std::string &hostfile, double collectiveTimeout) {
+  // First (they were blocked since before main): a stop request is never lost.
+  handleSignals({SIGUSR1, SIGTERM}, noteStop);
+  unblockSignals({SIGUSR1, SIGTERM});
   const int ranks = static_cast<int>(jobRanks); // 1 to kMaxMeshDevices: checked by the caller
   const std::string np = std::to_string(ranks);
   std::vector<std::string> args{"mpirun", "-np", np};
@@ -285,11 +306,15 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
   std::string statusDir = makeStatusDirectory();
   if (!statusDir.empty())
     setenv("PTC_STATUS_DIR", statusDir.c_str(), 1);
+  // When the job is over, every rank gone: the status files, and checkpoints
+  // a rank was writing when the job failed (never read; a restart writes anew).
   auto cleanup = [&] {
     if (!statusDir.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(statusDir, ec);
     }
+    if (!checkpointDir.empty())
+      removeTemporaryCheckpoints(checkpointDir);
   };
   // The ranks the hostfile's hosts can take now: too few to start or restart
   // the job is kExitTooFewRanks (ptc-train's elastic mode re-plans on it).
@@ -317,7 +342,6 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
   // normally comes first.
   FreezeWatch watch{statusDir, ranks, (collectiveTimeout > 0 ? collectiveTimeout : 60.0) + 10.0,
                     planPath};
-  handleSignals({SIGUSR1, SIGTERM}, forwardStop);
   auto stoppedOnRequest = [](int status) {
     return WIFEXITED(status) && WEXITSTATUS(status) == kExitStopped;
   };
@@ -339,6 +363,11 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
       if (std::string(argv[i]) == "--resume")
         resumeFrom = argv[i + 1];
     for (int64_t attempt = 0;; ++attempt) {
+      if (attempt > 0 && gStopRequested) { // asked while the failed job ended
+        std::cerr << "ptc-run: the job was asked to stop: not restarting\n";
+        cleanup();
+        return kExitStopped;
+      }
       std::vector<std::string> full = args;
       if (!resumeFrom.empty()) {
         full.push_back("--resume");
@@ -353,7 +382,7 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
         cleanup();
         return 0;
       }
-      if (stoppedOnRequest(status) || gStopForwarded) {
+      if (stoppedOnRequest(status) || gStopRequested) {
         std::cerr << "ptc-run: the job was asked to stop: not restarting\n";
         cleanup();
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -374,7 +403,8 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
         for (int r = 0; r < ranks; ++r) {
           RankStatus st = readRankStatus(statusDir, r);
           startError |= st.text == "error at start";
-          stepped |= st.text.rfind("step ", 0) == 0 || st.text == "error" || st.text == "done";
+          stepped |= st.text.rfind("step ", 0) == 0 || st.text.rfind("after step ", 0) == 0 ||
+                     st.text == "error" || st.text == "done";
         }
         if (startError && !stepped) {
           std::cerr << "ptc-run: the job failed before its first step (" << cause

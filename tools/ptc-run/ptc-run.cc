@@ -7,6 +7,7 @@
 //   ptc-run gpt.plan --data corpus.bin --steps 200 --metrics run.jsonl --save final.safetensors
 //   ptc-run gpt.plan --dump-plan
 
+#include "runtime/base/signal_handlers.h"
 #include "runtime/comm/watchdog.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/session/checkpointing.h"
@@ -35,6 +36,22 @@ namespace {
 using namespace ptc;
 
 bool gMultiRank = false;
+
+// The stop signals (SIGUSR1, SIGTERM) are blocked before any library's
+// initializer runs (OpenBLAS's and the CUDA libraries' take a few hundred
+// milliseconds before main): one sent then waits, pending, until main has
+// installed what takes it (the launcher's handler, a rank's stop thread, the
+// status file's SIGTERM handler) and unblocks it, instead of killing the
+// process silently. Threads the libraries start inherit the block.
+void blockStopSignalsAtStart(int, char **, char **) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+[[gnu::used, gnu::section(".preinit_array")]] void (*const kBlockStopSignalsAtStart)(
+    int, char **, char **) = blockStopSignalsAtStart;
 
 int fail(const std::string &message) {
   finishStatus(stepStarted() ? "error" : "error at start");
@@ -73,6 +90,7 @@ int runMain(int argc, char **argv) {
   const int64_t steps = o.steps;
 
   if (o.dumpPlan) {
+    unblockSignals({SIGUSR1, SIGTERM}); // their default actions
     auto loaded = LoadedPlan::loadFile(planPath);
     if (!loaded.isOk())
       return fail(loaded.status().message());
@@ -82,11 +100,13 @@ int runMain(int argc, char **argv) {
   // SIGUSR1 (and SIGTERM, but from the --np launcher's mpirun, which sends it
   // to stop the ranks after one failed) stops at the next step boundary with
   // a checkpoint. Before any thread starts (the status heartbeat's, MPI's).
-  if (const char *dir = std::getenv("PTC_STATUS_DIR"); dir && *dir)
+  if (const char *dir = std::getenv("PTC_STATUS_DIR"); dir && *dir) {
     installStopSignals({SIGUSR1});
-  else
+    openStatus(); // under --np: this rank's status for the launcher
+    unblockSignals({SIGTERM}); // now taken by the status file's handler
+  } else {
     installStopSignals({SIGUSR1, SIGTERM});
-  openStatus(); // under --np: this rank's status for the launcher
+  }
   // More ranks on this node than cores (srun on an oversubscribed node, where
   // Open MPI, not started by its own mpirun, does not know it): waiting ranks
   // yield the core instead of spinning on it (2.2x the tokens/s of 4 ranks

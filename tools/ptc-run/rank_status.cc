@@ -25,8 +25,9 @@
 namespace ptc {
 namespace {
 // Rank status for the --np launcher (PTC_STATUS_DIR/rank-R, 64 bytes): a
-// 32-byte text line of what this rank is doing, rewritten in place ("step
-// 41", then "error", "done", or, from the SIGTERM handler when the launcher
+// 32-byte text line of what this rank is doing, rewritten in place
+// ("starting", "step 41" while step 41 runs, counted from 1, "after step 41"
+// between steps, then "error", "done", or, from the SIGTERM handler when the launcher
 // stops it, "stopped"), and at byte 32 the index of the instruction it runs
 // (int32, -1 before the first), which the executor stores into the mapped
 // file as it goes. A rank that died or froze without a word (SIGKILL, the
@@ -136,11 +137,25 @@ std::string describeInstructionOf(const LoadedPlan *plan, int32_t n) {
   return "instruction #" + std::to_string(n);
 }
 
-/// "step 41, instruction #87 (...)" or the status text.
-std::string describeProgress(const RankStatus &s, const LoadedPlan *plan) {
-  if (s.text.rfind("step ", 0) != 0)
+/// Whether a status says the rank is alive and working: starting, in a step
+/// ("step 11") or between steps ("after step 10": its hooks, an evaluation, a
+/// checkpoint).
+bool liveStatus(const std::string &text) {
+  return text == "starting" || text.rfind("step ", 0) == 0 || text.rfind("after step ", 0) == 0;
+}
+
+/// What a rank is doing, to follow "rank 1 is ": "at step 11, instruction #87
+/// (...)", "after step 10", "starting", or its status in quotes.
+std::string whereRankIs(const RankStatus &s, const LoadedPlan *plan) {
+  std::string instruction =
+      s.instruction >= 0 ? ", " + describeInstructionOf(plan, s.instruction) : "";
+  if (s.text.rfind("step ", 0) == 0)
+    return "at " + s.text + instruction;
+  if (s.text.rfind("after step ", 0) == 0)
+    return s.text + instruction;
+  if (s.text == "starting")
     return s.text;
-  return s.text + (s.instruction >= 0 ? ", " + describeInstructionOf(plan, s.instruction) : "");
+  return "in status '" + s.text + "'";
 }
 
 /// For a collective timeout on this rank: the ranks whose heartbeat stopped
@@ -156,10 +171,9 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
       continue;
     RankStatus s = readRankStatus(dir, r);
     int64_t silentMs = s.heartbeatMs >= 0 ? monotonicMs() - s.heartbeatMs : 0;
-    bool inStep = s.text.rfind("step ", 0) == 0;
-    // A live rank (starting, or in a step) whose heartbeat stopped is frozen,
-    // whenever it was stopped: start-up included.
-    bool frozen = (inStep || s.text == "starting") && silentMs > 1000;
+    // A live rank whose heartbeat stopped is frozen, whenever it was stopped:
+    // start-up and the time between steps included.
+    bool frozen = liveStatus(s.text) && silentMs > 1000;
     if (!s.present || (!frozen && s.text == own.text && s.instruction == own.instruction))
       continue;
     if (listed++ == 8) {
@@ -170,38 +184,46 @@ std::string ranksElsewhere(const std::string &dir, int self, int worldSize,
     if (frozen)
       std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
     out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-           (inStep ? " is at " + describeProgress(s, plan)
-                   : frozen ? " is " + s.text : " has status '" + s.text + "'") +
+           (liveStatus(s.text) ? " is " + whereRankIs(s, plan) : " has status '" + s.text + "'") +
            silent;
   }
   if (more)
     out += "; and " + std::to_string(more) + " more ranks";
   if (out.empty())
-    return "every rank's status file shows " + describeProgress(own, plan);
-  return "this rank is at " + describeProgress(own, plan) + "; " + out;
+    return "every rank's status file shows it " + whereRankIs(own, plan);
+  return "this rank is " + whereRankIs(own, plan) + "; " + out;
 }
 
 std::string frozenRank(const std::string &dir, int ranks, int64_t limitMs, const LoadedPlan *plan) {
   for (int r = 0; r < ranks; ++r) {
     RankStatus s = readRankStatus(dir, r);
-    bool inStep = s.text.rfind("step ", 0) == 0;
-    if (!s.present || s.heartbeatMs < 0 || !(inStep || s.text == "starting"))
+    if (!s.present || s.heartbeatMs < 0 || !liveStatus(s.text))
       continue;
     int64_t silentMs = monotonicMs() - s.heartbeatMs;
     if (silentMs <= limitMs)
       continue;
     char silent[64];
     std::snprintf(silent, sizeof silent, " (frozen: no heartbeat for %.1f s)", silentMs / 1000.0);
-    return "rank " + std::to_string(r) + (inStep ? " is at " + describeProgress(s, plan) : " is " + s.text) +
-           silent;
+    return "rank " + std::to_string(r) + " is " + whereRankIs(s, plan) + silent;
   }
   return "";
 }
 
 Status StatusBeacon::beforeStep(TrainingSession &, int64_t step) {
   gStepStarted = true;
+  if (gInstruction) // the previous step's last instruction is not this step's
+    gInstruction->store(-1, std::memory_order_relaxed);
   char text[32];
-  std::snprintf(text, sizeof text, "step %lld", static_cast<long long>(step));
+  std::snprintf(text, sizeof text, "step %lld", static_cast<long long>(step + 1));
+  writeStatus(text);
+  return Status::ok();
+}
+
+Status StatusBeacon::afterStep(TrainingSession &, const StepResult &result) {
+  if (gInstruction)
+    gInstruction->store(-1, std::memory_order_relaxed);
+  char text[32];
+  std::snprintf(text, sizeof text, "after step %lld", static_cast<long long>(result.step + 1));
   writeStatus(text);
   return Status::ok();
 }
@@ -213,14 +235,14 @@ void reportSilentDeaths(const std::string &dir, int ranks, const std::string &pl
   std::shared_ptr<const LoadedPlan> plan;
   for (int r = 0; r < ranks; ++r) {
     RankStatus s = readRankStatus(dir, r);
-    if (s.text.rfind("step ", 0) != 0 && s.text != "starting")
+    if (!liveStatus(s.text))
       continue;
     if (!plan && s.instruction >= 0)
       if (auto loaded = LoadedPlan::loadFile(planPath); loaded.isOk())
         plan = *loaded;
     std::cerr << "ptc-run: rank " << r << " stopped without reporting an error, "
               << (s.text == "starting" ? std::string("while starting")
-                                       : "at " + describeProgress(s, plan.get()))
+                                       : whereRankIs(s, plan.get()))
               << " (killed by a signal such as SIGKILL or the out-of-memory killer, or frozen: "
                  "SIGSTOP, a hung device); mpirun stopped the other ranks\n";
   }

@@ -35,7 +35,7 @@ bool stepStarted();
 /// What a rank's status file says.
 struct RankStatus {
   bool present = false;
-  std::string text;      // "step 41", "error", ...
+  std::string text;      // "starting", "step 41", "after step 41", "error", ...
   int32_t instruction = -1;
   int64_t heartbeatMs = -1; // CLOCK_MONOTONIC of its last heartbeat
 };
@@ -62,10 +62,12 @@ void reportSilentDeaths(const std::string &dir, int ranks, const std::string &pl
 /// is named by mpirun alone.
 std::string makeStatusDirectory();
 
-/// Marks each step in the rank's status file.
+/// Marks each step in the rank's status file, numbered from 1 as the
+/// progress lines are: "step 11" while it runs, "after step 11" once it is done.
 class StatusBeacon : public SessionHook {
 public:
   Status beforeStep(TrainingSession &, int64_t step) override;
+  Status afterStep(TrainingSession &, const StepResult &result) override;
 };
 
 } // namespace ptc
