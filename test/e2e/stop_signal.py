@@ -8,6 +8,9 @@ uninterrupted run, bitwise (the same plan and layout).
 2. SIGUSR1 to one rank only: the ranks agree on the boundary (an all-reduce of the stop
    flags at every step), all of them stop after the same step.
 3. SIGTERM to a single-process run (a Kubernetes pod's or Slurm's termination signal).
+4. SIGUSR1 to the --np launcher while it starts, before main (its libraries' initializers take
+   a few hundred milliseconds; the signal's default action killed it silently, status 138):
+   the job still stops after its first step with a checkpoint.
 
 usage: stop_signal.py --bin BUILD/bin --workdir DIR
 """
@@ -50,7 +53,23 @@ def main():
         if np:
             cmd += ["--np", str(np)]
         job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if signal_to:
+        if signal_to == "starting launcher":
+            # Once the launcher blocked its stop signals (its first code, before the
+            # libraries' initializers), as early as a signal can be kept.
+            def blocked():  # ptc-run itself (exec done), with SIGUSR1 and SIGTERM blocked
+                try:
+                    exe = os.readlink(f"/proc/{job.pid}/exe")
+                    status = open(f"/proc/{job.pid}/status").read()
+                except OSError:
+                    return False
+                mask = int(re.search(r"SigBlk:\s*([0-9a-f]+)", status).group(1), 16)
+                return exe.endswith("ptc-run") and mask & 0x4200 == 0x4200
+            deadline = time.time() + 60
+            while not blocked():
+                assert time.time() < deadline and job.poll() is None, "the launcher did not start"
+                time.sleep(0.001)
+            job.send_signal(sig)
+        elif signal_to:
             deadline = time.time() + 60
             while lines(f"{name}.jsonl") < 12:
                 assert time.time() < deadline and job.poll() is None, "the run did not start training"
@@ -107,6 +126,15 @@ def main():
     step = stopped_at(status, out, "term", "SIGTERM")
     print(f"3. SIGTERM: stopped after step {step}")
     resume_and_compare("one.plan", "term", reference1)
+
+    # 4. The launcher is asked while it starts.
+    status, out = train("dp2.plan", "early", np=2, signal_to="starting launcher")
+    assert status == 75, (status, out)
+    m = re.search(rf"ptc-run: stopped by SIGUSR1 after step (\d+) of {STEPS}; checkpoint in "
+                  r"early-ckpt/step-(\d+)", out)
+    assert m and int(m.group(1)) == int(m.group(2)) >= 1, out
+    print(f"4. launcher while starting: stopped after step {m.group(1)}")
+    resume_and_compare("dp2.plan", "early", reference2, np=2)
     print("ok")
 
 
