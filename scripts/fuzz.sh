@@ -179,7 +179,7 @@ for target in "${TARGETS[@]}"; do
     # What failed (a crash, a sanitizer report, a leak, a timeout, the memory
     # limit) and the input that did it, so a CI log alone says what to fix.
     echo "ptc fuzz: $target FAILED:"
-    grep -E "ERROR|SUMMARY|Test unit written|timeout|out-of-memory|^ +#[0-9]+ 0x" \
+    grep -a -E "ERROR|SUMMARY|Test unit written|timeout|out-of-memory|^ +#[0-9]+ 0x" \
       build-fuzz/$target.log | head -40 || true
     if [ "$MODE" = campaign ] && [ "$(ls build-fuzz/crashes/$target | wc -l)" -gt "$before" ]; then
       mkdir -p "$regressions"
@@ -189,7 +189,7 @@ for target in "${TARGETS[@]}"; do
       done
     fi
   fi
-  grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+[[:space:]]+DONE" \
+  grep -a -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+[[:space:]]+DONE" \
     build-fuzz/$target.log | sort -u || true
 done
 END=$(date +%s)
