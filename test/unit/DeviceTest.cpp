@@ -1362,5 +1362,38 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
       1e-5f);
 }
 
+// The non-finite check every AdamW/SGD update takes its skip flag from: f32,
+// bf16 and f16 tensors read as stored, infinities and NaNs of either sign
+// anywhere (the last element of a long tensor, a short one), the largest
+// finite values not.
+TEST_F(CudaConformance, AnyNonfiniteOverF32Bf16AndF16) {
+  constexpr uint16_t kBf16Max = 0x7F7F, kBf16Nan = 0x7FC0, kBf16NegInf = 0xFF80;
+  constexpr uint16_t kF16Max = 0x7BFF, kF16Inf = 0x7C00, kF16Nan = 0x7E00;
+  struct Case {
+    float f32Last;  // the last of 5000 f32 elements
+    uint16_t bf16;  // element 17 of 300 bf16 ones
+    uint16_t f16;   // element 3 of 7 f16 ones
+    float expected;
+  };
+  for (const Case &c : {Case{1.0f, kBf16Max, kF16Max, 0.0f}, Case{INFINITY, kBf16Max, kF16Max, 1.0f},
+                        Case{-INFINITY, kBf16Max, kF16Max, 1.0f}, Case{NAN, kBf16Max, kF16Max, 1.0f},
+                        Case{3.4e38f, kBf16Nan, kF16Max, 1.0f}, Case{1.0f, kBf16NegInf, kF16Max, 1.0f},
+                        Case{1.0f, kBf16Max, kF16Inf, 1.0f}, Case{1.0f, kBf16Max, kF16Nan, 1.0f}})
+    compare([&](Device &d, Mem &m) {
+      auto f32 = randomVector(5000, 80);
+      f32.back() = c.f32Last;
+      std::vector<uint16_t> bf16(300, 0x3F80), f16(7, 0x3C00); // 1.0 each
+      bf16[17] = c.bf16;
+      f16[3] = c.f16;
+      float *found = m.zeros(1);
+      OK(d.anyNonfinite({m.put(f32), m.put(bf16), m.put(f16)}, {5000, 300, 7},
+                        {FloatType::F32, FloatType::BF16, FloatType::F16}, found));
+      auto flag = m.get(found, 1);
+      EXPECT_EQ(flag[0], c.expected) << "f32 last " << c.f32Last << ", bf16 0x" << std::hex
+                                     << c.bf16 << ", f16 0x" << c.f16;
+      return flag;
+    });
+}
+
 } // namespace
 } // namespace ptc
