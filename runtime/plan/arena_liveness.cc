@@ -3,7 +3,6 @@
 #include "runtime/plan/plan_loader.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <numeric>
 #include <queue>
@@ -51,9 +50,6 @@ Status verifyArenaLiveness(const LoadedPlan &loaded) {
     return t.kind == TensorKind::Temporary && !t.host && t.arenaOffset >= 0;
   };
   auto inst = [&](int64_t i) { return insts.Get(static_cast<flatbuffers::uoffset_t>(i)); };
-  auto rankOf = [&](const plan::Instruction &in) {
-    return loaded.pipelined() && in.chunk() >= 0 ? loaded.pipeline().rankOf(in.chunk()) : -1;
-  };
 
   // Segments of a pipelined plan: (chunk, segment) of each instruction that
   // runs inside one (-1: none), and each segment's first and last instruction.
@@ -73,10 +69,6 @@ Status verifyArenaLiveness(const LoadedPlan &loaded) {
       segmentOf[static_cast<size_t>(i)] = it->second;
     }
   }
-  std::vector<bool> perStepChannel;
-  if (const plan::Pipeline *pl = loaded.plan().pipeline(); pl && pl->channels())
-    for (const plan::Channel *ch : *pl->channels())
-      perStepChannel.push_back(ch->per_step());
 
   // Each temporary's writer and lifetime.
   constexpr int64_t kNone = -1;
@@ -89,12 +81,11 @@ Status verifyArenaLiveness(const LoadedPlan &loaded) {
         continue;
       const plan::Instruction &in = *inst(i);
       def[t] = start[t] = end[t] = i;
-      rank[t] = rankOf(in);
+      rank[t] = loaded.pipelineRankOf(in);
       int seg = segmentOf[static_cast<size_t>(i)];
-      bool perStepRecv = in.op() == OpCode::Recv && in.ints() && in.ints()->size() > 0 &&
-                         in.ints()->Get(0) >= 0 &&
-                         static_cast<size_t>(in.ints()->Get(0)) < perStepChannel.size() &&
-                         perStepChannel[static_cast<size_t>(in.ints()->Get(0))];
+      // (verifyPipeline checked each Recv's channel.)
+      bool perStepRecv = in.op() == OpCode::Recv &&
+                         loaded.pipeline().channels[static_cast<size_t>(in.ints()->Get(0))].perStep;
       if (in.op() == OpCode::MicrobatchSum || perStepRecv) { // the whole step
         start[t] = 0;
         end[t] = n;
@@ -146,7 +137,7 @@ Status verifyArenaLiveness(const LoadedPlan &loaded) {
       const TensorInfo &a = loaded.tensor(ins[k]);
       int64_t padEnd = k + 1 < ins.size() ? loaded.tensor(ins[k + 1]).arenaOffset : a.arenaOffset + a.bytes;
       if (a.arenaOffset + a.bytes < padEnd)
-        occupants.push_back({a.arenaOffset + a.bytes, padEnd, i, i, rankOf(in), -1, i});
+        occupants.push_back({a.arenaOffset + a.bytes, padEnd, i, i, loaded.pipelineRankOf(in), -1, i});
     }
   }
   std::vector<int64_t> occupantOf(tensors.size(), kNone);
@@ -201,21 +192,18 @@ Status verifyArenaLiveness(const LoadedPlan &loaded) {
     for (size_t slot = 0; slot < live.size(); ++slot) {
       if (o.rank >= 0 && slot != 0 && slot != slotOf(o))
         continue; // another pipeline rank's memory
-      auto &m = live[slot];
-      auto it = m.lower_bound(o.lo);
-      std::vector<size_t> near;
-      if (it != m.end())
-        near.push_back(it->second);
-      if (it != m.begin())
-        near.push_back(std::prev(it)->second);
-      for (size_t y : near) {
-        const Occupant &other = occupants[y];
+      // The live occupant at or after o.lo, and the one before it.
+      const auto &m = live[slot];
+      auto next = m.lower_bound(o.lo);
+      for (auto it : {next, next == m.begin() ? m.end() : std::prev(next)}) {
+        if (it == m.end())
+          continue;
+        const Occupant &other = occupants[it->second];
         if (other.lo < o.hi && o.lo < other.hi) {
-          int64_t at = std::max(o.start, other.start);
+          int64_t at = std::min(std::max(o.start, other.start), n - 1);
           return invalidArgument("the memory plan overlaps live temporaries: ", describe(o),
                                  " shares bytes with ", describe(other), "; both are live at ",
-                                 describeInstruction(*inst(std::min(at, n - 1)),
-                                                     static_cast<size_t>(std::min(at, n - 1))));
+                                 describeInstruction(*inst(at), static_cast<size_t>(at)));
         }
       }
     }

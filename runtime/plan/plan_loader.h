@@ -103,9 +103,15 @@ public:
   /// instructions read or write, the parameters/state it owns, constants
   /// (all tensors when the plan is not pipelined).
   std::vector<bool> tensorsOnPipelineRank(int rank) const;
+  /// The pipeline rank that runs instruction `inst` (-1: every rank, or the
+  /// plan is not pipelined).
+  int pipelineRankOf(const plan::Instruction &inst) const {
+    return pipelined() && inst.chunk() >= 0 ? pipeline_.rankOf(inst.chunk()) : -1;
+  }
   /// Whether instruction `inst` runs on pipeline rank `rank`.
   bool runsOnPipelineRank(const plan::Instruction &inst, int rank) const {
-    return !pipelined() || inst.chunk() < 0 || pipeline_.rankOf(inst.chunk()) == rank;
+    int own = pipelineRankOf(inst);
+    return own < 0 || own == rank;
   }
 
 private:

@@ -149,9 +149,7 @@ void forwardStopWhenReady(const FreezeWatch &watch, pid_t child, const std::atom
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!gStopRequested)
       continue;
-    bool ready = true;
-    if (watch.statusDir.empty())
-      ready = monotonicMs() - started > 1000;
+    bool ready = !watch.statusDir.empty() || monotonicMs() - started > 1000;
     for (int r = 0; r < watch.ranks && ready && !watch.statusDir.empty(); ++r)
       ready = readRankStatus(watch.statusDir, r).present;
     if (ready) {
