@@ -7,6 +7,8 @@
 #include "passes/Passes.h"
 #include "passes/analysis/ModelStatistics.h"
 #include "passes/memory/Passes.h"
+#include "runtime/plan/pipeline_segments.h"
+#include "runtime/plan/plan_loader.h"
 #include "runtime/schedule/schedule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -14,6 +16,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -324,38 +328,6 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
   return out;
 }
 
-bool isLayerParam(StringRef name) {
-  return name.starts_with("transformer.h.") || name.starts_with("model.layers.");
-}
-bool isEmbeddingParam(StringRef name) {
-  return name.contains("wte") || name.contains("wpe") || name.contains("embed_tokens");
-}
-
-/// Bytes of the parameters and their optimizer state outside the layers, by
-/// end: the embeddings (first pipeline rank) and the head (last).
-struct EndBytes {
-  double embedding = 0, head = 0;
-};
-EndBytes endBytes(func::FuncOp func, bool tied) {
-  EndBytes e;
-  for (BlockArgument arg : func.getArguments()) {
-    unsigned i = arg.getArgNumber();
-    StringAttr name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName);
-    if (!name)
-      name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kStateAttrName);
-    if (!name || isLayerParam(name.getValue()) || cast<RankedTensorType>(arg.getType()).getRank() == 0)
-      continue;
-    double bytes = tensorBytes(arg);
-    if (!isEmbeddingParam(name.getValue()))
-      e.head += bytes;
-    else if (!(tied && name.getValue().contains("wte"))) // a tied table lives on both ends
-      e.embedding += bytes;
-  }
-  return e;
-}
-
-/// A rank's memory figures (bytes) that extrapolate linearly with depth.
-
 /// A model file's repeated blocks (nn.ModuleList entries, a builder's
 /// layers): parameters named `<prefix><i>.<rest>` for i = 0..L-1 with the same
 /// `<rest>`s, and the op regions they delimit: region i starts at the first op
@@ -498,6 +470,7 @@ OwningOpRef<ModuleOp> truncateBlocks(ModuleOp module, const FileBlocks &fb, int6
   return out;
 }
 
+/// A rank's memory figures (bytes) that extrapolate linearly with depth.
 struct RankBytes {
   double peak = 0, modelState = 0, activations = 0;
   static RankBytes of(const DeviceMemory &m) {
@@ -548,7 +521,9 @@ struct Planner::Impl {
   struct Probe {
     std::map<int, Costs> costs;                   // per chunk
     std::vector<DeviceMemory> memory;             // per pipeline rank
-    EndBytes ends;
+    /// Per pipeline rank, the exported plan's predicted peak with the
+    /// activation stash (probes that export their plan).
+    std::vector<double> planPeak;
     double forwardModelFlops = 0; // unsharded forward matmul + attention FLOPs
     std::string error;            // the compiler's diagnostic when the layout is refused
   };
@@ -601,11 +576,11 @@ struct Planner::Impl {
   /// The file's repeated blocks, when it has them (probes cut to a few).
   std::optional<FileBlocks> fileBlocks;
 
-  /// Blocks per chunk of a file layout whose probes are cut to one and two
+  /// Blocks per chunk of a file layout whose probes are cut to two and three
   /// blocks per chunk and extrapolated (0: compile the whole file).
   int64_t fileBlocksPerChunk(const Layout &l) const {
     int64_t chunks = l.pp * l.virtualStages;
-    if (!fileBlocks || fileBlocks->layers % chunks != 0 || fileBlocks->layers / chunks < 3)
+    if (!fileBlocks || fileBlocks->layers % chunks != 0 || fileBlocks->layers / chunks < 4)
       return 0;
     return fileBlocks->layers / chunks;
   }
@@ -638,10 +613,13 @@ struct Planner::Impl {
   /// layout that accumulates gradients over several (its updates read the
   /// f32 sums, not the micro-batch's bf16 gradients: the probe keeps their
   /// conversions, which the accumulating plan runs every micro-batch).
+  /// `exportPlan`: the plan is written too, loaded as ptc-run loads it, and
+  /// each pipeline rank's peak with its activation stash read from it (the
+  /// figures ptc-opt prints and refuses a layout by).
   const Probe &probe(int64_t layers, int64_t batch, const std::string &options, int pp,
-                     bool accumulates = false) {
+                     bool accumulates = false, bool exportPlan = false) {
     std::string key = std::to_string(layers) + "|" + std::to_string(batch) + "|" + options +
-                      (accumulates ? "|accumulates" : "");
+                      (accumulates ? "|accumulates" : "") + (exportPlan ? "|plan" : "");
     auto it = cache.find(key);
     if (it != cache.end())
       return it->second;
@@ -656,6 +634,15 @@ struct Planner::Impl {
     for (auto f : (**module).getOps<func::FuncOp>())
       func = f;
     p.forwardModelFlops = computeModelStatistics(func).forwardFlops;
+    SmallString<128> planPath;
+    std::optional<llvm::FileRemover> removePlan;
+    if (exportPlan) {
+      if (std::error_code ec = llvm::sys::fs::createTemporaryFile("ptc-plan-probe", "plan", planPath)) {
+        p.error = "cannot create a temporary plan file: " + ec.message();
+        return p;
+      }
+      removePlan.emplace(planPath);
+    }
     std::string diagnostics;
     {
       ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
@@ -664,12 +651,17 @@ struct Planner::Impl {
         return success();
       });
       PassManager pm(&context);
-      auto opts = CompilePipelineOptions::createFromString(options + " optimizer=" + space.optimizer);
+      std::string program = space.compileOptions;
+      if (program.rfind("optimizer=", 0) != 0 && program.find(" optimizer=") == std::string::npos)
+        program += " optimizer=" + space.optimizer;
+      auto opts = CompilePipelineOptions::createFromString(options + " " + program);
       if (!opts) {
-        p.error = "cannot parse ptc-compile options '" + options + "'";
+        p.error = "cannot parse ptc-compile options '" + options + " " + program + "'";
         return p;
       }
       opts->fuseGradientWidening = !accumulates;
+      if (exportPlan)
+        opts->plan = planPath.str().str();
       buildCompilePipeline(pm, *opts);
       if (failed(pm.run(**module))) {
         p.error = diagnostics.empty() ? "the compiler refused it" : diagnostics;
@@ -681,7 +673,26 @@ struct Planner::Impl {
     p.costs = aggregate(func, price);
     for (int r = 0; r < pp; ++r)
       p.memory.push_back(computeDeviceMemory(func, r, pp));
-    p.ends = endBytes(func, model.kind == "gpt");
+    if (exportPlan) {
+      auto loaded = ::ptc::LoadedPlan::loadFile(planPath.str().str());
+      if (!loaded.isOk()) {
+        p.error = "the compiled plan does not load: " + loaded.status().message();
+        return p;
+      }
+      const ::ptc::LoadedPlan &plan = **loaded;
+      for (int r = 0; r < pp; ++r) {
+        int64_t stash = 0;
+        if (plan.pipelined()) {
+          auto segments = ::ptc::derivePipelineSegments(plan, r);
+          if (!segments.isOk()) {
+            p.error = "pipeline rank " + std::to_string(r) + ": " + segments.status().message();
+            return p;
+          }
+          stash = ::ptc::simulateStashPeak(plan, *segments, r);
+        }
+        p.planPeak.push_back(static_cast<double>(::ptc::predictedPeakBytes(plan, r) + stash));
+      }
+    }
     return p;
   }
 
@@ -796,17 +807,16 @@ struct Planner::Impl {
     int64_t chunks = l.pp * l.virtualStages;
     std::vector<Costs> out(static_cast<size_t>(chunks));
     if (model.kind == "file") {
-      // The file cut to one and two blocks per chunk, compiled in the
+      // The file cut to two and three blocks per chunk, compiled in the
       // layout; each chunk's cost grows by the difference per block.
       const int64_t n = fileBlocksPerChunk(l);
-      const std::string opts = probeOptions(l, true);
-      const Probe &a = probe(n ? chunks : 0, 0, opts, static_cast<int>(l.pp));
-      const Probe &b = n ? probe(2 * chunks, 0, opts, static_cast<int>(l.pp)) : a;
+      const Probe &a = layoutProbe(l, n ? 2 * chunks : 0);
+      const Probe &b = n ? layoutProbe(l, 3 * chunks) : a;
       if (!a.error.empty() || !b.error.empty()) {
         error = a.error.empty() ? b.error : a.error;
         return out;
       }
-      const double more = n ? static_cast<double>(n - 1) : 0.0;
+      const double more = n ? static_cast<double>(n - 2) : 0.0;
       for (auto &[c, costs] : a.costs)
         if (c < chunks) {
           Costs &o = out[static_cast<size_t>(c)];
@@ -853,68 +863,56 @@ struct Planner::Impl {
     return out;
   }
 
-  /// Memory of each pipeline rank (one micro-batch in the arena, the
-  /// activation stash of the others added).
-  std::vector<RankBytes> rankMemory(const Layout &l, const std::vector<int> &inFlight, std::string &error) {
+  /// The model at `layers` layers (0: all of it) compiled in the whole
+  /// layout `l`, its plan exported (builders at the global batch; a file cut
+  /// to `layers` of its blocks).
+  const Probe &layoutProbe(const Layout &l, int64_t layers) {
+    const std::string opts = probeOptions(l, true);
+    if (model.kind == "file")
+      return probe(layers, 0, opts, static_cast<int>(l.pp), false, /*exportPlan=*/true);
+    return probe(layers ? layers : model.layers(), space.globalBatch, opts, static_cast<int>(l.pp),
+                 false, /*exportPlan=*/true);
+  }
+
+  /// Memory of each pipeline rank of `l`: the peak of the plan the compiler
+  /// writes for it (its arena, model state and buffers, and the activation
+  /// stash of its schedule simulated on the plan, as ptc-opt predicts it).
+  /// `exact`: the whole model compiled. Otherwise, where a chunk holds four
+  /// blocks or more, the model cut to two and three blocks per chunk,
+  /// compiled in the layout and extrapolated linearly in depth (one block per
+  /// chunk is not yet linear: the head's moment can hold a rank's peak
+  /// there), an estimate that screens layouts before the whole compile.
+  /// `exactOut` says which.
+  std::vector<RankBytes> rankMemory(const Layout &l, bool exact, bool &exactOut, std::string &error) {
     std::vector<RankBytes> out;
-    auto stash = [&](size_t r, double activationsPerMb) {
-      int held = r < inFlight.size() ? inFlight[r] : 1;
-      return std::max(0, held - 1) * activationsPerMb;
+    const int64_t chunks = l.pp * l.virtualStages;
+    const int64_t perChunk =
+        model.kind == "file" ? fileBlocksPerChunk(l)
+                             : (model.layers() % chunks == 0 && model.layers() / chunks >= 4 ? model.layers() / chunks : 0);
+    exactOut = exact || perChunk == 0;
+    auto of = [](const Probe &p, size_t r) {
+      RankBytes b = RankBytes::of(p.memory[r]);
+      b.peak = p.planPeak[r];
+      return b;
     };
-    if (model.kind == "file") {
-      const int64_t n = fileBlocksPerChunk(l), chunks = l.pp * l.virtualStages;
-      const std::string opts = probeOptions(l, true);
-      const Probe &a = probe(n ? chunks : 0, 0, opts, static_cast<int>(l.pp));
-      const Probe &c = n ? probe(2 * chunks, 0, opts, static_cast<int>(l.pp)) : a;
-      if (!a.error.empty() || !c.error.empty()) {
-        error = a.error.empty() ? c.error : a.error;
+    if (exactOut) {
+      const Probe &whole = layoutProbe(l, 0);
+      if (!whole.error.empty()) {
+        error = whole.error;
         return out;
       }
-      for (size_t r = 0; r < a.memory.size(); ++r) {
-        RankBytes b = RankBytes::of(a.memory[r]);
-        if (n && r < c.memory.size())
-          b = b.plus(RankBytes::of(c.memory[r]).plus(b, -1), static_cast<double>(n - 1));
-        b.peak += stash(r, b.activations);
-        out.push_back(b);
-      }
+      for (size_t r = 0; r < whole.planPeak.size(); ++r)
+        out.push_back(of(whole, r));
       return out;
     }
-    // A rank holds v chunks of n layers: the model compiled at that depth
-    // (the arena's growth is linear once a few layers' activations dominate,
-    // so deeper ranks extrapolate from 4 and 8 layers), without the other
-    // end's parameters and optimizer state.
-    int64_t depth = model.layers() / l.pp;
-    std::string opts = probeOptions(l, false);
-    int64_t batch = l.microBatch * l.dp * l.ep;
-    auto at = [&](int64_t layers) -> const Probe & {
-      return probe(layers, batch, opts, 1, l.microbatches > 1);
-    };
-    RankBytes m, perLayer;
-    EndBytes ends;
-    const Probe &lo = at(depth <= 8 ? 1 : 4), &hi = at(depth <= 8 ? depth : 8);
-    if (!lo.error.empty() || !hi.error.empty()) {
-      error = lo.error.empty() ? hi.error : lo.error;
+    const Probe &two = layoutProbe(l, 2 * chunks), &three = layoutProbe(l, 3 * chunks);
+    if (!two.error.empty() || !three.error.empty()) {
+      error = two.error.empty() ? three.error : two.error;
       return out;
     }
-    int64_t loDepth = depth <= 8 ? 1 : 4, hiDepth = depth <= 8 ? depth : 8;
-    if (hiDepth > loDepth)
-      perLayer = RankBytes::of(hi.memory[0]).plus(RankBytes::of(lo.memory[0]), -1).scaled(1.0 / (hiDepth - loDepth));
-    else
-      perLayer = RankBytes::of(hi.memory[0]);
-    m = RankBytes::of(hi.memory[0]).plus(perLayer, static_cast<double>(depth - hiDepth));
-    ends = hi.ends;
-    for (int64_t r = 0; r < l.pp; ++r) {
-      RankBytes b = m;
-      double without = 0;
-      if (l.pp > 1 && r != l.pp - 1)
-        without += ends.head;
-      if (l.pp > 1 && r != 0)
-        without += ends.embedding;
-      b.peak -= without;
-      b.modelState -= without;
-      // Each held micro-batch keeps its chunk's layers' activations.
-      b.peak += stash(static_cast<size_t>(r), perLayer.activations * depth / l.virtualStages);
-      out.push_back(b);
+    for (size_t r = 0; r < two.planPeak.size() && r < three.planPeak.size(); ++r) {
+      RankBytes b = of(two, r);
+      out.push_back(b.plus(of(three, r).plus(b, -1), static_cast<double>(perChunk - 2)));
     }
     return out;
   }
@@ -943,7 +941,12 @@ struct Planner::Impl {
     return &pipelines.emplace(key, std::move(p)).first->second;
   }
 
-  llvm::Expected<Estimate> evaluate(const Layout &l, bool withMemory) {
+  /// What evaluate() finds of a layout's memory: nothing, an estimate
+  /// from probes (exact where the probes are the whole model), or the whole
+  /// model's compiled plan.
+  enum class Memory { None, Bound, Compiled };
+
+  llvm::Expected<Estimate> evaluate(const Layout &l, Memory memory) {
     Estimate e;
     e.layout = l;
     std::string reason = invalidReason(l);
@@ -1008,7 +1011,6 @@ struct Planner::Impl {
       }
     }
     double makespan = 0;
-    std::vector<int> inFlight(static_cast<size_t>(l.pp), 1);
     if (l.pp == 1) {
       makespan = m * (timing.forward[0] + timing.backward[0]);
       e.bubble = 0;
@@ -1026,7 +1028,6 @@ struct Planner::Impl {
         return llvm::createStringError(rep.status().message());
       makespan = rep->makespan;
       e.bubble = rep->bubble;
-      inFlight = rep->peakInFlight;
       e.ppComm = 2 * m * timing.transfer;
     }
     // Gradient reductions once per step (after the last micro-batch's
@@ -1061,8 +1062,8 @@ struct Planner::Impl {
                                                {e.bubble * makespan, "pipeline bubble"},
                                                {e.optimizer, "optimizer step"}};
     e.limit = std::max_element(std::begin(parts), std::end(parts))->second;
-    if (withMemory) {
-      std::vector<RankBytes> mem = rankMemory(l, inFlight, error);
+    if (memory != Memory::None) {
+      std::vector<RankBytes> mem = rankMemory(l, memory == Memory::Compiled, e.memoryExact, error);
       if (!error.empty())
         return llvm::createStringError(error);
       for (size_t r = 0; r < mem.size(); ++r)
@@ -1167,7 +1168,7 @@ std::string Planner::invalidReason(const Layout &layout) const { return impl_->i
 llvm::Expected<Estimate> Planner::evaluate(const Layout &layout) {
   if (impl_->model.kind == "file" && !impl_->fileModule)
     return llvm::createStringError("cannot parse '" + impl_->model.file + "'");
-  return impl_->evaluate(layout, /*withMemory=*/true);
+  return impl_->evaluate(layout, Impl::Memory::Compiled);
 }
 
 llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &stats) {
@@ -1178,7 +1179,7 @@ llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &
   stats.layouts = static_cast<int64_t>(all.size());
   std::vector<Estimate> timed;
   for (const Layout &l : all) {
-    auto e = impl_->evaluate(l, /*withMemory=*/false);
+    auto e = impl_->evaluate(l, Impl::Memory::None);
     if (!e) {
       ++stats.invalid;
       ++stats.invalidReasons[llvm::toString(e.takeError())];
@@ -1187,12 +1188,18 @@ llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &
     timed.push_back(*e);
   }
   std::sort(timed.begin(), timed.end(), [](const Estimate &a, const Estimate &b) { return a.step < b.step; });
-  // Memory in order of speed until `keep` layouts fit.
+  // Memory in order of speed until `keep` layouts fit: the probes' estimate
+  // rejects a layout, the whole model's plan accepts it (so every layout
+  // returned has the memory ptc-opt predicts for its plan).
   std::vector<Estimate> out;
   for (const Estimate &t : timed) {
     if (out.size() >= keep)
       break;
-    auto e = impl_->evaluate(t.layout, /*withMemory=*/true);
+    auto e = impl_->evaluate(t.layout, Impl::Memory::Bound);
+    if (e && e->fits && !e->memoryExact) {
+      ++stats.wholeCompiles;
+      e = impl_->evaluate(t.layout, Impl::Memory::Compiled);
+    }
     if (!e) {
       ++stats.invalid;
       ++stats.invalidReasons[llvm::toString(e.takeError())];

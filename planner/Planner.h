@@ -1,13 +1,14 @@
 //===- Planner.h - ranked search over parallel layouts ----------*- C++ -*-===//
 //
 // The planner compiles small probes of the model with the real pipeline
-// (ptc-compile without pp, at one and two layers, and at the depth of a
-// pipeline rank for its memory), reads per-op FLOPs and bytes, the
-// collectives ptc-shard inserted and the memory report's per-device figures
-// (computeDeviceMemory, the compiler's own), and from them predicts the step
-// time of every layout: compute per pipeline chunk, each collective on the
-// link its group spans, which communication overlaps compute, and the
-// pipeline bubble by simulating the actual schedule (runtime/schedule).
+// (ptc-compile without pp at one and two layers for costs), reads per-op
+// FLOPs and bytes and the collectives ptc-shard inserted, and from them
+// predicts the step time of every layout: compute per pipeline chunk, each
+// collective on the link its group spans, which communication overlaps
+// compute, and the pipeline bubble by simulating the actual schedule
+// (runtime/schedule). Memory is the compiler's: the layout's plan at two and
+// three layers per chunk screens it, the whole model's plan (its peak with
+// the pipeline's activation stash, as ptc-opt predicts it) decides it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -68,6 +69,10 @@ struct SearchSpace {
   bool tpAcrossNodes = false;
   std::string precision = "bf16"; ///< ptc-compile's precision=
   std::string optimizer = "adamw";
+  /// The job's other ptc-compile options (optimizer settings, clipping, the
+  /// learning-rate schedule): every probe compiles with them. An optimizer=
+  /// among them replaces `optimizer`.
+  std::string compileOptions;
 };
 
 struct Layout {
@@ -96,6 +101,9 @@ struct Estimate {
   double optimizer = 0; ///< the step segment (updates and their collectives)
   double tokensPerSecond = 0, tflopsPerDevice = 0, mfu = 0;
   double memory = 0; ///< predicted peak bytes of the fullest device (0: not computed)
+  /// Whether `memory` is the whole model's compiled plan (ptc-opt's figure),
+  /// not an estimate extrapolated from probes.
+  bool memoryExact = false;
   /// Of which parameters, their gradients and the optimizer state (the ZeRO
   /// paper's model states).
   double modelStateMemory = 0;
@@ -106,6 +114,8 @@ struct Estimate {
 
 struct SearchStats {
   int64_t layouts = 0, invalid = 0, outOfMemory = 0, probes = 0;
+  /// Layouts whose memory the whole model's plan was compiled for.
+  int64_t wholeCompiles = 0;
   double seconds = 0;
   std::map<std::string, int64_t> invalidReasons;
   /// The layout with the smallest predicted peak among those that did not fit.

@@ -496,9 +496,10 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       return func.emitError() << "device-memory '" << deviceMemory
                               << "' is not a byte size (e.g. 80GB, 512MiB)";
     if (static_cast<double>(worst) > *budget)
-      return func.emitError() << "predicted peak " << worst << " B on pipeline rank " << worstRank
-                              << " with its activation stash exceeds the device memory "
-                              << deviceMemory << " (the stash: values waiting between segments "
+      return func.emitError() << "predicted peak " << worst << " B ("
+                              << formatByteSize(static_cast<double>(worst)) << ") on pipeline rank "
+                              << worstRank << " with its activation stash exceeds the device memory "
+                              << describeByteSize(deviceMemory) << " (the stash: values waiting between segments "
                                  "and micro-batches of its schedule)";
     return success();
   }

@@ -67,6 +67,11 @@ DeviceMemory computeDeviceMemory(func::FuncOp func, int rank, int ranks);
 /// Bytes for people: "512 B", "3.00 MiB", "74.51 GiB" (binary units).
 std::string formatByteSize(double bytes);
 
+/// A size as the user wrote it, with its binary value where its unit is not
+/// binary, so that it reads beside formatByteSize's figures: "80GB (74.51
+/// GiB)", "512MiB".
+std::string describeByteSize(StringRef text);
+
 /// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30); failure for
 /// anything else (device-memory= of the memory report and the export).
 FailureOr<double> parseByteSize(StringRef text);

@@ -423,7 +423,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     if (budget && static_cast<double>(worstPeak) > *budget)
       return func.emitError() << "predicted peak " << human(static_cast<double>(worstPeak))
                               << " on pipeline rank " << worst << " exceeds the device memory "
-                              << deviceMemory << " (parameters " << human(static_cast<double>(w.params))
+                              << describeByteSize(deviceMemory) << " (parameters " << human(static_cast<double>(w.params))
                               << ", optimizer state " << human(static_cast<double>(w.state))
                               << ", arena " << human(static_cast<double>(w.arena)) << ")";
     return success();
@@ -627,7 +627,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       llvm::sort(consumers, [](const Consumer &a, const Consumer &b) { return a.bytes > b.bytes; });
       InFlightDiagnostic diag = func.emitError()
                                 << "predicted peak " << human(static_cast<double>(peak))
-                                << " per device exceeds the device memory " << deviceMemory
+                                << " per device exceeds the device memory " << describeByteSize(deviceMemory)
                                 << "; largest consumers:";
       for (size_t i = 0; i < std::min<size_t>(5, consumers.size()); ++i)
         diag << (i ? ", " : " ") << consumers[i].what << " (" << human(consumers[i].bytes) << ")";
@@ -652,6 +652,13 @@ std::string mlir::ptc::formatByteSize(double bytes) {
 }
 
 /// "80GB", "512MiB", "1e9" -> bytes (GB = 1e9, GiB = 2^30).
+std::string mlir::ptc::describeByteSize(StringRef text) {
+  FailureOr<double> bytes = parseByteSize(text);
+  if (failed(bytes) || text.ends_with("iB"))
+    return text.str();
+  return text.str() + " (" + formatByteSize(*bytes) + ")";
+}
+
 FailureOr<double> mlir::ptc::parseByteSize(StringRef text) {
   StringRef number = text.take_while([](char c) { return isdigit(c) || c == '.' || c == 'e' || c == 'E' || c == '+'; });
   StringRef unit = text.drop_front(number.size()).trim();

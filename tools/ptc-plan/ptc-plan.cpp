@@ -68,6 +68,11 @@ cl::opt<std::string> measureLinksTo("measure-links", cl::desc("(internal, under 
                                     cl::Hidden, cl::cat(category));
 cl::opt<std::string> deviceMemory("device-memory", cl::desc("Device memory, e.g. 80GB (default: the cluster's)"),
                                   cl::cat(category));
+cl::opt<std::string> compileOptions(
+    "compile-options",
+    cl::desc("The job's other ptc-compile options, e.g. \"optimizer=adamw max-grad-norm=1.0\": every probe "
+             "and plan is compiled with them (what they add, such as gradient clipping, is priced)"),
+    cl::cat(category));
 cl::opt<std::string> precision("precision", cl::desc("fp32, bf16 or f16 (default: bf16 on GPUs, fp32 on CPUs)"),
                                cl::cat(category));
 cl::list<int64_t> tpList("tp", cl::desc("Allowed tp sizes (default: all)"), cl::CommaSeparated, cl::cat(category));
@@ -224,6 +229,7 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"tflops_per_device", e.tflopsPerDevice},
           {"mfu", e.mfu},
           {"memory_bytes", e.memory},
+          {"memory_exact", e.memoryExact},
           {"model_state_bytes", e.modelStateMemory},
           {"fits", e.fits},
           {"bubble", e.bubble},
@@ -434,6 +440,9 @@ int main(int argc, char **argv) {
   else if (spChoice != "both")
     return fail("--sp must be on, off or both");
   space.tpAcrossNodes = tpAcrossNodes;
+  if (!compileOptions.empty() && !mlir::ptc::CompilePipelineOptions::createFromString(compileOptions))
+    return fail("--compile-options '" + compileOptions + "': not ptc-compile options (see ptc-opt --help)");
+  space.compileOptions = compileOptions;
   space.precision = !precision.empty() ? precision.getValue() : cluster->profiles.empty() ? "bf16" : "fp32";
   if (space.precision != "fp32" && space.precision != "bf16" && space.precision != "f16")
     return fail("--precision must be fp32, bf16 or f16");
@@ -479,14 +488,16 @@ int main(int argc, char **argv) {
     rows = std::move(*found);
     os << "searched " << stats.layouts << " layouts (" << stats.invalid << " refused, " << stats.outOfMemory
        << " out of memory among the fastest) with " << stats.probes << " probe compiles in "
-       << format("%.2f", stats.seconds) << " s\n";
+       << format("%.2f", stats.seconds) << " s; memory: each row's plan compiled whole ("
+       << stats.wholeCompiles << " whole-model " << (stats.wholeCompiles == 1 ? "compile" : "compiles")
+       << "), ptc-opt's figures\n";
     if (rows.empty()) {
       for (auto &[reason, count] : stats.invalidReasons)
         errs() << "  " << count << " x " << reason << "\n";
       std::string closest;
       if (stats.smallest)
-        closest = " (the smallest, " + stats.smallest->layout.describe() + ", needs " + mlir::ptc::formatByteSize(stats.smallest->memory) +
-                  ")";
+        closest = " (the smallest, " + stats.smallest->layout.describe() + ", needs " +
+                  (stats.smallest->memoryExact ? "" : "at least ") + mlir::ptc::formatByteSize(stats.smallest->memory) + ")";
       return fail("no layout fits: every candidate was refused or needs more than " + mlir::ptc::formatByteSize(cluster->memoryBytes) +
                   " per device" + closest);
     }

@@ -116,8 +116,9 @@ const std::vector<KeyDef> &schema() {
       {"launch", "elastic", Kind::Bool, "on fewer ranks than the mesh: re-plan (ptc-plan), recompile, resume"},
       {"launch", "cluster", Kind::String, "the planner's machine for elastic re-plans: a ptc-plan preset or JSON "
                                           "(default: this machine, calibrated once into the job's folder)"},
-      {"launch", "device_memory", Kind::String, "the planner's memory per device for elastic re-plans, e.g. \"80GB\" "
-                                                "(default: the cluster's)"},
+      {"launch", "device_memory", Kind::String, "memory per device, e.g. \"80GB\": the compile refuses a plan that needs "
+                                                "more, elastic re-plans choose layouts within it (default: no check; "
+                                                "the planner's cluster's)"},
 
       {"eval", "data", Kind::String, "validation token file"},
       {"eval", "every", Kind::Int, "evaluate every N steps (and after the last)"},
@@ -523,6 +524,8 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     if (const Value *m = get("lr_scheduler.min_lr"))
       opt("min-lr", fmt(m->f));
   }
+  for (const std::string &o : opts)
+    c.programOptions += (c.programOptions.empty() ? "" : " ") + o;
   if (const Value *v = get("parallelism.mesh")) {
     opt("mesh", v->s);
     // The rank count: the product of the mesh (ptc-opt checks the rest).
@@ -558,6 +561,10 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
       opt(flagOf(k).substr(2), "true");
   if (const Value *v = get("parallelism.reshard_after_forward"))
     opt("reshard-after-forward", v->b ? "true" : "false");
+  // The device the job is for: a plan that does not fit it is refused when
+  // it is compiled (ptc-opt's device-memory=), not when a rank runs out.
+  if (const Value *v = get("launch.device_memory"))
+    opt("device-memory", v->s);
   for (const std::string &o : opts)
     c.compileOptions += (c.compileOptions.empty() ? "" : " ") + o;
 

@@ -51,6 +51,9 @@ struct JobCommands {
   std::string modelFile;            ///< the model the plan is compiled from
   std::string hfConfig;             ///< config.json beside weights saved as a folder (llama)
   std::string compileOptions;       ///< the --ptc-compile option string, without plan=
+  /// Of which the program's options that are not the layout (optimizer,
+  /// clipping, learning-rate schedule): what ptc-plan's probes compile with.
+  std::string programOptions;
   std::vector<std::string> run;     ///< ptc-run PLAN ... (PLAN filled in by the caller)
   int ranks = 1;                    ///< the mesh's product
 };

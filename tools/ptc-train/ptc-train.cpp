@@ -255,6 +255,9 @@ std::optional<std::string> planLayout(const Job &job, const JobCommands &c, int6
   for (const std::string &a : plannerModel(job, c))
     plan.push_back(a);
   plan.insert(plan.end(), {"--gpus", std::to_string(ranks), "--top", "5"});
+  // The job's program (optimizer, clipping, schedule), so the probes are its plans.
+  if (!c.programOptions.empty())
+    plan.insert(plan.end(), {"--compile-options", c.programOptions});
   const Value *precision = job.get("parallelism.precision");
   plan.insert(plan.end(), {"--precision", precision ? precision->s : "fp32"});
   if (const Value *cluster = job.get("launch.cluster")) {
