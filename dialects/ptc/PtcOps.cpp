@@ -909,6 +909,18 @@ LogicalResult verifyOnePerGrad(Operation *op, ValueRange grads, ValueRange resul
 LogicalResult ClipGradNormOp::verify() {
   if (failed(verifyOnePerGrad(*this, getGrads(), getClipped(), "clipped")))
     return failure();
+  if (std::optional<ArrayRef<double>> weights = getWeights()) {
+    if (weights->size() != getGrads().size())
+      return emitOpError() << "has " << weights->size() << " weights for " << getGrads().size()
+                           << " gradients";
+    for (auto [i, w] : llvm::enumerate(*weights))
+      if (!(w > 0.0 && w <= 1.0)) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", w);
+        return emitOpError() << "weight #" << i << " is " << text
+                             << ": a gradient counts with 1 / its copies, in (0, 1]";
+      }
+  }
   const double inf = std::numeric_limits<double>::infinity();
   return checkHyperparameter(*this, "max_norm", getMaxNorm().convertToDouble(), 0, false, inf);
 }

@@ -112,14 +112,19 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanIn
   let hasVerifier = 1;
 }
 
-def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
+def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure]> {
   let summary = "scales gradients so that their global L2 norm is at most max_norm";
   let description = [{
     `norm = sqrt(sum of squares of every element of every grad)`; each result
     is `grad * min(1, max_norm / (norm + 1e-6))` (torch.nn.utils.clip_grad_norm_).
     The last result is `norm`, before clipping. With `axes`, the sum of
-    squares also runs over the devices of that mesh group (each holds the
-    gradients of other parameters, e.g. another pipeline stage's).
+    squares also runs over the devices of that mesh group (each holds other
+    gradients, e.g. another pipeline stage's, or other pieces of them: a
+    tensor-parallel block, a ZeRO shard). `weights`, one per gradient, is the
+    factor its sum of squares counts with: 1 / the copies of it the group
+    holds (a gradient split over tp but replicated over dp, summed over both,
+    counts 1 / dp), so the norm is the whole gradients' (ptc-partition sets
+    both when it keeps the gradients split).
 
     ```mlir
     %c0, %c1, %norm = ptc.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
@@ -127,7 +132,7 @@ def Ptc_ClipGradNormOp : Ptc_Op<"clip_grad_norm", [DeclareOpInterfaceMethods<Ptc
     ```
   }];
   let arguments = (ins Variadic<Ptc_FloatTensor>:$grads, F64Attr:$max_norm,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes, OptionalAttr<DenseF64ArrayAttr>:$weights);
   let results = (outs Variadic<Ptc_FloatTensor>:$clipped, 0DTensorOf<[F32]>:$norm);
   let assemblyFormat = "$grads attr-dict `:` functional-type($grads, results)";
   let hasVerifier = 1;

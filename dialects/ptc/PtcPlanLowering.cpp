@@ -245,7 +245,10 @@ PlanInstruction ClipGradNormOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   SmallVector<int64_t> axes;
   if (getAxes())
     axes = axisIndices(axisIndex, *getAxes());
-  return PlanInstruction{"ClipGradNorm", axes, {getMaxNorm().convertToDouble()}};
+  SmallVector<double> floats{getMaxNorm().convertToDouble()};
+  if (std::optional<ArrayRef<double>> weights = getWeights())
+    floats.append(weights->begin(), weights->end());
+  return PlanInstruction{"ClipGradNorm", axes, floats};
 }
 
 PlanInstruction LossScaleOp::getPlanInstruction(MeshAxisIndexFn) {

@@ -929,3 +929,53 @@ LogicalResult ExpertLoadOp::inferShardingRule(ShardingRuleContext &ctx) {
   ctx.out.push_back(res);
   return success();
 }
+
+// Gradient clipping reads each gradient as it arrives (a tensor-parallel
+// block, a ZeRO shard where ZeRO reduce-scatters it; only complete sums): the
+// clipped gradients keep those splits, and the norm's sum of squares runs
+// over every mesh axis some gradient is split over, each gradient counting
+// with 1 / the copies of it that group holds. Clipping whole gradients would
+// gather every split one for the clip alone.
+LogicalResult ClipGradNormOp::inferShardingRule(ShardingRuleContext &ctx) {
+  const unsigned n = getGrads().size();
+  const MeshInfo &mesh = ctx.mesh();
+  llvm::SmallSetVector<int, 4> axes;
+  SmallVector<llvm::SmallSetVector<int, 4>> splitOver(n);
+  for (unsigned i = 0; i < n; ++i) {
+    ctx.full(i);
+    for (const DimShard &d : ctx.want[i].dims)
+      if (d.axis >= 0)
+        for (int part : mesh.parts(d.axis)) {
+          axes.insert(part);
+          splitOver[i].insert(part);
+        }
+    ctx.out.push_back(ctx.want[i]);
+  }
+  ctx.out.push_back(Sharding::replicated(0));
+  if (axes.empty())
+    return success();
+  SmallVector<int> sorted(axes.begin(), axes.end());
+  llvm::sort(sorted);
+  SmallVector<StringRef> names;
+  for (int a : sorted)
+    names.push_back(mesh.axes[a]);
+  SmallVector<double> weights;
+  for (unsigned i = 0; i < n; ++i) {
+    int64_t copies = 1;
+    for (int a : sorted)
+      if (!splitOver[i].contains(a))
+        copies *= mesh.sizes[a];
+    weights.push_back(1.0 / static_cast<double>(copies));
+  }
+  Builder b(getContext());
+  ctx.partitionedForm = b.getArrayAttr({b.getStrArrayAttr(names), b.getDenseF64ArrayAttr(weights)});
+  return success();
+}
+
+Operation *ClipGradNormOp::partition(OpBuilder &b) {
+  auto form = (*this)->getAttrOfType<ArrayAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!form || form.size() != 2)
+    return nullptr;
+  return ClipGradNormOp::create(b, getLoc(), getResultTypes(), getGrads(), getMaxNormAttr(),
+                                cast<ArrayAttr>(form[0]), cast<DenseF64ArrayAttr>(form[1]));
+}

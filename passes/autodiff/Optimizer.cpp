@@ -239,7 +239,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         types.push_back(g.getType());
       types.push_back(RankedTensorType::get({}, b.getF32Type()));
       auto clip = ClipGradNormOp::create(b, loc, types, grads, b.getF64FloatAttr(maxGradNorm),
-                                         ArrayAttr());
+                                         ArrayAttr(), DenseF64ArrayAttr());
       for (auto [i, c] : llvm::enumerate(clip.getClipped()))
         grads[i] = c;
       gradNorm = clip.getNorm();

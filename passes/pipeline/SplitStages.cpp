@@ -501,7 +501,7 @@ LogicalResult Splitter::run() {
       if (byRank.size() == 1) {
         chunk[op] = stepChunk(op->getOperand(byRank.begin()->second.front()));
         if (auto clip = dyn_cast<ClipGradNormOp>(op); clip && ranks > 1)
-          clip.setAxesAttr(b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
+          clip.setAxesAttr(withPipeline(clip.getAxes()));
         if (auto any = dyn_cast<AnyNonfiniteOp>(op); any && ranks > 1) {
           any.setAxesAttr(withPipeline(any.getAxes()));
           flagOfRank[any.getFlag()][byRank.begin()->first] = any.getFlag();
@@ -530,8 +530,16 @@ LogicalResult Splitter::run() {
           for (Value v : operands)
             types.push_back(v.getType());
           types.push_back(clip.getNorm().getType());
+          // The stage's gradients keep their weights (each lives on one pipeline rank).
+          DenseF64ArrayAttr weights;
+          if (std::optional<ArrayRef<double>> all = clip.getWeights()) {
+            SmallVector<double> mine;
+            for (unsigned i : idx)
+              mine.push_back((*all)[i]);
+            weights = b.getDenseF64ArrayAttr(mine);
+          }
           part = ClipGradNormOp::create(b, op->getLoc(), types, operands, clip.getMaxNormAttr(),
-                                        b.getStrArrayAttr({meshAxisName(MeshAxisRole::Pipeline)}));
+                                        withPipeline(clip.getAxes()), weights);
           if (first) // every rank computes the same norm; keep rank 0's
             clip.getNorm().replaceAllUsesWith(part->getResults().back());
         }

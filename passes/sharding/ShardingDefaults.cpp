@@ -506,6 +506,19 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   // gradients whole (all-reduced; the update's ops slice them).
   if (zero == 1)
     return;
+  // `grad` arrives split like `pspec` (its producer's result annotated).
+  MLIRContext *ctx = func.getContext();
+  auto constrain = [&](OpResult grad, const Sharding &pspec) {
+    Operation *producer = grad.getOwner();
+    SmallVector<Attribute> entries(producer->getNumResults(), UnitAttr::get(ctx));
+    if (auto old = producer->getAttrOfType<ArrayAttr>(PtcDialect::kShardingAttrName))
+      for (auto [i, a] : llvm::enumerate(old))
+        if (i < entries.size())
+          entries[i] = a;
+    if (isa<UnitAttr>(entries[grad.getResultNumber()]))
+      entries[grad.getResultNumber()] = getShardingAttr(ctx, mesh, pspec);
+    producer->setAttr(PtcDialect::kShardingAttrName, ArrayAttr::get(ctx, entries));
+  };
   llvm::StringMap<Sharding> placedByName;
   for (auto &[param, pspec] : placed)
     if (auto n = func.getArgAttrOfType<StringAttr>(param.getArgNumber(), PtcDialect::kParamAttrName))
@@ -515,20 +528,30 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
     auto it = name ? placedByName.find(name.getValue()) : placedByName.end();
     if (it == placedByName.end() || op->getNumOperands() == 0)
       return;
-    auto grad = dyn_cast<OpResult>(op->getOperand(0));
-    if (!grad)
-      return;
-    const Sharding &pspec = it->second;
-    Operation *producer = grad.getOwner();
-    MLIRContext *ctx = func.getContext();
-    SmallVector<Attribute> entries(producer->getNumResults(), UnitAttr::get(ctx));
-    if (auto old = producer->getAttrOfType<ArrayAttr>(PtcDialect::kShardingAttrName))
-      for (auto [i, a] : llvm::enumerate(old))
-        if (i < entries.size())
-          entries[i] = a;
-    if (isa<UnitAttr>(entries[grad.getResultNumber()]))
-      entries[grad.getResultNumber()] = getShardingAttr(ctx, mesh, pspec);
-    producer->setAttr(PtcDialect::kShardingAttrName, ArrayAttr::get(ctx, entries));
+    if (auto grad = dyn_cast<OpResult>(op->getOperand(0)))
+      constrain(grad, it->second);
+  });
+  // Gradient clipping between the gradients and the fused updates: each
+  // gradient it clips arrives split as its update reads it (the clip keeps
+  // splits; its norm sums over them), so its reduction over dp stays a
+  // reduce-scatter.
+  func.walk([&](ClipGradNormOp clip) {
+    for (auto [i, clipped] : llvm::enumerate(clip.getClipped())) {
+      for (OpOperand &use : clipped.getUses()) {
+        Operation *update = use.getOwner();
+        if (auto c = dyn_cast<ConvertOp>(update); c && c->hasOneUse())
+          update = *c->getUsers().begin();
+        if (!isa<AdamWUpdateOp, SgdUpdateOp>(update))
+          continue;
+        auto param = dyn_cast<BlockArgument>(update->getOperand(0));
+        auto it = param ? placed.find(param) : placed.end();
+        if (it == placed.end())
+          continue;
+        if (auto grad = dyn_cast<OpResult>(clip.getGrads()[i]))
+          constrain(grad, it->second);
+        break;
+      }
+    }
   });
 }
 

@@ -274,7 +274,42 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
     }
     // The norm output holds the sum of squares until the clip replaces it.
     float *norm = O(in.size());
-    PTC_RETURN_IF_ERROR(d.sumOfSquares(grads, sizes, norm));
+    if (inst.floats()->size() == 1) {
+      PTC_RETURN_IF_ERROR(d.sumOfSquares(grads, sizes, norm));
+    } else {
+      // Weighted: each gradient's sum of squares counts 1 / its copies in
+      // the group (a split gradient's pieces once, a replicated one once in
+      // all). One device sum per weight, in the order they first appear,
+      // combined on the host in that order (repeatable).
+      std::vector<float> weightOf;
+      std::vector<size_t> groupOf(in.size());
+      for (size_t i = 0; i < in.size(); ++i) {
+        float w = F(i + 1);
+        auto at = std::find(weightOf.begin(), weightOf.end(), w);
+        groupOf[i] = static_cast<size_t>(at - weightOf.begin());
+        if (at == weightOf.end())
+          weightOf.push_back(w);
+      }
+      PTC_RETURN_IF_ERROR(rowScratch_.reserve(static_cast<int64_t>(weightOf.size()) * 4));
+      float *partial = static_cast<float *>(rowScratch_.data());
+      for (size_t g = 0; g < weightOf.size(); ++g) {
+        std::vector<const float *> mine;
+        std::vector<int64_t> mineSizes;
+        for (size_t i = 0; i < in.size(); ++i)
+          if (groupOf[i] == g) {
+            mine.push_back(grads[i]);
+            mineSizes.push_back(sizes[i]);
+          }
+        PTC_RETURN_IF_ERROR(d.sumOfSquares(mine, mineSizes, partial + g));
+      }
+      std::vector<float> host(weightOf.size());
+      PTC_RETURN_IF_ERROR(d.copy(host.data(), partial, static_cast<int64_t>(host.size()) * 4,
+                                 CopyKind::DeviceToHost));
+      float total = 0;
+      for (size_t g = 0; g < host.size(); ++g)
+        total += weightOf[g] * host[g];
+      PTC_RETURN_IF_ERROR(d.copy(norm, &total, 4, CopyKind::HostToDevice));
+    }
     if (inst.ints() && inst.ints()->size() > 0 && comm_) {
       // The other gradients live on other ranks (pipeline stages): sum there too.
       std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());

@@ -832,8 +832,11 @@ Status InstructionChecker::check() {
       return fail("must accumulate into a temporary");
     return expectShape(out(0), in(0), "result");
   case ShapeRule::ClipGradNorm:
-    if (in_.empty() || out_.size() != in_.size() + 1 || floats_.size() != 1)
-      return fail("expects n gradients, n + 1 results and max_norm");
+    if (in_.empty() || out_.size() != in_.size() + 1 || (floats_.size() != 1 && floats_.size() != in_.size() + 1))
+      return fail("expects n gradients, n + 1 results and max_norm (and a weight per gradient)");
+    for (size_t i = 1; i < floats_.size(); ++i)
+      if (!(floats_[i] > 0.0 && floats_[i] <= 1.0))
+        return fail("weight #", i - 1, " is ", floats_[i], ", not in (0, 1]");
     for (int64_t a : ints_)
       if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
         return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");

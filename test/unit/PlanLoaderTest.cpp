@@ -274,6 +274,28 @@ TEST(PlanLoader, ChecksGatedActivationShapesAndFunction) {
       << unknown;
 }
 
+// ClipGradNorm: n gradients -> n clipped and the norm; its floats are
+// max_norm, or max_norm and one weight in (0, 1] per gradient (split
+// gradients' sums of squares over the group of its axes).
+TEST(PlanLoader, ChecksGradientClippingWeights) {
+  std::vector<TensorDesc> tensors = {{"a", plan::TensorKind::Input, {4}},
+                                     {"b", plan::TensorKind::Input, {2}},
+                                     {"ca", plan::TensorKind::Temporary, {4}, 0},
+                                     {"cb", plan::TensorKind::Temporary, {2}, 64},
+                                     {"norm", plan::TensorKind::Temporary, {}, 128}};
+  auto load = [&](std::vector<double> floats) {
+    return loadError(buildPlan(tensors, {{plan::OpCode::ClipGradNorm, {0, 1}, {2, 3, 4}, {}, floats}}, 192));
+  };
+  EXPECT_EQ(load({1.0}), "");
+  EXPECT_EQ(load({1.0, 1.0, 0.5}), "");
+  std::string count = load({1.0, 0.5});
+  EXPECT_NE(count.find("expects n gradients, n + 1 results and max_norm (and a weight per gradient)"),
+            std::string::npos)
+      << count;
+  std::string range = load({1.0, 1.0, 0.0});
+  EXPECT_NE(range.find("weight #1 is 0, not in (0, 1]"), std::string::npos) << range;
+}
+
 // An update's parameter, gradient and state share one float type, except
 // that an f32 parameter's gradient may be bf16 or f16 (read widened).
 TEST(PlanLoader, ChecksOptimizerUpdateDtypes) {
