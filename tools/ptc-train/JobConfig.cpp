@@ -410,6 +410,12 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
                   }() +
                   ")");
   }
+  // A written model's batch and sequence are its inputs' shapes: keys that
+  // would size it cannot take effect.
+  for (const char *k : {"training.batch", "training.seq"})
+    if (file && job.has(k))
+      return fail(std::string(k) + " sizes a builder's model, but [model] file names a written one, "
+                  "whose inputs fix it: remove " + k + " (or rebuild the file at that size)");
   if (!job.has("training.steps") || job.get("training.steps")->i == 0)
     return fail("[training] needs steps (a number of optimizer steps > 0)");
   if (job.has("training.data") && job.has("training.data_blend"))
@@ -426,6 +432,19 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
   for (const char *k : {"lr_scheduler.warmup_steps", "lr_scheduler.decay_steps", "lr_scheduler.min_lr"})
     if (job.has(k) && !job.has("lr_scheduler.decay"))
       return fail(std::string(k) + " needs lr_scheduler.decay (constant, cosine or linear)");
+  // A decaying schedule warms up, then decays until decay_steps (by default
+  // the job's steps): said in the job's keys here, not as the compiler's
+  // option names after the model is built.
+  if (const Value *decay = job.get("lr_scheduler.decay"); decay && decay->s != "constant") {
+    const Value *warmup = job.get("lr_scheduler.warmup_steps"), *until = job.get("lr_scheduler.decay_steps");
+    const int64_t w = warmup ? warmup->i : 0, d = until ? until->i : job.get("training.steps")->i;
+    if (w < 0 || w >= d)
+      return fail("lr_scheduler.warmup_steps = " + std::to_string(w) + " must be below " +
+                  (until ? "lr_scheduler.decay_steps = " + std::to_string(d)
+                         : "the steps the schedule decays over (lr_scheduler.decay_steps, by default "
+                           "training.steps = " + std::to_string(d) + ")") +
+                  " for decay = \"" + decay->s + "\"");
+  }
 
   if (const Value *e = job.get("launch.elastic"); e && e->b) {
     bool checkpoints = false;

@@ -415,6 +415,71 @@ std::vector<std::string> runCommand(const Job &job, const JobCommands &c, const 
 }
 } // namespace
 
+/// The files the job reads (training.data and data_blend's files, init,
+/// eval.data) that do not exist, as "key: 'path'".
+std::vector<std::string> missingInputs(const Job &job) {
+  std::vector<std::string> missing;
+  auto check = [&](const std::string &key, const std::string &list) {
+    std::stringstream ss(list);
+    std::string path;
+    while (std::getline(ss, path, ','))
+      if (!path.empty() && !fs::exists(path))
+        missing.push_back(key + ": '" + path + "'");
+  };
+  if (const Value *v = job.get("training.data"))
+    for (const std::string &p : v->strings)
+      check("training.data", p);
+  if (const Value *v = job.get("training.data_blend"))
+    for (const auto &[w, p] : v->blend)
+      check("training.data_blend", p);
+  for (const char *key : {"training.init", "eval.data"})
+    if (const Value *v = job.get(key))
+      check(key, v->s);
+  return missing;
+}
+
+/// `model` (ptc-model's command) without --hf-config: the folder the
+/// weights will be saved in gets its config.json only once the job compiles.
+std::vector<std::string> withoutHfConfig(std::vector<std::string> model) {
+  model.erase(std::remove_if(model.begin(), model.end(),
+                             [](const std::string &a) { return a.rfind("--hf-config=", 0) == 0; }),
+              model.end());
+  return model;
+}
+
+/// --dry-run's check: the model built and the plan compiled in a scratch
+/// folder (removed after), so a mesh or an option the compiler refuses is
+/// found now, not after the ranks start; 0, or the failing tool's status.
+int dryRunCompile(const JobCommands &c) {
+  char pattern[] = "/tmp/ptc-train-dry-run-XXXXXX";
+  if (!mkdtemp(pattern)) {
+    std::cerr << "ptc-train: error: cannot create a scratch folder for the dry run's compile\n";
+    return 1;
+  }
+  const fs::path scratch = pattern;
+  std::string modelFile = c.modelFile;
+  int rc = 0;
+  if (!c.model.empty()) {
+    std::vector<std::string> model = withoutHfConfig(c.model);
+    modelFile = (scratch / "model.mlir").string();
+    model.back() = modelFile; // after -o
+    if ((rc = runTool(model)) != 0)
+      std::cerr << "ptc-train: error: the dry run's model does not build (ptc-model exit " << rc << ")\n";
+  }
+  if (rc == 0) {
+    std::vector<std::string> compile = {"ptc-opt", modelFile,
+                                        "--ptc-compile=plan=" + (scratch / "job.plan").string() +
+                                            (c.compileOptions.empty() ? "" : " ") + c.compileOptions,
+                                        "-o", "/dev/null"};
+    if ((rc = runTool(compile)) != 0)
+      std::cerr << "ptc-train: error: the job does not compile (ptc-opt exit " << rc
+                << "; its message above says why)\n";
+  }
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   std::string jobPath;
   std::vector<std::string> overrides;
@@ -475,6 +540,7 @@ int main(int argc, char **argv) {
 
   std::cout << "ptc-train: job '" << job->name << "' in " << job->dir << ": " << c.ranks
             << (c.ranks == 1 ? " rank" : " ranks") << (srun ? " (srun)" : "") << "\n";
+  const std::vector<std::string> missing = missingInputs(*job);
   if (dryRun) {
     if (!c.model.empty())
       std::cout << quoted(c.model) << "\n";
@@ -482,7 +548,20 @@ int main(int argc, char **argv) {
                          "/dev/null"})
               << "\n";
     std::cout << quoted(runCommand(*job, c, job->dir + "/plans/PLAN.plan", srun, restartsLeft)) << "\n";
+    // Checked, not run: the inputs a run reads, and the compile (scratch).
+    for (const std::string &m : missing)
+      std::cout << "ptc-train: note: " << m << " does not exist (a run needs it)\n";
+    std::cout << std::flush;
+    if (int rc = dryRunCompile(c); rc != 0)
+      return 1;
+    std::cout << "ptc-train: dry run: the job compiles for " << c.ranks << (c.ranks == 1 ? " rank" : " ranks")
+              << "\n";
     return 0;
+  }
+  if (!compileOnly && !missing.empty()) {
+    for (const std::string &m : missing)
+      std::cerr << "ptc-train: error: " << m << " does not exist\n";
+    return 2;
   }
 
   if (!compileOnly)
@@ -494,11 +573,10 @@ int main(int argc, char **argv) {
               << "': " << ec.message() << "\n";
     return 1;
   }
-  if (!c.hfConfig.empty()) // the folder the weights will be saved in
-    fs::create_directories(fs::path(c.hfConfig).parent_path(), ec);
   if (!c.model.empty()) {
-    std::cout << "ptc-train: " << quoted(c.model) << "\n";
-    if (int rc = runTool(c.model); rc != 0) {
+    const std::vector<std::string> model = withoutHfConfig(c.model);
+    std::cout << "ptc-train: " << quoted(model) << "\n";
+    if (int rc = runTool(model); rc != 0) {
       std::cerr << "ptc-train: error: building the model failed (ptc-model exit " << rc << ")\n";
       return 1;
     }
@@ -512,7 +590,8 @@ int main(int argc, char **argv) {
   }
   if (available->ranks >= 0 && available->ranks < c.ranks && !compileOnly) {
     if (!elastic) {
-      std::cerr << "ptc-train: error: " << available->ranks << " ranks are available ("
+      std::cerr << "ptc-train: error: " << available->ranks
+                << (available->ranks == 1 ? " rank is" : " ranks are") << " available ("
                 << available->source << ") but parallelism.mesh needs " << c.ranks
                 << ": set launch.elastic = true (or --elastic) to re-plan for them\n";
       return ptc::kExitTooFewRanks;
@@ -523,6 +602,17 @@ int main(int argc, char **argv) {
   std::string plan = compilePlan(*job, c);
   if (plan.empty())
     return 1;
+  if (!c.hfConfig.empty()) {
+    // The folder the weights will be saved in gets the model's config.json
+    // now that the job compiles.
+    fs::create_directories(fs::path(c.hfConfig).parent_path(), ec);
+    std::vector<std::string> config = c.model;
+    config.back() = "/dev/null"; // the model itself is built already
+    if (int rc = runTool(config); rc != 0) {
+      std::cerr << "ptc-train: error: writing '" << c.hfConfig << "' failed (ptc-model exit " << rc << ")\n";
+      return 1;
+    }
+  }
   if (compileOnly)
     return 0;
   if (gStopBeforeStart) {
