@@ -23,6 +23,10 @@ llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)
 # Reference numerics and small checks use Debian's python (numpy, torch).
 config.substitutions.append(("%python", "/usr/bin/python3"))
 
+# ptc-run keeps the best matmul rate it measured (MFU's peak) per machine: the
+# tests' in their build folder, not in the home of whoever runs them.
+config.environment["PTC_PEAK_CACHE"] = os.path.join(config.ptc_obj_root, "test", "matmul-peak.tsv")
+
 # Multi-rank tests start OpenMPI's mpirun, as root on CI and with more ranks than cores.
 for var, value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
                    ("OMPI_MCA_rmaps_base_oversubscribe", "1")):

@@ -116,11 +116,29 @@ Status CsvScalarLog::write(const ScalarRow &row) {
   return Status::ok();
 }
 
-Status TensorBoardLog::open(const std::string &directory) {
+Status TensorBoardLog::open(const std::string &directory, bool append, int *removed) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec)
     return invalidArgument("cannot create TensorBoard directory '", directory, "': ", ec.message());
+  if (removed)
+    *removed = 0;
+  if (!append) {
+    std::vector<std::filesystem::path> earlier;
+    for (const auto &entry : std::filesystem::directory_iterator(directory, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && name.rfind("events.out.tfevents.", 0) == 0 && name.size() > 4 &&
+          name.compare(name.size() - 4, 4, ".ptc") == 0)
+        earlier.push_back(entry.path());
+    }
+    for (const auto &path : earlier) {
+      if (!std::filesystem::remove(path, ec) || ec)
+        return invalidArgument("cannot remove the earlier run's TensorBoard file '", path.string(),
+                               "': ", ec ? ec.message() : "it went");
+      if (removed)
+        ++*removed;
+    }
+  }
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   auto now = std::chrono::duration_cast<std::chrono::seconds>(

@@ -49,7 +49,11 @@ private:
 /// new file per run, so a resumed run adds a file beside the earlier ones.
 class TensorBoardLog {
 public:
-  Status open(const std::string &directory);
+  /// `append`: a resumed run, whose file joins the earlier ones. A fresh run
+  /// starts the folder's scalars over, as it does a CSV: the event files ptc
+  /// wrote there before (`*.ptc`; another writer's stay) are removed, else
+  /// TensorBoard would draw both runs as one. `removed` counts them.
+  Status open(const std::string &directory, bool append, int *removed = nullptr);
   /// One Event with every present scalar of `row`, tagged "<prefix><name>".
   Status write(int64_t step, const ScalarRow &row, const std::string &prefix = "");
   const std::string &path() const { return path_; }

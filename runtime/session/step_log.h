@@ -63,7 +63,11 @@ public:
   /// `append`: a resumed run adds its steps to the files of the run it continues.
   Status openJsonLines(const std::string &path, bool append);
   Status openCsv(const std::string &path, bool append) { csvOpen_ = true; return csv_.open(path, append); }
-  Status openTensorBoard(const std::string &dir) { tbOpen_ = true; return tb_.open(dir); }
+  /// `append` as openJsonLines'; `removed`: earlier runs' event files a fresh run removed.
+  Status openTensorBoard(const std::string &dir, bool append, int *removed = nullptr) {
+    tbOpen_ = true;
+    return tb_.open(dir, append, removed);
+  }
   Status afterStep(TrainingSession &, const StepResult &r) override;
 
 private:

@@ -1,8 +1,16 @@
 #include "runtime/session/throughput.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
 
 namespace ptc {
 
@@ -88,6 +96,91 @@ StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n, 
   peak.tflops = 2.0 * static_cast<double>(n) * n * n / best / 1e12;
   peak.what = std::string(type == FloatType::F32 ? "f32" : type == FloatType::BF16 ? "bf16" : "f16") +
               " matmul " + std::to_string(n) + "^3, best of " + std::to_string(runs) + " runs";
+  return peak;
+}
+
+std::optional<PeakRate> knownMatmulPeak(const std::string &device, FloatType type) {
+  if (type == FloatType::F32)
+    return std::nullopt;
+  struct Known {
+    const char *name;
+    double tflops;
+  };
+  // Dense (no sparsity) bf16 / f16 tensor-core rates; the PCIe H100 first.
+  static const Known table[] = {{"H100 PCIe", 756.0}, {"H100", 989.4}, {"H200", 989.4}, {"A100", 312.0}};
+  for (const Known &k : table)
+    if (device.find(k.name) != std::string::npos)
+      return PeakRate{k.tflops, std::string(k.name) + " dense " + (type == FloatType::BF16 ? "bf16" : "f16") +
+                                    ", NVIDIA's datasheet"};
+  return std::nullopt;
+}
+
+std::string defaultPeakCacheFile() {
+  if (const char *path = std::getenv("PTC_PEAK_CACHE"))
+    return path;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/ptc/matmul-peak.tsv";
+  if (const char *home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/ptc/matmul-peak.tsv";
+  return "";
+}
+
+StatusOr<PeakRate> matmulPeak(Device &device, FloatType type, int ranks, const std::string &cacheFile,
+                              bool update) {
+  if (std::optional<PeakRate> known = knownMatmulPeak(device.describe(), type))
+    return *known;
+  auto measured = measureMatmulPeak(device, type);
+  if (!measured.isOk() || cacheFile.empty())
+    return measured;
+  PeakRate peak = *measured;
+  const std::string typeName = type == FloatType::F32 ? "f32" : type == FloatType::BF16 ? "bf16" : "f16";
+  const std::string key = device.describe() + " | " + typeName + " | " + std::to_string(ranks) +
+                          (ranks == 1 ? " rank" : " ranks");
+  // The file's lines, this key's best.
+  std::vector<std::pair<std::string, double>> lines;
+  double best = 0.0;
+  {
+    std::ifstream in(cacheFile);
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t tab = line.rfind('\t');
+      if (tab == std::string::npos)
+        continue;
+      char *end = nullptr;
+      double v = std::strtod(line.c_str() + tab + 1, &end);
+      if (!(v > 0.0) || !std::isfinite(v))
+        continue;
+      lines.push_back({line.substr(0, tab), v});
+      if (lines.back().first == key)
+        best = std::max(best, v);
+    }
+  }
+  if (best > peak.tflops) {
+    peak.tflops = best;
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3g", best);
+    peak.what += "; this machine's best, " + std::string(text) + " TFLOP/s, from " + cacheFile;
+    return peak;
+  }
+  peak.what += "; this machine's best so far (" + cacheFile + ")";
+  if (!update)
+    return peak;
+  // Written whole to a temporary and renamed: readers see the old file or the new.
+  lines.erase(std::remove_if(lines.begin(), lines.end(), [&](const auto &l) { return l.first == key; }),
+              lines.end());
+  lines.push_back({key, peak.tflops});
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(cacheFile).parent_path(), ec);
+  const std::string tmp = cacheFile + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    for (const auto &[k, v] : lines)
+      out << k << '\t' << v << '\n';
+    if (!out)
+      ec = std::make_error_code(std::errc::io_error);
+  }
+  if (ec || (std::filesystem::rename(tmp, cacheFile, ec), ec))
+    std::filesystem::remove(tmp, ec); // the measurement stands; the cache is a convenience
   return peak;
 }
 

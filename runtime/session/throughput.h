@@ -1,6 +1,7 @@
 // Model FLOPs utilisation: the plan's model FLOPs per step over the step time,
-// against the device's peak matmul rate, given (--peak-tflops) or measured
-// here once per run with the device's own matmul kernel.
+// against the device's peak matmul rate: given (--peak-tflops), a known GPU's
+// datasheet figure, or measured with the device's own matmul kernel and kept
+// per machine (the best measurement so far), so that runs compare.
 #ifndef PTC_RUNTIME_SESSION_THROUGHPUT_H
 #define PTC_RUNTIME_SESSION_THROUGHPUT_H
 
@@ -29,6 +30,25 @@ FloatType matmulComputeType(const LoadedPlan &plan, const Device &device);
 /// timed for about `seconds` after one warm-up), in TFLOP/s.
 StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n = 2048,
                                      double seconds = 0.25);
+
+/// The dense bf16 / f16 tensor-core peak of a known GPU named in `device`
+/// (NVIDIA's datasheets: H100 and H200 SXM 989 TFLOP/s, H100 PCIe 756, A100
+/// 312), or nothing (f32, CPUs, other GPUs).
+std::optional<PeakRate> knownMatmulPeak(const std::string &device, FloatType type);
+
+/// The peak MFU is measured against: a known GPU's (knownMatmulPeak), else
+/// measureMatmulPeak's, raised to the best this machine has measured for the
+/// same device, type and rank count (`cacheFile`: lines "key<TAB>tflops";
+/// `update` writes a better one back, atomically). A busy machine measures a
+/// lower rate, which would inflate MFU run to run; the best one is the peak.
+/// An empty `cacheFile` measures only.
+StatusOr<PeakRate> matmulPeak(Device &device, FloatType type, int ranks, const std::string &cacheFile,
+                              bool update);
+
+/// Where matmulPeak keeps its measurements: $PTC_PEAK_CACHE, else
+/// $XDG_CACHE_HOME/ptc/matmul-peak.tsv, else ~/.cache/ptc/matmul-peak.tsv
+/// (empty without a home).
+std::string defaultPeakCacheFile();
 
 } // namespace ptc
 

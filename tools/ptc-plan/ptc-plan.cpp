@@ -104,7 +104,7 @@ cl::list<std::string> recomputeList("recompute", cl::desc("none, selective, full
                                     cl::CommaSeparated, cl::cat(category));
 cl::list<std::string> scheduleList("schedules", cl::desc("1f1b, interleaved-1f1b, zb-h1 (default: all)"),
                                    cl::CommaSeparated, cl::cat(category));
-cl::opt<std::string> spChoice("sp", cl::desc("Sequence parallelism: on, off or both (default both)"),
+cl::opt<std::string> spChoice("sp", cl::desc("Sequence parallelism: on (true), off (false) or both (default both)"),
                               cl::init("both"), cl::cat(category));
 cl::opt<bool> tpAcrossNodes("tp-across-nodes", cl::desc("Allow tp groups that span nodes"), cl::cat(category));
 cl::opt<std::string> layoutText("layout",
@@ -152,8 +152,8 @@ Expected<Layout> parseLayout(StringRef text) {
       *count->second = n;
     else if (key == "zero" && isInt && n >= 0 && n <= 3)
       l.zero = static_cast<int>(n);
-    else if (key == "sp" && (value == "true" || value == "false"))
-      l.sequenceParallel = value == "true";
+    else if (key == "sp" && (value == "true" || value == "false" || value == "on" || value == "off"))
+      l.sequenceParallel = value == "true" || value == "on"; // --sp's words too
     else if (key == "recompute" && (value == "none" || value == "selective" || value == "full"))
       l.recompute = value.str();
     else if (key == "schedule" && llvm::is_contained(ptc::schedule::scheduleNames(), value.str()))
@@ -163,7 +163,7 @@ Expected<Layout> parseLayout(StringRef text) {
     else
       return createStringError("--layout: cannot read '" + part.str() +
                                "' (expected dp=, ep=, cp=, tp=, pp=, v=, mbs=, m= at least 1, zero=0-3, "
-                               "sp=true|false, recompute=none|selective|full, cp-attention=ring|ulysses, "
+                               "sp=true|false (or on|off), recompute=none|selective|full, cp-attention=ring|ulysses, "
                                "schedule=" +
                                llvm::join(ptc::schedule::scheduleNames(), "|") + ")");
   }
@@ -433,12 +433,13 @@ int main(int argc, char **argv) {
   for (const std::string &s : space.schedules)
     if (!llvm::is_contained(ptc::schedule::scheduleNames(), s))
       return fail("--schedules '" + s + "' is not one of " + llvm::join(ptc::schedule::scheduleNames(), ", "));
-  if (spChoice == "on")
+  // --layout's true / false read as on / off (ptc-compile's sequence-parallel=true|false).
+  if (spChoice == "on" || spChoice == "true")
     space.sequenceParallel = {true};
-  else if (spChoice == "off")
+  else if (spChoice == "off" || spChoice == "false")
     space.sequenceParallel = {false};
   else if (spChoice != "both")
-    return fail("--sp must be on, off or both");
+    return fail("--sp must be on (true), off (false) or both");
   space.tpAcrossNodes = tpAcrossNodes;
   if (!compileOptions.empty() && !mlir::ptc::CompilePipelineOptions::createFromString(compileOptions))
     return fail("--compile-options '" + compileOptions + "': not ptc-compile options (see ptc-opt --help)");

@@ -327,7 +327,8 @@ int launchWithMpirun(int argc, char **argv, int64_t jobRanks, int64_t maxRestart
     }
     if (totalSlots(*hosts) >= ranks)
       return 0;
-    std::cerr << "ptc-run: " << totalSlots(*hosts) << " ranks are available (the slots of "
+    std::cerr << "ptc-run: " << totalSlots(*hosts) << (totalSlots(*hosts) == 1 ? " rank is" : " ranks are")
+              << " available (the slots of "
               << hostfile << ", " << hosts->size() << (hosts->size() == 1 ? " host" : " hosts")
               << ") but the plan needs " << ranks << ": " << when
               << " (ptc-train --elastic re-plans for the ranks there are)\n";

@@ -203,8 +203,13 @@ int runMain(int argc, char **argv) {
       s = metrics.openJsonLines(o.metrics, first > 0);
     if (s.isOk() && o.has("--metrics-csv"))
       s = metrics.openCsv(o.metricsCsv, first > 0);
+    int removed = 0;
     if (s.isOk() && o.has("--tensorboard"))
-      s = metrics.openTensorBoard(o.tensorboard);
+      s = metrics.openTensorBoard(o.tensorboard, first > 0, &removed);
+    if (s.isOk() && removed > 0)
+      std::cout << "ptc-run: a fresh run: removed " << removed << " TensorBoard event "
+                << (removed == 1 ? "file" : "files") << " of an earlier run from " << o.tensorboard
+                << " (as the CSV and JSON lines start over)\n";
     if (!s.isOk())
       return fail(s.message());
   }
@@ -221,7 +226,8 @@ int runMain(int argc, char **argv) {
                             o.has("--metrics-csv") || o.has("--tensorboard");
   if (basis.modelFlops > 0 && o.peakTflops == 0.0 && wantsFigures) {
     Device &device = session.executor().device();
-    auto peak = measureMatmulPeak(device, matmulComputeType(plan, device));
+    auto peak = matmulPeak(device, matmulComputeType(plan, device), basis.ranks, defaultPeakCacheFile(),
+                           /*update=*/leader);
     if (!peak.isOk())
       return fail("measuring the device's peak for MFU: " + peak.status().message() +
                   " (give it with --peak-tflops)");
@@ -302,9 +308,10 @@ int runMain(int argc, char **argv) {
       std::cout << "ptc-run: checkpoint of step " << steps << " in " << checkpointDir << "/"
                 << checkpointStepName(steps) << "\n";
       if (checkpoints.saves() > 0)
-        std::printf("ptc-run: %lld checkpoints during the run%s held training up %.3f s in all "
+        std::printf("ptc-run: %lld %s during the run%s held training up %.3f s in all "
                     "(%.1f ms each)\n",
-                    static_cast<long long>(checkpoints.saves()), o.asyncCheckpoint ? " (async)" : "",
+                    static_cast<long long>(checkpoints.saves()),
+                    checkpoints.saves() == 1 ? "checkpoint" : "checkpoints", o.asyncCheckpoint ? " (async)" : "",
                     checkpoints.blockedSeconds(),
                     1e3 * checkpoints.blockedSeconds() / static_cast<double>(checkpoints.saves()));
     }
