@@ -74,6 +74,8 @@ class Ptc_UnaryGradOp<string mnemonic, string forward>
 }
 
 def Ptc_GeluGradOp : Ptc_UnaryGradOp<"gelu_grad", "gelu">;
+def Ptc_GeluTanhGradOp : Ptc_UnaryGradOp<"gelu_tanh_grad", "gelu_tanh">;
+def Ptc_TanhGradOp : Ptc_UnaryGradOp<"tanh_grad", "tanh">;
 def Ptc_ReluGradOp : Ptc_UnaryGradOp<"relu_grad", "relu">;
 def Ptc_SiluGradOp : Ptc_UnaryGradOp<"silu_grad", "silu">;
 def Ptc_RsqrtGradOp : Ptc_UnaryGradOp<"rsqrt_grad", "rsqrt">;

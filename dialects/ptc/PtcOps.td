@@ -107,6 +107,28 @@ def Ptc_GeluOp : Ptc_UnaryElementwiseOp<"gelu", "exact (erf) GELU activation", "
   }];
 }
 
+def Ptc_GeluTanhOp : Ptc_UnaryElementwiseOp<"gelu_tanh", "tanh-approximated GELU activation", "GeluTanhGradOp"> {
+  let description = [{
+    `result = 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`,
+    elementwise: GPT-2's original GELU (`torch.nn.GELU(approximate='tanh')`,
+    minGPT's `NewGELU`, Hugging Face's `gelu_new`).
+
+    ```mlir
+    %y = ptc.gelu_tanh %x : tensor<8x64x1536xf32>
+    ```
+  }];
+}
+
+def Ptc_TanhOp : Ptc_UnaryElementwiseOp<"tanh", "hyperbolic tangent", "TanhGradOp"> {
+  let description = [{
+    `result = tanh(x)`, elementwise.
+
+    ```mlir
+    %y = ptc.tanh %x : tensor<32x256xf32>
+    ```
+  }];
+}
+
 def Ptc_ReluOp : Ptc_UnaryElementwiseOp<"relu", "rectified linear unit", "ReluGradOp"> {
   let description = [{
     `result = max(x, 0)`, elementwise.

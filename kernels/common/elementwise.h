@@ -15,6 +15,8 @@
 // X(enumerator, name in plans and in the dialect's op mnemonic)
 #define PTC_UNARY_FUNCTIONS(X)                                                                     \
   X(Gelu, "gelu")                                                                                  \
+  X(GeluTanh, "gelu_tanh")                                                                         \
+  X(Tanh, "tanh")                                                                                  \
   X(Relu, "relu")                                                                                  \
   X(Silu, "silu")                                                                                  \
   X(Rsqrt, "rsqrt")                                                                                \

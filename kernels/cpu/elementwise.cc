@@ -66,6 +66,22 @@ template <typename Body> void withFunction(UnaryFunction fn, Body body) {
           float cdf = normalCdf(v, gauss);
           return gv * (cdf + v * 0.39894228040143268f * gauss);
         });
+  case UnaryFunction::GeluTanh:
+    // 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3);
+    // d/dx = s + x s (1 - s) 2 u', u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    return body([](float x) { return x * sigmoid(1.5957691216057308f * (x + 0.044715f * x * x * x)); },
+                [](float v, float gv) {
+                  const float s = sigmoid(1.5957691216057308f * (v + 0.044715f * v * v * v));
+                  const float du2 = 1.5957691216057308f * (1.0f + 0.134145f * v * v);
+                  return gv * (s + v * s * (1.0f - s) * du2);
+                });
+  case UnaryFunction::Tanh:
+    // libm's tanh (exact near 0, where 2 sigmoid(2x) - 1 cancels); d/dx = 1 - tanh^2.
+    return body([](float x) { return std::tanh(x); },
+                [](float v, float gv) {
+                  const float t = std::tanh(v);
+                  return gv * (1.0f - t * t);
+                });
   case UnaryFunction::Relu:
     return body([](float x) { return x > 0.0f ? x : 0.0f; },
                 [](float v, float gv) { return v > 0.0f ? gv : 0.0f; });

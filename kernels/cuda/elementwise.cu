@@ -74,6 +74,10 @@ __device__ float activation(UnaryFunction fn, float x) {
   switch (fn) {
   case UnaryFunction::Gelu:
     return x * normalCdf(x);
+  case UnaryFunction::GeluTanh:
+    return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+  case UnaryFunction::Tanh:
+    return tanhf(x);
   case UnaryFunction::Relu:
     return x > 0.0f ? x : 0.0f;
   case UnaryFunction::Silu:
@@ -94,6 +98,14 @@ __device__ float activationGrad(UnaryFunction fn, float x, float g) {
   switch (fn) {
   case UnaryFunction::Gelu:
     return g * (normalCdf(x) + x * 0.39894228040143268f * expf(-0.5f * x * x));
+  case UnaryFunction::GeluTanh: {
+    float s = 1.0f / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+    return g * (s + x * s * (1.0f - s) * 1.5957691216057308f * (1.0f + 0.134145f * x * x));
+  }
+  case UnaryFunction::Tanh: {
+    float t = tanhf(x);
+    return g * (1.0f - t * t);
+  }
   case UnaryFunction::Relu:
     return x > 0.0f ? g : 0.0f;
   case UnaryFunction::Silu: {

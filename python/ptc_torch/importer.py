@@ -317,10 +317,15 @@ def _layer_norm(imp, args, kwargs, meta):
 
 def _unary(op):
     def handler(imp, args, kwargs, meta):
-        if op == "gelu" and kwargs.get("approximate", args[1] if len(args) > 1 else "none") != "none":
-            imp.fail("aten op 'aten::gelu' with approximate='tanh' is not supported (ptc's GELU is "
-                     "the exact erf form)")
-        return imp.node(op, [args[0]], meta)
+        name = op
+        if op == "gelu":
+            approximate = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+            if approximate == "tanh":
+                name = "gelu_tanh"  # GPT-2's GELU, nn.GELU(approximate='tanh')
+            elif approximate != "none":
+                imp.fail(f"aten op 'aten::gelu' with approximate='{approximate}' is not supported "
+                         "('none' and 'tanh' are)")
+        return imp.node(name, [args[0]], meta)
     return handler
 
 
@@ -336,9 +341,17 @@ def _log_softmax(imp, args, kwargs, meta):
 
 def _nll(imp, args, kwargs, meta):
     lsm, target, weight, reduction = args[0], args[1], args[2], args[3]
+    ignore_index = args[4] if len(args) > 4 else -100
     if weight is not None or reduction != 1:
         imp.fail("aten op 'aten::nll_loss_forward' with class weights or a reduction other than "
                  "the mean is not supported")
+    # A negative ignore_index (torch's -100, nanoGPT's -1) never matches a token id (ptc's
+    # data holds ids >= 0), so every target counts, as in PyTorch. A token id would need the
+    # loss to skip those targets, which ptc's cross-entropy does not.
+    if ignore_index >= 0:
+        imp.fail(f"cross-entropy with ignore_index={ignore_index} (a token id) is not supported: "
+                 "ptc's cross-entropy counts every target (a negative ignore_index, which no token "
+                 "id matches, imports)")
     return [_Node("nll", [lsm, target], (), "f32", imp.loc), None]
 
 
@@ -348,10 +361,34 @@ def _masked_fill(imp, args, kwargs, meta):
 
 
 def _pow(imp, args, kwargs, meta):
+    """x ** e for a constant e: a small whole power as products (x^3 = x * x * x, as minGPT's
+    NewGELU writes it), -0.5 as rsqrt, 1 as x."""
     x, e = args[0], args[1]
-    if e == 2:
-        return imp.node("mul", [x, x], meta)
-    imp.fail(f"aten op 'aten::pow' with exponent {e} is not supported")
+    if not isinstance(x, _Node) or isinstance(e, _Node):
+        imp.fail("aten op 'aten::pow' of a tensor exponent is not supported (a constant one is)")
+    if e == -0.5:
+        return imp.node("rsqrt", [x], meta)
+    if float(e).is_integer() and 1 <= e <= 8:
+        out = x
+        for _ in range(int(e) - 1):
+            out = imp.node("mul", [out, x], meta)
+        return out
+    imp.fail(f"aten op 'aten::pow' with exponent {e} is not supported (whole exponents 1 to 8 "
+             "and -0.5 are)")
+
+
+def _dropout_noise(imp, args, kwargs, meta):
+    """torch's dropout in training mode: a Bernoulli mask of keep probability 1 - p. ptc has no
+    dropout op yet; an imported model that uses it would train without it, so it is an error."""
+    keep = float(args[1]) if len(args) > 1 else 0.5
+    imp.fail(f"dropout with p={1.0 - keep:g} (aten::bernoulli_ with keep probability {keep:g}) is "
+             "not supported: ptc has no dropout op yet, and dropping it would train another "
+             "model; set the module's dropout to 0 to import it")
+
+
+def _empty_like(imp, args, kwargs, meta):
+    # Only dropout's mask starts as an empty_like (then bernoulli_), which _dropout_noise refuses.
+    return imp.node("empty_like", [args[0]], meta)
 
 
 def _reduce(op):
@@ -392,6 +429,8 @@ _HANDLERS = {
     aten.gelu.default: _unary("gelu"), aten.silu.default: _unary("silu"),
     aten.relu.default: _unary("relu"), aten.rsqrt.default: _unary("rsqrt"),
     aten.exp.default: _unary("exp"), aten.log.default: _unary("log"),
+    aten.tanh.default: _unary("tanh"),
+    aten.empty_like.default: _empty_like, aten.bernoulli_.float: _dropout_noise,
     aten._softmax.default: _softmax, aten._log_softmax.default: _log_softmax,
     aten.nll_loss_forward.default: _nll, aten.masked_fill.Scalar: _masked_fill,
     aten.pow.Tensor_Scalar: _pow,
@@ -484,6 +523,42 @@ def _rotary_theta(cos, sin, seq, dim):
         if abs(theta - t) / t < 1e-3:
             return t
     return theta
+
+
+def _scale_of(n):
+    """(input, factor) of a chain of scales by constants, else (n, 1.0)."""
+    f = 1.0
+    while n.op == "scale":
+        f *= n.attrs["factor"]
+        n = n.inputs[0]
+    return n, f
+
+
+def _const_value(n):
+    return float(n.attrs["value"]) if _is_const(n) and n.attrs["value"].numel() == 1 else None
+
+
+def _new_gelu_input(n):
+    """x when `n` is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in any order of the
+    products and sums (within 1e-6 of the constants), else None."""
+    for half, rest in (n.inputs, list(reversed(n.inputs))):
+        x, f = _scale_of(half)
+        if abs(f - 0.5) > 1e-6 or rest.op != "add":
+            continue
+        for one, t in (rest.inputs, list(reversed(rest.inputs))):
+            if _const_value(one) != 1.0 or t.op != "tanh":
+                continue
+            inner, c = _scale_of(t.inputs[0])
+            if abs(c - math.sqrt(2.0 / math.pi)) > 1e-6 or inner.op != "add":
+                continue
+            for xx, cubic in (inner.inputs, list(reversed(inner.inputs))):
+                cube, k = _scale_of(cubic)
+                if xx is not x or abs(k - 0.044715) > 1e-9 or cube.op != "mul":
+                    continue
+                sq, x3 = cube.inputs
+                if x3 is x and sq.op == "mul" and sq.inputs[0] is x and sq.inputs[1] is x:
+                    return x
+    return None
 
 
 def fuse(root):
@@ -603,6 +678,12 @@ def fuse(root):
                         break
                 if n.op == "rms_norm":
                     break
+        # (0.5 x) (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> gelu_tanh(x): minGPT's NewGELU,
+        # Hugging Face's gelu_new written out (one op, and the MLP is tp-split as a GELU one).
+        if n.op == "mul":
+            x = _new_gelu_input(n)
+            if x is not None:
+                _replace(n, "gelu_tanh", [x])
         # x * cos + cat(-x[..., h:], x[..., :h]) * sin -> rotary(x, theta).
         if n.op == "add" and len(n.shape) == 4:
             a, b = n.inputs
@@ -689,8 +770,8 @@ def _attr(v):
 
 _OPS = {"add", "sub", "mul", "div", "scale", "convert", "matmul", "layer_norm", "rms_norm",
         "softmax", "causal_attention", "embedding", "cross_entropy", "reshape", "transpose",
-        "slice", "concat", "reduce_sum", "reduce_mean", "reduce_max", "broadcast", "gelu", "silu",
-        "relu", "rsqrt", "exp", "log", "rotary"}
+        "slice", "concat", "reduce_sum", "reduce_mean", "reduce_max", "broadcast", "gelu",
+        "gelu_tanh", "tanh", "silu", "relu", "rsqrt", "exp", "log", "rotary"}
 
 
 def emit(root, params, inputs, module_path):
@@ -841,7 +922,9 @@ def import_module(module_path, class_name, kwargs, input_specs):
         raise ImportError_(f"'{module_path}' has no class '{class_name}'")
     with _user_code(module_path, f"constructing {class_name}(**kwargs)"):
         model = cls(**kwargs)
-    model.eval()  # no dropout: ptc trains without it
+    # Training mode, as ptc trains it: a dropout with p > 0 shows in the graph (and is refused:
+    # ptc has no dropout yet), instead of vanishing as it would in eval mode.
+    model.train()
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     names = list(params) + list(buffers)

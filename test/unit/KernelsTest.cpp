@@ -800,6 +800,10 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
     switch (fn) {
     case ptc::kernels::UnaryFunction::Gelu:
       return 0.5 * d * (1.0 + std::erf(d / std::sqrt(2.0)));
+    case ptc::kernels::UnaryFunction::GeluTanh: // PyTorch's approximate='tanh'
+      return 0.5 * d * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (d + 0.044715 * d * d * d)));
+    case ptc::kernels::UnaryFunction::Tanh:
+      return std::tanh(d);
     case ptc::kernels::UnaryFunction::Relu:
       return d > 0 ? d : 0.0;
     case ptc::kernels::UnaryFunction::Silu:
@@ -816,7 +820,8 @@ TEST(Kernels, ActivationsMatchClosedFormsAndTheirGradientsFiniteDifferences) {
     return 0.0;
   };
   using UF = ptc::kernels::UnaryFunction;
-  for (auto fn : {UF::Gelu, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log, UF::Sign}) {
+  for (auto fn : {UF::Gelu, UF::GeluTanh, UF::Tanh, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log,
+                  UF::Sign}) {
     SCOPED_TRACE(ptc::kernels::unaryFunctionName(fn));
     // rsqrt and log are defined on positive inputs: |x| + 0.5 in [0.51, 6.51].
     std::vector<float> x(xAll);
@@ -865,7 +870,8 @@ TEST(Kernels, GatedActivationsAreTheirCompositionInOnePass) {
     auto gate = randomVector(n, 91), up = randomVector(n, 92), g = randomVector(n, 93);
     for (float &v : gate)
       v *= 4.0f;
-    for (UF fn : {UF::Gelu, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log, UF::Sign}) {
+    for (UF fn : {UF::Gelu, UF::GeluTanh, UF::Tanh, UF::Relu, UF::Silu, UF::Rsqrt, UF::Exp, UF::Log,
+                  UF::Sign}) {
       SCOPED_TRACE(std::string(ptc::kernels::unaryFunctionName(fn)) + " n " + std::to_string(n));
       std::vector<float> x(gate);
       if (fn == UF::Rsqrt || fn == UF::Log)
@@ -884,7 +890,7 @@ TEST(Kernels, GatedActivationsAreTheirCompositionInOnePass) {
       ASSERT_TRUE(
           runKernel(OpKind::UnaryGrad, {view(x, s), view(gu, s)}, {view(df, s)}, {}, {}, fn)
               .isOk());
-      const bool libm = fn == UF::Exp || fn == UF::Log;
+      const bool libm = fn == UF::Exp || fn == UF::Log || fn == UF::Tanh;
       auto expectSame = [&](float got, float want, const char *what, int64_t i) {
         if (libm)
           ASSERT_NEAR(got, want, 2.5e-7f * std::fabs(want)) << what << " at " << i;

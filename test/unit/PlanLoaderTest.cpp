@@ -243,7 +243,7 @@ TEST(PlanLoader, RejectsUnknownOrMissingElementwiseFunction) {
   auto tensors = matmulTensors();
   auto unknown = buildPlan(tensors, {{plan::OpCode::Unary, {2}, {2}, {}, {}, "swish"}}, 32);
   EXPECT_NE(loadError(unknown).find("names the unknown elementwise function 'swish' (known: gelu, "
-                                    "relu, silu, rsqrt, exp, log, sign)"),
+                                    "gelu_tanh, tanh, relu, silu, rsqrt, exp, log, sign)"),
             std::string::npos)
       << loadError(unknown);
   auto missing = buildPlan(tensors, {{plan::OpCode::UnaryGrad, {2, 2}, {2}, {}, {}}}, 32);

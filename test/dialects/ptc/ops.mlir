@@ -18,6 +18,10 @@ func.func @elementwise(%a: tensor<8x64x384xf32>, %b: tensor<384xf32>, %c: tensor
   %5 = ptc.gelu %4 : tensor<8x64x384xf32>
   // CHECK: ptc.silu %{{.*}} : tensor<8x64x384xf32>
   %silu = ptc.silu %4 : tensor<8x64x384xf32>
+  // CHECK: ptc.gelu_tanh %{{.*}} : tensor<8x64x384xf32>
+  %gelu_tanh = ptc.gelu_tanh %4 : tensor<8x64x384xf32>
+  // CHECK: ptc.tanh %{{.*}} : tensor<8x64x384xf32>
+  %tanh = ptc.tanh %4 : tensor<8x64x384xf32>
   // CHECK: ptc.swiglu %{{.*}}, %{{.*}} : tensor<8x64x384xf32>
   %swiglu = ptc.swiglu %4, %5 : tensor<8x64x384xf32>
   // CHECK: ptc.swiglu_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x64x384xf32>

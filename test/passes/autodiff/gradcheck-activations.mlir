@@ -1,10 +1,14 @@
-// Finite-difference checks of the VJP rules of gelu, relu (kinks skipped), silu, exp, rsqrt and log
+// Finite-difference checks of the VJP rules of gelu, gelu_tanh, tanh, relu (kinks skipped), silu, exp, rsqrt and log
 // (on exp's positive output), softmax on the last and a leading axis.
 // Each case: ptc-compile with optimizer=none, then ptc-gradcheck compares every
 // parameter gradient of sum(op(...) * r) (r random) with central differences.
 // RUN: rm -rf %t && split-file %s %t
 // RUN: ptc-opt %t/gelu.mlir --ptc-compile="plan=%t/gelu.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/gelu.plan | FileCheck %s
+// RUN: ptc-opt %t/gelu_tanh.mlir --ptc-compile="plan=%t/gelu_tanh.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/gelu_tanh.plan | FileCheck %s
+// RUN: ptc-opt %t/tanh.mlir --ptc-compile="plan=%t/tanh.plan optimizer=none" -o /dev/null
+// RUN: ptc-gradcheck %t/tanh.plan | FileCheck %s
 // RUN: ptc-opt %t/relu.mlir --ptc-compile="plan=%t/relu.plan optimizer=none" -o /dev/null
 // RUN: ptc-gradcheck %t/relu.plan | FileCheck %s
 // RUN: ptc-opt %t/silu.mlir --ptc-compile="plan=%t/silu.plan optimizer=none" -o /dev/null
@@ -26,6 +30,22 @@
 //--- gelu.mlir
 func.func @gelu(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
   %y = ptc.gelu %a : tensor<4x6xf32>
+  %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- gelu_tanh.mlir
+func.func @gelu_tanh(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %y = ptc.gelu_tanh %a : tensor<4x6xf32>
+  %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- tanh.mlir
+func.func @tanh(%a: tensor<4x6xf32> {ptc.param = "a"}, %r: tensor<4x6xf32> {ptc.input = "r"}) -> tensor<f32> {
+  %y = ptc.tanh %a : tensor<4x6xf32>
   %weighted = ptc.mul %y, %r : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
   %loss = ptc.reduce_sum %weighted axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
   return %loss : tensor<f32>
