@@ -158,12 +158,15 @@ def Ptc_LossScaleOp : Ptc_Op<"loss_scale", [DeclareOpInterfaceMethods<Ptc_PlanIn
   let assemblyFormat = "$exponent attr-dict `:` type($scale)";
 }
 
-def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure]> {
+def Ptc_UnscaleGradsOp : Ptc_Op<"unscale_grads", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure]> {
   let summary = "gradients divided by the loss scale, and whether any is not finite";
   let description = [{
     Each result is its gradient divided by `scale`; the last result is 1.0
     when any element of any gradient is infinite or NaN (over the devices of
     the `axes` groups too, which hold other parts of the gradients), else 0.
+    Partitioned, it reads each gradient as it arrives (a tensor-parallel
+    block, a ZeRO shard) and its flag is the maximum over the axes they are
+    split over.
 
     ```mlir
     %g0, %g1, %inf = ptc.unscale_grads %a, %b by %s

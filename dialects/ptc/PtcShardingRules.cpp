@@ -979,3 +979,39 @@ Operation *ClipGradNormOp::partition(OpBuilder &b) {
   return ClipGradNormOp::create(b, getLoc(), getResultTypes(), getGrads(), getMaxNormAttr(),
                                 cast<ArrayAttr>(form[0]), cast<DenseF64ArrayAttr>(form[1]));
 }
+
+// Unscaling divides each gradient by the loss scale where it arrives (a tp
+// block, a ZeRO shard; complete sums only); the overflow flag is the maximum
+// over every axis some gradient is split over (a replicated gradient's flag
+// is the same on each copy, so no weights: a maximum counts it once).
+LogicalResult UnscaleGradsOp::inferShardingRule(ShardingRuleContext &ctx) {
+  const unsigned n = getGrads().size();
+  const MeshInfo &mesh = ctx.mesh();
+  llvm::SmallSetVector<int, 4> axes;
+  for (unsigned i = 0; i < n; ++i) {
+    ctx.full(i);
+    for (const DimShard &d : ctx.want[i].dims)
+      if (d.axis >= 0)
+        for (int part : mesh.parts(d.axis))
+          axes.insert(part);
+    ctx.out.push_back(ctx.want[i]);
+  }
+  ctx.replicate(n, 0); // the scale
+  ctx.out.push_back(Sharding::replicated(0));
+  if (axes.empty())
+    return success();
+  SmallVector<int> sorted(axes.begin(), axes.end());
+  llvm::sort(sorted);
+  SmallVector<StringRef> names;
+  for (int a : sorted)
+    names.push_back(mesh.axes[a]);
+  ctx.partitionedForm = Builder(getContext()).getStrArrayAttr(names);
+  return success();
+}
+
+Operation *UnscaleGradsOp::partition(OpBuilder &b) {
+  auto axes = (*this)->getAttrOfType<ArrayAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!axes)
+    return nullptr;
+  return UnscaleGradsOp::create(b, getLoc(), getResultTypes(), getGrads(), getScale(), axes);
+}

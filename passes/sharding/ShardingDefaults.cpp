@@ -531,27 +531,37 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
     if (auto grad = dyn_cast<OpResult>(op->getOperand(0)))
       constrain(grad, it->second);
   });
-  // Gradient clipping between the gradients and the fused updates: each
-  // gradient it clips arrives split as its update reads it (the clip keeps
-  // splits; its norm sums over them), so its reduction over dp stays a
-  // reduce-scatter.
-  func.walk([&](ClipGradNormOp clip) {
-    for (auto [i, clipped] : llvm::enumerate(clip.getClipped())) {
-      for (OpOperand &use : clipped.getUses()) {
-        Operation *update = use.getOwner();
-        if (auto c = dyn_cast<ConvertOp>(update); c && c->hasOneUse())
-          update = *c->getUsers().begin();
-        if (!isa<AdamWUpdateOp, SgdUpdateOp>(update))
-          continue;
-        auto param = dyn_cast<BlockArgument>(update->getOperand(0));
-        auto it = param ? placed.find(param) : placed.end();
-        if (it == placed.end())
-          continue;
-        if (auto grad = dyn_cast<OpResult>(clip.getGrads()[i]))
-          constrain(grad, it->second);
+  // Gradient clipping and loss-scale unscaling between the gradients and the
+  // fused updates keep splits (their norm and overflow flag reduce over
+  // them): the gradient that enters such a chain arrives split as its update
+  // reads it, so its reduction over dp stays a reduce-scatter. Only chains
+  // with one of them: a gradient read by its update directly is resharded
+  // where the update's rule asks.
+  func.walk([&](Operation *update) {
+    if (!isa<AdamWUpdateOp, SgdUpdateOp>(update))
+      return;
+    auto param = dyn_cast<BlockArgument>(update->getOperand(0));
+    auto it = param ? placed.find(param) : placed.end();
+    if (it == placed.end())
+      return;
+    Value g = update->getOperand(1);
+    bool through = false;
+    for (;;) {
+      auto r = dyn_cast<OpResult>(g);
+      if (!r || !r.hasOneUse())
+        break;
+      Operation *def = r.getOwner();
+      if (isa<ConvertOp>(def) && !through) { // the update's widening (a convert before the chain stays)
+        g = def->getOperand(0);
+      } else if (isa<ClipGradNormOp, UnscaleGradsOp>(def) && r.getResultNumber() + 1 < def->getNumResults()) {
+        g = def->getOperand(r.getResultNumber()); // result i is gradient i's
+        through = true;
+      } else {
         break;
       }
     }
+    if (auto grad = dyn_cast<OpResult>(g); grad && through)
+      constrain(grad, it->second);
   });
 }
 
