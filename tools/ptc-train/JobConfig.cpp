@@ -63,7 +63,9 @@ const std::vector<KeyDef> &schema() {
       {"training", "seq", Kind::Int, "sequence length (gpt, llama)"},
       {"training", "data", Kind::Strings, "token files (uint16/uint32 .bin), one stream; or a .safetensors of arrays"},
       {"training", "data_blend", Kind::Blend, "weighted datasets [[weight, path], ...] (Megatron's blend)"},
-      {"training", "shuffle", Kind::Int, "seed of a shuffled window order (each window once per epoch)"},
+      {"training", "shuffle", Kind::SeedToggle, "the order of the token windows: shuffled by default "
+                                                "(seed 0; each window once per epoch, resumable), a seed, "
+                                                "or false for the files' order"},
       {"training", "seed", Kind::Int, "seed of the initial parameters"},
       {"training", "max_grad_norm", Kind::Float, "global gradient-norm clipping (0: off)"},
       {"training", "on_nonfinite", Kind::String, "a step with non-finite loss or gradients: skip its update (and warn) or stop", {"skip", "stop"}},
@@ -183,6 +185,7 @@ const char *kindName(Kind k) {
   case Kind::Strings: return "a string or an array of strings";
   case Kind::Blend: return "an array of [weight, path] pairs";
   case Kind::FloatPair: return "an array of two numbers";
+  case Kind::SeedToggle: return "true, false or a seed (an integer >= 0)";
   }
   return "";
 }
@@ -221,6 +224,17 @@ std::optional<Value> convert(const KeyDef &def, const toml::node &n) {
   case Kind::String:
     if (auto s = n.value_exact<std::string>()) {
       v.s = *s;
+      return v;
+    }
+    return std::nullopt;
+  case Kind::SeedToggle:
+    if (auto b = n.value_exact<bool>()) {
+      v.b = *b;
+      return v;
+    }
+    if (auto i = n.value_exact<int64_t>(); i && *i >= 0) {
+      v.b = true;
+      v.i = *i;
       return v;
     }
     return std::nullopt;
@@ -608,7 +622,14 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
       spec += (spec.empty() ? "" : " ") + fmt(w) + " " + p;
     r.insert(r.end(), {"--data-blend", spec});
   }
-  for (auto [key, flag] : {std::pair{"training.shuffle", "--shuffle"}, {"training.seed", "--seed"},
+  // The windows in a seeded order unless the job says false: a corpus of
+  // files one after another would otherwise change under the model as it
+  // trains (a loss that jumps where the next file starts).
+  const Value *model = get("model.name");
+  const bool tokenWindows = !model || model->s == "gpt" || model->s == "llama"; // (or a file's)
+  if (const Value *v = get("training.shuffle"); v ? v->b : tokenWindows)
+    r.insert(r.end(), {"--shuffle", std::to_string(v ? v->i : 0)});
+  for (auto [key, flag] : {std::pair{"training.seed", "--seed"},
                            {"training.threads", "--threads"}, {"eval.every", "--eval-every"},
                            {"eval.steps", "--eval-steps"}, {"metrics.log_every", "--log-every"},
                            {"checkpoint.every", "--checkpoint-every"},

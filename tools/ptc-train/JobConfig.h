@@ -14,7 +14,7 @@ namespace ptc::train {
 
 /// A checked value of the job: what the schema says the key holds.
 struct Value {
-  enum class Kind { Int, Float, Bool, String, Strings, Toggle, Blend, FloatPair } kind = Kind::String;
+  enum class Kind { Int, Float, Bool, String, Strings, Toggle, Blend, FloatPair, SeedToggle } kind = Kind::String;
   int64_t i = 0;
   double f = 0.0;
   bool b = false;
@@ -23,6 +23,7 @@ struct Value {
                                                        // Toggle: s is "true", "false" or a path
   std::vector<std::pair<double, std::string>> blend;   // Blend: [[weight, path], ...]
   double pair[2] = {0.0, 0.0};                         // FloatPair: [a, b]
+                                                       // SeedToggle: b (on), i (its seed)
 };
 
 /// The job: "section.key" -> value, after --set overrides and checks.

@@ -451,8 +451,9 @@ std::vector<std::string> withoutHfConfig(std::vector<std::string> model) {
 /// folder (removed after), so a mesh or an option the compiler refuses is
 /// found now, not after the ranks start; 0, or the failing tool's status.
 int dryRunCompile(const JobCommands &c) {
-  char pattern[] = "/tmp/ptc-train-dry-run-XXXXXX";
-  if (!mkdtemp(pattern)) {
+  std::error_code tmpError;
+  std::string pattern = (fs::temp_directory_path(tmpError) / "ptc-train-dry-run-XXXXXX").string();
+  if (tmpError || !mkdtemp(pattern.data())) {
     std::cerr << "ptc-train: error: cannot create a scratch folder for the dry run's compile\n";
     return 1;
   }
@@ -608,6 +609,7 @@ int main(int argc, char **argv) {
     fs::create_directories(fs::path(c.hfConfig).parent_path(), ec);
     std::vector<std::string> config = c.model;
     config.back() = "/dev/null"; // the model itself is built already
+    std::cout << "ptc-train: " << quoted(config) << "\n";
     if (int rc = runTool(config); rc != 0) {
       std::cerr << "ptc-train: error: writing '" << c.hfConfig << "' failed (ptc-model exit " << rc << ")\n";
       return 1;
