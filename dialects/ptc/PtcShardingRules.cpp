@@ -930,45 +930,61 @@ LogicalResult ExpertLoadOp::inferShardingRule(ShardingRuleContext &ctx) {
   return success();
 }
 
-// Gradient clipping reads each gradient as it arrives (a tensor-parallel
-// block, a ZeRO shard where ZeRO reduce-scatters it; only complete sums): the
-// clipped gradients keep those splits, and the norm's sum of squares runs
-// over every mesh axis some gradient is split over, each gradient counting
-// with 1 / the copies of it that group holds. Clipping whole gradients would
-// gather every split one for the clip alone.
-LogicalResult ClipGradNormOp::inferShardingRule(ShardingRuleContext &ctx) {
-  const unsigned n = getGrads().size();
-  const MeshInfo &mesh = ctx.mesh();
+namespace {
+/// Gradients read as they arrive (a tensor-parallel block, a ZeRO shard;
+/// complete sums only), each result split like its gradient, for the first
+/// `n` operands of a once-per-step gradient op. Returns the mesh axes some
+/// gradient is split over (sorted), and in `splitOver` each one's own.
+SmallVector<int> keepGradientSplits(ShardingRuleContext &ctx, unsigned n,
+                                    SmallVectorImpl<llvm::SmallSetVector<int, 4>> &splitOver) {
   llvm::SmallSetVector<int, 4> axes;
-  SmallVector<llvm::SmallSetVector<int, 4>> splitOver(n);
+  splitOver.assign(n, {});
   for (unsigned i = 0; i < n; ++i) {
     ctx.full(i);
     for (const DimShard &d : ctx.want[i].dims)
       if (d.axis >= 0)
-        for (int part : mesh.parts(d.axis)) {
+        for (int part : ctx.mesh().parts(d.axis)) {
           axes.insert(part);
           splitOver[i].insert(part);
         }
     ctx.out.push_back(ctx.want[i]);
   }
-  ctx.out.push_back(Sharding::replicated(0));
-  if (axes.empty())
-    return success();
   SmallVector<int> sorted(axes.begin(), axes.end());
   llvm::sort(sorted);
+  return sorted;
+}
+
+ArrayAttr axisNames(MLIRContext *context, const MeshInfo &mesh, ArrayRef<int> axes) {
   SmallVector<StringRef> names;
-  for (int a : sorted)
+  for (int a : axes)
     names.push_back(mesh.axes[a]);
+  return Builder(context).getStrArrayAttr(names);
+}
+} // namespace
+
+// Gradient clipping reads each gradient as it arrives: the clipped gradients
+// keep those splits, and the norm's sum of squares runs over every mesh axis
+// some gradient is split over, each gradient counting with 1 / the copies of
+// it that group holds. Clipping whole gradients would gather every split one
+// for the clip alone.
+LogicalResult ClipGradNormOp::inferShardingRule(ShardingRuleContext &ctx) {
+  const unsigned n = getGrads().size();
+  SmallVector<llvm::SmallSetVector<int, 4>> splitOver;
+  SmallVector<int> axes = keepGradientSplits(ctx, n, splitOver);
+  ctx.out.push_back(Sharding::replicated(0)); // the norm
+  if (axes.empty())
+    return success();
   SmallVector<double> weights;
   for (unsigned i = 0; i < n; ++i) {
     int64_t copies = 1;
-    for (int a : sorted)
+    for (int a : axes)
       if (!splitOver[i].contains(a))
-        copies *= mesh.sizes[a];
+        copies *= ctx.mesh().sizes[a];
     weights.push_back(1.0 / static_cast<double>(copies));
   }
   Builder b(getContext());
-  ctx.partitionedForm = b.getArrayAttr({b.getStrArrayAttr(names), b.getDenseF64ArrayAttr(weights)});
+  ctx.partitionedForm =
+      b.getArrayAttr({axisNames(getContext(), ctx.mesh(), axes), b.getDenseF64ArrayAttr(weights)});
   return success();
 }
 
@@ -980,32 +996,18 @@ Operation *ClipGradNormOp::partition(OpBuilder &b) {
                                 cast<ArrayAttr>(form[0]), cast<DenseF64ArrayAttr>(form[1]));
 }
 
-// Unscaling divides each gradient by the loss scale where it arrives (a tp
-// block, a ZeRO shard; complete sums only); the overflow flag is the maximum
-// over every axis some gradient is split over (a replicated gradient's flag
-// is the same on each copy, so no weights: a maximum counts it once).
+// Unscaling divides each gradient by the loss scale where it arrives; the
+// overflow flag is the maximum over every axis some gradient is split over (a
+// replicated gradient's flag is the same on each copy, so no weights: a
+// maximum counts it once).
 LogicalResult UnscaleGradsOp::inferShardingRule(ShardingRuleContext &ctx) {
   const unsigned n = getGrads().size();
-  const MeshInfo &mesh = ctx.mesh();
-  llvm::SmallSetVector<int, 4> axes;
-  for (unsigned i = 0; i < n; ++i) {
-    ctx.full(i);
-    for (const DimShard &d : ctx.want[i].dims)
-      if (d.axis >= 0)
-        for (int part : mesh.parts(d.axis))
-          axes.insert(part);
-    ctx.out.push_back(ctx.want[i]);
-  }
+  SmallVector<llvm::SmallSetVector<int, 4>> splitOver;
+  SmallVector<int> axes = keepGradientSplits(ctx, n, splitOver);
   ctx.replicate(n, 0); // the scale
-  ctx.out.push_back(Sharding::replicated(0));
-  if (axes.empty())
-    return success();
-  SmallVector<int> sorted(axes.begin(), axes.end());
-  llvm::sort(sorted);
-  SmallVector<StringRef> names;
-  for (int a : sorted)
-    names.push_back(mesh.axes[a]);
-  ctx.partitionedForm = Builder(getContext()).getStrArrayAttr(names);
+  ctx.out.push_back(Sharding::replicated(0)); // the flag
+  if (!axes.empty())
+    ctx.partitionedForm = axisNames(getContext(), ctx.mesh(), axes);
   return success();
 }
 
