@@ -140,6 +140,12 @@ Status Executor::awaitPending(const plan::Instruction &inst) {
   return Status::ok();
 }
 
+int64_t Executor::heldBytes(int32_t id) const {
+  const TensorInfo &t = plan_->tensor(id);
+  return widening_ && kernels::isLowPrecision(static_cast<kernels::DType>(t.dtype)) ? t.numElements * 4
+                                                                                    : t.bytes;
+}
+
 Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   // One bucket: pack, sum once, unpack; or, where the compiler laid the
   // bucket out back to back with each result on its operand (PlanMemory),
@@ -150,7 +156,7 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
   int64_t total = 0;
   for (int32_t id : in)
-    total += plan_->tensor(id).bytes;
+    total += heldBytes(id);
   // The group's sum of the `total` bytes at `block`, in place.
   auto sumAt = [&](void *block) -> Status {
     PTC_RETURN_IF_ERROR(enterComm());
@@ -164,7 +170,7 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
              : comm_->allReduceSum(static_cast<float *>(*view), total / 4, axes, bucket));
     return commWriteBack(block, *view, total);
   };
-  if (allReduceInPlace(*plan_, inst)) {
+  if (!widening_ && allReduceInPlace(*plan_, inst)) { // (widened f16 copies are not laid out so)
     if (!comm_)
       return Status::ok(); // one rank: the sum is the operand, already in place
     total = inPlaceBucketBytes(*plan_, inst); // the padding between operands too
@@ -176,9 +182,8 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   uint8_t *staging = static_cast<uint8_t *>(staging_.data());
   int64_t off = 0;
   for (int32_t id : in) {
-    PTC_RETURN_IF_ERROR(dev_->copy(staging + off, data(id), plan_->tensor(id).bytes,
-                                   CopyKind::DeviceToDevice));
-    off += plan_->tensor(id).bytes;
+    PTC_RETURN_IF_ERROR(dev_->copy(staging + off, data(id), heldBytes(id), CopyKind::DeviceToDevice));
+    off += heldBytes(id);
   }
   if (comm_)
     PTC_RETURN_IF_ERROR(sumAt(staging));
@@ -187,8 +192,8 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   off = 0;
   std::vector<int32_t> results;
   for (int32_t id : out) {
-    PTC_RETURN_IF_ERROR(dev_->copyOn(stream, data(id), staging + off, plan_->tensor(id).bytes));
-    off += plan_->tensor(id).bytes;
+    PTC_RETURN_IF_ERROR(dev_->copyOn(stream, data(id), staging + off, heldBytes(id)));
+    off += heldBytes(id);
     results.push_back(id);
   }
   return leaveComm(results, /*overlap=*/true);
@@ -201,16 +206,18 @@ Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
   const TensorInfo &dst = plan_->tensor(outId);
   int axis = static_cast<int>(inst.ints()->Get(0));
   std::string what = "'" + src.name + "' at " + (inst.location() ? inst.location()->str() : "");
+  const int32_t inId = (inputsOf(inst))[0];
+  const int64_t srcBytes = heldBytes(inId), dstBytes = heldBytes(outId);
   PTC_RETURN_IF_ERROR(reuseStaging());
-  PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes));
-  PTC_RETURN_IF_ERROR(blocksForReduceScatter(inst, staging_.data(), dtypeSize(src.dtype)));
+  PTC_RETURN_IF_ERROR(staging_.reserve(srcBytes));
+  PTC_RETURN_IF_ERROR(blocksForReduceScatter(inst, staging_.data(), srcBytes / src.numElements));
   if (!comm_)
-    return dev_->copy(data(outId), staging_.data(), dst.bytes, CopyKind::DeviceToDevice);
+    return dev_->copy(data(outId), staging_.data(), dstBytes, CopyKind::DeviceToDevice);
   PTC_RETURN_IF_ERROR(enterComm());
-  auto in = commView(staging_.data(), src.bytes, 0, true);
+  auto in = commView(staging_.data(), srcBytes, 0, true);
   if (!in.isOk())
     return in.status();
-  auto outView = commView(data(outId), dst.bytes, 1, false);
+  auto outView = commView(data(outId), dstBytes, 1, false);
   if (!outView.isOk())
     return outView.status();
   PTC_RETURN_IF_ERROR(
@@ -219,7 +226,7 @@ Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
                                          what)
            : comm_->reduceScatterSum(static_cast<const float *>(*in),
                                      static_cast<float *>(*outView), dst.numElements, axis, what));
-  PTC_RETURN_IF_ERROR(commWriteBack(data(outId), *outView, dst.bytes));
+  PTC_RETURN_IF_ERROR(commWriteBack(data(outId), *outView, dstBytes));
   return leaveComm({outId}, /*overlap=*/true);
 }
 

@@ -245,6 +245,10 @@ private:
   std::vector<int64_t> callInts_, callMeshCoords_, callMeshSizes_;
   std::vector<double> callFloats_;
   bool widening_ = false; // inside runWidened: low-precision tensors are f32 copies
+  /// The bytes tensor `id`'s storage holds now: an f32 copy's while
+  /// runWidened has put one in place of a bf16 / f16 tensor (the collectives
+  /// of f16 values sum those copies), else the plan's.
+  int64_t heldBytes(int32_t id) const;
   /// Lays a reduce-scatter's input out as one contiguous block per group member.
   Status blocksForReduceScatter(const plan::Instruction &inst, void *staging, int64_t elementBytes);
   std::vector<DeviceBuffer> widened_; // f32 copies of bf16 / f16 tensors

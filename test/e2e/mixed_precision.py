@@ -59,7 +59,11 @@ def main():
               f"last-10 mean {sum(losses[-10:]) / 10:.4f}: {'ok' if good else 'MISMATCH'}")
 
     compare("bf16 vs fp32", (bf16 := train("bf16", "precision=bf16")), fp32, 2e-2)
-    compare("f16 (loss scale 1024)", train("f16", "precision=f16 loss-scale=1024"), fp32, 1e-2)
+    compare("f16 (loss scale 1024)", (f16 := train("f16", "precision=f16 loss-scale=1024")), fp32, 1e-2)
+    # tp's all-reduces of f16 partial sums run on f32 copies of them, every element summed.
+    compare("f16 dp:2,tp:2+sp vs f16",
+            train("f16-tp", "precision=f16 loss-scale=1024 mesh=dp:2,tp:2 sequence-parallel=true", 4),
+            f16, 1e-2)
     compare("bf16 pp:2,dp:2 vs bf16", train("bf16-3d", "precision=bf16 mesh=pp:2,dp:2 microbatches=4", 4),
             bf16, 1e-2)
     compare("dp:2 bf16 grad reduction",
@@ -108,8 +112,7 @@ def main():
         ok &= same
         print(f"f16 overflow on every step, {opt}: parameters unchanged after 3 skipped steps: "
               f"{same}")
-    # The same under tensor parallelism too (tp blocks and ZeRO shards), in bf16: f16 under tp
-    # does not train yet (its loss turns non-finite within a few steps, with or without scaling).
+    # The same under tensor parallelism too (tp blocks and ZeRO shards).
     bf16_dyn = "precision=bf16 dynamic-loss-scale=true loss-scale-init=1e36 loss-scale-window=20"
     one = train("bf16-dynamic", bf16_dyn)
     mesh = train("bf16-dynamic-mesh", f"{bf16_dyn} mesh=dp:2,tp:2 zero=2", 4)
