@@ -14,6 +14,12 @@
 
 namespace ptc {
 
+namespace {
+const char *typeName(FloatType type) {
+  return type == FloatType::F32 ? "f32" : type == FloatType::BF16 ? "bf16" : "f16";
+}
+} // namespace
+
 std::optional<FloatType> planMatmulLowPrecision(const LoadedPlan &plan) {
   for (const plan::Instruction *inst : *plan.plan().instructions()) {
     if (inst->op() != plan::OpCode::Matmul || inst->outputs()->size() == 0)
@@ -94,7 +100,7 @@ StatusOr<PeakRate> measureMatmulPeak(Device &device, FloatType type, int64_t n, 
     return s;
   PeakRate peak;
   peak.tflops = 2.0 * static_cast<double>(n) * n * n / best / 1e12;
-  peak.what = std::string(type == FloatType::F32 ? "f32" : type == FloatType::BF16 ? "bf16" : "f16") +
+  peak.what = std::string(typeName(type)) +
               " matmul " + std::to_string(n) + "^3, best of " + std::to_string(runs) + " runs";
   return peak;
 }
@@ -133,8 +139,7 @@ StatusOr<PeakRate> matmulPeak(Device &device, FloatType type, int ranks, const s
   if (!measured.isOk() || cacheFile.empty())
     return measured;
   PeakRate peak = *measured;
-  const std::string typeName = type == FloatType::F32 ? "f32" : type == FloatType::BF16 ? "bf16" : "f16";
-  const std::string key = device.describe() + " | " + typeName + " | " + std::to_string(ranks) +
+  const std::string key = device.describe() + " | " + typeName(type) + " | " + std::to_string(ranks) +
                           (ranks == 1 ? " rank" : " ranks");
   // The file's lines, this key's best.
   std::vector<std::pair<std::string, double>> lines;
