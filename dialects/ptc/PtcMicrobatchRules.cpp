@@ -203,6 +203,16 @@ FailureOr<int> ScaleOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return scaleBatchDim(getOperation(), in, count);
 }
 
+// Its masks place batch rows by the data order of micro-batches, along the
+// first dimension (kernels/common/dropout.h).
+FailureOr<int> DropoutOp::inferBatchDim(ArrayRef<int> in, int64_t) {
+  if (in[0] != 0)
+    return emitMicrobatchError(getOperation(), in[0] < 0
+                                                   ? "its input has no batch dimension"
+                                                   : "its input's batch dimension is not its first");
+  return 0;
+}
+
 FailureOr<int> ConvertOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
   return scaleBatchDim(getOperation(), in, count);
 }

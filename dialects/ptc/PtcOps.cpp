@@ -393,6 +393,19 @@ LogicalResult RotaryOp::verify() {
   return verifyRotaryInput(*this, getType(), getTheta().convertToDouble());
 }
 
+LogicalResult DropoutOp::verify() {
+  const double p = getP().convertToDouble();
+  if (!(p >= 0.0 && p < 1.0))
+    return emitOpError() << "p must be in [0, 1), got " << p;
+  const int64_t stream = getStreamAttr().getInt();
+  if (stream < 0 || stream > INT32_MAX)
+    return emitOpError() << "stream must be in [0, 2^31), got " << stream;
+  if (getInput().getType().getRank() > 8)
+    return emitOpError() << "takes inputs of rank <= 8, got rank "
+                         << getInput().getType().getRank();
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
   return verifyAxis(*this, getAxis(), getInput().getType().getRank());
 }

@@ -230,6 +230,34 @@ def Ptc_ScaleOp : Ptc_Op<"scale", [DeclareOpInterfaceMethods<Ptc_PlanInstruction
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
+def Ptc_DropoutOp : Ptc_Op<"dropout", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
+  let summary = "dropout: elements zeroed with probability p, the others scaled by 1 / (1 - p)";
+  let description = [{
+    `result = input * mask / (1 - p)` with `mask` 0 or 1 per element, 0 with
+    probability `p` (`torch.nn.functional.dropout` in training mode). The
+    mask comes from a counter-based generator (Philox4x32-10) keyed by the
+    run's seed, the step, the op's `stream` and the element's index in the
+    whole step's tensor, so every layout (any split, micro-batches,
+    recomputation) draws the masks one rank draws, and a resumed run the
+    masks of the run it continues. The op is its own gradient: the same
+    `stream` on the result's gradient applies the same mask. Distinct
+    dropouts of a model need distinct streams (`ptc-autodiff` checks).
+    In evaluation and generation the op is the identity.
+
+    `layout` is set by `ptc-partition`: how the input is split over the mesh,
+    from which each device computes its elements' global indices.
+
+    ```mlir
+    %y = ptc.dropout %x {p = 1.000000e-01 : f64, stream = 3 : i64} : tensor<8x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$input, F64Attr:$p, I64Attr:$stream,
+                       OptionalAttr<Ptc_ShardingAttr>:$layout);
+  let results = (outs Ptc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Ptc_ConvertOp : Ptc_Op<"convert", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>]> {
   let summary = "element type conversion between f32, bf16 and f16";
   let description = [{

@@ -65,6 +65,32 @@ PlanInstruction ScaleOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"Scale", {}, {getFactor().convertToDouble()}};
 }
 
+// The stream, then per dimension its blocks and the mesh axes splitting it
+// (a compound "dp*ep" by its components, major first).
+PlanInstruction DropoutOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
+  PlanInstruction inst{"Dropout", {static_cast<int64_t>(getStream())}, {getP().convertToDouble()}};
+  const int64_t rank = getInput().getType().getRank();
+  ShardingAttr layout = getLayoutAttr();
+  for (int64_t d = 0; d < rank; ++d) {
+    StringRef axis;
+    int64_t blocks = 1;
+    if (layout && d < static_cast<int64_t>(layout.getAxes().size())) {
+      if (StringAttr a = layout.getAxes()[d])
+        axis = a.getValue();
+      if (d < static_cast<int64_t>(layout.getBlocks().size()))
+        blocks = layout.getBlocks()[d];
+    }
+    SmallVector<StringRef, 2> parts;
+    if (!axis.empty())
+      axis.split(parts, '*');
+    inst.ints.push_back(axis.empty() ? 1 : blocks);
+    inst.ints.push_back(static_cast<int64_t>(parts.size()));
+    for (StringRef part : parts)
+      inst.ints.push_back(axisIndex(part));
+  }
+  return inst;
+}
+
 PlanInstruction ConvertOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"Convert"};
 }

@@ -822,6 +822,23 @@ LogicalResult SwigluGradOp::inferShardingRule(ShardingRuleContext &ctx) {
   return success();
 }
 LogicalResult ScaleOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
+// Any split: each device draws its elements' masks by their global indices,
+// so the rule records the split for the partitioned op (and, being linear,
+// passes partial sums through).
+LogicalResult DropoutOp::inferShardingRule(ShardingRuleContext &ctx) {
+  if (failed(passThroughRule(*this, ctx)))
+    return failure();
+  const Sharding &s = ctx.want[0];
+  if (llvm::any_of(s.dims, [](const DimShard &d) { return d.axis >= 0; }))
+    ctx.partitionedForm = getShardingAttr(getContext(), ctx.mesh(), s.withoutPartial());
+  return success();
+}
+Operation *DropoutOp::partition(OpBuilder &b) {
+  auto layout = (*this)->getAttrOfType<ShardingAttr>(PtcDialect::kPartitionedFormAttrName);
+  if (!layout)
+    return nullptr;
+  return DropoutOp::create(b, getLoc(), getType(), getInput(), getPAttr(), getStreamAttr(), layout);
+}
 LogicalResult ConvertOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MicrobatchSumOp::inferShardingRule(ShardingRuleContext &ctx) { return passThroughRule(*this, ctx); }
 LogicalResult MatmulOp::inferShardingRule(ShardingRuleContext &ctx) { return matmulRule(*this, ctx); }

@@ -152,6 +152,16 @@ LogicalResult ScaleOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool>
   return success();
 }
 
+// Dropout is linear with its mask as the factor: the gradient is the same
+// dropout (same stream, so the same mask) of the result's gradient.
+LogicalResult DropoutOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                                  SmallVectorImpl<Value> &og) {
+  og.assign(1, Value());
+  if (needed[0])
+    og[0] = DropoutOp::create(b, getLoc(), rg[0], getPAttr(), getStreamAttr(), ShardingAttr());
+  return success();
+}
+
 LogicalResult ConvertOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
                                   SmallVectorImpl<Value> &og) {
   og.assign(1, Value());

@@ -11,6 +11,7 @@
 #ifndef PTC_KERNELS_COMMON_KERNEL_CALL_H
 #define PTC_KERNELS_COMMON_KERNEL_CALL_H
 
+#include "kernels/common/dropout.h"
 #include "kernels/common/elementwise.h"
 #include "kernels/common/error.h"
 #include "kernels/common/types.h"
@@ -90,6 +91,8 @@ struct KernelCall {
   /// attributes that name a mesh axis: a vocabulary-parallel table's block).
   const int64_t *meshCoords = nullptr;
   const int64_t *meshSizes = nullptr;
+  /// Dropout: the seed, step and micro-batch its masks are keyed by.
+  const RandomContext *random = nullptr;
   void *backend = nullptr;
 
   const TensorView &input(size_t i) const {

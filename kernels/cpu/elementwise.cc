@@ -160,6 +160,29 @@ void unaryGrad(UnaryFunction fn, const float *x, const float *g, float *out, int
 void addElementwiseKernels(KernelTable &t) {
   // Activations compute natively on bf16 storage (f32 math).
   using internal::as;
+  // Dropout: each element's mask from its global index (kernels/common/dropout.h).
+  t.add(
+      OpKind::Dropout,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0);
+        if (c.random && !c.random->training) {
+          copy(in.data, c.output(0).data, in.bytes());
+          return KernelResult::ok();
+        }
+        DropoutMask mask;
+        if (!c.random || !dropoutMask(*in.shape, c.ints, c.numInts, c.floats[0], c.meshCoords,
+                                      c.meshSizes, *c.random, mask))
+          return KernelResult::error("Dropout: no random context or integers that fit its input");
+        return internal::onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          const T *x = as<T>(in);
+          T *y = as<T>(c.output(0));
+          internal::vectorLoop(in.elements, 4096, [&](int64_t i) {
+            internal::storeAs(y, i, internal::loadAs(x, i) * mask.factor(i));
+          });
+        });
+      },
+      internal::f32OrBf16);
   t.add(
       OpKind::Unary,
       [](const KernelCall &c) {

@@ -69,6 +69,12 @@ template <typename T> __global__ void scaleKernel(const T *in, T *out, int64_t n
   PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(toFloat(in[i]) * f); }
 }
 
+/// Dropout: each element's mask from its global index (kernels/common/dropout.h).
+template <typename T>
+__global__ void dropoutKernel(const T *in, T *out, int64_t n, DropoutMask mask) {
+  PTC_GRID_LOOP(i, n) { out[i] = fromFloat<T>(toFloat(in[i]) * mask.factor(i)); }
+}
+
 // One case per entry of PTC_UNARY_FUNCTIONS (kernels/common/elementwise.h).
 __device__ float activation(UnaryFunction fn, float x) {
   switch (fn) {
@@ -366,6 +372,29 @@ void addElementwiseKernels(KernelTable &t) {
                                 : KernelResult::error("copying: ", cudaGetErrorString(e));
       },
       anyTypes);
+  t.add(
+      OpKind::Dropout,
+      [](const KernelCall &c) {
+        const TensorView &in = c.input(0);
+        if (c.random && !c.random->training) {
+          if (c.output(0).data == in.data || in.elements == 0)
+            return KernelResult::ok();
+          cudaError_t e = cudaMemcpyAsync(c.output(0).data, in.data, static_cast<size_t>(in.bytes()),
+                                          cudaMemcpyDeviceToDevice, S(streamOf(c)));
+          return e == cudaSuccess ? KernelResult::ok()
+                                  : KernelResult::error("copying: ", cudaGetErrorString(e));
+        }
+        DropoutMask mask;
+        if (!c.random || !dropoutMask(*in.shape, c.ints, c.numInts, c.floats[0], c.meshCoords,
+                                      c.meshSizes, *c.random, mask))
+          return KernelResult::error("Dropout: no random context or integers that fit its input");
+        return launchTyped(c, [&](auto tag, int64_t n) {
+          using T = decltype(tag);
+          dropoutKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(inputAs<T>(c, 0),
+                                                                      outputAs<T>(c, 0), n, mask);
+        });
+      },
+      oneFloatType);
   t.add(
       OpKind::Convert,
       [](const KernelCall &c) {

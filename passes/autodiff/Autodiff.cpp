@@ -243,8 +243,25 @@ struct AutodiffPass : mlir::ptc::impl::AutodiffPassBase<AutodiffPass> {
       func.emitError() << "loss-scale must be > 0, got " << lossScale;
       return signalPassFailure();
     }
-    if (failed(differentiate(func, lossScale)))
+    if (failed(checkDropoutStreams(func)) || failed(differentiate(func, lossScale)))
       signalPassFailure();
+  }
+
+  /// Two dropouts of the model with one stream would draw the same masks:
+  /// each needs its own (the gradients autodiff adds share their forward's).
+  static LogicalResult checkDropoutStreams(func::FuncOp func) {
+    llvm::DenseMap<int64_t, DropoutOp> byStream;
+    WalkResult r = func.walk([&](DropoutOp d) {
+      auto [it, inserted] = byStream.try_emplace(d.getStream(), d);
+      if (inserted)
+        return WalkResult::advance();
+      InFlightDiagnostic diag = d.emitOpError()
+                                << "has stream " << d.getStream()
+                                << ", which another dropout has: they would draw the same masks";
+      diag.attachNote(it->second.getLoc()) << "the other dropout";
+      return WalkResult::interrupt();
+    });
+    return failure(r.wasInterrupted());
   }
 };
 } // namespace

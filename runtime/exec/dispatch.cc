@@ -40,6 +40,7 @@ kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
   }
   call.meshCoords = callMeshCoords_.data();
   call.meshSizes = callMeshSizes_.data();
+  call.random = &random_;
   return call;
 }
 

@@ -29,6 +29,15 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   const auto &tensors = plan->tensors();
   ex->storage_.assign(tensors.size(), nullptr);
   ex->ppRank_ = pipelineRank;
+  // Dropout keys a micro-batch's rows by the order the batch is fed in
+  // (loadMicrobatch): micro-batches within each data-parallel part.
+  ex->random_.microbatches = plan->microbatches();
+  for (const TensorInfo &t : tensors)
+    if (t.kind == plan::TensorKind::Input && !t.dimAxes.empty() && t.dimAxes[0] >= 0 &&
+        static_cast<size_t>(t.dimAxes[0]) < plan->meshSizes().size()) {
+      ex->random_.dataParts = plan->meshSizes()[static_cast<size_t>(t.dimAxes[0])];
+      break;
+    }
   ex->arenaBytes_ = plan->plan().arena_bytes();
   // A pipelined plan: this rank holds the tensors its chunks read and write.
   std::vector<bool> here(tensors.size(), true);

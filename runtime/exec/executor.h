@@ -82,7 +82,23 @@ public:
   /// Evaluation: the next steps run without any instruction that writes a
   /// parameter or optimizer state (updates, the step count, the loss scale),
   /// so the loss is the model's on the batch and nothing changes.
-  void setEvaluating(bool on) { evaluating_ = on; }
+  void setEvaluating(bool on) {
+    evaluating_ = on;
+    random_.training = !on && !inference_;
+  }
+  /// A forward-only run (generation): dropout is the identity.
+  void setInference(bool on) {
+    inference_ = on;
+    random_.training = !on && !evaluating_;
+  }
+
+  /// The seed and step index the next step's dropout masks are keyed by
+  /// (kernels/common/dropout.h): the run's seed, and the step's index from
+  /// the run's start (a resumed run goes on from its checkpoint's step).
+  void setRandomKey(uint64_t seed, int64_t step) {
+    random_.seed = seed;
+    random_.step = step;
+  }
 
   /// Sets input `id` for the next step from the whole global batch (all
   /// micro-batches; rows = micro-batch rows x micro-batches).
@@ -166,7 +182,10 @@ public:
 
 private:
   std::unordered_map<int32_t, float> hostScalars_; // host copies of host-computed scalars
-  bool evaluating_ = false;
+  bool evaluating_ = false, inference_ = false;
+  /// What dropout's masks are keyed by besides the elements (the micro-batch
+  /// of the compute action running now).
+  kernels::RandomContext random_;
   std::atomic<int32_t> *progress_ = nullptr;
   std::vector<bool> writesState_; // per instruction: writes a parameter or optimizer state
   explicit Executor(std::shared_ptr<const LoadedPlan> plan) : plan_(std::move(plan)) {}

@@ -184,6 +184,7 @@ Status Executor::runAction(size_t index, std::vector<double> *profile) {
   if (it == pipeline_.segments.end())
     return Status::ok(); // an empty segment (e.g. no input gradient on the first chunk)
   PipelineSegments::Segment &sp = it->second;
+  random_.microbatch = a.mb < 0 ? 0 : a.mb;
   if (sp.readsInputs)
     PTC_RETURN_IF_ERROR(loadMicrobatch(a.mb));
   for (int32_t id : sp.imports)

@@ -84,6 +84,13 @@ StatusOr<std::shared_ptr<const LoadedPlan>> LoadedPlan::loadBytes(std::vector<ui
   return std::shared_ptr<const LoadedPlan>(std::move(loaded));
 }
 
+bool LoadedPlan::hasInstruction(plan::OpCode code) const {
+  for (const plan::Instruction *inst : *plan_->instructions())
+    if (inst->op() == code)
+      return true;
+  return false;
+}
+
 int32_t LoadedPlan::findTensor(const std::string &name, TensorKind kind) const {
   for (size_t i = 0; i < tensors_.size(); ++i)
     if (tensors_[i].kind == kind && tensors_[i].name == name)
@@ -445,6 +452,36 @@ Status InstructionChecker::check() {
     if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size()))
       return fail("axis ", ints_[0], " is out of range");
     return expectShape(out(0), in(0), "result");
+  case ShapeRule::Dropout: {
+    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "result"));
+    if (!(floats_[0] >= 0.0 && floats_[0] < 1.0))
+      return fail("p must be in [0, 1), got ", floats_[0]);
+    if (in(0).size() > static_cast<size_t>(kernels::DropoutMask::kMaxRank))
+      return fail("input has rank ", in(0).size(), "; dropout takes rank <= ",
+                  kernels::DropoutMask::kMaxRank);
+    // stream, then per dimension: blocks, axis count, the axes.
+    size_t k = 1;
+    if (ints_.empty() || ints_[0] < 0 || ints_[0] > INT32_MAX)
+      return fail("expects a random stream in [0, 2^31) as its first integer");
+    for (size_t d = 0; d < in(0).size(); ++d) {
+      if (k + 2 > ints_.size())
+        return fail("integers describe ", d, " of the input's ", in(0).size(), " dimensions");
+      const int64_t blocks = ints_[k], axes = ints_[k + 1];
+      k += 2;
+      if (blocks < 1 || in(0)[d] % blocks != 0)
+        return fail("dimension ", d, " (", in(0)[d], ") is not ", blocks, " equal blocks");
+      if (axes < 0 || k + static_cast<size_t>(axes) > ints_.size())
+        return fail("dimension ", d, " names ", axes, " mesh axes the integers do not hold");
+      for (int64_t a = 0; a < axes; ++a, ++k)
+        if (ints_[k] < 0 || ints_[k] >= static_cast<int64_t>(meshSizes_.size()))
+          return fail("dimension ", d, "'s mesh axis ", ints_[k], " is not an axis of the plan's mesh");
+    }
+    if (k != ints_.size())
+      return fail("has ", ints_.size() - k, " integers more than its ", in(0).size(),
+                  " dimensions describe");
+    return Status::ok();
+  }
   case ShapeRule::Rotary:
     PTC_RETURN_IF_ERROR(dtypes());
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)

@@ -91,6 +91,8 @@ public:
   const std::vector<std::string> &meshAxes() const { return meshAxes_; }
   const std::vector<int> &meshSizes() const { return meshSizes_; }
 
+  /// Whether some instruction of the plan is a `code`.
+  bool hasInstruction(plan::OpCode code) const;
   /// Micro-batches per step (1: none).
   int microbatches() const { return microbatches_; }
   /// Whether the plan runs a schedule of actions (micro-batches or stages).

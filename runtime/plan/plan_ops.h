@@ -23,7 +23,7 @@ enum class ShapeRule {
   TopKGateGrad, ExpertLoad, MoeDispatch, MoeDispatchGrad, MoeCombine, OptimizerUpdate,
   LrSchedule, ClipGradNorm, AllReduce, AllGather, ShardSlice, ReduceScatter, AllToAll, Channel,
   MicrobatchSum, LossScale, LossScaleUpdate, UnscaleGrads, Transfer, CachedAttention, RotaryAt,
-  GatedActivation, GatedActivationGrad, AttentionQkv, AttentionQkvGrad, AnyNonfinite,
+  GatedActivation, GatedActivationGrad, AttentionQkv, AttentionQkvGrad, AnyNonfinite, Dropout,
 };
 
 struct OpInfo {

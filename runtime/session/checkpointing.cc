@@ -340,6 +340,7 @@ Status publishCheckpoint(TrainingSession &s, PendingCheckpoint &pending, int kee
     meta.info["optimizer"] = opt;
     meta.info["optimizer_settings"] = optimizerSettings(plan);
     meta.info["shuffle"] = s.options().shuffleSeed ? std::to_string(*s.options().shuffleSeed) : "none";
+    meta.info["seed"] = std::to_string(s.options().seed); // keys dropout's masks
     meta.info["model_fingerprint"] = modelFingerprint(planParameters(plan));
     meta.info["producer"] = "ptc-run";
     std::string mesh;
@@ -446,6 +447,11 @@ StatusOr<int64_t> resumeFromCheckpoint(TrainingSession &s, const std::string &di
   if (auto it = meta.info.find("shuffle"); it != meta.info.end() && it->second != shuffle)
     warnings->push_back("the data order changed: the checkpoint's run used --shuffle " +
                         it->second + ", this run " + shuffle);
+  if (auto it = meta.info.find("seed");
+      it != meta.info.end() && it->second != std::to_string(s.options().seed) &&
+      plan.hasInstruction(plan::OpCode::Dropout))
+    warnings->push_back("dropout's masks changed: the checkpoint's run used --seed " + it->second +
+                        ", this run " + std::to_string(s.options().seed));
   std::set<std::string> planStates;
   for (size_t i = 0; i < plan.tensors().size(); ++i) {
     const TensorInfo &t = plan.tensors()[i];

@@ -324,6 +324,7 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
   executor_ = std::move(*created);
   executor_->setCommunicator(comm_.get());
   executor_->setProgress(options.instructionProgress);
+  executor_->setInference(options.inference);
   if (Status s = executor_->initialize(options.seed); !s.isOk())
     return s;
   if (!options.initPath.empty())
@@ -484,6 +485,7 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
     PTC_RETURN_IF_ERROR(executor_->setInput(targetsId_, wholeTargets_.data()));
   }
   executor_->setTracing(traceFrom_ >= 0 && step >= traceFrom_);
+  executor_->setRandomKey(options_.seed, step); // dropout's masks
   auto t0 = Clock::now();
   PTC_RETURN_IF_ERROR(executor_->step(stepsRun_++ >= profileSkip_ ? profile_ : nullptr));
   auto readScalar = [&](int32_t id) {

@@ -10,12 +10,15 @@ the weight by a fraction of lr.
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
                            [--device cpu-discrete] [--model gpt|llama|gpt-moe|llama-moe]
                            [--precision bf16]
-                           [--optimizer adamw|adafactor]
+                           [--optimizer adamw|adafactor] [--dropout P]
 (--model llama: 4 heads over 2 kv heads, untied head; -moe: 4 experts, top-2, capacity
 factor 1.0 (tokens are dropped), aux and z-losses, gpt-moe with a shared expert and
 auxiliary-loss-free bias balancing; --precision bf16: every run, the
 baseline too, computes in bf16; each rank rounds its partial sums to bf16 where one rank
-rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there)
+rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there;
+--dropout P: the GPT drops with probability P after its embeddings, attentions and MLPs, every
+layout must draw the single rank's masks, and the single rank's losses must differ from the same
+run's without dropout)
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
 the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages, +rfull /
@@ -47,6 +50,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
+    ap.add_argument("--dropout", type=float, default=0.0)
     ap.add_argument("--device", default="cpu",
                     help="ptc-run --device of the layouts (the single-rank baseline runs on the cpu)")
     args = ap.parse_args()
@@ -62,15 +66,17 @@ def main():
                   "--moe-ffn", "96", "--moe-aux-loss", "0.01", "--moe-z-loss", "0.001"]
         if model == "gpt":
             extra += ["--moe-shared-experts", "1", "--moe-bias-balancing", "0.002"]
-    run(b("ptc-model"), model, "--layers", "2", "--hidden", "64", "--heads", "4", "--seq",
-        str(args.seq), "--vocab", "256", "--batch", str(args.batch), *extra, "-o", w("gpt.mlir"))
+    shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--seq", str(args.seq), "--vocab",
+             "256", "--batch", str(args.batch), *extra]
+    dropout = ["--dropout", str(args.dropout)] if args.dropout > 0 else []
+    run(b("ptc-model"), model, *shape, *dropout, "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
     if args.optimizer == "adafactor":
         opts = "optimizer=adafactor lr=1e-3 adafactor-beta1=0.9 weight-decay=0.1"
     if args.precision != "fp32":
         opts += f" precision={args.precision}"
 
-    def train(layout, tag, device="cpu"):
+    def train(layout, tag, device="cpu", model_file="gpt.mlir"):
         plan = w(f"{tag}.plan")
         if layout == "1":
             layout = None
@@ -88,7 +94,7 @@ def main():
             (" cp-attention=ulysses" if "ulysses" in mods else "") + \
             "".join(f" schedule=interleaved-1f1b virtual-stages={m[2:]}"
                     for m in mods if m.startswith("il"))
-        run(b("ptc-opt"), w("gpt.mlir"), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)
+        run(b("ptc-opt"), w(model_file), f"--ptc-compile=plan={plan} {opts}{mesh}", "-o", os.devnull)
         ranks = 1
         for part in (layout or "").split(","):
             if part:
@@ -105,6 +111,14 @@ def main():
     base_losses, base_weights = train(None, "single")
     loss_bound, weight_bound = (1e-5, 1e-4) if args.precision == "fp32" else (2e-4, 2e-2)
     ok = True
+    if dropout:
+        # The masks must do something: the same run without dropout differs.
+        run(b("ptc-model"), model, *shape, "-o", w("plain.mlir"))
+        plain, _ = train(None, "plain", model_file="plain.mlir")
+        diff = max(abs(a - b) / abs(b) for a, b in zip(base_losses, plain))
+        ok &= diff > 1e-3
+        print(f"dropout {args.dropout}: single-rank losses differ from no dropout's by up to "
+              f"{diff:.2e} rel: {'ok' if diff > 1e-3 else 'NO EFFECT'}")
     for layout in args.layouts:
         tag = layout.replace(":", "").replace(",", "x").replace("+", "-")
         losses, weights = train(layout, tag, args.device)

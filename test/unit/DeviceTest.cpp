@@ -80,6 +80,13 @@ Status run(Device &d, kernels::OpKind op, const std::vector<Arg> &in, const std:
   const int64_t coords[1] = {1}, sizes[1] = {2}; // rank 1 of a 2-way axis
   call.meshCoords = coords;
   call.meshSizes = sizes;
+  kernels::RandomContext random; // micro-batch 1 of 2, rows dealt to 2 parts
+  random.seed = 5;
+  random.step = 2;
+  random.microbatch = 1;
+  random.microbatches = 2;
+  random.dataParts = 2;
+  call.random = &random;
   const kernels::KernelEntry &entry = d.kernelTable()[op];
   if (!entry.run || !entry.accepts(call))
     return error(StatusCode::kUnimplemented, kernels::opKindName(op), " does not take these types");
@@ -1065,6 +1072,21 @@ TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
     r.insert(r.end(), t.begin(), t.end());
     return r;
   });
+}
+
+// Dropout's masks on the GPU are the CPU's, element for element: the same
+// Philox draws and the same global indices (a blocked split over the mesh
+// axis, micro-batch rows).
+TEST_F(CudaConformance, DropoutDrawsTheCpuMasks) {
+  auto x = randomVector(4 * 6 * 10, 21);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *out = m.zeros(240);
+        OK(run(d, kernels::OpKind::Dropout, {{m.put(x), {4, 6, 10}}}, {{out, {4, 6, 10}}},
+               {7, 1, 1, 0, 2, 1, 0, 1, 0}, {0.3}));
+        return m.get(out, 240);
+      },
+      0.0f);
 }
 
 // The sums that used float atomics (the embedding gradient, the cross-entropy

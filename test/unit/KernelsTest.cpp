@@ -574,6 +574,147 @@ TEST(Kernels, NormalizationsAndGradientsMatchDefinitionOverRowBlocks) {
   expectAll(dw, dwRef, "RMS norm weight gradient");
 }
 
+// Philox4x32-10 against Random123's known-answer vectors (kat_vectors).
+TEST(Kernels, PhiloxMatchesRandom123KnownAnswers) {
+  using ptc::kernels::philox4x32;
+  auto expect = [](ptc::kernels::Philox4x32 got, std::array<uint32_t, 4> want) {
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(got.v[i], want[static_cast<size_t>(i)]) << "word " << i;
+  };
+  expect(philox4x32(0, 0, 0, 0, 0, 0), {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  const uint32_t f = 0xffffffffu;
+  expect(philox4x32(f, f, f, f, f, f), {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+  expect(philox4x32(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u),
+         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+}
+
+namespace {
+/// A Dropout call as the executor makes it: the instruction's integers, this
+/// device's mesh coordinates and sizes, the random context.
+KernelResult runDropout(std::vector<float> &x, const Shape &shape, std::vector<float> &y, double p,
+                        std::vector<int64_t> ints, const std::vector<int64_t> &coords,
+                        const std::vector<int64_t> &sizes,
+                        const ptc::kernels::RandomContext &random) {
+  std::vector<ptc::kernels::TensorView> in = {view(x, shape)}, out = {view(y, shape)};
+  std::vector<double> floats = {p};
+  ptc::kernels::KernelCall call =
+      ptc::kernels::makeKernelCall(ptc::kernels::OpKind::Dropout, in, out, ints, floats);
+  call.meshCoords = coords.data();
+  call.meshSizes = sizes.data();
+  call.random = &random;
+  return kernelTable()[ptc::kernels::OpKind::Dropout].run(call);
+}
+/// The integers of an unsplit input of `rank` dimensions.
+std::vector<int64_t> wholeDims(int64_t stream, size_t rank) {
+  std::vector<int64_t> ints = {stream};
+  for (size_t d = 0; d < rank; ++d)
+    ints.insert(ints.end(), {1, 0});
+  return ints;
+}
+} // namespace
+
+// Dropout keeps 1 - p of the elements (a binomial count within 5 standard
+// deviations), scales them by exactly 1 / (1 - p), draws the same mask for the
+// same (seed, step, stream) and other masks when one of them changes, and is
+// the identity outside training.
+TEST(Kernels, DropoutKeepsOneMinusPScaledAndIsKeyedBySeedStepAndStream) {
+  const Shape shape = {64, 1000};
+  const int64_t n = 64000;
+  const double p = 0.1;
+  std::vector<float> x(n, 1.0f), y(n), again(n);
+  ptc::kernels::RandomContext random;
+  random.seed = 1337;
+  random.step = 7;
+  ASSERT_TRUE(runDropout(x, shape, y, p, wholeDims(3, 2), {}, {}, random).isOk());
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  int64_t dropped = 0;
+  for (float v : y) {
+    ASSERT_TRUE(v == 0.0f || v == scale) << v;
+    dropped += v == 0.0f;
+  }
+  const double sigma = std::sqrt(p * (1 - p) / n);
+  EXPECT_NEAR(static_cast<double>(dropped) / n, p, 5 * sigma);
+  ASSERT_TRUE(runDropout(x, shape, again, p, wholeDims(3, 2), {}, {}, random).isOk());
+  EXPECT_EQ(y, again);
+  auto agreement = [&](const std::vector<float> &a, const std::vector<float> &b) {
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; ++i)
+      same += a[static_cast<size_t>(i)] == b[static_cast<size_t>(i)];
+    return static_cast<double>(same) / n;
+  };
+  // Independent masks agree on (1-p)^2 + p^2 = 0.82 of the elements.
+  ptc::kernels::RandomContext other = random;
+  other.step = 8;
+  ASSERT_TRUE(runDropout(x, shape, again, p, wholeDims(3, 2), {}, {}, other).isOk());
+  EXPECT_NEAR(agreement(y, again), 0.82, 0.01) << "another step";
+  ASSERT_TRUE(runDropout(x, shape, again, p, wholeDims(4, 2), {}, {}, random).isOk());
+  EXPECT_NEAR(agreement(y, again), 0.82, 0.01) << "another stream";
+  other = random;
+  other.seed = 1338;
+  ASSERT_TRUE(runDropout(x, shape, again, p, wholeDims(3, 2), {}, {}, other).isOk());
+  EXPECT_NEAR(agreement(y, again), 0.82, 0.01) << "another seed";
+  other = random;
+  other.training = false;
+  std::vector<float> r = randomVector(n, 5);
+  ASSERT_TRUE(runDropout(r, shape, again, p, wholeDims(3, 2), {}, {}, other).isOk());
+  EXPECT_EQ(again, r);
+}
+
+// Each device of a split draws its elements' masks by their global indices:
+// the local results of every coordinate are the whole tensor's result at the
+// places the split gives them (a blocked split over one axis, as context
+// parallelism's chunks, and a plain split over two axes, major first), and a
+// micro-batch's rows are those the data loader deals it (micro-batch m of
+// data-parallel part r: rows r * B / dp + m * b..).
+TEST(Kernels, DropoutOfEveryShardEqualsTheWholeTensorAtItsPlace) {
+  const Shape whole = {8, 12, 6};
+  std::vector<float> x = randomVector(8 * 12 * 6, 9), y(x.size());
+  ptc::kernels::RandomContext random;
+  random.seed = 42;
+  random.step = 3;
+  ASSERT_TRUE(runDropout(x, whole, y, 0.5, wholeDims(1, 3), {}, {}, random).isOk());
+  auto at = [&](const std::vector<float> &v, int64_t i, int64_t j, int64_t k) {
+    return v[static_cast<size_t>((i * 12 + j) * 6 + k)];
+  };
+  // Mesh (a: 2, b: 3, c: 2): dimension 1 (12) as 2 blocks over a, dimension
+  // 2 (6) over the compound (b, c), b major; dimension 0 whole.
+  const std::vector<int64_t> sizes = {2, 3, 2};
+  for (int64_t ca = 0; ca < 2; ++ca)
+    for (int64_t cb = 0; cb < 3; ++cb)
+      for (int64_t cc = 0; cc < 2; ++cc) {
+        const Shape local = {8, 6, 1};
+        std::vector<float> lx(48), ly(48);
+        auto wholeJ = [&](int64_t j) { return (j / 3) * 6 + ca * 3 + j % 3; }; // 2 blocks of 3
+        const int64_t k0 = cb * 2 + cc;                                        // (b, c) major b
+        for (int64_t i = 0; i < 8; ++i)
+          for (int64_t j = 0; j < 6; ++j)
+            lx[static_cast<size_t>(i * 6 + j)] = at(x, i, wholeJ(j), k0);
+        ASSERT_TRUE(runDropout(lx, local, ly, 0.5, {1, 1, 0, 2, 1, 0, 1, 2, 1, 2}, {ca, cb, cc},
+                               sizes, random)
+                        .isOk());
+        for (int64_t i = 0; i < 8; ++i)
+          for (int64_t j = 0; j < 6; ++j)
+            ASSERT_EQ(ly[static_cast<size_t>(i * 6 + j)], at(y, i, wholeJ(j), k0))
+                << "device (" << ca << ", " << cb << ", " << cc << ") element " << i << ", " << j;
+      }
+  // Micro-batches: 2 data-parallel parts x 2 micro-batches of 2 rows each.
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t m = 0; m < 2; ++m) {
+      const Shape local = {2, 12, 6};
+      std::vector<float> lx(144), ly(144);
+      std::copy(x.begin() + (r * 4 + m * 2) * 72, x.begin() + (r * 4 + m * 2 + 2) * 72, lx.begin());
+      ptc::kernels::RandomContext mb = random;
+      mb.microbatch = m;
+      mb.microbatches = 2;
+      mb.dataParts = 2;
+      ASSERT_TRUE(
+          runDropout(lx, local, ly, 0.5, {1, 1, 1, 0, 1, 0, 1, 0}, {r}, {2}, mb).isOk());
+      for (int64_t e = 0; e < 144; ++e)
+        ASSERT_EQ(ly[static_cast<size_t>(e)], y[static_cast<size_t>((r * 4 + m * 2) * 72 + e)])
+            << "part " << r << ", micro-batch " << m << ", element " << e;
+    }
+}
+
 // Rotary: HF's rotate_half convention at position p, and the inverse undoes it.
 TEST(Kernels, RotaryRotatesHalvesAndInverts) {
   const int64_t S = 5, D = 8;

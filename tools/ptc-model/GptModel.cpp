@@ -33,6 +33,8 @@ llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
   if (c.vocab > 2147483647)
     return llvm::createStringError("gpt: --vocab %lld exceeds 2^31 - 1 (ids are int32)",
                                    static_cast<long long>(c.vocab));
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+    return llvm::createStringError("gpt: --dropout must be in [0, 1), got %g", c.dropout);
   if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
     return llvm::createStringError("gpt: --dtype must be f32, bf16 or f16, got '%s'",
                                    c.dtype.c_str());
@@ -151,14 +153,26 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
                                 m.input("tokens"));
   // The position table has exactly `seq` rows, so it broadcasts over the batch.
   x = AddOp::create(b, m.loc("transformer.wpe"), x, m.param("transformer.wpe.weight"));
+  // Each dropout draws from its own stream, numbered in program order.
+  int64_t streams = 0;
+  auto dropout = [&](Value v, const std::string &where) -> Value {
+    if (c.dropout <= 0.0)
+      return v;
+    return DropoutOp::create(b, m.loc(where), v, b.getF64FloatAttr(c.dropout),
+                             b.getI64IntegerAttr(streams++), ShardingAttr());
+  };
+  x = dropout(x, "transformer.drop");
   Value auxLoss;
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string l = "transformer.h." + std::to_string(i);
-    x = AddOp::create(b, m.loc(l), x, attention(m, c, layerNorm(m, x, l + ".ln_1"), l + ".attn"));
+    x = AddOp::create(b, m.loc(l), x,
+                      dropout(attention(m, c, layerNorm(m, x, l + ".ln_1"), l + ".attn"),
+                              l + ".attn.resid_dropout"));
     Value h = layerNorm(m, x, l + ".ln_2");
     x = AddOp::create(b, m.loc(l), x,
-                      c.moe.isMoeLayer(i) ? moeMlp(m, c, h, l + ".mlp", auxLoss)
-                                          : mlp(m, h, l + ".mlp"));
+                      dropout(c.moe.isMoeLayer(i) ? moeMlp(m, c, h, l + ".mlp", auxLoss)
+                                                  : mlp(m, h, l + ".mlp"),
+                              l + ".mlp.dropout"));
   }
   x = layerNorm(m, x, "transformer.ln_f");
   // LM head tied to the token embedding: logits = x @ wte^T.

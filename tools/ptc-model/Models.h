@@ -68,6 +68,10 @@ struct GptConfig {
   std::string dtype = "f32";
   /// MoE MLPs (experts: c_fc [E, ffn, h] + GELU + c_proj [E, h, ffn], with biases).
   MoeLayersConfig moe;
+  /// Dropout probability after the embeddings and after each block's
+  /// attention and MLP (nanoGPT's `drop` and `resid_dropout`s; attention
+  /// probabilities are not dropped: the attention is fused).
+  double dropout = 0.0;
 };
 llvm::Error validateGptConfig(const GptConfig &config);
 /// Parameters in nanoGPT's names and order (lm_head.weight is tied to

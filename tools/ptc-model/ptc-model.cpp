@@ -50,6 +50,10 @@ cl::opt<std::string> hfConfig("hf-config",
                               cl::value_desc("file"), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<std::string> dtype("dtype", cl::desc("Parameter/activation type: f32, bf16 or f16"),
                            cl::init("f32"), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
+cl::opt<double> dropout("dropout",
+                        cl::desc("Dropout probability after the embeddings and each block's attention "
+                                 "and MLP (gpt; default 0)"),
+                        cl::init(0.0), cl::sub(gptCmd), cl::cat(modelOptions));
 cl::opt<int64_t> batch("batch", cl::desc("Global batch (sequences for gpt, rows otherwise)"),
                        cl::init(-1), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(-1),
@@ -286,6 +290,7 @@ int main(int argc, char **argv) {
     c.vocab = given(vocab, c.vocab);
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;
+    c.dropout = dropout;
     c.moe = moeOptions(c.moe);
     params = gptParameters(c);
     module = buildGptModel(context, c);

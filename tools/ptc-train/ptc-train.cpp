@@ -222,7 +222,7 @@ std::vector<std::string> plannerModel(const Job &job, const JobCommands &c) {
                                   "moe_capacity_factor"};
   // Keys that change neither the shapes nor the parameter count.
   static const char *neutral[] = {"name", "rope_theta", "rms_norm_eps", "moe_aux_loss", "moe_z_loss",
-                                  "moe_bias_balancing"};
+                                  "moe_bias_balancing", "dropout"};
   std::vector<std::string> out = {"--model", name->s};
   for (const auto &[key, value] : job.values) {
     if (key.rfind("model.", 0) != 0)

@@ -606,3 +606,21 @@ func.func @nonfinite_check_nothing() -> tensor<f32> {
   %0 = "ptc.any_nonfinite"() : () -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// Dropout's probability must be in [0, 1).
+func.func @dropout_p(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ptc.dropout' op p must be in [0, 1), got 1}}
+  %0 = ptc.dropout %x {p = 1.0 : f64, stream = 0 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Its stream must fit the generator's 32-bit counter word.
+func.func @dropout_stream(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ptc.dropout' op stream must be in [0, 2^31), got -1}}
+  %0 = ptc.dropout %x {p = 0.5 : f64, stream = -1 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

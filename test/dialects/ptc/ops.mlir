@@ -22,6 +22,8 @@ func.func @elementwise(%a: tensor<8x64x384xf32>, %b: tensor<384xf32>, %c: tensor
   %gelu_tanh = ptc.gelu_tanh %4 : tensor<8x64x384xf32>
   // CHECK: ptc.tanh %{{.*}} : tensor<8x64x384xf32>
   %tanh = ptc.tanh %4 : tensor<8x64x384xf32>
+  // CHECK: ptc.dropout %{{.*}} {p = 1.000000e-01 : f64, stream = 2 : i64} : tensor<8x64x384xf32>
+  %dropout = ptc.dropout %4 {p = 0.1 : f64, stream = 2 : i64} : tensor<8x64x384xf32>
   // CHECK: ptc.swiglu %{{.*}}, %{{.*}} : tensor<8x64x384xf32>
   %swiglu = ptc.swiglu %4, %5 : tensor<8x64x384xf32>
   // CHECK: ptc.swiglu_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x64x384xf32>

@@ -24,3 +24,15 @@ func.func @metric_type(%w: tensor<4xf32> {ptc.param = "w"}, %i: tensor<4xi32> {p
   %0 = ptc.reduce_sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
   return %0, %i : tensor<f32>, tensor<4xi32>
 }
+
+// -----
+
+// Two dropouts with one stream would draw the same masks.
+func.func @dropout_streams(%w: tensor<4xf32> {ptc.param = "w"}) -> tensor<f32> {
+  // expected-note @+1 {{the other dropout}}
+  %0 = ptc.dropout %w {p = 0.5 : f64, stream = 3 : i64} : tensor<4xf32>
+  // expected-error @+1 {{'ptc.dropout' op has stream 3, which another dropout has: they would draw the same masks}}
+  %1 = ptc.dropout %0 {p = 0.5 : f64, stream = 3 : i64} : tensor<4xf32>
+  %2 = ptc.reduce_sum %1 axes = [0] : tensor<4xf32> -> tensor<f32>
+  return %2 : tensor<f32>
+}

@@ -58,3 +58,15 @@ func.func @perexample(%x: tensor<4x4xf32> {ptc.input = "x"}) -> tensor<4x4xf32> 
   // expected-error@+1 {{'func.return' op returns per-example result #0, which cannot be split into micro-batches}}
   return %y : tensor<4x4xf32>
 }
+
+// -----
+
+// Dropout places micro-batch rows by their first dimension: the batch must be it.
+func.func @dropout_batch_not_first(%w: tensor<4x6xf32> {ptc.param = "w"}, %x: tensor<6x4xf32> {ptc.input = "x"}) -> tensor<f32> {
+  %t = ptc.transpose %x permutation = [1, 0] : tensor<6x4xf32> -> tensor<4x6xf32>
+  // expected-error@+1 {{'ptc.dropout' op cannot be split into micro-batches: its input's batch dimension is not its first}}
+  %d = ptc.dropout %t {p = 0.5 : f64, stream = 0 : i64} : tensor<4x6xf32>
+  %m = ptc.mul %d, %w : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  %s = ptc.reduce_mean %m axes = [0, 1] : tensor<4x6xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
