@@ -422,6 +422,11 @@ struct DeriveDecodePass : mlir::ptc::impl::DeriveDecodePassBase<DeriveDecodePass
     func::FuncOp func = getOperation();
     if (func.isExternal())
       return;
+    // Generation runs the model in evaluation mode: dropout is the identity.
+    func.walk([](DropoutOp op) {
+      op.getResult().replaceAllUsesWith(op.getInput());
+      op.erase();
+    });
     Deriver d(func, tokens, context, batch);
     if (failed(d.run()))
       return signalPassFailure();

@@ -4,7 +4,8 @@
 Same layout: losses and saved weights bitwise equal (one rank, dp:2 x tp:2,
 pp:2 x dp:2 with ZeRO-3, bf16 with dynamic loss scaling, and asynchronous checkpoints). Another layout (and
 rank count): within 1e-5 relative (losses) and 1e-5 absolute (weights) of the
-uninterrupted run. Crash safety: rank 0 killed while writing a checkpoint leaves
+uninterrupted run; with dropout (the masks keyed by the checkpointed seed and
+step) the same, and resuming with another --seed warns. Crash safety: rank 0 killed while writing a checkpoint leaves
 the previous one, which resumes to the same losses; a truncated or corrupted
 shard and a checkpoint of another model are one clear error. Restarts: a rank
 killed mid-run under --max-restarts 2 -> the job completes with the losses of the
@@ -141,6 +142,25 @@ def main():
     for a, b_ in (("dp2tp2", "1"), ("1", "pp2dp2z3"), ("dp4z3", "tp2"), ("pp2", "dp2tp2")):
         interrupted(f"cross-{a}-{b_}", plans[a], ranks(layouts[a]), plans[b_], ranks(layouts[b_]))
         compare(f"{a} -> {b_}", f"cross-{a}-{b_}", "full-1", exact=False)
+
+    # Dropout: the masks are keyed by (seed, step), which the checkpoint keeps: a resumed run
+    # draws the uninterrupted run's masks (bitwise in the same layout, and in another).
+    run(b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",
+        "--vocab", "256", "--batch", "8", "--dropout", "0.1", "-o", w("dropout.mlir"))
+    drop = {tag: compile_(f"dropout-{tag}", layout, model="dropout.mlir")
+            for tag, layout in (("1", ""), ("dp2tp2", "mesh=dp:2,tp:2"),
+                                ("pp2", "mesh=pp:2 microbatches=4"))}
+    train(drop["1"], 1, "dropout-full-1", STEPS)
+    train(drop["dp2tp2"], 4, "dropout-full-dp2tp2", STEPS)
+    interrupted("dropout-resumed-dp2tp2", drop["dp2tp2"], 4, drop["dp2tp2"], 4)
+    compare("dropout 0.1, same layout dp2tp2", "dropout-resumed-dp2tp2", "dropout-full-dp2tp2",
+            exact=True)
+    interrupted("dropout-cross", drop["dp2tp2"], 4, drop["pp2"], 2)
+    compare("dropout 0.1, dp2tp2 -> pp2", "dropout-cross", "dropout-full-1", exact=False)
+    r = train(drop["1"], 1, "dropout-seed", STEPS,
+              ["--resume", w("dropout-resumed-dp2tp2.ckpt"), "--seed", "7"])
+    report("dropout, resumed with another --seed", "dropout's masks changed" in r.stdout,
+           "warns" if "dropout's masks changed" in r.stdout else "no warning")
 
     # Killed while writing the checkpoint of step 6: step 3's remains and resumes. The
     # --np launcher removes the half-written one once every rank is gone; one a job run

@@ -17,8 +17,8 @@ auxiliary-loss-free bias balancing; --precision bf16: every run, the
 baseline too, computes in bf16; each rank rounds its partial sums to bf16 where one rank
 rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there;
 --dropout P: the GPT drops with probability P after its embeddings, attentions and MLPs, every
-layout must draw the single rank's masks, and the single rank's losses must differ from the same
-run's without dropout)
+layout must draw the single rank's masks, the single rank's losses must differ from the same
+run's without dropout, and evaluation must run without it)
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
 the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages, +rfull /
@@ -119,6 +119,21 @@ def main():
         ok &= diff > 1e-3
         print(f"dropout {args.dropout}: single-rank losses differ from no dropout's by up to "
               f"{diff:.2e} rel: {'ok' if diff > 1e-3 else 'NO EFFECT'}")
+        # Evaluation runs without dropout: at lr 0 (the weights stay the initial ones) both
+        # models' eval losses are the same bits.
+        evals = []
+        for tag, source in (("eval-dropout", "gpt.mlir"), ("eval-plain", "plain.mlir")):
+            run(b("ptc-opt"), w(source), f"--ptc-compile=plan={w(tag + '.plan')} optimizer=adamw lr=0",
+                "-o", os.devnull)
+            run(b("ptc-run"), w(tag + ".plan"), "--data", w("data.bin"), "--steps", "1",
+                "--eval-data", w("data.bin"), "--eval-steps", "2", "--eval-every", "1", "--metrics", w(tag + ".jsonl"),
+                "--log-every", "0", "--threads", "1")
+            rows = [json.loads(line) for line in open(w(tag + ".jsonl"))]
+            evals.append(next(r["eval_loss"] for r in rows if "eval_loss" in r))
+        same = evals[0] == evals[1]
+        ok &= same
+        print(f"evaluation without dropout: eval loss {evals[0]!r} vs {evals[1]!r} without dropout: "
+              f"{'ok' if same else 'MISMATCH'}")
     for layout in args.layouts:
         tag = layout.replace(":", "").replace(",", "x").replace("+", "-")
         losses, weights = train(layout, tag, args.device)
