@@ -16,7 +16,8 @@ buffers as the function's arguments (`functional_call`), so every parameter keep
    activations; softmax(masked_fill(q k^T * s, causal mask, -inf)) v -> causal_attention
    (keys and values repeated per query head -> grouped-query attention); log_softmax + nll_loss
    -> cross_entropy; x * rsqrt(mean(x^2) + eps) * w -> rms_norm; x cos + rotate_half(x) sin with
-   rotary tables -> rotary; a position table looked up at 0..T-1 -> the table;
+   rotary tables -> rotary; a position table looked up at 0..T-1 -> the table; dropout's
+   bernoulli mask (or torch 2's native_dropout) -> dropout;
 3. what the loss needs, written as ptc ops (generic MLIR syntax), each located at the line of
    the module's source it came from. An aten op ptc has no counterpart for (or a pattern's
    leftover, such as a masked_fill that is not a causal mask) is one error naming the op and
@@ -80,6 +81,7 @@ class Importer:
     def __init__(self, module_path):
         self.module_path = os.path.abspath(module_path)
         self.loc = None
+        self.dropout_streams = 0
 
     # ---- phase 1: aten -> nodes ------------------------------------------------------------
     def source_line(self, node):
@@ -377,18 +379,57 @@ def _pow(imp, args, kwargs, meta):
              "and -0.5 are)")
 
 
-def _dropout_noise(imp, args, kwargs, meta):
-    """torch's dropout in training mode: a Bernoulli mask of keep probability 1 - p. ptc has no
-    dropout op yet; an imported model that uses it would train without it, so it is an error."""
-    keep = float(args[1]) if len(args) > 1 else 0.5
-    imp.fail(f"dropout with p={1.0 - keep:g} (aten::bernoulli_ with keep probability {keep:g}) is "
-             "not supported: ptc has no dropout op yet, and dropping it would train another "
-             "model; set the module's dropout to 0 to import it")
-
-
+# Dropout in training mode, as make_fx records it: mask = bernoulli_(empty_like(x), keep),
+# mask.div_(keep), x * mask (torch 1.13), or native_dropout (torch 2) -> ptc.dropout, each with
+# its own random stream (in program order). ptc draws its own masks (Philox, the same in every
+# layout), so the keep probability and the scaling are PyTorch's, the masks are not.
 def _empty_like(imp, args, kwargs, meta):
-    # Only dropout's mask starts as an empty_like (then bernoulli_), which _dropout_noise refuses.
     return imp.node("empty_like", [args[0]], meta)
+
+
+def _dropout_noise(imp, args, kwargs, meta):
+    noise = args[0]
+    keep = float(args[1]) if len(args) > 1 else 0.5
+    if not isinstance(noise, _Node) or noise.op != "empty_like":
+        imp.fail("aten op 'aten::bernoulli_' is supported as dropout's mask only")
+    return imp.node("dropout_mask", [noise.inputs[0]], meta, keep=keep)
+
+
+def _dropout_scale(imp, args, kwargs, meta):
+    mask, keep = args[0], args[1]
+    if not isinstance(mask, _Node) or mask.op != "dropout_mask" or \
+            isinstance(keep, _Node) or abs(float(keep) - mask.attrs["keep"]) > 1e-12:
+        imp.fail("aten op 'aten::div_' is supported as dropout's mask scaling only")
+    return imp.node("dropout_scaled_mask", [mask.inputs[0]], meta, keep=mask.attrs["keep"])
+
+
+def _dropout(imp, x, p, meta):
+    if p <= 0.0:
+        return x
+    if p >= 1.0:
+        imp.fail(f"dropout with p={p:g} zeroes everything; ptc takes 0 <= p < 1")
+    imp.dropout_streams += 1
+    return imp.node("dropout", [x], meta, p=float(p), stream=imp.dropout_streams - 1)
+
+
+_binary_mul = None  # set below: mul of plain operands
+
+
+def _mul(imp, args, kwargs, meta):
+    a, b = args[0], args[1]
+    for x, mask in ((a, b), (b, a)):
+        if isinstance(mask, _Node) and mask.op == "dropout_scaled_mask":
+            if mask.inputs[0] is not x:
+                imp.fail("dropout's mask multiplies another tensor than the one it was drawn for")
+            return _dropout(imp, x, 1.0 - mask.attrs["keep"], meta)
+    return _binary_mul(imp, args, kwargs, meta)
+
+
+def _native_dropout(imp, args, kwargs, meta):
+    x, p = args[0], float(args[1])
+    train = args[2] if len(args) > 2 else kwargs.get("train", True)
+    return [_dropout(imp, x, p if train else 0.0, meta[0] if isinstance(meta, list) else meta),
+            None]
 
 
 def _reduce(op):
@@ -411,7 +452,7 @@ def _neg(imp, args, kwargs, meta):
 
 _HANDLERS = {
     aten.add.Tensor: _binary("add"), aten.sub.Tensor: _binary("sub"),
-    aten.mul.Tensor: _binary("mul"), aten.div.Tensor: _binary("div"),
+    aten.mul.Tensor: _mul, aten.div.Tensor: _binary("div"),
     aten.add.Scalar: _binary("add"), aten.mul.Scalar: _binary("mul"),
     aten.neg.default: _neg,
     aten.view.default: _reshape, aten._unsafe_view.default: _reshape,
@@ -431,6 +472,7 @@ _HANDLERS = {
     aten.exp.default: _unary("exp"), aten.log.default: _unary("log"),
     aten.tanh.default: _unary("tanh"),
     aten.empty_like.default: _empty_like, aten.bernoulli_.float: _dropout_noise,
+    aten.div_.Scalar: _dropout_scale, aten.native_dropout.default: _native_dropout,
     aten._softmax.default: _softmax, aten._log_softmax.default: _log_softmax,
     aten.nll_loss_forward.default: _nll, aten.masked_fill.Scalar: _masked_fill,
     aten.pow.Tensor_Scalar: _pow,
@@ -438,6 +480,9 @@ _HANDLERS = {
     aten.amax.default: _reduce("reduce_max"),
     aten.embedding.default: _embedding,
 }
+
+
+_binary_mul = _binary("mul")
 
 
 # ---- phase 2: patterns -> fused ops -----------------------------------------------------------
@@ -561,7 +606,7 @@ def _new_gelu_input(n):
     return None
 
 
-def fuse(root):
+def fuse(root, module_path=""):
     """Rewrites the patterns (phase 2) in the graph that computes `root`."""
     users, order = _users(root)
 
@@ -627,6 +672,11 @@ def fuse(root):
                 n.attrs.get("transpose_lhs"):
             continue
         p, v = n.inputs
+        if p.op == "dropout" and p.inputs[0].op == "softmax":
+            raise ImportError_(
+                f"{module_path}:{p.loc}: dropout of attention probabilities (p={p.attrs['p']:g}) "
+                "is not supported: ptc's causal attention is fused, its probabilities are never a "
+                "tensor; set that dropout to 0 (dropout elsewhere imports)")
         if p.op != "softmax" or p.attrs["axis"] != 3:
             continue
         m = p.inputs[0]
@@ -771,7 +821,7 @@ def _attr(v):
 _OPS = {"add", "sub", "mul", "div", "scale", "convert", "matmul", "layer_norm", "rms_norm",
         "softmax", "causal_attention", "embedding", "cross_entropy", "reshape", "transpose",
         "slice", "concat", "reduce_sum", "reduce_mean", "reduce_max", "broadcast", "gelu",
-        "gelu_tanh", "tanh", "silu", "relu", "rsqrt", "exp", "log", "rotary"}
+        "gelu_tanh", "tanh", "silu", "relu", "rsqrt", "exp", "log", "rotary", "dropout"}
 
 
 def emit(root, params, inputs, module_path):
@@ -922,8 +972,8 @@ def import_module(module_path, class_name, kwargs, input_specs):
         raise ImportError_(f"'{module_path}' has no class '{class_name}'")
     with _user_code(module_path, f"constructing {class_name}(**kwargs)"):
         model = cls(**kwargs)
-    # Training mode, as ptc trains it: a dropout with p > 0 shows in the graph (and is refused:
-    # ptc has no dropout yet), instead of vanishing as it would in eval mode.
+    # Training mode, as ptc trains it: a dropout with p > 0 shows in the graph (and becomes
+    # ptc.dropout), instead of vanishing as it would in eval mode.
     model.train()
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -966,7 +1016,7 @@ def import_module(module_path, class_name, kwargs, input_specs):
     if loss is None or not isinstance(loss, _Node) or loss.shape != () or loss.dtype != "f32":
         raise ImportError_("forward must return the loss (a float32 scalar), or a tuple whose last "
                            "element is the loss")
-    fuse(loss)
+    fuse(loss, os.path.abspath(module_path))
     # Parameters the loss does not use are still the model's (their names stay).
     return emit(loss, param_args, input_args, os.path.abspath(module_path)), model
 

@@ -1,7 +1,7 @@
 """nanoGPT-style GPT (nanogpt_style.GPT) whose MLPs use GPT-2's own GELU, the tanh form, for
 ptc-import-torch's tests: the first block's written as minGPT's NewGELU (tanh, pow(x, 3.0)),
-the others as nn.GELU(approximate='tanh'); `dropout` > 0 adds nn.Dropout after each MLP (which
-ptc refuses to import: it has no dropout yet). Written for ptc."""
+the others as nn.GELU(approximate='tanh'); `dropout` > 0 adds nn.Dropout after each MLP
+(GPT-2's resid_pdrop). Written for ptc."""
 import math
 
 import torch
