@@ -128,6 +128,11 @@ def Ptc_Dialect : Dialect {
     /// (3x the forward matmuls and attention over the global batch), recorded
     /// before autodiff and written into the plan (MFU).
     static constexpr ::llvm::StringLiteral kModelFlopsAttrName = "ptc.model_flops";
+    /// On a model's module: what saving its weights for their users needs
+    /// besides the parameters, as JSON text (`{"tied": {alias: parameter},
+    /// "buffers": [name, ...], "hf_config": config.json's text}`, each optional), set by
+    /// the builders and ptc-import-torch, written into the plan.
+    static constexpr ::llvm::StringLiteral kModelInfoAttrName = "ptc.model_info";
     /// On an op that ptc-mixed-precision keeps in f32 (its float operands
     /// converted up, its results f32): an MoE router's logits.
     static constexpr ::llvm::StringLiteral kKeepF32AttrName = "ptc.keep_f32";

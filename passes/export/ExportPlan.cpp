@@ -440,12 +440,16 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     if (!offloadPath.empty() && !hostState)
       return func.emitError() << "offload-target=nvme keeps offload=optimizer's host model state "
                                  "in a file: it needs offload=optimizer";
+    StringAttr modelInfo;
+    if (auto module = func->getParentOfType<ModuleOp>())
+      modelInfo = module->getAttrOfType<StringAttr>(PtcDialect::kModelInfoAttrName);
     auto plan = pp::CreatePlan(
         fbb, ::ptc::plan::kFormatVersion, fbb.CreateString("ptc-opt"), numRanks,
         mesh ? fbb.CreateVector(meshAxes) : 0, fbb.CreateVector(tensors),
         fbb.CreateVector(instructions), fbb.CreateVector(outputs), arenaAttr.getInt(),
         unsharedAttr.getInt(), fbb.CreateString(optimizer), microbatches, pipelineOff,
-        modelFlops, offloadPath.empty() ? 0 : fbb.CreateString(offloadPath.getValue()));
+        modelFlops, offloadPath.empty() ? 0 : fbb.CreateString(offloadPath.getValue()),
+        modelInfo ? fbb.CreateString(modelInfo.getValue().str()) : 0);
     pp::FinishPlanBuffer(fbb, plan);
 
     // The stash report (and its device-memory verdict) before the file: a

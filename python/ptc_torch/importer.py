@@ -824,8 +824,9 @@ _OPS = {"add", "sub", "mul", "div", "scale", "convert", "matmul", "layer_norm", 
         "gelu_tanh", "tanh", "silu", "relu", "rsqrt", "exp", "log", "rotary", "dropout"}
 
 
-def emit(root, params, inputs, module_path):
-    """The MLIR text of the function computing `root` (the loss)."""
+def emit(root, params, inputs, module_path, model_info=None):
+    """The MLIR text of the function computing `root` (the loss); `model_info` (a dict: tied
+    names, buffers) becomes the module's ptc.model_info."""
     lines, names = [], {}
     args = []
     for entry in params + inputs:
@@ -896,7 +897,11 @@ def emit(root, params, inputs, module_path):
         if init and init[0]:
             attrs = f"ptc.init = \"{init[0]}\", " + attrs
         arg_text.append(f"%arg{arg_index[name]}: {_ty(shape, dtype)} {{{attrs}}}")
-    out = ["module {",
+    header = "module {"
+    if model_info:
+        text = json.dumps(model_info, sort_keys=True).replace("\\", "\\\\").replace('"', '\\"')
+        header = f'module attributes {{ptc.model_info = "{text}"}} {{'
+    out = [header,
            f"  func.func @train_step({', '.join(arg_text)}) -> ({_ty(root.shape, root.dtype)} "
            "{ptc.loss}) {"]
     out += lines
@@ -1018,7 +1023,16 @@ def import_module(module_path, class_name, kwargs, input_specs):
                            "element is the loss")
     fuse(loss, os.path.abspath(module_path))
     # Parameters the loss does not use are still the model's (their names stay).
-    return emit(loss, param_args, input_args, os.path.abspath(module_path)), model
+    # What a strict load_state_dict of the trained weights needs besides the parameters: the
+    # names tied to a parameter (nanoGPT's lm_head.weight) and the buffers (ptc-run --save
+    # writes the former and lists the latter: ptc_torch.load_state_dict fills them in).
+    state = model.state_dict(keep_vars=True)
+    by_tensor = {id(p): name for name, p in params.items()}
+    tied = {name: by_tensor[id(t)] for name, t in state.items()
+            if id(t) in by_tensor and by_tensor[id(t)] != name}
+    persistent = [name for name in buffers if name in state]
+    info = {k: v for k, v in (("tied", tied), ("buffers", persistent)) if v}
+    return emit(loss, param_args, input_args, os.path.abspath(module_path), info), model
 
 
 def _save_safetensors(path, tensors):

@@ -91,6 +91,10 @@ public:
   const std::vector<std::string> &meshAxes() const { return meshAxes_; }
   const std::vector<int> &meshSizes() const { return meshSizes_; }
 
+  /// The model's saving information (JSON text, runtime/io/model_info.h), or "".
+  std::string modelInfo() const {
+    return plan_->model_info() ? plan_->model_info()->str() : std::string();
+  }
   /// Whether some instruction of the plan is a `code`.
   bool hasInstruction(plan::OpCode code) const;
   /// Micro-batches per step (1: none).

@@ -341,6 +341,8 @@ Status publishCheckpoint(TrainingSession &s, PendingCheckpoint &pending, int kee
     meta.info["optimizer_settings"] = optimizerSettings(plan);
     meta.info["shuffle"] = s.options().shuffleSeed ? std::to_string(*s.options().shuffleSeed) : "none";
     meta.info["seed"] = std::to_string(s.options().seed); // keys dropout's masks
+    if (std::string info = plan.modelInfo(); !info.empty())
+      meta.info["model_info"] = info; // what an export of the weights adds (tied names, config.json)
     meta.info["model_fingerprint"] = modelFingerprint(planParameters(plan));
     meta.info["producer"] = "ptc-run";
     std::string mesh;

@@ -1,5 +1,7 @@
 #include "runtime/session/training_session.h"
 
+#include "runtime/io/model_info.h"
+
 #include "runtime/base/hostfile.h"
 #include "runtime/session/throughput.h"
 
@@ -7,6 +9,7 @@
 
 #include "runtime/io/array_data.h"
 #include "runtime/io/hf_checkpoint.h"
+#include "runtime/io/model_info.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/session/step_watchdog.h"
 
@@ -388,8 +391,19 @@ Status TrainingSession::loadParameters(const std::string &path,
     }
     return "";
   };
+  // What the model declares (ptc.model_info): its buffers, and names tied to
+  // a parameter (what ptc-run --save writes besides the parameters) are
+  // expected, so skipped without a word.
+  auto info = ModelInfo::parse(plan_->modelInfo(), "plan '" + plan_->origin() + "'");
+  if (!info.isOk())
+    return info.status();
   for (const std::string &name : file->names()) {
     if (used.count(name))
+      continue;
+    if (std::find(info->buffers.begin(), info->buffers.end(), name) != info->buffers.end())
+      continue;
+    if (auto tied = info->tied.find(name);
+        tied != info->tied.end() && sameAsParameter(name) == tied->second)
       continue;
     if (isBuffer(name)) {
       if (unused)
@@ -436,9 +450,10 @@ Status TrainingSession::saveParameters(const std::string &path,
   for (size_t i = 0; i < params.size(); ++i)
     out.push_back({plan_->tensor(params[i]).name, plan_->tensor(params[i]).globalShape,
                    wholes[i].data()});
-  if (isDirectoryTarget(path))
-    return writeHfDirectory(path, out, metadata, maxShardBytes);
-  return writeSafetensors(path, out, metadata);
+  auto info = ModelInfo::parse(plan_->modelInfo(), "plan '" + plan_->origin() + "'");
+  if (!info.isOk())
+    return info.status();
+  return writeModelWeights(path, isDirectoryTarget(path), out, metadata, maxShardBytes, *info);
 }
 
 StatusOr<float> TrainingSession::evaluate(const TokenData &data, int64_t batches) {

@@ -20,7 +20,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "torch_models"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import harness  # noqa: E402
+import ptc_torch.weights  # noqa: E402
 import reference_gpt  # noqa: E402
 
 import torch  # noqa: E402
@@ -158,7 +160,8 @@ def main():
         run(b("ptc-opt"), w("model.mlir"),
             f"--ptc-compile=optimizer=adamw lr=1e-3 weight-decay=0.1 {options}", "-o", plan)
         cmd = [b("ptc-run"), plan, "--data", w("data.bin"), "--steps", str(STEPS), "--init",
-               w("init.safetensors"), "--metrics", w(f"{tag}.jsonl"), "--log-every", "0"]
+               w("init.safetensors"), "--metrics", w(f"{tag}.jsonl"), "--log-every", "0",
+               "--save", w(f"{tag}.safetensors")]
         if ranks > 1:
             cmd[2:2] = ["--np", str(ranks)]
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
@@ -178,6 +181,27 @@ def main():
         sys.exit(f"FAIL: the imported model's losses differ from PyTorch's by more than {bound:g}")
     if not torch_losses[-1] < torch_losses[0] - 0.3:
         sys.exit("FAIL: the loss did not fall")
+
+    # The trained weights load back into the module with a strict load_state_dict: ptc wrote
+    # the tied names too and listed the buffers, which ptc_torch.weights fills in from the module.
+    fresh = getattr(module, spec["cls"])(**spec["kwargs"])
+    saved, listed = ptc_torch.weights.read_weights(w("one.safetensors"))
+    own_buffers = [n for n in fresh.state_dict() if n in dict(fresh.named_buffers())]
+    if sorted(listed) != sorted(own_buffers):
+        sys.exit(f"FAIL: the saved file lists buffers {listed}, the module has {own_buffers}")
+    try:
+        fresh.load_state_dict(saved, strict=True)
+        missing = []
+    except RuntimeError as e:
+        missing = sorted(set(re.findall(r'"([^"]+)"', str(e).split("Unexpected")[0])))
+    if missing != sorted(own_buffers):
+        sys.exit(f"FAIL: a plain strict load misses {missing}, expected only the buffers")
+    ptc_torch.weights.load_state_dict(fresh, w("one.safetensors"))
+    worst = max((fresh.state_dict()[n] - t).abs().max().item() for n, t in saved.items())
+    if worst != 0.0:
+        sys.exit(f"FAIL: the loaded weights differ from the saved ones by {worst}")
+    print(f"{args.model}: strict load_state_dict of ptc's weights: {len(saved)} tensors "
+          f"(tied names included), buffers listed and taken from the module: {len(listed)}")
 
     for tag, options, ranks in (("dp2", "mesh=dp:2", 2), ("tp2", "mesh=tp:2", 2),
                                 ("pp2", "mesh=pp:2 microbatches=2", 2)):

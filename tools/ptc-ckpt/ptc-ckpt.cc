@@ -12,6 +12,7 @@
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/durable_file.h"
 #include "runtime/io/hf_checkpoint.h"
+#include "runtime/io/model_info.h"
 #include "runtime/io/safetensors.h"
 
 #include <cstdio>
@@ -157,8 +158,13 @@ int main(int argc, char **argv) {
   std::map<std::string, std::string> metadata{{"format", "pt"},
                                               {"producer", "ptc-ckpt"},
                                               {"steps", std::to_string(meta.step)}};
-  Status s = directory ? writeHfDirectory(to, tensors, metadata, maxShardMb * 1000 * 1000)
-                       : writeSafetensors(to, tensors, metadata);
+  std::string infoText;
+  if (auto it = meta.info.find("model_info"); it != meta.info.end())
+    infoText = it->second;
+  auto info = ModelInfo::parse(infoText, "checkpoint '" + *path + "'");
+  if (!info.isOk())
+    return fail(info.status().message());
+  Status s = writeModelWeights(to, directory, tensors, metadata, maxShardMb * 1000 * 1000, *info);
   if (!s.isOk())
     return fail(s.message());
   std::cout << "ptc-ckpt: exported " << tensors.size() << " parameters of step " << meta.step

@@ -179,5 +179,11 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
   Value logits = MatmulOp::create(b, m.loc("lm_head"), x, m.param("transformer.wte.weight"),
                                   /*transposeLhs=*/false, /*transposeRhs=*/true);
   Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
-  return m.finish(m.addAuxLoss(loss, auxLoss));
+  auto module = m.finish(m.addAuxLoss(loss, auxLoss));
+  // nanoGPT's state_dict also names the tied head.
+  if (module)
+    (**module)->setAttr(
+        PtcDialect::kModelInfoAttrName,
+        StringAttr::get(&context, R"({"tied":{"lm_head.weight":"transformer.wte.weight"}})"));
+  return module;
 }

@@ -11,6 +11,8 @@
 
 #include "ModelBuilder.h"
 
+#include "llvm/Support/JSON.h"
+
 using namespace mlir;
 using namespace mlir::ptc;
 
@@ -174,5 +176,44 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
   Value logits = MatmulOp::create(b, m.loc("lm_head"), x, head, /*transposeLhs=*/false,
                                   /*transposeRhs=*/true);
   Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
-  return m.finish(m.addAuxLoss(loss, auxLoss));
+  auto module = m.finish(m.addAuxLoss(loss, auxLoss));
+  if (!module)
+    return module;
+  // What a saved folder needs: config.json (dense models), the tied head.
+  llvm::json::Object info;
+  if (!c.moe.enabled())
+    info["hf_config"] = llamaHfConfig(c) + "\n"; // the text, as --hf-config writes it
+  if (c.tieEmbeddings)
+    info["tied"] = llvm::json::Object{{"lm_head.weight", "model.embed_tokens.weight"}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(info));
+  (**module)->setAttr(PtcDialect::kModelInfoAttrName, StringAttr::get(&context, text));
+  return module;
+}
+
+std::string mlir::ptc::llamaHfConfig(const LlamaConfig &c) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attributeArray("architectures", [&] { j.value("LlamaForCausalLM"); });
+    j.attribute("model_type", "llama");
+    j.attribute("hidden_size", c.hidden);
+    j.attribute("intermediate_size", c.intermediate);
+    j.attribute("num_hidden_layers", c.layers);
+    j.attribute("num_attention_heads", c.heads);
+    j.attribute("num_key_value_heads", c.kvHeads);
+    j.attribute("head_dim", c.hidden / c.heads);
+    j.attribute("vocab_size", c.vocab);
+    j.attribute("max_position_embeddings", c.seq);
+    j.attribute("rope_theta", c.ropeTheta);
+    j.attribute("rms_norm_eps", c.rmsNormEps);
+    j.attribute("tie_word_embeddings", c.tieEmbeddings);
+    j.attribute("hidden_act", "silu");
+    j.attribute("attention_bias", false);
+    j.attribute("mlp_bias", false);
+    j.attribute("torch_dtype", c.dtype == "bf16" ? "bfloat16" : c.dtype == "f16" ? "float16" : "float32");
+  });
+  return text;
 }

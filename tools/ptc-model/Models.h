@@ -101,6 +101,11 @@ struct LlamaConfig {
 llvm::Error validateLlamaConfig(const LlamaConfig &config);
 /// Parameters in Hugging Face's names, order and [out, in] layouts.
 std::vector<TensorSpec> llamaParameters(const LlamaConfig &config);
+/// Hugging Face's config.json of a dense Llama (LlamaForCausalLM, whose
+/// names and layouts llamaParameters are), as indented JSON text. Not for
+/// MoE layers: ptc stacks each layer's experts into one tensor where Hugging
+/// Face's Mixtral keeps one per expert.
+std::string llamaHfConfig(const LlamaConfig &config);
 llvm::Expected<OwningOpRef<ModuleOp>> buildLlamaModel(MLIRContext &context,
                                                       const LlamaConfig &config);
 

@@ -153,10 +153,7 @@ MoeLayersConfig moeOptions(MoeLayersConfig base) {
 }
 
 /// The option's value when given on the command line, else `fallback`.
-/// Hugging Face's config.json of a dense Llama (LlamaForCausalLM): the names
-/// and layouts of llamaParameters are that class's. Mixture-of-experts
-/// models are refused: ptc stacks each layer's experts into one tensor where
-/// Hugging Face's Mixtral keeps one per expert.
+/// Writes Hugging Face's config.json of a dense Llama (llamaHfConfig).
 llvm::Error writeLlamaHfConfig(const LlamaConfig &c, const std::string &path) {
   if (c.moe.enabled())
     return llvm::createStringError("--hf-config: this model has MoE layers, whose experts ptc "
@@ -167,27 +164,7 @@ llvm::Error writeLlamaHfConfig(const LlamaConfig &c, const std::string &path) {
   if (ec)
     return llvm::createStringError("--hf-config: cannot write '%s': %s", path.c_str(),
                                    ec.message().c_str());
-  llvm::json::OStream j(os, 2);
-  j.object([&] {
-    j.attributeArray("architectures", [&] { j.value("LlamaForCausalLM"); });
-    j.attribute("model_type", "llama");
-    j.attribute("hidden_size", c.hidden);
-    j.attribute("intermediate_size", c.intermediate);
-    j.attribute("num_hidden_layers", c.layers);
-    j.attribute("num_attention_heads", c.heads);
-    j.attribute("num_key_value_heads", c.kvHeads);
-    j.attribute("head_dim", c.hidden / c.heads);
-    j.attribute("vocab_size", c.vocab);
-    j.attribute("max_position_embeddings", c.seq);
-    j.attribute("rope_theta", c.ropeTheta);
-    j.attribute("rms_norm_eps", c.rmsNormEps);
-    j.attribute("tie_word_embeddings", c.tieEmbeddings);
-    j.attribute("hidden_act", "silu");
-    j.attribute("attention_bias", false);
-    j.attribute("mlp_bias", false);
-    j.attribute("torch_dtype", c.dtype == "bf16" ? "bfloat16" : c.dtype == "f16" ? "float16" : "float32");
-  });
-  os << "\n";
+  os << llamaHfConfig(c) << "\n"; // ptc.model_info's hf_config holds the same text
   return llvm::Error::success();
 }
 

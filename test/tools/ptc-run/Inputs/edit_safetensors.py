@@ -6,7 +6,8 @@
   edit_safetensors.py IN OUT overlap NAME    NAME's data starts 4 bytes early (into the entry before)
   edit_safetensors.py IN OUT gap NAME        4 unused bytes before NAME's data
   edit_safetensors.py IN OUT junk NAME       4 bytes after the last entry (NAME: any tensor)
-  edit_safetensors.py IN OUT duplicate NAME  the header names NAME twice"""
+  edit_safetensors.py IN OUT duplicate NAME  the header names NAME twice
+  edit_safetensors.py IN OUT drop NAME       NAME and its data removed"""
 import json
 import struct
 import sys
@@ -41,6 +42,12 @@ elif what == "gap":
     for e in header.values():
         if isinstance(e, dict) and "data_offsets" in e and e["data_offsets"][0] >= begin:
             e["data_offsets"] = [e["data_offsets"][0] + 4, e["data_offsets"][1] + 4]
+elif what == "drop":
+    begin, stop = header.pop(name)["data_offsets"]
+    del data[begin:stop]
+    for e in header.values():
+        if isinstance(e, dict) and "data_offsets" in e and e["data_offsets"][0] >= stop:
+            e["data_offsets"] = [e["data_offsets"][0] - (stop - begin), e["data_offsets"][1] - (stop - begin)]
 elif what == "junk":
     data += b"junk"
 text = json.dumps(header).encode()
