@@ -2,6 +2,10 @@
 
     ptc-import-torch MODULE.py --class NAME [--kwargs JSON] --input NAME=SHAPE:DTYPE ... -o model.mlir
 
+By default the module is built without its parameters' memory (meta parameters, their
+initialization recorded: `_MetaConstruction`) and traced on fake tensors (`--trace fake`: shapes
+only, seconds and little memory at any size); `--trace real` runs it on real tensors.
+
 The module's `forward` takes the inputs in order and returns the loss, or a tuple whose last
 element is the loss (nanoGPT returns `(logits, loss)`). It is traced with example inputs of the
 given shapes by `make_fx` (an aten-level graph with concrete shapes), with the parameters and
@@ -962,7 +966,94 @@ def _parse_input(spec):
                            "(dtype int64, int32 or float32)")
 
 
-def import_module(module_path, class_name, kwargs, input_specs):
+class _MetaConstruction:
+    """Builds a module without its parameters' memory: each parameter becomes a meta tensor as
+    it is registered, and what initializes it (normal_, uniform_, zero_, fill_, mul_ by a
+    number, trunc_normal_: what torch.nn.init and modules' own init call) is recorded instead of
+    run, so that ptc's initializer is still like the module's (`_initializer`'s spec). A
+    parameter nothing initializes after its construction keeps the spec of its constructed
+    values (LayerNorm's ones). Buffers are built as usual (real: the patterns read masks and
+    rotary tables)."""
+
+    def __init__(self):
+        self.specs, self.pending, self.saved = {}, {}, {}
+
+    def __enter__(self):
+        construction = self
+        register = torch.nn.Module.register_parameter
+
+        def register_parameter(module, name, param):
+            if param is not None and param.device.type != "meta":
+                meta = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype, device="meta"),
+                                          param.requires_grad)
+                construction.pending[id(meta)] = param.detach()  # virtual until read
+                param = meta
+            return register(module, name, param)
+
+        def recording(method, spec):
+            original = getattr(torch.Tensor, method)
+
+            def run(tensor, *args, **kwargs):
+                if tensor.device.type != "meta":
+                    return original(tensor, *args, **kwargs)
+                construction.pending.pop(id(tensor), None)
+                construction.specs[id(tensor)] = spec(construction.specs.get(id(tensor)), *args,
+                                                      **kwargs)
+                return tensor
+            return original, run
+
+        def normal(_, mean=0.0, std=1.0, **k):
+            return f"normal:{float(std):.6g}" if std > 0 else "zeros"
+
+        def uniform(_, a=0.0, b=1.0, **k):
+            std = (float(b) - float(a)) / math.sqrt(12.0)
+            return f"normal:{std:.6g}" if std > 0 else "zeros"
+
+        def fill(_, value, **k):
+            return "ones" if float(value) == 1.0 else "zeros"
+
+        def mul(previous, factor, **k):
+            if isinstance(factor, torch.Tensor) or previous is None:
+                return previous
+            if previous.startswith("normal:"):
+                return f"normal:{abs(float(previous[7:]) * float(factor)):.6g}"
+            return previous if previous == "zeros" or float(factor) == 1.0 else previous
+
+        patches = {"normal_": normal, "uniform_": uniform, "zero_": lambda _, **k: "zeros",
+                   "fill_": fill, "mul_": mul}
+        self.saved = {"register_parameter": register}
+        for method, spec in patches.items():
+            self.saved[method], patched = recording(method, spec)
+            setattr(torch.Tensor, method, patched)
+        trunc = torch.nn.init.trunc_normal_
+        self.saved["trunc_normal_"] = trunc
+
+        def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
+            if tensor.device.type != "meta":
+                return trunc(tensor, mean, std, a, b)
+            construction.pending.pop(id(tensor), None)
+            construction.specs[id(tensor)] = f"normal:{float(std):.6g}"
+            return tensor
+        torch.nn.init.trunc_normal_ = trunc_normal_
+        torch.nn.Module.register_parameter = register_parameter
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.Module.register_parameter = self.saved.pop("register_parameter")
+        torch.nn.init.trunc_normal_ = self.saved.pop("trunc_normal_")
+        for method, original in self.saved.items():
+            setattr(torch.Tensor, method, original)
+        # What nothing initialized afterwards: the constructed values say.
+        for key, real in self.pending.items():
+            self.specs[key] = _initializer(real)
+        self.pending.clear()
+        return False
+
+    def initializer(self, p):
+        return self.specs.get(id(p), "zeros")
+
+
+def _load_class(module_path, class_name):
     if not os.path.isfile(module_path):
         raise ImportError_(f"'{module_path}': no such file")
     spec = importlib.util.spec_from_file_location("_ptc_user_module", module_path)
@@ -975,8 +1066,28 @@ def import_module(module_path, class_name, kwargs, input_specs):
     cls = getattr(mod, class_name, None)
     if cls is None:
         raise ImportError_(f"'{module_path}' has no class '{class_name}'")
+    return cls
+
+
+def _construct(module_path, class_name, kwargs):
+    """The module built as its class builds it (real parameters, its own initialization)."""
+    cls = _load_class(module_path, class_name)
     with _user_code(module_path, f"constructing {class_name}(**kwargs)"):
-        model = cls(**kwargs)
+        return cls(**kwargs)
+
+
+def import_module(module_path, class_name, kwargs, input_specs, trace="fake"):
+    """(the ptc model's MLIR text, the module) of `class_name(**kwargs)` traced with inputs
+    `input_specs`; `trace` "fake" builds it without its parameters' memory (meta) and traces on
+    fake tensors, "real" on real ones."""
+    cls = _load_class(module_path, class_name)
+    construction = None
+    with _user_code(module_path, f"constructing {class_name}(**kwargs)"):
+        if trace == "fake":
+            with _MetaConstruction() as construction:
+                model = cls(**kwargs)
+        else:
+            model = cls(**kwargs)
     # Training mode, as ptc trains it: a dropout with p > 0 shows in the graph (and becomes
     # ptc.dropout), instead of vanishing as it would in eval mode.
     model.train()
@@ -987,8 +1098,16 @@ def import_module(module_path, class_name, kwargs, input_specs):
     for name, dims, tdtype in input_specs:
         example.append(torch.zeros(dims, dtype=tdtype))
 
+    # Names tied to a parameter (nanoGPT's lm_head.weight): the same argument.
+    state_dict = model.state_dict(keep_vars=True)
+    by_tensor = {id(p): name for name, p in params.items()}
+    tied = {name: by_tensor[id(t)] for name, t in state_dict.items()
+            if id(t) in by_tensor and by_tensor[id(t)] != name}
+
     def step(*args):
         state = dict(zip(names, args[:len(names)]))
+        for alias, name in tied.items():
+            state[alias] = state[name]
         return stateless.functional_call(model, state, tuple(args[len(names):]))
 
     original = proxy_tensor.PythonKeyTracer.__init__
@@ -999,7 +1118,14 @@ def import_module(module_path, class_name, kwargs, input_specs):
     proxy_tensor.PythonKeyTracer.__init__ = init
     try:
         with _user_code(module_path, "tracing forward with the example inputs"):
-            graph = proxy_tensor.make_fx(step)(*params.values(), *buffers.values(), *example)
+            if trace == "fake":
+                # Fake tensors: shapes and types only, no arithmetic and no memory. The
+                # parameters are empty (never touched) stand-ins of the meta ones.
+                stand_ins = [torch.empty(p.shape, dtype=p.dtype) for p in params.values()]
+                graph = proxy_tensor.make_fx(step, tracing_mode="fake")(
+                    *stand_ins, *buffers.values(), *example)
+            else:
+                graph = proxy_tensor.make_fx(step)(*params.values(), *buffers.values(), *example)
     finally:
         proxy_tensor.PythonKeyTracer.__init__ = original
 
@@ -1010,7 +1136,8 @@ def import_module(module_path, class_name, kwargs, input_specs):
             raise ImportError_(f"parameter '{name}' is {p.dtype}; ptc-import-torch takes float32 "
                                "modules (mixed precision is a compile option)")
         arg_nodes.append(_Node("arg", [], p.shape, "f32", name=name))
-        param_args.append((name, tuple(p.shape), "f32", "param", _initializer(p)))
+        init = construction.initializer(p) if construction else _initializer(p)
+        param_args.append((name, tuple(p.shape), "f32", "param", init))
     for name, b in buffers.items():
         arg_nodes.append(_const(b.detach().clone()))  # buffers are constants of the step
     for name, dims, tdtype in input_specs:
@@ -1026,11 +1153,7 @@ def import_module(module_path, class_name, kwargs, input_specs):
     # What a strict load_state_dict of the trained weights needs besides the parameters: the
     # names tied to a parameter (nanoGPT's lm_head.weight) and the buffers (ptc-run --save
     # writes the former and lists the latter: ptc_torch.load_state_dict fills them in).
-    state = model.state_dict(keep_vars=True)
-    by_tensor = {id(p): name for name, p in params.items()}
-    tied = {name: by_tensor[id(t)] for name, t in state.items()
-            if id(t) in by_tensor and by_tensor[id(t)] != name}
-    persistent = [name for name in buffers if name in state]
+    persistent = [name for name in buffers if name in state_dict]
     info = {k: v for k, v in (("tied", tied), ("buffers", persistent)) if v}
     return emit(loss, param_args, input_args, os.path.abspath(module_path), info), model
 
@@ -1066,6 +1189,10 @@ def main(argv=None):
     ap.add_argument("--state-dict", default=None, metavar="FILE.safetensors",
                     help="also write the module's initial state_dict (ptc-run --init FILE starts "
                          "from exactly those weights)")
+    ap.add_argument("--trace", choices=["fake", "real"], default="fake",
+                    help="fake (default): the module built without its parameters' memory and "
+                         "traced on fake tensors (shapes only: seconds, little memory at any "
+                         "size); real: built and run on real tensors")
     a = ap.parse_args(argv)
     try:
         try:
@@ -1076,8 +1203,11 @@ def main(argv=None):
             raise ImportError_("no --input given: name forward's inputs, e.g. "
                                "--input tokens=8x64:int64 --input targets=8x64:int64")
         specs = [_parse_input(s) for s in a.input]
-        text, model = import_module(a.module, a.cls, kwargs, specs)
+        text, model = import_module(a.module, a.cls, kwargs, specs, a.trace)
         if a.state_dict:
+            if a.trace == "fake":
+                # The module's own initial values, on demand: built once more, for real.
+                model = _construct(a.module, a.cls, kwargs)
             _save_safetensors(a.state_dict, model.state_dict())
     except ImportError_ as e:
         print(f"ptc-import-torch: error: {e}", file=sys.stderr)
