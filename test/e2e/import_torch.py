@@ -71,6 +71,20 @@ def op_names(mlir_text):
     return re.findall(r"= (?:\"?)(ptc\.[a-z_]+)", mlir_text)
 
 
+def expect_refused(b, w, model, name, source, input_spec, want, one_line=False):
+    """Imports module M of `source` (written to NAME.py): it must fail with `want` in one error
+    (`one_line`: the whole of stderr is one line) and write nothing."""
+    with open(w(f"{name}.py"), "w") as f:
+        f.write(source)
+    p = subprocess.run([b("ptc-import-torch"), w(f"{name}.py"), "--class", "M", "--input",
+                        input_spec, "-o", w(f"{name}.mlir")], capture_output=True, text=True)
+    want = f"{w(name + '.py')}:{want}"
+    if p.returncode == 0 or want not in p.stderr or os.path.exists(w(f"{name}.mlir")) or \
+            (one_line and len(p.stderr.strip().splitlines()) != 1):
+        sys.exit(f"FAIL: expected the import refused with '{want}', got {p.returncode}:\n{p.stderr}")
+    print(f"{model}: refused: {p.stderr.strip()}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -124,27 +138,22 @@ def main():
             sys.exit(f"FAIL: expected {want} ptc.dropout (one per block's MLP), got {dropouts}")
         # Dropout of attention probabilities (nanoGPT's attn_dropout) cannot be fused: an error
         # naming the line of the module.
-        with open(w("attn_dropout.py"), "w") as f:
-            f.write("import torch\n"
-                    "import torch.nn.functional as F\n"
-                    "class M(torch.nn.Module):\n"
-                    "    def __init__(self):\n"
-                    "        super().__init__()\n"
-                    "        self.w = torch.nn.Parameter(torch.ones(8))\n"
-                    "        self.register_buffer('bias', torch.tril(torch.ones(4, 4)).view(1, 1, 4, 4))\n"
-                    "    def forward(self, x):\n"
-                    "        q = x * self.w\n"
-                    "        att = (q @ x.transpose(-2, -1)) * 0.5\n"
-                    "        att = att.masked_fill(self.bias == 0, float('-inf'))\n"
-                    "        att = F.dropout(F.softmax(att, dim=-1), 0.1, training=self.training)\n"
-                    "        return (att @ x).mean(dim=[0, 1, 2, 3])\n")
-        p = subprocess.run([b("ptc-import-torch"), w("attn_dropout.py"), "--class", "M", "--input",
-                            "x=2x2x4x8:float32", "-o", w("ad.mlir")], capture_output=True, text=True)
-        want = f"{w('attn_dropout.py')}:12: dropout of attention probabilities (p=0.1) is not supported"
-        if p.returncode == 0 or want not in p.stderr or os.path.exists(w("ad.mlir")):
-            sys.exit(f"FAIL: expected the attention dropout refused ('{want}'), got "
-                     f"{p.returncode}:\n{p.stderr}")
-        print(f"{args.model}: refused: {p.stderr.strip()}")
+        expect_refused(
+            b, w, args.model, "attn_dropout",
+            "import torch\n"
+            "import torch.nn.functional as F\n"
+            "class M(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.w = torch.nn.Parameter(torch.ones(8))\n"
+            "        self.register_buffer('bias', torch.tril(torch.ones(4, 4)).view(1, 1, 4, 4))\n"
+            "    def forward(self, x):\n"
+            "        q = x * self.w\n"
+            "        att = (q @ x.transpose(-2, -1)) * 0.5\n"
+            "        att = att.masked_fill(self.bias == 0, float('-inf'))\n"
+            "        att = F.dropout(F.softmax(att, dim=-1), 0.1, training=self.training)\n"
+            "        return (att @ x).mean(dim=[0, 1, 2, 3])\n",
+            "x=2x2x4x8:float32", "12: dropout of attention probabilities (p=0.1) is not supported")
 
     # The module's own initial weights, as its state_dict (tied names both present).
     sys.path.insert(0, os.path.dirname(module_file))
@@ -233,21 +242,17 @@ def main():
     print(f"{args.model}: ptc-plan: {p.stdout.strip().splitlines()[1]}")
 
     # An op ptc does not have: one error naming the aten op and the line of the source.
-    with open(w("unsupported.py"), "w") as f:
-        f.write("import torch\n"
-                "class M(torch.nn.Module):\n"
-                "    def __init__(self):\n"
-                "        super().__init__()\n"
-                "        self.w = torch.nn.Parameter(torch.ones(4))\n"
-                "    def forward(self, x):\n"
-                "        y = torch.cumsum(x * self.w, dim=1)\n"
-                "        return y.mean()\n")
-    p = subprocess.run([b("ptc-import-torch"), w("unsupported.py"), "--class", "M", "--input",
-                        "x=2x4:float32", "-o", w("u.mlir")], capture_output=True, text=True)
-    want = f"{w('unsupported.py')}:7: aten op 'aten::cumsum' is not supported"
-    if p.returncode == 0 or want not in p.stderr or len(p.stderr.strip().splitlines()) != 1:
-        sys.exit(f"FAIL: expected one error line with '{want}', got {p.returncode}:\n{p.stderr}")
-    print(f"{args.model}: refused: {p.stderr.strip()}")
+    expect_refused(
+        b, w, args.model, "unsupported",
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = torch.nn.Parameter(torch.ones(4))\n"
+        "    def forward(self, x):\n"
+        "        y = torch.cumsum(x * self.w, dim=1)\n"
+        "        return y.mean()\n",
+        "x=2x4:float32", "7: aten op 'aten::cumsum' is not supported", one_line=True)
     print(f"PASS: the imported {args.model} matches PyTorch and every layout matches one rank")
 
 
