@@ -1053,6 +1053,56 @@ class _MetaConstruction:
         return self.specs.get(id(p), "zeros")
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention as its documentation defines it, in the
+    primitive ops the importer's attention pattern raises to ptc's fused attention: scores scaled
+    by `scale` (default 1/sqrt(head dim)), the causal mask (`is_causal`) or `attn_mask` (boolean:
+    True keeps; float: added), softmax, dropout, times the values; grouped-query keys and values
+    (`enable_gqa`, fewer heads) repeated per query head as Hugging Face's repeat_kv does. The
+    importer installs it as F.scaled_dot_product_attention while it loads, builds and traces a
+    module, on any torch: torch 1.13 has none, and torch 2 records its fused kernels (whose
+    aten ops differ between versions) instead of these."""
+    L, S, E = query.size(-2), key.size(-2), query.size(-1)
+    if enable_gqa and key.size(-3) != query.size(-3):
+        rep = query.size(-3) // key.size(-3)
+
+        def repeat(t):
+            b, h, s, d = t.shape
+            return t[:, :, None, :, :].expand(b, h, rep, s, d).reshape(b, h * rep, s, d)
+        key, value = repeat(key), repeat(value)
+    factor = 1.0 / math.sqrt(E) if scale is None else scale
+    scores = (query @ key.transpose(-2, -1)) * factor
+    if is_causal:
+        future = ~torch.ones(L, S, dtype=torch.bool).tril(diagonal=0)
+        scores = scores.masked_fill(future, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = torch.nn.functional.dropout(weights, dropout_p, training=True)
+    return weights @ value
+
+
+class _ReferenceAttention:
+    """F.scaled_dot_product_attention = scaled_dot_product_attention while in the block."""
+
+    def __enter__(self):
+        self.saved = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+        torch.nn.functional.scaled_dot_product_attention = scaled_dot_product_attention
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            del torch.nn.functional.scaled_dot_product_attention
+        else:
+            torch.nn.functional.scaled_dot_product_attention = self.saved
+        return False
+
+
 def _load_class(module_path, class_name):
     if not os.path.isfile(module_path):
         raise ImportError_(f"'{module_path}': no such file")
@@ -1203,12 +1253,13 @@ def main(argv=None):
             raise ImportError_("no --input given: name forward's inputs, e.g. "
                                "--input tokens=8x64:int64 --input targets=8x64:int64")
         specs = [_parse_input(s) for s in a.input]
-        text, model = import_module(a.module, a.cls, kwargs, specs, a.trace)
-        if a.state_dict:
-            if a.trace == "fake":
-                # The module's own initial values, on demand: built once more, for real.
-                model = _construct(a.module, a.cls, kwargs)
-            _save_safetensors(a.state_dict, model.state_dict())
+        with _ReferenceAttention():  # the module's loading, building and tracing see it
+            text, model = import_module(a.module, a.cls, kwargs, specs, a.trace)
+            if a.state_dict:
+                if a.trace == "fake":
+                    # The module's own initial values, on demand: built once more, for real.
+                    model = _construct(a.module, a.cls, kwargs)
+                _save_safetensors(a.state_dict, model.state_dict())
     except ImportError_ as e:
         print(f"ptc-import-torch: error: {e}", file=sys.stderr)
         return 1

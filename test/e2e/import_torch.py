@@ -8,7 +8,7 @@ imported model's ops are the builder model's (the patterns were recognised); the
 (fake tensors) equals one traced on real tensors; an aten op ptc does
 not have is an error naming it and the source line.
 
-usage: import_torch.py --bin BUILD/bin --workdir DIR [--model gpt|gpt-tanh-gelu|gpt-dropout|llama]
+usage: import_torch.py --bin BUILD/bin --workdir DIR [--model gpt|gpt-tanh-gelu|gpt-dropout|gpt-sdpa|llama]
 Needs Debian's python3-torch (CPU) and numpy; run with /usr/bin/python3.
 """
 import argparse
@@ -23,6 +23,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "torch_models"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import harness  # noqa: E402
+import ptc_torch.importer  # noqa: E402
 import ptc_torch.weights  # noqa: E402
 import reference_gpt  # noqa: E402
 
@@ -46,6 +47,11 @@ MODELS = {
                         kwargs=dict(n_layer=2, n_head=4, n_embd=64, block_size=SEQ,
                                     vocab_size=VOCAB, dropout=0.1),
                         builder=None),
+    # nanoGPT's flash path, written for torch >= 2: F.scaled_dot_product_attention(is_causal=True)
+    # -> the builder's ops, as the masked-softmax form.
+    "gpt-sdpa": dict(file="sdpa_gpt.py", cls="GPT",
+                     kwargs=dict(n_layer=2, n_head=4, n_embd=64, block_size=SEQ, vocab_size=VOCAB),
+                     builder=["gpt", "--layers", "2", "--hidden", "64", "--heads", "4"]),
     "llama": dict(file="llama_style.py", cls="LlamaForCausalLM",
                   kwargs=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -158,6 +164,10 @@ def main():
     # The module's own initial weights, as its state_dict (tied names both present).
     sys.path.insert(0, os.path.dirname(module_file))
     module = __import__(spec["file"][:-3])
+    if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        # torch 1.13: the function as its documentation defines it (what the importer uses).
+        torch.nn.functional.scaled_dot_product_attention = \
+            ptc_torch.importer.scaled_dot_product_attention
     torch.manual_seed(0)
     model = getattr(module, spec["cls"])(**spec["kwargs"])
     model.train()
