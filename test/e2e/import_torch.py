@@ -49,8 +49,9 @@ MODELS = {
                         builder=None),
     # nanoGPT's flash path, written for torch >= 2: F.scaled_dot_product_attention(is_causal=True)
     # -> the builder's ops, as the masked-softmax form.
-    "gpt-sdpa": dict(file="sdpa_gpt.py", cls="GPT",
-                     kwargs=dict(n_layer=2, n_head=4, n_embd=64, block_size=SEQ, vocab_size=VOCAB),
+    "gpt-sdpa": dict(file="nanogpt_style.py", cls="GPT",
+                     kwargs=dict(n_layer=2, n_head=4, n_embd=64, block_size=SEQ, vocab_size=VOCAB,
+                                 flash=True),
                      builder=["gpt", "--layers", "2", "--hidden", "64", "--heads", "4"]),
     "llama": dict(file="llama_style.py", cls="LlamaForCausalLM",
                   kwargs=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
