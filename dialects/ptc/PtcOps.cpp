@@ -3,6 +3,7 @@
 #include "dialects/ptc/PtcOps.h"
 #include "dialects/ptc/PtcMesh.h"
 #include "dialects/ptc/PtcSharding.h"
+#include "kernels/common/dropout.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -400,9 +401,9 @@ LogicalResult DropoutOp::verify() {
   const int64_t stream = getStreamAttr().getInt();
   if (stream < 0 || stream > INT32_MAX)
     return emitOpError() << "stream must be in [0, 2^31), got " << stream;
-  if (getInput().getType().getRank() > 8)
-    return emitOpError() << "takes inputs of rank <= 8, got rank "
-                         << getInput().getType().getRank();
+  if (getInput().getType().getRank() > ::ptc::kernels::DropoutMask::kMaxRank)
+    return emitOpError() << "takes inputs of rank <= " << ::ptc::kernels::DropoutMask::kMaxRank
+                         << ", got rank " << getInput().getType().getRank();
   return success();
 }
 

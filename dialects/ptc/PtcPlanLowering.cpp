@@ -68,7 +68,7 @@ PlanInstruction ScaleOp::getPlanInstruction(MeshAxisIndexFn) {
 // The stream, then per dimension its blocks and the mesh axes splitting it
 // (a compound "dp*ep" by its components, major first).
 PlanInstruction DropoutOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  PlanInstruction inst{"Dropout", {static_cast<int64_t>(getStream())}, {getP().convertToDouble()}};
+  PlanInstruction inst{"Dropout", {getStreamAttr().getInt()}, {getP().convertToDouble()}};
   const int64_t rank = getInput().getType().getRank();
   ShardingAttr layout = getLayoutAttr();
   for (int64_t d = 0; d < rank; ++d) {

@@ -115,7 +115,8 @@ struct DropoutMask {
 /// blocks, the number of mesh axes splitting it and those axes, major
 /// first), `p`, the device's mesh coordinates and sizes, and the random
 /// context. False when the integers do not describe `rank` dimensions (the
-/// plan loader checks them first).
+/// plan loader checks them first) or, under micro-batches, the first
+/// dimension does not split into the data parts.
 template <typename Shape>
 inline bool dropoutMask(const Shape &shape, const int64_t *ints, size_t numInts, double p,
                         const int64_t *meshCoords, const int64_t *meshSizes,
@@ -154,8 +155,11 @@ inline bool dropoutMask(const Shape &shape, const int64_t *ints, size_t numInts,
   mask.microbatch = random.microbatch;
   mask.microbatches = random.microbatches;
   mask.dataParts = random.dataParts > 0 ? random.dataParts : 1;
-  if (rank == 0 || mask.global[0] % mask.dataParts != 0)
-    mask.microbatches = 1; // no batch rows to place (the compiler refuses micro-batches then)
+  // Micro-batches place the first dimension's rows by the data parts: it
+  // must hold them (the compiler's batch-first rule), or the masks would not
+  // be one rank's.
+  if (mask.microbatches > 1 && (rank == 0 || mask.global[0] % mask.dataParts != 0))
+    return false;
   mask.key0 = static_cast<uint32_t>(random.seed);
   mask.key1 = static_cast<uint32_t>(random.seed >> 32);
   mask.step = static_cast<uint32_t>(random.step);

@@ -416,7 +416,7 @@ def _dropout(imp, x, p, meta):
     return imp.node("dropout", [x], meta, p=float(p), stream=imp.dropout_streams - 1)
 
 
-_binary_mul = None  # set below: mul of plain operands
+_binary_mul = _binary("mul")  # mul of operands that are not a dropout mask
 
 
 def _mul(imp, args, kwargs, meta):
@@ -484,9 +484,6 @@ _HANDLERS = {
     aten.amax.default: _reduce("reduce_max"),
     aten.embedding.default: _embedding,
 }
-
-
-_binary_mul = _binary("mul")
 
 
 # ---- phase 2: patterns -> fused ops -----------------------------------------------------------
@@ -1017,7 +1014,7 @@ class _MetaConstruction:
                 return previous
             if previous.startswith("normal:"):
                 return f"normal:{abs(float(previous[7:]) * float(factor)):.6g}"
-            return previous if previous == "zeros" or float(factor) == 1.0 else previous
+            return previous  # zeros stay zeros; a scaled constant keeps its spec
 
         patches = {"normal_": normal, "uniform_": uniform, "zero_": lambda _, **k: "zeros",
                    "fill_": fill, "mul_": mul}

@@ -33,9 +33,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
   // (loadMicrobatch): micro-batches within each data-parallel part.
   ex->random_.microbatches = plan->microbatches();
   for (const TensorInfo &t : tensors)
-    if (t.kind == plan::TensorKind::Input && !t.dimAxes.empty() && t.dimAxes[0] >= 0 &&
-        static_cast<size_t>(t.dimAxes[0]) < plan->meshSizes().size()) {
-      ex->random_.dataParts = plan->meshSizes()[static_cast<size_t>(t.dimAxes[0])];
+    if (t.kind == plan::TensorKind::Input) {
+      ex->random_.dataParts = ex->dataParts(t);
       break;
     }
   ex->arenaBytes_ = plan->plan().arena_bytes();

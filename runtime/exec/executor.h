@@ -323,6 +323,9 @@ private:
   Status runInstruction(uint32_t n, std::vector<double> *profile);
   Status runAction(size_t index, std::vector<double> *profile);
   Status loadMicrobatch(int mb);
+  /// How many data-parallel parts input `t`'s rows are dealt to (its first
+  /// dimension's mesh axis size; 1 when whole).
+  int dataParts(const TensorInfo &t) const;
   Status stash(int32_t tensor, int mb, const void *data, int consumers);
   Status takeStashBuffer(DeviceBuffer &buffer, int64_t bytes);
   std::vector<DeviceBuffer> stashPool_; // freed stash buffers, reused

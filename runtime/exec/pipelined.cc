@@ -87,6 +87,12 @@ Status Executor::takeStashBuffer(DeviceBuffer &buffer, int64_t bytes) {
   return buffer.reserve(bytes);
 }
 
+int Executor::dataParts(const TensorInfo &t) const {
+  return (!t.dimAxes.empty() && t.dimAxes[0] >= 0)
+             ? plan_->meshSizes()[static_cast<size_t>(t.dimAxes[0])]
+             : 1;
+}
+
 Status Executor::loadMicrobatch(int mb) {
   // Micro-batch `mb` of data-parallel rank r is rows [r*B/dp + mb*b, ... + b)
   // of the whole batch (b = B / (dp * M)); DESIGN's batch order per rank.
@@ -95,9 +101,7 @@ Status Executor::loadMicrobatch(int mb) {
     int64_t rows = t.globalShape[0], rowBytes = dtypeSize(t.dtype);
     for (size_t d = 1; d < t.globalShape.size(); ++d)
       rowBytes *= t.globalShape[d];
-    int parts = (!t.dimAxes.empty() && t.dimAxes[0] >= 0)
-                    ? plan_->meshSizes()[static_cast<size_t>(t.dimAxes[0])]
-                    : 1;
+    int parts = dataParts(t);
     int64_t b = rows / parts, perRank = b * plan_->microbatches();
     std::vector<uint8_t> part(static_cast<size_t>(rows * rowBytes));
     for (int r = 0; r < parts; ++r)
