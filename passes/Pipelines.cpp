@@ -120,6 +120,16 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.adafactorEps = options.adafactorEps;
     opt.clipThreshold = options.clipThreshold;
     opt.decayRate = options.decayRate;
+    opt.muonMomentum = options.muonMomentum;
+    opt.muonNesterov = options.muonNesterov;
+    opt.muonNsSteps = options.muonNsSteps;
+    opt.muonNsDtype = options.muonNsDtype;
+    opt.muonScale = options.muonScale;
+    // Muon's orthogonalizations are dealt over dp, in stacks that mix
+    // layers: not across pipeline stages, which each update their own.
+    if (axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) == 1 &&
+        options.virtualStages == 1)
+      opt.muonRanks = axisSize(options.mesh, meshAxisName(MeshAxisRole::Data));
     opt.maxGradNorm = options.maxGradNorm;
     opt.skipNonfinite = options.skipNonfinite;
     opt.lrSchedule = options.lrSchedule;

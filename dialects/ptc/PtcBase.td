@@ -120,6 +120,13 @@ def Ptc_Dialect : Dialect {
     /// name. ZeRO places that gradient like the parameter's state, and the
     /// memory report counts it as the parameter's gradient.
     static constexpr ::llvm::StringLiteral kOptimizerGradAttrName = "ptc.optimizer_grad";
+    /// Muon (ptc-optimizer): on the op that stacks matrices of one shape
+    /// for their Newton-Schulz iterations, and on the op whose result is the
+    /// orthogonalized stack: {params = [names], dealt = bool}. A dealt stack
+    /// is split over dp (each rank orthogonalizes its share); the result
+    /// leaves split like the parameters (ptc-propagate-sharding).
+    static constexpr ::llvm::StringLiteral kMuonStackAttrName = "ptc.muon_stack";
+    static constexpr ::llvm::StringLiteral kMuonOrthogonalAttrName = "ptc.muon_orthogonal";
     /// ZeRO-3: on a parameter's all_gather, the number of the use it gathers
     /// for (each use gathers anew: the forward and the backward pass), so that
     /// CSE keeps them apart and the memory plan frees each copy after its use.

@@ -1,10 +1,12 @@
 //===- Optimizer.cpp - append optimizer updates after the backward pass ---===//
 //
-// AdamW and SGD are one fused op per parameter; Adafactor is built from
-// primitive ops (its row/column means and the update's RMS are reductions),
-// so that sharding it under ZeRO or tensor parallelism is the ops' ordinary
-// rules: a mean over a split dimension becomes a partial sum and ptc-shard
-// inserts the all-reduce.
+// AdamW and SGD are one fused op per parameter; Adafactor and Muon are built
+// from primitive ops (Adafactor's row/column means and the update's RMS are
+// reductions, Muon's Newton-Schulz iterations batched matmuls), so that
+// sharding them under ZeRO or tensor parallelism is the ops' ordinary rules:
+// a mean over a split dimension becomes a partial sum and ptc-shard inserts
+// the all-reduce; Muon's stacks of matrices carry the split that deals them
+// over dp (ptc-propagate-sharding, muonDefaults).
 
 #include "passes/autodiff/Passes.h"
 
@@ -30,13 +32,25 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (func.isExternal() || func.getNumResults() == 0 ||
         !func.getResultAttr(0, PtcDialect::kLossAttrName))
       return; // not a differentiated training step
-    if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "adafactor") {
+    if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "adafactor" &&
+        optimizer != "muon") {
       func.emitError() << "unknown optimizer '" << optimizer
-                       << "' (expected adamw, sgd or adafactor)";
+                       << "' (expected adamw, sgd, adafactor or muon)";
       return signalPassFailure();
     }
+    const bool muon = optimizer == "muon";
     const bool adamw = optimizer == "adamw";
     const bool adafactor = optimizer == "adafactor";
+    if (muon && (!(muonMomentum >= 0.0 && muonMomentum < 1.0) || muonNsSteps < 1 ||
+                 (muonNsDtype != "f32" && muonNsDtype != "bf16") || !(muonScale > 0.0) ||
+                 muonRanks < 1)) {
+      func.emitError() << "optimizer=muon needs 0 <= muon-momentum (" << muonMomentum.getValue()
+                       << ") < 1, muon-ns-steps (" << muonNsSteps.getValue()
+                       << ") >= 1, muon-ns-dtype f32 or bf16 (got '" << muonNsDtype.getValue()
+                       << "'), muon-scale (" << muonScale.getValue() << ") > 0 and muon-ranks ("
+                       << muonRanks.getValue() << ") >= 1";
+      return signalPassFailure();
+    }
     if (adafactor) {
       if (!(adafactorBeta1 >= 0.0 && adafactorBeta1 < 1.0) || !(adafactorEps > 0.0) ||
           !(clipThreshold > 0.0) || !(decayRate > 0.0 && decayRate <= 1.0)) {
@@ -78,6 +92,12 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       for (BlockArgument arg : paramsByName.lookup(name.getValue()))
         entries.push_back({arg, name, ret.getOperand(r)});
     }
+
+    // Muon takes the hidden matrices; AdamW every other parameter.
+    SmallVector<bool> orthogonalized(entries.size(), false);
+    if (muon)
+      for (auto [i, e] : llvm::enumerate(entries))
+        orthogonalized[i] = isHiddenMatrix(e.param);
 
     // Optimizer state arguments go right after the last parameter.
     unsigned insertAt = 0;
@@ -128,11 +148,14 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
                        << lr.getValue() << ")";
       return signalPassFailure();
     }
-    const bool counted = adamw || adafactor || scheduled; // the step count is state
+    const bool counted = adamw || adafactor || muon || scheduled; // the step count is state
     if (counted)
       states.push_back({scalarType, "optimizer.step", {}});
-    for (const Entry &e : entries) {
-      if (adamw) {
+    for (auto [i, e] : llvm::enumerate(entries)) {
+      if (muon && orthogonalized[i]) {
+        states.push_back(
+            {e.param.getType(), e.name.str() + ".momentum_buffer", stateOf(e.name)});
+      } else if (adamw || muon) {
         states.push_back({e.param.getType(), e.name.str() + ".exp_avg", stateOf(e.name)});
         states.push_back({e.param.getType(), e.name.str() + ".exp_avg_sq", stateOf(e.name)});
       } else if (adafactor) {
@@ -217,7 +240,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         grads[i] = u;
       skip = unscale.getFoundInf();
     } else if (skipNonfinite && !adafactor) {
-      // AdamW and SGD skip in their kernels: the check only reads the
+      // AdamW and SGD skip in their kernels (Muon's matrices: see buildMuon): the check only reads the
       // gradients (no copy, no memory), a widened one before its widening
       // (exact for inf and NaN; the widening may then fuse into the update).
       // Not for Adafactor yet: its updates are primitive ops blended by the
@@ -297,15 +320,19 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       resultAttrs.push_back(
           b.getDictionaryAttr(b.getNamedAttr(PtcDialect::kLrAttrName, b.getUnitAttr())));
     }
+    SmallVector<MuonMatrix> muonMatrices;
     for (auto [i, e] : llvm::enumerate(entries)) {
       Type t = e.param.getType();
       double wd = cast<RankedTensorType>(t).getRank() >= 2 ? weightDecay.getValue() : 0.0;
       std::string base = e.name.str();
       Location ploc = NameLoc::get(b.getStringAttr("optimizer:" + base));
-      if (adafactor) {
+      if (muon && orthogonalized[i]) {
+        BlockArgument buf = addState(t, base + ".momentum_buffer");
+        muonMatrices.push_back(muonMomentumStep(b, ploc, e.param, e.name, grads[i], buf, skip));
+      } else if (adafactor) {
         buildAdafactor(b, ploc, e.param, grads[i], base, wd, nextStep, scheduledLr, skip, addState,
                        update);
-      } else if (adamw) {
+      } else if (adamw || muon) {
         BlockArgument m = addState(t, base + ".exp_avg");
         BlockArgument v = addState(t, base + ".exp_avg_sq");
         auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step, skip,
@@ -324,6 +351,8 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         update(op.getNewMomentumBuffer(), base + ".momentum_buffer");
       }
     }
+    if (!muonMatrices.empty())
+      buildMuonUpdates(b, muonMatrices, scheduledLr, skip, update);
     // Auxiliary-loss-free balancing: bias += rate * sign(mean(load) - load),
     // from this step's load metric (summed over micro-batches already).
     for (BlockArgument arg : block.getArguments()) {
@@ -363,6 +392,200 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     }
 
     replaceReturn(func, results, resultAttrs);
+  }
+
+  /// Muon's share of the parameters: a matrix (rank >= 2; a leading
+  /// dimension batches matrices, as experts' weights do) that the step reads
+  /// only as a matmul's lhs or rhs (through conversions, reshapes and
+  /// transposes), no embedding table (tied or not) and not the output head
+  /// (a product that reaches the cross-entropy through views and scales).
+  static bool isHiddenMatrix(BlockArgument param) {
+    if (cast<RankedTensorType>(param.getType()).getRank() < 2)
+      return false;
+    auto reachesLoss = [](Value v) {
+      SmallVector<Value> work{v};
+      while (!work.empty()) {
+        Value x = work.pop_back_val();
+        for (Operation *user : x.getUsers()) {
+          if (isa<CrossEntropyOp>(user))
+            return true;
+          if (isa<ConvertOp, ReshapeOp, TransposeOp, ScaleOp>(user))
+            work.push_back(user->getResult(0));
+        }
+      }
+      return false;
+    };
+    bool multiplied = false;
+    SmallVector<Value> work{param};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      for (OpOperand &use : v.getUses()) {
+        Operation *user = use.getOwner();
+        if (isa<ConvertOp, ReshapeOp, TransposeOp>(user)) {
+          work.push_back(user->getResult(0));
+          continue;
+        }
+        auto matmul = dyn_cast<MatmulOp>(user);
+        if (!matmul || use.getOperandNumber() > 1 || reachesLoss(matmul.getResult()))
+          return false;
+        multiplied = true;
+      }
+    }
+    return multiplied;
+  }
+
+  /// A hidden matrix between its momentum step and its update.
+  struct MuonMatrix {
+    BlockArgument param, buffer;
+    StringAttr name;
+    Value newBuffer, direction; // b and the matrix to orthogonalize (u)
+    Location loc;
+  };
+
+  /// Muon's momentum: b = momentum * b + g, u = g + momentum * b (Nesterov)
+  /// or b. Under `skip`, the gradient's non-finite entries are zeroed first
+  /// (ptc.unscale_grads by 1), so that the blend of old and new values that
+  /// skips the step reads finite values.
+  MuonMatrix muonMomentumStep(OpBuilder &b, Location loc, BlockArgument param, StringAttr name,
+                              Value g, BlockArgument buffer, Value skip) {
+    auto scalar = RankedTensorType::get({}, b.getF32Type());
+    Operation *readsGrad = nullptr;
+    if (skip && !dynamicLossScale) {
+      Value one = arith::ConstantOp::create(
+          b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
+      auto finite = UnscaleGradsOp::create(b, loc, TypeRange{g.getType(), scalar}, ValueRange{g},
+                                           one, ArrayAttr());
+      readsGrad = finite;
+      g = finite.getUnscaled()[0];
+    }
+    auto accumulate = AddOp::create(b, loc, g, ScaleOp::create(b, loc, buffer,
+                                                               b.getF64FloatAttr(muonMomentum)));
+    if (!readsGrad)
+      readsGrad = accumulate;
+    readsGrad->setAttr(PtcDialect::kOptimizerGradAttrName, name);
+    Value direction = accumulate;
+    if (muonNesterov)
+      direction = AddOp::create(b, loc, g, ScaleOp::create(b, loc, accumulate,
+                                                          b.getF64FloatAttr(muonMomentum)));
+    return {param, buffer, name, accumulate, direction, loc};
+  }
+
+  /// Orthogonalizes the matrices (Newton-Schulz on stacks of equal shapes,
+  /// dealt over `muon-ranks`) and applies each update.
+  template <typename Update>
+  void buildMuonUpdates(OpBuilder &b, ArrayRef<MuonMatrix> matrices, Value scheduledLr, Value skip,
+                        Update &plainUpdate) {
+    Location loc = NameLoc::get(b.getStringAttr("optimizer:muon"));
+    auto scalar = RankedTensorType::get({}, b.getF32Type());
+    auto constant = [&](double v) -> Value {
+      return arith::ConstantOp::create(
+          b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(static_cast<float>(v))));
+    };
+    // Stacks: the matrices of one shape in first-use order, in groups of a
+    // multiple of muon-ranks (dealt over dp) and the rest (computed whole);
+    // batched matrices (rank > 2) each on their own.
+    llvm::MapVector<Type, SmallVector<const MuonMatrix *>> byShape;
+    SmallVector<SmallVector<const MuonMatrix *>> alone;
+    for (const MuonMatrix &m : matrices) {
+      if (cast<RankedTensorType>(m.param.getType()).getRank() == 2)
+        byShape[m.param.getType()].push_back(&m);
+      else
+        alone.push_back({&m});
+    }
+    SmallVector<std::pair<SmallVector<const MuonMatrix *>, bool>> stacks; // members, dealt
+    for (auto &[type, members] : byShape) {
+      size_t dealt = muonRanks > 1 ? members.size() / muonRanks * muonRanks : 0;
+      if (dealt > 0)
+        stacks.push_back({SmallVector<const MuonMatrix *>(members.begin(), members.begin() + dealt), true});
+      if (dealt < members.size())
+        stacks.push_back({SmallVector<const MuonMatrix *>(members.begin() + dealt, members.end()), false});
+    }
+    for (auto &members : alone)
+      stacks.push_back({members, false});
+
+    Type nsType = muonNsDtype == "bf16" ? Type(b.getBF16Type()) : Type(b.getF32Type());
+    const double qa = 3.4445, qb = -4.7750, qc = 2.0315; // the quintic's coefficients
+    Value rate = scheduledLr ? scheduledLr : constant(lr);
+    for (auto &[members, dealt] : stacks) {
+      auto pt = cast<RankedTensorType>(members.front()->param.getType());
+      ArrayRef<int64_t> shape = pt.getShape();
+      const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+      int64_t lead = 1;
+      for (int64_t d : shape.drop_back(2))
+        lead *= d;
+      auto f32 = b.getF32Type();
+      auto stackType = [&](int64_t k, Type element) {
+        return RankedTensorType::get({k, rows, cols}, element);
+      };
+      SmallVector<Value> flat;
+      for (const MuonMatrix *m : members)
+        flat.push_back(ReshapeOp::create(b, loc, stackType(lead, f32), m->direction));
+      const int64_t k = lead * static_cast<int64_t>(members.size());
+      Value x = flat.size() == 1
+                    ? flat.front()
+                    : Value(ConcatOp::create(b, loc, stackType(k, f32), flat, b.getI64IntegerAttr(0)));
+      SmallVector<Attribute> names;
+      for (const MuonMatrix *m : members)
+        names.push_back(m->name);
+      auto stackAttr = b.getDictionaryAttr(
+          {b.getNamedAttr("params", b.getArrayAttr(names)),
+           b.getNamedAttr("dealt", b.getBoolAttr(dealt))});
+      x.getDefiningOp()->setAttr(PtcDialect::kMuonStackAttrName, stackAttr);
+      // X / (|X|_F + 1e-7), per matrix; |X| = s * rsqrt(s) with s = sum of
+      // squares (and 1e-30 beside s, so that a zero matrix stays zero).
+      RankedTensorType perMatrix = RankedTensorType::get({k, 1, 1}, f32);
+      Value squares = ReduceSumOp::create(b, loc, perMatrix, MulOp::create(b, loc, x, x),
+                                          b.getDenseI64ArrayAttr({1, 2}), b.getBoolAttr(true));
+      Value norm = MulOp::create(b, loc, squares,
+                                 RsqrtOp::create(b, loc, AddOp::create(b, loc, squares, constant(1e-30))));
+      x = DivOp::create(b, loc, x, AddOp::create(b, loc, norm, constant(1e-7)));
+      if (nsType != f32)
+        x = ConvertOp::create(b, loc, stackType(k, nsType), x);
+      // A tall matrix iterates on X^T X (its transpose's X X^T): the same
+      // sequence of products, no transposed copy.
+      const bool tall = rows > cols;
+      const int64_t side = tall ? cols : rows;
+      auto matmul = [&](Value lhs, Value rhs, bool transposeLhs, bool transposeRhs) -> Value {
+        return MatmulOp::create(b, loc, lhs, rhs, transposeLhs, transposeRhs);
+      };
+      auto scale = [&](Value v, double by) -> Value {
+        return ScaleOp::create(b, loc, v, b.getF64FloatAttr(by));
+      };
+      for (int64_t step = 0; step < muonNsSteps; ++step) {
+        Value gram = matmul(x, x, tall, !tall);
+        Value poly = AddOp::create(b, loc, scale(gram, qb), scale(matmul(gram, gram, false, false), qc));
+        Value product = tall ? matmul(x, poly, false, false) : matmul(poly, x, false, false);
+        x = AddOp::create(b, loc, scale(x, qa), product);
+      }
+      x.getDefiningOp()->setAttr(PtcDialect::kMuonOrthogonalAttrName, stackAttr);
+      if (nsType != f32)
+        x = ConvertOp::create(b, loc, stackType(k, f32), x);
+      const double factor = muonScale * std::sqrt(static_cast<double>(std::max(rows, cols)));
+      for (auto [j, m] : llvm::enumerate(members)) {
+        OpBuilder::InsertionGuard guard(b);
+        Location ploc = m->loc;
+        Value o = ReshapeOp::create(
+            b, ploc, pt,
+            SliceOp::create(b, ploc, stackType(lead, f32), x,
+                            b.getDenseI64ArrayAttr({static_cast<int64_t>(j) * lead, 0, 0})));
+        Value p = m->param;
+        if (weightDecay != 0.0)
+          p = SubOp::create(b, ploc, p, MulOp::create(b, ploc, p, ScaleOp::create(b, ploc, rate, b.getF64FloatAttr(weightDecay))));
+        Value newParam = SubOp::create(b, ploc, p, MulOp::create(b, ploc, o, ScaleOp::create(b, ploc, rate, b.getF64FloatAttr(factor))));
+        Value newBuffer = m->newBuffer;
+        if (skip) { // old * skip + new * (1 - skip)
+          Value go = SubOp::create(b, ploc, constant(1.0), skip);
+          auto blend = [&](Value old, Value fresh) -> Value {
+            return AddOp::create(b, ploc, MulOp::create(b, ploc, old, skip),
+                                 MulOp::create(b, ploc, fresh, go));
+          };
+          newParam = blend(m->param, newParam);
+          newBuffer = blend(m->buffer, newBuffer);
+        }
+        plainUpdate(newParam, m->name.getValue());
+        plainUpdate(newBuffer, (m->name.getValue() + ".momentum_buffer").str());
+      }
+    }
   }
 
   /// Adafactor's second-moment state of a parameter of type `t`: factored

@@ -97,7 +97,7 @@ def RecomputePass : Pass<"ptc-recompute", "::mlir::func::FuncOp"> {
 }
 
 def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
-  let summary = "Append the optimizer step (AdamW, SGD or Adafactor) after the backward pass";
+  let summary = "Append the optimizer step (AdamW, SGD, Adafactor or Muon) after the backward pass";
   let description = [{
     Takes a function from `ptc-autodiff` (results: `ptc.loss`, then one
     `ptc.grad` per parameter) and adds the optimizer: state arguments
@@ -110,6 +110,26 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     the update's RMS are reductions that shard by the ops' rules). Results become the
     loss, the gradient norm (when clipping), and the new value of every
     parameter and state (`ptc.update = "<name>"`), which plans apply in place.
+
+    Muon (`optimizer=muon`) updates the hidden matrices (parameters of rank
+    >= 2 read only as a matmul operand, not an embedding table and not the
+    output head, whose product reaches the cross-entropy) with momentum
+    (`<param>.momentum_buffer`), optionally Nesterov, orthogonalized by
+    `muon-ns-steps` quintic Newton-Schulz iterations in `muon-ns-dtype`
+    (batched matmuls over the matrices of one shape) and scaled by
+    `muon-scale * sqrt(max(rows, cols))` (Moonlight's AdamW-matched RMS):
+    ```
+    b = momentum * b + g;  u = nesterov ? g + momentum * b : b
+    X = u / (|u|_F + 1e-7);  5x: A = X X^T, X = a X + (b A + c A A) X
+    p = p * (1 - lr * weight_decay) - lr * muon-scale * sqrt(max(rows, cols)) * X
+    ```
+    (`a, b, c = 3.4445, -4.7750, 2.0315`; a tall matrix iterates on X^T X).
+    Every other parameter takes AdamW with `beta1`, `beta2`, `eps` and the
+    same `lr`. With `muon-ranks` R > 1 (the data-parallel size; ptc-compile
+    sets it), the matrices of one shape are stacked in groups of a multiple
+    of R, and ptc-propagate-sharding deals each group's stack over dp: every
+    rank orthogonalizes its share and the results are gathered (or, for
+    ZeRO-sharded parameters, exchanged all-to-all into their shards).
 
     Weight decay applies to parameters of rank >= 2 only (matrices and
     embeddings, not biases or LayerNorm weights), as nanoGPT configures
@@ -131,7 +151,7 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
-           "adamw, sgd or adafactor">,
+           "adamw, sgd, adafactor or muon">,
     Option<"lr", "lr", "double", /*default=*/"1e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
@@ -167,7 +187,20 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     Option<"clipThreshold", "clip-threshold", "double", /*default=*/"1.0",
            "Adafactor update clipping: the update's RMS is at most this">,
     Option<"decayRate", "decay-rate", "double", /*default=*/"0.8",
-           "Adafactor second-moment decay 1 - t^-decay-rate">
+           "Adafactor second-moment decay 1 - t^-decay-rate">,
+    Option<"muonMomentum", "muon-momentum", "double", /*default=*/"0.95",
+           "Muon momentum (b = momentum * b + g)">,
+    Option<"muonNesterov", "muon-nesterov", "bool", /*default=*/"true",
+           "Muon: orthogonalize g + momentum * b (Nesterov) instead of b">,
+    Option<"muonNsSteps", "muon-ns-steps", "int64_t", /*default=*/"5",
+           "Muon: Newton-Schulz iterations">,
+    Option<"muonNsDtype", "muon-ns-dtype", "std::string", /*default=*/"\"f32\"",
+           "Muon: element type of the Newton-Schulz iterations (f32 or bf16)">,
+    Option<"muonScale", "muon-scale", "double", /*default=*/"0.2",
+           "Muon: the update is scaled by muon-scale * sqrt(max(rows, cols))">,
+    Option<"muonRanks", "muon-ranks", "int64_t", /*default=*/"1",
+           "Muon: deal the orthogonalizations over this many data-parallel ranks "
+           "(stacks of a multiple of it per matrix shape; 1: no dealing)">
   ];
   let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
 }

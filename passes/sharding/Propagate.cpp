@@ -256,6 +256,7 @@ LogicalResult Propagation::run() {
   if (failed(expertDefaults(func, mesh, defaults)))
     return failure();
   zeroDefaults(func, mesh, zero, defaults);
+  muonDefaults(func, mesh, defaults);
   // 1. Arguments (all their attributes in one update: one setArgAttr per
   // argument rebuilds the whole array each time, quadratic in the count).
   SmallVector<DictionaryAttr> argAttrs;

@@ -565,3 +565,66 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   });
 }
 
+
+void mlir::ptc::muonDefaults(func::FuncOp func, const MeshInfo &mesh,
+                             const ShardingDefaults &specs) {
+  MLIRContext *ctx = func.getContext();
+  llvm::StringMap<BlockArgument> params;
+  for (BlockArgument arg : func.getArguments())
+    if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName))
+      params[n.getValue()] = arg;
+  // A parameter's split: its annotation, else its default, else whole.
+  auto split = [&](BlockArgument arg) {
+    int64_t rank = cast<RankedTensorType>(arg.getType()).getRank();
+    if (Attribute spec = func.getArgAttr(arg.getArgNumber(), PtcDialect::kShardingAttrName)) {
+      FailureOr<Sharding> s = getSharding(spec, mesh, rank, [&] { return emitError(arg.getLoc()); });
+      return succeeded(s) ? *s : Sharding::replicated(rank); // the argument's own check reports it
+    }
+    auto it = specs.find(arg);
+    return it != specs.end() ? it->second : Sharding::replicated(rank);
+  };
+  const int dp = mesh.axisIndex(MeshAxisRole::Data);
+  func.walk([&](Operation *op) {
+    for (StringRef attrName : {PtcDialect::kMuonStackAttrName, PtcDialect::kMuonOrthogonalAttrName}) {
+      auto stack = op->getAttrOfType<DictionaryAttr>(attrName);
+      if (!stack || op->getNumResults() != 1)
+        continue;
+      auto type = cast<RankedTensorType>(op->getResult(0).getType());
+      auto names = stack.getAs<ArrayAttr>("params");
+      auto dealt = stack.getAs<BoolAttr>("dealt");
+      if (!names || names.empty() || !dealt || type.getRank() != 3)
+        continue;
+      // The members' common split (nullopt: not alike).
+      std::optional<Sharding> common;
+      bool alike = true;
+      for (Attribute n : names) {
+        BlockArgument arg = params.lookup(cast<StringAttr>(n).getValue());
+        if (!arg) {
+          alike = false;
+          break;
+        }
+        Sharding s = split(arg);
+        if (!common)
+          common = s;
+        else if (!(*common == s))
+          alike = false;
+      }
+      Sharding out = Sharding::replicated(3);
+      const bool result = attrName == PtcDialect::kMuonOrthogonalAttrName;
+      if (alike && common && common->partial.empty() && common->dims.size() >= 2) {
+        size_t r = common->dims.size();
+        if (r == 3 && names.size() == 1) // one expert-batched parameter: its experts stay put
+          out.dims[0] = common->dims[0];
+        if (result) {
+          out.dims[1] = common->dims[r - 2];
+          out.dims[2] = common->dims[r - 1];
+        }
+      }
+      if (dealt.getValue() && !result && dp >= 0 && mesh.sizes[dp] > 1 &&
+          type.getDimSize(0) % mesh.sizes[dp] == 0)
+        out.dims[0] = DimShard(dp);
+      op->setAttr(PtcDialect::kShardingAttrName,
+                  ArrayAttr::get(ctx, {getShardingAttr(ctx, mesh, out)}));
+    }
+  });
+}

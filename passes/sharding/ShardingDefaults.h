@@ -32,6 +32,14 @@ LogicalResult expertDefaults(func::FuncOp func, const MeshInfo &mesh,
 /// whole from the backward pass to the update is the low-precision gradient.
 void zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero, ShardingDefaults &specs);
 
+/// Muon's stacks of matrices (ptc-optimizer's `ptc.muon_stack` and
+/// `ptc.muon_orthogonal`): a dealt stack is split over dp along the stack,
+/// so that each rank orthogonalizes its share; any other stack is whole (a
+/// stack of one expert-batched parameter keeps its split over experts). The
+/// orthogonalized stack leaves split as its parameters are in `specs` (or
+/// their annotation) when they all are alike, else whole.
+void muonDefaults(func::FuncOp func, const MeshInfo &mesh, const ShardingDefaults &specs);
+
 /// The operand of `op` that is a gradient on its way to a fused update (the
 /// update's own gradient, or the source of a convert feeding one); -1 if none.
 int updateGradientOperand(Operation *op);

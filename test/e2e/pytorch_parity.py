@@ -7,7 +7,7 @@ weights on the same batches; per-step losses must agree to 1e-4 relative and fin
 weights to 1e-3 (max abs difference relative to the tensor's max magnitude).
 
 usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--model gpt|llama|gpt-moe]
-                         [--optimizer adamw|sgd|adafactor] [--adafactor-beta1 B] [--steps N]
+                         [--optimizer adamw|sgd|adafactor|muon] [--adafactor-beta1 B] [--steps N]
 """
 import argparse
 import json
@@ -80,7 +80,14 @@ def main():
     ptc_metrics = [json.loads(line) for line in open(w("run.jsonl"))]
     ptc_losses = [m["loss"] for m in ptc_metrics]
 
-    opt = ref.make_optimizer(model, args.optimizer, adafactor_beta1=args.adafactor_beta1, **hp)
+    if args.optimizer == "muon":
+        import reference_muon
+        opt = reference_muon.MuonWithAdamW(model, reference_muon.hidden_matrices(model),
+                                           lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
+                                           weight_decay=hp["weight_decay"])
+    else:
+        opt = ref.make_optimizer(model, args.optimizer, adafactor_beta1=args.adafactor_beta1,
+                                 **hp)
     torch_losses = ref.train(model, opt, data, args.steps, B, S, max_grad_norm=max_norm)
     if args.model == "gpt-moe":
         dropped = model.dropped_fraction()
