@@ -127,9 +127,10 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.muonScale = options.muonScale;
     // Muon's orthogonalizations are dealt over dp, in stacks that mix
     // layers: not across pipeline stages, which each update their own.
-    if (axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) == 1 &&
-        options.virtualStages == 1)
-      opt.muonRanks = axisSize(options.mesh, meshAxisName(MeshAxisRole::Data));
+    opt.muonRanks = axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) == 1 &&
+                            options.virtualStages == 1
+                        ? axisSize(options.mesh, meshAxisName(MeshAxisRole::Data))
+                        : 0;
     opt.maxGradNorm = options.maxGradNorm;
     opt.skipNonfinite = options.skipNonfinite;
     opt.lrSchedule = options.lrSchedule;

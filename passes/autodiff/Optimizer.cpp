@@ -43,12 +43,12 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     const bool adafactor = optimizer == "adafactor";
     if (muon && (!(muonMomentum >= 0.0 && muonMomentum < 1.0) || muonNsSteps < 1 ||
                  (muonNsDtype != "f32" && muonNsDtype != "bf16") || !(muonScale > 0.0) ||
-                 muonRanks < 1)) {
+                 muonRanks < 0)) {
       func.emitError() << "optimizer=muon needs 0 <= muon-momentum (" << muonMomentum.getValue()
                        << ") < 1, muon-ns-steps (" << muonNsSteps.getValue()
                        << ") >= 1, muon-ns-dtype f32 or bf16 (got '" << muonNsDtype.getValue()
                        << "'), muon-scale (" << muonScale.getValue() << ") > 0 and muon-ranks ("
-                       << muonRanks.getValue() << ") >= 1";
+                       << muonRanks.getValue() << ") >= 0";
       return signalPassFailure();
     }
     if (adafactor) {
@@ -481,25 +481,23 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       return arith::ConstantOp::create(
           b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(static_cast<float>(v))));
     };
-    // Stacks: the matrices of one shape in first-use order, in groups of a
-    // multiple of muon-ranks (dealt over dp) and the rest (computed whole);
-    // batched matrices (rank > 2) each on their own.
+    // Stacks: the matrices of one shape in first-use order; with
+    // muon-ranks R > 1 (and more than one matrix) dealt over dp, padded to a
+    // multiple of R with repeats of its first matrices (whose results are
+    // dropped): each rank then orthogonalizes ceil(k / R) matrices, where a
+    // remainder computed whole would cost every rank k mod R more. Batched
+    // matrices (rank > 2), and every matrix under muon-ranks=0, alone.
     llvm::MapVector<Type, SmallVector<const MuonMatrix *>> byShape;
     SmallVector<SmallVector<const MuonMatrix *>> alone;
     for (const MuonMatrix &m : matrices) {
-      if (cast<RankedTensorType>(m.param.getType()).getRank() == 2)
+      if (muonRanks > 0 && cast<RankedTensorType>(m.param.getType()).getRank() == 2)
         byShape[m.param.getType()].push_back(&m);
       else
         alone.push_back({&m});
     }
     SmallVector<std::pair<SmallVector<const MuonMatrix *>, bool>> stacks; // members, dealt
-    for (auto &[type, members] : byShape) {
-      size_t dealt = muonRanks > 1 ? members.size() / muonRanks * muonRanks : 0;
-      if (dealt > 0)
-        stacks.push_back({SmallVector<const MuonMatrix *>(members.begin(), members.begin() + dealt), true});
-      if (dealt < members.size())
-        stacks.push_back({SmallVector<const MuonMatrix *>(members.begin() + dealt, members.end()), false});
-    }
+    for (auto &[type, members] : byShape)
+      stacks.push_back({members, muonRanks > 1 && members.size() > 1});
     for (auto &members : alone)
       stacks.push_back({members, false});
 
@@ -520,7 +518,10 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       SmallVector<Value> flat;
       for (const MuonMatrix *m : members)
         flat.push_back(ReshapeOp::create(b, loc, stackType(lead, f32), m->direction));
-      const int64_t k = lead * static_cast<int64_t>(members.size());
+      if (dealt)
+        for (size_t i = 0; flat.size() % static_cast<size_t>(muonRanks) != 0; ++i)
+          flat.push_back(flat[i]);
+      const int64_t k = lead * static_cast<int64_t>(flat.size());
       Value x = flat.size() == 1
                     ? flat.front()
                     : Value(ConcatOp::create(b, loc, stackType(k, f32), flat, b.getI64IntegerAttr(0)));
@@ -573,11 +574,13 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
           p = SubOp::create(b, ploc, p, MulOp::create(b, ploc, p, ScaleOp::create(b, ploc, rate, b.getF64FloatAttr(weightDecay))));
         Value newParam = SubOp::create(b, ploc, p, MulOp::create(b, ploc, o, ScaleOp::create(b, ploc, rate, b.getF64FloatAttr(factor))));
         Value newBuffer = m->newBuffer;
-        if (skip) { // old * skip + new * (1 - skip)
-          Value go = SubOp::create(b, ploc, constant(1.0), skip);
+        if (skip) {
+          // old * skip + (new - new * skip): exactly one of them (both are
+          // finite), and every op reads a value of the matrix's pipeline
+          // rank beside the flag (ptc-split-stages gives each rank its copy).
           auto blend = [&](Value old, Value fresh) -> Value {
             return AddOp::create(b, ploc, MulOp::create(b, ploc, old, skip),
-                                 MulOp::create(b, ploc, fresh, go));
+                                 SubOp::create(b, ploc, fresh, MulOp::create(b, ploc, fresh, skip)));
           };
           newParam = blend(m->param, newParam);
           newBuffer = blend(m->buffer, newBuffer);

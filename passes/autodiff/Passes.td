@@ -125,11 +125,14 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
     ```
     (`a, b, c = 3.4445, -4.7750, 2.0315`; a tall matrix iterates on X^T X).
     Every other parameter takes AdamW with `beta1`, `beta2`, `eps` and the
-    same `lr`. With `muon-ranks` R > 1 (the data-parallel size; ptc-compile
-    sets it), the matrices of one shape are stacked in groups of a multiple
-    of R, and ptc-propagate-sharding deals each group's stack over dp: every
-    rank orthogonalizes its share and the results are gathered (or, for
+    same `lr`. The matrices of one shape are stacked and iterate as one
+    batch; with `muon-ranks` R > 1 (the data-parallel size; ptc-compile sets
+    it) a stack is padded to a multiple of R (repeats of its first matrices)
+    and ptc-propagate-sharding deals it over dp: every rank orthogonalizes
+    ceil(k / R) of its k matrices and the results are gathered (or, for
     ZeRO-sharded parameters, exchanged all-to-all into their shards).
+    `muon-ranks=0` stacks nothing (each matrix alone): pipeline stages, which
+    each update their own matrices, compile so.
 
     Weight decay applies to parameters of rank >= 2 only (matrices and
     embeddings, not biases or LayerNorm weights), as nanoGPT configures
@@ -200,7 +203,8 @@ def OptimizerPass : Pass<"ptc-optimizer", "::mlir::func::FuncOp"> {
            "Muon: the update is scaled by muon-scale * sqrt(max(rows, cols))">,
     Option<"muonRanks", "muon-ranks", "int64_t", /*default=*/"1",
            "Muon: deal the orthogonalizations over this many data-parallel ranks "
-           "(stacks of a multiple of it per matrix shape; 1: no dealing)">
+           "(stacks padded to a multiple of it per matrix shape; 1: stacks, no dealing; 0: each "
+           "matrix alone, as pipeline stages need)">
   ];
   let dependentDialects = ["::mlir::ptc::PtcDialect", "::mlir::arith::ArithDialect"];
 }

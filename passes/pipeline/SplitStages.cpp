@@ -423,6 +423,22 @@ LogicalResult Splitter::run() {
     if (c != INT_MAX)
       home[arg] = c;
   }
+  // Optimizer state with its parameter (an update of primitive ops, Muon's,
+  // reads a state argument with no other value of the rank beside it).
+  {
+    llvm::StringMap<BlockArgument> params;
+    for (BlockArgument arg : block.getArguments())
+      if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), PtcDialect::kParamAttrName))
+        params[n.getValue()] = arg;
+    for (BlockArgument arg : block.getArguments()) {
+      auto of = func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(), PtcDialect::kStateOfAttrName);
+      auto name = of ? of.getAs<StringAttr>("param") : StringAttr();
+      if (!name || home.count(arg))
+        continue;
+      if (auto it = home.find(params.lookup(name.getValue())); it != home.end())
+        home[arg] = it->second;
+    }
+  }
 
   // 4b. A gradient that adds contributions of two chunks (the tied embedding's)
   //     is summed over the micro-batches on each chunk first and added once

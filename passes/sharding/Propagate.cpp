@@ -32,6 +32,18 @@ using namespace mlir::ptc::sharding;
 
 namespace {
 
+/// Why a result annotation stands: the user's, or one a pass placed.
+std::string annotationReason(Operation *op) {
+  if (op->hasAttr(PtcDialect::kMuonStackAttrName))
+    return "Muon's stack of matrices to orthogonalize";
+  if (op->hasAttr(PtcDialect::kMuonOrthogonalAttrName))
+    return "Muon's orthogonalized stack, back to its parameters' split";
+  for (Operation *user : op->getUsers())
+    if (user->hasAttr(PtcDialect::kMuonStackAttrName))
+      return "a matrix joining Muon's stack of unlike splits";
+  return "a user annotation";
+}
+
 /// Where a value's sharding came from, for diagnostics and `ptc.sharding_origins`.
 struct Origin {
   std::string how; // "annotation", "default", "propagated", "reshard"
@@ -221,7 +233,7 @@ LogicalResult Propagation::processOp(Operation *op) {
       return failure();
     reshards.push_back(b.getDictionaryAttr({b.getNamedAttr("result", b.getI64IntegerAttr(i)),
                                             b.getNamedAttr("to", attr(sharding(r))),
-                                            b.getNamedAttr("why", b.getStringAttr("a user annotation")),
+                                            b.getNamedAttr("why", b.getStringAttr(annotationReason(op))),
                                             b.getNamedAttr("scaled", b.getUnitAttr())}));
   }
 

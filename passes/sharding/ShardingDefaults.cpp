@@ -620,6 +620,14 @@ void mlir::ptc::muonDefaults(func::FuncOp func, const MeshInfo &mesh,
           out.dims[2] = common->dims[r - 1];
         }
       }
+      // Matrices split unlike each other (tensor parallelism's column- and
+      // row-split layers of one shape) are made whole before they meet.
+      if (!alike && !result)
+        for (Value member : op->getOperands())
+          if (Operation *def = member.getDefiningOp(); def && def->getNumResults() == 1)
+            def->setAttr(PtcDialect::kShardingAttrName,
+                         ArrayAttr::get(ctx, {getShardingAttr(ctx, mesh, Sharding::replicated(
+                                                  cast<RankedTensorType>(member.getType()).getRank()))}));
       if (dealt.getValue() && !result && dp >= 0 && mesh.sizes[dp] > 1 &&
           type.getDimSize(0) % mesh.sizes[dp] == 0)
         out.dims[0] = DimShard(dp);

@@ -10,7 +10,7 @@ the weight by a fraction of lr.
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
                            [--device cpu-discrete] [--model gpt|llama|gpt-moe|llama-moe]
                            [--precision bf16]
-                           [--optimizer adamw|adafactor] [--dropout P]
+                           [--optimizer adamw|adafactor|muon] [--dropout P]
 (--model llama: 4 heads over 2 kv heads, untied head; -moe: 4 experts, top-2, capacity
 factor 1.0 (tokens are dropped), aux and z-losses, gpt-moe with a shared expert and
 auxiliary-loss-free bias balancing; --precision bf16: every run, the
@@ -49,7 +49,7 @@ def main():
     ap.add_argument("--seq", type=int, default=32, help="sequence length of the model")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
+    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor", "muon"])
     ap.add_argument("--dropout", type=float, default=0.0)
     ap.add_argument("--device", default="cpu",
                     help="ptc-run --device of the layouts (the single-rank baseline runs on the cpu)")
@@ -73,6 +73,8 @@ def main():
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
     if args.optimizer == "adafactor":
         opts = "optimizer=adafactor lr=1e-3 adafactor-beta1=0.9 weight-decay=0.1"
+    elif args.optimizer == "muon":
+        opts = "optimizer=muon lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
     if args.precision != "fp32":
         opts += f" precision={args.precision}"
 

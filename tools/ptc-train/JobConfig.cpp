@@ -76,12 +76,17 @@ const std::vector<KeyDef> &schema() {
       {"training", "device", Kind::String, "cpu, cuda or auto", {"cpu", "cuda", "auto", "cpu-discrete"}},
       {"training", "threads", Kind::Int, "kernel threads per rank (default: cores / ranks)"},
 
-      {"optimizer", "name", Kind::String, "optimizer", {"adamw", "sgd", "adafactor"}},
+      {"optimizer", "name", Kind::String, "optimizer", {"adamw", "sgd", "adafactor", "muon"}},
       {"optimizer", "lr", Kind::Float, "learning rate (the peak, with a schedule)"},
       {"optimizer", "betas", Kind::FloatPair, "AdamW [beta1, beta2]"},
       {"optimizer", "eps", Kind::Float, "AdamW epsilon"},
       {"optimizer", "weight_decay", Kind::Float, "decoupled weight decay (matrices)"},
       {"optimizer", "momentum", Kind::Float, "SGD momentum"},
+      {"optimizer", "muon_momentum", Kind::Float, "Muon momentum (default 0.95)"},
+      {"optimizer", "muon_nesterov", Kind::Bool, "Muon: Nesterov momentum (default true)"},
+      {"optimizer", "muon_ns_steps", Kind::Int, "Muon: Newton-Schulz iterations (default 5)"},
+      {"optimizer", "muon_ns_dtype", Kind::String, "Muon: Newton-Schulz element type", {"f32", "bf16"}},
+      {"optimizer", "muon_scale", Kind::Float, "Muon: update scale times sqrt(max(rows, cols)) (default 0.2)"},
 
       {"lr_scheduler", "warmup_steps", Kind::Int, "linear warmup steps"},
       {"lr_scheduler", "decay", Kind::String, "after warmup", {"constant", "cosine", "linear"}},
@@ -545,6 +550,16 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     opt("weight-decay", fmt(v->f));
   if (const Value *v = get("optimizer.momentum"))
     opt("momentum", fmt(v->f));
+  if (const Value *v = get("optimizer.muon_momentum"))
+    opt("muon-momentum", fmt(v->f));
+  if (const Value *v = get("optimizer.muon_nesterov"))
+    opt("muon-nesterov", v->b ? "true" : "false");
+  if (const Value *v = get("optimizer.muon_ns_steps"))
+    opt("muon-ns-steps", std::to_string(v->i));
+  if (const Value *v = get("optimizer.muon_ns_dtype"))
+    opt("muon-ns-dtype", v->s);
+  if (const Value *v = get("optimizer.muon_scale"))
+    opt("muon-scale", fmt(v->f));
   if (const Value *v = get("training.max_grad_norm"))
     opt("max-grad-norm", fmt(v->f));
   if (const Value *v = get("lr_scheduler.decay")) {
