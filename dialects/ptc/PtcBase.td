@@ -126,6 +126,11 @@ def Ptc_Dialect : Dialect {
     /// is split over dp (each rank orthogonalizes its share); the result
     /// leaves split like the parameters (ptc-propagate-sharding).
     static constexpr ::llvm::StringLiteral kMuonStackAttrName = "ptc.muon_stack";
+    /// On a training function: the optimizer and the settings its plan
+    /// instructions do not carry (Muon's: momentum, Nesterov, Newton-Schulz
+    /// steps and type, scale), written as the plan's `optimizer`, which a
+    /// checkpoint records and a resume compares.
+    static constexpr ::llvm::StringLiteral kOptimizerAttrName = "ptc.optimizer";
     static constexpr ::llvm::StringLiteral kMuonOrthogonalAttrName = "ptc.muon_orthogonal";
     /// ZeRO-3: on a parameter's all_gather, the number of the use it gathers
     /// for (each use gathers anew: the forward and the backward pass), so that

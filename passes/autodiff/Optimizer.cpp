@@ -14,6 +14,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace mlir::ptc {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -392,6 +393,18 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     }
 
     replaceReturn(func, results, resultAttrs);
+    if (muon) {
+      auto number = [](double v) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.9g", v);
+        return std::string(text);
+      };
+      func->setAttr(PtcDialect::kOptimizerAttrName,
+                    b.getStringAttr("muon momentum=" + number(muonMomentum) + " nesterov=" +
+                                    (muonNesterov ? "true" : "false") +
+                                    " ns_steps=" + std::to_string(muonNsSteps) + " ns_dtype=" +
+                                    muonNsDtype.getValue() + " scale=" + number(muonScale)));
+    }
   }
 
   /// Muon's share of the parameters: a matrix (rank >= 2; a leading
@@ -545,7 +558,6 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       // A tall matrix iterates on X^T X (its transpose's X X^T): the same
       // sequence of products, no transposed copy.
       const bool tall = rows > cols;
-      const int64_t side = tall ? cols : rows;
       auto matmul = [&](Value lhs, Value rhs, bool transposeLhs, bool transposeRhs) -> Value {
         return MatmulOp::create(b, loc, lhs, rhs, transposeLhs, transposeRhs);
       };

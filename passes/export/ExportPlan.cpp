@@ -380,13 +380,19 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     }
 
     std::vector<fb::Offset<pp::Output>> outputs;
+    // The optimizer by name: the one the optimizer pass recorded with its
+    // settings (Muon), else the fused updates'.
     std::string optimizer;
-    func.walk([&](Operation *op) {
-      if (isa<AdamWUpdateOp>(op))
-        optimizer = "adamw";
-      else if (isa<SgdUpdateOp>(op))
-        optimizer = "sgd";
-    });
+    if (auto named = func->getAttrOfType<StringAttr>(PtcDialect::kOptimizerAttrName)) {
+      optimizer = named.str();
+    } else {
+      func.walk([&](Operation *op) {
+        if (isa<AdamWUpdateOp>(op))
+          optimizer = "adamw";
+        else if (isa<SgdUpdateOp>(op))
+          optimizer = "sgd";
+      });
+    }
     for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
       std::string name;
       if (func.getResultAttr(i, PtcDialect::kLossAttrName))

@@ -6,7 +6,8 @@ pp:2 x dp:2 with ZeRO-3, bf16 with dynamic loss scaling, and asynchronous checkp
 rank count): within 1e-5 relative (losses) and 1e-5 absolute (weights) of the
 uninterrupted run; with dropout (the masks keyed by the checkpointed seed and
 step) the same, and resuming with another --seed warns. Crash safety: rank 0 killed while writing a checkpoint leaves
-the previous one, which resumes to the same losses; a truncated or corrupted
+the previous one, which resumes to the same losses; Muon's state resumes the same way
+(bitwise in its layout, within the bounds across layouts) and other Muon settings warn; a truncated or corrupted
 shard and a checkpoint of another model are one clear error. Restarts: a rank
 killed mid-run under --max-restarts 2 -> the job completes with the losses of the
 uninterrupted run; a job that fails before its first step is not restarted.
@@ -161,6 +162,26 @@ def main():
               ["--resume", w("dropout-resumed-dp2tp2.ckpt"), "--seed", "7"])
     report("dropout, resumed with another --seed", "dropout's masks changed" in r.stdout,
            "warns" if "dropout's masks changed" in r.stdout else "no warning")
+
+    # Muon (momentum buffers of the hidden matrices, AdamW state of the rest): bitwise in the
+    # same layout (its stacks dealt over dp under ZeRO-3), and across layouts; a resume with
+    # other Muon settings warns.
+    muon = {tag: compile_(f"muon-{tag}", layout, extra="optimizer=muon")
+            for tag, layout in (("1", ""), ("dp4z3", "mesh=dp:4 zero=3"),
+                                ("pp2", "mesh=pp:2 microbatches=4"), ("tp2", "mesh=tp:2"))}
+    train(muon["1"], 1, "muon-full-1", STEPS)
+    train(muon["dp4z3"], 4, "muon-full-dp4z3", STEPS)
+    interrupted("muon-resumed-dp4z3", muon["dp4z3"], 4, muon["dp4z3"], 4)
+    compare("muon, same layout dp4z3", "muon-resumed-dp4z3", "muon-full-dp4z3", exact=True)
+    for a, b_ in (("dp4z3", "pp2"), ("tp2", "1")):
+        interrupted(f"muon-cross-{a}-{b_}", muon[a], ranks("mesh=dp:4" if a == "dp4z3" else "mesh=tp:2"),
+                    muon[b_], 2 if b_ == "pp2" else 1)
+        compare(f"muon, {a} -> {b_}", f"muon-cross-{a}-{b_}", "muon-full-1", exact=False)
+    other_muon = compile_("muon-other", "", extra="optimizer=muon muon-momentum=0.9")
+    r = train(other_muon, 1, "muon-other", STEPS, ["--resume", w("muon-resumed-dp4z3.ckpt")])
+    report("muon, resumed with another momentum", "muon-momentum" not in r.stdout and
+           "momentum=0.9 " in r.stdout and "written with optimizer" in r.stdout,
+           "warns" if "written with optimizer" in r.stdout else "no warning")
 
     # Killed while writing the checkpoint of step 6: step 3's remains and resumes. The
     # --np launcher removes the half-written one once every rank is gone; one a job run
