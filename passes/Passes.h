@@ -205,21 +205,6 @@ struct DecodePipelineOptions : public PassPipelineOptions<DecodePipelineOptions>
   PassOptions::Option<int64_t> batch{*this, "batch",
                                      llvm::cl::desc("Sequences generated together"),
                                      llvm::cl::init(1)};
-  PassOptions::Option<double> muonMomentum{
-      *this, "muon-momentum", llvm::cl::desc("Muon momentum"), llvm::cl::init(0.95)};
-  PassOptions::Option<bool> muonNesterov{
-      *this, "muon-nesterov", llvm::cl::desc("Muon: Nesterov momentum"), llvm::cl::init(true)};
-  PassOptions::Option<int64_t> muonNsSteps{
-      *this, "muon-ns-steps", llvm::cl::desc("Muon: Newton-Schulz iterations"),
-      llvm::cl::init(5)};
-  PassOptions::Option<std::string> muonNsDtype{
-      *this, "muon-ns-dtype",
-      llvm::cl::desc("Muon: element type of the Newton-Schulz iterations (f32 or bf16)"),
-      llvm::cl::init("f32")};
-  PassOptions::Option<double> muonScale{
-      *this, "muon-scale",
-      llvm::cl::desc("Muon: update scale muon-scale * sqrt(max(rows, cols)) (Moonlight's 0.2)"),
-      llvm::cl::init(0.2)};
   PassOptions::Option<std::string> mesh{
       *this, "mesh", llvm::cl::desc("Device mesh, e.g. tp:2 (default: one device)")};
   PassOptions::Option<bool> reportMemory{
