@@ -361,8 +361,9 @@ LogicalResult Partitioner::processOp(Operation *op) {
     globalType[now] = gt;
     old.replaceAllUsesWith(now);
   }
-  if (auto origins = op->getAttr(kOrigins))
-    replacement->setAttr(kOrigins, origins);
+  for (StringRef name : {StringRef(kOrigins), StringRef(PtcDialect::kOptimizerGradAttrName)})
+    if (Attribute a = op->getAttr(name))
+      replacement->setAttr(name, a);
   op->erase();
   return success();
 }
@@ -473,19 +474,29 @@ LogicalResult Partitioner::run() {
 void Partitioner::sinkNonfiniteChecks() {
   Block &block = func.getBody().front();
   SmallVector<AnyNonfiniteOp> checks(block.getOps<AnyNonfiniteOp>());
+  // Muon's matrices read their gradients through ptc.unscale_grads by 1
+  // (ptc.optimizer_grad: non-finite entries zeroed) and take the flag in
+  // the multiplications that blend old and new values.
+  SmallVector<UnscaleGradsOp> sanitizers;
+  for (UnscaleGradsOp u : block.getOps<UnscaleGradsOp>())
+    if (u->hasAttr(PtcDialect::kOptimizerGradAttrName))
+      sanitizers.push_back(u);
   for (AnyNonfiniteOp check : checks) {
-    SmallVector<Operation *> updates;
+    SmallVector<Operation *> updates, readers;
     bool onlyUpdates = true;
     for (Operation *user : check.getFlag().getUsers()) {
       if (isa<func::ReturnOp>(user))
         continue; // the step's 'skipped' output
-      onlyUpdates &= isa<AdamWUpdateOp, SgdUpdateOp>(user);
-      updates.push_back(user);
+      readers.push_back(user);
+      if (isa<AdamWUpdateOp, SgdUpdateOp>(user))
+        updates.push_back(user);
+      else
+        onlyUpdates &= isa<MulOp>(user) && !sanitizers.empty();
     }
-    if (updates.empty() || !onlyUpdates)
+    if (readers.empty() || !onlyUpdates)
       continue;
-    Operation *first = updates.front();
-    for (Operation *u : updates)
+    Operation *first = readers.front();
+    for (Operation *u : readers)
       if (u->isBeforeInBlock(first))
         first = u;
     // The gradients' producers between the updates move up before them.
@@ -497,10 +508,14 @@ void Partitioner::sinkNonfiniteChecks() {
         hoist(operand);
       def->moveBefore(first);
     };
+    SmallVector<Value> read;
+    for (Operation *u : updates)
+      read.push_back(u->getOperand(1));
+    for (UnscaleGradsOp u : sanitizers)
+      read.push_back(u->getOperand(0));
     SmallVector<Value> grads;
     llvm::SmallSetVector<int, 4> axes;
-    for (Operation *u : updates) {
-      Value g = u->getOperand(1);
+    for (Value g : read) {
       if (auto widen = g.getDefiningOp<ConvertOp>()) // checked before its widening
         g = widen.getInput();
       if (llvm::is_contained(grads, g))

@@ -2,7 +2,7 @@
 // RUN: not ptc-opt %s -split-input-file --ptc-optimizer="optimizer=lion" 2>&1 | FileCheck %s
 
 // An unknown optimizer name.
-// CHECK: error: unknown optimizer 'lion' (expected adamw, sgd or adafactor)
+// CHECK: error: unknown optimizer 'lion' (expected adamw, sgd, adafactor or muon)
 
 // Results after the loss must be gradients (ptc-optimizer runs right after ptc-autodiff).
 // expected-error @+1 {{result #1 is not a 'ptc.grad' result; run ptc-optimizer directly after ptc-autodiff}}
