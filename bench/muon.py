@@ -56,7 +56,7 @@ def main():
             times = [r2["elapsed_s"] - r1["elapsed_s"] for r1, r2 in zip(rows[4:], rows[5:])]
             ms = 1000 * statistics.median(times)
             results[(optimizer, lr)] = loss
-            print(f"{optimizer:10s} {lr:8.0e} {loss:13.4f} {ms:8.1f}", flush=True)
+            print(f"{optimizer:10s} {lr:8.2g} {loss:13.4f} {ms:8.1f}", flush=True)
     best = {}
     for (optimizer, lr), loss in results.items():
         if optimizer not in best or loss < best[optimizer][1]:
