@@ -25,6 +25,20 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
+/// An f32 scalar constant (a 0-d tensor) of the optimizer's arithmetic.
+Value scalarConstant(OpBuilder &b, Location loc, double v) {
+  auto scalar = RankedTensorType::get({}, b.getF32Type());
+  return arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(static_cast<float>(v))));
+}
+
+/// A setting as written back to the user: shortest round trip of a double.
+std::string settingText(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", v);
+  return text;
+}
+
 struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
   using OptimizerPassBase::OptimizerPassBase;
 
@@ -42,15 +56,24 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     const bool muon = optimizer == "muon";
     const bool adamw = optimizer == "adamw";
     const bool adafactor = optimizer == "adafactor";
-    if (muon && (!(muonMomentum >= 0.0 && muonMomentum < 1.0) || muonNsSteps < 1 ||
-                 (muonNsDtype != "f32" && muonNsDtype != "bf16") || !(muonScale > 0.0) ||
-                 muonRanks < 0)) {
-      func.emitError() << "optimizer=muon needs 0 <= muon-momentum (" << muonMomentum.getValue()
-                       << ") < 1, muon-ns-steps (" << muonNsSteps.getValue()
-                       << ") >= 1, muon-ns-dtype f32 or bf16 (got '" << muonNsDtype.getValue()
-                       << "'), muon-scale (" << muonScale.getValue() << ") > 0 and muon-ranks ("
-                       << muonRanks.getValue() << ") >= 0";
-      return signalPassFailure();
+    if (muon) {
+      // Each setting that cannot take effect, by name.
+      std::string bad;
+      auto check = [&](bool ok, const Twine &what) {
+        if (!ok)
+          bad += (bad.empty() ? "" : "; ") + what.str();
+      };
+      check(muonMomentum >= 0.0 && muonMomentum < 1.0,
+            "muon-momentum=" + settingText(muonMomentum) + " is not in [0, 1)");
+      check(muonNsSteps >= 1, "muon-ns-steps=" + Twine(muonNsSteps.getValue()) + " is not >= 1");
+      check(muonNsDtype == "f32" || muonNsDtype == "bf16",
+            "muon-ns-dtype='" + muonNsDtype.getValue() + "' is not f32 or bf16");
+      check(muonScale > 0.0, "muon-scale=" + settingText(muonScale) + " is not > 0");
+      check(muonRanks >= 0, "muon-ranks=" + Twine(muonRanks.getValue()) + " is not >= 0");
+      if (!bad.empty()) {
+        func.emitError() << "optimizer=muon: " << bad;
+        return signalPassFailure();
+      }
     }
     if (adafactor) {
       if (!(adafactorBeta1 >= 0.0 && adafactorBeta1 < 1.0) || !(adafactorEps > 0.0) ||
@@ -241,8 +264,8 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         grads[i] = u;
       skip = unscale.getFoundInf();
     } else if (skipNonfinite && !adafactor) {
-      // AdamW and SGD skip in their kernels (Muon's matrices: see buildMuon): the check only reads the
-      // gradients (no copy, no memory), a widened one before its widening
+      // AdamW and SGD skip in their kernels (Muon's matrices: see
+      // muonMomentumStep); the check only reads the gradients (no copy, no memory), a widened one before its widening
       // (exact for inf and NaN; the widening may then fuse into the update).
       // Not for Adafactor yet: its updates are primitive ops blended by the
       // flag, which needs the non-finite entries zeroed (ptc.unscale_grads),
@@ -299,8 +322,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     Value step, scheduledLr, nextStep;
     if (counted) {
       BlockArgument stepArg = addState(scalar, "optimizer.step");
-      Value one = arith::ConstantOp::create(
-          b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
+      Value one = scalarConstant(b, loc, 1.0);
       // The step this update would be: Adafactor's decay needs it finite
       // (>= 1) even on a skipped step, whose results are then discarded.
       nextStep = AddOp::create(b, loc, stepArg, one);
@@ -394,16 +416,11 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
 
     replaceReturn(func, results, resultAttrs);
     if (muon) {
-      auto number = [](double v) {
-        char text[32];
-        std::snprintf(text, sizeof text, "%.9g", v);
-        return std::string(text);
-      };
       func->setAttr(PtcDialect::kOptimizerAttrName,
-                    b.getStringAttr("muon momentum=" + number(muonMomentum) + " nesterov=" +
+                    b.getStringAttr("muon momentum=" + settingText(muonMomentum) + " nesterov=" +
                                     (muonNesterov ? "true" : "false") +
                                     " ns_steps=" + std::to_string(muonNsSteps) + " ns_dtype=" +
-                                    muonNsDtype.getValue() + " scale=" + number(muonScale)));
+                                    muonNsDtype.getValue() + " scale=" + settingText(muonScale)));
     }
   }
 
@@ -464,8 +481,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     auto scalar = RankedTensorType::get({}, b.getF32Type());
     Operation *readsGrad = nullptr;
     if (skip && !dynamicLossScale) {
-      Value one = arith::ConstantOp::create(
-          b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1.0f)));
+      Value one = scalarConstant(b, loc, 1.0);
       auto finite = UnscaleGradsOp::create(b, loc, TypeRange{g.getType(), scalar}, ValueRange{g},
                                            one, ArrayAttr());
       readsGrad = finite;
@@ -489,11 +505,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
   void buildMuonUpdates(OpBuilder &b, ArrayRef<MuonMatrix> matrices, Value scheduledLr, Value skip,
                         Update &plainUpdate) {
     Location loc = NameLoc::get(b.getStringAttr("optimizer:muon"));
-    auto scalar = RankedTensorType::get({}, b.getF32Type());
-    auto constant = [&](double v) -> Value {
-      return arith::ConstantOp::create(
-          b, loc, DenseElementsAttr::get(scalar, b.getF32FloatAttr(static_cast<float>(v))));
-    };
+    auto constant = [&](double v) { return scalarConstant(b, loc, v); };
     // Stacks: the matrices of one shape in first-use order; with
     // muon-ranks R > 1 (and more than one matrix) dealt over dp, padded to a
     // multiple of R with repeats of its first matrices (whose results are
@@ -575,7 +587,6 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         x = ConvertOp::create(b, loc, stackType(k, f32), x);
       const double factor = muonScale * std::sqrt(static_cast<double>(std::max(rows, cols)));
       for (auto [j, m] : llvm::enumerate(members)) {
-        OpBuilder::InsertionGuard guard(b);
         Location ploc = m->loc;
         Value o = ReshapeOp::create(
             b, ploc, pt,
@@ -639,11 +650,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
                       Update &plainUpdate) {
     auto t = cast<RankedTensorType>(param.getType());
     const int64_t r = t.getRank();
-    auto scalarType = RankedTensorType::get({}, b.getF32Type());
-    auto constant = [&](double v) -> Value {
-      return arith::ConstantOp::create(
-          b, loc, DenseElementsAttr::get(scalarType, b.getF32FloatAttr(static_cast<float>(v))));
-    };
+    auto constant = [&](double v) { return scalarConstant(b, loc, v); };
     auto mean = [&](Value x, ArrayRef<int64_t> axes, bool keep) -> Value {
       RankedTensorType type = *inferReduceType(cast<RankedTensorType>(x.getType()), axes, keep,
                                                [&] { return emitError(loc); });
