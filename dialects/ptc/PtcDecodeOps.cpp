@@ -98,11 +98,37 @@ LogicalResult RotaryAtOp::verify() {
   return verifyPositions(*this, getType(), getPositions().getType());
 }
 
+/// Each row turns by its own position: batch, heads and the sequence split
+/// freely (the positions with the rows), the head dim stays whole. Linear, so
+/// a partial sum passes through.
 LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {
-  batchAndHeadsRule(*this, ctx, 1, 1);
+  ctx.want[0].dims[3] = -1;
+  Sharding pos = Sharding::replicated(2);
+  pos.dims[0] = ctx.want[0].dims[0];
+  pos.dims[1] = ctx.want[0].dims[2];
+  ctx.like(1, pos);
+  ctx.out.push_back(ctx.want[0]);
   return success();
 }
 
+// The optional integer: inverse (within format 11).
 PlanInstruction RotaryAtOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"RotaryAt", {}, {getTheta().convertToDouble()}};
+  return PlanInstruction{"RotaryAt", getInverse() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
+                         {getTheta().convertToDouble()}};
+}
+
+FailureOr<int> RotaryAtOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
+  if (in[0] != 0 || in[1] != 0)
+    return emitMicrobatchError(*this, "its rows and their positions must split along the "
+                                      "batch (dimension 0)");
+  return in[0];
+}
+
+LogicalResult RotaryAtOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool> needed,
+                                   SmallVectorImpl<Value> &og) {
+  og.assign(2, Value());
+  if (needed[0])
+    og[0] = RotaryAtOp::create(b, getLoc(), getType(), rg[0], getPositions(), getThetaAttr(),
+                               b.getBoolAttr(!getInverse()));
+  return success();
 }

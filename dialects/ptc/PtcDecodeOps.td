@@ -53,19 +53,23 @@ def Ptc_CachedAttentionOp : Ptc_Op<"cached_attention", [DeclareOpInterfaceMethod
 }
 
 def Ptc_RotaryAtOp : Ptc_Op<"rotary_at", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+    DeclareOpInterfaceMethods<Ptc_MicrobatchOpInterface>, DeclareOpInterfaceMethods<Ptc_DifferentiableOpInterface>,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding at given positions";
   let description = [{
     `ptc.rotary` with the position of row `(b, h, t)` read from
     `positions[b, t]` (`i32`, shape `[batch, tokens]`) instead of being `t`:
-    the rotation of new tokens that continue a cached sequence.
+    the rotation of new tokens that continue a cached sequence, and of packed
+    documents, whose positions restart at each document. With `inverse`, the
+    rotation goes the other way (its gradient).
 
     ```mlir
     %q2 = ptc.rotary_at %q, %pos {theta = 1.000000e+04 : f64} : tensor<1x8x1x16xf32>, tensor<1x1xi32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$input, Ptc_IdTensor:$positions,
-                       DefaultValuedAttr<F64Attr, "10000.0">:$theta);
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta,
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input `,` $positions attr-dict `:` type($input) `,` type($positions)";
   let hasVerifier = 1;

@@ -184,19 +184,20 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
     returns the gradients of query, key and value (with grouped-query heads,
     each kv head's gradient sums over the query heads it serves). With
     `seq_major`, every operand and result is `[batch, seq, heads, head_dim]`
-    (see `ptc.causal_attention`).
+    (see `ptc.causal_attention`); `positions` is the forward's document mask.
 
     ```mlir
     %dq, %dk, %dv = ptc.causal_attention_grad %q, %k, %v, %g : tensor<8x4x64x32xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
-                       Ptc_FloatTensor:$grad, OptionalAttr<F64Attr>:$scale,
+                       Ptc_FloatTensor:$grad, Optional<Ptc_IdTensor>:$positions,
+                       OptionalAttr<F64Attr>:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
                       Ptc_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $grad attr-dict `:` custom<AttentionTypes>(type($query), type($key))
+    $query `,` $key `,` $value `,` $grad (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` custom<AttentionTypes>(type($query), type($key))
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -222,9 +223,12 @@ def Ptc_CausalAttentionQkvGradOp : Ptc_Op<"causal_attention_qkv_grad", [DeclareO
         : tensor<8x64x384xf32>, tensor<8x64x4x32xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$qkv, Ptc_FloatTensor:$grad, F64Attr:$scale);
+  let arguments = (ins Ptc_FloatTensor:$qkv, Ptc_FloatTensor:$grad,
+                       Optional<Ptc_IdTensor>:$positions, F64Attr:$scale);
   let results = (outs Ptc_FloatTensor:$qkv_grad);
-  let assemblyFormat = "$qkv `,` $grad attr-dict `:` type($qkv) `,` type($grad)";
+  let assemblyFormat = [{
+    $qkv `,` $grad (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($qkv) `,` type($grad)
+  }];
   let hasVerifier = 1;
 }
 

@@ -61,6 +61,10 @@ FailureOr<int> causalAttentionBatchDim(Operation *op, ArrayRef<int> in, int64_t 
   // Seq-major operands have the sequence second: never split it.
   if (o.getSeqMajor() && in[0] == o.getSeqDim())
     return emitMicrobatchError(op, "a seq_major attention's dimension 1 is its sequence");
+  // The document positions [batch, seq] split with the query's batch.
+  if (o.getPositions() && (in[0] != 0 || in[3] != 0))
+    return emitMicrobatchError(op, "its document positions must split along the batch "
+                                   "(dimension 0) with the query");
   return in[0];
 }
 

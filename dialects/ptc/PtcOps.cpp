@@ -411,9 +411,26 @@ LogicalResult SoftmaxOp::verify() {
   return verifyAxis(*this, getAxis(), getInput().getType().getRank());
 }
 
+/// A document mask's positions: i32 [batch, seq] of the attention's batch and
+/// sequence (`query` in either layout; seqDim says where its sequence is).
+static LogicalResult verifyDocumentPositions(Operation *op, Value positions,
+                                             RankedTensorType query, int64_t seqDim) {
+  if (!positions)
+    return success();
+  auto type = cast<RankedTensorType>(positions.getType());
+  if (type.getRank() != 2 || type.getDimSize(0) != query.getDimSize(0) ||
+      type.getDimSize(1) != query.getDimSize(seqDim))
+    return op->emitOpError() << "expects positions of shape [batch, seq] = ["
+                             << query.getDimSize(0) << ", " << query.getDimSize(seqDim)
+                             << "] (each token's position in its document), got " << type;
+  return success();
+}
+
 LogicalResult CausalAttentionOp::verify() {
-  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
-                                 getSeqMajor());
+  if (failed(verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
+                                     getSeqMajor())))
+    return failure();
+  return verifyDocumentPositions(*this, getPositions(), getQuery().getType(), getSeqDim());
 }
 
 double CausalAttentionOp::getScaleOrDefault() {
@@ -448,11 +465,15 @@ static LogicalResult verifyFusedQkv(Operation *op, RankedTensorType qkv,
 }
 
 LogicalResult CausalAttentionQkvOp::verify() {
-  return verifyFusedQkv(*this, getQkv().getType(), getType(), "result");
+  if (failed(verifyFusedQkv(*this, getQkv().getType(), getType(), "result")))
+    return failure();
+  return verifyDocumentPositions(*this, getPositions(), getType(), 1);
 }
 
 LogicalResult CausalAttentionQkvGradOp::verify() {
-  return verifyFusedQkv(*this, getQkv().getType(), getGrad().getType(), "gradient");
+  if (failed(verifyFusedQkv(*this, getQkv().getType(), getGrad().getType(), "gradient")))
+    return failure();
+  return verifyDocumentPositions(*this, getPositions(), getGrad().getType(), 1);
 }
 
 LogicalResult EmbeddingOp::verify() {
@@ -742,8 +763,10 @@ LogicalResult SoftmaxGradOp::verify() {
 }
 
 LogicalResult CausalAttentionGradOp::verify() {
-  return verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
-                                 getSeqMajor());
+  if (failed(verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
+                                     getSeqMajor())))
+    return failure();
+  return verifyDocumentPositions(*this, getPositions(), getQuery().getType(), getSeqDim());
 }
 
 double CausalAttentionGradOp::getScaleOrDefault() {

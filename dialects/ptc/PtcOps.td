@@ -477,6 +477,13 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
     Attention is one op so that kernels can fuse it (no `seq x seq` matrix in
     memory) and sequence parallelism can treat it as a whole.
 
+    With `positions` (`i32`, `[batch, seq]`: each token's position in its
+    document, 0 at a document's first token), the sequence is packed
+    documents: the query at index `i` sees only the keys `j` of its own
+    document, `i - positions[b, i] <= j <= i` (the document mask; a key block
+    that the mask empties is not computed). Positions that count up from 0
+    across the whole sequence give the plain causal mask.
+
     With `seq_major`, the operands and the result are `[batch, seq, heads,
     head_dim]` instead: the layout the projections produce, so that the
     kernels read and write the heads where they are (strided) and no
@@ -488,14 +495,16 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
     %o = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32>
     %o2 = ptc.causal_attention %q, %k2, %v2 : tensor<8x4x64x32xf32>, tensor<8x2x64x32xf32>
     %o3 = ptc.causal_attention %qs, %ks, %vs {seq_major = true} : tensor<8x64x4x32xf32>
+    %o4 = ptc.causal_attention %q, %k, %v positions(%pos : tensor<8x64xi32>) : tensor<8x4x64x32xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key,
-                       Ptc_FloatTensor:$value, OptionalAttr<F64Attr>:$scale,
+                       Ptc_FloatTensor:$value, Optional<Ptc_IdTensor>:$positions,
+                       OptionalAttr<F64Attr>:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value attr-dict `:` custom<AttentionTypes>(type($query), type($key))
+    $query `,` $key `,` $value (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` custom<AttentionTypes>(type($query), type($key))
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -517,15 +526,18 @@ def Ptc_CausalAttentionQkvOp : Ptc_Op<"causal_attention_qkv", [DeclareOpInterfac
     heads, head_dim]`, which gives `heads` and `head_dim`; `kv_heads` follows
     from `qkv`'s last dimension. `ptc-fold-attention-layout` forms it after
     sharding, where the three operands were slices of one projection.
+    `positions` is `ptc.causal_attention`'s document mask.
 
     ```mlir
     %o = ptc.causal_attention_qkv %qkv {scale = 0.17677669529663687 : f64}
         : tensor<8x64x384xf32> -> tensor<8x64x4x32xf32>
     ```
   }];
-  let arguments = (ins Ptc_FloatTensor:$qkv, F64Attr:$scale);
+  let arguments = (ins Ptc_FloatTensor:$qkv, Optional<Ptc_IdTensor>:$positions, F64Attr:$scale);
   let results = (outs Ptc_FloatTensor:$result);
-  let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
+  let assemblyFormat = [{
+    $qkv (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($qkv) `->` type($result)
+  }];
   let hasVerifier = 1;
 }
 

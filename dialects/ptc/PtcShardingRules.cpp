@@ -270,6 +270,16 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   if ((fwd && fwd.getSeqMajor()) || (grad && grad.getSeqMajor()))
     return o->emitOpError() << "with seq_major has no sharding rule: ptc-fold-attention-layout "
                                "forms it after sharding";
+  // q, k, v[, the incoming gradient], then the optional document positions
+  // [batch, seq], split as the query's batch and sequence.
+  const unsigned floats = fwd ? 3 : 4;
+  const bool documents = o->getNumOperands() > floats;
+  auto positionsLike = [&](const Sharding &query) {
+    Sharding pos = Sharding::replicated(2);
+    pos.dims[0] = query.dims[0];
+    pos.dims[1] = query.dims[2];
+    ctx.like(floats, pos);
+  };
   ctx.full(0);
   // Context parallelism (Ulysses): queries, keys and values that arrive with
   // the sequence split over cp move that split to the heads (an all_to_all
@@ -283,6 +293,11 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   auto module = o->getParentOfType<ModuleOp>();
   auto mode = module ? module->getAttrOfType<StringAttr>(kCpAttentionAttrName) : StringAttr();
   if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && (!mode || mode.getValue() == "ring")) {
+    if (documents)
+      return o->emitError() << "packed documents (attention with document positions) under "
+                               "ring attention over '"
+                            << ctx.mesh().axes[cp]
+                            << "' are not implemented: compile with cp-attention=ulysses";
     ctx.want[0].dims[3] = DimShard();
     DimShard heads = ctx.want[0].dims[1];
     int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
@@ -345,8 +360,10 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
                           << " key/value heads (grouped-query attention: the kv head count "
                              "must be divisible by the axis size)";
   }
-  for (unsigned i = 1; i < o->getNumOperands(); ++i)
+  for (unsigned i = 1; i < floats; ++i)
     ctx.like(i, ctx.want[0]);
+  if (documents)
+    positionsLike(ctx.want[0]);
   for (unsigned i = 0; i < o->getNumResults(); ++i) {
     ctx.out.push_back(ctx.want[0]);
     if (arrivedQ)

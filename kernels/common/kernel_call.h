@@ -146,6 +146,12 @@ inline AttentionDims attentionDims(const KernelCall &c) {
   return {q.dim(0), q.dim(headsDim), k.dim(headsDim), q.dim(seqDim), q.dim(3), seqMajor};
 }
 
+/// An attention call's optional document positions [batch, seq] (packed
+/// documents): input `index` when the call has it, else null.
+inline const int32_t *documentPositions(const KernelCall &c, size_t index) {
+  return c.numInputs > index ? c.input(index).i32() : nullptr;
+}
+
 /// CausalAttentionQkv(Grad): qkv [batch, seq, width] with width = (heads + 2
 /// kvHeads) * dim, against `heads` [batch, seq, heads, dim] (the forward's
 /// result, the gradient's incoming gradient). The query, key and value are

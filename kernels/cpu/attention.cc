@@ -348,8 +348,9 @@ void transposeInto(const T *in, int64_t s, int64_t d, T *out, int64_t ld = -1) {
 
 /// The scores p [rows][i0 + rows] of query rows [i0, i0 + rows) made
 /// probabilities in place: softmax(scale * p[r][j]) over the keys j <= i0 + r,
-/// 0 after. One query block: rows <= kQueryBlock.
-void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
+/// 0 after; with `lo` (packed documents), over lo[r] <= j <= i0 + r only, 0
+/// before. One query block: rows <= kQueryBlock.
+void softmaxRows(float *p, int64_t i0, int64_t rows, float scale, const int32_t *lo = nullptr) {
   // Phase by phase over the block's rows: each row's maximum, sum and
   // reciprocal are short dependent chains (a sum's lanes added in order, a
   // division), which overlap across rows when no row waits on its own.
@@ -358,8 +359,8 @@ void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
   int32_t padded[kQueryBlock];
   for (int64_t r = 0; r < rows; ++r) {
     // Scaling is monotonic, so max(scale * x) is scale * max(x) exactly.
-    const int64_t seen = i0 + r + 1;
-    mx[r] = maxOf(p + r * keys, seen) * scale;
+    const int64_t seen = i0 + r + 1, first = lo ? lo[r] : 0;
+    mx[r] = maxOf(p + r * keys + first, seen - first) * scale;
     // Whole vectors up to the causal limit (a scalar exp per leftover key
     // cost more than the vectors), masked to zero past it.
     padded[r] = static_cast<int32_t>(paddedKeys(seen, keys));
@@ -368,11 +369,16 @@ void softmaxRows(float *p, int64_t i0, int64_t rows, float scale) {
     float *pr = p + r * keys;
     const float m = mx[r];
     // 32-bit indices: a 64-bit compare would halve the vectors' width.
-    const int32_t visible = static_cast<int32_t>(i0 + r + 1), n = padded[r];
+    // Keys before the document's first (packed documents) are masked too:
+    // their exponent, of a score that may exceed the row's maximum, is
+    // discarded. (One loop for both: a plain causal row computes exactly
+    // what it did without documents.)
+    const int32_t visible = static_cast<int32_t>(i0 + r + 1), n = padded[r],
+                  first = lo ? lo[r] : 0;
 #pragma omp simd
     for (int32_t c = 0; c < n; ++c) {
       float e = expNonPositive(pr[c] * scale - m);
-      pr[c] = c < visible ? e : 0.0f;
+      pr[c] = c < visible && c >= first ? e : 0.0f;
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -430,10 +436,33 @@ void scoreGradients(const float *p, float *dp, int64_t i0, int64_t rows, float s
 /// i0 first): p[r][j] for the keys j <= i0 + r (0 after), `keys` = i0 + rows
 /// columns, from the transposed keys kt [d][s].
 void probabilities(const float *qRows, int64_t ldq, const float *kt, int64_t s, int64_t d,
-                   int64_t i0, int64_t rows, float scale, float *p) {
+                   int64_t i0, int64_t rows, float scale, float *p, const int32_t *lo = nullptr) {
   int64_t keys = i0 + rows;
   productNN(qRows, ldq, kt, s, p, keys, rows, keys, d, /*accumulate=*/false, Causal::kColumns, i0);
-  softmaxRows(p, i0, rows, scale);
+  softmaxRows(p, i0, rows, scale, lo);
+}
+
+/// The keys a query block [i0, i0 + rows) of one batch entry attends
+/// (packed documents): from `first`, the earliest start of its rows'
+/// documents (their rows' starts, relative to it, in lo); without positions,
+/// from key 0. The block is then computed as the block i0 - first of a
+/// sequence that starts at key `first`: what precedes it is never read.
+struct KeyWindow {
+  int64_t first = 0;
+  int32_t lo[kQueryBlock] = {};
+  const int32_t *los() const { return lo; }
+};
+inline KeyWindow keyWindow(const int32_t *positions, int64_t i0, int64_t rows) {
+  KeyWindow w;
+  if (!positions)
+    return w;
+  int64_t first = i0;
+  for (int64_t r = 0; r < rows; ++r)
+    first = std::min<int64_t>(first, i0 + r - positions[i0 + r]);
+  w.first = first;
+  for (int64_t r = 0; r < rows; ++r)
+    w.lo[r] = static_cast<int32_t>(i0 + r - positions[i0 + r] - first);
+  return w;
 }
 } // namespace
 
@@ -559,7 +588,8 @@ inline void zeroRows(Rows<float> rows, int64_t count, int64_t d) {
 /// (seqMajor: [batch, seq, heads, dim]); keys and values have kvHeads heads.
 template <typename T>
 void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &shape,
-                       int64_t kvHeads, float scale, bool seqMajor, int64_t qkvStride) {
+                       int64_t kvHeads, float scale, bool seqMajor, int64_t qkvStride,
+                       const int32_t *positions) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
   const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
@@ -581,11 +611,15 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
           transposed = kvh;
         }
         int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
+        // Packed documents: the keys from the block's earliest document start.
+        const KeyWindow w = keyWindow(positions ? positions + (h / heads) * s : nullptr, i0, rows);
+        const int64_t at = i0 - w.first, keys = at + rows;
         const Rows<const float> qb = rowsOf(q, qL, h, i0, rows, qRows);
-        probabilities(qb.p, qb.ld, kt.data(), s, d, i0, rows, scale, p.data());
+        probabilities(qb.p, qb.ld, kt.data() + w.first, s, d, at, rows, scale, p.data(),
+                      positions ? w.los() : nullptr);
         const Rows<float> o = resultRows(out, oL, h, i0, rows, oRows);
-        productNN(p.data(), i0 + rows, vh.p, vh.ld, o.p, o.ld, rows, d, i0 + rows,
-                  /*accumulate=*/false, Causal::kSumEnd, i0);
+        productNN(p.data(), keys, vh.row(w.first), vh.ld, o.p, o.ld, rows, d, keys,
+                  /*accumulate=*/false, Causal::kSumEnd, at);
         storeRows(o, out, oL, h, i0, rows);
       }
   }
@@ -594,7 +628,7 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
 template <typename T>
 void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq, T *dk, T *dv,
                            const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                           int64_t qkvStride) {
+                           int64_t qkvStride, const int32_t *positions) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads;
   const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
@@ -623,20 +657,26 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
         const Rows<const float> gh = denseRowsOf(g, gL, h, 0, s, gRows);
         const Rows<float> dqh = resultRows(dq, qL, h, 0, s, dqRows);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
-          int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
-          probabilities(qh.row(i0), qh.ld, kt.data(), s, d, i0, rows, scale, p.data());
+          const int64_t rows = std::min(kQueryBlock, s - i0);
+          // Packed documents: the keys from the block's earliest document
+          // start, as in the forward pass.
+          const KeyWindow w =
+              keyWindow(positions ? positions + (kvh / kvHeads) * s : nullptr, i0, rows);
+          const int64_t at = i0 - w.first, keys = at + rows, k0 = w.first;
+          probabilities(qh.row(i0), qh.ld, kt.data() + k0, s, d, at, rows, scale, p.data(),
+                        positions ? w.los() : nullptr);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           // (Each product leaves out what the causal mask zeroes.)
-          productNN(gh.row(i0), gh.ld, vt.data(), s, dp.data(), keys, rows, keys, d, false,
-                    Causal::kColumns, i0);
-          scoreGradients(p.data(), dp.data(), i0, rows, scale);
+          productNN(gh.row(i0), gh.ld, vt.data() + k0, s, dp.data(), keys, rows, keys, d, false,
+                    Causal::kColumns, at);
+          scoreGradients(p.data(), dp.data(), at, rows, scale);
           // dV += P^T G, dQ = dS K, dK += dS^T Q.
-          productTNAccumulate(p.data(), keys, gh.row(i0), gh.ld, dvh.p, dvh.ld, keys, d, rows,
-                              Causal::kSumStart, i0);
-          productNN(dp.data(), keys, kh.p, kh.ld, dqh.row(i0), dqh.ld, rows, d, keys, false,
-                    Causal::kSumEnd, i0);
-          productTNAccumulate(dp.data(), keys, qh.row(i0), qh.ld, dkh.p, dkh.ld, keys, d, rows,
-                              Causal::kSumStart, i0);
+          productTNAccumulate(p.data(), keys, gh.row(i0), gh.ld, dvh.row(k0), dvh.ld, keys, d,
+                              rows, Causal::kSumStart, at);
+          productNN(dp.data(), keys, kh.row(k0), kh.ld, dqh.row(i0), dqh.ld, rows, d, keys, false,
+                    Causal::kSumEnd, at);
+          productTNAccumulate(dp.data(), keys, qh.row(i0), qh.ld, dkh.row(k0), dkh.ld, keys, d,
+                              rows, Causal::kSumStart, at);
         }
         storeRows(dqh, dq, qL, h, 0, s);
       }
@@ -865,36 +905,51 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
 
 void causalAttention(const float *q, const float *k, const float *v, float *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                     int64_t qkvStride) {
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
+                     int64_t qkvStride, const int32_t *positions) {
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale, bool seqMajor, int64_t qkvStride) {
-  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride);
+                         float scale, bool seqMajor, int64_t qkvStride,
+                         const int32_t *positions) {
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride,
+                        positions);
 }
 
+// Packed documents in bf16 take the widening kernels (the bf16 dot-product
+// kernels have no document mask).
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                     int64_t qkvStride) {
+                     int64_t qkvStride, const int32_t *positions) {
 #ifdef PTC_HAVE_BF16_ATTENTION
-  if (nativeBf16())
+  if (nativeBf16() && !positions)
     return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
 #endif
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions);
 }
 
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                         int64_t qkvStride) {
+                         int64_t qkvStride, const int32_t *positions) {
 #ifdef PTC_HAVE_BF16_ATTENTION
-  if (nativeBf16())
+  if (nativeBf16() && !positions)
     return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor,
                                    qkvStride);
 #endif
-  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride);
+  causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride,
+                        positions);
+}
+
+KernelResult checkDocumentPositions(const int32_t *positions, int64_t batch, int64_t seq) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq; ++i)
+      if (const int32_t p = positions[b * seq + i]; p < 0 || p > i)
+        return KernelResult::error("document position ", p, " of token ", i, " (batch entry ", b,
+                                   ") is outside [0, ", i, "]: a token's position in its "
+                                   "document cannot exceed its index in the sequence");
+  return KernelResult::ok();
 }
 
 namespace {
@@ -1106,15 +1161,19 @@ void addAttentionKernels(KernelTable &t) {
         const AttentionDims a = attentionDims(c);
         const Shape shape{a.batch, a.heads, a.seq, a.dim};
         const float scale = static_cast<float>(c.real(0));
+        const int32_t *positions = documentPositions(c, 3);
+        if (positions)
+          if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
+            return r;
         if (q.dtype == DType::BF16)
           causalAttention(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
-                          shape, a.kvHeads, scale, a.seqMajor);
+                          shape, a.kvHeads, scale, a.seqMajor, 0, positions);
         else
           causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), shape,
-                          a.kvHeads, scale, a.seqMajor);
+                          a.kvHeads, scale, a.seqMajor, 0, positions);
         return KernelResult::ok();
       },
-      internal::f32OrBf16);
+      internal::f32OrBf16WithIds);
   t.add(
       OpKind::CausalAttentionGrad,
       [](const KernelCall &c) {
@@ -1122,42 +1181,58 @@ void addAttentionKernels(KernelTable &t) {
         const AttentionDims a = attentionDims(c);
         const Shape shape{a.batch, a.heads, a.seq, a.dim};
         const float scale = static_cast<float>(c.real(0));
+        const int32_t *positions = documentPositions(c, 4);
+        if (positions)
+          if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
+            return r;
         if (q.dtype == DType::BF16)
           causalAttentionGrad(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
                               bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
-                              bf16Out(c.output(2)), shape, a.kvHeads, scale, a.seqMajor);
+                              bf16Out(c.output(2)), shape, a.kvHeads, scale, a.seqMajor, 0,
+                              positions);
         else
           causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                               c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), shape,
-                              a.kvHeads, scale, a.seqMajor);
+                              a.kvHeads, scale, a.seqMajor, 0, positions);
         return KernelResult::ok();
       },
-      internal::f32OrBf16);
+      internal::f32OrBf16WithIds);
   // The fused projection's layout: q, k, v (and their gradients) are column
   // blocks of qkv [batch, seq, width], read and written in place.
   t.add(
       OpKind::CausalAttentionQkv,
       [](const KernelCall &c) {
         const TensorView &qkv = c.input(0), &out = c.output(0);
+        const int32_t *positions = documentPositions(c, 1);
+        if (positions)
+          if (KernelResult r = checkDocumentPositions(positions, qkv.dim(0), qkv.dim(1));
+              !r.isOk())
+            return r;
         return onFusedQkv(c, qkv, out, [&](auto *p, const FusedQkvDims &f, const Shape &shape,
                                            float scale) {
           causalAttention(p, p + f.kOffset, p + f.vOffset, storage(out, p), shape,
-                          f.dims.kvHeads, scale, true, f.width);
+                          f.dims.kvHeads, scale, true, f.width, positions);
         });
       },
-      internal::f32OrBf16);
+      internal::f32OrBf16WithIds);
   t.add(
       OpKind::CausalAttentionQkvGrad,
       [](const KernelCall &c) {
         const TensorView &qkv = c.input(0), &g = c.input(1);
+        const int32_t *positions = documentPositions(c, 2);
+        if (positions)
+          if (KernelResult r = checkDocumentPositions(positions, qkv.dim(0), qkv.dim(1));
+              !r.isOk())
+            return r;
         return onFusedQkv(c, qkv, g, [&](auto *p, const FusedQkvDims &f, const Shape &shape,
                                          float scale) {
           auto *d = storage(c.output(0), p);
           causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, storage(g, p), d, d + f.kOffset,
-                              d + f.vOffset, shape, f.dims.kvHeads, scale, true, f.width);
+                              d + f.vOffset, shape, f.dims.kvHeads, scale, true, f.width,
+                              positions);
         });
       },
-      internal::f32OrBf16);
+      internal::f32OrBf16WithIds);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim], positions [batch, tokens].
   t.add(OpKind::CachedAttention, [](const KernelCall &c) {

@@ -110,18 +110,21 @@ inline uint16_t *bf16Out(const TensorView &v) { return static_cast<uint16_t *>(v
 
 /// The element types of the kernels that compute natively on bf16: every
 /// view f32, or every view bf16 (a kernel table entry's `accepts`).
-inline bool f32OrBf16(const KernelCall &c) {
+inline bool f32OrBf16Views(const KernelCall &c, bool idInputs) {
   const DType t = c.output(0).dtype;
   if (t != DType::F32 && t != DType::BF16)
     return false;
   for (size_t i = 0; i < c.numInputs; ++i)
-    if (c.in[i].dtype != t)
+    if (c.in[i].dtype != t && !(idInputs && c.in[i].dtype == DType::I32))
       return false;
   for (size_t i = 0; i < c.numOutputs; ++i)
     if (c.out[i].dtype != t)
       return false;
   return true;
 }
+inline bool f32OrBf16(const KernelCall &c) { return f32OrBf16Views(c, false); }
+/// f32OrBf16 for entries whose i32 inputs (ids, positions) are not floats.
+inline bool f32OrBf16WithIds(const KernelCall &c) { return f32OrBf16Views(c, true); }
 
 inline int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t p = 1;

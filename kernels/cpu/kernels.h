@@ -137,23 +137,30 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 /// (seq-major only) is the distance between positions of q, k, v, dq, dk and
 /// dv: column blocks of one fused projection [batch, seq, qkvStride] (out and
 /// g stay [batch, seq, heads, dim]).
+/// With `positions` ([batch, seq], each token's position in its document;
+/// checkDocumentPositions first), query i attends keys i - positions[i] .. i
+/// only (packed documents); the keys before a query block's earliest document
+/// start are not computed.
 void causalAttention(const float *q, const float *k, const float *v, float *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
-                     int64_t qkvStride = 0);
+                     int64_t qkvStride = 0, const int32_t *positions = nullptr);
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
-                         float scale, bool seqMajor = false, int64_t qkvStride = 0);
+                         float scale, bool seqMajor = false, int64_t qkvStride = 0,
+                         const int32_t *positions = nullptr);
+/// An error unless 0 <= positions[b, i] <= i for every token.
+KernelResult checkDocumentPositions(const int32_t *positions, int64_t batch, int64_t seq);
 /// The same on bf16 storage (uint16_t bits): bf16 dot products with f32 sums
 /// where the CPU has them (nativeBf16; the probabilities and the scores'
 /// gradient rounded to bf16 for the products), else each head widened to f32;
 /// each result rounded once.
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
-                     int64_t qkvStride = 0);
+                     int64_t qkvStride = 0, const int32_t *positions = nullptr);
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
-                         int64_t qkvStride = 0);
+                         int64_t qkvStride = 0, const int32_t *positions = nullptr);
 
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
 /// classes) of `totalClasses` on this device): row maxima, row sums of

@@ -256,9 +256,12 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
 }
 
 /// ptc.rotary_at: row (b, h, t) of x [b, heads, t, d] rotated at position
-/// pos[b * t + t] (the angles computed as rotary computes them).
-static KernelResult rotaryAt(const float *x, const int32_t *pos, float *out, const Shape &shape,
-                             double theta) {
+/// pos[b * t + t] (the angles computed as rotary computes them, so positions
+/// 0, 1, .. give rotary's numbers); `inverse` turns the other way. f32 or
+/// bf16 storage (T), f32 registers.
+template <typename T>
+KernelResult rotaryAtOf(const T *x, const int32_t *pos, T *out, const Shape &shape, double theta,
+                        bool inverse) {
   const int64_t batch = shape[0], heads = shape[1], s = shape[2], d = shape[3], half = d / 2;
   for (int64_t i = 0; i < batch * s; ++i)
     if (pos[i] < 0)
@@ -267,21 +270,22 @@ static KernelResult rotaryAt(const float *x, const int32_t *pos, float *out, con
   for (int64_t i = 0; i < half; ++i)
     invFreq[static_cast<size_t>(i)] = static_cast<float>(
         1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(d)));
+#pragma omp parallel for collapse(2) if (batch * heads * s * d > 16384)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t p = 0; p < s; ++p) {
       std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
       for (int64_t i = 0; i < half; ++i) {
         float angle = static_cast<float>(pos[b * s + p]) * invFreq[static_cast<size_t>(i)];
         cs[static_cast<size_t>(i)] = std::cos(angle);
-        sn[static_cast<size_t>(i)] = std::sin(angle);
+        sn[static_cast<size_t>(i)] = inverse ? -std::sin(angle) : std::sin(angle);
       }
       for (int64_t h = 0; h < heads; ++h) {
-        const float *xr = x + ((b * heads + h) * s + p) * d;
-        float *yr = out + ((b * heads + h) * s + p) * d;
+        const T *xr = x + ((b * heads + h) * s + p) * d;
+        T *yr = out + ((b * heads + h) * s + p) * d;
         for (int64_t i = 0; i < half; ++i) {
-          float a = xr[i], c = xr[i + half];
-          yr[i] = a * cs[static_cast<size_t>(i)] - c * sn[static_cast<size_t>(i)];
-          yr[i + half] = c * cs[static_cast<size_t>(i)] + a * sn[static_cast<size_t>(i)];
+          float a = loadAs(xr, i), c = loadAs(xr, i + half);
+          storeAs(yr, i, a * cs[static_cast<size_t>(i)] - c * sn[static_cast<size_t>(i)]);
+          storeAs(yr, i + half, c * cs[static_cast<size_t>(i)] + a * sn[static_cast<size_t>(i)]);
         }
       }
     }
@@ -382,10 +386,19 @@ void addNormalizationKernels(KernelTable &t) {
         });
       },
       f32OrBf16);
-  t.add(OpKind::RotaryAt, [](const KernelCall &c) {
-    return rotaryAt(c.input(0).f32(), c.input(1).i32(), c.output(0).f32(), *c.input(0).shape,
-                    c.real(0));
-  });
+  t.add(
+      OpKind::RotaryAt,
+      [](const KernelCall &c) {
+        const bool inverse = c.numInts > 0 && c.integer(0) != 0;
+        KernelResult r = KernelResult::ok();
+        onStorage(c, [&](auto t) {
+          using T = decltype(t);
+          r = rotaryAtOf(as<T>(c.input(0)), c.input(1).i32(), as<T>(c.output(0)),
+                         *c.input(0).shape, c.floats[0], inverse);
+        });
+        return r;
+      },
+      f32OrBf16WithIds);
   t.add(OpKind::Softmax, [](const KernelCall &c) {
     softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0));
     return KernelResult::ok();

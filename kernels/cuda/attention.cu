@@ -168,20 +168,32 @@ __device__ int64_t headRow(int64_t head, int64_t row, int64_t heads, int64_t seq
                   : (head * seq + row) * dim;
 }
 
+/// The first key query `row` of batch entry `b` attends: 0, or with packed
+/// documents (positions [batch, seq]) its document's first token (clamped to
+/// [0, row]; the CPU kernels reject positions outside it).
+__device__ int64_t documentStart(const int32_t *positions, int64_t b, int64_t row, int64_t seq) {
+  if (!positions)
+    return 0;
+  const int64_t first = row - positions[b * seq + row];
+  return first < 0 ? 0 : first > row ? row : first;
+}
+
 __global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
                                       int64_t bh, int64_t heads, int64_t kvHeads, int64_t seq,
-                                      int64_t dim, float scale, bool seqMajor) {
+                                      int64_t dim, float scale, bool seqMajor,
+                                      const int32_t *positions) {
   WarpIndex w = warpIndex();
   const int64_t ldkv = seqMajor ? kvHeads * dim : dim;
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
     int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
     const int64_t kv0 = headRow(kvh, 0, kvHeads, seq, dim, seqMajor);
     const int64_t qRow = headRow(head, row, heads, seq, dim, seqMajor);
-    const float *kh = k + kv0, *vh = v + kv0;
+    const int64_t first = documentStart(positions, head / heads, row, seq);
+    const float *kh = k + kv0 + first * ldkv, *vh = v + kv0 + first * ldkv;
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
     loadRow(q + qRow, dim, w.lane, qi);
     float m, l;
-    attendRow(qi, kh, vh, row, dim, ldkv, w.lane, scale, acc, m, l);
+    attendRow(qi, kh, vh, row - first, dim, ldkv, w.lane, scale, acc, m, l);
     storeRow(acc, l, dim, w.lane, out + qRow);
   }
 }
@@ -192,25 +204,27 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
 __global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
                                            const float *g, float *dq, float *stats, int64_t bh,
                                            int64_t heads, int64_t kvHeads, int64_t seq,
-                                           int64_t dim, float scale, bool seqMajor) {
+                                           int64_t dim, float scale, bool seqMajor,
+                                           const int32_t *positions) {
   WarpIndex w = warpIndex();
   const int64_t ldkv = seqMajor ? kvHeads * dim : dim;
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
     int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
     const int64_t kv0 = headRow(kvh, 0, kvHeads, seq, dim, seqMajor);
     const int64_t qRow = headRow(head, row, heads, seq, dim, seqMajor);
-    const float *kh = k + kv0, *vh = v + kv0;
+    const int64_t first = documentStart(positions, head / heads, row, seq);
+    const float *kh = k + kv0 + first * ldkv, *vh = v + kv0 + first * ldkv;
     float qi[kAttentionPerLane], gi[kAttentionPerLane], o[kAttentionPerLane] = {},
         dqi[kAttentionPerLane] = {};
     loadRow(q + qRow, dim, w.lane, qi);
     loadRow(g + qRow, dim, w.lane, gi);
     float m, l;
-    attendRow(qi, kh, vh, row, dim, ldkv, w.lane, scale, o, m, l);
+    attendRow(qi, kh, vh, row - first, dim, ldkv, w.lane, scale, o, m, l);
     float part = 0.0f; // D_i = sum_j p_j (g_i . v_j) = g_i . o_i
     for (int t = 0; t < kAttentionPerLane; ++t)
       part += gi[t] * o[t] / l;
     float D = warpSum(part);
-    for (int64_t j = 0; j <= row; ++j) {
+    for (int64_t j = 0; j <= row - first; ++j) {
       float s = rowDot(qi, kh + j * ldkv, dim, w.lane);
       float dp = rowDot(gi, vh + j * ldkv, dim, w.lane);
       float ds = expf(s * scale - m) / l * (dp - D) * scale;
@@ -231,7 +245,8 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
                                             const float *g, const float *stats, float *dk,
                                             float *dv, int64_t bkv, int64_t heads,
                                             int64_t kvHeads, int64_t seq, int64_t dim,
-                                            float scale, bool seqMajor) {
+                                            float scale, bool seqMajor,
+                                            const int32_t *positions) {
   WarpIndex w = warpIndex();
   int64_t group = heads / kvHeads;
   const int64_t ldq = seqMajor ? heads * dim : dim;
@@ -248,6 +263,8 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
       const float *qh = q + q0, *gh = g + q0;
       const float *st = stats + 3 * head * seq;
       for (int64_t i = j; i < seq; ++i) {
+        if (documentStart(positions, kvh / kvHeads, i, seq) > j)
+          continue; // key j is in an earlier document than query i
         const float *qi = qh + i * ldq, *gi = gh + i * ldq;
         float s = rowDot(kj, qi, dim, w.lane);
         float dp = rowDot(vj, gi, dim, w.lane);
@@ -449,21 +466,22 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
 
 void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t batch,
                      int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, float scale,
-                     bool seqMajor, void *stream) {
+                     bool seqMajor, void *stream, const int32_t *positions) {
   int64_t bh = batch * heads;
   causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, out, bh, heads, kvHeads, seq, dim, scale, seqMajor);
+      q, k, v, out, bh, heads, kvHeads, seq, dim, scale, seqMajor, positions);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, int64_t batch, int64_t heads,
                          int64_t kvHeads, int64_t seq, int64_t dim, float scale,
-                         bool seqMajor, float *rowStats, void *stream) {
+                         bool seqMajor, float *rowStats, void *stream,
+                         const int32_t *positions) {
   int64_t bh = batch * heads, bkv = batch * kvHeads;
   causalAttentionGradQKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale, seqMajor);
+      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale, seqMajor, positions);
   causalAttentionGradKVKernel<<<warpBlocksFor(bkv * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale, seqMajor);
+      q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale, seqMajor, positions);
 }
 
 void attentionBlock(const float *q, const float *k, const float *v, int64_t batch,
@@ -607,6 +625,13 @@ AttentionPointers attentionPointersOf(const KernelCall &c) {
 /// views' types and alignment, then cuDNN's own answer for the problem.
 std::string cudnnRefusal(const KernelCall &c) {
   const DType type = c.input(0).dtype;
+  // Packed documents would take cuDNN's ragged (THD) offsets per document;
+  // until they are wired, the warp kernels apply the document mask.
+  const size_t floats = c.op == OpKind::CausalAttention ? 3
+                        : c.op == OpKind::CausalAttentionGrad ? 4
+                        : c.op == OpKind::CausalAttentionQkv ? 1 : 2;
+  if (c.numInputs > floats)
+    return "document positions (packed documents) are not wired to cuDNN's ragged layout yet";
   for (size_t i = 0; i < c.numInputs; ++i)
     if (c.input(i).dtype != type)
       return "operands of different element types";
@@ -696,7 +721,8 @@ void addAttentionKernels(KernelTable &t) {
       return r;
     const AttentionDims a = attentionDims(c);
     causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), a.batch,
-                    a.heads, a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, streamOf(c));
+                    a.heads, a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, streamOf(c),
+                    documentPositions(c, 3));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
@@ -712,7 +738,8 @@ void addAttentionKernels(KernelTable &t) {
       return scratchFailure(c, bytes);
     causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
-                        a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c));
+                        a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c),
+                        documentPositions(c, 4));
     return KernelResult::ok();
   }, acceptsAttention);
   // The fused projection's layout (qkv [batch, seq, width]): in bf16 / f16,
@@ -737,7 +764,7 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
-                    c.real(0), true, streamOf(c));
+                    c.real(0), true, streamOf(c), documentPositions(c, 1));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
@@ -759,7 +786,8 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
-                        a.seq, a.dim, c.real(0), true, rowStats, streamOf(c));
+                        a.seq, a.dim, c.real(0), true, rowStats, streamOf(c),
+                        documentPositions(c, 2));
     return copyColumns(c.output(0).f32(), f, dq, dk, dv, false, c);
   }, acceptsAttention);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,

@@ -180,7 +180,8 @@ __global__ void rotaryKernel(const float *x, float *out, int64_t bh, int64_t seq
 
 /// rotaryKernel at the positions pos[b, t] of rows (b, h, t).
 __global__ void rotaryAtKernel(const float *x, const int32_t *pos, float *out, int64_t heads,
-                               int64_t rows, int64_t seq, int64_t dim, double theta) {
+                               int64_t rows, int64_t seq, int64_t dim, double theta,
+                               bool inverse) {
   int64_t half = dim / 2;
   PTC_GRID_LOOP(t, rows * half) {
     int64_t i = t % half, rowIndex = t / half;
@@ -188,7 +189,7 @@ __global__ void rotaryAtKernel(const float *x, const int32_t *pos, float *out, i
     float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
                                                             static_cast<double>(dim)));
     float angle = static_cast<float>(p) * invFreq;
-    float c = cosf(angle), sn = sinf(angle);
+    float c = cosf(angle), sn = inverse ? -sinf(angle) : sinf(angle);
     const float *xr = x + rowIndex * dim;
     float *yr = out + rowIndex * dim;
     float a = xr[i], bv = xr[i + half];
@@ -318,7 +319,7 @@ void addNormalizationKernels(KernelTable &t) {
     if (n > 0)
       rotaryAtKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
           x.f32(), c.input(1).i32(), c.output(0).f32(), x.dim(1), rows, x.dim(2), x.dim(3),
-          c.real(0));
+          c.real(0), c.numInts > 0 && c.integer(0) != 0);
     return KernelResult::ok();
   });
 }

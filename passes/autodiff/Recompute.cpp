@@ -20,7 +20,8 @@ namespace {
 /// Ops whose recomputation costs little next to the matmuls around them.
 bool isCheap(Operation *op) {
   return isa<AddOp, SubOp, MulOp, DivOp, ScaleOp, ConvertOp, ReshapeOp, TransposeOp, SliceOp,
-             ConcatOp, RotaryOp, CausalAttentionOp, SwigluOp, ElementwiseFunctionOpInterface>(op);
+             ConcatOp, RotaryOp, RotaryAtOp, CausalAttentionOp, SwigluOp,
+             ElementwiseFunctionOpInterface>(op);
 }
 
 /// The transformer layer a parameter belongs to, from its name

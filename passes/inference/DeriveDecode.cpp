@@ -346,7 +346,7 @@ struct Deriver {
         }
       if (auto rot = dyn_cast<RotaryOp>(op)) {
         Value at = RotaryAtOp::create(b, rot.getLoc(), rot.getType(), rot.getInput(), positions,
-                                      rot.getThetaAttr());
+                                      rot.getThetaAttr(), b.getBoolAttr(false));
         rot.getResult().replaceAllUsesWith(at);
         rot->erase();
         continue;

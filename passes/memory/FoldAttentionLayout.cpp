@@ -112,6 +112,7 @@ struct FoldAttentionLayoutPass
     Operation *folded;
     if (auto fwd = dyn_cast<CausalAttentionOp>(op)) {
       folded = CausalAttentionQkvOp::create(b, op->getLoc(), fwd.getType(), projection,
+                                            fwd.getPositions(),
                                             b.getF64FloatAttr(fwd.getScaleOrDefault()));
       fwd.getResult().replaceAllUsesWith(folded->getResult(0));
     } else {
@@ -134,7 +135,7 @@ struct FoldAttentionLayoutPass
       if (!concat || concat.getType() != projection.getType() || concat.getAxis() != 2)
         return;
       folded = CausalAttentionQkvGradOp::create(b, op->getLoc(), projection.getType(), projection,
-                                                grad.getGrad(),
+                                                grad.getGrad(), grad.getPositions(),
                                                 b.getF64FloatAttr(grad.getScaleOrDefault()));
       concat.getResult().replaceAllUsesWith(folded->getResult(0));
       SmallVector<Operation *> reshapes;
@@ -162,7 +163,10 @@ struct FoldAttentionLayoutPass
       return;
     SmallVector<Value> operands;
     SmallVector<TransposeOp> splits;
-    for (Value v : op->getOperands()) {
+    // The float operands (q, k, v[, incoming gradient]); the document
+    // positions [batch, seq] read the same in either layout.
+    Value positions = fwd ? fwd.getPositions() : grad.getPositions();
+    for (Value v : op->getOperands().take_front(fwd ? 3 : 4)) {
       auto t = v.getDefiningOp<TransposeOp>();
       if (!swapsHeadsAndSeq(t))
         return;
@@ -182,10 +186,11 @@ struct FoldAttentionLayoutPass
     Operation *folded;
     if (fwd)
       folded = CausalAttentionOp::create(b, op->getLoc(), types[0], operands[0], operands[1],
-                                         operands[2], fwd.getScaleAttr(), true);
+                                         operands[2], positions, fwd.getScaleAttr(), true);
     else
       folded = CausalAttentionGradOp::create(b, op->getLoc(), types, operands[0], operands[1],
-                                             operands[2], operands[3], grad.getScaleAttr(), true);
+                                             operands[2], operands[3], positions,
+                                             grad.getScaleAttr(), true);
     // Discardable attributes (ptc.backward, a pipeline stage) carry over.
     folded->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     for (auto [old, now] : llvm::zip(op->getResults(), folded->getResults()))

@@ -684,8 +684,12 @@ LogicalResult Splitter::run() {
       ++channel;
     }
   };
+  // Parameters are sent once per step. An input that several chunks read
+  // (packed documents' positions: every attention reads them) is not sent:
+  // each pipeline rank that reads it loads its micro-batches from the data.
   for (BlockArgument arg : block.getArguments())
-    if (auto it = home.find(arg); it != home.end())
+    if (auto it = home.find(arg);
+        it != home.end() && !func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName))
       connect(arg, it->second, kForward, /*perStep=*/true, nullptr);
   for (Operation *op : ops) {
     if (!perMb.contains(op) || !chunk.count(op))

@@ -44,6 +44,12 @@ StatusOr<ModelInfo> ModelInfo::parse(const std::string &text, const std::string 
     else
       return invalidArgument(origin, ": the model information's 'hf_config' is neither text nor an object");
   }
+  if (auto d = j.find("document_end"); d != j.end()) {
+    if (!d->is_number_integer() || d->get<int64_t>() < 0 || d->get<int64_t>() > 2147483647)
+      return invalidArgument(origin, ": the model information's 'document_end' is not a token "
+                                     "id (an integer in [0, 2^31))");
+    info.documentEnd = d->get<int64_t>();
+  }
   return info;
 }
 

@@ -20,9 +20,13 @@ struct ModelInfo {
   std::map<std::string, std::string> tied; ///< alias -> the parameter it names
   std::vector<std::string> buffers;        ///< the module's buffers (not in ptc's files)
   std::string hfConfig;                    ///< config.json's text, or "" (none)
+  /// Packed documents: the token id that ends a document (the model's
+  /// 'positions' input restarts after it), or -1 (one stream).
+  int64_t documentEnd = -1;
 
   /// Parses the JSON text (`{"tied": {...}, "buffers": [...], "hf_config": TEXT or
-  /// {...}}`, each optional; "" is an empty ModelInfo). `origin` names it in errors.
+  /// {...}, "document_end": ID}`, each optional; "" is an empty ModelInfo).
+  /// `origin` names it in errors.
   static StatusOr<ModelInfo> parse(const std::string &json, const std::string &origin);
 };
 

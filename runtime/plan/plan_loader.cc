@@ -235,7 +235,19 @@ private:
     StatusOr<bool> layout = seqMajor();
     if (!layout.isOk())
       return layout.status();
-    return attentionShapes(*layout);
+    PTC_RETURN_IF_ERROR(attentionShapes(*layout));
+    const size_t floats = inst_.op() == OpCode::CausalAttentionGrad ? 4 : 3;
+    return documentPositions(floats, in(0)[0], in(0)[*layout ? 1 : 2]);
+  }
+  /// An attention's optional document positions [batch, seq] (i32), input
+  /// `index` when the instruction has it (packed documents).
+  Status documentPositions(size_t index, int64_t batch, int64_t seq) {
+    if (in_.size() < index || in_.size() > index + 1)
+      return fail("expects ", index, " inputs, or ", index + 1,
+                  " with the document positions, has ", in_.size());
+    if (in_.size() == index)
+      return Status::ok();
+    return expectShape(in(index), {batch, seq}, "document positions");
   }
   /// Ring attention's mesh axis (its only integer attribute): one of the
   /// plan's axes. (Low-precision tensors are widened by the executor, as for
@@ -497,19 +509,20 @@ Status InstructionChecker::check() {
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");
   case ShapeRule::Attention:
-    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(dtypes({3}));
     PTC_RETURN_IF_ERROR(attentionOperands());
     return expectShape(out(0), in(0), "result");
   case ShapeRule::AttentionQkv:
   case ShapeRule::AttentionQkvGrad: {
     // qkv [batch, seq, (heads + 2 kv_heads) * head_dim] -> [batch, seq, heads,
     // head_dim]; the gradient: (qkv, that gradient) -> qkv's shape.
-    PTC_RETURN_IF_ERROR(dtypes());
     const bool grad = info->rule == ShapeRule::AttentionQkvGrad;
+    PTC_RETURN_IF_ERROR(dtypes({grad ? 2 : 1}));
     const Shape &qkv = in(0), &heads = grad ? in(1) : out(0);
     if (qkv.size() != 3 || heads.size() != 4 || heads[0] != qkv[0] || heads[1] != qkv[1])
       return fail("expects qkv [batch, seq, width] and [batch, seq, heads, head_dim], got ",
                   shapeStr(qkv), " and ", shapeStr(heads));
+    PTC_RETURN_IF_ERROR(documentPositions(grad ? 2 : 1, qkv[0], qkv[1]));
     const int64_t h = heads[2], d = heads[3], w = qkv[2];
     if (!kernels::fusedQkvWidthFits(h, d, w))
       return fail("qkv's width ", w, " is not (", h, " heads + 2 * kv_heads) * ", d,
@@ -539,6 +552,8 @@ Status InstructionChecker::check() {
       return fail("input must be [batch, heads, tokens, head_dim] with an even head_dim, got ",
                   shapeStr(in(0)));
     PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0)[0], in(0)[2]}, "positions"));
+    if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 0 && ints_[0] != 1))
+      return fail("needs at most one integer attribute, inverse (0 or 1)");
     if (!(floats_[0] > 1.0))
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");
@@ -720,7 +735,7 @@ Status InstructionChecker::check() {
     return Status::ok();
   }
   case ShapeRule::AttentionGrad:
-    PTC_RETURN_IF_ERROR(dtypes());
+    PTC_RETURN_IF_ERROR(dtypes({4}));
     PTC_RETURN_IF_ERROR(attentionOperands());
     PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));

@@ -243,11 +243,27 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     // The standard model reads 'tokens' and 'targets' [batch, seq] from the data.
     tokensId_ = plan.findTensor("tokens", plan::TensorKind::Input);
     targetsId_ = plan.findTensor("targets", plan::TensorKind::Input);
+    // Packed documents: 'positions' restart after each end-of-document token
+    // the model names (ptc-model --document-end).
+    auto info = ModelInfo::parse(plan.modelInfo(), "plan '" + options.planPath + "'");
+    if (!info.isOk())
+      return info.status();
+    documentEnd_ = info->documentEnd;
+    positionsId_ = plan.findTensor("positions", plan::TensorKind::Input);
+    if (positionsId_ >= 0 && documentEnd_ < 0)
+      return invalidArgument("plan input 'positions' has no data source: the model names no "
+                             "end-of-document token (ptc-model --document-end ID builds a model "
+                             "of packed documents)");
+    if (positionsId_ < 0 && documentEnd_ >= 0)
+      return invalidArgument("plan '", options.planPath, "' names the end-of-document token ",
+                             documentEnd_, " but has no 'positions' input");
     for (const TensorInfo &t : plan.tensors())
-      if (t.kind == plan::TensorKind::Input && t.name != "tokens" && t.name != "targets")
+      if (t.kind == plan::TensorKind::Input && t.name != "tokens" && t.name != "targets" &&
+          !(t.name == "positions" && positionsId_ >= 0))
         return invalidArgument("plan input '", t.name,
-                               "' has no data source: a token file feeds 'tokens' and 'targets'; "
-                               "other models read named arrays from --data FILE.safetensors");
+                               "' has no data source: a token file feeds 'tokens' and 'targets' "
+                               "(and, for packed documents, 'positions'); other models read "
+                               "named arrays from --data FILE.safetensors");
     if (tokensId_ < 0 || targetsId_ < 0)
       return invalidArgument("plan '", options.planPath,
                              "' lacks the 'tokens' and 'targets' inputs");
@@ -255,6 +271,9 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     if (tokens.shape.size() != 2 || plan.tensor(targetsId_).shape != tokens.shape ||
         tokens.dtype != plan::DType::I32)
       return invalidArgument("inputs 'tokens' and 'targets' must both be [batch, seq] i32");
+    if (positionsId_ >= 0 && (plan.tensor(positionsId_).globalShape != tokens.globalShape ||
+                              plan.tensor(positionsId_).dtype != plan::DType::I32))
+      return invalidArgument("input 'positions' must be [batch, seq] i32 as 'tokens'");
     // Inputs may be split (rows over dp, the sequence over tp): each rank
     // builds the global batch and keeps its part. A micro-batched plan's
     // inputs hold one micro-batch.
@@ -293,6 +312,8 @@ Status TrainingSession::setUp(const SessionOptions &options, FailureScope &scope
     data_ = std::move(*data);
     wholeTokens_.assign(static_cast<size_t>(batch_ * seq_), 0);
     wholeTargets_.assign(static_cast<size_t>(batch_ * seq_), 0);
+    if (positionsId_ >= 0)
+      wholePositions_.assign(static_cast<size_t>(batch_ * seq_), 0);
   }
 
   auto device = createDevice(options.device, localRank());
@@ -456,6 +477,21 @@ Status TrainingSession::saveParameters(const std::string &path,
   return writeModelWeights(path, isDirectoryTarget(path), out, metadata, maxShardBytes, *info);
 }
 
+Status TrainingSession::setDocumentPositions(const int32_t *tokens) {
+  if (positionsId_ < 0)
+    return Status::ok();
+  // Each sequence starts a document; one starts after every end-of-document
+  // token (which ends the one before: its own position continues it).
+  const int32_t end = static_cast<int32_t>(documentEnd_);
+  for (int64_t b = 0; b < batch_; ++b) {
+    const int32_t *row = tokens + b * seq_;
+    int32_t *pos = wholePositions_.data() + b * seq_;
+    for (int64_t i = 0; i < seq_; ++i)
+      pos[i] = i == 0 || row[i - 1] == end ? 0 : pos[i - 1] + 1;
+  }
+  return executor_->setInput(positionsId_, wholePositions_.data());
+}
+
 StatusOr<float> TrainingSession::evaluate(const TokenData &data, int64_t batches) {
   if (!data_)
     return invalidArgument("evaluation needs a language model fed by token files");
@@ -469,6 +505,8 @@ StatusOr<float> TrainingSession::evaluate(const TokenData &data, int64_t batches
       s = executor_->setInput(tokensId_, tokens.data());
     if (s.isOk())
       s = executor_->setInput(targetsId_, targets.data());
+    if (s.isOk())
+      s = setDocumentPositions(tokens.data());
     if (s.isOk())
       s = executor_->step(nullptr);
     if (s.isOk()) {
@@ -498,6 +536,7 @@ StatusOr<StepResult> TrainingSession::runStep(int64_t step) {
         data_->fillBatch(step, batch_, seq_, 0, batch_, wholeTokens_.data(), wholeTargets_.data()));
     PTC_RETURN_IF_ERROR(executor_->setInput(tokensId_, wholeTokens_.data()));
     PTC_RETURN_IF_ERROR(executor_->setInput(targetsId_, wholeTargets_.data()));
+    PTC_RETURN_IF_ERROR(setDocumentPositions(wholeTokens_.data()));
   }
   executor_->setTracing(traceFrom_ >= 0 && step >= traceFrom_);
   executor_->setRandomKey(options_.seed, step); // dropout's masks

@@ -197,13 +197,19 @@ private:
   double collectiveTimeout_ = 0; // as requested (0: the plan's default)
   int pipelineRank_ = 0;
   int32_t lossId_ = -1, gradNormId_ = -1, lossScaleId_ = -1, lrId_ = -1, skippedId_ = -1,
-          tokensId_ = -1, targetsId_ = -1;
+          tokensId_ = -1, targetsId_ = -1, positionsId_ = -1;
+  /// Packed documents: the plan's end-of-document token (its 'positions'
+  /// input restarts after it), or -1.
+  int64_t documentEnd_ = -1;
+  /// Fills and sets the 'positions' input of packed documents from `tokens`
+  /// [batch_, seq_] (nothing without it).
+  Status setDocumentPositions(const int32_t *tokens);
   int64_t skippedInARow_ = 0; // steps with non-finite gradients, the latest ones
   /// Checks a step's loss and gradients (ptc-run --on-nonfinite).
   Status checkFinite(const StepResult &r);
   std::vector<std::pair<std::string, int32_t>> metricIds_;
   int64_t batch_ = 0, seq_ = 0, vocab_ = 65536;
-  std::vector<int32_t> wholeTokens_, wholeTargets_;
+  std::vector<int32_t> wholeTokens_, wholeTargets_, wholePositions_;
   std::vector<double> *profile_ = nullptr;
   int64_t profileSkip_ = 0, stepsRun_ = 0;
   int64_t traceFrom_ = -1;

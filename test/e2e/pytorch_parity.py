@@ -8,6 +8,7 @@ weights to 1e-3 (max abs difference relative to the tensor's max magnitude).
 
 usage: pytorch_parity.py --bin BUILD/bin --workdir DIR [--model gpt|llama|gpt-moe]
                          [--optimizer adamw|sgd|adafactor|muon] [--adafactor-beta1 B] [--steps N]
+                         [--document-end ID]
 """
 import argparse
 import json
@@ -32,6 +33,9 @@ def main():
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "gpt-moe"])
     ap.add_argument("--adafactor-beta1", type=float, default=0.0)
+    ap.add_argument("--document-end", type=int, default=None,
+                    help="packed documents: this token ends a document (PyTorch applies the "
+                         "document mask explicitly)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     torch.set_num_threads(2)
@@ -67,6 +71,8 @@ def main():
         shape = ["--layers", str(L), "--hidden", str(H), "--heads", str(A), "--kv-heads", str(KV),
                  "--intermediate", str(F), "--rope-theta", str(theta)]
     ref.save_safetensors(w("init.safetensors"), state(model))
+    if args.document_end is not None:
+        shape += ["--document-end", str(args.document_end)]
     run(os.path.join(args.bin, "ptc-model"), args.model.split("-")[0], *shape, "--seq", str(S), "--vocab", str(V),
         "--batch", str(B), "-o", w("gpt.mlir"))
     opts = (f"plan={w('gpt.plan')} optimizer={args.optimizer} lr={hp['lr']} "
@@ -88,7 +94,12 @@ def main():
     else:
         opt = ref.make_optimizer(model, args.optimizer, adafactor_beta1=args.adafactor_beta1,
                                  **hp)
-    torch_losses = ref.train(model, opt, data, args.steps, B, S, max_grad_norm=max_norm)
+    torch_losses = ref.train(model, opt, data, args.steps, B, S, max_grad_norm=max_norm,
+                             document_end=args.document_end)
+    if args.document_end is not None:
+        x, _ = ref.batch(data, 0, B, S)
+        docs = int((ref.document_positions(x, args.document_end) == 0).sum())
+        print(f"packed documents: {docs} document starts in the first batch of {B} windows")
     if args.model == "gpt-moe":
         dropped = model.dropped_fraction()
         print(f"dropped assignments (torch): {dropped:.3f} of all")

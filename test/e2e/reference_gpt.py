@@ -20,12 +20,13 @@ class SelfAttention(nn.Module):
         self.c_proj = nn.Linear(hidden, hidden)
         self.heads = heads
 
-    def forward(self, x):
+    def forward(self, x, positions=None):
         B, S, H = x.shape
         q, k, v = self.c_attn(x).split(H, dim=2)
         q, k, v = (t.view(B, S, self.heads, H // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        mask = torch.ones(S, S, dtype=torch.bool).tril()
+        mask = torch.ones(S, S, dtype=torch.bool).tril() if positions is None \
+            else document_mask(positions)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, S, H)
         return self.c_proj(y)
@@ -49,8 +50,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(hidden, eps=1e-5)
         self.mlp = Mlp(hidden)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, positions=None):
+        x = x + self.attn(self.ln_1(x), positions)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -73,13 +74,38 @@ class GPT(nn.Module):
             elif name.endswith(".bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, tokens, targets):
+    def forward(self, tokens, targets, positions=None):
         S = tokens.shape[1]
-        x = self.transformer.wte(tokens) + self.transformer.wpe(torch.arange(S))
+        x = self.transformer.wte(tokens) + self.transformer.wpe(
+            torch.arange(S) if positions is None else positions)
         for block in self.transformer.h:
-            x = block(x)
+            x = block(x, positions)
         logits = self.lm_head(self.transformer.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def document_positions(tokens, eod):
+    """Packed documents: each token's position in its document ([B, S] int64), a
+    document starting at each window and after every `eod` token. Computed from
+    document ids (a running count of the boundaries), not by ptc's loop."""
+    B, S = tokens.shape
+    starts = torch.zeros(B, S, dtype=torch.int64)
+    starts[:, 1:] = (tokens[:, :-1] == eod).long()
+    starts[:, 0] = 1
+    doc = starts.cumsum(dim=1)  # document id per token
+    index = torch.arange(S).expand(B, S)
+    first = torch.full((B, int(doc.max()) + 1), S, dtype=torch.int64)
+    first = first.scatter_reduce(1, doc, index, reduce="amin")
+    return index - first.gather(1, doc)
+
+
+def document_mask(positions):
+    """The explicit [B, 1, S, S] mask: query i sees key j when both are in one
+    document (equal document ids) and j <= i."""
+    B, S = positions.shape
+    doc = (positions == 0).long().cumsum(dim=1)
+    same = doc[:, :, None] == doc[:, None, :]
+    return (same & torch.ones(S, S, dtype=torch.bool).tril())[:, None]
 
 
 def batch(data, step, batch_size, seq):
@@ -106,11 +132,15 @@ def make_optimizer(model, optimizer="adamw", lr=1e-3, betas=(0.9, 0.999), eps=1e
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
 
 
-def train(model, opt, data, steps, batch_size, seq, max_grad_norm=0.0):
+def train(model, opt, data, steps, batch_size, seq, max_grad_norm=0.0, document_end=None):
+    """With `document_end`, packed documents: the model takes their positions."""
     losses = []
     for step in range(steps):
         x, y = batch(data, step, batch_size, seq)
-        loss = model(x, y)
+        if document_end is None:
+            loss = model(x, y)
+        else:
+            loss = model(x, y, positions=document_positions(x, document_end))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if max_grad_norm > 0:

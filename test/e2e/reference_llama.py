@@ -10,6 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import reference_gpt
+
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden, eps):
@@ -28,11 +30,14 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotary(x, theta):
-    """x: [B, heads, S, D]; position = index along S."""
+def rotary(x, theta, positions=None):
+    """x: [B, heads, S, D]; position = index along S, or positions[b, s] ([B, S])."""
     S, D = x.shape[2], x.shape[3]
     inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
-    freqs = torch.arange(S, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    if positions is None:
+        freqs = torch.arange(S, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    else:  # [B, 1, S, D/2]: broadcast over the heads
+        freqs = (positions.to(torch.float32)[:, :, None] * inv_freq[None, None, :])[:, None]
     emb = torch.cat((freqs, freqs), dim=-1)
     return x * emb.cos() + rotate_half(x) * emb.sin()
 
@@ -47,17 +52,18 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(heads * d, hidden, bias=False)
         self.heads, self.kv_heads, self.d, self.theta = heads, kv_heads, d, theta
 
-    def forward(self, x):
+    def forward(self, x, positions=None):
         B, S, H = x.shape
         q = self.q_proj(x).view(B, S, self.heads, self.d).transpose(1, 2)
         k = self.k_proj(x).view(B, S, self.kv_heads, self.d).transpose(1, 2)
         v = self.v_proj(x).view(B, S, self.kv_heads, self.d).transpose(1, 2)
-        q, k = rotary(q, self.theta), rotary(k, self.theta)
+        q, k = rotary(q, self.theta, positions), rotary(k, self.theta, positions)
         group = self.heads // self.kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.d)
-        mask = torch.ones(S, S, dtype=torch.bool).tril()
+        mask = torch.ones(S, S, dtype=torch.bool).tril() if positions is None \
+            else reference_gpt.document_mask(positions)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, S, H)
         return self.o_proj(y)
@@ -82,8 +88,8 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = Mlp(hidden, intermediate)
 
-    def forward(self, x):
-        x = x + self.self_attn(self.input_layernorm(x))
+    def forward(self, x, positions=None):
+        x = x + self.self_attn(self.input_layernorm(x), positions)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -104,10 +110,10 @@ class Llama(nn.Module):
             if p.dim() >= 2:
                 nn.init.normal_(p, 0.0, 0.02)
 
-    def forward(self, tokens, targets):
+    def forward(self, tokens, targets, positions=None):
         x = self.model.embed_tokens(tokens)
         for layer in self.model.layers:
-            x = layer(x)
+            x = layer(x, positions)
         logits = self.lm_head(self.model.norm(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 

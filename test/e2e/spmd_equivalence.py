@@ -10,7 +10,7 @@ the weight by a fraction of lr.
 usage: spmd_equivalence.py --bin BUILD/bin --workdir DIR [--layouts dp:2 tp:2 tp:2+sp ...]
                            [--device cpu-discrete] [--model gpt|llama|gpt-moe|llama-moe]
                            [--precision bf16]
-                           [--optimizer adamw|adafactor|muon] [--dropout P]
+                           [--optimizer adamw|adafactor|muon] [--dropout P] [--document-end ID]
 (--model llama: 4 heads over 2 kv heads, untied head; -moe: 4 experts, top-2, capacity
 factor 1.0 (tokens are dropped), aux and z-losses, gpt-moe with a shared expert and
 auxiliary-loss-free bias balancing; --precision bf16: every run, the
@@ -18,7 +18,10 @@ baseline too, computes in bf16; each rank rounds its partial sums to bf16 where 
 rounds the whole sum once, so the bounds are 2e-4 (losses) and 2e-2 (weights) there;
 --dropout P: the GPT drops with probability P after its embeddings, attentions and MLPs, every
 layout must draw the single rank's masks, the single rank's losses must differ from the same
-run's without dropout, and evaluation must run without it)
+run's without dropout, and evaluation must run without it; --document-end ID: packed documents,
+token ID ends one (attention stops and positions restart there), and the single rank's losses
+must differ from the same run's as one stream, while a model whose end token never occurs
+gives the stream's first loss bitwise)
 (layout "1": one process; +sb small gradient buckets (bucket-mb=0.02: many, interleaved with
 the backward pass); +sp adds sequence parallelism, +zeroN a ZeRO stage, +mbN N micro-batches, +gpipe / +1f1b /
 +zb-h1 / +ilV a pipeline schedule, ilV: interleaved 1F1B with V virtual stages, +rfull /
@@ -51,6 +54,7 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor", "muon"])
     ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--document-end", type=int, default=None)
     ap.add_argument("--device", default="cpu",
                     help="ptc-run --device of the layouts (the single-rank baseline runs on the cpu)")
     args = ap.parse_args()
@@ -69,7 +73,8 @@ def main():
     shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--seq", str(args.seq), "--vocab",
              "256", "--batch", str(args.batch), *extra]
     dropout = ["--dropout", str(args.dropout)] if args.dropout > 0 else []
-    run(b("ptc-model"), model, *shape, *dropout, "-o", w("gpt.mlir"))
+    documents = ["--document-end", str(args.document_end)] if args.document_end is not None else []
+    run(b("ptc-model"), model, *shape, *dropout, *documents, "-o", w("gpt.mlir"))
     opts = "optimizer=adamw lr=1e-3 beta2=0.95 weight-decay=0.1 max-grad-norm=1.0"
     if args.optimizer == "adafactor":
         opts = "optimizer=adafactor lr=1e-3 adafactor-beta1=0.9 weight-decay=0.1"
@@ -136,6 +141,23 @@ def main():
         ok &= same
         print(f"evaluation without dropout: eval loss {evals[0]!r} vs {evals[1]!r} without dropout: "
               f"{'ok' if same else 'MISMATCH'}")
+    if documents:
+        # The boundaries must do something: the same run as one stream differs; a model
+        # whose end token (byte 255) never occurs in the text computes the stream's
+        # first loss bitwise (its positions count 0, 1, ...).
+        assert 255 not in text
+        run(b("ptc-model"), model, *shape, "-o", w("stream.mlir"))
+        run(b("ptc-model"), model, *shape, "--document-end", "255", "-o", w("none.mlir"))
+        stream, _ = train(None, "stream", model_file="stream.mlir")
+        unbroken, _ = train(None, "unbroken", model_file="none.mlir")
+        diff = max(abs(a - b) / abs(b) for a, b in zip(base_losses, stream))
+        same = unbroken[0] == stream[0]
+        ok &= diff > 1e-3 and same
+        print(f"packed documents (end token {args.document_end}): losses differ from one "
+              f"stream's by up to {diff:.2e} rel: {'ok' if diff > 1e-3 else 'NO EFFECT'}; "
+              f"no boundary: first loss {unbroken[0]!r} vs {stream[0]!r}: "
+              f"{'bitwise equal' if same else 'MISMATCH'} (max rel over {args.steps} steps "
+              f"{max(abs(a - b) / abs(b) for a, b in zip(unbroken, stream)):.1e})")
     for layout in args.layouts:
         tag = layout.replace(":", "").replace(",", "x").replace("+", "-")
         losses, weights = train(layout, tag, args.device)

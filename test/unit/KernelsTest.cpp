@@ -354,6 +354,84 @@ TEST(Kernels, CausalAttentionMatchesDenseSoftmax) {
   expectNear(out, ref, 1e-5f);
 }
 
+// Packed documents: attention over a sequence of documents with their
+// positions equals each document's own causal attention (forward and every
+// gradient; grouped-query heads, seq-major layout, documents crossing the
+// kernels' 32-row query blocks), and positions 0, 1, .. (one document) give the
+// plain causal kernel's numbers bitwise.
+TEST(Kernels, PackedDocumentsAttendWithinTheirDocument) {
+  const int64_t B = 2, H = 4, KV = 2, S = 80, D = 8;
+  // Document lengths per batch entry (summing to S).
+  const std::vector<std::vector<int64_t>> docs = {{5, 40, 1, 34}, {80}};
+  std::vector<int32_t> positions(B * S);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t i = 0;
+    for (int64_t len : docs[b])
+      for (int64_t p = 0; p < len; ++p)
+        positions[b * S + i++] = static_cast<int32_t>(p);
+  }
+  ASSERT_TRUE(checkDocumentPositions(positions.data(), B, S).isOk());
+  for (bool seqMajor : {false, true}) {
+    auto q = randomVector(B * H * S * D, 41), k = randomVector(B * KV * S * D, 42),
+         v = randomVector(B * KV * S * D, 43), g = randomVector(B * H * S * D, 44);
+    const float scale = 0.35f;
+    // Element (b, h, t, c) of a [B, heads, S, D] tensor in the layout.
+    auto at = [&](int64_t b, int64_t heads, int64_t h, int64_t t, int64_t c) {
+      return seqMajor ? ((b * S + t) * heads + h) * D + c : ((b * heads + h) * S + t) * D + c;
+    };
+    std::vector<float> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+    causalAttention(q.data(), k.data(), v.data(), out.data(), {B, H, S, D}, KV, scale, seqMajor,
+                    0, positions.data());
+    causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), dq.data(), dk.data(), dv.data(),
+                        {B, H, S, D}, KV, scale, seqMajor, 0, positions.data());
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t start = 0;
+      for (int64_t len : docs[b]) {
+        // The document alone: [1, heads, len, D], heads-major.
+        auto cut = [&](const std::vector<float> &x, int64_t heads) {
+          std::vector<float> y(heads * len * D);
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t t = 0; t < len; ++t)
+              for (int64_t c = 0; c < D; ++c)
+                y[(h * len + t) * D + c] = x[at(b, heads, h, start + t, c)];
+          return y;
+        };
+        auto dq1 = cut(q, H), dk1 = cut(k, KV), dv1 = cut(v, KV);
+        auto q1 = cut(q, H), k1 = cut(k, KV), v1 = cut(v, KV), g1 = cut(g, H);
+        std::vector<float> o1(q1.size());
+        causalAttention(q1.data(), k1.data(), v1.data(), o1.data(), {1, H, len, D}, KV, scale);
+        causalAttentionGrad(q1.data(), k1.data(), v1.data(), g1.data(), dq1.data(), dk1.data(),
+                            dv1.data(), {1, H, len, D}, KV, scale);
+        expectNear(cut(out, H), o1, 1e-5f);
+        expectNear(cut(dq, H), dq1, 1e-5f);
+        expectNear(cut(dk, KV), dk1, 1e-5f);
+        expectNear(cut(dv, KV), dv1, 1e-5f);
+        start += len;
+      }
+    }
+    // One document per sequence: the plain causal kernel's numbers, bitwise.
+    std::vector<int32_t> counting(B * S);
+    for (int64_t x = 0; x < B * S; ++x)
+      counting[x] = static_cast<int32_t>(x % S);
+    std::vector<float> plain(q.size()), counted(q.size()), pdq(q.size()), cdq(q.size()),
+        pdk(k.size()), cdk(k.size()), pdv(v.size()), cdv(v.size());
+    causalAttention(q.data(), k.data(), v.data(), plain.data(), {B, H, S, D}, KV, scale, seqMajor);
+    causalAttention(q.data(), k.data(), v.data(), counted.data(), {B, H, S, D}, KV, scale,
+                    seqMajor, 0, counting.data());
+    causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), pdq.data(), pdk.data(),
+                        pdv.data(), {B, H, S, D}, KV, scale, seqMajor);
+    causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), cdq.data(), cdk.data(),
+                        cdv.data(), {B, H, S, D}, KV, scale, seqMajor, 0, counting.data());
+    EXPECT_EQ(plain, counted);
+    EXPECT_EQ(pdq, cdq);
+    EXPECT_EQ(pdk, cdk);
+    EXPECT_EQ(pdv, cdv);
+  }
+  // A position past its token's index is refused.
+  positions[3] = 4;
+  EXPECT_FALSE(checkDocumentPositions(positions.data(), B, S).isOk());
+}
+
 // Grouped-query attention equals multi-head attention on kv heads repeated
 // for their query heads; its kv gradients are the sums over those heads.
 TEST(Kernels, GroupedQueryAttentionIsRepeatedKvHeads) {

@@ -9,10 +9,21 @@
 
 #include "ModelBuilder.h"
 
+#include "llvm/Support/JSON.h"
+
 #include <cmath>
 
 using namespace mlir;
 using namespace mlir::ptc;
+
+llvm::Error mlir::ptc::validateDocumentEnd(int64_t documentEnd, int64_t vocab, const char *model) {
+  if (documentEnd < -1 || documentEnd >= vocab)
+    return llvm::createStringError("%s: --document-end %lld is not a token id of the vocabulary "
+                                   "[0, %lld) (-1: no packed documents)",
+                                   model, static_cast<long long>(documentEnd),
+                                   static_cast<long long>(vocab));
+  return llvm::Error::success();
+}
 
 llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
   auto positive = [](int64_t v, const char *name) -> llvm::Error {
@@ -33,6 +44,8 @@ llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
   if (c.vocab > 2147483647)
     return llvm::createStringError("gpt: --vocab %lld exceeds 2^31 - 1 (ids are int32)",
                                    static_cast<long long>(c.vocab));
+  if (llvm::Error e = validateDocumentEnd(c.documentEnd, c.vocab, "gpt"))
+    return e;
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     return llvm::createStringError("gpt: --dropout must be in [0, 1), got %g", c.dropout);
   if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
@@ -97,7 +110,8 @@ Value layerNorm(ModelBuilder &m, Value x, const std::string &prefix) {
                              m.builder().getF64FloatAttr(1e-5));
 }
 
-Value attention(ModelBuilder &m, const GptConfig &c, Value x, const std::string &prefix) {
+Value attention(ModelBuilder &m, const GptConfig &c, Value x, Value positions,
+                const std::string &prefix) {
   OpBuilder &b = m.builder();
   const int64_t B = c.batch, S = c.seq, H = c.hidden, A = c.heads, D = H / A;
   Location loc = m.loc(prefix);
@@ -110,7 +124,8 @@ Value attention(ModelBuilder &m, const GptConfig &c, Value x, const std::string 
     return TransposeOp::create(b, loc, r, ArrayRef<int64_t>{0, 2, 1, 3}).getResult(); // [B,A,S,D]
   };
   Value q = headsOf(0), k = headsOf(1), v = headsOf(2);
-  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, /*scale=*/FloatAttr());
+  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, positions,
+                                      /*scale=*/FloatAttr());
   y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3}); // [B,S,A,D]
   y = m.reshape(y, {B, S, H}, loc);
   return m.linear(y, prefix + ".c_proj");
@@ -145,14 +160,27 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
     return std::move(e);
   Type ftype = *parseFloatType(context, c.dtype);
   Type i32 = IntegerType::get(&context, 32);
-  ModelBuilder m(context, ftype, gptParameters(c),
-                 {{{"tokens", {c.batch, c.seq}}, i32}, {{"targets", {c.batch, c.seq}}, i32}});
+  const bool documents = c.documentEnd >= 0;
+  std::vector<ModelBuilder::Input> inputs = {{{"tokens", {c.batch, c.seq}}, i32},
+                                    {{"targets", {c.batch, c.seq}}, i32}};
+  if (documents)
+    inputs.push_back({{"positions", {c.batch, c.seq}}, i32});
+  ModelBuilder m(context, ftype, gptParameters(c), inputs);
   OpBuilder &b = m.builder();
+  Value positions = documents ? m.input("positions") : Value();
 
   Value x = EmbeddingOp::create(b, m.loc("transformer.wte"), m.param("transformer.wte.weight"),
                                 m.input("tokens"));
-  // The position table has exactly `seq` rows, so it broadcasts over the batch.
-  x = AddOp::create(b, m.loc("transformer.wpe"), x, m.param("transformer.wpe.weight"));
+  if (documents) {
+    // Packed documents: each token's row of the position table, by its
+    // position in its document.
+    x = AddOp::create(b, m.loc("transformer.wpe"), x,
+                      EmbeddingOp::create(b, m.loc("transformer.wpe"),
+                                          m.param("transformer.wpe.weight"), positions));
+  } else {
+    // The position table has exactly `seq` rows, so it broadcasts over the batch.
+    x = AddOp::create(b, m.loc("transformer.wpe"), x, m.param("transformer.wpe.weight"));
+  }
   // Each dropout draws from its own stream, numbered in program order.
   int64_t streams = 0;
   auto dropout = [&](Value v, const std::string &where) -> Value {
@@ -166,7 +194,8 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string l = "transformer.h." + std::to_string(i);
     x = AddOp::create(b, m.loc(l), x,
-                      dropout(attention(m, c, layerNorm(m, x, l + ".ln_1"), l + ".attn"),
+                      dropout(attention(m, c, layerNorm(m, x, l + ".ln_1"), positions,
+                                        l + ".attn"),
                               l + ".attn.resid_dropout"));
     Value h = layerNorm(m, x, l + ".ln_2");
     x = AddOp::create(b, m.loc(l), x,
@@ -180,10 +209,17 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
                                   /*transposeLhs=*/false, /*transposeRhs=*/true);
   Value loss = CrossEntropyOp::create(b, m.loc("loss"), logits, m.input("targets"));
   auto module = m.finish(m.addAuxLoss(loss, auxLoss));
-  // nanoGPT's state_dict also names the tied head.
-  if (module)
-    (**module)->setAttr(
-        PtcDialect::kModelInfoAttrName,
-        StringAttr::get(&context, R"({"tied":{"lm_head.weight":"transformer.wte.weight"}})"));
+  if (!module)
+    return module;
+  // nanoGPT's state_dict also names the tied head; packed documents name
+  // their boundary token (ptc-run fills 'positions' from it).
+  llvm::json::Object info;
+  info["tied"] = llvm::json::Object{{"lm_head.weight", "transformer.wte.weight"}};
+  if (documents)
+    info["document_end"] = c.documentEnd;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(info));
+  (**module)->setAttr(PtcDialect::kModelInfoAttrName, StringAttr::get(&context, text));
   return module;
 }

@@ -24,6 +24,8 @@ llvm::Error mlir::ptc::validateLlamaConfig(const LlamaConfig &c) {
     if (v < 1)
       return llvm::createStringError("llama: --%s must be at least 1, got %lld", name,
                                      static_cast<long long>(v));
+  if (llvm::Error e = validateDocumentEnd(c.documentEnd, c.vocab, "llama"))
+    return e;
   if (c.hidden % c.heads != 0)
     return llvm::createStringError("llama: --hidden %lld is not divisible by --heads %lld",
                                    static_cast<long long>(c.hidden),
@@ -102,7 +104,8 @@ Value rmsNorm(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string 
                            m.builder().getF64FloatAttr(c.rmsNormEps));
 }
 
-Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, const std::string &prefix) {
+Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, Value positions,
+                const std::string &prefix) {
   OpBuilder &b = m.builder();
   const int64_t B = c.batch, S = c.seq, H = c.hidden, A = c.heads, KV = c.kvHeads, D = H / A;
   Location loc = m.loc(prefix);
@@ -111,13 +114,18 @@ Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, const std::strin
     Value y = m.linear(x, prefix + "." + proj, /*bias=*/false);
     y = m.reshape(y, {B, S, n, D}, loc);
     y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3});
-    if (rotate)
+    // Packed documents: each row turns by its position in its document.
+    if (rotate && positions)
+      y = RotaryAtOp::create(b, loc, y.getType(), y, positions, b.getF64FloatAttr(c.ropeTheta),
+                             b.getBoolAttr(false));
+    else if (rotate)
       y = RotaryOp::create(b, loc, y.getType(), y, b.getF64FloatAttr(c.ropeTheta),
                            b.getBoolAttr(false), StringAttr());
     return y;
   };
   Value q = heads("q_proj", A, true), k = heads("k_proj", KV, true), v = heads("v_proj", KV, false);
-  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, /*scale=*/FloatAttr());
+  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, positions,
+                                      /*scale=*/FloatAttr());
   y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3}); // [B,S,A,D]
   y = m.reshape(y, {B, S, H}, loc);
   return m.linear(y, prefix + ".o_proj", /*bias=*/false);
@@ -155,9 +163,14 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
     return std::move(e);
   Type ftype = *parseFloatType(context, c.dtype);
   Type i32 = IntegerType::get(&context, 32);
-  ModelBuilder m(context, ftype, llamaParameters(c),
-                 {{{"tokens", {c.batch, c.seq}}, i32}, {{"targets", {c.batch, c.seq}}, i32}});
+  const bool documents = c.documentEnd >= 0;
+  std::vector<ModelBuilder::Input> inputs = {{{"tokens", {c.batch, c.seq}}, i32},
+                                             {{"targets", {c.batch, c.seq}}, i32}};
+  if (documents)
+    inputs.push_back({{"positions", {c.batch, c.seq}}, i32});
+  ModelBuilder m(context, ftype, llamaParameters(c), inputs);
   OpBuilder &b = m.builder();
+  Value positions = documents ? m.input("positions") : Value();
 
   Value x = EmbeddingOp::create(b, m.loc("model.embed_tokens"),
                                 m.param("model.embed_tokens.weight"), m.input("tokens"));
@@ -165,7 +178,8 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string l = "model.layers." + std::to_string(i);
     x = AddOp::create(b, m.loc(l), x,
-                      attention(m, c, rmsNorm(m, c, x, l + ".input_layernorm"), l + ".self_attn"));
+                      attention(m, c, rmsNorm(m, c, x, l + ".input_layernorm"), positions,
+                                l + ".self_attn"));
     Value h = rmsNorm(m, c, x, l + ".post_attention_layernorm");
     x = AddOp::create(b, m.loc(l), x,
                       c.moe.isMoeLayer(i) ? moeBlock(m, c, h, l + ".block_sparse_moe", auxLoss)
@@ -185,6 +199,8 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
     info["hf_config"] = llamaHfConfig(c) + "\n"; // the text, as --hf-config writes it
   if (c.tieEmbeddings)
     info["tied"] = llvm::json::Object{{"lm_head.weight", "model.embed_tokens.weight"}};
+  if (documents)
+    info["document_end"] = c.documentEnd; // ptc-run fills 'positions' from it
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(info));

@@ -72,7 +72,15 @@ struct GptConfig {
   /// attention and MLP (nanoGPT's `drop` and `resid_dropout`s; attention
   /// probabilities are not dropped: the attention is fused).
   double dropout = 0.0;
+  /// Packed documents: the token id that ends a document, or -1 (one
+  /// stream). With it the model takes a third input, `positions` [batch,
+  /// seq] (i32, each token's position in its document, filled by ptc-run from
+  /// the tokens): attention stops at document boundaries and the positions
+  /// restart at each document.
+  int64_t documentEnd = -1;
 };
+/// Checks a packed-documents token id against the vocabulary.
+llvm::Error validateDocumentEnd(int64_t documentEnd, int64_t vocab, const char *model);
 llvm::Error validateGptConfig(const GptConfig &config);
 /// Parameters in nanoGPT's names and order (lm_head.weight is tied to
 /// transformer.wte.weight and so not listed).
@@ -97,6 +105,8 @@ struct LlamaConfig {
   /// MoE MLPs as Mixtral: SwiGLU experts w1 (gate) and w3 (up) [E, ffn, h],
   /// w2 (down) [E, h, ffn], router `block_sparse_moe.gate`.
   MoeLayersConfig moe;
+  /// Packed documents (GptConfig::documentEnd): rotary at the positions.
+  int64_t documentEnd = -1;
 };
 llvm::Error validateLlamaConfig(const LlamaConfig &config);
 /// Parameters in Hugging Face's names, order and [out, in] layouts.

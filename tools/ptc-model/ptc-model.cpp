@@ -54,6 +54,13 @@ cl::opt<double> dropout("dropout",
                         cl::desc("Dropout probability after the embeddings and each block's attention "
                                  "and MLP (gpt; default 0)"),
                         cl::init(0.0), cl::sub(gptCmd), cl::cat(modelOptions));
+cl::opt<int64_t> documentEnd(
+    "document-end",
+    cl::desc("Packed documents: the token id that ends a document (ptc-tokenize --append-eos "
+             "writes it; GPT-2's is 50256). The model takes a 'positions' input that ptc-run "
+             "fills from the tokens: attention stops at document boundaries and positions restart "
+             "(gpt, llama; default -1: one stream)"),
+    cl::init(-1), cl::sub(gptCmd), cl::sub(llamaCmd), cl::cat(modelOptions));
 cl::opt<int64_t> batch("batch", cl::desc("Global batch (sequences for gpt, rows otherwise)"),
                        cl::init(-1), cl::sub(cl::SubCommand::getAll()), cl::cat(modelOptions));
 cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(-1),
@@ -268,6 +275,7 @@ int main(int argc, char **argv) {
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;
     c.dropout = dropout;
+    c.documentEnd = documentEnd;
     c.moe = moeOptions(c.moe);
     params = gptParameters(c);
     module = buildGptModel(context, c);
@@ -298,6 +306,7 @@ int main(int argc, char **argv) {
     c.tieEmbeddings = given(tieEmbeddings, c.tieEmbeddings);
     c.batch = orDefault(batch, c.batch);
     c.dtype = dtype;
+    c.documentEnd = documentEnd;
     c.moe = moeOptions(c.moe);
     if (chosen && chosen->experts > 0) {
       c.moe.experts = orDefault(moeExperts, chosen->experts);

@@ -43,6 +43,7 @@ const std::vector<KeyDef> &schema() {
       {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)"},
       {"model", "dtype", Kind::String, "parameter type", {"f32", "bf16", "f16"}},
       {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)"},
+      {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)"},
       {"model", "input", Kind::Int, "input features (mlp, moe)"},
       {"model", "classes", Kind::Int, "classes (mlp, moe)"},
       {"model", "experts", Kind::Int, "experts (moe classifier)"},
@@ -148,9 +149,9 @@ const std::map<std::string, std::set<std::string>> &builderKeys() {
       "moe_z_loss", "moe_shared_experts", "moe_bias_balancing"};
   static const std::map<std::string, std::set<std::string>> keys = [] {
     std::map<std::string, std::set<std::string>> k;
-    k["gpt"] = {"preset", "layers", "hidden", "heads", "vocab", "dtype", "dropout"};
+    k["gpt"] = {"preset", "layers", "hidden", "heads", "vocab", "dtype", "dropout", "document_end"};
     k["llama"] = {"preset", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab",
-                  "rope_theta", "rms_norm_eps", "tie_embeddings", "dtype"};
+                  "rope_theta", "rms_norm_eps", "tie_embeddings", "dtype", "document_end"};
     for (const char *m : {"gpt", "llama"})
       k[m].insert(moeKeys.begin(), moeKeys.end());
     k["mlp"] = {"layers", "hidden", "input", "classes", "dtype"};
