@@ -542,19 +542,29 @@ namespace {
 /// Ring attention and its gradient: one mesh axis, [batch, heads, seq,
 /// head_dim] queries and keys.
 LogicalResult verifyRingAttention(Operation *op, ArrayAttr axes, RankedTensorType query,
-                                  RankedTensorType key) {
+                                  RankedTensorType key, Value positions) {
   if (failed(resolveAxes(op, axes, /*single=*/true)))
     return failure();
   if (query.getRank() != 4 || key.getRank() != 4)
     return op->emitOpError() << "operands must be [batch, heads, seq, head_dim]";
+  if (positions) {
+    auto type = cast<RankedTensorType>(positions.getType());
+    if (type.getRank() != 2 || type.getDimSize(0) != query.getDimSize(0) ||
+        type.getDimSize(1) != query.getDimSize(2))
+      return op->emitOpError() << "expects positions of shape [batch, seq] = ["
+                               << query.getDimSize(0) << ", " << query.getDimSize(2)
+                               << "] (the device's block), got " << type;
+  }
   return success();
 }
 } // namespace
 
 LogicalResult RingAttentionOp::verify() {
-  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType());
+  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType(),
+                             getPositions());
 }
 
 LogicalResult RingAttentionGradOp::verify() {
-  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType());
+  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType(),
+                             getPositions());
 }

@@ -268,17 +268,20 @@ def Ptc_RingAttentionOp : Ptc_Op<"ring_attention", [DeclareOpInterfaceMethods<Pt
     of the sequence (block `c` of `[batch, heads, seq, head_dim]`); the
     key/value blocks travel around the ring (`c -> c + 1`) and each device
     merges the blocks its queries may see into their online softmax, so no
-    device holds more than two key/value blocks.
+    device holds more than two key/value blocks. `positions` (the device's
+    block of `[batch, seq]`) is `ptc.causal_attention`'s document mask: a
+    query sees the keys of every block from its document's start, and a block
+    pair that the mask empties is not computed.
 
     ```mlir
     %o = ptc.ring_attention %q, %k, %v {axes = ["cp"]} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
-                       StrArrayAttr:$axes, F64Attr:$scale);
+                       Optional<Ptc_IdTensor>:$positions, StrArrayAttr:$axes, F64Attr:$scale);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($query) `,` type($key)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -303,11 +306,12 @@ def Ptc_RingAttentionGradOp : Ptc_Op<"ring_attention_grad", [DeclareOpInterfaceM
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
-                       Ptc_FloatTensor:$grad, StrArrayAttr:$axes, F64Attr:$scale);
+                       Ptc_FloatTensor:$grad, Optional<Ptc_IdTensor>:$positions,
+                       StrArrayAttr:$axes, F64Attr:$scale);
   let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
                       Ptc_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $grad attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value `,` $grad (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($query) `,` type($key)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -293,19 +293,16 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   auto module = o->getParentOfType<ModuleOp>();
   auto mode = module ? module->getAttrOfType<StringAttr>(kCpAttentionAttrName) : StringAttr();
   if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && (!mode || mode.getValue() == "ring")) {
-    if (documents)
-      return o->emitError() << "packed documents (attention with document positions) under "
-                               "ring attention over '"
-                            << ctx.mesh().axes[cp]
-                            << "' are not implemented: compile with cp-attention=ulysses";
     ctx.want[0].dims[3] = DimShard();
     DimShard heads = ctx.want[0].dims[1];
     int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);
     if (heads.axis >= 0 && kvHeads % (ctx.axisSize(heads.axis) * heads.blocks) != 0)
       return o->emitError() << "mesh axis '" << ctx.mesh().name(heads.axis)
                             << "' cannot split the " << kvHeads << " key/value heads";
-    for (unsigned i = 1; i < o->getNumOperands(); ++i)
+    for (unsigned i = 1; i < floats; ++i)
       ctx.like(i, ctx.want[0]);
+    if (documents)
+      positionsLike(ctx.want[0]); // the block's positions, split over cp as well
     for (unsigned i = 0; i < o->getNumResults(); ++i)
       ctx.out.push_back(ctx.want[0]);
     ctx.partitionedForm = StringAttr::get(o->getContext(), ctx.mesh().axes[cp]);
@@ -885,7 +882,7 @@ Operation *CausalAttentionOp::partition(OpBuilder &b) {
   if (!axis)
     return nullptr;
   return RingAttentionOp::create(b, getLoc(), getType(), getQuery(), getKey(), getValue(),
-                                 b.getStrArrayAttr({axis.getValue()}),
+                                 getPositions(), b.getStrArrayAttr({axis.getValue()}),
                                  b.getF64FloatAttr(getScaleOrDefault()));
 }
 Operation *CausalAttentionGradOp::partition(OpBuilder &b) {
@@ -893,7 +890,7 @@ Operation *CausalAttentionGradOp::partition(OpBuilder &b) {
   if (!axis)
     return nullptr;
   return RingAttentionGradOp::create(b, getLoc(), getResultTypes(), getOperand(0), getOperand(1),
-                                     getOperand(2), getOperand(3),
+                                     getOperand(2), getOperand(3), getPositions(),
                                      b.getStrArrayAttr({axis.getValue()}),
                                      b.getF64FloatAttr(getScaleOrDefault()));
 }

@@ -1031,7 +1031,7 @@ KernelResult cachedAttention(const TensorView &q, const TensorView &k, const Ten
 /// weighted values are register-blocked products, as in causalAttention.
 void attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
                     int64_t kvHeads, int64_t keys, double scaleArg, bool causal, float *acc,
-                    float *rowMax, float *rowSum) {
+                    float *rowMax, float *rowSum, const int32_t *firstKey) {
   const int64_t batch = qShape[0], heads = qShape[1], sq = qShape[2], d = qShape[3];
   const int64_t group = heads / kvHeads;
   const float scale = static_cast<float>(scaleArg);
@@ -1049,13 +1049,21 @@ void attentionBlock(const float *q, const float *k, const float *v, const Shape 
         for (int64_t i = 0; i < sq; ++i) {
           float *si = sc.data() + i * keys, *ai = acc + (first + i) * d;
           const int64_t n = causal ? std::min(keys, i + 1) : keys;
+          // Packed documents: the row sees the block's keys from firstKey on
+          // (none when its document starts after the block).
+          const int64_t lo = firstKey ? std::clamp<int64_t>(firstKey[b * sq + i], 0, n) : 0;
+          if (lo >= n) {
+            std::fill(si, si + keys, 0.0f);
+            continue;
+          }
           float mx = rowMax[first + i];
-          for (int64_t j = 0; j < n; ++j)
+          for (int64_t j = lo; j < n; ++j)
             mx = std::max(mx, si[j] * scale);
           const float correction = expNonPositive(rowMax[first + i] - mx);
           float sum = 0.0f;
+          std::fill(si, si + lo, 0.0f);
 #pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < n; ++j) {
+          for (int64_t j = lo; j < n; ++j) {
             si[j] = expNonPositive(si[j] * scale - mx);
             sum += si[j];
           }
@@ -1078,7 +1086,7 @@ void attentionBlock(const float *q, const float *k, const float *v, const Shape 
 void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
                         const float *g, const float *lse, const Shape &qShape, int64_t kvHeads,
                         int64_t keys, double scaleArg, bool causal, float *dq, float *dk,
-                        float *dv) {
+                        float *dv, const int32_t *firstKey) {
   const int64_t batch = qShape[0], heads = qShape[1], sq = qShape[2], d = qShape[3];
   const int64_t group = heads / kvHeads;
   const float scale = static_cast<float>(scaleArg);
@@ -1106,9 +1114,12 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
             for (int64_t c = 0; c < d; ++c)
               delta += gh[i * d + c] * oh[i * d + c];
             const int64_t n = causal ? std::min(keys, i + 1) : keys;
+            const int64_t lo = firstKey ? std::clamp<int64_t>(firstKey[b * sq + i], 0, n) : 0;
             const float l = lse[first + i];
+            for (int64_t j = 0; j < lo; ++j)
+              pi[j] = dpi[j] = 0.0f;
 #pragma omp simd
-            for (int64_t j = 0; j < n; ++j) {
+            for (int64_t j = lo; j < n; ++j) {
               pi[j] = expNonPositive(std::min(pi[j] * scale - l, 0.0f));
               dpi[j] = pi[j] * (dpi[j] - delta) * scale;
             }

@@ -118,15 +118,18 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
 /// Ring attention's blocks (context parallelism): queries [batch, heads, sq,
 /// d] against keys / values [batch, kvHeads, keys, d], accumulated by the
 /// online-softmax rule into acc and the rows' running max and sum; with
-/// `causal` the blocks hold the same positions.
+/// `causal` the blocks hold the same positions. With `firstKey` ([batch, sq]:
+/// packed documents), query row i of batch entry b sees the block's keys from
+/// firstKey[b * sq + i] on (none when it is `keys` or more).
 void attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
                     int64_t kvHeads, int64_t keys, double scale, bool causal, float *acc,
-                    float *rowMax, float *rowSum);
+                    float *rowMax, float *rowSum, const int32_t *firstKey = nullptr);
 /// Its gradient given the rows' log-sum-exp and the output: adds to dq and to
 /// the block's dk, dv.
 void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
                         const float *g, const float *lse, const Shape &qShape, int64_t kvHeads,
-                        int64_t keys, double scale, bool causal, float *dq, float *dk, float *dv);
+                        int64_t keys, double scale, bool causal, float *dq, float *dk, float *dv,
+                        const int32_t *firstKey = nullptr);
 
 /// q, out: [batch, heads, seq, dim]; k, v: [batch, kvHeads, seq, dim] with
 /// kvHeads dividing heads (query head h uses kv head h / (heads / kvHeads));

@@ -280,6 +280,16 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
 }
 
 // ---- Ring attention blocks (context parallelism) -----------------------------------
+/// The first key of a ring block that query `row` of batch entry `b` sees:
+/// 0, or with packed documents firstKey[b * sq + row] clamped to [0, n].
+__device__ int64_t blockFirstKey(const int32_t *firstKey, int64_t b, int64_t row, int64_t sq,
+                                 int64_t n) {
+  if (!firstKey)
+    return 0;
+  const int64_t lo = firstKey[b * sq + row];
+  return lo < 0 ? 0 : lo > n ? n : lo;
+}
+
 /// One block of keys / values into the online softmax of the query rows: one
 /// warp per query row (b, head, i) of q [B, H, sq, D], keys j of the block it
 /// may see (j <= i when `causal`), acc (unnormalized), rowMax and rowSum
@@ -287,17 +297,20 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
 __global__ void attentionBlockKernel(const float *q, const float *k, const float *v, int64_t bh,
                                      int64_t heads, int64_t kvHeads, int64_t sq, int64_t keys,
                                      int64_t dim, float scale, bool causal, float *acc,
-                                     float *rowMax, float *rowSum) {
+                                     float *rowMax, float *rowSum, const int32_t *firstKey) {
   WarpIndex w = warpIndex();
   for (int64_t i = w.warp; i < bh * sq; i += w.warps) {
     int64_t head = i / sq, row = i % sq, kvh = kvHeadOf(head, heads, kvHeads);
-    const float *kh = k + kvh * keys * dim, *vh = v + kvh * keys * dim;
     const int64_t n = causal ? (row + 1 < keys ? row + 1 : keys) : keys;
+    const int64_t lo = blockFirstKey(firstKey, head / heads, row, sq, n);
+    if (lo >= n)
+      continue; // the row's document starts after this block
+    const float *kh = k + (kvh * keys + lo) * dim, *vh = v + (kvh * keys + lo) * dim;
     float qi[kAttentionPerLane], a[kAttentionPerLane];
     loadRow(q + i * dim, dim, w.lane, qi);
     loadRow(acc + i * dim, dim, w.lane, a);
     float m = rowMax[i], l = rowSum[i];
-    attendKeys(qi, kh, vh, n, dim, dim, w.lane, scale, a, m, l);
+    attendKeys(qi, kh, vh, n - lo, dim, dim, w.lane, scale, a, m, l);
     storeSlots(a, dim, w.lane, acc + i * dim);
     __syncwarp();
     if (w.lane == 0) {
@@ -320,18 +333,19 @@ __global__ void attentionBlockGradQKernel(const float *q, const float *k, const 
                                           const float *o, const float *g, const float *lse,
                                           int64_t bh, int64_t heads, int64_t kvHeads, int64_t sq,
                                           int64_t keys, int64_t dim, float scale, bool causal,
-                                          float *dq) {
+                                          float *dq, const int32_t *firstKey) {
   WarpIndex w = warpIndex();
   for (int64_t i = w.warp; i < bh * sq; i += w.warps) {
     int64_t head = i / sq, row = i % sq, kvh = kvHeadOf(head, heads, kvHeads);
     const float *kh = k + kvh * keys * dim, *vh = v + kvh * keys * dim;
     const int64_t n = causal ? (row + 1 < keys ? row + 1 : keys) : keys;
+    const int64_t lo = blockFirstKey(firstKey, head / heads, row, sq, n);
     float qi[kAttentionPerLane], gi[kAttentionPerLane], dqi[kAttentionPerLane];
     loadRow(q + i * dim, dim, w.lane, qi);
     loadRow(g + i * dim, dim, w.lane, gi);
     loadRow(dq + i * dim, dim, w.lane, dqi);
     const float delta = rowDot(gi, o + i * dim, dim, w.lane);
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = lo; j < n; ++j) {
       float p, ds;
       blockGradTerms(rowDot(qi, kh + j * dim, dim, w.lane), rowDot(gi, vh + j * dim, dim, w.lane),
                      lse[i], delta, scale, p, ds);
@@ -348,7 +362,8 @@ __global__ void attentionBlockGradKVKernel(const float *q, const float *k, const
                                            const float *o, const float *g, const float *lse,
                                            int64_t bkv, int64_t heads, int64_t kvHeads,
                                            int64_t sq, int64_t keys, int64_t dim, float scale,
-                                           bool causal, float *dk, float *dv) {
+                                           bool causal, float *dk, float *dv,
+                                           const int32_t *firstKey) {
   WarpIndex w = warpIndex();
   const int64_t group = heads / kvHeads;
   for (int64_t jj = w.warp; jj < bkv * keys; jj += w.warps) {
@@ -362,6 +377,8 @@ __global__ void attentionBlockGradKVKernel(const float *q, const float *k, const
     for (int64_t h = 0; h < group; ++h) {
       int64_t head = (kvh / kvHeads) * heads + (kvh % kvHeads) * group + h;
       for (int64_t i = causal ? j : 0; i < sq; ++i) {
+        if (blockFirstKey(firstKey, head / heads, i, sq, keys) > j)
+          continue; // key j precedes query i's document
         const int64_t r = head * sq + i;
         const float *qi = q + r * dim, *gi = g + r * dim;
         float gs[kAttentionPerLane];
@@ -487,25 +504,26 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
 void attentionBlock(const float *q, const float *k, const float *v, int64_t batch,
                     int64_t heads, int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim,
                     float scale, bool causal, float *acc, float *rowMax, float *rowSum,
-                    void *stream) {
+                    void *stream, const int32_t *firstKey) {
   int64_t bh = batch * heads;
   if (bh * sq == 0)
     return;
   attentionBlockKernel<<<warpBlocksFor(bh * sq), 128, 0, S(stream)>>>(
-      q, k, v, bh, heads, kvHeads, sq, keys, dim, scale, causal, acc, rowMax, rowSum);
+      q, k, v, bh, heads, kvHeads, sq, keys, dim, scale, causal, acc, rowMax, rowSum, firstKey);
 }
 
 void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
                         const float *g, const float *lse, int64_t batch, int64_t heads,
                         int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim, float scale,
-                        bool causal, float *dq, float *dk, float *dv, void *stream) {
+                        bool causal, float *dq, float *dk, float *dv, void *stream,
+                        const int32_t *firstKey) {
   int64_t bh = batch * heads, bkv = batch * kvHeads;
   if (bh * sq == 0 || bkv * keys == 0)
     return;
   attentionBlockGradQKernel<<<warpBlocksFor(bh * sq), 128, 0, S(stream)>>>(
-      q, k, v, o, g, lse, bh, heads, kvHeads, sq, keys, dim, scale, causal, dq);
+      q, k, v, o, g, lse, bh, heads, kvHeads, sq, keys, dim, scale, causal, dq, firstKey);
   attentionBlockGradKVKernel<<<warpBlocksFor(bkv * keys), 128, 0, S(stream)>>>(
-      q, k, v, o, g, lse, bkv, heads, kvHeads, sq, keys, dim, scale, causal, dk, dv);
+      q, k, v, o, g, lse, bkv, heads, kvHeads, sq, keys, dim, scale, causal, dk, dv, firstKey);
 }
 
 namespace {

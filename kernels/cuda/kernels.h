@@ -77,15 +77,17 @@ constexpr int64_t kMaxAttentionDim = 256;
 /// Ring attention (context parallelism): one block of keys / values into the
 /// queries' online softmax, and the block's gradient (kernels/cpu's
 /// attentionBlock / attentionBlockGrad; q [batch, heads, sq, dim], k, v
-/// [batch, kvHeads, keys, dim]; dq, dk, dv accumulate).
+/// [batch, kvHeads, keys, dim]; dq, dk, dv accumulate; firstKey: packed
+/// documents' first visible key per query row, device memory, or null).
 void attentionBlock(const float *q, const float *k, const float *v, int64_t batch,
                     int64_t heads, int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim,
                     float scale, bool causal, float *acc, float *rowMax, float *rowSum,
-                    void *stream);
+                    void *stream, const int32_t *firstKey = nullptr);
 void attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
                         const float *g, const float *lse, int64_t batch, int64_t heads,
                         int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim, float scale,
-                        bool causal, float *dq, float *dk, float *dv, void *stream);
+                        bool causal, float *dq, float *dk, float *dv, void *stream,
+                        const int32_t *firstKey = nullptr);
 void rowMax(const float *logits, int64_t rows, int64_t classes, float *out, void *stream);
 void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out,
                void *stream);

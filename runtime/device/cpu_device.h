@@ -87,17 +87,17 @@ public:
   }
   Status attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
                         int64_t kvHeads, int64_t keys, double scale, bool causal, float *acc,
-                        float *rowMax, float *rowSum) override {
+                        float *rowMax, float *rowSum, const int32_t *firstKey) override {
     kernels::cpu::attentionBlock(q, k, v, qShape, kvHeads, keys, scale, causal, acc, rowMax,
-                                 rowSum);
+                                 rowSum, firstKey);
     return Status::ok();
   }
   Status attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
                             const float *g, const float *lse, const Shape &qShape,
                             int64_t kvHeads, int64_t keys, double scale, bool causal, float *dq,
-                            float *dk, float *dv) override {
+                            float *dk, float *dv, const int32_t *firstKey) override {
     kernels::cpu::attentionBlockGrad(q, k, v, o, g, lse, qShape, kvHeads, keys, scale, causal, dq,
-                                     dk, dv);
+                                     dk, dv, firstKey);
     return Status::ok();
   }
   Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {

@@ -221,19 +221,20 @@ public:
   }
   Status attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
                         int64_t kvHeads, int64_t keys, double scale, bool causal, float *acc,
-                        float *rowMax, float *rowSum) override {
+                        float *rowMax, float *rowSum, const int32_t *firstKey) override {
     PTC_RETURN_IF_ERROR(checkAttentionShape(qShape, "ring attention"));
     g::attentionBlock(q, k, v, qShape[0], qShape[1], kvHeads, qShape[2], keys, qShape[3],
-                      static_cast<float>(scale), causal, acc, rowMax, rowSum, compute_);
+                      static_cast<float>(scale), causal, acc, rowMax, rowSum, compute_, firstKey);
     return launched("ring attention");
   }
   Status attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
                             const float *g, const float *lse, const Shape &qShape,
                             int64_t kvHeads, int64_t keys, double scale, bool causal, float *dq,
-                            float *dk, float *dv) override {
+                            float *dk, float *dv, const int32_t *firstKey) override {
     PTC_RETURN_IF_ERROR(checkAttentionShape(qShape, "ring attention gradient"));
     g::attentionBlockGrad(q, k, v, o, g, lse, qShape[0], qShape[1], kvHeads, qShape[2], keys,
-                          qShape[3], static_cast<float>(scale), causal, dq, dk, dv, compute_);
+                          qShape[3], static_cast<float>(scale), causal, dq, dk, dv, compute_,
+                          firstKey);
     return launched("ring attention gradient");
   }
   Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,

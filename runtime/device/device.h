@@ -129,17 +129,21 @@ public:
                                    float *out) = 0;
   /// Ring attention (context parallelism): one block of keys / values
   /// accumulated into the queries' online softmax (acc, row max, row sum),
-  /// and the block's gradient (see kernels/cpu/kernels.h). Devices without
-  /// them refuse ring attention.
+  /// and the block's gradient (see kernels/cpu/kernels.h); `firstKey`
+  /// (device memory, [batch, sq], or null): packed documents' first key of
+  /// the block each query row sees. Devices without them refuse ring
+  /// attention.
   virtual Status attentionBlock(const float *q, const float *k, const float *v,
                                 const Shape &qShape, int64_t kvHeads, int64_t keys, double scale,
-                                bool causal, float *acc, float *rowMax, float *rowSum) {
+                                bool causal, float *acc, float *rowMax, float *rowSum,
+                                const int32_t *firstKey) {
     return error(StatusCode::kUnimplemented, "ring attention is not implemented on ", describe());
   }
   virtual Status attentionBlockGrad(const float *q, const float *k, const float *v,
                                     const float *o, const float *g, const float *lse,
                                     const Shape &qShape, int64_t kvHeads, int64_t keys,
-                                    double scale, bool causal, float *dq, float *dk, float *dv) {
+                                    double scale, bool causal, float *dq, float *dk, float *dv,
+                                    const int32_t *firstKey) {
     return error(StatusCode::kUnimplemented, "ring attention is not implemented on ", describe());
   }
   /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`

@@ -335,9 +335,10 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   std::vector<float> hostA, hostB;
   // Contiguous [b, h, block, d] (device) <-> balanced half-major (device).
   // `heads_` is the tensor's head count; `toBalanced` picks the direction.
+  // `width`: elements per row (the head dim; 1 for the document positions).
   auto rearrange = [&](const float *src, float *dst, int64_t headCount, bool toBalanced,
-                       int tagBase) -> Status {
-    const int64_t elems = batch * headCount * block * dim, partElems = elems / parts;
+                       int tagBase, int64_t width) -> Status {
+    const int64_t elems = batch * headCount * block * width, partElems = elems / parts;
     const int64_t bytes = elems * 4;
     if (parts == 1)
       return d.copy(dst, src, bytes, CopyKind::DeviceToDevice);
@@ -357,13 +358,13 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     // The rows of part `slot` of the contiguous block, packed.
     auto pack = [&](const float *in, int slot, float *out) {
       for (int64_t bh = 0; bh < batch * headCount; ++bh)
-        std::memcpy(out + bh * len * dim, in + (bh * block + slot * len) * dim,
-                    static_cast<size_t>(len * dim) * 4);
+        std::memcpy(out + bh * len * width, in + (bh * block + slot * len) * width,
+                    static_cast<size_t>(len * width) * 4);
     };
     auto unpack = [&](const float *in, int slot, float *out) {
       for (int64_t bh = 0; bh < batch * headCount; ++bh)
-        std::memcpy(out + (bh * block + slot * len) * dim, in + bh * len * dim,
-                    static_cast<size_t>(len * dim) * 4);
+        std::memcpy(out + (bh * block + slot * len) * width, in + bh * len * width,
+                    static_cast<size_t>(len * width) * 4);
     };
     for (int slot = 0; slot < 2; ++slot) {
       // The global part this slot holds, and where it goes (the balanced
@@ -397,8 +398,14 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return inPlace ? Status::ok() : d.copy(dst, hostB.data(), bytes, CopyKind::HostToDevice);
   };
 
+  // Packed documents: the block's positions (input 3, the gradient's 4).
+  const size_t positionsInput = grad ? 4 : 3;
+  const bool documents = in.size() > positionsInput;
+  const int64_t positionBytes = batch * block * 4, firstKeyBytes = batch * len * 4;
   // q, (g), acc, o, dq | row max, sum, lse | k, v x2 | dk, dv x2 | balanced k, v copies
-  const int64_t total = (grad ? 5 : 3) * qBytes + 3 * rowBytes + (grad ? 10 : 6) * kvBytes;
+  // | (documents) balanced positions, a pair's first keys
+  const int64_t total = (grad ? 5 : 3) * qBytes + 3 * rowBytes + (grad ? 10 : 6) * kvBytes +
+                        (documents ? positionBytes + firstKeyBytes : 0);
   PTC_RETURN_IF_ERROR(ringScratch_.reserve(total));
   auto *base = static_cast<uint8_t *>(ringScratch_.data());
   auto carve = [&](int64_t bytes) {
@@ -416,6 +423,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   if (grad)
     for (auto &pair : dkv)
       pair[0] = carve(kvBytes), pair[1] = carve(kvBytes);
+  float *positionsBalanced = documents ? carve(positionBytes) : nullptr;
+  auto *firstKeys = documents ? reinterpret_cast<int32_t *>(carve(firstKeyBytes)) : nullptr;
   // Moving a key/value pair (carved one after the other: 2 x kvBytes from
   // `pair`) one rank on along the ring into `into`, in two halves so that the
   // transfer overlaps the step's compute: `post` sends (the communicator
@@ -465,28 +474,75 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return finish(into, tag);
   };
   double flopsWeight = 1.0; // the gradient's blocks count 2.5x the forward's
-  // Every (query part, key part) pair a ring step holds: `fn(qSlot, kSlot, causal)`
-  // for the pairs the causal mask does not hide whole.
-  auto pairs = [&](int src, const std::function<Status(int, int, bool)> &fn) -> Status {
+  // Packed documents: the global index of each held query row's document
+  // start ([slot][batch][len]), from the positions in the balanced layout.
+  std::vector<int64_t> documentStart;
+  std::vector<int32_t> hostFirstKeys;
+  if (documents) {
+    // The positions move like a [batch, 1, block, 1] tensor (4-byte elements).
+    PTC_RETURN_IF_ERROR(rearrange(reinterpret_cast<const float *>(data(in[positionsInput])),
+                                  positionsBalanced, 1, true, 9016, 1));
+    std::vector<int32_t> held(static_cast<size_t>(batch * block));
+    PTC_RETURN_IF_ERROR(d.copy(held.data(), positionsBalanced, positionBytes, CopyKind::DeviceToHost));
+    documentStart.resize(held.size());
+    for (int a = 0; a < parts; ++a)
+      for (int64_t bt = 0; bt < batch; ++bt)
+        for (int64_t t = 0; t < len; ++t) {
+          const size_t at = static_cast<size_t>((a * batch + bt) * len + t);
+          const int64_t global = heldPart(r, a) * len + t;
+          if (held[at] < 0 || held[at] > global)
+            return error(StatusCode::kInvalidArgument, what, ": document position ", held[at],
+                         " of token ", global, " (batch entry ", bt, ") is outside [0, ", global,
+                         "]");
+          documentStart[at] = global - held[at];
+        }
+    hostFirstKeys.resize(static_cast<size_t>(batch * len));
+  }
+  // Every (query part, key part) pair a ring step holds: `fn(qSlot, kSlot, causal,
+  // firstKeys)` for the pairs the causal (and document) mask does not hide whole.
+  auto pairs = [&](int src, const std::function<Status(int, int, bool, const int32_t *)> &fn)
+      -> Status {
     const Clock::time_point t0 = Clock::now();
     for (int a = 0; a < parts; ++a)
       for (int b = 0; b < parts; ++b) {
         int qPartIndex = heldPart(r, a), kPartIndex = heldPart(src, b);
-        if (kPartIndex <= qPartIndex) {
-          const bool diagonal = kPartIndex == qPartIndex;
-          const double visible = diagonal ? 0.5 * static_cast<double>(len) * static_cast<double>(len + 1)
-                                          : static_cast<double>(len) * static_cast<double>(len);
-          ringProfile_.flops += flopsWeight * 4.0 * static_cast<double>(batch * heads * dim) * visible;
-          PTC_RETURN_IF_ERROR(fn(a, b, diagonal));
+        if (kPartIndex > qPartIndex)
+          continue;
+        const bool diagonal = kPartIndex == qPartIndex;
+        double visible = diagonal ? 0.5 * static_cast<double>(len) * static_cast<double>(len + 1)
+                                  : static_cast<double>(len) * static_cast<double>(len);
+        const int32_t *keysFrom = nullptr;
+        if (documents) {
+          // Each row's first key in this key part; the pair is skipped when
+          // every row's document starts after it.
+          const int64_t keyOffset = kPartIndex * len;
+          visible = 0;
+          for (int64_t bt = 0; bt < batch; ++bt)
+            for (int64_t t = 0; t < len; ++t) {
+              const int64_t start =
+                  documentStart[static_cast<size_t>((a * batch + bt) * len + t)] - keyOffset;
+              const int64_t first = std::clamp<int64_t>(start, 0, len);
+              const int64_t end = diagonal ? t + 1 : len;
+              hostFirstKeys[static_cast<size_t>(bt * len + t)] = static_cast<int32_t>(first);
+              visible += static_cast<double>(std::max<int64_t>(end - first, 0));
+            }
+          visible /= static_cast<double>(batch); // per batch entry, as the count above
+          if (visible == 0)
+            continue;
+          PTC_RETURN_IF_ERROR(d.copy(firstKeys, hostFirstKeys.data(), firstKeyBytes,
+                                     CopyKind::HostToDevice));
+          keysFrom = firstKeys;
         }
+        ringProfile_.flops += flopsWeight * 4.0 * static_cast<double>(batch * heads * dim) * visible;
+        PTC_RETURN_IF_ERROR(fn(a, b, diagonal, keysFrom));
       }
     ringProfile_.computeSeconds += since(t0);
     return Status::ok();
   };
 
-  PTC_RETURN_IF_ERROR(rearrange(f32(in[0]), q, heads, true, 9000));
-  PTC_RETURN_IF_ERROR(rearrange(f32(in[1]), home[0], kvHeads, true, 9002));
-  PTC_RETURN_IF_ERROR(rearrange(f32(in[2]), home[1], kvHeads, true, 9004));
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[0]), q, heads, true, 9000, dim));
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[1]), home[0], kvHeads, true, 9002, dim));
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[2]), home[1], kvHeads, true, 9004, dim));
   // Forward: the rows' online softmax over the parts they see.
   {
     PTC_RETURN_IF_ERROR(d.zero(acc, qBytes));
@@ -501,10 +557,10 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
         PTC_RETURN_IF_ERROR(post(kv[cur][0], kv[cur ^ 1][0], 9100 + s));
       if (s + 1 < n && ringSerial_)
         PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
-      PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
+      PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal, const int32_t *keysFrom) {
         return d.attentionBlock(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                 partShape, kvHeads, len, scale, causal, acc + a * qPart,
-                                mx + a * rowsPart, sum + a * rowsPart);
+                                mx + a * rowsPart, sum + a * rowsPart, keysFrom);
       }));
       if (s + 1 < n && !ringSerial_)
         PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
@@ -524,12 +580,12 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     PTC_RETURN_IF_ERROR(d.copy(lse, hMx.data(), rowBytes, CopyKind::HostToDevice));
   }
   if (!grad) {
-    PTC_RETURN_IF_ERROR(rearrange(o, f32(out[0]), heads, false, 9006));
+    PTC_RETURN_IF_ERROR(rearrange(o, f32(out[0]), heads, false, 9006, dim));
     return n > 1 ? comm_->flushSends() : Status::ok();
   }
   // Backward: dq here; each part's dk, dv travel with it.
   flopsWeight = 2.5;
-  PTC_RETURN_IF_ERROR(rearrange(f32(in[3]), g, heads, true, 9008));
+  PTC_RETURN_IF_ERROR(rearrange(f32(in[3]), g, heads, true, 9008, dim));
   PTC_RETURN_IF_ERROR(d.zero(dq, qBytes));
   PTC_RETURN_IF_ERROR(d.copy(kv[0][0], home[0], kvBytes, CopyKind::DeviceToDevice));
   PTC_RETURN_IF_ERROR(d.copy(kv[0][1], home[1], kvBytes, CopyKind::DeviceToDevice));
@@ -544,11 +600,11 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
       PTC_RETURN_IF_ERROR(post(kv[cur][0], kv[cur ^ 1][0], 9200 + s));
     if (s + 1 < n && ringSerial_)
       PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9200 + s));
-    PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal) {
+    PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal, const int32_t *keysFrom) {
       return d.attentionBlockGrad(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
                                   o + a * qPart, g + a * qPart, lse + a * rowsPart, partShape,
                                   kvHeads, len, scale, causal, dq + a * qPart,
-                                  dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart);
+                                  dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart, keysFrom);
     }));
     if (s + 1 < n) {
       PTC_RETURN_IF_ERROR(post(dkv[cur][0], dkv[cur ^ 1][0], 9250 + s));
@@ -565,9 +621,9 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     PTC_RETURN_IF_ERROR(d.copy(home[0], dkv[cur][0], kvBytes, CopyKind::DeviceToDevice));
     PTC_RETURN_IF_ERROR(d.copy(home[1], dkv[cur][1], kvBytes, CopyKind::DeviceToDevice));
   }
-  PTC_RETURN_IF_ERROR(rearrange(dq, f32(out[0]), heads, false, 9010));
-  PTC_RETURN_IF_ERROR(rearrange(home[0], f32(out[1]), kvHeads, false, 9012));
-  PTC_RETURN_IF_ERROR(rearrange(home[1], f32(out[2]), kvHeads, false, 9014));
+  PTC_RETURN_IF_ERROR(rearrange(dq, f32(out[0]), heads, false, 9010, dim));
+  PTC_RETURN_IF_ERROR(rearrange(home[0], f32(out[1]), kvHeads, false, 9012, dim));
+  PTC_RETURN_IF_ERROR(rearrange(home[1], f32(out[2]), kvHeads, false, 9014, dim));
   return n > 1 ? comm_->flushSends() : Status::ok();
 }
 

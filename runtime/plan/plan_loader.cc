@@ -230,6 +230,8 @@ private:
     const bool ring = inst_.op() == OpCode::RingAttention || inst_.op() == OpCode::RingAttentionGrad;
     if (ring) {
       PTC_RETURN_IF_ERROR(attentionShapes());
+      PTC_RETURN_IF_ERROR(documentPositions(inst_.op() == OpCode::RingAttentionGrad ? 4 : 3,
+                                            in(0)[0], in(0)[2]));
       return ringAxis();
     }
     StatusOr<bool> layout = seqMajor();

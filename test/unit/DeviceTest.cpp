@@ -1030,8 +1030,8 @@ TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
         float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
         const float *pq = m.put(q), *pk0 = m.put(k0), *pv0 = m.put(v0), *pk1 = m.put(k1),
                     *pv1 = m.put(v1);
-        OK(d.attentionBlock(pq, pk0, pv0, qShape, KV, S, 0.25, true, acc, mx, sum));
-        OK(d.attentionBlock(pq, pk1, pv1, qShape, KV, S, 0.25, false, acc, mx, sum));
+        OK(d.attentionBlock(pq, pk0, pv0, qShape, KV, S, 0.25, true, acc, mx, sum, nullptr));
+        OK(d.attentionBlock(pq, pk1, pv1, qShape, KV, S, 0.25, false, acc, mx, sum, nullptr));
         auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
         std::vector<float> o(nq), lse(rows);
         for (size_t r = 0; r < rows; ++r) {
@@ -1043,9 +1043,9 @@ TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
               *dv1 = m.zeros(nkv);
         const float *po = m.put(o), *pg = m.put(g), *plse = m.put(lse);
         OK(d.attentionBlockGrad(pq, pk0, pv0, po, pg, plse, qShape, KV, S, 0.25, true, dq, dk0,
-                                dv0));
+                                dv0, nullptr));
         OK(d.attentionBlockGrad(pq, pk1, pv1, po, pg, plse, qShape, KV, S, 0.25, false, dq, dk1,
-                                dv1));
+                                dv1, nullptr));
         std::vector<float> out = o;
         out.insert(out.end(), lse.begin(), lse.end());
         for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
