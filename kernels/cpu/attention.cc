@@ -464,6 +464,16 @@ inline KeyWindow keyWindow(const int32_t *positions, int64_t i0, int64_t rows) {
     w.lo[r] = static_cast<int32_t>(i0 + r - positions[i0 + r] - first);
   return w;
 }
+/// keyWindow from an even key (the bf16 kernels take keys in pairs).
+inline KeyWindow evenKeyWindow(const int32_t *positions, int64_t i0, int64_t rows) {
+  KeyWindow w = keyWindow(positions, i0, rows);
+  if (w.first % 2 != 0) {
+    --w.first;
+    for (int64_t r = 0; r < rows; ++r)
+      ++w.lo[r];
+  }
+  return w;
+}
 } // namespace
 
 namespace {
@@ -803,7 +813,7 @@ void pairTransposed(const uint16_t *head, int64_t s, int64_t d, int64_t ld,
 
 void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                         int64_t qkvStride) {
+                         int64_t qkvStride, const int32_t *positions) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t dp = (d + 1) / 2, sp = (s + 1) / 2;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
@@ -827,15 +837,21 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
           pairRows(v + kvL.at(kvh), s, d, kvL.ld(), vp.data());
           packed = kvh;
         }
-        int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
-        const int64_t kp = (keys + 1) / 2;
+        const int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, s - i0);
+        // Packed documents: the keys from the block's earliest document
+        // start (an even key: keys go in pairs), as causalAttentionOf.
+        const KeyWindow w =
+            evenKeyWindow(positions ? positions + (h / heads) * s : nullptr, i0, rows);
+        const int64_t at = i0 - w.first, keys = at + rows, kp = (keys + 1) / 2;
         pairColumns(q + qL.at(h, i0), rows, d, qL.ld(), qp.data());
-        pairProduct(qp.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
-        softmaxRows(p.data(), i0, rows, scale);
+        pairProduct(qp.data(), dp, 1, kt.data() + w.first, s, p.data(), keys, rows, keys, dp,
+                    false);
+        softmaxRows(p.data(), at, rows, scale, positions ? w.los() : nullptr);
         // Pairs of keys: an odd last pair (keys == s, odd) meets the zero row
-        // pairRows put past the last value.
+        // pairRows put past the last value (elsewhere a zero probability).
         pairColumns(p.data(), rows, keys, keys, pp.data());
-        pairProduct(pp.data(), kp, 1, vp.data(), d, o.data(), d, rows, d, kp, false);
+        pairProduct(pp.data(), kp, 1, vp.data() + (w.first / 2) * d, d, o.data(), d, rows, d, kp,
+                    false);
         storeRows(Rows<float>{o.data(), d}, out, oL, h, i0, rows);
       }
   }
@@ -844,7 +860,7 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
 void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                              const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                             int64_t qkvStride) {
+                             int64_t qkvStride, const int32_t *positions) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
   const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
@@ -874,24 +890,32 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
         int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
         const uint16_t *qh = q + qL.at(h), *gh = g + gL.at(h);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
-          int64_t rows = std::min(kQueryBlock, s - i0), keys = i0 + rows;
+          const int64_t rows = std::min(kQueryBlock, s - i0);
+          // Packed documents: the keys from the block's earliest (even)
+          // document start, as in the forward pass.
+          const KeyWindow w =
+              evenKeyWindow(positions ? positions + (kvh / kvHeads) * s : nullptr, i0, rows);
+          const int64_t k0 = w.first, at = i0 - k0, keys = at + rows;
           int64_t kp = (keys + 1) / 2, rp = (rows + 1) / 2;
           pairColumns(qh + i0 * qld, rows, d, qld, qc.data());
           pairColumns(gh + i0 * gld, rows, d, gld, gc.data());
-          pairProduct(qc.data(), dp, 1, kt.data(), s, p.data(), keys, rows, keys, dp, false);
-          softmaxRows(p.data(), i0, rows, scale);
+          pairProduct(qc.data(), dp, 1, kt.data() + k0, s, p.data(), keys, rows, keys, dp, false);
+          softmaxRows(p.data(), at, rows, scale, positions ? w.los() : nullptr);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
-          pairProduct(gc.data(), dp, 1, vt.data(), s, dp_.data(), keys, rows, keys, dp, false);
-          scoreGradients(p.data(), dp_.data(), i0, rows, scale);
+          pairProduct(gc.data(), dp, 1, vt.data() + k0, s, dp_.data(), keys, rows, keys, dp,
+                      false);
+          scoreGradients(p.data(), dp_.data(), at, rows, scale);
           // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
           pairRows(p.data(), rows, keys, keys, pr.data());
           pairRows(dp_.data(), rows, keys, keys, dsr.data());
           pairRows(gh + i0 * gld, rows, d, gld, gr.data());
           pairRows(qh + i0 * qld, rows, d, qld, qr.data());
-          pairProduct(pr.data(), 1, keys, gr.data(), d, dvh.data(), d, keys, d, rp, true);
-          pairProduct(dsr.data(), 1, keys, qr.data(), d, dkh.data(), d, keys, d, rp, true);
+          pairProduct(pr.data(), 1, keys, gr.data(), d, dvh.data() + k0 * d, d, keys, d, rp, true);
+          pairProduct(dsr.data(), 1, keys, qr.data(), d, dkh.data() + k0 * d, d, keys, d, rp,
+                      true);
           pairColumns(dp_.data(), rows, keys, keys, dsc.data());
-          pairProduct(dsc.data(), kp, 1, kr.data(), d, dqb.data(), d, rows, d, kp, false);
+          pairProduct(dsc.data(), kp, 1, kr.data() + (k0 / 2) * d, d, dqb.data(), d, rows, d, kp,
+                      false);
           storeRows(Rows<float>{dqb.data(), d}, dq, qL, h, i0, rows);
         }
       }
@@ -917,14 +941,13 @@ void causalAttentionGrad(const float *q, const float *k, const float *v, const f
                         positions);
 }
 
-// Packed documents in bf16 take the widening kernels (the bf16 dot-product
-// kernels have no document mask).
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
                      int64_t qkvStride, const int32_t *positions) {
 #ifdef PTC_HAVE_BF16_ATTENTION
-  if (nativeBf16() && !positions)
-    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride);
+  if (nativeBf16())
+    return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride,
+                               positions);
 #endif
   causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions);
 }
@@ -934,9 +957,9 @@ void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
                          int64_t qkvStride, const int32_t *positions) {
 #ifdef PTC_HAVE_BF16_ATTENTION
-  if (nativeBf16() && !positions)
+  if (nativeBf16())
     return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor,
-                                   qkvStride);
+                                   qkvStride, positions);
 #endif
   causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride,
                         positions);

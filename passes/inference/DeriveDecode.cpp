@@ -141,10 +141,14 @@ struct Deriver {
       if (!first)
         continue;
       Dims out = *first;
-      if (isa<CausalAttentionOp, RotaryOp>(op)) {
+      if (isa<CausalAttentionOp, RotaryOp, RotaryAtOp>(op)) {
         if (auto rot = dyn_cast<RotaryOp>(op); rot && rot.getInverse())
           return error(op) << "an inverse rotation in the forward pass";
-        for (auto [bi, si] : llvm::zip(b, s))
+        if (auto rot = dyn_cast<RotaryAtOp>(op); rot && rot.getInverse())
+          return error(op) << "an inverse rotation in the forward pass";
+        // The float operands (packed documents' positions follow them).
+        const size_t heads = isa<CausalAttentionOp>(op) ? 3 : 1;
+        for (auto [bi, si] : llvm::zip(ArrayRef(b).take_front(heads), ArrayRef(s).take_front(heads)))
           if (bi != 0 || si != 2)
             return error(op) << "its operands must be [batch, heads, sequence, head_dim] of the "
                                 "tokens";
@@ -240,12 +244,15 @@ struct Deriver {
   LogicalResult run() {
     Block &block = func.getBody().front();
     auto ret = cast<func::ReturnOp>(block.getTerminator());
-    BlockArgument tokensArg;
+    BlockArgument tokensArg, documentPositions;
     for (BlockArgument arg : block.getArguments())
       if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                        PtcDialect::kInputAttrName);
-          name && name.getValue() == "tokens")
-        tokensArg = arg;
+                                                        PtcDialect::kInputAttrName)) {
+        if (name.getValue() == "tokens")
+          tokensArg = arg;
+        else if (name.getValue() == "positions")
+          documentPositions = arg; // packed documents: [batch, seq] like the tokens
+      }
     if (!tokensArg)
       return func.emitError() << "has no 'tokens' input: ptc-derive-decode derives decoding from "
                                  "a language model over token ids";
@@ -287,6 +294,8 @@ struct Deriver {
         ops.push_back(&op);
 
     dims[tokensArg] = {0, 1, tokensType.getDimSize(0), seq};
+    if (documentPositions)
+      dims[documentPositions] = dims[tokensArg];
     if (failed(analyze(ops)))
       return failure();
     Dims logitDims = dims.lookup(logits);
@@ -303,13 +312,21 @@ struct Deriver {
     Type i32 = IntegerType::get(ctx, 32);
     auto ids = RankedTensorType::get({batch, tokens}, i32);
     tokensArg.setType(ids);
-    unsigned posIndex = tokensArg.getArgNumber() + 1;
-    if (failed(func.insertArgument(posIndex, ids,
-                                   b.getDictionaryAttr({b.getNamedAttr(
-                                       PtcDialect::kInputAttrName, b.getStringAttr("positions"))}),
-                                   func.getLoc())))
-      return failure();
-    positions = block.getArgument(posIndex);
+    if (documentPositions) {
+      // A model of packed documents reads each token's position in its
+      // document: a prompt is one document, so those are the positions in
+      // the cache.
+      documentPositions.setType(ids);
+      positions = documentPositions;
+    } else {
+      unsigned posIndex = tokensArg.getArgNumber() + 1;
+      if (failed(func.insertArgument(posIndex, ids,
+                                     b.getDictionaryAttr({b.getNamedAttr(
+                                         PtcDialect::kInputAttrName, b.getStringAttr("positions"))}),
+                                     func.getLoc())))
+        return failure();
+      positions = block.getArgument(posIndex);
+    }
 
     // Resize, and rewrite what reads positions.
     SmallVector<std::pair<std::string, Value>> caches; // (state name, updated cache)

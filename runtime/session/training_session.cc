@@ -762,7 +762,10 @@ std::string TrainingSession::describe() const {
   if (data_)
     text += "; data " + std::to_string(data_->size()) + " tokens" +
             (data_->datasets() > 1 ? " in a blend of " + std::to_string(data_->datasets()) + " datasets"
-                                   : std::string());
+                                   : std::string()) +
+            (positionsId_ >= 0 ? ", packed documents (token " + std::to_string(documentEnd_) +
+                                     " ends one: attention stops and positions restart there)"
+                               : std::string());
   if (arrays_)
     text += "; data " + std::to_string(arrays_->examples()) + " examples";
   text += "; device " + deviceText_;

@@ -5,7 +5,10 @@ ptc-generate --no-cache (the whole prefix recomputed each token); sampling is re
 seed; a prompt longer than the context, token ids outside the vocabulary and weights of another
 model are errors.
 
-usage: generate.py --bin BUILD/bin --workdir DIR [--model gpt|llama|moe]
+usage: generate.py --bin BUILD/bin --workdir DIR [--model gpt|llama|moe] [--document-end ID]
+
+--document-end ID: the model is trained on packed documents (ID ends one); a prompt is one
+document, so the reference decodes with plain causal attention and positions 0, 1, ...
 
 The MoE GPT routes every token as training does (router, top-k) but drops nothing at decode
 (a call's tokens fit the experts' buffers): its reference is the dropless PyTorch MoE.
@@ -70,6 +73,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "moe"])
+    ap.add_argument("--document-end", type=int, default=None)
     args = ap.parse_args()
     harness.fresh_workdir(args.workdir)
     w, b, run = harness.tools(args.bin, args.workdir)
@@ -101,6 +105,8 @@ def main():
         other = ["gpt", "--layers", "2", "--hidden", "64", "--heads", "4"]
         torch_model = reference_llama.Llama(2, 64, 4, 2, 128, 256)
         logits_fn = llama_logits
+    if args.document_end is not None:
+        shape += ["--document-end", str(args.document_end)]
     run(b("ptc-model"), "gpt" if args.model == "moe" else args.model, *shape, "--seq", str(SEQ), "--vocab", "256", "--batch", "8",
         "-o", w("model.mlir"))
     run(b("ptc-opt"), w("model.mlir"), "--ptc-compile=lr=3e-3", "-o", w("train.plan"))

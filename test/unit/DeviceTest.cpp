@@ -715,6 +715,69 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
       1e-4f);
 }
 
+// Packed documents: attention with document positions (documents of 5, 9 and
+// 3 tokens, then one of 17) in both layouts, the fused projection's, and the
+// positions' rotation and its inverse (ptc.rotary_at, the gradient).
+TEST_F(CudaConformance, PackedDocumentsAttentionAndRotation) {
+  const int64_t B = 2, A = 4, KV = 2, S = 17, D = 16;
+  std::vector<int32_t> pos(B * S);
+  for (int64_t t = 0; t < S; ++t) {
+    pos[t] = static_cast<int32_t>(t < 5 ? t : t < 14 ? t - 5 : t - 14);
+    pos[S + t] = static_cast<int32_t>(t);
+  }
+  for (bool seqMajor : {false, true}) {
+    const Shape s = seqMajor ? Shape{B, S, A, D} : Shape{B, A, S, D};
+    const Shape kv = seqMajor ? Shape{B, S, KV, D} : Shape{B, KV, S, D};
+    const std::vector<int64_t> ints = seqMajor ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+    const size_t n = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D);
+    auto q = randomVector(n, 61), k = randomVector(nkv, 62), v = randomVector(nkv, 63),
+         g = randomVector(n, 64);
+    compare(
+        [&](Device &d, Mem &m) {
+          float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
+          const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
+          const int32_t *pp = m.put(pos);
+          OK(run(d, kernels::OpKind::CausalAttention,
+                 {{pq, s}, {pk, kv}, {pv, kv}, ids(pp, {B, S})}, {{o, s}}, ints, {0.25}));
+          OK(run(d, kernels::OpKind::CausalAttentionGrad,
+                 {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}, ids(pp, {B, S})},
+                 {{dq, s}, {dk, kv}, {dv, kv}}, ints, {0.25}));
+          auto out = m.get(o, n);
+          for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
+            auto t = m.get(p, count);
+            out.insert(out.end(), t.begin(), t.end());
+          }
+          return out;
+        },
+        1e-4f);
+  }
+  const int64_t width = (A + 2 * KV) * D;
+  const Shape fs{B, S, width}, os{B, S, A, D};
+  const size_t nf = static_cast<size_t>(B * S * width), no = static_cast<size_t>(B * S * A * D);
+  auto qkv = randomVector(nf, 65), g = randomVector(no, 66), x = randomVector(no, 67);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *o = m.zeros(no), *dqkv = m.zeros(nf), *r = m.zeros(no), *back = m.zeros(no);
+        const float *p = m.put(qkv);
+        const int32_t *pp = m.put(pos);
+        OK(run(d, kernels::OpKind::CausalAttentionQkv, {{p, fs}, ids(pp, {B, S})}, {{o, os}}, {},
+               {0.25}));
+        OK(run(d, kernels::OpKind::CausalAttentionQkvGrad,
+               {{p, fs}, {m.put(g), os}, ids(pp, {B, S})}, {{dqkv, fs}}, {}, {0.25}));
+        OK(run(d, kernels::OpKind::RotaryAt, {{m.put(x), {B, A, S, D}}, ids(pp, {B, S})},
+               {{r, {B, A, S, D}}}, {}, {10000.0}));
+        OK(run(d, kernels::OpKind::RotaryAt, {{r, {B, A, S, D}}, ids(pp, {B, S})},
+               {{back, {B, A, S, D}}}, {1}, {10000.0}));
+        auto out = m.get(o, no);
+        for (auto [q, count] : {std::pair{dqkv, nf}, {r, no}, {back, no}}) {
+          auto t = m.get(q, count);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        return out;
+      },
+      1e-4f);
+}
+
 // bf16 attention on cuDNN's fused kernels against the CPU's f32 kernels on the
 // same bf16-rounded inputs, in every layout ptc has (per-head, seq-major, the
 // fused projection's column blocks read and written in place), head sizes 64,

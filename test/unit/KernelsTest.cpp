@@ -1254,6 +1254,71 @@ TEST(Kernels, Bf16ActivationsRoundEveryValueLikeSoftware) {
 // bf16's rounding of a double reference on every odd shape. Without them
 // (ONEDNN_MAX_CPU_ISA=AVX2 runs this test too) the heads are widened: bitwise
 // the f32 kernel on the widened inputs, each result rounded once.
+// Packed documents in bf16 (the bf16 dot-product kernels where the CPU has
+// them, else the widening ones): each document as if alone, within bf16's
+// rounding, and positions 0, 1, .. bitwise the plain causal kernel.
+TEST(Kernels, Bf16PackedDocumentsAttendWithinTheirDocument) {
+  const int64_t H = 4, KV = 2, S = 75, D = 16;
+  const std::vector<int64_t> docs = {7, 33, 1, 34}; // odd starts: keys go in pairs there
+  std::vector<int32_t> positions(S), counting(S);
+  for (int64_t i = 0, at = 0; at < static_cast<int64_t>(docs.size()); ++at)
+    for (int64_t p = 0; p < docs[at]; ++p, ++i)
+      positions[i] = static_cast<int32_t>(p);
+  for (int64_t i = 0; i < S; ++i)
+    counting[i] = static_cast<int32_t>(i);
+  std::vector<uint16_t> q16, k16, v16, g16;
+  roundToBf16(randomVector(H * S * D, 91), q16);
+  roundToBf16(randomVector(KV * S * D, 92), k16);
+  roundToBf16(randomVector(KV * S * D, 93), v16);
+  roundToBf16(randomVector(H * S * D, 94), g16);
+  const float scale = 0.25f;
+  auto run = [&](const int32_t *pos, std::vector<uint16_t> &o, std::vector<uint16_t> &dq,
+                 std::vector<uint16_t> &dk, std::vector<uint16_t> &dv) {
+    o.assign(q16.size(), 0), dq.assign(q16.size(), 0), dk.assign(k16.size(), 0);
+    dv.assign(v16.size(), 0);
+    causalAttention(q16.data(), k16.data(), v16.data(), o.data(), {1, H, S, D}, KV, scale, false,
+                    0, pos);
+    causalAttentionGrad(q16.data(), k16.data(), v16.data(), g16.data(), dq.data(), dk.data(),
+                        dv.data(), {1, H, S, D}, KV, scale, false, 0, pos);
+  };
+  std::vector<uint16_t> o, dq, dk, dv, po, pdq, pdk, pdv;
+  run(positions.data(), o, dq, dk, dv);
+  // Each document alone (its rows of every head, copied out).
+  int64_t start = 0;
+  for (int64_t len : docs) {
+    auto cut = [&](const std::vector<uint16_t> &x, int64_t heads) {
+      std::vector<uint16_t> y(heads * len * D);
+      for (int64_t h = 0; h < heads; ++h)
+        std::copy_n(x.begin() + (h * S + start) * D, len * D, y.begin() + h * len * D);
+      return y;
+    };
+    auto q1 = cut(q16, H), k1 = cut(k16, KV), v1 = cut(v16, KV), g1 = cut(g16, H);
+    std::vector<uint16_t> o1(q1.size()), dq1(q1.size()), dk1(k1.size()), dv1(v1.size());
+    causalAttention(q1.data(), k1.data(), v1.data(), o1.data(), {1, H, len, D}, KV, scale);
+    causalAttentionGrad(q1.data(), k1.data(), v1.data(), g1.data(), dq1.data(), dk1.data(),
+                        dv1.data(), {1, H, len, D}, KV, scale);
+    for (auto [got, want, what] : {std::tuple{cut(o, H), o1, "output"}, {cut(dq, H), dq1, "dq"},
+                                   {cut(dk, KV), dk1, "dk"}, {cut(dv, KV), dv1, "dv"}}) {
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double a = bf16ToF32(got[i]), b = bf16ToF32(want[i]);
+        err += (a - b) * (a - b);
+        norm += b * b;
+      }
+      EXPECT_LT(std::sqrt(err / std::max(norm, 1e-30)), 1e-2)
+          << what << " of the document at " << start << " (" << len << " tokens)";
+    }
+    start += len;
+  }
+  std::vector<uint16_t> co, cdq, cdk, cdv;
+  run(counting.data(), co, cdq, cdk, cdv);
+  run(nullptr, po, pdq, pdk, pdv);
+  EXPECT_EQ(co, po);
+  EXPECT_EQ(cdq, pdq);
+  EXPECT_EQ(cdk, pdk);
+  EXPECT_EQ(cdv, pdv);
+}
+
 TEST(Kernels, Bf16CausalAttentionMatchesReferenceNativeOrWidened) {
   using ptc::kernels::OpKind;
   for (AttentionCase t : kAttentionCases) {

@@ -158,6 +158,14 @@ func.func @attention_rank(%q: tensor<8x64x32xf32>) -> tensor<8x64x32xf32> {
 
 // -----
 
+func.func @attention_positions(%q: tensor<2x4x16x8xf32>, %pos: tensor<2x8xi32>) -> tensor<2x4x16x8xf32> {
+  // expected-error @+1 {{'ptc.causal_attention' op expects positions of shape [batch, seq] = [2, 16] (each token's position in its document), got 'tensor<2x8xi32>'}}
+  %0 = ptc.causal_attention %q, %q, %q positions(%pos : tensor<2x8xi32>) : tensor<2x4x16x8xf32>
+  return %0 : tensor<2x4x16x8xf32>
+}
+
+// -----
+
 func.func @attention_seq_major_kv(%q: tensor<2x16x4x8xf32>, %kv: tensor<2x2x16x8xf32>) -> tensor<2x16x4x8xf32> {
   // Seq-major: key and value are [batch, seq, kv_heads, head_dim] too.
   // expected-error @+1 {{'ptc.causal_attention' op key and value must have shape [batch, seq, kv_heads, head_dim] with the query's batch, seq and head_dim (2x16x4x8), got 2x2x16x8}}

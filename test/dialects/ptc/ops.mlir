@@ -59,6 +59,23 @@ func.func @matmul_bias(%x: tensor<8x64x128xf32>, %w: tensor<384x128xf32>, %b: te
   return %0 : tensor<8x64x384xf32>
 }
 
+// Packed documents: attention (and its forms) with each token's position in
+// its document, rotation at those positions and its inverse.
+// CHECK-LABEL: func.func @packed_documents
+func.func @packed_documents(%q: tensor<8x4x64x32xf32>, %pos: tensor<8x64xi32>, %qkv: tensor<8x64x256xf32>, %g: tensor<8x64x4x32xf32>) -> (tensor<8x4x64x32xf32>, tensor<8x64x4x32xf32>) {
+  // CHECK: ptc.causal_attention %{{.*}}, %{{.*}}, %{{.*}} positions(%{{.*}} : tensor<8x64xi32>) : tensor<8x4x64x32xf32>
+  %0 = ptc.causal_attention %q, %q, %q positions(%pos : tensor<8x64xi32>) : tensor<8x4x64x32xf32>
+  // CHECK: ptc.causal_attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} positions(%{{.*}} : tensor<8x64xi32>) : tensor<8x4x64x32xf32>
+  %dq, %dk, %dv = ptc.causal_attention_grad %q, %q, %q, %0 positions(%pos : tensor<8x64xi32>) : tensor<8x4x64x32xf32>
+  // CHECK: ptc.causal_attention_qkv %{{.*}} positions(%{{.*}} : tensor<8x64xi32>) {scale = 2.500000e-01 : f64} : tensor<8x64x256xf32> -> tensor<8x64x4x32xf32>
+  %1 = ptc.causal_attention_qkv %qkv positions(%pos : tensor<8x64xi32>) {scale = 0.25 : f64} : tensor<8x64x256xf32> -> tensor<8x64x4x32xf32>
+  // CHECK: ptc.causal_attention_qkv_grad %{{.*}}, %{{.*}} positions(%{{.*}} : tensor<8x64xi32>) {scale = 2.500000e-01 : f64} : tensor<8x64x256xf32>, tensor<8x64x4x32xf32>
+  %2 = ptc.causal_attention_qkv_grad %qkv, %g positions(%pos : tensor<8x64xi32>) {scale = 0.25 : f64} : tensor<8x64x256xf32>, tensor<8x64x4x32xf32>
+  // CHECK: ptc.rotary_at %{{.*}}, %{{.*}} {inverse = true} : tensor<8x4x64x32xf32>, tensor<8x64xi32>
+  %3 = ptc.rotary_at %dq, %pos {inverse = true} : tensor<8x4x64x32xf32>, tensor<8x64xi32>
+  return %3, %1 : tensor<8x4x64x32xf32>, tensor<8x64x4x32xf32>
+}
+
 // CHECK-LABEL: func.func @blocks
 func.func @blocks(%x: tensor<8x64x128xf16>, %g: tensor<128xf16>, %b: tensor<128xf16>, %q: tensor<8x4x64x32xf32>, %s: tensor<512x8xf32>, %x4: tensor<8x64x4x32xf32>, %kv2: tensor<8x64x2x32xf32>, %qkv: tensor<8x64x256xf32>) -> (tensor<8x64x128xf16>, tensor<8x4x64x32xf32>, tensor<512x8xf32>) {
   // CHECK: ptc.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x64x128xf16>, tensor<128xf16>

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Packed documents: what the document mask saves. One GPT plan of packed documents
+(ptc-model --document-end 255) trains on windows of one document (no end token in the
+data) and on windows of 8 documents (an end token every seq/8 tokens), the same shapes;
+the plain causal model (no --document-end) on the one-document data is the reference.
+Prints each run's median step time and attention time per step (ptc-run --profile: the
+CausalAttention* instructions, forward and backward) and the ratios.
+
+usage: bench/packed_documents.py [--bin build/bin] [--seq 1024] [--docs 8] [--steps 6]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"))
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--docs", type=int, default=8, help="documents per window in the packed data")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args()
+    work = a.workdir or tempfile.mkdtemp(prefix="ptc-documents-")
+    os.makedirs(work, exist_ok=True)
+    w = lambda name: os.path.join(work, name)
+    b = lambda tool: os.path.join(a.bin, tool)
+    run = lambda *cmd: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    end = 255
+
+    # Token files (uint16): random bytes below the end token; the packed one ends a
+    # document every seq/docs tokens.
+    rng = np.random.default_rng(0)
+    n = a.seq * a.batch * (a.steps + 2) + a.seq + 1
+    stream = rng.integers(0, end, size=n, dtype=np.uint16)
+    stream.astype("<u2").tofile(w("one.bin"))
+    packed = stream.copy()
+    packed[a.seq // a.docs - 1::a.seq // a.docs] = end
+    packed.astype("<u2").tofile(w("packed.bin"))
+
+    shape = ["--layers", str(a.layers), "--hidden", str(a.hidden), "--heads", str(a.heads),
+             "--seq", str(a.seq), "--vocab", "256", "--batch", str(a.batch)]
+    run(b("ptc-model"), "gpt", *shape, "--document-end", str(end), "-o", w("documents.mlir"))
+    run(b("ptc-model"), "gpt", *shape, "-o", w("plain.mlir"))
+    for name in ("documents", "plain"):
+        run(b("ptc-opt"), w(name + ".mlir"), f"--ptc-compile=plan={w(name + '.plan')} lr=1e-4",
+            "-o", os.devnull)
+
+    def measure(plan, data, tag):
+        out = subprocess.run(
+            [b("ptc-run"), w(plan), "--data", w(data), "--steps", str(a.steps), "--threads",
+             str(a.threads), "--log-every", "0", "--profile", "--metrics", w(tag + ".jsonl")],
+            check=True, capture_output=True, text=True).stdout
+        times = [1e3 * a.batch * a.seq / json.loads(line)["tokens_per_s"]
+                 for line in open(w(tag + ".jsonl"))]
+        attention = sum(float(m.group(1)) for m in
+                        re.finditer(r"^\s+CausalAttention\w*\s+([0-9.]+) ms", out, re.M))
+        return statistics.median(times[1:]), attention
+
+    rows = [("plain causal, 1 document per window", "plain.plan", "one.bin"),
+            ("packed documents, 1 document per window", "documents.plan", "one.bin"),
+            (f"packed documents, {a.docs} documents per window", "documents.plan", "packed.bin")]
+    results = []
+    print(f"GPT {a.layers} x {a.hidden}, {a.heads} heads, seq {a.seq}, batch {a.batch}, "
+          f"{a.threads} threads, median of {a.steps - 1} steps")
+    for label, plan, data in rows:
+        step, attention = measure(plan, data, label.split(",")[0].replace(" ", "-") + data)
+        results.append((step, attention))
+        print(f"  {label:44s} step {step:8.1f} ms   attention {attention:8.1f} ms/step")
+    (s0, a0), (s1, a1), (s8, a8) = results
+    print(f"{a.docs} documents vs 1 (same plan): step {s8 / s1:.2f}x, attention {a8 / a1:.2f}x; "
+          f"1 document, packed plan vs plain: step {s1 / s0:.2f}x, attention {a1 / a0:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
