@@ -4,9 +4,12 @@
 data) and on windows of 8 documents (an end token every seq/8 tokens), the same shapes;
 the plain causal model (no --document-end) on the one-document data is the reference.
 Prints each run's median step time and attention time per step (ptc-run --profile: the
-CausalAttention* instructions, forward and backward) and the ratios.
+CausalAttention* instructions, forward and backward) and the ratios. With --cp N, then the
+same model on cp:N with ring attention: each rank's attention FLOPs per step (the query-key
+pairs the mask leaves, ptc-run --profile) and max/min, for the plain model and for windows of
+one document, of `--docs` equal documents and of documents of random lengths (1 .. seq/2).
 
-usage: bench/packed_documents.py [--bin build/bin] [--seq 1024] [--docs 8] [--steps 6]
+usage: bench/packed_documents.py [--bin build/bin] [--seq 1024] [--docs 8] [--steps 6] [--cp 4]
 """
 import argparse
 import json
@@ -33,6 +36,7 @@ def main():
     ap.add_argument("--docs", type=int, default=8, help="documents per window in the packed data")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cp", type=int, default=0, help="also the ring's balance on cp:N")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="ptc-documents-")
@@ -51,6 +55,14 @@ def main():
     packed = stream.copy()
     packed[a.seq // a.docs - 1::a.seq // a.docs] = end
     packed.astype("<u2").tofile(w("packed.bin"))
+    ragged = stream.copy()
+    at = 0
+    while True:
+        at += int(rng.integers(1, a.seq // 2 + 1))
+        if at >= n:
+            break
+        ragged[at] = end
+    ragged.astype("<u2").tofile(w("ragged.bin"))
 
     shape = ["--layers", str(a.layers), "--hidden", str(a.hidden), "--heads", str(a.heads),
              "--seq", str(a.seq), "--vocab", "256", "--batch", str(a.batch)]
@@ -84,6 +96,21 @@ def main():
     (s0, a0), (s1, a1), (s8, a8) = results
     print(f"{a.docs} documents vs 1 (same plan): step {s8 / s1:.2f}x, attention {a8 / a1:.2f}x; "
           f"1 document, packed plan vs plain: step {s1 / s0:.2f}x, attention {a1 / a0:.2f}x")
+    if a.cp > 1:
+        for name in ("documents", "plain"):
+            run(b("ptc-opt"), w(name + ".mlir"),
+                f"--ptc-compile=plan={w(name + '-cp.plan')} lr=1e-4 mesh=cp:{a.cp}", "-o", os.devnull)
+        print(f"ring attention on cp:{a.cp}, FLOPs per step by rank (the mask's query-key pairs):")
+        for label, plan, data in [("plain causal", "plain-cp.plan", "one.bin"),
+                                  ("1 document per window", "documents-cp.plan", "one.bin"),
+                                  (f"{a.docs} documents per window", "documents-cp.plan", "packed.bin"),
+                                  ("documents of random lengths", "documents-cp.plan", "ragged.bin")]:
+            out = subprocess.run(
+                [b("ptc-run"), w(plan), "--np", str(a.cp), "--data", w(data), "--steps", "2",
+                 "--threads", "1", "--log-every", "0", "--profile"],
+                check=True, capture_output=True, text=True).stdout
+            line = next(l for l in out.splitlines() if l.startswith("ring attention FLOPs"))
+            print(f"  {label:30s} {line.split(':', 1)[1].strip()}")
     return 0
 
 
