@@ -7,7 +7,8 @@ rank count): within 1e-5 relative (losses) and 1e-5 absolute (weights) of the
 uninterrupted run; with dropout (the masks keyed by the checkpointed seed and
 step) the same, and resuming with another --seed warns. Crash safety: rank 0 killed while writing a checkpoint leaves
 the previous one, which resumes to the same losses; Muon's state resumes the same way
-(bitwise in its layout, within the bounds across layouts) and other Muon settings warn; a truncated or corrupted
+(bitwise in its layout, within the bounds across layouts) and other Muon settings warn; packed
+documents resume with the same boundaries (bitwise in cp:2, within the bounds cp:2 -> pp:2); a truncated or corrupted
 shard and a checkpoint of another model are one clear error. Restarts: a rank
 killed mid-run under --max-restarts 2 -> the job completes with the losses of the
 uninterrupted run; a job that fails before its first step is not restarted.
@@ -182,6 +183,19 @@ def main():
     report("muon, resumed with another momentum", "muon-momentum" not in r.stdout and
            "momentum=0.9 " in r.stdout and "written with optimizer" in r.stdout,
            "warns" if "written with optimizer" in r.stdout else "no warning")
+
+    # Packed documents: the positions are recomputed from the resumed windows, so the run
+    # continues with the same boundaries (bitwise in the same layout, and across layouts).
+    run(b("ptc-model"), "gpt", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32",
+        "--vocab", "256", "--batch", "8", "--document-end", "32", "-o", w("documents.mlir"))
+    docs = {tag: compile_(f"documents-{tag}", layout, model="documents.mlir")
+            for tag, layout in (("1", ""), ("cp2", "mesh=cp:2"), ("pp2", "mesh=pp:2 microbatches=4"))}
+    train(docs["1"], 1, "documents-full-1", STEPS)
+    train(docs["cp2"], 2, "documents-full-cp2", STEPS)
+    interrupted("documents-resumed-cp2", docs["cp2"], 2, docs["cp2"], 2)
+    compare("documents, same layout cp2", "documents-resumed-cp2", "documents-full-cp2", exact=True)
+    interrupted("documents-cross", docs["cp2"], 2, docs["pp2"], 2)
+    compare("documents, cp2 -> pp2", "documents-cross", "documents-full-1", exact=False)
 
     # Killed while writing the checkpoint of step 6: step 3's remains and resumes. The
     # --np launcher removes the half-written one once every rank is gone; one a job run
