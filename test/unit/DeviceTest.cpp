@@ -660,6 +660,34 @@ TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
     });
 }
 
+/// CausalAttention and its gradient on `d` (q [s], k, v [kv], the result's
+/// gradient g; scale 0.25; `positions` [positionsShape] the document
+/// positions, or null): the result, then dq, dk and dv.
+std::vector<float> attentionWithGradient(Device &d, Mem &m, const std::vector<float> &q,
+                                         const std::vector<float> &k, const std::vector<float> &v,
+                                         const std::vector<float> &g, const Shape &s,
+                                         const Shape &kv, const std::vector<int64_t> &ints,
+                                         const int32_t *positions, const Shape &positionsShape) {
+  const size_t n = q.size(), nkv = k.size();
+  float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
+  const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
+  std::vector<Arg> in = {{pq, s}, {pk, kv}, {pv, kv}}, gradIn = {{pq, s}, {pk, kv}, {pv, kv},
+                                                                 {m.put(g), s}};
+  if (positions) {
+    in.push_back(ids(positions, positionsShape));
+    gradIn.push_back(ids(positions, positionsShape));
+  }
+  OK(run(d, kernels::OpKind::CausalAttention, in, {{o, s}}, ints, {0.25}));
+  OK(run(d, kernels::OpKind::CausalAttentionGrad, gradIn, {{dq, s}, {dk, kv}, {dv, kv}}, ints,
+         {0.25}));
+  auto out = m.get(o, n);
+  for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
+    auto t = m.get(p, count);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
 TEST_F(CudaConformance, CausalAttentionAndGradient) {
   // Multi-head (3 kv heads of 3), grouped-query (2 kv heads of 4), and
   // grouped-query seq-major (every tensor [batch, seq, heads, head_dim]: the
@@ -679,19 +707,7 @@ TEST_F(CudaConformance, CausalAttentionAndGradient) {
          g = randomVector(n, 18);
     compare(
         [&](Device &d, Mem &m) {
-          float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
-          const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
-          OK(run(d, kernels::OpKind::CausalAttention, {{pq, s}, {pk, kv}, {pv, kv}}, {{o, s}}, ints,
-                 {0.25}));
-          OK(run(d, kernels::OpKind::CausalAttentionGrad,
-                 {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}}, {{dq, s}, {dk, kv}, {dv, kv}}, ints,
-                 {0.25}));
-          auto out = m.get(o, n);
-          for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
-            auto t = m.get(p, count);
-            out.insert(out.end(), t.begin(), t.end());
-          }
-          return out;
+          return attentionWithGradient(d, m, q, k, v, g, s, kv, ints, nullptr, {});
         },
         1e-4f);
   }
@@ -734,20 +750,7 @@ TEST_F(CudaConformance, PackedDocumentsAttentionAndRotation) {
          g = randomVector(n, 64);
     compare(
         [&](Device &d, Mem &m) {
-          float *o = m.zeros(n), *dq = m.zeros(n), *dk = m.zeros(nkv), *dv = m.zeros(nkv);
-          const float *pq = m.put(q), *pk = m.put(k), *pv = m.put(v);
-          const int32_t *pp = m.put(pos);
-          OK(run(d, kernels::OpKind::CausalAttention,
-                 {{pq, s}, {pk, kv}, {pv, kv}, ids(pp, {B, S})}, {{o, s}}, ints, {0.25}));
-          OK(run(d, kernels::OpKind::CausalAttentionGrad,
-                 {{pq, s}, {pk, kv}, {pv, kv}, {m.put(g), s}, ids(pp, {B, S})},
-                 {{dq, s}, {dk, kv}, {dv, kv}}, ints, {0.25}));
-          auto out = m.get(o, n);
-          for (auto [p, count] : {std::pair{dq, n}, {dk, nkv}, {dv, nkv}}) {
-            auto t = m.get(p, count);
-            out.insert(out.end(), t.begin(), t.end());
-          }
-          return out;
+          return attentionWithGradient(d, m, q, k, v, g, s, kv, ints, m.put(pos), {B, S});
         },
         1e-4f);
   }

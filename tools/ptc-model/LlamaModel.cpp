@@ -162,13 +162,9 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
   if (llvm::Error e = validateLlamaConfig(c))
     return std::move(e);
   Type ftype = *parseFloatType(context, c.dtype);
-  Type i32 = IntegerType::get(&context, 32);
   const bool documents = c.documentEnd >= 0;
-  std::vector<ModelBuilder::Input> inputs = {{{"tokens", {c.batch, c.seq}}, i32},
-                                             {{"targets", {c.batch, c.seq}}, i32}};
-  if (documents)
-    inputs.push_back({{"positions", {c.batch, c.seq}}, i32});
-  ModelBuilder m(context, ftype, llamaParameters(c), inputs);
+  ModelBuilder m(context, ftype, llamaParameters(c),
+                 ModelBuilder::tokenInputs(context, c.batch, c.seq, documents));
   OpBuilder &b = m.builder();
   Value positions = documents ? m.input("positions") : Value();
 

@@ -25,6 +25,11 @@ public:
   ModelBuilder(MLIRContext &context, Type floatType, const std::vector<TensorSpec> &params,
                const std::vector<Input> &inputs);
 
+  /// A language model's inputs: `tokens` and `targets` [batch, seq] i32, and
+  /// with `documents` (packed documents) `positions` [batch, seq] i32.
+  static std::vector<Input> tokenInputs(MLIRContext &context, int64_t batch, int64_t seq,
+                                        bool documents);
+
   OpBuilder &builder() { return b; }
   Type floatType() const { return ftype; }
   /// A location naming the model part being built (e.g. "transformer.h.0.attn").

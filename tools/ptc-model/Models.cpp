@@ -29,6 +29,15 @@ FailureOr<Type> mlir::ptc::parseFloatType(MLIRContext &context, StringRef name) 
   return failure();
 }
 
+std::vector<ModelBuilder::Input> ModelBuilder::tokenInputs(MLIRContext &context, int64_t batch,
+                                                           int64_t seq, bool documents) {
+  Type i32 = IntegerType::get(&context, 32);
+  std::vector<Input> inputs = {{{"tokens", {batch, seq}}, i32}, {{"targets", {batch, seq}}, i32}};
+  if (documents)
+    inputs.push_back({{"positions", {batch, seq}}, i32});
+  return inputs;
+}
+
 ModelBuilder::ModelBuilder(MLIRContext &context, Type floatType,
                            const std::vector<TensorSpec> &params,
                            const std::vector<Input> &inputs)
