@@ -127,4 +127,26 @@ def Ptc_PlanInstructionOpInterface : OpInterface<"PlanInstructionOpInterface"> {
   ];
 }
 
+def Ptc_FusedUpdateOpInterface : OpInterface<"FusedUpdateOpInterface"> {
+  let cppNamespace = "::mlir::ptc";
+  let description = [{
+    One optimizer step of one parameter as a single op (`ptc.adamw_update`,
+    `ptc.sgd_update`): it reads the parameter (operand 0), its gradient
+    (operand 1) and the parameter's optimizer state, and returns the new
+    parameter and state. The sharding passes keep its gradient split as the
+    update reads it (ZeRO), the memory passes find the gradients through it,
+    and the plan names the optimizer by it. Optimizers built from primitive
+    ops (Adafactor, Muon) mark their gradient's first reader
+    `ptc.optimizer_grad` instead.
+  }];
+  let methods = [
+    InterfaceMethod<"The parameter being updated.", "::mlir::Value", "getParam", (ins), [{}],
+                    [{ return $_op.getParam(); }]>,
+    InterfaceMethod<"The gradient operand (to read or to replace).", "::mlir::OpOperand &",
+                    "getGradMutable", (ins), [{}], [{ return $_op.getGradMutable(); }]>,
+    InterfaceMethod<"The optimizer's name in the plan (`adamw`, `sgd`).", "::llvm::StringRef",
+                    "getOptimizerName", (ins)>
+  ];
+}
+
 #endif // PTC_INTERFACES_TD

@@ -888,6 +888,9 @@ static LogicalResult verifyOptimizerGrad(Operation *op, Value param, Value grad)
   return success();
 }
 
+StringRef AdamWUpdateOp::getOptimizerName() { return "adamw"; }
+StringRef SgdUpdateOp::getOptimizerName() { return "sgd"; }
+
 LogicalResult AdamWUpdateOp::verify() {
   if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())))
     return failure();

@@ -39,7 +39,7 @@ def Ptc_LrScheduleOp : Ptc_Op<"lr_schedule", [DeclareOpInterfaceMethods<Ptc_Plan
   let hasVerifier = 1;
 }
 
-def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
+def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, DeclareOpInterfaceMethods<Ptc_FusedUpdateOpInterface>, Pure, AttrSizedOperandSegments,
     AllTypesMatch<["param", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
                    "new_exp_avg_sq"]>]> {
   let summary = "one AdamW step (torch.optim.AdamW semantics, decoupled weight decay)";
@@ -81,7 +81,7 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Pl
   let hasVerifier = 1;
 }
 
-def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure, AttrSizedOperandSegments,
+def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, DeclareOpInterfaceMethods<Ptc_FusedUpdateOpInterface>, Pure, AttrSizedOperandSegments,
     AllTypesMatch<["param", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
   let summary = "one SGD step with momentum (torch.optim.SGD semantics, dampening 0)";
   let description = [{

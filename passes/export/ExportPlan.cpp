@@ -386,11 +386,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     if (auto named = func->getAttrOfType<StringAttr>(PtcDialect::kOptimizerAttrName)) {
       optimizer = named.str();
     } else {
-      func.walk([&](Operation *op) {
-        if (isa<AdamWUpdateOp>(op))
-          optimizer = "adamw";
-        else if (isa<SgdUpdateOp>(op))
-          optimizer = "sgd";
+      func.walk([&](FusedUpdateOpInterface update) {
+        optimizer = update.getOptimizerName().str();
       });
     }
     for (auto [i, v] : llvm::enumerate(ret.getOperands())) {

@@ -29,10 +29,10 @@ struct FuseGradientWideningPass
     getOperation().walk([&](Operation *op) {
       // On the host the update's tensors stay f32 (the plan keeps
       // low-precision tensors on the device).
-      if (!isa<AdamWUpdateOp, SgdUpdateOp>(op) || op->hasAttr(PtcDialect::kOnHostAttrName))
+      auto update = dyn_cast<FusedUpdateOpInterface>(op);
+      if (!update || op->hasAttr(PtcDialect::kOnHostAttrName))
         return;
-      OpOperand &gradOperand = isa<AdamWUpdateOp>(op) ? cast<AdamWUpdateOp>(op).getGradMutable()
-                                                      : cast<SgdUpdateOp>(op).getGradMutable();
+      OpOperand &gradOperand = update.getGradMutable();
       Value narrow = narrowGradient(gradOperand.get());
       if (!narrow)
         return;

@@ -88,8 +88,8 @@ struct OffloadOptimizerPass : mlir::ptc::impl::OffloadOptimizerPassBase<OffloadO
     // The gradients the updates read: where the host's part begins.
     llvm::DenseSet<Value> gradients;
     func.walk([&](Operation *op) {
-      if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
-        gradients.insert(op->getOperand(1));
+      if (auto update = dyn_cast<FusedUpdateOpInterface>(op))
+        gradients.insert(update.getGradMutable().get());
       else if (op->hasAttr(PtcDialect::kOptimizerGradAttrName))
         gradients.insert(op->getOperand(0));
     });

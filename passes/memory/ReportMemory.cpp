@@ -26,8 +26,8 @@ namespace {
 /// primitive ops (Adafactor, `ptc.optimizer_grad`).
 Value optimizerGradient(Operation *op) {
   Value g;
-  if (isa<AdamWUpdateOp, SgdUpdateOp>(op))
-    g = op->getOperand(1);
+  if (auto update = dyn_cast<FusedUpdateOpInterface>(op))
+    g = update.getGradMutable().get();
   else if (op->hasAttr(PtcDialect::kOptimizerGradAttrName))
     g = op->getOperand(0);
   // ZeRO-1 keeps the gradient whole and slices the update's shard from it

@@ -488,7 +488,7 @@ void Partitioner::sinkNonfiniteChecks() {
       if (isa<func::ReturnOp>(user))
         continue; // the step's 'skipped' output
       readers.push_back(user);
-      if (isa<AdamWUpdateOp, SgdUpdateOp>(user))
+      if (isa<FusedUpdateOpInterface>(user))
         updates.push_back(user);
       else
         onlyUpdates &= isa<MulOp>(user) && !sanitizers.empty();

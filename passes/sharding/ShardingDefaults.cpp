@@ -402,7 +402,7 @@ LogicalResult mlir::ptc::expertDefaults(func::FuncOp func, const MeshInfo &mesh,
 /// split over dp along their first dimension that no other axis splits and
 /// that dp divides, on top of the tensor-parallel defaults.
 int mlir::ptc::updateGradientOperand(Operation *op) {
-  auto isUpdate = [](Operation *o) { return isa<AdamWUpdateOp, SgdUpdateOp>(o); };
+  auto isUpdate = [](Operation *o) { return isa<FusedUpdateOpInterface>(o); };
   if (isUpdate(op))
     return 1;
   if (auto c = dyn_cast<ConvertOp>(op))
@@ -483,7 +483,7 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   auto isMasterWeight = [](BlockArgument param) {
     bool converted = false;
     for (Operation *user : param.getUsers()) {
-      if (isa<AdamWUpdateOp, SgdUpdateOp>(user))
+      if (isa<FusedUpdateOpInterface>(user))
         continue;
       auto convert = dyn_cast<ConvertOp>(user);
       if (!convert)
@@ -537,14 +537,12 @@ void mlir::ptc::zeroDefaults(func::FuncOp func, const MeshInfo &mesh, int zero,
   // reads it, so its reduction over dp stays a reduce-scatter. Only chains
   // with one of them: a gradient read by its update directly is resharded
   // where the update's rule asks.
-  func.walk([&](Operation *update) {
-    if (!isa<AdamWUpdateOp, SgdUpdateOp>(update))
-      return;
-    auto param = dyn_cast<BlockArgument>(update->getOperand(0));
+  func.walk([&](FusedUpdateOpInterface update) {
+    auto param = dyn_cast<BlockArgument>(update.getParam());
     auto it = param ? placed.find(param) : placed.end();
     if (it == placed.end())
       return;
-    Value g = update->getOperand(1);
+    Value g = update.getGradMutable().get();
     bool through = false;
     for (;;) {
       auto r = dyn_cast<OpResult>(g);

@@ -66,4 +66,4 @@ Sharding sharding::normalizePartial(const MeshInfo &mesh, const Sharding &s) {
   return normalized;
 }
 
-bool sharding::isFusedUpdate(Operation *op) { return isa<AdamWUpdateOp, SgdUpdateOp>(op); }
+bool sharding::isFusedUpdate(Operation *op) { return isa<FusedUpdateOpInterface>(op); }
