@@ -16,16 +16,6 @@ using namespace mlir::ptc;
 
 namespace {
 
-/// `positions` must be [batch, tokens] of a [batch, heads, tokens, dim] input.
-LogicalResult verifyPositions(Operation *op, RankedTensorType input, RankedTensorType positions) {
-  if (positions.getRank() != 2 || positions.getDimSize(0) != input.getDimSize(0) ||
-      positions.getDimSize(1) != input.getDimSize(2))
-    return op->emitOpError() << "positions must have shape [batch, tokens] = ["
-                             << input.getDimSize(0) << ", " << input.getDimSize(2) << "], got "
-                             << shapeStr(positions.getShape());
-  return success();
-}
-
 /// Batch and heads split freely (with the query's split of its heads on the
 /// key/value heads and caches); tokens, context and head_dim stay whole; the
 /// positions follow the batch.
@@ -35,9 +25,7 @@ void batchAndHeadsRule(Operation *op, ShardingRuleContext &ctx, unsigned numFloa
   ctx.want[0].dims[2] = ctx.want[0].dims[3] = -1;
   for (unsigned i = 1; i < numFloat; ++i)
     ctx.like(i, ctx.want[0]);
-  Sharding pos = Sharding::replicated(2);
-  pos.dims[0] = ctx.want[0].dims[0];
-  ctx.like(positionsOperand, pos);
+  ctx.like(positionsOperand, ctx.want[0].tokenPositions(2)); // tokens whole: batch only
   for (unsigned i = 0; i < op->getNumResults(); ++i)
     ctx.out.push_back(ctx.want[0]);
 }
@@ -68,7 +56,7 @@ LogicalResult CachedAttentionOp::verify() {
                          << kv.getDimSize(2) << " tokens, got " << shapeStr(cache.getShape());
   if (std::optional<llvm::APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
     return emitOpError() << "scale must be positive, got " << scale->convertToDouble();
-  return verifyPositions(*this, q, getPositions().getType());
+  return verifyTokenPositions(*this, q, getPositions().getType());
 }
 
 double CachedAttentionOp::getScaleOrDefault() {
@@ -95,7 +83,7 @@ PlanInstruction CachedAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
 LogicalResult RotaryAtOp::verify() {
   if (failed(verifyRotaryInput(*this, getType(), getTheta().convertToDouble())))
     return failure();
-  return verifyPositions(*this, getType(), getPositions().getType());
+  return verifyTokenPositions(*this, getType(), getPositions().getType());
 }
 
 /// Each row turns by its own position: batch, heads and the sequence split
@@ -103,15 +91,12 @@ LogicalResult RotaryAtOp::verify() {
 /// a partial sum passes through.
 LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {
   ctx.want[0].dims[3] = -1;
-  Sharding pos = Sharding::replicated(2);
-  pos.dims[0] = ctx.want[0].dims[0];
-  pos.dims[1] = ctx.want[0].dims[2];
-  ctx.like(1, pos);
+  ctx.like(1, ctx.want[0].tokenPositions(2));
   ctx.out.push_back(ctx.want[0]);
   return success();
 }
 
-// The optional integer: inverse (within format 11).
+// The optional integer: inverse (within format 15).
 PlanInstruction RotaryAtOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction{"RotaryAt", getInverse() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                          {getTheta().convertToDouble()}};

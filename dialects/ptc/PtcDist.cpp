@@ -547,14 +547,8 @@ LogicalResult verifyRingAttention(Operation *op, ArrayAttr axes, RankedTensorTyp
     return failure();
   if (query.getRank() != 4 || key.getRank() != 4)
     return op->emitOpError() << "operands must be [batch, heads, seq, head_dim]";
-  if (positions) {
-    auto type = cast<RankedTensorType>(positions.getType());
-    if (type.getRank() != 2 || type.getDimSize(0) != query.getDimSize(0) ||
-        type.getDimSize(1) != query.getDimSize(2))
-      return op->emitOpError() << "expects positions of shape [batch, seq] = ["
-                               << query.getDimSize(0) << ", " << query.getDimSize(2)
-                               << "] (the device's block), got " << type;
-  }
+  if (positions) // the device's block of packed documents' positions
+    return verifyTokenPositions(op, query, cast<RankedTensorType>(positions.getType()));
   return success();
 }
 } // namespace

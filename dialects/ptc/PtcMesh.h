@@ -99,6 +99,14 @@ struct Sharding {
     return llvm::any_of(dims, [&](const DimShard &d) { return d.axis == a; });
   }
   Sharding withoutPartial() const { return {dims, {}}; }
+  /// The positions [batch, tokens] of this value's rows, split as its batch
+  /// (dimension 0) and its tokens (dimension `tokenDim`) are.
+  Sharding tokenPositions(int tokenDim) const {
+    Sharding pos = replicated(2);
+    pos.dims[0] = dims[0];
+    pos.dims[1] = dims[tokenDim];
+    return pos;
+  }
 };
 
 /// Adds `axis` to a sorted set of partial-sum axes.

@@ -411,19 +411,22 @@ LogicalResult SoftmaxOp::verify() {
   return verifyAxis(*this, getAxis(), getInput().getType().getRank());
 }
 
-/// A document mask's positions: i32 [batch, seq] of the attention's batch and
-/// sequence (`query` in either layout; seqDim says where its sequence is).
+LogicalResult mlir::ptc::verifyTokenPositions(Operation *op, RankedTensorType rows,
+                                              RankedTensorType positions, int64_t tokenDim) {
+  if (positions.getRank() != 2 || positions.getDimSize(0) != rows.getDimSize(0) ||
+      positions.getDimSize(1) != rows.getDimSize(tokenDim))
+    return op->emitOpError() << "positions must have shape [batch, tokens] = ["
+                             << rows.getDimSize(0) << ", " << rows.getDimSize(tokenDim)
+                             << "], got " << shapeStr(positions.getShape());
+  return success();
+}
+
+/// A document mask's positions (packed documents), when the op has them.
 static LogicalResult verifyDocumentPositions(Operation *op, Value positions,
                                              RankedTensorType query, int64_t seqDim) {
-  if (!positions)
-    return success();
-  auto type = cast<RankedTensorType>(positions.getType());
-  if (type.getRank() != 2 || type.getDimSize(0) != query.getDimSize(0) ||
-      type.getDimSize(1) != query.getDimSize(seqDim))
-    return op->emitOpError() << "expects positions of shape [batch, seq] = ["
-                             << query.getDimSize(0) << ", " << query.getDimSize(seqDim)
-                             << "] (each token's position in its document), got " << type;
-  return success();
+  return positions ? verifyTokenPositions(op, query, cast<RankedTensorType>(positions.getType()),
+                                          seqDim)
+                   : success();
 }
 
 LogicalResult CausalAttentionOp::verify() {

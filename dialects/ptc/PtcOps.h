@@ -55,6 +55,13 @@ using MeshAxisIndexFn = llvm::function_ref<int64_t(StringRef)>;
 /// input, weight, result gradient): the verifier, the batch dimension
 /// (PtcMicrobatchRules.cpp) and the sharding rules (PtcShardingRules.cpp).
 LogicalResult verifyRowNorm(Operation *op, double epsilon);
+
+/// Positions of tokens (decoding's places in the cache, packed documents'
+/// places in their document): `positions` must be [batch, tokens] of `rows`,
+/// whose tokens run along dimension `tokenDim` ([batch, heads, tokens, dim]:
+/// 2; seq-major [batch, tokens, heads, dim]: 1).
+LogicalResult verifyTokenPositions(Operation *op, RankedTensorType rows,
+                                   RankedTensorType positions, int64_t tokenDim = 2);
 FailureOr<int> rowNormBatchDim(Operation *op, ArrayRef<int> operandDims);
 LogicalResult rowNormShardingRule(Operation *op, ShardingRuleContext &ctx);
 LogicalResult rowNormGradShardingRule(Operation *op, ShardingRuleContext &ctx);

@@ -274,12 +274,6 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   // [batch, seq], split as the query's batch and sequence.
   const unsigned floats = fwd ? 3 : 4;
   const bool documents = o->getNumOperands() > floats;
-  auto positionsLike = [&](const Sharding &query) {
-    Sharding pos = Sharding::replicated(2);
-    pos.dims[0] = query.dims[0];
-    pos.dims[1] = query.dims[2];
-    ctx.like(floats, pos);
-  };
   ctx.full(0);
   // Context parallelism (Ulysses): queries, keys and values that arrive with
   // the sequence split over cp move that split to the heads (an all_to_all
@@ -302,7 +296,7 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
     for (unsigned i = 1; i < floats; ++i)
       ctx.like(i, ctx.want[0]);
     if (documents)
-      positionsLike(ctx.want[0]); // the block's positions, split over cp as well
+      ctx.like(floats, ctx.want[0].tokenPositions(2)); // the block's, split over cp as well
     for (unsigned i = 0; i < o->getNumResults(); ++i)
       ctx.out.push_back(ctx.want[0]);
     ctx.partitionedForm = StringAttr::get(o->getContext(), ctx.mesh().axes[cp]);
@@ -360,7 +354,7 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   for (unsigned i = 1; i < floats; ++i)
     ctx.like(i, ctx.want[0]);
   if (documents)
-    positionsLike(ctx.want[0]);
+    ctx.like(floats, ctx.want[0].tokenPositions(2));
   for (unsigned i = 0; i < o->getNumResults(); ++i) {
     ctx.out.push_back(ctx.want[0]);
     if (arrivedQ)

@@ -146,9 +146,26 @@ inline AttentionDims attentionDims(const KernelCall &c) {
   return {q.dim(0), q.dim(headsDim), k.dim(headsDim), q.dim(seqDim), q.dim(3), seqMajor};
 }
 
-/// An attention call's optional document positions [batch, seq] (packed
-/// documents): input `index` when the call has it, else null.
-inline const int32_t *documentPositions(const KernelCall &c, size_t index) {
+/// The float inputs of an attention op, before its optional document
+/// positions: q, k, v (CausalAttention, RingAttention), and the incoming
+/// gradient (their gradients); qkv (CausalAttentionQkv) and its gradient.
+inline size_t attentionFloatInputs(OpKind op) {
+  switch (op) {
+  case OpKind::CausalAttentionQkv:
+    return 1;
+  case OpKind::CausalAttentionQkvGrad:
+    return 2;
+  case OpKind::CausalAttentionGrad:
+  case OpKind::RingAttentionGrad:
+    return 4;
+  default:
+    return 3;
+  }
+}
+/// An attention call's document positions [batch, seq] (packed documents):
+/// the input after its float ones when the call has it, else null.
+inline const int32_t *documentPositions(const KernelCall &c) {
+  const size_t index = attentionFloatInputs(c.op);
   return c.numInputs > index ? c.input(index).i32() : nullptr;
 }
 

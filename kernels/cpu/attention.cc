@@ -1195,7 +1195,7 @@ void addAttentionKernels(KernelTable &t) {
         const AttentionDims a = attentionDims(c);
         const Shape shape{a.batch, a.heads, a.seq, a.dim};
         const float scale = static_cast<float>(c.real(0));
-        const int32_t *positions = documentPositions(c, 3);
+        const int32_t *positions = documentPositions(c);
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
             return r;
@@ -1215,7 +1215,7 @@ void addAttentionKernels(KernelTable &t) {
         const AttentionDims a = attentionDims(c);
         const Shape shape{a.batch, a.heads, a.seq, a.dim};
         const float scale = static_cast<float>(c.real(0));
-        const int32_t *positions = documentPositions(c, 4);
+        const int32_t *positions = documentPositions(c);
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
             return r;
@@ -1237,7 +1237,7 @@ void addAttentionKernels(KernelTable &t) {
       OpKind::CausalAttentionQkv,
       [](const KernelCall &c) {
         const TensorView &qkv = c.input(0), &out = c.output(0);
-        const int32_t *positions = documentPositions(c, 1);
+        const int32_t *positions = documentPositions(c);
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, qkv.dim(0), qkv.dim(1));
               !r.isOk())
@@ -1253,7 +1253,7 @@ void addAttentionKernels(KernelTable &t) {
       OpKind::CausalAttentionQkvGrad,
       [](const KernelCall &c) {
         const TensorView &qkv = c.input(0), &g = c.input(1);
-        const int32_t *positions = documentPositions(c, 2);
+        const int32_t *positions = documentPositions(c);
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, qkv.dim(0), qkv.dim(1));
               !r.isOk())

@@ -645,10 +645,7 @@ std::string cudnnRefusal(const KernelCall &c) {
   const DType type = c.input(0).dtype;
   // Packed documents would take cuDNN's ragged (THD) offsets per document;
   // until they are wired, the warp kernels apply the document mask.
-  const size_t floats = c.op == OpKind::CausalAttention ? 3
-                        : c.op == OpKind::CausalAttentionGrad ? 4
-                        : c.op == OpKind::CausalAttentionQkv ? 1 : 2;
-  if (c.numInputs > floats)
+  if (documentPositions(c))
     return "document positions (packed documents) are not wired to cuDNN's ragged layout yet";
   for (size_t i = 0; i < c.numInputs; ++i)
     if (c.input(i).dtype != type)
@@ -740,7 +737,7 @@ void addAttentionKernels(KernelTable &t) {
     const AttentionDims a = attentionDims(c);
     causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), a.batch,
                     a.heads, a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, streamOf(c),
-                    documentPositions(c, 3));
+                    documentPositions(c));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
@@ -757,7 +754,7 @@ void addAttentionKernels(KernelTable &t) {
     causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
                         a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c),
-                        documentPositions(c, 4));
+                        documentPositions(c));
     return KernelResult::ok();
   }, acceptsAttention);
   // The fused projection's layout (qkv [batch, seq, width]): in bf16 / f16,
@@ -782,7 +779,7 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
-                    c.real(0), true, streamOf(c), documentPositions(c, 1));
+                    c.real(0), true, streamOf(c), documentPositions(c));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
@@ -805,7 +802,7 @@ void addAttentionKernels(KernelTable &t) {
       return r;
     causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
                         a.seq, a.dim, c.real(0), true, rowStats, streamOf(c),
-                        documentPositions(c, 2));
+                        documentPositions(c));
     return copyColumns(c.output(0).f32(), f, dq, dk, dv, false, c);
   }, acceptsAttention);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,

@@ -230,26 +230,36 @@ private:
     const bool ring = inst_.op() == OpCode::RingAttention || inst_.op() == OpCode::RingAttentionGrad;
     if (ring) {
       PTC_RETURN_IF_ERROR(attentionShapes());
-      PTC_RETURN_IF_ERROR(documentPositions(inst_.op() == OpCode::RingAttentionGrad ? 4 : 3,
-                                            in(0)[0], in(0)[2]));
+      PTC_RETURN_IF_ERROR(documentPositions(in(0)[0], in(0)[2]));
       return ringAxis();
     }
     StatusOr<bool> layout = seqMajor();
     if (!layout.isOk())
       return layout.status();
     PTC_RETURN_IF_ERROR(attentionShapes(*layout));
-    const size_t floats = inst_.op() == OpCode::CausalAttentionGrad ? 4 : 3;
-    return documentPositions(floats, in(0)[0], in(0)[*layout ? 1 : 2]);
+    return documentPositions(in(0)[0], in(0)[*layout ? 1 : 2]);
   }
-  /// An attention's optional document positions [batch, seq] (i32), input
-  /// `index` when the instruction has it (packed documents).
-  Status documentPositions(size_t index, int64_t batch, int64_t seq) {
-    if (in_.size() < index || in_.size() > index + 1)
-      return fail("expects ", index, " inputs, or ", index + 1,
-                  " with the document positions, has ", in_.size());
+  /// Where an attention's document positions are, when it has them.
+  int positionsInput() const {
+    return static_cast<int>(
+        kernels::attentionFloatInputs(static_cast<kernels::OpKind>(inst_.op())));
+  }
+  /// An attention's optional document positions [batch, seq] (i32), the
+  /// input after its float ones when the instruction has it (packed documents).
+  Status documentPositions(int64_t batch, int64_t seq) {
+    const size_t index = static_cast<size_t>(positionsInput());
     if (in_.size() == index)
       return Status::ok();
     return expectShape(in(index), {batch, seq}, "document positions");
+  }
+  /// An attention's input count: its float inputs, or those and the document
+  /// positions (checked before any input is read).
+  Status attentionInputs() {
+    const size_t index = static_cast<size_t>(positionsInput());
+    if (in_.size() != index && in_.size() != index + 1)
+      return fail("expects ", index, " inputs, or ", index + 1,
+                  " with the document positions, has ", in_.size());
+    return Status::ok();
   }
   /// Ring attention's mesh axis (its only integer attribute): one of the
   /// plan's axes. (Low-precision tensors are widened by the executor, as for
@@ -511,7 +521,8 @@ Status InstructionChecker::check() {
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");
   case ShapeRule::Attention:
-    PTC_RETURN_IF_ERROR(dtypes({3}));
+    PTC_RETURN_IF_ERROR(attentionInputs());
+    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}));
     PTC_RETURN_IF_ERROR(attentionOperands());
     return expectShape(out(0), in(0), "result");
   case ShapeRule::AttentionQkv:
@@ -519,12 +530,13 @@ Status InstructionChecker::check() {
     // qkv [batch, seq, (heads + 2 kv_heads) * head_dim] -> [batch, seq, heads,
     // head_dim]; the gradient: (qkv, that gradient) -> qkv's shape.
     const bool grad = info->rule == ShapeRule::AttentionQkvGrad;
-    PTC_RETURN_IF_ERROR(dtypes({grad ? 2 : 1}));
+    PTC_RETURN_IF_ERROR(attentionInputs());
+    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}));
     const Shape &qkv = in(0), &heads = grad ? in(1) : out(0);
     if (qkv.size() != 3 || heads.size() != 4 || heads[0] != qkv[0] || heads[1] != qkv[1])
       return fail("expects qkv [batch, seq, width] and [batch, seq, heads, head_dim], got ",
                   shapeStr(qkv), " and ", shapeStr(heads));
-    PTC_RETURN_IF_ERROR(documentPositions(grad ? 2 : 1, qkv[0], qkv[1]));
+    PTC_RETURN_IF_ERROR(documentPositions(qkv[0], qkv[1]));
     const int64_t h = heads[2], d = heads[3], w = qkv[2];
     if (!kernels::fusedQkvWidthFits(h, d, w))
       return fail("qkv's width ", w, " is not (", h, " heads + 2 * kv_heads) * ", d,
@@ -737,7 +749,8 @@ Status InstructionChecker::check() {
     return Status::ok();
   }
   case ShapeRule::AttentionGrad:
-    PTC_RETURN_IF_ERROR(dtypes({4}));
+    PTC_RETURN_IF_ERROR(attentionInputs());
+    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}));
     PTC_RETURN_IF_ERROR(attentionOperands());
     PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));

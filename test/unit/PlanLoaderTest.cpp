@@ -103,6 +103,34 @@ TEST(PlanLoader, ChecksSeqMajorAttentionShapes) {
   EXPECT_NE(attention({2}).find("seq_major (0 or 1)"), std::string::npos) << attention({2});
 }
 
+// Packed documents: attention may take one more input, the document positions
+// [batch, seq] (i32, after the float inputs); any other input count is refused
+// before an input is read, and so are positions of another shape or type.
+TEST(PlanLoader, ChecksAttentionDocumentPositions) {
+  std::vector<TensorDesc> tensors = {
+      {"q", plan::TensorKind::Input, {1, 4, 2, 8}},
+      {"k", plan::TensorKind::Input, {1, 4, 1, 8}},
+      {"v", plan::TensorKind::Input, {1, 4, 1, 8}},
+      {"o", plan::TensorKind::Temporary, {1, 4, 2, 8}, 0},
+      {"positions", plan::TensorKind::Input, {1, 4}, -1, plan::DType::I32},
+      {"short", plan::TensorKind::Input, {1, 3}, -1, plan::DType::I32},
+      {"floats", plan::TensorKind::Input, {1, 4}}};
+  auto attention = [&](std::vector<int32_t> in) {
+    return loadError(
+        buildPlan(tensors, {{plan::OpCode::CausalAttention, in, {3}, {1}, {0.35}}}, 256));
+  };
+  EXPECT_EQ(attention({0, 1, 2, 4}), "");
+  for (std::vector<int32_t> in : {std::vector<int32_t>{0, 1}, {0, 1, 2, 4, 4}})
+    EXPECT_NE(attention(in).find("expects 3 inputs, or 4 with the document positions"),
+              std::string::npos)
+        << attention(in);
+  EXPECT_NE(attention({0, 1, 2, 5}).find("document positions has shape 1x3, expected 1x4"),
+            std::string::npos)
+      << attention({0, 1, 2, 5});
+  EXPECT_NE(attention({0, 1, 2, 6}).find("expected i32"), std::string::npos)
+      << attention({0, 1, 2, 6});
+}
+
 // CausalAttentionQkv reads [batch, seq, (heads + 2 kv_heads) * head_dim]
 // (here 2 query heads over 1 kv head of 8: 32 columns) and gives [batch, seq,
 // heads, head_dim]; its gradient maps (qkv, result gradient) to qkv's shape.

@@ -159,7 +159,7 @@ func.func @attention_rank(%q: tensor<8x64x32xf32>) -> tensor<8x64x32xf32> {
 // -----
 
 func.func @attention_positions(%q: tensor<2x4x16x8xf32>, %pos: tensor<2x8xi32>) -> tensor<2x4x16x8xf32> {
-  // expected-error @+1 {{'ptc.causal_attention' op expects positions of shape [batch, seq] = [2, 16] (each token's position in its document), got 'tensor<2x8xi32>'}}
+  // expected-error @+1 {{'ptc.causal_attention' op positions must have shape [batch, tokens] = [2, 16], got 2x8}}
   %0 = ptc.causal_attention %q, %q, %q positions(%pos : tensor<2x8xi32>) : tensor<2x4x16x8xf32>
   return %0 : tensor<2x4x16x8xf32>
 }
