@@ -13,6 +13,7 @@
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 
+#include "runtime/base/mesh_text.h"
 #include "runtime/schedule/schedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -26,18 +27,13 @@
 using namespace mlir;
 
 namespace {
-/// The size of axis `axis` in a "pp:2,dp:2" mesh spec (1 without one; a
-/// malformed spec is diagnosed by ptc-shard).
-int64_t axisSize(StringRef spec, StringRef axis) {
-  SmallVector<StringRef> parts;
-  spec.split(parts, ',');
-  for (StringRef part : parts) {
-    auto [name, size] = part.trim().split(':');
-    int64_t n = 1;
-    if (name.trim() == axis && !size.trim().getAsInteger(10, n))
-      return n;
-  }
-  return 1;
+/// The size of the axis of `role` in the mesh option's text (1 without one;
+/// a malformed mesh is diagnosed by ptc-shard, which parses the same text).
+int64_t axisSize(StringRef mesh, mlir::ptc::MeshAxisRole role) {
+  ::ptc::StatusOr<::ptc::MeshText> text =
+      ::ptc::parseMeshText(std::string_view(mesh.data(), mesh.size()));
+  StringRef name = mlir::ptc::meshAxisName(role);
+  return text.isOk() ? text->size(std::string_view(name.data(), name.size())) : 1;
 }
 /// Refuses, before anything runs, the ptc-compile options whose value no
 /// pass accepts, whether or not the layout would use them (a pipeline
@@ -88,7 +84,7 @@ struct CheckCompileOptionsPass
 } // namespace
 
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
-  const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) > 1 ||
+  const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, MeshAxisRole::Pipeline) > 1 ||
                          options.virtualStages != 1;
   pm.addPass(std::make_unique<CheckCompileOptionsPass>(options));
   // Before anything changes the model: its FLOPs per step for MFU.
@@ -101,7 +97,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (pipelined) {
     MicrobatchPassOptions mb;
     mb.count = options.microbatches;
-    mb.dataParallel = axisSize(options.mesh, meshAxisName(MeshAxisRole::Data));
+    mb.dataParallel = axisSize(options.mesh, MeshAxisRole::Data);
     pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
   }
   AutodiffPassOptions ad;
@@ -127,9 +123,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.muonScale = options.muonScale;
     // Muon's orthogonalizations are dealt over dp, in stacks that mix
     // layers: not across pipeline stages, which each update their own.
-    opt.muonRanks = axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) == 1 &&
+    opt.muonRanks = axisSize(options.mesh, MeshAxisRole::Pipeline) == 1 &&
                             options.virtualStages == 1
-                        ? axisSize(options.mesh, meshAxisName(MeshAxisRole::Data))
+                        ? axisSize(options.mesh, MeshAxisRole::Data)
                         : 0;
     opt.maxGradNorm = options.maxGradNorm;
     opt.skipNonfinite = options.skipNonfinite;
@@ -147,7 +143,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     RecomputePassOptions rc;
     rc.mode = options.recompute;
     rc.layers = options.recomputeLayers;
-    rc.chunks = axisSize(options.mesh, meshAxisName(MeshAxisRole::Pipeline)) *
+    rc.chunks = axisSize(options.mesh, MeshAxisRole::Pipeline) *
                 std::max(1, static_cast<int>(options.virtualStages));
     pm.addNestedPass<func::FuncOp>(createRecomputePass(rc));
   }

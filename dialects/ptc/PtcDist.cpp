@@ -3,6 +3,8 @@
 #include "dialects/ptc/PtcMesh.h"
 #include "dialects/ptc/PtcSharding.h"
 
+#include "runtime/base/mesh_text.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -163,18 +165,16 @@ void addCompounds(MeshInfo &mesh) {
 } // namespace
 
 FailureOr<MeshInfo> mlir::ptc::parseMeshSpec(StringRef spec, EmitErrorFn emitError) {
+  ::ptc::StatusOr<::ptc::MeshText> text =
+      ::ptc::parseMeshText(std::string_view(spec.data(), spec.size()));
+  if (!text.isOk()) {
+    emitError() << text.status().message();
+    return failure();
+  }
   MeshInfo mesh;
-  SmallVector<StringRef> parts;
-  spec.split(parts, ',', -1, /*KeepEmpty=*/false);
-  for (StringRef part : parts) {
-    auto [name, size] = part.trim().split(':');
-    int64_t n;
-    if (name.trim().empty() || size.trim().getAsInteger(10, n)) {
-      emitError() << "mesh axis '" << part.trim() << "' must be written name:size (e.g. dp:2)";
-      return failure();
-    }
-    mesh.axes.push_back(name.trim().str());
-    mesh.sizes.push_back(n);
+  for (const ::ptc::MeshAxisText &axis : text->axes) {
+    mesh.axes.push_back(axis.name);
+    mesh.sizes.push_back(axis.size);
   }
   if (failed(checkMesh(mesh, emitError)))
     return failure();

@@ -5,6 +5,7 @@
 #ifndef PTC_RUNTIME_PLAN_PLAN_LOADER_H
 #define PTC_RUNTIME_PLAN_PLAN_LOADER_H
 
+#include "runtime/base/mesh_text.h"
 #include "runtime/base/status.h"
 #include "runtime/plan/plan_generated.h"
 #include "runtime/schedule/schedule.h"
@@ -21,7 +22,7 @@ namespace ptc {
 /// runtime derives from a plan (bytes, global shapes, sums over tensors, batch
 /// rows) inside int64.
 inline constexpr int64_t kMaxMeshAxisSize = 65536;
-inline constexpr int64_t kMaxMeshDevices = int64_t(1) << 20;
+// kMaxMeshDevices: runtime/base/mesh_text.h (also the bound of a mesh users write).
 inline constexpr int64_t kMaxTensorElements = int64_t(1) << 40;
 /// Of a tensor's global shape (the local shape times its mesh splits).
 inline constexpr int64_t kMaxGlobalElements = int64_t(1) << 52;

@@ -3,6 +3,7 @@
 // arena bounds, reads before writes.
 
 #include "runtime/base/checked_math.h"
+#include "runtime/base/mesh_text.h"
 #include "runtime/plan/plan_format.h"
 #include "runtime/plan/plan_loader.h"
 #include "test/unit/PlanBuilder.h"
@@ -390,5 +391,28 @@ TEST(CheckedMath, ProductsAndSumsThatOverflowAreRefused) {
   // product is never allowed to wrap.
   EXPECT_EQ(checkedProduct(std::vector<int64_t>{int64_t(1) << 40, int64_t(1) << 40, 0}),
             std::nullopt);
+}
+// The mesh text every tool reads: axes in order, spaces and empty parts
+// allowed; an error names the part at fault.
+TEST(MeshText, ParsesAxesInOrderAndNamesTheFaultyPart) {
+  StatusOr<MeshText> mesh = parseMeshText(" pp:2, dp:4,,tp:8 ");
+  ASSERT_TRUE(mesh.isOk()) << mesh.status().message();
+  ASSERT_EQ(mesh->axes.size(), 3u);
+  EXPECT_EQ(mesh->axes[0].name, "pp");
+  EXPECT_EQ(mesh->axes[2].size, 8);
+  EXPECT_EQ(mesh->size("dp"), 4);
+  EXPECT_EQ(mesh->size("cp"), 1);
+  EXPECT_EQ(mesh->devices(), 64);
+  EXPECT_TRUE(parseMeshText("").isOk());
+  auto message = [](const char *text) { return parseMeshText(text).status().message(); };
+  EXPECT_EQ(message("dp:2,tp2"), "mesh axis 'tp2' must be written name:size (e.g. dp:2)");
+  EXPECT_EQ(message(":2"), "mesh axis ':2' must be written name:size (e.g. dp:2)");
+  EXPECT_EQ(message("dp:2x"), "mesh axis 'dp:2x' must be written name:size (e.g. dp:2)");
+  EXPECT_EQ(message("dp:0"), "mesh axis 'dp' has size 0; sizes must be at least 1");
+  EXPECT_EQ(message("dp:-3"), "mesh axis 'dp' has size -3; sizes must be at least 1");
+  EXPECT_EQ(message("dp:1024,tp:1024,pp:2"),
+            "the mesh has more than 1048576 devices (at axis 'pp')");
+  EXPECT_EQ(message("dp:99999999999999999999"),
+            "mesh axis 'dp:99999999999999999999' must be written name:size (e.g. dp:2)");
 }
 } // namespace

@@ -2,6 +2,7 @@
 
 #include "tools/ptc-train/JobConfig.h"
 
+#include "runtime/base/mesh_text.h"
 #include "runtime/base/text.h"
 
 #include <toml++/toml.h>
@@ -578,24 +579,13 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     c.programOptions += (c.programOptions.empty() ? "" : " ") + o;
   if (const Value *v = get("parallelism.mesh")) {
     opt("mesh", v->s);
-    // The rank count: the product of the mesh (ptc-opt checks the rest).
-    std::stringstream ss(v->s);
-    std::string part;
-    while (std::getline(ss, part, ',')) {
-      size_t colon = part.find(':');
-      char *end = nullptr;
-      long n = colon == std::string::npos ? 0 : std::strtol(part.c_str() + colon + 1, &end, 10);
-      if (colon == std::string::npos || n <= 0 || n > 65536 || (end && *end)) {
-        error = job.path + ": parallelism.mesh = \"" + v->s + "\": '" + part +
-                "' is not AXIS:SIZE (e.g. \"dp:2,tp:2\")";
-        return std::nullopt;
-      }
-      c.ranks *= static_cast<int>(n);
-      if (c.ranks > 1 << 20) {
-        error = job.path + ": parallelism.mesh = \"" + v->s + "\" has more than 1048576 devices";
-        return std::nullopt;
-      }
+    // The rank count: the product of the mesh (ptc-opt checks the names).
+    StatusOr<MeshText> mesh = parseMeshText(v->s);
+    if (!mesh.isOk()) {
+      error = job.path + ": parallelism.mesh = \"" + v->s + "\": " + mesh.status().message();
+      return std::nullopt;
     }
+    c.ranks = static_cast<int>(mesh->devices());
   }
   for (const char *k : {"microbatches", "virtual_stages", "zero", "recompute_layers"})
     if (const Value *v = get(std::string("parallelism.") + k))
