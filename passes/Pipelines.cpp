@@ -14,6 +14,7 @@
 #include "passes/sharding/Passes.h"
 
 #include "runtime/base/mesh_text.h"
+#include "runtime/base/option_values.h"
 #include "runtime/schedule/schedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -66,9 +67,9 @@ struct CheckCompileOptionsPass
     }
     if (failed(mlir::ptc::checkGradReduceDtype(module, gradReduceDtype)))
       ok = false;
-    if (cpAttention != "ulysses" && cpAttention != "ring") {
+    if (!::ptc::parseOption<::ptc::CpAttention>(cpAttention)) {
       ok = false;
-      module.emitError() << "cp-attention='" << cpAttention << "': expected ring or ulysses";
+      module.emitError() << ::ptc::badOptionMessage<::ptc::CpAttention>(cpAttention);
     } else {
       module->setAttr(mlir::ptc::kCpAttentionAttrName,
                       StringAttr::get(module.getContext(), cpAttention));
@@ -89,7 +90,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   pm.addPass(std::make_unique<CheckCompileOptionsPass>(options));
   // Before anything changes the model: its FLOPs per step for MFU.
   pm.addPass(createRecordModelFlopsPass());
-  if (options.precision != "fp32") {
+  if (::ptc::parseOption<::ptc::Precision>(options.precision) != ::ptc::Precision::Fp32) {
     MixedPrecisionPassOptions mp;
     mp.dtype = options.precision;
     pm.addNestedPass<func::FuncOp>(createMixedPrecisionPass(mp));
@@ -103,7 +104,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   AutodiffPassOptions ad;
   ad.lossScale = options.lossScale;
   pm.addNestedPass<func::FuncOp>(createAutodiffPass(ad));
-  if (options.optimizer != "none") {
+  if (::ptc::parseOption<::ptc::OptimizerKind>(options.optimizer) != ::ptc::OptimizerKind::None) {
     OptimizerPassOptions opt;
     opt.optimizer = options.optimizer;
     opt.lr = options.lr;
@@ -139,7 +140,8 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
   // recompute-layers without a mode reaches ptc-recompute, which refuses it.
-  if (options.recompute != "none" || options.recomputeLayers != -1) {
+  if (::ptc::parseOption<::ptc::Recompute>(options.recompute) != ::ptc::Recompute::None ||
+      options.recomputeLayers != -1) {
     RecomputePassOptions rc;
     rc.mode = options.recompute;
     rc.layers = options.recomputeLayers;
@@ -186,7 +188,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     sched.svg = options.scheduleSvg;
     pm.addPass(createSchedulePipelinePass(sched));
   }
-  if (options.offload != "none") {
+  if (::ptc::parseOption<::ptc::Offload>(options.offload) != ::ptc::Offload::None) {
     OffloadOptimizerPassOptions offload;
     offload.what = options.offload;
     pm.addNestedPass<func::FuncOp>(createOffloadOptimizerPass(offload));

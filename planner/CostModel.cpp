@@ -99,8 +99,8 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
     if (afterBackward && positional == kBackward && !isa<AllReduceOp, ReduceScatterOp>(op))
       positional = kStep;
     int phase = positional;
-    if (auto seg = op.getAttrOfType<StringAttr>(PtcDialect::kSegmentAttrName))
-      phase = seg.getValue() == "forward" ? kForward : seg.getValue() == "step" ? kStep : kBackward;
+    if (std::optional<SegmentKind> seg = getSegment(&op))
+      phase = *seg == SegmentKind::Forward ? kForward : *seg == SegmentKind::Step ? kStep : kBackward;
     int chunk = 0;
     if (auto stage = op.getAttrOfType<IntegerAttr>(PtcDialect::kStageAttrName); stage && stage.getInt() >= 0)
       chunk = static_cast<int>(stage.getInt());

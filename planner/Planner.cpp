@@ -36,7 +36,7 @@ using namespace mlir::ptc;
 
 namespace ptc::plan {
 
-std::string Layout::compileOptions(const std::string &precision) const {
+std::string Layout::compileOptions(Precision precision) const {
   std::ostringstream os;
   std::string mesh;
   auto axis = [&](MeshAxisRole role, int64_t n) {
@@ -52,12 +52,15 @@ std::string Layout::compileOptions(const std::string &precision) const {
   if (!mesh.empty())
     os << "mesh=" << mesh;
   auto opt = [&](const std::string &text) { os << (os.tellp() > 0 ? " " : "") << text; };
-  if (cp > 1 && cpAttention != "ring")
-    opt("cp-attention=" + cpAttention);
+  auto named = [&](const char *key, auto value) {
+    opt(std::string(key) + "=" + std::string(optionName(value)));
+  };
+  if (cp > 1 && cpAttention != CpAttention::Ring)
+    named("cp-attention", cpAttention);
   if (microbatches > 1 || pp > 1)
     opt("microbatches=" + std::to_string(microbatches));
   if (pp > 1) {
-    opt("schedule=" + schedule);
+    named("schedule", schedule);
     if (virtualStages > 1)
       opt("virtual-stages=" + std::to_string(virtualStages));
   }
@@ -65,10 +68,10 @@ std::string Layout::compileOptions(const std::string &precision) const {
     opt("sequence-parallel=true");
   if (zero > 0)
     opt("zero=" + std::to_string(zero));
-  if (recompute != "none")
-    opt("recompute=" + recompute);
-  if (precision != "fp32")
-    opt("precision=" + precision);
+  if (recompute != Recompute::None)
+    named("recompute", recompute);
+  if (precision != Precision::Fp32)
+    named("precision", precision);
   return os.str();
 }
 
@@ -78,7 +81,7 @@ std::string Layout::describe() const {
   if (ep > 1)
     os << " ep" << ep;
   if (cp > 1)
-    os << " cp" << cp << (cpAttention == "ring" ? "" : "u");
+    os << " cp" << cp << (cpAttention == CpAttention::Ring ? "" : "u");
   os << " tp" << tp << " pp" << pp;
   if (virtualStages > 1)
     os << "x" << virtualStages;
@@ -87,10 +90,10 @@ std::string Layout::describe() const {
     os << " sp";
   if (zero)
     os << " z" << zero;
-  if (recompute != "none")
-    os << " rc:" << (recompute == "selective" ? "sel" : recompute);
+  if (recompute != Recompute::None)
+    os << " rc:" << (recompute == Recompute::Selective ? "sel" : optionName(recompute));
   if (pp > 1)
-    os << " " << (schedule == "interleaved-1f1b" ? "int" : schedule);
+    os << " " << (schedule == schedule::ScheduleKind::Interleaved1F1B ? "int" : optionName(schedule));
   return os.str();
 }
 
@@ -141,7 +144,7 @@ struct Planner::Impl {
     std::string error;            // the compiler's diagnostic when the layout is refused
   };
   std::map<std::string, Probe> cache;
-  std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, schedule::Pipeline> pipelines;
+  std::map<std::tuple<schedule::ScheduleKind, int64_t, int64_t, int64_t>, schedule::Pipeline> pipelines;
 
   Impl(MLIRContext &c, ModelSpec m, const Cluster &cl, SearchSpace s)
       : context(c), model(std::move(m)), cluster(cl), space(std::move(s)),
@@ -266,7 +269,7 @@ struct Planner::Impl {
       PassManager pm(&context);
       std::string program = space.compileOptions;
       if (program.rfind("optimizer=", 0) != 0 && program.find(" optimizer=") == std::string::npos)
-        program += " optimizer=" + space.optimizer;
+        program += " optimizer=" + std::string(optionName(space.optimizer));
       auto opts = CompilePipelineOptions::createFromString(options + " " + program);
       if (!opts) {
         p.error = "cannot parse ptc-compile options '" + options + " " + program + "'";
@@ -391,11 +394,11 @@ struct Planner::Impl {
         return "tp does not divide the sequence (sp)";
       if (l.cp > 1 && model.seq() % (l.cp * (l.sequenceParallel ? l.tp : 1)))
         return "cp does not divide the sequence";
-      if (l.cp > 1 && l.cpAttention == "ulysses" &&
+      if (l.cp > 1 && l.cpAttention == CpAttention::Ulysses &&
           (model.heads() % (l.tp * l.cp) || model.kvHeads() % (l.tp * l.cp)))
         return "tp x cp does not divide the (key/value) heads (ulysses)";
     }
-    if (l.cp == 1 && l.cpAttention != "ring")
+    if (l.cp == 1 && l.cpAttention != CpAttention::Ring)
       return "cp attention without cp";
     if (l.tp > cluster.ranksPerNode(space.devices) && !space.tpAcrossNodes)
       return "tp spans nodes (--tp-across-nodes allows it)";
@@ -403,11 +406,11 @@ struct Planner::Impl {
       return "ZeRO needs dp > 1";
     if (l.sequenceParallel && l.tp == 1)
       return "sp needs tp > 1";
-    if (l.pp == 1 && (l.virtualStages > 1 || l.schedule != "1f1b"))
+    if (l.pp == 1 && (l.virtualStages > 1 || l.schedule != schedule::ScheduleKind::OneFOneB))
       return "schedule options without pp";
-    if (l.pp > 1 && (l.virtualStages > 1) != (l.schedule == "interleaved-1f1b"))
+    if (l.pp > 1 && (l.virtualStages > 1) != (l.schedule == schedule::ScheduleKind::Interleaved1F1B))
       return "interleaving needs virtual stages > 1 and the reverse";
-    if (l.schedule == "interleaved-1f1b" && l.microbatches % l.pp)
+    if (l.schedule == schedule::ScheduleKind::Interleaved1F1B && l.microbatches % l.pp)
       return "interleaved-1f1b needs micro-batches divisible by pp";
     if (l.pp > 1 && l.microbatches < l.pp)
       return "fewer micro-batches than pipeline ranks";
@@ -539,7 +542,7 @@ struct Planner::Impl {
     p.ranks = static_cast<int>(l.pp);
     p.chunks = static_cast<int>(l.pp * l.virtualStages);
     p.microbatches = static_cast<int>(l.microbatches);
-    p.splitWeight = l.schedule == "zb-h1";
+    p.splitWeight = l.schedule == schedule::ScheduleKind::ZbH1;
     for (int c = 0; c + 1 < p.chunks; ++c) {
       p.channels.push_back({c, c + 1, schedule::Segment::Forward, schedule::Segment::Forward, false, false, 0});
       p.channels.push_back({c + 1, c, schedule::Segment::Backward, schedule::Segment::Backward, false, false, 0});
@@ -612,7 +615,7 @@ struct Planner::Impl {
       const PhaseCost &st = cc.phase[kStep];
       stepPerRank[r] += st.seconds + collectivesSeconds(st, l, data) + collectivesSeconds(st, l, tensor);
       hardwareFlops += st.flops;
-      if (l.schedule == "zb-h1") {
+      if (l.schedule == schedule::ScheduleKind::ZbH1) {
         // The weight gradients: half of the backward GEMMs.
         double w = 0.5 * bw.matmulSeconds;
         timing.forward.push_back(seg[kForward]);
@@ -633,7 +636,7 @@ struct Planner::Impl {
         return llvm::createStringError(error);
       // One micro-batch's activations between neighbouring ranks.
       double bytes = static_cast<double>(l.microBatch) * model.seq() * model.hidden() *
-                     (space.precision == "fp32" ? 4 : 2) / (l.sequenceParallel ? l.tp : 1) / l.cp;
+                     (space.precision == Precision::Fp32 ? 4 : 2) / (l.sequenceParallel ? l.tp : 1) / l.cp;
       const Link &link = linkFor(l.dp * l.ep * l.cp * l.tp, 2);
       timing.transfer = link.p2pSeconds(bytes) * price.slowdown;
       StatusOr<schedule::Report> rep = schedule::simulate(*p, timing, /*verified=*/true);
@@ -664,7 +667,7 @@ struct Planner::Impl {
                                          : static_cast<double>(space.globalBatch * model.seq());
     e.tokensPerSecond = tokens / e.step;
     e.tflopsPerDevice = hardwareFlops / static_cast<double>(l.pp) / e.step / 1e12;
-    double peak = price.profile ? interpolate(price.profile->matmul, 1e30) : cluster.peak(space.precision == "fp32" ? "f32" : space.precision);
+    double peak = price.profile ? interpolate(price.profile->matmul, 1e30) : cluster.peak(std::string(optionName(computeDtype(space.precision))));
     e.mfu = modelFlops / static_cast<double>(space.devices) / e.step / peak;
     // What the step is mostly spent on.
     std::pair<double, const char *> parts[] = {{e.compute, "compute"},
@@ -727,21 +730,22 @@ struct Planner::Impl {
             if (space.globalBatch % (replicas * mbs) == 0)
               batches.push_back({mbs, space.globalBatch / (replicas * mbs)});
         }
-        const std::vector<std::string> ring{"ring"};
+        const std::vector<CpAttention> ring{CpAttention::Ring};
         for (auto [mbs, m] : batches)
-          for (const std::string &cpAttention : cp > 1 ? space.cpAttention : ring)
+          for (CpAttention cpAttention : cp > 1 ? space.cpAttention : ring)
           for (int64_t v : space.virtualStages)
-            for (const std::string &sched : space.schedules)
+            for (schedule::ScheduleKind sched : space.schedules)
               for (bool sp : space.sequenceParallel)
                 for (int z : space.zero)
-                  for (const std::string &rc : space.recompute) {
+                  for (Recompute rc : space.recompute) {
                     // Combinations that are not layouts: schedules and virtual
                     // stages without pp (one pp=1 layout per schedule list),
                     // interleaving without virtual stages and the reverse, sp without tp.
                     if ((pp == 1 && (v > 1 || sched != space.schedules.front())) ||
-                        (pp > 1 && (v > 1) != (sched == "interleaved-1f1b")) || (sp && tp == 1))
+                        (pp > 1 && (v > 1) != (sched == schedule::ScheduleKind::Interleaved1F1B)) || (sp && tp == 1))
                       continue;
-                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc, pp == 1 ? "1f1b" : sched, ep, cp, cpAttention};
+                    Layout l{dp, tp, pp, v, mbs, m, sp, z, rc,
+                             pp == 1 ? schedule::ScheduleKind::OneFOneB : sched, ep, cp, cpAttention};
                     std::string why = invalidReason(l);
                     if (!why.empty()) {
                       ++stats.invalid;

@@ -19,6 +19,9 @@
 
 #include "tools/ptc-model/Models.h"
 
+#include "runtime/base/option_values.h"
+#include "runtime/schedule/schedule.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 
@@ -59,16 +62,18 @@ struct SearchSpace {
   /// Context parallelism sizes; empty: 1, and every divisor that leaves each
   /// rank at least kMinCpChunk tokens (a long sequence's memory saver).
   std::vector<int64_t> cp;
-  std::vector<std::string> cpAttention{"ring", "ulysses"};
+  std::vector<CpAttention> cpAttention{CpAttention::Ring, CpAttention::Ulysses};
   std::vector<int64_t> microBatchSizes{1, 2, 4};
   std::vector<int64_t> virtualStages{1, 2};
   std::vector<int> zero{0, 1, 2, 3};
-  std::vector<std::string> recompute{"none", "selective", "full"};
-  std::vector<std::string> schedules{"1f1b", "interleaved-1f1b", "zb-h1"};
+  std::vector<Recompute> recompute{Recompute::None, Recompute::Selective, Recompute::Full};
+  std::vector<schedule::ScheduleKind> schedules{schedule::ScheduleKind::OneFOneB,
+                                                schedule::ScheduleKind::Interleaved1F1B,
+                                                schedule::ScheduleKind::ZbH1};
   std::vector<bool> sequenceParallel{false, true};
   bool tpAcrossNodes = false;
-  std::string precision = "bf16"; ///< ptc-compile's precision=
-  std::string optimizer = "adamw";
+  Precision precision = Precision::Bf16; ///< ptc-compile's precision=
+  OptimizerKind optimizer = OptimizerKind::AdamW;
   /// The job's other ptc-compile options (optimizer settings, clipping, the
   /// learning-rate schedule): every probe compiles with them. An optimizer=
   /// among them replaces `optimizer`.
@@ -79,13 +84,14 @@ struct Layout {
   int64_t dp = 1, tp = 1, pp = 1, virtualStages = 1, microBatch = 1, microbatches = 1;
   bool sequenceParallel = false;
   int zero = 0;
-  std::string recompute = "none", schedule = "1f1b";
+  Recompute recompute = Recompute::None;
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::OneFOneB;
   int64_t ep = 1; ///< expert parallelism (MoE models): experts split over ep, the batch over dp x ep
   int64_t cp = 1; ///< context parallelism: the sequence split over cp for the whole layer
-  std::string cpAttention = "ring"; ///< ring or ulysses (with cp > 1)
+  CpAttention cpAttention = CpAttention::Ring; ///< with cp > 1
   int64_t devices() const { return dp * ep * cp * tp * pp; }
   /// The layout as ptc-compile options.
-  std::string compileOptions(const std::string &precision) const;
+  std::string compileOptions(Precision precision) const;
   std::string describe() const;
 };
 

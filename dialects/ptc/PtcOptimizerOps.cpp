@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/ptc/PtcOps.h"
+#include "kernels/common/lr_schedule.h"
 
 #include <cmath>
 #include <cstdio>
@@ -70,7 +71,9 @@ LogicalResult AdamWUpdateOp::verify() {
 
 LogicalResult LrScheduleOp::verify() {
   StringRef kind = getKind();
-  if (kind != "constant" && kind != "cosine" && kind != "linear")
+  const std::optional<::ptc::kernels::LrScheduleKind> schedule =
+      ::ptc::kernels::lookupLrScheduleKind(kind);
+  if (!schedule)
     return emitOpError() << "kind must be constant, cosine or linear, got '" << kind << "'";
   double lr = getLr().convertToDouble(), minLr = getMinLr().convertToDouble();
   if (!(lr >= 0.0) || !(minLr >= 0.0) || minLr > lr)
@@ -78,7 +81,7 @@ LogicalResult LrScheduleOp::verify() {
   int64_t warmup = getWarmupStepsAttr().getInt(), decay = getDecayStepsAttr().getInt();
   if (warmup < 0)
     return emitOpError() << "warmup_steps must be >= 0, got " << warmup;
-  if (kind != "constant" && decay <= warmup)
+  if (*schedule != ::ptc::kernels::LrScheduleKind::Constant && decay <= warmup)
     return emitOpError() << "decay_steps (" << decay << ") must exceed warmup_steps (" << warmup
                          << ")";
   return success();

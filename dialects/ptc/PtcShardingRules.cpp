@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/ptc/PtcSharding.h"
+#include "runtime/base/option_values.h"
 
 #include <optional>
 
@@ -286,7 +287,7 @@ LogicalResult attentionRule(Operation *o, ShardingRuleContext &ctx) {
   // around the cp ring.
   auto module = o->getParentOfType<ModuleOp>();
   auto mode = module ? module->getAttrOfType<StringAttr>(kCpAttentionAttrName) : StringAttr();
-  if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && (!mode || mode.getValue() == "ring")) {
+  if (cp >= 0 && ctx.want[0].dims[2] == DimShard(cp) && (!mode || ::ptc::parseOption<::ptc::CpAttention>(mode.getValue()) == ::ptc::CpAttention::Ring)) {
     ctx.want[0].dims[3] = DimShard();
     DimShard heads = ctx.want[0].dims[1];
     int64_t kvHeads = ctx.globalType(o->getOperand(1)).getDimSize(1);

@@ -1,6 +1,7 @@
 //===- MixedPrecision.cpp - low-precision compute, fp32 master weights ----===//
 
 #include "passes/autodiff/Passes.h"
+#include "runtime/base/option_values.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -11,6 +12,8 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::parseOption;
+using ::ptc::FloatDtype;
 
 namespace {
 RankedTensorType withElement(Type t, Type element) {
@@ -32,9 +35,10 @@ struct MixedPrecisionPass : mlir::ptc::impl::MixedPrecisionPassBase<MixedPrecisi
       return;
     OpBuilder b(func.getContext());
     Type low;
-    if (dtype == "bf16")
+    const std::optional<FloatDtype> kind = parseOption<FloatDtype>(dtype);
+    if (kind == FloatDtype::Bf16)
       low = b.getBF16Type();
-    else if (dtype == "f16")
+    else if (kind == FloatDtype::F16)
       low = b.getF16Type();
     else {
       func.emitError() << "mixed precision dtype must be bf16 or f16, got '" << dtype << "'";

@@ -10,6 +10,9 @@
 
 #include "passes/autodiff/Passes.h"
 
+#include "kernels/common/lr_schedule.h"
+#include "runtime/base/option_values.h"
+
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -23,6 +26,11 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::FloatDtype;
+using ::ptc::OptimizerKind;
+using ::ptc::parseOption;
+using ::ptc::kernels::LrScheduleKind;
+using ::ptc::kernels::lookupLrScheduleKind;
 
 namespace {
 /// An f32 scalar constant (a 0-d tensor) of the optimizer's arithmetic.
@@ -47,15 +55,16 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     if (func.isExternal() || func.getNumResults() == 0 ||
         !func.getResultAttr(0, PtcDialect::kLossAttrName))
       return; // not a differentiated training step
-    if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "adafactor" &&
-        optimizer != "muon") {
+    const std::optional<OptimizerKind> kind = parseOption<OptimizerKind>(optimizer);
+    if (!kind || *kind == OptimizerKind::None) {
       func.emitError() << "unknown optimizer '" << optimizer
                        << "' (expected adamw, sgd, adafactor or muon)";
       return signalPassFailure();
     }
-    const bool muon = optimizer == "muon";
-    const bool adamw = optimizer == "adamw";
-    const bool adafactor = optimizer == "adafactor";
+    const bool muon = *kind == OptimizerKind::Muon;
+    const bool adamw = *kind == OptimizerKind::AdamW;
+    const bool adafactor = *kind == OptimizerKind::Adafactor;
+    const std::optional<FloatDtype> nsDtype = parseOption<FloatDtype>(muonNsDtype);
     if (muon) {
       // Each setting that cannot take effect, by name.
       std::string bad;
@@ -66,7 +75,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       check(muonMomentum >= 0.0 && muonMomentum < 1.0,
             "muon-momentum=" + settingText(muonMomentum) + " is not in [0, 1)");
       check(muonNsSteps >= 1, "muon-ns-steps=" + Twine(muonNsSteps.getValue()) + " is not >= 1");
-      check(muonNsDtype == "f32" || muonNsDtype == "bf16",
+      check(nsDtype == FloatDtype::F32 || nsDtype == FloatDtype::Bf16,
             "muon-ns-dtype='" + muonNsDtype.getValue() + "' is not f32 or bf16");
       check(muonScale > 0.0, "muon-scale=" + settingText(muonScale) + " is not > 0");
       check(muonRanks >= 0, "muon-ranks=" + Twine(muonRanks.getValue()) + " is not >= 0");
@@ -158,14 +167,15 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
                        << decaySteps.getValue() << ") must be >= 0";
       return signalPassFailure();
     }
-    const bool scheduled = lrSchedule != "constant" || warmupSteps > 0;
-    if (lrSchedule != "constant" && lrSchedule != "cosine" && lrSchedule != "linear") {
+    const std::optional<LrScheduleKind> schedule = lookupLrScheduleKind(lrSchedule);
+    const bool scheduled = schedule != LrScheduleKind::Constant || warmupSteps > 0;
+    if (!schedule) {
       func.emitError() << "lr-schedule must be constant, cosine or linear, got '"
                        << lrSchedule << "'";
       return signalPassFailure();
     }
     if (scheduled && (warmupSteps < 0 || minLr < 0.0 || minLr > lr ||
-                      (lrSchedule != "constant" && decaySteps <= warmupSteps))) {
+                      (schedule != LrScheduleKind::Constant && decaySteps <= warmupSteps))) {
       func.emitError() << "lr-schedule=" << lrSchedule << " needs 0 <= warmup-steps ("
                        << warmupSteps.getValue() << ") < decay-steps (" << decaySteps.getValue()
                        << ") and 0 <= min-lr (" << minLr.getValue() << ") <= lr ("
@@ -526,7 +536,8 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
     for (auto &members : alone)
       stacks.push_back({members, false});
 
-    Type nsType = muonNsDtype == "bf16" ? Type(b.getBF16Type()) : Type(b.getF32Type());
+    Type nsType = parseOption<FloatDtype>(muonNsDtype) == FloatDtype::Bf16 ? Type(b.getBF16Type())
+                                                                           : Type(b.getF32Type());
     const double qa = 3.4445, qb = -4.7750, qc = 2.0315; // the quintic's coefficients
     Value rate = scheduledLr ? scheduledLr : constant(lr);
     for (auto &[members, dealt] : stacks) {

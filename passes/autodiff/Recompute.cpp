@@ -1,6 +1,7 @@
 //===- Recompute.cpp - rematerialize forward values in the backward pass --===//
 
 #include "passes/autodiff/Passes.h"
+#include "runtime/base/option_values.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -15,6 +16,8 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::parseOption;
+using ::ptc::Recompute;
 
 namespace {
 /// Ops whose recomputation costs little next to the matmuls around them.
@@ -53,12 +56,13 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
                        << " must be a layer count >= 0 (or -1: every layer)";
       return signalPassFailure();
     }
-    if (mode == "none" && layers >= 0) {
+    const std::optional<Recompute> kind = parseOption<Recompute>(mode);
+    if (kind == Recompute::None && layers >= 0) {
       func.emitError() << "recompute-layers=" << layers.getValue()
                        << " needs recompute=selective or recompute=full";
       return signalPassFailure();
     }
-    if (mode != "full" && mode != "selective") {
+    if (kind != Recompute::Full && kind != Recompute::Selective) {
       func.emitError() << "recompute must be none, selective or full, got '" << mode << "'";
       return signalPassFailure();
     }
@@ -189,7 +193,7 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
         if (!saved.contains(v) || kept.contains(v) || isa<CrossEntropyOp, EmbeddingOp>(op) ||
             !eligible(&op))
           continue;
-        if (mode == "full" ||
+        if (kind == Recompute::Full ||
             (isCheap(&op) && llvm::all_of(op.getOperands(), isAvailable)))
           recompute.insert(v);
       }

@@ -1,6 +1,7 @@
 //===- ExportPlan.cpp - serialize a training step to a FlatBuffers plan ---===//
 
 #include "passes/export/Passes.h"
+#include "runtime/base/option_values.h"
 
 #include "dialects/ptc/PtcMesh.h"
 #include "passes/memory/Passes.h"
@@ -27,6 +28,8 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::parseOption;
+using ::ptc::OffloadTarget;
 namespace fb = ::flatbuffers;
 namespace pp = ::ptc::plan;
 
@@ -93,12 +96,13 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
           << "ptc-export-plan needs output=<plan file> (with ptc-compile: plan=<plan file>)";
       return signalPassFailure();
     }
-    if (offloadTarget != "host" && offloadTarget != "nvme") {
+    const std::optional<OffloadTarget> target = parseOption<OffloadTarget>(offloadTarget);
+    if (!target) {
       getOperation().emitError() << "offload-target must be host or nvme, got '"
                                  << offloadTarget.getValue() << "'";
       return signalPassFailure();
     }
-    if ((offloadTarget == "nvme") != !offloadPath.empty()) {
+    if ((*target == OffloadTarget::Nvme) != !offloadPath.empty()) {
       getOperation().emitError()
           << (offloadPath.empty() ? "offload-target=nvme needs offload-path=DIR (the directory of the "
                                     "offload file)"

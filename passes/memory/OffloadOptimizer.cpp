@@ -6,6 +6,7 @@
 // copies cross back, each through one explicit ptc.transfer.
 
 #include "passes/memory/Passes.h"
+#include "runtime/base/option_values.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
@@ -18,6 +19,8 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::parseOption;
+using ::ptc::Offload;
 
 bool mlir::ptc::isOnHost(Value value) {
   if (auto arg = dyn_cast<BlockArgument>(value)) {
@@ -55,7 +58,7 @@ struct OffloadOptimizerPass : mlir::ptc::impl::OffloadOptimizerPassBase<OffloadO
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
-    if (what != "optimizer") {
+    if (parseOption<Offload>(what) != Offload::Optimizer) {
       func.emitError() << "offload must be none or optimizer, got '" << what << "'";
       return signalPassFailure();
     }

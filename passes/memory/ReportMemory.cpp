@@ -1,6 +1,7 @@
 //===- ReportMemory.cpp - per-device memory report and budget check -------===//
 
 #include "passes/memory/Passes.h"
+#include "runtime/base/option_values.h"
 
 #include "dialects/ptc/PtcMesh.h"
 
@@ -19,6 +20,8 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::parseOption;
+using ::ptc::Recompute;
 
 namespace {
 /// The gradient a parameter's update reads at `op`, or null: operand 1 of
@@ -264,16 +267,16 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     // Recomputation (ptc-recompute) changes what a layer keeps: selective drops
     // the attention output and the MLP's activated hidden state (5 sbh/t);
     // full keeps only the two LayerNorm inputs of the residual stream.
-    std::string recompute = "none";
+    Recompute recompute = Recompute::None;
     if (auto mode = func->getAttrOfType<StringAttr>("ptc.recompute"))
-      recompute = mode.str();
+      recompute = parseOption<Recompute>(mode.getValue()).value_or(Recompute::None);
     double sbh = static_cast<double>(s) * static_cast<double>(b) * static_cast<double>(h);
     // Per mode: the coefficient of sbh (at 2 bytes a value) and its formula.
-    auto perMode = [&](StringRef mode) -> std::pair<double, std::string> {
-      if (mode == "selective")
+    auto perMode = [&](Recompute mode) -> std::pair<double, std::string> {
+      if (mode == Recompute::Selective)
         return {sp ? 22.0 / t : 8.0 + 14.0 / t,
                 sp ? "22 sbh/t (selective recompute)" : "sbh (8 + 14/t) (selective recompute)"};
-      if (mode == "full")
+      if (mode == Recompute::Full)
         return {sp ? 4.0 / t : 4.0, sp ? "4 sbh/t (full recompute)" : "4 sbh (full recompute)"};
       return {sp ? 32.0 / t : 8.0 + 24.0 / t, sp ? "32 sbh/t" : "sbh (8 + 24/t)"};
     };
@@ -288,11 +291,11 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
                        static_cast<long long>(h), t, sp ? " with SP" : "",
                        static_cast<long long>(e));
     int64_t layersBytes = 0;
-    auto group = [&](StringRef mode, int64_t count, bool first) {
+    auto group = [&](Recompute mode, int64_t count, bool first) {
       auto [coeff, formula] = perMode(mode);
       double perLayer = coeff * sbh * static_cast<double>(e) / 2.0;
       double gathered =
-          sp && mode != "full" ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
+          sp && mode != Recompute::Full ? 2.0 * sbh * (1.0 - 1.0 / t) * static_cast<double>(e) : 0.0;
       os << (first ? "" : "; ") << formula << " x " << e << "/2 = "
          << static_cast<int64_t>(perLayer) << " B";
       if (gathered > 0)
@@ -304,7 +307,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     };
     group(recompute, recomputed, true);
     if (recomputed < static_cast<int64_t>(layers.size()))
-      group("none", static_cast<int64_t>(layers.size()) - recomputed, false);
+      group(Recompute::None, static_cast<int64_t>(layers.size()) - recomputed, false);
     os << " = " << layersBytes << " B, the other " << activationBytes - layersBytes
        << " B of saved activations are embeddings, the final LayerNorm and the logits\n";
     return success();

@@ -77,7 +77,8 @@ LogicalResult report(func::FuncOp func, const sch::Pipeline &p, StringRef schedu
         os << ", awaiting W " << rep->peakAwaitingWeight[ri];
       os << ", sends " << rep->sendBytes[ri] << " bytes per step\n";
     }
-    double closed = sch::closedFormBubble(schedule.str(), p.ranks, v, p.microbatches);
+    std::optional<sch::ScheduleKind> kind = ::ptc::parseOption<sch::ScheduleKind>(schedule);
+    double closed = kind ? sch::closedFormBubble(*kind, p.ranks, v, p.microbatches) : -1;
     os << llvm::format("  bubble %.4f", rep->bubble);
     if (closed >= 0)
       os << llvm::format(" (closed form %.4f)", closed);

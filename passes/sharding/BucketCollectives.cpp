@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/sharding/Passes.h"
+#include "runtime/base/option_values.h"
 
 #include "dialects/ptc/PtcMesh.h"
 #include "passes/memory/Passes.h"
@@ -28,6 +29,8 @@ namespace mlir::ptc {
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::parseOption;
+using ::ptc::FloatDtype;
 
 namespace {
 /// Moves each single-tensor all-reduce and each reduce-scatter right after the
@@ -318,7 +321,8 @@ void reduceInBf16(func::FuncOp func, int dpAxis) {
 } // namespace
 
 LogicalResult mlir::ptc::checkGradReduceDtype(Operation *at, StringRef dtype) {
-  if (dtype != "f32" && dtype != "bf16")
+  const std::optional<FloatDtype> kind = parseOption<FloatDtype>(dtype);
+  if (kind != FloatDtype::F32 && kind != FloatDtype::Bf16)
     return at->emitError() << "grad-reduce-dtype must be f32 or bf16, got '" << dtype << "'";
   return success();
 }
@@ -347,7 +351,7 @@ struct BucketCollectivesPass
       if (!succeeded(mesh) || mesh->axisIndex(MeshAxisRole::Pipeline) < 0)
         bucketParameterGathers(func, bucketMb * 1024.0 * 1024.0);
       prefetchParameterGathers(func);
-      if (gradReduceDtype == "bf16")
+      if (parseOption<FloatDtype>(gradReduceDtype) == FloatDtype::Bf16)
         reduceInBf16(func, dpAxis);
     }
   }

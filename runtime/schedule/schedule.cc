@@ -61,18 +61,34 @@ StatusOr<Action> parseAction(const std::string &text) {
 }
 
 const std::vector<std::string> &scheduleNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto &s : OptionValues<ScheduleKind>::spellings)
+      out.emplace_back(s.name);
+    return out;
+  }();
   return names;
 }
 
-Status checkScheduleName(const std::string &name) {
-  const std::vector<std::string> &names = scheduleNames();
-  if (std::find(names.begin(), names.end(), name) != names.end())
-    return Status::ok();
+StatusOr<ScheduleKind> parseSchedule(const std::string &name) {
+  if (std::optional<ScheduleKind> kind = parseOption<ScheduleKind>(name))
+    return *kind;
   std::string known;
-  for (const std::string &n : names)
+  for (const std::string &n : scheduleNames())
     known += (known.empty() ? "" : ", ") + n;
   return invalidArgument("unknown schedule '", name, "' (expected one of: ", known, ")");
+}
+
+Status checkScheduleName(const std::string &name) {
+  StatusOr<ScheduleKind> kind = parseSchedule(name);
+  return kind.isOk() ? Status::ok() : kind.status();
+}
+
+Status generate(const std::string &name, Pipeline &p) {
+  StatusOr<ScheduleKind> kind = parseSchedule(name);
+  if (!kind.isOk())
+    return kind.status();
+  return generate(*kind, p);
 }
 
 namespace {
@@ -121,7 +137,8 @@ std::vector<std::vector<Action>> zeroBubbleH1(int p, int m) {
 }
 } // namespace
 
-Status generate(const std::string &name, Pipeline &p) {
+Status generate(ScheduleKind kind, Pipeline &p) {
+  const std::string name(optionName(kind));
   const int ranks = p.ranks, m = p.microbatches;
   if (ranks < 1 || p.chunks < ranks || p.chunks % ranks != 0)
     return invalidArgument("pipeline of ", ranks, " ranks cannot hold ", p.chunks, " chunks");
@@ -134,13 +151,13 @@ Status generate(const std::string &name, Pipeline &p) {
     if (p.splitWeight)
       list.push_back(compute(Segment::Weight, chunk, mb));
   };
-  if (name == "gpipe" || name == "1f1b") {
+  if (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB) {
     if (v != 1)
       return invalidArgument("schedule '", name, "' runs one chunk per rank; use "
                              "interleaved-1f1b for ", v, " virtual stages");
     for (int r = 0; r < ranks; ++r) {
       auto &list = order[static_cast<size_t>(r)];
-      int warm = name == "gpipe" ? m : std::min(ranks - 1 - r, m);
+      int warm = kind == ScheduleKind::GPipe ? m : std::min(ranks - 1 - r, m);
       for (int i = 0; i < warm; ++i)
         list.push_back(compute(Segment::Forward, r, i));
       for (int i = 0; i < m - warm; ++i) {
@@ -150,7 +167,7 @@ Status generate(const std::string &name, Pipeline &p) {
       for (int i = m - warm; i < m; ++i)
         backward(list, r, i);
     }
-  } else if (name == "interleaved-1f1b") {
+  } else if (kind == ScheduleKind::Interleaved1F1B) {
     if (ranks > 1 && m % ranks != 0)
       return invalidArgument("interleaved-1f1b needs the micro-batch count (", m,
                              ") to be a multiple of the pipeline ranks (", ranks, ")");
@@ -172,15 +189,13 @@ Status generate(const std::string &name, Pipeline &p) {
       for (int k = total - warm; k < total; ++k)
         bwd(k);
     }
-  } else if (name == "zb-h1") {
+  } else {
     if (v != 1)
       return invalidArgument("zb-h1 runs one chunk per rank, not ", v);
     if (!p.splitWeight)
       return invalidArgument("zb-h1 needs the backward pass split into input and weight "
                              "gradients (ptc-split-stages split-weight=true)");
     order = zeroBubbleH1(ranks, m);
-  } else {
-    return checkScheduleName(name);
   }
 
   // Transfers: per-step ones first, then each micro-batch's receives right
@@ -434,14 +449,17 @@ StatusOr<Report> simulate(const Pipeline &p, const Timing &timing, bool verified
   return run(p, timing);
 }
 
-double closedFormBubble(const std::string &name, int ranks, int virtualStages, int microbatches) {
+double closedFormBubble(ScheduleKind kind, int ranks, int virtualStages, int microbatches) {
   double p = ranks, m = microbatches, v = virtualStages;
-  if (name == "gpipe" || name == "1f1b")
+  switch (kind) {
+  case ScheduleKind::GPipe:
+  case ScheduleKind::OneFOneB:
     return (p - 1) / (m + p - 1);
-  if (name == "interleaved-1f1b")
+  case ScheduleKind::Interleaved1F1B:
     return (p - 1) / (v * m + p - 1);
-  if (name == "zb-h1") // idle (p-1)(T_F + T_B - T_W) with T_F = T_B = T_W
+  case ScheduleKind::ZbH1: // idle (p-1)(T_F + T_B - T_W) with T_F = T_B = T_W
     return (p - 1) / (3 * m + p - 1);
+  }
   return -1;
 }
 

@@ -7,6 +7,7 @@
 #ifndef PTC_RUNTIME_SCHEDULE_SCHEDULE_H
 #define PTC_RUNTIME_SCHEDULE_SCHEDULE_H
 
+#include "runtime/base/option_values.h"
 #include "runtime/base/status.h"
 #include "runtime/schedule/schedule_kinds.h"
 
@@ -16,6 +17,20 @@
 
 namespace ptc::schedule {
 
+/// The pipeline schedules generate() builds.
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZbH1 };
+
+} // namespace ptc::schedule
+
+namespace ptc {
+PTC_OPTION_VALUES(schedule::ScheduleKind, "schedule",
+                  {schedule::ScheduleKind::GPipe, "gpipe"},
+                  {schedule::ScheduleKind::OneFOneB, "1f1b"},
+                  {schedule::ScheduleKind::Interleaved1F1B, "interleaved-1f1b"},
+                  {schedule::ScheduleKind::ZbH1, "zb-h1"})
+} // namespace ptc
+
+namespace ptc::schedule {
 
 struct Action {
   ActionKind kind = ActionKind::Forward;
@@ -57,8 +72,10 @@ StatusOr<Action> parseAction(const std::string &text);
 /// The schedule names generate() accepts.
 const std::vector<std::string> &scheduleNames();
 
-/// OK for a name of scheduleNames(); otherwise the error naming the name and
-/// the known ones (what generate() says of it).
+/// The schedule `name` names, or the error naming it and the known ones.
+StatusOr<ScheduleKind> parseSchedule(const std::string &name);
+
+/// OK for a name of scheduleNames(); otherwise parseSchedule's error.
 Status checkScheduleName(const std::string &name);
 
 /// Fills `p.actions` with schedule `name` ("gpipe", "1f1b", "interleaved-1f1b",
@@ -66,6 +83,8 @@ Status checkScheduleName(const std::string &name);
 /// action producing a value and receives right before the action consuming it.
 /// Errors name the unsupported combination (e.g. interleaving with a
 /// micro-batch count that is not a multiple of the rank count).
+Status generate(ScheduleKind kind, Pipeline &p);
+/// generate() of the schedule `name` names (an unknown name is the error).
 Status generate(const std::string &name, Pipeline &p);
 
 /// Checks that the action lists run correctly: every action valid for its
@@ -111,7 +130,7 @@ StatusOr<Report> simulate(const Pipeline &p, const Timing &timing = {}, bool ver
 
 /// The closed-form bubble fraction of a schedule with equal stage times:
 /// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) interleaved; < 0 if none.
-double closedFormBubble(const std::string &name, int ranks, int virtualStages, int microbatches);
+double closedFormBubble(ScheduleKind kind, int ranks, int virtualStages, int microbatches);
 
 /// The classic pipeline diagram: one row per rank, one box per action.
 std::string svg(const Pipeline &p, const Report &r, const std::string &title);

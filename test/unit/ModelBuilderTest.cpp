@@ -20,7 +20,7 @@ func::FuncOp trainStep(ModuleOp module) {
 
 TEST(GptModel, Gpt2SmallHasAbout124MParameters) {
   GptConfig c{/*layers=*/12, /*hidden=*/768, /*heads=*/12, /*seq=*/1024, /*vocab=*/50304,
-              /*batch=*/1, "f32", {}};
+              /*batch=*/1, ::ptc::FloatDtype::F32, {}};
   // wte + wpe + 12 blocks + ln_f, lm_head tied to wte.
   const int64_t h = 768;
   const int64_t block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (4 * h * h + 4 * h) +
@@ -92,7 +92,7 @@ TEST(GptModel, RejectsVocabBeyondInt32) {
 TEST(GptModel, Bf16ParametersAndActivations) {
   MLIRContext context;
   GptConfig c;
-  c.dtype = "bf16";
+  c.dtype = ::ptc::FloatDtype::Bf16;
   auto module = buildGptModel(context, c);
   ASSERT_TRUE(static_cast<bool>(module)) << llvm::toString(module.takeError());
   ModelStatistics stats = computeModelStatistics(trainStep(**module));
@@ -102,7 +102,7 @@ TEST(GptModel, Bf16ParametersAndActivations) {
 }
 
 TEST(MlpModel, ParameterCount) {
-  MlpConfig c{/*layers=*/3, /*input=*/64, /*hidden=*/128, /*classes=*/10, /*batch=*/32, "f32"};
+  MlpConfig c{/*layers=*/3, /*input=*/64, /*hidden=*/128, /*classes=*/10, /*batch=*/32, ::ptc::FloatDtype::F32};
   EXPECT_EQ(countElements(mlpParameters(c)), (64 * 128 + 128) + (128 * 128 + 128) + (128 * 10 + 10));
   MLIRContext context;
   auto module = buildMlpModel(context, c);

@@ -44,8 +44,28 @@ TEST(ScheduleSimulation, DefaultDurationsAreEqualStages) {
   auto given = sch::simulate(p, t);
   ASSERT_TRUE(equal.isOk() && given.isOk());
   EXPECT_DOUBLE_EQ(equal->makespan, given->makespan);
-  EXPECT_NEAR(equal->bubble, sch::closedFormBubble("1f1b", 2, 1, 4), 1e-12);
+  EXPECT_NEAR(equal->bubble, sch::closedFormBubble(sch::ScheduleKind::OneFOneB, 2, 1, 4), 1e-12);
   sch::Timing wrong;
   wrong.forward = {1};
   EXPECT_FALSE(sch::simulate(p, wrong).isOk());
+}
+
+// Option values: every spelling reads back as its value and names it, the
+// choices are listed in order, and a message says what was expected.
+TEST(OptionValues, SpellingsRoundTripAndMessagesListTheChoices) {
+  for (const auto &s : ptc::OptionValues<sch::ScheduleKind>::spellings) {
+    EXPECT_EQ(ptc::parseOption<sch::ScheduleKind>(s.name), s.value);
+    EXPECT_EQ(ptc::optionName(s.value), s.name);
+    EXPECT_TRUE(sch::parseSchedule(std::string(s.name)).isOk());
+  }
+  EXPECT_EQ(ptc::parseOption<ptc::Recompute>("Full"), std::nullopt); // spellings are exact
+  EXPECT_EQ(ptc::parseOption<ptc::Precision>("f32"), std::nullopt);  // precision says fp32
+  EXPECT_EQ(ptc::parseOption<ptc::FloatDtype>("f32"), ptc::FloatDtype::F32);
+  EXPECT_EQ(ptc::optionChoices<ptc::Recompute>(), "none, selective or full");
+  EXPECT_EQ(ptc::optionChoices<ptc::CpAttention>(), "ring or ulysses");
+  EXPECT_EQ(ptc::badOptionMessage<ptc::CpAttention>("rings"),
+            "cp-attention='rings': expected ring or ulysses");
+  EXPECT_EQ(sch::parseSchedule("2f2b").status().message(),
+            "unknown schedule '2f2b' (expected one of: gpipe, 1f1b, interleaved-1f1b, zb-h1)");
+  EXPECT_EQ(ptc::computeDtype(ptc::Precision::Bf16), ptc::FloatDtype::Bf16);
 }

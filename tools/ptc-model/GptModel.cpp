@@ -48,9 +48,6 @@ llvm::Error mlir::ptc::validateGptConfig(const GptConfig &c) {
     return e;
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     return llvm::createStringError("gpt: --dropout must be in [0, 1), got %g", c.dropout);
-  if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
-    return llvm::createStringError("gpt: --dtype must be f32, bf16 or f16, got '%s'",
-                                   c.dtype.c_str());
   return validateMoeLayers(c.moe, "gpt");
 }
 
@@ -158,7 +155,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildGptModel(MLIRContext &cont
                                                                const GptConfig &c) {
   if (llvm::Error e = validateGptConfig(c))
     return std::move(e);
-  Type ftype = *parseFloatType(context, c.dtype);
+  Type ftype = floatType(context, c.dtype);
   const bool documents = c.documentEnd >= 0;
   ModelBuilder m(context, ftype, gptParameters(c),
                  ModelBuilder::tokenInputs(context, c.batch, c.seq, documents));

@@ -49,9 +49,6 @@ llvm::Error mlir::ptc::validateLlamaConfig(const LlamaConfig &c) {
   if (c.vocab > (int64_t{1} << 31) - 1)
     return llvm::createStringError("llama: --vocab %lld does not fit i32 token ids",
                                    static_cast<long long>(c.vocab));
-  if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
-    return llvm::createStringError("llama: --dtype must be f32, bf16 or f16, got '%s'",
-                                   c.dtype.c_str());
   return validateMoeLayers(c.moe, "llama");
 }
 
@@ -161,7 +158,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildLlamaModel(MLIRContext &co
                                                                  const LlamaConfig &c) {
   if (llvm::Error e = validateLlamaConfig(c))
     return std::move(e);
-  Type ftype = *parseFloatType(context, c.dtype);
+  Type ftype = floatType(context, c.dtype);
   const bool documents = c.documentEnd >= 0;
   ModelBuilder m(context, ftype, llamaParameters(c),
                  ModelBuilder::tokenInputs(context, c.batch, c.seq, documents));
@@ -225,7 +222,9 @@ std::string mlir::ptc::llamaHfConfig(const LlamaConfig &c) {
     j.attribute("hidden_act", "silu");
     j.attribute("attention_bias", false);
     j.attribute("mlp_bias", false);
-    j.attribute("torch_dtype", c.dtype == "bf16" ? "bfloat16" : c.dtype == "f16" ? "float16" : "float32");
+    j.attribute("torch_dtype", c.dtype == ::ptc::FloatDtype::Bf16  ? "bfloat16"
+                               : c.dtype == ::ptc::FloatDtype::F16 ? "float16"
+                                                                   : "float32");
   });
   return text;
 }

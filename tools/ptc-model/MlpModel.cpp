@@ -19,9 +19,6 @@ llvm::Error mlir::ptc::validateMlpConfig(const MlpConfig &c) {
     if (v < 1)
       return llvm::createStringError("mlp: --%s must be at least 1, got %lld", name,
                                      static_cast<long long>(v));
-  if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
-    return llvm::createStringError("mlp: --dtype must be f32, bf16 or f16, got '%s'",
-                                   c.dtype.c_str());
   return llvm::Error::success();
 }
 
@@ -43,7 +40,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildMlpModel(MLIRContext &cont
                                                                const MlpConfig &c) {
   if (llvm::Error e = validateMlpConfig(c))
     return std::move(e);
-  Type ftype = *parseFloatType(context, c.dtype);
+  Type ftype = floatType(context, c.dtype);
   ModelBuilder m(context, ftype, mlpParameters(c),
                  {{{"x", {c.batch, c.input}}, ftype},
                   {{"labels", {c.batch}}, IntegerType::get(&context, 32)}});

@@ -18,15 +18,17 @@ int64_t mlir::ptc::countElements(const std::vector<TensorSpec> &specs) {
   return total;
 }
 
-FailureOr<Type> mlir::ptc::parseFloatType(MLIRContext &context, StringRef name) {
+Type mlir::ptc::floatType(MLIRContext &context, ::ptc::FloatDtype dtype) {
   Builder b(&context);
-  if (name == "f32")
-    return Type(b.getF32Type());
-  if (name == "bf16")
-    return Type(b.getBF16Type());
-  if (name == "f16")
-    return Type(b.getF16Type());
-  return failure();
+  switch (dtype) {
+  case ::ptc::FloatDtype::Bf16:
+    return b.getBF16Type();
+  case ::ptc::FloatDtype::F16:
+    return b.getF16Type();
+  case ::ptc::FloatDtype::F32:
+    break;
+  }
+  return b.getF32Type();
 }
 
 std::vector<ModelBuilder::Input> ModelBuilder::tokenInputs(MLIRContext &context, int64_t batch,

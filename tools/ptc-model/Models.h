@@ -9,6 +9,8 @@
 #ifndef PTC_TOOLS_PTC_MODEL_MODELS_H
 #define PTC_TOOLS_PTC_MODEL_MODELS_H
 
+#include "runtime/base/option_values.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/Support/Error.h"
@@ -55,8 +57,8 @@ int64_t moeLayerCapacity(const MoeLayersConfig &moe, int64_t tokens);
 /// Total element count of `specs`.
 int64_t countElements(const std::vector<TensorSpec> &specs);
 
-/// Element type of parameters and activations: "f32", "bf16" or "f16".
-FailureOr<Type> parseFloatType(MLIRContext &context, StringRef name);
+/// The MLIR element type of parameters and activations of `dtype`.
+Type floatType(MLIRContext &context, ::ptc::FloatDtype dtype);
 
 struct GptConfig {
   int64_t layers = 2;
@@ -65,7 +67,7 @@ struct GptConfig {
   int64_t seq = 64; ///< also the block size (length of the position table)
   int64_t vocab = 256;
   int64_t batch = 8;
-  std::string dtype = "f32";
+  ::ptc::FloatDtype dtype = ::ptc::FloatDtype::F32;
   /// MoE MLPs (experts: c_fc [E, ffn, h] + GELU + c_proj [E, h, ffn], with biases).
   MoeLayersConfig moe;
   /// Dropout probability after the embeddings and after each block's
@@ -101,7 +103,7 @@ struct LlamaConfig {
   double ropeTheta = 10000.0;
   double rmsNormEps = 1e-5;
   bool tieEmbeddings = false;
-  std::string dtype = "f32";
+  ::ptc::FloatDtype dtype = ::ptc::FloatDtype::F32;
   /// MoE MLPs as Mixtral: SwiGLU experts w1 (gate) and w3 (up) [E, ffn, h],
   /// w2 (down) [E, h, ffn], router `block_sparse_moe.gate`.
   MoeLayersConfig moe;
@@ -139,7 +141,7 @@ struct MlpConfig {
   int64_t hidden = 128;
   int64_t classes = 10;
   int64_t batch = 32;
-  std::string dtype = "f32";
+  ::ptc::FloatDtype dtype = ::ptc::FloatDtype::F32;
 };
 llvm::Error validateMlpConfig(const MlpConfig &config);
 std::vector<TensorSpec> mlpParameters(const MlpConfig &config);
@@ -155,7 +157,7 @@ struct MoeConfig {
   int64_t classes = 10;
   int64_t batch = 32; ///< tokens per step
   int64_t groups = 1; ///< routing groups (each batch / groups consecutive tokens)
-  std::string dtype = "f32";
+  ::ptc::FloatDtype dtype = ::ptc::FloatDtype::F32;
 };
 llvm::Error validateMoeConfig(const MoeConfig &config);
 /// Slots per expert per group: ceil(capacityFactor * (batch / groups) * topK / experts).

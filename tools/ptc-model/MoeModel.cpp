@@ -34,9 +34,6 @@ llvm::Error mlir::ptc::validateMoeConfig(const MoeConfig &c) {
   if (!(c.capacityFactor > 0.0))
     return llvm::createStringError("moe: --capacity-factor must be positive, got %g",
                                    c.capacityFactor);
-  if (c.dtype != "f32" && c.dtype != "bf16" && c.dtype != "f16")
-    return llvm::createStringError("moe: --dtype must be f32, bf16 or f16, got '%s'",
-                                   c.dtype.c_str());
   return llvm::Error::success();
 }
 
@@ -61,7 +58,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> mlir::ptc::buildMoeModel(MLIRContext &cont
                                                                const MoeConfig &c) {
   if (llvm::Error e = validateMoeConfig(c))
     return std::move(e);
-  Type ftype = *parseFloatType(context, c.dtype);
+  Type ftype = floatType(context, c.dtype);
   Type i32 = IntegerType::get(&context, 32);
   ModelBuilder m(context, ftype, moeParameters(c),
                  {{{"x", {c.batch, c.input}}, ftype}, {{"labels", {c.batch}}, i32}});

@@ -242,6 +242,11 @@ int main(int argc, char **argv) {
       return 2;
     }
 
+  const std::optional<::ptc::FloatDtype> elementType = ::ptc::parseOption<::ptc::FloatDtype>(dtype.getValue());
+  if (!elementType)
+    return fail(modelName + Twine("--dtype must be ") + ::ptc::optionChoices<::ptc::FloatDtype>() +
+                ", got '" + dtype + "'");
+
   MLIRContext context;
   std::vector<TensorSpec> params;
   llvm::Expected<OwningOpRef<ModuleOp>> module = llvm::createStringError("no model");
@@ -273,7 +278,7 @@ int main(int argc, char **argv) {
     c.seq = given(seq, c.seq);
     c.vocab = given(vocab, c.vocab);
     c.batch = orDefault(batch, c.batch);
-    c.dtype = dtype;
+    c.dtype = *elementType;
     c.dropout = dropout;
     c.documentEnd = documentEnd;
     c.moe = moeOptions(c.moe);
@@ -305,7 +310,7 @@ int main(int argc, char **argv) {
     c.rmsNormEps = given(rmsNormEps, c.rmsNormEps);
     c.tieEmbeddings = given(tieEmbeddings, c.tieEmbeddings);
     c.batch = orDefault(batch, c.batch);
-    c.dtype = dtype;
+    c.dtype = *elementType;
     c.documentEnd = documentEnd;
     c.moe = moeOptions(c.moe);
     if (chosen && chosen->experts > 0) {
@@ -324,7 +329,7 @@ int main(int argc, char **argv) {
     c.hidden = orDefault(hidden, c.hidden);
     c.classes = classes;
     c.batch = orDefault(batch, c.batch);
-    c.dtype = dtype;
+    c.dtype = *elementType;
     params = mlpParameters(c);
     module = buildMlpModel(context, c);
   } else if (moeCmd) {
@@ -337,7 +342,7 @@ int main(int argc, char **argv) {
     c.groups = groups;
     c.classes = classes;
     c.batch = orDefault(batch, c.batch);
-    c.dtype = dtype;
+    c.dtype = *elementType;
     params = moeParameters(c);
     module = buildMoeModel(context, c);
   } else {

@@ -39,6 +39,12 @@
 
 using namespace llvm;
 using namespace ptc::plan;
+using ptc::CpAttention;
+using ptc::optionChoices;
+using ptc::optionName;
+using ptc::parseOption;
+using ptc::Precision;
+using ptc::Recompute;
 
 namespace {
 cl::OptionCategory category("ptc-plan options");
@@ -133,6 +139,22 @@ std::string seconds(double s) {
   return out;
 }
 
+/// Each of `texts` as an enum value, into `out`; false (with the message
+/// naming the flag, the value and the choices) at the first that is none of them.
+template <typename E>
+bool parseList(const cl::list<std::string> &texts, const char *flag, std::vector<E> &out) {
+  out.clear();
+  for (const std::string &text : texts) {
+    std::optional<E> value = parseOption<E>(text);
+    if (!value) {
+      fail(std::string(flag) + " '" + text + "' is not " + optionChoices<E>());
+      return false;
+    }
+    out.push_back(*value);
+  }
+  return true;
+}
+
 Expected<Layout> parseLayout(StringRef text) {
   Layout l;
   const std::pair<const char *, int64_t *> counts[] = {{"dp", &l.dp},         {"tp", &l.tp},
@@ -154,16 +176,17 @@ Expected<Layout> parseLayout(StringRef text) {
       l.zero = static_cast<int>(n);
     else if (key == "sp" && (value == "true" || value == "false" || value == "on" || value == "off"))
       l.sequenceParallel = value == "true" || value == "on"; // --sp's words too
-    else if (key == "recompute" && (value == "none" || value == "selective" || value == "full"))
-      l.recompute = value.str();
-    else if (key == "schedule" && llvm::is_contained(ptc::schedule::scheduleNames(), value.str()))
-      l.schedule = value.str();
-    else if (key == "cp-attention" && (value == "ring" || value == "ulysses"))
-      l.cpAttention = value.str();
+    else if (auto rc = parseOption<Recompute>(value); key == "recompute" && rc)
+      l.recompute = *rc;
+    else if (auto s = parseOption<ptc::schedule::ScheduleKind>(value); key == "schedule" && s)
+      l.schedule = *s;
+    else if (auto a = parseOption<CpAttention>(value); key == "cp-attention" && a)
+      l.cpAttention = *a;
     else
       return createStringError("--layout: cannot read '" + part.str() +
                                "' (expected dp=, ep=, cp=, tp=, pp=, v=, mbs=, m= at least 1, zero=0-3, "
-                               "sp=true|false (or on|off), recompute=none|selective|full, cp-attention=ring|ulysses, "
+                               "sp=true|false (or on|off), recompute=none|selective|full, "
+                               "cp-attention=ring|ulysses, "
                                "schedule=" +
                                llvm::join(ptc::schedule::scheduleNames(), "|") + ")");
   }
@@ -207,7 +230,7 @@ std::string whyLoses(const Estimate &e, const Estimate &best) {
   return shown ? out : "differences under 1% each";
 }
 
-nlohmann::json toJson(const Estimate &e, const std::string &precision) {
+nlohmann::json toJson(const Estimate &e, Precision precision) {
   const Layout &l = e.layout;
   return {{"layout", l.describe()},
           {"options", l.compileOptions(precision)},
@@ -216,14 +239,14 @@ nlohmann::json toJson(const Estimate &e, const std::string &precision) {
           {"pp", l.pp},
           {"ep", l.ep},
           {"cp", l.cp},
-          {"cp_attention", l.cpAttention},
+          {"cp_attention", optionName(l.cpAttention)},
           {"virtual_stages", l.virtualStages},
           {"micro_batch", l.microBatch},
           {"microbatches", l.microbatches},
           {"sequence_parallel", l.sequenceParallel},
           {"zero", l.zero},
-          {"recompute", l.recompute},
-          {"schedule", l.schedule},
+          {"recompute", optionName(l.recompute)},
+          {"schedule", optionName(l.schedule)},
           {"step_seconds", e.step},
           {"tokens_per_second", e.tokensPerSecond},
           {"tflops_per_device", e.tflopsPerDevice},
@@ -401,11 +424,8 @@ int main(int argc, char **argv) {
   space.dp.assign(dpList.begin(), dpList.end());
   space.ep.assign(epList.begin(), epList.end());
   space.cp.assign(cpList.begin(), cpList.end());
-  if (!cpAttentionList.empty())
-    space.cpAttention.assign(cpAttentionList.begin(), cpAttentionList.end());
-  for (const std::string &a : space.cpAttention)
-    if (a != "ring" && a != "ulysses")
-      return fail("--cp-attention '" + a + "' is not ring or ulysses");
+  if (!cpAttentionList.empty() && !parseList(cpAttentionList, "--cp-attention", space.cpAttention))
+    return 1;
   if (!mbsList.empty())
     space.microBatchSizes.assign(mbsList.begin(), mbsList.end());
   if (!vList.empty())
@@ -423,16 +443,10 @@ int main(int argc, char **argv) {
   for (int z : space.zero)
     if (z < 0 || z > 3)
       return fail("--zero " + std::to_string(z) + " is not a ZeRO stage (0-3)");
-  if (!recomputeList.empty())
-    space.recompute.assign(recomputeList.begin(), recomputeList.end());
-  for (const std::string &r : space.recompute)
-    if (r != "none" && r != "selective" && r != "full")
-      return fail("--recompute '" + r + "' is not none, selective or full");
-  if (!scheduleList.empty())
-    space.schedules.assign(scheduleList.begin(), scheduleList.end());
-  for (const std::string &s : space.schedules)
-    if (!llvm::is_contained(ptc::schedule::scheduleNames(), s))
-      return fail("--schedules '" + s + "' is not one of " + llvm::join(ptc::schedule::scheduleNames(), ", "));
+  if (!recomputeList.empty() && !parseList(recomputeList, "--recompute", space.recompute))
+    return 1;
+  if (!scheduleList.empty() && !parseList(scheduleList, "--schedules", space.schedules))
+    return 1;
   // --layout's true / false read as on / off (ptc-compile's sequence-parallel=true|false).
   if (spChoice == "on" || spChoice == "true")
     space.sequenceParallel = {true};
@@ -444,9 +458,13 @@ int main(int argc, char **argv) {
   if (!compileOptions.empty() && !mlir::ptc::CompilePipelineOptions::createFromString(compileOptions))
     return fail("--compile-options '" + compileOptions + "': not ptc-compile options (see ptc-opt --help)");
   space.compileOptions = compileOptions;
-  space.precision = !precision.empty() ? precision.getValue() : cluster->profiles.empty() ? "bf16" : "fp32";
-  if (space.precision != "fp32" && space.precision != "bf16" && space.precision != "f16")
-    return fail("--precision must be fp32, bf16 or f16");
+  space.precision = cluster->profiles.empty() ? Precision::Bf16 : Precision::Fp32;
+  if (!precision.empty()) {
+    std::optional<Precision> p = parseOption<Precision>(precision.getValue());
+    if (!p)
+      return fail("--precision must be " + optionChoices<Precision>());
+    space.precision = *p;
+  }
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::ptc::PtcDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect>();
@@ -465,7 +483,7 @@ int main(int argc, char **argv) {
      << mlir::ptc::formatByteSize(cluster->memoryBytes) << " each";
   if (cluster->oversubscribed(cluster->ranksPerNode(gpus)))
     os << "; " << gpus << " ranks on " << cluster->cores << " cores: OVERSUBSCRIBED";
-  os << "), " << space.precision << "\n";
+  os << "), " << optionName(space.precision) << "\n";
 
   std::vector<Estimate> rows;
   if (!layoutText.empty()) {

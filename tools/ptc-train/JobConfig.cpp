@@ -2,7 +2,10 @@
 
 #include "tools/ptc-train/JobConfig.h"
 
+#include "kernels/common/lr_schedule.h"
 #include "runtime/base/mesh_text.h"
+#include "runtime/base/option_values.h"
+#include "runtime/schedule/schedule.h"
 #include "runtime/base/text.h"
 
 #include <toml++/toml.h>
@@ -25,6 +28,14 @@ struct KeyDef {
   std::vector<std::string> choices = {};
 };
 
+/// The spellings of an option's values, as the schema's choices.
+template <typename E> std::vector<std::string> spellings() {
+  std::vector<std::string> out;
+  for (const auto &s : OptionValues<E>::spellings)
+    out.emplace_back(s.name);
+  return out;
+}
+
 const std::vector<KeyDef> &schema() {
   static const std::vector<KeyDef> keys = {
       {"job", "name", Kind::String, "the job's name (default: the file's name without .toml)"},
@@ -42,7 +53,7 @@ const std::vector<KeyDef> &schema() {
       {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)"},
       {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)"},
       {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)"},
-      {"model", "dtype", Kind::String, "parameter type", {"f32", "bf16", "f16"}},
+      {"model", "dtype", Kind::String, "parameter type", spellings<FloatDtype>()},
       {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)"},
       {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)"},
       {"model", "input", Kind::Int, "input features (mlp, moe)"},
@@ -97,17 +108,17 @@ const std::vector<KeyDef> &schema() {
 
       {"parallelism", "mesh", Kind::String, "device mesh, e.g. \"dp:2,tp:2\" (ranks = the product)"},
       {"parallelism", "microbatches", Kind::Int, "micro-batches per step (accumulation, pipelines)"},
-      {"parallelism", "schedule", Kind::String, "pipeline schedule", {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}},
+      {"parallelism", "schedule", Kind::String, "pipeline schedule", spellings<schedule::ScheduleKind>()},
       {"parallelism", "virtual_stages", Kind::Int, "model chunks per pipeline rank"},
       {"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"},
       {"parallelism", "reshard_after_forward", Kind::Bool, "ZeRO-3: gather again in the backward pass (default true; false: FSDP's SHARD_GRAD_OP)"},
       {"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"},
-      {"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", {"ring", "ulysses"}},
-      {"parallelism", "recompute", Kind::String, "activation recomputation", {"none", "selective", "full"}},
+      {"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", spellings<CpAttention>()},
+      {"parallelism", "recompute", Kind::String, "activation recomputation", spellings<Recompute>()},
       {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
-      {"parallelism", "precision", Kind::String, "compute precision", {"fp32", "bf16", "f16"}},
-      {"parallelism", "offload", Kind::String, "optimizer offload to host memory", {"none", "optimizer"}},
-      {"parallelism", "offload_target", Kind::String, "where offloaded state lives", {"host", "nvme"}},
+      {"parallelism", "precision", Kind::String, "compute precision", spellings<Precision>()},
+      {"parallelism", "offload", Kind::String, "optimizer offload to host memory", spellings<Offload>()},
+      {"parallelism", "offload_target", Kind::String, "where offloaded state lives", spellings<OffloadTarget>()},
       {"parallelism", "offload_path", Kind::String, "nvme: the directory of the offload file"},
       {"parallelism", "grad_reduce_dtype", Kind::String, "gradient reduction type", {"f32", "bf16"}},
       {"parallelism", "bucket_mb", Kind::Float, "gradient all-reduce bucket size in MiB"},
@@ -457,7 +468,7 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
   // A decaying schedule warms up, then decays until decay_steps (by default
   // the job's steps): said in the job's keys here, not as the compiler's
   // option names after the model is built.
-  if (const Value *decay = job.get("lr_scheduler.decay"); decay && decay->s != "constant") {
+  if (const Value *decay = job.get("lr_scheduler.decay"); decay && kernels::lookupLrScheduleKind(decay->s) != kernels::LrScheduleKind::Constant) {
     const Value *warmup = job.get("lr_scheduler.warmup_steps"), *until = job.get("lr_scheduler.decay_steps");
     const int64_t w = warmup ? warmup->i : 0, d = until ? until->i : job.get("training.steps")->i;
     if (w < 0 || w >= d)
@@ -568,7 +579,7 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     opt("lr-schedule", v->s);
     if (const Value *w = get("lr_scheduler.warmup_steps"))
       opt("warmup-steps", std::to_string(w->i));
-    if (v->s != "constant") {
+    if (kernels::lookupLrScheduleKind(v->s) != kernels::LrScheduleKind::Constant) {
       const Value *d = get("lr_scheduler.decay_steps");
       opt("decay-steps", std::to_string(d ? d->i : get("training.steps")->i));
     }
