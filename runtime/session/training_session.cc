@@ -2,7 +2,6 @@
 
 #include "runtime/io/model_info.h"
 
-#include "runtime/base/hostfile.h"
 #include "runtime/session/throughput.h"
 
 #include "runtime/base/parse_number.h"
@@ -11,19 +10,16 @@
 #include "runtime/io/hf_checkpoint.h"
 #include "runtime/io/model_info.h"
 #include "runtime/io/safetensors.h"
+#include "runtime/session/fault_injection.h"
 #include "runtime/session/step_watchdog.h"
 
 #include <algorithm>
-#include <fstream>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <unistd.h>
 #include <set>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include <filesystem>
 
@@ -611,101 +607,16 @@ Status TrainingSession::checkFinite(const StepResult &r) {
   return Status::ok();
 }
 
-void TrainingSession::loseNodeForTest(const std::string &hostfile, int64_t lostRanks, int64_t step) {
-  std::string error;
-  auto hosts = readHostfile(hostfile, error);
-  const int world = comm_ ? comm_->worldSize() : 1;
-  if (!hosts || lostRanks < 1 || lostRanks >= world || totalSlots(*hosts) != world)
-    return;
-  const int firstLost = world - static_cast<int>(lostRanks);
-  if (rank() != firstLost)
-    return;
-  // The hosts' slots less the last `lostRanks` (a host left with none goes).
-  std::ifstream in(hostfile);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    lines.push_back(line);
-  int64_t left = lostRanks;
-  for (auto h = hosts->rbegin(); h != hosts->rend() && left > 0; ++h) {
-    int64_t take = std::min(left, h->slots);
-    left -= take;
-    std::string &line = lines[static_cast<size_t>(h->line - 1)];
-    line = take == h->slots ? "# " + line + "  (lost)"
-                            : h->host + " slots=" + std::to_string(h->slots - take);
-  }
-  std::string text;
-  for (const std::string &line : lines)
-    text += line + "\n";
-  const std::string tmp = hostfile + ".tmp";
-  std::ofstream(tmp) << text;
-  std::rename(tmp.c_str(), hostfile.c_str());
-  std::fprintf(stderr, "ptc-run: fault injection: ranks %d-%d lost at step %lld (their slots left %s)\n",
-               firstLost, world - 1, static_cast<long long>(step), hostfile.c_str());
-  std::fflush(stderr);
-  std::raise(SIGKILL);
-}
-
 Status TrainingSession::run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks) {
   StepWatchdog watchdog(options_.stepTimeout, comm_ ? comm_->rank() : 0, options_.onStepTimeout);
-  // Fault injection for the tests: a step that never finishes.
-  const char *hangEnv = std::getenv("PTC_FAULT_HANG_STEP");
-  const int64_t hangStep = hangEnv ? parseInteger(hangEnv, 0).value_or(-1) : -1;
-  // PTC_FAULT_KILL=RANK:STEP[:MARKER]: rank RANK dies (SIGKILL) when step STEP
-  // starts; with MARKER, only while that file does not exist (it is created
-  // first), so a restarted job passes the step.
-  int killRank = -1;
-  int64_t killStep = -1;
-  std::string killMarker;
-  if (const char *kill = std::getenv("PTC_FAULT_KILL")) {
-    std::string spec = kill;
-    size_t a = spec.find(':'), b = a == std::string::npos ? a : spec.find(':', a + 1);
-    if (a != std::string::npos) {
-      killRank = static_cast<int>(parseInteger(spec.substr(0, a), 0, INT32_MAX).value_or(-1));
-      killStep = parseInteger(spec.substr(a + 1, b == std::string::npos ? b : b - a - 1), 0)
-                     .value_or(-1);
-      if (b != std::string::npos)
-        killMarker = spec.substr(b + 1);
-    }
-  }
-  // PTC_FAULT_LOSE_NODE=STEP:RANKS:HOSTFILE: a node of RANKS ranks is gone
-  // for good when step STEP starts: the last RANKS slots of HOSTFILE (the
-  // inventory the launcher reads) go, and the first of those ranks dies
-  // (SIGKILL); once: only while the file's slots equal the ranks running.
-  int64_t loseStep = -1, loseRanks = 0;
-  std::string loseHostfile;
-  if (const char *lose = std::getenv("PTC_FAULT_LOSE_NODE")) {
-    std::string spec = lose;
-    size_t a = spec.find(':'), b = a == std::string::npos ? a : spec.find(':', a + 1);
-    if (b != std::string::npos) {
-      loseStep = parseInteger(spec.substr(0, a), 0).value_or(-1);
-      loseRanks = parseInteger(spec.substr(a + 1, b - a - 1), 1).value_or(0);
-      loseHostfile = spec.substr(b + 1);
-    }
-  }
-  // PTC_FAULT_SLOW_STEP_MS=N: every step takes N ms longer (a test that signals
-  // a run mid-way does not race a fast machine).
-  const char *slowEnv = std::getenv("PTC_FAULT_SLOW_STEP_MS");
-  const int64_t slowMs = slowEnv ? parseInteger(slowEnv, 0, 60000).value_or(0) : 0;
+  const FaultInjection faults = FaultInjection::fromEnvironment();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = first; step < first + steps; ++step) {
-    if (slowMs > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));
-    if (step == loseStep)
-      loseNodeForTest(loseHostfile, loseRanks, step);
+    faults.atStepStart(step, rank(), comm_ ? comm_->worldSize() : 1);
     for (SessionHook *h : hooks)
       PTC_RETURN_IF_ERROR(h->beforeStep(*this, step));
     watchdog.begin(step);
-    while (step == hangStep)
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (step == killStep && rank() == killRank &&
-        (killMarker.empty() || ::access(killMarker.c_str(), F_OK) != 0)) {
-      if (!killMarker.empty())
-        std::fclose(std::fopen(killMarker.c_str(), "w"));
-      std::fprintf(stderr, "ptc-run: fault injection: rank %d killed at step %lld\n", rank(),
-                   static_cast<long long>(step));
-      std::fflush(stderr);
-      std::raise(SIGKILL);
-    }
+    faults.inStep(step, rank());
     auto result = runStep(step);
     watchdog.end();
     if (!result.isOk())

@@ -135,9 +135,6 @@ public:
 
   /// Steps [first, first + steps) with the hooks and the step watchdog.
   Status run(int64_t first, int64_t steps, const std::vector<SessionHook *> &hooks);
-  /// Fault injection (PTC_FAULT_LOSE_NODE): the last `lostRanks` slots of
-  /// `hostfile` are taken out of it and the first of those ranks dies.
-  void loseNodeForTest(const std::string &hostfile, int64_t lostRanks, int64_t step);
 
   /// Parameters from a safetensors file of whole tensors or a Hugging Face
   /// model directory (index + shards; every rank keeps its part); bf16 and
