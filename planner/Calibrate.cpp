@@ -42,7 +42,7 @@
 #include <omp.h>
 #endif
 
-namespace ptc::plan {
+namespace ptc::planner {
 namespace {
 using Clock = std::chrono::steady_clock;
 
@@ -334,4 +334,4 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
   return c;
 }
 
-} // namespace ptc::plan
+} // namespace ptc::planner

@@ -7,7 +7,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 /// Measures ptc's CPU kernels at every thread count up to the core count and
 /// the MPI links (`mpirun -np 2 <self> --measure-links`), progress on `log`.
@@ -17,6 +17,6 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
 /// size as JSON [[bytes, seconds], ...] (rank 0 writes). Returns the exit code.
 int measureLinks(const std::string &outPath);
 
-} // namespace ptc::plan
+} // namespace ptc::planner
 
 #endif // PTC_PLANNER_CALIBRATE_H

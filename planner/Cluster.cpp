@@ -9,7 +9,7 @@
 #include <fstream>
 #include <tuple>
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 double Cluster::peak(const std::string &dtype) const {
   for (const auto &[type, flops] : peakFlops)
@@ -297,4 +297,4 @@ llvm::Error saveCluster(const Cluster &c, const std::string &path) {
   return llvm::Error::success();
 }
 
-} // namespace ptc::plan
+} // namespace ptc::planner

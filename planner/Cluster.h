@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 /// A link's alpha-beta model: a message of n bytes over a group of p
 /// devices takes steps(p) * latency + factor(p) * n / busBandwidth, with the
@@ -103,6 +103,6 @@ llvm::Error saveCluster(const Cluster &cluster, const std::string &path);
 /// clamped at the ends).
 double interpolate(const std::vector<Point> &points, double size);
 
-} // namespace ptc::plan
+} // namespace ptc::planner
 
 #endif // PTC_PLANNER_CLUSTER_H

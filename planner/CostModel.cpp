@@ -11,7 +11,7 @@
 using namespace mlir;
 using namespace mlir::ptc;
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 /// Which traffic a collective is: an all-to-all over ep is the experts'
 /// dispatch, one over cp Ulysses' attention; any other collective over dp,
@@ -189,4 +189,4 @@ ClassSeconds predictClasses(func::FuncOp compiled, const Cluster &cluster, int64
   return out;
 }
 
-} // namespace ptc::plan
+} // namespace ptc::planner

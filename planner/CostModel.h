@@ -20,7 +20,7 @@
 #include <string>
 #include <tuple>
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 using mlir::ptc::MeshAxisRole;
 
@@ -118,4 +118,4 @@ std::optional<std::tuple<CollKey, double>> collectiveOf(mlir::Operation *op);
 /// phase (`ptc.segment`, or the position around the backward ops).
 std::map<int, Costs> aggregate(mlir::func::FuncOp func, const Pricer &price);
 
-} // namespace ptc::plan
+} // namespace ptc::planner

@@ -13,7 +13,7 @@
 using namespace mlir;
 using namespace mlir::ptc;
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 std::optional<FileBlocks> findBlocks(func::FuncOp func) {
   // Parameters by (prefix, index): the first numeric component of the name.
@@ -143,4 +143,4 @@ OwningOpRef<ModuleOp> truncateBlocks(ModuleOp module, const FileBlocks &fb, int6
   return out;
 }
 
-} // namespace ptc::plan
+} // namespace ptc::planner

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 /// A model file's repeated blocks (nn.ModuleList entries, a builder's
 /// layers): parameters named `<prefix><i>.<rest>` for i = 0..L-1 with the same
@@ -43,4 +43,4 @@ std::optional<FileBlocks> findBlocks(mlir::func::FuncOp func);
 mlir::OwningOpRef<mlir::ModuleOp> truncateBlocks(mlir::ModuleOp module, const FileBlocks &fb,
                                                  int64_t keep);
 
-} // namespace ptc::plan
+} // namespace ptc::planner

@@ -34,7 +34,7 @@
 using namespace mlir;
 using namespace mlir::ptc;
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 std::string Layout::compileOptions(Precision precision) const {
   std::ostringstream os;
@@ -835,4 +835,4 @@ llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &
   return out;
 }
 
-} // namespace ptc::plan
+} // namespace ptc::planner

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace ptc::plan {
+namespace ptc::planner {
 
 /// The shortest per-rank chunk of the sequence the default search gives
 /// context parallelism (shorter chunks leave the ring's transfers exposed).
@@ -153,6 +153,6 @@ private:
   Cluster cluster_;
 };
 
-} // namespace ptc::plan
+} // namespace ptc::planner
 
 #endif // PTC_PLANNER_PLANNER_H

@@ -38,7 +38,7 @@
 #include <fstream>
 
 using namespace llvm;
-using namespace ptc::plan;
+using namespace ptc::planner;
 using ptc::CpAttention;
 using ptc::optionChoices;
 using ptc::optionName;
