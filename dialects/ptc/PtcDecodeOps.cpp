@@ -13,6 +13,7 @@
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::kernels::OpKind;
 
 namespace {
 
@@ -77,7 +78,7 @@ LogicalResult CachedAttentionOp::inferShardingRule(ShardingRuleContext &ctx) {
 }
 
 PlanInstruction CachedAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CachedAttention", {}, {getScaleOrDefault()}};
+  return PlanInstruction{OpKind::CachedAttention, {}, {getScaleOrDefault()}};
 }
 
 LogicalResult RotaryAtOp::verify() {
@@ -98,7 +99,7 @@ LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {
 
 // The optional integer: inverse (within format 15).
 PlanInstruction RotaryAtOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"RotaryAt", getInverse() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
+  return PlanInstruction{OpKind::RotaryAt, getInverse() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                          {getTheta().convertToDouble()}};
 }
 

@@ -68,7 +68,7 @@ class Ptc_UnaryGradOp<string mnemonic, string forward>
     ::llvm::StringRef $cppClass::getFunctionName() { return "}] # forward # [{"; }
     bool $cppClass::isGradient() { return true; }
     ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
-      return {"UnaryGrad", {}, {}, "}] # forward # [{"};
+      return {::ptc::kernels::OpKind::UnaryGrad, {}, {}, "}] # forward # [{"};
     }
   }];
 }
@@ -141,7 +141,7 @@ class Ptc_RowNormGradOp<string mnemonic, string planOpcode,
       return ::mlir::ptc::rowNormGradShardingRule(*this, ctx);
     }
     ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
-      return {"}] # planOpcode # [{", {}, {getEpsilon().convertToDouble()}};
+      return {::ptc::kernels::OpKind::}] # planOpcode # [{, {}, {getEpsilon().convertToDouble()}};
     }
   }];
 }

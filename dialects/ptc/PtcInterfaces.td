@@ -112,7 +112,9 @@ def Ptc_PlanInstructionOpInterface : OpInterface<"PlanInstructionOpInterface"> {
   let cppNamespace = "::mlir::ptc";
   let description = [{
     The instruction of the executable plan an op lowers to: an opcode of
-    `kernels/common/op_table.def` by name, its integer and float attributes
+    `kernels/common/op_table.def` as its enum (`::ptc::kernels::OpKind`,
+    declared from the table's rows, so a misspelled opcode does not compile),
+    its integer and float attributes
     in the order the table names them (axes normalized, mesh axes as
     indices), and for an activation the function's name. `ptc-export-plan`
     asks every op of the step and checks each answer against the table; an

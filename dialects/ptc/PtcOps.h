@@ -17,6 +17,7 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "kernels/common/kernel_call.h"
 #include "runtime/schedule/schedule_kinds.h"
 
 #include "dialects/ptc/PtcDialect.h.inc"
@@ -41,7 +42,7 @@ LogicalResult activationGradShardingRule(Operation *op, ShardingRuleContext &ctx
 /// an opcode of kernels/common/op_table.def by name, its integer and float
 /// attributes in the table's order, and for Unary / UnaryGrad the activation.
 struct PlanInstruction {
-  StringRef opcode;
+  ::ptc::kernels::OpKind opcode;
   SmallVector<int64_t> ints = {};
   SmallVector<double> floats = {};
   std::string function = {};

@@ -15,6 +15,7 @@
 
 using namespace mlir;
 using namespace mlir::ptc;
+using ::ptc::kernels::OpKind;
 
 namespace {
 int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
@@ -39,36 +40,36 @@ SmallVector<int64_t> axisIndices(MeshAxisIndexFn axisIndex, ArrayAttr axes) {
 } // namespace
 
 PlanInstruction AddOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Add"};
+  return PlanInstruction{OpKind::Add};
 }
 
 PlanInstruction SubOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Sub"};
+  return PlanInstruction{OpKind::Sub};
 }
 
 PlanInstruction MulOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Mul"};
+  return PlanInstruction{OpKind::Mul};
 }
 
 // A gated activation: function(input 0) * input 1 (and its gradient).
 PlanInstruction SwigluOp::getPlanInstruction(MeshAxisIndexFn) {
-  return {"GatedUnary", {}, {}, "silu"};
+  return {OpKind::GatedUnary, {}, {}, "silu"};
 }
 PlanInstruction SwigluGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return {"GatedUnaryGrad", {}, {}, "silu"};
+  return {OpKind::GatedUnaryGrad, {}, {}, "silu"};
 }
 PlanInstruction DivOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Div"};
+  return PlanInstruction{OpKind::Div};
 }
 
 PlanInstruction ScaleOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Scale", {}, {getFactor().convertToDouble()}};
+  return PlanInstruction{OpKind::Scale, {}, {getFactor().convertToDouble()}};
 }
 
 // The stream, then per dimension its blocks and the mesh axes splitting it
 // (a compound "dp*ep" by its components, major first).
 PlanInstruction DropoutOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  PlanInstruction inst{"Dropout", {getStreamAttr().getInt()}, {getP().convertToDouble()}};
+  PlanInstruction inst{OpKind::Dropout, {getStreamAttr().getInt()}, {getP().convertToDouble()}};
   const int64_t rank = getInput().getType().getRank();
   ShardingAttr layout = getLayoutAttr();
   for (int64_t d = 0; d < rank; ++d) {
@@ -92,168 +93,168 @@ PlanInstruction DropoutOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
 }
 
 PlanInstruction ConvertOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Convert"};
+  return PlanInstruction{OpKind::Convert};
 }
 
 PlanInstruction TransferOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Transfer"};
+  return PlanInstruction{OpKind::Transfer};
 }
 
 PlanInstruction MatmulOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Matmul", {getTransposeLhs(), getTransposeRhs()}, {}};
+  return PlanInstruction{OpKind::Matmul, {getTransposeLhs(), getTransposeRhs()}, {}};
 }
 
 PlanInstruction RotaryOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   if (std::optional<StringRef> axis = getSeqAxis())
-    return PlanInstruction{"Rotary", {getInverse() ? 1 : 0, axisIndex(*axis)},
+    return PlanInstruction{OpKind::Rotary, {getInverse() ? 1 : 0, axisIndex(*axis)},
                            {getTheta().convertToDouble()}};
-  return PlanInstruction{"Rotary", {getInverse() ? 1 : 0}, {getTheta().convertToDouble()}};
+  return PlanInstruction{OpKind::Rotary, {getInverse() ? 1 : 0}, {getTheta().convertToDouble()}};
 }
 
 PlanInstruction SoftmaxOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Softmax", {normAxis(getAxis(), rankOf(getInput()))}, {}};
+  return PlanInstruction{OpKind::Softmax, {normAxis(getAxis(), rankOf(getInput()))}, {}};
 }
 
 // The optional integer: seq_major (ptc-fold-attention-layout).
 PlanInstruction CausalAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttention",
+  return PlanInstruction{OpKind::CausalAttention,
                          getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                          {getScaleOrDefault()}};
 }
 
 PlanInstruction EmbeddingOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return getVocabAxis() ? PlanInstruction{"Embedding", {axisIndex(*getVocabAxis())}, {}}
-                          : PlanInstruction{"Embedding"};
+  return getVocabAxis() ? PlanInstruction{OpKind::Embedding, {axisIndex(*getVocabAxis())}, {}}
+                          : PlanInstruction{OpKind::Embedding};
 }
 
 PlanInstruction CrossEntropyOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CrossEntropy"};
+  return PlanInstruction{OpKind::CrossEntropy};
 }
 
 PlanInstruction ReshapeOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Reshape"};
+  return PlanInstruction{OpKind::Reshape};
 }
 
 PlanInstruction TransposeOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Transpose", SmallVector<int64_t>(getPermutation()), {}};
+  return PlanInstruction{OpKind::Transpose, SmallVector<int64_t>(getPermutation()), {}};
 }
 
 PlanInstruction SliceOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Slice", SmallVector<int64_t>(getOffsets()), {}};
+  return PlanInstruction{OpKind::Slice, SmallVector<int64_t>(getOffsets()), {}};
 }
 
 PlanInstruction ConcatOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Concat", {normAxis(getAxis(), getType().getRank())}, {}};
+  return PlanInstruction{OpKind::Concat, {normAxis(getAxis(), getType().getRank())}, {}};
 }
 
 PlanInstruction ReduceSumOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"ReduceSum", normAxes(getAxes(), rankOf(getInput())), {}};
+  return PlanInstruction{OpKind::ReduceSum, normAxes(getAxes(), rankOf(getInput())), {}};
 }
 
 PlanInstruction ReduceMeanOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"ReduceMean", normAxes(getAxes(), rankOf(getInput())), {}};
+  return PlanInstruction{OpKind::ReduceMean, normAxes(getAxes(), rankOf(getInput())), {}};
 }
 
 PlanInstruction ReduceMaxOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"ReduceMax", normAxes(getAxes(), rankOf(getInput())), {}};
+  return PlanInstruction{OpKind::ReduceMax, normAxes(getAxes(), rankOf(getInput())), {}};
 }
 
 PlanInstruction TopKGateOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"TopKGate", {getKAttr().getInt(), getNormalize()}, {}};
+  return PlanInstruction{OpKind::TopKGate, {getKAttr().getInt(), getNormalize()}, {}};
 }
 
 PlanInstruction MoeDispatchOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"MoeDispatch"};
+  return PlanInstruction{OpKind::MoeDispatch};
 }
 
 PlanInstruction ExpertLoadOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"ExpertLoad"};
+  return PlanInstruction{OpKind::ExpertLoad};
 }
 
 PlanInstruction MoeCombineOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"MoeCombine"};
+  return PlanInstruction{OpKind::MoeCombine};
 }
 
 PlanInstruction BroadcastOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Broadcast"};
+  return PlanInstruction{OpKind::Broadcast};
 }
 
 PlanInstruction PadOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Pad", SmallVector<int64_t>(getOffsets()), {}};
+  return PlanInstruction{OpKind::Pad, SmallVector<int64_t>(getOffsets()), {}};
 }
 
 PlanInstruction SoftmaxGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"SoftmaxGrad", {normAxis(getAxis(), rankOf(getOutput()))}, {}};
+  return PlanInstruction{OpKind::SoftmaxGrad, {normAxis(getAxis(), rankOf(getOutput()))}, {}};
 }
 
 // Attention reading the fused projection in place (ptc-fold-attention-layout).
 PlanInstruction CausalAttentionQkvOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttentionQkv", {}, {getScale().convertToDouble()}};
+  return PlanInstruction{OpKind::CausalAttentionQkv, {}, {getScale().convertToDouble()}};
 }
 PlanInstruction CausalAttentionQkvGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttentionQkvGrad", {}, {getScale().convertToDouble()}};
+  return PlanInstruction{OpKind::CausalAttentionQkvGrad, {}, {getScale().convertToDouble()}};
 }
 
 PlanInstruction CausalAttentionGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CausalAttentionGrad",
+  return PlanInstruction{OpKind::CausalAttentionGrad,
                          getSeqMajor() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                          {getScaleOrDefault()}};
 }
 
 PlanInstruction EmbeddingGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   return getVocabAxis()
-             ? PlanInstruction{"EmbeddingGrad", {axisIndex(*getVocabAxis())}, {}}
-             : PlanInstruction{"EmbeddingGrad"};
+             ? PlanInstruction{OpKind::EmbeddingGrad, {axisIndex(*getVocabAxis())}, {}}
+             : PlanInstruction{OpKind::EmbeddingGrad};
 }
 
 PlanInstruction VocabParallelCrossEntropyOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"VocabParallelCrossEntropy", axisIndices(axisIndex, getAxes()), {}};
+  return PlanInstruction{OpKind::VocabParallelCrossEntropy, axisIndices(axisIndex, getAxes()), {}};
 }
 
 PlanInstruction RingAttentionOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"RingAttention", axisIndices(axisIndex, getAxes()),
+  return PlanInstruction{OpKind::RingAttention, axisIndices(axisIndex, getAxes()),
                          {getScale().convertToDouble()}};
 }
 
 PlanInstruction RingAttentionGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"RingAttentionGrad", axisIndices(axisIndex, getAxes()),
+  return PlanInstruction{OpKind::RingAttentionGrad, axisIndices(axisIndex, getAxes()),
                          {getScale().convertToDouble()}};
 }
 
 PlanInstruction VocabParallelCrossEntropyGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"VocabParallelCrossEntropyGrad", axisIndices(axisIndex, getAxes()), {}};
+  return PlanInstruction{OpKind::VocabParallelCrossEntropyGrad, axisIndices(axisIndex, getAxes()), {}};
 }
 
 PlanInstruction CrossEntropyGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"CrossEntropyGrad"};
+  return PlanInstruction{OpKind::CrossEntropyGrad};
 }
 
 PlanInstruction ReduceMaxGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"ReduceMaxGrad", normAxes(getAxes(), rankOf(getInput())), {}};
+  return PlanInstruction{OpKind::ReduceMaxGrad, normAxes(getAxes(), rankOf(getInput())), {}};
 }
 
 PlanInstruction TopKGateGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"TopKGateGrad", {getNormalize()}, {}};
+  return PlanInstruction{OpKind::TopKGateGrad, {getNormalize()}, {}};
 }
 
 PlanInstruction MoeDispatchGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"MoeDispatchGrad"};
+  return PlanInstruction{OpKind::MoeDispatchGrad};
 }
 
 PlanInstruction MoeCombineGradOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"MoeCombineGrad"};
+  return PlanInstruction{OpKind::MoeCombineGrad};
 }
 
 PlanInstruction LrScheduleOp::getPlanInstruction(MeshAxisIndexFn) {
   auto kind = ::ptc::kernels::lookupLrScheduleKind(getKind().str());
-  return PlanInstruction{"LrSchedule",
+  return PlanInstruction{OpKind::LrSchedule,
                  {static_cast<int64_t>(*kind), getWarmupStepsAttr().getInt(), getDecayStepsAttr().getInt()},
                  {getLr().convertToDouble(), getMinLr().convertToDouble()}};
 }
 
 PlanInstruction AdamWUpdateOp::getPlanInstruction(MeshAxisIndexFn) {
   // ints [1]: the last input is the scheduled learning rate.
-  return PlanInstruction{"AdamWUpdate",
+  return PlanInstruction{OpKind::AdamWUpdate,
                  getScheduledLr() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                  {getLr().convertToDouble(), getBeta1().convertToDouble(),
                   getBeta2().convertToDouble(), getEps().convertToDouble(),
@@ -261,7 +262,7 @@ PlanInstruction AdamWUpdateOp::getPlanInstruction(MeshAxisIndexFn) {
 }
 
 PlanInstruction SgdUpdateOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"SgdUpdate",
+  return PlanInstruction{OpKind::SgdUpdate,
                  getScheduledLr() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
                  {getLr().convertToDouble(), getMomentum().convertToDouble(),
                   getWeightDecay().convertToDouble()}};
@@ -274,67 +275,67 @@ PlanInstruction ClipGradNormOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   SmallVector<double> floats{getMaxNorm().convertToDouble()};
   if (std::optional<ArrayRef<double>> weights = getWeights())
     floats.append(weights->begin(), weights->end());
-  return PlanInstruction{"ClipGradNorm", axes, floats};
+  return PlanInstruction{OpKind::ClipGradNorm, axes, floats};
 }
 
 PlanInstruction LossScaleOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"LossScale", {}, {getInitial().convertToDouble()}};
+  return PlanInstruction{OpKind::LossScale, {}, {getInitial().convertToDouble()}};
 }
 
 PlanInstruction UnscaleGradsOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   SmallVector<int64_t> axes;
   if (getAxes())
     axes = axisIndices(axisIndex, *getAxes());
-  return PlanInstruction{"UnscaleGrads", axes, {}};
+  return PlanInstruction{OpKind::UnscaleGrads, axes, {}};
 }
 
 PlanInstruction AnyNonfiniteOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   SmallVector<int64_t> axes;
   if (getAxes())
     axes = axisIndices(axisIndex, *getAxes());
-  return PlanInstruction{"AnyNonfinite", axes, {}};
+  return PlanInstruction{OpKind::AnyNonfinite, axes, {}};
 }
 
 PlanInstruction LossScaleUpdateOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"LossScaleUpdate", {static_cast<int64_t>(getWindow())}, {}};
+  return PlanInstruction{OpKind::LossScaleUpdate, {static_cast<int64_t>(getWindow())}, {}};
 }
 
 PlanInstruction SendOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Send", {static_cast<int64_t>(getChannel())}, {}};
+  return PlanInstruction{OpKind::Send, {static_cast<int64_t>(getChannel())}, {}};
 }
 
 PlanInstruction RecvOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"Recv", {static_cast<int64_t>(getChannel())}, {}};
+  return PlanInstruction{OpKind::Recv, {static_cast<int64_t>(getChannel())}, {}};
 }
 
 PlanInstruction MicrobatchSumOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{"MicrobatchSum"};
+  return PlanInstruction{OpKind::MicrobatchSum};
 }
 
 PlanInstruction AllReduceOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"AllReduce", axisIndices(axisIndex, getAxes()), {}};
+  return PlanInstruction{OpKind::AllReduce, axisIndices(axisIndex, getAxes()), {}};
 }
 
 PlanInstruction AllGatherOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"AllGather",
+  return PlanInstruction{OpKind::AllGather,
                  {axisIndices(axisIndex, getAxes())[0], getDimAttr().getInt(),
                   getBlocksAttr().getInt()},
                  {}};
 }
 
 PlanInstruction AllToAllOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"AllToAll",
+  return PlanInstruction{OpKind::AllToAll,
                  {axisIndices(axisIndex, getAxes())[0], getSplitDimAttr().getInt(),
                   getConcatDimAttr().getInt()},
                  {}};
 }
 
 PlanInstruction ReduceScatterOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"ReduceScatter", {axisIndices(axisIndex, getAxes())[0], getDimAttr().getInt()}, {}};
+  return PlanInstruction{OpKind::ReduceScatter, {axisIndices(axisIndex, getAxes())[0], getDimAttr().getInt()}, {}};
 }
 
 PlanInstruction ShardSliceOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  return PlanInstruction{"ShardSlice",
+  return PlanInstruction{OpKind::ShardSlice,
                  {axisIndices(axisIndex, getAxes())[0], getDimAttr().getInt(),
                   getBlocksAttr().getInt()},
                  {}};

@@ -56,18 +56,21 @@ struct Lowered {
   std::string function; // Unary, UnaryGrad
 };
 
-/// The op's plan instruction (PlanInstructionOpInterface), its opcode looked
-/// up in the op table by name.
+static_assert(static_cast<size_t>(pp::OpCode::MAX) + 1 == ::ptc::kernels::kNumOpKinds,
+              "the plan's OpCode and the kernels' OpKind are both op_table.def's rows");
+
+/// The op's plan instruction (PlanInstructionOpInterface), its opcode's row
+/// of the op table (OpKind and the plan's OpCode are both the table's rows).
 FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
   auto lowering = dyn_cast<PlanInstructionOpInterface>(op);
   if (!lowering)
     return op->emitOpError() << "has no plan instruction";
   PlanInstruction inst = lowering.getPlanInstruction(
       [&](StringRef axis) -> int64_t { return mesh ? mesh->axisIndex(axis) : -1; });
-  const pp::OpInfo *info = pp::lookupOp(std::string_view(inst.opcode.data(), inst.opcode.size()));
+  const pp::OpInfo *info = pp::lookupOp(static_cast<pp::OpCode>(inst.opcode));
   if (!info)
-    return op->emitOpError() << "lowers to the opcode '" << inst.opcode
-                             << "', which kernels/common/op_table.def does not list";
+    return op->emitOpError() << "lowers to opcode #" << static_cast<int>(inst.opcode)
+                             << ", which kernels/common/op_table.def does not list";
   Lowered l{info->code, std::move(inst.ints), std::move(inst.floats)};
   l.function = std::move(inst.function);
   return l;
