@@ -72,26 +72,40 @@ double costOf(Operation *op) {
   return elements;
 }
 
+/// Splits one micro-batched training step into pipeline chunks, in phases
+/// that each read what the earlier ones found (the members below).
 struct Splitter {
   Splitter(func::FuncOp func, int ranks, int chunks, bool splitWeight, bool report)
-      : func(func), ranks(ranks), chunks(chunks), splitWeight(splitWeight), report(report) {}
+      : func(func), block(func.getBody().front()), ranks(ranks), chunks(chunks),
+        splitWeight(splitWeight), report(report), b(func.getContext()) {}
   func::FuncOp func;
+  Block &block;
   int ranks, chunks;
   bool splitWeight;
   bool report;
+  OpBuilder b;
 
+  /// The ops (constants aside) in order, and their positions; collected
+  /// again after a rewrite.
+  SmallVector<Operation *> ops;
+  llvm::DenseMap<Operation *, size_t> index;
+  /// Ops that depend on the inputs (up to the micro-batch sums), those and
+  /// what feeds them (run once per micro-batch), and the values of the former.
+  llvm::DenseSet<Operation *> dependent, perMb;
+  llvm::DenseSet<Value> inputDependent;
+  /// The per-micro-batch ops of the backward pass.
+  llvm::DenseSet<Operation *> backward;
+  /// The forward pass's ops in order, and their positions.
+  SmallVector<Operation *> fwd;
+  llvm::DenseMap<Operation *, size_t> fwdIndex;
+  /// Each op's chunk and segment; each parameter's and state's chunk.
   llvm::DenseMap<Operation *, int> chunk, seg;
   llvm::DenseMap<Value, int> home; // parameter / state arguments
 
   LogicalResult run();
-};
 
-LogicalResult Splitter::run() {
-  Block &block = func.getBody().front();
-  // The ops (constants aside) in order, and their positions; again after a rewrite.
-  SmallVector<Operation *> ops;
-  llvm::DenseMap<Operation *, size_t> index;
-  auto collectOps = [&] {
+private:
+  void collectOps() {
     ops.clear();
     index.clear();
     for (Operation &op : block.without_terminator())
@@ -99,17 +113,55 @@ LogicalResult Splitter::run() {
         index[&op] = ops.size();
         ops.push_back(&op);
       }
-  };
-  collectOps();
-  auto producer = [&](Value v) -> Operation * {
+  }
+  Operation *producer(Value v) const {
     Operation *def = v.getDefiningOp();
     return def && index.count(def) ? def : nullptr;
-  };
+  }
+  /// 1. Per-micro-batch ops; parameter-only work both sides read is copied
+  /// for the step.
+  LogicalResult findPerMicrobatchOps();
+  /// 2. The backward pass among them.
+  void findBackwardOps();
+  /// 3. The forward pass cut into chunks (marked boundaries, or where one
+  /// activation crosses, balancing cost); refuses chunks left without work.
+  LogicalResult cutForward();
+  /// 4. The chunks of the other per-micro-batch ops.
+  void placeOtherPerMicrobatchOps();
+  /// Parameters and state with their first per-micro-batch user.
+  void placeParameters();
+  /// 4b. Gradients summed from two chunks: summed per chunk, added per step.
+  void sumSharedGradientsPerStep();
+  /// 5. Once-per-step ops with their operands (buckets, clipping and the
+  /// non-finite check split per pipeline rank).
+  LogicalResult placeStepOps();
+  /// 6. Segments (forward, backward, weight gradient, step).
+  void assignSegments();
+  /// 7. Send / receive channels between chunks, and the attributes that
+  /// record the split.
+  void connectChunks();
+};
 
+LogicalResult Splitter::run() {
+  collectOps();
+  if (failed(findPerMicrobatchOps()))
+    return failure();
+  findBackwardOps();
+  if (failed(cutForward()))
+    return failure();
+  placeOtherPerMicrobatchOps();
+  placeParameters();
+  sumSharedGradientsPerStep();
+  if (failed(placeStepOps()))
+    return failure();
+  assignSegments();
+  connectChunks();
+  return success();
+}
+
+LogicalResult Splitter::findPerMicrobatchOps() {
   // 1. Per-micro-batch ops: those depending on the inputs (up to the
   //    micro-batch sums) and those feeding them.
-  llvm::DenseSet<Operation *> dependent, perMb;
-  llvm::DenseSet<Value> inputDependent;
   for (BlockArgument arg : block.getArguments())
     if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kInputAttrName))
       inputDependent.insert(arg);
@@ -162,10 +214,12 @@ LogicalResult Splitter::run() {
     if (cloned)
       collectOps();
   }
+  return success();
+}
 
+void Splitter::findBackwardOps() {
   // 2. Forward / backward: backward ops are those autodiff marked and what
   //    depends on them.
-  llvm::DenseSet<Operation *> backward;
   for (Operation *op : ops) {
     if (!perMb.contains(op))
       continue;
@@ -176,13 +230,13 @@ LogicalResult Splitter::run() {
     if (b)
       backward.insert(op);
   }
+}
 
+LogicalResult Splitter::cutForward() {
   // 3. Cut the forward ops where one activation crosses, balancing cost.
-  SmallVector<Operation *> fwd;
   for (Operation *op : ops)
     if (perMb.contains(op) && !backward.contains(op))
       fwd.push_back(op);
-  llvm::DenseMap<Operation *, size_t> fwdIndex;
   for (auto [i, op] : llvm::enumerate(fwd))
     fwdIndex[op] = i;
   size_t n = fwd.size();
@@ -332,7 +386,10 @@ LogicalResult Splitter::run() {
     }
     os.flush();
   }
+  return success();
+}
 
+void Splitter::placeOtherPerMicrobatchOps() {
   // 4. Chunks of the other per-micro-batch ops: backward ops join the lowest
   //    chunk among the activations and gradients they read; ops that read only
   //    parameters (and the forward parameter-only ops) join their first user.
@@ -413,7 +470,9 @@ LogicalResult Splitter::run() {
     if (cloned)
       collectOps();
   }
+}
 
+void Splitter::placeParameters() {
   // Parameters and state live with their first per-micro-batch user.
   for (BlockArgument arg : block.getArguments()) {
     int c = INT_MAX;
@@ -439,11 +498,12 @@ LogicalResult Splitter::run() {
         home[arg] = it->second;
     }
   }
+}
 
+void Splitter::sumSharedGradientsPerStep() {
   // 4b. A gradient that adds contributions of two chunks (the tied embedding's)
   //     is summed over the micro-batches on each chunk first and added once
   //     per step: one transfer per step instead of one per micro-batch.
-  OpBuilder b(func.getContext());
   SmallVector<MicrobatchSumOp> sums;
   for (Operation *op : ops)
     if (auto ms = dyn_cast<MicrobatchSumOp>(op))
@@ -478,7 +538,9 @@ LogicalResult Splitter::run() {
     add.erase();
   }
   collectOps();
+}
 
+LogicalResult Splitter::placeStepOps() {
   // 5. Once-per-step ops: with their operands; all-reduce buckets and norm
   //    clipping split per pipeline rank.
   auto rankOfChunk = [&](int c) { return c < 0 ? -1 : c % ranks; };
@@ -612,7 +674,10 @@ LogicalResult Splitter::run() {
     chunk.erase(op);
     op->erase();
   }
+  return success();
+}
 
+void Splitter::assignSegments() {
   // 6. Segments (weight-gradient split: backward ops the chunk's outgoing
   //    gradients do not need).
   for (Operation &o : block.without_terminator()) {
@@ -641,7 +706,9 @@ LogicalResult Splitter::run() {
           needed.insert(def);
     }
   }
+}
 
+void Splitter::connectChunks() {
   // 7. Channels: a per-micro-batch value used by another chunk, and a
   //    parameter used away from its home chunk (sent once per step).
   int64_t channel = 0;
@@ -739,7 +806,6 @@ LogicalResult Splitter::run() {
                 b.getDictionaryAttr({b.getNamedAttr("ranks", b.getI64IntegerAttr(ranks)),
                                      b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
                                      b.getNamedAttr("split_weight", b.getBoolAttr(splitWeight))}));
-  return success();
 }
 
 struct SplitStagesPass : mlir::ptc::impl::SplitStagesPassBase<SplitStagesPass> {
