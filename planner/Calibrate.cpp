@@ -16,7 +16,7 @@
 #include "kernels/cpu/kernels.h"
 #include "passes/Passes.h"
 #include "runtime/comm/communicator.h"
-#include "tools/ptc-model/Models.h"
+#include "models/Models.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

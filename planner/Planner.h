@@ -17,7 +17,7 @@
 
 #include "planner/Cluster.h"
 
-#include "tools/ptc-model/Models.h"
+#include "models/Models.h"
 
 #include "runtime/base/option_values.h"
 #include "runtime/schedule/schedule.h"

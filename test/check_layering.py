@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-LAYERS = ("dialects", "passes", "planner", "runtime", "kernels", "tools")
+LAYERS = ("dialects", "passes", "models", "planner", "runtime", "kernels", "tools")
 RUNTIME_SIBLINGS = ("base", "plan", "schedule", "exec", "device", "comm", "io", "session")
 
 
@@ -34,7 +34,7 @@ def allowed(folder, cell):
     if "the layers" in cell or "everything" in cell:
         return list(LAYERS)
     out = []
-    for m in re.finditer(r"\b(dialects|passes|planner|runtime|kernels|tools)(/[A-Za-z_\-]+)?", cell):
+    for m in re.finditer(r"\b(dialects|passes|models|planner|runtime|kernels|tools)(/[A-Za-z_\-]+)?", cell):
         out.append(m.group(1) + (m.group(2) or ""))
     if folder.startswith("runtime/"):
         out.append("runtime/base")  # the table's note: every runtime folder uses it

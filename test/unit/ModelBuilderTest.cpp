@@ -1,7 +1,7 @@
 // Tests of the model builders: parameter names and counts, verified IR, and
 // configuration errors.
 
-#include "tools/ptc-model/Models.h"
+#include "models/Models.h"
 
 #include "dialects/ptc/PtcOps.h"
 #include "passes/analysis/ModelStatistics.h"

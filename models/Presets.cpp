@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Models.h"
+#include "models/Models.h"
 
 using namespace mlir;
 using namespace mlir::ptc;

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ModelBuilder.h"
+#include "models/ModelBuilder.h"
 
 #include <algorithm>
 #include <cmath>

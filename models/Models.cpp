@@ -1,6 +1,6 @@
 //===- Models.cpp - helpers shared by the model builders ------------------===//
 
-#include "ModelBuilder.h"
+#include "models/ModelBuilder.h"
 
 #include "mlir/IR/Verifier.h"
 

@@ -1,9 +1,9 @@
 //===- ModelBuilder.h - helper shared by the model builders -----*- C++ -*-===//
 
-#ifndef PTC_TOOLS_PTC_MODEL_MODELBUILDER_H
-#define PTC_TOOLS_PTC_MODEL_MODELBUILDER_H
+#ifndef PTC_MODELS_MODELBUILDER_H
+#define PTC_MODELS_MODELBUILDER_H
 
-#include "Models.h"
+#include "models/Models.h"
 
 #include "dialects/ptc/PtcOps.h"
 #include "mlir/IR/Builders.h"
@@ -75,4 +75,4 @@ private:
 
 } // namespace mlir::ptc
 
-#endif // PTC_TOOLS_PTC_MODEL_MODELBUILDER_H
+#endif // PTC_MODELS_MODELBUILDER_H

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PTC_TOOLS_PTC_MODEL_MODELS_H
-#define PTC_TOOLS_PTC_MODEL_MODELS_H
+#ifndef PTC_MODELS_MODELS_H
+#define PTC_MODELS_MODELS_H
 
 #include "runtime/base/option_values.h"
 
@@ -168,4 +168,4 @@ llvm::Expected<OwningOpRef<ModuleOp>> buildMoeModel(MLIRContext &context,
 
 } // namespace mlir::ptc
 
-#endif // PTC_TOOLS_PTC_MODEL_MODELS_H
+#endif // PTC_MODELS_MODELS_H

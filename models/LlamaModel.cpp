@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ModelBuilder.h"
+#include "models/ModelBuilder.h"
 
 #include "llvm/Support/JSON.h"
 

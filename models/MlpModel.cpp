@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ModelBuilder.h"
+#include "models/ModelBuilder.h"
 
 #include <cmath>
 
