@@ -26,7 +26,13 @@ struct KeyDef {
   Kind kind;
   const char *help;
   std::vector<std::string> choices = {};
+  /// [model] keys: the builders that take the key (space-separated), and
+  /// what ptc-plan does with it.
+  const char *builders = "";
+  ModelKeyUse planner = ModelKeyUse::NeedsFile;
 };
+
+constexpr ModelKeyUse kFlag = ModelKeyUse::PlannerFlag, kNeutral = ModelKeyUse::Neutral;
 
 /// The spellings of an option's values, as the schema's choices.
 template <typename E> std::vector<std::string> spellings() {
@@ -43,34 +49,34 @@ const std::vector<KeyDef> &schema() {
 
       {"model", "name", Kind::String, "the builder", {"gpt", "llama", "moe", "mlp"}},
       {"model", "file", Kind::String, "a model in the ptc dialect instead of a builder (hand-written or imported)"},
-      {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)"},
-      {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)"},
-      {"model", "hidden", Kind::Int, "hidden size"},
-      {"model", "heads", Kind::Int, "attention heads"},
-      {"model", "kv_heads", Kind::Int, "key/value heads (llama, grouped-query attention)"},
-      {"model", "intermediate", Kind::Int, "SwiGLU MLP size (llama)"},
-      {"model", "vocab", Kind::Int, "vocabulary size"},
-      {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)"},
-      {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)"},
-      {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)"},
-      {"model", "dtype", Kind::String, "parameter type", spellings<FloatDtype>()},
-      {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)"},
-      {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)"},
-      {"model", "input", Kind::Int, "input features (mlp, moe)"},
-      {"model", "classes", Kind::Int, "classes (mlp, moe)"},
-      {"model", "experts", Kind::Int, "experts (moe classifier)"},
-      {"model", "top_k", Kind::Int, "experts per token (moe classifier)"},
-      {"model", "groups", Kind::Int, "routing groups (moe classifier)"},
-      {"model", "capacity_factor", Kind::Float, "expert capacity factor (moe classifier)"},
-      {"model", "moe_experts", Kind::Int, "experts per MoE layer (gpt, llama)"},
-      {"model", "moe_top_k", Kind::Int, "experts per token (gpt, llama)"},
-      {"model", "moe_every", Kind::Int, "every N-th layer is MoE (gpt, llama)"},
-      {"model", "moe_ffn", Kind::Int, "expert hidden size (gpt, llama)"},
-      {"model", "moe_capacity_factor", Kind::Float, "expert capacity factor, 0 dropless (gpt, llama)"},
-      {"model", "moe_aux_loss", Kind::Float, "load-balancing loss coefficient (gpt, llama)"},
-      {"model", "moe_z_loss", Kind::Float, "router z-loss coefficient (gpt, llama)"},
-      {"model", "moe_shared_experts", Kind::Int, "shared experts (gpt, llama)"},
-      {"model", "moe_bias_balancing", Kind::Float, "auxiliary-loss-free balancing rate (gpt, llama)"},
+      {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)", {}, "gpt llama", kFlag},
+      {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)", {}, "gpt llama mlp", kFlag},
+      {"model", "hidden", Kind::Int, "hidden size", {}, "gpt llama mlp moe", kFlag},
+      {"model", "heads", Kind::Int, "attention heads", {}, "gpt llama", kFlag},
+      {"model", "kv_heads", Kind::Int, "key/value heads (llama, grouped-query attention)", {}, "llama", kFlag},
+      {"model", "intermediate", Kind::Int, "SwiGLU MLP size (llama)", {}, "llama", kFlag},
+      {"model", "vocab", Kind::Int, "vocabulary size", {}, "gpt llama", kFlag},
+      {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)", {}, "llama", kNeutral},
+      {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)", {}, "llama", kNeutral},
+      {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)", {}, "llama"},
+      {"model", "dtype", Kind::String, "parameter type", spellings<FloatDtype>(), "gpt llama mlp moe"},
+      {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)", {}, "gpt", kNeutral},
+      {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)", {}, "gpt llama"},
+      {"model", "input", Kind::Int, "input features (mlp, moe)", {}, "mlp moe"},
+      {"model", "classes", Kind::Int, "classes (mlp, moe)", {}, "mlp moe"},
+      {"model", "experts", Kind::Int, "experts (moe classifier)", {}, "moe"},
+      {"model", "top_k", Kind::Int, "experts per token (moe classifier)", {}, "moe"},
+      {"model", "groups", Kind::Int, "routing groups (moe classifier)", {}, "moe"},
+      {"model", "capacity_factor", Kind::Float, "expert capacity factor (moe classifier)", {}, "moe"},
+      {"model", "moe_experts", Kind::Int, "experts per MoE layer (gpt, llama)", {}, "gpt llama", kFlag},
+      {"model", "moe_top_k", Kind::Int, "experts per token (gpt, llama)", {}, "gpt llama", kFlag},
+      {"model", "moe_every", Kind::Int, "every N-th layer is MoE (gpt, llama)", {}, "gpt llama", kFlag},
+      {"model", "moe_ffn", Kind::Int, "expert hidden size (gpt, llama)", {}, "gpt llama", kFlag},
+      {"model", "moe_capacity_factor", Kind::Float, "expert capacity factor, 0 dropless (gpt, llama)", {}, "gpt llama", kFlag},
+      {"model", "moe_aux_loss", Kind::Float, "load-balancing loss coefficient (gpt, llama)", {}, "gpt llama", kNeutral},
+      {"model", "moe_z_loss", Kind::Float, "router z-loss coefficient (gpt, llama)", {}, "gpt llama", kNeutral},
+      {"model", "moe_shared_experts", Kind::Int, "shared experts (gpt, llama)", {}, "gpt llama"},
+      {"model", "moe_bias_balancing", Kind::Float, "auxiliary-loss-free balancing rate (gpt, llama)", {}, "gpt llama", kNeutral},
 
       {"training", "steps", Kind::Int, "optimizer steps to run (required)"},
       {"training", "batch", Kind::Int, "global batch (sequences; rows for mlp/moe)"},
@@ -155,19 +161,15 @@ const std::vector<KeyDef> &schema() {
 }
 
 /// Model keys each builder takes (the rest of [model] is name, file, preset).
+/// Each builder's [model] keys, from the schema's `builders`.
 const std::map<std::string, std::set<std::string>> &builderKeys() {
-  static const std::set<std::string> moeKeys = {
-      "moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_capacity_factor", "moe_aux_loss",
-      "moe_z_loss", "moe_shared_experts", "moe_bias_balancing"};
   static const std::map<std::string, std::set<std::string>> keys = [] {
     std::map<std::string, std::set<std::string>> k;
-    k["gpt"] = {"preset", "layers", "hidden", "heads", "vocab", "dtype", "dropout", "document_end"};
-    k["llama"] = {"preset", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab",
-                  "rope_theta", "rms_norm_eps", "tie_embeddings", "dtype", "document_end"};
-    for (const char *m : {"gpt", "llama"})
-      k[m].insert(moeKeys.begin(), moeKeys.end());
-    k["mlp"] = {"layers", "hidden", "input", "classes", "dtype"};
-    k["moe"] = {"hidden", "input", "classes", "experts", "top_k", "groups", "capacity_factor", "dtype"};
+    for (const KeyDef &d : schema()) {
+      std::istringstream builders(d.builders);
+      for (std::string b; builders >> b;)
+        k[b].insert(d.key);
+    }
     return k;
   }();
   return keys;
@@ -358,6 +360,13 @@ std::string flagOf(const std::string &key) {
   return f;
 }
 } // namespace
+
+ModelKeyUse modelKeyUse(const std::string &key) {
+  if (key == "name")
+    return ModelKeyUse::Neutral;
+  const KeyDef *d = findKey("model", key);
+  return d ? d->planner : ModelKeyUse::NeedsFile;
+}
 
 std::optional<Job> loadJob(const std::string &path, const std::vector<std::string> &overrides,
                            std::string &error) {

@@ -217,21 +217,15 @@ std::vector<std::string> plannerModel(const Job &job, const JobCommands &c) {
   const Value *name = job.get("model.name");
   if (!name || (name->s != "gpt" && name->s != "llama"))
     return {c.modelFile};
-  static const char *planned[] = {"preset", "layers", "hidden", "heads", "kv_heads", "intermediate",
-                                  "vocab", "moe_experts", "moe_top_k", "moe_every", "moe_ffn",
-                                  "moe_capacity_factor"};
-  // Keys that change neither the shapes nor the parameter count.
-  static const char *neutral[] = {"name", "rope_theta", "rms_norm_eps", "moe_aux_loss", "moe_z_loss",
-                                  "moe_bias_balancing", "dropout"};
   std::vector<std::string> out = {"--model", name->s};
   for (const auto &[key, value] : job.values) {
     if (key.rfind("model.", 0) != 0)
       continue;
     std::string field = key.substr(6);
-    auto is = [&](const char *k) { return field == k; };
-    if (std::any_of(std::begin(neutral), std::end(neutral), is))
+    const ModelKeyUse use = modelKeyUse(field);
+    if (use == ModelKeyUse::Neutral)
       continue;
-    if (!std::any_of(std::begin(planned), std::end(planned), is))
+    if (use == ModelKeyUse::NeedsFile)
       return {c.modelFile}; // e.g. tie_embeddings, dtype, shared experts
     std::string flag = "--" + field;
     std::replace(flag.begin(), flag.end(), '_', '-');
