@@ -179,7 +179,8 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (pipelined) {
     SplitStagesPassOptions split;
     split.virtualStages = options.virtualStages;
-    split.splitWeight = StringRef(options.schedule).starts_with("zb");
+    split.splitWeight = ::ptc::parseOption<::ptc::schedule::ScheduleKind>(options.schedule) ==
+                        ::ptc::schedule::ScheduleKind::ZbH1;
     split.report = options.scheduleReport;
     pm.addPass(createSplitStagesPass(split));
     SchedulePipelinePassOptions sched;

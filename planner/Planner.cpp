@@ -168,7 +168,7 @@ struct Planner::Impl {
   /// The sequence length: the builder's, or a file's first input's
   /// dimension 1 ([batch, seq]).
   int64_t sequenceLength() {
-    if (model.kind != "file")
+    if (model.kind != ModelSource::File)
       return model.seq();
     if (fileModule)
       for (auto func : fileModule->getOps<func::FuncOp>())
@@ -202,7 +202,7 @@ struct Planner::Impl {
   }
 
   llvm::Expected<OwningOpRef<ModuleOp>> buildModel(int64_t layers, int64_t batch) {
-    if (model.kind == "file") {
+    if (model.kind == ModelSource::File) {
       if (layers > 0 && fileBlocks) {
         OwningOpRef<ModuleOp> cut = truncateBlocks(*fileModule, *fileBlocks, layers);
         if (cut)
@@ -212,7 +212,7 @@ struct Planner::Impl {
       }
       return OwningOpRef<ModuleOp>(cast<ModuleOp>(fileModule->getOperation()->clone()));
     }
-    if (model.kind == "gpt") {
+    if (model.kind == ModelSource::Gpt) {
       GptConfig c = model.gpt;
       c.layers = layers;
       c.batch = batch;
@@ -385,7 +385,7 @@ struct Planner::Impl {
       return "dp x ep x cp x tp x pp != devices";
     if (l.ep > 1 && (model.experts() == 0 || model.experts() % l.ep))
       return model.experts() ? "ep does not divide the experts" : "ep needs a mixture-of-experts model";
-    if (model.kind != "file") {
+    if (model.kind != ModelSource::File) {
       if (model.heads() % l.tp || model.kvHeads() % l.tp)
         return "tp does not divide the (key/value) heads";
       if (model.layers() % (l.pp * l.virtualStages))
@@ -422,7 +422,7 @@ struct Planner::Impl {
   std::vector<Costs> chunkCosts(const Layout &l, double &modelFlops, std::string &error) {
     int64_t chunks = l.pp * l.virtualStages;
     std::vector<Costs> out(static_cast<size_t>(chunks));
-    if (model.kind == "file") {
+    if (model.kind == ModelSource::File) {
       // The file cut to two and three blocks per chunk, compiled in the
       // layout; each chunk's cost grows by the difference per block.
       const int64_t n = fileBlocksPerChunk(l);
@@ -484,7 +484,7 @@ struct Planner::Impl {
   /// to `layers` of its blocks).
   const Probe &layoutProbe(const Layout &l, int64_t layers) {
     const std::string opts = probeOptions(l, true);
-    if (model.kind == "file")
+    if (model.kind == ModelSource::File)
       return probe(layers, 0, opts, static_cast<int>(l.pp), false, /*exportPlan=*/true);
     return probe(layers ? layers : model.layers(), space.globalBatch, opts, static_cast<int>(l.pp),
                  false, /*exportPlan=*/true);
@@ -503,7 +503,7 @@ struct Planner::Impl {
     std::vector<RankBytes> out;
     const int64_t chunks = l.pp * l.virtualStages;
     const int64_t perChunk =
-        model.kind == "file" ? fileBlocksPerChunk(l)
+        model.kind == ModelSource::File ? fileBlocksPerChunk(l)
                              : (model.layers() % chunks == 0 && model.layers() / chunks >= 4 ? model.layers() / chunks : 0);
     exactOut = exact || perChunk == 0;
     auto of = [](const Probe &p, size_t r) {
@@ -663,7 +663,7 @@ struct Planner::Impl {
       e.optimizer = std::max(e.optimizer, stepPerRank[i]);
     }
     e.step = makespan + tail;
-    double tokens = model.kind == "file" ? static_cast<double>(fileInput().second)
+    double tokens = model.kind == ModelSource::File ? static_cast<double>(fileInput().second)
                                          : static_cast<double>(space.globalBatch * model.seq());
     e.tokensPerSecond = tokens / e.step;
     e.tflopsPerDevice = hardwareFlops / static_cast<double>(l.pp) / e.step / 1e12;
@@ -715,7 +715,7 @@ struct Planner::Impl {
         // The batch splits over dp x ep replicas.
         int64_t replicas = dp * ep;
         std::vector<std::pair<int64_t, int64_t>> batches; // (micro-batch size, micro-batches)
-        if (model.kind == "file") {
+        if (model.kind == ModelSource::File) {
           for (int64_t mb : divisors(std::max<int64_t>(1, fileB)))
             if (fileB % (replicas * mb) == 0)
               batches.push_back({fileB / (replicas * mb), mb});
@@ -765,7 +765,7 @@ struct Planner::Impl {
 Planner::Planner(MLIRContext &context, ModelSpec model, Cluster cluster, SearchSpace space)
     : cluster_(std::move(cluster)) {
   impl_ = std::make_unique<Impl>(context, std::move(model), cluster_, std::move(space));
-  if (impl_->model.kind == "file") {
+  if (impl_->model.kind == ModelSource::File) {
     impl_->fileModule = parseSourceFile<ModuleOp>(impl_->model.file, &context);
     if (impl_->fileModule)
       for (auto func : impl_->fileModule->getOps<func::FuncOp>()) {
@@ -783,14 +783,14 @@ Planner::~Planner() = default;
 std::string Planner::invalidReason(const Layout &layout) const { return impl_->invalidReason(layout); }
 
 llvm::Expected<Estimate> Planner::evaluate(const Layout &layout) {
-  if (impl_->model.kind == "file" && !impl_->fileModule)
+  if (impl_->model.kind == ModelSource::File && !impl_->fileModule)
     return llvm::createStringError("cannot parse '" + impl_->model.file + "'");
   return impl_->evaluate(layout, Impl::Memory::Compiled);
 }
 
 llvm::Expected<std::vector<Estimate>> Planner::search(size_t keep, SearchStats &stats) {
   auto start = std::chrono::steady_clock::now();
-  if (impl_->model.kind == "file" && !impl_->fileModule)
+  if (impl_->model.kind == ModelSource::File && !impl_->fileModule)
     return llvm::createStringError("cannot parse '" + impl_->model.file + "'");
   std::vector<Layout> all = impl_->layouts(stats);
   stats.layouts = static_cast<int64_t>(all.size());

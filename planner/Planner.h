@@ -39,19 +39,25 @@ inline constexpr int64_t kMinCpChunk = 4096;
 
 /// The model being planned: one of ptc-model's builders (per-layer probes),
 /// or a whole .mlir file (each layout compiled in full).
+enum class ModelSource { Gpt, Llama, File };
+
 struct ModelSpec {
-  std::string kind; ///< "gpt", "llama" or "file"
+  ModelSource kind = ModelSource::Gpt;
+  /// "gpt", "llama" or "file" (messages).
+  const char *kindName() const {
+    return kind == ModelSource::Gpt ? "gpt" : kind == ModelSource::Llama ? "llama" : "file";
+  }
   mlir::ptc::GptConfig gpt;
   mlir::ptc::LlamaConfig llama;
   std::string file;
-  int64_t layers() const { return kind == "gpt" ? gpt.layers : llama.layers; }
-  int64_t heads() const { return kind == "gpt" ? gpt.heads : llama.heads; }
-  int64_t kvHeads() const { return kind == "gpt" ? gpt.heads : llama.kvHeads; }
-  int64_t seq() const { return kind == "gpt" ? gpt.seq : llama.seq; }
-  int64_t hidden() const { return kind == "gpt" ? gpt.hidden : llama.hidden; }
+  int64_t layers() const { return kind == ModelSource::Gpt ? gpt.layers : llama.layers; }
+  int64_t heads() const { return kind == ModelSource::Gpt ? gpt.heads : llama.heads; }
+  int64_t kvHeads() const { return kind == ModelSource::Gpt ? gpt.heads : llama.kvHeads; }
+  int64_t seq() const { return kind == ModelSource::Gpt ? gpt.seq : llama.seq; }
+  int64_t hidden() const { return kind == ModelSource::Gpt ? gpt.hidden : llama.hidden; }
   int64_t fileExperts = 0; ///< a file's experts per MoE layer (`ptc.experts`), found when it is read
   int64_t experts() const {
-    return kind == "gpt" ? gpt.moe.experts : kind == "llama" ? llama.moe.experts : fileExperts;
+    return kind == ModelSource::Gpt ? gpt.moe.experts : kind == ModelSource::Llama ? llama.moe.experts : fileExperts;
   }
 };
 

@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
   if (!input.empty()) {
     if (!preset.empty())
       return fail("give a model file or --preset, not both");
-    model.kind = "file";
+    model.kind = ModelSource::File;
     model.file = input;
     if (!sys::fs::exists(input))
       return fail("cannot read '" + input + "'");
@@ -361,11 +361,11 @@ int main(int argc, char **argv) {
     }
     if (kind != "gpt" && kind != "llama")
       return fail("--model must be gpt or llama, not '" + kind + "'");
-    model.kind = kind;
+    model.kind = kind == "gpt" ? ModelSource::Gpt : ModelSource::Llama;
     auto pick = [](int64_t flag, int64_t fromPreset, int64_t fallback) {
       return flag > 0 ? flag : fromPreset > 0 ? fromPreset : fallback;
     };
-    if (kind == "gpt") {
+    if (model.kind == ModelSource::Gpt) {
       mlir::ptc::GptConfig &g = model.gpt;
       g.layers = pick(layers, p ? p->layers : 0, g.layers);
       g.hidden = pick(hidden, p ? p->hidden : 0, g.hidden);
@@ -391,7 +391,7 @@ int main(int argc, char **argv) {
       if (Error e = mlir::ptc::validateLlamaConfig(c))
         return fail(toString(std::move(e)));
     }
-    mlir::ptc::MoeLayersConfig &moe = kind == "gpt" ? model.gpt.moe : model.llama.moe;
+    mlir::ptc::MoeLayersConfig &moe = model.kind == ModelSource::Gpt ? model.gpt.moe : model.llama.moe;
     if (p && p->experts > 0) {
       moe.experts = p->experts;
       moe.topK = p->topK;
@@ -474,9 +474,11 @@ int main(int argc, char **argv) {
   Planner planner(context, model, *cluster, space);
 
   raw_ostream &os = outs();
-  std::string what = model.kind == "file" ? model.file : (preset.empty() ? model.kind : preset.getValue());
+  std::string what = model.kind == ModelSource::File ? model.file
+                     : preset.empty()                  ? std::string(model.kindName())
+                                                       : preset.getValue();
   os << "ptc-plan: " << what;
-  if (model.kind != "file")
+  if (model.kind != ModelSource::File)
     os << " (" << model.layers() << " layers, hidden " << model.hidden() << ", " << model.heads() << " heads, seq "
        << model.seq() << "), global batch " << globalBatch;
   os << " on " << gpus << " x " << cluster->name << " (" << cluster->ranksPerNode(gpus) << " per node, "
@@ -490,7 +492,7 @@ int main(int argc, char **argv) {
     auto l = parseLayout(layoutText);
     if (!l)
       return fail(toString(l.takeError()));
-    if (l->microbatches == 1 && model.kind != "file" && globalBatch % (l->dp * l->ep * l->microBatch) == 0)
+    if (l->microbatches == 1 && model.kind != ModelSource::File && globalBatch % (l->dp * l->ep * l->microBatch) == 0)
       l->microbatches = globalBatch / (l->dp * l->ep * l->microBatch);
     std::string why = planner.invalidReason(*l);
     if (!why.empty())
