@@ -21,6 +21,7 @@ namespace mlir::ptc {
 using namespace mlir;
 using namespace mlir::ptc;
 using ::ptc::parseOption;
+using ::ptc::OptimizerKind;
 using ::ptc::Recompute;
 
 namespace {
@@ -475,7 +476,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
       hostBytes += hostTemporaryBytes(op);
       if (Value g = optimizerGradient(&op))
         grads.insert(g);
-      adamw |= isa<AdamWUpdateOp>(op);
+      if (auto update = dyn_cast<FusedUpdateOpInterface>(op))
+        adamw |= parseOption<OptimizerKind>(update.getOptimizerName()) == OptimizerKind::AdamW;
       commBytes = std::max(commBytes, stagingBytes(op));
     }
     for (Value g : grads)
