@@ -102,6 +102,17 @@ enum class FloatDtype { F32, Bf16, F16 };
 PTC_OPTION_VALUES(FloatDtype, "dtype",
                   {FloatDtype::F32, "f32"}, {FloatDtype::Bf16, "bf16"}, {FloatDtype::F16, "f16"})
 
+/// The model builders (`ptc-model gpt|llama|mlp|moe`, a job's `model.name`).
+enum class BuilderKind { Gpt, Llama, Mlp, Moe };
+PTC_OPTION_VALUES(BuilderKind, "model",
+                  {BuilderKind::Gpt, "gpt"}, {BuilderKind::Llama, "llama"},
+                  {BuilderKind::Mlp, "mlp"}, {BuilderKind::Moe, "moe"})
+
+/// A builder of token sequences (trained on token windows; the others take rows).
+inline bool isLanguageModel(BuilderKind b) {
+  return b == BuilderKind::Gpt || b == BuilderKind::Llama;
+}
+
 /// The element type of a precision's activations.
 inline FloatDtype computeDtype(Precision p) {
   return p == Precision::Bf16  ? FloatDtype::Bf16

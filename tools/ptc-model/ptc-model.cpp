@@ -195,7 +195,8 @@ int main(int argc, char **argv) {
     llvm::StringRef first = argv[1];
     bool help = first == "-h" || first.starts_with("--help") || first.starts_with("-help") ||
                 first == "--version";
-    if (!help && !llvm::is_contained({"gpt", "llama", "mlp", "moe"}, first)) {
+    const std::string_view name(first.data(), first.size());
+    if (!help && !::ptc::parseOption<::ptc::BuilderKind>(name)) {
       fail("unknown model '" + first + "': the first argument names one of gpt, llama, mlp, moe " +
            "(see ptc-model --help)");
       return 2;

@@ -359,9 +359,10 @@ int main(int argc, char **argv) {
         return fail("unknown preset '" + preset + "'" + (modelKind.empty() ? "" : " for --model " + modelKind));
       kind = p->model;
     }
-    if (kind != "gpt" && kind != "llama")
+    const std::optional<ptc::BuilderKind> builder = parseOption<ptc::BuilderKind>(kind);
+    if (!builder || !ptc::isLanguageModel(*builder))
       return fail("--model must be gpt or llama, not '" + kind + "'");
-    model.kind = kind == "gpt" ? ModelSource::Gpt : ModelSource::Llama;
+    model.kind = *builder == ptc::BuilderKind::Gpt ? ModelSource::Gpt : ModelSource::Llama;
     auto pick = [](int64_t flag, int64_t fromPreset, int64_t fallback) {
       return flag > 0 ? flag : fromPreset > 0 ? fromPreset : fallback;
     };

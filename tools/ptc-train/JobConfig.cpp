@@ -47,7 +47,7 @@ const std::vector<KeyDef> &schema() {
       {"job", "name", Kind::String, "the job's name (default: the file's name without .toml)"},
       {"job", "dir", Kind::String, "folder of the model, plans, metrics, checkpoints (default runs/<name>)"},
 
-      {"model", "name", Kind::String, "the builder", {"gpt", "llama", "moe", "mlp"}},
+      {"model", "name", Kind::String, "the builder", spellings<BuilderKind>()},
       {"model", "file", Kind::String, "a model in the ptc dialect instead of a builder (hand-written or imported)"},
       {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)", {}, "gpt llama", kFlag},
       {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)", {}, "gpt llama mlp", kFlag},
@@ -433,7 +433,8 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
   };
   const Value *model = job.get("model.name"), *file = job.get("model.file");
   if (!model && !file)
-    return fail("[model] needs name (gpt, llama, moe, mlp) or file (a model in the ptc dialect)");
+    return fail("[model] needs name (" + optionChoices<BuilderKind>() +
+                ") or file (a model in the ptc dialect)");
   if (model && file)
     return fail("[model] has both name and file: a job trains one model");
   for (const auto &[key, value] : job.values) {
@@ -462,7 +463,7 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
     return fail("[training] needs steps (a number of optimizer steps > 0)");
   if (job.has("training.data") && job.has("training.data_blend"))
     return fail("[training] has both data and data_blend: name the datasets once");
-  const bool languageModel = file || model->s == "gpt" || model->s == "llama";
+  const bool languageModel = file || isLanguageModel(*parseOption<BuilderKind>(model->s));
   if (!job.has("training.data") && !job.has("training.data_blend") && languageModel)
     return fail("[training] needs data (token files) or data_blend");
   if (job.has("training.seq") && !languageModel)
@@ -545,7 +546,7 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
       c.model.push_back("--seq=" + std::to_string(s->i));
     // Weights saved in Hugging Face's form (a folder) get its config.json.
     if (const Value *save = get("training.save");
-        save && name == "llama" && !save->s.empty() && save->s.back() == '/' &&
+        save && parseOption<BuilderKind>(name) == BuilderKind::Llama && !save->s.empty() && save->s.back() == '/' &&
         !job.has("model.moe_experts")) {
       c.hfConfig = save->s + "config.json";
       c.model.push_back("--hf-config=" + c.hfConfig);
@@ -653,7 +654,8 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
   // files one after another would otherwise change under the model as it
   // trains (a loss that jumps where the next file starts).
   const Value *model = get("model.name");
-  const bool tokenWindows = !model || model->s == "gpt" || model->s == "llama"; // (or a file's)
+  const bool tokenWindows =
+      !model || isLanguageModel(*parseOption<BuilderKind>(model->s)); // (or a file's)
   if (const Value *v = get("training.shuffle"); v ? v->b : tokenWindows)
     r.insert(r.end(), {"--shuffle", std::to_string(v ? v->i : 0)});
   for (auto [key, flag] : {std::pair{"training.seed", "--seed"},

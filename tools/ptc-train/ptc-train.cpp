@@ -18,6 +18,7 @@
 
 #include "runtime/base/exit_codes.h"
 #include "runtime/base/hostfile.h"
+#include "runtime/base/option_values.h"
 #include "runtime/base/signal_handlers.h"
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,9 @@
 namespace {
 namespace fs = std::filesystem;
 using namespace ptc::train;
+using ptc::BuilderKind;
+using ptc::isLanguageModel;
+using ptc::parseOption;
 
 const char *kUsage = R"(usage: ptc-train JOB.toml [--set SECTION.KEY=VALUE ...] [--elastic] [--dry-run | --compile-only]
   Runs the training job JOB.toml describes: builds the model (ptc-model, or [model] file),
@@ -215,7 +219,7 @@ std::optional<Available> availableRanks(const Job &job, bool srun, std::string &
 /// file (every layout compiled whole: slow for deep models).
 std::vector<std::string> plannerModel(const Job &job, const JobCommands &c) {
   const Value *name = job.get("model.name");
-  if (!name || (name->s != "gpt" && name->s != "llama"))
+  if (!name || !isLanguageModel(*parseOption<BuilderKind>(name->s)))
     return {c.modelFile};
   std::vector<std::string> out = {"--model", name->s};
   for (const auto &[key, value] : job.values) {
