@@ -28,13 +28,17 @@
 using namespace mlir;
 
 namespace {
-/// The size of the axis of `role` in the mesh option's text (1 without one;
-/// a malformed mesh is diagnosed by ptc-shard, which parses the same text).
-int64_t axisSize(StringRef mesh, mlir::ptc::MeshAxisRole role) {
+/// The mesh option's text parsed (empty when it is absent or malformed: a
+/// malformed mesh is diagnosed by ptc-shard, which parses the same text).
+::ptc::MeshText meshText(StringRef mesh) {
   ::ptc::StatusOr<::ptc::MeshText> text =
       ::ptc::parseMeshText(std::string_view(mesh.data(), mesh.size()));
+  return text.isOk() ? *text : ::ptc::MeshText();
+}
+/// The size of the axis of `role` (1 without one).
+int64_t axisSize(const ::ptc::MeshText &mesh, mlir::ptc::MeshAxisRole role) {
   StringRef name = mlir::ptc::meshAxisName(role);
-  return text.isOk() ? text->size(std::string_view(name.data(), name.size())) : 1;
+  return mesh.size(std::string_view(name.data(), name.size()));
 }
 /// Refuses, before anything runs, the ptc-compile options whose value no
 /// pass accepts, whether or not the layout would use them (a pipeline
@@ -85,7 +89,8 @@ struct CheckCompileOptionsPass
 } // namespace
 
 void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOptions &options) {
-  const bool pipelined = options.microbatches != 1 || axisSize(options.mesh, MeshAxisRole::Pipeline) > 1 ||
+  const ::ptc::MeshText mesh = meshText(options.mesh);
+  const bool pipelined = options.microbatches != 1 || axisSize(mesh, MeshAxisRole::Pipeline) > 1 ||
                          options.virtualStages != 1;
   pm.addPass(std::make_unique<CheckCompileOptionsPass>(options));
   // Before anything changes the model: its FLOPs per step for MFU.
@@ -98,7 +103,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (pipelined) {
     MicrobatchPassOptions mb;
     mb.count = options.microbatches;
-    mb.dataParallel = axisSize(options.mesh, MeshAxisRole::Data);
+    mb.dataParallel = axisSize(mesh, MeshAxisRole::Data);
     pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
   }
   AutodiffPassOptions ad;
@@ -124,9 +129,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     opt.muonScale = options.muonScale;
     // Muon's orthogonalizations are dealt over dp, in stacks that mix
     // layers: not across pipeline stages, which each update their own.
-    opt.muonRanks = axisSize(options.mesh, MeshAxisRole::Pipeline) == 1 &&
+    opt.muonRanks = axisSize(mesh, MeshAxisRole::Pipeline) == 1 &&
                             options.virtualStages == 1
-                        ? axisSize(options.mesh, MeshAxisRole::Data)
+                        ? axisSize(mesh, MeshAxisRole::Data)
                         : 0;
     opt.maxGradNorm = options.maxGradNorm;
     opt.skipNonfinite = options.skipNonfinite;
@@ -145,7 +150,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
     RecomputePassOptions rc;
     rc.mode = options.recompute;
     rc.layers = options.recomputeLayers;
-    rc.chunks = axisSize(options.mesh, MeshAxisRole::Pipeline) *
+    rc.chunks = axisSize(mesh, MeshAxisRole::Pipeline) *
                 std::max(1, static_cast<int>(options.virtualStages));
     pm.addNestedPass<func::FuncOp>(createRecomputePass(rc));
   }

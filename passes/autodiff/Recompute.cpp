@@ -63,7 +63,7 @@ struct RecomputePass : mlir::ptc::impl::RecomputePassBase<RecomputePass> {
       return signalPassFailure();
     }
     if (kind != Recompute::Full && kind != Recompute::Selective) {
-      func.emitError() << "recompute must be none, selective or full, got '" << mode << "'";
+      func.emitError() << "recompute must be " << ::ptc::optionChoices<Recompute>() << ", got '" << mode << "'";
       return signalPassFailure();
     }
     Block &block = func.getBody().front();

@@ -101,7 +101,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     }
     const std::optional<OffloadTarget> target = parseOption<OffloadTarget>(offloadTarget);
     if (!target) {
-      getOperation().emitError() << "offload-target must be host or nvme, got '"
+      getOperation().emitError() << "offload-target must be "
+                                 << ::ptc::optionChoices<OffloadTarget>() << ", got '"
                                  << offloadTarget.getValue() << "'";
       return signalPassFailure();
     }

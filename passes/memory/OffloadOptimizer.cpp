@@ -59,7 +59,7 @@ struct OffloadOptimizerPass : mlir::ptc::impl::OffloadOptimizerPassBase<OffloadO
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     if (parseOption<Offload>(what) != Offload::Optimizer) {
-      func.emitError() << "offload must be none or optimizer, got '" << what << "'";
+      func.emitError() << "offload must be " << ::ptc::optionChoices<Offload>() << ", got '" << what << "'";
       return signalPassFailure();
     }
     if (func.isExternal() || func.getNumResults() == 0 ||

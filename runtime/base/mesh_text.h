@@ -16,7 +16,9 @@
 
 namespace ptc {
 
-/// At most this many devices in a mesh (the plan loader's bound too).
+/// At most this many devices along one axis, and in a mesh (the plan
+/// loader's bounds too).
+inline constexpr int64_t kMaxMeshAxisSize = 65536;
 inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
 
 struct MeshAxisText {
@@ -55,7 +57,8 @@ inline std::string_view trim(std::string_view s) {
 
 /// Parses `text` ("dp:2,tp:4"; spaces around names and sizes and empty parts
 /// are allowed). An error names the part at fault: one not written
-/// name:size, a size below 1, or a product beyond kMaxMeshDevices. Which
+/// name:size, a size below 1 or above kMaxMeshAxisSize, or a product beyond
+/// kMaxMeshDevices. Which
 /// names a mesh may use is not decided here (the dialect's role table).
 inline StatusOr<MeshText> parseMeshText(std::string_view text) {
   using mesh_text_detail::trim;
@@ -77,7 +80,10 @@ inline StatusOr<MeshText> parseMeshText(std::string_view text) {
     if (*size < 1)
       return invalidArgument("mesh axis '", name, "' has size ", *size,
                              "; sizes must be at least 1");
-    if (*size > kMaxMeshDevices || (devices *= *size) > kMaxMeshDevices)
+    if (*size > kMaxMeshAxisSize)
+      return invalidArgument("mesh axis '", name, "' has size ", *size, "; sizes must be at most ",
+                             kMaxMeshAxisSize);
+    if ((devices *= *size) > kMaxMeshDevices)
       return invalidArgument("the mesh has more than ", kMaxMeshDevices, " devices (at axis '",
                              name, "')");
     mesh.axes.push_back({std::string(name), *size});

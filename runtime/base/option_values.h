@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ptc {
 
@@ -37,6 +38,14 @@ template <typename E> std::string_view optionName(E value) {
     if (s.value == value)
       return s.name;
   return "?";
+}
+
+/// Every spelling, in the table's order (lists of choices: help texts, schemas).
+template <typename E> std::vector<std::string> optionSpellings() {
+  std::vector<std::string> out;
+  for (const OptionSpelling<E> &s : OptionValues<E>::spellings)
+    out.emplace_back(s.name);
+  return out;
 }
 
 /// "none, selective or full": the spellings, for messages and help texts.

@@ -21,8 +21,8 @@ namespace ptc {
 /// 70B model's largest tensor has 1.1e9 elements) and keep every size the
 /// runtime derives from a plan (bytes, global shapes, sums over tensors, batch
 /// rows) inside int64.
-inline constexpr int64_t kMaxMeshAxisSize = 65536;
-// kMaxMeshDevices: runtime/base/mesh_text.h (also the bound of a mesh users write).
+// kMaxMeshAxisSize, kMaxMeshDevices: runtime/base/mesh_text.h (also the bounds of a mesh users
+// write).
 inline constexpr int64_t kMaxTensorElements = int64_t(1) << 40;
 /// Of a tensor's global shape (the local shape times its mesh splits).
 inline constexpr int64_t kMaxGlobalElements = int64_t(1) << 52;

@@ -61,12 +61,7 @@ StatusOr<Action> parseAction(const std::string &text) {
 }
 
 const std::vector<std::string> &scheduleNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto &s : OptionValues<ScheduleKind>::spellings)
-      out.emplace_back(s.name);
-    return out;
-  }();
+  static const std::vector<std::string> names = optionSpellings<ScheduleKind>();
   return names;
 }
 

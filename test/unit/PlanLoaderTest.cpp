@@ -410,6 +410,7 @@ TEST(MeshText, ParsesAxesInOrderAndNamesTheFaultyPart) {
   EXPECT_EQ(message("dp:2x"), "mesh axis 'dp:2x' must be written name:size (e.g. dp:2)");
   EXPECT_EQ(message("dp:0"), "mesh axis 'dp' has size 0; sizes must be at least 1");
   EXPECT_EQ(message("dp:-3"), "mesh axis 'dp' has size -3; sizes must be at least 1");
+  EXPECT_EQ(message("dp:65537"), "mesh axis 'dp' has size 65537; sizes must be at most 65536");
   EXPECT_EQ(message("dp:1024,tp:1024,pp:2"),
             "the mesh has more than 1048576 devices (at axis 'pp')");
   EXPECT_EQ(message("dp:99999999999999999999"),

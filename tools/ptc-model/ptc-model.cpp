@@ -15,6 +15,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/InitLLVM.h"
@@ -197,8 +198,8 @@ int main(int argc, char **argv) {
                 first == "--version";
     const std::string_view name(first.data(), first.size());
     if (!help && !::ptc::parseOption<::ptc::BuilderKind>(name)) {
-      fail("unknown model '" + first + "': the first argument names one of gpt, llama, mlp, moe " +
-           "(see ptc-model --help)");
+      fail("unknown model '" + first + "': the first argument names one of " +
+           llvm::join(::ptc::optionSpellings<::ptc::BuilderKind>(), ", ") + " (see ptc-model --help)");
       return 2;
     }
   }

@@ -185,10 +185,10 @@ Expected<Layout> parseLayout(StringRef text) {
     else
       return createStringError("--layout: cannot read '" + part.str() +
                                "' (expected dp=, ep=, cp=, tp=, pp=, v=, mbs=, m= at least 1, zero=0-3, "
-                               "sp=true|false (or on|off), recompute=none|selective|full, "
-                               "cp-attention=ring|ulysses, "
-                               "schedule=" +
-                               llvm::join(ptc::schedule::scheduleNames(), "|") + ")");
+                               "sp=true|false (or on|off), recompute=" +
+                               llvm::join(ptc::optionSpellings<Recompute>(), "|") +
+                               ", cp-attention=" + llvm::join(ptc::optionSpellings<CpAttention>(), "|") +
+                               ", schedule=" + llvm::join(ptc::schedule::scheduleNames(), "|") + ")");
   }
   return l;
 }

@@ -26,57 +26,50 @@ struct KeyDef {
   Kind kind;
   const char *help;
   std::vector<std::string> choices = {};
-  /// [model] keys: the builders that take the key (space-separated), and
-  /// what ptc-plan does with it.
-  const char *builders = "";
+  /// [model] keys: the builders that take the key, and what ptc-plan does
+  /// with it.
+  std::vector<BuilderKind> builders = {};
   ModelKeyUse planner = ModelKeyUse::NeedsFile;
 };
 
 constexpr ModelKeyUse kFlag = ModelKeyUse::PlannerFlag, kNeutral = ModelKeyUse::Neutral;
-
-/// The spellings of an option's values, as the schema's choices.
-template <typename E> std::vector<std::string> spellings() {
-  std::vector<std::string> out;
-  for (const auto &s : OptionValues<E>::spellings)
-    out.emplace_back(s.name);
-  return out;
-}
+using B = BuilderKind;
 
 const std::vector<KeyDef> &schema() {
   static const std::vector<KeyDef> keys = {
       {"job", "name", Kind::String, "the job's name (default: the file's name without .toml)"},
       {"job", "dir", Kind::String, "folder of the model, plans, metrics, checkpoints (default runs/<name>)"},
 
-      {"model", "name", Kind::String, "the builder", spellings<BuilderKind>()},
+      {"model", "name", Kind::String, "the builder", optionSpellings<BuilderKind>()},
       {"model", "file", Kind::String, "a model in the ptc dialect instead of a builder (hand-written or imported)"},
-      {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)", {}, "gpt llama", kFlag},
-      {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)", {}, "gpt llama mlp", kFlag},
-      {"model", "hidden", Kind::Int, "hidden size", {}, "gpt llama mlp moe", kFlag},
-      {"model", "heads", Kind::Int, "attention heads", {}, "gpt llama", kFlag},
-      {"model", "kv_heads", Kind::Int, "key/value heads (llama, grouped-query attention)", {}, "llama", kFlag},
-      {"model", "intermediate", Kind::Int, "SwiGLU MLP size (llama)", {}, "llama", kFlag},
-      {"model", "vocab", Kind::Int, "vocabulary size", {}, "gpt llama", kFlag},
-      {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)", {}, "llama", kNeutral},
-      {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)", {}, "llama", kNeutral},
-      {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)", {}, "llama"},
-      {"model", "dtype", Kind::String, "parameter type", spellings<FloatDtype>(), "gpt llama mlp moe"},
-      {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)", {}, "gpt", kNeutral},
-      {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)", {}, "gpt llama"},
-      {"model", "input", Kind::Int, "input features (mlp, moe)", {}, "mlp moe"},
-      {"model", "classes", Kind::Int, "classes (mlp, moe)", {}, "mlp moe"},
-      {"model", "experts", Kind::Int, "experts (moe classifier)", {}, "moe"},
-      {"model", "top_k", Kind::Int, "experts per token (moe classifier)", {}, "moe"},
-      {"model", "groups", Kind::Int, "routing groups (moe classifier)", {}, "moe"},
-      {"model", "capacity_factor", Kind::Float, "expert capacity factor (moe classifier)", {}, "moe"},
-      {"model", "moe_experts", Kind::Int, "experts per MoE layer (gpt, llama)", {}, "gpt llama", kFlag},
-      {"model", "moe_top_k", Kind::Int, "experts per token (gpt, llama)", {}, "gpt llama", kFlag},
-      {"model", "moe_every", Kind::Int, "every N-th layer is MoE (gpt, llama)", {}, "gpt llama", kFlag},
-      {"model", "moe_ffn", Kind::Int, "expert hidden size (gpt, llama)", {}, "gpt llama", kFlag},
-      {"model", "moe_capacity_factor", Kind::Float, "expert capacity factor, 0 dropless (gpt, llama)", {}, "gpt llama", kFlag},
-      {"model", "moe_aux_loss", Kind::Float, "load-balancing loss coefficient (gpt, llama)", {}, "gpt llama", kNeutral},
-      {"model", "moe_z_loss", Kind::Float, "router z-loss coefficient (gpt, llama)", {}, "gpt llama", kNeutral},
-      {"model", "moe_shared_experts", Kind::Int, "shared experts (gpt, llama)", {}, "gpt llama"},
-      {"model", "moe_bias_balancing", Kind::Float, "auxiliary-loss-free balancing rate (gpt, llama)", {}, "gpt llama", kNeutral},
+      {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)", {}, {B::Gpt, B::Llama, B::Mlp}, kFlag},
+      {"model", "hidden", Kind::Int, "hidden size", {}, {B::Gpt, B::Llama, B::Mlp, B::Moe}, kFlag},
+      {"model", "heads", Kind::Int, "attention heads", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "kv_heads", Kind::Int, "key/value heads (llama, grouped-query attention)", {}, {B::Llama}, kFlag},
+      {"model", "intermediate", Kind::Int, "SwiGLU MLP size (llama)", {}, {B::Llama}, kFlag},
+      {"model", "vocab", Kind::Int, "vocabulary size", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)", {}, {B::Llama}, kNeutral},
+      {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)", {}, {B::Llama}, kNeutral},
+      {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)", {}, {B::Llama}},
+      {"model", "dtype", Kind::String, "parameter type", optionSpellings<FloatDtype>(), {B::Gpt, B::Llama, B::Mlp, B::Moe}},
+      {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)", {}, {B::Gpt}, kNeutral},
+      {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)", {}, {B::Gpt, B::Llama}},
+      {"model", "input", Kind::Int, "input features (mlp, moe)", {}, {B::Mlp, B::Moe}},
+      {"model", "classes", Kind::Int, "classes (mlp, moe)", {}, {B::Mlp, B::Moe}},
+      {"model", "experts", Kind::Int, "experts (moe classifier)", {}, {B::Moe}},
+      {"model", "top_k", Kind::Int, "experts per token (moe classifier)", {}, {B::Moe}},
+      {"model", "groups", Kind::Int, "routing groups (moe classifier)", {}, {B::Moe}},
+      {"model", "capacity_factor", Kind::Float, "expert capacity factor (moe classifier)", {}, {B::Moe}},
+      {"model", "moe_experts", Kind::Int, "experts per MoE layer (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "moe_top_k", Kind::Int, "experts per token (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "moe_every", Kind::Int, "every N-th layer is MoE (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "moe_ffn", Kind::Int, "expert hidden size (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "moe_capacity_factor", Kind::Float, "expert capacity factor, 0 dropless (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
+      {"model", "moe_aux_loss", Kind::Float, "load-balancing loss coefficient (gpt, llama)", {}, {B::Gpt, B::Llama}, kNeutral},
+      {"model", "moe_z_loss", Kind::Float, "router z-loss coefficient (gpt, llama)", {}, {B::Gpt, B::Llama}, kNeutral},
+      {"model", "moe_shared_experts", Kind::Int, "shared experts (gpt, llama)", {}, {B::Gpt, B::Llama}},
+      {"model", "moe_bias_balancing", Kind::Float, "auxiliary-loss-free balancing rate (gpt, llama)", {}, {B::Gpt, B::Llama}, kNeutral},
 
       {"training", "steps", Kind::Int, "optimizer steps to run (required)"},
       {"training", "batch", Kind::Int, "global batch (sequences; rows for mlp/moe)"},
@@ -114,17 +107,17 @@ const std::vector<KeyDef> &schema() {
 
       {"parallelism", "mesh", Kind::String, "device mesh, e.g. \"dp:2,tp:2\" (ranks = the product)"},
       {"parallelism", "microbatches", Kind::Int, "micro-batches per step (accumulation, pipelines)"},
-      {"parallelism", "schedule", Kind::String, "pipeline schedule", spellings<schedule::ScheduleKind>()},
+      {"parallelism", "schedule", Kind::String, "pipeline schedule", optionSpellings<schedule::ScheduleKind>()},
       {"parallelism", "virtual_stages", Kind::Int, "model chunks per pipeline rank"},
       {"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"},
       {"parallelism", "reshard_after_forward", Kind::Bool, "ZeRO-3: gather again in the backward pass (default true; false: FSDP's SHARD_GRAD_OP)"},
       {"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"},
-      {"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", spellings<CpAttention>()},
-      {"parallelism", "recompute", Kind::String, "activation recomputation", spellings<Recompute>()},
+      {"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", optionSpellings<CpAttention>()},
+      {"parallelism", "recompute", Kind::String, "activation recomputation", optionSpellings<Recompute>()},
       {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
-      {"parallelism", "precision", Kind::String, "compute precision", spellings<Precision>()},
-      {"parallelism", "offload", Kind::String, "optimizer offload to host memory", spellings<Offload>()},
-      {"parallelism", "offload_target", Kind::String, "where offloaded state lives", spellings<OffloadTarget>()},
+      {"parallelism", "precision", Kind::String, "compute precision", optionSpellings<Precision>()},
+      {"parallelism", "offload", Kind::String, "optimizer offload to host memory", optionSpellings<Offload>()},
+      {"parallelism", "offload_target", Kind::String, "where offloaded state lives", optionSpellings<OffloadTarget>()},
       {"parallelism", "offload_path", Kind::String, "nvme: the directory of the offload file"},
       {"parallelism", "grad_reduce_dtype", Kind::String, "gradient reduction type", {"f32", "bf16"}},
       {"parallelism", "bucket_mb", Kind::Float, "gradient all-reduce bucket size in MiB"},
@@ -165,11 +158,9 @@ const std::vector<KeyDef> &schema() {
 const std::map<std::string, std::set<std::string>> &builderKeys() {
   static const std::map<std::string, std::set<std::string>> keys = [] {
     std::map<std::string, std::set<std::string>> k;
-    for (const KeyDef &d : schema()) {
-      std::istringstream builders(d.builders);
-      for (std::string b; builders >> b;)
-        k[b].insert(d.key);
-    }
+    for (const KeyDef &d : schema())
+      for (BuilderKind b : d.builders)
+        k[std::string(optionName(b))].insert(d.key);
     return k;
   }();
   return keys;
