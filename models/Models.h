@@ -9,6 +9,7 @@
 #ifndef PTC_MODELS_MODELS_H
 #define PTC_MODELS_MODELS_H
 
+#include "models/ModelKeys.h"
 #include "runtime/base/option_values.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -134,6 +135,8 @@ struct ModelPreset {
 const std::vector<ModelPreset> &modelPresets();
 /// The preset `name` of `model`, or null.
 const ModelPreset *findModelPreset(StringRef model, StringRef name);
+/// "gpt: gpt2, gpt2-medium, ...; llama: llama2-7b, ...": the presets by builder, for help texts.
+std::string describePresets();
 
 struct MlpConfig {
   int64_t layers = 3; ///< linear layers; ReLU between consecutive ones
@@ -165,6 +168,26 @@ int64_t moeCapacity(const MoeConfig &config);
 std::vector<TensorSpec> moeParameters(const MoeConfig &config);
 llvm::Expected<OwningOpRef<ModuleOp>> buildMoeModel(MLIRContext &context,
                                                     const MoeConfig &config);
+
+/// The builders' configurations from the keys given (models/ModelKeys.h):
+/// the preset's shapes, then each key given, then the builder's defaults;
+/// checked as the builder checks them (the error names the flag).
+/// An error naming the builder's presets when `args` names a preset
+/// `builder` does not have (a usage error: ptc-model exits 2).
+llvm::Error checkPreset(const ::ptc::models::ModelArgs &args, ::ptc::BuilderKind builder);
+llvm::Expected<GptConfig> gptConfigFrom(const ::ptc::models::ModelArgs &args);
+llvm::Expected<LlamaConfig> llamaConfigFrom(const ::ptc::models::ModelArgs &args);
+llvm::Expected<MlpConfig> mlpConfigFrom(const ::ptc::models::ModelArgs &args);
+llvm::Expected<MoeConfig> moeConfigFrom(const ::ptc::models::ModelArgs &args);
+
+/// A built model and its parameters (names and shapes, in argument order).
+struct BuiltModel {
+  OwningOpRef<ModuleOp> module;
+  std::vector<TensorSpec> parameters;
+};
+/// Builds `builder`'s model from the keys given.
+llvm::Expected<BuiltModel> buildModel(MLIRContext &context, ::ptc::BuilderKind builder,
+                                      const ::ptc::models::ModelArgs &args);
 
 } // namespace mlir::ptc
 

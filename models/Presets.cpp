@@ -49,3 +49,15 @@ const ModelPreset *mlir::ptc::findModelPreset(StringRef model, StringRef name) {
       return &p;
   return nullptr;
 }
+
+std::string mlir::ptc::describePresets() {
+  std::string text;
+  for (const char *model : {"gpt", "llama"}) {
+    std::string names;
+    for (const ModelPreset &p : modelPresets())
+      if (StringRef(p.model) == model)
+        names += (names.empty() ? "" : ", ") + std::string(p.name);
+    text += (text.empty() ? "" : "; ") + std::string(model) + ": " + names;
+  }
+  return text;
+}

@@ -10,6 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+#include <optional>
+
 using namespace mlir;
 using namespace mlir::ptc;
 
@@ -136,3 +140,92 @@ TEST(MoeModel, RejectsTopKAboveExperts) {
   EXPECT_EQ(llvm::toString(module.takeError()), "moe: --top-k 5 exceeds --experts 4");
 }
 } // namespace
+
+// The model key table (models/ModelKeys.h) is the one list of the builders'
+// settings: every key of every builder that takes it must change what that
+// builder builds, so a key cannot be listed and then ignored.
+namespace {
+/// A valid value other than the default for each key (with moe_experts set
+/// for the MoE-layer keys). A key added to the table needs one here.
+std::optional<::ptc::models::ModelValue> changedValue(std::string_view key) {
+  using V = ::ptc::models::ModelValue;
+  static const std::map<std::string, V, std::less<>> values = {
+      {"preset", V(std::string("gpt2"))}, {"layers", V(int64_t{4})}, {"hidden", V(int64_t{256})},
+      {"heads", V(int64_t{2})}, {"kv_heads", V(int64_t{4})}, {"intermediate", V(int64_t{128})},
+      {"vocab", V(int64_t{300})}, {"rope_theta", V(500000.0)}, {"rms_norm_eps", V(1e-6)},
+      {"tie_embeddings", V(true)}, {"dtype", V(std::string("bf16"))}, {"dropout", V(0.1)},
+      {"document_end", V(int64_t{5})}, {"input", V(int64_t{32})}, {"classes", V(int64_t{7})},
+      {"experts", V(int64_t{8})}, {"top_k", V(int64_t{1})}, {"groups", V(int64_t{2})},
+      {"capacity_factor", V(2.0)}, {"moe_experts", V(int64_t{4})}, {"moe_top_k", V(int64_t{1})},
+      {"moe_every", V(int64_t{2})}, {"moe_ffn", V(int64_t{64})}, {"moe_capacity_factor", V(2.0)},
+      {"moe_aux_loss", V(0.5)}, {"moe_z_loss", V(0.1)}, {"moe_shared_experts", V(int64_t{1})},
+      {"moe_bias_balancing", V(0.01)}, {"batch", V(int64_t{4})}, {"seq", V(int64_t{32})}};
+  auto it = values.find(key);
+  if (it == values.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::string printedModel(MLIRContext &context, ::ptc::BuilderKind builder,
+                         const ::ptc::models::ModelArgs &args) {
+  llvm::Expected<BuiltModel> built = buildModel(context, builder, args);
+  if (!built)
+    return "error: " + llvm::toString(built.takeError());
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  built->module->print(os);
+  return text;
+}
+} // namespace
+
+TEST(ModelKeys, EveryKeyChangesTheModelOfEachBuilderThatTakesIt) {
+  MLIRContext context;
+  for (const ::ptc::models::ModelKey &key : ::ptc::models::modelKeys()) {
+    ASSERT_FALSE(key.builders.empty()) << key.name;
+    ASSERT_TRUE(changedValue(key.name).has_value()) << "no test value for model key " << key.name;
+    for (::ptc::BuilderKind builder : key.builders) {
+      ::ptc::models::ModelArgs base;
+      if (std::string_view(key.name).rfind("moe_", 0) == 0 && key.name != std::string("moe_experts"))
+        base.set("moe_experts", int64_t{4});
+      if (key.name == std::string("preset") && builder == ::ptc::BuilderKind::Llama) {
+        // A small published shape would do; the smallest is 7B: check the
+        // configuration instead of building it.
+        ::ptc::models::ModelArgs args = base;
+        args.set("preset", std::string("mistral-7b"));
+        llvm::Expected<LlamaConfig> c = llamaConfigFrom(args);
+        ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+        EXPECT_EQ(c->hidden, 4096);
+        continue;
+      }
+      ::ptc::models::ModelArgs changed = base;
+      changed.set(key.name, *changedValue(key.name));
+      const std::string before = printedModel(context, builder, base);
+      const std::string after = printedModel(context, builder, changed);
+      ASSERT_EQ(before.rfind("error: ", 0), std::string::npos) << before;
+      ASSERT_EQ(after.rfind("error: ", 0), std::string::npos)
+          << key.name << " for " << ::ptc::optionName(builder) << ": " << after;
+      EXPECT_NE(before, after) << "model key " << key.name << " does not change the "
+                               << ::ptc::optionName(builder) << " model";
+    }
+  }
+}
+
+TEST(ModelKeys, GivenValuesAreCheckedAgainstTheirBounds) {
+  const ::ptc::models::ModelKey *layers = ::ptc::models::findModelKey("model", "layers");
+  ASSERT_NE(layers, nullptr);
+  EXPECT_EQ(layers->flag(), "--layers");
+  EXPECT_EQ(::ptc::models::checkModelValue(*layers, int64_t{0}).value_or(""),
+            "must be at least 1, got 0");
+  EXPECT_EQ(::ptc::models::checkModelValue(*layers, int64_t{5000}).value_or(""),
+            "must be at most 4096, got 5000");
+  EXPECT_FALSE(::ptc::models::checkModelValue(*layers, int64_t{12}));
+  const ::ptc::models::ModelKey *dtype = ::ptc::models::findModelKey("dtype");
+  ASSERT_NE(dtype, nullptr);
+  EXPECT_EQ(::ptc::models::checkModelValue(*dtype, std::string("f64")).value_or(""),
+            "must be f32, bf16 or f16, got 'f64'");
+  const ::ptc::models::ModelKey *theta = ::ptc::models::findModelKey("rope_theta");
+  ASSERT_NE(theta, nullptr);
+  EXPECT_EQ(::ptc::models::checkModelValue(*theta, std::nan("")).value_or(""),
+            "must be a finite number, got nan");
+  EXPECT_EQ(::ptc::models::findModelKey("kv_heads")->flag(), "--kv-heads");
+}

@@ -15,6 +15,9 @@
 #include "planner/Calibrate.h"
 #include "planner/Planner.h"
 
+#include "models/ModelFlags.h"
+#include "models/Models.h"
+
 #include "dialects/ptc/PtcOps.h"
 #include "passes/Passes.h"
 #include "passes/memory/Passes.h"
@@ -49,15 +52,9 @@ using ptc::Recompute;
 namespace {
 cl::OptionCategory category("ptc-plan options");
 cl::opt<std::string> input(cl::Positional, cl::desc("[model.mlir]"), cl::init(""), cl::cat(category));
-cl::opt<std::string> preset("preset", cl::desc("A ptc-model preset (gpt2 ... llama3-70b)"), cl::cat(category));
-cl::opt<std::string> modelKind("model", cl::desc("gpt or llama (default: the preset's, else gpt)"), cl::cat(category));
-cl::opt<int64_t> layers("layers", cl::desc("Transformer blocks"), cl::init(0), cl::cat(category));
-cl::opt<int64_t> hidden("hidden", cl::desc("Hidden size"), cl::init(0), cl::cat(category));
-cl::opt<int64_t> heads("heads", cl::desc("Attention heads"), cl::init(0), cl::cat(category));
-cl::opt<int64_t> kvHeads("kv-heads", cl::desc("Key/value heads (llama)"), cl::init(0), cl::cat(category));
-cl::opt<int64_t> intermediate("intermediate", cl::desc("SwiGLU hidden size (llama)"), cl::init(0), cl::cat(category));
-cl::opt<int64_t> seqLength("seq", cl::desc("Sequence length"), cl::init(0), cl::cat(category));
-cl::opt<int64_t> vocab("vocab", cl::desc("Vocabulary"), cl::init(0), cl::cat(category));
+cl::opt<std::string> modelKind("model", cl::desc("gpt or llama (default: the preset's, else gpt); its shapes are the "
+                                                 "model flags (ptc-model's)"),
+                               cl::cat(category));
 cl::opt<int64_t> globalBatch("global-batch", cl::desc("Sequences per step (builder models)"), cl::init(0),
                              cl::cat(category));
 cl::opt<int64_t> gpus("gpus", cl::desc("Devices (GPUs, or CPU ranks)"), cl::init(0), cl::cat(category));
@@ -91,16 +88,6 @@ cl::list<int64_t> cpList("cp", cl::desc("Allowed cp sizes (context parallelism; 
                          cl::CommaSeparated, cl::cat(category));
 cl::list<std::string> cpAttentionList("cp-attention", cl::desc("ring, ulysses (default both)"), cl::CommaSeparated,
                                       cl::cat(category));
-cl::opt<int64_t> moeExperts("moe-experts", cl::desc("Experts per MoE layer (0: dense; default the preset's)"),
-                            cl::init(-1), cl::cat(category));
-cl::opt<int64_t> moeTopK("moe-top-k", cl::desc("Experts per token (default 2, or the preset's)"), cl::init(0),
-                         cl::cat(category));
-cl::opt<int64_t> moeEvery("moe-every", cl::desc("Layers i with i % N == 0 are MoE layers (default 1)"),
-                          cl::init(0), cl::cat(category));
-cl::opt<int64_t> moeFfn("moe-ffn", cl::desc("Expert hidden size (default: the dense MLP's)"), cl::init(0),
-                        cl::cat(category));
-cl::opt<double> moeCapacity("moe-capacity-factor", cl::desc("Expert capacity factor (default 1.25)"), cl::init(-1),
-                            cl::cat(category));
 cl::list<int64_t> mbsList("micro-batch-sizes", cl::desc("Micro-batch sizes (default 1,2,4)"), cl::CommaSeparated,
                           cl::cat(category));
 cl::list<int64_t> vList("virtual-stages", cl::desc("Virtual stages (default 1,2)"), cl::CommaSeparated,
@@ -269,24 +256,26 @@ nlohmann::json toJson(const Estimate &e, Precision precision) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  // The model keys ptc-plan's builder path prices, as ptc-model's flags
+  // (models/ModelKeys.h; the batch is --global-batch here).
+  ::ptc::models::ModelFlags::Config flagConfig;
+  flagConfig.select = [](const ::ptc::models::ModelKey &key) {
+    return key.planner == ::ptc::models::PlannerUse::Flag;
+  };
+  ::ptc::models::ModelFlags modelFlags(category, flagConfig);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "ptc-plan: ranks parallel layouts (dp, tp, pp, ep, cp, virtual stages, micro-batches, sp, ZeRO, "
                               "recomputation, schedule) by predicted step time\n");
-  // The size options' 0 / -1 defaults mean "not given": a given value must be
-  // a size (--seq 0 was taken as "the preset's").
-  struct Bound {
-    const cl::opt<int64_t> *option;
-    int64_t min;
-  };
-  for (Bound b : {Bound{&layers, 1}, {&hidden, 1}, {&heads, 1}, {&kvHeads, 1}, {&intermediate, 1},
-                  {&seqLength, 1}, {&vocab, 1}, {&globalBatch, 1}, {&gpus, 1}, {&moeExperts, 0},
-                  {&moeTopK, 1}, {&moeEvery, 1}, {&moeFfn, 1}})
-    if (b.option->getNumOccurrences() && *b.option < b.min)
-      return fail("--" + b.option->ArgStr + " must be at least " + Twine(b.min) + ", got " +
-                  Twine(static_cast<int64_t>(*b.option)));
-  if (moeCapacity.getNumOccurrences() && !(moeCapacity >= 0 && std::isfinite(moeCapacity)))
-    return fail("--moe-capacity-factor must be a finite number >= 0");
+  Expected<::ptc::models::ModelArgs> modelArgs = modelFlags.given();
+  if (!modelArgs)
+    return fail(toString(modelArgs.takeError()));
+  // The other sizes' 0 defaults mean "not given": a given value must be a
+  // size.
+  for (const cl::opt<int64_t> *option : {&globalBatch, &gpus})
+    if (option->getNumOccurrences() && *option < 1)
+      return fail("--" + option->ArgStr + " must be at least 1, got " +
+                  Twine(static_cast<int64_t>(*option)));
   if (!measureLinksTo.empty())
     return measureLinks(measureLinksTo);
   if (doCalibrate) {
@@ -341,75 +330,43 @@ int main(int argc, char **argv) {
 
   // The model.
   ModelSpec model;
+  const std::string presetName = modelArgs->stringOr("preset", "");
   if (!input.empty()) {
-    if (!preset.empty())
-      return fail("give a model file or --preset, not both");
+    if (!modelArgs->all().empty())
+      return fail("--" + modelArgs->all().begin()->first +
+                  " sets a builder model's shape: give a model file or builder flags, not both");
     model.kind = ModelSource::File;
     model.file = input;
     if (!sys::fs::exists(input))
       return fail("cannot read '" + input + "'");
   } else {
     std::string kind = modelKind.empty() ? "gpt" : modelKind.getValue();
-    const mlir::ptc::ModelPreset *p = nullptr;
-    if (!preset.empty()) {
+    if (!presetName.empty()) {
+      const mlir::ptc::ModelPreset *p = nullptr;
       for (const auto &candidate : mlir::ptc::modelPresets())
-        if (preset == candidate.name && (modelKind.empty() || modelKind == candidate.model))
+        if (presetName == candidate.name && (modelKind.empty() || modelKind == candidate.model))
           p = &candidate;
       if (!p)
-        return fail("unknown preset '" + preset + "'" + (modelKind.empty() ? "" : " for --model " + modelKind));
+        return fail("unknown preset '" + presetName + "'" +
+                    (modelKind.empty() ? "" : " for --model " + modelKind));
       kind = p->model;
     }
     const std::optional<ptc::BuilderKind> builder = parseOption<ptc::BuilderKind>(kind);
     if (!builder || !ptc::isLanguageModel(*builder))
       return fail("--model must be gpt or llama, not '" + kind + "'");
     model.kind = *builder == ptc::BuilderKind::Gpt ? ModelSource::Gpt : ModelSource::Llama;
-    auto pick = [](int64_t flag, int64_t fromPreset, int64_t fallback) {
-      return flag > 0 ? flag : fromPreset > 0 ? fromPreset : fallback;
-    };
     if (model.kind == ModelSource::Gpt) {
-      mlir::ptc::GptConfig &g = model.gpt;
-      g.layers = pick(layers, p ? p->layers : 0, g.layers);
-      g.hidden = pick(hidden, p ? p->hidden : 0, g.hidden);
-      g.heads = pick(heads, p ? p->heads : 0, g.heads);
-      g.seq = pick(seqLength, p ? p->seq : 0, g.seq);
-      g.vocab = pick(vocab, p ? p->vocab : 0, g.vocab);
-      if (Error e = mlir::ptc::validateGptConfig(g))
-        return fail(toString(std::move(e)));
+      Expected<mlir::ptc::GptConfig> c = mlir::ptc::gptConfigFrom(*modelArgs);
+      if (!c)
+        return fail(toString(c.takeError()));
+      model.gpt = *c;
     } else {
-      mlir::ptc::LlamaConfig &c = model.llama;
-      c.layers = pick(layers, p ? p->layers : 0, c.layers);
-      c.hidden = pick(hidden, p ? p->hidden : 0, c.hidden);
-      c.heads = pick(heads, p ? p->heads : 0, c.heads);
-      c.kvHeads = pick(kvHeads, p ? p->kvHeads : 0, heads > 0 ? heads : c.heads);
-      c.intermediate = pick(intermediate, p ? p->intermediate : 0, c.intermediate);
-      c.seq = pick(seqLength, p ? p->seq : 0, c.seq);
-      c.vocab = pick(vocab, p ? p->vocab : 0, c.vocab);
-      if (p) {
-        c.ropeTheta = p->ropeTheta;
-        c.rmsNormEps = p->rmsNormEps;
-        c.tieEmbeddings = p->tieEmbeddings;
-      }
-      if (Error e = mlir::ptc::validateLlamaConfig(c))
-        return fail(toString(std::move(e)));
+      Expected<mlir::ptc::LlamaConfig> c = mlir::ptc::llamaConfigFrom(*modelArgs);
+      if (!c)
+        return fail(toString(c.takeError()));
+      model.llama = *c;
     }
-    mlir::ptc::MoeLayersConfig &moe = model.kind == ModelSource::Gpt ? model.gpt.moe : model.llama.moe;
-    if (p && p->experts > 0) {
-      moe.experts = p->experts;
-      moe.topK = p->topK;
-    }
-    if (moeExperts >= 0)
-      moe.experts = moeExperts;
-    if (moeTopK > 0)
-      moe.topK = moeTopK;
-    if (moeEvery > 0)
-      moe.every = moeEvery;
-    if (moeFfn > 0)
-      moe.ffn = moeFfn;
-    if (moeCapacity >= 0)
-      moe.capacityFactor = moeCapacity;
-    if (moe.enabled())
-      if (Error e = mlir::ptc::validateMoeLayers(moe, kind.c_str()))
-        return fail(toString(std::move(e)));
+    const mlir::ptc::MoeLayersConfig &moe = model.kind == ModelSource::Gpt ? model.gpt.moe : model.llama.moe;
     if (moe.enabled() && moe.every != 1)
       return fail("--moe-every " + std::to_string(moe.every) +
                   ": the planner's per-layer probes need every layer alike (--moe-every 1)");
@@ -476,8 +433,8 @@ int main(int argc, char **argv) {
 
   raw_ostream &os = outs();
   std::string what = model.kind == ModelSource::File ? model.file
-                     : preset.empty()                  ? std::string(model.kindName())
-                                                       : preset.getValue();
+                     : presetName.empty()              ? std::string(model.kindName())
+                                                       : presetName;
   os << "ptc-plan: " << what;
   if (model.kind != ModelSource::File)
     os << " (" << model.layers() << " layers, hidden " << model.hidden() << ", " << model.heads() << " heads, seq "

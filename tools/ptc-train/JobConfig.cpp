@@ -7,6 +7,7 @@
 #include "runtime/base/option_values.h"
 #include "runtime/schedule/schedule.h"
 #include "runtime/base/text.h"
+#include "models/ModelKeys.h"
 
 #include <toml++/toml.h>
 
@@ -26,54 +27,40 @@ struct KeyDef {
   Kind kind;
   const char *help;
   std::vector<std::string> choices = {};
-  /// [model] keys: the builders that take the key, and what ptc-plan does
-  /// with it.
-  std::vector<BuilderKind> builders = {};
-  ModelKeyUse planner = ModelKeyUse::NeedsFile;
+  /// A model builder's key (models/ModelKeys.h): its builders, bounds and
+  /// what ptc-plan does with it.
+  const models::ModelKey *model = nullptr;
 };
 
-constexpr ModelKeyUse kFlag = ModelKeyUse::PlannerFlag, kNeutral = ModelKeyUse::Neutral;
-using B = BuilderKind;
+Kind kindOf(models::ModelKeyType type) {
+  switch (type) {
+  case models::ModelKeyType::Int: return Kind::Int;
+  case models::ModelKeyType::Float: return Kind::Float;
+  case models::ModelKeyType::Bool: return Kind::Bool;
+  case models::ModelKeyType::String: return Kind::String;
+  }
+  return Kind::String;
+}
+
+/// The rows of the model table in `section`, in its order.
+std::vector<KeyDef> modelRows(std::string_view section) {
+  std::vector<KeyDef> rows;
+  for (const models::ModelKey &k : models::modelKeys())
+    if (section == k.section)
+      rows.push_back({k.section, k.name, kindOf(k.type), k.help, k.choices, &k});
+  return rows;
+}
 
 const std::vector<KeyDef> &schema() {
-  static const std::vector<KeyDef> keys = {
+  static const std::vector<KeyDef> keys = [] {
+  std::vector<KeyDef> keys = {
       {"job", "name", Kind::String, "the job's name (default: the file's name without .toml)"},
       {"job", "dir", Kind::String, "folder of the model, plans, metrics, checkpoints (default runs/<name>)"},
 
       {"model", "name", Kind::String, "the builder", optionSpellings<BuilderKind>()},
       {"model", "file", Kind::String, "a model in the ptc dialect instead of a builder (hand-written or imported)"},
-      {"model", "preset", Kind::String, "published shapes (gpt2..., llama3-8b, mixtral-8x7b ...)", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "layers", Kind::Int, "transformer blocks (gpt, llama) or linear layers (mlp)", {}, {B::Gpt, B::Llama, B::Mlp}, kFlag},
-      {"model", "hidden", Kind::Int, "hidden size", {}, {B::Gpt, B::Llama, B::Mlp, B::Moe}, kFlag},
-      {"model", "heads", Kind::Int, "attention heads", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "kv_heads", Kind::Int, "key/value heads (llama, grouped-query attention)", {}, {B::Llama}, kFlag},
-      {"model", "intermediate", Kind::Int, "SwiGLU MLP size (llama)", {}, {B::Llama}, kFlag},
-      {"model", "vocab", Kind::Int, "vocabulary size", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "rope_theta", Kind::Float, "rotary embedding base (llama)", {}, {B::Llama}, kNeutral},
-      {"model", "rms_norm_eps", Kind::Float, "RMSNorm epsilon (llama)", {}, {B::Llama}, kNeutral},
-      {"model", "tie_embeddings", Kind::Bool, "tie the LM head to the token embedding (llama)", {}, {B::Llama}},
-      {"model", "dtype", Kind::String, "parameter type", optionSpellings<FloatDtype>(), {B::Gpt, B::Llama, B::Mlp, B::Moe}},
-      {"model", "dropout", Kind::Float, "dropout probability (gpt: embeddings, attention and MLP outputs)", {}, {B::Gpt}, kNeutral},
-      {"model", "document_end", Kind::Int, "packed documents: the end-of-document token id; attention stops and positions restart at it (gpt, llama)", {}, {B::Gpt, B::Llama}},
-      {"model", "input", Kind::Int, "input features (mlp, moe)", {}, {B::Mlp, B::Moe}},
-      {"model", "classes", Kind::Int, "classes (mlp, moe)", {}, {B::Mlp, B::Moe}},
-      {"model", "experts", Kind::Int, "experts (moe classifier)", {}, {B::Moe}},
-      {"model", "top_k", Kind::Int, "experts per token (moe classifier)", {}, {B::Moe}},
-      {"model", "groups", Kind::Int, "routing groups (moe classifier)", {}, {B::Moe}},
-      {"model", "capacity_factor", Kind::Float, "expert capacity factor (moe classifier)", {}, {B::Moe}},
-      {"model", "moe_experts", Kind::Int, "experts per MoE layer (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "moe_top_k", Kind::Int, "experts per token (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "moe_every", Kind::Int, "every N-th layer is MoE (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "moe_ffn", Kind::Int, "expert hidden size (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "moe_capacity_factor", Kind::Float, "expert capacity factor, 0 dropless (gpt, llama)", {}, {B::Gpt, B::Llama}, kFlag},
-      {"model", "moe_aux_loss", Kind::Float, "load-balancing loss coefficient (gpt, llama)", {}, {B::Gpt, B::Llama}, kNeutral},
-      {"model", "moe_z_loss", Kind::Float, "router z-loss coefficient (gpt, llama)", {}, {B::Gpt, B::Llama}, kNeutral},
-      {"model", "moe_shared_experts", Kind::Int, "shared experts (gpt, llama)", {}, {B::Gpt, B::Llama}},
-      {"model", "moe_bias_balancing", Kind::Float, "auxiliary-loss-free balancing rate (gpt, llama)", {}, {B::Gpt, B::Llama}, kNeutral},
 
       {"training", "steps", Kind::Int, "optimizer steps to run (required)"},
-      {"training", "batch", Kind::Int, "global batch (sequences; rows for mlp/moe)"},
-      {"training", "seq", Kind::Int, "sequence length (gpt, llama)"},
       {"training", "data", Kind::Strings, "token files (uint16/uint32 .bin), one stream; or a .safetensors of arrays"},
       {"training", "data_blend", Kind::Blend, "weighted datasets [[weight, path], ...] (Megatron's blend)"},
       {"training", "shuffle", Kind::SeedToggle, "the order of the token windows: shuffled by default "
@@ -150,6 +137,18 @@ const std::vector<KeyDef> &schema() {
       {"metrics", "tensorboard", Kind::Toggle, "TensorBoard events: true (<dir>/tensorboard), false or a folder"},
       {"metrics", "peak_tflops", Kind::Float, "the device's peak for MFU (default: measured)"},
   };
+  // The builders' keys from their table: [model]'s after its file, the batch
+  // and the sequence length after [training]'s steps.
+  auto after = [&](const char *section, const char *key, std::vector<KeyDef> rows) {
+    auto at = std::find_if(keys.begin(), keys.end(), [&](const KeyDef &d) {
+      return std::string_view(d.section) == section && std::string_view(d.key) == key;
+    });
+    keys.insert(at + 1, rows.begin(), rows.end());
+  };
+  after("model", "file", modelRows("model"));
+  after("training", "steps", modelRows("training"));
+  return keys;
+  }();
   return keys;
 }
 
@@ -159,8 +158,9 @@ const std::map<std::string, std::set<std::string>> &builderKeys() {
   static const std::map<std::string, std::set<std::string>> keys = [] {
     std::map<std::string, std::set<std::string>> k;
     for (const KeyDef &d : schema())
-      for (BuilderKind b : d.builders)
-        k[std::string(optionName(b))].insert(d.key);
+      if (d.model && std::string_view(d.section) == "model")
+        for (BuilderKind b : d.model->builders)
+          k[std::string(optionName(b))].insert(d.key);
     return k;
   }();
   return keys;
@@ -336,6 +336,13 @@ bool applyOverride(toml::table &root, const std::string &text, std::string &erro
   return true;
 }
 
+/// A key's option spelling: "max_grad_norm" -> "--max-grad-norm".
+std::string flagOf(const std::string &key) {
+  std::string f = "--" + key;
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
 std::string fmt(double v) {
   std::ostringstream os;
   os.precision(9);
@@ -343,21 +350,7 @@ std::string fmt(double v) {
   return os.str();
 }
 
-std::string flagOf(const std::string &key) {
-  std::string f = "--" + key;
-  for (char &c : f)
-    if (c == '_')
-      c = '-';
-  return f;
-}
 } // namespace
-
-ModelKeyUse modelKeyUse(const std::string &key) {
-  if (key == "name")
-    return ModelKeyUse::Neutral;
-  const KeyDef *d = findKey("model", key);
-  return d ? d->planner : ModelKeyUse::NeedsFile;
-}
 
 std::optional<Job> loadJob(const std::string &path, const std::vector<std::string> &overrides,
                            std::string &error) {
@@ -403,6 +396,21 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
         error = where(path, node.source()) + section + "." + key + " = " + shown.str() +
                 ": expected " + kindName(def->kind);
         return std::nullopt;
+      }
+      if (def->model) {
+        const models::ModelValue value =
+            v->kind == Kind::Int     ? models::ModelValue(v->i)
+            : v->kind == Kind::Float ? models::ModelValue(v->f)
+            : v->kind == Kind::Bool  ? models::ModelValue(v->b)
+                                     : models::ModelValue(v->s);
+        if (std::optional<std::string> problem = models::checkModelValue(*def->model, value);
+            problem && def->choices.empty()) {
+          std::ostringstream shown;
+          node.visit([&](auto &&n) { shown << n; });
+          error = where(path, node.source()) + section + "." + key + " = " + shown.str() + ": " +
+                  *problem;
+          return std::nullopt;
+        }
       }
       if (!def->choices.empty() &&
           std::find(def->choices.begin(), def->choices.end(), v->s) == def->choices.end()) {
@@ -515,7 +523,7 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     for (const auto &[key, value] : job.values) {
       if (key.rfind("model.", 0) != 0 || key == "model.name")
         continue;
-      std::string flag = flagOf(key.substr(6));
+      const std::string flag = models::findModelKey("model", key.substr(6))->flag();
       switch (value.kind) {
       case Kind::Bool:
         if (value.b)
@@ -531,10 +539,9 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
         c.model.push_back(flag + "=" + value.s);
       }
     }
-    if (const Value *b = get("training.batch"))
-      c.model.push_back("--batch=" + std::to_string(b->i));
-    if (const Value *s = get("training.seq"))
-      c.model.push_back("--seq=" + std::to_string(s->i));
+    for (const char *key : {"batch", "seq"})
+      if (const Value *v = get(std::string("training.") + key))
+        c.model.push_back(models::findModelKey("training", key)->flag() + "=" + std::to_string(v->i));
     // Weights saved in Hugging Face's form (a folder) get its config.json.
     if (const Value *save = get("training.save");
         save && parseOption<BuilderKind>(name) == BuilderKind::Llama && !save->s.empty() && save->s.back() == '/' &&

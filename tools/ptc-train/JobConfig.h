@@ -67,13 +67,6 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error);
 /// nullopt with `error` for an option that is not a layout key.
 std::optional<std::string> applyLayout(Job &job, const std::string &options, std::string &error);
 
-/// What ptc-plan does with a [model] key of a builder model: a flag of its
-/// builder path (the shapes: the planner probes one and two layers), nothing
-/// it prices (neutral), or not known to it (the job is planned from its
-/// model file, every layout compiled whole).
-enum class ModelKeyUse { PlannerFlag, Neutral, NeedsFile };
-ModelKeyUse modelKeyUse(const std::string &key);
-
 /// The schema as text (ptc-train --help-keys).
 std::string describeSchema();
 

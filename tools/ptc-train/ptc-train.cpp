@@ -15,6 +15,7 @@
 
 #include "runtime/base/self_path.h"
 #include "tools/ptc-train/JobConfig.h"
+#include "models/ModelKeys.h"
 
 #include "runtime/base/exit_codes.h"
 #include "runtime/base/hostfile.h"
@@ -226,13 +227,13 @@ std::vector<std::string> plannerModel(const Job &job, const JobCommands &c) {
     if (key.rfind("model.", 0) != 0)
       continue;
     std::string field = key.substr(6);
-    const ModelKeyUse use = modelKeyUse(field);
-    if (use == ModelKeyUse::Neutral)
+    const ptc::models::ModelKey *modelKey = ptc::models::findModelKey("model", field);
+    const ptc::models::PlannerUse use = modelKey ? modelKey->planner : ptc::models::PlannerUse::NeedsFile;
+    if (field == "name" || use == ptc::models::PlannerUse::Neutral)
       continue;
-    if (use == ModelKeyUse::NeedsFile)
+    if (use == ptc::models::PlannerUse::NeedsFile)
       return {c.modelFile}; // e.g. tie_embeddings, dtype, shared experts
-    std::string flag = "--" + field;
-    std::replace(flag.begin(), flag.end(), '_', '-');
+    const std::string flag = modelKey->flag();
     std::ostringstream text;
     if (value.kind == Value::Kind::Int)
       text << value.i;

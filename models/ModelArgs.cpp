@@ -1,0 +1,221 @@
+//===- ModelArgs.cpp - builder configurations from the keys given ---------===//
+//
+// The one reading of a model's keys (ModelKeys.h) into the builders' typed
+// configurations: a preset first, then each key given, then the builder's
+// defaults. ptc-model, ptc-plan and (through ptc-model's flags) ptc-train all
+// get their models from here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "models/Models.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace mlir::ptc;
+using ::ptc::models::ModelArgs;
+
+namespace {
+
+/// The preset `args` names for `builder` (gpt or llama), null when none is
+/// given, or an error listing the builder's presets.
+llvm::Expected<const ModelPreset *> presetOf(const ModelArgs &args, ::ptc::BuilderKind builder) {
+  if (!args.has("preset"))
+    return nullptr;
+  const std::string name = args.stringOr("preset", "");
+  const std::string_view model = ::ptc::optionName(builder);
+  const StringRef modelRef(model.data(), model.size());
+  if (const ModelPreset *p = findModelPreset(modelRef, name))
+    return p;
+  std::vector<std::string> known;
+  for (const ModelPreset &p : modelPresets())
+    if (modelRef == p.model)
+      known.push_back(p.name);
+  return llvm::createStringError("unknown " + modelRef + " preset '" + name +
+                                 "' (known: " + llvm::join(known, ", ") + ")");
+}
+
+llvm::Expected<::ptc::FloatDtype> dtypeOf(const ModelArgs &args) {
+  const std::string text = args.stringOr("dtype", "f32");
+  if (std::optional<::ptc::FloatDtype> d = ::ptc::parseOption<::ptc::FloatDtype>(text))
+    return *d;
+  return llvm::createStringError("--dtype must be " + ::ptc::optionChoices<::ptc::FloatDtype>() +
+                                 ", got '" + text + "'");
+}
+
+/// The MoE-layer keys over `moe` (a preset's experts, or none).
+MoeLayersConfig moeLayers(const ModelArgs &args, MoeLayersConfig moe) {
+  moe.experts = args.intOr("moe_experts", moe.experts);
+  moe.topK = args.intOr("moe_top_k", moe.topK);
+  moe.every = args.intOr("moe_every", moe.every);
+  moe.ffn = args.intOr("moe_ffn", moe.ffn);
+  moe.capacityFactor = args.floatOr("moe_capacity_factor", moe.capacityFactor);
+  moe.auxLoss = args.floatOr("moe_aux_loss", moe.auxLoss);
+  moe.zLoss = args.floatOr("moe_z_loss", moe.zLoss);
+  moe.sharedExperts = args.intOr("moe_shared_experts", moe.sharedExperts);
+  moe.biasBalancing = args.floatOr("moe_bias_balancing", moe.biasBalancing);
+  return moe;
+}
+
+MoeLayersConfig presetMoe(const ModelPreset *p) {
+  MoeLayersConfig moe;
+  if (p && p->experts > 0) {
+    moe.experts = p->experts;
+    moe.topK = p->topK;
+  }
+  return moe;
+}
+
+} // namespace
+
+llvm::Error mlir::ptc::checkPreset(const ModelArgs &args, ::ptc::BuilderKind builder) {
+  llvm::Expected<const ModelPreset *> p = presetOf(args, builder);
+  return p ? llvm::Error::success() : p.takeError();
+}
+
+llvm::Expected<GptConfig> mlir::ptc::gptConfigFrom(const ModelArgs &args) {
+  GptConfig c;
+  llvm::Expected<const ModelPreset *> p = presetOf(args, ::ptc::BuilderKind::Gpt);
+  if (!p)
+    return p.takeError();
+  if (*p) {
+    c.layers = (*p)->layers;
+    c.hidden = (*p)->hidden;
+    c.heads = (*p)->heads;
+    c.seq = (*p)->seq;
+    c.vocab = (*p)->vocab;
+  }
+  c.layers = args.intOr("layers", c.layers);
+  c.hidden = args.intOr("hidden", c.hidden);
+  c.heads = args.intOr("heads", c.heads);
+  c.seq = args.intOr("seq", c.seq);
+  c.vocab = args.intOr("vocab", c.vocab);
+  c.batch = args.intOr("batch", c.batch);
+  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
+  if (!dtype)
+    return dtype.takeError();
+  c.dtype = *dtype;
+  c.dropout = args.floatOr("dropout", c.dropout);
+  c.documentEnd = args.intOr("document_end", c.documentEnd);
+  c.moe = moeLayers(args, presetMoe(*p));
+  if (llvm::Error e = validateGptConfig(c))
+    return std::move(e);
+  return c;
+}
+
+llvm::Expected<LlamaConfig> mlir::ptc::llamaConfigFrom(const ModelArgs &args) {
+  LlamaConfig c;
+  llvm::Expected<const ModelPreset *> p = presetOf(args, ::ptc::BuilderKind::Llama);
+  if (!p)
+    return p.takeError();
+  if (*p) {
+    c.layers = (*p)->layers;
+    c.hidden = (*p)->hidden;
+    c.heads = (*p)->heads;
+    c.kvHeads = (*p)->kvHeads;
+    c.intermediate = (*p)->intermediate;
+    c.seq = (*p)->seq;
+    c.vocab = (*p)->vocab;
+    c.ropeTheta = (*p)->ropeTheta;
+    c.rmsNormEps = (*p)->rmsNormEps;
+    c.tieEmbeddings = (*p)->tieEmbeddings;
+  }
+  c.layers = args.intOr("layers", c.layers);
+  c.hidden = args.intOr("hidden", c.hidden);
+  c.heads = args.intOr("heads", c.heads);
+  // Without a preset, the kv heads default to the (possibly given) heads.
+  c.kvHeads = args.intOr("kv_heads", *p ? c.kvHeads : c.heads);
+  c.intermediate = args.intOr("intermediate", c.intermediate);
+  c.seq = args.intOr("seq", c.seq);
+  c.vocab = args.intOr("vocab", c.vocab);
+  c.ropeTheta = args.floatOr("rope_theta", c.ropeTheta);
+  c.rmsNormEps = args.floatOr("rms_norm_eps", c.rmsNormEps);
+  c.tieEmbeddings = args.boolOr("tie_embeddings", c.tieEmbeddings);
+  c.batch = args.intOr("batch", c.batch);
+  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
+  if (!dtype)
+    return dtype.takeError();
+  c.dtype = *dtype;
+  c.documentEnd = args.intOr("document_end", c.documentEnd);
+  c.moe = moeLayers(args, presetMoe(*p));
+  if (llvm::Error e = validateLlamaConfig(c))
+    return std::move(e);
+  return c;
+}
+
+llvm::Expected<MlpConfig> mlir::ptc::mlpConfigFrom(const ModelArgs &args) {
+  MlpConfig c;
+  c.layers = args.intOr("layers", c.layers);
+  c.input = args.intOr("input", c.input);
+  c.hidden = args.intOr("hidden", c.hidden);
+  c.classes = args.intOr("classes", c.classes);
+  c.batch = args.intOr("batch", c.batch);
+  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
+  if (!dtype)
+    return dtype.takeError();
+  c.dtype = *dtype;
+  if (llvm::Error e = validateMlpConfig(c))
+    return std::move(e);
+  return c;
+}
+
+llvm::Expected<MoeConfig> mlir::ptc::moeConfigFrom(const ModelArgs &args) {
+  MoeConfig c;
+  c.input = args.intOr("input", c.input);
+  c.hidden = args.intOr("hidden", c.hidden);
+  c.experts = args.intOr("experts", c.experts);
+  c.topK = args.intOr("top_k", c.topK);
+  c.capacityFactor = args.floatOr("capacity_factor", c.capacityFactor);
+  c.groups = args.intOr("groups", c.groups);
+  c.classes = args.intOr("classes", c.classes);
+  c.batch = args.intOr("batch", c.batch);
+  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
+  if (!dtype)
+    return dtype.takeError();
+  c.dtype = *dtype;
+  if (llvm::Error e = validateMoeConfig(c))
+    return std::move(e);
+  return c;
+}
+
+llvm::Expected<BuiltModel> mlir::ptc::buildModel(MLIRContext &context, ::ptc::BuilderKind builder,
+                                                 const ModelArgs &args) {
+  BuiltModel out;
+  auto finish = [&](llvm::Expected<OwningOpRef<ModuleOp>> module) -> llvm::Expected<BuiltModel> {
+    if (!module)
+      return module.takeError();
+    out.module = std::move(*module);
+    return std::move(out);
+  };
+  switch (builder) {
+  case ::ptc::BuilderKind::Gpt: {
+    llvm::Expected<GptConfig> c = gptConfigFrom(args);
+    if (!c)
+      return c.takeError();
+    out.parameters = gptParameters(*c);
+    return finish(buildGptModel(context, *c));
+  }
+  case ::ptc::BuilderKind::Llama: {
+    llvm::Expected<LlamaConfig> c = llamaConfigFrom(args);
+    if (!c)
+      return c.takeError();
+    out.parameters = llamaParameters(*c);
+    return finish(buildLlamaModel(context, *c));
+  }
+  case ::ptc::BuilderKind::Mlp: {
+    llvm::Expected<MlpConfig> c = mlpConfigFrom(args);
+    if (!c)
+      return c.takeError();
+    out.parameters = mlpParameters(*c);
+    return finish(buildMlpModel(context, *c));
+  }
+  case ::ptc::BuilderKind::Moe: {
+    llvm::Expected<MoeConfig> c = moeConfigFrom(args);
+    if (!c)
+      return c.takeError();
+    out.parameters = moeParameters(*c);
+    return finish(buildMoeModel(context, *c));
+  }
+  }
+  return llvm::createStringError("unknown model builder");
+}
