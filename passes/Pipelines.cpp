@@ -27,6 +27,11 @@
 
 using namespace mlir;
 
+namespace mlir::ptc {
+#define GEN_PIPELINE_OPTION_FORWARDING
+#include "passes/PipelineOptions.h.inc"
+} // namespace mlir::ptc
+
 namespace {
 /// The mesh option's text parsed (empty when it is absent or malformed: a
 /// malformed mesh is diagnosed by ptc-shard, which parses the same text).
@@ -102,46 +107,22 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   }
   if (pipelined) {
     MicrobatchPassOptions mb;
-    mb.count = options.microbatches;
+    forwardCompileOptionsToMicrobatchPass(options, mb);
     mb.dataParallel = axisSize(mesh, MeshAxisRole::Data);
     pm.addNestedPass<func::FuncOp>(createMicrobatchPass(mb));
   }
   AutodiffPassOptions ad;
-  ad.lossScale = options.lossScale;
+  forwardCompileOptionsToAutodiffPass(options, ad);
   pm.addNestedPass<func::FuncOp>(createAutodiffPass(ad));
   if (::ptc::parseOption<::ptc::OptimizerKind>(options.optimizer) != ::ptc::OptimizerKind::None) {
     OptimizerPassOptions opt;
-    opt.optimizer = options.optimizer;
-    opt.lr = options.lr;
-    opt.beta1 = options.beta1;
-    opt.beta2 = options.beta2;
-    opt.eps = options.eps;
-    opt.weightDecay = options.weightDecay;
-    opt.momentum = options.momentum;
-    opt.adafactorBeta1 = options.adafactorBeta1;
-    opt.adafactorEps = options.adafactorEps;
-    opt.clipThreshold = options.clipThreshold;
-    opt.decayRate = options.decayRate;
-    opt.muonMomentum = options.muonMomentum;
-    opt.muonNesterov = options.muonNesterov;
-    opt.muonNsSteps = options.muonNsSteps;
-    opt.muonNsDtype = options.muonNsDtype;
-    opt.muonScale = options.muonScale;
+    forwardCompileOptionsToOptimizerPass(options, opt);
     // Muon's orthogonalizations are dealt over dp, in stacks that mix
     // layers: not across pipeline stages, which each update their own.
     opt.muonRanks = axisSize(mesh, MeshAxisRole::Pipeline) == 1 &&
                             options.virtualStages == 1
                         ? axisSize(mesh, MeshAxisRole::Data)
                         : 0;
-    opt.maxGradNorm = options.maxGradNorm;
-    opt.skipNonfinite = options.skipNonfinite;
-    opt.lrSchedule = options.lrSchedule;
-    opt.warmupSteps = options.warmupSteps;
-    opt.decaySteps = options.decaySteps;
-    opt.minLr = options.minLr;
-    opt.dynamicLossScale = options.dynamicLossScale;
-    opt.lossScaleInit = options.lossScaleInit;
-    opt.lossScaleWindow = options.lossScaleWindow;
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }
   // recompute-layers without a mode reaches ptc-recompute, which refuses it.
@@ -149,7 +130,7 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
       options.recomputeLayers != -1) {
     RecomputePassOptions rc;
     rc.mode = options.recompute;
-    rc.layers = options.recomputeLayers;
+    forwardCompileOptionsToRecomputePass(options, rc);
     rc.chunks = axisSize(mesh, MeshAxisRole::Pipeline) *
                 std::max(1, static_cast<int>(options.virtualStages));
     pm.addNestedPass<func::FuncOp>(createRecomputePass(rc));
@@ -162,19 +143,16 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   if (options.mesh.empty() && options.zero == 0 && !options.sequenceParallel &&
       !(options.bucketMb > 0 && std::isfinite(options.bucketMb))) {
     BucketCollectivesPassOptions bucket;
-    bucket.bucketMb = options.bucketMb;
+    forwardCompileOptionsToBucketCollectivesPass(options, bucket);
     pm.addPass(createBucketCollectivesPass(bucket));
   }
   if (!options.mesh.empty() || options.zero != 0 || options.sequenceParallel) {
     ShardPipelineOptions shard;
     shard.mesh = options.mesh;
-    shard.sequenceParallel = options.sequenceParallel;
-    shard.zero = options.zero;
-    shard.reshardAfterForward = options.reshardAfterForward;
+    forwardCompileOptionsToPropagateShardingPass(options, shard);
     buildShardPipeline(pm, shard);
     BucketCollectivesPassOptions bucket;
-    bucket.gradReduceDtype = options.gradReduceDtype;
-    bucket.bucketMb = options.bucketMb;
+    forwardCompileOptionsToBucketCollectivesPass(options, bucket);
     pm.addPass(createBucketCollectivesPass(bucket));
     ExplainCollectivesPassOptions explain;
     explain.report = options.explain;
@@ -183,13 +161,13 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   }
   if (pipelined) {
     SplitStagesPassOptions split;
-    split.virtualStages = options.virtualStages;
+    forwardCompileOptionsToSplitStagesPass(options, split);
     split.splitWeight = ::ptc::parseOption<::ptc::schedule::ScheduleKind>(options.schedule) ==
                         ::ptc::schedule::ScheduleKind::ZbH1;
     split.report = options.scheduleReport;
     pm.addPass(createSplitStagesPass(split));
     SchedulePipelinePassOptions sched;
-    sched.schedule = options.schedule;
+    forwardCompileOptionsToSchedulePipelinePass(options, sched);
     sched.report = options.scheduleReport;
     sched.svg = options.scheduleSvg;
     pm.addPass(createSchedulePipelinePass(sched));
@@ -223,16 +201,13 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   exportOptions.output = options.plan;
   exportOptions.reportStash = options.reportMemory || !options.deviceMemory.empty();
   exportOptions.deviceMemory = options.deviceMemory;
-  exportOptions.offloadTarget = options.offloadTarget;
-  exportOptions.offloadPath = options.offloadPath;
+  forwardCompileOptionsToExportPlanPass(options, exportOptions);
   pm.addPass(createExportPlanPass(exportOptions));
 }
 
 void mlir::ptc::buildDecodePipeline(OpPassManager &pm, const DecodePipelineOptions &options) {
   DeriveDecodePassOptions derive;
-  derive.tokens = options.tokens;
-  derive.context = options.context;
-  derive.batch = options.batch;
+  forwardDecodeOptionsToDeriveDecodePass(options, derive);
   pm.addNestedPass<func::FuncOp>(createDeriveDecodePass(derive));
   pm.addPass(createCSEPass());
   if (!options.mesh.empty()) {

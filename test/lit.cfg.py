@@ -22,6 +22,10 @@ llvm_config.with_environment("PATH", config.ptc_tools_dir, append_path=True)
 
 # Reference numerics and small checks use Debian's python (numpy, torch).
 config.substitutions.append(("%python", "/usr/bin/python3"))
+# The sources and MLIR's TableGen files (tests of the build's generators).
+config.substitutions.append(("%ptc_src_root", config.ptc_src_root))
+config.substitutions.append(
+    ("%tblgen_includes", " ".join("-I " + d for d in [config.ptc_src_root] + config.mlir_include_dirs)))
 
 # ptc-run keeps the best matmul rate it measured (MFU's peak) per machine: the
 # tests' in their build folder, not in the home of whoever runs them.

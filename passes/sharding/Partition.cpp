@@ -599,12 +599,14 @@ struct PartitionPass : mlir::ptc::impl::PartitionPassBase<PartitionPass> {
 };
 } // namespace
 
+namespace mlir::ptc {
+#define GEN_PIPELINE_OPTION_FORWARDING
+#include "passes/PipelineOptions.h.inc"
+} // namespace mlir::ptc
+
 void mlir::ptc::buildShardPipeline(OpPassManager &pm, const ShardPipelineOptions &options) {
   PropagateShardingPassOptions propagate;
-  propagate.mesh = options.mesh;
-  propagate.sequenceParallel = options.sequenceParallel;
-  propagate.zero = options.zero;
-  propagate.reshardAfterForward = options.reshardAfterForward;
+  forwardShardOptionsToPropagateShardingPass(options, propagate);
   pm.addPass(createPropagateShardingPass(propagate));
   pm.addPass(createPartitionPass());
 }

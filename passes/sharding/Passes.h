@@ -18,15 +18,9 @@ namespace mlir::ptc {
 /// ptc-shard: the sharding phases a layout needs before bucketing
 /// (ptc-propagate-sharding, then ptc-partition), with propagation's options.
 struct ShardPipelineOptions : public PassPipelineOptions<ShardPipelineOptions> {
-  Option<std::string> mesh{*this, "mesh",
-                           llvm::cl::desc("Device mesh, e.g. dp:2,tp:2 (default: the module's ptc.mesh)")};
-  Option<bool> sequenceParallel{*this, "sequence-parallel",
-                                llvm::cl::desc("Also split the sequence dimension of inputs over tp"),
-                                llvm::cl::init(false)};
-  Option<int> zero{*this, "zero", llvm::cl::desc("ZeRO stage over dp (0-3)"), llvm::cl::init(0)};
-  Option<bool> reshardAfterForward{
-      *this, "reshard-after-forward",
-      llvm::cl::desc("ZeRO-3: gather parameters again in the backward pass"), llvm::cl::init(true)};
+  // ptc-propagate-sharding's options (passes/PipelineOptions.td).
+#define GEN_PIPELINE_OPTION_DECLS_Shard
+#include "passes/PipelineOptions.h.inc"
 };
 void buildShardPipeline(OpPassManager &pm, const ShardPipelineOptions &options);
 /// Registers the sharding passes and the ptc-shard pipeline.
