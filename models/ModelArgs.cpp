@@ -178,44 +178,33 @@ llvm::Expected<MoeConfig> mlir::ptc::moeConfigFrom(const ModelArgs &args) {
   return c;
 }
 
+namespace {
+/// The model of a configuration read from the keys, and its parameters.
+template <typename Config>
+llvm::Expected<BuiltModel>
+buildFrom(MLIRContext &context, llvm::Expected<Config> config,
+          std::vector<TensorSpec> (*parameters)(const Config &),
+          llvm::Expected<OwningOpRef<ModuleOp>> (*build)(MLIRContext &, const Config &)) {
+  if (!config)
+    return config.takeError();
+  llvm::Expected<OwningOpRef<ModuleOp>> module = build(context, *config);
+  if (!module)
+    return module.takeError();
+  return BuiltModel{std::move(*module), parameters(*config)};
+}
+} // namespace
+
 llvm::Expected<BuiltModel> mlir::ptc::buildModel(MLIRContext &context, ::ptc::BuilderKind builder,
                                                  const ModelArgs &args) {
-  BuiltModel out;
-  auto finish = [&](llvm::Expected<OwningOpRef<ModuleOp>> module) -> llvm::Expected<BuiltModel> {
-    if (!module)
-      return module.takeError();
-    out.module = std::move(*module);
-    return std::move(out);
-  };
   switch (builder) {
-  case ::ptc::BuilderKind::Gpt: {
-    llvm::Expected<GptConfig> c = gptConfigFrom(args);
-    if (!c)
-      return c.takeError();
-    out.parameters = gptParameters(*c);
-    return finish(buildGptModel(context, *c));
-  }
-  case ::ptc::BuilderKind::Llama: {
-    llvm::Expected<LlamaConfig> c = llamaConfigFrom(args);
-    if (!c)
-      return c.takeError();
-    out.parameters = llamaParameters(*c);
-    return finish(buildLlamaModel(context, *c));
-  }
-  case ::ptc::BuilderKind::Mlp: {
-    llvm::Expected<MlpConfig> c = mlpConfigFrom(args);
-    if (!c)
-      return c.takeError();
-    out.parameters = mlpParameters(*c);
-    return finish(buildMlpModel(context, *c));
-  }
-  case ::ptc::BuilderKind::Moe: {
-    llvm::Expected<MoeConfig> c = moeConfigFrom(args);
-    if (!c)
-      return c.takeError();
-    out.parameters = moeParameters(*c);
-    return finish(buildMoeModel(context, *c));
-  }
+  case ::ptc::BuilderKind::Gpt:
+    return buildFrom(context, gptConfigFrom(args), gptParameters, buildGptModel);
+  case ::ptc::BuilderKind::Llama:
+    return buildFrom(context, llamaConfigFrom(args), llamaParameters, buildLlamaModel);
+  case ::ptc::BuilderKind::Mlp:
+    return buildFrom(context, mlpConfigFrom(args), mlpParameters, buildMlpModel);
+  case ::ptc::BuilderKind::Moe:
+    return buildFrom(context, moeConfigFrom(args), moeParameters, buildMoeModel);
   }
   return llvm::createStringError("unknown model builder");
 }
