@@ -15,6 +15,7 @@
 #include "dialects/ptc/PtcOps.h"
 #include "kernels/cpu/kernels.h"
 #include "passes/Passes.h"
+#include "runtime/base/subprocess.h"
 #include "runtime/comm/communicator.h"
 #include "models/Models.h"
 
@@ -219,29 +220,35 @@ llvm::Error correctByRealRuns(Cluster &c, const std::string &self, llvm::raw_ost
     Cluster one = c;
     one.profiles = {p};
     ClassSeconds predicted = predictClasses(func, one, 1);
-    std::string cmd = run + " " + plan + " --data " + data + " --steps 12 --log-every 0 --profile --threads " +
-                      std::to_string(p.threads);
-    std::FILE *pipe = ::popen(cmd.c_str(), "r");
-    if (!pipe)
-      return llvm::createStringError("cannot run '" + cmd + "'");
+    const std::vector<std::string> command = {run, plan, "--data", data, "--steps", "12", "--log-every", "0",
+                                              "--profile", "--threads", std::to_string(p.threads)};
+    ::ptc::ChildOptions capture;
+    capture.who = "ptc-plan";
+    capture.captureOutput = true;
+    const ::ptc::ChildResult result = ::ptc::runChild(command, capture);
     ClassSeconds measured;
-    char line[512];
     bool inProfile = false;
-    while (std::fgets(line, sizeof line, pipe)) {
-      if (std::strncmp(line, "profile:", 8) == 0) {
+    for (llvm::StringRef rest = result.output; !rest.empty();) {
+      auto [line, next] = rest.split('\n');
+      rest = next;
+      if (line.starts_with("profile:")) {
         inProfile = true;
         continue;
       }
       char kind[128];
       double ms = 0;
-      if (!inProfile || std::sscanf(line, " %127s %lf ms", kind, &ms) != 2)
+      if (!inProfile || std::sscanf(line.str().c_str(), " %127s %lf ms", kind, &ms) != 2)
         continue;
       std::string k(kind);
       (k == "Matmul" ? measured.matmul : k.rfind("CausalAttention", 0) == 0 ? measured.attention : measured.other) +=
           ms * 1e-3;
     }
-    if (::pclose(pipe) != 0 || measured.matmul <= 0)
-      return llvm::createStringError("'" + cmd + "' failed or printed no profile");
+    if (result.status != 0 || measured.matmul <= 0) {
+      std::string shown;
+      for (const std::string &a : command)
+        shown += (shown.empty() ? "" : " ") + a;
+      return llvm::createStringError("'" + shown + "' failed or printed no profile");
+    }
     p.matmulScale = measured.matmul / predicted.matmul;
     p.attentionScale = measured.attention > 0 ? measured.attention / predicted.attention : 1.0;
     p.otherScale = measured.other / predicted.other;
@@ -285,10 +292,14 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
   // Links: two ranks of ptc's MPI communicator.
   std::string tmp = "/tmp/ptc-plan-links-" + std::to_string(::getpid()) + ".json";
   // OpenMPI refuses root unless told; this run only times ptc-plan itself.
-  std::string env = ::getuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "";
-  std::string cmd = env + "mpirun --oversubscribe -np 2 " + self + " --measure-links " + tmp + " > /dev/null";
-  if (std::system(cmd.c_str()) != 0)
-    return llvm::createStringError("measuring the links failed: '" + cmd + "'");
+  ::ptc::ChildOptions quiet;
+  quiet.who = "ptc-plan";
+  quiet.discardOutput = true;
+  if (::getuid() == 0)
+    quiet.environment = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+  if (::ptc::runChild({"mpirun", "--oversubscribe", "-np", "2", self, "--measure-links", tmp}, quiet).status != 0)
+    return llvm::createStringError("measuring the links failed: 'mpirun --oversubscribe -np 2 " + self +
+                                   " --measure-links " + tmp + "'");
   std::ifstream in(tmp);
   nlohmann::json measured = nlohmann::json::parse(in, nullptr, false);
   std::remove(tmp.c_str());

@@ -1,6 +1,7 @@
 // safetensors and token data: round trips, the batch order, and errors that
 // name the file and tensor.
 
+#include "runtime/base/subprocess.h"
 #include "runtime/io/dist_checkpoint.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/scalar_log.h"
@@ -271,4 +272,36 @@ TEST(ScalarLog, CsvKeepsItsColumns) {
   std::ifstream in(path);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(all, "step,loss,lr\n1,2.5,\n2,2.25,0.5\n");
+}
+
+// The programs the tools start (runtime/base/subprocess.h): by argument
+// vector, no shell; exit status, signals and a missing program told apart.
+TEST(Subprocess, RunsByArgumentVectorAndReportsHowTheChildEnded) {
+  ptc::ChildOptions capture;
+  capture.captureOutput = true;
+  // An argument with spaces and quotes reaches the program as one argument.
+  ptc::ChildResult echoed =
+      ptc::runChild({"printf", "%s|", "a b", "it's \"quoted\"", "$HOME"}, capture);
+  EXPECT_EQ(echoed.status, 0);
+  EXPECT_EQ(echoed.output, "a b|it's \"quoted\"|$HOME|");
+
+  EXPECT_EQ(ptc::runChild({"sh", "-c", "exit 3"}).status, 3);
+  EXPECT_EQ(ptc::runChild({"sh", "-c", "kill -TERM $$"}).status, 128 + 15);
+
+  ptc::ChildOptions quiet;
+  quiet.discardErrors = true;
+  EXPECT_EQ(ptc::runChild({"ptc-no-such-program-here"}, quiet).status, 127);
+
+  ptc::ChildOptions env = capture;
+  env.environment = {{"PTC_SUBPROCESS_TEST", "x y"}};
+  EXPECT_EQ(ptc::runChild({"sh", "-c", "printf %s \"$PTC_SUBPROCESS_TEST\""}, env).output, "x y");
+  EXPECT_EQ(std::getenv("PTC_SUBPROCESS_TEST"), nullptr); // the child's only
+
+  std::vector<pid_t> seen;
+  ptc::ChildOptions watched;
+  watched.onRunning = [&](pid_t pid) { seen.push_back(pid); };
+  EXPECT_EQ(ptc::runChild({"true"}, watched).status, 0);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_EQ(seen[1], 0);
 }

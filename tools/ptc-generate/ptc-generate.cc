@@ -12,6 +12,7 @@
 #include "kernels/common/types.h"
 #include "runtime/base/parse_number.h"
 #include "runtime/base/self_path.h"
+#include "runtime/base/subprocess.h"
 #include "runtime/base/temp_dir.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/session/checkpointing.h"
@@ -235,25 +236,11 @@ std::string detokenize(const Options &o, const std::vector<int32_t> &ids) {
 }
 
 /// Runs argv (argv[0] in this tool's directory, else on PATH); its exit status.
-int runChild(std::vector<std::string> args, bool inToolDir) {
-  if (inToolDir)
-    args[0] = (toolDirectory() / args[0]).string();
-  pid_t pid = fork();
-  if (pid < 0)
-    return 127;
-  if (pid == 0) {
-    std::vector<char *> cargs;
-    for (std::string &a : args)
-      cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    execvp(cargs[0], cargs.data());
-    std::cerr << "ptc-generate: error: cannot run " << args[0] << ": " << std::strerror(errno)
-              << "\n";
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+int runProgram(std::vector<std::string> args, bool inToolDir) {
+  ChildOptions options;
+  options.place = inToolDir ? ProgramPlace::SiblingTool : ProgramPlace::OnPath;
+  options.who = "ptc-generate";
+  return ::ptc::runChild(std::move(args), options).status;
 }
 
 /// ptc-opt MODEL --ptc-compile-decode=... -o PLAN.
@@ -263,7 +250,7 @@ Status compilePlan(const Options &o, int64_t tokens, int64_t context, const fs::
     pipeline += " context=" + std::to_string(context);
   if (!o.mesh.empty())
     pipeline += " mesh=" + o.mesh;
-  int rc = runChild({"ptc-opt", o.model, "--ptc-compile-decode=" + pipeline, "-o", plan.string()},
+  int rc = runProgram({"ptc-opt", o.model, "--ptc-compile-decode=" + pipeline, "-o", plan.string()},
                     true);
   if (rc != 0)
     return invalidArgument("compiling the ", tokens == 1 ? "decode" : "prefill", " plan of '",
@@ -569,7 +556,7 @@ int main(int argc, char **argv) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
     setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
-    return finish(runChild(args, false));
+    return finish(runProgram(args, false));
   }
 
   Status s = generate(o, dir, *prompt);

@@ -21,6 +21,7 @@
 #include "runtime/base/hostfile.h"
 #include "runtime/base/option_values.h"
 #include "runtime/base/signal_handlers.h"
+#include "runtime/base/subprocess.h"
 
 #include <nlohmann/json.hpp>
 
@@ -77,25 +78,16 @@ std::string quoted(const std::vector<std::string> &argv) {
   return out;
 }
 
-/// Replaces this process with tool `argv[0]` of this build; returns only
-/// when it cannot (after saying why).
-void execTool(std::vector<std::string> argv) {
-  if (argv[0] == "srun") { // Slurm's, from PATH
-    std::vector<char *> cargs;
-    for (std::string &a : argv)
-      cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    execvp("srun", cargs.data());
-    std::fprintf(stderr, "ptc-train: error: cannot run srun: %s\n", std::strerror(errno));
-    return;
-  }
-  argv[0] = (toolDir() / argv[0]).string();
-  std::vector<char *> cargs;
-  for (std::string &a : argv)
-    cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  execv(cargs[0], cargs.data());
-  std::fprintf(stderr, "ptc-train: error: cannot run %s: %s\n", cargs[0], std::strerror(errno));
+/// Where a command of the job is: srun is Slurm's, on PATH; the rest are
+/// tools of this build.
+ptc::ProgramPlace placeOf(const std::vector<std::string> &argv) {
+  return argv[0] == "srun" ? ptc::ProgramPlace::OnPath : ptc::ProgramPlace::SiblingTool;
+}
+
+/// Replaces this process with `argv` (a tool of this build, or srun);
+/// returns only when it cannot (after saying why).
+void execTool(const std::vector<std::string> &argv) {
+  ptc::execProgram(argv, placeOf(argv), "ptc-train");
 }
 
 // SIGUSR1 and SIGTERM to ptc-train: passed on to the ranks' launcher
@@ -115,23 +107,14 @@ extern "C" void forwardSignal(int sig) {
 /// With `forward`, stop signals to ptc-train are passed on to it.
 int runTool(const std::vector<std::string> &argv, bool forward = false) {
   std::cout << std::flush;
-  pid_t pid = fork();
-  if (pid < 0) {
-    std::perror("ptc-train: fork");
-    return 1;
-  }
-  if (pid == 0) {
-    execTool(argv);
-    _exit(127);
-  }
-  gChild = pid;
-  gForward = forward;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  gForward = 0;
-  gChild = 0;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ptc::ChildOptions options;
+  options.place = placeOf(argv);
+  options.who = "ptc-train";
+  options.onRunning = [forward](pid_t pid) {
+    gChild = pid;
+    gForward = forward && pid > 0;
+  };
+  return ptc::runChild(argv, options).status;
 }
 
 /// FNV-1a, 64 bits.
@@ -176,21 +159,17 @@ std::optional<Available> availableRanks(const Job &job, bool srun, std::string &
     // given fewer (scontrol update NumTasks=...), while the environment keeps
     // what was asked at submission.
     if (const char *id = std::getenv("SLURM_JOB_ID")) {
-      std::string command = "scontrol show job -o " + std::string(id) + " 2>/dev/null";
-      if (FILE *p = popen(command.c_str(), "r")) {
-        std::string text;
-        char buf[4096];
-        for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;)
-          text.append(buf, n);
-        pclose(p);
-        size_t at = text.find(" NumTasks=");
-        if (at != std::string::npos) {
-          int64_t tasks = std::strtoll(text.c_str() + at + 10, nullptr, 10);
-          if (tasks > 0) {
-            a.ranks = tasks;
-            a.source = "Slurm's job " + std::string(id) + " (NumTasks=" + std::to_string(tasks) + ")";
-            return a;
-          }
+      ptc::ChildOptions quiet;
+      quiet.who = "ptc-train";
+      quiet.captureOutput = quiet.discardErrors = true;
+      const std::string text = ptc::runChild({"scontrol", "show", "job", "-o", id}, quiet).output;
+      size_t at = text.find(" NumTasks=");
+      if (at != std::string::npos) {
+        int64_t tasks = std::strtoll(text.c_str() + at + 10, nullptr, 10);
+        if (tasks > 0) {
+          a.ranks = tasks;
+          a.source = "Slurm's job " + std::string(id) + " (NumTasks=" + std::to_string(tasks) + ")";
+          return a;
         }
       }
     }
