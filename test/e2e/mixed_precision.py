@@ -91,14 +91,27 @@ def main():
         if opt == "adamw":
             # Under ZeRO-2, unscaling and clipping read each rank's shards of the gradients
             # (nothing gathered) and reduce the overflow flag and the norm over them: the
-            # same steps skipped, the same scales, the same losses as one rank.
+            # same steps skipped and the same scales as one rank. Not for ever: each rank's
+            # f16 gradient of its half of the batch, then the halves added, is not bitwise
+            # one rank's gradient of the whole batch, so the two runs' losses part (1e-7
+            # apart at first, amplified by training), and once they have, a step near the
+            # f16 limit can overflow in one run and not in the other (on an AVX2-only
+            # machine: step 39 of 60, 1.2e-2 apart after it). So: the same scales for as
+            # long as the losses agree to 1e-4, a span that must take in the skipped steps
+            # from the absurd initial scale and the first growth after a window of good
+            # steps; and the whole run within 2e-2 of one rank's.
             mesh = train("f16-dynamic-z2", "precision=f16 dynamic-loss-scale=true "
                          "loss-scale-init=1e9 loss-scale-window=20 mesh=dp:2 zero=2", 2)
             mesh_scales = [json.loads(line)["loss_scale"] for line in open(w("f16-dynamic-z2.jsonl"))]
-            ok &= mesh_scales == scales
-            print(f"f16 dynamic loss scale, dp:2 zero=2: the same loss scales as one rank: "
-                  f"{mesh_scales == scales}")
-            compare("f16 dynamic dp:2 z2", mesh, dyn, 1e-2)
+            agree = next((i for i, (a, r) in enumerate(zip(mesh, dyn)) if abs(a - r) / r > 1e-4),
+                         len(dyn))
+            first_growth = next((i + 1 for i, (a, b) in enumerate(zip(scales, scales[1:])) if b > a),
+                                len(scales))
+            same = mesh_scales[:agree] == scales[:agree] and agree > first_growth
+            ok &= same
+            print(f"f16 dynamic loss scale, dp:2 zero=2: the same loss scales as one rank while the "
+                  f"losses agree (steps 0-{agree - 1}; first growth at step {first_growth}): {same}")
+            compare("f16 dynamic dp:2 z2", mesh, dyn, 2e-2)
         # A skipped step changes no parameter: with every step overflowing, the
         # saved weights are the initial ones.
         plan = w(f"f16-overflow-{opt}.plan")
