@@ -22,6 +22,19 @@ namespace {
 using Kind = Value::Kind;
 
 
+/// The parts of a job's ptc-compile options: the training math (the
+/// optimizer, its schedule, clipping: given to the planner's probes and kept
+/// when the planner chooses a layout), the layout (the planner's to choose)
+/// and the rest (precision, offload, reductions, the device's memory).
+enum class CompileRole { None, Program, Layout, Other };
+
+/// A key's option spelling: "max_grad_norm" -> "--max-grad-norm".
+std::string flagOf(const std::string &key) {
+  std::string f = "--" + key;
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
 struct KeyDef {
   const char *section, *key;
   Kind kind;
@@ -30,7 +43,18 @@ struct KeyDef {
   /// A model builder's key (models/ModelKeys.h): its builders, bounds and
   /// what ptc-plan does with it.
   const models::ModelKey *model = nullptr;
+  /// A key that is a ptc-compile option (compiled()): which part of the
+  /// program it is, and the option's name ("beta1,beta2" for a pair).
+  CompileRole role = CompileRole::None;
+  std::string compile = {};
 };
+
+/// `def` as the ptc-compile option `option` (default: its key with dashes).
+KeyDef compiled(KeyDef def, CompileRole role, const char *option = nullptr) {
+  def.role = role;
+  def.compile = option ? std::string(option) : flagOf(def.key).substr(2);
+  return def;
+}
 
 Kind kindOf(models::ModelKeyType type) {
   switch (type) {
@@ -52,6 +76,8 @@ std::vector<KeyDef> modelRows(std::string_view section) {
 }
 
 const std::vector<KeyDef> &schema() {
+  constexpr CompileRole kProgram = CompileRole::Program, kLayout = CompileRole::Layout,
+                        kOther = CompileRole::Other;
   static const std::vector<KeyDef> keys = [] {
   std::vector<KeyDef> keys = {
       {"job", "name", Kind::String, "the job's name (default: the file's name without .toml)"},
@@ -67,7 +93,7 @@ const std::vector<KeyDef> &schema() {
                                                 "(seed 0; each window once per epoch, resumable), a seed, "
                                                 "or false for the files' order"},
       {"training", "seed", Kind::Int, "seed of the initial parameters"},
-      {"training", "max_grad_norm", Kind::Float, "global gradient-norm clipping (0: off)"},
+      compiled({"training", "max_grad_norm", Kind::Float, "global gradient-norm clipping (0: off)"}, kProgram),
       {"training", "on_nonfinite", Kind::String, "a step with non-finite loss or gradients: skip its update (and warn) or stop", {"skip", "stop"}},
       {"training", "max_skipped_steps", Kind::Int, "with skip: stop after this many such steps in a row (0: no limit)"},
       {"training", "init", Kind::String, "initial weights: safetensors or a Hugging Face folder"},
@@ -75,40 +101,40 @@ const std::vector<KeyDef> &schema() {
       {"training", "device", Kind::String, "cpu, cuda or auto", {"cpu", "cuda", "auto", "cpu-discrete"}},
       {"training", "threads", Kind::Int, "kernel threads per rank (default: cores / ranks)"},
 
-      {"optimizer", "name", Kind::String, "optimizer", {"adamw", "sgd", "adafactor", "muon"}},
-      {"optimizer", "lr", Kind::Float, "learning rate (the peak, with a schedule)"},
-      {"optimizer", "betas", Kind::FloatPair, "AdamW [beta1, beta2]"},
-      {"optimizer", "eps", Kind::Float, "AdamW epsilon"},
-      {"optimizer", "weight_decay", Kind::Float, "decoupled weight decay (matrices)"},
-      {"optimizer", "momentum", Kind::Float, "SGD momentum"},
-      {"optimizer", "muon_momentum", Kind::Float, "Muon momentum (default 0.95)"},
-      {"optimizer", "muon_nesterov", Kind::Bool, "Muon: Nesterov momentum (default true)"},
-      {"optimizer", "muon_ns_steps", Kind::Int, "Muon: Newton-Schulz iterations (default 5)"},
-      {"optimizer", "muon_ns_dtype", Kind::String, "Muon: Newton-Schulz element type", {"f32", "bf16"}},
-      {"optimizer", "muon_scale", Kind::Float, "Muon: update scale times sqrt(max(rows, cols)) (default 0.2)"},
+      compiled({"optimizer", "name", Kind::String, "optimizer", {"adamw", "sgd", "adafactor", "muon"}}, kProgram, "optimizer"),
+      compiled({"optimizer", "lr", Kind::Float, "learning rate (the peak, with a schedule)"}, kProgram),
+      compiled({"optimizer", "betas", Kind::FloatPair, "AdamW [beta1, beta2]"}, kProgram, "beta1,beta2"),
+      compiled({"optimizer", "eps", Kind::Float, "AdamW epsilon"}, kProgram),
+      compiled({"optimizer", "weight_decay", Kind::Float, "decoupled weight decay (matrices)"}, kProgram),
+      compiled({"optimizer", "momentum", Kind::Float, "SGD momentum"}, kProgram),
+      compiled({"optimizer", "muon_momentum", Kind::Float, "Muon momentum (default 0.95)"}, kProgram),
+      compiled({"optimizer", "muon_nesterov", Kind::Bool, "Muon: Nesterov momentum (default true)"}, kProgram),
+      compiled({"optimizer", "muon_ns_steps", Kind::Int, "Muon: Newton-Schulz iterations (default 5)"}, kProgram),
+      compiled({"optimizer", "muon_ns_dtype", Kind::String, "Muon: Newton-Schulz element type", {"f32", "bf16"}}, kProgram),
+      compiled({"optimizer", "muon_scale", Kind::Float, "Muon: update scale times sqrt(max(rows, cols)) (default 0.2)"}, kProgram),
 
-      {"lr_scheduler", "warmup_steps", Kind::Int, "linear warmup steps"},
-      {"lr_scheduler", "decay", Kind::String, "after warmup", {"constant", "cosine", "linear"}},
-      {"lr_scheduler", "decay_steps", Kind::Int, "step at which the decay reaches min_lr (default: steps)"},
-      {"lr_scheduler", "min_lr", Kind::Float, "learning rate at the end of the decay"},
+      compiled({"lr_scheduler", "warmup_steps", Kind::Int, "linear warmup steps"}, kProgram),
+      compiled({"lr_scheduler", "decay", Kind::String, "after warmup", {"constant", "cosine", "linear"}}, kProgram, "lr-schedule"),
+      compiled({"lr_scheduler", "decay_steps", Kind::Int, "step at which the decay reaches min_lr (default: steps)"}, kProgram),
+      compiled({"lr_scheduler", "min_lr", Kind::Float, "learning rate at the end of the decay"}, kProgram),
 
-      {"parallelism", "mesh", Kind::String, "device mesh, e.g. \"dp:2,tp:2\" (ranks = the product)"},
-      {"parallelism", "microbatches", Kind::Int, "micro-batches per step (accumulation, pipelines)"},
-      {"parallelism", "schedule", Kind::String, "pipeline schedule", optionSpellings<schedule::ScheduleKind>()},
-      {"parallelism", "virtual_stages", Kind::Int, "model chunks per pipeline rank"},
-      {"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"},
-      {"parallelism", "reshard_after_forward", Kind::Bool, "ZeRO-3: gather again in the backward pass (default true; false: FSDP's SHARD_GRAD_OP)"},
-      {"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"},
-      {"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", optionSpellings<CpAttention>()},
-      {"parallelism", "recompute", Kind::String, "activation recomputation", optionSpellings<Recompute>()},
-      {"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"},
-      {"parallelism", "precision", Kind::String, "compute precision", optionSpellings<Precision>()},
-      {"parallelism", "offload", Kind::String, "optimizer offload to host memory", optionSpellings<Offload>()},
-      {"parallelism", "offload_target", Kind::String, "where offloaded state lives", optionSpellings<OffloadTarget>()},
-      {"parallelism", "offload_path", Kind::String, "nvme: the directory of the offload file"},
-      {"parallelism", "grad_reduce_dtype", Kind::String, "gradient reduction type", {"f32", "bf16"}},
-      {"parallelism", "bucket_mb", Kind::Float, "gradient all-reduce bucket size in MiB"},
-      {"parallelism", "dynamic_loss_scale", Kind::Bool, "dynamic loss scaling (f16)"},
+      compiled({"parallelism", "mesh", Kind::String, "device mesh, e.g. \"dp:2,tp:2\" (ranks = the product)"}, kLayout),
+      compiled({"parallelism", "microbatches", Kind::Int, "micro-batches per step (accumulation, pipelines)"}, kLayout),
+      compiled({"parallelism", "schedule", Kind::String, "pipeline schedule", optionSpellings<schedule::ScheduleKind>()}, kLayout),
+      compiled({"parallelism", "virtual_stages", Kind::Int, "model chunks per pipeline rank"}, kLayout),
+      compiled({"parallelism", "zero", Kind::Int, "ZeRO stage over dp (0-3)"}, kLayout),
+      compiled({"parallelism", "reshard_after_forward", Kind::Bool, "ZeRO-3: gather again in the backward pass (default true; false: FSDP's SHARD_GRAD_OP)"}, kLayout),
+      compiled({"parallelism", "sequence_parallel", Kind::Bool, "split the sequence over tp too (Megatron-SP)"}, kLayout),
+      compiled({"parallelism", "cp_attention", Kind::String, "attention under a cp mesh axis (context parallelism)", optionSpellings<CpAttention>()}, kLayout),
+      compiled({"parallelism", "recompute", Kind::String, "activation recomputation", optionSpellings<Recompute>()}, kLayout),
+      compiled({"parallelism", "recompute_layers", Kind::Int, "recompute only the first N layers of a chunk"}, kLayout),
+      compiled({"parallelism", "precision", Kind::String, "compute precision", optionSpellings<Precision>()}, kOther),
+      compiled({"parallelism", "offload", Kind::String, "optimizer offload to host memory", optionSpellings<Offload>()}, kOther),
+      compiled({"parallelism", "offload_target", Kind::String, "where offloaded state lives", optionSpellings<OffloadTarget>()}, kOther),
+      compiled({"parallelism", "offload_path", Kind::String, "nvme: the directory of the offload file"}, kOther),
+      compiled({"parallelism", "grad_reduce_dtype", Kind::String, "gradient reduction type", {"f32", "bf16"}}, kOther),
+      compiled({"parallelism", "bucket_mb", Kind::Float, "gradient all-reduce bucket size in MiB"}, kOther),
+      compiled({"parallelism", "dynamic_loss_scale", Kind::Bool, "dynamic loss scaling (f16)"}, kOther),
 
       {"checkpoint", "dir", Kind::String, "checkpoint folder (default <dir>/checkpoints)"},
       {"checkpoint", "every", Kind::Int, "a checkpoint every N steps (and at the end)"},
@@ -123,9 +149,9 @@ const std::vector<KeyDef> &schema() {
       {"launch", "elastic", Kind::Bool, "on fewer ranks than the mesh: re-plan (ptc-plan), recompile, resume"},
       {"launch", "cluster", Kind::String, "the planner's machine for elastic re-plans: a ptc-plan preset or JSON "
                                           "(default: this machine, calibrated once into the job's folder)"},
-      {"launch", "device_memory", Kind::String, "memory per device, e.g. \"80GB\": the compile refuses a plan that needs "
+      compiled({"launch", "device_memory", Kind::String, "memory per device, e.g. \"80GB\": the compile refuses a plan that needs "
                                                 "more, elastic re-plans choose layouts within it (default: no check; "
-                                                "the planner's cluster's)"},
+                                                "the planner's cluster's)"}, kOther),
 
       {"eval", "data", Kind::String, "validation token file"},
       {"eval", "every", Kind::Int, "evaluate every N steps (and after the last)"},
@@ -334,13 +360,6 @@ bool applyOverride(toml::table &root, const std::string &text, std::string &erro
   }
   sec->insert_or_assign(key, *node);
   return true;
-}
-
-/// A key's option spelling: "max_grad_norm" -> "--max-grad-norm".
-std::string flagOf(const std::string &key) {
-  std::string f = "--" + key;
-  std::replace(f.begin(), f.end(), '_', '-');
-  return f;
 }
 
 std::string fmt(double v) {
@@ -554,51 +573,44 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     c.model.push_back(c.modelFile);
   }
 
-  // The compile options.
+  // The compile options: every key that is one (compiled() in the schema),
+  // the training math first (the planner's probes compile with it alone).
   std::vector<std::string> opts;
   auto opt = [&](const std::string &name, const std::string &value) { opts.push_back(name + "=" + value); };
-  if (const Value *v = get("optimizer.name"))
-    opt("optimizer", v->s);
-  if (const Value *v = get("optimizer.lr"))
-    opt("lr", fmt(v->f));
-  if (const Value *v = get("optimizer.betas")) {
-    opt("beta1", fmt(v->pair[0]));
-    opt("beta2", fmt(v->pair[1]));
-  }
-  if (const Value *v = get("optimizer.eps"))
-    opt("eps", fmt(v->f));
-  if (const Value *v = get("optimizer.weight_decay"))
-    opt("weight-decay", fmt(v->f));
-  if (const Value *v = get("optimizer.momentum"))
-    opt("momentum", fmt(v->f));
-  if (const Value *v = get("optimizer.muon_momentum"))
-    opt("muon-momentum", fmt(v->f));
-  if (const Value *v = get("optimizer.muon_nesterov"))
-    opt("muon-nesterov", v->b ? "true" : "false");
-  if (const Value *v = get("optimizer.muon_ns_steps"))
-    opt("muon-ns-steps", std::to_string(v->i));
-  if (const Value *v = get("optimizer.muon_ns_dtype"))
-    opt("muon-ns-dtype", v->s);
-  if (const Value *v = get("optimizer.muon_scale"))
-    opt("muon-scale", fmt(v->f));
-  if (const Value *v = get("training.max_grad_norm"))
-    opt("max-grad-norm", fmt(v->f));
-  if (const Value *v = get("lr_scheduler.decay")) {
-    opt("lr-schedule", v->s);
-    if (const Value *w = get("lr_scheduler.warmup_steps"))
-      opt("warmup-steps", std::to_string(w->i));
-    if (kernels::lookupLrScheduleKind(v->s) != kernels::LrScheduleKind::Constant) {
-      const Value *d = get("lr_scheduler.decay_steps");
-      opt("decay-steps", std::to_string(d ? d->i : get("training.steps")->i));
+  auto emit = [&](const KeyDef &d, const Value &v) {
+    switch (v.kind) {
+    case Kind::Int:
+      return opt(d.compile, std::to_string(v.i));
+    case Kind::Float:
+      return opt(d.compile, fmt(v.f));
+    case Kind::Bool:
+      return opt(d.compile, v.b ? "true" : "false");
+    case Kind::FloatPair: { // "beta1,beta2"
+      const size_t comma = d.compile.find(',');
+      opt(d.compile.substr(0, comma), fmt(v.pair[0]));
+      return opt(d.compile.substr(comma + 1), fmt(v.pair[1]));
     }
-    if (const Value *m = get("lr_scheduler.min_lr"))
-      opt("min-lr", fmt(m->f));
+    default:
+      return opt(d.compile, v.s);
+    }
+  };
+  for (CompileRole part : {CompileRole::Program, CompileRole::Layout, CompileRole::Other}) {
+    for (const KeyDef &d : schema())
+      if (d.role == part)
+        if (const Value *v = get(std::string(d.section) + "." + d.key))
+          emit(d, *v);
+    if (part != CompileRole::Program)
+      continue;
+    // A decaying schedule ends at the last step unless told otherwise.
+    if (const Value *v = get("lr_scheduler.decay");
+        v && kernels::lookupLrScheduleKind(v->s) != kernels::LrScheduleKind::Constant &&
+        !get("lr_scheduler.decay_steps"))
+      opt("decay-steps", std::to_string(get("training.steps")->i));
+    for (const std::string &o : opts)
+      c.programOptions += (c.programOptions.empty() ? "" : " ") + o;
   }
-  for (const std::string &o : opts)
-    c.programOptions += (c.programOptions.empty() ? "" : " ") + o;
+  // The rank count: the product of the mesh (ptc-opt checks the names).
   if (const Value *v = get("parallelism.mesh")) {
-    opt("mesh", v->s);
-    // The rank count: the product of the mesh (ptc-opt checks the names).
     StatusOr<MeshText> mesh = parseMeshText(v->s);
     if (!mesh.isOk()) {
       error = job.path + ": parallelism.mesh = \"" + v->s + "\": " + mesh.status().message();
@@ -606,24 +618,6 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
     }
     c.ranks = static_cast<int>(mesh->devices());
   }
-  for (const char *k : {"microbatches", "virtual_stages", "zero", "recompute_layers"})
-    if (const Value *v = get(std::string("parallelism.") + k))
-      opt(flagOf(k).substr(2), std::to_string(v->i));
-  for (const char *k : {"schedule", "recompute", "precision", "offload", "offload_target",
-                        "offload_path", "grad_reduce_dtype", "cp_attention"})
-    if (const Value *v = get(std::string("parallelism.") + k))
-      opt(flagOf(k).substr(2), v->s);
-  if (const Value *v = get("parallelism.bucket_mb"))
-    opt("bucket-mb", fmt(v->f));
-  for (const char *k : {"sequence_parallel", "dynamic_loss_scale"})
-    if (const Value *v = get(std::string("parallelism.") + k); v && v->b)
-      opt(flagOf(k).substr(2), "true");
-  if (const Value *v = get("parallelism.reshard_after_forward"))
-    opt("reshard-after-forward", v->b ? "true" : "false");
-  // The device the job is for: a plan that does not fit it is refused when
-  // it is compiled (ptc-opt's device-memory=), not when a rank runs out.
-  if (const Value *v = get("launch.device_memory"))
-    opt("device-memory", v->s);
   for (const std::string &o : opts)
     c.compileOptions += (c.compileOptions.empty() ? "" : " ") + o;
 
@@ -695,42 +689,38 @@ std::optional<JobCommands> jobCommands(const Job &job, std::string &error) {
 }
 
 std::optional<std::string> applyLayout(Job &job, const std::string &options, std::string &error) {
-  // The layout keys the planner decides; the rest of the job (the optimizer,
-  // the precision, the data, the global batch) is the training math and stays.
-  static const std::pair<const char *, const char *> layoutKeys[] = {
-      {"mesh", "mesh"},
-      {"microbatches", "microbatches"},
-      {"schedule", "schedule"},
-      {"virtual-stages", "virtual_stages"},
-      {"zero", "zero"},
-      {"recompute", "recompute"},
-      {"recompute-layers", "recompute_layers"},
-      {"sequence-parallel", "sequence_parallel"},
-      {"cp-attention", "cp_attention"},
-      {"reshard-after-forward", "reshard_after_forward"}};
+  // The layout keys the planner decides (CompileRole::Layout); the rest of
+  // the job (the optimizer, the precision, the data, the global batch) is
+  // the training math and stays.
+  auto layoutKey = [](const std::string &option) -> const KeyDef * {
+    for (const KeyDef &d : schema())
+      if (d.role == CompileRole::Layout && d.compile == option)
+        return &d;
+    return nullptr;
+  };
   auto describe = [&] {
     std::string d;
-    for (auto [option, key] : layoutKeys)
-      if (const Value *v = job.get(std::string("parallelism.") + key)) {
-        std::string text = v->kind == Kind::Int    ? std::to_string(v->i)
-                           : v->kind == Kind::Bool ? (v->b ? "true" : "false")
-                                                   : v->s;
-        d += (d.empty() ? "" : " ") + std::string(option) + "=" + text;
-      }
+    for (const KeyDef &def : schema())
+      if (def.role == CompileRole::Layout)
+        if (const Value *v = job.get(std::string(def.section) + "." + def.key)) {
+          std::string text = v->kind == Kind::Int    ? std::to_string(v->i)
+                             : v->kind == Kind::Bool ? (v->b ? "true" : "false")
+                                                     : v->s;
+          d += (d.empty() ? "" : " ") + def.compile + "=" + text;
+        }
     return d.empty() ? std::string("one rank") : d;
   };
   const std::string before = describe();
-  for (auto [option, key] : layoutKeys)
-    job.values.erase(std::string("parallelism.") + key);
+  for (const KeyDef &def : schema())
+    if (def.role == CompileRole::Layout)
+      job.values.erase(std::string(def.section) + "." + def.key);
   std::istringstream words(options);
   for (std::string word; words >> word;) {
     size_t eq = word.find('=');
     std::string name = word.substr(0, eq), text = eq == std::string::npos ? "" : word.substr(eq + 1);
     if (name == "precision")
       continue; // the job's own, given to the planner
-    auto it = std::find_if(std::begin(layoutKeys), std::end(layoutKeys),
-                           [&](auto k) { return name == k.first; });
-    const KeyDef *def = it == std::end(layoutKeys) ? nullptr : findKey("parallelism", it->second);
+    const KeyDef *def = layoutKey(name);
     if (!def || text.empty()) {
       error = "the planner's layout '" + options + "' has '" + word + "', which ptc-train cannot set";
       return std::nullopt;
@@ -744,7 +734,7 @@ std::optional<std::string> applyLayout(Job &job, const std::string &options, std
     } else {
       v.s = text;
     }
-    job.values[std::string("parallelism.") + it->second] = v;
+    job.values[std::string(def->section) + "." + def->key] = v;
   }
   return before + " -> " + describe();
 }
