@@ -73,17 +73,16 @@ llvm::Error mlir::ptc::checkPreset(const ModelArgs &args, ::ptc::BuilderKind bui
   return p ? llvm::Error::success() : p.takeError();
 }
 
-llvm::Expected<GptConfig> mlir::ptc::gptConfigFrom(const ModelArgs &args) {
-  GptConfig c;
-  llvm::Expected<const ModelPreset *> p = presetOf(args, ::ptc::BuilderKind::Gpt);
-  if (!p)
-    return p.takeError();
-  if (*p) {
-    c.layers = (*p)->layers;
-    c.hidden = (*p)->hidden;
-    c.heads = (*p)->heads;
-    c.seq = (*p)->seq;
-    c.vocab = (*p)->vocab;
+namespace {
+/// The keys GPT and Llama share, over the preset's shapes (`preset`, or none).
+template <typename Config>
+llvm::Error readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelPreset *preset) {
+  if (preset) {
+    c.layers = preset->layers;
+    c.hidden = preset->hidden;
+    c.heads = preset->heads;
+    c.seq = preset->seq;
+    c.vocab = preset->vocab;
   }
   c.layers = args.intOr("layers", c.layers);
   c.hidden = args.intOr("hidden", c.hidden);
@@ -95,9 +94,20 @@ llvm::Expected<GptConfig> mlir::ptc::gptConfigFrom(const ModelArgs &args) {
   if (!dtype)
     return dtype.takeError();
   c.dtype = *dtype;
-  c.dropout = args.floatOr("dropout", c.dropout);
   c.documentEnd = args.intOr("document_end", c.documentEnd);
-  c.moe = moeLayers(args, presetMoe(*p));
+  c.moe = moeLayers(args, presetMoe(preset));
+  return llvm::Error::success();
+}
+} // namespace
+
+llvm::Expected<GptConfig> mlir::ptc::gptConfigFrom(const ModelArgs &args) {
+  GptConfig c;
+  llvm::Expected<const ModelPreset *> p = presetOf(args, ::ptc::BuilderKind::Gpt);
+  if (!p)
+    return p.takeError();
+  if (llvm::Error e = readLanguageModelKeys(c, args, *p))
+    return std::move(e);
+  c.dropout = args.floatOr("dropout", c.dropout);
   if (llvm::Error e = validateGptConfig(c))
     return std::move(e);
   return c;
@@ -109,35 +119,20 @@ llvm::Expected<LlamaConfig> mlir::ptc::llamaConfigFrom(const ModelArgs &args) {
   if (!p)
     return p.takeError();
   if (*p) {
-    c.layers = (*p)->layers;
-    c.hidden = (*p)->hidden;
-    c.heads = (*p)->heads;
     c.kvHeads = (*p)->kvHeads;
     c.intermediate = (*p)->intermediate;
-    c.seq = (*p)->seq;
-    c.vocab = (*p)->vocab;
     c.ropeTheta = (*p)->ropeTheta;
     c.rmsNormEps = (*p)->rmsNormEps;
     c.tieEmbeddings = (*p)->tieEmbeddings;
   }
-  c.layers = args.intOr("layers", c.layers);
-  c.hidden = args.intOr("hidden", c.hidden);
-  c.heads = args.intOr("heads", c.heads);
+  if (llvm::Error e = readLanguageModelKeys(c, args, *p))
+    return std::move(e);
   // Without a preset, the kv heads default to the (possibly given) heads.
   c.kvHeads = args.intOr("kv_heads", *p ? c.kvHeads : c.heads);
   c.intermediate = args.intOr("intermediate", c.intermediate);
-  c.seq = args.intOr("seq", c.seq);
-  c.vocab = args.intOr("vocab", c.vocab);
   c.ropeTheta = args.floatOr("rope_theta", c.ropeTheta);
   c.rmsNormEps = args.floatOr("rms_norm_eps", c.rmsNormEps);
   c.tieEmbeddings = args.boolOr("tie_embeddings", c.tieEmbeddings);
-  c.batch = args.intOr("batch", c.batch);
-  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
-  if (!dtype)
-    return dtype.takeError();
-  c.dtype = *dtype;
-  c.documentEnd = args.intOr("document_end", c.documentEnd);
-  c.moe = moeLayers(args, presetMoe(*p));
   if (llvm::Error e = validateLlamaConfig(c))
     return std::move(e);
   return c;
