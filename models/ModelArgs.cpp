@@ -74,9 +74,24 @@ llvm::Error mlir::ptc::checkPreset(const ModelArgs &args, ::ptc::BuilderKind bui
 }
 
 namespace {
+/// The keys every builder takes (the batch, the element type), then the
+/// builder's own checks of the whole configuration.
+template <typename Config>
+llvm::Expected<Config> finishConfig(Config c, const ModelArgs &args,
+                                    llvm::Error (*validate)(const Config &)) {
+  c.batch = args.intOr("batch", c.batch);
+  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
+  if (!dtype)
+    return dtype.takeError();
+  c.dtype = *dtype;
+  if (llvm::Error e = validate(c))
+    return std::move(e);
+  return c;
+}
+
 /// The keys GPT and Llama share, over the preset's shapes (`preset`, or none).
 template <typename Config>
-llvm::Error readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelPreset *preset) {
+void readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelPreset *preset) {
   if (preset) {
     c.layers = preset->layers;
     c.hidden = preset->hidden;
@@ -89,14 +104,8 @@ llvm::Error readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelP
   c.heads = args.intOr("heads", c.heads);
   c.seq = args.intOr("seq", c.seq);
   c.vocab = args.intOr("vocab", c.vocab);
-  c.batch = args.intOr("batch", c.batch);
-  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
-  if (!dtype)
-    return dtype.takeError();
-  c.dtype = *dtype;
   c.documentEnd = args.intOr("document_end", c.documentEnd);
   c.moe = moeLayers(args, presetMoe(preset));
-  return llvm::Error::success();
 }
 } // namespace
 
@@ -105,12 +114,9 @@ llvm::Expected<GptConfig> mlir::ptc::gptConfigFrom(const ModelArgs &args) {
   llvm::Expected<const ModelPreset *> p = presetOf(args, ::ptc::BuilderKind::Gpt);
   if (!p)
     return p.takeError();
-  if (llvm::Error e = readLanguageModelKeys(c, args, *p))
-    return std::move(e);
+  readLanguageModelKeys(c, args, *p);
   c.dropout = args.floatOr("dropout", c.dropout);
-  if (llvm::Error e = validateGptConfig(c))
-    return std::move(e);
-  return c;
+  return finishConfig(c, args, validateGptConfig);
 }
 
 llvm::Expected<LlamaConfig> mlir::ptc::llamaConfigFrom(const ModelArgs &args) {
@@ -125,17 +131,14 @@ llvm::Expected<LlamaConfig> mlir::ptc::llamaConfigFrom(const ModelArgs &args) {
     c.rmsNormEps = (*p)->rmsNormEps;
     c.tieEmbeddings = (*p)->tieEmbeddings;
   }
-  if (llvm::Error e = readLanguageModelKeys(c, args, *p))
-    return std::move(e);
+  readLanguageModelKeys(c, args, *p);
   // Without a preset, the kv heads default to the (possibly given) heads.
   c.kvHeads = args.intOr("kv_heads", *p ? c.kvHeads : c.heads);
   c.intermediate = args.intOr("intermediate", c.intermediate);
   c.ropeTheta = args.floatOr("rope_theta", c.ropeTheta);
   c.rmsNormEps = args.floatOr("rms_norm_eps", c.rmsNormEps);
   c.tieEmbeddings = args.boolOr("tie_embeddings", c.tieEmbeddings);
-  if (llvm::Error e = validateLlamaConfig(c))
-    return std::move(e);
-  return c;
+  return finishConfig(c, args, validateLlamaConfig);
 }
 
 llvm::Expected<MlpConfig> mlir::ptc::mlpConfigFrom(const ModelArgs &args) {
@@ -144,14 +147,7 @@ llvm::Expected<MlpConfig> mlir::ptc::mlpConfigFrom(const ModelArgs &args) {
   c.input = args.intOr("input", c.input);
   c.hidden = args.intOr("hidden", c.hidden);
   c.classes = args.intOr("classes", c.classes);
-  c.batch = args.intOr("batch", c.batch);
-  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
-  if (!dtype)
-    return dtype.takeError();
-  c.dtype = *dtype;
-  if (llvm::Error e = validateMlpConfig(c))
-    return std::move(e);
-  return c;
+  return finishConfig(c, args, validateMlpConfig);
 }
 
 llvm::Expected<MoeConfig> mlir::ptc::moeConfigFrom(const ModelArgs &args) {
@@ -163,14 +159,7 @@ llvm::Expected<MoeConfig> mlir::ptc::moeConfigFrom(const ModelArgs &args) {
   c.capacityFactor = args.floatOr("capacity_factor", c.capacityFactor);
   c.groups = args.intOr("groups", c.groups);
   c.classes = args.intOr("classes", c.classes);
-  c.batch = args.intOr("batch", c.batch);
-  llvm::Expected<::ptc::FloatDtype> dtype = dtypeOf(args);
-  if (!dtype)
-    return dtype.takeError();
-  c.dtype = *dtype;
-  if (llvm::Error e = validateMoeConfig(c))
-    return std::move(e);
-  return c;
+  return finishConfig(c, args, validateMoeConfig);
 }
 
 namespace {

@@ -243,12 +243,9 @@ llvm::Error correctByRealRuns(Cluster &c, const std::string &self, llvm::raw_ost
       (k == "Matmul" ? measured.matmul : k.rfind("CausalAttention", 0) == 0 ? measured.attention : measured.other) +=
           ms * 1e-3;
     }
-    if (result.status != 0 || measured.matmul <= 0) {
-      std::string shown;
-      for (const std::string &a : command)
-        shown += (shown.empty() ? "" : " ") + a;
-      return llvm::createStringError("'" + shown + "' failed or printed no profile");
-    }
+    if (result.status != 0 || measured.matmul <= 0)
+      return llvm::createStringError("'" + ::ptc::commandText(command) + "' failed (exit status " +
+                                     std::to_string(result.status) + ") or printed no profile");
     p.matmulScale = measured.matmul / predicted.matmul;
     p.attentionScale = measured.attention > 0 ? measured.attention / predicted.attention : 1.0;
     p.otherScale = measured.other / predicted.other;
@@ -297,9 +294,10 @@ llvm::Expected<Cluster> calibrate(const std::string &self, llvm::raw_ostream &lo
   quiet.discardOutput = true;
   if (::getuid() == 0)
     quiet.environment = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
-  if (::ptc::runChild({"mpirun", "--oversubscribe", "-np", "2", self, "--measure-links", tmp}, quiet).status != 0)
-    return llvm::createStringError("measuring the links failed: 'mpirun --oversubscribe -np 2 " + self +
-                                   " --measure-links " + tmp + "'");
+  const std::vector<std::string> links = {"mpirun", "--oversubscribe", "-np", "2", self, "--measure-links", tmp};
+  if (int status = ::ptc::runChild(links, quiet).status; status != 0)
+    return llvm::createStringError("measuring the links failed: '" + ::ptc::commandText(links) +
+                                   "' (exit status " + std::to_string(status) + ")");
   std::ifstream in(tmp);
   nlohmann::json measured = nlohmann::json::parse(in, nullptr, false);
   std::remove(tmp.c_str());

@@ -31,6 +31,24 @@ enum class ProgramPlace {
   OnPath,      ///< on PATH, as a shell would find it
 };
 
+/// `argv` as a shell would take it back: words with spaces, quotes or shell
+/// characters in single quotes (for messages and --dry-run listings).
+inline std::string commandText(const std::vector<std::string> &argv) {
+  std::string out;
+  for (const std::string &a : argv) {
+    const bool plain = !a.empty() && a.find_first_of(" \t\"'$*?;&|<>()\\") == std::string::npos;
+    std::string word = a;
+    if (!plain) {
+      word = "'";
+      for (char c : a)
+        word += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      word += "'";
+    }
+    out += (out.empty() ? "" : " ") + word;
+  }
+  return out;
+}
+
 /// Replaces this process with `argv`; returns only when it cannot, after
 /// saying why on stderr as "<who>: error: cannot run PROGRAM: REASON".
 inline void execProgram(std::vector<std::string> argv, ProgramPlace place, const char *who) {
@@ -75,8 +93,11 @@ struct ChildResult {
 inline ChildResult runChild(std::vector<std::string> argv, const ChildOptions &options = {}) {
   ChildResult result;
   int fds[2] = {-1, -1};
-  if (options.captureOutput && ::pipe(fds) != 0)
+  if (options.captureOutput && ::pipe(fds) != 0) {
+    std::fprintf(stderr, "%s: error: cannot start %s: no pipe for its output: %s\n", options.who,
+                 argv.empty() ? "?" : argv[0].c_str(), std::strerror(errno));
     return result;
+  }
   std::fflush(nullptr); // our buffered output before the child's
   const pid_t pid = ::fork();
   if (pid < 0) {

@@ -304,4 +304,10 @@ TEST(Subprocess, RunsByArgumentVectorAndReportsHowTheChildEnded) {
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_GT(seen[0], 0);
   EXPECT_EQ(seen[1], 0);
+
+  // Commands as messages and --dry-run print them: a shell takes each back as one word.
+  const std::vector<std::string> words = {"ptc-opt", "a b", "it's", "--x=1"};
+  EXPECT_EQ(ptc::commandText(words), "ptc-opt 'a b' 'it'\\''s' --x=1");
+  ptc::ChildResult back = ptc::runChild({"sh", "-c", "printf '%s|' " + ptc::commandText(words)}, capture);
+  EXPECT_EQ(back.output, "ptc-opt|a b|it's|--x=1|");
 }

@@ -69,14 +69,6 @@ MPIJob). Relative paths are relative to the current folder.
 
 fs::path toolDir() { return ptc::toolDirectory(); }
 
-std::string quoted(const std::vector<std::string> &argv) {
-  std::string out;
-  for (const std::string &a : argv) {
-    bool plain = !a.empty() && a.find_first_of(" \t\"'$*?;&|<>()\\") == std::string::npos;
-    out += (out.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
-  }
-  return out;
-}
 
 /// Where a command of the job is: srun is Slurm's, on PATH; the rest are
 /// tools of this build.
@@ -245,7 +237,7 @@ std::optional<std::string> planLayout(const Job &job, const JobCommands &c, int6
     const std::string calibration = job.dir + "/calibration.json";
     if (!fs::exists(calibration)) {
       std::vector<std::string> calibrate = {"ptc-plan", "--calibrate", "-o", calibration};
-      std::cout << "ptc-train: " << quoted(calibrate) << "\n";
+      std::cout << "ptc-train: " << ptc::commandText(calibrate) << "\n";
       if (int rc = runTool(calibrate); rc != 0) {
         std::cerr << "ptc-train: error: calibrating this machine for the planner failed (ptc-plan exit "
                   << rc << "); give [launch] cluster\n";
@@ -258,7 +250,7 @@ std::optional<std::string> planLayout(const Job &job, const JobCommands &c, int6
     plan.insert(plan.end(), {"--device-memory", memory->s});
   const std::string rows = job.dir + "/plans/elastic-" + std::to_string(ranks) + ".json";
   plan.insert(plan.end(), {"--json", rows});
-  std::cout << "ptc-train: " << quoted(plan) << "\n";
+  std::cout << "ptc-train: " << ptc::commandText(plan) << "\n";
   if (int rc = runTool(plan); rc != 0) {
     std::cerr << "ptc-train: error: cannot continue on " << ranks << (ranks == 1 ? " rank" : " ranks")
               << ": ptc-plan found no layout (exit " << rc << "; its message above says why)\n";
@@ -336,7 +328,7 @@ std::string compilePlan(const Job &job, const JobCommands &c) {
                                       "--ptc-compile=plan=" + tmp +
                                           (c.compileOptions.empty() ? "" : " ") + c.compileOptions,
                                       "-o", "/dev/null"};
-  std::cout << "ptc-train: " << quoted(compile) << "\n";
+  std::cout << "ptc-train: " << ptc::commandText(compile) << "\n";
   auto start = std::chrono::steady_clock::now();
   std::error_code ec;
   if (int rc = runTool(compile); rc != 0) {
@@ -522,11 +514,11 @@ int main(int argc, char **argv) {
   const std::vector<std::string> missing = missingInputs(*job);
   if (dryRun) {
     if (!c.model.empty())
-      std::cout << quoted(c.model) << "\n";
-    std::cout << quoted({"ptc-opt", c.modelFile, "--ptc-compile=plan=PLAN " + c.compileOptions, "-o",
+      std::cout << ptc::commandText(c.model) << "\n";
+    std::cout << ptc::commandText({"ptc-opt", c.modelFile, "--ptc-compile=plan=PLAN " + c.compileOptions, "-o",
                          "/dev/null"})
               << "\n";
-    std::cout << quoted(runCommand(*job, c, job->dir + "/plans/PLAN.plan", srun, restartsLeft)) << "\n";
+    std::cout << ptc::commandText(runCommand(*job, c, job->dir + "/plans/PLAN.plan", srun, restartsLeft)) << "\n";
     // Checked, not run: the inputs a run reads, and the compile (scratch).
     for (const std::string &m : missing)
       std::cout << "ptc-train: note: " << m << " does not exist (a run needs it)\n";
@@ -554,7 +546,7 @@ int main(int argc, char **argv) {
   }
   if (!c.model.empty()) {
     const std::vector<std::string> model = withoutHfConfig(c.model);
-    std::cout << "ptc-train: " << quoted(model) << "\n";
+    std::cout << "ptc-train: " << ptc::commandText(model) << "\n";
     if (int rc = runTool(model); rc != 0) {
       std::cerr << "ptc-train: error: building the model failed (ptc-model exit " << rc << ")\n";
       return 1;
@@ -587,7 +579,7 @@ int main(int argc, char **argv) {
     fs::create_directories(fs::path(c.hfConfig).parent_path(), ec);
     std::vector<std::string> config = c.model;
     config.back() = "/dev/null"; // the model itself is built already
-    std::cout << "ptc-train: " << quoted(config) << "\n";
+    std::cout << "ptc-train: " << ptc::commandText(config) << "\n";
     if (int rc = runTool(config); rc != 0) {
       std::cerr << "ptc-train: error: writing '" << c.hfConfig << "' failed (ptc-model exit " << rc << ")\n";
       return 1;
@@ -604,7 +596,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> run = runCommand(*job, c, plan, srun, restartsLeft);
   if (auto r = std::find(run.begin(), run.end(), "--resume"); r != run.end())
     std::cout << "ptc-train: resuming from the newest checkpoint in " << r[1] << "\n";
-  std::cout << "ptc-train: " << quoted(run) << "\n" << std::flush;
+  std::cout << "ptc-train: " << ptc::commandText(run) << "\n" << std::flush;
   if (!elastic && !srun) {
     // ptc-run takes over this process: its exit status and signals are the job's.
     execTool(run);
@@ -670,7 +662,7 @@ int main(int argc, char **argv) {
     run = runCommand(*job, c, plan, srun, restartsLeft);
     std::cout << "ptc-train: elastic: continuing from the newest checkpoint on " << c.ranks
               << (c.ranks == 1 ? " rank" : " ranks") << " (" << restartsLeft << " restarts left)\n"
-              << "ptc-train: " << quoted(run) << "\n"
+              << "ptc-train: " << ptc::commandText(run) << "\n"
               << std::flush;
   }
 }
