@@ -24,25 +24,67 @@
 
 namespace ptc::kernels {
 
+/// The kernels the runtime composes some instructions from, around the
+/// collectives between them: the vocabulary-parallel cross-entropy (row
+/// maxima, sums and target logits combined over the group), ring attention
+/// (one block of keys at a time) and the gradient norm (a sum of squares
+/// over the group, then the clip). Kernel-table entries like the plan's ops,
+/// numbered after them (never in a plan). Their calls:
+///   RowMax: (logits [rows, classes]) -> (maxima [rows])
+///   RowSumExp: (logits, maxima) -> (sums of exp(x - max) [rows])
+///   TargetLogit: (logits, targets i32 [rows]) -> (target logits [rows], 0
+///     where another rank holds the target); ints: the block's first class,
+///     the classes of all blocks
+///   LossFromParts: (maxima, sums, target logits) -> (mean loss [1])
+///   VocabParallelGrad: (logits, targets, loss gradient [1], maxima, sums) ->
+///     (the logits' gradient); ints: as TargetLogit
+///   AttentionBlock: (q [batch, heads, rows, dim], k, v [batch, kv heads, keys,
+///     dim][, first keys i32 [batch, rows]]) -> (acc [batch, heads, rows, dim],
+///     row max, row sum [batch, heads, rows]), accumulated (online softmax);
+///     ints: causal (the block on the diagonal); floats: scale. First keys:
+///     packed documents' first key of the block each query row sees.
+///   AttentionBlockGrad: (q, k, v, o, g, lse[, first keys]) -> (dq, dk, dv),
+///     accumulated; ints, floats: as AttentionBlock
+///   SumOfSquares: (tensors...) -> (the sum of squares of all elements [1])
+///   ClipByNorm: (gradients..., sum of squares [1]) -> (clipped gradients...,
+///     norm [1]): g * min(1, max_norm / (norm + 1e-6)), norm = sqrt(sum); the
+///     norm may be the sum's memory; floats: max_norm
+#define PTC_KERNEL_PIECES(X)                                                                       \
+  X(RowMax) X(RowSumExp) X(TargetLogit) X(LossFromParts) X(VocabParallelGrad) X(AttentionBlock)    \
+      X(AttentionBlockGrad) X(SumOfSquares) X(ClipByNorm)
+
 /// One enumerator per row of op_table.def, in its order (the plan's OpCode
-/// has the same values).
+/// has the same values), then the pieces above.
 enum class OpKind : uint16_t {
 #define PTC_PLAN_OP(op, ...) op,
 #include "kernels/common/op_table.def"
 #undef PTC_PLAN_OP
+#define PTC_KERNEL_PIECE(piece) piece,
+  PTC_KERNEL_PIECES(PTC_KERNEL_PIECE)
+#undef PTC_KERNEL_PIECE
 };
-inline constexpr size_t kNumOpKinds = 0
+/// The plan's ops (op_table.def's rows).
+inline constexpr size_t kNumPlanOps = 0
 #define PTC_PLAN_OP(op, ...) +1
 #include "kernels/common/op_table.def"
 #undef PTC_PLAN_OP
     ;
+/// Every kind a kernel table has entries for: the plan's ops and the pieces.
+inline constexpr size_t kNumOpKinds = kNumPlanOps
+#define PTC_KERNEL_PIECE(piece) +1
+    PTC_KERNEL_PIECES(PTC_KERNEL_PIECE)
+#undef PTC_KERNEL_PIECE
+    ;
 
-/// "RmsNorm", from op_table.def.
+/// "RmsNorm", from op_table.def; "RowMax" for a piece.
 inline const char *opKindName(OpKind op) {
   static constexpr const char *kNames[] = {
 #define PTC_PLAN_OP(op, ...) #op,
 #include "kernels/common/op_table.def"
 #undef PTC_PLAN_OP
+#define PTC_KERNEL_PIECE(piece) #piece,
+      PTC_KERNEL_PIECES(PTC_KERNEL_PIECE)
+#undef PTC_KERNEL_PIECE
   };
   return static_cast<size_t>(op) < kNumOpKinds ? kNames[static_cast<size_t>(op)] : "?";
 }
@@ -191,6 +233,31 @@ inline FusedQkvDims fusedQkvDims(const TensorView &qkv, const TensorView &heads)
   return {{qkv.dim(0), h, kv, qkv.dim(1), d, true}, width, h * d, (h + kv) * d};
 }
 
+/// The input layout of an AdamWUpdate / SgdUpdate: the fixed inputs (AdamW:
+/// param, grad, exp_avg, exp_avg_sq, step; SGD: param, grad, momentum), then
+/// the skip flag of dynamic loss scaling if present (the outputs then get the
+/// inputs' values), then, with ints [1], the scheduled learning rate. Indices
+/// are -1 where absent. The plan loader checks an instruction against it.
+/// Their kernels read the step's learning rate from floats[0]: the runtime
+/// puts the scheduled value there.
+struct UpdateInputs {
+  size_t fixed = 0;
+  int skip = -1, lr = -1;
+};
+inline UpdateInputs updateInputs(OpKind op, size_t numInputs, size_t numInts) {
+  UpdateInputs u;
+  u.fixed = op == OpKind::AdamWUpdate ? 5 : 3;
+  const bool scheduled = numInts == 1;
+  if (numInputs > u.fixed + (scheduled ? 1 : 0))
+    u.skip = static_cast<int>(u.fixed);
+  if (scheduled)
+    u.lr = static_cast<int>(numInputs) - 1;
+  return u;
+}
+inline UpdateInputs updateInputs(const KernelCall &c) {
+  return updateInputs(c.op, c.numInputs, c.numInts);
+}
+
 /// The rows of a table this rank holds: all `rows` (offset 0, total rows),
 /// or, when the instruction's one integer names a mesh axis (a
 /// vocabulary-parallel table), the rank's block [offset, offset + rows) of
@@ -234,18 +301,34 @@ inline bool onlyF32(const KernelCall &call) {
 /// Kernels that only move bytes, or convert: any element type.
 inline bool anyTypes(const KernelCall &) { return true; }
 
+/// Several calls of one op kind in one launch (a GPU's multi-tensor apply of
+/// a parameter group's optimizer updates); the runtime guarantees they share
+/// every input but their own tensors (AdamWUpdate: inputs 4 on) and their
+/// attributes, and that no call reads another's outputs.
+using BatchKernel = KernelResult (*)(const KernelCall *calls, size_t count);
+
 struct KernelEntry {
   Kernel run = nullptr;
   AcceptsTypes accepts = onlyF32;
+  /// Optional: the batched form and the element types it takes.
+  BatchKernel runBatch = nullptr;
+  AcceptsTypes batchAccepts = onlyF32;
 };
 
 /// A backend's kernels by op kind. Kernel families add theirs
 /// (`addNormalizationKernels(table)`); an op kind without an entry is one the
-/// runtime runs itself (collectives, copies, the optimizer's updates).
+/// runtime runs itself (collectives, copies, loss scaling, the schedule).
 class KernelTable {
 public:
   void add(OpKind op, Kernel run, AcceptsTypes accepts = onlyF32) {
-    entries_[static_cast<size_t>(op)] = {run, accepts};
+    KernelEntry &e = entries_[static_cast<size_t>(op)];
+    e.run = run;
+    e.accepts = accepts;
+  }
+  void addBatch(OpKind op, BatchKernel run, AcceptsTypes accepts = onlyF32) {
+    KernelEntry &e = entries_[static_cast<size_t>(op)];
+    e.runBatch = run;
+    e.batchAccepts = accepts;
   }
   const KernelEntry &operator[](OpKind op) const { return entries_[static_cast<size_t>(op)]; }
 

@@ -119,6 +119,51 @@ static KernelResult crossEntropyGrad(const float *logits, const int32_t *targets
 }
 
 void addEmbeddingAndLossKernels(KernelTable &t) {
+  // The vocabulary-parallel cross-entropy's pieces (kernel_call.h).
+  t.add(OpKind::RowMax, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rowMax(x.f32(), x.rows(), x.dim(-1), c.output(0).f32());
+    return KernelResult::ok();
+  });
+  t.add(OpKind::RowSumExp, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rowSumExp(x.f32(), x.rows(), x.dim(-1), c.input(1).f32(), c.output(0).f32());
+    return KernelResult::ok();
+  });
+  t.add(OpKind::TargetLogit, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    return targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.integer(0),
+                       c.integer(1), c.output(0).f32());
+  });
+  t.add(OpKind::LossFromParts, [](const KernelCall &c) {
+    const float *max = c.input(0).f32(), *sumExp = c.input(1).f32(), *target = c.input(2).f32();
+    const int64_t rows = c.input(0).elements;
+    double sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r)
+      sum += std::log(static_cast<double>(sumExp[r])) + max[r] - target[r];
+    *c.output(0).f32() = static_cast<float>(sum / static_cast<double>(rows));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::VocabParallelGrad, [](const KernelCall &c) {
+    const TensorView &logits = c.input(0);
+    const float *x = logits.f32(), *max = c.input(3).f32(), *sumExp = c.input(4).f32();
+    const int32_t *targets = c.input(1).i32();
+    const int64_t rows = logits.rows(), classes = logits.dim(-1);
+    const int64_t offset = c.integer(0), total = c.integer(1);
+    float *out = c.output(0).f32();
+    const float scale = *c.input(2).f32() / static_cast<float>(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (targets[r] < 0 || targets[r] >= total)
+        return badId("target", targets[r], r, total);
+      const float inv = scale / sumExp[r];
+      for (int64_t k = 0; k < classes; ++k)
+        out[r * classes + k] = std::exp(x[r * classes + k] - max[r]) * inv;
+      const int64_t local = static_cast<int64_t>(targets[r]) - offset;
+      if (local >= 0 && local < classes)
+        out[r * classes + local] -= scale;
+    }
+    return KernelResult::ok();
+  });
   // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
   t.add(OpKind::Embedding, [](const KernelCall &c) {
     const TensorView &table = c.input(0), &ids = c.input(1);

@@ -15,6 +15,8 @@ const KernelTable &kernelTable() {
     addLayoutKernels(t);
     addReductionKernels(t);
     addMoeKernels(t);
+    addAttentionBlockKernels(t);
+    addOptimizerKernels(t);
     return t;
   }();
   return table;

@@ -1,11 +1,12 @@
 // CPU kernels (f32, bf16 matmuls; i32 ids). The runtime reaches them through
-// kernelTable(): one entry per op kind, added by each family file
-// (arithmetic.cc, elementwise.cc, matmul.cc, normalization.cc, attention.cc,
-// embedding_loss.cc, layout.cc, reduction.cc, moe.cc). Declared below besides
-// the table: what other code calls directly — host conversions and box
-// copies, the matmul and attention the planner calibrates and benchmarks time,
-// the vocabulary-parallel loss pieces and optimizer updates the executor
-// composes, and the kernels the unit tests compare with naive references.
+// kernelTable(): one entry per op kind and kernel piece, added by each family
+// file (arithmetic.cc, elementwise.cc, matmul.cc, normalization.cc,
+// attention.cc, attention_blocks.cc, embedding_loss.cc, layout.cc,
+// reduction.cc, moe.cc, optimizer.cc). Declared below besides the table: what
+// other code calls directly — host conversions and box copies, the matmul,
+// attention and AdamW the planner calibrates and benchmarks time — and the
+// functions behind the entries that the unit tests compare with naive
+// references.
 // Shapes come verified from the plan loader; kernels that read ids check their
 // range and report bad ids through a KernelResult. Matmuls go through oneDNN;
 // the rest are OpenMP loops written to vectorize.
@@ -44,6 +45,8 @@ void addEmbeddingAndLossKernels(KernelTable &t);
 void addLayoutKernels(KernelTable &t);
 void addReductionKernels(KernelTable &t);
 void addMoeKernels(KernelTable &t);
+void addAttentionBlockKernels(KernelTable &t);
+void addOptimizerKernels(KernelTable &t);
 
 void binary(BinaryOp kind, const float *a, const Shape &as, const float *b, const Shape &bs,
             float *out, const Shape &os);

@@ -1,4 +1,5 @@
-// CPU kernels: AdamW and SGD updates, sums of squares and clipping.
+// CPU kernels: AdamW and SGD updates, sums of squares and clipping, loss
+// scaling's unscale and the non-finite check.
 #include "kernels/cpu/internal.h"
 
 #include <algorithm>
@@ -88,6 +89,104 @@ float clipByNorm(const std::vector<const float *> &grads, const std::vector<int6
   for (size_t t = 0; t < grads.size(); ++t)
     scale(grads[t], outs[t], sizes[t], coef);
   return norm;
+}
+
+namespace {
+/// The skip flag of an update (dynamic loss scaling), if it has one and it is set.
+bool skipped(const KernelCall &c) {
+  const UpdateInputs layout = updateInputs(c);
+  return layout.skip >= 0 && *c.input(static_cast<size_t>(layout.skip)).f32() != 0.0f;
+}
+/// Outputs [0, n) get inputs `from` (an update skipped on overflow).
+void keepInputs(const KernelCall &c, std::initializer_list<size_t> from) {
+  size_t o = 0;
+  for (size_t i : from) {
+    const TensorView &in = c.input(i), &out = c.output(o++);
+    if (in.data != out.data)
+      std::memcpy(out.data, in.data, static_cast<size_t>(in.bytes()));
+  }
+}
+template <typename T> std::vector<T> pointers(const TensorView *views, size_t n) {
+  std::vector<T> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(static_cast<T>(views[i].data));
+  return out;
+}
+std::vector<int64_t> sizesOf(const TensorView *views, size_t n) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(views[i].elements);
+  return out;
+}
+} // namespace
+
+void addOptimizerKernels(KernelTable &t) {
+  // (param, grad, exp_avg, exp_avg_sq, step[, skip][, lr]) -> (param, exp_avg, exp_avg_sq).
+  t.add(OpKind::AdamWUpdate, [](const KernelCall &c) {
+    if (skipped(c)) {
+      keepInputs(c, {0, 2, 3});
+      return KernelResult::ok();
+    }
+    adamwUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
+                *c.input(4).f32(), AdamW{c.real(0), c.real(1), c.real(2), c.real(3), c.real(4)},
+                c.input(0).elements, c.output(0).f32(), c.output(1).f32(), c.output(2).f32());
+    return KernelResult::ok();
+  });
+  // (param, grad, momentum[, skip][, lr]) -> (param, momentum).
+  t.add(OpKind::SgdUpdate, [](const KernelCall &c) {
+    if (skipped(c)) {
+      keepInputs(c, {0, 2});
+      return KernelResult::ok();
+    }
+    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.real(0), c.real(1),
+              c.real(2), c.input(0).elements, c.output(0).f32(), c.output(1).f32());
+    return KernelResult::ok();
+  });
+  t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
+    *c.output(0).f32() = static_cast<float>(sumOfSquares(
+        pointers<const float *>(c.in, c.numInputs), sizesOf(c.in, c.numInputs)));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::ClipByNorm, [](const KernelCall &c) {
+    const size_t n = c.numInputs - 1;
+    const double sumSquares = *c.input(n).f32(); // the norm may be its memory
+    *c.output(n).f32() = clipByNorm(pointers<const float *>(c.in, n), sizesOf(c.in, n),
+                                    pointers<float *>(c.out, n), c.real(0), sumSquares);
+    return KernelResult::ok();
+  });
+  // (gradients..., scale) -> (gradients / scale, 0 where not finite..., found).
+  t.add(OpKind::UnscaleGrads, [](const KernelCall &c) {
+    const size_t n = c.numInputs - 1;
+    const float inv = 1.0f / *c.input(n).f32();
+    int bad = 0;
+    for (size_t t = 0; t < n; ++t) {
+      const float *g = c.input(t).f32();
+      float *u = c.output(t).f32();
+      const int64_t count = c.input(t).elements;
+#pragma omp parallel for reduction(| : bad) if (count > 32768)
+      for (int64_t i = 0; i < count; ++i) {
+        const bool finite = std::isfinite(g[i]);
+        bad |= !finite;
+        u[i] = finite ? g[i] * inv : 0.0f;
+      }
+    }
+    *c.output(n).f32() = bad ? 1.0f : 0.0f;
+    return KernelResult::ok();
+  });
+  // Each tensor read in its own float type.
+  t.add(
+      OpKind::AnyNonfinite,
+      [](const KernelCall &c) {
+        std::vector<FloatType> types;
+        for (size_t i = 0; i < c.numInputs; ++i)
+          types.push_back(floatTypeOf(c.input(i).dtype));
+        *c.output(0).f32() = anyNonfinite(pointers<const void *>(c.in, c.numInputs),
+                                          sizesOf(c.in, c.numInputs), types)
+                                 ? 1.0f
+                                 : 0.0f;
+        return KernelResult::ok();
+      },
+      anyTypes);
 }
 
 } // namespace ptc::kernels::cpu

@@ -715,6 +715,29 @@ KernelResult runCudnnAttention(const KernelCall &c) {
 std::string attentionLibrary() { return cudnn::libraryDescription(); }
 
 void addAttentionKernels(KernelTable &t) {
+  // Ring attention's blocks (kernel_call.h): the optional last input is the
+  // rows' first keys.
+  t.add(OpKind::AttentionBlock, [](const KernelCall &c) {
+    const TensorView &q = c.input(0), &k = c.input(1);
+    if (KernelResult r = attentionShapeSupported(q); !r.isOk())
+      return r;
+    attentionBlock(q.f32(), k.f32(), c.input(2).f32(), q.dim(0), q.dim(1), k.dim(1), q.dim(2),
+                   k.dim(2), q.dim(3), c.real(0), c.integer(0) != 0, c.output(0).f32(),
+                   c.output(1).f32(), c.output(2).f32(), streamOf(c),
+                   c.numInputs > 3 ? c.input(3).i32() : nullptr);
+    return KernelResult::ok();
+  });
+  t.add(OpKind::AttentionBlockGrad, [](const KernelCall &c) {
+    const TensorView &q = c.input(0), &k = c.input(1);
+    if (KernelResult r = attentionShapeSupported(q); !r.isOk())
+      return r;
+    attentionBlockGrad(q.f32(), k.f32(), c.input(2).f32(), c.input(3).f32(), c.input(4).f32(),
+                       c.input(5).f32(), q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2),
+                       q.dim(3), c.real(0), c.integer(0) != 0, c.output(0).f32(),
+                       c.output(1).f32(), c.output(2).f32(), streamOf(c),
+                       c.numInputs > 6 ? c.input(6).i32() : nullptr);
+    return KernelResult::ok();
+  });
   t.add(OpKind::Softmax, [](const KernelCall &c) {
     softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0), streamOf(c));
     return KernelResult::ok();

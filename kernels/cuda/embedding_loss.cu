@@ -259,6 +259,35 @@ void vocabParallelGrad(const float *logits, const int32_t *targets, const float 
 }
 
 void addEmbeddingAndLossKernels(KernelTable &t) {
+  // The vocabulary-parallel cross-entropy's pieces (kernel_call.h).
+  t.add(OpKind::RowMax, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rowMax(x.f32(), x.rows(), x.dim(-1), c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::RowSumExp, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    rowSumExp(x.f32(), x.rows(), x.dim(-1), c.input(1).f32(), c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::TargetLogit, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.integer(0), c.integer(1),
+                c.output(0).f32(), context(c).err, streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::LossFromParts, [](const KernelCall &c) {
+    lossFromParts(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(0).elements,
+                  c.output(0).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::VocabParallelGrad, [](const KernelCall &c) {
+    const TensorView &x = c.input(0);
+    vocabParallelGrad(x.f32(), c.input(1).i32(), c.input(2).f32(), c.input(3).f32(),
+                      c.input(4).f32(), x.rows(), x.dim(-1), c.integer(0), c.integer(1),
+                      c.output(0).f32(), context(c).err, streamOf(c));
+    return KernelResult::ok();
+  });
   // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
   t.add(OpKind::Embedding, [](const KernelCall &c) {
     const TensorView &table = c.input(0), &ids = c.input(1);

@@ -13,6 +13,7 @@ const KernelTable &kernelTable() {
     addEmbeddingAndLossKernels(t);
     addLayoutKernels(t);
     addMoeKernels(t);
+    addOptimizerKernels(t);
     return t;
   }();
   return table;

@@ -49,6 +49,10 @@ struct LaunchContext {
   /// Device scratch of at least `bytes` for this call (stream-ordered
   /// reuse), or null when it cannot be had.
   void *(*scratch)(void *owner, int64_t bytes) = nullptr;
+  /// A device copy of `bytes` bytes at `data` (host memory), uploaded once
+  /// per distinct content and kept (a parameter group's descriptors, the
+  /// same every step), or null when it cannot be had.
+  const void *(*constants)(void *owner, const void *data, int64_t bytes) = nullptr;
   void *owner = nullptr;
 };
 
@@ -61,6 +65,7 @@ void addAttentionKernels(KernelTable &t);
 void addEmbeddingAndLossKernels(KernelTable &t);
 void addLayoutKernels(KernelTable &t);
 void addMoeKernels(KernelTable &t);
+void addOptimizerKernels(KernelTable &t);
 
 // ---- Primitives ----------------------------------------------------------------
 void convertFloat(const void *in, FloatType from, void *out, FloatType to, int64_t n,

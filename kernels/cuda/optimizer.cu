@@ -215,5 +215,113 @@ void anyNonfinite(const std::vector<const void *> &tensors, const std::vector<in
   }
 }
 
+namespace {
+AdamW adamwOf(const KernelCall &c) {
+  return AdamW{c.real(0), c.real(1), c.real(2), c.real(3), c.real(4)};
+}
+/// The update's skip flag (dynamic loss scaling), or null.
+const float *skipOf(const KernelCall &c) {
+  const UpdateInputs layout = updateInputs(c);
+  return layout.skip >= 0 ? c.input(static_cast<size_t>(layout.skip)).f32() : nullptr;
+}
+template <typename T> std::vector<T> pointers(const TensorView *views, size_t n) {
+  std::vector<T> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(static_cast<T>(views[i].data));
+  return out;
+}
+std::vector<int64_t> sizesOf(const TensorView *views, size_t n) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(views[i].elements);
+  return out;
+}
+/// A multi-tensor AdamW call: f32 but for the gradient, which may be bf16 or
+/// f16 (widened as read).
+bool adamwManyTypes(const KernelCall &c) {
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.in[i].dtype != DType::F32 && !(i == 1 && isLowPrecision(c.in[i].dtype)))
+      return false;
+  for (size_t i = 0; i < c.numOutputs; ++i)
+    if (c.out[i].dtype != DType::F32)
+      return false;
+  return true;
+}
+} // namespace
+
+void addOptimizerKernels(KernelTable &t) {
+  t.add(OpKind::AdamWUpdate, [](const KernelCall &c) {
+    adamwUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
+                c.input(4).f32(), adamwOf(c), c.input(0).elements, skipOf(c), c.output(0).f32(),
+                c.output(1).f32(), c.output(2).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  // One launch for a parameter group: its descriptors uploaded once (the
+  // same every step) through the device's constant cache.
+  t.addBatch(
+      OpKind::AdamWUpdate,
+      [](const KernelCall *calls, size_t count) {
+        const KernelCall &head = calls[0];
+        std::vector<AdamWTensor> table;
+        int64_t total = 0;
+        for (size_t i = 0; i < count; ++i) {
+          const KernelCall &c = calls[i];
+          table.push_back({c.input(0).f32(), c.input(1).data, c.input(2).f32(), c.input(3).f32(),
+                           c.output(0).f32(), c.output(1).f32(), c.output(2).f32(),
+                           c.input(0).elements, total,
+                           static_cast<int64_t>(floatTypeOf(c.input(1).dtype))});
+          total += c.input(0).elements;
+        }
+        const LaunchContext &ctx = context(head);
+        const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(AdamWTensor));
+        const void *device = ctx.constants(ctx.owner, table.data(), bytes);
+        if (!device)
+          return KernelResult::error("cannot upload the ", bytes,
+                                     " bytes of a multi-tensor AdamW's descriptors");
+        adamwUpdateMany(static_cast<const AdamWTensor *>(device), static_cast<int>(count), total,
+                        head.input(4).f32(), adamwOf(head), skipOf(head), streamOf(head));
+        return KernelResult::ok();
+      },
+      adamwManyTypes);
+  t.add(OpKind::SgdUpdate, [](const KernelCall &c) {
+    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.real(0), c.real(1),
+              c.real(2), c.input(0).elements, skipOf(c), c.output(0).f32(), c.output(1).f32(),
+              streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
+    const std::vector<int64_t> sizes = sizesOf(c.in, c.numInputs);
+    const int64_t bytes = std::max<int64_t>(sumOfSquaresPartials(sizes), 1) * 4;
+    auto *partials = static_cast<float *>(scratch(c, bytes));
+    if (!partials)
+      return scratchFailure(c, bytes);
+    sumOfSquares(pointers<const float *>(c.in, c.numInputs), sizes, c.output(0).f32(), partials,
+                 streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::ClipByNorm, [](const KernelCall &c) {
+    const size_t n = c.numInputs - 1;
+    clipByNorm(pointers<const float *>(c.in, n), sizesOf(c.in, n), pointers<float *>(c.out, n),
+               c.real(0), c.input(n).f32(), c.output(n).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(OpKind::UnscaleGrads, [](const KernelCall &c) {
+    const size_t n = c.numInputs - 1;
+    unscale(pointers<const float *>(c.in, n), sizesOf(c.in, n), pointers<float *>(c.out, n),
+            c.input(n).f32(), c.output(n).f32(), streamOf(c));
+    return KernelResult::ok();
+  });
+  t.add(
+      OpKind::AnyNonfinite,
+      [](const KernelCall &c) {
+        std::vector<FloatType> types;
+        for (size_t i = 0; i < c.numInputs; ++i)
+          types.push_back(floatTypeOf(c.input(i).dtype));
+        anyNonfinite(pointers<const void *>(c.in, c.numInputs), sizesOf(c.in, c.numInputs), types,
+                     c.output(0).f32(), streamOf(c));
+        return KernelResult::ok();
+      },
+      anyTypes);
+}
 
 } // namespace ptc::kernels::cuda

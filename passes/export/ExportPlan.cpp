@@ -56,7 +56,7 @@ struct Lowered {
   std::string function; // Unary, UnaryGrad
 };
 
-static_assert(static_cast<size_t>(pp::OpCode::MAX) + 1 == ::ptc::kernels::kNumOpKinds,
+static_assert(static_cast<size_t>(pp::OpCode::MAX) + 1 == ::ptc::kernels::kNumPlanOps,
               "the plan's OpCode and the kernels' OpKind are both op_table.def's rows");
 
 /// The op's plan instruction (PlanInstructionOpInterface), its opcode's row

@@ -170,6 +170,38 @@ public:
   // ---- Kernels ------------------------------------------------------------------
   const kernels::KernelTable &kernelTable() const override { return g::kernelTable(); }
   Status launch(kernels::KernelCall call) override {
+    g::LaunchContext ctx = launchContext();
+    call.backend = &ctx;
+    return finish(call.op, g::kernelTable()[call.op].run(call));
+  }
+  Status launchBatch(kernels::KernelCall *calls, size_t count) override {
+    if (count == 0)
+      return Status::ok();
+    const kernels::KernelEntry &entry = g::kernelTable()[calls[0].op];
+    if (!entry.runBatch)
+      return Device::launchBatch(calls, count);
+    g::LaunchContext ctx = launchContext();
+    for (size_t i = 0; i < count; ++i)
+      calls[i].backend = &ctx;
+    return finish(calls[0].op, entry.runBatch(calls, count));
+  }
+  std::string lowPrecisionMatmul(FloatType type) const override { return "cuBLAS"; }
+  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
+                      int64_t n) override {
+    g::convertFloat(in, from, out, to, n, compute_);
+    return launched("a float conversion");
+  }
+  Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
+                 const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
+                 int64_t elemBytes) override {
+    PTC_RETURN_IF_ERROR(checkRank(box, "a slice copy"));
+    g::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes, compute_);
+    return launched("a slice copy");
+  }
+
+private:
+  CudaDevice() = default;
+  g::LaunchContext launchContext() {
     g::LaunchContext ctx;
     ctx.stream = compute_;
     ctx.blas = blas_;
@@ -179,139 +211,32 @@ public:
       auto *self = static_cast<CudaDevice *>(owner);
       return self->reserveScratch(bytes).isOk() ? self->scratch_ : nullptr;
     };
+    ctx.constants = [](void *owner, const void *data, int64_t bytes) -> const void * {
+      return static_cast<CudaDevice *>(owner)->constantCopy(data, bytes);
+    };
     ctx.owner = this;
-    call.backend = &ctx;
-    kernels::KernelResult r = g::kernelTable()[call.op].run(call);
+    return ctx;
+  }
+  Status finish(kernels::OpKind op, const kernels::KernelResult &r) {
     if (!r.isOk())
-      return error(StatusCode::kInternal, kernels::opKindName(call.op), " on ", name_, ": ",
+      return error(StatusCode::kInternal, kernels::opKindName(op), " on ", name_, ": ",
                    r.message());
-    return launched(kernels::opKindName(call.op));
+    return launched(kernels::opKindName(op));
   }
-  std::string lowPrecisionMatmul(FloatType type) const override { return "cuBLAS"; }
-  Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
-                      int64_t n) override {
-    g::convertFloat(in, from, out, to, n, compute_);
-    return launched("a float conversion");
-  }
-  Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) override {
-    g::rowMax(logits, rows, classes, out, compute_);
-    return launched("row maximum");
-  }
-  Status rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max,
-                   float *out) override {
-    g::rowSumExp(logits, rows, classes, max, out, compute_);
-    return launched("row exp-sum");
-  }
-  Status targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                     int64_t offset, int64_t total, float *out) override {
-    g::targetLogit(logits, targets, rows, classes, offset, total, out, err_, compute_);
-    return launched("target logits");
-  }
-  Status lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
-                       float *loss) override {
-    g::lossFromParts(max, sumExp, target, rows, loss, compute_);
-    return launched("cross-entropy");
-  }
-  Status vocabParallelGrad(const float *x, const int32_t *targets, const float *gr,
-                           const float *max, const float *sumExp, int64_t rows, int64_t classes,
-                           int64_t offset, int64_t total, float *out) override {
-    g::vocabParallelGrad(x, targets, gr, max, sumExp, rows, classes, offset, total, out, err_,
-                         compute_);
-    return launched("cross-entropy gradient");
-  }
-  Status attentionBlock(const float *q, const float *k, const float *v, const Shape &qShape,
-                        int64_t kvHeads, int64_t keys, double scale, bool causal, float *acc,
-                        float *rowMax, float *rowSum, const int32_t *firstKey) override {
-    PTC_RETURN_IF_ERROR(checkAttentionShape(qShape, "ring attention"));
-    g::attentionBlock(q, k, v, qShape[0], qShape[1], kvHeads, qShape[2], keys, qShape[3],
-                      static_cast<float>(scale), causal, acc, rowMax, rowSum, compute_, firstKey);
-    return launched("ring attention");
-  }
-  Status attentionBlockGrad(const float *q, const float *k, const float *v, const float *o,
-                            const float *g, const float *lse, const Shape &qShape,
-                            int64_t kvHeads, int64_t keys, double scale, bool causal, float *dq,
-                            float *dk, float *dv, const int32_t *firstKey) override {
-    PTC_RETURN_IF_ERROR(checkAttentionShape(qShape, "ring attention gradient"));
-    g::attentionBlockGrad(q, k, v, o, g, lse, qShape[0], qShape[1], kvHeads, qShape[2], keys,
-                          qShape[3], static_cast<float>(scale), causal, dq, dk, dv, compute_,
-                          firstKey);
-    return launched("ring attention gradient");
-  }
-  Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, void *dst,
-                 const Shape &dstShape, const Shape &dstOffsets, const Shape &box,
-                 int64_t elemBytes) override {
-    PTC_RETURN_IF_ERROR(checkRank(box, "a slice copy"));
-    g::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes, compute_);
-    return launched("a slice copy");
-  }
-  Status adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
-                     const float *step, const AdamWParams &hp, int64_t n, const float *skip,
-                     float *outParam, float *outM, float *outV) override {
-    g::adamwUpdate(param, grad, m, v, step,
-                   g::AdamW{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay}, n, skip, outParam,
-                   outM, outV, compute_);
-    return launched("AdamW");
-  }
-  bool adamwReadsLowPrecisionGradients() const override { return true; }
-  Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
-                         const AdamWParams &hp, const float *skip) override {
-    std::vector<g::AdamWTensor> table;
-    int64_t total = 0;
-    for (const AdamWTensor &t : tensors) {
-      table.push_back({t.param, t.grad, t.m, t.v, t.outParam, t.outM, t.outV, t.n, total,
-                       static_cast<int64_t>(t.gradType)});
-      total += t.n;
-    }
-    // A plan's groups are the same every step: each table is uploaded once.
-    std::string key(reinterpret_cast<const char *>(table.data()),
-                    table.size() * sizeof(g::AdamWTensor));
-    auto it = adamTables_.find(key);
-    if (it == adamTables_.end()) {
+  /// The device copy of `bytes` host bytes, uploaded on first use of that
+  /// content (a parameter group's descriptors are the same every step).
+  const void *constantCopy(const void *data, int64_t bytes) {
+    std::string key(static_cast<const char *>(data), static_cast<size_t>(bytes));
+    auto it = constants_.find(key);
+    if (it == constants_.end()) {
       DeviceBuffer buf(this);
-      PTC_RETURN_IF_ERROR(buf.reserve(static_cast<int64_t>(key.size())));
-      PTC_RETURN_IF_ERROR(
-          copy(buf.data(), key.data(), static_cast<int64_t>(key.size()), CopyKind::HostToDevice));
-      it = adamTables_.emplace(key, std::move(buf)).first;
+      if (!buf.reserve(bytes).isOk() ||
+          !copy(buf.data(), key.data(), bytes, CopyKind::HostToDevice).isOk())
+        return nullptr;
+      it = constants_.emplace(std::move(key), std::move(buf)).first;
     }
-    DeviceBuffer &buf = it->second;
-    g::adamwUpdateMany(static_cast<const g::AdamWTensor *>(buf.data()),
-                       static_cast<int>(table.size()), total, step,
-                       g::AdamW{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay}, skip,
-                       compute_);
-    return launched("multi-tensor AdamW");
+    return it->second.data();
   }
-  Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
-                   float momentum, float weightDecay, int64_t n, const float *skip,
-                   float *outParam, float *outBuf) override {
-    g::sgdUpdate(param, grad, buf, lr, momentum, weightDecay, n, skip, outParam, outBuf,
-                 compute_);
-    return launched("SGD");
-  }
-  Status sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                      float *out) override {
-    PTC_RETURN_IF_ERROR(reserveScratch(std::max<int64_t>(g::sumOfSquaresPartials(sizes), 1) * 4));
-    g::sumOfSquares(grads, sizes, out, static_cast<float *>(scratch_), compute_);
-    return launched("gradient norm");
-  }
-  Status clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                    const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
-                    float *norm) override {
-    g::clipByNorm(grads, sizes, outs, maxNorm, sumSquares, norm, compute_);
-    return launched("gradient clipping");
-  }
-  Status unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                 const std::vector<float *> &outs, const float *scale, float *found) override {
-    g::unscale(grads, sizes, outs, scale, found, compute_);
-    return launched("gradient unscaling");
-  }
-  Status anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
-                      const std::vector<FloatType> &types, float *found) override {
-    g::anyNonfinite(tensors, sizes, types, found, compute_);
-    return launched("the non-finite gradient check");
-  }
-
-private:
-  CudaDevice() = default;
   /// A copy enqueued on `stream` that may still run when this returns.
   Status copyAsync(StreamKind stream, void *dst, const void *src, int64_t bytes,
                    cudaMemcpyKind kind, const char *what) {
@@ -330,15 +255,6 @@ private:
     if (s.size() > 8)
       return error(StatusCode::kUnimplemented, what, " on a rank-", s.size(),
                    " tensor (the CUDA kernels take rank <= 8)");
-    return Status::ok();
-  }
-  /// Ring attention's query blocks: [batch, heads, rows, head dim], the head
-  /// dimension within the warp kernels' registers.
-  static Status checkAttentionShape(const Shape &q, const char *what) {
-    if (q.size() != 4 || q[3] > kernels::cuda::kMaxAttentionDim)
-      return error(StatusCode::kUnimplemented, what, " with head dimension ",
-                   q.empty() ? 0 : q.back(), " (the CUDA kernel takes rank-4 queries and at most ",
-                   kernels::cuda::kMaxAttentionDim, ")");
     return Status::ok();
   }
   /// Scratch memory for one kernel at a time (stream-ordered reuse).
@@ -364,7 +280,7 @@ private:
   size_t nextEvent_ = 0;
   void *scratch_ = nullptr;
   int64_t scratchBytes_ = 0;
-  std::map<std::string, DeviceBuffer> adamTables_; // multi-tensor AdamW tables by content
+  std::map<std::string, DeviceBuffer> constants_; // constantCopy's uploads by content
   bool tf32_ = false;
 };
 } // namespace

@@ -4,9 +4,11 @@
 // and CudaDevice (one GPU: cudaMalloc'd memory, a compute and a communication
 // stream, CUDA events, cuBLAS + the kernels of kernels/cuda). A plan's
 // instructions reach kernels through the backend's KernelTable with typed
-// tensor views (launch); the few primitives below are what the executor
-// composes itself (conversions, box copies, the vocabulary-parallel loss, the
-// optimizer's updates). Pointers are this device's memory; shapes row-major.
+// tensor views (launch), and so do the pieces the executor composes some
+// instructions from (kernels/common/kernel_call.h: the vocabulary-parallel
+// loss, ring attention's blocks, the gradient norm); the device itself adds
+// memory, streams, events and two memory primitives (conversions, box
+// copies). Pointers are this device's memory; shapes row-major.
 //
 // Kernels are enqueued on the compute stream and may still be running when a
 // call returns; copies to or from the host and synchronize() wait. A kernel
@@ -35,10 +37,6 @@ using kernels::UnaryFunction;
 enum class DeviceKind { Cpu, Cuda };
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 enum class StreamKind { Compute, Communication };
-
-struct AdamWParams {
-  float lr, beta1, beta2, eps, weightDecay;
-};
 
 /// An event recorded on a stream; another stream can wait for it. Owned by
 /// the device (recycled by recycleEvents()).
@@ -109,101 +107,23 @@ public:
   /// widens them to f32.
   virtual std::string lowPrecisionMatmul(FloatType type) const { return ""; }
 
-  // ---- Primitives the executor composes (f32 math; i32 ids) ----------------
+  /// Several calls of one op kind in one launch where the entry has a
+  /// batched form that accepts them (KernelEntry::runBatch: a multi-tensor
+  /// optimizer update), else one launch each.
+  virtual Status launchBatch(kernels::KernelCall *calls, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+      PTC_RETURN_IF_ERROR(launch(calls[i]));
+    return Status::ok();
+  }
+
+  // ---- Memory primitives the executor composes ------------------------------
   virtual Status convertFloat(const void *in, FloatType from, void *out, FloatType to,
                               int64_t n) = 0;
-  /// Vocabulary-parallel cross-entropy pieces (classes [offset, offset +
-  /// classes) of `total` here): row maxima, row sums of exp(x - max), target
-  /// logits (0 where another device holds the target); then the mean loss
-  /// from the combined pieces, and the gradient block.
-  virtual Status rowMax(const float *logits, int64_t rows, int64_t classes, float *out) = 0;
-  virtual Status rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max,
-                           float *out) = 0;
-  virtual Status targetLogit(const float *logits, const int32_t *targets, int64_t rows,
-                             int64_t classes, int64_t offset, int64_t total, float *out) = 0;
-  virtual Status lossFromParts(const float *max, const float *sumExp, const float *target,
-                               int64_t rows, float *loss) = 0;
-  virtual Status vocabParallelGrad(const float *logits, const int32_t *targets, const float *g,
-                                   const float *max, const float *sumExp, int64_t rows,
-                                   int64_t classes, int64_t offset, int64_t total,
-                                   float *out) = 0;
-  /// Ring attention (context parallelism): one block of keys / values
-  /// accumulated into the queries' online softmax (acc, row max, row sum),
-  /// and the block's gradient (see kernels/cpu/kernels.h); `firstKey`
-  /// (device memory, [batch, sq], or null): packed documents' first key of
-  /// the block each query row sees. Devices without them refuse ring
-  /// attention.
-  virtual Status attentionBlock(const float *q, const float *k, const float *v,
-                                const Shape &qShape, int64_t kvHeads, int64_t keys, double scale,
-                                bool causal, float *acc, float *rowMax, float *rowSum,
-                                const int32_t *firstKey) {
-    return error(StatusCode::kUnimplemented, "ring attention is not implemented on ", describe());
-  }
-  virtual Status attentionBlockGrad(const float *q, const float *k, const float *v,
-                                    const float *o, const float *g, const float *lse,
-                                    const Shape &qShape, int64_t kvHeads, int64_t keys,
-                                    double scale, bool causal, float *dq, float *dk, float *dv,
-                                    const int32_t *firstKey) {
-    return error(StatusCode::kUnimplemented, "ring attention is not implemented on ", describe());
-  }
   /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`
   /// (any element size).
   virtual Status copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets,
                          void *dst, const Shape &dstShape, const Shape &dstOffsets,
                          const Shape &box, int64_t elemBytes) = 0;
-  // Optimizer. `skip` (device scalar or nullptr): when non-zero (an overflow
-  // under dynamic loss scaling) the outputs get the inputs' values.
-  virtual Status adamwUpdate(const float *param, const float *grad, const float *m,
-                             const float *v, const float *step, const AdamWParams &hp, int64_t n,
-                             const float *skip, float *outParam, float *outM, float *outV) = 0;
-  /// Many AdamW updates with the same hyperparameters, step and skip flag
-  /// (a plan's parameters, one instruction each) in one call: one kernel
-  /// launch on a GPU (multi-tensor apply). Default: one adamwUpdate each.
-  /// One tensor of a multi-tensor AdamW: f32 parameter and moments; the
-  /// gradient f32, or bf16 / f16 (gradType) where the device reads it so
-  /// (adamwReadsLowPrecisionGradients).
-  struct AdamWTensor {
-    const float *param;
-    const void *grad;
-    const float *m, *v;
-    float *outParam, *outM, *outV;
-    int64_t n;
-    FloatType gradType = FloatType::F32;
-  };
-  /// Whether adamwUpdateMany takes bf16 / f16 gradients (widened as read).
-  virtual bool adamwReadsLowPrecisionGradients() const { return false; }
-  virtual Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
-                                 const AdamWParams &hp, const float *skip) {
-    for (const AdamWTensor &t : tensors) {
-      if (t.gradType != FloatType::F32)
-        return error(StatusCode::kInternal, "multi-tensor AdamW with a low-precision gradient on ",
-                     describe(), ", which does not read them");
-      PTC_RETURN_IF_ERROR(adamwUpdate(t.param, static_cast<const float *>(t.grad), t.m, t.v, step,
-                                      hp, t.n, skip, t.outParam, t.outM, t.outV));
-    }
-    return Status::ok();
-  }
-  virtual Status sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
-                           float momentum, float weightDecay, int64_t n, const float *skip,
-                           float *outParam, float *outBuf) = 0;
-  /// Sum of squares of every element of every tensor, into *out (device scalar).
-  virtual Status sumOfSquares(const std::vector<const float *> &grads,
-                              const std::vector<int64_t> &sizes, float *out) = 0;
-  /// outs[i] = grads[i] * min(1, maxNorm / (sqrt(*sumSquares) + 1e-6)); *norm = sqrt(*sumSquares).
-  virtual Status clipByNorm(const std::vector<const float *> &grads,
-                            const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
-                            float maxNorm, const float *sumSquares, float *norm) = 0;
-  /// outs[i] = grads[i] / *scale, 0 where a gradient is not finite (so that an
-  /// update computed from them and then discarded stays finite); *found = 1
-  /// if any gradient is not finite, else 0.
-  virtual Status unscale(const std::vector<const float *> &grads,
-                         const std::vector<int64_t> &sizes, const std::vector<float *> &outs,
-                         const float *scale, float *found) = 0;
-  /// *found = 1 if any element of any tensor is not finite (inf, NaN), else
-  /// 0; reads the tensors only, each in its own float type (`types`).
-  virtual Status anyNonfinite(const std::vector<const void *> &tensors,
-                              const std::vector<int64_t> &sizes,
-                              const std::vector<FloatType> &types, float *found) = 0;
 };
 
 /// A growable block of device memory (collective staging, stash entries).

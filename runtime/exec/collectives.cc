@@ -3,6 +3,7 @@
 // cross-entropy and the generic collective dispatch.
 
 #include "runtime/exec/executor.h"
+#include "runtime/device/kernel_launch.h"
 
 
 #include <algorithm>
@@ -261,20 +262,45 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   const float *x = f32(in[0]);
   const int32_t *t = i32(in[1]);
   Device &d = *dev_;
-  PTC_RETURN_IF_ERROR(d.rowMax(x, rows, classes, mx));
+  const Shape rowsShape{rows};
+  const kernels::DType i32 = kernels::DType::I32;
+  PTC_RETURN_IF_ERROR(
+      KernelLaunch(kernels::OpKind::RowMax).in(x, logits.shape).out(mx, rowsShape).launch(d));
   if (comm_)
     PTC_RETURN_IF_ERROR(allReduceSmall(mx, rows, {axis}, /*max=*/true, what));
-  PTC_RETURN_IF_ERROR(d.rowSumExp(x, rows, classes, mx, sum));
+  PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::RowSumExp)
+                          .in(x, logits.shape)
+                          .in(mx, rowsShape)
+                          .out(sum, rowsShape)
+                          .launch(d));
   if (comm_)
     PTC_RETURN_IF_ERROR(allReduceSmall(sum, rows, {axis}, /*max=*/false, what));
   float *out = f32((outputsOf(inst))[0]);
   if (inst.op() == OpCode::VocabParallelCrossEntropy) {
-    PTC_RETURN_IF_ERROR(d.targetLogit(x, t, rows, classes, offset, total, target));
+    PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::TargetLogit)
+                            .in(x, logits.shape)
+                            .in(t, rowsShape, i32)
+                            .out(target, rowsShape)
+                            .ints({offset, total})
+                            .launch(d));
     if (comm_)
       PTC_RETURN_IF_ERROR(allReduceSmall(target, rows, {axis}, /*max=*/false, what));
-    return d.lossFromParts(mx, sum, target, rows, out);
+    return KernelLaunch(kernels::OpKind::LossFromParts)
+        .in(mx, rowsShape)
+        .in(sum, rowsShape)
+        .in(target, rowsShape)
+        .out(out, {1})
+        .launch(d);
   }
-  return d.vocabParallelGrad(x, t, f32(in[2]), mx, sum, rows, classes, offset, total, out);
+  return KernelLaunch(kernels::OpKind::VocabParallelGrad)
+      .in(x, logits.shape)
+      .in(t, rowsShape, i32)
+      .in(f32(in[2]), {1})
+      .in(mx, rowsShape)
+      .in(sum, rowsShape)
+      .out(out, logits.shape)
+      .ints({offset, total})
+      .launch(d);
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {

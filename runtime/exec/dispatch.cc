@@ -1,9 +1,12 @@
 // Executor kernel dispatch: a plan instruction as a KernelCall to its
-// device's kernel table, or one of the instructions the executor runs itself
-// (collectives, the vocabulary-parallel loss, the optimizer's updates, loss
-// scaling, the learning-rate schedule).
+// device's kernel table (the optimizer's updates and loss scaling's flags
+// too), or one of the instructions the executor runs itself: collectives,
+// the learning-rate schedule and loss scale on the host, and those it
+// composes from kernel pieces around collectives (the vocabulary-parallel
+// loss, ring attention, the clipped gradient norm).
 
 #include "runtime/exec/executor.h"
+#include "runtime/device/kernel_launch.h"
 #include "runtime/plan/plan_ops.h"
 
 #include "kernels/common/lr_schedule.h"
@@ -20,15 +23,13 @@ using plan::OpCode;
 using plan::TensorKind;
 
 namespace {
-static_assert(static_cast<size_t>(OpCode::MAX) + 1 == kernels::kNumOpKinds,
+static_assert(static_cast<size_t>(OpCode::MAX) + 1 == kernels::kNumPlanOps,
               "the plan's OpCode and the kernels' OpKind are both op_table.def's rows");
 
 /// Instructions that move a collective's bytes as they are stored (bf16 on the wire).
 bool movesStoredBytes(OpCode op) {
   return op == OpCode::ShardSlice || op == OpCode::AllGather || op == OpCode::AllToAll;
 }
-/// Reads its float inputs in their own type (no widened copies).
-bool readsAnyFloatType(OpCode op) { return op == OpCode::AnyNonfinite; }
 } // namespace
 
 kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
@@ -134,13 +135,47 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   const kernels::KernelEntry &entry = d.kernelTable()[static_cast<kernels::OpKind>(inst.op())];
   if (entry.run) {
     kernels::KernelCall call = kernelCall(inst);
+    PTC_RETURN_IF_ERROR(setScheduledLr(inst, callFloats_));
     if (entry.accepts(call))
-      return d.launch(call);
-    return runWidened(inst, [&] { return d.launch(kernelCall(inst)); });
+      PTC_RETURN_IF_ERROR(d.launch(call));
+    else
+      PTC_RETURN_IF_ERROR(runWidened(inst, [&] {
+        kernels::KernelCall widened = kernelCall(inst);
+        PTC_RETURN_IF_ERROR(setScheduledLr(inst, callFloats_));
+        return d.launch(widened);
+      }));
+    return reduceFlag(inst);
   }
-  if (movesStoredBytes(inst.op()) || readsAnyFloatType(inst.op()))
+  if (movesStoredBytes(inst.op()))
     return runHostOp(inst);
   return runWidened(inst, [&] { return runHostOp(inst); });
+}
+
+Status Executor::setScheduledLr(const plan::Instruction &inst, std::vector<double> &floats) {
+  if (inst.op() != OpCode::AdamWUpdate && inst.op() != OpCode::SgdUpdate)
+    return Status::ok();
+  const plan::UpdateInputs layout = plan::updateInputs(inst);
+  if (layout.lr < 0)
+    return Status::ok();
+  // Computed on the host this step by its LrSchedule.
+  auto value = hostScalar(inputsOf(inst)[static_cast<flatbuffers::uoffset_t>(layout.lr)]);
+  if (!value.isOk())
+    return value.status();
+  floats[0] = *value;
+  return Status::ok();
+}
+
+Status Executor::reduceFlag(const plan::Instruction &inst) {
+  // Loss scaling's overflow flags: the kernel's, then the maximum over the
+  // instruction's mesh axes (every rank skips the step or none).
+  const char *what = inst.op() == OpCode::UnscaleGrads   ? "the gradient overflow flag"
+                     : inst.op() == OpCode::AnyNonfinite ? "the non-finite gradient flag"
+                                                         : nullptr;
+  if (!what || !inst.ints() || inst.ints()->size() == 0 || !comm_)
+    return Status::ok();
+  const auto &out = outputsOf(inst);
+  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  return allReduceSmall(f32(out[out.size() - 1]), 1, axes, /*max=*/true, what);
 }
 
 Status Executor::runHostOp(const plan::Instruction &inst) {
@@ -164,26 +199,6 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
   case OpCode::RingAttention:
   case OpCode::RingAttentionGrad:
     return runRingAttention(inst);
-  case OpCode::AdamWUpdate:
-  case OpCode::SgdUpdate: {
-    // Optional inputs after the fixed ones: the overflow flag of dynamic loss
-    // scaling (the step then changes nothing), then (ints [1]) the scheduled
-    // learning rate, computed on the host this step by its LrSchedule.
-    const bool adam = inst.op() == OpCode::AdamWUpdate;
-    const plan::UpdateInputs layout = plan::updateInputs(inst);
-    const float *skip = layout.skip >= 0 ? I(static_cast<size_t>(layout.skip)) : nullptr;
-    float lr = F(0);
-    if (layout.lr >= 0) {
-      auto value = hostScalar(in[static_cast<flatbuffers::uoffset_t>(layout.lr)]);
-      if (!value.isOk())
-        return value.status();
-      lr = *value;
-    }
-    if (adam)
-      return d.adamwUpdate(I(0), I(1), I(2), I(3), I(4), AdamWParams{lr, F(1), F(2), F(3), F(4)},
-                           N(0), skip, O(0), O(1), O(2));
-    return d.sgdUpdate(I(0), I(1), I(2), lr, F(1), F(2), N(0), skip, O(0), O(1));
-  }
   case OpCode::LrSchedule: {
     // Once per step on a scalar: computed on the host, kept there for the
     // updates (no device round trip per parameter).
@@ -224,100 +239,14 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
     PTC_RETURN_IF_ERROR(d.copy(O(0), &exponent, sizeof exponent, CopyKind::HostToDevice));
     return d.copy(O(1), &good, sizeof good, CopyKind::HostToDevice);
   }
-  case OpCode::UnscaleGrads: {
-    size_t n = in.size() - 1;
-    std::vector<const float *> grads;
-    std::vector<float *> outs;
-    std::vector<int64_t> sizes;
-    for (size_t t = 0; t < n; ++t) {
-      grads.push_back(I(t));
-      outs.push_back(O(t));
-      sizes.push_back(N(t));
-    }
-    PTC_RETURN_IF_ERROR(d.unscale(grads, sizes, outs, I(n), O(n)));
-    if (inst.ints() && inst.ints()->size() > 0 && comm_) {
-      std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
-      return allReduceSmall(O(n), 1, axes, /*max=*/true, "the gradient overflow flag");
-    }
-    return Status::ok();
-  }
-  case OpCode::AnyNonfinite: {
-    std::vector<const void *> tensors;
-    std::vector<int64_t> sizes;
-    std::vector<FloatType> types;
-    for (size_t t = 0; t < in.size(); ++t) {
-      const int32_t id = in[static_cast<flatbuffers::uoffset_t>(t)];
-      tensors.push_back(data(id));
-      sizes.push_back(N(t));
-      types.push_back(kernels::floatTypeOf(static_cast<kernels::DType>(T(id).dtype)));
-    }
-    PTC_RETURN_IF_ERROR(d.anyNonfinite(tensors, sizes, types, O(0)));
-    if (inst.ints() && inst.ints()->size() > 0 && comm_) {
-      std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
-      return allReduceSmall(O(0), 1, axes, /*max=*/true, "the non-finite gradient flag");
-    }
-    return Status::ok();
-  }
   case OpCode::AllReduce:
   case OpCode::AllGather:
   case OpCode::ShardSlice:
   case OpCode::ReduceScatter:
   case OpCode::AllToAll:
     return runCollective(inst);
-  case OpCode::ClipGradNorm: {
-    std::vector<const float *> grads;
-    std::vector<float *> outs;
-    std::vector<int64_t> sizes;
-    for (size_t i = 0; i < in.size(); ++i) {
-      grads.push_back(I(i));
-      outs.push_back(O(i));
-      sizes.push_back(N(i));
-    }
-    // The norm output holds the sum of squares until the clip replaces it.
-    float *norm = O(in.size());
-    if (inst.floats()->size() == 1) {
-      PTC_RETURN_IF_ERROR(d.sumOfSquares(grads, sizes, norm));
-    } else {
-      // Weighted: each gradient's sum of squares counts 1 / its copies in
-      // the group (a split gradient's pieces once, a replicated one once in
-      // all). One device sum per weight, in the order they first appear,
-      // combined on the host in that order (repeatable).
-      std::vector<float> weightOf;
-      std::vector<size_t> groupOf(in.size());
-      for (size_t i = 0; i < in.size(); ++i) {
-        float w = F(i + 1);
-        auto at = std::find(weightOf.begin(), weightOf.end(), w);
-        groupOf[i] = static_cast<size_t>(at - weightOf.begin());
-        if (at == weightOf.end())
-          weightOf.push_back(w);
-      }
-      PTC_RETURN_IF_ERROR(rowScratch_.reserve(static_cast<int64_t>(weightOf.size()) * 4));
-      float *partial = static_cast<float *>(rowScratch_.data());
-      for (size_t g = 0; g < weightOf.size(); ++g) {
-        std::vector<const float *> mine;
-        std::vector<int64_t> mineSizes;
-        for (size_t i = 0; i < in.size(); ++i)
-          if (groupOf[i] == g) {
-            mine.push_back(grads[i]);
-            mineSizes.push_back(sizes[i]);
-          }
-        PTC_RETURN_IF_ERROR(d.sumOfSquares(mine, mineSizes, partial + g));
-      }
-      std::vector<float> host(weightOf.size());
-      PTC_RETURN_IF_ERROR(d.copy(host.data(), partial, static_cast<int64_t>(host.size()) * 4,
-                                 CopyKind::DeviceToHost));
-      float total = 0;
-      for (size_t g = 0; g < host.size(); ++g)
-        total += weightOf[g] * host[g];
-      PTC_RETURN_IF_ERROR(d.copy(norm, &total, 4, CopyKind::HostToDevice));
-    }
-    if (inst.ints() && inst.ints()->size() > 0 && comm_) {
-      // The other gradients live on other ranks (pipeline stages): sum there too.
-      std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
-      PTC_RETURN_IF_ERROR(allReduceSmall(norm, 1, axes, /*max=*/false, "the gradient norm"));
-    }
-    return d.clipByNorm(grads, sizes, outs, F(0), norm, norm);
-  }
+  case OpCode::ClipGradNorm:
+    return runClipGradNorm(inst);
   case OpCode::Send:
   case OpCode::Recv:
     return error(StatusCode::kInternal, "point-to-point instructions run as schedule actions");
@@ -328,6 +257,69 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
   }
   return error(StatusCode::kUnimplemented, "opcode ", kernels::opKindName(static_cast<kernels::OpKind>(inst.op())),
                " has no kernel on ", d.describe());
+}
+
+Status Executor::runClipGradNorm(const plan::Instruction &inst) {
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
+  Device &d = deviceFor(inst);
+  const size_t n = in.size();
+  auto gradient = [&](KernelLaunch &call, size_t i) {
+    const int32_t id = in[static_cast<flatbuffers::uoffset_t>(i)];
+    call.in(data(id), {plan_->tensor(id).numElements});
+  };
+  // The norm output holds the sum of squares until the clip replaces it.
+  float *norm = f32(out[static_cast<flatbuffers::uoffset_t>(n)]);
+  if (inst.floats()->size() == 1) {
+    KernelLaunch sum(kernels::OpKind::SumOfSquares);
+    for (size_t i = 0; i < n; ++i)
+      gradient(sum, i);
+    PTC_RETURN_IF_ERROR(sum.out(norm, {1}).launch(d));
+  } else {
+    // Weighted: each gradient's sum of squares counts 1 / its copies in the
+    // group (a split gradient's pieces once, a replicated one once in all).
+    // One device sum per weight, in the order they first appear, combined on
+    // the host in that order (repeatable).
+    std::vector<float> weightOf;
+    std::vector<size_t> groupOf(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float w = static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i + 1)));
+      auto at = std::find(weightOf.begin(), weightOf.end(), w);
+      groupOf[i] = static_cast<size_t>(at - weightOf.begin());
+      if (at == weightOf.end())
+        weightOf.push_back(w);
+    }
+    PTC_RETURN_IF_ERROR(rowScratch_.reserve(static_cast<int64_t>(weightOf.size()) * 4));
+    float *partial = static_cast<float *>(rowScratch_.data());
+    for (size_t g = 0; g < weightOf.size(); ++g) {
+      KernelLaunch sum(kernels::OpKind::SumOfSquares);
+      for (size_t i = 0; i < n; ++i)
+        if (groupOf[i] == g)
+          gradient(sum, i);
+      PTC_RETURN_IF_ERROR(sum.out(partial + g, {1}).launch(d));
+    }
+    std::vector<float> host(weightOf.size());
+    PTC_RETURN_IF_ERROR(d.copy(host.data(), partial, static_cast<int64_t>(host.size()) * 4,
+                               CopyKind::DeviceToHost));
+    float total = 0;
+    for (size_t g = 0; g < host.size(); ++g)
+      total += weightOf[g] * host[g];
+    PTC_RETURN_IF_ERROR(d.copy(norm, &total, 4, CopyKind::HostToDevice));
+  }
+  if (inst.ints() && inst.ints()->size() > 0 && comm_) {
+    // The other gradients live on other ranks (pipeline stages): sum there too.
+    std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+    PTC_RETURN_IF_ERROR(allReduceSmall(norm, 1, axes, /*max=*/false, "the gradient norm"));
+  }
+  KernelLaunch clip(kernels::OpKind::ClipByNorm);
+  for (size_t i = 0; i < n; ++i)
+    gradient(clip, i);
+  clip.in(norm, {1});
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t id = out[static_cast<flatbuffers::uoffset_t>(i)];
+    clip.out(data(id), {plan_->tensor(id).numElements});
+  }
+  return clip.out(norm, {1}).floats({inst.floats()->Get(0)}).launch(d);
 }
 
 } // namespace ptc

@@ -220,7 +220,9 @@ void Executor::groupOptimizerUpdates() {
     const plan::Instruction *i = insts.Get(n);
     if (!allowed[n] || i->op() != OpCode::AdamWUpdate)
       return false;
-    const bool lowGradOk = !i->on_host() && deviceFor(*i).adamwReadsLowPrecisionGradients();
+    // A device whose batched AdamW reads bf16 / f16 gradients (widened as read).
+    const kernels::KernelEntry &entry = deviceFor(*i).kernelTable()[kernels::OpKind::AdamWUpdate];
+    const bool lowGradOk = !i->on_host() && entry.runBatch && entry.batchAccepts(typedCall(*i));
     for (const auto *ids : {&inputsOf(*i), &outputsOf(*i)})
       for (int32_t id : *ids) {
         const plan::DType t = plan_->tensor(id).dtype;
@@ -359,38 +361,44 @@ void Executor::releaseFileTensors(uint32_t n, uint32_t end) {
 }
 
 Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin, int64_t stop) {
+  // One AdamWUpdate call per instruction, launched together: its parameter,
+  // gradient and moments as views of elements [begin, stop) (stop < 0: all
+  // of each), the step, skip flag and learning rate the group shares.
   const auto &insts = *plan_->plan().instructions();
-  std::vector<Device::AdamWTensor> tensors;
+  const plan::Instruction *head = insts.Get(first);
+  std::vector<double> floats(head->floats()->begin(), head->floats()->end());
+  PTC_RETURN_IF_ERROR(setScheduledLr(*head, floats));
+  const size_t count = end - first;
+  std::vector<Shape> ranges(count);
+  std::vector<std::vector<kernels::TensorView>> ins(count), outs(count);
+  std::vector<std::vector<int64_t>> ints(count); // [1]: the lr is the last input
+  std::vector<kernels::KernelCall> calls;
   for (uint32_t n = first; n < end; ++n) {
     const plan::Instruction *i = insts.Get(n);
     PTC_RETURN_IF_ERROR(awaitPending(*i));
+    const size_t k = n - first;
+    const int64_t off = stop >= 0 ? begin : 0;
+    const int64_t elements = stop >= 0 ? stop - begin : plan_->tensor(inputsOf(*i)[0]).numElements;
+    ranges[k] = {elements};
+    auto view = [&](int32_t id, bool range) -> kernels::TensorView {
+      const TensorInfo &t = plan_->tensor(id);
+      const auto dtype = static_cast<kernels::DType>(t.dtype);
+      if (!range)
+        return {data(id), dtype, &t.shape, t.numElements};
+      return {static_cast<char *>(data(id)) + off * kernels::dtypeBytes(dtype), dtype, &ranges[k],
+              elements};
+    };
     const auto &in = inputsOf(*i);
-    const auto &out = outputsOf(*i);
-    // Elements [begin, stop) of one tensor (stop < 0: all of each).
-    int64_t off = stop >= 0 ? begin : 0;
-    int64_t count = stop >= 0 ? stop - begin : plan_->tensor(in[0]).numElements;
-    const plan::DType gradType = plan_->tensor(in[1]).dtype;
-    const void *grad = static_cast<const char *>(data(in[1])) + off * dtypeSize(gradType);
-    tensors.push_back({f32(in[0]) + off, grad, f32(in[2]) + off, f32(in[3]) + off,
-                       f32(out[0]) + off, f32(out[1]) + off, f32(out[2]) + off, count,
-                       kernels::floatTypeOf(static_cast<kernels::DType>(gradType))});
+    for (flatbuffers::uoffset_t j = 0; j < in.size(); ++j)
+      ins[k].push_back(view(in[j], j < 4));
+    for (int32_t id : outputsOf(*i))
+      outs[k].push_back(view(id, true));
+    if (i->ints())
+      ints[k].assign(i->ints()->begin(), i->ints()->end());
+    calls.push_back(kernels::makeKernelCall(kernels::OpKind::AdamWUpdate, ins[k], outs[k], ints[k],
+                                            floats));
   }
-  const plan::Instruction *head = insts.Get(first);
-  auto F = [&](flatbuffers::uoffset_t k) { return static_cast<float>(head->floats()->Get(k)); };
-  // Inputs after the step: the skip flag (dynamic loss scaling), then, with
-  // ints [1], the scheduled learning rate (computed on the host this step).
-  const auto &in = inputsOf(*head);
-  const plan::UpdateInputs layout = plan::updateInputs(*head);
-  const float *skip = layout.skip >= 0 ? f32(in.Get(static_cast<flatbuffers::uoffset_t>(layout.skip))) : nullptr;
-  float lr = F(0);
-  if (layout.lr >= 0) {
-    auto value = hostScalar(in.Get(static_cast<flatbuffers::uoffset_t>(layout.lr)));
-    if (!value.isOk())
-      return value.status();
-    lr = *value;
-  }
-  return deviceFor(*head).adamwUpdateMany(tensors, f32(in.Get(4)), AdamWParams{lr, F(1), F(2), F(3), F(4)},
-                               skip);
+  return deviceFor(*head).launchBatch(calls.data(), calls.size());
 }
 
 Executor::~Executor() {

@@ -245,9 +245,17 @@ private:
   /// An instruction: through its device's kernel table (widened to f32
   /// where the entry does not take its element types), else runHostOp.
   Status runKernel(const plan::Instruction &inst);
-  /// The instructions the executor composes itself from device primitives
-  /// and collectives.
+  /// The instructions the executor runs itself: on the host, or composed
+  /// from kernel pieces and collectives.
   Status runHostOp(const plan::Instruction &inst);
+  /// An optimizer update's scheduled learning rate (the host's value this
+  /// step) into its call's floats[0], where its kernel reads it.
+  Status setScheduledLr(const plan::Instruction &inst, std::vector<double> &floats);
+  /// After UnscaleGrads / AnyNonfinite: their flag's maximum over the
+  /// instruction's mesh axes.
+  Status reduceFlag(const plan::Instruction &inst);
+  /// The (weighted) sum of squares over the group, then the clip.
+  Status runClipGradNorm(const plan::Instruction &inst);
   /// Runs `body` with the instruction's bf16 / f16 tensors replaced by f32
   /// copies, rounding its low-precision results back.
   Status runWidened(const plan::Instruction &inst, const std::function<Status()> &body);

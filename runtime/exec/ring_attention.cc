@@ -5,6 +5,7 @@
 // online-softmax rule; packed documents skip the pairs no row's document reaches.
 
 #include "runtime/exec/executor.h"
+#include "runtime/device/kernel_launch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -58,7 +59,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   const int64_t len = block / parts; // rows of one part
   const int64_t batch = qt.shape[0], heads = qt.shape[1], kvHeads = kt.shape[1],
                 dim = qt.shape[3];
-  const Shape partShape{batch, heads, len, dim};
+  const Shape partShape{batch, heads, len, dim}, kvShape{batch, kvHeads, len, dim},
+      rowShape{batch, heads, len};
   const int64_t qPart = batch * heads * len * dim, kvPart = batch * kvHeads * len * dim;
   // f32 throughout (low-precision tensors arrive widened: runWidened).
   const int64_t qBytes = qt.numElements * 4, kvBytes = kt.numElements * 4,
@@ -213,6 +215,13 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return finish(into, tag);
   };
   double flopsWeight = 1.0; // the gradient's blocks count 2.5x the forward's
+  // One block's kernel call (kernel_call.h's AttentionBlock(Grad)): its
+  // operands, then the rows' first keys (packed documents).
+  auto launchBlock = [&](KernelLaunch &call, bool causal, const int32_t *keysFrom) {
+    if (keysFrom)
+      call.in(keysFrom, {batch, len}, kernels::DType::I32);
+    return call.ints({causal ? 1 : 0}).floats({scale}).launch(d);
+  };
   // Packed documents: the global index of each held query row's document
   // start ([slot][batch][len]), from the positions in the balanced layout.
   std::vector<int64_t> documentStart;
@@ -297,9 +306,14 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
       if (s + 1 < n && ringSerial_)
         PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
       PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal, const int32_t *keysFrom) {
-        return d.attentionBlock(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
-                                partShape, kvHeads, len, scale, causal, acc + a * qPart,
-                                mx + a * rowsPart, sum + a * rowsPart, keysFrom);
+        KernelLaunch call(kernels::OpKind::AttentionBlock);
+        call.in(q + a * qPart, partShape)
+            .in(kv[cur][0] + b * kvPart, kvShape)
+            .in(kv[cur][1] + b * kvPart, kvShape)
+            .out(acc + a * qPart, partShape)
+            .out(mx + a * rowsPart, rowShape)
+            .out(sum + a * rowsPart, rowShape);
+        return launchBlock(call, causal, keysFrom);
       }));
       if (s + 1 < n && !ringSerial_)
         PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
@@ -340,10 +354,17 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     if (s + 1 < n && ringSerial_)
       PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9200 + s));
     PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal, const int32_t *keysFrom) {
-      return d.attentionBlockGrad(q + a * qPart, kv[cur][0] + b * kvPart, kv[cur][1] + b * kvPart,
-                                  o + a * qPart, g + a * qPart, lse + a * rowsPart, partShape,
-                                  kvHeads, len, scale, causal, dq + a * qPart,
-                                  dkv[cur][0] + b * kvPart, dkv[cur][1] + b * kvPart, keysFrom);
+      KernelLaunch call(kernels::OpKind::AttentionBlockGrad);
+      call.in(q + a * qPart, partShape)
+          .in(kv[cur][0] + b * kvPart, kvShape)
+          .in(kv[cur][1] + b * kvPart, kvShape)
+          .in(o + a * qPart, partShape)
+          .in(g + a * qPart, partShape)
+          .in(lse + a * rowsPart, rowShape)
+          .out(dq + a * qPart, partShape)
+          .out(dkv[cur][0] + b * kvPart, kvShape)
+          .out(dkv[cur][1] + b * kvPart, kvShape);
+      return launchBlock(call, causal, keysFrom);
     }));
     if (s + 1 < n) {
       PTC_RETURN_IF_ERROR(post(dkv[cur][0], dkv[cur ^ 1][0], 9250 + s));

@@ -6,6 +6,8 @@
 
 #include "runtime/plan/plan_generated.h"
 
+#include "kernels/common/kernel_call.h"
+
 #include <cstddef>
 #include <iterator>
 #include <string_view>
@@ -65,25 +67,13 @@ inline const OpInfo *lookupOp(OpCode code) {
   return i < std::size(kOpTable) ? &kOpTable[i] : nullptr;
 }
 
-/// The input layout of an AdamWUpdate / SgdUpdate: the fixed inputs (AdamW:
-/// param, grad, exp_avg, exp_avg_sq, step; SGD: param, grad, momentum), then
-/// the skip flag of dynamic loss scaling if present, then — with ints [1] —
-/// the scheduled learning rate. Indices are -1 where absent. The loader checks
-/// an instruction against it; the executor reads it.
-struct UpdateInputs {
-  size_t fixed = 0;
-  int skip = -1, lr = -1;
-};
+/// The input layout of an AdamWUpdate / SgdUpdate instruction
+/// (kernels::updateInputs); the loader checks an instruction against it.
+using kernels::UpdateInputs;
 inline UpdateInputs updateInputs(const Instruction &inst) {
-  UpdateInputs u;
-  u.fixed = inst.op() == OpCode::AdamWUpdate ? 5 : 3;
-  const bool scheduled = inst.ints() && inst.ints()->size() == 1;
-  const size_t n = inst.inputs() ? inst.inputs()->size() : 0;
-  if (n > u.fixed + (scheduled ? 1 : 0))
-    u.skip = static_cast<int>(u.fixed);
-  if (scheduled)
-    u.lr = static_cast<int>(n) - 1;
-  return u;
+  return kernels::updateInputs(static_cast<kernels::OpKind>(inst.op()),
+                               inst.inputs() ? inst.inputs()->size() : 0,
+                               inst.ints() ? inst.ints()->size() : 0);
 }
 
 } // namespace ptc::plan

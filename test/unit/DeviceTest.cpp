@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <tuple>
 
 namespace ptc {
 namespace {
@@ -134,15 +135,16 @@ TEST(CpuDevice, OptimizerSkipLeavesStateUnchanged) {
   float *dp = m.put(p), *dg = m.put(g), *dm = m.put(mm), *dv = m.put(v);
   float *step = m.put(std::vector<float>{1.0f}), *skip = m.put(std::vector<float>{1.0f});
   float *op = m.zeros(10), *om = m.zeros(10), *ov = m.zeros(10);
-  ASSERT_TRUE(dev->adamwUpdate(dp, dg, dm, dv, step, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 10, skip,
-                               op, om, ov)
-                  .isOk());
+  auto update = [&] {
+    return run(*dev, kernels::OpKind::AdamWUpdate,
+               {{dp, {10}}, {dg, {10}}, {dm, {10}}, {dv, {10}}, {step, {}}, {skip, {}}},
+               {{op, {10}}, {om, {10}}, {ov, {10}}}, {}, {1e-3, 0.9, 0.95, 1e-8, 0.1});
+  };
+  ASSERT_TRUE(update().isOk());
   EXPECT_EQ(m.get(op, 10), p);
   EXPECT_EQ(m.get(om, 10), mm);
   *skip = 0.0f;
-  ASSERT_TRUE(dev->adamwUpdate(dp, dg, dm, dv, step, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 10, skip,
-                               op, om, ov)
-                  .isOk());
+  ASSERT_TRUE(update().isOk());
   EXPECT_NE(m.get(op, 10), p);
 }
 
@@ -164,13 +166,12 @@ TEST(Devices, UnknownOrUnavailableDeviceIsAnError) {
   }
 }
 
-/// Counts multi-tensor AdamW calls (and their sizes) on the CPU.
+/// Counts batched (multi-tensor) AdamW launches and their sizes on the CPU.
 class CountingDevice : public CpuDevice {
 public:
-  Status adamwUpdateMany(const std::vector<AdamWTensor> &tensors, const float *step,
-                         const AdamWParams &hp, const float *skip) override {
-    groups.push_back(tensors.size());
-    return CpuDevice::adamwUpdateMany(tensors, step, hp, skip);
+  Status launchBatch(kernels::KernelCall *calls, size_t count) override {
+    groups.push_back(count);
+    return CpuDevice::launchBatch(calls, count);
   }
   std::vector<size_t> groups;
 };
@@ -1096,8 +1097,10 @@ TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
         float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
         const float *pq = m.put(q), *pk0 = m.put(k0), *pv0 = m.put(v0), *pk1 = m.put(k1),
                     *pv1 = m.put(v1);
-        OK(d.attentionBlock(pq, pk0, pv0, qShape, KV, S, 0.25, true, acc, mx, sum, nullptr));
-        OK(d.attentionBlock(pq, pk1, pv1, qShape, KV, S, 0.25, false, acc, mx, sum, nullptr));
+        const Shape kvShape{B, KV, S, D}, rowShape{B, A, S};
+        for (auto [k, v, causal] : {std::tuple{pk0, pv0, 1}, std::tuple{pk1, pv1, 0}})
+          OK(run(d, kernels::OpKind::AttentionBlock, {{pq, qShape}, {k, kvShape}, {v, kvShape}},
+                 {{acc, qShape}, {mx, rowShape}, {sum, rowShape}}, {causal}, {0.25}));
         auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
         std::vector<float> o(nq), lse(rows);
         for (size_t r = 0; r < rows; ++r) {
@@ -1108,10 +1111,12 @@ TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
         float *dq = m.zeros(nq), *dk0 = m.zeros(nkv), *dv0 = m.zeros(nkv), *dk1 = m.zeros(nkv),
               *dv1 = m.zeros(nkv);
         const float *po = m.put(o), *pg = m.put(g), *plse = m.put(lse);
-        OK(d.attentionBlockGrad(pq, pk0, pv0, po, pg, plse, qShape, KV, S, 0.25, true, dq, dk0,
-                                dv0, nullptr));
-        OK(d.attentionBlockGrad(pq, pk1, pv1, po, pg, plse, qShape, KV, S, 0.25, false, dq, dk1,
-                                dv1, nullptr));
+        for (auto [k, v, dk, dv, causal] :
+             {std::tuple{pk0, pv0, dk0, dv0, 1}, std::tuple{pk1, pv1, dk1, dv1, 0}})
+          OK(run(d, kernels::OpKind::AttentionBlockGrad,
+                 {{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
+                  {plse, rowShape}},
+                 {{dq, qShape}, {dk, kvShape}, {dv, kvShape}}, {causal}, {0.25}));
         std::vector<float> out = o;
         out.insert(out.end(), lse.begin(), lse.end());
         for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
@@ -1174,7 +1179,8 @@ TEST_F(CudaConformance, SumsWithoutAtomicsMatchAndRepeatBitwise) {
            {{dt, {vocab, dim}}}));
     OK(run(d, kernels::OpKind::CrossEntropy, {{pl, {rows, classes}}, ids(m.put(targets), {rows})},
            {{loss, {}}}));
-    OK(d.sumOfSquares({pg, pl}, {n * dim, rows * classes}, norm));
+    OK(run(d, kernels::OpKind::SumOfSquares, {{pg, {n * dim}}, {pl, {rows * classes}}},
+           {{norm, {1}}}));
     auto out = m.get(dt, static_cast<size_t>(vocab * dim));
     out.push_back(m.get(loss, 1)[0]);
     out.push_back(m.get(norm, 1)[0] / static_cast<float>(n * dim)); // ~1: within the bound
@@ -1236,12 +1242,14 @@ TEST_F(CudaConformance, CrossEntropyWholeAndVocabularyParallel) {
         for (size_t i = 0; i < shifted.size(); i += 2)
           shifted[i] += 50;
         const int32_t *pt = m.put(shifted);
-        OK(d.rowMax(px, rows, classes, mx));
-        OK(d.rowSumExp(px, rows, classes, mx, sum));
-        OK(d.targetLogit(px, pt, rows, classes, 50, 100, tl));
-        OK(d.lossFromParts(mx, sum, tl, rows, loss));
-        OK(d.vocabParallelGrad(px, pt, m.put(std::vector<float>{1.0f}), mx, sum, rows, classes,
-                               50, 100, dx));
+        const Shape x2{rows, classes}, r1{rows};
+        OK(run(d, kernels::OpKind::RowMax, {{px, x2}}, {{mx, r1}}));
+        OK(run(d, kernels::OpKind::RowSumExp, {{px, x2}, {mx, r1}}, {{sum, r1}}));
+        OK(run(d, kernels::OpKind::TargetLogit, {{px, x2}, ids(pt, r1)}, {{tl, r1}}, {50, 100}));
+        OK(run(d, kernels::OpKind::LossFromParts, {{mx, r1}, {sum, r1}, {tl, r1}}, {{loss, {1}}}));
+        OK(run(d, kernels::OpKind::VocabParallelGrad,
+               {{px, x2}, ids(pt, r1), {m.put(std::vector<float>{1.0f}), {1}}, {mx, r1}, {sum, r1}},
+               {{dx, x2}}, {50, 100}));
         auto out = m.get(loss, 1);
         for (auto [p, k] : {std::pair{mx, rows}, std::pair{sum, rows}, std::pair{tl, rows},
                             std::pair{dx, rows * classes}}) {
@@ -1389,10 +1397,13 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
             *sp = m.zeros(n);
       const float *pp = m.put(p), *pg = m.put(g), *pm = m.put(mm);
       const float *skip = m.put(std::vector<float>{skipValue});
-      OK(d.adamwUpdate(pp, pg, pm, m.put(v), m.put(std::vector<float>{3.0f}),
-                       {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, static_cast<int64_t>(n), skip, op, om,
-                       ov));
-      OK(d.sgdUpdate(pp, pg, pm, 0.1f, 0.9f, 0.01f, static_cast<int64_t>(n), skip, sp, sb));
+      const Shape s{static_cast<int64_t>(n)};
+      OK(run(d, kernels::OpKind::AdamWUpdate,
+             {{pp, s}, {pg, s}, {pm, s}, {m.put(v), s}, {m.put(std::vector<float>{3.0f}), {}},
+              {skip, {}}},
+             {{op, s}, {om, s}, {ov, s}}, {}, {1e-3, 0.9, 0.95, 1e-8, 0.1}));
+      OK(run(d, kernels::OpKind::SgdUpdate, {{pp, s}, {pg, s}, {pm, s}, {skip, {}}},
+             {{sp, s}, {sb, s}}, {}, {0.1, 0.9, 0.01}));
       auto out = m.get(op, n);
       for (float *q : {om, ov, sp, sb}) {
         auto t = m.get(q, n);
@@ -1406,9 +1417,17 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
   for (const bool bf16Grads : {false, true})
     compare([&](Device &d, Mem &m) {
       std::vector<size_t> sizes{1000, 3, 4097};
-      std::vector<Device::AdamWTensor> ts;
       std::vector<float *> outs;
-      const bool native = bf16Grads && d.adamwReadsLowPrecisionGradients();
+      // Every call's views and shapes, alive until the launch.
+      std::vector<Shape> shapes(sizes.size());
+      std::vector<std::vector<kernels::TensorView>> ins(sizes.size()), outViews(sizes.size());
+      const Shape scalar{};
+      const std::vector<int64_t> noInts;
+      const std::vector<double> hp{1e-3, 0.9, 0.95, 1e-8, 0.1};
+      float *step = m.put(std::vector<float>{7.0f});
+      std::vector<kernels::KernelCall> calls;
+      const kernels::KernelEntry &entry = d.kernelTable()[kernels::OpKind::AdamWUpdate];
+      bool native = false;
       for (size_t i = 0; i < sizes.size(); ++i) {
         size_t k = sizes[i];
         float *op = m.zeros(k), *om = m.zeros(k), *ov = m.zeros(k),
@@ -1418,13 +1437,24 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
           OK(d.convertFloat(g, FloatType::F32, g16, FloatType::BF16, static_cast<int64_t>(k)));
           OK(d.convertFloat(g16, FloatType::BF16, g, FloatType::F32, static_cast<int64_t>(k)));
         }
-        ts.push_back({m.put(randomVector(k, 50 + i)), native ? static_cast<const void *>(g16) : g,
-                      m.put(randomVector(k, 70 + i)), m.put(std::vector<float>(k, 0.5f)), op, om,
-                      ov, static_cast<int64_t>(k), native ? FloatType::BF16 : FloatType::F32});
+        shapes[i] = {static_cast<int64_t>(k)};
+        auto view = [&](void *data, kernels::DType t = kernels::DType::F32) {
+          return kernels::TensorView{data, t, &shapes[i], static_cast<int64_t>(k)};
+        };
+        ins[i] = {view(m.put(randomVector(k, 50 + i))), view(g16, kernels::DType::BF16),
+                  view(m.put(randomVector(k, 70 + i))), view(m.put(std::vector<float>(k, 0.5f))),
+                  kernels::TensorView{step, kernels::DType::F32, &scalar, 1}};
+        outViews[i] = {view(op), view(om), view(ov)};
+        calls.push_back(kernels::makeKernelCall(kernels::OpKind::AdamWUpdate, ins[i], outViews[i],
+                                                noInts, hp));
+        // The GPU's batched entry reads bf16 gradients; the CPU's updates
+        // from their widened copies.
+        native = bf16Grads && entry.runBatch && entry.batchAccepts(calls.back());
+        if (!native)
+          ins[i][1] = view(g);
         outs.insert(outs.end(), {op, om, ov});
       }
-      OK(d.adamwUpdateMany(ts, m.put(std::vector<float>{7.0f}),
-                           {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, nullptr));
+      OK(d.launchBatch(calls.data(), calls.size()));
       std::vector<float> out;
       for (size_t i = 0; i < outs.size(); ++i) {
         auto v = m.get(outs[i], sizes[i / 3]);
@@ -1438,10 +1468,14 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
       [&](Device &d, Mem &m) {
         const float *a = m.put(g), *b = m.put(g2);
         float *sum = m.zeros(1), *oa = m.zeros(n), *ob = m.zeros(300), *found = m.zeros(1);
-        OK(d.sumOfSquares({a}, {static_cast<int64_t>(n)}, sum));
-        OK(d.clipByNorm({a}, {static_cast<int64_t>(n)}, {oa}, 1.0f, sum, sum)); // aliased, as the executor does
-        OK(d.unscale({a, b}, {static_cast<int64_t>(n), 300}, {oa, ob},
-                     m.put(std::vector<float>{1024.0f}), found));
+        const Shape s{static_cast<int64_t>(n)};
+        OK(run(d, kernels::OpKind::SumOfSquares, {{a, s}}, {{sum, {1}}}));
+        // The norm in the sum's memory, as the executor does.
+        OK(run(d, kernels::OpKind::ClipByNorm, {{a, s}, {sum, {1}}}, {{oa, s}, {sum, {1}}}, {},
+               {1.0}));
+        OK(run(d, kernels::OpKind::UnscaleGrads,
+               {{a, s}, {b, {300}}, {m.put(std::vector<float>{1024.0f}), {1}}},
+               {{oa, s}, {ob, {300}}, {found, {1}}}));
         auto out = m.get(sum, 1), f = m.get(found, 1), v1 = m.get(oa, n);
         out.insert(out.end(), f.begin(), f.end());
         out.insert(out.end(), v1.begin(), v1.end());
@@ -1474,8 +1508,10 @@ TEST_F(CudaConformance, AnyNonfiniteOverF32Bf16AndF16) {
       bf16[17] = c.bf16;
       f16[3] = c.f16;
       float *found = m.zeros(1);
-      OK(d.anyNonfinite({m.put(f32), m.put(bf16), m.put(f16)}, {5000, 300, 7},
-                        {FloatType::F32, FloatType::BF16, FloatType::F16}, found));
+      OK(run(d, kernels::OpKind::AnyNonfinite,
+             {{m.put(f32), {5000}}, {m.put(bf16), {300}, kernels::DType::BF16},
+              {m.put(f16), {7}, kernels::DType::F16}},
+             {{found, {1}}}));
       auto flag = m.get(found, 1);
       EXPECT_EQ(flag[0], c.expected) << "f32 last " << c.f32Last << ", bf16 0x" << std::hex
                                      << c.bf16 << ", f16 0x" << c.f16;

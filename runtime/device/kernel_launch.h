@@ -1,0 +1,76 @@
+// KernelLaunch: one kernel-table call built from device pointers and shapes,
+// for the code that composes an instruction from kernel pieces (the
+// vocabulary-parallel loss, ring attention, the gradient norm; see
+// kernels/common/kernel_call.h) and for tests that call one kernel. It keeps
+// the views' shapes and attributes alive for the launch.
+//
+//   KernelLaunch(OpKind::RowMax).in(logits, {rows, classes}).out(max, {rows}).launch(device)
+#ifndef PTC_RUNTIME_DEVICE_KERNEL_LAUNCH_H
+#define PTC_RUNTIME_DEVICE_KERNEL_LAUNCH_H
+
+#include "runtime/device/device.h"
+
+#include <initializer_list>
+#include <vector>
+
+namespace ptc {
+
+class KernelLaunch {
+public:
+  explicit KernelLaunch(kernels::OpKind op) : op_(op) {}
+
+  KernelLaunch &in(const void *data, Shape shape, kernels::DType dtype = kernels::DType::F32) {
+    inputs_.push_back({const_cast<void *>(data), dtype, std::move(shape)});
+    return *this;
+  }
+  KernelLaunch &out(void *data, Shape shape, kernels::DType dtype = kernels::DType::F32) {
+    outputs_.push_back({data, dtype, std::move(shape)});
+    return *this;
+  }
+  KernelLaunch &ints(std::initializer_list<int64_t> values) {
+    ints_.insert(ints_.end(), values);
+    return *this;
+  }
+  KernelLaunch &floats(std::initializer_list<double> values) {
+    floats_.insert(floats_.end(), values);
+    return *this;
+  }
+
+  /// Runs the call with `device`'s entry for the op, which must have one and
+  /// accept the views' element types.
+  Status launch(Device &device) {
+    std::vector<kernels::TensorView> in = views(inputs_), out = views(outputs_);
+    kernels::KernelCall call = kernels::makeKernelCall(op_, in, out, ints_, floats_);
+    const kernels::KernelEntry &entry = device.kernelTable()[op_];
+    if (!entry.run || !entry.accepts(call))
+      return error(StatusCode::kUnimplemented, kernels::opKindName(op_), " has no kernel on ",
+                   device.describe(), " for these element types");
+    return device.launch(call);
+  }
+
+private:
+  struct Operand {
+    void *data;
+    kernels::DType dtype;
+    Shape shape;
+  };
+  static std::vector<kernels::TensorView> views(const std::vector<Operand> &operands) {
+    std::vector<kernels::TensorView> out;
+    for (const Operand &o : operands) {
+      int64_t n = 1;
+      for (int64_t d : o.shape)
+        n *= d;
+      out.push_back({o.data, o.dtype, &o.shape, n});
+    }
+    return out;
+  }
+
+  kernels::OpKind op_;
+  std::vector<Operand> inputs_, outputs_;
+  std::vector<int64_t> ints_;
+  std::vector<double> floats_;
+};
+
+} // namespace ptc
+
+#endif // PTC_RUNTIME_DEVICE_KERNEL_LAUNCH_H
