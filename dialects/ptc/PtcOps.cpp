@@ -4,6 +4,7 @@
 #include "dialects/ptc/PtcMesh.h"
 #include "dialects/ptc/PtcSharding.h"
 #include "kernels/common/dropout.h"
+#include "kernels/common/shape_rules.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -49,12 +50,7 @@ void mlir::ptc::replaceReturn(func::FuncOp func, ArrayRef<Value> results,
 }
 
 std::string mlir::ptc::shapeStr(ArrayRef<int64_t> shape) {
-  if (shape.empty())
-    return "scalar";
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  llvm::interleave(shape, os, "x");
-  return s;
+  return ::ptc::kernels::shapes::shapeText(shape);
 }
 
 namespace {
@@ -77,6 +73,17 @@ LogicalResult checkResultType(Operation *op, Type actual, FailureOr<RankedTensor
   return success();
 }
 
+/// A shared shape rule's result (kernels/common/shape_rules.h) as a type of
+/// `element`, or its message as the op's error.
+FailureOr<RankedTensorType> typeOf(const ::ptc::kernels::shapes::Inferred &inferred, Type element,
+                                   EmitErrorFn emitError) {
+  if (!inferred.ok()) {
+    emitError() << inferred.error;
+    return failure();
+  }
+  return RankedTensorType::get(inferred.shape, element);
+}
+
 LogicalResult checkSameElementType(EmitErrorFn emitError, StringRef what, Type a, StringRef whatB,
                                    Type b) {
   if (a == b)
@@ -96,21 +103,8 @@ FailureOr<RankedTensorType> mlir::ptc::inferBroadcastType(RankedTensorType lhs,
   if (failed(checkSameElementType(emitError, "lhs", lhs.getElementType(), "rhs",
                                   rhs.getElementType())))
     return failure();
-  int64_t rank = std::max(lhs.getRank(), rhs.getRank());
-  SmallVector<int64_t> shape(rank);
-  for (int64_t i = 0; i < rank; ++i) {
-    int64_t li = i - (rank - lhs.getRank()), ri = i - (rank - rhs.getRank());
-    int64_t l = li >= 0 ? lhs.getDimSize(li) : 1;
-    int64_t r = ri >= 0 ? rhs.getDimSize(ri) : 1;
-    if (l != r && l != 1 && r != 1) {
-      emitError() << "operand shapes " << shapeStr(lhs.getShape()) << " and "
-                  << shapeStr(rhs.getShape()) << " do not broadcast: dimension " << i
-                  << " of the result would need both " << l << " and " << r;
-      return failure();
-    }
-    shape[i] = l == 1 ? r : l;
-  }
-  return RankedTensorType::get(shape, lhs.getElementType());
+  return typeOf(::ptc::kernels::shapes::broadcast(lhs.getShape(), rhs.getShape()),
+                lhs.getElementType(), emitError);
 }
 
 Type mlir::ptc::inferBroadcastTypeOrFallback(Location loc, Value lhs, Value rhs) {
@@ -126,95 +120,30 @@ FailureOr<RankedTensorType> mlir::ptc::inferMatmulType(RankedTensorType lhs, Ran
   if (failed(checkSameElementType(emitError, "lhs", lhs.getElementType(), "rhs",
                                   rhs.getElementType())))
     return failure();
-  int64_t rank = lhs.getRank();
-  if (rank < 2) {
-    emitError() << "lhs must have rank >= 2, got rank " << rank;
-    return failure();
-  }
-  if (rhs.getRank() != 2 && rhs.getRank() != rank) {
-    emitError() << "rhs must have rank 2 or the rank of lhs (" << rank << "), got rank "
-                << rhs.getRank();
-    return failure();
-  }
-  if (rhs.getRank() == rank) {
-    for (int64_t i = 0; i < rank - 2; ++i) {
-      if (lhs.getDimSize(i) != rhs.getDimSize(i)) {
-        emitError() << "batch dimension " << i << " differs: lhs has " << lhs.getDimSize(i)
-                    << ", rhs has " << rhs.getDimSize(i);
-        return failure();
-      }
-    }
-  }
-  int64_t m = lhs.getDimSize(rank - (transposeLhs ? 1 : 2));
-  int64_t kl = lhs.getDimSize(rank - (transposeLhs ? 2 : 1));
-  int64_t rr = rhs.getRank();
-  int64_t kr = rhs.getDimSize(rr - (transposeRhs ? 1 : 2));
-  int64_t n = rhs.getDimSize(rr - (transposeRhs ? 2 : 1));
-  if (kl != kr) {
-    emitError() << "contracting dimensions differ: lhs has " << kl << ", rhs has " << kr
-                << " (lhs " << shapeStr(lhs.getShape()) << (transposeLhs ? " transposed" : "")
-                << ", rhs " << shapeStr(rhs.getShape()) << (transposeRhs ? " transposed" : "")
-                << ")";
-    return failure();
-  }
-  SmallVector<int64_t> shape(lhs.getShape().drop_back(2));
-  shape.push_back(m);
-  shape.push_back(n);
-  return RankedTensorType::get(shape, lhs.getElementType());
+  return typeOf(::ptc::kernels::shapes::matmul(lhs.getShape(), rhs.getShape(), transposeLhs,
+                                               transposeRhs),
+                lhs.getElementType(), emitError);
 }
 
 FailureOr<RankedTensorType> mlir::ptc::inferEmbeddingType(RankedTensorType table,
                                                           RankedTensorType indices,
                                                           EmitErrorFn emitError) {
-  if (table.getRank() != 2) {
-    emitError() << "table must have rank 2 ([rows, dim]), got rank " << table.getRank();
-    return failure();
-  }
-  SmallVector<int64_t> shape(indices.getShape());
-  shape.push_back(table.getDimSize(1));
-  return RankedTensorType::get(shape, table.getElementType());
+  return typeOf(::ptc::kernels::shapes::embedding(table.getShape(), indices.getShape()),
+                table.getElementType(), emitError);
 }
 
 FailureOr<RankedTensorType> mlir::ptc::inferCrossEntropyType(RankedTensorType logits,
                                                              RankedTensorType targets,
                                                              EmitErrorFn emitError) {
-  if (logits.getRank() != targets.getRank() + 1) {
-    emitError() << "logits must have one more dimension (classes) than targets, got logits "
-                << shapeStr(logits.getShape()) << " and targets " << shapeStr(targets.getShape());
-    return failure();
-  }
-  for (int64_t i = 0; i < targets.getRank(); ++i) {
-    if (logits.getDimSize(i) != targets.getDimSize(i)) {
-      emitError() << "dimension " << i << " differs: logits have " << logits.getDimSize(i)
-                  << ", targets have " << targets.getDimSize(i);
-      return failure();
-    }
-  }
-  return RankedTensorType::get({}, logits.getElementType());
+  return typeOf(::ptc::kernels::shapes::crossEntropy(logits.getShape(), targets.getShape()),
+                logits.getElementType(), emitError);
 }
 
 FailureOr<RankedTensorType> mlir::ptc::inferTransposeType(RankedTensorType input,
                                                           ArrayRef<int64_t> permutation,
                                                           EmitErrorFn emitError) {
-  int64_t rank = input.getRank();
-  SmallVector<bool> seen(rank, false);
-  bool valid = static_cast<int64_t>(permutation.size()) == rank;
-  for (int64_t p : permutation) {
-    if (!valid || p < 0 || p >= rank || seen[p]) {
-      valid = false;
-      break;
-    }
-    seen[p] = true;
-  }
-  if (!valid) {
-    emitError() << "permutation [" << llvm::make_range(permutation.begin(), permutation.end())
-                << "] is not a permutation of the " << rank << " input dimensions";
-    return failure();
-  }
-  SmallVector<int64_t> shape;
-  for (int64_t p : permutation)
-    shape.push_back(input.getDimSize(p));
-  return RankedTensorType::get(shape, input.getElementType());
+  return typeOf(::ptc::kernels::shapes::transpose(input.getShape(), permutation),
+                input.getElementType(), emitError);
 }
 
 FailureOr<RankedTensorType> mlir::ptc::inferReduceType(RankedTensorType input,
@@ -300,24 +229,12 @@ LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
 LogicalResult verifyAttentionOperands(Operation *op, RankedTensorType type,
                                       RankedTensorType kv, std::optional<llvm::APFloat> scale,
                                       bool seqMajor = false) {
-  const char *layout = seqMajor ? "[batch, seq, heads, head_dim]" : "[batch, heads, seq, head_dim]";
-  if (type.getRank() != 4)
-    return op->emitOpError() << "operands must have shape " << layout << ", got rank "
-                             << type.getRank();
-  const int64_t headsDim = seqMajor ? 2 : 1, seqDim = seqMajor ? 1 : 2;
-  if (kv.getRank() != 4 || kv.getDimSize(0) != type.getDimSize(0) ||
-      kv.getDimSize(seqDim) != type.getDimSize(seqDim) || kv.getDimSize(3) != type.getDimSize(3))
-    return op->emitOpError() << "key and value must have shape "
-                             << (seqMajor ? "[batch, seq, kv_heads, head_dim]"
-                                          : "[batch, kv_heads, seq, head_dim]")
-                             << " with the query's batch, seq and head_dim ("
-                             << shapeStr(type.getShape()) << "), got " << shapeStr(kv.getShape());
+  if (std::string why =
+          ::ptc::kernels::shapes::attentionOperands(type.getShape(), kv.getShape(), seqMajor);
+      !why.empty())
+    return op->emitOpError() << why;
   if (kv.getElementType() != type.getElementType())
     return op->emitOpError() << "query and key must have the same element type";
-  int64_t heads = type.getDimSize(headsDim), kvHeads = kv.getDimSize(headsDim);
-  if (kvHeads < 1 || heads % kvHeads != 0)
-    return op->emitOpError() << "the " << kvHeads << " key/value heads must divide the " << heads
-                             << " query heads (grouped-query attention)";
   if (scale && !(scale->convertToDouble() > 0.0))
     return op->emitOpError() << "scale must be positive, got " << scale->convertToDouble();
   return success();
@@ -738,12 +655,12 @@ LogicalResult MoeCombineOp::verify() {
 
 LogicalResult BroadcastOp::verify() {
   RankedTensorType input = getInput().getType(), result = getType();
-  auto inferred = inferBroadcastType(input, result, [&] { return emitOpError(); });
-  if (failed(inferred))
+  if (failed(checkSameElementType([&] { return emitOpError(); }, "input", input.getElementType(),
+                                  "result", result.getElementType())))
     return failure();
-  if (*inferred != result)
-    return emitOpError() << "cannot broadcast " << shapeStr(input.getShape()) << " to "
-                         << shapeStr(result.getShape());
+  if (std::string why = ::ptc::kernels::shapes::broadcastTo(input.getShape(), result.getShape());
+      !why.empty())
+    return emitOpError() << why;
   return success();
 }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/common/elementwise.h"
 #include "kernels/common/kernel_call.h"
+#include "kernels/common/shape_rules.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,14 +28,7 @@ using plan::ShapeRule;
 using plan::TensorKind;
 using Shape = std::vector<int64_t>;
 
-std::string shapeStr(const Shape &s) {
-  if (s.empty())
-    return "scalar";
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? "x" : "") + std::to_string(s[i]);
-  return out;
-}
+std::string shapeStr(const Shape &s) { return kernels::shapes::shapeText(s); }
 
 namespace {
 /// Of verified shapes only: the loader has bounded their element counts
@@ -44,19 +38,6 @@ int64_t product(const Shape &s, size_t from = 0, size_t to = SIZE_MAX) {
   for (size_t i = from; i < std::min(to, s.size()); ++i)
     p *= s[i];
   return p;
-}
-
-std::optional<Shape> broadcastShape(const Shape &a, const Shape &b) {
-  size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t x = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
-    int64_t y = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
-    if (x != y && x != 1 && y != 1)
-      return std::nullopt;
-    out[i] = x == 1 ? y : x;
-  }
-  return out;
 }
 
 /// Checks one instruction against the tensor table.
@@ -87,6 +68,14 @@ private:
   const Shape &out(size_t i) const { return tensors_[out_[i]].shape; }
   Status counts(size_t nIn, size_t nOut, size_t nInts = 0, size_t nFloats = 0);
   Status expectShape(const Shape &actual, const Shape &expected, const char *what);
+  /// The result of a shape rule the dialect's verifiers share
+  /// (kernels/common/shape_rules.h): `actual` must be its shape.
+  Status expectInferred(const Shape &actual, const kernels::shapes::Inferred &inferred,
+                        const char *what) {
+    if (!inferred.ok())
+      return fail(inferred.error);
+    return expectShape(actual, inferred.shape, what);
+  }
   Status dtypes(std::initializer_list<int> i32Inputs = {},
                 std::initializer_list<int> i32Outputs = {});
   Status matmul();
@@ -118,14 +107,9 @@ private:
   Status attentionShapes(bool seqMajor = false) {
     if (in(0).size() != 4)
       return fail("query must have rank 4, got ", shapeStr(in(0)));
-    const Shape &q = in(0), &k = in(1);
-    const size_t heads = seqMajor ? 2 : 1, seq = seqMajor ? 1 : 2;
-    if (k.size() != 4 || k[0] != q[0] || k[seq] != q[seq] || k[3] != q[3] || k[heads] < 1 ||
-        q[heads] % k[heads] != 0)
-      return fail("key ", shapeStr(k), " does not fit query ", shapeStr(q),
-                  " (same batch, seq and head_dim; kv heads dividing the query heads",
-                  seqMajor ? "; seq-major layout [batch, seq, heads, head_dim])" : ")");
-    return expectShape(in(2), k, "value");
+    if (std::string why = kernels::shapes::attentionOperands(in(0), in(1), seqMajor); !why.empty())
+      return fail(why);
+    return expectShape(in(2), in(1), "value");
   }
   /// CausalAttention(Grad)'s optional integer: seq_major (0 or 1).
   StatusOr<bool> seqMajor() {
@@ -248,25 +232,11 @@ Status InstructionChecker::matmul() {
   // (lhs, rhs[, bias]).
   const bool bias = in_.size() >= 3;
   PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, 1, 2, 0));
-  const Shape &a = in(0), &b = in(1);
-  bool ta = ints_[0] != 0, tb = ints_[1] != 0;
-  if (a.size() < 2 || (b.size() != 2 && b.size() != a.size()))
-    return fail("operand ranks ", a.size(), " and ", b.size(), " are not a matmul");
-  if (b.size() == a.size())
-    for (size_t i = 0; i + 2 < a.size(); ++i)
-      if (a[i] != b[i])
-        return fail("batch dimension ", i, " differs");
-  size_t r = a.size(), rb = b.size();
-  int64_t m = ta ? a[r - 1] : a[r - 2], k = ta ? a[r - 2] : a[r - 1];
-  int64_t kb = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
-  if (k != kb)
-    return fail("contracting dimensions differ: ", k, " and ", kb);
-  Shape expected(a.begin(), a.end() - 2);
-  expected.push_back(m);
-  expected.push_back(n);
-  if (bias)
-    PTC_RETURN_IF_ERROR(expectShape(in(2), {n}, "bias"));
-  return expectShape(out(0), expected, "result");
+  const kernels::shapes::Inferred result =
+      kernels::shapes::matmul(in(0), in(1), ints_[0] != 0, ints_[1] != 0);
+  if (result.ok() && bias)
+    PTC_RETURN_IF_ERROR(expectShape(in(2), {result.shape.back()}, "bias"));
+  return expectInferred(out(0), result, "result");
 }
 
 Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
@@ -344,10 +314,7 @@ Status InstructionChecker::check() {
 
  {
     PTC_RETURN_IF_ERROR(dtypes());
-    auto b = broadcastShape(in(0), in(1));
-    if (!b)
-      return fail("shapes ", shapeStr(in(0)), " and ", shapeStr(in(1)), " do not broadcast");
-    return expectShape(out(0), *b, "result");
+    return expectInferred(out(0), kernels::shapes::broadcast(in(0), in(1)), "result");
   }
   case ShapeRule::GatedActivation:
   case ShapeRule::GatedActivationGrad:
@@ -483,11 +450,7 @@ Status InstructionChecker::check() {
   case ShapeRule::Embedding: {
     PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(dtypes({1}));
-    if (in(0).size() != 2)
-      return fail("table must have rank 2");
-    Shape expected = in(1);
-    expected.push_back(in(0)[1]);
-    return expectShape(out(0), expected, "result");
+    return expectInferred(out(0), kernels::shapes::embedding(in(0), in(1)), "result");
   }
   case ShapeRule::CrossEntropy:
 
@@ -498,10 +461,9 @@ Status InstructionChecker::check() {
     if (vocab)
       PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(dtypes({1}));
-    const Shape &logits = in(0), &targets = in(1);
-    if (logits.size() != targets.size() + 1 ||
-        !std::equal(targets.begin(), targets.end(), logits.begin()))
-      return fail("logits ", shapeStr(logits), " do not match targets ", shapeStr(targets));
+    const Shape &logits = in(0);
+    if (auto loss = kernels::shapes::crossEntropy(logits, in(1)); !loss.ok())
+      return fail(loss.error);
     if (grad)
       PTC_RETURN_IF_ERROR(expectShape(in(2), {}, "loss gradient"));
     return expectShape(out(0), grad ? logits : Shape{}, "result");
@@ -522,14 +484,7 @@ Status InstructionChecker::check() {
       return fail("expects one input, one output and a permutation of its rank");
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("transpose changes the dtype");
-    Shape expected;
-    std::set<int64_t> seen;
-    for (int64_t p : ints_) {
-      if (p < 0 || p >= static_cast<int64_t>(in(0).size()) || !seen.insert(p).second)
-        return fail("invalid permutation");
-      expected.push_back(in(0)[p]);
-    }
-    return expectShape(out(0), expected, "result");
+    return expectInferred(out(0), kernels::shapes::transpose(in(0), ints_), "result");
   }
   case ShapeRule::Slice:
   case ShapeRule::Pad:
@@ -628,9 +583,8 @@ Status InstructionChecker::check() {
   }
   case ShapeRule::Broadcast: {
     PTC_RETURN_IF_ERROR(dtypes());
-    auto b = broadcastShape(in(0), out(0));
-    if (!b || *b != out(0))
-      return fail("cannot broadcast ", shapeStr(in(0)), " to ", shapeStr(out(0)));
+    if (std::string why = kernels::shapes::broadcastTo(in(0), out(0)); !why.empty())
+      return fail(why);
     return Status::ok();
   }
   case ShapeRule::ActivationGrad:
