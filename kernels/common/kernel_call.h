@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <vector>
 
 namespace ptc::kernels {
 
@@ -155,6 +156,29 @@ struct KernelCall {
   }
   Shape intList() const { return Shape(ints, ints + numInts); }
 };
+
+/// The data pointers of `count` views as `T` (const float *, float *, const
+/// void *), and their element counts: what kernels over a list of tensors
+/// (sums of squares, clipping, unscaling) take.
+template <typename T> std::vector<T> viewPointers(const TensorView *views, size_t count) {
+  std::vector<T> out;
+  for (size_t i = 0; i < count; ++i)
+    out.push_back(static_cast<T>(views[i].data));
+  return out;
+}
+inline std::vector<int64_t> viewSizes(const TensorView *views, size_t count) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < count; ++i)
+    out.push_back(views[i].elements);
+  return out;
+}
+/// Their float types (views of float tensors).
+inline std::vector<FloatType> viewFloatTypes(const TensorView *views, size_t count) {
+  std::vector<FloatType> out;
+  for (size_t i = 0; i < count; ++i)
+    out.push_back(floatTypeOf(views[i].dtype));
+  return out;
+}
 
 /// A call of `op` on views and attributes held in containers (vectors,
 /// arrays) that outlive it.

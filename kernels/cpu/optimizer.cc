@@ -106,18 +106,6 @@ void keepInputs(const KernelCall &c, std::initializer_list<size_t> from) {
       std::memcpy(out.data, in.data, static_cast<size_t>(in.bytes()));
   }
 }
-template <typename T> std::vector<T> pointers(const TensorView *views, size_t n) {
-  std::vector<T> out;
-  for (size_t i = 0; i < n; ++i)
-    out.push_back(static_cast<T>(views[i].data));
-  return out;
-}
-std::vector<int64_t> sizesOf(const TensorView *views, size_t n) {
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < n; ++i)
-    out.push_back(views[i].elements);
-  return out;
-}
 } // namespace
 
 void addOptimizerKernels(KernelTable &t) {
@@ -144,14 +132,14 @@ void addOptimizerKernels(KernelTable &t) {
   });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
     *c.output(0).f32() = static_cast<float>(sumOfSquares(
-        pointers<const float *>(c.in, c.numInputs), sizesOf(c.in, c.numInputs)));
+        viewPointers<const float *>(c.in, c.numInputs), viewSizes(c.in, c.numInputs)));
     return KernelResult::ok();
   });
   t.add(OpKind::ClipByNorm, [](const KernelCall &c) {
     const size_t n = c.numInputs - 1;
     const double sumSquares = *c.input(n).f32(); // the norm may be its memory
-    *c.output(n).f32() = clipByNorm(pointers<const float *>(c.in, n), sizesOf(c.in, n),
-                                    pointers<float *>(c.out, n), c.real(0), sumSquares);
+    *c.output(n).f32() = clipByNorm(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
+                                    viewPointers<float *>(c.out, n), c.real(0), sumSquares);
     return KernelResult::ok();
   });
   // (gradients..., scale) -> (gradients / scale, 0 where not finite..., found).
@@ -177,13 +165,10 @@ void addOptimizerKernels(KernelTable &t) {
   t.add(
       OpKind::AnyNonfinite,
       [](const KernelCall &c) {
-        std::vector<FloatType> types;
-        for (size_t i = 0; i < c.numInputs; ++i)
-          types.push_back(floatTypeOf(c.input(i).dtype));
-        *c.output(0).f32() = anyNonfinite(pointers<const void *>(c.in, c.numInputs),
-                                          sizesOf(c.in, c.numInputs), types)
-                                 ? 1.0f
-                                 : 0.0f;
+        const size_t n = c.numInputs;
+        const bool found = anyNonfinite(viewPointers<const void *>(c.in, n), viewSizes(c.in, n),
+                                        viewFloatTypes(c.in, n));
+        *c.output(0).f32() = found ? 1.0f : 0.0f;
         return KernelResult::ok();
       },
       anyTypes);

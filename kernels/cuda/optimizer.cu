@@ -224,18 +224,6 @@ const float *skipOf(const KernelCall &c) {
   const UpdateInputs layout = updateInputs(c);
   return layout.skip >= 0 ? c.input(static_cast<size_t>(layout.skip)).f32() : nullptr;
 }
-template <typename T> std::vector<T> pointers(const TensorView *views, size_t n) {
-  std::vector<T> out;
-  for (size_t i = 0; i < n; ++i)
-    out.push_back(static_cast<T>(views[i].data));
-  return out;
-}
-std::vector<int64_t> sizesOf(const TensorView *views, size_t n) {
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < n; ++i)
-    out.push_back(views[i].elements);
-  return out;
-}
 /// A multi-tensor AdamW call: f32 but for the gradient, which may be bf16 or
 /// f16 (widened as read).
 bool adamwManyTypes(const KernelCall &c) {
@@ -290,35 +278,34 @@ void addOptimizerKernels(KernelTable &t) {
     return KernelResult::ok();
   });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
-    const std::vector<int64_t> sizes = sizesOf(c.in, c.numInputs);
+    const std::vector<int64_t> sizes = viewSizes(c.in, c.numInputs);
     const int64_t bytes = std::max<int64_t>(sumOfSquaresPartials(sizes), 1) * 4;
     auto *partials = static_cast<float *>(scratch(c, bytes));
     if (!partials)
       return scratchFailure(c, bytes);
-    sumOfSquares(pointers<const float *>(c.in, c.numInputs), sizes, c.output(0).f32(), partials,
+    sumOfSquares(viewPointers<const float *>(c.in, c.numInputs), sizes, c.output(0).f32(), partials,
                  streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::ClipByNorm, [](const KernelCall &c) {
     const size_t n = c.numInputs - 1;
-    clipByNorm(pointers<const float *>(c.in, n), sizesOf(c.in, n), pointers<float *>(c.out, n),
-               c.real(0), c.input(n).f32(), c.output(n).f32(), streamOf(c));
+    clipByNorm(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
+               viewPointers<float *>(c.out, n), c.real(0), c.input(n).f32(), c.output(n).f32(),
+               streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::UnscaleGrads, [](const KernelCall &c) {
     const size_t n = c.numInputs - 1;
-    unscale(pointers<const float *>(c.in, n), sizesOf(c.in, n), pointers<float *>(c.out, n),
-            c.input(n).f32(), c.output(n).f32(), streamOf(c));
+    unscale(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
+            viewPointers<float *>(c.out, n), c.input(n).f32(), c.output(n).f32(), streamOf(c));
     return KernelResult::ok();
   });
   t.add(
       OpKind::AnyNonfinite,
       [](const KernelCall &c) {
-        std::vector<FloatType> types;
-        for (size_t i = 0; i < c.numInputs; ++i)
-          types.push_back(floatTypeOf(c.input(i).dtype));
-        anyNonfinite(pointers<const void *>(c.in, c.numInputs), sizesOf(c.in, c.numInputs), types,
-                     c.output(0).f32(), streamOf(c));
+        const size_t n = c.numInputs;
+        anyNonfinite(viewPointers<const void *>(c.in, n), viewSizes(c.in, n),
+                     viewFloatTypes(c.in, n), c.output(0).f32(), streamOf(c));
         return KernelResult::ok();
       },
       anyTypes);

@@ -283,7 +283,7 @@ Status Executor::runClipGradNorm(const plan::Instruction &inst) {
     std::vector<float> weightOf;
     std::vector<size_t> groupOf(n);
     for (size_t i = 0; i < n; ++i) {
-      const float w = static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i + 1)));
+      const auto w = static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i) + 1));
       auto at = std::find(weightOf.begin(), weightOf.end(), w);
       groupOf[i] = static_cast<size_t>(at - weightOf.begin());
       if (at == weightOf.end())

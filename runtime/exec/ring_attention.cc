@@ -215,8 +215,16 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return finish(into, tag);
   };
   double flopsWeight = 1.0; // the gradient's blocks count 2.5x the forward's
-  // One block's kernel call (kernel_call.h's AttentionBlock(Grad)): its
+  // One block's kernel call (kernel_call.h's AttentionBlock(Grad)): query
+  // part a against key/value part b of ring buffer `cur`, the op's other
   // operands, then the rows' first keys (packed documents).
+  auto blockCall = [&](kernels::OpKind op, int a, int b, int cur) {
+    KernelLaunch call(op);
+    call.in(q + a * qPart, partShape)
+        .in(kv[cur][0] + b * kvPart, kvShape)
+        .in(kv[cur][1] + b * kvPart, kvShape);
+    return call;
+  };
   auto launchBlock = [&](KernelLaunch &call, bool causal, const int32_t *keysFrom) {
     if (keysFrom)
       call.in(keysFrom, {batch, len}, kernels::DType::I32);
@@ -306,11 +314,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
       if (s + 1 < n && ringSerial_)
         PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9100 + s));
       PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal, const int32_t *keysFrom) {
-        KernelLaunch call(kernels::OpKind::AttentionBlock);
-        call.in(q + a * qPart, partShape)
-            .in(kv[cur][0] + b * kvPart, kvShape)
-            .in(kv[cur][1] + b * kvPart, kvShape)
-            .out(acc + a * qPart, partShape)
+        KernelLaunch call = blockCall(kernels::OpKind::AttentionBlock, a, b, cur);
+        call.out(acc + a * qPart, partShape)
             .out(mx + a * rowsPart, rowShape)
             .out(sum + a * rowsPart, rowShape);
         return launchBlock(call, causal, keysFrom);
@@ -354,11 +359,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     if (s + 1 < n && ringSerial_)
       PTC_RETURN_IF_ERROR(finish(kv[cur ^ 1][0], 9200 + s));
     PTC_RETURN_IF_ERROR(pairs(src, [&](int a, int b, bool causal, const int32_t *keysFrom) {
-      KernelLaunch call(kernels::OpKind::AttentionBlockGrad);
-      call.in(q + a * qPart, partShape)
-          .in(kv[cur][0] + b * kvPart, kvShape)
-          .in(kv[cur][1] + b * kvPart, kvShape)
-          .in(o + a * qPart, partShape)
+      KernelLaunch call = blockCall(kernels::OpKind::AttentionBlockGrad, a, b, cur);
+      call.in(o + a * qPart, partShape)
           .in(g + a * qPart, partShape)
           .in(lse + a * rowsPart, rowShape)
           .out(dq + a * qPart, partShape)
