@@ -89,9 +89,26 @@ llvm::Expected<Config> finishConfig(Config c, const ModelArgs &args,
   return c;
 }
 
+/// MoE-layer keys given for a dense model (no experts) would change nothing:
+/// an error naming the first.
+llvm::Error moeKeysTakeEffect(const ModelArgs &args, const MoeLayersConfig &moe) {
+  if (moe.experts > 0)
+    return llvm::Error::success();
+  for (const auto &entry : args.all()) {
+    const std::string &name = entry.first;
+    if (name.rfind("moe_", 0) != 0 || name == "moe_experts")
+      continue;
+    const ::ptc::models::ModelKey *key = ::ptc::models::findModelKey(name);
+    const ::ptc::models::ModelKey *experts = ::ptc::models::findModelKey("moe_experts");
+    return llvm::createStringError(key->flag() + " has no effect on a dense model: it sets up "
+                                   "MoE layers, which " + experts->flag() + " N (> 0) adds");
+  }
+  return llvm::Error::success();
+}
+
 /// The keys GPT and Llama share, over the preset's shapes (`preset`, or none).
 template <typename Config>
-void readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelPreset *preset) {
+llvm::Error readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelPreset *preset) {
   if (preset) {
     c.layers = preset->layers;
     c.hidden = preset->hidden;
@@ -106,6 +123,7 @@ void readLanguageModelKeys(Config &c, const ModelArgs &args, const ModelPreset *
   c.vocab = args.intOr("vocab", c.vocab);
   c.documentEnd = args.intOr("document_end", c.documentEnd);
   c.moe = moeLayers(args, presetMoe(preset));
+  return moeKeysTakeEffect(args, c.moe);
 }
 } // namespace
 
@@ -114,7 +132,8 @@ llvm::Expected<GptConfig> mlir::ptc::gptConfigFrom(const ModelArgs &args) {
   llvm::Expected<const ModelPreset *> p = presetOf(args, ::ptc::BuilderKind::Gpt);
   if (!p)
     return p.takeError();
-  readLanguageModelKeys(c, args, *p);
+  if (llvm::Error e = readLanguageModelKeys(c, args, *p))
+    return std::move(e);
   c.dropout = args.floatOr("dropout", c.dropout);
   return finishConfig(c, args, validateGptConfig);
 }
@@ -131,7 +150,8 @@ llvm::Expected<LlamaConfig> mlir::ptc::llamaConfigFrom(const ModelArgs &args) {
     c.rmsNormEps = (*p)->rmsNormEps;
     c.tieEmbeddings = (*p)->tieEmbeddings;
   }
-  readLanguageModelKeys(c, args, *p);
+  if (llvm::Error e = readLanguageModelKeys(c, args, *p))
+    return std::move(e);
   // Without a preset, the kv heads default to the (possibly given) heads.
   c.kvHeads = args.intOr("kv_heads", *p ? c.kvHeads : c.heads);
   c.intermediate = args.intOr("intermediate", c.intermediate);

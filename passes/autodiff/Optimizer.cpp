@@ -174,6 +174,13 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
                        << lrSchedule << "'";
       return signalPassFailure();
     }
+    if (schedule == LrScheduleKind::Constant && (minLr != 0.0 || decaySteps != 0)) {
+      func.emitError() << "min-lr (" << minLr.getValue() << ") and decay-steps ("
+                       << decaySteps.getValue()
+                       << ") say where a cosine or linear decay ends: they have no effect with "
+                          "lr-schedule=constant";
+      return signalPassFailure();
+    }
     if (scheduled && (warmupSteps < 0 || minLr < 0.0 || minLr > lr ||
                       (schedule != LrScheduleKind::Constant && decaySteps <= warmupSteps))) {
       func.emitError() << "lr-schedule=" << lrSchedule << " needs 0 <= warmup-steps ("

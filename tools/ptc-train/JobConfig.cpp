@@ -493,6 +493,13 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
   for (const char *k : {"lr_scheduler.warmup_steps", "lr_scheduler.decay_steps", "lr_scheduler.min_lr"})
     if (job.has(k) && !job.has("lr_scheduler.decay"))
       return fail(std::string(k) + " needs lr_scheduler.decay (constant, cosine or linear)");
+  // Where a decay ends means nothing without one.
+  if (const Value *decay = job.get("lr_scheduler.decay");
+      decay && kernels::lookupLrScheduleKind(decay->s) == kernels::LrScheduleKind::Constant)
+    for (const char *k : {"lr_scheduler.decay_steps", "lr_scheduler.min_lr"})
+      if (job.has(k))
+        return fail(std::string(k) + " has no effect with decay = \"constant\" (it says where "
+                    "a cosine or linear decay ends)");
   // A decaying schedule warms up, then decays until decay_steps (by default
   // the job's steps): said in the job's keys here, not as the compiler's
   // option names after the model is built.
