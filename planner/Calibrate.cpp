@@ -208,8 +208,11 @@ llvm::Error correctByRealRuns(Cluster &c, const std::string &self, llvm::raw_ost
     }
   }
   mlir::PassManager pm(&context);
-  auto options = mlir::ptc::CompilePipelineOptions::createFromString("optimizer=adamw plan=" + plan);
-  mlir::ptc::buildCompilePipeline(pm, *options);
+  // Typed, not option text (a plan path may hold spaces).
+  mlir::ptc::CompilePipelineOptions options;
+  options.optimizer = std::string(::ptc::optionName(::ptc::OptimizerKind::AdamW));
+  options.plan = plan;
+  mlir::ptc::buildCompilePipeline(pm, options);
   if (mlir::failed(pm.run(**module)))
     return llvm::createStringError("compiling the calibration model failed");
   mlir::func::FuncOp func;

@@ -25,6 +25,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -36,43 +37,77 @@ using namespace mlir::ptc;
 
 namespace ptc::planner {
 
-std::string Layout::compileOptions(Precision precision) const {
-  std::ostringstream os;
+namespace {
+/// One ptc-compile option a layout sets: its spelling and value (the text
+/// ptc-plan prints, the probes' cache key) and the same value set on the
+/// typed options (what the probes compile with), side by side.
+struct LayoutOption {
+  std::string name, value;
+  std::function<void(CompilePipelineOptions &)> set;
+};
+
+std::vector<LayoutOption> layoutOptions(const Layout &l, Precision precision) {
+  std::vector<LayoutOption> out;
   std::string mesh;
   auto axis = [&](MeshAxisRole role, int64_t n) {
     if (n > 1)
       mesh += (mesh.empty() ? "" : ",") + meshAxisName(role).str() + ":" + std::to_string(n);
   };
   // Major to minor: pipeline stages across nodes, tensor parallelism fastest.
-  axis(MeshAxisRole::Pipeline, pp);
-  axis(MeshAxisRole::Data, dp);
-  axis(MeshAxisRole::Expert, ep);
-  axis(MeshAxisRole::Context, cp);
-  axis(MeshAxisRole::Tensor, tp);
+  axis(MeshAxisRole::Pipeline, l.pp);
+  axis(MeshAxisRole::Data, l.dp);
+  axis(MeshAxisRole::Expert, l.ep);
+  axis(MeshAxisRole::Context, l.cp);
+  axis(MeshAxisRole::Tensor, l.tp);
   if (!mesh.empty())
-    os << "mesh=" << mesh;
-  auto opt = [&](const std::string &text) { os << (os.tellp() > 0 ? " " : "") << text; };
-  auto named = [&](const char *key, auto value) {
-    opt(std::string(key) + "=" + std::string(optionName(value)));
-  };
-  if (cp > 1 && cpAttention != CpAttention::Ring)
-    named("cp-attention", cpAttention);
-  if (microbatches > 1 || pp > 1)
-    opt("microbatches=" + std::to_string(microbatches));
-  if (pp > 1) {
-    named("schedule", schedule);
-    if (virtualStages > 1)
-      opt("virtual-stages=" + std::to_string(virtualStages));
+    out.push_back({"mesh", mesh, [mesh](CompilePipelineOptions &o) { o.mesh = mesh; }});
+  if (l.cp > 1 && l.cpAttention != CpAttention::Ring) {
+    std::string name(optionName(l.cpAttention));
+    out.push_back({"cp-attention", name, [name](CompilePipelineOptions &o) { o.cpAttention = name; }});
   }
-  if (sequenceParallel)
-    opt("sequence-parallel=true");
-  if (zero > 0)
-    opt("zero=" + std::to_string(zero));
-  if (recompute != Recompute::None)
-    named("recompute", recompute);
-  if (precision != Precision::Fp32)
-    named("precision", precision);
-  return os.str();
+  if (l.microbatches > 1 || l.pp > 1) {
+    const int64_t n = l.microbatches;
+    out.push_back({"microbatches", std::to_string(n),
+                   [n](CompilePipelineOptions &o) { o.microbatches = n; }});
+  }
+  if (l.pp > 1) {
+    std::string name(optionName(l.schedule));
+    out.push_back({"schedule", name, [name](CompilePipelineOptions &o) { o.schedule = name; }});
+    if (l.virtualStages > 1) {
+      const int v = static_cast<int>(l.virtualStages);
+      out.push_back({"virtual-stages", std::to_string(v),
+                     [v](CompilePipelineOptions &o) { o.virtualStages = v; }});
+    }
+  }
+  if (l.sequenceParallel)
+    out.push_back({"sequence-parallel", "true",
+                   [](CompilePipelineOptions &o) { o.sequenceParallel = true; }});
+  if (l.zero > 0) {
+    const int z = l.zero;
+    out.push_back({"zero", std::to_string(z), [z](CompilePipelineOptions &o) { o.zero = z; }});
+  }
+  if (l.recompute != Recompute::None) {
+    std::string name(optionName(l.recompute));
+    out.push_back({"recompute", name, [name](CompilePipelineOptions &o) { o.recompute = name; }});
+  }
+  if (precision != Precision::Fp32) {
+    std::string name(optionName(precision));
+    out.push_back({"precision", name, [name](CompilePipelineOptions &o) { o.precision = name; }});
+  }
+  return out;
+}
+} // namespace
+
+std::string Layout::compileOptions(Precision precision) const {
+  std::string text;
+  for (const LayoutOption &o : layoutOptions(*this, precision))
+    text += (text.empty() ? "" : " ") + o.name + "=" + o.value;
+  return text;
+}
+
+void Layout::applyTo(CompilePipelineOptions &options, Precision precision) const {
+  for (const LayoutOption &o : layoutOptions(*this, precision))
+    o.set(options);
 }
 
 std::string Layout::describe() const {
@@ -232,8 +267,9 @@ struct Planner::Impl {
   /// `exportPlan`: the plan is written too, loaded as ptc-run loads it, and
   /// each pipeline rank's peak with its activation stash read from it (the
   /// figures ptc-opt prints and refuses a layout by).
-  const Probe &probe(int64_t layers, int64_t batch, const std::string &options, int pp,
+  const Probe &probe(int64_t layers, int64_t batch, const Layout &layout, int pp,
                      bool accumulates = false, bool exportPlan = false) {
+    const std::string options = layout.compileOptions(space.precision);
     std::string key = std::to_string(layers) + "|" + std::to_string(batch) + "|" + options +
                       (accumulates ? "|accumulates" : "") + (exportPlan ? "|plan" : "");
     auto it = cache.find(key);
@@ -267,12 +303,15 @@ struct Planner::Impl {
         return success();
       });
       PassManager pm(&context);
+      // The layout's options typed, then the job's own (text as the user
+      // gave them; theirs win where both set one, as on ptc-opt's line).
+      auto opts = std::make_unique<CompilePipelineOptions>();
+      layout.applyTo(*opts, space.precision);
       std::string program = space.compileOptions;
       if (program.rfind("optimizer=", 0) != 0 && program.find(" optimizer=") == std::string::npos)
         program += " optimizer=" + std::string(optionName(space.optimizer));
-      auto opts = CompilePipelineOptions::createFromString(options + " " + program);
-      if (!opts) {
-        p.error = "cannot parse ptc-compile options '" + options + " " + program + "'";
+      if (failed(opts->parseFromString(program))) {
+        p.error = "cannot parse ptc-compile options '" + program + "'";
         return p;
       }
       opts->fuseGradientWidening = !accumulates;
@@ -312,14 +351,15 @@ struct Planner::Impl {
     return p;
   }
 
-  std::string probeOptions(const Layout &l, bool withPipeline) const {
+  /// The layout a probe compiles: `l`, or without pipeline stages.
+  static Layout probeLayout(const Layout &l, bool withPipeline) {
     Layout q = l;
     if (!withPipeline) {
       q.pp = 1;
       q.microbatches = 1;
       q.virtualStages = 1;
     }
-    return q.compileOptions(space.precision);
+    return q;
   }
 
   /// How a group of `size` devices `stride` ranks apart is linked.
@@ -448,10 +488,10 @@ struct Planner::Impl {
     // segment's sharded work scales with dp.
     Layout q = l;
     q.dp = std::min<int64_t>(l.dp, 2);
-    std::string opts = probeOptions(q, false);
+    const Layout probed = probeLayout(q, false);
     const bool accumulates = l.microbatches > 1;
-    const Probe &one = probe(1, l.microBatch * q.dp * l.ep, opts, 1, accumulates);
-    const Probe &two = probe(2, l.microBatch * q.dp * l.ep, opts, 1, accumulates);
+    const Probe &one = probe(1, l.microBatch * q.dp * l.ep, probed, 1, accumulates);
+    const Probe &two = probe(2, l.microBatch * q.dp * l.ep, probed, 1, accumulates);
     if (!one.error.empty() || !two.error.empty()) {
       error = one.error.empty() ? two.error : one.error;
       return out;
@@ -483,10 +523,10 @@ struct Planner::Impl {
   /// layout `l`, its plan exported (builders at the global batch; a file cut
   /// to `layers` of its blocks).
   const Probe &layoutProbe(const Layout &l, int64_t layers) {
-    const std::string opts = probeOptions(l, true);
+    const Layout probed = probeLayout(l, true);
     if (model.kind == ModelSource::File)
-      return probe(layers, 0, opts, static_cast<int>(l.pp), false, /*exportPlan=*/true);
-    return probe(layers ? layers : model.layers(), space.globalBatch, opts, static_cast<int>(l.pp),
+      return probe(layers, 0, probed, static_cast<int>(l.pp), false, /*exportPlan=*/true);
+    return probe(layers ? layers : model.layers(), space.globalBatch, probed, static_cast<int>(l.pp),
                  false, /*exportPlan=*/true);
   }
 

@@ -31,6 +31,10 @@
 #include <string>
 #include <vector>
 
+namespace mlir::ptc {
+struct CompilePipelineOptions;
+} // namespace mlir::ptc
+
 namespace ptc::planner {
 
 /// The shortest per-rank chunk of the sequence the default search gives
@@ -96,8 +100,10 @@ struct Layout {
   int64_t cp = 1; ///< context parallelism: the sequence split over cp for the whole layer
   CpAttention cpAttention = CpAttention::Ring; ///< with cp > 1
   int64_t devices() const { return dp * ep * cp * tp * pp; }
-  /// The layout as ptc-compile options.
+  /// The layout as ptc-compile options: as text (what ptc-plan prints), or
+  /// set on typed options (what the planner's probes compile with); one list.
   std::string compileOptions(Precision precision) const;
+  void applyTo(mlir::ptc::CompilePipelineOptions &options, Precision precision) const;
   std::string describe() const;
 };
 
