@@ -19,6 +19,10 @@ enum class FloatType { F32, BF16, F16 };
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2, I32 = 3 };
 inline int64_t dtypeBytes(DType t) { return t == DType::BF16 || t == DType::F16 ? 2 : 4; }
 inline bool isLowPrecision(DType t) { return t == DType::BF16 || t == DType::F16; }
+/// "f32", "bf16", "f16", "i32" (messages).
+inline const char *dtypeText(DType t) {
+  return t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::I32 ? "i32" : "f32";
+}
 /// The float storage type of a float element type.
 inline FloatType floatTypeOf(DType t) {
   return t == DType::BF16 ? FloatType::BF16 : t == DType::F16 ? FloatType::F16 : FloatType::F32;

@@ -11,6 +11,7 @@
 #include "runtime/device/device.h"
 
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 namespace ptc {
@@ -42,9 +43,13 @@ public:
     std::vector<kernels::TensorView> in = views(inputs_), out = views(outputs_);
     kernels::KernelCall call = kernels::makeKernelCall(op_, in, out, ints_, floats_);
     const kernels::KernelEntry &entry = device.kernelTable()[op_];
-    if (!entry.run || !entry.accepts(call))
+    if (!entry.run)
       return error(StatusCode::kUnimplemented, kernels::opKindName(op_), " has no kernel on ",
-                   device.describe(), " for these element types");
+                   device.describe());
+    if (!entry.accepts(call))
+      return error(StatusCode::kUnimplemented, kernels::opKindName(op_), " on ",
+                   device.describe(), " does not take element types ", typesText(in), " -> ",
+                   typesText(out));
     return device.launch(call);
   }
 
@@ -54,6 +59,12 @@ private:
     kernels::DType dtype;
     Shape shape;
   };
+  static std::string typesText(const std::vector<kernels::TensorView> &views) {
+    std::string text;
+    for (const kernels::TensorView &v : views)
+      text += (text.empty() ? "" : ", ") + std::string(kernels::dtypeText(v.dtype));
+    return text;
+  }
   static std::vector<kernels::TensorView> views(const std::vector<Operand> &operands) {
     std::vector<kernels::TensorView> out;
     for (const Operand &o : operands) {

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace ptc {
 
@@ -134,16 +135,21 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   Device &d = deviceFor(inst);
   const kernels::KernelEntry &entry = d.kernelTable()[static_cast<kernels::OpKind>(inst.op())];
   if (entry.run) {
-    kernels::KernelCall call = kernelCall(inst);
-    PTC_RETURN_IF_ERROR(setScheduledLr(inst, callFloats_));
-    if (entry.accepts(call))
-      PTC_RETURN_IF_ERROR(d.launch(call));
+    StatusOr<std::optional<double>> lr = scheduledLr(inst);
+    if (!lr.isOk())
+      return lr.status();
+    // The instruction's call, with the step's learning rate where it has one.
+    auto call = [&] {
+      kernels::KernelCall c = kernelCall(inst);
+      if (*lr)
+        callFloats_[0] = **lr;
+      return c;
+    };
+    const kernels::KernelCall whole = call();
+    if (entry.accepts(whole))
+      PTC_RETURN_IF_ERROR(d.launch(whole));
     else
-      PTC_RETURN_IF_ERROR(runWidened(inst, [&] {
-        kernels::KernelCall widened = kernelCall(inst);
-        PTC_RETURN_IF_ERROR(setScheduledLr(inst, callFloats_));
-        return d.launch(widened);
-      }));
+      PTC_RETURN_IF_ERROR(runWidened(inst, [&] { return d.launch(call()); }));
     return reduceFlag(inst);
   }
   if (movesStoredBytes(inst.op()))
@@ -151,18 +157,17 @@ Status Executor::runKernel(const plan::Instruction &inst) {
   return runWidened(inst, [&] { return runHostOp(inst); });
 }
 
-Status Executor::setScheduledLr(const plan::Instruction &inst, std::vector<double> &floats) {
+StatusOr<std::optional<double>> Executor::scheduledLr(const plan::Instruction &inst) {
   if (inst.op() != OpCode::AdamWUpdate && inst.op() != OpCode::SgdUpdate)
-    return Status::ok();
+    return std::optional<double>();
   const plan::UpdateInputs layout = plan::updateInputs(inst);
   if (layout.lr < 0)
-    return Status::ok();
+    return std::optional<double>();
   // Computed on the host this step by its LrSchedule.
   auto value = hostScalar(inputsOf(inst)[static_cast<flatbuffers::uoffset_t>(layout.lr)]);
   if (!value.isOk())
     return value.status();
-  floats[0] = *value;
-  return Status::ok();
+  return std::optional<double>(*value);
 }
 
 Status Executor::reduceFlag(const plan::Instruction &inst) {

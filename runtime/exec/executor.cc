@@ -367,7 +367,11 @@ Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin,
   const auto &insts = *plan_->plan().instructions();
   const plan::Instruction *head = insts.Get(first);
   std::vector<double> floats(head->floats()->begin(), head->floats()->end());
-  PTC_RETURN_IF_ERROR(setScheduledLr(*head, floats));
+  StatusOr<std::optional<double>> lr = scheduledLr(*head);
+  if (!lr.isOk())
+    return lr.status();
+  if (*lr)
+    floats[0] = **lr;
   const size_t count = end - first;
   std::vector<Shape> ranges(count);
   std::vector<std::vector<kernels::TensorView>> ins(count), outs(count);

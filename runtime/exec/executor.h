@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <cstdlib>
@@ -249,8 +250,9 @@ private:
   /// from kernel pieces and collectives.
   Status runHostOp(const plan::Instruction &inst);
   /// An optimizer update's scheduled learning rate (the host's value this
-  /// step) into its call's floats[0], where its kernel reads it.
-  Status setScheduledLr(const plan::Instruction &inst, std::vector<double> &floats);
+  /// step), which its call carries in floats[0] where its kernel reads it;
+  /// nothing for other instructions and unscheduled updates.
+  StatusOr<std::optional<double>> scheduledLr(const plan::Instruction &inst);
   /// After UnscaleGrads / AnyNonfinite: their flag's maximum over the
   /// instruction's mesh axes.
   Status reduceFlag(const plan::Instruction &inst);
