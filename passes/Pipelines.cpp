@@ -184,6 +184,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // rules see plain matmuls and elementwise ops).
   pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());
   pm.addNestedPass<func::FuncOp>(createFuseSwigluPass());
+  // The loss over bf16 / f16 logits without their f32 copy (after sharding:
+  // the vocabulary-parallel loss keeps f32 logits).
+  pm.addNestedPass<func::FuncOp>(createFuseLossWideningPass());
   // Mixed precision's updates read the bf16 gradients (after offload, which
   // keeps host updates f32).
   if (options.fuseGradientWidening)

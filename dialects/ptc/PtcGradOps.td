@@ -258,7 +258,9 @@ def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMet
   let summary = "gradient of `ptc.cross_entropy` with respect to the logits";
   let description = [{
     `result = grad * (softmax(logits) - onehot(targets)) / num_positions`,
-    with `grad` the scalar gradient of the mean loss.
+    with `grad` the scalar gradient of the mean loss (the logits' element
+    type, or f32 over bf16 / f16 logits, as the loss). The result has the
+    logits' type: computed in f32, rounded once.
 
     ```mlir
     %dl = ptc.cross_entropy_grad %logits, %targets, %g

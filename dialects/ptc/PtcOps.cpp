@@ -413,9 +413,8 @@ void EmbeddingOp::build(OpBuilder &builder, OperationState &state, Value table, 
 }
 
 LogicalResult CrossEntropyOp::verify() {
-  return checkResultType(*this, getType(),
-                         inferCrossEntropyType(getLogits().getType(), getTargets().getType(),
-                                               [&] { return emitOpError(); }));
+  return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(), getType(),
+                                "result", /*f32OverNarrowLogits=*/true);
 }
 
 void CrossEntropyOp::build(OpBuilder &builder, OperationState &state, Value logits,
@@ -710,10 +709,14 @@ LogicalResult EmbeddingGradOp::verify() {
 
 LogicalResult mlir::ptc::verifyCrossEntropyLoss(Operation *op, RankedTensorType logits,
                                                  RankedTensorType targets, Type loss,
-                                                 StringRef what) {
+                                                 StringRef what, bool f32OverNarrowLogits) {
   auto expected = inferCrossEntropyType(logits, targets, [&] { return op->emitOpError(); });
   if (failed(expected))
     return failure();
+  // bf16 / f16 logits with an f32 loss: the kernels compute in f32 either way
+  // (ptc-fuse-loss-widening drops the widened copy of the logits).
+  if (f32OverNarrowLogits && loss == expected->clone(Float32Type::get(op->getContext())))
+    return success();
   if (*expected != loss)
     return op->emitOpError() << what << " type " << loss << " does not match the expected "
                              << *expected;
@@ -722,7 +725,7 @@ LogicalResult mlir::ptc::verifyCrossEntropyLoss(Operation *op, RankedTensorType 
 
 LogicalResult CrossEntropyGradOp::verify() {
   return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
-                                getGrad().getType(), "grad");
+                                getGrad().getType(), "grad", /*f32OverNarrowLogits=*/true);
 }
 
 LogicalResult ReduceMaxGradOp::verify() {

@@ -111,8 +111,10 @@ LogicalResult verifyRotaryInput(Operation *op, RankedTensorType input, double th
 
 /// Checks a cross-entropy's logits/targets and that `loss` (its result, or
 /// the gradient of its result) is the scalar it produces; `what` names it.
+/// With `f32OverNarrowLogits`, an f32 scalar over bf16 / f16 logits is one too.
 LogicalResult verifyCrossEntropyLoss(Operation *op, RankedTensorType logits,
-                                     RankedTensorType targets, Type loss, StringRef what);
+                                     RankedTensorType targets, Type loss, StringRef what,
+                                     bool f32OverNarrowLogits = false);
 
 /// For builders: the inferred type, or (after reporting the problem at `loc`)
 /// the lhs type, so that the op still exists and fails verification.

@@ -579,9 +579,15 @@ def Ptc_CrossEntropyOp : Ptc_Op<"cross_entropy", [DeclareOpInterfaceMethods<Ptc_
     positions `i`, as `torch.nn.functional.cross_entropy` with reduction
     `mean`. A target outside `[0, num_classes)` is a runtime error.
 
+    The loss has the logits' element type, or f32 over bf16 / f16 logits
+    (the kernels compute in f32 either way; `ptc-fuse-loss-widening` forms it
+    from a loss over widened logits, which need no f32 copy then).
+
     ```mlir
     %loss = ptc.cross_entropy %logits, %targets
         : tensor<8x64x256xf32>, tensor<8x64xi32> -> tensor<f32>
+    %loss16 = ptc.cross_entropy %logits16, %targets
+        : tensor<8x64x256xbf16>, tensor<8x64xi32> -> tensor<f32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets);

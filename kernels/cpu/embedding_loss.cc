@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -75,15 +77,36 @@ KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t ro
   return KernelResult::ok();
 }
 
-KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                    float *loss) {
+namespace {
+/// Row `r` of `logits` as f32: the row itself, or (bf16 storage, `T` =
+/// uint16_t) widened into `buffer` (exact).
+template <typename T>
+const float *f32Row(const T *logits, int64_t r, int64_t classes, std::vector<float> &buffer) {
+  if constexpr (std::is_same_v<T, float>) {
+    (void)buffer;
+    return logits + r * classes;
+  } else {
+    buffer.resize(static_cast<size_t>(classes));
+    const T *row = logits + r * classes;
+#pragma omp simd
+    for (int64_t c = 0; c < classes; ++c)
+      buffer[static_cast<size_t>(c)] = bf16ToF32(row[c]);
+    return buffer.data();
+  }
+}
+
+/// The mean loss over f32 or bf16 logits (the loss f32 either way).
+template <typename T>
+KernelResult crossEntropyOf(const T *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                            float *loss) {
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] < 0 || targets[r] >= classes)
       return badId("target", targets[r], r, classes);
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) if (rows * classes > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float *x = logits + r * classes;
+    static thread_local std::vector<float> widened;
+    const float *x = f32Row(logits, r, classes, widened);
     const float mx = maxOf(x, classes);
     const float sum = sumExpShifted(x, classes, mx);
     total += static_cast<double>(mx + std::log(sum) - x[targets[r]]);
@@ -92,16 +115,26 @@ KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t r
   return KernelResult::ok();
 }
 
-static KernelResult crossEntropyGrad(const float *logits, const int32_t *targets, const float *g,
-                        int64_t rows, int64_t classes, float *out) {
+/// The logits' gradient in their storage (f32, or bf16 computed in f32 and
+/// rounded once, as converting an f32 gradient would).
+template <typename T>
+KernelResult crossEntropyGradOf(const T *logits, const int32_t *targets, const float *g,
+                                int64_t rows, int64_t classes, T *out) {
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] < 0 || targets[r] >= classes)
       return badId("target", targets[r], r, classes);
   const float scale = *g / static_cast<float>(rows);
 #pragma omp parallel for if (rows * classes > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float *x = logits + r * classes;
-    float *o = out + r * classes;
+    static thread_local std::vector<float> widened, computed;
+    const float *x = f32Row(logits, r, classes, widened);
+    float *o;
+    if constexpr (std::is_same_v<T, float>) {
+      o = out + r * classes;
+    } else {
+      computed.resize(static_cast<size_t>(classes));
+      o = computed.data();
+    }
     const float mx = maxOf(x, classes);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -114,8 +147,31 @@ static KernelResult crossEntropyGrad(const float *logits, const int32_t *targets
     for (int64_t c = 0; c < classes; ++c)
       o[c] *= inv;
     o[targets[r]] -= scale;
+    if constexpr (!std::is_same_v<T, float>) {
+      T *dst = out + r * classes;
+#pragma omp simd
+      for (int64_t c = 0; c < classes; ++c)
+        dst[c] = f32ToBf16(o[c]);
+    }
   }
   return KernelResult::ok();
+}
+
+/// The loss's types computed natively: f32 or bf16 logits, i32 targets, an
+/// f32 scalar (the loss, or its gradient), the gradient in the logits' type.
+/// (A bf16 loss over bf16 logits is widened by the executor.)
+bool crossEntropyTypes(const KernelCall &c) {
+  const DType logits = c.input(0).dtype;
+  const bool grad = c.numInputs == 3;
+  const DType scalar = grad ? c.input(2).dtype : c.output(0).dtype;
+  return (logits == DType::F32 || logits == DType::BF16) && c.input(1).dtype == DType::I32 &&
+         scalar == DType::F32 && (!grad || c.output(0).dtype == logits);
+}
+} // namespace
+
+KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                          float *loss) {
+  return crossEntropyOf(logits, targets, rows, classes, loss);
 }
 
 void addEmbeddingAndLossKernels(KernelTable &t) {
@@ -177,16 +233,29 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
     return embeddingGrad(ids.i32(), ids.elements, c.input(1).f32(), dtable.f32(), dtable.dim(0),
                          dtable.dim(1), block.offset, block.total);
   });
-  t.add(OpKind::CrossEntropy, [](const KernelCall &c) {
-    const TensorView &logits = c.input(0);
-    return crossEntropy(logits.f32(), c.input(1).i32(), logits.rows(), logits.dim(-1),
-                        c.output(0).f32());
-  });
-  t.add(OpKind::CrossEntropyGrad, [](const KernelCall &c) {
-    const TensorView &logits = c.input(0);
-    return crossEntropyGrad(logits.f32(), c.input(1).i32(), c.input(2).f32(), logits.rows(),
-                            logits.dim(-1), c.output(0).f32());
-  });
+  // f32 or bf16 logits, read as stored (crossEntropyTypes).
+  t.add(
+      OpKind::CrossEntropy,
+      [](const KernelCall &c) {
+        const TensorView &logits = c.input(0);
+        return logits.dtype == DType::BF16
+                   ? crossEntropyOf(bf16In(logits), c.input(1).i32(), logits.rows(),
+                                    logits.dim(-1), c.output(0).f32())
+                   : crossEntropyOf(logits.f32(), c.input(1).i32(), logits.rows(),
+                                    logits.dim(-1), c.output(0).f32());
+      },
+      crossEntropyTypes);
+  t.add(
+      OpKind::CrossEntropyGrad,
+      [](const KernelCall &c) {
+        const TensorView &logits = c.input(0);
+        return logits.dtype == DType::BF16
+                   ? crossEntropyGradOf(bf16In(logits), c.input(1).i32(), c.input(2).f32(),
+                                        logits.rows(), logits.dim(-1), bf16Out(c.output(0)))
+                   : crossEntropyGradOf(logits.f32(), c.input(1).i32(), c.input(2).f32(),
+                                        logits.rows(), logits.dim(-1), c.output(0).f32());
+      },
+      crossEntropyTypes);
 }
 
 } // namespace ptc::kernels::cpu

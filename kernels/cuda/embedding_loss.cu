@@ -56,10 +56,12 @@ __global__ void embeddingGradRunsKernel(const int32_t *sortedIds, const int32_t 
 }
 
 /// One block per row: the row's loss into rowLoss (summed by orderedSumKernel
-/// in a fixed order: no atomics).
-__global__ void crossEntropyRowsKernel(const float *logits, const int32_t *targets, int64_t rows,
+/// in a fixed order: no atomics). Logits f32, bf16 or f16 (T), read as
+/// stored, in f32 registers.
+template <typename T>
+__global__ void crossEntropyRowsKernel(const T *logits, const int32_t *targets, int64_t rows,
                                        int64_t classes, float *rowLoss, ErrorRecord *err) {
-  const float *row = logits + blockIdx.x * classes;
+  const T *row = logits + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
   float m;
   float s = rowExpSum(row, classes, m);
@@ -69,15 +71,16 @@ __global__ void crossEntropyRowsKernel(const float *logits, const int32_t *targe
       rowLoss[blockIdx.x] = 0.0f;
       return;
     }
-    rowLoss[blockIdx.x] = logf(s) + m - row[t];
+    rowLoss[blockIdx.x] = logf(s) + m - toFloat(row[t]);
   }
 }
 
-__global__ void crossEntropyGradKernel(const float *logits, const int32_t *targets, const float *g,
-                                       int64_t rows, int64_t classes, float *out,
-                                       ErrorRecord *err) {
-  const float *row = logits + blockIdx.x * classes;
-  float *o = out + blockIdx.x * classes;
+/// The logits' gradient in their type T: f32 math, one rounding.
+template <typename T>
+__global__ void crossEntropyGradKernel(const T *logits, const int32_t *targets, const float *g,
+                                       int64_t rows, int64_t classes, T *out, ErrorRecord *err) {
+  const T *row = logits + blockIdx.x * classes;
+  T *o = out + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
   if (threadIdx.x == 0 && (t < 0 || t >= classes))
     recordError(err, kBadTarget, t, blockIdx.x, classes);
@@ -85,7 +88,7 @@ __global__ void crossEntropyGradKernel(const float *logits, const int32_t *targe
   float s = rowExpSum(row, classes, m);
   float scale = *g / static_cast<float>(rows), inv = scale / s;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    o[c] = expf(row[c] - m) * inv - (c == t ? scale : 0.0f);
+    o[c] = fromFloat<T>(expf(toFloat(row[c]) - m) * inv - (c == t ? scale : 0.0f));
 }
 
 __global__ void rowMaxKernel(const float *x, int64_t cols, float *out) {
@@ -207,7 +210,9 @@ KernelResult embeddingGrad(const int32_t *ids, int64_t n, const float *g, float 
   return KernelResult::ok();
 }
 
-void crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+namespace {
+template <typename T>
+void crossEntropy(const T *logits, const int32_t *targets, int64_t rows, int64_t classes,
                   float *loss, float *rowLoss, ErrorRecord *err, void *stream) {
   if (rows == 0) {
     cudaMemsetAsync(loss, 0, sizeof(float), S(stream));
@@ -219,12 +224,25 @@ void crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int
                                               loss);
 }
 
-void crossEntropyGrad(const float *logits, const int32_t *targets, const float *g, int64_t rows,
-                      int64_t classes, float *out, ErrorRecord *err, void *stream) {
+template <typename T>
+void crossEntropyGrad(const T *logits, const int32_t *targets, const float *g, int64_t rows,
+                      int64_t classes, T *out, ErrorRecord *err, void *stream) {
   if (rows > 0)
     crossEntropyGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
         logits, targets, g, rows, classes, out, err);
 }
+
+/// The loss's types computed natively: f32, bf16 or f16 logits, i32 targets,
+/// an f32 scalar (the loss, or its gradient), the gradient in the logits'
+/// type. (A 16-bit loss is widened by the executor.)
+bool crossEntropyTypes(const KernelCall &c) {
+  const DType logits = c.input(0).dtype;
+  const bool grad = c.numInputs == 3;
+  const DType scalar = grad ? c.input(2).dtype : c.output(0).dtype;
+  return logits != DType::I32 && c.input(1).dtype == DType::I32 && scalar == DType::F32 &&
+         (!grad || c.output(0).dtype == logits);
+}
+} // namespace
 
 void rowMax(const float *logits, int64_t rows, int64_t classes, float *out, void *stream) {
   if (rows > 0)
@@ -307,21 +325,35 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
                          dtable.dim(1), block.offset, block.total, context(c).err, work,
                          streamOf(c));
   });
-  t.add(OpKind::CrossEntropy, [](const KernelCall &c) {
-    const TensorView &logits = c.input(0);
-    const int64_t bytes = std::max<int64_t>(logits.rows(), 1) * 4;
-    auto *rowLoss = static_cast<float *>(scratch(c, bytes));
-    if (!rowLoss)
-      return scratchFailure(c, bytes);
-    crossEntropy(logits.f32(), c.input(1).i32(), logits.rows(), logits.dim(-1), c.output(0).f32(),
-                 rowLoss, context(c).err, streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::CrossEntropyGrad, [](const KernelCall &c) {
-    const TensorView &logits = c.input(0);
-    crossEntropyGrad(logits.f32(), c.input(1).i32(), c.input(2).f32(), logits.rows(),
-                     logits.dim(-1), c.output(0).f32(), context(c).err, streamOf(c));
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::CrossEntropy,
+      [](const KernelCall &c) {
+        const TensorView &logits = c.input(0);
+        const int64_t bytes = std::max<int64_t>(logits.rows(), 1) * 4;
+        auto *rowLoss = static_cast<float *>(scratch(c, bytes));
+        if (!rowLoss)
+          return scratchFailure(c, bytes);
+        withFloatType(logits.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          crossEntropy(inputAs<T>(c, 0), c.input(1).i32(), logits.rows(), logits.dim(-1),
+                       c.output(0).f32(), rowLoss, context(c).err, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      crossEntropyTypes);
+  t.add(
+      OpKind::CrossEntropyGrad,
+      [](const KernelCall &c) {
+        const TensorView &logits = c.input(0);
+        withFloatType(logits.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          crossEntropyGrad(inputAs<T>(c, 0), c.input(1).i32(), c.input(2).f32(), logits.rows(),
+                           logits.dim(-1), outputAs<T>(c, 0), context(c).err, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      crossEntropyTypes);
 }
 } // namespace ptc::kernels::cuda

@@ -221,14 +221,15 @@ __global__ void orderedSumKernel(const float *x, int64_t n, float scale, float *
 __device__ inline float blockMax(float v) { return blockReduce(v, -INFINITY, MaxOp{}); }
 
 /// Block-wide max of a row and the sum of exp(x - max) over it.
-__device__ inline float rowExpSum(const float *row, int64_t cols, float &max) {
+template <typename T>
+__device__ inline float rowExpSum(const T *row, int64_t cols, float &max) {
   float m = -INFINITY;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    m = fmaxf(m, row[c]);
+    m = fmaxf(m, toFloat(row[c]));
   max = blockMax(m);
   float s = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    s += expf(row[c] - max);
+    s += expf(toFloat(row[c]) - max);
   return blockSum(s);
 }
 

@@ -104,6 +104,37 @@ def FuseGradientWideningPass : Pass<"ptc-fuse-gradient-widening", "::mlir::func:
   }];
 }
 
+def FuseLossWideningPass : Pass<"ptc-fuse-loss-widening", "::mlir::func::FuncOp"> {
+  let summary = "The cross-entropy reads bf16 / f16 logits directly";
+  let description = [{
+    After sharding, before `ptc-plan-memory`. Mixed precision computes the
+    loss in f32 over logits widened from bf16 (or f16) by a `ptc.convert`,
+    and the logits' gradient in f32, converted back. Where a
+    `ptc.cross_entropy` or `ptc.cross_entropy_grad` reads such widened logits,
+    it reads the low-precision logits instead (the loss stays f32; widening is
+    exact, so the numbers are the same); a gradient whose only use is the
+    conversion back to the logits' type is produced in that type directly
+    (computed in f32 and rounded once, as the conversion rounded it). The
+    widened logits and the f32 gradient go: at GPT-2's 50257 classes they are
+    the step's two largest tensors (1.6 GB each at 8 x 1024 tokens), and the
+    step no longer writes and reads them. The vocabulary-parallel
+    cross-entropy (tensor parallelism over the classes) keeps its f32 logits.
+
+    Input:
+    ```mlir
+    %w = ptc.convert %logits : tensor<8x64x256xbf16> -> tensor<8x64x256xf32>
+    %loss = ptc.cross_entropy %w, %t : tensor<8x64x256xf32>, tensor<8x64xi32> -> tensor<f32>
+    %g = ptc.cross_entropy_grad %w, %t, %seed {ptc.backward} : tensor<8x64x256xf32>, tensor<8x64xi32>, tensor<f32>
+    %g16 = ptc.convert %g {ptc.backward} : tensor<8x64x256xf32> -> tensor<8x64x256xbf16>
+    ```
+    Output:
+    ```mlir
+    %loss = ptc.cross_entropy %logits, %t : tensor<8x64x256xbf16>, tensor<8x64xi32> -> tensor<f32>
+    %g16 = ptc.cross_entropy_grad %logits, %t, %seed {ptc.backward} : tensor<8x64x256xbf16>, tensor<8x64xi32>, tensor<f32>
+    ```
+  }];
+}
+
 def FuseMatmulBiasPass : Pass<"ptc-fuse-matmul-bias", "::mlir::func::FuncOp"> {
   let summary = "Bias adds after matmuls as the matmuls' epilogue";
   let description = [{

@@ -460,7 +460,21 @@ Status InstructionChecker::check() {
     bool grad = in_.size() == 3, vocab = info->ints == 1;
     if (vocab)
       PTC_RETURN_IF_ERROR(vocabAxis());
-    PTC_RETURN_IF_ERROR(dtypes({1}));
+    // The whole-vocabulary loss over bf16 / f16 logits may keep its scalar
+    // (the loss, or its gradient) in f32 (ptc-fuse-loss-widening).
+    const int32_t scalar = grad ? in_[2] : out_[0];
+    const DType logitsType = tensors_[in_[0]].dtype;
+    if (!vocab && (logitsType == DType::BF16 || logitsType == DType::F16) &&
+        tensors_[scalar].dtype == DType::F32) {
+      if (tensors_[in_[1]].dtype != DType::I32)
+        return fail("input #1 ('", tensors_[in_[1]].name, "') is ",
+                    dtypeName(tensors_[in_[1]].dtype), ", expected i32");
+      if (grad && tensors_[out_[0]].dtype != logitsType)
+        return fail("output #0 is ", dtypeName(tensors_[out_[0]].dtype),
+                    ", but the logits are ", dtypeName(logitsType));
+    } else {
+      PTC_RETURN_IF_ERROR(dtypes({1}));
+    }
     const Shape &logits = in(0);
     if (auto loss = kernels::shapes::crossEntropy(logits, in(1)); !loss.ok())
       return fail(loss.error);

@@ -1261,6 +1261,38 @@ TEST_F(CudaConformance, CrossEntropyWholeAndVocabularyParallel) {
       1e-5f);
 }
 
+// The loss over bf16 logits as ptc-fuse-loss-widening leaves it: the logits
+// read as stored (no widened copy), the loss f32, the gradient bf16 (f32
+// math, one rounding); both devices take these types natively. Rows longer
+// than a block's threads, an odd class count.
+TEST_F(CudaConformance, CrossEntropyReadsBf16Logits) {
+  const int64_t rows = 24, classes = 3001;
+  auto x = randomVector(rows * classes, 41);
+  std::vector<int32_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    t[static_cast<size_t>(r)] = static_cast<int32_t>((r * 379) % classes);
+  compare(
+      [&](Device &d, Mem &m) {
+        const auto bf16 = kernels::DType::BF16;
+        const Shape ls{rows, classes};
+        uint16_t *x16 = m.zeros<uint16_t>(x.size()), *dx16 = m.zeros<uint16_t>(x.size());
+        OK(d.convertFloat(m.put(x), FloatType::F32, x16, FloatType::BF16, rows * classes));
+        float *loss = m.zeros(1), *dx = m.zeros(rows * classes);
+        const int32_t *pt = m.put(t);
+        OK(run(d, kernels::OpKind::CrossEntropy, {{x16, ls, bf16}, ids(pt, {rows})}, {{loss, {}}}));
+        OK(run(d, kernels::OpKind::CrossEntropyGrad,
+               {{x16, ls, bf16}, ids(pt, {rows}), {m.put(std::vector<float>{0.5f}), {}}},
+               {{dx16, ls, bf16}}));
+        OK(d.convertFloat(dx16, FloatType::BF16, dx, FloatType::F32, rows * classes));
+        auto out = m.get(loss, 1), grad = m.get(dx, rows * classes);
+        for (float &g : grad) // (softmax - onehot) * classes: O(1) values, one bf16
+          g *= static_cast<float>(rows * 2 * classes); // rounding within the bound
+        out.insert(out.end(), grad.begin(), grad.end());
+        return out;
+      },
+      1e-2f);
+}
+
 TEST_F(CudaConformance, LayoutOps) {
   auto x = randomVector(2 * 3 * 4 * 5, 22), y = randomVector(2 * 2 * 4 * 5, 23);
   compare(

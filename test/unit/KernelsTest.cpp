@@ -1499,6 +1499,50 @@ TEST(Kernels, Bf16ReductionsAreWidenedF32RoundedOnce) {
   }
 }
 
+// The loss over bf16 logits (ptc-fuse-loss-widening's form): the f32 loss
+// of the widened logits exactly, and the gradient the f32 gradient rounded
+// once (bitwise what widening the logits and converting the gradient gave),
+// on rows large enough for the kernels to split them over threads.
+TEST(Kernels, Bf16CrossEntropyIsWidenedF32RoundedOnce) {
+  using ptc::kernels::DType;
+  using ptc::kernels::OpKind;
+  const int64_t rows = 96, classes = 257;
+  const Shape ls{2, rows / 2, classes}, ts{2, rows / 2}, scalar{};
+  std::vector<uint16_t> l16;
+  auto logits = roundToBf16(randomVector(rows * classes, 17), l16);
+  for (float &v : logits)
+    v *= 4.0f; // exact in bf16: a power of two
+  for (uint16_t &b : l16)
+    b = f32ToBf16(bf16ToF32(b) * 4.0f);
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[r] = static_cast<int32_t>((r * 37) % classes);
+  ptc::kernels::TensorView t{targets.data(), DType::I32, &ts, rows};
+  std::vector<float> loss16(1), loss(1), seed{0.75f};
+  ASSERT_TRUE(runKernel(OpKind::CrossEntropy, {bf(l16, ls), t}, {view(loss16, scalar)}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::CrossEntropy, {view(logits, ls), t}, {view(loss, scalar)}).isOk());
+  EXPECT_EQ(loss16[0], loss[0]);
+  std::vector<uint16_t> g16(logits.size());
+  std::vector<float> g(logits.size());
+  ASSERT_TRUE(runKernel(OpKind::CrossEntropyGrad, {bf(l16, ls), t, view(seed, scalar)},
+                        {bf(g16, ls)})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::CrossEntropyGrad, {view(logits, ls), t, view(seed, scalar)},
+                        {view(g, ls)})
+                  .isOk());
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_EQ(g16[i], f32ToBf16(g[i])) << "gradient at " << i;
+  // A bf16 loss (or its gradient's seed) is not computed natively: the
+  // executor widens that call.
+  std::vector<uint16_t> lossBits(1);
+  std::vector<ptc::kernels::TensorView> in{bf(l16, ls), t}, out{bf(lossBits, scalar)};
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  ptc::kernels::KernelCall call =
+      ptc::kernels::makeKernelCall(OpKind::CrossEntropy, in, out, ints, floats);
+  EXPECT_FALSE(kernelTable()[OpKind::CrossEntropy].accepts(call));
+}
+
 // Rotary on bf16 storage: each result is the f32 rotation of the widened
 // input rounded once (bitwise what widening the tensor gives), forward and
 // inverse, on a tensor large enough for the kernel to split it over threads.

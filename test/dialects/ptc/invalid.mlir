@@ -231,10 +231,27 @@ func.func @cross_entropy_dim(%l: tensor<8x256xf32>, %t: tensor<4xi32>) -> tensor
 
 // -----
 
-func.func @cross_entropy_result(%l: tensor<8x256xbf16>, %t: tensor<8xi32>) -> tensor<f32> {
-  // expected-error @+1 {{'ptc.cross_entropy' op result type 'tensor<f32>' does not match the expected 'tensor<bf16>'}}
-  %0 = ptc.cross_entropy %l, %t : tensor<8x256xbf16>, tensor<8xi32> -> tensor<f32>
-  return %0 : tensor<f32>
+// A loss over bf16 logits is bf16 or f32, never f16; over f32 logits, f32.
+func.func @cross_entropy_result(%l: tensor<8x256xbf16>, %t: tensor<8xi32>) -> tensor<f16> {
+  // expected-error @+1 {{'ptc.cross_entropy' op result type 'tensor<f16>' does not match the expected 'tensor<bf16>'}}
+  %0 = ptc.cross_entropy %l, %t : tensor<8x256xbf16>, tensor<8xi32> -> tensor<f16>
+  return %0 : tensor<f16>
+}
+
+// -----
+
+func.func @cross_entropy_narrower_result(%l: tensor<8x256xf32>, %t: tensor<8xi32>) -> tensor<bf16> {
+  // expected-error @+1 {{'ptc.cross_entropy' op result type 'tensor<bf16>' does not match the expected 'tensor<f32>'}}
+  %0 = ptc.cross_entropy %l, %t : tensor<8x256xf32>, tensor<8xi32> -> tensor<bf16>
+  return %0 : tensor<bf16>
+}
+
+// -----
+
+func.func @cross_entropy_grad_seed(%l: tensor<8x256xbf16>, %t: tensor<8xi32>, %g: tensor<f16>) -> tensor<8x256xbf16> {
+  // expected-error @+1 {{'ptc.cross_entropy_grad' op grad type 'tensor<f16>' does not match the expected 'tensor<bf16>'}}
+  %0 = ptc.cross_entropy_grad %l, %t, %g : tensor<8x256xbf16>, tensor<8xi32>, tensor<f16>
+  return %0 : tensor<8x256xbf16>
 }
 
 // -----

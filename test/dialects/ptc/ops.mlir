@@ -110,6 +110,16 @@ func.func @embedding_and_loss(%wte: tensor<256x128xf32>, %tokens: tensor<8x64xi3
   return %0, %1 : tensor<8x64x128xf32>, tensor<f32>
 }
 
+// An f32 loss over bf16 logits, and its gradient in the logits' type.
+// CHECK-LABEL: func.func @loss_over_bf16_logits
+func.func @loss_over_bf16_logits(%logits: tensor<8x64x256xbf16>, %tokens: tensor<8x64xi32>, %g: tensor<f32>) -> (tensor<f32>, tensor<8x64x256xbf16>) {
+  // CHECK: ptc.cross_entropy %{{.*}}, %{{.*}} : tensor<8x64x256xbf16>, tensor<8x64xi32> -> tensor<f32>
+  %0 = ptc.cross_entropy %logits, %tokens : tensor<8x64x256xbf16>, tensor<8x64xi32> -> tensor<f32>
+  // CHECK: ptc.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x64x256xbf16>, tensor<8x64xi32>, tensor<f32>
+  %1 = ptc.cross_entropy_grad %logits, %tokens, %g : tensor<8x64x256xbf16>, tensor<8x64xi32>, tensor<f32>
+  return %0, %1 : tensor<f32>, tensor<8x64x256xbf16>
+}
+
 // CHECK-LABEL: func.func @layout
 func.func @layout(%x: tensor<8x64x384xf32>, %ids: tensor<8x64xi32>) -> (tensor<8x4x64x32xf32>, tensor<8x64x256xf32>, tensor<512xi32>) {
   // CHECK: ptc.slice %{{.*}} offsets = [0, 0, 128] : tensor<8x64x384xf32> -> tensor<8x64x128xf32>

@@ -1,0 +1,69 @@
+//===- FuseLossWidening.cpp - the loss reads low-precision logits ---------===//
+
+#include "passes/memory/Passes.h"
+
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_FUSELOSSWIDENINGPASS
+#include "passes/memory/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+/// The bf16 / f16 logits `logits` widens to f32 (a `ptc.convert`), or null.
+Value narrowLogits(Value logits) {
+  auto convert = logits.getDefiningOp<ConvertOp>();
+  if (!convert || !getElementTypeOrSelf(logits.getType()).isF32())
+    return {};
+  Type from = getElementTypeOrSelf(convert.getInput().getType());
+  return from.isBF16() || from.isF16() ? convert.getInput() : Value();
+}
+
+/// The conversion of `grad` back to `type` when it is grad's only use, or null.
+ConvertOp onlyNarrowing(Value grad, Type type) {
+  if (!grad.hasOneUse())
+    return {};
+  auto convert = dyn_cast<ConvertOp>(*grad.getUsers().begin());
+  return convert && convert.getType() == type ? convert : ConvertOp();
+}
+
+struct FuseLossWideningPass
+    : mlir::ptc::impl::FuseLossWideningPassBase<FuseLossWideningPass> {
+  void runOnOperation() override {
+    SmallVector<Operation *> losses;
+    getOperation().walk([&](Operation *op) {
+      if (isa<CrossEntropyOp, CrossEntropyGradOp>(op))
+        losses.push_back(op);
+    });
+    llvm::SetVector<Operation *> widenings;
+    for (Operation *op : losses) {
+      if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
+        if (Value narrow = narrowLogits(loss.getLogits())) {
+          widenings.insert(loss.getLogits().getDefiningOp());
+          loss.getLogitsMutable().assign(narrow);
+        }
+        continue;
+      }
+      auto grad = cast<CrossEntropyGradOp>(op);
+      Value narrow = narrowLogits(grad.getLogits());
+      // The gradient has the logits' type: only where its one use converts
+      // it to the narrow type anyway.
+      ConvertOp back = narrow ? onlyNarrowing(grad.getResult(), narrow.getType()) : ConvertOp();
+      if (!back)
+        continue;
+      widenings.insert(grad.getLogits().getDefiningOp());
+      grad.getLogitsMutable().assign(narrow);
+      grad.getResult().setType(cast<RankedTensorType>(narrow.getType()));
+      back.getResult().replaceAllUsesWith(grad.getResult());
+      back.erase();
+    }
+    // A widening read by nothing else goes (one may serve several losses).
+    for (Operation *convert : widenings)
+      if (convert->use_empty())
+        convert->erase();
+  }
+};
+} // namespace
