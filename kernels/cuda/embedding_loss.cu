@@ -9,15 +9,18 @@
 namespace ptc::kernels::cuda {
 namespace {
 // ---- Embedding and cross-entropy -----------------------------------------------------
-__global__ void embeddingKernel(const float *table, int64_t rows, int64_t dim, const int32_t *ids,
-                                int64_t n, float *out, int64_t offset, int64_t total,
+// Templated on the table's stored type T (f32, bf16, f16): rows copied as
+// stored; the gradient's sums in f32, each rounded once.
+template <typename T>
+__global__ void embeddingKernel(const T *table, int64_t rows, int64_t dim, const int32_t *ids,
+                                int64_t n, T *out, int64_t offset, int64_t total,
                                 ErrorRecord *err) {
   PTC_GRID_LOOP(i, n * dim) {
     int64_t t = i / dim, id = ids[t];
     if ((id < 0 || id >= total) && i % dim == 0)
       recordError(err, kBadEmbeddingId, id, t, total);
     int64_t r = id - offset;
-    out[i] = r >= 0 && r < rows ? table[r * dim + i % dim] : 0.0f;
+    out[i] = r >= 0 && r < rows ? table[r * dim + i % dim] : fromFloat<T>(0.0f);
   }
 }
 
@@ -28,8 +31,9 @@ __global__ void embeddingKernel(const float *table, int64_t rows, int64_t dim, c
 __global__ void iotaKernel(int32_t *p, int64_t n) {
   PTC_GRID_LOOP(i, n) p[i] = static_cast<int32_t>(i);
 }
+template <typename T>
 __global__ void embeddingGradRunsKernel(const int32_t *sortedIds, const int32_t *order, int64_t n,
-                                        const float *g, float *dtable, int64_t rows, int64_t dim,
+                                        const T *g, T *dtable, int64_t rows, int64_t dim,
                                         int64_t offset, int64_t total, ErrorRecord *err) {
   for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
     const int32_t id = sortedIds[p];
@@ -49,8 +53,8 @@ __global__ void embeddingGradRunsKernel(const int32_t *sortedIds, const int32_t 
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
       float sum = 0.0f;
       for (int64_t q = p; q < end; ++q)
-        sum += g[static_cast<int64_t>(order[q]) * dim + c];
-      dtable[r * dim + c] = sum;
+        sum += toFloat(g[static_cast<int64_t>(order[q]) * dim + c]);
+      dtable[r * dim + c] = fromFloat<T>(sum);
     }
   }
 }
@@ -159,14 +163,14 @@ std::string describe(const ErrorRecord &e) {
 }
 
 
-void embedding(const float *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n,
-               float *out, int64_t rowOffset, int64_t totalRows, ErrorRecord *err,
-               void *stream) {
+namespace {
+template <typename T>
+void embedding(const T *table, int64_t rows, int64_t dim, const int32_t *ids, int64_t n, T *out,
+               int64_t rowOffset, int64_t totalRows, ErrorRecord *err, void *stream) {
   embeddingKernel<<<gridFor(n * dim), kThreads, 0, S(stream)>>>(table, rows, dim, ids, n, out,
                                                                 rowOffset, totalRows, err);
 }
 
-namespace {
 /// The scratch of embeddingGrad for n ids: sorted ids, positions, sorted
 /// positions (each 256-byte aligned), then CUB's sort storage.
 int64_t alignedBytes(int64_t n) { return (n * 4 + 255) / 256 * 256; }
@@ -178,16 +182,17 @@ size_t sortStorageBytes(int64_t n) {
                                   static_cast<int32_t *>(nullptr), static_cast<int>(n));
   return bytes;
 }
-} // namespace
 
 int64_t embeddingGradScratchBytes(int64_t n) {
   return 3 * alignedBytes(n) + static_cast<int64_t>(sortStorageBytes(n));
 }
 
-KernelResult embeddingGrad(const int32_t *ids, int64_t n, const float *g, float *dtable,
-                           int64_t rows, int64_t dim, int64_t rowOffset, int64_t totalRows,
-                           ErrorRecord *err, void *scratch, void *stream) {
-  cudaMemsetAsync(dtable, 0, static_cast<size_t>(rows * dim) * sizeof(float), S(stream));
+template <typename T>
+KernelResult embeddingGrad(const int32_t *ids, int64_t n, const T *g, T *dtable, int64_t rows,
+                           int64_t dim, int64_t rowOffset, int64_t totalRows, ErrorRecord *err,
+                           void *scratch, void *stream) {
+  // Zero bits are +0 in every float type.
+  cudaMemsetAsync(dtable, 0, static_cast<size_t>(rows * dim) * sizeof(T), S(stream));
   if (n == 0)
     return KernelResult::ok();
   if (n > INT32_MAX)
@@ -210,7 +215,6 @@ KernelResult embeddingGrad(const int32_t *ids, int64_t n, const float *g, float 
   return KernelResult::ok();
 }
 
-namespace {
 template <typename T>
 void crossEntropy(const T *logits, const int32_t *targets, int64_t rows, int64_t classes,
                   float *loss, float *rowLoss, ErrorRecord *err, void *stream) {
@@ -307,24 +311,42 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
     return KernelResult::ok();
   });
   // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
-  t.add(OpKind::Embedding, [](const KernelCall &c) {
-    const TensorView &table = c.input(0), &ids = c.input(1);
-    VocabularyBlock block = vocabularyBlock(c, table.dim(0));
-    embedding(table.f32(), table.dim(0), table.dim(1), ids.i32(), ids.elements, c.output(0).f32(),
-              block.offset, block.total, context(c).err, streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::EmbeddingGrad, [](const KernelCall &c) {
-    const TensorView &ids = c.input(0), &dtable = c.output(0);
-    VocabularyBlock block = vocabularyBlock(c, dtable.dim(0));
-    const int64_t bytes = embeddingGradScratchBytes(ids.elements);
-    void *work = scratch(c, bytes);
-    if (!work)
-      return scratchFailure(c, bytes);
-    return embeddingGrad(ids.i32(), ids.elements, c.input(1).f32(), dtable.f32(), dtable.dim(0),
-                         dtable.dim(1), block.offset, block.total, context(c).err, work,
-                         streamOf(c));
-  });
+  // The table and the rows in f32, bf16 or f16 (one type), i32 ids.
+  t.add(
+      OpKind::Embedding,
+      [](const KernelCall &c) {
+        const TensorView &table = c.input(0), &ids = c.input(1);
+        VocabularyBlock block = vocabularyBlock(c, table.dim(0));
+        withFloatType(table.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          embedding(inputAs<T>(c, 0), table.dim(0), table.dim(1), ids.i32(), ids.elements,
+                    outputAs<T>(c, 0), block.offset, block.total, context(c).err, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      [](const KernelCall &c) { return oneFloatType(c, 1); });
+  // ids (i32), then the rows' gradient and the table's in one float type.
+  t.add(
+      OpKind::EmbeddingGrad,
+      [](const KernelCall &c) {
+        const TensorView &ids = c.input(0), &dtable = c.output(0);
+        VocabularyBlock block = vocabularyBlock(c, dtable.dim(0));
+        const int64_t bytes = embeddingGradScratchBytes(ids.elements);
+        void *work = scratch(c, bytes);
+        if (!work)
+          return scratchFailure(c, bytes);
+        return withFloatType(dtable.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          return embeddingGrad(ids.i32(), ids.elements, inputAs<T>(c, 1), outputAs<T>(c, 0),
+                               dtable.dim(0), dtable.dim(1), block.offset, block.total,
+                               context(c).err, work, streamOf(c));
+        });
+      },
+      [](const KernelCall &c) {
+        const DType t = c.output(0).dtype;
+        return c.input(0).dtype == DType::I32 && t != DType::I32 && c.input(1).dtype == t;
+      });
   t.add(
       OpKind::CrossEntropy,
       [](const KernelCall &c) {

@@ -107,94 +107,104 @@ __global__ void normColumnsFinishKernel(const float *partial, int64_t chunks, in
 }
 
 // ---- RMSNorm and rotary embeddings ------------------------------------------------
+// Templated on the stored type as LayerNorm: f32 math, each result rounded once.
+
 /// 1/sqrt(mean(x^2) + eps) of one row, for every thread of the block.
-__device__ float rowRstd(const float *row, int64_t cols, float eps) {
+template <typename T> __device__ float rowRstd(const T *row, int64_t cols, float eps) {
   float q = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    q += row[c] * row[c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = toFloat(row[c]);
+    q += v * v;
+  }
   return rsqrtf(blockSum(q) / static_cast<float>(cols) + eps);
 }
 
 /// One block per row.
-__global__ void rmsNormKernel(const float *x, const float *w, float *out, int64_t cols,
-                              float eps) {
-  const float *row = x + blockIdx.x * cols;
-  float *o = out + blockIdx.x * cols;
+template <typename T>
+__global__ void rmsNormKernel(const T *x, const T *w, T *out, int64_t cols, float eps) {
+  const T *row = x + blockIdx.x * cols;
+  T *o = out + blockIdx.x * cols;
   float rstd = rowRstd(row, cols, eps);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    o[c] = row[c] * rstd * w[c];
+    o[c] = fromFloat<T>(toFloat(row[c]) * rstd * toFloat(w[c]));
 }
 
 /// One block per row: dx = rstd (g w - x rstd^2 mean(g w x)); rstd into stats[row].
-__global__ void rmsNormGradRowKernel(const float *x, const float *w, const float *g, float *dx,
-                                     float *stats, int64_t cols, float eps) {
-  const float *row = x + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
+template <typename T>
+__global__ void rmsNormGradRowKernel(const T *x, const T *w, const T *g, T *dx, float *stats,
+                                     int64_t cols, float eps) {
+  const T *row = x + blockIdx.x * cols, *gr = g + blockIdx.x * cols;
   float rstd = rowRstd(row, cols, eps);
   float d = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    d += gr[c] * w[c] * row[c];
+    d += toFloat(gr[c]) * toFloat(w[c]) * toFloat(row[c]);
   float k = rstd * rstd * blockSum(d) / static_cast<float>(cols);
-  float *o = dx + blockIdx.x * cols;
+  T *o = dx + blockIdx.x * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    o[c] = rstd * (gr[c] * w[c] - row[c] * k);
+    o[c] = fromFloat<T>(rstd * (toFloat(gr[c]) * toFloat(w[c]) - toFloat(row[c]) * k));
   if (threadIdx.x == 0)
     stats[blockIdx.x] = rstd;
 }
 
-/// dw = sum over rows of g x rstd: blocks of 32 columns x 8 row groups.
-__global__ void rmsNormGradColumnsKernel(const float *x, const float *g, const float *stats,
-                                         float *dw, int64_t rows, int64_t cols) {
+/// dw, pass 1 (as LayerNorm's): blocks of 32 columns x 8 row threads over a
+/// chunk of kNormRowsPerChunk rows, one partial per chunk and column, summed
+/// in order by normColumnsFinishKernel.
+template <typename T>
+__global__ void rmsNormGradColumnsKernel(const T *x, const T *g, const float *stats,
+                                         float *partialW, int64_t rows, int64_t cols) {
   __shared__ float sw[8][33];
-  int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t r0 = blockIdx.y * kNormRowsPerChunk, r1 = min(rows, r0 + kNormRowsPerChunk);
   float aw = 0.0f;
   if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 8)
-      aw += g[r * cols + c] * x[r * cols + c] * stats[r];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8)
+      aw += toFloat(g[r * cols + c]) * toFloat(x[r * cols + c]) * stats[r];
   sw[threadIdx.y][threadIdx.x] = aw;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float tw = 0.0f;
     for (int y = 0; y < 8; ++y)
       tw += sw[y][threadIdx.x];
-    dw[c] = tw;
+    partialW[blockIdx.y * cols + c] = tw;
   }
 }
 
-/// One thread per (head row, frequency) pair; angles in f32 as Hugging Face.
-__global__ void rotaryKernel(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim,
+/// The rotation of one (row, frequency) pair: angles in f32 as Hugging Face.
+template <typename T>
+__device__ inline void rotatePair(const T *xr, T *yr, int64_t i, int64_t half, int64_t dim,
+                                  int64_t position, double theta, bool inverse) {
+  float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
+                                                          static_cast<double>(dim)));
+  float angle = static_cast<float>(position) * invFreq;
+  float c = cosf(angle), sn = inverse ? -sinf(angle) : sinf(angle);
+  float a = toFloat(xr[i]), b = toFloat(xr[i + half]);
+  yr[i] = fromFloat<T>(a * c - b * sn);
+  yr[i + half] = fromFloat<T>(b * c + a * sn);
+}
+
+/// One thread per (head row, frequency) pair.
+template <typename T>
+__global__ void rotaryKernel(const T *x, T *out, int64_t bh, int64_t seq, int64_t dim,
                              double theta, bool inverse, int64_t first) {
   int64_t half = dim / 2;
   PTC_GRID_LOOP(t, bh * seq * half) {
-    int64_t i = t % half, rowIndex = t / half, p = first + rowIndex % seq;
-    float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
-                                                            static_cast<double>(dim)));
-    float angle = static_cast<float>(p) * invFreq;
-    float c = cosf(angle), sn = inverse ? -sinf(angle) : sinf(angle);
-    const float *xr = x + rowIndex * dim;
-    float *yr = out + rowIndex * dim;
-    float a = xr[i], b = xr[i + half];
-    yr[i] = a * c - b * sn;
-    yr[i + half] = b * c + a * sn;
+    int64_t i = t % half, rowIndex = t / half;
+    rotatePair(x + rowIndex * dim, out + rowIndex * dim, i, half, dim, first + rowIndex % seq,
+               theta, inverse);
   }
 }
 
 /// rotaryKernel at the positions pos[b, t] of rows (b, h, t).
-__global__ void rotaryAtKernel(const float *x, const int32_t *pos, float *out, int64_t heads,
+template <typename T>
+__global__ void rotaryAtKernel(const T *x, const int32_t *pos, T *out, int64_t heads,
                                int64_t rows, int64_t seq, int64_t dim, double theta,
                                bool inverse) {
   int64_t half = dim / 2;
   PTC_GRID_LOOP(t, rows * half) {
     int64_t i = t % half, rowIndex = t / half;
-    int64_t b = rowIndex / (heads * seq), p = pos[b * seq + rowIndex % seq];
-    float invFreq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) /
-                                                            static_cast<double>(dim)));
-    float angle = static_cast<float>(p) * invFreq;
-    float c = cosf(angle), sn = inverse ? -sinf(angle) : sinf(angle);
-    const float *xr = x + rowIndex * dim;
-    float *yr = out + rowIndex * dim;
-    float a = xr[i], bv = xr[i + half];
-    yr[i] = a * c - bv * sn;
-    yr[i + half] = bv * c + a * sn;
+    int64_t b = rowIndex / (heads * seq);
+    rotatePair(x + rowIndex * dim, out + rowIndex * dim, i, half, dim, pos[b * seq + rowIndex % seq],
+               theta, inverse);
   }
 }
 } // namespace
@@ -224,29 +234,22 @@ void layerNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, T *db, int6
 }
 } // namespace
 
-void rmsNorm(const float *x, const float *w, float *out, int64_t rows, int64_t cols, float eps,
-             void *stream) {
-  if (rows > 0)
-    rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, w, out, cols, eps);
-}
-
-void rmsNormGrad(const float *x, const float *w, const float *g, float *dx, float *dw,
-                 int64_t rows, int64_t cols, float eps, float *rowStats, void *stream) {
-  if (rows == 0)
+namespace {
+template <typename T>
+void rmsNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, int64_t rows, int64_t cols,
+                 float eps, float *scratch, void *stream) {
+  if (rows == 0 || cols == 0)
     return;
+  const int64_t chunks = normChunks(rows);
+  float *stats = scratch, *partialW = scratch + rows;
   rmsNormGradRowKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
-      x, w, g, dx, rowStats, cols, eps);
-  rmsNormGradColumnsKernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0,
-                             S(stream)>>>(x, g, rowStats, dw, rows, cols);
+      x, w, g, dx, stats, cols, eps);
+  rmsNormGradColumnsKernel<<<dim3(static_cast<unsigned>((cols + 31) / 32),
+                                  static_cast<unsigned>(chunks)),
+                             dim3(32, 8), 0, S(stream)>>>(x, g, stats, partialW, rows, cols);
+  normColumnsFinishKernel<<<gridFor(cols), kThreads, 0, S(stream)>>>(partialW, chunks, cols, dw);
 }
-
-void rotary(const float *x, float *out, int64_t bh, int64_t seq, int64_t dim, double theta,
-            bool inverse, void *stream, int64_t first) {
-  int64_t n = bh * seq * (dim / 2);
-  if (n > 0)
-    rotaryKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(x, out, bh, seq, dim, theta, inverse,
-                                                         first);
-}
+} // namespace
 
 void addNormalizationKernels(KernelTable &t) {
   // LayerNorm and its gradient take f32, bf16 and f16 natively (every view one
@@ -289,38 +292,75 @@ void addNormalizationKernels(KernelTable &t) {
         return KernelResult::ok();
       },
       oneFloatType);
-  t.add(OpKind::RmsNorm, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rmsNorm(x.f32(), c.input(1).f32(), c.output(0).f32(), x.rows(), x.dim(-1), c.real(0),
-            streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::RmsNormGrad, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    auto *stats = static_cast<float *>(scratch(c, x.rows() * 4));
-    if (!stats)
-      return scratchFailure(c, x.rows() * 4);
-    rmsNormGrad(x.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), c.output(1).f32(),
-                x.rows(), x.dim(-1), c.real(0), stats, streamOf(c));
-    return KernelResult::ok();
-  });
+  // RMSNorm, its gradient and rotary take f32, bf16 and f16 natively too;
+  // RMSNorm's dw in LayerNorm's two passes.
+  t.add(
+      OpKind::RmsNorm,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        const int64_t rows = x.rows();
+        if (rows > 0)
+          withFloatType(x.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
+                inputAs<T>(c, 0), inputAs<T>(c, 1), outputAs<T>(c, 0), x.dim(-1), c.real(0));
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
+  t.add(
+      OpKind::RmsNormGrad,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        const int64_t rows = x.rows(), cols = x.dim(-1);
+        const int64_t bytes = std::max<int64_t>(rows + normChunks(rows) * cols, 1) * 4;
+        auto *work = static_cast<float *>(scratch(c, bytes));
+        if (!work)
+          return scratchFailure(c, bytes);
+        withFloatType(x.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          rmsNormGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 0),
+                      outputAs<T>(c, 1), rows, cols, c.real(0), work, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      oneFloatType);
   // x [batch, heads, seq, dim].
-  t.add(OpKind::Rotary, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    const int64_t first = c.numInts > 1 ? c.meshCoords[c.integer(1)] * x.dim(2) : 0;
-    rotary(x.f32(), c.output(0).f32(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3), c.floats[0],
-           c.integer(0) != 0, streamOf(c), first);
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::Rotary,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        const int64_t first = c.numInts > 1 ? c.meshCoords[c.integer(1)] * x.dim(2) : 0;
+        const int64_t bh = x.dim(0) * x.dim(1), n = bh * x.dim(2) * (x.dim(3) / 2);
+        if (n > 0)
+          withFloatType(x.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            rotaryKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                inputAs<T>(c, 0), outputAs<T>(c, 0), bh, x.dim(2), x.dim(3), c.floats[0],
+                c.integer(0) != 0, first);
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      oneFloatType);
   // x [batch, heads, tokens, dim], positions [batch, tokens].
-  t.add(OpKind::RotaryAt, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    int64_t rows = x.dim(0) * x.dim(1) * x.dim(2), n = rows * (x.dim(3) / 2);
-    if (n > 0)
-      rotaryAtKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
-          x.f32(), c.input(1).i32(), c.output(0).f32(), x.dim(1), rows, x.dim(2), x.dim(3),
-          c.real(0), c.numInts > 0 && c.integer(0) != 0);
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::RotaryAt,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        int64_t rows = x.dim(0) * x.dim(1) * x.dim(2), n = rows * (x.dim(3) / 2);
+        if (n > 0)
+          withFloatType(x.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            rotaryAtKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
+                inputAs<T>(c, 0), c.input(1).i32(), outputAs<T>(c, 0), x.dim(1), rows, x.dim(2),
+                x.dim(3), c.real(0), c.numInts > 0 && c.integer(0) != 0);
+            return 0;
+          });
+        return KernelResult::ok();
+      },
+      [](const KernelCall &c) { return oneFloatType(c, 1); });
 }
 } // namespace ptc::kernels::cuda

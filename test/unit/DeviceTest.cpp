@@ -564,7 +564,7 @@ TEST_F(CudaConformance, LayerNormAndGradient) {
 // The entries that take bf16 natively (elementwise arithmetic with and
 // without broadcasting, activations and their gradients, gated activations,
 // scaling, LayerNorm and its gradient over several row chunks, sums over
-// leading axes) against the
+// leading axes, RMSNorm and its gradient, rotary) against the
 // CPU's f32 kernels on the same bf16 values, each result rounded to bf16 once
 // (what the runtime's widening gave before). The GPU must take them in bf16
 // (no widening).
@@ -592,6 +592,11 @@ TEST_F(CudaConformance, Bf16EntriesMatchWidenedF32) {
        {1e-5}, {}},
       {kernels::OpKind::ReduceSum, {{2, 600, 72}}, {row}, {0, 1}, {}, {}},
       {kernels::OpKind::ReduceMean, {{2, 600, 72}}, {{600, 72}}, {0}, {}, {}},
+      {kernels::OpKind::RmsNorm, {{600, 72}, row}, {{600, 72}}, {}, {1e-5}, {}},
+      {kernels::OpKind::RmsNormGrad, {{600, 72}, row, {600, 72}}, {{600, 72}, row}, {}, {1e-5},
+       {}},
+      {kernels::OpKind::Rotary, {{2, 3, 40, 64}}, {{2, 3, 40, 64}}, {0}, {10000.0}, {}},
+      {kernels::OpKind::Rotary, {{2, 3, 40, 64}}, {{2, 3, 40, 64}}, {1}, {10000.0}, {}},
   };
   auto count = [](const Shape &sh) {
     size_t n = 1;
@@ -645,6 +650,66 @@ TEST_F(CudaConformance, Bf16EntriesMatchWidenedF32) {
         },
         1e-2f);
   }
+}
+
+// The entries with ids or positions beside bf16 values (embedding lookup and
+// its gradient, rotary at positions): the GPU takes the bf16 values natively,
+// the CPU computes in f32 on the same values, rounded once. Many tokens share
+// few ids (the gradient's runs of equal ids).
+TEST_F(CudaConformance, Bf16EmbeddingAndRotaryAtMatchWidenedF32) {
+  const int64_t vocab = 40, dim = 96, tokens = 700, B = 2, H = 3, T = 5, D = 32;
+  std::vector<int32_t> tokenIds(tokens), positions(B * T);
+  for (int64_t i = 0; i < tokens; ++i)
+    tokenIds[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + i / 11) % vocab);
+  for (int64_t i = 0; i < B * T; ++i)
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(3 + 5 * i);
+  auto table = randomVector(vocab * dim, 71), g = randomVector(tokens * dim, 72),
+       x = randomVector(B * H * T * D, 73);
+  compare(
+      [&](Device &d, Mem &m) {
+        const bool native = d.kind() == DeviceKind::Cuda;
+        const auto type = native ? kernels::DType::BF16 : kernels::DType::F32;
+        // f32 values through bf16: the bf16 bits at h, their f32 values at f.
+        auto both = [&](const std::vector<float> &v) {
+          float *f = m.put(v);
+          uint16_t *h = m.zeros<uint16_t>(v.size());
+          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(v.size())));
+          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(v.size())));
+          return std::pair{f, h};
+        };
+        auto [tf, th] = both(table);
+        auto [gf, gh] = both(g);
+        auto [xf, xh] = both(x);
+        auto arg = [&](std::pair<float *, uint16_t *> p) {
+          return native ? static_cast<const void *>(p.second) : static_cast<const void *>(p.first);
+        };
+        std::vector<std::pair<float *, uint16_t *>> outs;
+        for (int64_t n : {tokens * dim, vocab * dim, B * H * T * D})
+          outs.push_back({m.zeros(static_cast<size_t>(n)), m.zeros<uint16_t>(static_cast<size_t>(n))});
+        auto out = [&](size_t i) { return const_cast<void *>(arg(outs[i])); };
+        const int32_t *pid = m.put(tokenIds), *ppos = m.put(positions);
+        OK(run(d, kernels::OpKind::Embedding, {{arg({tf, th}), {vocab, dim}, type}, ids(pid, {tokens})},
+               {{out(0), {tokens, dim}, type}}));
+        OK(run(d, kernels::OpKind::EmbeddingGrad, {ids(pid, {tokens}), {arg({gf, gh}), {tokens, dim}, type}},
+               {{out(1), {vocab, dim}, type}}));
+        OK(run(d, kernels::OpKind::RotaryAt, {{arg({xf, xh}), {B, H, T, D}, type}, ids(ppos, {B, T})},
+               {{out(2), {B, H, T, D}, type}}, {}, {10000.0}));
+        std::vector<float> result;
+        const int64_t counts[3] = {tokens * dim, vocab * dim, B * H * T * D};
+        for (size_t i = 0; i < 3; ++i) {
+          auto [f, h] = outs[i];
+          if (native)
+            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, counts[i]));
+          else { // round the f32 result once, as the GPU's store does
+            OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, counts[i]));
+            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, counts[i]));
+          }
+          auto v = m.get(f, static_cast<size_t>(counts[i]));
+          result.insert(result.end(), v.begin(), v.end());
+        }
+        return result;
+      },
+      1e-2f);
 }
 
 TEST_F(CudaConformance, SoftmaxOnLastAndMiddleAxis) {
