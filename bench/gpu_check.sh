@@ -178,7 +178,7 @@ fi
 if part bench; then
 $B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 8 --log-every 1 \
   --metrics "$OUT/gpt2m-ptc.jsonl" --memory-report > "$OUT/gpt2m-ptc.log" 2>&1 || { status=1; say "gpt2-medium ptc-run: FAILED"; tail -5 "$OUT/gpt2m-ptc.log"; }
-# Where the time goes (each instruction synchronized: slower than the timed run).
+# Where the time goes: per op kind, from events around each instruction read at the step's end.
 $B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 2 --log-every 0 \
   --profile > "$OUT/gpt2m-profile.txt" 2>&1 || true
 $PY bench/gpu_torch_gpt.py --peak-tflops "$PEAK" > "$OUT/gpt2m-torch.json" 2> "$OUT/gpt2m-torch.log" || { status=1; say "gpt2-medium pytorch: FAILED"; tail -5 "$OUT/gpt2m-torch.log"; }

@@ -8,8 +8,10 @@
 #include "kernels/cpu/kernels.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -69,6 +71,19 @@ public:
   Status synchronize() override { return Status::ok(); }
   StatusOr<Event> record(StreamKind) override { return Event{0}; }
   Status wait(StreamKind, Event) override { return Status::ok(); }
+  // The work before a mark has run when it is taken: wall-clock time.
+  StatusOr<Event> recordTimed(StreamKind) override {
+    marks_.push_back(std::chrono::steady_clock::now());
+    return static_cast<Event>(marks_.size() - 1);
+  }
+  StatusOr<double> secondsBetween(Event from, Event to) override {
+    if (from < 0 || to < 0 || static_cast<size_t>(std::max(from, to)) >= marks_.size())
+      return error(StatusCode::kInternal, "unknown timed event ", std::max(from, to));
+    return std::chrono::duration<double>(marks_[static_cast<size_t>(to)] -
+                                         marks_[static_cast<size_t>(from)])
+        .count();
+  }
+  void recycleEvents() override { marks_.clear(); }
   void *nativeStream(StreamKind) override { return nullptr; }
 
   const kernels::KernelTable &kernelTable() const override { return kernels::cpu::kernelTable(); }
@@ -90,6 +105,9 @@ public:
     kernels::cpu::copyBox(src, srcShape, srcOffsets, dst, dstShape, dstOffsets, box, elemBytes);
     return Status::ok();
   }
+
+private:
+  std::vector<std::chrono::steady_clock::time_point> marks_; // recordTimed's
 };
 
 } // namespace ptc

@@ -69,6 +69,8 @@ public:
     cudaDeviceSynchronize();
     for (cudaEvent_t e : events_)
       cudaEventDestroy(e);
+    for (cudaEvent_t e : timed_)
+      cudaEventDestroy(e);
     for (void *p : {scratch_, static_cast<void *>(err_)})
       if (p)
         cudaFree(p);
@@ -164,7 +166,30 @@ public:
     return cudaStatus(cudaStreamWaitEvent(streamOf(stream), events_[static_cast<size_t>(event)], 0),
                       "waiting for an event");
   }
-  void recycleEvents() override { nextEvent_ = 0; }
+  StatusOr<Event> recordTimed(StreamKind stream) override {
+    if (nextTimed_ == timed_.size()) {
+      cudaEvent_t e;
+      PTC_RETURN_IF_ERROR(cudaStatus(cudaEventCreate(&e), "creating a timed event"));
+      timed_.push_back(e);
+    }
+    Event id = static_cast<Event>(nextTimed_++);
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaEventRecord(timed_[static_cast<size_t>(id)], streamOf(stream)),
+                                   "recording a timed event"));
+    return id;
+  }
+  StatusOr<double> secondsBetween(Event from, Event to) override {
+    if (from < 0 || to < 0 || static_cast<size_t>(std::max(from, to)) >= nextTimed_)
+      return error(StatusCode::kInternal, "unknown timed event ", std::max(from, to));
+    float ms = 0.0f;
+    PTC_RETURN_IF_ERROR(cudaStatus(cudaEventElapsedTime(&ms, timed_[static_cast<size_t>(from)],
+                                                        timed_[static_cast<size_t>(to)]),
+                                   "timing between events"));
+    return static_cast<double>(ms) * 1e-3;
+  }
+  void recycleEvents() override {
+    nextEvent_ = 0;
+    nextTimed_ = 0;
+  }
   void *nativeStream(StreamKind stream) override { return streamOf(stream); }
 
   // ---- Kernels ------------------------------------------------------------------
@@ -278,6 +303,8 @@ private:
   g::ErrorRecord *err_ = nullptr;
   std::vector<cudaEvent_t> events_;
   size_t nextEvent_ = 0;
+  std::vector<cudaEvent_t> timed_; // recordTimed's (with timing), recycled with the events
+  size_t nextTimed_ = 0;
   void *scratch_ = nullptr;
   int64_t scratchBytes_ = 0;
   std::map<std::string, DeviceBuffer> constants_; // constantCopy's uploads by content

@@ -91,6 +91,13 @@ public:
   /// Every event recorded so far may be reused (after a synchronize(), when
   /// nothing waits on them any more: the executor's step end).
   virtual void recycleEvents() {}
+  /// A timestamp taken on `stream` when the work enqueued before it has run
+  /// (a profile's marks between instructions: no stream waits on one). Its
+  /// own numbering; recycled with the events.
+  virtual StatusOr<Event> recordTimed(StreamKind stream) = 0;
+  /// Seconds from timed event `from` to `to`, once both are complete (after
+  /// synchronize()).
+  virtual StatusOr<double> secondsBetween(Event from, Event to) = 0;
   /// Native handle of a stream (cudaStream_t; nullptr on the CPU).
   virtual void *nativeStream(StreamKind stream) = 0;
 

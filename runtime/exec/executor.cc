@@ -436,6 +436,16 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   if (evaluating_ && writesState_[n])
     return Status::ok();
   auto t0 = std::chrono::steady_clock::now();
+  // A profile of asynchronous kernels marks the compute stream around the
+  // instruction (host instructions keep the wall clock: they block it).
+  const bool timed = profile && !dev_->hostAddressable() && !inst->on_host();
+  Event start = 0;
+  if (timed) {
+    StatusOr<Event> e = dev_->recordTimed(StreamKind::Compute);
+    if (!e.isOk())
+      return e.status();
+    start = *e;
+  }
   Status status;
   // A host instruction may read the destination of a copy to the host, or
   // overwrite the source of a copy to the device (a micro-batch's working
@@ -459,14 +469,19 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
     releaseFileTensors(n, end);
     file_->drainTo(kFileBucketsInFlight * 8);
   }
-  // Kernels on a GPU run asynchronously: a profile waits for each.
-  if (profile && status.isOk() && !dev_->hostAddressable())
-    status = dev_->synchronize();
-  if (profile) {
-    size_t op = static_cast<size_t>(inst->op());
-    if (profile->size() <= op)
-      profile->resize(op + 1, 0.0);
-    (*profile)[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (profile && status.isOk()) {
+    const size_t op = static_cast<size_t>(inst->op());
+    if (timed) { // read at the step's end
+      StatusOr<Event> end = dev_->recordTimed(StreamKind::Compute);
+      if (!end.isOk())
+        return end.status();
+      timedProfile_.push_back({op, start, *end});
+    } else {
+      if (profile->size() <= op)
+        profile->resize(op + 1, 0.0);
+      (*profile)[op] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
   }
   if (!status.isOk())
     return Status(status.code(), describeInstruction(*inst, n) + ": " + status.message());
@@ -482,6 +497,7 @@ Status Executor::finishTransfers() {
 
 Status Executor::step(std::vector<double> *profile) {
   fileWritten_ = true;
+  timedProfile_.clear(); // a failed step's marks are gone with its events
   if (plan_->pipelined()) {
     PTC_RETURN_IF_ERROR(runPipelined(profile));
   } else if (!tracing_) {
@@ -508,11 +524,26 @@ Status Executor::step(std::vector<double> *profile) {
   Status s = dev_->synchronize();
   if (!s.isOk())
     return Status(s.code(), "the step's work on " + dev_->describe() + " failed: " + s.message());
+  if (profile)
+    PTC_RETURN_IF_ERROR(addTimedProfile(*profile));
   // Nothing waits on this step's events any more.
   pending_.clear();
   asyncTransfers_ = false;
   lastComm_ = -1;
   dev_->recycleEvents();
+  return Status::ok();
+}
+
+Status Executor::addTimedProfile(std::vector<double> &profile) {
+  for (const TimedInstruction &t : timedProfile_) {
+    StatusOr<double> seconds = dev_->secondsBetween(t.start, t.end);
+    if (!seconds.isOk())
+      return seconds.status();
+    if (profile.size() <= t.op)
+      profile.resize(t.op + 1, 0.0);
+    profile[t.op] += *seconds;
+  }
+  timedProfile_.clear();
   return Status::ok();
 }
 

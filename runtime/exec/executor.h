@@ -108,7 +108,11 @@ public:
   /// Runs one training step: every instruction once, or for a pipelined plan
   /// this rank's schedule (compute actions over the micro-batches, sends and
   /// receives) and then its once-per-step instructions. With `profile` (one
-  /// entry per opcode), adds each instruction's wall time to its opcode.
+  /// entry per opcode), adds each instruction's time to its opcode: its wall
+  /// time on the host, or on a device that runs kernels asynchronously the
+  /// compute stream's time between marks around it, read at the step's end
+  /// (no wait per instruction; a collective on the communication stream
+  /// counts the compute stream's wait for it).
   Status step(std::vector<double> *profile = nullptr);
 
   /// Where ring attention's time goes (context parallelism), summed over its
@@ -358,6 +362,15 @@ private:
   std::vector<std::pair<int32_t, int>> remoteOutputs_; // (output tensor, producing pipeline rank)
   bool tracing_ = false;
   std::vector<TraceEvent> trace_;
+  /// A profile on a device that runs kernels asynchronously: each
+  /// instruction's marks on the compute stream, read after the step's
+  /// synchronize (no wait per instruction).
+  struct TimedInstruction {
+    size_t op;
+    Event start, end;
+  };
+  std::vector<TimedInstruction> timedProfile_;
+  Status addTimedProfile(std::vector<double> &profile);
   DeviceBuffer staging_;
   std::vector<void *> buffers_; // device allocations: the arena, persistent tensors
   std::vector<void *> storage_;

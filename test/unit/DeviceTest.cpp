@@ -12,10 +12,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <thread>
 #include <tuple>
 
 namespace ptc {
@@ -125,6 +127,26 @@ TEST(CpuDevice, BufferGrowsAndReportsCapacity) {
   EXPECT_EQ(buf.data(), first); // no shrink, no move
   ASSERT_TRUE(buf.reserve(4096).isOk());
   EXPECT_EQ(buf.capacity(), 4096);
+}
+
+// Timed events (a profile's marks): the seconds between two marks cover the
+// work between them; an unknown mark is an error; recycling starts over.
+TEST(CpuDevice, TimedEventsMeasureTheWorkBetweenThem) {
+  std::unique_ptr<Device> devices[] = {createCpuDevice(), createDiscreteCpuDevice()};
+  for (auto &device : devices) {
+    auto a = device->recordTimed(StreamKind::Compute);
+    ASSERT_TRUE(a.isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto b = device->recordTimed(StreamKind::Compute);
+    ASSERT_TRUE(b.isOk());
+    auto seconds = device->secondsBetween(*a, *b);
+    ASSERT_TRUE(seconds.isOk()) << seconds.status().message();
+    EXPECT_GE(*seconds, 0.019);
+    EXPECT_LT(*seconds, 10.0);
+    EXPECT_FALSE(device->secondsBetween(*a, *b + 1).isOk());
+    device->recycleEvents();
+    EXPECT_FALSE(device->secondsBetween(*a, *b).isOk());
+  }
 }
 
 TEST(CpuDevice, OptimizerSkipLeavesStateUnchanged) {
