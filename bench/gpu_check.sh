@@ -17,12 +17,16 @@
 #     through the CUDA device) beside PyTorch's scaled_dot_product_attention at its
 #     best backend (bench/gpu_torch_sdpa.py) on GPT-2 medium's and a Llama-style
 #     grouped-query layer,
-#  5. benchmarks a GPT-2-medium-sized training step (24 layers, hidden 1024, seq
-#     1024, batch 8, bf16) with ptc-run and with PyTorch eager on the same GPU:
-#     tokens/s and MFU of both (PTC_PEAK_TFLOPS, default 989: H100/H200 dense bf16).
+#  5. benchmarks training steps with ptc-run and with PyTorch at its best on the same GPU
+#     (eager with fused AdamW, and torch.compile; bench/gpu_torch_gpt.py): GPT-2 medium
+#     (24 layers, hidden 1024, seq 1024, batch 8, bf16; part bench) and a Llama-style
+#     model (16 x 2048, 32 heads / 8 kv heads, intermediate 5632, seq 2048, batch 4,
+#     bf16; part llama): step time, tokens/s and MFU (PTC_PEAK_TFLOPS, default 989:
+#     H100/H200 dense bf16), the ratio to PyTorch's best, peak GPU memory of each, and
+#     ptc-run's time per op kind.
 # Results: $OUT/summary.txt (and logs beside it). Exit status: non-zero when a
 # kernel test or a loss comparison fails.
-# PTC_GPU_CHECK_PARTS (default "kernels losses attention bench") picks the parts after the build,
+# PTC_GPU_CHECK_PARTS (default "kernels losses attention bench llama") picks the parts after the build,
 # e.g. PTC_GPU_CHECK_PARTS=kernels to iterate on a failing kernel quickly.
 # With this workplace's device tool: run(command="bash bench/gpu_check.sh",
 # carry=[".gpu-carry"], timeout_s=540); the build takes a few minutes of it. If
@@ -42,7 +46,7 @@ status=0
 [ -d "$C/deps" ] || { echo "gpu_check: $C is missing; run bench/gpu_prepare.sh first" >&2; exit 2; }
 export LD_LIBRARY_PATH=$C/deps/lib:${LD_LIBRARY_PATH:-}
 PY=${PYTHON:-python3}
-PARTS=" ${PTC_GPU_CHECK_PARTS:-kernels losses attention bench} "
+PARTS=" ${PTC_GPU_CHECK_PARTS:-kernels losses attention bench llama} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 
 say "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
@@ -174,36 +178,76 @@ for line in open(sys.argv[2]):
 PY
 fi
 
-# 4. Benchmark: GPT-2 medium, bf16, ptc-run vs PyTorch eager.
-if part bench; then
-$B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 8 --log-every 1 \
-  --metrics "$OUT/gpt2m-ptc.jsonl" --memory-report > "$OUT/gpt2m-ptc.log" 2>&1 || { status=1; say "gpt2-medium ptc-run: FAILED"; tail -5 "$OUT/gpt2m-ptc.log"; }
-# Where the time goes: per op kind, from events around each instruction read at the step's end.
-$B/ptc-run "$P/gpt2-medium-bf16.plan" --device cuda --data "$P/data.bin" --steps 2 --log-every 0 \
-  --profile > "$OUT/gpt2m-profile.txt" 2>&1 || true
-$PY bench/gpu_torch_gpt.py --peak-tflops "$PEAK" > "$OUT/gpt2m-torch.json" 2> "$OUT/gpt2m-torch.log" || { status=1; say "gpt2-medium pytorch: FAILED"; tail -5 "$OUT/gpt2m-torch.log"; }
-$PY - "$OUT/gpt2m-ptc.jsonl" "$OUT/gpt2m-torch.json" "$PEAK" <<'PY' | tee -a "$SUMMARY"
-import json, statistics, sys, os
+# 4. Benchmarks: a training step of ptc-run against PyTorch at its best on the same GPU
+# (eager with fused AdamW, and torch.compile), bf16: GPT-2 medium (part bench) and a
+# Llama-style model (part llama). compare_step prints both, the ratio to PyTorch's best
+# and the peak GPU memory of each (ptc: its tensors, arena and kernel scratch; PyTorch:
+# torch.cuda.max_memory_allocated).
+compare_step() { # name plan ptc-steps torch-args...
+  local name=$1 plan=$2 steps=$3
+  shift 3
+  $B/ptc-run "$plan" --device cuda --data "$P/data.bin" --steps "$steps" --log-every 1 \
+    --metrics "$OUT/$name-ptc.jsonl" --memory-report > "$OUT/$name-ptc.log" 2>&1 || { status=1; say "$name ptc-run: FAILED"; tail -5 "$OUT/$name-ptc.log"; }
+  # Where the time goes: per op kind, from events around each instruction read at the step's end.
+  $B/ptc-run "$plan" --device cuda --data "$P/data.bin" --steps 3 --log-every 0 \
+    --profile > "$OUT/$name-profile.txt" 2>&1 || true
+  for impl in eager compile; do
+    local flag=""
+    [ $impl = compile ] && flag=--compile
+    $PY bench/gpu_torch_gpt.py "$@" $flag --peak-tflops "$PEAK" > "$OUT/$name-torch-$impl.json" \
+      2> "$OUT/$name-torch-$impl.log" || { status=1; say "$name pytorch $impl: FAILED"; tail -5 "$OUT/$name-torch-$impl.log"; }
+  done
+  $PY - "$name" "$OUT" "$PEAK" "$@" <<'PY' | tee -a "$SUMMARY"
+import json, os, re, statistics, sys
 sys.path.insert(0, "bench")
 import common
-flops = common.model_flops(24, 1024, 16, 1024, 8, 50257)
-peak = float(sys.argv[3]) * 1e12
-rows = [json.loads(l) for l in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
-ptc = statistics.median(8 * 1024 / r["tokens_per_s"] for r in rows[3:]) if len(rows) > 3 else None
-torch = json.loads(open(sys.argv[2]).read()) if os.path.getsize(sys.argv[2]) else None
-print(f"GPT-2 medium (24 x 1024, seq 1024, batch 8, bf16), {flops / 1e12:.1f} TFLOP per step, peak {sys.argv[3]} TFLOP/s:")
+name, out, peak = sys.argv[1], sys.argv[2], float(sys.argv[3]) * 1e12
+args = dict(zip(sys.argv[4::2], sys.argv[5::2]))
+get = lambda k, d: int(args.get("--" + k, d))
+L, H, A, S, B, V = (get("layers", 24), get("hidden", 1024), get("heads", 16), get("seq", 1024),
+                    get("batch", 8), get("vocab", 50257))
+if args.get("--arch") == "llama":
+    flops = common.model_flops(L, H, A, S, B, V, get("kv-heads", A), get("intermediate", 4 * H))
+else:
+    flops = common.model_flops(L, H, A, S, B, V)
+print(f"{name}: {' '.join(sys.argv[4:])}, {flops / 1e12:.1f} TFLOP per step, peak {peak / 1e12:.0f} TFLOP/s")
+log = os.path.join(out, f"{name}-ptc.jsonl")
+rows = [json.loads(l) for l in open(log)] if os.path.exists(log) else []
+ptc = statistics.median(B * S / r["tokens_per_s"] for r in rows[3:]) if len(rows) > 3 else None
+mem = None
+if os.path.exists(os.path.join(out, f"{name}-ptc.log")):
+    text = open(os.path.join(out, f"{name}-ptc.log")).read()
+    m = re.search(r"allocated \+ scratch (\d+) B", text) or re.search(r"allocated (\d+) B", text)
+    mem = int(m.group(1)) if m else None
+best = None
+for impl in ("eager", "compile"):
+    f = os.path.join(out, f"{name}-torch-{impl}.json")
+    if os.path.exists(f) and os.path.getsize(f):
+        t = json.loads(open(f).read().strip().splitlines()[-1])
+        print(f"  pytorch {impl:8s} step {t['step_s'] * 1e3:8.1f} ms  {B * S / t['step_s']:9.0f} tok/s"
+              f"  MFU {flops / t['step_s'] / peak:6.1%}  peak memory {t['peak_bytes'] / 2**30:6.2f} GiB"
+              f"  (torch {t['torch']})")
+        if best is None or t["step_s"] < best[1]["step_s"]:
+            best = (impl, t)
 if ptc:
-    print(f"  ptc-run        step {ptc * 1e3:8.1f} ms  {8192 / ptc:9.0f} tok/s  MFU {flops / ptc / peak:6.1%}"
-          f"  (loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f} over {len(rows)} steps)")
-if torch:
-    t = torch["step_s"]
-    print(f"  pytorch eager  step {t * 1e3:8.1f} ms  {8192 / t:9.0f} tok/s  MFU {flops / t / peak:6.1%}  (torch {torch['torch']})")
-if ptc and torch:
-    print(f"  ptc-run / pytorch step time: {ptc / torch['step_s']:.2f}x")
+    print(f"  ptc-run          step {ptc * 1e3:8.1f} ms  {B * S / ptc:9.0f} tok/s  MFU {flops / ptc / peak:6.1%}"
+          + (f"  peak memory {mem / 2**30:6.2f} GiB" if mem else "")
+          + f"  (loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f} over {len(rows)} steps)")
+if ptc and best:
+    print(f"  ptc-run / pytorch {best[0]} (the best): {ptc / best[1]['step_s']:.2f}x step time"
+          + (f", {mem / best[1]['peak_bytes']:.2f}x peak memory" if mem else ""))
 PY
-grep -A16 "^profile:" "$OUT/gpt2m-profile.txt" | tee -a "$SUMMARY"
-# The step's products one by one (bf16, the Matmul entry as ptc-run calls it).
-[ -x $B/ptc-bench-cuda-matmul ] && $B/ptc-bench-cuda-matmul 8192 1024 50257 24 2>&1 | tee -a "$SUMMARY"
+  grep -A20 "^profile:" "$OUT/$name-profile.txt" | tee -a "$SUMMARY"
+}
+if part bench; then
+  compare_step gpt2-medium "$P/gpt2-medium-bf16.plan" 8 --arch gpt --layers 24 --hidden 1024 \
+    --heads 16 --seq 1024 --vocab 50257 --batch 8
+  # The step's products one by one (bf16, the Matmul entry as ptc-run calls it).
+  [ -x $B/ptc-bench-cuda-matmul ] && $B/ptc-bench-cuda-matmul 8192 1024 50257 24 2>&1 | tee -a "$SUMMARY"
+fi
+if part llama; then
+  compare_step llama "$P/llama-bf16.plan" 8 --arch llama --layers 16 --hidden 2048 --heads 32 \
+    --kv-heads 8 --intermediate 5632 --seq 2048 --vocab 32000 --batch 4
 fi
 say "result: $([ $status -eq 0 ] && echo ok || echo FAILED)"
 exit $status

@@ -12,8 +12,8 @@
 #                 there fails: ptc-run, ptc-bench-cuda-attention, ptc-device-tests, stripped
 #                 (+ libomp in deps/lib; cuDNN comes from the GPU machine; the carry and
 #                 the sources must stay under the device tool's 64 MiB)
-#   plans/        plans compiled here: the standard GPT (fp32, bf16, bf16 offloaded) and a
-#                 GPT-2-medium-sized bf16 model; the token data; the CPU
+#   plans/        plans compiled here: the standard GPT (fp32, bf16, bf16 offloaded), a
+#                 GPT-2-medium-sized and a Llama-style bf16 model; the token data; the CPU
 #                 backend's losses for the standard GPT (the GPU must match them)
 # Usage: bash bench/gpu_prepare.sh   (after bash scripts/setup.sh; ~2 min)
 set -euo pipefail
@@ -63,5 +63,11 @@ done
   -o "$P/gpt2-medium.mlir"
 "$BIN/ptc-opt" "$P/gpt2-medium.mlir" \
   --ptc-compile="plan=$P/gpt2-medium-bf16.plan optimizer=adamw lr=1e-4 precision=bf16" -o /dev/null
+# The Llama-style model of gpu_check.sh's part llama: 16 layers, hidden 2048, 32 heads / 8
+# kv heads, SwiGLU 5632, seq 2048, vocab 32000, batch 4, bf16.
+"$BIN/ptc-model" llama --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --intermediate 5632 \
+  --seq 2048 --vocab 32000 --batch 4 -o "$P/llama.mlir"
+"$BIN/ptc-opt" "$P/llama.mlir" \
+  --ptc-compile="plan=$P/llama-bf16.plan optimizer=adamw lr=1e-4 precision=bf16" -o /dev/null
 rm "$P"/*.mlir
 du -sh "$C"

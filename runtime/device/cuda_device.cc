@@ -282,6 +282,7 @@ private:
                    " tensor (the CUDA kernels take rank <= 8)");
     return Status::ok();
   }
+  int64_t scratchBytes() const override { return scratchBytes_; }
   /// Scratch memory for one kernel at a time (stream-ordered reuse).
   Status reserveScratch(int64_t bytes) {
     if (bytes <= scratchBytes_)

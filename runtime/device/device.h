@@ -113,6 +113,10 @@ public:
   /// ("cuBLAS", "oneDNN brg:avx512_core_bf16"), or "" where the executor
   /// widens them to f32.
   virtual std::string lowPrecisionMatmul(FloatType type) const { return ""; }
+  /// Bytes of device memory the kernels hold as scratch beside the plan's
+  /// tensors (a GPU's one buffer, grown to the largest request: cuDNN's
+  /// workspaces, padded products); 0 where kernels use host temporaries.
+  virtual int64_t scratchBytes() const { return 0; }
 
   /// Several calls of one op kind in one launch where the entry has a
   /// batched form that accepts them (KernelEntry::runBatch: a multi-tensor

@@ -135,6 +135,11 @@ void printMemoryReport(TrainingSession &session) {
                     ? ("; pipeline rank " + std::to_string(session.pipelineRank())).c_str()
                     : "");
   std::cout << line << std::flush;
+  if (int64_t scratch = ex.device().scratchBytes(); scratch > 0)
+    std::cout << "memory (rank " << session.rank() << "): kernel scratch " << scratch
+              << " B on the device beside the plan's tensors (cuDNN workspaces, padded "
+                 "products; not in the prediction), allocated + scratch "
+              << allocated + scratch << " B" << std::endl;
   if (ex.fileBytes() > 0)
     std::cout << "memory (rank " << session.rank() << "): offload file " << ex.fileBytes()
               << " B (master weights and optimizer state), at most " << ex.filePeakResidentBytes()
