@@ -117,7 +117,7 @@ Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, Value positions,
                              b.getBoolAttr(false));
     else if (rotate)
       y = RotaryOp::create(b, loc, y.getType(), y, b.getF64FloatAttr(c.ropeTheta),
-                           b.getBoolAttr(false), StringAttr());
+                           b.getBoolAttr(false), StringAttr(), b.getBoolAttr(false));
     return y;
   };
   Value q = heads("q_proj", A, true), k = heads("k_proj", KV, true), v = heads("v_proj", KV, false);

@@ -431,14 +431,21 @@ def Ptc_RotaryOp : Ptc_Op<"rotary", [DeclareOpInterfaceMethods<Ptc_PlanInstructi
     is this device's block of the sequence along that mesh axis: block `c`
     holds positions `c * seq ..`, so each device rotates its own positions.
 
+    With `seq_major`, the input is `[batch, seq, heads, head_dim]` (the
+    projections' layout; `ptc-fold-attention-layout` moves a rotation across
+    the head transpose that attention then no longer needs): the same
+    rotation of each head row by its index along `seq`.
+
     ```mlir
     %q2 = ptc.rotary %q {theta = 1.000000e+04 : f64} : tensor<8x8x64x16xf32>
+    %q3 = ptc.rotary %p {seq_major = true} : tensor<8x64x8x16xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$input,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta,
                        DefaultValuedAttr<BoolAttr, "false">:$inverse,
-                       OptionalAttr<StrAttr>:$seq_axis);
+                       OptionalAttr<StrAttr>:$seq_axis,
+                       DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;

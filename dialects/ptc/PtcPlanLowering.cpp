@@ -105,10 +105,15 @@ PlanInstruction MatmulOp::getPlanInstruction(MeshAxisIndexFn) {
 }
 
 PlanInstruction RotaryOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
-  if (std::optional<StringRef> axis = getSeqAxis())
-    return PlanInstruction{OpKind::Rotary, {getInverse() ? 1 : 0, axisIndex(*axis)},
-                           {getTheta().convertToDouble()}};
-  return PlanInstruction{OpKind::Rotary, {getInverse() ? 1 : 0}, {getTheta().convertToDouble()}};
+  // [inverse, the sequence's mesh axis (-1: none), seq_major]; trailing
+  // defaults left out (plans before seq_major read unchanged).
+  SmallVector<int64_t> ints{getInverse() ? 1 : 0};
+  std::optional<StringRef> axis = getSeqAxis();
+  if (axis || getSeqMajor())
+    ints.push_back(axis ? axisIndex(*axis) : -1);
+  if (getSeqMajor())
+    ints.push_back(1);
+  return PlanInstruction{OpKind::Rotary, ints, {getTheta().convertToDouble()}};
 }
 
 PlanInstruction SoftmaxOp::getPlanInstruction(MeshAxisIndexFn) {

@@ -236,9 +236,10 @@ LogicalResult rotaryRule(RotaryOp r, ShardingRuleContext &ctx) {
   // A sequence split plainly over cp stays split: each rank rotates its
   // positions (the partitioned op offsets them by its coordinate).
   const int cp = ctx.mesh().axisIndex(MeshAxisRole::Context);
-  const bool contextSplit = cp >= 0 && ctx.want[0].dims[2] == DimShard(cp);
+  const int seqDim = r.getSeqMajor() ? 1 : 2;
+  const bool contextSplit = cp >= 0 && ctx.want[0].dims[seqDim] == DimShard(cp);
   if (!contextSplit)
-    ctx.want[0].dims[2] = -1;
+    ctx.want[0].dims[seqDim] = -1;
   ctx.want[0].dims[3] = -1;
   if (contextSplit)
     ctx.partitionedForm = StringAttr::get(r->getContext(), ctx.mesh().axes[cp]);
@@ -780,7 +781,7 @@ Operation *RotaryOp::partition(OpBuilder &b) {
   if (!axis)
     return nullptr;
   return RotaryOp::create(b, getLoc(), getType(), getInput(), getThetaAttr(), getInverseAttr(),
-                          axis);
+                          axis, getSeqMajorAttr());
 }
 
 // The vocabulary-parallel cross-entropy (and its gradient) over the axis the

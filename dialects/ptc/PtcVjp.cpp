@@ -225,7 +225,7 @@ LogicalResult RotaryOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bool
   og.assign(1, Value());
   if (needed[0])
     og[0] = RotaryOp::create(b, getLoc(), getType(), rg[0], getThetaAttr(),
-                             b.getBoolAttr(!getInverse()), getSeqAxisAttr());
+                             b.getBoolAttr(!getInverse()), getSeqAxisAttr(), getSeqMajorAttr());
   return success();
 }
 

@@ -235,6 +235,18 @@ inline const int32_t *documentPositions(const KernelCall &c) {
   return c.numInputs > index ? c.input(index).i32() : nullptr;
 }
 
+/// Rotary's ints: inverse[, the sequence's mesh axis (-1: none)[, seq_major]].
+/// Whether its input is [batch, seq, heads, head_dim] (else [batch, heads,
+/// seq, head_dim]).
+inline bool rotarySeqMajor(const KernelCall &c) { return c.numInts > 2 && c.integer(2) != 0; }
+/// The position of the input's first row: with a mesh axis, this device's
+/// block of the sequence starts there.
+inline int64_t rotaryFirstPosition(const KernelCall &c) {
+  if (c.numInts < 2 || c.integer(1) < 0)
+    return 0;
+  return c.meshCoords[c.integer(1)] * c.input(0).dim(rotarySeqMajor(c) ? 1 : 2);
+}
+
 /// CausalAttentionQkv(Grad): qkv [batch, seq, width] with width = (heads + 2
 /// kvHeads) * dim, against `heads` [batch, seq, heads, dim] (the forward's
 /// result, the gradient's incoming gradient). The query, key and value are

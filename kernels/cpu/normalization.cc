@@ -219,9 +219,14 @@ void rmsNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, int64_t rows,
 namespace {
 /// Rotary on f32 or bf16 storage (T), in f32 registers: one rounding per bf16
 /// result, as widening the tensor would give, without the copies.
+/// `shape` is [batch, heads, seq, head_dim], or with `seqMajor` [batch, seq,
+/// heads, head_dim]: rows (a, p, c) at ((a * seq + p) * inner + c) with
+/// position p.
 template <typename T>
-void rotaryOf(const T *x, T *out, const Shape &shape, double theta, bool inverse, int64_t first) {
-  int64_t bh = shape[0] * shape[1], s = shape[2], d = shape[3], half = d / 2;
+void rotaryOf(const T *x, T *out, const Shape &shape, double theta, bool inverse, int64_t first,
+              bool seqMajor = false) {
+  const int64_t outer = seqMajor ? shape[0] : shape[0] * shape[1], s = seqMajor ? shape[1] : shape[2],
+                inner = seqMajor ? shape[2] : 1, d = shape[3], half = d / 2;
   // The angles of every (position, frequency), as Hugging Face computes them:
   // inv_freq_i = theta^(-2i/d) in f32, angle = position * inv_freq_i.
   std::vector<float> cosT(static_cast<size_t>(s * half)), sinT(static_cast<size_t>(s * half));
@@ -234,17 +239,19 @@ void rotaryOf(const T *x, T *out, const Shape &shape, double theta, bool inverse
       sinT[p * half + i] = inverse ? -std::sin(angle) : std::sin(angle);
     }
   }
-#pragma omp parallel for collapse(2) if (bh * s * d > 16384)
-  for (int64_t h = 0; h < bh; ++h)
+#pragma omp parallel for collapse(2) if (outer * s * inner * d > 16384)
+  for (int64_t h = 0; h < outer; ++h)
     for (int64_t p = 0; p < s; ++p) {
-      const T *xr = x + (h * s + p) * d;
-      T *yr = out + (h * s + p) * d;
       const float *cs = cosT.data() + p * half, *sn = sinT.data() + p * half;
+      for (int64_t c = 0; c < inner; ++c) {
+        const T *xr = x + ((h * s + p) * inner + c) * d;
+        T *yr = out + ((h * s + p) * inner + c) * d;
 #pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        float a = loadAs(xr, i), b = loadAs(xr, i + half);
-        storeAs(yr, i, a * cs[i] - b * sn[i]);
-        storeAs(yr, i + half, b * cs[i] + a * sn[i]);
+        for (int64_t i = 0; i < half; ++i) {
+          float a = loadAs(xr, i), b = loadAs(xr, i + half);
+          storeAs(yr, i, a * cs[i] - b * sn[i]);
+          storeAs(yr, i + half, b * cs[i] + a * sn[i]);
+        }
       }
     }
 }
@@ -377,12 +384,12 @@ void addNormalizationKernels(KernelTable &t) {
       OpKind::Rotary,
       [](const KernelCall &c) {
         // With a mesh axis: this device's block of the sequence.
-        const int64_t first =
-            c.numInts > 1 ? c.meshCoords[c.integer(1)] * c.input(0).dim(2) : 0;
+        const bool seqMajor = rotarySeqMajor(c);
+        const int64_t first = rotaryFirstPosition(c);
         return onStorage(c, [&](auto t) {
           using T = decltype(t);
           rotaryOf(as<T>(c.input(0)), as<T>(c.output(0)), *c.input(0).shape, c.floats[0],
-                   c.integer(0) != 0, first);
+                   c.integer(0) != 0, first, seqMajor);
         });
       },
       f32OrBf16);

@@ -182,15 +182,16 @@ __device__ inline void rotatePair(const T *xr, T *yr, int64_t i, int64_t half, i
   yr[i + half] = fromFloat<T>(b * c + a * sn);
 }
 
-/// One thread per (head row, frequency) pair.
+/// One thread per (head row, frequency) pair over `rows` rows; row r is at
+/// position (r / inner) % seq (inner: 1 heads-major, the heads seq-major).
 template <typename T>
-__global__ void rotaryKernel(const T *x, T *out, int64_t bh, int64_t seq, int64_t dim,
-                             double theta, bool inverse, int64_t first) {
+__global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int64_t inner,
+                             int64_t dim, double theta, bool inverse, int64_t first) {
   int64_t half = dim / 2;
-  PTC_GRID_LOOP(t, bh * seq * half) {
+  PTC_GRID_LOOP(t, rows * half) {
     int64_t i = t % half, rowIndex = t / half;
-    rotatePair(x + rowIndex * dim, out + rowIndex * dim, i, half, dim, first + rowIndex % seq,
-               theta, inverse);
+    rotatePair(x + rowIndex * dim, out + rowIndex * dim, i, half, dim,
+               first + (rowIndex / inner) % seq, theta, inverse);
   }
 }
 
@@ -327,19 +328,20 @@ void addNormalizationKernels(KernelTable &t) {
         return KernelResult::ok();
       },
       oneFloatType);
-  // x [batch, heads, seq, dim].
+  // x [batch, heads, seq, dim] (seq-major: [batch, seq, heads, dim]).
   t.add(
       OpKind::Rotary,
       [](const KernelCall &c) {
         const TensorView &x = c.input(0);
-        const int64_t first = c.numInts > 1 ? c.meshCoords[c.integer(1)] * x.dim(2) : 0;
-        const int64_t bh = x.dim(0) * x.dim(1), n = bh * x.dim(2) * (x.dim(3) / 2);
+        const bool seqMajor = rotarySeqMajor(c);
+        const int64_t rows = x.dim(0) * x.dim(1) * x.dim(2), n = rows * (x.dim(3) / 2);
         if (n > 0)
           withFloatType(x.dtype, [&](auto tag) {
             using T = decltype(tag);
             rotaryKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
-                inputAs<T>(c, 0), outputAs<T>(c, 0), bh, x.dim(2), x.dim(3), c.floats[0],
-                c.integer(0) != 0, first);
+                inputAs<T>(c, 0), outputAs<T>(c, 0), rows, seqMajor ? x.dim(1) : x.dim(2),
+                seqMajor ? x.dim(2) : 1, x.dim(3), c.floats[0], c.integer(0) != 0,
+                rotaryFirstPosition(c));
             return 0;
           });
         return KernelResult::ok();

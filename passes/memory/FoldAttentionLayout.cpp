@@ -61,9 +61,67 @@ Value fusedProjectionOf(Value q, Value k, Value v) {
   return bq->projection;
 }
 
+/// The head transpose of `input` (of `like`'s discardable attributes).
+TransposeOp swapHeadsAndSeq(OpBuilder &b, Location loc, Value input, Operation *like) {
+  auto type = cast<RankedTensorType>(input.getType());
+  ArrayRef<int64_t> s = type.getShape();
+  auto t = TransposeOp::create(
+      b, loc, RankedTensorType::get({s[0], s[2], s[1], s[3]}, type.getElementType()), input,
+      b.getDenseI64ArrayAttr({0, 2, 1, 3}));
+  t->setDiscardableAttrs(like->getDiscardableAttrDictionary());
+  return t;
+}
+
+/// `r`'s rotation of `input` on the other layout (seq-major when `r` is
+/// heads-major), with `r`'s attributes.
+RotaryOp rotaryLike(OpBuilder &b, RotaryOp r, Value input) {
+  auto rotated = RotaryOp::create(b, r.getLoc(), input.getType(), input, r.getThetaAttr(),
+                                  r.getInverseAttr(), r.getSeqAxisAttr(),
+                                  b.getBoolAttr(!r.getSeqMajor()));
+  rotated->setDiscardableAttrs(r->getDiscardableAttrDictionary());
+  return rotated;
+}
+
+/// A rotation commutes with the head transpose (it rotates each head row by
+/// its sequence index in either layout): rotary(swap(y)) becomes
+/// swap(rotary(y) seq-major), and swap(rotary(g)) becomes rotary(swap(g))
+/// seq-major, where the inner op has no other use. Attention's rotated
+/// query and key (Llama) are then head transposes the fold removes, and so
+/// are its gradients' before their inverse rotations.
+void commuteRotations(func::FuncOp f) {
+  SmallVector<RotaryOp> rotations;
+  f.walk([&](RotaryOp r) {
+    if (!r.getSeqMajor())
+      rotations.push_back(r);
+  });
+  for (RotaryOp r : rotations) {
+    auto before = r.getInput().getDefiningOp<TransposeOp>();
+    if (swapsHeadsAndSeq(before) && before->hasOneUse()) {
+      OpBuilder b(r);
+      RotaryOp rotated = rotaryLike(b, r, before.getInput());
+      r.getResult().replaceAllUsesWith(
+          swapHeadsAndSeq(b, r.getLoc(), rotated.getResult(), before).getResult());
+      r.erase();
+      before.erase();
+      continue;
+    }
+    if (!r->hasOneUse())
+      continue;
+    auto after = dyn_cast<TransposeOp>(*r->getUsers().begin());
+    if (!swapsHeadsAndSeq(after))
+      continue;
+    OpBuilder b(after);
+    TransposeOp swapped = swapHeadsAndSeq(b, after.getLoc(), r.getInput(), after);
+    after.getResult().replaceAllUsesWith(rotaryLike(b, r, swapped.getResult()).getResult());
+    after.erase();
+    r.erase();
+  }
+}
+
 struct FoldAttentionLayoutPass
     : mlir::ptc::impl::FoldAttentionLayoutPassBase<FoldAttentionLayoutPass> {
   void runOnOperation() override {
+    commuteRotations(getOperation());
     SmallVector<Operation *> attention;
     getOperation().walk([&](Operation *op) {
       if (isa<CausalAttentionOp, CausalAttentionGradOp>(op))

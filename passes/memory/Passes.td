@@ -21,6 +21,16 @@ def FoldAttentionLayoutPass : Pass<"ptc-fold-attention-layout", "::mlir::func::F
     (4 per layer forward, 4 backward). The numbers are the same. Transposes
     left without uses are erased.
 
+    First, a rotary embedding between a head transpose and attention (Llama's
+    query and key, and their gradients' inverse rotations after attention's
+    gradient) moves to the other side of the transpose, seq-major (`ptc.rotary
+    {seq_major = true}` rotates each head row by its sequence index in the
+    `[batch, seq, heads, head_dim]` layout), where the transpose has no other
+    use: `rotary(transpose(y))` becomes `transpose(rotary(y))` and
+    `transpose(rotary(g))` becomes `rotary(transpose(g))`, so the fold below
+    finds transposes on every operand and result. On a Llama this removes
+    all 8 transposes per layer.
+
     Then, where the three operands of seq-major attention are the column
     blocks of one fused projection `[batch, seq, (heads + 2 * kv_heads) *
     head_dim]` (query, key, value in that order, sliced out and reshaped into

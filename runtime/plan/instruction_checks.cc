@@ -384,15 +384,21 @@ Status InstructionChecker::check() {
   }
   case ShapeRule::Rotary:
     PTC_RETURN_IF_ERROR(dtypes());
+    // ints: inverse[, the sequence's mesh axis (-1: none)[, seq_major]].
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)
-      return fail("input must be [batch, heads, seq, head_dim] with an even head_dim, got ",
+      return fail("input must be [batch, heads, seq, head_dim] (or [batch, seq, heads, head_dim] "
+                  "seq-major) with an even head_dim, got ",
                   shapeStr(in(0)));
-    if (ints_.empty() || ints_.size() > 2)
-      return fail("expects 1 or 2 integer attributes (inverse[, mesh axis]), has ", ints_.size());
+    if (ints_.empty() || ints_.size() > 3)
+      return fail("expects 1 to 3 integer attributes (inverse[, mesh axis[, seq_major]]), has ",
+                  ints_.size());
     if (ints_[0] != 0 && ints_[0] != 1)
       return fail("inverse must be 0 or 1, got ", ints_[0]);
-    if (ints_.size() == 2 && (ints_[1] < 0 || ints_[1] >= static_cast<int64_t>(meshSizes_.size())))
+    if (ints_.size() >= 2 &&
+        (ints_[1] < -1 || ints_[1] >= static_cast<int64_t>(meshSizes_.size())))
       return fail("the sequence's mesh axis ", ints_[1], " is not an axis of the plan's mesh");
+    if (ints_.size() == 3 && ints_[2] != 0 && ints_[2] != 1)
+      return fail("seq_major must be 0 or 1, got ", ints_[2]);
     if (!(floats_[0] > 1.0))
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");

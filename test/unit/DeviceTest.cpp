@@ -619,6 +619,8 @@ TEST_F(CudaConformance, Bf16EntriesMatchWidenedF32) {
        {}},
       {kernels::OpKind::Rotary, {{2, 3, 40, 64}}, {{2, 3, 40, 64}}, {0}, {10000.0}, {}},
       {kernels::OpKind::Rotary, {{2, 3, 40, 64}}, {{2, 3, 40, 64}}, {1}, {10000.0}, {}},
+      {kernels::OpKind::Rotary, {{2, 40, 3, 64}}, {{2, 40, 3, 64}}, {0, -1, 1}, {10000.0}, {}},
+      {kernels::OpKind::Rotary, {{2, 40, 3, 64}}, {{2, 40, 3, 64}}, {1, 0, 1}, {10000.0}, {}},
   };
   auto count = [](const Shape &sh) {
     size_t n = 1;

@@ -1499,6 +1499,65 @@ TEST(Kernels, Bf16ReductionsAreWidenedF32RoundedOnce) {
   }
 }
 
+// Rotary on the seq-major layout [batch, seq, heads, dim] (ints: inverse, no
+// mesh axis, seq_major) is bitwise the heads-major rotation between head
+// transposes, f32 and bf16, both ways; with a mesh axis, the block's
+// positions start at its coordinate times the local sequence in either layout.
+TEST(Kernels, SeqMajorRotaryIsTheHeadsMajorOneBetweenTransposes) {
+  using ptc::kernels::OpKind;
+  const int64_t B = 2, S = 24, H = 3, D = 16;
+  const Shape sm{B, S, H, D}, hm{B, H, S, D};
+  auto swap = [&](const auto &in, bool toHeadsMajor) {
+    auto out = in;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t smi = ((b * S + s) * H + h) * D + d, hmi = ((b * H + h) * S + s) * D + d;
+            if (toHeadsMajor)
+              out[hmi] = in[smi];
+            else
+              out[smi] = in[hmi];
+          }
+    return out;
+  };
+  std::vector<uint16_t> x16;
+  auto x = roundToBf16(randomVector(B * S * H * D, 61), x16);
+  for (int64_t inverse : {0, 1}) {
+    std::vector<float> y(x.size()), viaHeads(x.size());
+    auto xh = swap(x, true);
+    ASSERT_TRUE(runKernel(OpKind::Rotary, {view(x, sm)}, {view(y, sm)}, {inverse, -1, 1}, {500.0})
+                    .isOk());
+    ASSERT_TRUE(
+        runKernel(OpKind::Rotary, {view(xh, hm)}, {view(viaHeads, hm)}, {inverse}, {500.0}).isOk());
+    EXPECT_EQ(y, swap(viaHeads, false)) << "f32, inverse " << inverse;
+    std::vector<uint16_t> y16(x.size()), viaHeads16(x.size());
+    auto xh16 = swap(x16, true);
+    ASSERT_TRUE(
+        runKernel(OpKind::Rotary, {bf(x16, sm)}, {bf(y16, sm)}, {inverse, -1, 1}, {500.0}).isOk());
+    ASSERT_TRUE(
+        runKernel(OpKind::Rotary, {bf(xh16, hm)}, {bf(viaHeads16, hm)}, {inverse}, {500.0}).isOk());
+    EXPECT_EQ(y16, swap(viaHeads16, false)) << "bf16, inverse " << inverse;
+  }
+  // Block 1 of a 2-way axis (runKernel's call has no mesh: set one).
+  std::vector<float> y(x.size()), viaHeads(x.size());
+  auto xh = swap(x, true);
+  for (auto [shape, in, out, ints] :
+       {std::tuple{&sm, &x, &y, std::vector<int64_t>{0, 0, 1}},
+        std::tuple{&hm, &xh, &viaHeads, std::vector<int64_t>{0, 0}}}) {
+    std::vector<ptc::kernels::TensorView> vin{view(*in, *shape)}, vout{view(*out, *shape)};
+    std::vector<double> floats{500.0};
+    ptc::kernels::KernelCall call =
+        ptc::kernels::makeKernelCall(OpKind::Rotary, vin, vout, ints, floats);
+    const int64_t coords[1] = {1}, sizes[1] = {2};
+    call.meshCoords = coords;
+    call.meshSizes = sizes;
+    EXPECT_EQ(ptc::kernels::rotaryFirstPosition(call), S);
+    ASSERT_TRUE(kernelTable()[OpKind::Rotary].run(call).isOk());
+  }
+  EXPECT_EQ(y, swap(viaHeads, false)) << "the second block of the sequence";
+}
+
 // The loss over bf16 logits (ptc-fuse-loss-widening's form): the f32 loss
 // of the widened logits exactly, and the gradient the f32 gradient rounded
 // once (bitwise what widening the logits and converting the gradient gave),

@@ -25,19 +25,54 @@ func.func @layer(%qs: tensor<2x16x4x8xf32>, %ks: tensor<2x16x2x8xf32>, %vs: tens
 
 // -----
 
-// An operand that is not a head transpose (a rotary embedding applied after
-// it, as in Llama) keeps the op heads-major, and its transposes with it.
-// CHECK-LABEL: func.func @rotary_query
+// A rotary embedding after the head transpose (Llama's query and key) moves
+// before it, seq-major (a rotation of each head row by its sequence index
+// in either layout): the op then folds, and every transpose goes. The
+// gradients' inverse rotations move after their transposes likewise.
+// CHECK-LABEL: func.func @rotary_query_and_key
+// CHECK-NOT: ptc.transpose
+// CHECK: %[[Q:.+]] = ptc.rotary %arg0 {seq_major = true} : tensor<2x16x4x8xf32>
+// CHECK: %[[K:.+]] = ptc.rotary %arg1 {seq_major = true} : tensor<2x16x2x8xf32>
+// CHECK: %[[O:.+]] = ptc.causal_attention %[[Q]], %[[K]], %arg2 {seq_major = true}
+// CHECK: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = ptc.causal_attention_grad %[[Q]], %[[K]], %arg2, %arg3 {ptc.backward, seq_major = true}
+// CHECK: %[[RDQ:.+]] = ptc.rotary %[[DQ]] {inverse = true, ptc.backward, seq_major = true} : tensor<2x16x4x8xf32>
+// CHECK: %[[RDK:.+]] = ptc.rotary %[[DK]] {inverse = true, ptc.backward, seq_major = true} : tensor<2x16x2x8xf32>
+// CHECK-NOT: ptc.transpose
+// CHECK: return %[[O]], %[[RDQ]], %[[RDK]], %[[DV]]
+func.func @rotary_query_and_key(%qs: tensor<2x16x4x8xf32>, %ks: tensor<2x16x2x8xf32>, %vs: tensor<2x16x2x8xf32>, %gs: tensor<2x16x4x8xf32>)
+    -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>) {
+  %q0 = ptc.transpose %qs permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %q = ptc.rotary %q0 {theta = 10000.0 : f64} : tensor<2x4x16x8xf32>
+  %k0 = ptc.transpose %ks permutation = [0, 2, 1, 3] : tensor<2x16x2x8xf32> -> tensor<2x2x16x8xf32>
+  %k = ptc.rotary %k0 {theta = 10000.0 : f64} : tensor<2x2x16x8xf32>
+  %v = ptc.transpose %vs permutation = [0, 2, 1, 3] : tensor<2x16x2x8xf32> -> tensor<2x2x16x8xf32>
+  %o = ptc.causal_attention %q, %k, %v : tensor<2x4x16x8xf32>, tensor<2x2x16x8xf32>
+  %os = ptc.transpose %o permutation = [0, 2, 1, 3] : tensor<2x4x16x8xf32> -> tensor<2x16x4x8xf32>
+  %g = ptc.transpose %gs permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %dq, %dk, %dv = ptc.causal_attention_grad %q, %k, %v, %g {ptc.backward} : tensor<2x4x16x8xf32>, tensor<2x2x16x8xf32>
+  %rdq = ptc.rotary %dq {inverse = true, ptc.backward, theta = 10000.0 : f64} : tensor<2x4x16x8xf32>
+  %dqs = ptc.transpose %rdq permutation = [0, 2, 1, 3] {ptc.backward} : tensor<2x4x16x8xf32> -> tensor<2x16x4x8xf32>
+  %rdk = ptc.rotary %dk {inverse = true, ptc.backward, theta = 10000.0 : f64} : tensor<2x2x16x8xf32>
+  %dks = ptc.transpose %rdk permutation = [0, 2, 1, 3] {ptc.backward} : tensor<2x2x16x8xf32> -> tensor<2x16x2x8xf32>
+  %dvs = ptc.transpose %dv permutation = [0, 2, 1, 3] : tensor<2x2x16x8xf32> -> tensor<2x16x2x8xf32>
+  return %os, %dqs, %dks, %dvs : tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>
+}
+
+// -----
+
+// A transpose read by something else than the rotation stays, and so does
+// the rotation's layout (and the attention's, whose query it then is).
+// CHECK-LABEL: func.func @rotary_query_shared
 // CHECK-COUNT-4: ptc.transpose
 // CHECK-NOT: seq_major
-func.func @rotary_query(%qs: tensor<2x16x4x8xf32>, %ks: tensor<2x16x4x8xf32>, %vs: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+func.func @rotary_query_shared(%qs: tensor<2x16x4x8xf32>, %ks: tensor<2x16x4x8xf32>, %vs: tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>) {
   %q0 = ptc.transpose %qs permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
   %q = ptc.rotary %q0 {theta = 10000.0 : f64} : tensor<2x4x16x8xf32>
   %k = ptc.transpose %ks permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
   %v = ptc.transpose %vs permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
   %o = ptc.causal_attention %q, %k, %v : tensor<2x4x16x8xf32>
   %os = ptc.transpose %o permutation = [0, 2, 1, 3] : tensor<2x4x16x8xf32> -> tensor<2x16x4x8xf32>
-  return %os : tensor<2x16x4x8xf32>
+  return %os, %q0 : tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>
 }
 
 // -----
