@@ -188,6 +188,9 @@ compare_step() { # name plan ptc-steps torch-args...
   shift 3
   $B/ptc-run "$plan" --device cuda --data "$P/data.bin" --steps "$steps" --log-every 1 \
     --metrics "$OUT/$name-ptc.jsonl" --memory-report > "$OUT/$name-ptc.log" 2>&1 || { status=1; say "$name ptc-run: FAILED"; tail -5 "$OUT/$name-ptc.log"; }
+  # The same with the biased products on cuBLASLt's bias epilogue (opt-in until checked).
+  PTC_CUDA_LT_EPILOGUES=1 $B/ptc-run "$plan" --device cuda --data "$P/data.bin" --steps "$steps" \
+    --log-every 1 --metrics "$OUT/$name-ptc-lt.jsonl" > "$OUT/$name-ptc-lt.log" 2>&1 || { status=1; say "$name ptc-run (cuBLASLt epilogues): FAILED"; tail -5 "$OUT/$name-ptc-lt.log"; }
   # Where the time goes: per op kind, from events around each instruction read at the step's end.
   $B/ptc-run "$plan" --device cuda --data "$P/data.bin" --steps 3 --log-every 0 \
     --profile > "$OUT/$name-profile.txt" 2>&1 || true
@@ -233,6 +236,12 @@ if ptc:
     print(f"  ptc-run          step {ptc * 1e3:8.1f} ms  {B * S / ptc:9.0f} tok/s  MFU {flops / ptc / peak:6.1%}"
           + (f"  peak memory {mem / 2**30:6.2f} GiB" if mem else "")
           + f"  (loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f} over {len(rows)} steps)")
+lt = os.path.join(out, f"{name}-ptc-lt.jsonl")
+lrows = [json.loads(l) for l in open(lt)] if os.path.exists(lt) else []
+if len(lrows) > 3:
+    t = statistics.median(B * S / r["tokens_per_s"] for r in lrows[3:])
+    print(f"  ptc-run, bias epilogues on cuBLASLt (PTC_CUDA_LT_EPILOGUES=1): step {t * 1e3:8.1f} ms"
+          f"  (loss {lrows[0]['loss']:.4f} -> {lrows[-1]['loss']:.4f})")
 if ptc and best:
     print(f"  ptc-run / pytorch {best[0]} (the best): {ptc / best[1]['step_s']:.2f}x step time"
           + (f", {mem / best[1]['peak_bytes']:.2f}x peak memory" if mem else ""))

@@ -44,6 +44,7 @@ std::string describe(const ErrorRecord &e);
 struct LaunchContext {
   void *stream = nullptr; // cudaStream_t: the compute stream
   void *blas = nullptr;   // cublasHandle_t
+  void *blasLt = nullptr; // cublasLtHandle_t (products with epilogues)
   bool allowTf32 = false; // f32 matmuls may use TF32 tensor cores
   ErrorRecord *err = nullptr;
   /// Device scratch of at least `bytes` for this call (stream-ordered

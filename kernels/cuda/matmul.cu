@@ -3,9 +3,16 @@
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/padded_product.h"
 
+#include <cublasLt.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 
 namespace ptc::kernels::cuda {
 namespace {
@@ -73,6 +80,171 @@ int gemm(cublasHandle_t h, const Product &p, int64_t m, const void *a, int64_t l
       static_cast<int>(ldc), m * p.n, static_cast<int>(p.batch), ct, CUBLAS_GEMM_DEFAULT));
 }
 } // namespace
+
+// ---- Products with a bias epilogue on cuBLASLt ---------------------------------------
+// With PTC_CUDA_LT_EPILOGUES=1, a product with a bias (ptc-fuse-matmul-bias) runs
+// as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS: the bias is added to the
+// f32 accumulator and the result rounded once (the dialect's semantics; the
+// default path rounds the product, then adds the bias and rounds again), and
+// the separate pass over the result goes. The algorithm is cuBLASLt's
+// heuristic choice for the shape, types and the buffers' alignment, chosen
+// once and cached (the same algorithm every step). Opt-in until a GPU run has
+// checked it against the CPU (CudaConformance.BiasEpilogueOnCublasLt).
+
+bool ltEpiloguesEnabled() {
+  const char *v = std::getenv("PTC_CUDA_LT_EPILOGUES");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+/// The largest power of two up to 256 dividing `p`'s address: the alignment
+/// the heuristic may assume (the plan's arena aligns tensors to 64 bytes).
+uint32_t alignmentOf(const void *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0)
+    align /= 2;
+  return align;
+}
+
+/// One cached biased product: cuBLASLt's descriptors and algorithm for a
+/// shape, types and alignment, or why cuBLASLt refused it.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  std::string refused; // non-empty: run on the default path
+};
+
+/// Builds the plan of C[m, n] = op(A) op(B) + bias (row-major; cuBLASLt's
+/// column-major view: C^T[n, m] = op(B)^T op(A)^T, whose rows are ptc's
+/// columns, so the bias vector of n is the epilogue's per-row bias).
+LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
+                       cublasComputeType_t ct, uint32_t alignA, uint32_t alignB, uint32_t alignC,
+                       uint32_t alignBias, size_t maxWorkspace) {
+  LtPlan plan;
+  auto failed = [&](const char *what, cublasStatus_t st) {
+    plan.refused = std::string(what) + " (cuBLAS status " + std::to_string(static_cast<int>(st)) + ")";
+    return plan;
+  };
+  cublasStatus_t st = cublasLtMatmulDescCreate(&plan.op, ct, CUDA_R_32F);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return failed("creating the matmul descriptor", st);
+  const cublasOperation_t opA = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          opB = p.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const int32_t biasType = static_cast<int32_t>(dt);
+  if ((st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                           sizeof opA)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                           sizeof opB)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                           sizeof epilogue)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                           &biasType, sizeof biasType)) != CUBLAS_STATUS_SUCCESS)
+    return failed("setting the matmul's transposes and bias epilogue", st);
+  // cuBLASLt's A is ptc's rhs, its B ptc's lhs, as stored (column-major).
+  const uint64_t rowsA = p.transB ? p.k : p.n, colsA = p.transB ? p.n : p.k;
+  const uint64_t rowsB = p.transA ? p.m : p.k, colsB = p.transA ? p.k : p.m;
+  if ((st = cublasLtMatrixLayoutCreate(&plan.a, dt, rowsA, colsA, p.ldb)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatrixLayoutCreate(&plan.b, dt, rowsB, colsB, p.lda)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatrixLayoutCreate(&plan.c, dt, p.n, p.m, p.n)) != CUBLAS_STATUS_SUCCESS)
+    return failed("describing the operands", st);
+  cublasLtMatmulPreference_t pref = nullptr;
+  if ((st = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+    return failed("creating the heuristic's preference", st);
+  const uint32_t aligns[4] = {alignB, alignA, alignC, alignBias}; // cuBLASLt's A, B, C/D, bias
+  const cublasLtMatmulPreferenceAttributes_t alignAttrs[3] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
+  st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                            &maxWorkspace, sizeof maxWorkspace);
+  for (int i = 0; i < 3 && st == CUBLAS_STATUS_SUCCESS; ++i)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, alignAttrs[i], &aligns[i], sizeof aligns[i]);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &aligns[2], sizeof aligns[2]);
+  // Split-k partial products added in f32 in the workspace, as the default
+  // path's cuBLAS handle does (not in place in the 16-bit output).
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &reduction, sizeof reduction);
+  (void)aligns[3]; // the bias: the heuristic has no alignment preference for it
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(lt, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1,
+                                        &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return failed("asking the heuristic for an algorithm", st);
+  if (found == 0)
+    return failed("no algorithm for this shape, types and alignment", CUBLAS_STATUS_NOT_SUPPORTED);
+  plan.algo = result.algo;
+  plan.workspace = result.workspaceSize;
+  return plan;
+}
+
+/// The cached plan of a biased product (built on first use; cuBLASLt's
+/// heuristic runs once per shape, types and alignment).
+const LtPlan &biasProductPlan(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
+                              cublasComputeType_t ct, const void *a, const void *b, void *c,
+                              const void *bias, size_t maxWorkspace) {
+  using Key = std::tuple<void *, int64_t, int64_t, int64_t, bool, bool, int, int, uint32_t,
+                         uint32_t, uint32_t, uint32_t>;
+  static std::mutex mu;
+  static std::map<Key, LtPlan> plans;
+  const uint32_t alignA = alignmentOf(a), alignB = alignmentOf(b), alignC = alignmentOf(c),
+                 alignBias = alignmentOf(bias);
+  Key key{lt, p.m, p.n, p.k, p.transA, p.transB, static_cast<int>(dt), static_cast<int>(ct),
+          alignA, alignB, alignC, alignBias};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    it = plans.emplace(key, planBiasProduct(lt, p, dt, ct, alignA, alignB, alignC, alignBias,
+                                            maxWorkspace))
+             .first;
+    if (!it->second.refused.empty()) // named once per shape: never a silent slow path
+      std::fprintf(stderr,
+                   "ptc: cuBLASLt refused the biased product %lld x %lld x %lld: %s; it runs "
+                   "as a product and a separate bias pass\n",
+                   static_cast<long long>(p.m), static_cast<long long>(p.n),
+                   static_cast<long long>(p.k), it->second.refused.c_str());
+  }
+  return it->second;
+}
+
+/// Runs the biased product on cuBLASLt when enabled and accepted: its
+/// result; nothing when the caller is to run it the default way (then
+/// nothing was enqueued).
+std::optional<KernelResult> biasProductOnLt(const LaunchContext &ctx, const Product &p,
+                                            cudaDataType_t dt, cublasComputeType_t ct,
+                                            const void *a, const void *b, const void *bias,
+                                            void *out) {
+  if (!ctx.blasLt || p.batch != 1 || !ltEpiloguesEnabled())
+    return std::nullopt;
+  constexpr size_t kMaxWorkspace = size_t{32} << 20;
+  auto lt = static_cast<cublasLtHandle_t>(ctx.blasLt);
+  const LtPlan &plan = biasProductPlan(lt, p, dt, ct, a, b, out, bias, kMaxWorkspace);
+  if (!plan.refused.empty())
+    return std::nullopt;
+  void *workspace = nullptr;
+  if (plan.workspace > 0 &&
+      !(workspace = ctx.scratch ? ctx.scratch(ctx.owner, static_cast<int64_t>(plan.workspace))
+                                : nullptr))
+    return std::nullopt; // no scratch for this algorithm: the default path
+  cublasStatus_t st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof bias);
+  const float one = 1.0f, zero = 0.0f;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(lt, plan.op, &one, b, plan.a, a, plan.b, &zero, out, plan.c, out, plan.c,
+                        &plan.algo, workspace, plan.workspace, S(ctx.stream));
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return KernelResult::error("cuBLASLt biased product ", p.m, " x ", p.n, " x ", p.k,
+                               " failed with status ", static_cast<int>(st));
+  return KernelResult::ok();
+}
 
 /// The product, or what failed: cuBLAS's status, or the CUDA error of a
 /// padded copy.
@@ -173,6 +345,20 @@ void addMatmulKernels(KernelTable &t) {
         const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
         const LaunchContext &ctx = context(c);
         const FloatType type = floatTypeOf(out.dtype);
+        const bool tf32 = type == FloatType::F32 && ctx.allowTf32;
+        if (c.numInputs >= 3 && out.elements > 0) {
+          // A 16-bit product that runs padded (a size not a multiple of 8)
+          // stays on the default path.
+          const Product p = productOf(*a.shape, *b.shape, c.integer(0) != 0, c.integer(1) != 0);
+          const bool padded =
+              type != FloatType::F32 && paddedProductFor(p.m, p.n, p.k, p.transA, p.transB, 1);
+          if (!padded)
+            if (std::optional<KernelResult> r = biasProductOnLt(
+                    ctx, p, cudaTypeOf(type),
+                    tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, a.data, b.data,
+                    c.input(2).data, out.data))
+              return *r;
+        }
         if (KernelResult r = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data,
                                     c.integer(0) != 0, c.integer(1) != 0, type,
                                     type == FloatType::F32 && ctx.allowTf32, ctx.stream,

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/kernels.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -50,6 +51,8 @@ public:
                                    "creating a stream"));
     if (cublasCreate(&d->blas_) != CUBLAS_STATUS_SUCCESS)
       return error(StatusCode::kInternal, "cannot create a cuBLAS handle on ", d->name_);
+    if (cublasLtCreate(&d->blasLt_) != CUBLAS_STATUS_SUCCESS)
+      return error(StatusCode::kInternal, "cannot create a cuBLASLt handle on ", d->name_);
     // Split-k reductions of bf16 / f16 products in f32 (by default cuBLAS may
     // add the partial products in the output type, several bf16 roundings).
     cublasSetMathMode(d->blas_, static_cast<cublasMath_t>(
@@ -76,6 +79,8 @@ public:
         cudaFree(p);
     if (blas_)
       cublasDestroy(blas_);
+    if (blasLt_)
+      cublasLtDestroy(blasLt_);
     if (compute_)
       cudaStreamDestroy(compute_);
     if (comm_)
@@ -230,6 +235,7 @@ private:
     g::LaunchContext ctx;
     ctx.stream = compute_;
     ctx.blas = blas_;
+    ctx.blasLt = blasLt_;
     ctx.allowTf32 = tf32_;
     ctx.err = err_;
     ctx.scratch = [](void *owner, int64_t bytes) -> void * {
@@ -301,6 +307,7 @@ private:
   std::string name_, attention_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t blasLt_ = nullptr;
   g::ErrorRecord *err_ = nullptr;
   std::vector<cudaEvent_t> events_;
   size_t nextEvent_ = 0;

@@ -503,6 +503,72 @@ TEST_F(CudaConformance, Bf16MatmulAccumulatesInF32) {
       1e-2f);
 }
 
+// A product with a bias (ptc-fuse-matmul-bias) on cuBLASLt's bias epilogue
+// (PTC_CUDA_LT_EPILOGUES=1): the bias added in the f32 accumulator, one
+// rounding, as the CPU computes it; f32 and bf16, a linear layer's x W^T over
+// batch rows and a plain 2-D product; the same bits when run twice.
+TEST_F(CudaConformance, BiasEpilogueOnCublasLt) {
+  struct Case {
+    Shape a, b, c;
+    bool transB;
+  };
+  const std::vector<Case> cases = {{{4, 64, 96}, {48, 96}, {4, 64, 48}, true},
+                                   {{128, 64}, {64, 256}, {128, 256}, false}};
+  setenv("PTC_CUDA_LT_EPILOGUES", "1", 1);
+  for (const Case &k : cases)
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16 " : "f32 ") + std::to_string(k.c.back()));
+      auto count = [](const Shape &s) {
+        size_t n = 1;
+        for (int64_t x : s)
+          n *= static_cast<size_t>(x);
+        return n;
+      };
+      auto a = randomVector(count(k.a), 44), b = randomVector(count(k.b), 45),
+           bias = randomVector(k.c.back(), 46);
+      const size_t nc = count(k.c);
+      auto body = [&](Device &d, Mem &m) {
+        float *af = m.put(a), *bf = m.put(b), *biasf = m.put(bias), *of = m.zeros(nc);
+        const std::vector<int64_t> ints{0, k.transB ? 1 : 0};
+        const Shape biasShape{k.c.back()};
+        if (!bf16) {
+          OK(run(d, kernels::OpKind::Matmul, {{af, k.a}, {bf, k.b}, {biasf, biasShape}},
+                 {{of, k.c}}, ints));
+          return m.get(of, nc);
+        }
+        const auto t = kernels::DType::BF16;
+        uint16_t *a16 = m.zeros<uint16_t>(a.size()), *b16 = m.zeros<uint16_t>(b.size()),
+                 *bias16 = m.zeros<uint16_t>(bias.size()), *o16 = m.zeros<uint16_t>(nc);
+        for (auto [f, h, n] : {std::tuple{af, a16, a.size()}, std::tuple{bf, b16, b.size()},
+                               std::tuple{biasf, bias16, bias.size()}}) {
+          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(n)));
+          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+        }
+        Status st = run(d, kernels::OpKind::Matmul,
+                        {{a16, k.a, t}, {b16, k.b, t}, {bias16, biasShape, t}}, {{o16, k.c, t}},
+                        ints);
+        if (st.code() == StatusCode::kUnimplemented) { // the CPU: f32 on the same values, rounded once
+          OK(run(d, kernels::OpKind::Matmul, {{af, k.a}, {bf, k.b}, {biasf, biasShape}},
+                 {{of, k.c}}, ints));
+          OK(d.convertFloat(of, FloatType::F32, o16, FloatType::BF16, static_cast<int64_t>(nc)));
+        } else {
+          OK(st);
+        }
+        OK(d.convertFloat(o16, FloatType::BF16, of, FloatType::F32, static_cast<int64_t>(nc)));
+        return m.get(of, nc);
+      };
+      compare(body, bf16 ? 1e-2f : 1e-4f);
+      std::vector<float> first, second;
+      for (auto *into : {&first, &second}) {
+        Mem m(*gpu_);
+        *into = body(*gpu_, m);
+        ASSERT_TRUE(gpu_->synchronize().isOk());
+      }
+      EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+    }
+  unsetenv("PTC_CUDA_LT_EPILOGUES");
+}
+
 // bf16 products with a size that is not a multiple of 8 (an LM head over a
 // vocabulary of 50257) run on zero-padded copies in chunks of C's rows
 // (padded_product.h): odd n (x w^T), odd k (g w, and transposed B), odd m
