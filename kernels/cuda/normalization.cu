@@ -252,80 +252,79 @@ void rmsNormGrad(const T *x, const T *w, const T *g, T *dx, T *dw, int64_t rows,
 }
 } // namespace
 
+namespace {
+/// A row normalization's entry: `run(T{}, rows, cols)` with T the call's
+/// float type, unless there are no rows.
+template <typename Run> KernelResult onRows(const KernelCall &c, Run &&run) {
+  const TensorView &x = c.input(0);
+  if (x.rows() > 0)
+    withFloatType(x.dtype, [&](auto tag) {
+      run(tag, x.rows(), x.dim(-1));
+      return 0;
+    });
+  return KernelResult::ok();
+}
+/// The same with `floats` floats of scratch: `run(T{}, rows, cols, scratch)`.
+template <typename Run>
+KernelResult onRowsWithScratch(const KernelCall &c, int64_t floats, Run &&run) {
+  const int64_t bytes = std::max<int64_t>(floats, 1) * 4;
+  auto *work = static_cast<float *>(scratch(c, bytes));
+  if (!work)
+    return scratchFailure(c, bytes);
+  return onRows(c, [&](auto tag, int64_t rows, int64_t cols) { run(tag, rows, cols, work); });
+}
+} // namespace
+
 void addNormalizationKernels(KernelTable &t) {
-  // LayerNorm and its gradient take f32, bf16 and f16 natively (every view one
-  // type); dw and db are column sums in two passes (row chunks, then the
-  // chunks in order: no atomics).
+  // LayerNorm, RMSNorm and their gradients take f32, bf16 and f16 natively
+  // (every view one type); the weight (and bias) gradients are column sums in
+  // two passes (row chunks, then the chunks in order: no atomics).
   t.add(
       OpKind::LayerNorm,
       [](const KernelCall &c) {
-        const TensorView &x = c.input(0);
-        const int64_t rows = x.rows();
-        if (rows > 0)
-          withFloatType(x.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
-                static_cast<const T *>(x.data), static_cast<const T *>(c.input(1).data),
-                static_cast<const T *>(c.input(2).data), static_cast<T *>(c.output(0).data),
-                x.dim(-1), c.real(0));
-            return 0;
-          });
-        return KernelResult::ok();
+        return onRows(c, [&](auto tag, int64_t rows, int64_t cols) {
+          using T = decltype(tag);
+          layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
+              inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 0), cols,
+              c.real(0));
+        });
       },
       oneFloatType);
   t.add(
       OpKind::LayerNormGrad,
       [](const KernelCall &c) {
         const TensorView &x = c.input(0);
-        const int64_t rows = x.rows(), cols = x.dim(-1);
-        const int64_t bytes = std::max<int64_t>(layerNormGradScratchFloats(rows, cols), 1) * 4;
-        auto *work = static_cast<float *>(scratch(c, bytes));
-        if (!work)
-          return scratchFailure(c, bytes);
-        withFloatType(x.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          layerNormGrad(static_cast<const T *>(x.data), static_cast<const T *>(c.input(1).data),
-                        static_cast<const T *>(c.input(2).data), static_cast<T *>(c.output(0).data),
-                        static_cast<T *>(c.output(1).data), static_cast<T *>(c.output(2).data),
-                        rows, cols, c.real(0), work, streamOf(c));
-          return 0;
-        });
-        return KernelResult::ok();
+        return onRowsWithScratch(
+            c, layerNormGradScratchFloats(x.rows(), x.dim(-1)),
+            [&](auto tag, int64_t rows, int64_t cols, float *work) {
+              using T = decltype(tag);
+              layerNormGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2),
+                            outputAs<T>(c, 0), outputAs<T>(c, 1), outputAs<T>(c, 2), rows, cols,
+                            c.real(0), work, streamOf(c));
+            });
       },
       oneFloatType);
-  // RMSNorm, its gradient and rotary take f32, bf16 and f16 natively too;
-  // RMSNorm's dw in LayerNorm's two passes.
   t.add(
       OpKind::RmsNorm,
       [](const KernelCall &c) {
-        const TensorView &x = c.input(0);
-        const int64_t rows = x.rows();
-        if (rows > 0)
-          withFloatType(x.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
-                inputAs<T>(c, 0), inputAs<T>(c, 1), outputAs<T>(c, 0), x.dim(-1), c.real(0));
-            return 0;
-          });
-        return KernelResult::ok();
+        return onRows(c, [&](auto tag, int64_t rows, int64_t cols) {
+          using T = decltype(tag);
+          rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
+              inputAs<T>(c, 0), inputAs<T>(c, 1), outputAs<T>(c, 0), cols, c.real(0));
+        });
       },
       oneFloatType);
   t.add(
       OpKind::RmsNormGrad,
       [](const KernelCall &c) {
         const TensorView &x = c.input(0);
-        const int64_t rows = x.rows(), cols = x.dim(-1);
-        const int64_t bytes = std::max<int64_t>(rows + normChunks(rows) * cols, 1) * 4;
-        auto *work = static_cast<float *>(scratch(c, bytes));
-        if (!work)
-          return scratchFailure(c, bytes);
-        withFloatType(x.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          rmsNormGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 0),
-                      outputAs<T>(c, 1), rows, cols, c.real(0), work, streamOf(c));
-          return 0;
-        });
-        return KernelResult::ok();
+        return onRowsWithScratch(
+            c, x.rows() + normChunks(x.rows()) * x.dim(-1),
+            [&](auto tag, int64_t rows, int64_t cols, float *work) {
+              using T = decltype(tag);
+              rmsNormGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 0),
+                          outputAs<T>(c, 1), rows, cols, c.real(0), work, streamOf(c));
+            });
       },
       oneFloatType);
   // x [batch, heads, seq, dim] (seq-major: [batch, seq, heads, dim]).

@@ -10,18 +10,18 @@ namespace mlir::ptc {
 using namespace mlir;
 using namespace mlir::ptc;
 
-namespace {
-/// The low-precision gradient `grad` widens, when it is the result of a
-/// `ptc.convert` from bf16 or f16 to f32 that feeds nothing else; else null.
-Value narrowGradient(Value grad) {
-  auto convert = grad.getDefiningOp<ConvertOp>();
-  if (!convert || !convert->hasOneUse())
+Value mlir::ptc::narrowSourceOf(Value v) {
+  auto convert = v.getDefiningOp<ConvertOp>();
+  if (!convert || !getElementTypeOrSelf(v.getType()).isF32())
     return {};
   Type from = getElementTypeOrSelf(convert.getInput().getType());
-  if (!getElementTypeOrSelf(grad.getType()).isF32() || !(from.isBF16() || from.isF16()))
-    return {};
-  return convert.getInput();
+  return from.isBF16() || from.isF16() ? convert.getInput() : Value();
 }
+
+namespace {
+/// The low-precision gradient `grad` widens, when that widening feeds
+/// nothing else; else null.
+Value narrowGradient(Value grad) { return grad.hasOneUse() ? narrowSourceOf(grad) : Value(); }
 
 struct FuseGradientWideningPass
     : mlir::ptc::impl::FuseGradientWideningPassBase<FuseGradientWideningPass> {

@@ -13,15 +13,6 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
-/// The bf16 / f16 logits `logits` widens to f32 (a `ptc.convert`), or null.
-Value narrowLogits(Value logits) {
-  auto convert = logits.getDefiningOp<ConvertOp>();
-  if (!convert || !getElementTypeOrSelf(logits.getType()).isF32())
-    return {};
-  Type from = getElementTypeOrSelf(convert.getInput().getType());
-  return from.isBF16() || from.isF16() ? convert.getInput() : Value();
-}
-
 /// The conversion of `grad` back to `type` when it is grad's only use, or null.
 ConvertOp onlyNarrowing(Value grad, Type type) {
   if (!grad.hasOneUse())
@@ -41,14 +32,14 @@ struct FuseLossWideningPass
     llvm::SetVector<Operation *> widenings;
     for (Operation *op : losses) {
       if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
-        if (Value narrow = narrowLogits(loss.getLogits())) {
+        if (Value narrow = narrowSourceOf(loss.getLogits())) {
           widenings.insert(loss.getLogits().getDefiningOp());
           loss.getLogitsMutable().assign(narrow);
         }
         continue;
       }
       auto grad = cast<CrossEntropyGradOp>(op);
-      Value narrow = narrowLogits(grad.getLogits());
+      Value narrow = narrowSourceOf(grad.getLogits());
       // The gradient has the logits' type: only where its one use converts
       // it to the narrow type anyway.
       ConvertOp back = narrow ? onlyNarrowing(grad.getResult(), narrow.getType()) : ConvertOp();

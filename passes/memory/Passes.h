@@ -21,6 +21,11 @@ inline constexpr llvm::StringLiteral kArenaBytesUnsharedAttrName = "ptc.arena_by
 /// Pipelined steps: the arena each pipeline rank needs.
 inline constexpr llvm::StringLiteral kArenaBytesPerRankAttrName = "ptc.arena_bytes_per_rank";
 
+/// The bf16 / f16 value `v` widens when `v` is a `ptc.convert` of it to f32
+/// (mixed precision's widenings, which ptc-fuse-gradient-widening and
+/// ptc-fuse-loss-widening let their readers skip), else null.
+Value narrowSourceOf(Value v);
+
 /// Bytes of a statically shaped tensor.
 int64_t getTensorBytes(RankedTensorType type);
 
