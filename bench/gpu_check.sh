@@ -30,7 +30,11 @@
 # e.g. PTC_GPU_CHECK_PARTS=kernels to iterate on a failing kernel quickly.
 # With this workplace's device tool: run(command="bash bench/gpu_check.sh",
 # carry=[".gpu-carry"], timeout_s=540); the build takes a few minutes of it. If
-# the build fails there, the binaries gpu_prepare.sh built here are used.
+# the build fails there, the binaries gpu_prepare.sh built here are used. All
+# parts may not fit one call's 10 minutes (torch.compile compiles each model
+# for a minute or two): split them, e.g. PTC_GPU_CHECK_PARTS="kernels losses
+# attention bench" in one call and PTC_GPU_CHECK_PARTS=llama in the next on the
+# still-warm machine (the build there is kept).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ptc-gpu-check}

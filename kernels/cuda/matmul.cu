@@ -90,7 +90,7 @@ int gemm(cublasHandle_t h, const Product &p, int64_t m, const void *a, int64_t l
 // heuristic choice for the shape, types and the buffers' alignment, chosen
 // once and cached (the same algorithm every step). Opt-in until a GPU run has
 // checked it against the CPU (CudaConformance.BiasEpilogueOnCublasLt).
-
+namespace {
 bool ltEpiloguesEnabled() {
   const char *v = std::getenv("PTC_CUDA_LT_EPILOGUES");
   return v && std::strcmp(v, "1") == 0;
@@ -121,7 +121,7 @@ struct LtPlan {
 /// columns, so the bias vector of n is the epilogue's per-row bias).
 LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
                        cublasComputeType_t ct, uint32_t alignA, uint32_t alignB, uint32_t alignC,
-                       uint32_t alignBias, size_t maxWorkspace) {
+                       size_t maxWorkspace) {
   LtPlan plan;
   auto failed = [&](const char *what, cublasStatus_t st) {
     plan.refused = std::string(what) + " (cuBLAS status " + std::to_string(static_cast<int>(st)) + ")";
@@ -153,7 +153,7 @@ LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
   cublasLtMatmulPreference_t pref = nullptr;
   if ((st = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
     return failed("creating the heuristic's preference", st);
-  const uint32_t aligns[4] = {alignB, alignA, alignC, alignBias}; // cuBLASLt's A, B, C/D, bias
+  const uint32_t aligns[3] = {alignB, alignA, alignC}; // cuBLASLt's A, B, C and D
   const cublasLtMatmulPreferenceAttributes_t alignAttrs[3] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
@@ -170,7 +170,6 @@ LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                               &reduction, sizeof reduction);
-  (void)aligns[3]; // the bias: the heuristic has no alignment preference for it
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -202,8 +201,8 @@ const LtPlan &biasProductPlan(cublasLtHandle_t lt, const Product &p, cudaDataTyp
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it == plans.end()) {
-    it = plans.emplace(key, planBiasProduct(lt, p, dt, ct, alignA, alignB, alignC, alignBias,
-                                            maxWorkspace))
+    // (The bias's alignment is in the key: the heuristic takes none for it.)
+    it = plans.emplace(key, planBiasProduct(lt, p, dt, ct, alignA, alignB, alignC, maxWorkspace))
              .first;
     if (!it->second.refused.empty()) // named once per shape: never a silent slow path
       std::fprintf(stderr,
@@ -245,6 +244,7 @@ std::optional<KernelResult> biasProductOnLt(const LaunchContext &ctx, const Prod
                                " failed with status ", static_cast<int>(st));
   return KernelResult::ok();
 }
+} // namespace
 
 /// The product, or what failed: cuBLAS's status, or the CUDA error of a
 /// padded copy.
