@@ -2,7 +2,7 @@
 # GPU check of the CUDA backend, on a machine with an NVIDIA GPU, CUDA 13,
 # cmake, ninja and PyTorch but no MLIR, MPI, oneDNN, FlatBuffers headers or
 # network. Prepare the carried folder here first:
-#   bash bench/gpu_prepare.sh            # writes .gpu-carry/ (git-ignored, ~60 MB)
+#   bash bench/gpu_prepare.sh            # writes .gpu-carry/ (git-ignored, ~16 MB)
 # then, on the GPU machine, from the repository root with .gpu-carry/ beside it:
 #   OUT=/some/dir bash bench/gpu_check.sh
 # It
@@ -48,6 +48,15 @@ SUMMARY=$OUT/summary.txt
 say() { echo "$*" | tee -a "$SUMMARY"; }
 status=0
 [ -d "$C/deps" ] || { echo "gpu_check: $C is missing; run bench/gpu_prepare.sh first" >&2; exit 2; }
+# gpu_prepare.sh packs the libraries and the fallback binaries (the carry's size limit).
+unpack() { # archive destination
+  [ -f "$1" ] || return 0
+  tar -xJf "$1" -C "$2" 2>/dev/null ||
+    ${PYTHON:-python3} -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2" ||
+    { echo "gpu_check: cannot unpack $1" >&2; exit 2; }
+}
+[ -d "$C/deps/lib" ] || unpack "$C/deps-lib.tar.xz" "$C/deps"
+[ -d "$C/bin" ] || unpack "$C/bin.tar.xz" "$C"
 export LD_LIBRARY_PATH=$C/deps/lib:${LD_LIBRARY_PATH:-}
 PY=${PYTHON:-python3}
 PARTS=" ${PTC_GPU_CHECK_PARTS:-kernels losses attention bench llama} "
