@@ -36,6 +36,10 @@ for var, value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CON
                    ("OMPI_MCA_rmaps_base_oversubscribe", "1")):
     config.environment[var] = value
 
+# The CUDA backend compiled in (its kernel table exists without a GPU).
+if config.ptc_enable_cuda.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("cuda-backend")
+
 # A visible NVIDIA GPU: tests that expect "no GPU" do not apply.
 if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
     config.available_features.add("gpu")

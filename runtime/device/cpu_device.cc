@@ -49,6 +49,15 @@ public:
 
 std::unique_ptr<Device> createDiscreteCpuDevice() { return std::make_unique<DiscreteCpuDevice>(); }
 
+// cuda_device.cc, or no_cuda.cc without the CUDA backend.
+const kernels::KernelTable *cudaKernelTable();
+
+const kernels::KernelTable *kernelTableOf(const std::string &backend) {
+  if (backend == "cpu")
+    return &kernels::cpu::kernelTable();
+  return backend == "cuda" ? cudaKernelTable() : nullptr;
+}
+
 StatusOr<std::unique_ptr<Device>> createDevice(const std::string &name, int localRank) {
   // The CPU kernels' GEMM library (also the host's, for offloaded optimizers).
   if (std::string error = kernels::cpu::f32GemmEnvironmentError(); !error.empty())

@@ -321,6 +321,7 @@ private:
 } // namespace
 
 bool cudaCompiledIn() { return true; }
+const kernels::KernelTable *cudaKernelTable() { return &g::kernelTable(); }
 
 bool cudaGpuAvailable() {
   int count = 0;

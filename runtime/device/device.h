@@ -167,6 +167,10 @@ std::unique_ptr<Device> createDiscreteCpuDevice();
 /// Whether this build has the CUDA backend, and whether a GPU is visible.
 bool cudaCompiledIn();
 bool cudaGpuAvailable();
+/// A backend's kernel table by name ("cpu", "cuda"), with or without its
+/// device (what ptc-run --kernel-coverage reads); null for "cuda" in a build
+/// without the CUDA backend, or an unknown name.
+const kernels::KernelTable *kernelTableOf(const std::string &backend);
 /// The CUDA device `ordinal` (e.g. the local rank modulo the GPUs present).
 StatusOr<std::unique_ptr<Device>> createCudaDevice(int ordinal);
 /// "cpu", "cuda" or "cpu-discrete"; "auto" means cuda when a GPU is visible,

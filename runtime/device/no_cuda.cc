@@ -6,6 +6,7 @@
 namespace ptc {
 
 bool cudaCompiledIn() { return false; }
+const kernels::KernelTable *cudaKernelTable() { return nullptr; }
 bool cudaGpuAvailable() { return false; }
 
 StatusOr<std::unique_ptr<Device>> createCudaDevice(int) {

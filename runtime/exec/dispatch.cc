@@ -31,7 +31,79 @@ static_assert(static_cast<size_t>(OpCode::MAX) + 1 == kernels::kNumPlanOps,
 bool movesStoredBytes(OpCode op) {
   return op == OpCode::ShardSlice || op == OpCode::AllGather || op == OpCode::AllToAll;
 }
+
+/// The typed views of tensors `ids` as a kernel receives them: element type
+/// (f32 for a 16-bit one when `widened`), shape, and the data `dataOf` gives.
+template <typename DataOf>
+void appendViews(const LoadedPlan &plan, const flatbuffers::Vector<int32_t> *ids,
+                 bool widened, DataOf dataOf, std::vector<kernels::TensorView> &out) {
+  out.clear();
+  if (!ids)
+    return;
+  for (int32_t id : *ids) {
+    const TensorInfo &t = plan.tensor(id);
+    auto dtype = static_cast<kernels::DType>(t.dtype);
+    if (widened && kernels::isLowPrecision(dtype)) // runWidened's f32 copy
+      dtype = kernels::DType::F32;
+    out.push_back({dataOf(id), dtype, &t.shape, t.numElements});
+  }
+}
 } // namespace
+
+KernelCoverage kernelCoverage(const LoadedPlan &plan, const kernels::KernelTable &table) {
+  KernelCoverage coverage;
+  std::vector<kernels::TensorView> in, out;
+  std::vector<int64_t> ints, coords(plan.meshSizes().size(), 0), sizes;
+  std::vector<double> floats;
+  for (int64_t s : plan.meshSizes())
+    sizes.push_back(s);
+  auto noData = [](int32_t) -> void * { return nullptr; };
+  for (const plan::Instruction *inst : *plan.plan().instructions()) {
+    const std::string name = opcodeName(inst->op());
+    const kernels::KernelEntry &entry = table[static_cast<kernels::OpKind>(inst->op())];
+    if (inst->on_host() || !entry.run) { // the runtime's own (or the host CPU's)
+      ++coverage.composed[name];
+      continue;
+    }
+    appendViews(plan, inst->inputs(), false, noData, in);
+    appendViews(plan, inst->outputs(), false, noData, out);
+    ints.clear();
+    if (inst->ints())
+      ints.assign(inst->ints()->begin(), inst->ints()->end());
+    floats.clear();
+    if (inst->floats())
+      floats.assign(inst->floats()->begin(), inst->floats()->end());
+    kernels::KernelCall call =
+        kernels::makeKernelCall(static_cast<kernels::OpKind>(inst->op()), in, out, ints, floats);
+    if (inst->function())
+      call.function = *kernels::lookupUnaryFunction(inst->function()->string_view());
+    call.meshCoords = coords.data();
+    call.meshSizes = sizes.data();
+    // A batched form that takes it: the executor runs such updates as groups.
+    const bool native =
+        entry.accepts(call) || (entry.runBatch && entry.batchAccepts(call));
+    ++(native ? coverage.native : coverage.widened)[name];
+  }
+  return coverage;
+}
+
+std::string describe(const KernelCoverage &coverage) {
+  std::string text;
+  auto line = [&](const char *what, const std::map<std::string, int64_t> &kinds) {
+    int64_t total = 0;
+    std::string list;
+    for (const auto &[name, count] : kinds) {
+      total += count;
+      list += (list.empty() ? "" : ", ") + name + (count > 1 ? " x" + std::to_string(count) : "");
+    }
+    text += std::string(what) + ": " + std::to_string(total) + " instructions" +
+            (list.empty() ? "" : " (" + list + ")") + "\n";
+  };
+  line("native", coverage.native);
+  line("widened to f32", coverage.widened);
+  line("run by the runtime", coverage.composed);
+  return text;
+}
 
 kernels::KernelCall Executor::kernelCall(const plan::Instruction &inst) {
   kernels::KernelCall call = typedCall(inst);
@@ -60,20 +132,9 @@ void Executor::prepareKernels() {
 }
 
 kernels::KernelCall Executor::typedCall(const plan::Instruction &inst) {
-  auto views = [&](const flatbuffers::Vector<int32_t> *ids, std::vector<kernels::TensorView> &out) {
-    out.clear();
-    if (!ids)
-      return;
-    for (int32_t id : *ids) {
-      const TensorInfo &t = plan_->tensor(id);
-      auto dtype = static_cast<kernels::DType>(t.dtype);
-      if (widening_ && kernels::isLowPrecision(dtype)) // runWidened's f32 copy
-        dtype = kernels::DType::F32;
-      out.push_back({data(id), dtype, &t.shape, t.numElements});
-    }
-  };
-  views(inst.inputs(), callInputs_);
-  views(inst.outputs(), callOutputs_);
+  auto dataOf = [&](int32_t id) { return data(id); };
+  appendViews(*plan_, inst.inputs(), widening_, dataOf, callInputs_);
+  appendViews(*plan_, inst.outputs(), widening_, dataOf, callOutputs_);
   callInts_.clear();
   if (inst.ints())
     callInts_.assign(inst.ints()->begin(), inst.ints()->end());

@@ -27,6 +27,22 @@
 
 namespace ptc {
 
+/// How a plan's instructions run on a backend's kernel table, by op kind:
+/// natively (the entry, or for a group of optimizer updates its batched
+/// form, takes their element types), widened to f32 (the
+/// runtime converts their 16-bit tensors around the f32 kernel: two extra
+/// passes over each), or by the runtime itself (collectives, transfers, the
+/// host's instructions, what it composes from kernel pieces).
+struct KernelCoverage {
+  std::map<std::string, int64_t> native, widened, composed;
+};
+/// `table`'s coverage of `plan` (no device needed: entries decide by their
+/// views' element types and shapes). An attention entry that asks cuDNN
+/// counts as widened where cuDNN cannot run here.
+KernelCoverage kernelCoverage(const LoadedPlan &plan, const kernels::KernelTable &table);
+/// Three lines: each kind with its op kinds and counts.
+std::string describe(const KernelCoverage &coverage);
+
 class Executor {
 public:
   /// `pipelineRank`: this process's coordinate on the plan's pipeline axis

@@ -75,6 +75,9 @@ const char *kUsage = R"(usage: ptc-run PLAN [options]
   --profile           print the time spent per op kind at the end
   --memory-report     print the memory this rank allocated against the compiler's prediction
   --dump-plan         print the verified plan as JSON and exit
+  --kernel-coverage B how backend B's kernels (cpu or cuda; no device needed) would run the
+                      plan's instructions, by op kind: natively, widened to f32 (a 16-bit
+                      tensor converted around an f32 kernel), or by the runtime; then exit
   --trace FILE        write a Chrome-trace / Perfetto JSON timeline of the last step, a row
                       per rank: schedule actions (pipelined plans) or instructions (op, line)
   --np N              start N local ranks with mpirun (an SPMD plan needs as many as its mesh)
@@ -126,6 +129,7 @@ const OptionRow kOptions[] = {
     {"--tensorboard", Kind::Text, &RunOptions::tensorboard},
     {"--trace", Kind::Text, &RunOptions::trace},
     {"--offload-dir", Kind::Text, &RunOptions::offloadDir},
+    {"--kernel-coverage", Kind::Text, &RunOptions::kernelCoverage},
     {"--device", Kind::Text, &RunOptions::device},
     {"--comm", Kind::Text, &RunOptions::comm},
     {"--on-nonfinite", Kind::Text, &RunOptions::onNonfinite},

@@ -18,7 +18,7 @@ struct RunOptions {
        tf32 = false;
   // Paths and names ("" when not given).
   std::string data, dataBlend, evalData, init, save, checkpointDir, resume, hostfile, metrics,
-      metricsCsv, tensorboard, trace, offloadDir;
+      metricsCsv, tensorboard, trace, offloadDir, kernelCoverage;
   std::string device = "auto", comm = "auto", onNonfinite = "skip";
   // Counts.
   int64_t steps = 100, seed = 1337, shuffle = 0, evalEvery = 100, evalSteps = 10,

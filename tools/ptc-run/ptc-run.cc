@@ -89,12 +89,21 @@ int runMain(int argc, char **argv) {
   const std::string &planPath = o.planPath;
   const int64_t steps = o.steps;
 
-  if (o.dumpPlan) {
+  if (o.dumpPlan || o.has("--kernel-coverage")) {
     unblockSignals({SIGUSR1, SIGTERM}); // their default actions
+    const kernels::KernelTable *table = nullptr;
+    if (o.has("--kernel-coverage") && !(table = kernelTableOf(o.kernelCoverage)))
+      return fail(o.kernelCoverage == "cuda"
+                      ? std::string("--kernel-coverage cuda: this build has no CUDA backend")
+                      : "--kernel-coverage takes cpu or cuda, got '" + o.kernelCoverage + "'");
     auto loaded = LoadedPlan::loadFile(planPath);
     if (!loaded.isOk())
       return fail(loaded.status().message());
-    std::cout << planToJson(**loaded) << "\n";
+    if (o.dumpPlan)
+      std::cout << planToJson(**loaded) << "\n";
+    if (table)
+      std::cout << "kernel coverage of " << planPath << " on " << o.kernelCoverage << ":\n"
+                << describe(kernelCoverage(**loaded, *table));
     return 0;
   }
   // SIGUSR1 (and SIGTERM, but from the --np launcher's mpirun, which sends it
