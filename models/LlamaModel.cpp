@@ -114,7 +114,7 @@ Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, Value positions,
     // Packed documents: each row turns by its position in its document.
     if (rotate && positions)
       y = RotaryAtOp::create(b, loc, y.getType(), y, positions, b.getF64FloatAttr(c.ropeTheta),
-                             b.getBoolAttr(false));
+                             b.getBoolAttr(false), b.getBoolAttr(false));
     else if (rotate)
       y = RotaryOp::create(b, loc, y.getType(), y, b.getF64FloatAttr(c.ropeTheta),
                            b.getBoolAttr(false), StringAttr(), b.getBoolAttr(false));

@@ -84,7 +84,7 @@ PlanInstruction CachedAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
 LogicalResult RotaryAtOp::verify() {
   if (failed(verifyRotaryInput(*this, getType(), getTheta().convertToDouble())))
     return failure();
-  return verifyTokenPositions(*this, getType(), getPositions().getType());
+  return verifyTokenPositions(*this, getType(), getPositions().getType(), getSeqMajor() ? 1 : 2);
 }
 
 /// Each row turns by its own position: batch, heads and the sequence split
@@ -92,15 +92,19 @@ LogicalResult RotaryAtOp::verify() {
 /// a partial sum passes through.
 LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {
   ctx.want[0].dims[3] = -1;
-  ctx.like(1, ctx.want[0].tokenPositions(2));
+  ctx.like(1, ctx.want[0].tokenPositions(getSeqMajor() ? 1 : 2));
   ctx.out.push_back(ctx.want[0]);
   return success();
 }
 
-// The optional integer: inverse (within format 15).
+// The optional integers: inverse[, seq_major] (within format 15).
 PlanInstruction RotaryAtOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{OpKind::RotaryAt, getInverse() ? SmallVector<int64_t>{1} : SmallVector<int64_t>{},
-                         {getTheta().convertToDouble()}};
+  SmallVector<int64_t> ints;
+  if (getInverse() || getSeqMajor())
+    ints.push_back(getInverse() ? 1 : 0);
+  if (getSeqMajor())
+    ints.push_back(1);
+  return PlanInstruction{OpKind::RotaryAt, ints, {getTheta().convertToDouble()}};
 }
 
 FailureOr<int> RotaryAtOp::inferBatchDim(ArrayRef<int> in, int64_t count) {
@@ -115,6 +119,6 @@ LogicalResult RotaryAtOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, ArrayRef<bo
   og.assign(2, Value());
   if (needed[0])
     og[0] = RotaryAtOp::create(b, getLoc(), getType(), rg[0], getPositions(), getThetaAttr(),
-                               b.getBoolAttr(!getInverse()));
+                               b.getBoolAttr(!getInverse()), getSeqMajorAttr());
   return success();
 }

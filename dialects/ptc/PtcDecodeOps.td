@@ -61,7 +61,8 @@ def Ptc_RotaryAtOp : Ptc_Op<"rotary_at", [DeclareOpInterfaceMethods<Ptc_PlanInst
     `positions[b, t]` (`i32`, shape `[batch, tokens]`) instead of being `t`:
     the rotation of new tokens that continue a cached sequence, and of packed
     documents, whose positions restart at each document. With `inverse`, the
-    rotation goes the other way (its gradient).
+    rotation goes the other way (its gradient). With `seq_major`, the input
+    is `[batch, tokens, heads, head_dim]` (as `ptc.rotary`'s).
 
     ```mlir
     %q2 = ptc.rotary_at %q, %pos {theta = 1.000000e+04 : f64} : tensor<1x8x1x16xf32>, tensor<1x1xi32>
@@ -69,7 +70,8 @@ def Ptc_RotaryAtOp : Ptc_Op<"rotary_at", [DeclareOpInterfaceMethods<Ptc_PlanInst
   }];
   let arguments = (ins Ptc_FloatTensor:$input, Ptc_IdTensor:$positions,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta,
-                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse,
+                       DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$result);
   let assemblyFormat = "$input `,` $positions attr-dict `:` type($input) `,` type($positions)";
   let hasVerifier = 1;

@@ -238,7 +238,10 @@ inline const int32_t *documentPositions(const KernelCall &c) {
 /// Rotary's ints: inverse[, the sequence's mesh axis (-1: none)[, seq_major]].
 /// Whether its input is [batch, seq, heads, head_dim] (else [batch, heads,
 /// seq, head_dim]).
-inline bool rotarySeqMajor(const KernelCall &c) { return c.numInts > 2 && c.integer(2) != 0; }
+inline bool rotarySeqMajor(const KernelCall &c) {
+  return c.op == OpKind::RotaryAt ? c.numInts > 1 && c.integer(1) != 0
+                                  : c.numInts > 2 && c.integer(2) != 0;
+}
 /// The position of the input's first row: with a mesh axis, this device's
 /// block of the sequence starts there.
 inline int64_t rotaryFirstPosition(const KernelCall &c) {

@@ -268,8 +268,10 @@ void rotary(const float *x, float *out, const Shape &shape, double theta, bool i
 /// bf16 storage (T), f32 registers.
 template <typename T>
 KernelResult rotaryAtOf(const T *x, const int32_t *pos, T *out, const Shape &shape, double theta,
-                        bool inverse) {
-  const int64_t batch = shape[0], heads = shape[1], s = shape[2], d = shape[3], half = d / 2;
+                        bool inverse, bool seqMajor = false) {
+  // seqMajor: shape is [batch, tokens, heads, d], row (b, p, h) at (b * s + p) * heads + h.
+  const int64_t batch = shape[0], heads = shape[seqMajor ? 2 : 1], s = shape[seqMajor ? 1 : 2],
+                d = shape[3], half = d / 2;
   for (int64_t i = 0; i < batch * s; ++i)
     if (pos[i] < 0)
       return badId("position", pos[i], i, std::numeric_limits<int32_t>::max());
@@ -287,8 +289,9 @@ KernelResult rotaryAtOf(const T *x, const int32_t *pos, T *out, const Shape &sha
         sn[static_cast<size_t>(i)] = inverse ? -std::sin(angle) : std::sin(angle);
       }
       for (int64_t h = 0; h < heads; ++h) {
-        const T *xr = x + ((b * heads + h) * s + p) * d;
-        T *yr = out + ((b * heads + h) * s + p) * d;
+        const int64_t row = seqMajor ? (b * s + p) * heads + h : (b * heads + h) * s + p;
+        const T *xr = x + row * d;
+        T *yr = out + row * d;
         for (int64_t i = 0; i < half; ++i) {
           float a = loadAs(xr, i), c = loadAs(xr, i + half);
           storeAs(yr, i, a * cs[static_cast<size_t>(i)] - c * sn[static_cast<size_t>(i)]);
@@ -401,7 +404,7 @@ void addNormalizationKernels(KernelTable &t) {
         onStorage(c, [&](auto t) {
           using T = decltype(t);
           r = rotaryAtOf(as<T>(c.input(0)), c.input(1).i32(), as<T>(c.output(0)),
-                         *c.input(0).shape, c.floats[0], inverse);
+                         *c.input(0).shape, c.floats[0], inverse, rotarySeqMajor(c));
         });
         return r;
       },

@@ -195,17 +195,18 @@ __global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int6
   }
 }
 
-/// rotaryKernel at the positions pos[b, t] of rows (b, h, t).
+/// rotaryKernel at the positions pos[b, t] of rows (b, h, t) (seq-major:
+/// rows (b, t, h)).
 template <typename T>
 __global__ void rotaryAtKernel(const T *x, const int32_t *pos, T *out, int64_t heads,
                                int64_t rows, int64_t seq, int64_t dim, double theta,
-                               bool inverse) {
+                               bool inverse, bool seqMajor) {
   int64_t half = dim / 2;
   PTC_GRID_LOOP(t, rows * half) {
     int64_t i = t % half, rowIndex = t / half;
-    int64_t b = rowIndex / (heads * seq);
-    rotatePair(x + rowIndex * dim, out + rowIndex * dim, i, half, dim, pos[b * seq + rowIndex % seq],
-               theta, inverse);
+    int64_t b = rowIndex / (heads * seq), token = seqMajor ? (rowIndex / heads) % seq : rowIndex % seq;
+    rotatePair(x + rowIndex * dim, out + rowIndex * dim, i, half, dim, pos[b * seq + token], theta,
+               inverse);
   }
 }
 } // namespace
@@ -355,9 +356,11 @@ void addNormalizationKernels(KernelTable &t) {
         if (n > 0)
           withFloatType(x.dtype, [&](auto tag) {
             using T = decltype(tag);
+            const bool seqMajor = rotarySeqMajor(c);
             rotaryAtKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
-                inputAs<T>(c, 0), c.input(1).i32(), outputAs<T>(c, 0), x.dim(1), rows, x.dim(2),
-                x.dim(3), c.real(0), c.numInts > 0 && c.integer(0) != 0);
+                inputAs<T>(c, 0), c.input(1).i32(), outputAs<T>(c, 0), x.dim(seqMajor ? 2 : 1),
+                rows, x.dim(seqMajor ? 1 : 2), x.dim(3), c.real(0),
+                c.numInts > 0 && c.integer(0) != 0, seqMajor);
             return 0;
           });
         return KernelResult::ok();

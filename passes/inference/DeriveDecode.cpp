@@ -363,7 +363,8 @@ struct Deriver {
         }
       if (auto rot = dyn_cast<RotaryOp>(op)) {
         Value at = RotaryAtOp::create(b, rot.getLoc(), rot.getType(), rot.getInput(), positions,
-                                      rot.getThetaAttr(), b.getBoolAttr(false));
+                                      rot.getThetaAttr(), b.getBoolAttr(false),
+                                      rot.getSeqMajorAttr());
         rot.getResult().replaceAllUsesWith(at);
         rot->erase();
         continue;

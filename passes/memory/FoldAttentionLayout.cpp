@@ -72,36 +72,55 @@ TransposeOp swapHeadsAndSeq(OpBuilder &b, Location loc, Value input, Operation *
   return t;
 }
 
-/// `r`'s rotation of `input` on the other layout (seq-major when `r` is
-/// heads-major), with `r`'s attributes.
-RotaryOp rotaryLike(OpBuilder &b, RotaryOp r, Value input) {
-  auto rotated = RotaryOp::create(b, r.getLoc(), input.getType(), input, r.getThetaAttr(),
-                                  r.getInverseAttr(), r.getSeqAxisAttr(),
-                                  b.getBoolAttr(!r.getSeqMajor()));
+/// Whether `op` is a rotation (ptc.rotary, ptc.rotary_at) and its layout.
+bool isRotation(Operation *op, bool &seqMajor) {
+  if (auto r = dyn_cast_or_null<RotaryOp>(op))
+    return seqMajor = r.getSeqMajor(), true;
+  if (auto r = dyn_cast_or_null<RotaryAtOp>(op))
+    return seqMajor = r.getSeqMajor(), true;
+  return false;
+}
+
+/// Rotation `r`'s rotation of `input` on the other layout (seq-major when
+/// `r` is heads-major), with `r`'s attributes (and positions).
+Operation *rotationLike(OpBuilder &b, Operation *r, Value input) {
+  Operation *rotated;
+  if (auto rot = dyn_cast<RotaryOp>(r))
+    rotated = RotaryOp::create(b, rot.getLoc(), input.getType(), input, rot.getThetaAttr(),
+                               rot.getInverseAttr(), rot.getSeqAxisAttr(),
+                               b.getBoolAttr(!rot.getSeqMajor()));
+  else {
+    auto at = cast<RotaryAtOp>(r);
+    rotated = RotaryAtOp::create(b, at.getLoc(), input.getType(), input, at.getPositions(),
+                                 at.getThetaAttr(), at.getInverseAttr(),
+                                 b.getBoolAttr(!at.getSeqMajor()));
+  }
   rotated->setDiscardableAttrs(r->getDiscardableAttrDictionary());
   return rotated;
 }
 
 /// A rotation commutes with the head transpose (it rotates each head row by
-/// its sequence index in either layout): rotary(swap(y)) becomes
-/// swap(rotary(y) seq-major), and swap(rotary(g)) becomes rotary(swap(g))
-/// seq-major, where the inner op has no other use. Attention's rotated
-/// query and key (Llama) are then head transposes the fold removes, and so
-/// are its gradients' before their inverse rotations.
+/// its sequence index, or its position, in either layout): rotation(swap(y))
+/// becomes swap(rotation(y) seq-major), and swap(rotation(g)) becomes
+/// rotation(swap(g)) seq-major, where the inner op has no other use.
+/// Attention's rotated query and key (Llama; packed documents' positions
+/// too) are then head transposes the fold removes, and so are its
+/// gradients' before their inverse rotations.
 void commuteRotations(func::FuncOp f) {
-  SmallVector<RotaryOp> rotations;
-  f.walk([&](RotaryOp r) {
-    if (!r.getSeqMajor())
-      rotations.push_back(r);
+  SmallVector<Operation *> rotations;
+  f.walk([&](Operation *op) {
+    bool seqMajor;
+    if (isRotation(op, seqMajor) && !seqMajor)
+      rotations.push_back(op);
   });
-  for (RotaryOp r : rotations) {
-    auto before = r.getInput().getDefiningOp<TransposeOp>();
+  for (Operation *r : rotations) {
+    auto before = r->getOperand(0).getDefiningOp<TransposeOp>();
     if (swapsHeadsAndSeq(before) && before->hasOneUse()) {
       OpBuilder b(r);
-      RotaryOp rotated = rotaryLike(b, r, before.getInput());
-      r.getResult().replaceAllUsesWith(
-          swapHeadsAndSeq(b, r.getLoc(), rotated.getResult(), before).getResult());
-      r.erase();
+      Operation *rotated = rotationLike(b, r, before.getInput());
+      r->getResult(0).replaceAllUsesWith(
+          swapHeadsAndSeq(b, r->getLoc(), rotated->getResult(0), before).getResult());
+      r->erase();
       before.erase();
       continue;
     }
@@ -111,10 +130,10 @@ void commuteRotations(func::FuncOp f) {
     if (!swapsHeadsAndSeq(after))
       continue;
     OpBuilder b(after);
-    TransposeOp swapped = swapHeadsAndSeq(b, after.getLoc(), r.getInput(), after);
-    after.getResult().replaceAllUsesWith(rotaryLike(b, r, swapped.getResult()).getResult());
+    TransposeOp swapped = swapHeadsAndSeq(b, after.getLoc(), r->getOperand(0), after);
+    after.getResult().replaceAllUsesWith(rotationLike(b, r, swapped.getResult())->getResult(0));
     after.erase();
-    r.erase();
+    r->erase();
   }
 }
 

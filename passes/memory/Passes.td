@@ -23,10 +23,10 @@ def FoldAttentionLayoutPass : Pass<"ptc-fold-attention-layout", "::mlir::func::F
 
     First, a rotary embedding between a head transpose and attention (Llama's
     query and key, and their gradients' inverse rotations after attention's
-    gradient) moves to the other side of the transpose, seq-major (`ptc.rotary
-    {seq_major = true}` rotates each head row by its sequence index in the
-    `[batch, seq, heads, head_dim]` layout), where the transpose has no other
-    use: `rotary(transpose(y))` becomes `transpose(rotary(y))` and
+    gradient; `ptc.rotary_at` at packed documents' positions too) moves to
+    the other side of the transpose, seq-major (`ptc.rotary {seq_major =
+    true}` rotates each head row by its sequence index in the `[batch, seq,
+    heads, head_dim]` layout), where the transpose has no other use: `rotary(transpose(y))` becomes `transpose(rotary(y))` and
     `transpose(rotary(g))` becomes `rotary(transpose(g))`, so the fold below
     finds transposes on every operand and result. On a Llama this removes
     all 8 transposes per layer.

@@ -442,17 +442,22 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(out(1), cache, "new key cache"));
     return expectShape(out(2), cache, "new value cache");
   }
-  case ShapeRule::RotaryAt:
+  case ShapeRule::RotaryAt: {
+    // ints: [inverse[, seq_major]], each 0 or 1.
     PTC_RETURN_IF_ERROR(dtypes({1}));
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)
-      return fail("input must be [batch, heads, tokens, head_dim] with an even head_dim, got ",
+      return fail("input must be [batch, heads, tokens, head_dim] (or [batch, tokens, heads, "
+                  "head_dim] seq-major) with an even head_dim, got ",
                   shapeStr(in(0)));
-    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0)[0], in(0)[2]}, "positions"));
-    if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 0 && ints_[0] != 1))
-      return fail("needs at most one integer attribute, inverse (0 or 1)");
+    if (ints_.size() > 2 || std::any_of(ints_.begin(), ints_.end(),
+                                        [](int64_t v) { return v != 0 && v != 1; }))
+      return fail("needs at most two integer attributes, inverse and seq_major (0 or 1)");
+    const bool seqMajor = ints_.size() == 2 && ints_[1] == 1;
+    PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0)[0], in(0)[seqMajor ? 1 : 2]}, "positions"));
     if (!(floats_[0] > 1.0))
       return fail("theta must be greater than 1, got ", floats_[0]);
     return expectShape(out(0), in(0), "result");
+  }
   case ShapeRule::Embedding: {
     PTC_RETURN_IF_ERROR(vocabAxis());
     PTC_RETURN_IF_ERROR(dtypes({1}));

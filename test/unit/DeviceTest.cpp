@@ -774,7 +774,7 @@ TEST_F(CudaConformance, Bf16EmbeddingAndRotaryAtMatchWidenedF32) {
           return native ? static_cast<const void *>(p.second) : static_cast<const void *>(p.first);
         };
         std::vector<std::pair<float *, uint16_t *>> outs;
-        for (int64_t n : {tokens * dim, vocab * dim, B * H * T * D})
+        for (int64_t n : {tokens * dim, vocab * dim, B * H * T * D, B * H * T * D})
           outs.push_back({m.zeros(static_cast<size_t>(n)), m.zeros<uint16_t>(static_cast<size_t>(n))});
         auto out = [&](size_t i) { return const_cast<void *>(arg(outs[i])); };
         const int32_t *pid = m.put(tokenIds), *ppos = m.put(positions);
@@ -784,9 +784,12 @@ TEST_F(CudaConformance, Bf16EmbeddingAndRotaryAtMatchWidenedF32) {
                {{out(1), {vocab, dim}, type}}));
         OK(run(d, kernels::OpKind::RotaryAt, {{arg({xf, xh}), {B, H, T, D}, type}, ids(ppos, {B, T})},
                {{out(2), {B, H, T, D}, type}}, {}, {10000.0}));
+        // Seq-major ([B, T, H, D]; ints inverse, seq_major), the same values.
+        OK(run(d, kernels::OpKind::RotaryAt, {{arg({xf, xh}), {B, T, H, D}, type}, ids(ppos, {B, T})},
+               {{out(3), {B, T, H, D}, type}}, {1, 1}, {10000.0}));
         std::vector<float> result;
-        const int64_t counts[3] = {tokens * dim, vocab * dim, B * H * T * D};
-        for (size_t i = 0; i < 3; ++i) {
+        const int64_t counts[4] = {tokens * dim, vocab * dim, B * H * T * D, B * H * T * D};
+        for (size_t i = 0; i < 4; ++i) {
           auto [f, h] = outs[i];
           if (native)
             OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, counts[i]));

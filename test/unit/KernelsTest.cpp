@@ -1556,6 +1556,22 @@ TEST(Kernels, SeqMajorRotaryIsTheHeadsMajorOneBetweenTransposes) {
     ASSERT_TRUE(kernelTable()[OpKind::Rotary].run(call).isOk());
   }
   EXPECT_EQ(y, swap(viaHeads, false)) << "the second block of the sequence";
+  // RotaryAt (ints: inverse, seq_major) at positions [batch, tokens] likewise.
+  std::vector<int32_t> positions(B * S);
+  for (int64_t i = 0; i < B * S; ++i)
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % 11);
+  const Shape ps{B, S};
+  ptc::kernels::TensorView pv{positions.data(), ptc::kernels::DType::I32, &ps, B * S};
+  for (int64_t inverse : {0, 1}) {
+    std::vector<uint16_t> y16(x.size()), viaHeads16(x.size());
+    auto xh16 = swap(x16, true);
+    ASSERT_TRUE(runKernel(OpKind::RotaryAt, {bf(x16, sm), pv}, {bf(y16, sm)}, {inverse, 1}, {500.0})
+                    .isOk());
+    ASSERT_TRUE(
+        runKernel(OpKind::RotaryAt, {bf(xh16, hm), pv}, {bf(viaHeads16, hm)}, {inverse}, {500.0})
+            .isOk());
+    EXPECT_EQ(y16, swap(viaHeads16, false)) << "rotary_at, inverse " << inverse;
+  }
 }
 
 // The loss over bf16 logits (ptc-fuse-loss-widening's form): the f32 loss

@@ -60,6 +60,27 @@ func.func @rotary_query_and_key(%qs: tensor<2x16x4x8xf32>, %ks: tensor<2x16x2x8x
 
 // -----
 
+// Packed documents' rotations at positions move likewise (ptc.rotary_at
+// seq-major: its positions [batch, tokens] are the same in either layout).
+// CHECK-LABEL: func.func @rotary_at_positions
+// CHECK-NOT: ptc.transpose
+// CHECK: %[[Q:.+]] = ptc.rotary_at %arg0, %arg3 {seq_major = true} : tensor<2x16x4x8xf32>, tensor<2x16xi32>
+// CHECK: %[[K:.+]] = ptc.rotary_at %arg1, %arg3 {seq_major = true} : tensor<2x16x4x8xf32>, tensor<2x16xi32>
+// CHECK: %[[O:.+]] = ptc.causal_attention %[[Q]], %[[K]], %arg2 positions(%arg3 : tensor<2x16xi32>) {seq_major = true}
+// CHECK-NOT: ptc.transpose
+func.func @rotary_at_positions(%qs: tensor<2x16x4x8xf32>, %ks: tensor<2x16x4x8xf32>, %vs: tensor<2x16x4x8xf32>, %pos: tensor<2x16xi32>) -> tensor<2x16x4x8xf32> {
+  %q0 = ptc.transpose %qs permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %q = ptc.rotary_at %q0, %pos : tensor<2x4x16x8xf32>, tensor<2x16xi32>
+  %k0 = ptc.transpose %ks permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %k = ptc.rotary_at %k0, %pos : tensor<2x4x16x8xf32>, tensor<2x16xi32>
+  %v = ptc.transpose %vs permutation = [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %o = ptc.causal_attention %q, %k, %v positions(%pos : tensor<2x16xi32>) : tensor<2x4x16x8xf32>
+  %os = ptc.transpose %o permutation = [0, 2, 1, 3] : tensor<2x4x16x8xf32> -> tensor<2x16x4x8xf32>
+  return %os : tensor<2x16x4x8xf32>
+}
+
+// -----
+
 // A transpose read by something else than the rotation stays, and so does
 // the rotation's layout (and the attention's, whose query it then is).
 // CHECK-LABEL: func.func @rotary_query_shared
