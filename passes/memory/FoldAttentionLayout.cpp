@@ -99,13 +99,21 @@ Operation *rotationLike(OpBuilder &b, Operation *r, Value input) {
   return rotated;
 }
 
+/// Whether every use of `v` is an operand of attention or its gradient (the
+/// ops the fold rewrites; not ring attention, nor Ulysses' all-to-all).
+bool onlyAttentionReads(Value v) {
+  return !v.use_empty() && llvm::all_of(v.getUsers(), [](Operation *user) {
+    return isa<CausalAttentionOp, CausalAttentionGradOp>(user);
+  });
+}
+
 /// A rotation commutes with the head transpose (it rotates each head row by
 /// its sequence index, or its position, in either layout): rotation(swap(y))
 /// becomes swap(rotation(y) seq-major), and swap(rotation(g)) becomes
-/// rotation(swap(g)) seq-major, where the inner op has no other use.
-/// Attention's rotated query and key (Llama; packed documents' positions
-/// too) are then head transposes the fold removes, and so are its
-/// gradients' before their inverse rotations.
+/// rotation(swap(g)) seq-major, where the inner op has no other use and
+/// attention is on the other side: attention's rotated query and key (Llama;
+/// packed documents' positions too) are then head transposes the fold
+/// removes, and so are its gradients' before their inverse rotations.
 void commuteRotations(func::FuncOp f) {
   SmallVector<Operation *> rotations;
   f.walk([&](Operation *op) {
@@ -115,7 +123,7 @@ void commuteRotations(func::FuncOp f) {
   });
   for (Operation *r : rotations) {
     auto before = r->getOperand(0).getDefiningOp<TransposeOp>();
-    if (swapsHeadsAndSeq(before) && before->hasOneUse()) {
+    if (swapsHeadsAndSeq(before) && before->hasOneUse() && onlyAttentionReads(r->getResult(0))) {
       OpBuilder b(r);
       Operation *rotated = rotationLike(b, r, before.getInput());
       r->getResult(0).replaceAllUsesWith(
@@ -124,7 +132,7 @@ void commuteRotations(func::FuncOp f) {
       before.erase();
       continue;
     }
-    if (!r->hasOneUse())
+    if (!r->hasOneUse() || !r->getOperand(0).getDefiningOp<CausalAttentionGradOp>())
       continue;
     auto after = dyn_cast<TransposeOp>(*r->getUsers().begin());
     if (!swapsHeadsAndSeq(after))
