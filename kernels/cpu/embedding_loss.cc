@@ -249,11 +249,13 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
       OpKind::CrossEntropyGrad,
       [](const KernelCall &c) {
         const TensorView &logits = c.input(0);
-        return logits.dtype == DType::BF16
-                   ? crossEntropyGradOf(bf16In(logits), c.input(1).i32(), c.input(2).f32(),
-                                        logits.rows(), logits.dim(-1), bf16Out(c.output(0)))
-                   : crossEntropyGradOf(logits.f32(), c.input(1).i32(), c.input(2).f32(),
-                                        logits.rows(), logits.dim(-1), c.output(0).f32());
+        KernelResult r = KernelResult::ok();
+        onStorage(c, [&](auto t) { // the gradient has the logits' storage
+          using T = decltype(t);
+          r = crossEntropyGradOf(as<T>(logits), c.input(1).i32(), c.input(2).f32(),
+                                 logits.rows(), logits.dim(-1), as<T>(c.output(0)));
+        });
+        return r;
       },
       crossEntropyTypes);
 }

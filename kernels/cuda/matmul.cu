@@ -360,8 +360,7 @@ void addMatmulKernels(KernelTable &t) {
               return *r;
         }
         if (KernelResult r = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data,
-                                    c.integer(0) != 0, c.integer(1) != 0, type,
-                                    type == FloatType::F32 && ctx.allowTf32, ctx.stream,
+                                    c.integer(0) != 0, c.integer(1) != 0, type, tf32, ctx.stream,
                                     ctx.scratch, ctx.owner);
             !r.isOk())
           return r;

@@ -72,28 +72,27 @@ TransposeOp swapHeadsAndSeq(OpBuilder &b, Location loc, Value input, Operation *
   return t;
 }
 
-/// Whether `op` is a rotation (ptc.rotary, ptc.rotary_at) and its layout.
-bool isRotation(Operation *op, bool &seqMajor) {
-  if (auto r = dyn_cast_or_null<RotaryOp>(op))
-    return seqMajor = r.getSeqMajor(), true;
-  if (auto r = dyn_cast_or_null<RotaryAtOp>(op))
-    return seqMajor = r.getSeqMajor(), true;
+/// Whether `op` is a rotation (ptc.rotary, ptc.rotary_at) on the heads-major
+/// layout.
+bool isHeadsMajorRotation(Operation *op) {
+  if (auto r = dyn_cast<RotaryOp>(op))
+    return !r.getSeqMajor();
+  if (auto r = dyn_cast<RotaryAtOp>(op))
+    return !r.getSeqMajor();
   return false;
 }
 
-/// Rotation `r`'s rotation of `input` on the other layout (seq-major when
-/// `r` is heads-major), with `r`'s attributes (and positions).
-Operation *rotationLike(OpBuilder &b, Operation *r, Value input) {
+/// Rotation `r`'s rotation of `input` seq-major, with `r`'s attributes (and
+/// positions).
+Operation *seqMajorRotationLike(OpBuilder &b, Operation *r, Value input) {
   Operation *rotated;
   if (auto rot = dyn_cast<RotaryOp>(r))
     rotated = RotaryOp::create(b, rot.getLoc(), input.getType(), input, rot.getThetaAttr(),
-                               rot.getInverseAttr(), rot.getSeqAxisAttr(),
-                               b.getBoolAttr(!rot.getSeqMajor()));
+                               rot.getInverseAttr(), rot.getSeqAxisAttr(), b.getBoolAttr(true));
   else {
     auto at = cast<RotaryAtOp>(r);
     rotated = RotaryAtOp::create(b, at.getLoc(), input.getType(), input, at.getPositions(),
-                                 at.getThetaAttr(), at.getInverseAttr(),
-                                 b.getBoolAttr(!at.getSeqMajor()));
+                                 at.getThetaAttr(), at.getInverseAttr(), b.getBoolAttr(true));
   }
   rotated->setDiscardableAttrs(r->getDiscardableAttrDictionary());
   return rotated;
@@ -117,15 +116,14 @@ bool onlyAttentionReads(Value v) {
 void commuteRotations(func::FuncOp f) {
   SmallVector<Operation *> rotations;
   f.walk([&](Operation *op) {
-    bool seqMajor;
-    if (isRotation(op, seqMajor) && !seqMajor)
+    if (isHeadsMajorRotation(op))
       rotations.push_back(op);
   });
   for (Operation *r : rotations) {
     auto before = r->getOperand(0).getDefiningOp<TransposeOp>();
     if (swapsHeadsAndSeq(before) && before->hasOneUse() && onlyAttentionReads(r->getResult(0))) {
       OpBuilder b(r);
-      Operation *rotated = rotationLike(b, r, before.getInput());
+      Operation *rotated = seqMajorRotationLike(b, r, before.getInput());
       r->getResult(0).replaceAllUsesWith(
           swapHeadsAndSeq(b, r->getLoc(), rotated->getResult(0), before).getResult());
       r->erase();
@@ -139,7 +137,7 @@ void commuteRotations(func::FuncOp f) {
       continue;
     OpBuilder b(after);
     TransposeOp swapped = swapHeadsAndSeq(b, after.getLoc(), r->getOperand(0), after);
-    after.getResult().replaceAllUsesWith(rotationLike(b, r, swapped.getResult())->getResult(0));
+    after.getResult().replaceAllUsesWith(seqMajorRotationLike(b, r, swapped.getResult())->getResult(0));
     after.erase();
     r->erase();
   }

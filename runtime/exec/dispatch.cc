@@ -32,21 +32,44 @@ bool movesStoredBytes(OpCode op) {
   return op == OpCode::ShardSlice || op == OpCode::AllGather || op == OpCode::AllToAll;
 }
 
-/// The typed views of tensors `ids` as a kernel receives them: element type
-/// (f32 for a 16-bit one when `widened`), shape, and the data `dataOf` gives.
+/// Where a KernelCall's views and attributes live (the call points into them).
+struct CallStorage {
+  std::vector<kernels::TensorView> &in, &out;
+  std::vector<int64_t> &ints;
+  std::vector<double> &floats;
+};
+
+/// Instruction `inst` as a kernel receives it: typed views of its tensors
+/// (element type, f32 for a 16-bit one when `widened`; shape; the data
+/// `dataOf` gives), its attributes and activation function, kept in `s`.
 template <typename DataOf>
-void appendViews(const LoadedPlan &plan, const flatbuffers::Vector<int32_t> *ids,
-                 bool widened, DataOf dataOf, std::vector<kernels::TensorView> &out) {
-  out.clear();
-  if (!ids)
-    return;
-  for (int32_t id : *ids) {
-    const TensorInfo &t = plan.tensor(id);
-    auto dtype = static_cast<kernels::DType>(t.dtype);
-    if (widened && kernels::isLowPrecision(dtype)) // runWidened's f32 copy
-      dtype = kernels::DType::F32;
-    out.push_back({dataOf(id), dtype, &t.shape, t.numElements});
-  }
+kernels::KernelCall instructionCall(const LoadedPlan &plan, const plan::Instruction &inst,
+                                    bool widened, DataOf dataOf, CallStorage s) {
+  auto views = [&](const flatbuffers::Vector<int32_t> *ids, std::vector<kernels::TensorView> &out) {
+    out.clear();
+    if (!ids)
+      return;
+    for (int32_t id : *ids) {
+      const TensorInfo &t = plan.tensor(id);
+      auto dtype = static_cast<kernels::DType>(t.dtype);
+      if (widened && kernels::isLowPrecision(dtype)) // runWidened's f32 copy
+        dtype = kernels::DType::F32;
+      out.push_back({dataOf(id), dtype, &t.shape, t.numElements});
+    }
+  };
+  views(inst.inputs(), s.in);
+  views(inst.outputs(), s.out);
+  s.ints.clear();
+  if (inst.ints())
+    s.ints.assign(inst.ints()->begin(), inst.ints()->end());
+  s.floats.clear();
+  if (inst.floats())
+    s.floats.assign(inst.floats()->begin(), inst.floats()->end());
+  kernels::KernelCall call = kernels::makeKernelCall(static_cast<kernels::OpKind>(inst.op()),
+                                                     s.in, s.out, s.ints, s.floats);
+  if (inst.function()) // Unary / UnaryGrad: the loader checked the name
+    call.function = *kernels::lookupUnaryFunction(inst.function()->string_view());
+  return call;
 }
 } // namespace
 
@@ -65,18 +88,8 @@ KernelCoverage kernelCoverage(const LoadedPlan &plan, const kernels::KernelTable
       ++coverage.composed[name];
       continue;
     }
-    appendViews(plan, inst->inputs(), false, noData, in);
-    appendViews(plan, inst->outputs(), false, noData, out);
-    ints.clear();
-    if (inst->ints())
-      ints.assign(inst->ints()->begin(), inst->ints()->end());
-    floats.clear();
-    if (inst->floats())
-      floats.assign(inst->floats()->begin(), inst->floats()->end());
     kernels::KernelCall call =
-        kernels::makeKernelCall(static_cast<kernels::OpKind>(inst->op()), in, out, ints, floats);
-    if (inst->function())
-      call.function = *kernels::lookupUnaryFunction(inst->function()->string_view());
+        instructionCall(plan, *inst, /*widened=*/false, noData, {in, out, ints, floats});
     call.meshCoords = coords.data();
     call.meshSizes = sizes.data();
     // A batched form that takes it: the executor runs such updates as groups.
@@ -132,21 +145,8 @@ void Executor::prepareKernels() {
 }
 
 kernels::KernelCall Executor::typedCall(const plan::Instruction &inst) {
-  auto dataOf = [&](int32_t id) { return data(id); };
-  appendViews(*plan_, inst.inputs(), widening_, dataOf, callInputs_);
-  appendViews(*plan_, inst.outputs(), widening_, dataOf, callOutputs_);
-  callInts_.clear();
-  if (inst.ints())
-    callInts_.assign(inst.ints()->begin(), inst.ints()->end());
-  callFloats_.clear();
-  if (inst.floats())
-    callFloats_.assign(inst.floats()->begin(), inst.floats()->end());
-  kernels::KernelCall call = kernels::makeKernelCall(static_cast<kernels::OpKind>(inst.op()),
-                                                     callInputs_, callOutputs_, callInts_,
-                                                     callFloats_);
-  if (inst.function()) // Unary / UnaryGrad: the loader checked the name
-    call.function = *kernels::lookupUnaryFunction(inst.function()->string_view());
-  return call;
+  return instructionCall(*plan_, inst, widening_, [&](int32_t id) { return data(id); },
+                         {callInputs_, callOutputs_, callInts_, callFloats_});
 }
 
 Status Executor::runWidened(const plan::Instruction &inst, const std::function<Status()> &body) {

@@ -443,7 +443,8 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
   if (timed) {
     StatusOr<Event> e = dev_->recordTimed(StreamKind::Compute);
     if (!e.isOk())
-      return e.status();
+      return Status(e.status().code(), describeInstruction(*inst, n) +
+                                           ": marking the profile: " + e.status().message());
     start = *e;
   }
   Status status;
@@ -473,14 +474,13 @@ Status Executor::runInstruction(uint32_t n, std::vector<double> *profile) {
     const size_t op = static_cast<size_t>(inst->op());
     if (timed) { // read at the step's end
       StatusOr<Event> end = dev_->recordTimed(StreamKind::Compute);
-      if (!end.isOk())
-        return end.status();
-      timedProfile_.push_back({op, start, *end});
+      if (end.isOk())
+        timedProfile_.push_back({op, start, *end});
+      else
+        status = Status(end.status().code(), "marking the profile: " + end.status().message());
     } else {
-      if (profile->size() <= op)
-        profile->resize(op + 1, 0.0);
-      (*profile)[op] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      addToProfile(*profile, op,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   if (!status.isOk())
@@ -534,14 +534,19 @@ Status Executor::step(std::vector<double> *profile) {
   return Status::ok();
 }
 
+void Executor::addToProfile(std::vector<double> &profile, size_t op, double seconds) {
+  if (profile.size() <= op)
+    profile.resize(op + 1, 0.0);
+  profile[op] += seconds;
+}
+
 Status Executor::addTimedProfile(std::vector<double> &profile) {
   for (const TimedInstruction &t : timedProfile_) {
     StatusOr<double> seconds = dev_->secondsBetween(t.start, t.end);
     if (!seconds.isOk())
-      return seconds.status();
-    if (profile.size() <= t.op)
-      profile.resize(t.op + 1, 0.0);
-    profile[t.op] += *seconds;
+      return Status(seconds.status().code(),
+                    "reading the profile's marks: " + seconds.status().message());
+    addToProfile(profile, t.op, *seconds);
   }
   timedProfile_.clear();
   return Status::ok();

@@ -387,6 +387,7 @@ private:
   };
   std::vector<TimedInstruction> timedProfile_;
   Status addTimedProfile(std::vector<double> &profile);
+  static void addToProfile(std::vector<double> &profile, size_t op, double seconds);
   DeviceBuffer staging_;
   std::vector<void *> buffers_; // device allocations: the arena, persistent tensors
   std::vector<void *> storage_;

@@ -76,8 +76,10 @@ private:
       return fail(inferred.error);
     return expectShape(actual, inferred.shape, what);
   }
+  /// `f32Scalar` (a tensor id, or -1): a float tensor that may be f32 beside
+  /// 16-bit ones (a loss kept in f32 over bf16 logits).
   Status dtypes(std::initializer_list<int> i32Inputs = {},
-                std::initializer_list<int> i32Outputs = {});
+                std::initializer_list<int> i32Outputs = {}, int32_t f32Scalar = -1);
   Status matmul();
   Status reduce(const Shape &input, const Shape &reduced);
   /// `whole` is `parts` blocks of `block` along `dim` (parts = the axis size),
@@ -199,14 +201,17 @@ Status InstructionChecker::expectShape(const Shape &actual, const Shape &expecte
 
 /// Every operand and result is f32 except the listed i32 ones (ids).
 Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
-                                  std::initializer_list<int> i32Outputs) {
+                                  std::initializer_list<int> i32Outputs, int32_t f32Scalar) {
   // Ids are i32; every float tensor of one instruction has one float dtype
-  // (f32, or bf16 / f16 in mixed precision; ptc.convert changes it).
+  // (f32, or bf16 / f16 in mixed precision; ptc.convert changes it), but for
+  // an f32 `f32Scalar`.
   std::optional<DType> floatType;
   auto check = [&](int32_t id, bool ids, const std::string &what) -> Status {
     DType d = tensors_[id].dtype;
     if (ids ? d != DType::I32 : d == DType::I32)
       return fail(what, " is ", dtypeName(d), ", expected ", ids ? "i32" : "a float type");
+    if (id == f32Scalar && d == DType::F32)
+      return Status::ok();
     if (!ids && floatType && d != *floatType)
       return fail(what, " is ", dtypeName(d), ", but the instruction's other float tensors are ",
                   dtypeName(*floatType));
@@ -473,19 +478,7 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(vocabAxis());
     // The whole-vocabulary loss over bf16 / f16 logits may keep its scalar
     // (the loss, or its gradient) in f32 (ptc-fuse-loss-widening).
-    const int32_t scalar = grad ? in_[2] : out_[0];
-    const DType logitsType = tensors_[in_[0]].dtype;
-    if (!vocab && (logitsType == DType::BF16 || logitsType == DType::F16) &&
-        tensors_[scalar].dtype == DType::F32) {
-      if (tensors_[in_[1]].dtype != DType::I32)
-        return fail("input #1 ('", tensors_[in_[1]].name, "') is ",
-                    dtypeName(tensors_[in_[1]].dtype), ", expected i32");
-      if (grad && tensors_[out_[0]].dtype != logitsType)
-        return fail("output #0 is ", dtypeName(tensors_[out_[0]].dtype),
-                    ", but the logits are ", dtypeName(logitsType));
-    } else {
-      PTC_RETURN_IF_ERROR(dtypes({1}));
-    }
+    PTC_RETURN_IF_ERROR(dtypes({1}, {}, vocab ? -1 : grad ? in_[2] : out_[0]));
     const Shape &logits = in(0);
     if (auto loss = kernels::shapes::crossEntropy(logits, in(1)); !loss.ok())
       return fail(loss.error);

@@ -353,6 +353,36 @@ TEST(PlanLoader, ChecksOptimizerUpdateDtypes) {
       << ints;
 }
 
+// The whole-vocabulary cross-entropy over bf16 logits may keep its loss (and
+// the loss gradient it reads) in f32 (ptc-fuse-loss-widening); the logits'
+// gradient has the logits' type, and f32 logits keep an f32 loss.
+TEST(PlanLoader, ChecksCrossEntropyLossDtypes) {
+  using plan::DType;
+  using plan::TensorKind;
+  auto load = [](DType logits, DType scalar, DType grad) {
+    std::vector<TensorDesc> tensors = {{"logits", TensorKind::Input, {2, 8}, -1, logits},
+                                       {"targets", TensorKind::Input, {2}, -1, DType::I32},
+                                       {"loss", TensorKind::Temporary, {}, 0, scalar},
+                                       {"seed", TensorKind::Input, {}, -1, scalar},
+                                       {"dlogits", TensorKind::Temporary, {2, 8}, 64, grad}};
+    return loadError(buildPlan(tensors,
+                               {{plan::OpCode::CrossEntropy, {0, 1}, {2}, {}, {}},
+                                {plan::OpCode::CrossEntropyGrad, {0, 1, 3}, {4}, {}, {}}},
+                               128));
+  };
+  EXPECT_EQ(load(DType::F32, DType::F32, DType::F32), "");
+  EXPECT_EQ(load(DType::BF16, DType::F32, DType::BF16), "");
+  EXPECT_EQ(load(DType::BF16, DType::BF16, DType::BF16), "");
+  std::string wideGrad = load(DType::BF16, DType::F32, DType::F32);
+  EXPECT_NE(wideGrad.find("output #0 is F32, but the instruction's other float tensors are BF16"),
+            std::string::npos)
+      << wideGrad;
+  std::string narrowLoss = load(DType::F32, DType::BF16, DType::F32);
+  EXPECT_NE(narrowLoss.find("output #0 is BF16, but the instruction's other float tensors are F32"),
+            std::string::npos)
+      << narrowLoss;
+}
+
 TEST(PlanLoader, RejectsWrongAttributeCount) {
   auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0}, {}}}, 32);
   EXPECT_NE(loadError(bytes).find("expects 2 integer and 0 float attributes"), std::string::npos);
