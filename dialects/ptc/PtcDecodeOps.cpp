@@ -78,7 +78,8 @@ LogicalResult CachedAttentionOp::inferShardingRule(ShardingRuleContext &ctx) {
 }
 
 PlanInstruction CachedAttentionOp::getPlanInstruction(MeshAxisIndexFn) {
-  return PlanInstruction{OpKind::CachedAttention, {}, {getScaleOrDefault()}};
+  return PlanInstruction(OpKind::CachedAttention)
+      .set(::ptc::kernels::attr::ScaledAttention::scale, getScaleOrDefault());
 }
 
 LogicalResult RotaryAtOp::verify() {
@@ -97,14 +98,13 @@ LogicalResult RotaryAtOp::inferShardingRule(ShardingRuleContext &ctx) {
   return success();
 }
 
-// The optional integers: inverse[, seq_major] (within format 15).
+// inverse and seq_major are optional (within format 15).
 PlanInstruction RotaryAtOp::getPlanInstruction(MeshAxisIndexFn) {
-  SmallVector<int64_t> ints;
-  if (getInverse() || getSeqMajor())
-    ints.push_back(getInverse() ? 1 : 0);
-  if (getSeqMajor())
-    ints.push_back(1);
-  return PlanInstruction{OpKind::RotaryAt, ints, {getTheta().convertToDouble()}};
+  namespace attr = ::ptc::kernels::attr;
+  return PlanInstruction(OpKind::RotaryAt)
+      .set(attr::RotaryAt::inverse, getInverse())
+      .set(attr::RotaryAt::seq_major, getSeqMajor())
+      .set(attr::RotaryAt::theta, getTheta().convertToDouble());
 }
 
 FailureOr<int> RotaryAtOp::inferBatchDim(ArrayRef<int> in, int64_t count) {

@@ -68,7 +68,7 @@ class Ptc_UnaryGradOp<string mnemonic, string forward>
     ::llvm::StringRef $cppClass::getFunctionName() { return "}] # forward # [{"; }
     bool $cppClass::isGradient() { return true; }
     ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
-      return {::ptc::kernels::OpKind::UnaryGrad, {}, {}, "}] # forward # [{"};
+      return ::mlir::ptc::PlanInstruction(::ptc::kernels::OpKind::UnaryGrad, "}] # forward # [{");
     }
   }];
 }
@@ -141,7 +141,8 @@ class Ptc_RowNormGradOp<string mnemonic, string planOpcode,
       return ::mlir::ptc::rowNormGradShardingRule(*this, ctx);
     }
     ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
-      return {::ptc::kernels::OpKind::}] # planOpcode # [{, {}, {getEpsilon().convertToDouble()}};
+      return ::mlir::ptc::PlanInstruction(::ptc::kernels::OpKind::}] # planOpcode # [{)
+          .set(::ptc::kernels::attr::RowNorm::epsilon, getEpsilon().convertToDouble());
     }
   }];
 }

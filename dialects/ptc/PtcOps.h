@@ -39,13 +39,19 @@ LogicalResult activationShardingRule(Operation *op, ShardingRuleContext &ctx);
 LogicalResult activationGradShardingRule(Operation *op, ShardingRuleContext &ctx);
 
 /// An op's instruction in the executable plan (PlanInstructionOpInterface):
-/// an opcode of kernels/common/op_table.def by name, its integer and float
-/// attributes in the table's order, and for Unary / UnaryGrad the activation.
+/// an opcode of kernels/common/op_table.def, its attributes set by name
+/// (kernels/common/op_attrs.def: `set(attr::Rotary::theta, 1e4)`), and for
+/// Unary / UnaryGrad the activation.
 struct PlanInstruction {
+  explicit PlanInstruction(::ptc::kernels::OpKind opcode, std::string function = {})
+      : opcode(opcode), attrs(::ptc::kernels::attrSetOf(opcode)), function(std::move(function)) {}
+  template <typename Attr, typename Value> PlanInstruction &set(const Attr &attr, const Value &v) {
+    attrs.set(attr, v);
+    return *this;
+  }
   ::ptc::kernels::OpKind opcode;
-  SmallVector<int64_t> ints = {};
-  SmallVector<double> floats = {};
-  std::string function = {};
+  ::ptc::kernels::AttrValues attrs;
+  std::string function;
 };
 /// The index of a mesh axis by name, for attributes that name one (-1
 /// without a mesh).

@@ -81,7 +81,7 @@ class Ptc_UnaryElementwiseOp<string mnemonic, string what, string gradOp,
     ::llvm::StringRef $cppClass::getFunctionName() { return "}] # mnemonic # [{"; }
     bool $cppClass::isGradient() { return false; }
     ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
-      return {::ptc::kernels::OpKind::Unary, {}, {}, "}] # mnemonic # [{"};
+      return ::mlir::ptc::PlanInstruction(::ptc::kernels::OpKind::Unary, "}] # mnemonic # [{");
     }
     // The VJP: the gradient op of the same function, d input = grad * f'(input).
     ::llvm::LogicalResult $cppClass::buildVjp(::mlir::OpBuilder &b,
@@ -353,7 +353,8 @@ class Ptc_RowNormOp<string mnemonic, string planOpcode, string gradOp, list<Trai
       return ::mlir::ptc::rowNormShardingRule(*this, ctx);
     }
     ::mlir::ptc::PlanInstruction $cppClass::getPlanInstruction(::mlir::ptc::MeshAxisIndexFn) {
-      return {::ptc::kernels::OpKind::}] # planOpcode # [{, {}, {getEpsilon().convertToDouble()}};
+      return ::mlir::ptc::PlanInstruction(::ptc::kernels::OpKind::}] # planOpcode # [{)
+          .set(::ptc::kernels::attr::RowNorm::epsilon, getEpsilon().convertToDouble());
     }
     // The VJP: the gradient op recomputes the row statistics and returns one
     // gradient per operand (input, weight[, bias]).

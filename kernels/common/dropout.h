@@ -111,22 +111,24 @@ struct DropoutMask {
 };
 
 /// The mask of a Dropout call: its input's local shape `shape` (rank <=
-/// kMaxRank), the instruction's integers (stream, then per dimension its
-/// blocks, the number of mesh axes splitting it and those axes, major
-/// first), `p`, the device's mesh coordinates and sizes, and the random
-/// context. False when the integers do not describe `rank` dimensions (the
-/// plan loader checks them first) or, under micro-batches, the first
-/// dimension does not split into the data parts.
+/// kMaxRank), the instruction's stream and layout (per dimension its blocks,
+/// the number of mesh axes splitting it and those axes, major first:
+/// op_attrs.def), `p`, the device's mesh coordinates and sizes, and the
+/// random context. False when the layout does not describe `rank`
+/// dimensions (the plan loader checks it first) or, under micro-batches, the
+/// first dimension does not split into the data parts.
 template <typename Shape>
-inline bool dropoutMask(const Shape &shape, const int64_t *ints, size_t numInts, double p,
+inline bool dropoutMask(const Shape &shape, int64_t stream, const Shape &layout, double p,
                         const int64_t *meshCoords, const int64_t *meshSizes,
                         const RandomContext &random, DropoutMask &mask) {
   const size_t rank = shape.size();
-  if (rank > static_cast<size_t>(DropoutMask::kMaxRank) || numInts < 1)
+  if (rank > static_cast<size_t>(DropoutMask::kMaxRank))
     return false;
   mask.rank = static_cast<int>(rank);
-  mask.stream = static_cast<uint32_t>(ints[0]);
-  size_t k = 1;
+  mask.stream = static_cast<uint32_t>(stream);
+  const int64_t *ints = layout.data();
+  const size_t numInts = layout.size();
+  size_t k = 0;
   for (size_t d = 0; d < rank; ++d) {
     if (k + 2 > numInts)
       return false;

@@ -14,6 +14,7 @@
 #include "kernels/common/dropout.h"
 #include "kernels/common/elementwise.h"
 #include "kernels/common/error.h"
+#include "kernels/common/op_attrs.h"
 #include "kernels/common/types.h"
 
 #include <array>
@@ -24,71 +25,6 @@
 #include <vector>
 
 namespace ptc::kernels {
-
-/// The kernels the runtime composes some instructions from, around the
-/// collectives between them: the vocabulary-parallel cross-entropy (row
-/// maxima, sums and target logits combined over the group), ring attention
-/// (one block of keys at a time) and the gradient norm (a sum of squares
-/// over the group, then the clip). Kernel-table entries like the plan's ops,
-/// numbered after them (never in a plan). Their calls:
-///   RowMax: (logits [rows, classes]) -> (maxima [rows])
-///   RowSumExp: (logits, maxima) -> (sums of exp(x - max) [rows])
-///   TargetLogit: (logits, targets i32 [rows]) -> (target logits [rows], 0
-///     where another rank holds the target); ints: the block's first class,
-///     the classes of all blocks
-///   LossFromParts: (maxima, sums, target logits) -> (mean loss [1])
-///   VocabParallelGrad: (logits, targets, loss gradient [1], maxima, sums) ->
-///     (the logits' gradient); ints: as TargetLogit
-///   AttentionBlock: (q [batch, heads, rows, dim], k, v [batch, kv heads, keys,
-///     dim][, first keys i32 [batch, rows]]) -> (acc [batch, heads, rows, dim],
-///     row max, row sum [batch, heads, rows]), accumulated (online softmax);
-///     ints: causal (the block on the diagonal); floats: scale. First keys:
-///     packed documents' first key of the block each query row sees.
-///   AttentionBlockGrad: (q, k, v, o, g, lse[, first keys]) -> (dq, dk, dv),
-///     accumulated; ints, floats: as AttentionBlock
-///   SumOfSquares: (tensors...) -> (the sum of squares of all elements [1])
-///   ClipByNorm: (gradients..., sum of squares [1]) -> (clipped gradients...,
-///     norm [1]): g * min(1, max_norm / (norm + 1e-6)), norm = sqrt(sum); the
-///     norm may be the sum's memory; floats: max_norm
-#define PTC_KERNEL_PIECES(X)                                                                       \
-  X(RowMax) X(RowSumExp) X(TargetLogit) X(LossFromParts) X(VocabParallelGrad) X(AttentionBlock)    \
-      X(AttentionBlockGrad) X(SumOfSquares) X(ClipByNorm)
-
-/// One enumerator per row of op_table.def, in its order (the plan's OpCode
-/// has the same values), then the pieces above.
-enum class OpKind : uint16_t {
-#define PTC_PLAN_OP(op, ...) op,
-#include "kernels/common/op_table.def"
-#undef PTC_PLAN_OP
-#define PTC_KERNEL_PIECE(piece) piece,
-  PTC_KERNEL_PIECES(PTC_KERNEL_PIECE)
-#undef PTC_KERNEL_PIECE
-};
-/// The plan's ops (op_table.def's rows).
-inline constexpr size_t kNumPlanOps = 0
-#define PTC_PLAN_OP(op, ...) +1
-#include "kernels/common/op_table.def"
-#undef PTC_PLAN_OP
-    ;
-/// Every kind a kernel table has entries for: the plan's ops and the pieces.
-inline constexpr size_t kNumOpKinds = kNumPlanOps
-#define PTC_KERNEL_PIECE(piece) +1
-    PTC_KERNEL_PIECES(PTC_KERNEL_PIECE)
-#undef PTC_KERNEL_PIECE
-    ;
-
-/// "RmsNorm", from op_table.def; "RowMax" for a piece.
-inline const char *opKindName(OpKind op) {
-  static constexpr const char *kNames[] = {
-#define PTC_PLAN_OP(op, ...) #op,
-#include "kernels/common/op_table.def"
-#undef PTC_PLAN_OP
-#define PTC_KERNEL_PIECE(piece) #piece,
-      PTC_KERNEL_PIECES(PTC_KERNEL_PIECE)
-#undef PTC_KERNEL_PIECE
-  };
-  return static_cast<size_t>(op) < kNumOpKinds ? kNames[static_cast<size_t>(op)] : "?";
-}
 
 /// A tensor on the device: its memory, element type and shape.
 struct TensorView {
@@ -146,15 +82,24 @@ struct KernelCall {
     assert(i < numOutputs);
     return out[i];
   }
-  int64_t integer(size_t i) const {
-    assert(i < numInts);
-    return ints[i];
+  /// A named attribute (op_attrs.def) of the call's op kind's set; an
+  /// absent optional one reads as its fallback.
+  int64_t attr(const IntAttr &a) const {
+    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
+    return attrValue(a, ints, numInts);
   }
-  float real(size_t i) const {
-    assert(i < numFloats);
-    return static_cast<float>(floats[i]);
+  double attr(const FloatAttr &a) const {
+    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
+    return attrValue(a, floats, numFloats);
   }
-  Shape intList() const { return Shape(ints, ints + numInts); }
+  Shape attr(const IntsAttr &a) const {
+    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
+    return attrValue(a, ints, numInts);
+  }
+  std::vector<double> attr(const FloatsAttr &a) const {
+    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
+    return attrValue(a, floats, numFloats);
+  }
 };
 
 /// The data pointers of `count` views as `T` (const float *, float *, const
@@ -206,10 +151,27 @@ struct AttentionDims {
   bool seqMajor;
 };
 inline AttentionDims attentionDims(const KernelCall &c) {
-  const bool seqMajor = c.numInts > 0 && c.integer(0) == 1;
+  const bool seqMajor = c.attr(attr::Attention::seq_major) == 1;
   const TensorView &q = c.input(0), &k = c.input(1);
   const int headsDim = seqMajor ? 2 : 1, seqDim = seqMajor ? 1 : 2;
   return {q.dim(0), q.dim(headsDim), k.dim(headsDim), q.dim(seqDim), q.dim(3), seqMajor};
+}
+
+/// An attention call's softmax scale, whichever attention op it is.
+inline double attentionScale(const KernelCall &c) {
+  switch (c.op) {
+  case OpKind::CausalAttention:
+  case OpKind::CausalAttentionGrad:
+    return c.attr(attr::Attention::scale);
+  case OpKind::RingAttention:
+  case OpKind::RingAttentionGrad:
+    return c.attr(attr::RingAttention::scale);
+  case OpKind::AttentionBlock:
+  case OpKind::AttentionBlockGrad:
+    return c.attr(attr::AttentionBlock::scale);
+  default: // CausalAttentionQkv(Grad), CachedAttention
+    return c.attr(attr::ScaledAttention::scale);
+  }
 }
 
 /// The float inputs of an attention op, before its optional document
@@ -235,19 +197,19 @@ inline const int32_t *documentPositions(const KernelCall &c) {
   return c.numInputs > index ? c.input(index).i32() : nullptr;
 }
 
-/// Rotary's ints: inverse[, the sequence's mesh axis (-1: none)[, seq_major]].
-/// Whether its input is [batch, seq, heads, head_dim] (else [batch, heads,
+/// Whether a Rotary / RotaryAt's input is [batch, seq, heads, head_dim] (else [batch, heads,
 /// seq, head_dim]).
 inline bool rotarySeqMajor(const KernelCall &c) {
-  return c.op == OpKind::RotaryAt ? c.numInts > 1 && c.integer(1) != 0
-                                  : c.numInts > 2 && c.integer(2) != 0;
+  return c.op == OpKind::RotaryAt ? c.attr(attr::RotaryAt::seq_major) != 0
+                                  : c.attr(attr::Rotary::seq_major) != 0;
 }
 /// The position of the input's first row: with a mesh axis, this device's
 /// block of the sequence starts there.
 inline int64_t rotaryFirstPosition(const KernelCall &c) {
-  if (c.numInts < 2 || c.integer(1) < 0)
+  const int64_t axis = c.op == OpKind::Rotary ? c.attr(attr::Rotary::seq_axis) : -1;
+  if (axis < 0)
     return 0;
-  return c.meshCoords[c.integer(1)] * c.input(0).dim(rotarySeqMajor(c) ? 1 : 2);
+  return c.meshCoords[axis] * c.input(0).dim(rotarySeqMajor(c) ? 1 : 2);
 }
 
 /// CausalAttentionQkv(Grad): qkv [batch, seq, width] with width = (heads + 2
@@ -275,18 +237,22 @@ inline FusedQkvDims fusedQkvDims(const TensorView &qkv, const TensorView &heads)
 /// The input layout of an AdamWUpdate / SgdUpdate: the fixed inputs (AdamW:
 /// param, grad, exp_avg, exp_avg_sq, step; SGD: param, grad, momentum), then
 /// the skip flag of dynamic loss scaling if present (the outputs then get the
-/// inputs' values), then, with ints [1], the scheduled learning rate. Indices
-/// are -1 where absent. The plan loader checks an instruction against it.
-/// Their kernels read the step's learning rate from floats[0]: the runtime
-/// puts the scheduled value there.
+/// inputs' values), then, with scheduled_lr = 1, the scheduled learning rate.
+/// Indices are -1 where absent. The plan loader checks an instruction against
+/// it. Their kernels read the step's learning rate from the `lr` attribute:
+/// the runtime puts the scheduled value there.
 struct UpdateInputs {
   size_t fixed = 0;
   int skip = -1, lr = -1;
 };
-inline UpdateInputs updateInputs(OpKind op, size_t numInputs, size_t numInts) {
+inline UpdateInputs updateInputs(OpKind op, size_t numInputs, const int64_t *ints,
+                                 size_t numInts) {
   UpdateInputs u;
-  u.fixed = op == OpKind::AdamWUpdate ? 5 : 3;
-  const bool scheduled = numInts == 1;
+  const bool adamw = op == OpKind::AdamWUpdate;
+  u.fixed = adamw ? 5 : 3;
+  const bool scheduled =
+      attrValue(adamw ? attr::AdamWUpdate::scheduled_lr : attr::SgdUpdate::scheduled_lr, ints,
+                numInts) != 0;
   if (numInputs > u.fixed + (scheduled ? 1 : 0))
     u.skip = static_cast<int>(u.fixed);
   if (scheduled)
@@ -294,20 +260,26 @@ inline UpdateInputs updateInputs(OpKind op, size_t numInputs, size_t numInts) {
   return u;
 }
 inline UpdateInputs updateInputs(const KernelCall &c) {
-  return updateInputs(c.op, c.numInputs, c.numInts);
+  return updateInputs(c.op, c.numInputs, c.ints, c.numInts);
+}
+/// Where an update's floats hold its learning rate (the runtime puts the
+/// step's scheduled value there).
+inline size_t learningRateSlot(OpKind op) {
+  return op == OpKind::AdamWUpdate ? attr::AdamWUpdate::lr.index : attr::SgdUpdate::lr.index;
 }
 
 /// The rows of a table this rank holds: all `rows` (offset 0, total rows),
-/// or, when the instruction's one integer names a mesh axis (a
+/// or, when the instruction's vocab_axis names a mesh axis (a
 /// vocabulary-parallel table), the rank's block [offset, offset + rows) of
 /// `total` rows along that axis.
 struct VocabularyBlock {
   int64_t offset, total;
 };
 inline VocabularyBlock vocabularyBlock(const KernelCall &c, int64_t rows) {
-  if (c.numInts != 1)
+  const int64_t vocabAxis = c.attr(attr::Embedding::vocab_axis);
+  if (vocabAxis < 0)
     return {0, rows};
-  const size_t axis = static_cast<size_t>(c.ints[0]);
+  const auto axis = static_cast<size_t>(vocabAxis);
   return {c.meshCoords[axis] * rows, rows * c.meshSizes[axis]};
 }
 

@@ -169,9 +169,9 @@ void addArithmeticKernels(KernelTable &t) {
       [](const KernelCall &c) {
         const TensorView &in = c.input(0), &out = c.output(0);
         if (out.dtype == DType::BF16)
-          scaleOf(bf16In(in), bf16Out(out), in.elements, c.real(0));
+          scaleOf(bf16In(in), bf16Out(out), in.elements, c.attr(attr::Scale::factor));
         else
-          scaleOf(in.f32(), out.f32(), in.elements, c.real(0));
+          scaleOf(in.f32(), out.f32(), in.elements, c.attr(attr::Scale::factor));
         return KernelResult::ok();
       },
       f32OrBf16);

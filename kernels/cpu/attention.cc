@@ -607,7 +607,7 @@ KernelResult onFusedQkv(const KernelCall &c, const TensorView &qkv, const Tensor
                         Body body) {
   const FusedQkvDims f = fusedQkvDims(qkv, heads);
   const Shape shape{f.dims.batch, f.dims.heads, f.dims.seq, f.dims.dim};
-  const float scale = static_cast<float>(c.real(0));
+  const auto scale = static_cast<float>(c.attr(attr::ScaledAttention::scale));
   if (qkv.dtype == DType::BF16)
     body(static_cast<const uint16_t *>(qkv.data), f, shape, scale);
   else
@@ -628,7 +628,7 @@ void addAttentionKernels(KernelTable &t) {
         const TensorView &q = c.input(0);
         const AttentionDims a = attentionDims(c);
         const Shape shape{a.batch, a.heads, a.seq, a.dim};
-        const float scale = static_cast<float>(c.real(0));
+        const auto scale = static_cast<float>(c.attr(attr::Attention::scale));
         const int32_t *positions = documentPositions(c);
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
@@ -648,7 +648,7 @@ void addAttentionKernels(KernelTable &t) {
         const TensorView &q = c.input(0);
         const AttentionDims a = attentionDims(c);
         const Shape shape{a.batch, a.heads, a.seq, a.dim};
-        const float scale = static_cast<float>(c.real(0));
+        const auto scale = static_cast<float>(c.attr(attr::Attention::scale));
         const int32_t *positions = documentPositions(c);
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
@@ -705,7 +705,8 @@ void addAttentionKernels(KernelTable &t) {
   // dim], caches [batch, kvHeads, context, dim], positions [batch, tokens].
   t.add(OpKind::CachedAttention, [](const KernelCall &c) {
     return cachedAttention(c.input(0), c.input(1), c.input(2), c.input(3), c.input(4),
-                           c.input(5).i32(), c.output(0), c.output(1), c.output(2), c.real(0));
+                           c.input(5).i32(), c.output(0), c.output(1), c.output(2),
+                           c.attr(attr::ScaledAttention::scale));
   });
 }
 

@@ -131,16 +131,16 @@ void addAttentionBlockKernels(KernelTable &t) {
   // rows' first keys.
   t.add(OpKind::AttentionBlock, [](const KernelCall &c) {
     const TensorView &q = c.input(0), &k = c.input(1);
-    attentionBlock(q.f32(), k.f32(), c.input(2).f32(), *q.shape, k.dim(1), k.dim(2), c.floats[0],
-                   c.integer(0) != 0, c.output(0).f32(), c.output(1).f32(), c.output(2).f32(),
+    attentionBlock(q.f32(), k.f32(), c.input(2).f32(), *q.shape, k.dim(1), k.dim(2), c.attr(attr::AttentionBlock::scale),
+                   c.attr(attr::AttentionBlock::causal) != 0, c.output(0).f32(), c.output(1).f32(), c.output(2).f32(),
                    c.numInputs > 3 ? c.input(3).i32() : nullptr);
     return KernelResult::ok();
   });
   t.add(OpKind::AttentionBlockGrad, [](const KernelCall &c) {
     const TensorView &q = c.input(0), &k = c.input(1);
     attentionBlockGrad(q.f32(), k.f32(), c.input(2).f32(), c.input(3).f32(), c.input(4).f32(),
-                       c.input(5).f32(), *q.shape, k.dim(1), k.dim(2), c.floats[0],
-                       c.integer(0) != 0, c.output(0).f32(), c.output(1).f32(),
+                       c.input(5).f32(), *q.shape, k.dim(1), k.dim(2), c.attr(attr::AttentionBlock::scale),
+                       c.attr(attr::AttentionBlock::causal) != 0, c.output(0).f32(), c.output(1).f32(),
                        c.output(2).f32(), c.numInputs > 6 ? c.input(6).i32() : nullptr);
     return KernelResult::ok();
   });

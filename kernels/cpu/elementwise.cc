@@ -170,8 +170,9 @@ void addElementwiseKernels(KernelTable &t) {
           return KernelResult::ok();
         }
         DropoutMask mask;
-        if (!c.random || !dropoutMask(*in.shape, c.ints, c.numInts, c.floats[0], c.meshCoords,
-                                      c.meshSizes, *c.random, mask))
+        if (!c.random || !dropoutMask(*in.shape, c.attr(attr::Dropout::stream),
+                                      c.attr(attr::Dropout::layout), c.attr(attr::Dropout::p),
+                                      c.meshCoords, c.meshSizes, *c.random, mask))
           return KernelResult::error("Dropout: no random context or integers that fit its input");
         return internal::onStorage(c, [&](auto t) {
           using T = decltype(t);

@@ -188,8 +188,8 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
   });
   t.add(OpKind::TargetLogit, [](const KernelCall &c) {
     const TensorView &x = c.input(0);
-    return targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.integer(0),
-                       c.integer(1), c.output(0).f32());
+    return targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.attr(attr::ClassBlock::first_class),
+                       c.attr(attr::ClassBlock::classes), c.output(0).f32());
   });
   t.add(OpKind::LossFromParts, [](const KernelCall &c) {
     const float *max = c.input(0).f32(), *sumExp = c.input(1).f32(), *target = c.input(2).f32();
@@ -205,7 +205,8 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
     const float *x = logits.f32(), *max = c.input(3).f32(), *sumExp = c.input(4).f32();
     const int32_t *targets = c.input(1).i32();
     const int64_t rows = logits.rows(), classes = logits.dim(-1);
-    const int64_t offset = c.integer(0), total = c.integer(1);
+    const int64_t offset = c.attr(attr::ClassBlock::first_class),
+                  total = c.attr(attr::ClassBlock::classes);
     float *out = c.output(0).f32();
     const float scale = *c.input(2).f32() / static_cast<float>(rows);
     for (int64_t r = 0; r < rows; ++r) {

@@ -117,7 +117,8 @@ void addLayoutKernels(KernelTable &t) {
       OpKind::Transpose,
       [](const KernelCall &c) {
         const TensorView &in = c.input(0);
-        transpose(in.data, *in.shape, c.output(0).data, c.intList(), dtypeBytes(in.dtype));
+        transpose(in.data, *in.shape, c.output(0).data, c.attr(attr::Permutation::permutation),
+                  dtypeBytes(in.dtype));
         return KernelResult::ok();
       },
       anyTypes);
@@ -125,7 +126,7 @@ void addLayoutKernels(KernelTable &t) {
       OpKind::Slice,
       [](const KernelCall &c) {
         const TensorView &in = c.input(0), &out = c.output(0);
-        sliceCopy(in.data, *in.shape, out.data, *out.shape, c.intList(), dtypeBytes(in.dtype),
+        sliceCopy(in.data, *in.shape, out.data, *out.shape, c.attr(attr::Offsets::offsets), dtypeBytes(in.dtype),
                   /*toSmall=*/true);
         return KernelResult::ok();
       },
@@ -139,12 +140,14 @@ void addLayoutKernels(KernelTable &t) {
           ins.push_back(c.in[i].data);
           shapes.push_back(*c.in[i].shape);
         }
-        concat(ins, shapes, c.output(0).data, c.integer(0), dtypeBytes(c.output(0).dtype));
+        concat(ins, shapes, c.output(0).data, c.attr(attr::Axis::axis),
+               dtypeBytes(c.output(0).dtype));
         return KernelResult::ok();
       },
       anyTypes);
   t.add(OpKind::Pad, [](const KernelCall &c) {
-    pad(c.input(0).f32(), *c.input(0).shape, c.output(0).f32(), *c.output(0).shape, c.intList());
+    pad(c.input(0).f32(), *c.input(0).shape, c.output(0).f32(), *c.output(0).shape,
+        c.attr(attr::Offsets::offsets));
     return KernelResult::ok();
   });
 }

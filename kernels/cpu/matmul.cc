@@ -472,15 +472,16 @@ void addMatmulKernels(KernelTable &t) {
     if (a.dtype == DType::F32 && b.dtype == DType::F32 && out.dtype == DType::F32)
       return true;
     return a.dtype == out.dtype && b.dtype == out.dtype && isLowPrecision(out.dtype) &&
-           lowPrecisionMatmulFor(floatTypeOf(out.dtype), *a.shape, *b.shape, c.integer(0) != 0,
-                                 c.integer(1) != 0, bias)
+           lowPrecisionMatmulFor(floatTypeOf(out.dtype), *a.shape, *b.shape, c.attr(attr::Matmul::transpose_lhs) != 0,
+                                 c.attr(attr::Matmul::transpose_rhs) != 0, bias)
                .usable;
   };
   t.add(
       OpKind::Matmul,
       [](const KernelCall &c) {
         const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
-        const bool transA = c.integer(0) != 0, transB = c.integer(1) != 0;
+        const bool transA = c.attr(attr::Matmul::transpose_lhs) != 0,
+                   transB = c.attr(attr::Matmul::transpose_rhs) != 0;
         const TensorView *bias = c.numInputs >= 3 ? &c.input(2) : nullptr;
         if (out.dtype == DType::F32) {
           matmul(a.f32(), *a.shape, b.f32(), *b.shape, out.f32(), transA, transB,

@@ -346,7 +346,8 @@ void addNormalizationKernels(KernelTable &t) {
           using T = decltype(t);
           const TensorView &x = c.input(0);
           layerNorm(as<T>(x), as<T>(c.input(1)), as<T>(c.input(2)), as<T>(c.output(0)), x.rows(),
-                    x.dim(-1), c.real(0));
+                    x.dim(-1),
+                    c.attr(attr::RowNorm::epsilon));
         });
       },
       f32OrBf16);
@@ -357,7 +358,8 @@ void addNormalizationKernels(KernelTable &t) {
           using T = decltype(t);
           const TensorView &x = c.input(0);
           layerNormGrad(as<T>(x), as<T>(c.input(1)), as<T>(c.input(2)), as<T>(c.output(0)),
-                        as<T>(c.output(1)), as<T>(c.output(2)), x.rows(), x.dim(-1), c.real(0));
+                        as<T>(c.output(1)), as<T>(c.output(2)), x.rows(), x.dim(-1),
+                    c.attr(attr::RowNorm::epsilon));
         });
       },
       f32OrBf16);
@@ -368,7 +370,7 @@ void addNormalizationKernels(KernelTable &t) {
           using T = decltype(t);
           const TensorView &x = c.input(0);
           rmsNorm(as<T>(x), as<T>(c.input(1)), as<T>(c.output(0)), x.rows(), x.dim(-1),
-                  c.real(0));
+                  c.attr(attr::RowNorm::epsilon));
         });
       },
       f32OrBf16);
@@ -379,7 +381,8 @@ void addNormalizationKernels(KernelTable &t) {
           using T = decltype(t);
           const TensorView &x = c.input(0);
           rmsNormGrad(as<T>(x), as<T>(c.input(1)), as<T>(c.input(2)), as<T>(c.output(0)),
-                      as<T>(c.output(1)), x.rows(), x.dim(-1), c.real(0));
+                      as<T>(c.output(1)), x.rows(), x.dim(-1),
+                    c.attr(attr::RowNorm::epsilon));
         });
       },
       f32OrBf16);
@@ -391,31 +394,32 @@ void addNormalizationKernels(KernelTable &t) {
         const int64_t first = rotaryFirstPosition(c);
         return onStorage(c, [&](auto t) {
           using T = decltype(t);
-          rotaryOf(as<T>(c.input(0)), as<T>(c.output(0)), *c.input(0).shape, c.floats[0],
-                   c.integer(0) != 0, first, seqMajor);
+          rotaryOf(as<T>(c.input(0)), as<T>(c.output(0)), *c.input(0).shape,
+                   c.attr(attr::Rotary::theta), c.attr(attr::Rotary::inverse) != 0, first, seqMajor);
         });
       },
       f32OrBf16);
   t.add(
       OpKind::RotaryAt,
       [](const KernelCall &c) {
-        const bool inverse = c.numInts > 0 && c.integer(0) != 0;
+        const bool inverse = c.attr(attr::RotaryAt::inverse) != 0;
         KernelResult r = KernelResult::ok();
         onStorage(c, [&](auto t) {
           using T = decltype(t);
           r = rotaryAtOf(as<T>(c.input(0)), c.input(1).i32(), as<T>(c.output(0)),
-                         *c.input(0).shape, c.floats[0], inverse, rotarySeqMajor(c));
+                         *c.input(0).shape, c.attr(attr::RotaryAt::theta), inverse,
+                         rotarySeqMajor(c));
         });
         return r;
       },
       f32OrBf16WithIds);
   t.add(OpKind::Softmax, [](const KernelCall &c) {
-    softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0));
+    softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.attr(attr::Axis::axis));
     return KernelResult::ok();
   });
   t.add(OpKind::SoftmaxGrad, [](const KernelCall &c) {
     softmaxGrad(c.input(0).f32(), c.input(1).f32(), c.output(0).f32(), *c.input(0).shape,
-                c.integer(0));
+                c.attr(attr::Axis::axis));
     return KernelResult::ok();
   });
 }

@@ -92,6 +92,11 @@ float clipByNorm(const std::vector<const float *> &grads, const std::vector<int6
 }
 
 namespace {
+AdamW adamWOf(const KernelCall &c) {
+  auto f = [&](const FloatAttr &a) { return static_cast<float>(c.attr(a)); };
+  return AdamW{f(attr::AdamWUpdate::lr), f(attr::AdamWUpdate::beta1), f(attr::AdamWUpdate::beta2),
+               f(attr::AdamWUpdate::eps), f(attr::AdamWUpdate::weight_decay)};
+}
 /// The skip flag of an update (dynamic loss scaling), if it has one and it is set.
 bool skipped(const KernelCall &c) {
   const UpdateInputs layout = updateInputs(c);
@@ -116,7 +121,7 @@ void addOptimizerKernels(KernelTable &t) {
       return KernelResult::ok();
     }
     adamwUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                *c.input(4).f32(), AdamW{c.real(0), c.real(1), c.real(2), c.real(3), c.real(4)},
+                *c.input(4).f32(), adamWOf(c),
                 c.input(0).elements, c.output(0).f32(), c.output(1).f32(), c.output(2).f32());
     return KernelResult::ok();
   });
@@ -126,8 +131,9 @@ void addOptimizerKernels(KernelTable &t) {
       keepInputs(c, {0, 2});
       return KernelResult::ok();
     }
-    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.real(0), c.real(1),
-              c.real(2), c.input(0).elements, c.output(0).f32(), c.output(1).f32());
+    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), static_cast<float>(c.attr(attr::SgdUpdate::lr)),
+              static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
+              static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements, c.output(0).f32(), c.output(1).f32());
     return KernelResult::ok();
   });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
@@ -139,7 +145,8 @@ void addOptimizerKernels(KernelTable &t) {
     const size_t n = c.numInputs - 1;
     const double sumSquares = *c.input(n).f32(); // the norm may be its memory
     *c.output(n).f32() = clipByNorm(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
-                                    viewPointers<float *>(c.out, n), c.real(0), sumSquares);
+                                    viewPointers<float *>(c.out, n),
+                                    static_cast<float>(c.attr(attr::ClipByNorm::max_norm)), sumSquares);
     return KernelResult::ok();
   });
   // (gradients..., scale) -> (gradients / scale, 0 where not finite..., found).

@@ -157,19 +157,19 @@ void addReductionKernels(KernelTable &t) {
     const TensorView &in = c.input(0), &out = c.output(0);
     if (in.dtype == DType::BF16) {
       std::vector<float> sums(static_cast<size_t>(out.elements));
-      reduceOf(kind, bf16In(in), *in.shape, c.intList(), sums.data());
+      reduceOf(kind, bf16In(in), *in.shape, c.attr(attr::Reduction::axes), sums.data());
       uint16_t *o = bf16Out(out);
       for (int64_t i = 0; i < out.elements; ++i)
         o[i] = f32ToBf16(sums[static_cast<size_t>(i)]);
     } else {
-      reduce(kind, in.f32(), *in.shape, c.intList(), out.f32());
+      reduce(kind, in.f32(), *in.shape, c.attr(attr::Reduction::axes), out.f32());
     }
     return KernelResult::ok();
   };
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
     t.add(op, reduceKernel, internal::f32OrBf16);
   t.add(OpKind::ReduceMaxGrad, [](const KernelCall &c) {
-    reduceMaxGrad(c.input(0).f32(), *c.input(0).shape, c.intList(), c.input(1).f32(),
+    reduceMaxGrad(c.input(0).f32(), *c.input(0).shape, c.attr(attr::Reduction::axes), c.input(1).f32(),
                   c.output(0).f32());
     return KernelResult::ok();
   });

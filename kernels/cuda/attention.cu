@@ -706,9 +706,9 @@ KernelResult runCudnnAttention(const KernelCall &c) {
   if (!work)
     return scratchFailure(c, bytes);
   if (grad)
-    return cudnn::backward(problem, p.q, p.k, p.v, p.g, p.dq, p.dk, p.dv, c.real(0), work,
+    return cudnn::backward(problem, p.q, p.k, p.v, p.g, p.dq, p.dk, p.dv, attentionScale(c), work,
                            streamOf(c));
-  return cudnn::forward(problem, p.q, p.k, p.v, p.o, c.real(0), work, streamOf(c));
+  return cudnn::forward(problem, p.q, p.k, p.v, p.o, attentionScale(c), work, streamOf(c));
 }
 } // namespace
 
@@ -722,7 +722,7 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
     attentionBlock(q.f32(), k.f32(), c.input(2).f32(), q.dim(0), q.dim(1), k.dim(1), q.dim(2),
-                   k.dim(2), q.dim(3), c.real(0), c.integer(0) != 0, c.output(0).f32(),
+                   k.dim(2), q.dim(3), c.attr(attr::AttentionBlock::scale), c.attr(attr::AttentionBlock::causal) != 0, c.output(0).f32(),
                    c.output(1).f32(), c.output(2).f32(), streamOf(c),
                    c.numInputs > 3 ? c.input(3).i32() : nullptr);
     return KernelResult::ok();
@@ -733,18 +733,19 @@ void addAttentionKernels(KernelTable &t) {
       return r;
     attentionBlockGrad(q.f32(), k.f32(), c.input(2).f32(), c.input(3).f32(), c.input(4).f32(),
                        c.input(5).f32(), q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2),
-                       q.dim(3), c.real(0), c.integer(0) != 0, c.output(0).f32(),
+                       q.dim(3), c.attr(attr::AttentionBlock::scale), c.attr(attr::AttentionBlock::causal) != 0, c.output(0).f32(),
                        c.output(1).f32(), c.output(2).f32(), streamOf(c),
                        c.numInputs > 6 ? c.input(6).i32() : nullptr);
     return KernelResult::ok();
   });
   t.add(OpKind::Softmax, [](const KernelCall &c) {
-    softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.integer(0), streamOf(c));
+    softmax(c.input(0).f32(), c.output(0).f32(), *c.input(0).shape, c.attr(attr::Axis::axis),
+            streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::SoftmaxGrad, [](const KernelCall &c) {
     softmaxGrad(c.input(0).f32(), c.input(1).f32(), c.output(0).f32(), *c.input(0).shape,
-                c.integer(0), streamOf(c));
+                c.attr(attr::Axis::axis), streamOf(c));
     return KernelResult::ok();
   });
   // q [batch, heads, seq, dim], k / v [batch, kvHeads, seq, dim]; with the
@@ -759,7 +760,7 @@ void addAttentionKernels(KernelTable &t) {
       return r;
     const AttentionDims a = attentionDims(c);
     causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), a.batch,
-                    a.heads, a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, streamOf(c),
+                    a.heads, a.kvHeads, a.seq, a.dim, attentionScale(c), a.seqMajor, streamOf(c),
                     documentPositions(c));
     return KernelResult::ok();
   }, acceptsAttention);
@@ -776,7 +777,7 @@ void addAttentionKernels(KernelTable &t) {
       return scratchFailure(c, bytes);
     causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
-                        a.kvHeads, a.seq, a.dim, c.real(0), a.seqMajor, stats, streamOf(c),
+                        a.kvHeads, a.seq, a.dim, attentionScale(c), a.seqMajor, stats, streamOf(c),
                         documentPositions(c));
     return KernelResult::ok();
   }, acceptsAttention);
@@ -802,7 +803,7 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
-                    c.real(0), true, streamOf(c), documentPositions(c));
+                    attentionScale(c), true, streamOf(c), documentPositions(c));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
@@ -824,7 +825,7 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
-                        a.seq, a.dim, c.real(0), true, rowStats, streamOf(c),
+                        a.seq, a.dim, attentionScale(c), true, rowStats, streamOf(c),
                         documentPositions(c));
     return copyColumns(c.output(0).f32(), f, dq, dk, dv, false, c);
   }, acceptsAttention);
@@ -853,7 +854,7 @@ void addAttentionKernels(KernelTable &t) {
       if (int64_t rows = batch * q.dim(1) * tokens; rows > 0)
         cachedAttentionKernel<<<warpBlocksFor(rows), 4 * kAttentionLanes, 0, S(streamOf(c))>>>(
             inputAs<T>(c, 0), outputAs<T>(c, 1), outputAs<T>(c, 2), pos, outputAs<T>(c, 0),
-            batch, q.dim(1), kvHeads, tokens, positions, dim, static_cast<float>(c.real(0)));
+            batch, q.dim(1), kvHeads, tokens, positions, dim, static_cast<float>(attentionScale(c)));
       return 0;
     });
     return KernelResult::ok();

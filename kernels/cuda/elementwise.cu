@@ -311,7 +311,8 @@ void addElementwiseKernels(KernelTable &t) {
         return launchTyped(c, [&](auto tag, int64_t n) {
           using T = decltype(tag);
           scaleKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(inputAs<T>(c, 0),
-                                                                     outputAs<T>(c, 0), n, c.real(0));
+                                                                     outputAs<T>(c, 0), n,
+                                                                     static_cast<float>(c.attr(attr::Scale::factor)));
         });
       },
       oneFloatType);
@@ -385,8 +386,9 @@ void addElementwiseKernels(KernelTable &t) {
                                   : KernelResult::error("copying: ", cudaGetErrorString(e));
         }
         DropoutMask mask;
-        if (!c.random || !dropoutMask(*in.shape, c.ints, c.numInts, c.floats[0], c.meshCoords,
-                                      c.meshSizes, *c.random, mask))
+        if (!c.random || !dropoutMask(*in.shape, c.attr(attr::Dropout::stream),
+                                      c.attr(attr::Dropout::layout), c.attr(attr::Dropout::p),
+                                      c.meshCoords, c.meshSizes, *c.random, mask))
           return KernelResult::error("Dropout: no random context or integers that fit its input");
         return launchTyped(c, [&](auto tag, int64_t n) {
           using T = decltype(tag);

@@ -294,7 +294,8 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
   });
   t.add(OpKind::TargetLogit, [](const KernelCall &c) {
     const TensorView &x = c.input(0);
-    targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.integer(0), c.integer(1),
+    targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.attr(attr::ClassBlock::first_class),
+                c.attr(attr::ClassBlock::classes),
                 c.output(0).f32(), context(c).err, streamOf(c));
     return KernelResult::ok();
   });
@@ -306,7 +307,8 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
   t.add(OpKind::VocabParallelGrad, [](const KernelCall &c) {
     const TensorView &x = c.input(0);
     vocabParallelGrad(x.f32(), c.input(1).i32(), c.input(2).f32(), c.input(3).f32(),
-                      c.input(4).f32(), x.rows(), x.dim(-1), c.integer(0), c.integer(1),
+                      c.input(4).f32(), x.rows(), x.dim(-1), c.attr(attr::ClassBlock::first_class),
+                c.attr(attr::ClassBlock::classes),
                       c.output(0).f32(), context(c).err, streamOf(c));
     return KernelResult::ok();
   });

@@ -97,7 +97,7 @@ int64_t leadingRows(const KernelCall &c) {
   if (c.op == OpKind::ReduceMax)
     return 0;
   const TensorView &in = c.input(0);
-  const Shape axes = c.intList();
+  const Shape axes = c.attr(attr::Reduction::axes);
   int64_t rows = 1, leading = 0;
   while (leading < static_cast<int64_t>(in.rank()) &&
          std::find(axes.begin(), axes.end(), leading) != axes.end())
@@ -256,7 +256,8 @@ void addLayoutKernels(KernelTable &t) {
         const TensorView &in = c.input(0);
         if (KernelResult r = rankAtMost8(*in.shape, "transpose"); !r.isOk())
           return r;
-        transpose(in.data, *in.shape, c.output(0).data, c.intList(), dtypeBytes(in.dtype),
+        transpose(in.data, *in.shape, c.output(0).data, c.attr(attr::Permutation::permutation),
+                  dtypeBytes(in.dtype),
                   streamOf(c));
         return KernelResult::ok();
       },
@@ -267,7 +268,7 @@ void addLayoutKernels(KernelTable &t) {
         const TensorView &in = c.input(0), &out = c.output(0);
         if (KernelResult r = rankAtMost8(*out.shape, "a slice"); !r.isOk())
           return r;
-        copyBox(in.data, *in.shape, c.intList(), out.data, *out.shape, Shape(out.rank(), 0),
+        copyBox(in.data, *in.shape, c.attr(attr::Offsets::offsets), out.data, *out.shape, Shape(out.rank(), 0),
                 *out.shape, dtypeBytes(in.dtype), streamOf(c));
         return KernelResult::ok();
       },
@@ -278,7 +279,7 @@ void addLayoutKernels(KernelTable &t) {
         const TensorView &out = c.output(0);
         if (KernelResult r = rankAtMost8(*out.shape, "concat"); !r.isOk())
           return r;
-        const size_t axis = static_cast<size_t>(c.integer(0));
+        const auto axis = static_cast<size_t>(c.attr(attr::Axis::axis));
         Shape offsets(out.rank(), 0);
         for (size_t i = 0; i < c.numInputs; ++i) {
           const TensorView &in = c.in[i];
@@ -296,7 +297,7 @@ void addLayoutKernels(KernelTable &t) {
     cudaError_t e = cudaMemsetAsync(out.data, 0, static_cast<size_t>(out.bytes()), S(streamOf(c)));
     if (e != cudaSuccess)
       return KernelResult::error("clearing: ", cudaGetErrorString(e));
-    copyBox(in.data, *in.shape, Shape(in.rank(), 0), out.data, *out.shape, c.intList(), *in.shape,
+    copyBox(in.data, *in.shape, Shape(in.rank(), 0), out.data, *out.shape, c.attr(attr::Offsets::offsets), *in.shape,
             4, streamOf(c));
     return KernelResult::ok();
   });
@@ -309,7 +310,7 @@ void addLayoutKernels(KernelTable &t) {
                                                        : ReduceOp::Max;
     // Sums over leading axes (bias gradients): column sums in two passes, on
     // the stored type (f32, bf16, f16).
-    const Shape axes = c.intList();
+    const Shape axes = c.attr(attr::Reduction::axes);
     if (const int64_t rows = leadingRows(c); rows > 0) {
       const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
       const int64_t cols = in.elements / rows;
@@ -343,7 +344,7 @@ void addLayoutKernels(KernelTable &t) {
     const TensorView &in = c.input(0);
     if (KernelResult r = rankAtMost8(*in.shape, "a max gradient"); !r.isOk())
       return r;
-    reduceMaxGrad(in.f32(), *in.shape, c.intList(), c.input(1).f32(), c.output(0).f32(),
+    reduceMaxGrad(in.f32(), *in.shape, c.attr(attr::Reduction::axes), c.input(1).f32(), c.output(0).f32(),
                   streamOf(c));
     return KernelResult::ok();
   });

@@ -349,7 +349,8 @@ void addMatmulKernels(KernelTable &t) {
         if (c.numInputs >= 3 && out.elements > 0) {
           // A 16-bit product that runs padded (a size not a multiple of 8)
           // stays on the default path.
-          const Product p = productOf(*a.shape, *b.shape, c.integer(0) != 0, c.integer(1) != 0);
+          const Product p = productOf(*a.shape, *b.shape, c.attr(attr::Matmul::transpose_lhs) != 0,
+                                            c.attr(attr::Matmul::transpose_rhs) != 0);
           const bool padded =
               type != FloatType::F32 && paddedProductFor(p.m, p.n, p.k, p.transA, p.transB, 1);
           if (!padded)
@@ -360,7 +361,8 @@ void addMatmulKernels(KernelTable &t) {
               return *r;
         }
         if (KernelResult r = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data,
-                                    c.integer(0) != 0, c.integer(1) != 0, type, tf32, ctx.stream,
+                                    c.attr(attr::Matmul::transpose_lhs) != 0,
+                                    c.attr(attr::Matmul::transpose_rhs) != 0, type, tf32, ctx.stream,
                                     ctx.scratch, ctx.owner);
             !r.isOk())
           return r;

@@ -250,14 +250,15 @@ void addMoeKernels(KernelTable &t) {
   t.add(OpKind::TopKGate, [](const KernelCall &c) {
     const TensorView &logits = c.input(0);
     const float *bias = c.numInputs > 1 ? c.input(1).f32() : nullptr;
-    topKGate(logits.f32(), bias, logits.rows(), logits.dim(-1), c.integer(0), c.integer(1) != 0,
+    topKGate(logits.f32(), bias, logits.rows(), logits.dim(-1), c.attr(attr::TopKGate::k),
+             c.attr(attr::TopKGate::normalize) != 0,
              c.output(0).f32(), c.output(1).i32(), streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::TopKGateGrad, [](const KernelCall &c) {
     const TensorView &logits = c.input(0), &indices = c.input(1);
     topKGateGrad(logits.f32(), indices.i32(), c.input(2).f32(), logits.rows(), logits.dim(-1),
-                 indices.dim(-1), c.integer(0) != 0, c.output(0).f32(), context(c).err,
+                 indices.dim(-1), c.attr(attr::TopKGateGrad::normalize) != 0, c.output(0).f32(), context(c).err,
                  streamOf(c));
     return KernelResult::ok();
   });

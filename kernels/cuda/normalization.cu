@@ -287,7 +287,7 @@ void addNormalizationKernels(KernelTable &t) {
           using T = decltype(tag);
           layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
               inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 0), cols,
-              c.real(0));
+              static_cast<float>(c.attr(attr::RowNorm::epsilon)));
         });
       },
       oneFloatType);
@@ -301,7 +301,7 @@ void addNormalizationKernels(KernelTable &t) {
               using T = decltype(tag);
               layerNormGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2),
                             outputAs<T>(c, 0), outputAs<T>(c, 1), outputAs<T>(c, 2), rows, cols,
-                            c.real(0), work, streamOf(c));
+                            static_cast<float>(c.attr(attr::RowNorm::epsilon)), work, streamOf(c));
             });
       },
       oneFloatType);
@@ -311,7 +311,8 @@ void addNormalizationKernels(KernelTable &t) {
         return onRows(c, [&](auto tag, int64_t rows, int64_t cols) {
           using T = decltype(tag);
           rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(streamOf(c))>>>(
-              inputAs<T>(c, 0), inputAs<T>(c, 1), outputAs<T>(c, 0), cols, c.real(0));
+              inputAs<T>(c, 0), inputAs<T>(c, 1), outputAs<T>(c, 0), cols,
+              static_cast<float>(c.attr(attr::RowNorm::epsilon)));
         });
       },
       oneFloatType);
@@ -324,7 +325,8 @@ void addNormalizationKernels(KernelTable &t) {
             [&](auto tag, int64_t rows, int64_t cols, float *work) {
               using T = decltype(tag);
               rmsNormGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 0),
-                          outputAs<T>(c, 1), rows, cols, c.real(0), work, streamOf(c));
+                          outputAs<T>(c, 1), rows, cols,
+                          static_cast<float>(c.attr(attr::RowNorm::epsilon)), work, streamOf(c));
             });
       },
       oneFloatType);
@@ -340,7 +342,8 @@ void addNormalizationKernels(KernelTable &t) {
             using T = decltype(tag);
             rotaryKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
                 inputAs<T>(c, 0), outputAs<T>(c, 0), rows, seqMajor ? x.dim(1) : x.dim(2),
-                seqMajor ? x.dim(2) : 1, x.dim(3), c.floats[0], c.integer(0) != 0,
+                seqMajor ? x.dim(2) : 1, x.dim(3), c.attr(attr::Rotary::theta),
+                c.attr(attr::Rotary::inverse) != 0,
                 rotaryFirstPosition(c));
             return 0;
           });
@@ -359,8 +362,9 @@ void addNormalizationKernels(KernelTable &t) {
             const bool seqMajor = rotarySeqMajor(c);
             rotaryAtKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
                 inputAs<T>(c, 0), c.input(1).i32(), outputAs<T>(c, 0), x.dim(seqMajor ? 2 : 1),
-                rows, x.dim(seqMajor ? 1 : 2), x.dim(3), c.real(0),
-                c.numInts > 0 && c.integer(0) != 0, seqMajor);
+                rows, x.dim(seqMajor ? 1 : 2), x.dim(3),
+                static_cast<float>(c.attr(attr::RotaryAt::theta)),
+                c.attr(attr::RotaryAt::inverse) != 0, seqMajor);
             return 0;
           });
         return KernelResult::ok();

@@ -217,7 +217,9 @@ void anyNonfinite(const std::vector<const void *> &tensors, const std::vector<in
 
 namespace {
 AdamW adamwOf(const KernelCall &c) {
-  return AdamW{c.real(0), c.real(1), c.real(2), c.real(3), c.real(4)};
+  auto f = [&](const FloatAttr &a) { return static_cast<float>(c.attr(a)); };
+  return AdamW{f(attr::AdamWUpdate::lr), f(attr::AdamWUpdate::beta1), f(attr::AdamWUpdate::beta2),
+               f(attr::AdamWUpdate::eps), f(attr::AdamWUpdate::weight_decay)};
 }
 /// The update's skip flag (dynamic loss scaling), or null.
 const float *skipOf(const KernelCall &c) {
@@ -272,8 +274,9 @@ void addOptimizerKernels(KernelTable &t) {
       },
       adamwManyTypes);
   t.add(OpKind::SgdUpdate, [](const KernelCall &c) {
-    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.real(0), c.real(1),
-              c.real(2), c.input(0).elements, skipOf(c), c.output(0).f32(), c.output(1).f32(),
+    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), static_cast<float>(c.attr(attr::SgdUpdate::lr)),
+              static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
+              static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements, skipOf(c), c.output(0).f32(), c.output(1).f32(),
               streamOf(c));
     return KernelResult::ok();
   });
@@ -290,7 +293,8 @@ void addOptimizerKernels(KernelTable &t) {
   t.add(OpKind::ClipByNorm, [](const KernelCall &c) {
     const size_t n = c.numInputs - 1;
     clipByNorm(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
-               viewPointers<float *>(c.out, n), c.real(0), c.input(n).f32(), c.output(n).f32(),
+               viewPointers<float *>(c.out, n),
+               static_cast<float>(c.attr(attr::ClipByNorm::max_norm)), c.input(n).f32(), c.output(n).f32(),
                streamOf(c));
     return KernelResult::ok();
   });

@@ -48,11 +48,9 @@ FailureOr<pp::DType> toDType(Type t, Location loc) {
 
 /// Opcode and attributes of one ptc op.
 struct Lowered {
-  Lowered(pp::OpCode code, SmallVector<int64_t> ints = {}, SmallVector<double> floats = {})
-      : code(code), ints(std::move(ints)), floats(std::move(floats)) {}
   pp::OpCode code;
-  SmallVector<int64_t> ints;
-  SmallVector<double> floats;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
   std::string function; // Unary, UnaryGrad
 };
 
@@ -71,9 +69,10 @@ FailureOr<Lowered> lowerOp(Operation *op, const MeshInfo *mesh) {
   if (!info)
     return op->emitOpError() << "lowers to opcode #" << static_cast<int>(inst.opcode)
                              << ", which kernels/common/op_table.def does not list";
-  Lowered l{info->code, std::move(inst.ints), std::move(inst.floats)};
-  l.function = std::move(inst.function);
-  return l;
+  // Trailing optional attributes at their fallbacks are left out: a plan
+  // written before they existed holds just that.
+  inst.attrs.compact();
+  return Lowered{info->code, inst.attrs.ints(), inst.attrs.floats(), std::move(inst.function)};
 }
 
 /// `file:line:col` or the name of a NameLoc; other locations as MLIR prints them.
@@ -336,8 +335,13 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       auto fits = [](int expected, size_t actual) {
         return expected < 0 || static_cast<size_t>(expected) == actual;
       };
+      const ::ptc::kernels::AttrCounts counts = ::ptc::kernels::attrCounts(info->attrs);
+      auto within = [](size_t least, size_t most, size_t actual) {
+        return actual >= least && actual <= most;
+      };
       if (!fits(info->inputs, op.getNumOperands()) || !fits(info->outputs, op.getNumResults()) ||
-          !fits(info->ints, lowered->ints.size()) || !fits(info->floats, lowered->floats.size()))
+          !within(counts.minInts, counts.maxInts, lowered->ints.size()) ||
+          !within(counts.minFloats, counts.maxFloats, lowered->floats.size()))
         return op.emitOpError() << "lowers to a " << info->name << " instruction with "
                                 << op.getNumOperands() << " inputs, " << op.getNumResults()
                                 << " outputs, " << lowered->ints.size() << " integer and "
@@ -365,12 +369,10 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         }
         outputs.push_back(tensorOf.at(r));
       }
-      std::vector<int64_t> ints(lowered->ints.begin(), lowered->ints.end());
-      std::vector<double> floats(lowered->floats.begin(), lowered->floats.end());
       auto in = fbb.CreateVector(inputs);
       auto out = fbb.CreateVector(outputs);
-      auto intsOff = fbb.CreateVector(ints);
-      auto floatsOff = fbb.CreateVector(floats);
+      auto intsOff = fbb.CreateVector(lowered->ints);
+      auto floatsOff = fbb.CreateVector(lowered->floats);
       auto locOff = fbb.CreateString(locationString(op.getLoc()));
       auto functionOff =
           lowered->function.empty() ? 0 : fbb.CreateString(lowered->function);

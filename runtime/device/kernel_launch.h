@@ -18,7 +18,7 @@ namespace ptc {
 
 class KernelLaunch {
 public:
-  explicit KernelLaunch(kernels::OpKind op) : op_(op) {}
+  explicit KernelLaunch(kernels::OpKind op) : op_(op), attrs_(kernels::attrSetOf(op)) {}
 
   KernelLaunch &in(const void *data, Shape shape, kernels::DType dtype = kernels::DType::F32) {
     inputs_.push_back({const_cast<void *>(data), dtype, std::move(shape)});
@@ -28,12 +28,9 @@ public:
     outputs_.push_back({data, dtype, std::move(shape)});
     return *this;
   }
-  KernelLaunch &ints(std::initializer_list<int64_t> values) {
-    ints_.insert(ints_.end(), values);
-    return *this;
-  }
-  KernelLaunch &floats(std::initializer_list<double> values) {
-    floats_.insert(floats_.end(), values);
+  /// A named attribute of the op (kernels/common/op_attrs.def).
+  template <typename Attr, typename Value> KernelLaunch &set(const Attr &attr, const Value &v) {
+    attrs_.set(attr, v);
     return *this;
   }
 
@@ -41,7 +38,7 @@ public:
   /// accept the views' element types.
   Status launch(Device &device) {
     std::vector<kernels::TensorView> in = views(inputs_), out = views(outputs_);
-    kernels::KernelCall call = kernels::makeKernelCall(op_, in, out, ints_, floats_);
+    kernels::KernelCall call = kernels::makeKernelCall(op_, in, out, attrs_.ints(), attrs_.floats());
     const kernels::KernelEntry &entry = device.kernelTable()[op_];
     if (!entry.run)
       return error(StatusCode::kUnimplemented, kernels::opKindName(op_), " has no kernel on ",
@@ -78,8 +75,7 @@ private:
 
   kernels::OpKind op_;
   std::vector<Operand> inputs_, outputs_;
-  std::vector<int64_t> ints_;
-  std::vector<double> floats_;
+  kernels::AttrValues attrs_;
 };
 
 } // namespace ptc

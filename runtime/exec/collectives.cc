@@ -4,6 +4,7 @@
 
 #include "runtime/exec/executor.h"
 #include "runtime/device/kernel_launch.h"
+#include "runtime/plan/plan_ops.h"
 
 
 #include <algorithm>
@@ -21,27 +22,9 @@ using plan::TensorKind;
 std::vector<std::vector<int>> Executor::collectiveGroups(const LoadedPlan &plan) {
   std::set<std::vector<int>> groups;
   for (const plan::Instruction *inst : *plan.plan().instructions()) {
-    const auto *ints = inst->ints();
-    switch (inst->op()) {
-    case OpCode::AllReduce:
-    case OpCode::UnscaleGrads:
-    case OpCode::AnyNonfinite:
-    case OpCode::ClipGradNorm:
-      if (ints && ints->size() > 0)
-        groups.insert(std::vector<int>(ints->begin(), ints->end()));
-      break;
-    case OpCode::AllGather:
-    case OpCode::ReduceScatter:
-    case OpCode::AllToAll:
-    case OpCode::VocabParallelCrossEntropy:
-    case OpCode::VocabParallelCrossEntropyGrad:
-    case OpCode::RingAttention:
-    case OpCode::RingAttentionGrad:
-      groups.insert({static_cast<int>(ints->Get(0))});
-      break;
-    default:
-      break;
-    }
+    std::vector<int64_t> axes = meshAxesOf(*inst);
+    if (!axes.empty())
+      groups.insert(std::vector<int>(axes.begin(), axes.end()));
   }
   return {groups.begin(), groups.end()};
 }
@@ -50,8 +33,9 @@ Status Executor::blocksForReduceScatter(const plan::Instruction &inst, void *sta
                                         int64_t elementBytes) {
   const TensorInfo &src = plan_->tensor((inputsOf(inst))[0]);
   const TensorInfo &dst = plan_->tensor((outputsOf(inst))[0]);
-  size_t dim = static_cast<size_t>(inst.ints()->Get(1));
-  int parts = plan_->meshSizes()[static_cast<size_t>(inst.ints()->Get(0))];
+  const auto dim = static_cast<size_t>(plan::attrOf(inst, kernels::attr::ReduceScatter::dim));
+  const int parts = plan_->meshSizes()[static_cast<size_t>(
+      plan::attrOf(inst, kernels::attr::ReduceScatter::axis))];
   std::vector<int64_t> offsets(src.shape.size(), 0), zero(src.shape.size(), 0);
   for (int p = 0; p < parts; ++p) {
     offsets[dim] = p * dst.shape[dim];
@@ -154,7 +138,8 @@ Status Executor::runBucketAllReduce(const plan::Instruction &inst, bool bf16) {
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
   std::string what = inst.location() ? inst.location()->str() : "";
-  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  const std::vector<int64_t> meshAxes = plan::attrOf(inst, kernels::attr::MeshAxes::axes);
+  const std::vector<int> axes(meshAxes.begin(), meshAxes.end());
   int64_t total = 0;
   for (int32_t id : in)
     total += heldBytes(id);
@@ -205,7 +190,7 @@ Status Executor::runReduceScatter(const plan::Instruction &inst, bool bf16) {
   const TensorInfo &src = plan_->tensor((inputsOf(inst))[0]);
   int32_t outId = (outputsOf(inst))[0];
   const TensorInfo &dst = plan_->tensor(outId);
-  int axis = static_cast<int>(inst.ints()->Get(0));
+  const int axis = static_cast<int>(plan::attrOf(inst, kernels::attr::ReduceScatter::axis));
   std::string what = "'" + src.name + "' at " + (inst.location() ? inst.location()->str() : "");
   const int32_t inId = (inputsOf(inst))[0];
   const int64_t srcBytes = heldBytes(inId), dstBytes = heldBytes(outId);
@@ -251,7 +236,7 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   // the group, so no device needs all logits.
   const auto &in = inputsOf(inst);
   const TensorInfo &logits = plan_->tensor(in[0]);
-  int axis = static_cast<int>(inst.ints()->Get(0));
+  const int axis = static_cast<int>(plan::attrOf(inst, kernels::attr::VocabAxis::axis));
   int64_t classes = logits.shape.back(), rows = logits.numElements / classes;
   int64_t offset = coords()[static_cast<size_t>(axis)] * classes;
   int64_t total = classes * plan_->meshSizes()[static_cast<size_t>(axis)];
@@ -281,7 +266,8 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
                             .in(x, logits.shape)
                             .in(t, rowsShape, i32)
                             .out(target, rowsShape)
-                            .ints({offset, total})
+                            .set(kernels::attr::ClassBlock::first_class, offset)
+                            .set(kernels::attr::ClassBlock::classes, total)
                             .launch(d));
     if (comm_)
       PTC_RETURN_IF_ERROR(allReduceSmall(target, rows, {axis}, /*max=*/false, what));
@@ -299,14 +285,15 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
       .in(mx, rowsShape)
       .in(sum, rowsShape)
       .out(out, logits.shape)
-      .ints({offset, total})
+      .set(kernels::attr::ClassBlock::first_class, offset)
+      .set(kernels::attr::ClassBlock::classes, total)
       .launch(d);
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
-  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  namespace attr = kernels::attr;
   std::string what = inst.location() ? inst.location()->str() : "";
   Device &d = deviceFor(inst); // the host for a host ShardSlice
   switch (inst.op()) {
@@ -316,8 +303,8 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     return runReduceScatter(inst, /*bf16=*/false);
   case OpCode::AllGather: {
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    int axis = axes[0];
-    int64_t dim = inst.ints()->Get(1);
+    const int axis = static_cast<int>(plan::attrOf(inst, attr::BlockedAxis::axis));
+    const int64_t dim = plan::attrOf(inst, attr::BlockedAxis::dim);
     int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
     PTC_RETURN_IF_ERROR(reuseStaging());
     PTC_RETURN_IF_ERROR(staging_.reserve(src.bytes * parts));
@@ -338,7 +325,8 @@ Status Executor::runCollective(const plan::Instruction &inst) {
       PTC_RETURN_IF_ERROR(d.copy(staging, data(in[0]), src.bytes, CopyKind::DeviceToDevice));
     }
     // Rank p's block b goes to b * (whole / blocks) + p * piece along dim.
-    int64_t blocks = inst.ints()->Get(2), local = src.shape[static_cast<size_t>(dim)];
+    int64_t blocks = plan::attrOf(inst, attr::BlockedAxis::blocks),
+            local = src.shape[static_cast<size_t>(dim)];
     int64_t piece = local / blocks, whole = dst.shape[static_cast<size_t>(dim)];
     std::vector<int64_t> srcOff(src.shape.size(), 0), dstOff(src.shape.size(), 0);
     std::vector<int64_t> box = src.shape;
@@ -356,8 +344,9 @@ Status Executor::runCollective(const plan::Instruction &inst) {
     // Pack block r of split_dim for member r, exchange, unpack member r's block
     // at block r of concat_dim.
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    int axis = axes[0];
-    size_t split = static_cast<size_t>(inst.ints()->Get(1)), concat = static_cast<size_t>(inst.ints()->Get(2));
+    const int axis = static_cast<int>(plan::attrOf(inst, attr::AllToAll::axis));
+    const auto split = static_cast<size_t>(plan::attrOf(inst, attr::AllToAll::split_dim));
+    const auto concat = static_cast<size_t>(plan::attrOf(inst, attr::AllToAll::concat_dim));
     int parts = plan_->meshSizes()[static_cast<size_t>(axis)];
     int64_t elem = dtypeSize(src.dtype);
     std::vector<int64_t> box = src.shape;
@@ -398,9 +387,11 @@ Status Executor::runCollective(const plan::Instruction &inst) {
   }
   default: { // ShardSlice: this rank's block, no communication
     const TensorInfo &src = plan_->tensor(in[0]), &dst = plan_->tensor(out[0]);
-    int64_t dim = inst.ints()->Get(1);
-    int coord = comm_ ? comm_->coords()[static_cast<size_t>(axes[0])] : 0;
-    int64_t blocks = inst.ints()->Get(2), local = dst.shape[static_cast<size_t>(dim)];
+    const int64_t dim = plan::attrOf(inst, attr::BlockedAxis::dim);
+    const auto axis = static_cast<size_t>(plan::attrOf(inst, attr::BlockedAxis::axis));
+    int coord = comm_ ? comm_->coords()[axis] : 0;
+    int64_t blocks = plan::attrOf(inst, attr::BlockedAxis::blocks),
+            local = dst.shape[static_cast<size_t>(dim)];
     int64_t piece = local / blocks, whole = src.shape[static_cast<size_t>(dim)];
     std::vector<int64_t> srcOff(src.shape.size(), 0), dstOff(src.shape.size(), 0);
     std::vector<int64_t> box = dst.shape;

@@ -203,7 +203,7 @@ Status Executor::runKernel(const plan::Instruction &inst) {
     auto call = [&] {
       kernels::KernelCall c = kernelCall(inst);
       if (*lr)
-        callFloats_[0] = **lr;
+        callFloats_[kernels::learningRateSlot(c.op)] = **lr;
       return c;
     };
     const kernels::KernelCall whole = call();
@@ -237,25 +237,19 @@ Status Executor::reduceFlag(const plan::Instruction &inst) {
   const char *what = inst.op() == OpCode::UnscaleGrads   ? "the gradient overflow flag"
                      : inst.op() == OpCode::AnyNonfinite ? "the non-finite gradient flag"
                                                          : nullptr;
-  if (!what || !inst.ints() || inst.ints()->size() == 0 || !comm_)
+  const std::vector<int64_t> meshAxes = plan::meshAxesOf(inst);
+  if (!what || meshAxes.empty() || !comm_)
     return Status::ok();
   const auto &out = outputsOf(inst);
-  std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+  const std::vector<int> axes(meshAxes.begin(), meshAxes.end());
   return allReduceSmall(f32(out[out.size() - 1]), 1, axes, /*max=*/true, what);
 }
 
 Status Executor::runHostOp(const plan::Instruction &inst) {
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
-  auto T = [&](int32_t id) -> const TensorInfo & { return plan_->tensor(id); };
-  auto I = [&](size_t i) { return f32(in[static_cast<flatbuffers::uoffset_t>(i)]); };
   auto O = [&](size_t i) { return f32(out[static_cast<flatbuffers::uoffset_t>(i)]); };
-  auto N = [&](size_t i) { return T(in[static_cast<flatbuffers::uoffset_t>(i)]).numElements; };
-  auto ints = [&]() {
-    return inst.ints() ? std::vector<int64_t>(inst.ints()->begin(), inst.ints()->end())
-                       : std::vector<int64_t>();
-  };
-  auto F = [&](size_t i) { return static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i))); };
+  namespace attr = kernels::attr;
   Device &d = deviceFor(inst);
 
   switch (inst.op()) {
@@ -271,10 +265,11 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
     auto step = scalar(in[0]);
     if (!step.isOk())
       return step.status();
-    auto a = ints();
     float value = static_cast<float>(kernels::scheduledLr(
-        static_cast<kernels::LrScheduleKind>(a[0]), inst.floats()->Get(0), inst.floats()->Get(1),
-        a[1], a[2], static_cast<double>(*step)));
+        static_cast<kernels::LrScheduleKind>(plan::attrOf(inst, attr::LrSchedule::kind)),
+        plan::attrOf(inst, attr::LrSchedule::lr), plan::attrOf(inst, attr::LrSchedule::min_lr),
+        plan::attrOf(inst, attr::LrSchedule::warmup_steps),
+        plan::attrOf(inst, attr::LrSchedule::decay_steps), static_cast<double>(*step)));
     hostScalars_[out[0]] = value;
     return d.copy(O(0), &value, sizeof value, CopyKind::HostToDevice);
   }
@@ -283,7 +278,8 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
     auto exponent = scalar(in[0]);
     if (!exponent.isOk())
       return exponent.status();
-    float value = static_cast<float>(F(0) * std::exp2(static_cast<double>(*exponent)));
+    float value = static_cast<float>(static_cast<float>(plan::attrOf(inst, attr::LossScale::initial)) *
+                                     std::exp2(static_cast<double>(*exponent)));
     return d.copy(O(0), &value, sizeof value, CopyKind::HostToDevice);
   }
   case OpCode::LossScaleUpdate: {
@@ -298,7 +294,8 @@ Status Executor::runHostOp(const plan::Instruction &inst) {
     if (state[2] != 0.0f) {
       exponent -= 1.0f;
       good = 0.0f;
-    } else if ((good += 1.0f) >= static_cast<float>(inst.ints()->Get(0))) {
+    } else if ((good += 1.0f) >=
+               static_cast<float>(plan::attrOf(inst, attr::LossScaleUpdate::window))) {
       exponent += 1.0f;
       good = 0.0f;
     }
@@ -336,7 +333,8 @@ Status Executor::runClipGradNorm(const plan::Instruction &inst) {
   };
   // The norm output holds the sum of squares until the clip replaces it.
   float *norm = f32(out[static_cast<flatbuffers::uoffset_t>(n)]);
-  if (inst.floats()->size() == 1) {
+  const std::vector<double> weights = plan::attrOf(inst, kernels::attr::ClipGradNorm::weights);
+  if (weights.empty()) {
     KernelLaunch sum(kernels::OpKind::SumOfSquares);
     for (size_t i = 0; i < n; ++i)
       gradient(sum, i);
@@ -349,7 +347,7 @@ Status Executor::runClipGradNorm(const plan::Instruction &inst) {
     std::vector<float> weightOf;
     std::vector<size_t> groupOf(n);
     for (size_t i = 0; i < n; ++i) {
-      const auto w = static_cast<float>(inst.floats()->Get(static_cast<flatbuffers::uoffset_t>(i) + 1));
+      const auto w = static_cast<float>(weights[i]);
       auto at = std::find(weightOf.begin(), weightOf.end(), w);
       groupOf[i] = static_cast<size_t>(at - weightOf.begin());
       if (at == weightOf.end())
@@ -372,9 +370,9 @@ Status Executor::runClipGradNorm(const plan::Instruction &inst) {
       total += weightOf[g] * host[g];
     PTC_RETURN_IF_ERROR(d.copy(norm, &total, 4, CopyKind::HostToDevice));
   }
-  if (inst.ints() && inst.ints()->size() > 0 && comm_) {
+  if (const std::vector<int64_t> meshAxes = plan::meshAxesOf(inst); !meshAxes.empty() && comm_) {
     // The other gradients live on other ranks (pipeline stages): sum there too.
-    std::vector<int> axes(inst.ints()->begin(), inst.ints()->end());
+    const std::vector<int> axes(meshAxes.begin(), meshAxes.end());
     PTC_RETURN_IF_ERROR(allReduceSmall(norm, 1, axes, /*max=*/false, "the gradient norm"));
   }
   KernelLaunch clip(kernels::OpKind::ClipByNorm);
@@ -385,7 +383,10 @@ Status Executor::runClipGradNorm(const plan::Instruction &inst) {
     const int32_t id = out[static_cast<flatbuffers::uoffset_t>(i)];
     clip.out(data(id), {plan_->tensor(id).numElements});
   }
-  return clip.out(norm, {1}).floats({inst.floats()->Get(0)}).launch(d);
+  return clip.out(norm, {1})
+      .set(kernels::attr::ClipByNorm::max_norm,
+           plan::attrOf(inst, kernels::attr::ClipGradNorm::max_norm))
+      .launch(d);
 }
 
 } // namespace ptc

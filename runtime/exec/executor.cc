@@ -243,17 +243,23 @@ void Executor::groupOptimizerUpdates() {
     const plan::Instruction *x = insts.Get(a), *y = insts.Get(b);
     if (x->on_host() != y->on_host())
       return false;
-    // The same step, skip flag and scheduled learning rate (inputs 4 on).
+    // The same step, skip flag and scheduled learning rate (inputs 4 on), and
+    // the same attributes (hyperparameters).
     const auto &xi = inputsOf(*x), &yi = inputsOf(*y);
-    if (xi.size() != yi.size() || (x->ints() ? x->ints()->size() : 0) != (y->ints() ? y->ints()->size() : 0))
+    if (xi.size() != yi.size())
       return false;
     for (flatbuffers::uoffset_t k = 4; k < xi.size(); ++k)
       if (xi.Get(k) != yi.Get(k))
         return false;
-    for (flatbuffers::uoffset_t f = 0; f < 5; ++f)
-      if (x->floats()->Get(f) != y->floats()->Get(f))
-        return false;
-    return true;
+    auto ints = [](const plan::Instruction *i) {
+      return i->ints() ? std::vector<int64_t>(i->ints()->begin(), i->ints()->end())
+                       : std::vector<int64_t>{};
+    };
+    auto floats = [](const plan::Instruction *i) {
+      return i->floats() ? std::vector<double>(i->floats()->begin(), i->floats()->end())
+                         : std::vector<double>{};
+    };
+    return ints(x) == ints(y) && floats(x) == floats(y);
   };
   for (uint32_t n = 0; n < count; ++n) {
     if (!isAdamF32(n))
@@ -371,11 +377,11 @@ Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin,
   if (!lr.isOk())
     return lr.status();
   if (*lr)
-    floats[0] = **lr;
+    floats[kernels::learningRateSlot(kernels::OpKind::AdamWUpdate)] = **lr;
   const size_t count = end - first;
   std::vector<Shape> ranges(count);
   std::vector<std::vector<kernels::TensorView>> ins(count), outs(count);
-  std::vector<std::vector<int64_t>> ints(count); // [1]: the lr is the last input
+  std::vector<std::vector<int64_t>> ints(count); // scheduled_lr: the lr is the last input
   std::vector<kernels::KernelCall> calls;
   for (uint32_t n = first; n < end; ++n) {
     const plan::Instruction *i = insts.Get(n);

@@ -270,7 +270,7 @@ private:
   /// from kernel pieces and collectives.
   Status runHostOp(const plan::Instruction &inst);
   /// An optimizer update's scheduled learning rate (the host's value this
-  /// step), which its call carries in floats[0] where its kernel reads it;
+  /// step), which its call carries in its `lr` attribute where its kernel reads it;
   /// nothing for other instructions and unscheduled updates.
   StatusOr<std::optional<double>> scheduledLr(const plan::Instruction &inst);
   /// After UnscaleGrads / AnyNonfinite: their flag's maximum over the

@@ -6,6 +6,7 @@
 
 #include "runtime/exec/executor.h"
 #include "runtime/device/kernel_launch.h"
+#include "runtime/plan/plan_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,8 +33,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   const auto &out = outputsOf(inst);
   const bool grad = inst.op() == OpCode::RingAttentionGrad;
   const TensorInfo &qt = plan_->tensor(in[0]), &kt = plan_->tensor(in[1]);
-  const int axis = static_cast<int>(inst.ints()->Get(0));
-  const double scale = inst.floats()->Get(0);
+  const int axis = static_cast<int>(plan::attrOf(inst, kernels::attr::RingAttention::axis));
+  const double scale = plan::attrOf(inst, kernels::attr::RingAttention::scale);
   const int n = plan_->meshSizes()[static_cast<size_t>(axis)];
   const int r = coords()[static_cast<size_t>(axis)];
   const std::string what = std::string("ring attention at ") +
@@ -228,7 +229,9 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   auto launchBlock = [&](KernelLaunch &call, bool causal, const int32_t *keysFrom) {
     if (keysFrom)
       call.in(keysFrom, {batch, len}, kernels::DType::I32);
-    return call.ints({causal ? 1 : 0}).floats({scale}).launch(d);
+    return call.set(kernels::attr::AttentionBlock::causal, causal ? 1 : 0)
+        .set(kernels::attr::AttentionBlock::scale, scale)
+        .launch(d);
   };
   // Packed documents: the global index of each held query row's document
   // start ([slot][batch][len]), from the positions in the balanced layout.

@@ -1,6 +1,7 @@
 #include "runtime/plan/arena_liveness.h"
 
 #include "runtime/plan/plan_loader.h"
+#include "runtime/plan/plan_ops.h"
 
 #include <algorithm>
 #include <map>
@@ -85,7 +86,10 @@ Status verifyArenaLiveness(const LoadedPlan &loaded) {
       int seg = segmentOf[static_cast<size_t>(i)];
       // (verifyPipeline checked each Recv's channel.)
       bool perStepRecv = in.op() == OpCode::Recv &&
-                         loaded.pipeline().channels[static_cast<size_t>(in.ints()->Get(0))].perStep;
+                         loaded.pipeline()
+                             .channels[static_cast<size_t>(
+                                 plan::attrOf(in, kernels::attr::Channel::channel))]
+                             .perStep;
       if (in.op() == OpCode::MicrobatchSum || perStepRecv) { // the whole step
         start[t] = 0;
         end[t] = n;

@@ -65,6 +65,41 @@ private:
     return invalidArgument(parts...);
   }
   const Shape &in(size_t i) const { return tensors_[in_[i]].shape; }
+  /// A named attribute (op_attrs.def) of the instruction's set.
+  int64_t get(const kernels::IntAttr &a) const {
+    return kernels::attrValue(a, ints_.data(), ints_.size());
+  }
+  double get(const kernels::FloatAttr &a) const {
+    return kernels::attrValue(a, floats_.data(), floats_.size());
+  }
+  Shape get(const kernels::IntsAttr &a) const {
+    return kernels::attrValue(a, ints_.data(), ints_.size());
+  }
+  std::vector<double> get(const kernels::FloatsAttr &a) const {
+    return kernels::attrValue(a, floats_.data(), floats_.size());
+  }
+  /// A 0-or-1 attribute.
+  Status flag(const kernels::IntAttr &a) {
+    const int64_t v = get(a);
+    if (v != 0 && v != 1)
+      return fail(a.name, " must be 0 or 1, got ", v);
+    return Status::ok();
+  }
+  /// An attribute naming one of the plan's mesh axes (-1: none, where
+  /// `noneAllowed`).
+  Status meshAxis(int64_t axis, const char *what, bool noneAllowed = false) {
+    if ((axis == -1 && noneAllowed) ||
+        (axis >= 0 && axis < static_cast<int64_t>(meshSizes_.size())))
+      return Status::ok();
+    return fail(what, " ", axis, " is not an axis of the plan's mesh");
+  }
+  Status meshAxes(const Shape &axes) {
+    for (int64_t a : axes)
+      PTC_RETURN_IF_ERROR(meshAxis(a, "mesh axis"));
+    return Status::ok();
+  }
+  /// The instruction's attribute counts against its set's (op_attrs.def).
+  Status attributeCounts(kernels::AttrSet set);
   const Shape &out(size_t i) const { return tensors_[out_[i]].shape; }
   Status counts(size_t nIn, size_t nOut, size_t nInts = 0, size_t nFloats = 0);
   Status expectShape(const Shape &actual, const Shape &expected, const char *what);
@@ -82,8 +117,8 @@ private:
                 std::initializer_list<int> i32Outputs = {}, int32_t f32Scalar = -1);
   Status matmul();
   Status reduce(const Shape &input, const Shape &reduced);
-  /// `whole` is `parts` blocks of `block` along `dim` (parts = the axis size),
-  /// for ints = [axis, dim] plus, with `hasBlocks`, [blocks].
+  /// `whole` is `parts` blocks of `block` along `dim` (parts = the axis size):
+  /// AllGather and ShardSlice (`hasBlocks`: dim's blocks), ReduceScatter.
   Status blocked(const Shape &whole, const Shape &block, bool hasBlocks);
   /// Unary, UnaryGrad: a function the kernels implement.
   Status unaryFunction();
@@ -113,11 +148,10 @@ private:
       return fail(why);
     return expectShape(in(2), in(1), "value");
   }
-  /// CausalAttention(Grad)'s optional integer: seq_major (0 or 1).
+  /// CausalAttention(Grad)'s optional seq_major (0 or 1).
   StatusOr<bool> seqMajor() {
-    if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 0 && ints_[0] != 1))
-      return fail("needs at most one integer attribute, seq_major (0 or 1)");
-    return !ints_.empty() && ints_[0] == 1;
+    PTC_RETURN_IF_ERROR(flag(kernels::attr::Attention::seq_major));
+    return get(kernels::attr::Attention::seq_major) == 1;
   }
   /// Attention's shapes: CausalAttention(Grad)'s in its layout, RingAttention(Grad)'s
   /// (whose only integer is its mesh axis) in the heads-major one.
@@ -126,7 +160,7 @@ private:
     if (ring) {
       PTC_RETURN_IF_ERROR(attentionShapes());
       PTC_RETURN_IF_ERROR(documentPositions(in(0)[0], in(0)[2]));
-      return ringAxis();
+      return meshAxis(get(kernels::attr::RingAttention::axis), "the sequence's mesh axis");
     }
     StatusOr<bool> layout = seqMajor();
     if (!layout.isOk())
@@ -156,23 +190,6 @@ private:
                   " with the document positions, has ", in_.size());
     return Status::ok();
   }
-  /// Ring attention's mesh axis (its only integer attribute): one of the
-  /// plan's axes. (Low-precision tensors are widened by the executor, as for
-  /// every instruction it composes.)
-  Status ringAxis() {
-    if (ints_.empty())
-      return Status::ok();
-    if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
-      return fail("the sequence's mesh axis ", ints_[0], " is not an axis of the plan's mesh");
-    return Status::ok();
-  }
-  /// An optional single mesh-axis attribute (vocabulary-parallel ops).
-  Status vocabAxis() {
-    if (ints_.size() > 1 || (ints_.size() == 1 && (ints_[0] < 0 ||
-                                                    ints_[0] >= static_cast<int64_t>(meshSizes_.size()))))
-      return fail("needs at most one valid mesh axis, has ", ints_.size(), " integer attributes");
-    return Status::ok();
-  }
 
   const plan::Instruction &inst_;
   const std::vector<TensorInfo> &tensors_;
@@ -181,6 +198,28 @@ private:
   std::vector<int64_t> ints_;
   std::vector<double> floats_;
 };
+
+/// "2", "1 to 3", "at least 1".
+std::string countText(size_t least, size_t most) {
+  if (most == kernels::kUnboundedAttrs)
+    return least == 0 ? "any number of" : "at least " + std::to_string(least);
+  return least == most ? std::to_string(least)
+                       : std::to_string(least) + " to " + std::to_string(most);
+}
+
+Status InstructionChecker::attributeCounts(kernels::AttrSet set) {
+  const kernels::AttrCounts c = kernels::attrCounts(set);
+  if (ints_.size() >= c.minInts && ints_.size() <= c.maxInts && floats_.size() >= c.minFloats &&
+      floats_.size() <= c.maxFloats)
+    return Status::ok();
+  std::string names;
+  for (const kernels::AttrInfo &a : kernels::kAttrTable)
+    if (a.set == set)
+      names += std::string(names.empty() ? "" : ", ") + a.name;
+  return fail("expects ", countText(c.minInts, c.maxInts), " integer and ",
+              countText(c.minFloats, c.maxFloats), " float attributes, has ", ints_.size(),
+              " and ", floats_.size(), " (", names.empty() ? "none" : names, ")");
+}
 
 Status InstructionChecker::counts(size_t nIn, size_t nOut, size_t nInts, size_t nFloats) {
   if (in_.size() != nIn || out_.size() != nOut)
@@ -238,7 +277,8 @@ Status InstructionChecker::matmul() {
   const bool bias = in_.size() >= 3;
   PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, 1, 2, 0));
   const kernels::shapes::Inferred result =
-      kernels::shapes::matmul(in(0), in(1), ints_[0] != 0, ints_[1] != 0);
+      kernels::shapes::matmul(in(0), in(1), get(kernels::attr::Matmul::transpose_lhs) != 0,
+                              get(kernels::attr::Matmul::transpose_rhs) != 0);
   if (result.ok() && bias)
     PTC_RETURN_IF_ERROR(expectShape(in(2), {result.shape.back()}, "bias"));
   return expectInferred(out(0), result, "result");
@@ -246,7 +286,7 @@ Status InstructionChecker::matmul() {
 
 Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
   std::set<int64_t> axes;
-  for (int64_t a : ints_) {
+  for (int64_t a : get(kernels::attr::Reduction::axes)) {
     if (a < 0 || a >= static_cast<int64_t>(input.size()) || !axes.insert(a).second)
       return fail("reduction axis ", a, " is invalid for rank ", input.size());
   }
@@ -260,10 +300,11 @@ Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {
 }
 
 Status InstructionChecker::blocked(const Shape &whole, const Shape &block, bool hasBlocks) {
-  if (ints_.size() != (hasBlocks ? 3u : 2u) || ints_[0] < 0 ||
-      ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
-    return fail("needs [mesh axis, dim", hasBlocks ? ", blocks" : "", "] with a valid mesh axis");
-  int64_t axis = ints_[0], dim = ints_[1], blocks = hasBlocks ? ints_[2] : 1;
+  namespace attr = kernels::attr;
+  const int64_t axis = get(hasBlocks ? attr::BlockedAxis::axis : attr::ReduceScatter::axis);
+  const int64_t dim = get(hasBlocks ? attr::BlockedAxis::dim : attr::ReduceScatter::dim);
+  const int64_t blocks = hasBlocks ? get(attr::BlockedAxis::blocks) : 1;
+  PTC_RETURN_IF_ERROR(meshAxis(axis, "mesh axis"));
   int64_t parts = meshSizes_[static_cast<size_t>(axis)];
   if (whole.size() != block.size() || dim < 0 || dim >= static_cast<int64_t>(whole.size()))
     return fail("dim ", dim, " is out of range or the ranks differ");
@@ -308,12 +349,8 @@ Status InstructionChecker::check() {
     return fail("expects ", info->inputs < 0 ? in_.size() : static_cast<size_t>(info->inputs),
                 " inputs and ", info->outputs < 0 ? out_.size() : static_cast<size_t>(info->outputs),
                 " outputs, has ", in_.size(), " and ", out_.size());
-  if ((info->ints >= 0 && ints_.size() != static_cast<size_t>(info->ints)) ||
-      (info->floats >= 0 && floats_.size() != static_cast<size_t>(info->floats)))
-    return fail("expects ", info->ints < 0 ? ints_.size() : static_cast<size_t>(info->ints),
-                " integer and ",
-                info->floats < 0 ? floats_.size() : static_cast<size_t>(info->floats),
-                " float attributes, has ", ints_.size(), " and ", floats_.size());
+  PTC_RETURN_IF_ERROR(attributeCounts(info->attrs));
+  namespace attr = kernels::attr;
   switch (info->rule) {
   case ShapeRule::Broadcasting:
 
@@ -354,58 +391,53 @@ Status InstructionChecker::check() {
   }
   case ShapeRule::Softmax:
     PTC_RETURN_IF_ERROR(dtypes());
-    if (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size()))
-      return fail("axis ", ints_[0], " is out of range");
+    if (get(attr::Axis::axis) < 0 || get(attr::Axis::axis) >= static_cast<int64_t>(in(0).size()))
+      return fail("axis ", get(attr::Axis::axis), " is out of range");
     return expectShape(out(0), in(0), "result");
   case ShapeRule::Dropout: {
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "result"));
-    if (!(floats_[0] >= 0.0 && floats_[0] < 1.0))
-      return fail("p must be in [0, 1), got ", floats_[0]);
+    if (!(get(attr::Dropout::p) >= 0.0 && get(attr::Dropout::p) < 1.0))
+      return fail("p must be in [0, 1), got ", get(attr::Dropout::p));
     if (in(0).size() > static_cast<size_t>(kernels::DropoutMask::kMaxRank))
       return fail("input has rank ", in(0).size(), "; dropout takes rank <= ",
                   kernels::DropoutMask::kMaxRank);
-    // stream, then per dimension: blocks, axis count, the axes.
-    size_t k = 1;
-    if (ints_.empty() || ints_[0] < 0 || ints_[0] > INT32_MAX)
-      return fail("expects a random stream in [0, 2^31) as its first integer");
+    // The layout: per dimension its blocks, axis count, the axes.
+    const int64_t stream = get(attr::Dropout::stream);
+    if (stream < 0 || stream > INT32_MAX)
+      return fail("expects a random stream in [0, 2^31), got ", stream);
+    const Shape layout = get(attr::Dropout::layout);
+    size_t k = 0;
     for (size_t d = 0; d < in(0).size(); ++d) {
-      if (k + 2 > ints_.size())
+      if (k + 2 > layout.size())
         return fail("integers describe ", d, " of the input's ", in(0).size(), " dimensions");
-      const int64_t blocks = ints_[k], axes = ints_[k + 1];
+      const int64_t blocks = layout[k], axes = layout[k + 1];
       k += 2;
       if (blocks < 1 || in(0)[d] % blocks != 0)
         return fail("dimension ", d, " (", in(0)[d], ") is not ", blocks, " equal blocks");
-      if (axes < 0 || k + static_cast<size_t>(axes) > ints_.size())
+      if (axes < 0 || k + static_cast<size_t>(axes) > layout.size())
         return fail("dimension ", d, " names ", axes, " mesh axes the integers do not hold");
       for (int64_t a = 0; a < axes; ++a, ++k)
-        if (ints_[k] < 0 || ints_[k] >= static_cast<int64_t>(meshSizes_.size()))
-          return fail("dimension ", d, "'s mesh axis ", ints_[k], " is not an axis of the plan's mesh");
+        if (layout[k] < 0 || layout[k] >= static_cast<int64_t>(meshSizes_.size()))
+          return fail("dimension ", d, "'s mesh axis ", layout[k], " is not an axis of the plan's mesh");
     }
-    if (k != ints_.size())
-      return fail("has ", ints_.size() - k, " integers more than its ", in(0).size(),
+    if (k != layout.size())
+      return fail("has ", layout.size() - k, " integers more than its ", in(0).size(),
                   " dimensions describe");
     return Status::ok();
   }
   case ShapeRule::Rotary:
     PTC_RETURN_IF_ERROR(dtypes());
-    // ints: inverse[, the sequence's mesh axis (-1: none)[, seq_major]].
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)
       return fail("input must be [batch, heads, seq, head_dim] (or [batch, seq, heads, head_dim] "
                   "seq-major) with an even head_dim, got ",
                   shapeStr(in(0)));
-    if (ints_.empty() || ints_.size() > 3)
-      return fail("expects 1 to 3 integer attributes (inverse[, mesh axis[, seq_major]]), has ",
-                  ints_.size());
-    if (ints_[0] != 0 && ints_[0] != 1)
-      return fail("inverse must be 0 or 1, got ", ints_[0]);
-    if (ints_.size() >= 2 &&
-        (ints_[1] < -1 || ints_[1] >= static_cast<int64_t>(meshSizes_.size())))
-      return fail("the sequence's mesh axis ", ints_[1], " is not an axis of the plan's mesh");
-    if (ints_.size() == 3 && ints_[2] != 0 && ints_[2] != 1)
-      return fail("seq_major must be 0 or 1, got ", ints_[2]);
-    if (!(floats_[0] > 1.0))
-      return fail("theta must be greater than 1, got ", floats_[0]);
+    PTC_RETURN_IF_ERROR(flag(attr::Rotary::inverse));
+    PTC_RETURN_IF_ERROR(
+        meshAxis(get(attr::Rotary::seq_axis), "the sequence's mesh axis", /*noneAllowed=*/true));
+    PTC_RETURN_IF_ERROR(flag(attr::Rotary::seq_major));
+    if (!(get(attr::Rotary::theta) > 1.0))
+      return fail("theta must be greater than 1, got ", get(attr::Rotary::theta));
     return expectShape(out(0), in(0), "result");
   case ShapeRule::Attention:
     PTC_RETURN_IF_ERROR(attentionInputs());
@@ -428,8 +460,8 @@ Status InstructionChecker::check() {
     if (!kernels::fusedQkvWidthFits(h, d, w))
       return fail("qkv's width ", w, " is not (", h, " heads + 2 * kv_heads) * ", d,
                   " with kv_heads dividing the heads");
-    if (floats_[0] <= 0.0)
-      return fail("scale must be positive, got ", floats_[0]);
+    if (get(attr::ScaledAttention::scale) <= 0.0)
+      return fail("scale must be positive, got ", get(attr::ScaledAttention::scale));
     return grad ? expectShape(out(0), qkv, "result") : Status::ok();
   }
   case ShapeRule::CachedAttention: {
@@ -448,23 +480,22 @@ Status InstructionChecker::check() {
     return expectShape(out(2), cache, "new value cache");
   }
   case ShapeRule::RotaryAt: {
-    // ints: [inverse[, seq_major]], each 0 or 1.
     PTC_RETURN_IF_ERROR(dtypes({1}));
     if (in(0).size() != 4 || in(0)[3] % 2 != 0)
       return fail("input must be [batch, heads, tokens, head_dim] (or [batch, tokens, heads, "
                   "head_dim] seq-major) with an even head_dim, got ",
                   shapeStr(in(0)));
-    if (ints_.size() > 2 || std::any_of(ints_.begin(), ints_.end(),
-                                        [](int64_t v) { return v != 0 && v != 1; }))
-      return fail("needs at most two integer attributes, inverse and seq_major (0 or 1)");
-    const bool seqMajor = ints_.size() == 2 && ints_[1] == 1;
+    PTC_RETURN_IF_ERROR(flag(attr::RotaryAt::inverse));
+    PTC_RETURN_IF_ERROR(flag(attr::RotaryAt::seq_major));
+    const bool seqMajor = get(attr::RotaryAt::seq_major) == 1;
     PTC_RETURN_IF_ERROR(expectShape(in(1), {in(0)[0], in(0)[seqMajor ? 1 : 2]}, "positions"));
-    if (!(floats_[0] > 1.0))
-      return fail("theta must be greater than 1, got ", floats_[0]);
+    if (!(get(attr::RotaryAt::theta) > 1.0))
+      return fail("theta must be greater than 1, got ", get(attr::RotaryAt::theta));
     return expectShape(out(0), in(0), "result");
   }
   case ShapeRule::Embedding: {
-    PTC_RETURN_IF_ERROR(vocabAxis());
+    PTC_RETURN_IF_ERROR(
+        meshAxis(get(attr::Embedding::vocab_axis), "the vocabulary's mesh axis", true));
     PTC_RETURN_IF_ERROR(dtypes({1}));
     return expectInferred(out(0), kernels::shapes::embedding(in(0), in(1)), "result");
   }
@@ -473,9 +504,9 @@ Status InstructionChecker::check() {
  {
     // logits, targets[, the loss gradient]; a vocabulary-parallel one names
     // the mesh axis of its classes.
-    bool grad = in_.size() == 3, vocab = info->ints == 1;
+    bool grad = in_.size() == 3, vocab = info->attrs == kernels::AttrSet::VocabAxis;
     if (vocab)
-      PTC_RETURN_IF_ERROR(vocabAxis());
+      PTC_RETURN_IF_ERROR(meshAxis(get(attr::VocabAxis::axis), "the classes' mesh axis"));
     // The whole-vocabulary loss over bf16 / f16 logits may keep its scalar
     // (the loss, or its gradient) in f32 (ptc-fuse-loss-widening).
     PTC_RETURN_IF_ERROR(dtypes({1}, {}, vocab ? -1 : grad ? in_[2] : out_[0]));
@@ -498,16 +529,18 @@ Status InstructionChecker::check() {
                   product(out(0)));
     return Status::ok();
   case ShapeRule::Transpose: {
-    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != in(0).size())
+    const Shape permutation = get(attr::Permutation::permutation);
+    if (in_.size() != 1 || out_.size() != 1 || permutation.size() != in(0).size())
       return fail("expects one input, one output and a permutation of its rank");
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
       return fail("transpose changes the dtype");
-    return expectInferred(out(0), kernels::shapes::transpose(in(0), ints_), "result");
+    return expectInferred(out(0), kernels::shapes::transpose(in(0), permutation), "result");
   }
   case ShapeRule::Slice:
   case ShapeRule::Pad:
  {
-    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != in(0).size() ||
+    const Shape offsets = get(attr::Offsets::offsets);
+    if (in_.size() != 1 || out_.size() != 1 || offsets.size() != in(0).size() ||
         out(0).size() != in(0).size())
       return fail("expects one input, one output of the same rank and one offset per dimension");
     if (tensors_[in_[0]].dtype != tensors_[out_[0]].dtype)
@@ -516,14 +549,14 @@ Status InstructionChecker::check() {
     const Shape &small = slice ? out(0) : in(0);
     const Shape &big = slice ? in(0) : out(0);
     for (size_t i = 0; i < small.size(); ++i)
-      if (ints_[i] < 0 || small[i] > big[i] || ints_[i] > big[i] - small[i]) // (no overflow)
+      if (offsets[i] < 0 || small[i] > big[i] || offsets[i] > big[i] - small[i]) // (no overflow)
         return fail("region of dimension ", i, " is out of bounds");
     return Status::ok();
   }
   case ShapeRule::Concat: {
-    if (in_.empty() || out_.size() != 1 || ints_.size() != 1)
-      return fail("expects inputs, one output and an axis");
-    int64_t axis = ints_[0];
+    if (in_.empty() || out_.size() != 1)
+      return fail("expects inputs and one output");
+    const int64_t axis = get(attr::Axis::axis);
     Shape expected = in(0);
     if (axis < 0 || axis >= static_cast<int64_t>(expected.size()))
       return fail("axis ", axis, " is out of range");
@@ -554,12 +587,13 @@ Status InstructionChecker::check() {
     // Inputs: logits, and optionally the selection bias [experts].
     PTC_RETURN_IF_ERROR(counts(in_.size() == 2 ? 2 : 1, 2, 2, 0));
     PTC_RETURN_IF_ERROR(dtypes({}, {1}));
-    if (in(0).size() < 2 || ints_[0] < 1 || ints_[0] > in(0).back())
+    const int64_t k = get(attr::TopKGate::k);
+    if (in(0).size() < 2 || k < 1 || k > in(0).back())
       return fail("needs [..., experts] logits and 1 <= k <= experts");
     if (in_.size() == 2 && in(1) != Shape{in(0).back()})
       return fail("needs a selection bias of one value per expert, got ", shapeStr(in(1)));
     Shape expected(in(0).begin(), in(0).end() - 1);
-    expected.push_back(ints_[0]);
+    expected.push_back(k);
     PTC_RETURN_IF_ERROR(expectShape(out(0), expected, "weights"));
     return expectShape(out(1), expected, "indices");
   }
@@ -610,8 +644,9 @@ Status InstructionChecker::check() {
     [[fallthrough]];
   case ShapeRule::SoftmaxGrad:
     PTC_RETURN_IF_ERROR(dtypes());
-    if (info->rule == ShapeRule::SoftmaxGrad && (ints_[0] < 0 || ints_[0] >= static_cast<int64_t>(in(0).size())))
-      return fail("axis ", ints_[0], " is out of range");
+    if (info->rule == ShapeRule::SoftmaxGrad &&
+        (get(attr::Axis::axis) < 0 || get(attr::Axis::axis) >= static_cast<int64_t>(in(0).size())))
+      return fail("axis ", get(attr::Axis::axis), " is out of range");
     PTC_RETURN_IF_ERROR(expectShape(in(1), in(0), "gradient"));
     return expectShape(out(0), in(0), "result");
   case ShapeRule::RowNormGrad:
@@ -638,7 +673,8 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));
     return expectShape(out(2), in(1), "value gradient");
   case ShapeRule::EmbeddingGrad: {
-    PTC_RETURN_IF_ERROR(vocabAxis());
+    PTC_RETURN_IF_ERROR(
+        meshAxis(get(attr::Embedding::vocab_axis), "the vocabulary's mesh axis", true));
     PTC_RETURN_IF_ERROR(dtypes({0}));
     if (out(0).size() != 2)
       return fail("table gradient must have rank 2");
@@ -649,8 +685,7 @@ Status InstructionChecker::check() {
   case ShapeRule::OptimizerUpdate:
  {
     bool adam = op == OpCode::AdamWUpdate; // else SgdUpdate
-    if (ints_.size() > 1 || (ints_.size() == 1 && ints_[0] != 1))
-      return fail("the only integer attribute is [1] (a scheduled learning rate input)");
+    PTC_RETURN_IF_ERROR(flag(adam ? attr::AdamWUpdate::scheduled_lr : attr::SgdUpdate::scheduled_lr));
     const plan::UpdateInputs layout = plan::updateInputs(inst_);
     const size_t expected = layout.fixed + (layout.skip >= 0) + (layout.lr >= 0);
     PTC_RETURN_IF_ERROR(counts(expected, adam ? 3 : 2, ints_.size(), adam ? 5 : 3));
@@ -690,19 +725,25 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(dtypes());
     PTC_RETURN_IF_ERROR(expectShape(in(0), {}, "step"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), {}, "result"));
-    if (ints_[0] < 0 || ints_[0] > 2)
-      return fail("schedule kind ", ints_[0], " is not 0 (constant), 1 (cosine) or 2 (linear)");
-    if (ints_[1] < 0 || (ints_[0] != 0 && ints_[2] <= ints_[1]))
-      return fail("needs 0 <= warmup_steps < decay_steps, got ", ints_[1], " and ", ints_[2]);
-    if (!(floats_[0] >= 0.0) || !(floats_[1] >= 0.0) || floats_[1] > floats_[0])
-      return fail("needs 0 <= min_lr <= lr, got lr ", floats_[0], " and min_lr ", floats_[1]);
+  {
+    const int64_t kind = get(attr::LrSchedule::kind), warmup = get(attr::LrSchedule::warmup_steps),
+                  decay = get(attr::LrSchedule::decay_steps);
+    const double lr = get(attr::LrSchedule::lr), minLr = get(attr::LrSchedule::min_lr);
+    if (kind < 0 || kind > 2)
+      return fail("schedule kind ", kind, " is not 0 (constant), 1 (cosine) or 2 (linear)");
+    if (warmup < 0 || (kind != 0 && decay <= warmup))
+      return fail("needs 0 <= warmup_steps < decay_steps, got ", warmup, " and ", decay);
+    if (!(lr >= 0.0) || !(minLr >= 0.0) || minLr > lr)
+      return fail("needs 0 <= min_lr <= lr, got lr ", lr, " and min_lr ", minLr);
     return Status::ok();
+  }
   case ShapeRule::AllReduce: {
-    if (in_.empty() || out_.size() != in_.size() || ints_.empty())
+    const Shape axes = get(attr::MeshAxes::axes);
+    if (in_.empty() || out_.size() != in_.size() || axes.empty())
       return fail("expects n inputs, n outputs and mesh axes");
     PTC_RETURN_IF_ERROR(dtypes());
     std::set<int64_t> seen;
-    for (int64_t a : ints_)
+    for (int64_t a : axes)
       if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()) || !seen.insert(a).second)
         return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
     for (size_t i = 0; i < in_.size(); ++i)
@@ -719,11 +760,13 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(dtypes());
     return blocked(in(0), out(0), /*hasBlocks=*/false);
   case ShapeRule::AllToAll: {
-    if (in_.size() != 1 || out_.size() != 1 || ints_.size() != 3 || ints_[0] < 0 ||
-        ints_[0] >= static_cast<int64_t>(meshSizes_.size()))
-      return fail("expects one input, one output and [mesh axis, split dim, concat dim]");
+    const int64_t axis = get(attr::AllToAll::axis);
+    if (in_.size() != 1 || out_.size() != 1 || axis < 0 ||
+        axis >= static_cast<int64_t>(meshSizes_.size()))
+      return fail("expects one input, one output and a valid mesh axis");
     PTC_RETURN_IF_ERROR(dtypes());
-    int64_t p = meshSizes_[static_cast<size_t>(ints_[0])], split = ints_[1], concat = ints_[2];
+    const int64_t p = meshSizes_[static_cast<size_t>(axis)], split = get(attr::AllToAll::split_dim),
+                  concat = get(attr::AllToAll::concat_dim);
     int64_t rank = static_cast<int64_t>(in(0).size());
     if (split < 0 || split >= rank || concat < 0 || concat >= rank || split == concat ||
         out(0).size() != in(0).size() || in(0)[static_cast<size_t>(split)] % p != 0)
@@ -743,8 +786,8 @@ Status InstructionChecker::check() {
     return expectShape(out(0), {}, "scale");
   case ShapeRule::LossScaleUpdate:
     PTC_RETURN_IF_ERROR(dtypes());
-    if (ints_[0] < 1)
-      return fail("window must be >= 1, got ", ints_[0]);
+    if (get(attr::LossScaleUpdate::window) < 1)
+      return fail("window must be >= 1, got ", get(attr::LossScaleUpdate::window));
     for (size_t i = 0; i < 3; ++i)
       PTC_RETURN_IF_ERROR(expectShape(in(i), {}, "operand"));
     return Status::ok();
@@ -752,9 +795,7 @@ Status InstructionChecker::check() {
     if (in_.size() < 2 || out_.size() != in_.size())
       return fail("expects n gradients and the scale, n results and the overflow flag");
     PTC_RETURN_IF_ERROR(dtypes());
-    for (int64_t a : ints_)
-      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
-        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
+    PTC_RETURN_IF_ERROR(meshAxes(get(attr::MeshAxes::axes)));
     for (size_t i = 0; i + 1 < in_.size(); ++i)
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "unscaled gradient"));
     PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scale"));
@@ -768,9 +809,7 @@ Status InstructionChecker::check() {
         return fail("input #", i, " ('", tensors_[in_[i]].name, "') is i32, expected a float type");
     if (tensors_[out_[0]].dtype != DType::F32)
       return fail("output #0 is ", dtypeName(tensors_[out_[0]].dtype), ", expected F32");
-    for (int64_t a : ints_)
-      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
-        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
+    PTC_RETURN_IF_ERROR(meshAxes(get(attr::MeshAxes::axes)));
     return expectShape(out(0), {}, "flag");
   case ShapeRule::Channel:
     return Status::ok(); // the table fixes its operands; the schedule checks its channel
@@ -779,19 +818,19 @@ Status InstructionChecker::check() {
     if (tensors_[out_[0]].kind != TensorKind::Temporary)
       return fail("must accumulate into a temporary");
     return expectShape(out(0), in(0), "result");
-  case ShapeRule::ClipGradNorm:
-    if (in_.empty() || out_.size() != in_.size() + 1 || (floats_.size() != 1 && floats_.size() != in_.size() + 1))
+  case ShapeRule::ClipGradNorm: {
+    const std::vector<double> weights = get(attr::ClipGradNorm::weights);
+    if (in_.empty() || out_.size() != in_.size() + 1 || (!weights.empty() && weights.size() != in_.size()))
       return fail("expects n gradients, n + 1 results and max_norm (and a weight per gradient)");
-    for (size_t i = 1; i < floats_.size(); ++i)
-      if (!(floats_[i] > 0.0 && floats_[i] <= 1.0))
-        return fail("weight #", i - 1, " is ", floats_[i], ", not in (0, 1]");
-    for (int64_t a : ints_)
-      if (a < 0 || a >= static_cast<int64_t>(meshSizes_.size()))
-        return fail("mesh axis ", a, " is invalid for a ", meshSizes_.size(), "-axis mesh");
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (!(weights[i] > 0.0 && weights[i] <= 1.0))
+        return fail("weight #", i, " is ", weights[i], ", not in (0, 1]");
+    PTC_RETURN_IF_ERROR(meshAxes(get(attr::ClipGradNorm::axes)));
     PTC_RETURN_IF_ERROR(dtypes());
     for (size_t i = 0; i < in_.size(); ++i)
       PTC_RETURN_IF_ERROR(expectShape(out(i), in(i), "clipped gradient"));
     return expectShape(out(in_.size()), {}, "norm");
+  }
   }
   return fail("has no shape rule (opcode ", static_cast<int>(inst_.op()), ")");
 }

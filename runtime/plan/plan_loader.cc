@@ -405,7 +405,7 @@ Status LoadedPlan::verifyPipeline() {
       return invalidArgument("instruction #", n, " has chunk ", inst->chunk(), " of ", p.chunks);
     if (inst->op() != OpCode::Send && inst->op() != OpCode::Recv)
       continue;
-    int64_t c = (*inst->ints())[0];
+    const int64_t c = plan::attrOf(*inst, kernels::attr::Channel::channel);
     if (c < 0 || static_cast<size_t>(c) >= p.channels.size())
       return invalidArgument("instruction #", n, " (", opcodeName(inst->op()), ") uses channel ", c,
                              ", the plan has ", p.channels.size());

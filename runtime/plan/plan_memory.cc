@@ -6,6 +6,7 @@
 #include "runtime/plan/plan_loader.h"
 
 #include "runtime/plan/plan_format.h"
+#include "runtime/plan/plan_ops.h"
 
 #include <algorithm>
 
@@ -18,11 +19,13 @@ using Shape = std::vector<int64_t>;
 int64_t idUpperBound(const LoadedPlan &loaded, int32_t tensor) {
   // Vocabulary-parallel ops hold 1/n of the rows or classes (n: their mesh axis).
   auto splitOf = [&](const plan::Instruction &inst) -> int64_t {
-    bool split = inst.op() == OpCode::VocabParallelCrossEntropy ||
-                 inst.op() == OpCode::VocabParallelCrossEntropyGrad ||
-                 ((inst.op() == OpCode::Embedding || inst.op() == OpCode::EmbeddingGrad) &&
-                  inst.ints() && inst.ints()->size() == 1);
-    return split ? loaded.meshSizes()[static_cast<size_t>(inst.ints()->Get(0))] : 1;
+    int64_t axis = -1;
+    if (inst.op() == OpCode::VocabParallelCrossEntropy ||
+        inst.op() == OpCode::VocabParallelCrossEntropyGrad)
+      axis = plan::attrOf(inst, kernels::attr::VocabAxis::axis);
+    if (inst.op() == OpCode::Embedding || inst.op() == OpCode::EmbeddingGrad)
+      axis = plan::attrOf(inst, kernels::attr::Embedding::vocab_axis);
+    return axis >= 0 ? loaded.meshSizes()[static_cast<size_t>(axis)] : 1;
   };
   int64_t bound = -1;
   auto tighten = [&](int64_t b) { bound = bound < 0 ? b : std::min(bound, b); };

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <iterator>
 #include <string_view>
+#include <vector>
 
 namespace ptc::plan {
 
@@ -31,14 +32,14 @@ enum class ShapeRule {
 struct OpInfo {
   OpCode code;
   const char *name;
-  int inputs, outputs, ints, floats; // -1: depends on the instruction
-  const char *intNames, *floatNames;
+  int inputs, outputs; // -1: depends on the instruction
+  kernels::AttrSet attrs; // its named integers and floats (op_attrs.def)
   ShapeRule rule;
 };
 
 inline constexpr OpInfo kOpTable[] = {
-#define PTC_PLAN_OP(op, nIn, nOut, nInts, nFloats, intNames, floatNames, rule)                     \
-  {OpCode::op, #op, nIn, nOut, nInts, nFloats, intNames, floatNames, ShapeRule::rule},
+#define PTC_PLAN_OP(op, nIn, nOut, attrs, rule)                                                    \
+  {OpCode::op, #op, nIn, nOut, kernels::AttrSet::attrs, ShapeRule::rule},
 #include "kernels/common/op_table.def"
 #undef PTC_PLAN_OP
 };
@@ -73,7 +74,56 @@ using kernels::UpdateInputs;
 inline UpdateInputs updateInputs(const Instruction &inst) {
   return kernels::updateInputs(static_cast<kernels::OpKind>(inst.op()),
                                inst.inputs() ? inst.inputs()->size() : 0,
+                               inst.ints() ? inst.ints()->data() : nullptr,
                                inst.ints() ? inst.ints()->size() : 0);
+}
+
+/// A named attribute of an instruction (op_attrs.def; an absent optional
+/// one reads as its fallback). The caller knows the instruction's op has the
+/// attribute's set (the loader checked the counts).
+inline int64_t attrOf(const Instruction &inst, const kernels::IntAttr &a) {
+  return kernels::attrValue(a, inst.ints() ? inst.ints()->data() : nullptr,
+                            inst.ints() ? inst.ints()->size() : 0);
+}
+inline double attrOf(const Instruction &inst, const kernels::FloatAttr &a) {
+  return kernels::attrValue(a, inst.floats() ? inst.floats()->data() : nullptr,
+                            inst.floats() ? inst.floats()->size() : 0);
+}
+inline std::vector<int64_t> attrOf(const Instruction &inst, const kernels::IntsAttr &a) {
+  return kernels::attrValue(a, inst.ints() ? inst.ints()->data() : nullptr,
+                            inst.ints() ? inst.ints()->size() : 0);
+}
+inline std::vector<double> attrOf(const Instruction &inst, const kernels::FloatsAttr &a) {
+  return kernels::attrValue(a, inst.floats() ? inst.floats()->data() : nullptr,
+                            inst.floats() ? inst.floats()->size() : 0);
+}
+
+/// The mesh axes an instruction communicates over (its group's axes), or
+/// none for one that does not.
+inline std::vector<int64_t> meshAxesOf(const Instruction &inst) {
+  namespace attr = kernels::attr;
+  switch (inst.op()) {
+  case OpCode::AllReduce:
+  case OpCode::UnscaleGrads:
+  case OpCode::AnyNonfinite:
+    return attrOf(inst, attr::MeshAxes::axes);
+  case OpCode::ClipGradNorm:
+    return attrOf(inst, attr::ClipGradNorm::axes);
+  case OpCode::AllGather:
+    return {attrOf(inst, attr::BlockedAxis::axis)};
+  case OpCode::ReduceScatter:
+    return {attrOf(inst, attr::ReduceScatter::axis)};
+  case OpCode::AllToAll:
+    return {attrOf(inst, attr::AllToAll::axis)};
+  case OpCode::VocabParallelCrossEntropy:
+  case OpCode::VocabParallelCrossEntropyGrad:
+    return {attrOf(inst, attr::VocabAxis::axis)};
+  case OpCode::RingAttention:
+  case OpCode::RingAttentionGrad:
+    return {attrOf(inst, attr::RingAttention::axis)};
+  default:
+    return {};
+  }
 }
 
 } // namespace ptc::plan

@@ -95,34 +95,6 @@ Status syncDirectory(const std::string &dir) {
   return Status::ok();
 }
 
-/// The attribute names of an op table row ("lr, beta1, ..."), split at the
-/// top-level commas, each without its parenthesised note; empty for a
-/// structural description ("[1: the last input is the scheduled lr]").
-std::vector<std::string> attributeNames(const char *names) {
-  std::vector<std::string> out;
-  std::string all = names ? names : "";
-  if (all.empty() || all[0] == '[')
-    return out;
-  std::string cur;
-  int depth = 0;
-  for (char c : all + ",") {
-    if (c == '(')
-      ++depth;
-    if (c == ')')
-      --depth;
-    if (c == ',' && depth == 0) {
-      if (size_t paren = cur.find(" ("); paren != std::string::npos)
-        cur.erase(paren);
-      size_t b = cur.find_first_not_of(' ');
-      out.push_back(b == std::string::npos ? "" : cur.substr(b));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  return out;
-}
-
 /// The optimizer's hyperparameters and learning-rate schedule as the plan holds
 /// them (the first update's and schedule's attributes), for the resume check:
 /// "AdamWUpdate: lr=0.0006, beta1=0.9, ...; LrSchedule: kind=cosine, warmup_steps=20, ..."
@@ -153,22 +125,26 @@ std::string optimizerSettings(const LoadedPlan &plan, bool legacy = false) {
           text += " " + number(v);
       continue;
     }
+    // The hyperparameters: the schedule's attributes, the update's floats
+    // (its integer only says where the scheduled rate comes from).
     const plan::OpInfo *info = plan::lookupOp(inst->op());
     std::vector<std::string> items;
-    std::vector<std::string> intNames = attributeNames(info->intNames);
-    if (inst->ints())
-      for (size_t i = 0; i < intNames.size() && i < inst->ints()->size(); ++i) {
-        int64_t v = inst->ints()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    for (const kernels::AttrInfo &a : kernels::kAttrTable) {
+      if (a.set != info->attrs)
+        continue;
+      if (a.kind == kernels::AttrKind::Int && isSchedule) {
+        const kernels::IntAttr slot{a.set, a.index, a.presence, static_cast<int64_t>(a.fallback),
+                                    a.name};
+        const int64_t v = plan::attrOf(*inst, slot);
         std::string value = std::to_string(v);
-        if (isSchedule && i == 0) // the schedule's kind, by name
+        if (a.index == kernels::attr::LrSchedule::kind.index) // the schedule's kind, by name
           value = v == 0 ? "constant" : v == 1 ? "cosine" : v == 2 ? "linear" : value;
-        items.push_back(intNames[i] + "=" + value);
+        items.push_back(std::string(a.name) + "=" + value);
+      } else if (a.kind == kernels::AttrKind::Float) {
+        const kernels::FloatAttr slot{a.set, a.index, a.presence, a.fallback, a.name};
+        items.push_back(std::string(a.name) + "=" + number(plan::attrOf(*inst, slot)));
       }
-    std::vector<std::string> floatNames = attributeNames(info->floatNames);
-    if (inst->floats())
-      for (size_t i = 0; i < inst->floats()->size(); ++i)
-        items.push_back((i < floatNames.size() ? floatNames[i] : "float" + std::to_string(i)) +
-                        "=" + number(inst->floats()->Get(static_cast<flatbuffers::uoffset_t>(i))));
+    }
     text += std::string(text.empty() ? "" : "; ") + info->name + ":";
     for (size_t i = 0; i < items.size(); ++i)
       text += (i ? ", " : " ") + items[i];

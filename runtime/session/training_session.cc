@@ -12,6 +12,7 @@
 #include "runtime/io/safetensors.h"
 #include "runtime/session/fault_injection.h"
 #include "runtime/session/step_watchdog.h"
+#include "runtime/plan/plan_ops.h"
 
 #include <algorithm>
 #include <chrono>
@@ -40,11 +41,18 @@ std::string collectiveSignature(const LoadedPlan &plan) {
     for (int32_t id : inputsOf(*inst))
       count += plan.tensor(id).numElements;
     sig += std::string(opcodeName(op)) + "(axes";
-    for (int64_t a : *inst->ints())
+    for (int64_t a : plan::meshAxesOf(*inst))
       sig += " " + std::to_string(a);
+    namespace attr = kernels::attr;
+    if (op == plan::OpCode::AllToAll)
+      sig += ", split dim " + std::to_string(plan::attrOf(*inst, attr::AllToAll::split_dim)) +
+             ", concat dim " + std::to_string(plan::attrOf(*inst, attr::AllToAll::concat_dim));
     sig += ", f32 x " + std::to_string(count) + ");";
     if (op == plan::OpCode::AllGather || op == plan::OpCode::ReduceScatter)
-      sig.insert(sig.size() - 2, ", dim " + std::to_string(inst->ints()->Get(1)));
+      sig.insert(sig.size() - 2,
+                 ", dim " + std::to_string(op == plan::OpCode::AllGather
+                                               ? plan::attrOf(*inst, attr::BlockedAxis::dim)
+                                               : plan::attrOf(*inst, attr::ReduceScatter::dim)));
   }
   return sig;
 }

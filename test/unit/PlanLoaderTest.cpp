@@ -101,7 +101,12 @@ TEST(PlanLoader, ChecksSeqMajorAttentionShapes) {
   EXPECT_EQ(attention({1}), "");
   // Read heads-major, the same tensors do not fit (4 kv heads do not divide 2 query heads).
   EXPECT_NE(attention({}).find("key and value must have shape [batch, kv_heads, seq, head_dim]"), std::string::npos) << attention({});
-  EXPECT_NE(attention({2}).find("seq_major (0 or 1)"), std::string::npos) << attention({2});
+  EXPECT_NE(attention({2}).find("seq_major must be 0 or 1, got 2"), std::string::npos) << attention({2});
+  // The counts come from the attribute set (op_attrs.def), which names them.
+  EXPECT_NE(attention({1, 0}).find("expects 0 to 1 integer and 1 float attributes, has 2 and 1 "
+                                   "(seq_major, scale)"),
+            std::string::npos)
+      << attention({1, 0});
 }
 
 // Packed documents: attention may take one more input, the document positions
