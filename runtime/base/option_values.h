@@ -117,6 +117,19 @@ PTC_OPTION_VALUES(BuilderKind, "model",
                   {BuilderKind::Gpt, "gpt"}, {BuilderKind::Llama, "llama"},
                   {BuilderKind::Mlp, "mlp"}, {BuilderKind::Moe, "moe"})
 
+/// ptc-run's communicator (`--comm`): MPI, NCCL (GPU ranks), or auto (NCCL
+/// where the ranks are GPUs and it is built in, else MPI).
+enum class CommBackend { Auto, Mpi, Nccl };
+PTC_OPTION_VALUES(CommBackend, "--comm",
+                  {CommBackend::Mpi, "mpi"}, {CommBackend::Nccl, "nccl"},
+                  {CommBackend::Auto, "auto"})
+
+/// What ptc-run does at a step whose loss or gradients are not finite
+/// (`--on-nonfinite`): warn and go on (the plan skips the update), or stop.
+enum class NonfiniteAction { Skip, Stop };
+PTC_OPTION_VALUES(NonfiniteAction, "--on-nonfinite",
+                  {NonfiniteAction::Skip, "skip"}, {NonfiniteAction::Stop, "stop"})
+
 /// A builder of token sequences (trained on token windows; the others take rows).
 inline bool isLanguageModel(BuilderKind b) {
   return b == BuilderKind::Gpt || b == BuilderKind::Llama;

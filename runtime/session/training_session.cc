@@ -111,16 +111,14 @@ double stepCollectiveTimeout(const LoadedPlan &plan, double requested) {
 StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &plan,
                                                            const std::string &planName,
                                                            Device &device,
-                                                           const std::string &commName,
+                                                           CommBackend backend,
                                                            double collectiveTimeout,
                                                            FailureScope *scope) {
   setScope(scope, FailureScope::ThisRank);
-  if (commName != "auto" && commName != "mpi" && commName != "nccl")
-    return invalidArgument("unknown --comm '", commName, "' (expected mpi, nccl or auto)");
   Mesh mesh{plan.meshAxes(), plan.meshSizes()};
   const int needRanks = plan.plan().num_ranks();
   const bool onGpu = device.kind() == DeviceKind::Cuda;
-  if (commName == "nccl" && !onGpu)
+  if (backend == CommBackend::Nccl && !onGpu)
     return invalidArgument("--comm nccl needs the CUDA device (this rank runs on ",
                            device.describe(), ")");
   std::unique_ptr<Communicator> comm;
@@ -153,7 +151,7 @@ StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &pla
                              firstDifference((*sigs)[0], (*sigs)[static_cast<size_t>(r)]),
                              " (rank 0 vs rank ", r, ")");
     }
-  if (onGpu && commName != "mpi" && (ncclCompiledIn() || commName == "nccl")) {
+  if (onGpu && backend != CommBackend::Mpi && (ncclCompiledIn() || backend == CommBackend::Nccl)) {
     auto nccl = createNcclCommunicator(std::move(comm), device, Executor::collectiveGroups(plan),
                                        collectiveTimeout);
     if (!nccl.isOk())

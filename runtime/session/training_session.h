@@ -5,6 +5,7 @@
 #ifndef PTC_RUNTIME_SESSION_TRAINING_SESSION_H
 #define PTC_RUNTIME_SESSION_TRAINING_SESSION_H
 
+#include "runtime/base/option_values.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/exec/executor.h"
 #include "runtime/io/array_data.h"
@@ -33,7 +34,7 @@ struct SessionOptions {
   std::string offloadDir;      // offload=optimizer plans: model state in a file there (NVMe)
   std::optional<uint64_t> shuffleSeed; // token windows in a seeded order (TokenData)
   std::string device = "auto"; // cpu, cpu-discrete, cuda, auto
-  std::string comm = "auto";   // mpi, nccl, auto
+  CommBackend comm = CommBackend::Auto;
   uint64_t seed = 1337;        // the plan's initializers
   /// Seconds a collective may take (0: defaultCollectiveTimeout of the plan
   /// for the step's collectives and kControlTimeout for the coordinating
@@ -82,7 +83,7 @@ enum class FailureScope { ThisRank, EachRank, AllRanks };
 /// `planName` names the plan in messages.
 StatusOr<std::unique_ptr<Communicator>> createCommunicator(const LoadedPlan &plan,
                                                            const std::string &planName,
-                                                           Device &device, const std::string &comm,
+                                                           Device &device, CommBackend comm,
                                                            double collectiveTimeout,
                                                            FailureScope *scope = nullptr);
 

@@ -197,10 +197,15 @@ bool setValue(const OptionRow &row, const std::string &value, RunOptions &out) {
 /// The checks that relate options to one another (each option's own value
 /// was checked by its row's kind).
 bool checkTogether(RunOptions &o) {
-  if (o.comm != "auto" && o.comm != "mpi" && o.comm != "nccl")
-    return error("unknown --comm '" + o.comm + "' (expected mpi, nccl or auto)");
-  if (o.onNonfinite != "skip" && o.onNonfinite != "stop")
-    return error("unknown --on-nonfinite '" + o.onNonfinite + "' (expected skip or stop)");
+  std::optional<CommBackend> comm = parseOption<CommBackend>(o.comm);
+  if (!comm)
+    return error("unknown --comm '" + o.comm + "' (expected " + optionChoices<CommBackend>() + ")");
+  o.commBackend = *comm;
+  std::optional<NonfiniteAction> nonfinite = parseOption<NonfiniteAction>(o.onNonfinite);
+  if (!nonfinite)
+    return error("unknown --on-nonfinite '" + o.onNonfinite + "' (expected " +
+                 optionChoices<NonfiniteAction>() + ")");
+  o.nonfiniteAction = *nonfinite;
   if (o.has("--np") && (o.ranks < 1 || o.ranks > kMaxMeshDevices))
     return error("--np " + std::to_string(o.ranks) + " must be 1 to " +
                  std::to_string(kMaxMeshDevices) + " ranks");

@@ -4,6 +4,8 @@
 #ifndef PTC_TOOLS_PTC_RUN_OPTIONS_H
 #define PTC_TOOLS_PTC_RUN_OPTIONS_H
 
+#include "runtime/base/option_values.h"
+
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -20,6 +22,9 @@ struct RunOptions {
   std::string data, dataBlend, evalData, init, save, checkpointDir, resume, hostfile, metrics,
       metricsCsv, tensorboard, trace, offloadDir, kernelCoverage;
   std::string device = "auto", comm = "auto", onNonfinite = "skip";
+  // The closed-set values above, parsed once (checkTogether).
+  CommBackend commBackend = CommBackend::Auto;
+  NonfiniteAction nonfiniteAction = NonfiniteAction::Skip;
   // Counts.
   int64_t steps = 100, seed = 1337, shuffle = 0, evalEvery = 100, evalSteps = 10,
           checkpointEvery = 0, keepLast = 0, maxRestarts = 0, maxShardMb = 5000, logEvery = 10,

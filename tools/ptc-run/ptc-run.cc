@@ -131,11 +131,11 @@ int runMain(int argc, char **argv) {
   if (o.has("--shuffle"))
     options.shuffleSeed = static_cast<uint64_t>(o.shuffle);
   options.device = o.device;
-  options.comm = o.comm;
+  options.comm = o.commBackend;
   options.seed = static_cast<uint64_t>(o.seed);
   options.collectiveTimeout = o.collectiveTimeout;
   options.stepTimeout = o.stepTimeout;
-  options.stopOnNonfinite = o.onNonfinite == "stop";
+  options.stopOnNonfinite = o.nonfiniteAction == NonfiniteAction::Stop;
   options.maxSkippedSteps = o.maxSkippedSteps;
   options.instructionProgress = statusInstructionSlot();
   // The watchdog's message is this rank's error: the status file says so, and
