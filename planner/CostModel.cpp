@@ -131,6 +131,14 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
       pc.seconds += s;
       pc.matmulSeconds += s;
       pc.flops += f;
+    } else if (auto mg = dyn_cast<MatmulBiasGradOp>(op)) {
+      // The weight gradient's product, and the bias gradient's pass over its
+      // lhs as the separate sum it replaces costs (the default path).
+      double f = mg.getFlops();
+      double s = price.matmul(f, elementTypeName(mg.getResult().getType().getElementType()));
+      pc.seconds += s + price.memory(tensorBytes(mg.getLhs()) + tensorBytes(mg.getBiasGrad()));
+      pc.matmulSeconds += s;
+      pc.flops += f;
     } else if (auto at = dyn_cast<CausalAttentionOp>(op)) {
       addAttention(at.getQuery(), at.getSeqDim(), 1.0);
     } else if (auto aq = dyn_cast<CausalAttentionQkvOp>(op)) {

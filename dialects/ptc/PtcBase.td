@@ -110,6 +110,10 @@ def Ptc_Dialect : Dialect {
     /// consumer that needs another); merged by ptc-bucket-collectives, printed
     /// by ptc-explain-collectives.
     static constexpr ::llvm::StringLiteral kCollectiveCauseAttrName = "ptc.cause";
+    /// ptc-propagate-sharding's record of each result's sharding and where it
+    /// came from (one entry per result); after ptc-partition only a record.
+    static constexpr ::llvm::StringLiteral kShardingsAttrName = "ptc.shardings";
+    static constexpr ::llvm::StringLiteral kShardingOriginsAttrName = "ptc.sharding_origins";
 
     /// Autodiff: on backward ops; in micro-batched steps also the id of each
     /// forward op and, on backward ops, the id of the forward op they

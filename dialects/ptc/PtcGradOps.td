@@ -233,6 +233,34 @@ def Ptc_CausalAttentionQkvGradOp : Ptc_Op<"causal_attention_qkv_grad", [DeclareO
   let hasVerifier = 1;
 }
 
+def Ptc_MatmulBiasGradOp : Ptc_Op<"matmul_bias_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_CostOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
+  let summary = "a linear layer's weight-gradient product with its bias gradient";
+  let description = [{
+    `result` is `ptc.matmul %lhs, %rhs` of two rank-2 operands (with the same
+    transposes); `bias_grad` is the sum of `lhs` over its contracted dimension
+    (with `transpose_lhs`, `lhs` [k, m] summed over its k rows: the column
+    sums of the upstream gradient, what a bias gradient `ptc.reduce_sum` over
+    every dimension but the last gives), accumulated in f32 and rounded once.
+    `ptc-fuse-matmul-bias` forms it after sharding from a weight-gradient
+    product and the bias gradient of the same tensor, so that a GPU computes
+    both in one cuBLASLt call (the BGRADB epilogue) and every backend runs
+    one instruction where there were two.
+
+    ```mlir
+    %dw, %db = ptc.matmul_bias_grad %dy, %x {transpose_lhs = true}
+        : tensor<512x384xf32>, tensor<512x128xf32> -> tensor<384x128xf32>, tensor<384xf32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$lhs, Ptc_FloatTensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Ptc_FloatTensor:$result, Ptc_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result) `,` type($bias_grad)
+  }];
+  let hasVerifier = 1;
+}
+
 def Ptc_EmbeddingGradOp : Ptc_Op<"embedding_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure]> {
   let summary = "gradient of `ptc.embedding`: rows scatter-added into the table shape";
   let description = [{

@@ -396,6 +396,25 @@ LogicalResult CausalAttentionQkvGradOp::verify() {
   return verifyDocumentPositions(*this, getPositions(), getGrad().getType(), 1);
 }
 
+LogicalResult MatmulBiasGradOp::verify() {
+  if (failed(checkResultType(*this, getResult().getType(),
+                             inferMatmulType(getLhs().getType(), getRhs().getType(),
+                                             getTransposeLhs(), getTransposeRhs(),
+                                             [&] { return emitOpError(); }))))
+    return failure();
+  RankedTensorType lhs = getLhs().getType(), biasGrad = getBiasGrad().getType();
+  ::ptc::kernels::shapes::Inferred sums = ::ptc::kernels::shapes::matmulBiasGrad(
+      lhs.getShape(), getRhs().getType().getShape(), getTransposeLhs());
+  if (!sums.ok())
+    return emitOpError() << sums.error;
+  if (biasGrad.getShape() != ArrayRef<int64_t>(sums.shape) ||
+      biasGrad.getElementType() != lhs.getElementType())
+    return emitOpError() << "bias gradient must be " << lhs.getElementType() << " ["
+                         << sums.shape[0] << "] (lhs summed over its contracted dimension), got "
+                         << biasGrad;
+  return success();
+}
+
 LogicalResult EmbeddingOp::verify() {
   if (failed(verifyVocabAxis(*this, getVocabAxis())))
     return failure();
@@ -779,6 +798,14 @@ double MatmulOp::getFlops() {
   RankedTensorType lhs = getLhs().getType();
   int64_t k = getTransposeLhs() ? lhs.getDimSize(lhs.getRank() - 2)
                                 : lhs.getDimSize(lhs.getRank() - 1);
+  return 2.0 * static_cast<double>(getNumElements(getResult().getType())) *
+         static_cast<double>(k);
+}
+
+double MatmulBiasGradOp::getFlops() {
+  RankedTensorType lhs = getLhs().getType();
+  int64_t k = lhs.getDimSize(getTransposeLhs() ? 0 : 1);
+  // The product's (the sums ride along: what a memory-bound reduction cost).
   return 2.0 * static_cast<double>(getNumElements(getResult().getType())) *
          static_cast<double>(k);
 }

@@ -110,6 +110,14 @@ PlanInstruction MatmulOp::getPlanInstruction(MeshAxisIndexFn) {
       .set(attr::Matmul::transpose_rhs, getTransposeRhs());
 }
 
+// A Matmul with a second output: the bias gradient (lhs summed over its
+// contracted dimension).
+PlanInstruction MatmulBiasGradOp::getPlanInstruction(MeshAxisIndexFn) {
+  return PlanInstruction(OpKind::Matmul)
+      .set(attr::Matmul::transpose_lhs, getTransposeLhs())
+      .set(attr::Matmul::transpose_rhs, getTransposeRhs());
+}
+
 PlanInstruction RotaryOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
   std::optional<StringRef> axis = getSeqAxis();
   return PlanInstruction(OpKind::Rotary)

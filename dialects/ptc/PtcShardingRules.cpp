@@ -756,6 +756,10 @@ LogicalResult CausalAttentionQkvGradOp::inferShardingRule(ShardingRuleContext &)
                           "sharding";
 }
 
+LogicalResult MatmulBiasGradOp::inferShardingRule(ShardingRuleContext &) {
+  return emitOpError() << "has no sharding rule: ptc-fuse-matmul-bias forms it after sharding";
+}
+
 // Causal attention of a sequence split over cp with cp-attention=ring.
 Operation *CausalAttentionOp::partition(OpBuilder &b) {
   auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);

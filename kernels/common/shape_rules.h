@@ -109,6 +109,18 @@ inline Inferred matmul(Dims lhs, Dims rhs, bool transposeLhs, bool transposeRhs)
   return r;
 }
 
+/// A matmul's bias gradient (ptc.matmul_bias_grad, a Matmul's second
+/// output): the sums of a rank-2 lhs over its contracted dimension, one per
+/// row of the product ([m]; the product itself is `matmul`'s rule).
+inline Inferred matmulBiasGrad(Dims lhs, Dims rhs, bool transposeLhs) {
+  if (lhs.rank() != 2 || rhs.rank() != 2)
+    return Inferred::failure("a bias gradient's product takes rank-2 operands, got lhs " +
+                             shapeText(lhs) + " and rhs " + shapeText(rhs));
+  Inferred r;
+  r.shape.push_back(lhs[transposeLhs ? 1 : 0]);
+  return r;
+}
+
 /// Transpose: the input's dimensions in the order of `permutation`.
 inline Inferred transpose(Dims input, Dims permutation) {
   const size_t rank = input.rank();

@@ -194,6 +194,11 @@ void concat(const std::vector<const void *> &ins, const std::vector<Shape> &shap
 
 void reduce(ReduceOp kind, const float *in, const Shape &is, const std::vector<int64_t> &axes,
             float *out);
+/// A reduction of an f32 or bf16 view into `out` of its type (bf16: in f32,
+/// rounded once): the ReduceSum / ReduceMean / ReduceMax kernels, and a
+/// matmul's bias gradient.
+void reduceInto(ReduceOp kind, const TensorView &in, const std::vector<int64_t> &axes,
+                const TensorView &out);
 
 /// Per group, the fraction of the tokens * k assignments routed to each
 /// expert: out [groups, experts].

@@ -463,11 +463,17 @@ void addMatmulKernels(KernelTable &t) {
   // the shape (the executor widens the others to f32). An optional third
   // input, the bias, is added to every row: by oneDNN's primitive for bf16
   // (in the accumulator, before the one rounding), by each thread to its
-  // block right after its GEMM for f32 (the same additions as an Add).
+  // block right after its GEMM for f32 (the same additions as an Add). An
+  // optional second output, the bias gradient, is lhs summed over its
+  // contracted dimension after the GEMM, by ReduceSum's kernel (the same
+  // additions in the same order as the ReduceSum it replaces).
   auto accepts = [](const KernelCall &c) {
     const TensorView &a = c.input(0), &b = c.input(1), &out = c.output(0);
     const bool bias = c.numInputs >= 3;
     if (bias && c.input(2).dtype != out.dtype)
+      return false;
+    if (c.numOutputs >= 2 &&
+        (c.output(1).dtype != out.dtype || (out.dtype != DType::F32 && out.dtype != DType::BF16)))
       return false;
     if (a.dtype == DType::F32 && b.dtype == DType::F32 && out.dtype == DType::F32)
       return true;
@@ -490,6 +496,8 @@ void addMatmulKernels(KernelTable &t) {
                                        out.data, transA, transB, bias ? bias->data : nullptr)) {
           return KernelResult::error("no native low-precision matmul for this shape");
         }
+        if (c.numOutputs >= 2)
+          reduceInto(ReduceOp::Sum, a, {transA ? 0 : 1}, c.output(1));
         return KernelResult::ok();
       },
       accepts);

@@ -147,6 +147,19 @@ static void reduceMaxGrad(const float *in, const Shape &is, const std::vector<in
     }
 }
 
+void reduceInto(ReduceOp kind, const TensorView &in, const std::vector<int64_t> &axes,
+                const TensorView &out) {
+  if (in.dtype == DType::BF16) {
+    std::vector<float> sums(static_cast<size_t>(out.elements));
+    reduceOf(kind, bf16In(in), *in.shape, axes, sums.data());
+    uint16_t *o = bf16Out(out);
+    for (int64_t i = 0; i < out.elements; ++i)
+      o[i] = f32ToBf16(sums[static_cast<size_t>(i)]);
+  } else {
+    reduce(kind, in.f32(), *in.shape, axes, out.f32());
+  }
+}
+
 void addReductionKernels(KernelTable &t) {
   // f32, or bf16 storage summed in f32 and rounded once (a bias gradient in
   // bf16 plans), without the executor widening the whole input first.
@@ -154,16 +167,7 @@ void addReductionKernels(KernelTable &t) {
     const ReduceOp kind = c.op == OpKind::ReduceSum    ? ReduceOp::Sum
                           : c.op == OpKind::ReduceMean ? ReduceOp::Mean
                                                        : ReduceOp::Max;
-    const TensorView &in = c.input(0), &out = c.output(0);
-    if (in.dtype == DType::BF16) {
-      std::vector<float> sums(static_cast<size_t>(out.elements));
-      reduceOf(kind, bf16In(in), *in.shape, c.attr(attr::Reduction::axes), sums.data());
-      uint16_t *o = bf16Out(out);
-      for (int64_t i = 0; i < out.elements; ++i)
-        o[i] = f32ToBf16(sums[static_cast<size_t>(i)]);
-    } else {
-      reduce(kind, in.f32(), *in.shape, c.attr(attr::Reduction::axes), out.f32());
-    }
+    reduceInto(kind, c.input(0), c.attr(attr::Reduction::axes), c.output(0));
     return KernelResult::ok();
   };
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})

@@ -234,6 +234,17 @@ __device__ inline float rowExpSum(const T *row, int64_t cols, float &max) {
 }
 
 } // namespace
+
+// ---- Reductions the layout family defines and others use ----------------------------
+/// A reduction of f32 `in` over `axes` (one thread per result).
+void reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes, float *out,
+            void *stream);
+/// `in` viewed as [rows, elements / rows]: its column sums times `scale`
+/// into `out` of its type (f32, bf16, f16), in two deterministic passes (a
+/// bias gradient: ReduceSum over leading axes, a Matmul's second output).
+KernelResult columnSums(const KernelCall &c, const TensorView &in, int64_t rows,
+                        const TensorView &out, float scale = 1.0f);
+
 } // namespace ptc::kernels::cuda
 
 #endif // PTC_KERNELS_CUDA_INTERNAL_CUH

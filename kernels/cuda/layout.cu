@@ -230,6 +230,30 @@ void splitAxes(const Shape &is, const Shape &axes, Dims &kept, Dims &red, int64_
 }
 } // namespace
 
+KernelResult columnSums(const KernelCall &c, const TensorView &in, int64_t rows,
+                        const TensorView &out, float scale) {
+  const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  const int64_t cols = rows > 0 ? in.elements / rows : 0;
+  if (rows <= 0 || cols <= 0)
+    return KernelResult::ok();
+  if (chunks > 65535)
+    return KernelResult::error("column sums over ", rows, " rows: more than the grid takes");
+  auto *partial = static_cast<float *>(scratch(c, chunks * cols * 4));
+  if (!partial)
+    return scratchFailure(c, chunks * cols * 4);
+  dim3 grid(static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile),
+            static_cast<unsigned>(chunks));
+  withFloatType(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    columnPartialSumsKernel<<<grid, dim3(kColumnTile, kRowThreads), 0, S(streamOf(c))>>>(
+        static_cast<const T *>(in.data), rows, cols, partial);
+    columnFinishKernel<<<gridFor(cols), kThreads, 0, S(streamOf(c))>>>(
+        partial, chunks, cols, scale, static_cast<T *>(out.data));
+    return 0;
+  });
+  return KernelResult::ok();
+}
+
 void reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes, float *out,
             void *stream) {
   Dims kept, red;
@@ -311,26 +335,9 @@ void addLayoutKernels(KernelTable &t) {
     // Sums over leading axes (bias gradients): column sums in two passes, on
     // the stored type (f32, bf16, f16).
     const Shape axes = c.attr(attr::Reduction::axes);
-    if (const int64_t rows = leadingRows(c); rows > 0) {
-      const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-      const int64_t cols = in.elements / rows;
-      auto *partial = static_cast<float *>(scratch(c, chunks * cols * 4));
-      if (!partial)
-        return scratchFailure(c, chunks * cols * 4);
-      dim3 grid(static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile),
-                static_cast<unsigned>(chunks));
-      withFloatType(in.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        columnPartialSumsKernel<<<grid, dim3(kColumnTile, kRowThreads), 0, S(streamOf(c))>>>(
-            static_cast<const T *>(in.data), rows, cols, partial);
-        columnFinishKernel<<<gridFor(cols), kThreads, 0, S(streamOf(c))>>>(
-            partial, chunks, cols,
-            kind == ReduceOp::Mean ? 1.0f / static_cast<float>(rows) : 1.0f,
-            static_cast<T *>(c.output(0).data));
-        return 0;
-      });
-      return KernelResult::ok();
-    }
+    if (const int64_t rows = leadingRows(c); rows > 0)
+      return columnSums(c, in, rows, c.output(0),
+                        kind == ReduceOp::Mean ? 1.0f / static_cast<float>(rows) : 1.0f);
     reduce(kind, in.f32(), *in.shape, axes, c.output(0).f32(), streamOf(c));
     return KernelResult::ok();
   };

@@ -106,8 +106,9 @@ uint32_t alignmentOf(const void *p) {
   return align;
 }
 
-/// One cached biased product: cuBLASLt's descriptors and algorithm for a
-/// shape, types and alignment, or why cuBLASLt refused it.
+/// One cached product with an epilogue (a bias, or a bias gradient):
+/// cuBLASLt's descriptors and algorithm for a shape, types, alignment and
+/// epilogue, or why cuBLASLt refused it.
 struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -118,10 +119,13 @@ struct LtPlan {
 
 /// Builds the plan of C[m, n] = op(A) op(B) + bias (row-major; cuBLASLt's
 /// column-major view: C^T[n, m] = op(B)^T op(A)^T, whose rows are ptc's
-/// columns, so the bias vector of n is the epilogue's per-row bias).
+/// columns, so the bias vector of n is the epilogue's per-row bias), or,
+/// with CUBLASLT_EPILOGUE_BGRADB, of C and the sums of ptc's A over the
+/// product's k (cuBLASLt's B is ptc's A: a vector of m, one per column of
+/// the column-major C^T).
 LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
                        cublasComputeType_t ct, uint32_t alignA, uint32_t alignB, uint32_t alignC,
-                       size_t maxWorkspace) {
+                       size_t maxWorkspace, cublasLtEpilogue_t epilogue) {
   LtPlan plan;
   auto failed = [&](const char *what, cublasStatus_t st) {
     plan.refused = std::string(what) + " (cuBLAS status " + std::to_string(static_cast<int>(st)) + ")";
@@ -132,7 +136,6 @@ LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
     return failed("creating the matmul descriptor", st);
   const cublasOperation_t opA = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                           opB = p.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   const int32_t biasType = static_cast<int32_t>(dt);
   if ((st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
                                            sizeof opA)) != CUBLAS_STATUS_SUCCESS ||
@@ -142,7 +145,7 @@ LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
                                            sizeof epilogue)) != CUBLAS_STATUS_SUCCESS ||
       (st = cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                            &biasType, sizeof biasType)) != CUBLAS_STATUS_SUCCESS)
-    return failed("setting the matmul's transposes and bias epilogue", st);
+    return failed("setting the matmul's transposes and epilogue", st);
   // cuBLASLt's A is ptc's rhs, its B ptc's lhs, as stored (column-major).
   const uint64_t rowsA = p.transB ? p.k : p.n, colsA = p.transB ? p.n : p.k;
   const uint64_t rowsB = p.transA ? p.m : p.k, colsB = p.transA ? p.k : p.m;
@@ -185,47 +188,52 @@ LtPlan planBiasProduct(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
   return plan;
 }
 
-/// The cached plan of a biased product (built on first use; cuBLASLt's
-/// heuristic runs once per shape, types and alignment).
+/// The cached plan of a product with an epilogue (built on first use;
+/// cuBLASLt's heuristic runs once per shape, types, alignment and epilogue).
 const LtPlan &biasProductPlan(cublasLtHandle_t lt, const Product &p, cudaDataType_t dt,
                               cublasComputeType_t ct, const void *a, const void *b, void *c,
-                              const void *bias, size_t maxWorkspace) {
+                              const void *bias, size_t maxWorkspace,
+                              cublasLtEpilogue_t epilogue) {
   using Key = std::tuple<void *, int64_t, int64_t, int64_t, bool, bool, int, int, uint32_t,
-                         uint32_t, uint32_t, uint32_t>;
+                         uint32_t, uint32_t, uint32_t, int>;
   static std::mutex mu;
   static std::map<Key, LtPlan> plans;
   const uint32_t alignA = alignmentOf(a), alignB = alignmentOf(b), alignC = alignmentOf(c),
                  alignBias = alignmentOf(bias);
   Key key{lt, p.m, p.n, p.k, p.transA, p.transB, static_cast<int>(dt), static_cast<int>(ct),
-          alignA, alignB, alignC, alignBias};
+          alignA, alignB, alignC, alignBias, static_cast<int>(epilogue)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it == plans.end()) {
     // (The bias's alignment is in the key: the heuristic takes none for it.)
-    it = plans.emplace(key, planBiasProduct(lt, p, dt, ct, alignA, alignB, alignC, maxWorkspace))
+    it = plans.emplace(key, planBiasProduct(lt, p, dt, ct, alignA, alignB, alignC, maxWorkspace,
+                                            epilogue))
              .first;
+    const bool grad = epilogue == CUBLASLT_EPILOGUE_BGRADB;
     if (!it->second.refused.empty()) // named once per shape: never a silent slow path
       std::fprintf(stderr,
-                   "ptc: cuBLASLt refused the biased product %lld x %lld x %lld: %s; it runs "
-                   "as a product and a separate bias pass\n",
-                   static_cast<long long>(p.m), static_cast<long long>(p.n),
-                   static_cast<long long>(p.k), it->second.refused.c_str());
+                   "ptc: cuBLASLt refused the %s product %lld x %lld x %lld: %s; it runs as a "
+                   "product and a separate %s\n",
+                   grad ? "bias-gradient" : "biased", static_cast<long long>(p.m),
+                   static_cast<long long>(p.n), static_cast<long long>(p.k),
+                   it->second.refused.c_str(), grad ? "column sum" : "bias pass");
   }
   return it->second;
 }
 
-/// Runs the biased product on cuBLASLt when enabled and accepted: its
-/// result; nothing when the caller is to run it the default way (then
-/// nothing was enqueued).
+/// Runs the product with its epilogue on cuBLASLt when enabled and
+/// accepted (BIAS: `bias` is read; BGRADB: `bias` is the bias gradient,
+/// written): its result; nothing when the caller is to run it the default
+/// way (then nothing was enqueued).
 std::optional<KernelResult> biasProductOnLt(const LaunchContext &ctx, const Product &p,
                                             cudaDataType_t dt, cublasComputeType_t ct,
                                             const void *a, const void *b, const void *bias,
-                                            void *out) {
+                                            void *out, cublasLtEpilogue_t epilogue) {
   if (!ctx.blasLt || p.batch != 1 || !ltEpiloguesEnabled())
     return std::nullopt;
   constexpr size_t kMaxWorkspace = size_t{32} << 20;
   auto lt = static_cast<cublasLtHandle_t>(ctx.blasLt);
-  const LtPlan &plan = biasProductPlan(lt, p, dt, ct, a, b, out, bias, kMaxWorkspace);
+  const LtPlan &plan = biasProductPlan(lt, p, dt, ct, a, b, out, bias, kMaxWorkspace, epilogue);
   if (!plan.refused.empty())
     return std::nullopt;
   void *workspace = nullptr;
@@ -240,8 +248,10 @@ std::optional<KernelResult> biasProductOnLt(const LaunchContext &ctx, const Prod
     st = cublasLtMatmul(lt, plan.op, &one, b, plan.a, a, plan.b, &zero, out, plan.c, out, plan.c,
                         &plan.algo, workspace, plan.workspace, S(ctx.stream));
   if (st != CUBLAS_STATUS_SUCCESS)
-    return KernelResult::error("cuBLASLt biased product ", p.m, " x ", p.n, " x ", p.k,
-                               " failed with status ", static_cast<int>(st));
+    return KernelResult::error("cuBLASLt ",
+                               epilogue == CUBLASLT_EPILOGUE_BGRADB ? "bias-gradient" : "biased",
+                               " product ", p.m, " x ", p.n, " x ", p.k, " failed with status ",
+                               static_cast<int>(st));
   return KernelResult::ok();
 }
 } // namespace
@@ -333,11 +343,17 @@ KernelResult matmul(void *cublasHandle, const void *a, const Shape &as, const vo
 void addMatmulKernels(KernelTable &t) {
   // f32 (TF32 tensor cores when allowed), or bf16 / f16 operands and result
   // with f32 accumulation; an optional bias (a third input) added to every
-  // row after the product.
+  // row after the product; an optional bias gradient (a second output: lhs
+  // summed over its contracted dimension) by the column sums after the
+  // product (with transpose_lhs; f32 row sums otherwise), or, with
+  // PTC_CUDA_LT_EPILOGUES=1, in the product (cuBLASLt's BGRADB epilogue).
   auto accepts = [](const KernelCall &c) {
     const DType type = c.output(0).dtype;
+    const bool sumsRows = c.attr(attr::Matmul::transpose_lhs) != 0;
     return c.input(0).dtype == type && c.input(1).dtype == type && type != DType::I32 &&
-           (c.numInputs < 3 || c.input(2).dtype == type);
+           (c.numInputs < 3 || c.input(2).dtype == type) &&
+           (c.numOutputs < 2 ||
+            (c.output(1).dtype == type && (sumsRows || type == DType::F32)));
   };
   t.add(
       OpKind::Matmul,
@@ -346,18 +362,21 @@ void addMatmulKernels(KernelTable &t) {
         const LaunchContext &ctx = context(c);
         const FloatType type = floatTypeOf(out.dtype);
         const bool tf32 = type == FloatType::F32 && ctx.allowTf32;
-        if (c.numInputs >= 3 && out.elements > 0) {
+        const bool bias = c.numInputs >= 3, biasGrad = c.numOutputs >= 2;
+        const bool transA = c.attr(attr::Matmul::transpose_lhs) != 0;
+        if ((bias || (biasGrad && transA)) && out.elements > 0) {
           // A 16-bit product that runs padded (a size not a multiple of 8)
           // stays on the default path.
-          const Product p = productOf(*a.shape, *b.shape, c.attr(attr::Matmul::transpose_lhs) != 0,
-                                            c.attr(attr::Matmul::transpose_rhs) != 0);
+          const Product p =
+              productOf(*a.shape, *b.shape, transA, c.attr(attr::Matmul::transpose_rhs) != 0);
           const bool padded =
               type != FloatType::F32 && paddedProductFor(p.m, p.n, p.k, p.transA, p.transB, 1);
           if (!padded)
             if (std::optional<KernelResult> r = biasProductOnLt(
                     ctx, p, cudaTypeOf(type),
                     tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, a.data, b.data,
-                    c.input(2).data, out.data))
+                    bias ? c.input(2).data : c.output(1).data, out.data,
+                    bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB))
               return *r;
         }
         if (KernelResult r = matmul(ctx.blas, a.data, *a.shape, b.data, *b.shape, out.data,
@@ -374,6 +393,13 @@ void addMatmulKernels(KernelTable &t) {
                 out.shape->back());
             return 0;
           });
+        if (biasGrad) {
+          // lhs [k, m] (transposed): its column sums; [m, k]: its row sums (f32).
+          const TensorView &sums = c.output(1);
+          if (transA)
+            return columnSums(c, a, a.dim(0), sums);
+          reduce(ReduceOp::Sum, a.f32(), *a.shape, {1}, sums.f32(), ctx.stream);
+        }
         return KernelResult::ok();
       },
       accepts);

@@ -146,7 +146,7 @@ def FuseLossWideningPass : Pass<"ptc-fuse-loss-widening", "::mlir::func::FuncOp"
 }
 
 def FuseMatmulBiasPass : Pass<"ptc-fuse-matmul-bias", "::mlir::func::FuncOp"> {
-  let summary = "Bias adds after matmuls as the matmuls' epilogue";
+  let summary = "Bias adds after matmuls and bias gradients beside weight gradients as matmul epilogues";
   let description = [{
     After sharding and pipeline splitting, before `ptc-plan-memory`. Where a
     `ptc.add` adds a vector of the last dimension (a linear layer's bias) to
@@ -167,6 +167,29 @@ def FuseMatmulBiasPass : Pass<"ptc-fuse-matmul-bias", "::mlir::func::FuncOp"> {
     Output:
     ```mlir
     %z = ptc.matmul %x, %w, %b {transpose_rhs = true} : tensor<8x64x128xf32>, tensor<384x128xf32>, tensor<384xf32> -> tensor<8x64x384xf32>
+    ```
+
+    In the backward pass, the bias gradient joins the weight gradient: where
+    a `ptc.reduce_sum` sums a gradient over every dimension but the last (a
+    bias gradient) and a `ptc.matmul` with `transpose_lhs` reads the same
+    gradient, as it is or reshaped to rank 2 with the same last dimension, as
+    its lhs (the weight gradient), the two become one
+    `ptc.matmul_bias_grad` at the matmul, whose second result is the sum: the
+    same additions in the same order on the CPU (column sums over the rows,
+    in f32), one cuBLASLt call with the BGRADB epilogue on a GPU. Every use of
+    the sum must come after the matmul, and both ops carry the same
+    discardable attributes.
+
+    Input:
+    ```mlir
+    %db = ptc.reduce_sum %dy axes = [0, 1] : tensor<8x64x384xf32> -> tensor<384xf32>
+    %g = ptc.reshape %dy : tensor<8x64x384xf32> -> tensor<512x384xf32>
+    %dw = ptc.matmul %g, %x {transpose_lhs = true} : tensor<512x384xf32>, tensor<512x128xf32> -> tensor<384x128xf32>
+    ```
+    Output:
+    ```mlir
+    %g = ptc.reshape %dy : tensor<8x64x384xf32> -> tensor<512x384xf32>
+    %dw, %db = ptc.matmul_bias_grad %g, %x {transpose_lhs = true} : tensor<512x384xf32>, tensor<512x128xf32> -> tensor<384x128xf32>, tensor<384xf32>
     ```
   }];
 }

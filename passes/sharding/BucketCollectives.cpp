@@ -94,7 +94,7 @@ void bucketAllReduces(func::FuncOp func, double capBytes) {
       }
       SmallVector<Attribute> strs(merged.getNumResults(),
                                   StringAttr::get(func.getContext(), "(bucketed all_reduce)"));
-      merged->setAttr("ptc.shardings", ArrayAttr::get(func.getContext(), strs));
+      merged->setAttr(PtcDialect::kShardingsAttrName, ArrayAttr::get(func.getContext(), strs));
       merged->setAttr(PtcDialect::kCollectiveCauseAttrName, b.getStringAttr(cause));
     }
     pending.clear();
@@ -185,7 +185,7 @@ void bucketParameterGathers(func::FuncOp func, double capBytes) {
       auto gathered = AllGatherOp::create(b, loc, RankedTensorType::get({ranks, total}, element),
                                           packed, pending.front().getAxes(), b.getI64IntegerAttr(0),
                                           b.getI64IntegerAttr(1));
-      gathered->setAttr("ptc.shardings",
+      gathered->setAttr(PtcDialect::kShardingsAttrName,
                         ArrayAttr::get(ctx, {StringAttr::get(ctx, "(bucketed all_gather)")}));
       gathered->setAttr(PtcDialect::kCollectiveCauseAttrName, b.getStringAttr(cause));
       int64_t offset = 0;

@@ -41,8 +41,8 @@
 namespace mlir::ptc::sharding {
 
 inline constexpr StringLiteral kOperandShardings = "ptc.operand_shardings";
-inline constexpr StringLiteral kResultShardings = "ptc.shardings";
-inline constexpr StringLiteral kOrigins = "ptc.sharding_origins";
+inline constexpr StringLiteral kResultShardings = PtcDialect::kShardingsAttrName;
+inline constexpr StringLiteral kOrigins = PtcDialect::kShardingOriginsAttrName;
 inline constexpr StringLiteral kOperandScales = "ptc.operand_scales";
 inline constexpr StringLiteral kResultScales = "ptc.result_scales";
 inline constexpr StringLiteral kReshardResults = "ptc.reshard_results";

@@ -273,15 +273,21 @@ Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
 }
 
 Status InstructionChecker::matmul() {
-  // (lhs, rhs[, bias]).
-  const bool bias = in_.size() >= 3;
-  PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, 1, 2, 0));
-  const kernels::shapes::Inferred result =
-      kernels::shapes::matmul(in(0), in(1), get(kernels::attr::Matmul::transpose_lhs) != 0,
-                              get(kernels::attr::Matmul::transpose_rhs) != 0);
+  // (lhs, rhs[, bias]) -> (result[, bias gradient]), not both optional ones.
+  const bool bias = in_.size() >= 3, biasGrad = out_.size() >= 2;
+  if (bias && biasGrad)
+    return fail("takes a bias or gives a bias gradient, not both");
+  PTC_RETURN_IF_ERROR(counts(bias ? 3 : 2, biasGrad ? 2 : 1, 2, 0));
+  const bool transposeLhs = get(kernels::attr::Matmul::transpose_lhs) != 0;
+  const kernels::shapes::Inferred result = kernels::shapes::matmul(
+      in(0), in(1), transposeLhs, get(kernels::attr::Matmul::transpose_rhs) != 0);
   if (result.ok() && bias)
     PTC_RETURN_IF_ERROR(expectShape(in(2), {result.shape.back()}, "bias"));
-  return expectInferred(out(0), result, "result");
+  PTC_RETURN_IF_ERROR(expectInferred(out(0), result, "result"));
+  if (biasGrad)
+    return expectInferred(out(1), kernels::shapes::matmulBiasGrad(in(0), in(1), transposeLhs),
+                          "bias gradient");
+  return Status::ok();
 }
 
 Status InstructionChecker::reduce(const Shape &input, const Shape &reduced) {

@@ -569,6 +569,59 @@ TEST_F(CudaConformance, BiasEpilogueOnCublasLt) {
   unsetenv("PTC_CUDA_LT_EPILOGUES");
 }
 
+// A weight gradient's product with its bias gradient (Matmul's second
+// output: the transposed lhs summed over its rows), on the default path
+// (the product, then the column sums) and on cuBLASLt's BGRADB epilogue
+// (PTC_CUDA_LT_EPILOGUES=1), f32 and bf16, against the CPU; repeatable.
+TEST_F(CudaConformance, BiasGradientBesideTheWeightGradient) {
+  const int64_t k = 1000, m = 96, n = 64; // k over several column-sum chunks
+  const Shape as{k, m}, bs{k, n}, os{m, n}, sumShape{m};
+  auto a = randomVector(static_cast<size_t>(k * m), 47), b = randomVector(static_cast<size_t>(k * n), 48);
+  const size_t no = static_cast<size_t>(m * n), ns = static_cast<size_t>(m);
+  for (const char *lt : {"0", "1"})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + ", PTC_CUDA_LT_EPILOGUES=" + lt);
+      setenv("PTC_CUDA_LT_EPILOGUES", lt, 1);
+      auto body = [&](Device &d, Mem &mem) {
+        float *af = mem.put(a), *bf = mem.put(b), *of = mem.zeros(no + ns);
+        const std::vector<int64_t> ints{1, 0};
+        if (!bf16) {
+          OK(run(d, kernels::OpKind::Matmul, {{af, as}, {bf, bs}}, {{of, os}, {of + no, sumShape}},
+                 ints));
+          return mem.get(of, no + ns);
+        }
+        const auto t = kernels::DType::BF16;
+        uint16_t *a16 = mem.zeros<uint16_t>(a.size()), *b16 = mem.zeros<uint16_t>(b.size()),
+                 *o16 = mem.zeros<uint16_t>(no + ns);
+        for (auto [f, h, count] : {std::tuple{af, a16, a.size()}, std::tuple{bf, b16, b.size()}}) {
+          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(count)));
+          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(count)));
+        }
+        Status st = run(d, kernels::OpKind::Matmul, {{a16, as, t}, {b16, bs, t}},
+                        {{o16, os, t}, {o16 + no, sumShape, t}}, ints);
+        if (st.code() == StatusCode::kUnimplemented) { // the CPU: f32 on the same values, rounded once
+          OK(run(d, kernels::OpKind::Matmul, {{af, as}, {bf, bs}},
+                 {{of, os}, {of + no, sumShape}}, ints));
+          OK(d.convertFloat(of, FloatType::F32, o16, FloatType::BF16,
+                            static_cast<int64_t>(no + ns)));
+        } else {
+          OK(st);
+        }
+        OK(d.convertFloat(o16, FloatType::BF16, of, FloatType::F32, static_cast<int64_t>(no + ns)));
+        return mem.get(of, no + ns);
+      };
+      compare(body, bf16 ? 2e-2f : 1e-3f);
+      std::vector<float> first, second;
+      for (auto *into : {&first, &second}) {
+        Mem mem(*gpu_);
+        *into = body(*gpu_, mem);
+        ASSERT_TRUE(gpu_->synchronize().isOk());
+      }
+      EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+    }
+  unsetenv("PTC_CUDA_LT_EPILOGUES");
+}
+
 // bf16 products with a size that is not a multiple of 8 (an LM head over a
 // vocabulary of 50257) run on zero-padded copies in chunks of C's rows
 // (padded_product.h): odd n (x w^T), odd k (g w, and transposed B), odd m

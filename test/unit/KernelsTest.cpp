@@ -300,6 +300,48 @@ TEST(Kernels, MatmulBiasIsAddedToEveryRow) {
   }
 }
 
+// Matmul's optional second output (ptc.matmul_bias_grad) is lhs summed over
+// its contracted dimension: with a transposed lhs (a weight gradient's
+// upstream gradient) bit for bit what ReduceSum over its rows gives, which
+// it replaces, next to the same product; f32, and bf16 where the CPU has it.
+TEST(Kernels, MatmulBiasGradientIsTheReduceSumItReplaces) {
+  using ptc::kernels::OpKind;
+  const int64_t k = 300, m = 48, n = 20;
+  const Shape as{k, m}, bs{k, n}, os{m, n}, sumShape{m};
+  std::vector<uint16_t> a16, b16;
+  auto a = roundToBf16(randomVector(k * m, 11), a16), b = roundToBf16(randomVector(k * n, 12), b16);
+  std::vector<float> product(m * n), fused(m * n), sums(m), fusedSums(m, -1.0f);
+  ASSERT_TRUE(runKernel(OpKind::Matmul, {view(a, as), view(b, bs)}, {view(product, os)}, {1, 0})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::ReduceSum, {view(a, as)}, {view(sums, sumShape)}, {0}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::Matmul, {view(a, as), view(b, bs)},
+                        {view(fused, os), view(fusedSums, sumShape)}, {1, 0})
+                  .isOk());
+  EXPECT_EQ(fused, product);
+  EXPECT_EQ(fusedSums, sums);
+  // Not transposed: lhs [m, k]'s row sums.
+  const Shape rowMajor{m, k}, rs{k, n};
+  std::vector<float> rowSums(m), fusedRowSums(m);
+  std::vector<float> b2 = randomVector(k * n, 13), out(m * n);
+  ASSERT_TRUE(runKernel(OpKind::ReduceSum, {view(a, rowMajor)}, {view(rowSums, sumShape)}, {1})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::Matmul, {view(a, rowMajor), view(b2, rs)},
+                        {view(out, os), view(fusedRowSums, sumShape)}, {0, 0})
+                  .isOk());
+  EXPECT_EQ(fusedRowSums, rowSums);
+  if (!nativeBf16())
+    return; // the executor widens these bf16 matmuls to the f32 kernel above
+  std::vector<uint16_t> product16(m * n), fused16(m * n), sums16(m), fusedSums16(m);
+  ASSERT_TRUE(
+      runKernel(OpKind::Matmul, {bf(a16, as), bf(b16, bs)}, {bf(product16, os)}, {1, 0}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::ReduceSum, {bf(a16, as)}, {bf(sums16, sumShape)}, {0}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::Matmul, {bf(a16, as), bf(b16, bs)},
+                        {bf(fused16, os), bf(fusedSums16, sumShape)}, {1, 0})
+                  .isOk());
+  EXPECT_EQ(fused16, product16);
+  EXPECT_EQ(fusedSums16, sums16);
+}
+
 // A transposed left operand whose rows are a multiple of 512 floats apart
 // (the weight gradient of a layer 512 wide) is copied into unaligned rows
 // first, in slices when K is long: every slice must still be the product.

@@ -87,6 +87,29 @@ TEST(PlanLoader, ChecksMatmulBiasShape) {
       << withBias({4}, 1);
 }
 
+// Matmul's optional second output is the bias gradient: lhs [3, 2] (with
+// transpose_lhs) summed over its 3 rows, [2]; never beside a bias.
+TEST(PlanLoader, ChecksMatmulBiasGradientShape) {
+  auto withSums = [](std::vector<int64_t> sums, bool bias = false) {
+    std::vector<TensorDesc> tensors = {{"dy", plan::TensorKind::Input, {3, 2}},
+                                       {"x", plan::TensorKind::Input, {3, 4}},
+                                       {"dw", plan::TensorKind::Temporary, {2, 4}, 0},
+                                       {"db", plan::TensorKind::Temporary, sums, 64},
+                                       {"b", plan::TensorKind::Parameter, {4}}};
+    std::vector<int32_t> inputs = {0, 1};
+    if (bias)
+      inputs.push_back(4);
+    return loadError(
+        buildPlan(tensors, {{plan::OpCode::Matmul, inputs, {2, 3}, {1, 0}, {}}}, 128));
+  };
+  EXPECT_EQ(withSums({2}), "");
+  EXPECT_NE(withSums({3}).find("bias gradient has shape 3, expected 2"), std::string::npos)
+      << withSums({3});
+  EXPECT_NE(withSums({2}, true).find("takes a bias or gives a bias gradient, not both"),
+            std::string::npos)
+      << withSums({2}, true);
+}
+
 // CausalAttention's optional integer is seq_major: [batch, seq, heads,
 // head_dim] operands (here 4 tokens, 2 query heads over 1 kv head).
 TEST(PlanLoader, ChecksSeqMajorAttentionShapes) {

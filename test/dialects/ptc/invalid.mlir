@@ -62,6 +62,22 @@ func.func @matmul_rhs_rank(%a: tensor<2x3x8x4xf32>, %b: tensor<3x4x5xf32>) -> te
 
 // -----
 
+func.func @matmul_bias_grad_rank(%a: tensor<2x8x4xf32>, %w: tensor<2x8x5xf32>) -> tensor<2x4x5xf32> {
+  // expected-error @+1 {{'ptc.matmul_bias_grad' op a bias gradient's product takes rank-2 operands, got lhs 2x8x4 and rhs 2x8x5}}
+  %0, %1 = ptc.matmul_bias_grad %a, %w {transpose_lhs = true} : tensor<2x8x4xf32>, tensor<2x8x5xf32> -> tensor<2x4x5xf32>, tensor<4xf32>
+  return %0 : tensor<2x4x5xf32>
+}
+
+// -----
+
+func.func @matmul_bias_grad_size(%a: tensor<8x4xbf16>, %w: tensor<8x5xbf16>) -> tensor<4x5xbf16> {
+  // expected-error @+1 {{'ptc.matmul_bias_grad' op bias gradient must be 'bf16' [4] (lhs summed over its contracted dimension), got 'tensor<8xbf16>'}}
+  %0, %1 = ptc.matmul_bias_grad %a, %w {transpose_lhs = true} : tensor<8x4xbf16>, tensor<8x5xbf16> -> tensor<4x5xbf16>, tensor<8xbf16>
+  return %0 : tensor<4x5xbf16>
+}
+
+// -----
+
 func.func @matmul_bias_size(%a: tensor<2x8x4xf32>, %w: tensor<4x5xf32>, %b: tensor<4xf32>) -> tensor<2x8x5xf32> {
   // expected-error @+1 {{'ptc.matmul' op bias must be a vector of the result's last dimension (5), got 'tensor<4xf32>'}}
   %0 = ptc.matmul %a, %w, %b : tensor<2x8x4xf32>, tensor<4x5xf32>, tensor<4xf32> -> tensor<2x8x5xf32>
