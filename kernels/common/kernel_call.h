@@ -84,21 +84,9 @@ struct KernelCall {
   }
   /// A named attribute (op_attrs.def) of the call's op kind's set; an
   /// absent optional one reads as its fallback.
-  int64_t attr(const IntAttr &a) const {
+  template <typename Attr> auto attr(const Attr &a) const {
     assert(attrSetOf(op) == a.set && "an attribute of another op's set");
-    return attrValue(a, ints, numInts);
-  }
-  double attr(const FloatAttr &a) const {
-    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
-    return attrValue(a, floats, numFloats);
-  }
-  Shape attr(const IntsAttr &a) const {
-    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
-    return attrValue(a, ints, numInts);
-  }
-  std::vector<double> attr(const FloatsAttr &a) const {
-    assert(attrSetOf(op) == a.set && "an attribute of another op's set");
-    return attrValue(a, floats, numFloats);
+    return AttrReader{ints, numInts, floats, numFloats}(a);
   }
 };
 

@@ -164,6 +164,20 @@ inline std::vector<double> attrValue(const FloatsAttr &a, const double *floats, 
                          : std::vector<double>{};
 }
 
+/// An instruction's integers and floats, read by name (any slot kind).
+struct AttrReader {
+  const int64_t *ints = nullptr;
+  size_t numInts = 0;
+  const double *floats = nullptr;
+  size_t numFloats = 0;
+  int64_t operator()(const IntAttr &a) const { return attrValue(a, ints, numInts); }
+  double operator()(const FloatAttr &a) const { return attrValue(a, floats, numFloats); }
+  std::vector<int64_t> operator()(const IntsAttr &a) const { return attrValue(a, ints, numInts); }
+  std::vector<double> operator()(const FloatsAttr &a) const {
+    return attrValue(a, floats, numFloats);
+  }
+};
+
 /// An instruction's attributes written by name: each value lands at its
 /// slot, slots passed over read their fallbacks, and `compact` leaves out
 /// trailing optional values equal to their fallbacks (what a plan written

@@ -130,6 +130,12 @@ enum class NonfiniteAction { Skip, Stop };
 PTC_OPTION_VALUES(NonfiniteAction, "--on-nonfinite",
                   {NonfiniteAction::Skip, "skip"}, {NonfiniteAction::Stop, "stop"})
 
+/// How ptc-train starts the ranks (`launch.launcher`): srun inside a Slurm
+/// allocation and mpirun elsewhere (auto), or the one named.
+enum class Launcher { Auto, Mpirun, Srun };
+PTC_OPTION_VALUES(Launcher, "launch.launcher",
+                  {Launcher::Auto, "auto"}, {Launcher::Mpirun, "mpirun"}, {Launcher::Srun, "srun"})
+
 /// A builder of token sequences (trained on token windows; the others take rows).
 inline bool isLanguageModel(BuilderKind b) {
   return b == BuilderKind::Gpt || b == BuilderKind::Llama;

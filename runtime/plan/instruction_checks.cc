@@ -66,17 +66,8 @@ private:
   }
   const Shape &in(size_t i) const { return tensors_[in_[i]].shape; }
   /// A named attribute (op_attrs.def) of the instruction's set.
-  int64_t get(const kernels::IntAttr &a) const {
-    return kernels::attrValue(a, ints_.data(), ints_.size());
-  }
-  double get(const kernels::FloatAttr &a) const {
-    return kernels::attrValue(a, floats_.data(), floats_.size());
-  }
-  Shape get(const kernels::IntsAttr &a) const {
-    return kernels::attrValue(a, ints_.data(), ints_.size());
-  }
-  std::vector<double> get(const kernels::FloatsAttr &a) const {
-    return kernels::attrValue(a, floats_.data(), floats_.size());
+  template <typename Attr> auto get(const Attr &a) const {
+    return kernels::AttrReader{ints_.data(), ints_.size(), floats_.data(), floats_.size()}(a);
   }
   /// A 0-or-1 attribute.
   Status flag(const kernels::IntAttr &a) {

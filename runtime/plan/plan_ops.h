@@ -81,21 +81,11 @@ inline UpdateInputs updateInputs(const Instruction &inst) {
 /// A named attribute of an instruction (op_attrs.def; an absent optional
 /// one reads as its fallback). The caller knows the instruction's op has the
 /// attribute's set (the loader checked the counts).
-inline int64_t attrOf(const Instruction &inst, const kernels::IntAttr &a) {
-  return kernels::attrValue(a, inst.ints() ? inst.ints()->data() : nullptr,
-                            inst.ints() ? inst.ints()->size() : 0);
-}
-inline double attrOf(const Instruction &inst, const kernels::FloatAttr &a) {
-  return kernels::attrValue(a, inst.floats() ? inst.floats()->data() : nullptr,
-                            inst.floats() ? inst.floats()->size() : 0);
-}
-inline std::vector<int64_t> attrOf(const Instruction &inst, const kernels::IntsAttr &a) {
-  return kernels::attrValue(a, inst.ints() ? inst.ints()->data() : nullptr,
-                            inst.ints() ? inst.ints()->size() : 0);
-}
-inline std::vector<double> attrOf(const Instruction &inst, const kernels::FloatsAttr &a) {
-  return kernels::attrValue(a, inst.floats() ? inst.floats()->data() : nullptr,
-                            inst.floats() ? inst.floats()->size() : 0);
+template <typename Attr> auto attrOf(const Instruction &inst, const Attr &a) {
+  return kernels::AttrReader{inst.ints() ? inst.ints()->data() : nullptr,
+                             inst.ints() ? inst.ints()->size() : 0,
+                             inst.floats() ? inst.floats()->data() : nullptr,
+                             inst.floats() ? inst.floats()->size() : 0}(a);
 }
 
 /// The mesh axes an instruction communicates over (its group's axes), or

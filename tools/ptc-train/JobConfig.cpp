@@ -144,7 +144,7 @@ const std::vector<KeyDef> &schema() {
       {"checkpoint", "max_restarts", Kind::Int, "restart a failed job from its checkpoint, at most N times"},
 
       {"launch", "launcher", Kind::String, "how the ranks start: auto (srun inside a Slurm allocation, else mpirun)",
-       {"auto", "mpirun", "srun"}},
+       optionSpellings<Launcher>()},
       {"launch", "hostfile", Kind::String, "mpirun's hosts (Open MPI syntax, HOST slots=N): the ranks available"},
       {"launch", "elastic", Kind::Bool, "on fewer ranks than the mesh: re-plan (ptc-plan), recompile, resume"},
       {"launch", "cluster", Kind::String, "the planner's machine for elastic re-plans: a ptc-plan preset or JSON "
@@ -521,7 +521,8 @@ std::optional<Job> loadJob(const std::string &path, const std::vector<std::strin
     if (!checkpoints || (job.has("checkpoint.resume") && !job.get("checkpoint.resume")->b))
       return fail("launch.elastic continues from checkpoints: it needs [checkpoint] (every = N) with resume");
   }
-  if (job.has("launch.hostfile") && job.has("launch.launcher") && job.get("launch.launcher")->s == "srun")
+  if (job.has("launch.hostfile") && job.has("launch.launcher") &&
+      parseOption<Launcher>(job.get("launch.launcher")->s) == Launcher::Srun)
     return fail("launch.hostfile is mpirun's; under srun, Slurm's allocation says where the ranks run");
 
   job.name = job.has("job.name") ? job.get("job.name")->s

@@ -138,9 +138,11 @@ struct Available {
 /// Slurm allocation (a batch script or salloc) but not inside a job step.
 bool useSrun(const Job &job) {
   const Value *l = job.get("launch.launcher");
-  std::string launcher = l ? l->s : "auto";
-  if (launcher != "auto")
-    return launcher == "srun";
+  // (The job's schema checked the spelling.)
+  const ptc::Launcher launcher =
+      l ? ptc::parseOption<ptc::Launcher>(l->s).value_or(ptc::Launcher::Auto) : ptc::Launcher::Auto;
+  if (launcher != ptc::Launcher::Auto)
+    return launcher == ptc::Launcher::Srun;
   return std::getenv("SLURM_JOB_ID") && !std::getenv("SLURM_STEP_ID");
 }
 
