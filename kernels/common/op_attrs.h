@@ -51,35 +51,23 @@ inline constexpr AttrInfo kAttrTable[] = {
 #undef PTC_ATTR_SET
 };
 
-/// A named slot, typed by its kind (what reading it returns).
-struct IntAttr {
+/// A named slot, typed by its kind (what reading it returns): a row of
+/// op_attrs.def whose kind the type carries.
+template <AttrKind K> struct Attr {
   AttrSet set;
   size_t index;
   AttrPresence presence;
-  int64_t fallback;
+  double fallback; // an absent optional scalar's value (an absent list is empty)
   const char *name;
 };
-struct FloatAttr {
-  AttrSet set;
-  size_t index;
-  AttrPresence presence;
-  double fallback;
-  const char *name;
-};
-struct IntsAttr {
-  AttrSet set;
-  size_t index;
-  AttrPresence presence;
-  double fallback; // unused: an absent list is empty
-  const char *name;
-};
-struct FloatsAttr {
-  AttrSet set;
-  size_t index;
-  AttrPresence presence;
-  double fallback; // unused
-  const char *name;
-};
+using IntAttr = Attr<AttrKind::Int>;
+using FloatAttr = Attr<AttrKind::Float>;
+using IntsAttr = Attr<AttrKind::Ints>;
+using FloatsAttr = Attr<AttrKind::Floats>;
+/// The typed slot of a table row of kind K.
+template <AttrKind K> constexpr Attr<K> slotOf(const AttrInfo &a) {
+  return {a.set, a.index, a.presence, a.fallback, a.name};
+}
 
 /// The constants: `attr::<Set>::<name>`.
 namespace attr {
@@ -150,7 +138,7 @@ constexpr const AttrInfo *attrAt(AttrSet set, bool ints, size_t index) {
 
 /// A slot's value in an instruction's integers or floats.
 inline int64_t attrValue(const IntAttr &a, const int64_t *ints, size_t count) {
-  return a.index < count ? ints[a.index] : a.fallback;
+  return a.index < count ? ints[a.index] : static_cast<int64_t>(a.fallback);
 }
 inline double attrValue(const FloatAttr &a, const double *floats, size_t count) {
   return a.index < count ? floats[a.index] : a.fallback;

@@ -758,9 +758,9 @@ Status InstructionChecker::check() {
     return blocked(in(0), out(0), /*hasBlocks=*/false);
   case ShapeRule::AllToAll: {
     const int64_t axis = get(attr::AllToAll::axis);
-    if (in_.size() != 1 || out_.size() != 1 || axis < 0 ||
-        axis >= static_cast<int64_t>(meshSizes_.size()))
-      return fail("expects one input, one output and a valid mesh axis");
+    if (in_.size() != 1 || out_.size() != 1)
+      return fail("expects one input and one output");
+    PTC_RETURN_IF_ERROR(meshAxis(axis, "mesh axis"));
     PTC_RETURN_IF_ERROR(dtypes());
     const int64_t p = meshSizes_[static_cast<size_t>(axis)], split = get(attr::AllToAll::split_dim),
                   concat = get(attr::AllToAll::concat_dim);

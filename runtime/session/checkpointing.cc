@@ -133,16 +133,14 @@ std::string optimizerSettings(const LoadedPlan &plan, bool legacy = false) {
       if (a.set != info->attrs)
         continue;
       if (a.kind == kernels::AttrKind::Int && isSchedule) {
-        const kernels::IntAttr slot{a.set, a.index, a.presence, static_cast<int64_t>(a.fallback),
-                                    a.name};
-        const int64_t v = plan::attrOf(*inst, slot);
+        const int64_t v = plan::attrOf(*inst, kernels::slotOf<kernels::AttrKind::Int>(a));
         std::string value = std::to_string(v);
         if (a.index == kernels::attr::LrSchedule::kind.index) // the schedule's kind, by name
           value = v == 0 ? "constant" : v == 1 ? "cosine" : v == 2 ? "linear" : value;
         items.push_back(std::string(a.name) + "=" + value);
       } else if (a.kind == kernels::AttrKind::Float) {
-        const kernels::FloatAttr slot{a.set, a.index, a.presence, a.fallback, a.name};
-        items.push_back(std::string(a.name) + "=" + number(plan::attrOf(*inst, slot)));
+        items.push_back(std::string(a.name) + "=" +
+                        number(plan::attrOf(*inst, kernels::slotOf<kernels::AttrKind::Float>(a))));
       }
     }
     text += std::string(text.empty() ? "" : "; ") + info->name + ":";
