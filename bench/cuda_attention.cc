@@ -1,11 +1,14 @@
 // ptc-bench-cuda-attention: causal attention on the GPU through the CUDA
 // device's kernel table, as ptc-run calls it: CausalAttentionQkv (forward)
-// and CausalAttentionQkvGrad (backward, which recomputes the forward first) on
-// a fused projection [batch, seq, (heads + 2 kvHeads) * dim], bf16. One line
+// with its rows' softmax statistics, and CausalAttentionQkvGrad (backward)
+// given the forward's result and those statistics, on a fused projection
+// [batch, seq, (heads + 2 kvHeads) * dim], bf16; and, last column, the
+// backward without them (it recomputes the forward first). One line
 // per shape: the median time of `rounds` rounds of `repeats` calls each (the
 // device synchronized around a round) and the rate in TFLOP/s, counting the
 // causal half of the products (forward 2 products, backward 5, of 2 b h s^2 d
-// FLOPs each, halved) as FlashAttention's benchmarks do.
+// FLOPs each, halved) as FlashAttention's benchmarks do (the recomputing
+// backward's extra forward is not counted).
 //   ptc-bench-cuda-attention [NAME:BATCH:HEADS:KVHEADS:SEQ:DIM ...]
 // Default shapes: GPT-2 medium's layer (8:16:16:1024:64) and a Llama-style
 // grouped-query layer (4:32:8:2048:128). The first line names what runs the
@@ -82,8 +85,9 @@ int main(int argc, char **argv) {
     return fail("creating the CUDA device", dev.status());
   Device &d = **dev;
   std::printf("device: %s\n", d.describe().c_str());
-  std::printf("%-12s %5s %5s %4s %5s %4s  %10s %8s  %10s %8s  %10s\n", "shape", "batch", "heads",
-              "kv", "seq", "dim", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s", "fwd+bwd ms");
+  std::printf("%-12s %5s %5s %4s %5s %4s  %10s %8s  %10s %8s  %10s  %14s\n", "shape", "batch",
+              "heads", "kv", "seq", "dim", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s", "fwd+bwd ms",
+              "bwd recomp. ms");
   const int repeats = 10, rounds = 5;
   for (const Shape5 &s : shapes) {
     const int64_t width = (s.heads + 2 * s.kvHeads) * s.dim;
@@ -97,8 +101,10 @@ int main(int argc, char **argv) {
       owned.push_back(*p);
       return *p;
     };
-    void *qkv = alloc(nQkv), *dqkv = alloc(nQkv), *out = alloc(nHeads), *g = alloc(nHeads);
-    if (!qkv || !dqkv || !out || !g) {
+    const int64_t nStats = s.batch * s.heads * s.seq; // f32: as two bf16 elements each
+    void *qkv = alloc(nQkv), *dqkv = alloc(nQkv), *out = alloc(nHeads), *g = alloc(nHeads),
+         *stats = alloc(2 * nStats);
+    if (!qkv || !dqkv || !out || !g || !stats) {
       std::fprintf(stderr, "ptc-bench-cuda-attention: %s does not fit the GPU\n", s.name.c_str());
       return 1;
     }
@@ -123,17 +129,22 @@ int main(int argc, char **argv) {
           return fail("filling the inputs", st);
     }
     const kernels::DType bf16 = kernels::DType::BF16;
+    const Shape statsShape{s.batch, s.heads, s.seq};
     kernels::TensorView vQkv{qkv, bf16, &qkvShape, nQkv}, vOut{out, bf16, &headShape, nHeads},
-        vG{g, bf16, &headShape, nHeads}, vDqkv{dqkv, bf16, &qkvShape, nQkv};
+        vG{g, bf16, &headShape, nHeads}, vDqkv{dqkv, bf16, &qkvShape, nQkv},
+        vStats{stats, kernels::DType::F32, &statsShape, nStats};
     const std::vector<int64_t> ints;
     const std::vector<double> floats{1.0 / std::sqrt(static_cast<double>(s.dim))};
-    std::vector<kernels::TensorView> fwdIn{vQkv}, fwdOut{vOut}, bwdIn{vQkv, vG}, bwdOut{vDqkv};
+    std::vector<kernels::TensorView> fwdIn{vQkv}, fwdOut{vOut, vStats},
+        bwdIn{vQkv, vG, vOut, vStats}, recomputeIn{vQkv, vG}, bwdOut{vDqkv};
     kernels::KernelCall fwd =
         kernels::makeKernelCall(kernels::OpKind::CausalAttentionQkv, fwdIn, fwdOut, ints, floats);
     kernels::KernelCall bwd = kernels::makeKernelCall(kernels::OpKind::CausalAttentionQkvGrad,
                                                       bwdIn, bwdOut, ints, floats);
+    kernels::KernelCall recompute = kernels::makeKernelCall(
+        kernels::OpKind::CausalAttentionQkvGrad, recomputeIn, bwdOut, ints, floats);
     bool refused = false;
-    for (const kernels::KernelCall *c : {&fwd, &bwd})
+    for (const kernels::KernelCall *c : {&fwd, &bwd, &recompute})
       if (!d.kernelTable()[c->op].accepts(*c)) {
         std::printf("%s: cuDNN refused %s (the reason is above); not timed\n", s.name.c_str(),
                     kernels::opKindName(c->op));
@@ -167,13 +178,14 @@ int main(int argc, char **argv) {
       std::sort(t.begin(), t.end());
       return t[t.size() / 2];
     };
-    const double tf = median(fwd), tb = median(bwd);
+    // The forward first: the backward reads its result and statistics.
+    const double tf = median(fwd), tb = median(bwd), tr = median(recompute);
     const double product = 2.0 * s.batch * s.heads * s.seq * s.seq * s.dim / 2; // causal half
-    std::printf("%-12s %5lld %5lld %4lld %5lld %4lld  %10.3f %8.1f  %10.3f %8.1f  %10.3f\n",
+    std::printf("%-12s %5lld %5lld %4lld %5lld %4lld  %10.3f %8.1f  %10.3f %8.1f  %10.3f  %14.3f\n",
                 s.name.c_str(), static_cast<long long>(s.batch), static_cast<long long>(s.heads),
                 static_cast<long long>(s.kvHeads), static_cast<long long>(s.seq),
                 static_cast<long long>(s.dim), tf * 1e3, 2 * product / tf / 1e12, tb * 1e3,
-                5 * product / tb / 1e12, (tf + tb) * 1e3);
+                5 * product / tb / 1e12, (tf + tb) * 1e3, tr * 1e3);
     for (void *p : owned)
       d.release(p);
   }

@@ -174,8 +174,8 @@ import json, sys
 ptc = {}
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) == 11 and f[1].isdigit():
-        ptc[f[0]] = (float(f[6]), float(f[8]), float(f[10]))
+    if len(f) == 12 and f[1].isdigit():
+        ptc[f[0]] = (float(f[6]), float(f[8]), float(f[10]), float(f[11]))
 layers = {"gpt2-medium": 24, "llama-gqa": 16}
 for line in open(sys.argv[2]):
     t = json.loads(line)
@@ -183,9 +183,10 @@ for line in open(sys.argv[2]):
     if "error" in t or name not in ptc:
         print(f"attention {name}: no comparison ({t.get('error', 'ptc did not run it')})")
         continue
-    fwd, bwd, both = ptc[name]
+    fwd, bwd, both, recomputing = ptc[name]
     n = layers.get(name, 1)
-    print(f"attention {name} (x{n} layers): ptc fwd {fwd * n:.2f} ms bwd {bwd * n:.2f} ms | torch "
+    print(f"attention {name} (x{n} layers): ptc fwd {fwd * n:.2f} ms bwd {bwd * n:.2f} ms "
+          f"(recomputing the forward: {recomputing * n:.2f} ms) | torch "
           f"({t['backend']}) fwd {t['fwd_ms'] * n:.2f} ms bwd {t['bwd_ms'] * n:.2f} ms | "
           f"ptc / torch fwd+bwd: {both / t['fwd_bwd_ms']:.2f}x")
 PY

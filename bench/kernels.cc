@@ -73,6 +73,16 @@ int main(int argc, char **argv) {
            causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), dq.data(), dk.data(),
                                dv.data(), shape, A, scale);
          }), 5 * causal, "GFLOP/s");
+  // Given the forward's result and row statistics (ptc-save-attention-stats,
+  // what a compiled plan runs): no softmax reductions in the backward pass.
+  std::vector<float> lse(static_cast<size_t>(B * A * S));
+  causalAttention(q.data(), k.data(), v.data(), o.data(), shape, A, scale, false, 0, nullptr,
+                  lse.data());
+  report("causal attention gradient, saved statistics", bestSeconds(repeats, [&] {
+           causalAttentionGrad(q.data(), k.data(), v.data(), g.data(), dq.data(), dk.data(),
+                               dv.data(), shape, A, scale, false, 0, nullptr, o.data(),
+                               lse.data());
+         }), 5 * causal, "GFLOP/s");
 
   // The same in the layout a GPT step runs it in (ptc-fold-attention-layout):
   // q, k and v read in place from the fused QKV projection [batch, seq, 3 x

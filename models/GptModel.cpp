@@ -121,8 +121,9 @@ Value attention(ModelBuilder &m, const GptConfig &c, Value x, Value positions,
     return TransposeOp::create(b, loc, r, ArrayRef<int64_t>{0, 2, 1, 3}).getResult(); // [B,A,S,D]
   };
   Value q = headsOf(0), k = headsOf(1), v = headsOf(2);
-  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, positions,
-                                      /*scale=*/FloatAttr());
+  Value y = CausalAttentionOp::create(b, loc, q.getType(), /*stats=*/Type(), q, k, v, positions,
+                                      /*scale=*/FloatAttr())
+                .getResult();
   y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3}); // [B,S,A,D]
   y = m.reshape(y, {B, S, H}, loc);
   return m.linear(y, prefix + ".c_proj");

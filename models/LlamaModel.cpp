@@ -121,8 +121,9 @@ Value attention(ModelBuilder &m, const LlamaConfig &c, Value x, Value positions,
     return y;
   };
   Value q = heads("q_proj", A, true), k = heads("k_proj", KV, true), v = heads("v_proj", KV, false);
-  Value y = CausalAttentionOp::create(b, loc, q.getType(), q, k, v, positions,
-                                      /*scale=*/FloatAttr());
+  Value y = CausalAttentionOp::create(b, loc, q.getType(), /*stats=*/Type(), q, k, v, positions,
+                                      /*scale=*/FloatAttr())
+                .getResult();
   y = TransposeOp::create(b, loc, y, ArrayRef<int64_t>{0, 2, 1, 3}); // [B,S,A,D]
   y = m.reshape(y, {B, S, H}, loc);
   return m.linear(y, prefix + ".o_proj", /*bias=*/false);

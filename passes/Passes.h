@@ -58,6 +58,11 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::init(false)};
   PassOptions::Option<std::string> scheduleSvg{
       *this, "schedule-svg", llvm::cl::desc("Write the pipeline diagram (SVG) to this file")};
+  PassOptions::Option<bool> saveAttentionStats{
+      *this, "save-attention-stats",
+      llvm::cl::desc("Attention's backward reads the forward's softmax statistics "
+                     "(ptc-save-attention-stats; false: it recomputes them)"),
+      llvm::cl::init(true)};
   /// Not a command-line option: the layout planner compiles one micro-batch
   /// to price a layout that accumulates gradients over several, whose plan
   /// widens every micro-batch's gradients (ptc-fuse-gradient-widening applies

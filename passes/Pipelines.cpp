@@ -180,6 +180,10 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // Attention on the projections' layout (the head transposes folded away):
   // after sharding and stage splitting, which see heads-major attention only.
   pm.addNestedPass<func::FuncOp>(createFoldAttentionLayoutPass());
+  // The attention gradients read the forward's softmax statistics (after the
+  // fold, which forms the fused-projection ops that pair).
+  if (options.saveAttentionStats)
+    pm.addNestedPass<func::FuncOp>(createSaveAttentionStatsPass());
   // Bias adds as matmul epilogues and SwiGLU in one op (after sharding: the
   // rules see plain matmuls and elementwise ops).
   pm.addNestedPass<func::FuncOp>(createFuseMatmulBiasPass());

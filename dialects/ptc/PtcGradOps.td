@@ -177,6 +177,7 @@ def Ptc_RmsNormGradOp : Ptc_RowNormGradOp<"rms_norm_grad", "RmsNormGrad",
 }
 
 def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface, ["partition"]>, Pure,
+    AttrSizedOperandSegments,
     AllTypesMatch<["query", "grad", "query_grad"]>,
     AllTypesMatch<["key", "value", "key_grad", "value_grad"]>]> {
   let summary = "gradient of `ptc.causal_attention` (query, key and value)";
@@ -186,19 +187,26 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
     each kv head's gradient sums over the query heads it serves). With
     `seq_major`, every operand and result is `[batch, seq, heads, head_dim]`
     (see `ptc.causal_attention`); `positions` is the forward's document mask.
+    With `saved`, the forward's result and row statistics (its `stats`;
+    `ptc-save-attention-stats`), the probabilities are made from the
+    statistics and the rows' `grad . result` replaces their recomputation.
 
     ```mlir
     %dq, %dk, %dv = ptc.causal_attention_grad %q, %k, %v, %g : tensor<8x4x64x32xf32>
+    %dq2, %dk2, %dv2 = ptc.causal_attention_grad %q, %k, %v, %g saved(%o, %lse : tensor<8x4x64x32xf32>, tensor<8x4x64xf32>)
+        : tensor<8x4x64x32xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
-                       Ptc_FloatTensor:$grad, Optional<Ptc_IdTensor>:$positions,
+                       Ptc_FloatTensor:$grad, Optional<Ptc_FloatTensor>:$saved_result,
+                       Optional<Ptc_TensorOf<[F32]>>:$saved_stats,
+                       Optional<Ptc_IdTensor>:$positions,
                        OptionalAttr<F64Attr>:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
                       Ptc_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $grad (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` custom<AttentionTypes>(type($query), type($key))
+    $query `,` $key `,` $value `,` $grad (`saved` `(` $saved_result^ `,` $saved_stats `:` type($saved_result) `,` type($saved_stats) `)`)? (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` custom<AttentionTypes>(type($query), type($key))
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -211,13 +219,14 @@ def Ptc_CausalAttentionGradOp : Ptc_Op<"causal_attention_grad", [DeclareOpInterf
 }
 
 def Ptc_CausalAttentionQkvGradOp : Ptc_Op<"causal_attention_qkv_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
-    AllTypesMatch<["qkv", "qkv_grad"]>]> {
+    AttrSizedOperandSegments, AllTypesMatch<["qkv", "qkv_grad"]>]> {
   let summary = "gradient of `ptc.causal_attention_qkv`, in the fused projection's layout";
   let description = [{
     The query, key and value gradients of `ptc.causal_attention_qkv` written
     into one tensor of `qkv`'s type, in its column blocks (what the
     concatenation of the three gradients gave). `grad` has the forward
-    result's type.
+    result's type; `saved` is the forward's result and row statistics (see
+    `ptc.causal_attention_grad`).
 
     ```mlir
     %dqkv = ptc.causal_attention_qkv_grad %qkv, %g {scale = 0.17677669529663687 : f64}
@@ -225,10 +234,12 @@ def Ptc_CausalAttentionQkvGradOp : Ptc_Op<"causal_attention_qkv_grad", [DeclareO
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$qkv, Ptc_FloatTensor:$grad,
+                       Optional<Ptc_FloatTensor>:$saved_result,
+                       Optional<Ptc_TensorOf<[F32]>>:$saved_stats,
                        Optional<Ptc_IdTensor>:$positions, F64Attr:$scale);
   let results = (outs Ptc_FloatTensor:$qkv_grad);
   let assemblyFormat = [{
-    $qkv `,` $grad (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($qkv) `,` type($grad)
+    $qkv `,` $grad (`saved` `(` $saved_result^ `,` $saved_stats `:` type($saved_result) `,` type($saved_stats) `)`)? (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($qkv) `,` type($grad)
   }];
   let hasVerifier = 1;
 }

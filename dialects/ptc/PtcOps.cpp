@@ -346,9 +346,38 @@ static LogicalResult verifyDocumentPositions(Operation *op, Value positions,
                    : success();
 }
 
+LogicalResult mlir::ptc::verifyAttentionStats(Operation *op, Value stats, Value savedResult,
+                                             Type resultType, int64_t batch, int64_t heads,
+                                             int64_t seq) {
+  if (!stats && !savedResult)
+    return success();
+  if (!stats || (op->getNumResults() == 0 && !savedResult))
+    return op->emitOpError() << "takes the forward's saved result and row statistics together";
+  // The forward's result or a reshape of it (the same elements in the same
+  // order: the output projection's input, which the backward keeps anyway).
+  if (savedResult) {
+    auto saved = cast<RankedTensorType>(savedResult.getType());
+    auto want = cast<RankedTensorType>(resultType);
+    if (saved.getElementType() != want.getElementType() ||
+        saved.getNumElements() != want.getNumElements())
+      return op->emitOpError() << "expects the saved result to be the forward result " << want
+                               << " or a reshape of it, got " << saved;
+  }
+  auto type = cast<RankedTensorType>(stats.getType());
+  if (type.getShape() != ArrayRef<int64_t>{batch, heads, seq})
+    return op->emitOpError() << "expects row statistics of shape [batch, heads, seq] = ["
+                             << batch << ", " << heads << ", " << seq << "], got "
+                             << shapeStr(type.getShape());
+  return success();
+}
+
 LogicalResult CausalAttentionOp::verify() {
   if (failed(verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
                                      getSeqMajor())))
+    return failure();
+  RankedTensorType q = getQuery().getType();
+  if (failed(verifyAttentionStats(*this, getStats(), Value(), q, q.getDimSize(0),
+                                  q.getDimSize(getHeadsDim()), q.getDimSize(getSeqDim()))))
     return failure();
   return verifyDocumentPositions(*this, getPositions(), getQuery().getType(), getSeqDim());
 }
@@ -385,15 +414,21 @@ static LogicalResult verifyFusedQkv(Operation *op, RankedTensorType qkv,
 }
 
 LogicalResult CausalAttentionQkvOp::verify() {
-  if (failed(verifyFusedQkv(*this, getQkv().getType(), getType(), "result")))
+  RankedTensorType r = getResult().getType();
+  if (failed(verifyFusedQkv(*this, getQkv().getType(), r, "result")) ||
+      failed(verifyAttentionStats(*this, getStats(), Value(), r, r.getDimSize(0),
+                                  r.getDimSize(2), r.getDimSize(1))))
     return failure();
-  return verifyDocumentPositions(*this, getPositions(), getType(), 1);
+  return verifyDocumentPositions(*this, getPositions(), r, 1);
 }
 
 LogicalResult CausalAttentionQkvGradOp::verify() {
-  if (failed(verifyFusedQkv(*this, getQkv().getType(), getGrad().getType(), "gradient")))
+  RankedTensorType g = getGrad().getType();
+  if (failed(verifyFusedQkv(*this, getQkv().getType(), g, "gradient")) ||
+      failed(verifyAttentionStats(*this, getSavedStats(), getSavedResult(), g, g.getDimSize(0),
+                                  g.getDimSize(2), g.getDimSize(1))))
     return failure();
-  return verifyDocumentPositions(*this, getPositions(), getGrad().getType(), 1);
+  return verifyDocumentPositions(*this, getPositions(), g, 1);
 }
 
 LogicalResult MatmulBiasGradOp::verify() {
@@ -703,6 +738,10 @@ LogicalResult SoftmaxGradOp::verify() {
 LogicalResult CausalAttentionGradOp::verify() {
   if (failed(verifyAttentionOperands(*this, getQuery().getType(), getKey().getType(), getScale(),
                                      getSeqMajor())))
+    return failure();
+  RankedTensorType q = getQuery().getType();
+  if (failed(verifyAttentionStats(*this, getSavedStats(), getSavedResult(), q, q.getDimSize(0),
+                                  q.getDimSize(getHeadsDim()), q.getDimSize(getSeqDim()))))
     return failure();
   return verifyDocumentPositions(*this, getPositions(), getQuery().getType(), getSeqDim());
 }

@@ -69,6 +69,11 @@ LogicalResult verifyRowNorm(Operation *op, double epsilon);
 /// 2; seq-major [batch, tokens, heads, dim]: 1).
 LogicalResult verifyTokenPositions(Operation *op, RankedTensorType rows,
                                    RankedTensorType positions, int64_t tokenDim = 2);
+/// An attention's row statistics (ptc-save-attention-stats): `stats` f32
+/// [batch, heads, seq]; a gradient's `savedResult` (given with them, never
+/// alone): the forward's result (of type `resultType`) or a reshape of it.
+LogicalResult verifyAttentionStats(Operation *op, Value stats, Value savedResult,
+                                   Type resultType, int64_t batch, int64_t heads, int64_t seq);
 FailureOr<int> rowNormBatchDim(Operation *op, ArrayRef<int> operandDims);
 LogicalResult rowNormShardingRule(Operation *op, ShardingRuleContext &ctx);
 LogicalResult rowNormGradShardingRule(Operation *op, ShardingRuleContext &ctx);

@@ -499,20 +499,27 @@ def Ptc_CausalAttentionOp : Ptc_Op<"causal_attention", [DeclareOpInterfaceMethod
     the pipeline (after sharding), where transposes are all that surrounded
     the op; the passes before it see `[batch, heads, seq, head_dim]` only.
 
+    The optional second result `stats` (f32 `[batch, heads, seq]`, in either
+    layout) is each query row's log-sum-exp of its scaled scores:
+    `ptc-save-attention-stats` adds it late in the pipeline for the gradient
+    (`ptc.causal_attention_grad`'s `saved`), which then does not recompute
+    the softmax.
+
     ```mlir
     %o = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32>
     %o2 = ptc.causal_attention %q, %k2, %v2 : tensor<8x4x64x32xf32>, tensor<8x2x64x32xf32>
     %o3 = ptc.causal_attention %qs, %ks, %vs {seq_major = true} : tensor<8x64x4x32xf32>
     %o4 = ptc.causal_attention %q, %k, %v positions(%pos : tensor<8x64xi32>) : tensor<8x4x64x32xf32>
+    %o5, %lse = ptc.causal_attention %q, %k, %v : tensor<8x4x64x32xf32> stats tensor<8x4x64xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key,
                        Ptc_FloatTensor:$value, Optional<Ptc_IdTensor>:$positions,
                        OptionalAttr<F64Attr>:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$seq_major);
-  let results = (outs Ptc_FloatTensor:$result);
+  let results = (outs Ptc_FloatTensor:$result, Optional<Ptc_TensorOf<[F32]>>:$stats);
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` custom<AttentionTypes>(type($query), type($key))
+    $query `,` $key `,` $value (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` custom<AttentionTypes>(type($query), type($key)) (`stats` type($stats)^)?
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -534,7 +541,8 @@ def Ptc_CausalAttentionQkvOp : Ptc_Op<"causal_attention_qkv", [DeclareOpInterfac
     heads, head_dim]`, which gives `heads` and `head_dim`; `kv_heads` follows
     from `qkv`'s last dimension. `ptc-fold-attention-layout` forms it after
     sharding, where the three operands were slices of one projection.
-    `positions` is `ptc.causal_attention`'s document mask.
+    `positions` is `ptc.causal_attention`'s document mask, `stats` its row
+    statistics.
 
     ```mlir
     %o = ptc.causal_attention_qkv %qkv {scale = 0.17677669529663687 : f64}
@@ -542,9 +550,9 @@ def Ptc_CausalAttentionQkvOp : Ptc_Op<"causal_attention_qkv", [DeclareOpInterfac
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$qkv, Optional<Ptc_IdTensor>:$positions, F64Attr:$scale);
-  let results = (outs Ptc_FloatTensor:$result);
+  let results = (outs Ptc_FloatTensor:$result, Optional<Ptc_TensorOf<[F32]>>:$stats);
   let assemblyFormat = [{
-    $qkv (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($qkv) `->` type($result)
+    $qkv (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($qkv) `->` type($result) (`stats` type($stats)^)?
   }];
   let hasVerifier = 1;
 }

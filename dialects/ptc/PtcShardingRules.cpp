@@ -765,7 +765,7 @@ Operation *CausalAttentionOp::partition(OpBuilder &b) {
   auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
   if (!axis)
     return nullptr;
-  return RingAttentionOp::create(b, getLoc(), getType(), getQuery(), getKey(), getValue(),
+  return RingAttentionOp::create(b, getLoc(), getResult().getType(), getQuery(), getKey(), getValue(),
                                  getPositions(), b.getStrArrayAttr({axis.getValue()}),
                                  b.getF64FloatAttr(getScaleOrDefault()));
 }

@@ -241,7 +241,8 @@ LogicalResult CausalAttentionOp::buildVjp(OpBuilder &b, ArrayRef<Value> rg, Arra
                                           SmallVectorImpl<Value> &og) {
   Type t = getQuery().getType(), kv = getKey().getType();
   auto grad = CausalAttentionGradOp::create(b, getLoc(), t, kv, kv, getQuery(), getKey(),
-                                            getValue(), rg[0], getPositions(), getScaleAttr(),
+                                            getValue(), rg[0], /*saved_result=*/Value(),
+                                            /*saved_stats=*/Value(), getPositions(), getScaleAttr(),
                                             getSeqMajor());
   og.assign({needed[0] ? grad.getQueryGrad() : Value(), needed[1] ? grad.getKeyGrad() : Value(),
              needed[2] ? grad.getValueGrad() : Value()});

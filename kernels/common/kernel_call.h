@@ -162,10 +162,10 @@ inline double attentionScale(const KernelCall &c) {
   }
 }
 
-/// The float inputs of an attention op, before its optional document
-/// positions: q, k, v (CausalAttention, RingAttention), and the incoming
-/// gradient (their gradients); qkv (CausalAttentionQkv) and its gradient.
-inline size_t attentionFloatInputs(OpKind op) {
+/// The float inputs every call of an attention op has, before the optional
+/// ones: q, k, v (CausalAttention, RingAttention), and the incoming gradient
+/// (their gradients); qkv (CausalAttentionQkv) and its gradient.
+inline size_t attentionBaseInputs(OpKind op) {
   switch (op) {
   case OpKind::CausalAttentionQkv:
     return 1;
@@ -178,11 +178,51 @@ inline size_t attentionFloatInputs(OpKind op) {
     return 3;
   }
 }
+/// Whether an attention gradient of `numInputs` inputs reads the forward's
+/// saved result and row statistics (ptc-save-attention-stats): CausalAttention
+/// Grad and CausalAttentionQkvGrad take them after the incoming gradient,
+/// (..., grad, result, stats[, positions]), so that the counts tell them from
+/// the document positions.
+inline bool hasSavedAttentionStats(OpKind op, size_t numInputs) {
+  return (op == OpKind::CausalAttentionGrad || op == OpKind::CausalAttentionQkvGrad) &&
+         numInputs >= attentionBaseInputs(op) + 2;
+}
+/// The float inputs of an attention call before its optional document
+/// positions: the base ones and, for a gradient, the saved result and stats.
+inline size_t attentionFloatInputs(OpKind op, size_t numInputs) {
+  return attentionBaseInputs(op) + (hasSavedAttentionStats(op, numInputs) ? 2 : 0);
+}
 /// An attention call's document positions [batch, seq] (packed documents):
 /// the input after its float ones when the call has it, else null.
 inline const int32_t *documentPositions(const KernelCall &c) {
-  const size_t index = attentionFloatInputs(c.op);
+  const size_t index = attentionFloatInputs(c.op, c.numInputs);
   return c.numInputs > index ? c.input(index).i32() : nullptr;
+}
+
+/// The softmax statistics of a causal attention call: each query row's
+/// log-sum-exp of its scaled scores (f32 [batch, heads, seq], whatever the
+/// operands' layout), written by the forward call as its optional second
+/// output and read by the gradient call with the forward's result, so that
+/// the backward pass does not recompute the forward (ptc-save-attention-stats).
+struct SavedAttentionStats {
+  const TensorView *result = nullptr; // the forward's result in the gradient's layout (or a
+                                      // reshape of it: the same memory)
+  const float *lse = nullptr;         // [batch, heads, seq]
+  explicit operator bool() const { return lse != nullptr; }
+};
+inline SavedAttentionStats savedAttentionStats(const KernelCall &c) {
+  if (!hasSavedAttentionStats(c.op, c.numInputs))
+    return {};
+  const size_t at = attentionBaseInputs(c.op);
+  return {&c.input(at), c.input(at + 1).f32()};
+}
+/// The row statistics a forward attention call writes (its optional second
+/// output), or null.
+inline float *attentionStatsOutput(const KernelCall &c) {
+  return (c.op == OpKind::CausalAttention || c.op == OpKind::CausalAttentionQkv) &&
+                 c.numOutputs > 1
+             ? c.output(1).f32()
+             : nullptr;
 }
 
 /// Whether a Rotary / RotaryAt's input is [batch, seq, heads, head_dim] (else [batch, heads,

@@ -140,12 +140,25 @@ inline void zeroRows(Rows<float> rows, int64_t count, int64_t d) {
     std::fill(rows.row(r), rows.row(r) + d, 0.0f);
 }
 
+/// rowDots[r] = g_(i0 + r) . o_(i0 + r) for the rows of one query block.
+inline void rowDotsOf(const Rows<const float> &g, const Rows<const float> &o, int64_t i0,
+                      int64_t rows, int64_t d, float *rowDots) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *gr = g.row(i0 + r), *orow = o.row(i0 + r);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < d; ++c)
+      sum += gr[c] * orow[c];
+    rowDots[r] = sum;
+  }
+}
+
 /// shape: [batch, heads, seq, dim] of the query whatever the storage's layout
 /// (seqMajor: [batch, seq, heads, dim]); keys and values have kvHeads heads.
 template <typename T>
 void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &shape,
                        int64_t kvHeads, float scale, bool seqMajor, int64_t qkvStride,
-                       const int32_t *positions) {
+                       const int32_t *positions, float *lse) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
   const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
@@ -172,7 +185,7 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
         const int64_t at = i0 - w.first, keys = at + rows;
         const Rows<const float> qb = rowsOf(q, qL, h, i0, rows, qRows);
         probabilities(qb.p, qb.ld, kt.data() + w.first, s, d, at, rows, scale, p.data(),
-                      positions ? w.los() : nullptr);
+                      positions ? w.los() : nullptr, lse ? lse + h * s + i0 : nullptr);
         const Rows<float> o = resultRows(out, oL, h, i0, rows, oRows);
         productNN(p.data(), keys, vh.row(w.first), vh.ld, o.p, o.ld, rows, d, keys,
                   /*accumulate=*/false, Causal::kSumEnd, at);
@@ -184,7 +197,8 @@ void causalAttentionOf(const T *q, const T *k, const T *v, T *out, const Shape &
 template <typename T>
 void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq, T *dk, T *dv,
                            const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                           int64_t qkvStride, const int32_t *positions) {
+                           int64_t qkvStride, const int32_t *positions, const T *out,
+                           const float *lse) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads;
   const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
@@ -193,7 +207,8 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
   {
     std::vector<float> kt(static_cast<size_t>(s * d)), vt(static_cast<size_t>(s * d));
     std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), dp(p.size());
-    std::vector<float> kRows, vRows, qRows, gRows, dqRows, dkRows, dvRows; // bf16 heads widened
+    std::vector<float> kRows, vRows, qRows, gRows, oRows, dqRows, dkRows, dvRows; // bf16 widened
+    float rowDots[kQueryBlock];
     // One kv head per iteration: the query heads it serves and their query
     // blocks accumulate into its dk and dv in a fixed order (deterministic).
 #pragma omp for schedule(static)
@@ -211,6 +226,9 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
         int64_t h = queryHeadOf(kvh, m, heads, kvHeads);
         const Rows<const float> qh = denseRowsOf(q, qL, h, 0, s, qRows);
         const Rows<const float> gh = denseRowsOf(g, gL, h, 0, s, gRows);
+        // The forward's statistics saved: its result gives rowsum(P dP) = g . o.
+        const Rows<const float> oh =
+            lse ? rowsOf(out, gL, h, 0, s, oRows) : Rows<const float>{nullptr, d};
         const Rows<float> dqh = resultRows(dq, qL, h, 0, s, dqRows);
         for (int64_t i0 = 0; i0 < s; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, s - i0);
@@ -220,12 +238,14 @@ void causalAttentionGradOf(const T *q, const T *k, const T *v, const T *g, T *dq
               keyWindow(positions ? positions + (kvh / kvHeads) * s : nullptr, i0, rows);
           const int64_t at = i0 - w.first, keys = at + rows, k0 = w.first;
           probabilities(qh.row(i0), qh.ld, kt.data() + k0, s, d, at, rows, scale, p.data(),
-                        positions ? w.los() : nullptr);
+                        positions ? w.los() : nullptr, nullptr, lse ? lse + h * s + i0 : nullptr);
+          if (lse)
+            rowDotsOf(gh, oh, i0, rows, d, rowDots);
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           // (Each product leaves out what the causal mask zeroes.)
           productNN(gh.row(i0), gh.ld, vt.data() + k0, s, dp.data(), keys, rows, keys, d, false,
                     Causal::kColumns, at);
-          scoreGradients(p.data(), dp.data(), at, rows, scale);
+          scoreGradients(p.data(), dp.data(), at, rows, scale, lse ? rowDots : nullptr);
           // dV += P^T G, dQ = dS K, dK += dS^T Q.
           productTNAccumulate(p.data(), keys, gh.row(i0), gh.ld, dvh.row(k0), dvh.ld, keys, d,
                               rows, Causal::kSumStart, at);
@@ -359,7 +379,7 @@ void pairTransposed(const uint16_t *head, int64_t s, int64_t d, int64_t ld,
 
 void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                         int64_t qkvStride, const int32_t *positions) {
+                         int64_t qkvStride, const int32_t *positions, float *lse) {
   int64_t heads = shape[1], bh = shape[0] * heads, s = shape[2], d = shape[3];
   int64_t dp = (d + 1) / 2, sp = (s + 1) / 2;
   int64_t blocks = (s + kQueryBlock - 1) / kQueryBlock;
@@ -392,7 +412,8 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
         pairColumns(q + qL.at(h, i0), rows, d, qL.ld(), qp.data());
         pairProduct(qp.data(), dp, 1, kt.data() + w.first, s, p.data(), keys, rows, keys, dp,
                     false);
-        softmaxRows(p.data(), at, rows, scale, positions ? w.los() : nullptr);
+        softmaxRows(p.data(), at, rows, scale, positions ? w.los() : nullptr,
+                    lse ? lse + h * s + i0 : nullptr);
         // Pairs of keys: an odd last pair (keys == s, odd) meets the zero row
         // pairRows put past the last value (elsewhere a zero probability).
         pairColumns(p.data(), rows, keys, keys, pp.data());
@@ -406,7 +427,8 @@ void causalAttentionBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
 void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                              const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                             int64_t qkvStride, const int32_t *positions) {
+                             int64_t qkvStride, const int32_t *positions, const uint16_t *out,
+                             const float *lse) {
   int64_t heads = shape[1], s = shape[2], d = shape[3];
   int64_t group = heads / kvHeads, bkv = shape[0] * kvHeads, dp = (d + 1) / 2, sp = (s + 1) / 2;
   const HeadRows qL{heads, s, d, seqMajor, qkvStride}, kvL{kvHeads, s, d, seqMajor, qkvStride},
@@ -423,7 +445,8 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
     std::vector<uint32_t> dsc(static_cast<size_t>(kQueryBlock * sp)), scratch;
     std::vector<float> p(static_cast<size_t>(kQueryBlock * s)), dp_(p.size());
     std::vector<float> dkh(static_cast<size_t>(s * d)), dvh(dkh.size());
-    std::vector<float> dqb(static_cast<size_t>(kQueryBlock * d));
+    std::vector<float> dqb(static_cast<size_t>(kQueryBlock * d)), gRows, oRows;
+    float rowDots[kQueryBlock];
 #pragma omp for schedule(static)
     for (int64_t kvh = 0; kvh < bkv; ++kvh) {
       const uint16_t *kh = k + kvL.at(kvh), *vh = v + kvL.at(kvh);
@@ -446,11 +469,19 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
           pairColumns(qh + i0 * qld, rows, d, qld, qc.data());
           pairColumns(gh + i0 * gld, rows, d, gld, gc.data());
           pairProduct(qc.data(), dp, 1, kt.data() + k0, s, p.data(), keys, rows, keys, dp, false);
-          softmaxRows(p.data(), at, rows, scale, positions ? w.los() : nullptr);
+          if (lse) {
+            // The forward's statistics and result saved (causalAttentionGradOf).
+            probabilitiesFromStats(p.data(), at, rows, scale, lse + h * s + i0,
+                                   positions ? w.los() : nullptr);
+            rowDotsOf(rowsOf(g, gL, h, i0, rows, gRows), rowsOf(out, gL, h, i0, rows, oRows), 0,
+                      rows, d, rowDots);
+          } else {
+            softmaxRows(p.data(), at, rows, scale, positions ? w.los() : nullptr);
+          }
           // dP = G V^T; dS = P (dP - rowsum(P dP)) * scale (zero where P is).
           pairProduct(gc.data(), dp, 1, vt.data() + k0, s, dp_.data(), keys, rows, keys, dp,
                       false);
-          scoreGradients(p.data(), dp_.data(), at, rows, scale);
+          scoreGradients(p.data(), dp_.data(), at, rows, scale, lse ? rowDots : nullptr);
           // dV += P^T G, dK += dS^T Q (pairs of query rows), dQ = dS K (pairs of keys).
           pairRows(p.data(), rows, keys, keys, pr.data());
           pairRows(dp_.data(), rows, keys, keys, dsr.data());
@@ -475,40 +506,41 @@ void causalAttentionGradBf16(const uint16_t *q, const uint16_t *k, const uint16_
 
 void causalAttention(const float *q, const float *k, const float *v, float *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                     int64_t qkvStride, const int32_t *positions) {
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions);
+                     int64_t qkvStride, const int32_t *positions, float *lse) {
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions, lse);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
                          float scale, bool seqMajor, int64_t qkvStride,
-                         const int32_t *positions) {
+                         const int32_t *positions, const float *out, const float *lse) {
   causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride,
-                        positions);
+                        positions, out, lse);
 }
 
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                     int64_t qkvStride, const int32_t *positions) {
+                     int64_t qkvStride, const int32_t *positions, float *lse) {
 #ifdef PTC_HAVE_BF16_ATTENTION
   if (nativeBf16())
     return causalAttentionBf16(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride,
-                               positions);
+                               positions, lse);
 #endif
-  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions);
+  causalAttentionOf(q, k, v, out, shape, kvHeads, scale, seqMajor, qkvStride, positions, lse);
 }
 
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor,
-                         int64_t qkvStride, const int32_t *positions) {
+                         int64_t qkvStride, const int32_t *positions, const uint16_t *out,
+                         const float *lse) {
 #ifdef PTC_HAVE_BF16_ATTENTION
   if (nativeBf16())
     return causalAttentionGradBf16(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor,
-                                   qkvStride, positions);
+                                   qkvStride, positions, out, lse);
 #endif
   causalAttentionGradOf(q, k, v, g, dq, dk, dv, shape, kvHeads, scale, seqMajor, qkvStride,
-                        positions);
+                        positions, out, lse);
 }
 
 KernelResult checkDocumentPositions(const int32_t *positions, int64_t batch, int64_t seq) {
@@ -614,6 +646,30 @@ KernelResult onFusedQkv(const KernelCall &c, const TensorView &qkv, const Tensor
     body(static_cast<const float *>(qkv.f32()), f, shape, scale);
   return KernelResult::ok();
 }
+
+/// The causal attention entries' element types: f32OrBf16WithIds, but for
+/// the row statistics (a forward's second output, a gradient's input after
+/// the saved result), which are f32 whatever the operands' type.
+bool attentionTypes(const KernelCall &c) {
+  const DType t = c.output(0).dtype;
+  if (t != DType::F32 && t != DType::BF16)
+    return false;
+  const size_t statsInput = hasSavedAttentionStats(c.op, c.numInputs)
+                                ? attentionBaseInputs(c.op) + 1
+                                : c.numInputs;
+  for (size_t i = 0; i < c.numInputs; ++i) {
+    const DType want = i == statsInput ? DType::F32 : t;
+    if (c.in[i].dtype != want && c.in[i].dtype != DType::I32)
+      return false;
+  }
+  for (size_t i = 0; i < c.numOutputs; ++i) {
+    const bool stats = i == 1 && (c.op == OpKind::CausalAttention ||
+                                  c.op == OpKind::CausalAttentionQkv);
+    if (c.out[i].dtype != (stats ? DType::F32 : t))
+      return false;
+  }
+  return true;
+}
 } // namespace
 
 void addAttentionKernels(KernelTable &t) {
@@ -633,15 +689,16 @@ void addAttentionKernels(KernelTable &t) {
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
             return r;
+        float *lse = attentionStatsOutput(c);
         if (q.dtype == DType::BF16)
           causalAttention(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)), bf16Out(c.output(0)),
-                          shape, a.kvHeads, scale, a.seqMajor, 0, positions);
+                          shape, a.kvHeads, scale, a.seqMajor, 0, positions, lse);
         else
           causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), shape,
-                          a.kvHeads, scale, a.seqMajor, 0, positions);
+                          a.kvHeads, scale, a.seqMajor, 0, positions, lse);
         return KernelResult::ok();
       },
-      internal::f32OrBf16WithIds);
+      attentionTypes);
   t.add(
       OpKind::CausalAttentionGrad,
       [](const KernelCall &c) {
@@ -653,18 +710,20 @@ void addAttentionKernels(KernelTable &t) {
         if (positions)
           if (KernelResult r = checkDocumentPositions(positions, a.batch, a.seq); !r.isOk())
             return r;
+        const SavedAttentionStats saved = savedAttentionStats(c);
         if (q.dtype == DType::BF16)
           causalAttentionGrad(bf16In(q), bf16In(c.input(1)), bf16In(c.input(2)),
                               bf16In(c.input(3)), bf16Out(c.output(0)), bf16Out(c.output(1)),
                               bf16Out(c.output(2)), shape, a.kvHeads, scale, a.seqMajor, 0,
-                              positions);
+                              positions, saved ? bf16In(*saved.result) : nullptr, saved.lse);
         else
           causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                               c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), shape,
-                              a.kvHeads, scale, a.seqMajor, 0, positions);
+                              a.kvHeads, scale, a.seqMajor, 0, positions,
+                              saved ? saved.result->f32() : nullptr, saved.lse);
         return KernelResult::ok();
       },
-      internal::f32OrBf16WithIds);
+      attentionTypes);
   // The fused projection's layout: q, k, v (and their gradients) are column
   // blocks of qkv [batch, seq, width], read and written in place.
   t.add(
@@ -679,10 +738,11 @@ void addAttentionKernels(KernelTable &t) {
         return onFusedQkv(c, qkv, out, [&](auto *p, const FusedQkvDims &f, const Shape &shape,
                                            float scale) {
           causalAttention(p, p + f.kOffset, p + f.vOffset, storage(out, p), shape,
-                          f.dims.kvHeads, scale, true, f.width, positions);
+                          f.dims.kvHeads, scale, true, f.width, positions,
+                          attentionStatsOutput(c));
         });
       },
-      internal::f32OrBf16WithIds);
+      attentionTypes);
   t.add(
       OpKind::CausalAttentionQkvGrad,
       [](const KernelCall &c) {
@@ -695,12 +755,13 @@ void addAttentionKernels(KernelTable &t) {
         return onFusedQkv(c, qkv, g, [&](auto *p, const FusedQkvDims &f, const Shape &shape,
                                          float scale) {
           auto *d = storage(c.output(0), p);
+          const SavedAttentionStats saved = savedAttentionStats(c);
           causalAttentionGrad(p, p + f.kOffset, p + f.vOffset, storage(g, p), d, d + f.kOffset,
                               d + f.vOffset, shape, f.dims.kvHeads, scale, true, f.width,
-                              positions);
+                              positions, saved ? storage(*saved.result, p) : nullptr, saved.lse);
         });
       },
-      internal::f32OrBf16WithIds);
+      attentionTypes);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim], positions [batch, tokens].
   t.add(OpKind::CachedAttention, [](const KernelCall &c) {

@@ -344,8 +344,11 @@ inline void transposeInto(const T *in, int64_t s, int64_t d, T *out, int64_t ld 
 /// The scores p [rows][i0 + rows] of query rows [i0, i0 + rows) made
 /// probabilities in place: softmax(scale * p[r][j]) over the keys j <= i0 + r,
 /// 0 after; with `lo` (packed documents), over lo[r] <= j <= i0 + r only, 0
-/// before. One query block: rows <= kQueryBlock.
-inline void softmaxRows(float *p, int64_t i0, int64_t rows, float scale, const int32_t *lo = nullptr) {
+/// before. One query block: rows <= kQueryBlock. With `lse`, each row's
+/// log-sum-exp of its scaled scores goes to lse[r] (the row statistics the
+/// backward pass reads instead of recomputing them).
+inline void softmaxRows(float *p, int64_t i0, int64_t rows, float scale, const int32_t *lo = nullptr,
+                        float *lse = nullptr) {
   // Phase by phase over the block's rows: each row's maximum, sum and
   // reciprocal are short dependent chains (a sum's lanes added in order, a
   // division), which overlap across rows when no row waits on its own.
@@ -385,6 +388,9 @@ inline void softmaxRows(float *p, int64_t i0, int64_t rows, float scale, const i
       sum += pr[c];
     inv[r] = sum;
   }
+  if (lse)
+    for (int64_t r = 0; r < rows; ++r)
+      lse[r] = mx[r] + std::log(inv[r]);
   for (int64_t r = 0; r < rows; ++r)
     inv[r] = 1.0f / inv[r];
   for (int64_t r = 0; r < rows; ++r) {
@@ -398,15 +404,41 @@ inline void softmaxRows(float *p, int64_t i0, int64_t rows, float scale, const i
   }
 }
 
+/// The scores p [rows][i0 + rows] made probabilities from the forward's row
+/// statistics: exp(scale * p[r][j] - lse[r]) over the visible keys (softmaxRows'
+/// mask), 0 elsewhere; no maximum, sum or division (lse[r] is at least the
+/// row's largest scaled score, so every exponent is at most 0).
+inline void probabilitiesFromStats(float *p, int64_t i0, int64_t rows, float scale,
+                                   const float *lse, const int32_t *lo = nullptr) {
+  const int64_t keys = i0 + rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    float *pr = p + r * keys;
+    const float m = lse[r];
+    const int32_t visible = static_cast<int32_t>(i0 + r + 1),
+                  n = static_cast<int32_t>(paddedKeys(i0 + r + 1, keys)), first = lo ? lo[r] : 0;
+#pragma omp simd
+    for (int32_t c = 0; c < n; ++c) {
+      float e = expNonPositive(std::min(pr[c] * scale - m, 0.0f));
+      pr[c] = c < visible && c >= first ? e : 0.0f;
+    }
+    std::fill(pr + n, pr + keys, 0.0f);
+  }
+}
+
 /// dS = P (dP - rowsum(P dP)) * scale in place of dP for query rows [i0, i0 +
 /// rows) (rows <= kQueryBlock) of `keys` = i0 + rows columns: the row sums
 /// first, so that their chains overlap. Each row up to its paddedKeys (P is
 /// zero after its causal limit, dP need not be computed past paddedKeys:
 /// Causal::kColumns), zero after.
-inline void scoreGradients(const float *p, float *dp, int64_t i0, int64_t rows, float scale) {
+/// With `rowDots` (the forward's result saved: rowsum(P dP) = dO . O), the
+/// row sums are rowDots[r].
+inline void scoreGradients(const float *p, float *dp, int64_t i0, int64_t rows, float scale,
+                           const float *rowDots = nullptr) {
   const int64_t keys = i0 + rows;
   float t[kQueryBlock];
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < rows && rowDots; ++r)
+    t[r] = rowDots[r];
+  for (int64_t r = 0; r < rows && !rowDots; ++r) {
     const float *pr = p + r * keys, *dpr = dp + r * keys;
     const int64_t n = paddedKeys(i0 + r + 1, keys);
     float sum = 0.0f;
@@ -430,11 +462,19 @@ inline void scoreGradients(const float *p, float *dp, int64_t i0, int64_t rows, 
 /// The probabilities of query rows [i0, i0 + rows) of one head (`qRows`, row
 /// i0 first): p[r][j] for the keys j <= i0 + r (0 after), `keys` = i0 + rows
 /// columns, from the transposed keys kt [d][s].
+/// With `lse`, the rows' log-sum-exp is written there (the forward pass); with
+/// `savedLse`, the probabilities come from it (a backward pass given the
+/// forward's statistics).
 inline void probabilities(const float *qRows, int64_t ldq, const float *kt, int64_t s, int64_t d,
-                   int64_t i0, int64_t rows, float scale, float *p, const int32_t *lo = nullptr) {
+                          int64_t i0, int64_t rows, float scale, float *p,
+                          const int32_t *lo = nullptr, float *lse = nullptr,
+                          const float *savedLse = nullptr) {
   int64_t keys = i0 + rows;
   productNN(qRows, ldq, kt, s, p, keys, rows, keys, d, /*accumulate=*/false, Causal::kColumns, i0);
-  softmaxRows(p, i0, rows, scale, lo);
+  if (savedLse)
+    probabilitiesFromStats(p, i0, rows, scale, savedLse, lo);
+  else
+    softmaxRows(p, i0, rows, scale, lo, lse);
 }
 
 /// The keys a query block [i0, i0 + rows) of one batch entry attends

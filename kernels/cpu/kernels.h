@@ -147,13 +147,20 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
 /// checkDocumentPositions first), query i attends keys i - positions[i] .. i
 /// only (packed documents); the keys before a query block's earliest document
 /// start are not computed.
+/// With `lse` (f32 [batch, heads, seq]), the forward writes each query row's
+/// log-sum-exp of its scaled scores there; the gradient given the forward's
+/// result `out` (g's layout) and those statistics makes the probabilities
+/// from them and takes rowsum(P dP) as g . out, instead of recomputing the
+/// softmax.
 void causalAttention(const float *q, const float *k, const float *v, float *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
-                     int64_t qkvStride = 0, const int32_t *positions = nullptr);
+                     int64_t qkvStride = 0, const int32_t *positions = nullptr,
+                     float *lse = nullptr);
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, const Shape &shape, int64_t kvHeads,
                          float scale, bool seqMajor = false, int64_t qkvStride = 0,
-                         const int32_t *positions = nullptr);
+                         const int32_t *positions = nullptr, const float *out = nullptr,
+                         const float *lse = nullptr);
 /// An error unless 0 <= positions[b, i] <= i for every token.
 KernelResult checkDocumentPositions(const int32_t *positions, int64_t batch, int64_t seq);
 /// The same on bf16 storage (uint16_t bits): bf16 dot products with f32 sums
@@ -162,11 +169,13 @@ KernelResult checkDocumentPositions(const int32_t *positions, int64_t batch, int
 /// each result rounded once.
 void causalAttention(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
                      const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
-                     int64_t qkvStride = 0, const int32_t *positions = nullptr);
+                     int64_t qkvStride = 0, const int32_t *positions = nullptr,
+                     float *lse = nullptr);
 void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const uint16_t *g, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                          const Shape &shape, int64_t kvHeads, float scale, bool seqMajor = false,
-                         int64_t qkvStride = 0, const int32_t *positions = nullptr);
+                         int64_t qkvStride = 0, const int32_t *positions = nullptr,
+                         const uint16_t *out = nullptr, const float *lse = nullptr);
 
 /// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
 /// classes) of `totalClasses` on this device): row maxima, row sums of

@@ -178,10 +178,12 @@ __device__ int64_t documentStart(const int32_t *positions, int64_t b, int64_t ro
   return first < 0 ? 0 : first > row ? row : first;
 }
 
+/// With `lse`, each row's log-sum-exp of its scaled scores goes to lse[i]
+/// ([batch, heads, seq]: the statistics the gradient reads when saved).
 __global__ void causalAttentionKernel(const float *q, const float *k, const float *v, float *out,
                                       int64_t bh, int64_t heads, int64_t kvHeads, int64_t seq,
                                       int64_t dim, float scale, bool seqMajor,
-                                      const int32_t *positions) {
+                                      const int32_t *positions, float *lse) {
   WarpIndex w = warpIndex();
   const int64_t ldkv = seqMajor ? kvHeads * dim : dim;
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
@@ -195,17 +197,22 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
     float m, l;
     attendRow(qi, kh, vh, row - first, dim, ldkv, w.lane, scale, acc, m, l);
     storeRow(acc, l, dim, w.lane, out + qRow);
+    if (lse && w.lane == 0)
+      lse[i] = m + logf(l);
   }
 }
 
 /// Backward, pass 1: one warp per query row i: the row's softmax statistics
 /// (max m_i, normalizer l_i), D_i = g_i . o_i and dq_i.
-/// stats[3 * row + {0, 1, 2}] = m_i, l_i, D_i for pass 2.
+/// stats[3 * row + {0, 1, 2}] = m_i, l_i, D_i for pass 2. With the forward's
+/// saved result `savedO` (g's layout) and log-sum-exp `savedLse`, m_i is the
+/// latter, l_i 1 and D_i = g_i . o_i: no forward pass over the keys.
 __global__ void causalAttentionGradQKernel(const float *q, const float *k, const float *v,
                                            const float *g, float *dq, float *stats, int64_t bh,
                                            int64_t heads, int64_t kvHeads, int64_t seq,
                                            int64_t dim, float scale, bool seqMajor,
-                                           const int32_t *positions) {
+                                           const int32_t *positions, const float *savedO,
+                                           const float *savedLse) {
   WarpIndex w = warpIndex();
   const int64_t ldkv = seqMajor ? kvHeads * dim : dim;
   for (int64_t i = w.warp; i < bh * seq; i += w.warps) {
@@ -219,7 +226,13 @@ __global__ void causalAttentionGradQKernel(const float *q, const float *k, const
     loadRow(q + qRow, dim, w.lane, qi);
     loadRow(g + qRow, dim, w.lane, gi);
     float m, l;
-    attendRow(qi, kh, vh, row - first, dim, ldkv, w.lane, scale, o, m, l);
+    if (savedLse) {
+      loadRow(savedO + qRow, dim, w.lane, o);
+      m = savedLse[i];
+      l = 1.0f;
+    } else {
+      attendRow(qi, kh, vh, row - first, dim, ldkv, w.lane, scale, o, m, l);
+    }
     float part = 0.0f; // D_i = sum_j p_j (g_i . v_j) = g_i . o_i
     for (int t = 0; t < kAttentionPerLane; ++t)
       part += gi[t] * o[t] / l;
@@ -483,20 +496,21 @@ void softmaxGrad(const float *y, const float *g, float *out, const Shape &shape,
 
 void causalAttention(const float *q, const float *k, const float *v, float *out, int64_t batch,
                      int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, float scale,
-                     bool seqMajor, void *stream, const int32_t *positions) {
+                     bool seqMajor, void *stream, const int32_t *positions, float *lse) {
   int64_t bh = batch * heads;
   causalAttentionKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, out, bh, heads, kvHeads, seq, dim, scale, seqMajor, positions);
+      q, k, v, out, bh, heads, kvHeads, seq, dim, scale, seqMajor, positions, lse);
 }
 
 void causalAttentionGrad(const float *q, const float *k, const float *v, const float *g,
                          float *dq, float *dk, float *dv, int64_t batch, int64_t heads,
                          int64_t kvHeads, int64_t seq, int64_t dim, float scale,
                          bool seqMajor, float *rowStats, void *stream,
-                         const int32_t *positions) {
+                         const int32_t *positions, const float *savedO, const float *savedLse) {
   int64_t bh = batch * heads, bkv = batch * kvHeads;
   causalAttentionGradQKernel<<<warpBlocksFor(bh * seq), 128, 0, S(stream)>>>(
-      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale, seqMajor, positions);
+      q, k, v, g, dq, rowStats, bh, heads, kvHeads, seq, dim, scale, seqMajor, positions, savedO,
+      savedLse);
   causalAttentionGradKVKernel<<<warpBlocksFor(bkv * seq), 128, 0, S(stream)>>>(
       q, k, v, g, rowStats, dk, dv, bkv, heads, kvHeads, seq, dim, scale, seqMajor, positions);
 }
@@ -601,12 +615,22 @@ cudnn::AttentionProblem attentionProblemOf(const KernelCall &c) {
 
 /// The call's tensors: q, k, v, then o (forward) or the incoming gradient and
 /// dq, dk, dv (backward), in place in the fused projection where it is one.
+/// `stats`: the forward's row statistics (written by a forward that has them,
+/// read with `savedO` by a gradient given them), else null.
 struct AttentionPointers {
   const void *q, *k, *v, *g;
   void *o, *dq, *dk, *dv;
+  const void *savedO;
+  float *stats;
 };
 AttentionPointers attentionPointersOf(const KernelCall &c) {
   AttentionPointers p{};
+  if (const SavedAttentionStats saved = savedAttentionStats(c)) {
+    p.savedO = saved.result->data;
+    p.stats = const_cast<float *>(saved.lse);
+  } else {
+    p.stats = attentionStatsOutput(c);
+  }
   const int64_t bytes = dtypeBytes(c.input(0).dtype);
   if (isFusedQkv(c.op)) {
     const FusedQkvDims f = fusedQkvDims(c.input(0), headsView(c));
@@ -647,18 +671,21 @@ std::string cudnnRefusal(const KernelCall &c) {
   // until they are wired, the warp kernels apply the document mask.
   if (documentPositions(c))
     return "document positions (packed documents) are not wired to cuDNN's ragged layout yet";
+  // The row statistics are f32 whatever the operands' type.
+  const float *savedLse = savedAttentionStats(c).lse;
   for (size_t i = 0; i < c.numInputs; ++i)
-    if (c.input(i).dtype != type)
+    if (c.input(i).dtype != type && c.input(i).data != savedLse)
       return "operands of different element types";
   for (size_t i = 0; i < c.numOutputs; ++i)
-    if (c.output(i).dtype != type)
+    if (c.output(i).dtype != type && c.output(i).data != attentionStatsOutput(c))
       return "operands of different element types";
   if (const TensorView &heads = isFusedQkv(c.op) ? headsView(c) : c.input(0); heads.rank() != 4)
     return "a rank-" + std::to_string(heads.rank()) + " query";
   const AttentionPointers p = attentionPointersOf(c);
   for (const void *ptr : {p.q, p.k, p.v, p.g, static_cast<const void *>(p.o),
                           static_cast<const void *>(p.dq), static_cast<const void *>(p.dk),
-                          static_cast<const void *>(p.dv)})
+                          static_cast<const void *>(p.dv), p.savedO,
+                          static_cast<const void *>(p.stats)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       return "a tensor not aligned to 16 bytes";
   return cudnn::supports(attentionProblemOf(c), isAttentionGrad(c.op));
@@ -699,16 +726,17 @@ bool acceptsAttention(const KernelCall &c) {
 KernelResult runCudnnAttention(const KernelCall &c) {
   const cudnn::AttentionProblem problem = attentionProblemOf(c);
   const AttentionPointers p = attentionPointersOf(c);
-  const bool grad = isAttentionGrad(c.op);
-  const int64_t bytes =
-      grad ? cudnn::backwardScratchBytes(problem) : cudnn::forwardScratchBytes(problem);
+  const bool grad = isAttentionGrad(c.op), stats = p.stats != nullptr;
+  const int64_t bytes = grad ? cudnn::backwardScratchBytes(problem, stats)
+                             : cudnn::forwardScratchBytes(problem, stats);
   void *work = scratch(c, bytes);
   if (!work)
     return scratchFailure(c, bytes);
   if (grad)
-    return cudnn::backward(problem, p.q, p.k, p.v, p.g, p.dq, p.dk, p.dv, attentionScale(c), work,
-                           streamOf(c));
-  return cudnn::forward(problem, p.q, p.k, p.v, p.o, attentionScale(c), work, streamOf(c));
+    return cudnn::backward(problem, p.q, p.k, p.v, p.savedO, p.stats, p.g, p.dq, p.dk, p.dv,
+                           attentionScale(c), work, streamOf(c));
+  return cudnn::forward(problem, p.q, p.k, p.v, p.o, p.stats, attentionScale(c), work,
+                        streamOf(c));
 }
 } // namespace
 
@@ -761,7 +789,7 @@ void addAttentionKernels(KernelTable &t) {
     const AttentionDims a = attentionDims(c);
     causalAttention(q.f32(), c.input(1).f32(), c.input(2).f32(), c.output(0).f32(), a.batch,
                     a.heads, a.kvHeads, a.seq, a.dim, attentionScale(c), a.seqMajor, streamOf(c),
-                    documentPositions(c));
+                    documentPositions(c), attentionStatsOutput(c));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
@@ -775,10 +803,11 @@ void addAttentionKernels(KernelTable &t) {
     auto *stats = static_cast<float *>(scratch(c, bytes));
     if (!stats)
       return scratchFailure(c, bytes);
+    const SavedAttentionStats saved = savedAttentionStats(c);
     causalAttentionGrad(q.f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
                         c.output(0).f32(), c.output(1).f32(), c.output(2).f32(), a.batch, a.heads,
                         a.kvHeads, a.seq, a.dim, attentionScale(c), a.seqMajor, stats, streamOf(c),
-                        documentPositions(c));
+                        documentPositions(c), saved ? saved.result->f32() : nullptr, saved.lse);
     return KernelResult::ok();
   }, acceptsAttention);
   // The fused projection's layout (qkv [batch, seq, width]): in bf16 / f16,
@@ -803,7 +832,8 @@ void addAttentionKernels(KernelTable &t) {
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
     causalAttention(q, k, v, c.output(0).f32(), a.batch, a.heads, a.kvHeads, a.seq, a.dim,
-                    attentionScale(c), true, streamOf(c), documentPositions(c));
+                    attentionScale(c), true, streamOf(c), documentPositions(c),
+                    attentionStatsOutput(c));
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
@@ -824,9 +854,10 @@ void addAttentionKernels(KernelTable &t) {
     float *dk = dq + b.rows * b.qCols, *dv = dk + b.rows * b.kvCols, *rowStats = dq + b.elements;
     if (KernelResult r = copyColumns(qkv.f32(), f, q, k, v, true, c); !r.isOk())
       return r;
+    const SavedAttentionStats saved = savedAttentionStats(c);
     causalAttentionGrad(q, k, v, c.input(1).f32(), dq, dk, dv, a.batch, a.heads, a.kvHeads,
                         a.seq, a.dim, attentionScale(c), true, rowStats, streamOf(c),
-                        documentPositions(c));
+                        documentPositions(c), saved ? saved.result->f32() : nullptr, saved.lse);
     return copyColumns(c.output(0).f32(), f, dq, dk, dv, false, c);
   }, acceptsAttention);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,

@@ -627,54 +627,69 @@ std::string supports(const AttentionProblem &p, bool backward) {
   return {};
 }
 
-int64_t forwardScratchBytes(const AttentionProblem &p) {
-  return alignUp(rowBytes(p)) + alignUp(workspaceOf(p, false));
+int64_t forwardScratchBytes(const AttentionProblem &p, bool stats) {
+  return (stats ? 0 : alignUp(rowBytes(p))) + alignUp(workspaceOf(p, false));
 }
 
-int64_t backwardScratchBytes(const AttentionProblem &p) {
+int64_t backwardScratchBytes(const AttentionProblem &p, bool stats) {
+  // Given the statistics: D's rows and the backward's workspace; else also
+  // the recomputed forward's output and statistics (and its workspace).
+  if (stats)
+    return alignUp(rowBytes(p)) + alignUp(workspaceOf(p, true));
   return alignUp(outputBytes(p)) + 2 * alignUp(rowBytes(p)) +
          alignUp(std::max(workspaceOf(p, false), workspaceOf(p, true)));
 }
 
 KernelResult forward(const AttentionProblem &p, const void *q, const void *k, const void *v,
-                     void *o, float scale, void *scratch, void *stream) {
+                     void *o, float *stats, float scale, void *scratch, void *stream) {
   std::string why;
   const Plan *plan = planFor(p, false, why);
   if (!plan)
     return KernelResult::error("cuDNN fused attention cannot run this problem: ", why);
-  auto *stats = static_cast<char *>(scratch);
-  void *workspace = stats + alignUp(rowBytes(p));
+  char *workspace = static_cast<char *>(scratch);
+  void *rows = stats;
+  if (!stats) {
+    rows = workspace;
+    workspace += alignUp(rowBytes(p));
+  }
   float negInf = -std::numeric_limits<float>::infinity();
   return execute(*plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-                 {const_cast<void *>(q), const_cast<void *>(k), const_cast<void *>(v), o, stats,
+                 {const_cast<void *>(q), const_cast<void *>(k), const_cast<void *>(v), o, rows,
                   &scale, &negInf},
                  workspace, stream, "forward");
 }
 
 KernelResult backward(const AttentionProblem &p, const void *q, const void *k, const void *v,
-                      const void *g, void *dq, void *dk, void *dv, float scale, void *scratch,
-                      void *stream) {
+                      const void *o, const float *stats, const void *g, void *dq, void *dk,
+                      void *dv, float scale, void *scratch, void *stream) {
   std::string why;
-  const Plan *fwd = planFor(p, false, why);
-  const Plan *bwd = fwd ? planFor(p, true, why) : nullptr;
+  const Plan *fwd = stats ? nullptr : planFor(p, false, why);
+  const Plan *bwd = (stats || fwd) ? planFor(p, true, why) : nullptr;
   if (!bwd)
     return KernelResult::error("cuDNN fused attention cannot run this problem: ", why);
-  auto *o = static_cast<char *>(scratch);
-  char *stats = o + alignUp(outputBytes(p));
-  char *rowDot = stats + alignUp(rowBytes(p));
-  void *workspace = rowDot + alignUp(rowBytes(p));
-  float negInf = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  char *next = static_cast<char *>(scratch);
+  void *out = const_cast<void *>(o), *rows = const_cast<float *>(stats);
   void *in[3] = {const_cast<void *>(q), const_cast<void *>(k), const_cast<void *>(v)};
-  if (KernelResult r = execute(*fwd, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-                               {in[0], in[1], in[2], o, stats, &scale, &negInf}, workspace, stream,
-                               "forward (recomputed for the backward)");
-      !r.isOk())
-    return r;
+  float negInf = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  if (!stats) {
+    // The forward's output and statistics recomputed into scratch.
+    out = next;
+    rows = next + alignUp(outputBytes(p));
+    next += alignUp(outputBytes(p)) + alignUp(rowBytes(p));
+  }
+  char *rowDot = next;
+  void *workspace = rowDot + alignUp(rowBytes(p));
+  if (!stats)
+    if (KernelResult r = execute(*fwd, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+                                 {in[0], in[1], in[2], out, rows, &scale, &negInf}, workspace,
+                                 stream, "forward (recomputed for the backward)");
+        !r.isOk())
+      return r;
   return execute(*bwd,
                  {kQ, kK, kV, kO, kGradO, kStats, kGradQ, kGradK, kGradV, kRowDot, kScale, kNegInf,
                   kOne},
-                 {in[0], in[1], in[2], o, const_cast<void *>(g), stats, dq, dk, dv, rowDot, &scale,
-                  &negInf, &one},
+                 {in[0], in[1], in[2], out, const_cast<void *>(g), rows, dq, dk, dv, rowDot,
+                  &scale, &negInf, &one},
                  workspace, stream, "backward");
 }
 

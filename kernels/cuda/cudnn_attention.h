@@ -54,21 +54,24 @@ std::string libraryDescription();
 /// calls it for every attention instruction).
 std::string supports(const AttentionProblem &p, bool backward);
 
-/// Device bytes of scratch forward() / backward() need (workspace and
-/// statistics; backward() also the recomputed forward output).
-int64_t forwardScratchBytes(const AttentionProblem &p);
-int64_t backwardScratchBytes(const AttentionProblem &p);
+/// Device bytes of scratch forward() / backward() need: the workspace, the
+/// row statistics unless `stats` are given (the plan's tensor), and for a
+/// backward without them the recomputed forward output.
+int64_t forwardScratchBytes(const AttentionProblem &p, bool stats);
+int64_t backwardScratchBytes(const AttentionProblem &p, bool stats);
 
-/// o = softmax(scale q k^T, causal) v; the rows' log-sum-exp goes to scratch.
+/// o = softmax(scale q k^T, causal) v; the rows' log-sum-exp (f32 [batch,
+/// heads, seq]) goes to `stats`, or to scratch when it is null.
 KernelResult forward(const AttentionProblem &p, const void *q, const void *k, const void *v,
-                     void *o, float scale, void *scratch, void *stream);
+                     void *o, float *stats, float scale, void *scratch, void *stream);
 
-/// dq, dk, dv from q, k, v and the incoming gradient `g`: the forward pass
-/// recomputed into scratch (its output and row statistics), then cuDNN's
-/// deterministic backward pass.
+/// dq, dk, dv from q, k, v and the incoming gradient `g`, given the forward's
+/// output `o` (the strides of p.o) and its row statistics `stats`: cuDNN's
+/// deterministic backward pass alone. Without them (null), the forward pass
+/// is recomputed into scratch first.
 KernelResult backward(const AttentionProblem &p, const void *q, const void *k, const void *v,
-                      const void *g, void *dq, void *dk, void *dv, float scale, void *scratch,
-                      void *stream);
+                      const void *o, const float *stats, const void *g, void *dq, void *dk,
+                      void *dv, float scale, void *scratch, void *stream);
 
 } // namespace ptc::kernels::cuda::cudnn
 

@@ -10,14 +10,15 @@ constexpr const char *kMissing = "this build has no cuDNN (CMake found no cudnn_
 
 std::string libraryDescription() { return std::string("cuDNN unavailable: ") + kMissing; }
 std::string supports(const AttentionProblem &, bool) { return kMissing; }
-int64_t forwardScratchBytes(const AttentionProblem &) { return 0; }
-int64_t backwardScratchBytes(const AttentionProblem &) { return 0; }
+int64_t forwardScratchBytes(const AttentionProblem &, bool) { return 0; }
+int64_t backwardScratchBytes(const AttentionProblem &, bool) { return 0; }
 KernelResult forward(const AttentionProblem &, const void *, const void *, const void *, void *,
-                     float, void *, void *) {
+                     float *, float, void *, void *) {
   return KernelResult::error(kMissing);
 }
 KernelResult backward(const AttentionProblem &, const void *, const void *, const void *,
-                      const void *, void *, void *, void *, float, void *, void *) {
+                      const void *, const float *, const void *, void *, void *, void *, float,
+                      void *, void *) {
   return KernelResult::error(kMissing);
 }
 

@@ -389,7 +389,7 @@ struct Deriver {
           cacheArgs[i] = block.getArgument(index);
         }
         auto cached = CachedAttentionOp::create(
-            b, attn.getLoc(), TypeRange{attn.getType(), cacheType, cacheType}, attn.getQuery(),
+            b, attn.getLoc(), TypeRange{attn.getResult().getType(), cacheType, cacheType}, attn.getQuery(),
             attn.getKey(), attn.getValue(), cacheArgs[0], cacheArgs[1], positions,
             attn.getScaleAttr());
         attn.getResult().replaceAllUsesWith(cached.getResult());

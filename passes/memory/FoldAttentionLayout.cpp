@@ -194,8 +194,8 @@ struct FoldAttentionLayoutPass
     OpBuilder b(op);
     Operation *folded;
     if (auto fwd = dyn_cast<CausalAttentionOp>(op)) {
-      folded = CausalAttentionQkvOp::create(b, op->getLoc(), fwd.getType(), projection,
-                                            fwd.getPositions(),
+      folded = CausalAttentionQkvOp::create(b, op->getLoc(), fwd.getResult().getType(),
+                                            /*stats=*/Type(), projection, fwd.getPositions(),
                                             b.getF64FloatAttr(fwd.getScaleOrDefault()));
       fwd.getResult().replaceAllUsesWith(folded->getResult(0));
     } else {
@@ -218,7 +218,8 @@ struct FoldAttentionLayoutPass
       if (!concat || concat.getType() != projection.getType() || concat.getAxis() != 2)
         return;
       folded = CausalAttentionQkvGradOp::create(b, op->getLoc(), projection.getType(), projection,
-                                                grad.getGrad(), grad.getPositions(),
+                                                grad.getGrad(), /*saved_result=*/Value(),
+                                                /*saved_stats=*/Value(), grad.getPositions(),
                                                 b.getF64FloatAttr(grad.getScaleOrDefault()));
       concat.getResult().replaceAllUsesWith(folded->getResult(0));
       SmallVector<Operation *> reshapes;
@@ -268,11 +269,13 @@ struct FoldAttentionLayoutPass
     OpBuilder b(op);
     Operation *folded;
     if (fwd)
-      folded = CausalAttentionOp::create(b, op->getLoc(), types[0], operands[0], operands[1],
+      folded = CausalAttentionOp::create(b, op->getLoc(), types[0], /*stats=*/Type(), operands[0],
+                                         operands[1],
                                          operands[2], positions, fwd.getScaleAttr(), true);
     else
       folded = CausalAttentionGradOp::create(b, op->getLoc(), types, operands[0], operands[1],
-                                             operands[2], operands[3], positions,
+                                             operands[2], operands[3], /*saved_result=*/Value(),
+                                             /*saved_stats=*/Value(), positions,
                                              grad.getScaleAttr(), true);
     // Discardable attributes (ptc.backward, a pipeline stage) carry over.
     folded->setDiscardableAttrs(op->getDiscardableAttrDictionary());

@@ -55,6 +55,42 @@ def FoldAttentionLayoutPass : Pass<"ptc-fold-attention-layout", "::mlir::func::F
   }];
 }
 
+def SaveAttentionStatsPass : Pass<"ptc-save-attention-stats", "::mlir::func::FuncOp"> {
+  let summary = "Attention's backward reads the forward's softmax statistics instead of recomputing them";
+  let description = [{
+    After `ptc-fold-attention-layout`, before `ptc-plan-memory`. A causal
+    attention gradient (`ptc.causal_attention_grad`,
+    `ptc.causal_attention_qkv_grad`) recomputes the forward's softmax: each
+    query row's scores, their maximum and sum. Where a forward of the same
+    query, key and value (the same values: the same projection, or its
+    recomputation under `recompute`), positions and scale comes before it in
+    its block, the forward also returns its rows' log-sum-exp (`stats`, f32
+    `[batch, heads, seq]`: 4 bytes per query row and head, 1/16 to 1/32 of
+    the bf16 result) and the gradient takes the forward's result and those
+    statistics (`saved`): the kernels make the probabilities as
+    `exp(scale * q k^T - lse)` and take the rows' `grad . result` for the sum
+    the softmax's gradient needs, so the backward pass runs no softmax
+    reduction, and on GPUs no second forward (cuDNN's backward takes the
+    statistics and the result directly). The forward's result is kept until
+    the gradient (it usually is already: the output projection's weight
+    gradient reads it). Ring attention (context parallelism) is left as it
+    is.
+
+    Input:
+    ```mlir
+    %o = ptc.causal_attention_qkv %qkv {scale = 0.125 : f64} : tensor<8x64x384xbf16> -> tensor<8x64x4x32xbf16>
+    ...
+    %dqkv = ptc.causal_attention_qkv_grad %qkv, %g {scale = 0.125 : f64} : tensor<8x64x384xbf16>, tensor<8x64x4x32xbf16>
+    ```
+    Output:
+    ```mlir
+    %o, %lse = ptc.causal_attention_qkv %qkv {scale = 0.125 : f64} : tensor<8x64x384xbf16> -> tensor<8x64x4x32xbf16> stats tensor<8x4x64xf32>
+    ...
+    %dqkv = ptc.causal_attention_qkv_grad %qkv, %g saved(%o, %lse : tensor<8x64x4x32xbf16>, tensor<8x4x64xf32>) {scale = 0.125 : f64} : tensor<8x64x384xbf16>, tensor<8x64x4x32xbf16>
+    ```
+  }];
+}
+
 def FuseSwigluPass : Pass<"ptc-fuse-swiglu", "::mlir::func::FuncOp"> {
   let summary = "silu(gate) * up and its gradient as ptc.swiglu / ptc.swiglu_grad";
   let description = [{

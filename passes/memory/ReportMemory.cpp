@@ -309,8 +309,26 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     group(recompute, recomputed, true);
     if (recomputed < static_cast<int64_t>(layers.size()))
       group(Recompute::None, static_cast<int64_t>(layers.size()) - recomputed, false);
+    // Attention's softmax statistics (ptc-save-attention-stats): 4 bytes per
+    // query row and head, outside the formula (those of forwards recomputed
+    // in the backward pass are not kept from the forward).
+    int64_t statsBytes = 0;
+    func.walk([&](Operation *op) {
+      if (op->hasAttr("ptc.recomputed"))
+        return;
+      Value stats;
+      if (auto a = dyn_cast<CausalAttentionOp>(op))
+        stats = a.getStats();
+      else if (auto a = dyn_cast<CausalAttentionQkvOp>(op))
+        stats = a.getStats();
+      if (stats)
+        statsBytes += getTensorBytes(cast<RankedTensorType>(stats.getType()));
+    });
     os << " = " << layersBytes << " B, the other " << activationBytes - layersBytes
-       << " B of saved activations are embeddings, the final LayerNorm and the logits\n";
+       << " B of saved activations are embeddings, the final LayerNorm and the logits";
+    if (statsBytes)
+      os << ", and attention's softmax statistics (" << statsBytes << " B)";
+    os << "\n";
     return success();
   }
 

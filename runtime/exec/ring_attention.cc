@@ -141,7 +141,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
 
   // Packed documents: the block's positions (input 3, the gradient's 4).
   const size_t positionsInput =
-      kernels::attentionFloatInputs(static_cast<kernels::OpKind>(inst.op()));
+      kernels::attentionBaseInputs(static_cast<kernels::OpKind>(inst.op()));
   const bool documents = in.size() > positionsInput;
   const int64_t positionBytes = batch * block * 4, firstKeyBytes = batch * len * 4;
   // q, (g), acc, o, dq | row max, sum, lse | k, v x2 | dk, dv x2 | balanced k, v copies

@@ -162,7 +162,7 @@ private:
   /// Where an attention's document positions are, when it has them.
   int positionsInput() const {
     return static_cast<int>(
-        kernels::attentionFloatInputs(static_cast<kernels::OpKind>(inst_.op())));
+        kernels::attentionFloatInputs(static_cast<kernels::OpKind>(inst_.op()), in_.size()));
   }
   /// An attention's optional document positions [batch, seq] (i32), the
   /// input after its float ones when the instruction has it (packed documents).
@@ -173,12 +173,57 @@ private:
     return expectShape(in(index), {batch, seq}, "document positions");
   }
   /// An attention's input count: its float inputs, or those and the document
-  /// positions (checked before any input is read).
+  /// positions (checked before any input is read); a gradient's may add the
+  /// forward's saved result and row statistics, a forward's outputs them.
   Status attentionInputs() {
-    const size_t index = static_cast<size_t>(positionsInput());
-    if (in_.size() != index && in_.size() != index + 1)
-      return fail("expects ", index, " inputs, or ", index + 1,
-                  " with the document positions, has ", in_.size());
+    const auto op = static_cast<kernels::OpKind>(inst_.op());
+    const size_t base = kernels::attentionBaseInputs(op);
+    const bool saves = op == kernels::OpKind::CausalAttentionGrad ||
+                       op == kernels::OpKind::CausalAttentionQkvGrad;
+    if (in_.size() < base || in_.size() > base + (saves ? 3 : 1))
+      return fail("expects ", base, " inputs, or ", base + 1, " with the document positions",
+                  saves ? ", " + std::to_string(base + 2) +
+                              " with the forward's saved result and row statistics, " +
+                              std::to_string(base + 3) + " with both"
+                        : std::string(),
+                  "; has ", in_.size());
+    const bool forward = op == kernels::OpKind::CausalAttention ||
+                         op == kernels::OpKind::CausalAttentionQkv;
+    if (forward && out_.size() != 1 && out_.size() != 2)
+      return fail("expects 1 output, or 2 with the row statistics, has ", out_.size());
+    return Status::ok();
+  }
+  /// The tensor id of an attention's row statistics, or -1: a forward's
+  /// optional second output, a gradient's input after the saved result.
+  int32_t attentionStats() const {
+    const auto op = static_cast<kernels::OpKind>(inst_.op());
+    if (op == kernels::OpKind::CausalAttention || op == kernels::OpKind::CausalAttentionQkv)
+      return out_.size() == 2 ? out_[1] : -1;
+    if (!kernels::hasSavedAttentionStats(op, in_.size()))
+      return -1;
+    return in_[kernels::attentionBaseInputs(op) + 1];
+  }
+  /// The row statistics, f32 [batch, heads, seq], and for a gradient the
+  /// saved result, of the forward's result shape `result`.
+  Status attentionStatsShapes(int64_t batch, int64_t heads, int64_t seq, const Shape &result) {
+    const auto op = static_cast<kernels::OpKind>(inst_.op());
+    const bool forward =
+        op == kernels::OpKind::CausalAttention || op == kernels::OpKind::CausalAttentionQkv;
+    const int32_t stats = attentionStats();
+    if (stats < 0)
+      return Status::ok();
+    if (tensors_[stats].dtype != DType::F32)
+      return fail("row statistics '", tensors_[stats].name, "' are ",
+                  dtypeName(tensors_[stats].dtype), ", expected ", dtypeName(DType::F32));
+    PTC_RETURN_IF_ERROR(expectShape(tensors_[stats].shape, {batch, heads, seq}, "row statistics"));
+    if (forward)
+      return Status::ok();
+    // The forward's result or a reshape of it (the same elements in order).
+    // (The incoming gradient, the input before it, has the result's shape.)
+    const size_t at = kernels::attentionBaseInputs(op);
+    if (tensors_[in_[at]].numElements != tensors_[in_[at - 1]].numElements)
+      return fail("saved result ", shapeStr(in(at)), " is not the forward's result ",
+                  shapeStr(result), " or a reshape of it");
     return Status::ok();
   }
 
@@ -436,18 +481,25 @@ Status InstructionChecker::check() {
     if (!(get(attr::Rotary::theta) > 1.0))
       return fail("theta must be greater than 1, got ", get(attr::Rotary::theta));
     return expectShape(out(0), in(0), "result");
-  case ShapeRule::Attention:
+  case ShapeRule::Attention: {
     PTC_RETURN_IF_ERROR(attentionInputs());
-    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}));
+    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}, {}, attentionStats()));
     PTC_RETURN_IF_ERROR(attentionOperands());
-    return expectShape(out(0), in(0), "result");
+    PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "result"));
+    if (op == OpCode::RingAttention)
+      return Status::ok();
+    const bool sm = get(attr::Attention::seq_major) == 1;
+    return attentionStatsShapes(in(0)[0], in(0)[sm ? 2 : 1], in(0)[sm ? 1 : 2], in(0));
+  }
   case ShapeRule::AttentionQkv:
   case ShapeRule::AttentionQkvGrad: {
     // qkv [batch, seq, (heads + 2 kv_heads) * head_dim] -> [batch, seq, heads,
     // head_dim]; the gradient: (qkv, that gradient) -> qkv's shape.
     const bool grad = info->rule == ShapeRule::AttentionQkvGrad;
     PTC_RETURN_IF_ERROR(attentionInputs());
-    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}));
+    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}, {}, attentionStats()));
+    if (grad && out_.size() != 1)
+      return fail("expects 1 output, has ", out_.size());
     const Shape &qkv = in(0), &heads = grad ? in(1) : out(0);
     if (qkv.size() != 3 || heads.size() != 4 || heads[0] != qkv[0] || heads[1] != qkv[1])
       return fail("expects qkv [batch, seq, width] and [batch, seq, heads, head_dim], got ",
@@ -459,6 +511,7 @@ Status InstructionChecker::check() {
                   " with kv_heads dividing the heads");
     if (get(attr::ScaledAttention::scale) <= 0.0)
       return fail("scale must be positive, got ", get(attr::ScaledAttention::scale));
+    PTC_RETURN_IF_ERROR(attentionStatsShapes(qkv[0], h, qkv[1], heads));
     return grad ? expectShape(out(0), qkv, "result") : Status::ok();
   }
   case ShapeRule::CachedAttention: {
@@ -661,14 +714,19 @@ Status InstructionChecker::check() {
       PTC_RETURN_IF_ERROR(expectShape(out(2), in(1), "bias gradient"));
     return Status::ok();
   }
-  case ShapeRule::AttentionGrad:
+  case ShapeRule::AttentionGrad: {
     PTC_RETURN_IF_ERROR(attentionInputs());
-    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}));
+    PTC_RETURN_IF_ERROR(dtypes({positionsInput()}, {}, attentionStats()));
     PTC_RETURN_IF_ERROR(attentionOperands());
     PTC_RETURN_IF_ERROR(expectShape(in(3), in(0), "gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));
-    return expectShape(out(2), in(1), "value gradient");
+    PTC_RETURN_IF_ERROR(expectShape(out(2), in(1), "value gradient"));
+    if (op == OpCode::RingAttentionGrad)
+      return Status::ok();
+    const bool sm = get(attr::Attention::seq_major) == 1;
+    return attentionStatsShapes(in(0)[0], in(0)[sm ? 2 : 1], in(0)[sm ? 1 : 2], in(0));
+  }
   case ShapeRule::EmbeddingGrad: {
     PTC_RETURN_IF_ERROR(
         meshAxis(get(attr::Embedding::vocab_axis), "the vocabulary's mesh axis", true));

@@ -1001,6 +1001,10 @@ TEST_F(CudaConformance, PackedDocumentsAttentionAndRotation) {
 // poisoned with NaN first (every element must be written); the bound is the
 // relative L2 error bf16 operands give (METHOD: 1e-3 .. 1e-2). The backward
 // pass run twice must be bitwise the same (cuDNN's deterministic algorithm).
+// Each configuration runs twice: the backward recomputing the forward, and
+// with the forward's saved result and row statistics (ptc-save-attention-
+// stats: the forward writes the f32 log-sum-exp, the backward reads them and
+// runs no forward), the statistics checked against the CPU's too.
 TEST_F(CudaConformance, Bf16AttentionOnCudnnMatchesF32InEveryLayout) {
   enum class Layout { PerHead, SeqMajor, Fused };
   struct Config {
@@ -1015,10 +1019,12 @@ TEST_F(CudaConformance, Bf16AttentionOnCudnnMatchesF32InEveryLayout) {
       {Layout::PerHead, 2, 1, 256, 64},
   };
   const auto bf16 = kernels::DType::BF16;
+  for (bool saved : {false, true})
   for (const Config &c : configs) {
     SCOPED_TRACE("layout " + std::to_string(static_cast<int>(c.layout)) + " heads " +
                  std::to_string(c.heads) + "/" + std::to_string(c.kvHeads) + " dim " +
-                 std::to_string(c.dim) + " seq " + std::to_string(c.seq));
+                 std::to_string(c.dim) + " seq " + std::to_string(c.seq) +
+                 (saved ? " saved statistics" : ""));
     const int64_t batch = 2, s = c.seq, d = c.dim;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     // Shapes of the call's tensors: inputs and outputs in call order.
@@ -1053,6 +1059,9 @@ TEST_F(CudaConformance, Bf16AttentionOnCudnnMatchesF32InEveryLayout) {
         n *= static_cast<size_t>(x);
       return n;
     };
+    const Shape statsShape{batch, c.heads, s}; // f32 whatever the operands' type
+    if (saved)
+      fwdOut.push_back(statsShape);
     // Host values (bf16-representable: rounded on the device first).
     std::vector<std::vector<float>> values;
     unsigned seed = 70;
@@ -1073,17 +1082,21 @@ TEST_F(CudaConformance, Bf16AttentionOnCudnnMatchesF32InEveryLayout) {
           rounded->push_back(m.get(f, n));
         in.push_back(lowPrecision ? Arg{h, bwdIn[i], bf16} : Arg{f, bwdIn[i]});
       }
-      auto outputs = [&](const std::vector<Shape> &shapes) {
+      // (`statsLast`: the forward's row statistics, f32, come last.)
+      auto outputs = [&](const std::vector<Shape> &shapes, bool statsLast) {
         std::vector<Arg> out;
         for (const Shape &sh : shapes)
-          out.push_back(lowPrecision
+          out.push_back(lowPrecision && !(statsLast && out.size() + 1 == shapes.size())
                             ? Arg{m.put(std::vector<uint16_t>(count(sh), 0x7FC0)), sh, bf16}
                             : Arg{m.put(std::vector<float>(count(sh), NAN)), sh});
         return out;
       };
-      std::vector<Arg> fo = outputs(fwdOut), bo = outputs(bwdOut), bo2 = outputs(bwdOut);
+      std::vector<Arg> fo = outputs(fwdOut, saved), bo = outputs(bwdOut, false),
+                       bo2 = outputs(bwdOut, false);
       std::vector<Arg> fin(in.begin(), in.begin() + static_cast<long>(fwdIn.size()));
       OK(run(dev, fwdOp, fin, fo, ints, {scale}));
+      if (saved) // (..., incoming gradient, forward result, statistics)
+        in.insert(in.end(), {fo[0], fo[1]});
       OK(run(dev, bwdOp, in, bo, ints, {scale}));
       if (lowPrecision)
         OK(run(dev, bwdOp, in, bo2, ints, {scale}));
@@ -1092,7 +1105,7 @@ TEST_F(CudaConformance, Bf16AttentionOnCudnnMatchesF32InEveryLayout) {
       auto collect = [&](const std::vector<Arg> &args, std::vector<std::vector<float>> &into) {
         for (const Arg &a : args) {
           const size_t n = count(a.shape);
-          if (!lowPrecision) {
+          if (a.dtype == kernels::DType::F32) {
             into.push_back(m.get(static_cast<const float *>(a.data), n));
             continue;
           }

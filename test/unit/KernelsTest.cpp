@@ -517,14 +517,15 @@ TEST(Kernels, GroupedQueryAttentionIsRepeatedKvHeads) {
 /// Causal attention and its gradient in double: o, dq, dk, dv of q [B, H, S, D],
 /// k / v [B, KV, S, D] and the output's gradient g.
 struct AttentionReference {
-  std::vector<double> o, dq, dk, dv;
+  std::vector<double> o, dq, dk, dv, lse; // lse [B, H, S]: the rows' log-sum-exp
 };
 AttentionReference attentionReference(const std::vector<float> &q, const std::vector<float> &k,
                                       const std::vector<float> &v, const std::vector<float> &g,
                                       int64_t B, int64_t H, int64_t KV, int64_t S, int64_t D,
                                       double scale) {
   AttentionReference r{std::vector<double>(q.size()), std::vector<double>(q.size()),
-                       std::vector<double>(k.size()), std::vector<double>(k.size())};
+                       std::vector<double>(k.size()), std::vector<double>(k.size()),
+                       std::vector<double>(static_cast<size_t>(B * H * S))};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t qo = (b * H + h) * S * D, ko = (b * KV + h / (H / KV)) * S * D;
@@ -540,6 +541,7 @@ AttentionReference attentionReference(const std::vector<float> &q, const std::ve
         }
         for (int64_t j = 0; j <= i; ++j)
           sum += p[j] = std::exp(p[j] - mx);
+        r.lse[(b * H + h) * S + i] = mx + std::log(sum);
         for (int64_t j = 0; j <= i; ++j) {
           p[j] /= sum;
           for (int64_t c = 0; c < D; ++c) {
@@ -1494,6 +1496,130 @@ TEST(Kernels, CausalAttentionSeqMajorIsBitwiseHeadsMajor) {
     const size_t nq = t.B * t.H * t.S * t.D, nk = t.B * t.KV * t.S * t.D;
     expectSeqMajorAttentionBitwise(randomVector(nq, 91), randomVector(nk, 92),
                                    randomVector(nk, 93), randomVector(nq, 94), t, view);
+  }
+}
+
+// The forward's row statistics saved for the backward pass
+// (ptc-save-attention-stats): the forward writes each row's log-sum-exp (its
+// result unchanged, bitwise), and the gradient given the result and those
+// statistics matches the double reference as the recomputing one does, in
+// every layout (heads-major, seq-major, the fused projection's) bitwise alike;
+// document positions still mask (all-counting positions: bitwise the plain
+// call); bf16 close to the recomputing bf16 gradient.
+TEST(Kernels, SavedAttentionStatisticsGiveTheGradient) {
+  using ptc::kernels::OpKind;
+  for (AttentionCase t : kAttentionCases) {
+    SCOPED_TRACE("S " + std::to_string(t.S) + " D " + std::to_string(t.D));
+    const size_t nq = t.B * t.H * t.S * t.D, nk = t.B * t.KV * t.S * t.D,
+                 nr = t.B * t.H * t.S;
+    auto q = randomVector(nq, 141), k = randomVector(nk, 142), v = randomVector(nk, 143),
+         g = randomVector(nq, 144);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(t.D));
+    const Shape qs{t.B, t.H, t.S, t.D}, ks{t.B, t.KV, t.S, t.D}, rs{t.B, t.H, t.S};
+    const auto ref = attentionReference(q, k, v, g, t.B, t.H, t.KV, t.S, t.D, scale);
+    std::vector<float> plain(nq), o(nq), lse(nr), dq(nq), dk(nk), dv(nk);
+    ASSERT_TRUE(runKernel(OpKind::CausalAttention, {view(q, qs), view(k, ks), view(v, ks)},
+                          {view(plain, qs)}, {}, {scale})
+                    .isOk());
+    ASSERT_TRUE(runKernel(OpKind::CausalAttention, {view(q, qs), view(k, ks), view(v, ks)},
+                          {view(o, qs), view(lse, rs)}, {}, {scale})
+                    .isOk());
+    EXPECT_TRUE(o == plain) << "the result with statistics written";
+    EXPECT_LT(relativeError(lse, ref.lse), 1e-6) << "lse";
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                          {view(q, qs), view(k, ks), view(v, ks), view(g, qs), view(o, qs),
+                           view(lse, rs)},
+                          {view(dq, qs), view(dk, ks), view(dv, ks)}, {}, {scale})
+                    .isOk());
+    EXPECT_LT(relativeError(dq, ref.dq), 2e-6) << "dq";
+    EXPECT_LT(relativeError(dk, ref.dk), 2e-6) << "dk";
+    EXPECT_LT(relativeError(dv, ref.dv), 2e-6) << "dv";
+    // The gradient reads the statistics (no recomputation): raised by log 2,
+    // every probability halves, and so does dv.
+    std::vector<float> raised(lse), hdq(nq), hdk(nk), hdv(nk);
+    for (float &x : raised)
+      x += std::log(2.0f);
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                          {view(q, qs), view(k, ks), view(v, ks), view(g, qs), view(o, qs),
+                           view(raised, rs)},
+                          {view(hdq, qs), view(hdk, ks), view(hdv, ks)}, {}, {scale})
+                    .isOk());
+    std::vector<double> halfDv(ref.dv);
+    for (double &x : halfDv)
+      x /= 2;
+    EXPECT_LT(relativeError(hdv, halfDv), 2e-6) << "dv from raised statistics";
+
+    // Counting positions (one document per sequence): bitwise the plain call.
+    std::vector<int32_t> counting(static_cast<size_t>(t.B * t.S));
+    for (size_t x = 0; x < counting.size(); ++x)
+      counting[x] = static_cast<int32_t>(x % static_cast<size_t>(t.S));
+    const Shape ps{t.B, t.S};
+    ptc::kernels::TensorView pos{counting.data(), ptc::kernels::DType::I32, &ps,
+                                 static_cast<int64_t>(counting.size())};
+    std::vector<float> pdq(nq), pdk(nk), pdv(nk);
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                          {view(q, qs), view(k, ks), view(v, ks), view(g, qs), view(o, qs),
+                           view(lse, rs), pos},
+                          {view(pdq, qs), view(pdk, ks), view(pdv, ks)}, {}, {scale})
+                    .isOk());
+    EXPECT_TRUE(pdq == dq && pdk == dk && pdv == dv) << "with counting positions";
+
+    // The fused projection's layout: the same statistics and gradients.
+    const Shape qsm{t.B, t.S, t.H, t.D};
+    auto qm = swapMiddle(q, t.B, t.H, t.S, t.D), km = swapMiddle(k, t.B, t.KV, t.S, t.D),
+         vm = swapMiddle(v, t.B, t.KV, t.S, t.D), gm = swapMiddle(g, t.B, t.H, t.S, t.D);
+    const int64_t qc = t.H * t.D, kc = t.KV * t.D, width = qc + 2 * kc, rows = t.B * t.S;
+    std::vector<float> qkv(static_cast<size_t>(rows * width)), fo(nq), flse(nr),
+        dqkv(qkv.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(qm.begin() + r * qc, qc, qkv.begin() + r * width);
+      std::copy_n(km.begin() + r * kc, kc, qkv.begin() + r * width + qc);
+      std::copy_n(vm.begin() + r * kc, kc, qkv.begin() + r * width + qc + kc);
+    }
+    const Shape fs{t.B, t.S, width};
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionQkv, {view(qkv, fs)},
+                          {view(fo, qsm), view(flse, rs)}, {}, {scale})
+                    .isOk());
+    EXPECT_TRUE(flse == lse) << "fused lse";
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionQkvGrad,
+                          {view(qkv, fs), view(gm, qsm), view(fo, qsm), view(flse, rs)},
+                          {view(dqkv, fs)}, {}, {scale})
+                    .isOk());
+    std::vector<float> fdq(nq);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(dqkv.begin() + r * width, qc, fdq.begin() + r * qc);
+    EXPECT_TRUE(swapMiddle(fdq, t.B, t.S, t.H, t.D) == dq) << "fused dq";
+
+    // bf16 storage: close to the recomputing bf16 gradient.
+    std::vector<uint16_t> q16, k16, v16, g16, o16(nq), r16(nq), dq16(nq), dk16(nk), dv16(nk),
+        rq16(nq), rk16(nk), rv16(nk);
+    roundToBf16(q, q16);
+    roundToBf16(k, k16);
+    roundToBf16(v, v16);
+    roundToBf16(g, g16);
+    std::vector<float> lse16(nr);
+    ASSERT_TRUE(runKernel(OpKind::CausalAttention, {bf(q16, qs), bf(k16, ks), bf(v16, ks)},
+                          {bf(o16, qs), view(lse16, rs)}, {}, {scale})
+                    .isOk());
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                          {bf(q16, qs), bf(k16, ks), bf(v16, ks), bf(g16, qs), bf(o16, qs),
+                           view(lse16, rs)},
+                          {bf(dq16, qs), bf(dk16, ks), bf(dv16, ks)}, {}, {scale})
+                    .isOk());
+    ASSERT_TRUE(runKernel(OpKind::CausalAttentionGrad,
+                          {bf(q16, qs), bf(k16, ks), bf(v16, ks), bf(g16, qs)},
+                          {bf(rq16, qs), bf(rk16, ks), bf(rv16, ks)}, {}, {scale})
+                    .isOk());
+    auto widen = [](const std::vector<uint16_t> &x) {
+      std::vector<double> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        y[i] = bf16ToF32(x[i]);
+      return y;
+    };
+    auto value = [](uint16_t x) { return static_cast<double>(bf16ToF32(x)); };
+    EXPECT_LT(relativeError(dq16, widen(rq16), +value), 2e-2) << "bf16 dq";
+    EXPECT_LT(relativeError(dk16, widen(rk16), +value), 2e-2) << "bf16 dk";
+    EXPECT_LT(relativeError(dv16, widen(rv16), +value), 2e-2) << "bf16 dv";
   }
 }
 

@@ -160,6 +160,54 @@ TEST(PlanLoader, ChecksAttentionDocumentPositions) {
       << attention({0, 1, 2, 6});
 }
 
+// The forward's softmax statistics saved for the gradient
+// (ptc-save-attention-stats): the forward's optional second output, f32
+// [batch, heads, seq] beside bf16 operands; the gradient's two inputs after
+// the incoming gradient, the forward's result (or a reshape of it) and those
+// statistics. Anything else is named.
+TEST(PlanLoader, ChecksSavedAttentionStatistics) {
+  const plan::DType bf16 = plan::DType::BF16;
+  std::vector<TensorDesc> tensors = {{"qkv", plan::TensorKind::Input, {1, 4, 32}, -1, bf16},
+                                     {"o", plan::TensorKind::Temporary, {1, 4, 2, 8}, 0, bf16},
+                                     {"lse", plan::TensorKind::Temporary, {1, 2, 4}, 256},
+                                     {"g", plan::TensorKind::Input, {1, 4, 2, 8}, -1, bf16},
+                                     {"dqkv", plan::TensorKind::Temporary, {1, 4, 32}, 512, bf16},
+                                     {"flat", plan::TensorKind::Input, {1, 4, 16}, -1, bf16},
+                                     {"swapped", plan::TensorKind::Temporary, {1, 4, 2}, 1280},
+                                     {"lse16", plan::TensorKind::Temporary, {1, 2, 4}, 1536, bf16},
+                                     {"short", plan::TensorKind::Input, {1, 4, 12}, -1, bf16}};
+  using plan::OpCode;
+  // A gradient after the forward that writes its saved tensors.
+  auto load = [&](OpCode op, std::vector<int32_t> in, std::vector<int32_t> out) {
+    std::vector<InstDesc> insts;
+    if (op == OpCode::CausalAttentionQkvGrad)
+      insts.push_back({OpCode::CausalAttentionQkv, {0}, {1, 2}, {}, {0.35}});
+    insts.push_back({op, in, out, {}, {0.35}});
+    return loadError(buildPlan(tensors, insts, 4096));
+  };
+  EXPECT_EQ(load(OpCode::CausalAttentionQkv, {0}, {1, 2}), "");
+  EXPECT_EQ(load(OpCode::CausalAttentionQkvGrad, {0, 3, 1, 2}, {4}), "");
+  EXPECT_EQ(load(OpCode::CausalAttentionQkvGrad, {0, 3, 5, 2}, {4}), ""); // a reshape of o
+  std::string shape = load(OpCode::CausalAttentionQkv, {0}, {1, 6});
+  EXPECT_NE(shape.find("row statistics has shape 1x4x2, expected 1x2x4"), std::string::npos)
+      << shape;
+  std::string type = load(OpCode::CausalAttentionQkv, {0}, {1, 7});
+  EXPECT_NE(type.find("row statistics 'lse16' are BF16, expected F32"), std::string::npos) << type;
+  std::string saved = load(OpCode::CausalAttentionQkvGrad, {0, 3, 8, 2}, {4});
+  EXPECT_NE(saved.find("saved result 1x4x12 is not the forward's result 1x4x2x8 or a reshape"),
+            std::string::npos)
+      << saved;
+  std::string count = load(OpCode::CausalAttentionQkvGrad, {0, 3, 1, 2, 1, 2}, {4});
+  EXPECT_NE(count.find("expects 2 inputs, or 3 with the document positions, 4 with the forward's "
+                       "saved result and row statistics, 5 with both; has 6"),
+            std::string::npos)
+      << count;
+  std::string outputs = load(OpCode::CausalAttentionQkv, {0}, {1, 2, 2});
+  EXPECT_NE(outputs.find("expects 1 output, or 2 with the row statistics, has 3"),
+            std::string::npos)
+      << outputs;
+}
+
 // CausalAttentionQkv reads [batch, seq, (heads + 2 kv_heads) * head_dim]
 // (here 2 query heads over 1 kv head of 8: 32 columns) and gives [batch, seq,
 // heads, head_dim]; its gradient maps (qkv, result gradient) to qkv's shape.

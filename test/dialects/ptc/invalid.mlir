@@ -207,6 +207,32 @@ func.func @attention_scale(%q: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
 
 // -----
 
+func.func @attention_stats_shape(%q: tensor<2x16x4x8xf32>) -> tensor<2x16x4xf32> {
+  // Seq-major: the statistics are [batch, heads, seq] all the same.
+  // expected-error @+1 {{'ptc.causal_attention' op expects row statistics of shape [batch, heads, seq] = [2, 4, 16], got 2x16x4}}
+  %0, %1 = ptc.causal_attention %q, %q, %q {seq_major = true} : tensor<2x16x4x8xf32> stats tensor<2x16x4xf32>
+  return %1 : tensor<2x16x4xf32>
+}
+
+// -----
+
+func.func @attention_saved_result(%q: tensor<2x4x16x8xf32>, %o: tensor<2x4x16x4xf32>, %lse: tensor<2x4x16xf32>) -> tensor<2x4x16x8xf32> {
+  // expected-error @+1 {{'ptc.causal_attention_grad' op expects the saved result to be the forward result 'tensor<2x4x16x8xf32>' or a reshape of it, got 'tensor<2x4x16x4xf32>'}}
+  %dq, %dk, %dv = ptc.causal_attention_grad %q, %q, %q, %q saved(%o, %lse : tensor<2x4x16x4xf32>, tensor<2x4x16xf32>) : tensor<2x4x16x8xf32>
+  return %dq : tensor<2x4x16x8xf32>
+}
+
+// -----
+
+func.func @attention_qkv_saved_stats(%qkv: tensor<2x16x96xbf16>, %g: tensor<2x16x4x8xbf16>, %o: tensor<2x16x32xbf16>, %lse: tensor<2x16x4xf32>) -> tensor<2x16x96xbf16> {
+  // A reshape of the result is a saved result; the statistics' heads come before the sequence.
+  // expected-error @+1 {{'ptc.causal_attention_qkv_grad' op expects row statistics of shape [batch, heads, seq] = [2, 4, 16], got 2x16x4}}
+  %0 = ptc.causal_attention_qkv_grad %qkv, %g saved(%o, %lse : tensor<2x16x32xbf16>, tensor<2x16x4xf32>) {scale = 0.35 : f64} : tensor<2x16x96xbf16>, tensor<2x16x4x8xbf16>
+  return %0 : tensor<2x16x96xbf16>
+}
+
+// -----
+
 func.func @embedding_table(%t: tensor<256xf32>, %ids: tensor<8xi32>) -> tensor<8x1xf32> {
   // expected-error @+1 {{'ptc.embedding' op table must have rank 2 ([rows, dim]), got rank 1}}
   %0 = ptc.embedding %t, %ids : tensor<256xf32>, tensor<8xi32> -> tensor<8x1xf32>
