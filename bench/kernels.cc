@@ -161,6 +161,42 @@ int main(int argc, char **argv) {
            (void)crossEntropy(logits.data(), targets.data(), tokens, classes, &loss);
          }), 4.0 * tokens * classes, "GB/s");
 
+  // The loss and its gradient over a large vocabulary (8192 classes) as the
+  // plan runs them: two calls (CrossEntropy, CrossEntropyGrad), or one
+  // (CrossEntropyGrad with the loss as its second output:
+  // ptc-fuse-cross-entropy-grad). GB/s of the logits read once and the
+  // gradient written once.
+  {
+    using ptc::kernels::DType;
+    using ptc::kernels::OpKind;
+    const int64_t vocab = 8192;
+    auto big = randomValues(static_cast<size_t>(tokens * vocab), 11, 3.0f);
+    std::vector<float> grad(big.size()), seed{1.0f}, bigLoss(1);
+    std::vector<int32_t> bigTargets(static_cast<size_t>(tokens));
+    for (int64_t i = 0; i < tokens; ++i)
+      bigTargets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37) % vocab);
+    const Shape ls{tokens, vocab}, ts{tokens}, scalar{};
+    const ptc::kernels::TensorView vl{big.data(), DType::F32, &ls, tokens * vocab},
+        vt{bigTargets.data(), DType::I32, &ts, tokens}, vs{seed.data(), DType::F32, &scalar, 1},
+        vg{grad.data(), DType::F32, &ls, tokens * vocab},
+        vloss{bigLoss.data(), DType::F32, &scalar, 1};
+    const std::vector<int64_t> noInts;
+    const std::vector<double> noFloats;
+    auto call = [&](OpKind op, std::vector<ptc::kernels::TensorView> in,
+                    std::vector<ptc::kernels::TensorView> out) {
+      const ptc::kernels::KernelCall c = ptc::kernels::makeKernelCall(op, in, out, noInts, noFloats);
+      (void)kernelTable()[op].run(c);
+    };
+    const double bytes = 8.0 * static_cast<double>(tokens * vocab);
+    report("cross entropy + gradient, 8192 classes (2 calls)", bestSeconds(repeats, [&] {
+             call(OpKind::CrossEntropy, {vl, vt}, {vloss});
+             call(OpKind::CrossEntropyGrad, {vl, vt, vs}, {vg});
+           }), bytes, "GB/s");
+    report("cross entropy with gradient, 8192 classes (1 call)", bestSeconds(repeats, [&] {
+             call(OpKind::CrossEntropyGrad, {vl, vt, vs}, {vg, vloss});
+           }), bytes, "GB/s");
+  }
+
   // AdamW over one [4 hidden, hidden] weight: reads parameter, gradient and
   // both moments, writes parameter and moments.
   const size_t w = static_cast<size_t>(mlp * H);

@@ -191,6 +191,9 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // The loss over bf16 / f16 logits without their f32 copy (after sharding:
   // the vocabulary-parallel loss keeps f32 logits).
   pm.addNestedPass<func::FuncOp>(createFuseLossWideningPass());
+  // The loss and its gradient in one pass over the logits (after the loss
+  // reads the narrow logits, so both read the same tensor).
+  pm.addNestedPass<func::FuncOp>(createFuseCrossEntropyGradPass());
   // Mixed precision's updates read the bf16 gradients (after offload, which
   // keeps host updates f32).
   if (options.fuseGradientWidening)

@@ -316,6 +316,33 @@ def Ptc_CrossEntropyGradOp : Ptc_Op<"cross_entropy_grad", [DeclareOpInterfaceMet
   let hasVerifier = 1;
 }
 
+def Ptc_CrossEntropyWithGradOp : Ptc_Op<"cross_entropy_with_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
+    AllTypesMatch<["logits", "logits_grad"]>]> {
+  let summary = "the cross-entropy loss and its gradient in one pass over the logits";
+  let description = [{
+    `loss` is `ptc.cross_entropy %logits, %targets` and `logits_grad` is
+    `ptc.cross_entropy_grad %logits, %targets, %grad`, computed together: each
+    row's maximum and sum of exponentials serve both (the same numbers as the
+    two ops). `ptc-fuse-cross-entropy-grad` forms it after sharding, where
+    the loss and its gradient read the same logits and targets, so that the
+    logits are read once for both (at GPT-2's 50257 classes the step's
+    largest tensor).
+
+    ```mlir
+    %dl, %loss = ptc.cross_entropy_with_grad %logits, %targets, %g
+        : tensor<8x64x256xbf16>, tensor<8x64xi32>, tensor<f32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets,
+                       0DTensorOf<[F32, BF16, F16]>:$grad);
+  // In the plan instruction's order: CrossEntropyGrad's output, then the loss.
+  let results = (outs Ptc_FloatTensor:$logits_grad, 0DTensorOf<[F32, BF16, F16]>:$loss);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $grad attr-dict `:` type($logits) `,` type($targets) `,` type($grad) `->` type($loss)
+  }];
+  let hasVerifier = 1;
+}
+
 def Ptc_ReduceMaxGradOp : Ptc_Op<"reduce_max_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, DeclareOpInterfaceMethods<Ptc_ShardingRuleOpInterface>, Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "gradient of `ptc.reduce_max`";

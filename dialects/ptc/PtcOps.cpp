@@ -786,6 +786,14 @@ LogicalResult CrossEntropyGradOp::verify() {
                                 getGrad().getType(), "grad", /*f32OverNarrowLogits=*/true);
 }
 
+LogicalResult CrossEntropyWithGradOp::verify() {
+  if (failed(verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
+                                    getLoss().getType(), "loss", /*f32OverNarrowLogits=*/true)))
+    return failure();
+  return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
+                                getGrad().getType(), "grad", /*f32OverNarrowLogits=*/true);
+}
+
 LogicalResult ReduceMaxGradOp::verify() {
   auto reduced = inferReduceType(getInput().getType(), getAxes(), getKeepDims(),
                                  [&] { return emitOpError(); });

@@ -248,6 +248,12 @@ PlanInstruction VocabParallelCrossEntropyGradOp::getPlanInstruction(MeshAxisInde
       .set(attr::VocabAxis::axis, axisIndices(axisIndex, getAxes())[0]);
 }
 
+// The plan's CrossEntropyGrad with its optional second output, the loss:
+// (logits, targets, grad) -> (logits grad, loss).
+PlanInstruction CrossEntropyWithGradOp::getPlanInstruction(MeshAxisIndexFn) {
+  return PlanInstruction(OpKind::CrossEntropyGrad);
+}
+
 PlanInstruction CrossEntropyGradOp::getPlanInstruction(MeshAxisIndexFn) {
   return PlanInstruction(OpKind::CrossEntropyGrad);
 }

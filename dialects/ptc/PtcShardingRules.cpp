@@ -756,6 +756,10 @@ LogicalResult CausalAttentionQkvGradOp::inferShardingRule(ShardingRuleContext &)
                           "sharding";
 }
 
+LogicalResult CrossEntropyWithGradOp::inferShardingRule(ShardingRuleContext &) {
+  return emitOpError()
+         << "has no sharding rule: ptc-fuse-cross-entropy-grad forms it after sharding";
+}
 LogicalResult MatmulBiasGradOp::inferShardingRule(ShardingRuleContext &) {
   return emitOpError() << "has no sharding rule: ptc-fuse-matmul-bias forms it after sharding";
 }

@@ -95,77 +95,102 @@ const float *f32Row(const T *logits, int64_t r, int64_t classes, std::vector<flo
   }
 }
 
+/// Row r's loss from its f32 values x and maximum mx.
+inline double rowLoss(const float *x, int64_t classes, float mx, int32_t target) {
+  const float sum = sumExpShifted(x, classes, mx);
+  return static_cast<double>(mx + std::log(sum) - x[target]);
+}
+
+/// Row r's gradient into `out` (its storage T: f32, or bf16 computed in f32
+/// in `computed` and rounded once, as converting an f32 gradient would).
+template <typename T>
+void rowGradient(const float *x, int64_t classes, float mx, int32_t target, float scale, T *out,
+                 std::vector<float> &computed) {
+  float *o;
+  if constexpr (std::is_same_v<T, float>) {
+    o = out;
+  } else {
+    computed.resize(static_cast<size_t>(classes));
+    o = computed.data();
+  }
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < classes; ++c) {
+    o[c] = expNonPositive(x[c] - mx);
+    sum += o[c];
+  }
+  const float inv = scale / sum;
+#pragma omp simd
+  for (int64_t c = 0; c < classes; ++c)
+    o[c] *= inv;
+  o[target] -= scale;
+  if constexpr (!std::is_same_v<T, float>) {
+#pragma omp simd
+    for (int64_t c = 0; c < classes; ++c)
+      out[c] = f32ToBf16(o[c]);
+  }
+}
+
+KernelResult checkTargets(const int32_t *targets, int64_t rows, int64_t classes) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets[r] < 0 || targets[r] >= classes)
+      return badId("target", targets[r], r, classes);
+  return KernelResult::ok();
+}
+
 /// The mean loss over f32 or bf16 logits (the loss f32 either way).
 template <typename T>
 KernelResult crossEntropyOf(const T *logits, const int32_t *targets, int64_t rows, int64_t classes,
                             float *loss) {
-  for (int64_t r = 0; r < rows; ++r)
-    if (targets[r] < 0 || targets[r] >= classes)
-      return badId("target", targets[r], r, classes);
+  if (KernelResult r = checkTargets(targets, rows, classes); !r.isOk())
+    return r;
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) if (rows * classes > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     static thread_local std::vector<float> widened;
     const float *x = f32Row(logits, r, classes, widened);
-    const float mx = maxOf(x, classes);
-    const float sum = sumExpShifted(x, classes, mx);
-    total += static_cast<double>(mx + std::log(sum) - x[targets[r]]);
+    total += rowLoss(x, classes, maxOf(x, classes), targets[r]);
   }
   *loss = static_cast<float>(total / static_cast<double>(rows));
   return KernelResult::ok();
 }
 
-/// The logits' gradient in their storage (f32, or bf16 computed in f32 and
-/// rounded once, as converting an f32 gradient would).
+/// The logits' gradient in their storage; with `loss`, the mean loss too
+/// (ptc.cross_entropy_with_grad): each row read once for the maximum both
+/// take, while it is in cache for both (the same numbers as the two kernels:
+/// the same row sums, the losses added in the same per-thread order).
 template <typename T>
 KernelResult crossEntropyGradOf(const T *logits, const int32_t *targets, const float *g,
-                                int64_t rows, int64_t classes, T *out) {
-  for (int64_t r = 0; r < rows; ++r)
-    if (targets[r] < 0 || targets[r] >= classes)
-      return badId("target", targets[r], r, classes);
+                                int64_t rows, int64_t classes, T *out, float *loss = nullptr) {
+  if (KernelResult r = checkTargets(targets, rows, classes); !r.isOk())
+    return r;
   const float scale = *g / static_cast<float>(rows);
-#pragma omp parallel for if (rows * classes > 16384)
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (rows * classes > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     static thread_local std::vector<float> widened, computed;
     const float *x = f32Row(logits, r, classes, widened);
-    float *o;
-    if constexpr (std::is_same_v<T, float>) {
-      o = out + r * classes;
-    } else {
-      computed.resize(static_cast<size_t>(classes));
-      o = computed.data();
-    }
     const float mx = maxOf(x, classes);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < classes; ++c) {
-      o[c] = expNonPositive(x[c] - mx);
-      sum += o[c];
-    }
-    const float inv = scale / sum;
-#pragma omp simd
-    for (int64_t c = 0; c < classes; ++c)
-      o[c] *= inv;
-    o[targets[r]] -= scale;
-    if constexpr (!std::is_same_v<T, float>) {
-      T *dst = out + r * classes;
-#pragma omp simd
-      for (int64_t c = 0; c < classes; ++c)
-        dst[c] = f32ToBf16(o[c]);
-    }
+    if (loss)
+      total += rowLoss(x, classes, mx, targets[r]);
+    rowGradient(x, classes, mx, targets[r], scale, out + r * classes, computed);
   }
+  if (loss)
+    *loss = static_cast<float>(total / static_cast<double>(rows));
   return KernelResult::ok();
 }
 
 /// The loss's types computed natively: f32 or bf16 logits, i32 targets, an
 /// f32 scalar (the loss, or its gradient), the gradient in the logits' type.
 /// (A bf16 loss over bf16 logits is widened by the executor.)
+/// The gradient's optional second output, the loss, f32 likewise.
 bool crossEntropyTypes(const KernelCall &c) {
   const DType logits = c.input(0).dtype;
   const bool grad = c.numInputs == 3;
   const DType scalar = grad ? c.input(2).dtype : c.output(0).dtype;
   return (logits == DType::F32 || logits == DType::BF16) && c.input(1).dtype == DType::I32 &&
-         scalar == DType::F32 && (!grad || c.output(0).dtype == logits);
+         scalar == DType::F32 && (!grad || c.output(0).dtype == logits) &&
+         (c.numOutputs < 2 || c.output(1).dtype == DType::F32);
 }
 } // namespace
 
@@ -246,15 +271,17 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
                                     logits.dim(-1), c.output(0).f32());
       },
       crossEntropyTypes);
+  // The gradient, and with a second output the loss too (one pass).
   t.add(
       OpKind::CrossEntropyGrad,
       [](const KernelCall &c) {
         const TensorView &logits = c.input(0);
         KernelResult r = KernelResult::ok();
-        onStorage(c, [&](auto t) { // the gradient has the logits' storage
+        (void)onStorage(c, [&](auto t) { // the gradient has the logits' storage
           using T = decltype(t);
           r = crossEntropyGradOf(as<T>(logits), c.input(1).i32(), c.input(2).f32(),
-                                 logits.rows(), logits.dim(-1), as<T>(c.output(0)));
+                                 logits.rows(), logits.dim(-1), as<T>(c.output(0)),
+                                 c.numOutputs > 1 ? c.output(1).f32() : nullptr);
         });
         return r;
       },

@@ -404,7 +404,7 @@ void addNormalizationKernels(KernelTable &t) {
       [](const KernelCall &c) {
         const bool inverse = c.attr(attr::RotaryAt::inverse) != 0;
         KernelResult r = KernelResult::ok();
-        onStorage(c, [&](auto t) {
+        (void)onStorage(c, [&](auto t) {
           using T = decltype(t);
           r = rotaryAtOf(as<T>(c.input(0)), c.input(1).i32(), as<T>(c.output(0)),
                          *c.input(0).shape, c.attr(attr::RotaryAt::theta), inverse,

@@ -79,10 +79,14 @@ __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *targets, 
   }
 }
 
-/// The logits' gradient in their type T: f32 math, one rounding.
+/// The logits' gradient in their type T: f32 math, one rounding. With
+/// `rowLoss` (ptc.cross_entropy_with_grad), the row's loss too, from the same
+/// maximum and sum (crossEntropyRowsKernel's numbers): the row is read for
+/// them once, not again by a separate loss kernel.
 template <typename T>
 __global__ void crossEntropyGradKernel(const T *logits, const int32_t *targets, const float *g,
-                                       int64_t rows, int64_t classes, T *out, ErrorRecord *err) {
+                                       int64_t rows, int64_t classes, T *out, ErrorRecord *err,
+                                       float *rowLoss) {
   const T *row = logits + blockIdx.x * classes;
   T *o = out + blockIdx.x * classes;
   int32_t t = targets[blockIdx.x];
@@ -90,6 +94,8 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *targets, 
     recordError(err, kBadTarget, t, blockIdx.x, classes);
   float m;
   float s = rowExpSum(row, classes, m);
+  if (rowLoss && threadIdx.x == 0)
+    rowLoss[blockIdx.x] = t < 0 || t >= classes ? 0.0f : logf(s) + m - toFloat(row[t]);
   float scale = *g / static_cast<float>(rows), inv = scale / s;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
     o[c] = fromFloat<T>(expf(toFloat(row[c]) - m) * inv - (c == t ? scale : 0.0f));
@@ -228,23 +234,35 @@ void crossEntropy(const T *logits, const int32_t *targets, int64_t rows, int64_t
                                               loss);
 }
 
+/// With `loss`, the mean loss too, its rows' losses in `rowLoss` (scratch)
+/// summed as crossEntropy sums them.
 template <typename T>
 void crossEntropyGrad(const T *logits, const int32_t *targets, const float *g, int64_t rows,
-                      int64_t classes, T *out, ErrorRecord *err, void *stream) {
-  if (rows > 0)
-    crossEntropyGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
-        logits, targets, g, rows, classes, out, err);
+                      int64_t classes, T *out, ErrorRecord *err, void *stream,
+                      float *loss = nullptr, float *rowLoss = nullptr) {
+  if (rows == 0) {
+    if (loss)
+      cudaMemsetAsync(loss, 0, sizeof(float), S(stream));
+    return;
+  }
+  crossEntropyGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+      logits, targets, g, rows, classes, out, err, loss ? rowLoss : nullptr);
+  if (loss)
+    orderedSumKernel<<<1, 1024, 0, S(stream)>>>(rowLoss, rows, 1.0f / static_cast<float>(rows),
+                                                loss);
 }
 
 /// The loss's types computed natively: f32, bf16 or f16 logits, i32 targets,
 /// an f32 scalar (the loss, or its gradient), the gradient in the logits'
-/// type. (A 16-bit loss is widened by the executor.)
+/// type, the gradient's optional second output (the loss) f32. (A 16-bit loss
+/// is widened by the executor.)
 bool crossEntropyTypes(const KernelCall &c) {
   const DType logits = c.input(0).dtype;
   const bool grad = c.numInputs == 3;
   const DType scalar = grad ? c.input(2).dtype : c.output(0).dtype;
   return logits != DType::I32 && c.input(1).dtype == DType::I32 && scalar == DType::F32 &&
-         (!grad || c.output(0).dtype == logits);
+         (!grad || c.output(0).dtype == logits) &&
+         (c.numOutputs < 2 || c.output(1).dtype == DType::F32);
 }
 } // namespace
 
@@ -369,11 +387,21 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
   t.add(
       OpKind::CrossEntropyGrad,
       [](const KernelCall &c) {
+        // With a second output, the loss too (ptc.cross_entropy_with_grad).
         const TensorView &logits = c.input(0);
+        const bool withLoss = c.numOutputs > 1;
+        float *rowLoss = nullptr;
+        if (withLoss) {
+          const int64_t bytes = std::max<int64_t>(logits.rows(), 1) * 4;
+          rowLoss = static_cast<float *>(scratch(c, bytes));
+          if (!rowLoss)
+            return scratchFailure(c, bytes);
+        }
         withFloatType(logits.dtype, [&](auto tag) {
           using T = decltype(tag);
           crossEntropyGrad(inputAs<T>(c, 0), c.input(1).i32(), c.input(2).f32(), logits.rows(),
-                           logits.dim(-1), outputAs<T>(c, 0), context(c).err, streamOf(c));
+                           logits.dim(-1), outputAs<T>(c, 0), context(c).err, streamOf(c),
+                           withLoss ? c.output(1).f32() : nullptr, rowLoss);
           return 0;
         });
         return KernelResult::ok();

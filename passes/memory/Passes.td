@@ -124,6 +124,42 @@ def FuseSwigluPass : Pass<"ptc-fuse-swiglu", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseCrossEntropyGradPass : Pass<"ptc-fuse-cross-entropy-grad", "::mlir::func::FuncOp"> {
+  let summary = "The loss and its gradient in one op: the logits read once for both";
+  let description = [{
+    After `ptc-fuse-loss-widening`, before `ptc-plan-memory`. A
+    `ptc.cross_entropy` and the `ptc.cross_entropy_grad` of the same logits
+    and targets each find every row's maximum and sum of exponentials: at
+    GPT-2's 50257 classes the logits are the step's largest tensor, read two
+    times by the loss and three by its gradient. Where both are in one block,
+    they become one `ptc.cross_entropy_with_grad`, which reads each row once
+    for the statistics both need and once for the gradient, in one kernel
+    launch. It takes the gradient's place when every use of the loss comes
+    after the gradient (one step without micro-batches: the loss is only
+    returned), else the loss's place (micro-batches and pipeline stages sum
+    the loss in the forward pass; context parallelism averages it), with the
+    loss gradient (`grad`, the seed) computed there: where it is not there
+    yet, the chain of pure ops from constants that makes it (the seed, scaled
+    by 1 / micro-batches) is cloned in with the loss's pipeline segment and
+    stage, and the old chain goes. A seed made otherwise keeps the two apart.
+    The numbers are the same: the CPU and CUDA kernels compute the two
+    results as the separate kernels do. The fused op carries the attributes
+    of the op whose place it takes.
+
+    Input:
+    ```mlir
+    %loss = ptc.cross_entropy %logits, %t : tensor<8x64x256xbf16>, tensor<8x64xi32> -> tensor<f32>
+    %seed = arith.constant {ptc.backward, ptc.loss_seed} dense<1.0> : tensor<f32>
+    %g = ptc.cross_entropy_grad %logits, %t, %seed {ptc.backward} : tensor<8x64x256xbf16>, tensor<8x64xi32>, tensor<f32>
+    ```
+    Output:
+    ```mlir
+    %seed = arith.constant {ptc.backward, ptc.loss_seed} dense<1.0> : tensor<f32>
+    %g, %loss = ptc.cross_entropy_with_grad %logits, %t, %seed {ptc.backward} : tensor<8x64x256xbf16>, tensor<8x64xi32>, tensor<f32> -> tensor<f32>
+    ```
+  }];
+}
+
 def FuseGradientWideningPass : Pass<"ptc-fuse-gradient-widening", "::mlir::func::FuncOp"> {
   let summary = "Optimizer updates read bf16 / f16 gradients directly";
   let description = [{

@@ -76,6 +76,14 @@ int64_t stagingBytes(Operation &op) {
 }
 
 /// Bytes of the forward values (of ops `on` accepts) that the backward pass
+/// Whether the backward pass may begin at `op`: a backward op, or the loss
+/// computed with its gradient (ptc-fuse-cross-entropy-grad places it at the
+/// loss where the loss is read before the backward pass; the gradient it
+/// gives is the backward's first).
+bool beginsBackward(Operation &op) {
+  return op.hasAttr(PtcDialect::kBackwardAttrName) || isa<CrossEntropyWithGradOp>(op);
+}
+
 /// (from `firstBackward` on, ops `on` accepts) reads.
 int64_t savedActivationBytes(Block &block, Operation *firstBackward,
                              llvm::function_ref<bool(Operation *)> on) {
@@ -179,7 +187,7 @@ DeviceMemory mlir::ptc::computeDeviceMemory(func::FuncOp func, int r, int ranks)
   }
   Operation *firstBackward = nullptr;
   for (Operation &op : block) {
-    if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
+    if (!firstBackward && beginsBackward(op))
       firstBackward = &op;
     if (auto cst = dyn_cast<arith::ConstantOp>(op)) // every rank holds the constants
       (isOnHost(cst) ? m.host : m.constants) += getTensorBytes(cast<RankedTensorType>(cst.getType()));
@@ -487,7 +495,7 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
     llvm::DenseSet<Value> grads;
     bool adamw = false;
     for (Operation &op : block) {
-      if (!firstBackward && op.hasAttr(PtcDialect::kBackwardAttrName))
+      if (!firstBackward && beginsBackward(op))
         firstBackward = &op;
       if (auto cst = dyn_cast<arith::ConstantOp>(op))
         (isOnHost(cst) ? hostBytes : constBytes) += getTensorBytes(cast<RankedTensorType>(cst.getType()));

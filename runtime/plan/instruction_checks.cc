@@ -104,8 +104,10 @@ private:
   }
   /// `f32Scalar` (a tensor id, or -1): a float tensor that may be f32 beside
   /// 16-bit ones (a loss kept in f32 over bf16 logits).
+  /// The last `uncheckedOutputs` outputs are left to the caller.
   Status dtypes(std::initializer_list<int> i32Inputs = {},
-                std::initializer_list<int> i32Outputs = {}, int32_t f32Scalar = -1);
+                std::initializer_list<int> i32Outputs = {}, int32_t f32Scalar = -1,
+                size_t uncheckedOutputs = 0);
   Status matmul();
   Status reduce(const Shape &input, const Shape &reduced);
   /// `whole` is `parts` blocks of `block` along `dim` (parts = the axis size):
@@ -276,7 +278,8 @@ Status InstructionChecker::expectShape(const Shape &actual, const Shape &expecte
 
 /// Every operand and result is f32 except the listed i32 ones (ids).
 Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
-                                  std::initializer_list<int> i32Outputs, int32_t f32Scalar) {
+                                  std::initializer_list<int> i32Outputs, int32_t f32Scalar,
+                                  size_t uncheckedOutputs) {
   // Ids are i32; every float tensor of one instruction has one float dtype
   // (f32, or bf16 / f16 in mixed precision; ptc.convert changes it), but for
   // an f32 `f32Scalar`.
@@ -301,7 +304,7 @@ Status InstructionChecker::dtypes(std::initializer_list<int> i32Inputs,
   }
   if (convert)
     floatType.reset();
-  for (size_t i = 0; i < out_.size(); ++i) {
+  for (size_t i = 0; i + uncheckedOutputs < out_.size(); ++i) {
     bool ids = std::find(i32Outputs.begin(), i32Outputs.end(), static_cast<int>(i)) != i32Outputs.end();
     PTC_RETURN_IF_ERROR(check(out_[i], ids, "output #" + std::to_string(i)));
   }
@@ -553,18 +556,32 @@ Status InstructionChecker::check() {
 
  {
     // logits, targets[, the loss gradient]; a vocabulary-parallel one names
-    // the mesh axis of its classes.
+    // the mesh axis of its classes. CrossEntropyGrad may give the loss too,
+    // as its second output (ptc.cross_entropy_with_grad).
     bool grad = in_.size() == 3, vocab = info->attrs == kernels::AttrSet::VocabAxis;
+    const bool withLoss = op == OpCode::CrossEntropyGrad && out_.size() == 2;
+    if (out_.size() != 1 && !withLoss)
+      return fail("expects 1 output", op == OpCode::CrossEntropyGrad ? ", or 2 with the loss" : "",
+                  ", has ", out_.size());
     if (vocab)
       PTC_RETURN_IF_ERROR(meshAxis(get(attr::VocabAxis::axis), "the classes' mesh axis"));
     // The whole-vocabulary loss over bf16 / f16 logits may keep its scalar
-    // (the loss, or its gradient) in f32 (ptc-fuse-loss-widening).
-    PTC_RETURN_IF_ERROR(dtypes({1}, {}, vocab ? -1 : grad ? in_[2] : out_[0]));
+    // (the loss, or its gradient) in f32 (ptc-fuse-loss-widening); the fused
+    // one both (the loss is checked apart).
+    PTC_RETURN_IF_ERROR(dtypes({1}, {}, vocab ? -1 : grad ? in_[2] : out_[0], withLoss ? 1 : 0));
     const Shape &logits = in(0);
     if (auto loss = kernels::shapes::crossEntropy(logits, in(1)); !loss.ok())
       return fail(loss.error);
     if (grad)
       PTC_RETURN_IF_ERROR(expectShape(in(2), {}, "loss gradient"));
+    if (withLoss) {
+      // The loss is f32 or of the logits' type, as CrossEntropy's.
+      const DType lossType = tensors_[out_[1]].dtype, logitsType = tensors_[in_[0]].dtype;
+      if (lossType != DType::F32 && lossType != logitsType)
+        return fail("loss is ", dtypeName(lossType), ", expected ", dtypeName(DType::F32),
+                    " or the logits' ", dtypeName(logitsType));
+      PTC_RETURN_IF_ERROR(expectShape(out(1), {}, "loss"));
+    }
     return expectShape(out(0), grad ? logits : Shape{}, "result");
   }
   case ShapeRule::Transfer:

@@ -1488,7 +1488,8 @@ TEST_F(CudaConformance, CrossEntropyWholeAndVocabularyParallel) {
 // The loss over bf16 logits as ptc-fuse-loss-widening leaves it: the logits
 // read as stored (no widened copy), the loss f32, the gradient bf16 (f32
 // math, one rounding); both devices take these types natively. Rows longer
-// than a block's threads, an odd class count.
+// than a block's threads, an odd class count. The gradient that gives the loss
+// too is bitwise the two calls' on each device.
 TEST_F(CudaConformance, CrossEntropyReadsBf16Logits) {
   const int64_t rows = 24, classes = 3001;
   auto x = randomVector(rows * classes, 41);
@@ -1508,6 +1509,16 @@ TEST_F(CudaConformance, CrossEntropyReadsBf16Logits) {
                {{x16, ls, bf16}, ids(pt, {rows}), {m.put(std::vector<float>{0.5f}), {}}},
                {{dx16, ls, bf16}}));
         OK(d.convertFloat(dx16, FloatType::BF16, dx, FloatType::F32, rows * classes));
+        // The gradient with the loss as its second output (ptc.cross_entropy_with_grad):
+        // bitwise the two calls' on the same device.
+        uint16_t *fused16 = m.zeros<uint16_t>(x.size());
+        float *fusedLoss = m.zeros(1);
+        OK(run(d, kernels::OpKind::CrossEntropyGrad,
+               {{x16, ls, bf16}, ids(pt, {rows}), {m.put(std::vector<float>{0.5f}), {}}},
+               {{fused16, ls, bf16}, {fusedLoss, {}}}));
+        OK(d.synchronize());
+        EXPECT_EQ(m.get(fusedLoss, 1), m.get(loss, 1)) << "the fused call's loss";
+        EXPECT_TRUE(m.get(fused16, x.size()) == m.get(dx16, x.size())) << "the fused gradient";
         auto out = m.get(loss, 1), grad = m.get(dx, rows * classes);
         for (float &g : grad) // (softmax - onehot) * classes: O(1) values, one bf16
           g *= static_cast<float>(rows * 2 * classes); // rounding within the bound

@@ -1745,7 +1745,8 @@ TEST(Kernels, SeqMajorRotaryIsTheHeadsMajorOneBetweenTransposes) {
 // The loss over bf16 logits (ptc-fuse-loss-widening's form): the f32 loss
 // of the widened logits exactly, and the gradient the f32 gradient rounded
 // once (bitwise what widening the logits and converting the gradient gave),
-// on rows large enough for the kernels to split them over threads.
+// on rows large enough for the kernels to split them over threads. The
+// gradient with the loss too (its optional second output) gives both bitwise.
 TEST(Kernels, Bf16CrossEntropyIsWidenedF32RoundedOnce) {
   using ptc::kernels::DType;
   using ptc::kernels::OpKind;
@@ -1775,6 +1776,20 @@ TEST(Kernels, Bf16CrossEntropyIsWidenedF32RoundedOnce) {
                   .isOk());
   for (size_t i = 0; i < g.size(); ++i)
     ASSERT_EQ(g16[i], f32ToBf16(g[i])) << "gradient at " << i;
+  // The gradient with the loss as its second output (ptc.cross_entropy_with_grad):
+  // bitwise the two calls' loss and gradient, f32 and bf16 logits.
+  std::vector<float> fusedLoss(1), fusedLoss16(1), fusedG(logits.size());
+  std::vector<uint16_t> fusedG16(logits.size());
+  ASSERT_TRUE(runKernel(OpKind::CrossEntropyGrad, {view(logits, ls), t, view(seed, scalar)},
+                        {view(fusedG, ls), view(fusedLoss, scalar)})
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::CrossEntropyGrad, {bf(l16, ls), t, view(seed, scalar)},
+                        {bf(fusedG16, ls), view(fusedLoss16, scalar)})
+                  .isOk());
+  EXPECT_EQ(fusedLoss[0], loss[0]);
+  EXPECT_EQ(fusedLoss16[0], loss16[0]);
+  EXPECT_TRUE(fusedG == g) << "f32 gradient";
+  EXPECT_TRUE(fusedG16 == g16) << "bf16 gradient";
   // A bf16 loss (or its gradient's seed) is not computed natively: the
   // executor widens that call.
   std::vector<uint16_t> lossBits(1);

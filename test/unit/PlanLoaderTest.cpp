@@ -459,6 +459,32 @@ TEST(PlanLoader, ChecksCrossEntropyLossDtypes) {
       << narrowLoss;
 }
 
+// CrossEntropyGrad may give the loss as a second output (ptc.cross_entropy_with_grad):
+// a scalar, f32 or of the logits' type, as CrossEntropy's.
+TEST(PlanLoader, ChecksCrossEntropyGradWithLoss) {
+  using plan::DType;
+  using plan::TensorKind;
+  std::vector<TensorDesc> tensors = {{"logits", TensorKind::Input, {2, 8}, -1, DType::BF16},
+                                     {"targets", TensorKind::Input, {2}, -1, DType::I32},
+                                     {"seed", TensorKind::Input, {}, -1},
+                                     {"dlogits", TensorKind::Temporary, {2, 8}, 0, DType::BF16},
+                                     {"loss", TensorKind::Temporary, {}, 64},
+                                     {"loss16", TensorKind::Temporary, {}, 128, DType::F16},
+                                     {"losses", TensorKind::Temporary, {2}, 192}};
+  auto load = [&](std::vector<int32_t> out) {
+    return loadError(
+        buildPlan(tensors, {{plan::OpCode::CrossEntropyGrad, {0, 1, 2}, out, {}, {}}}, 256));
+  };
+  EXPECT_EQ(load({3}), "");
+  EXPECT_EQ(load({3, 4}), "");
+  std::string type = load({3, 5});
+  EXPECT_NE(type.find("loss is F16, expected F32 or the logits' BF16"), std::string::npos) << type;
+  std::string shape = load({3, 6});
+  EXPECT_NE(shape.find("loss has shape 2, expected scalar"), std::string::npos) << shape;
+  std::string count = load({3, 4, 4});
+  EXPECT_NE(count.find("expects 1 output, or 2 with the loss, has 3"), std::string::npos) << count;
+}
+
 TEST(PlanLoader, RejectsWrongAttributeCount) {
   auto bytes = buildPlan(matmulTensors(), {{plan::OpCode::Matmul, {0, 1}, {2}, {0}, {}}}, 32);
   EXPECT_NE(loadError(bytes).find("expects 2 integer and 0 float attributes"), std::string::npos);

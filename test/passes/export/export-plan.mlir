@@ -17,23 +17,23 @@
 // CHECK: {"id":4,"name":"x","kind":"Input","dtype":"F32","shape":[2,4]},
 // CHECK: {"id":5,"name":"y","kind":"Input","dtype":"I32","shape":[2]},
 // CHECK: {"id":6,"name":"t0","kind":"Temporary","dtype":"F32","shape":[2,3],"arena_offset":0},
-// CHECK: {"id":8,"name":"constant","kind":"Constant","dtype":"F32","shape":[]},
+// CHECK: {"id":7,"name":"constant","kind":"Constant","dtype":"F32","shape":[]},
 
 // One instruction per op, with its source location (the bias add is the
 // forward matmul's third input, the bias gradient the weight gradient's
-// second output: ptc-fuse-matmul-bias); the updates write their parameter
+// second output: ptc-fuse-matmul-bias; the loss the gradient's second output:
+// ptc-fuse-cross-entropy-grad); the updates write their parameter
 // and state in place (outputs = the argument tensors), each skipped when the
 // gradients are not all finite (the AnyNonfinite flag).
 // CHECK: "instructions": [
 // CHECK-NEXT: {"op":"Matmul","inputs":[4,0,1],"outputs":[6],"ints":[0,1],"location":"{{.*}}export-plan.mlir:41:8"},
-// CHECK-NEXT: {"op":"CrossEntropy","inputs":[6,5],"outputs":[7],
-// CHECK-NEXT: {"op":"CrossEntropyGrad","inputs":[6,5,8],"outputs":[9],
-// CHECK-NEXT: {"op":"Matmul","inputs":[9,4],"outputs":[10,11],"ints":[1,0],
+// CHECK-NEXT: {"op":"CrossEntropyGrad","inputs":[6,5,7],"outputs":[8,9],
+// CHECK-NEXT: {"op":"Matmul","inputs":[8,4],"outputs":[10,11],"ints":[1,0],
 // CHECK-NEXT: {"op":"AnyNonfinite","inputs":[10,11],"outputs":[12],"location":"optimizer:nonfinite"},
 // CHECK-NEXT: {"op":"SgdUpdate","inputs":[0,10,2,12],"outputs":[0,2],"floats":[0.5,0.25,0.0],"location":"optimizer:w"},
 // CHECK-NEXT: {"op":"SgdUpdate","inputs":[1,11,3,12],"outputs":[1,3],"floats":[0.5,0.25,0.0],"location":"optimizer:b"}
 // CHECK-NEXT: ],
-// CHECK-NEXT: "outputs": {"loss":7,"skipped":12}
+// CHECK-NEXT: "outputs": {"loss":9,"skipped":12}
 
 func.func @train_step(%w: tensor<3x4xf32> {ptc.param = "w", ptc.init = "normal:0.5"},
                       %b: tensor<3xf32> {ptc.param = "b", ptc.init = "ones"},

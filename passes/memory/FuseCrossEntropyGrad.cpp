@@ -1,0 +1,126 @@
+//===- FuseCrossEntropyGrad.cpp - the loss and its gradient in one op -----===//
+//
+// A ptc.cross_entropy and the ptc.cross_entropy_grad of the same logits and
+// targets become one ptc.cross_entropy_with_grad (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/memory/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::ptc {
+#define GEN_PASS_DEF_FUSECROSSENTROPYGRADPASS
+#include "passes/memory/Passes.h.inc"
+} // namespace mlir::ptc
+
+using namespace mlir;
+using namespace mlir::ptc;
+
+namespace {
+/// The loss of the same logits and targets as `grad`, before it in its block.
+CrossEntropyOp lossOf(CrossEntropyGradOp grad) {
+  for (Operation *user : grad.getLogits().getUsers())
+    if (auto loss = dyn_cast<CrossEntropyOp>(user);
+        loss && loss->getBlock() == grad->getBlock() && loss->isBeforeInBlock(grad) &&
+        loss.getTargets() == grad.getTargets())
+      return loss;
+  return {};
+}
+
+/// Whether every use of `v` is after `op` in op's block (in an op there, or
+/// nested in one).
+bool usedOnlyAfter(Value v, Operation *op) {
+  Block *block = op->getBlock();
+  return llvm::all_of(v.getUsers(), [&](Operation *user) {
+    Operation *at = block->findAncestorOpInBlock(*user);
+    return at && op->isBeforeInBlock(at);
+  });
+}
+
+/// Whether `v` is available before `op`: an argument of op's block or of an
+/// enclosing one, or the result of an op before it.
+bool availableBefore(Value v, Operation *op) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return arg.getOwner() == op->getBlock() || arg.getOwner()->getParentOp()->isAncestor(op);
+  Operation *def = v.getDefiningOp();
+  if (def->getBlock() == op->getBlock())
+    return def->isBeforeInBlock(op);
+  return def->getBlock()->findAncestorOpInBlock(*op) != nullptr;
+}
+
+/// `v` computed before `at`: itself where it is available there, else where it
+/// is a short chain of pure scalar ops from constants and values available
+/// there (the loss seed, scaled for micro-batches), that chain cloned before `at`
+/// with at's discardable attributes (its pipeline segment and stage); null
+/// otherwise.
+Value materializeBefore(Value v, Operation *at, OpBuilder &b, int depth = 0) {
+  if (availableBefore(v, at))
+    return v;
+  // Scalars only: cloning them costs nothing.
+  Operation *def = v.getDefiningOp();
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!def || !type || type.getRank() != 0 || depth > 8 || def->getNumResults() != 1 ||
+      def->getNumRegions() != 0 || !isPure(def) ||
+      (def->getNumOperands() == 0 && !def->hasTrait<OpTrait::ConstantLike>()))
+    return {};
+  IRMapping map;
+  for (Value operand : def->getOperands()) {
+    Value m = materializeBefore(operand, at, b, depth + 1);
+    if (!m)
+      return {};
+    map.map(operand, m);
+  }
+  Operation *clone = b.clone(*def, map);
+  DictionaryAttr kept = def->getDiscardableAttrDictionary();
+  clone->setDiscardableAttrs(at->getDiscardableAttrDictionary());
+  if (Attribute seed = kept.get(PtcDialect::kLossSeedAttrName))
+    clone->setAttr(PtcDialect::kLossSeedAttrName, seed);
+  return clone->getResult(0);
+}
+
+/// Erases `v`'s defining op and, in turn, its operands' where nothing else
+/// reads them (a seed chain left without its gradient).
+void eraseIfDead(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (!def || !def->use_empty() || !isPure(def))
+    return;
+  SmallVector<Value> operands(def->getOperands());
+  def->erase();
+  for (Value operand : operands)
+    eraseIfDead(operand);
+}
+
+struct FuseCrossEntropyGradPass
+    : public mlir::ptc::impl::FuseCrossEntropyGradPassBase<FuseCrossEntropyGradPass> {
+  void runOnOperation() override {
+    SmallVector<CrossEntropyGradOp> grads;
+    getOperation().walk([&](CrossEntropyGradOp g) { grads.push_back(g); });
+    for (CrossEntropyGradOp grad : grads) {
+      CrossEntropyOp loss = lossOf(grad);
+      if (!loss)
+        continue;
+      // At the gradient where the loss is read only after it; else at the
+      // loss, with the seed computed there.
+      Operation *at = usedOnlyAfter(loss.getResult(), grad) ? grad.getOperation()
+                                                              : loss.getOperation();
+      OpBuilder b(at);
+      Value seed = grad.getGrad();
+      Value seedHere = materializeBefore(seed, at, b);
+      if (!seedHere)
+        continue;
+      auto fused = CrossEntropyWithGradOp::create(
+          b, at->getLoc(), grad.getResult().getType(), loss.getResult().getType(),
+          grad.getLogits(), grad.getTargets(), seedHere);
+      fused->setDiscardableAttrs(at->getDiscardableAttrDictionary());
+      loss.getResult().replaceAllUsesWith(fused.getLoss());
+      grad.getResult().replaceAllUsesWith(fused.getLogitsGrad());
+      loss.erase();
+      grad.erase();
+      if (seedHere != seed)
+        eraseIfDead(seed);
+    }
+  }
+};
+} // namespace
