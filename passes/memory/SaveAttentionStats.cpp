@@ -95,6 +95,17 @@ Value savedResultBeside(Value stats) {
   return result;
 }
 
+/// Gradient `grad` (of forward op type Fwd) reading the statistics and result
+/// of the forward it pairs with, where it has one.
+template <typename Fwd, typename Grad> void pairWithForward(Grad grad) {
+  Fwd fwd = forwardOf<Fwd>(grad);
+  if (!fwd)
+    return;
+  Value stats = withStats(fwd);
+  grad.getSavedResultMutable().assign(savedResultBeside(stats));
+  grad.getSavedStatsMutable().assign(stats);
+}
+
 struct SaveAttentionStatsPass
     : public mlir::ptc::impl::SaveAttentionStatsPassBase<SaveAttentionStatsPass> {
   void runOnOperation() override {
@@ -106,22 +117,10 @@ struct SaveAttentionStatsPass
         grads.push_back(op);
     });
     for (Operation *op : grads) {
-      if (auto grad = dyn_cast<CausalAttentionGradOp>(op)) {
-        auto fwd = forwardOf<CausalAttentionOp>(grad);
-        if (!fwd)
-          continue;
-        Value stats = withStats(fwd);
-        grad.getSavedResultMutable().assign(savedResultBeside(stats));
-        grad.getSavedStatsMutable().assign(stats);
-      } else {
-        auto qkvGrad = cast<CausalAttentionQkvGradOp>(op);
-        auto fwd = forwardOf<CausalAttentionQkvOp>(qkvGrad);
-        if (!fwd)
-          continue;
-        Value stats = withStats(fwd);
-        qkvGrad.getSavedResultMutable().assign(savedResultBeside(stats));
-        qkvGrad.getSavedStatsMutable().assign(stats);
-      }
+      if (auto grad = dyn_cast<CausalAttentionGradOp>(op))
+        pairWithForward<CausalAttentionOp>(grad);
+      else
+        pairWithForward<CausalAttentionQkvOp>(cast<CausalAttentionQkvGradOp>(op));
     }
   }
 };
