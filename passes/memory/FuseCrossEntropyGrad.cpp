@@ -7,6 +7,7 @@
 
 #include "passes/memory/Passes.h"
 
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -39,39 +40,32 @@ bool usedOnlyAfter(Value v, Operation *op) {
   });
 }
 
-/// Whether `v` is available before `op`: an argument of op's block or of an
-/// enclosing one, or the result of an op before it.
-bool availableBefore(Value v, Operation *op) {
-  if (auto arg = dyn_cast<BlockArgument>(v))
-    return arg.getOwner() == op->getBlock() || arg.getOwner()->getParentOp()->isAncestor(op);
-  Operation *def = v.getDefiningOp();
-  if (def->getBlock() == op->getBlock())
-    return def->isBeforeInBlock(op);
-  return def->getBlock()->findAncestorOpInBlock(*op) != nullptr;
-}
-
-/// `v` computed before `at`: itself where it is available there, else where it
-/// is a short chain of pure scalar ops from constants and values available
-/// there (the loss seed, scaled for micro-batches), that chain cloned before `at`
-/// with at's discardable attributes (its pipeline segment and stage); null
-/// otherwise.
-Value materializeBefore(Value v, Operation *at, OpBuilder &b, int depth = 0) {
-  if (availableBefore(v, at))
-    return v;
-  // Scalars only: cloning them costs nothing.
+/// Whether `v` can be made before `at`: it is available there already, or it
+/// is a short chain of pure scalar ops (cloning them costs nothing) from
+/// constants and values available there.
+bool materializable(Value v, Operation *at, DominanceInfo &dom, int depth = 0) {
+  if (dom.properlyDominates(v, at))
+    return true;
   Operation *def = v.getDefiningOp();
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!def || !type || type.getRank() != 0 || depth > 8 || def->getNumResults() != 1 ||
       def->getNumRegions() != 0 || !isPure(def) ||
       (def->getNumOperands() == 0 && !def->hasTrait<OpTrait::ConstantLike>()))
-    return {};
+    return false;
+  return llvm::all_of(def->getOperands(),
+                      [&](Value operand) { return materializable(operand, at, dom, depth + 1); });
+}
+
+/// `v` made before `at` (materializable): itself, or its chain cloned before
+/// `at` with at's discardable attributes (its pipeline segment and stage; the
+/// loss seed keeps its mark).
+Value materializeBefore(Value v, Operation *at, OpBuilder &b, DominanceInfo &dom) {
+  if (dom.properlyDominates(v, at))
+    return v;
+  Operation *def = v.getDefiningOp();
   IRMapping map;
-  for (Value operand : def->getOperands()) {
-    Value m = materializeBefore(operand, at, b, depth + 1);
-    if (!m)
-      return {};
-    map.map(operand, m);
-  }
+  for (Value operand : def->getOperands())
+    map.map(operand, materializeBefore(operand, at, b, dom));
   Operation *clone = b.clone(*def, map);
   DictionaryAttr kept = def->getDiscardableAttrDictionary();
   clone->setDiscardableAttrs(at->getDiscardableAttrDictionary());
@@ -97,6 +91,7 @@ struct FuseCrossEntropyGradPass
   void runOnOperation() override {
     SmallVector<CrossEntropyGradOp> grads;
     getOperation().walk([&](CrossEntropyGradOp g) { grads.push_back(g); });
+    DominanceInfo dom(getOperation());
     for (CrossEntropyGradOp grad : grads) {
       CrossEntropyOp loss = lossOf(grad);
       if (!loss)
@@ -105,11 +100,11 @@ struct FuseCrossEntropyGradPass
       // loss, with the seed computed there.
       Operation *at = usedOnlyAfter(loss.getResult(), grad) ? grad.getOperation()
                                                               : loss.getOperation();
-      OpBuilder b(at);
       Value seed = grad.getGrad();
-      Value seedHere = materializeBefore(seed, at, b);
-      if (!seedHere)
+      if (!materializable(seed, at, dom))
         continue;
+      OpBuilder b(at);
+      Value seedHere = materializeBefore(seed, at, b, dom);
       auto fused = CrossEntropyWithGradOp::create(
           b, at->getLoc(), grad.getResult().getType(), loss.getResult().getType(),
           grad.getLogits(), grad.getTargets(), seedHere);

@@ -82,15 +82,15 @@ Value withStats(CausalAttentionQkvOp fwd) {
   return now.getStats();
 }
 
-/// What the gradient reads as the forward's result, given the statistics
-/// `stats` the forward returns: a reshape of the result where it has one (the
-/// output projection's input, kept for its weight gradient anyway: the same
-/// elements in the same order), else the result itself.
-Value savedResultBeside(Value stats) {
+/// What gradient `grad` reads as the forward's result, given the statistics
+/// `stats` the forward returns: a reshape of the result before the gradient
+/// where it has one (the output projection's input, kept for its weight
+/// gradient anyway: the same elements in the same order), else the result.
+Value savedResultBeside(Value stats, Operation *grad) {
   Value result = stats.getDefiningOp()->getResult(0);
   for (Operation *user : result.getUsers())
     if (auto reshape = dyn_cast<ReshapeOp>(user);
-        reshape && reshape->getBlock() == stats.getDefiningOp()->getBlock())
+        reshape && reshape->getBlock() == grad->getBlock() && reshape->isBeforeInBlock(grad))
       return reshape.getResult();
   return result;
 }
@@ -102,7 +102,7 @@ template <typename Fwd, typename Grad> void pairWithForward(Grad grad) {
   if (!fwd)
     return;
   Value stats = withStats(fwd);
-  grad.getSavedResultMutable().assign(savedResultBeside(stats));
+  grad.getSavedResultMutable().assign(savedResultBeside(stats, grad));
   grad.getSavedStatsMutable().assign(stats);
 }
 

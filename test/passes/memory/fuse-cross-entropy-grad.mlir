@@ -66,3 +66,29 @@ func.func @other_targets(%logits: tensor<2x8x16xf32>, %t: tensor<2x8xi32>, %t2: 
   %g = ptc.cross_entropy_grad %logits, %t, %one : tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<f32>
   return %loss, %g : tensor<f32>, tensor<2x8x16xf32>
 }
+
+// -----
+
+// Stays apart, and nothing is cloned: the seed's scalar chain has one operand
+// that can be made before the loss (a constant) and one that cannot (a
+// tensor's loss computed after it).
+// CHECK-LABEL: func.func @half_a_chain
+// CHECK-NOT: ptc.cross_entropy_with_grad
+// CHECK-NOT: arith.constant
+// CHECK: ptc.cross_entropy %arg0, %arg1
+// CHECK-NEXT: ptc.scale
+// CHECK-NEXT: ptc.scale
+// CHECK-NEXT: ptc.cross_entropy %
+// CHECK-NEXT: arith.constant
+// CHECK-NEXT: ptc.add
+// CHECK-NEXT: ptc.cross_entropy_grad
+func.func @half_a_chain(%logits: tensor<2x8x16xf32>, %t: tensor<2x8xi32>, %x: tensor<2x8x16xf32>) -> (tensor<f32>, tensor<2x8x16xf32>) {
+  %loss = ptc.cross_entropy %logits, %t : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<f32>
+  %mean = ptc.scale %loss by 0.5 : tensor<f32>
+  %y = ptc.scale %x by 2.0 : tensor<2x8x16xf32>
+  %late = ptc.cross_entropy %y, %t : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<f32>
+  %one = arith.constant dense<1.0> : tensor<f32>
+  %seed = ptc.add %one, %late : tensor<f32>, tensor<f32> -> tensor<f32>
+  %g = ptc.cross_entropy_grad %logits, %t, %seed : tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<f32>
+  return %mean, %g : tensor<f32>, tensor<2x8x16xf32>
+}

@@ -48,3 +48,18 @@ func.func @pairs(%qkv: tensor<2x8x48xf32>, %other: tensor<2x8x48xf32>, %g: tenso
   %o4 = ptc.causal_attention_qkv %other {scale = 0.25 : f64} : tensor<2x8x48xf32> -> tensor<2x8x4x4xf32>
   return %o1, %o2, %o3, %d1, %d2, %o4 : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x48xf32>, tensor<2x8x48xf32>, tensor<2x8x4x4xf32>
 }
+
+// -----
+
+// A reshape of the result after the gradient is not what the gradient reads
+// (it would not exist yet): the result itself; one before it is.
+// CHECK-LABEL: func.func @reshape_after
+// CHECK: %[[O:.+]], %[[LSE:.+]] = ptc.causal_attention_qkv %arg0
+// CHECK: ptc.causal_attention_qkv_grad %arg0, %arg1 saved(%[[O]], %[[LSE]] : tensor<2x8x4x4xf32>, tensor<2x4x8xf32>)
+// CHECK: ptc.reshape %[[O]]
+func.func @reshape_after(%qkv: tensor<2x8x48xf32>, %g: tensor<2x8x4x4xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x48xf32>) {
+  %o = ptc.causal_attention_qkv %qkv {scale = 0.25 : f64} : tensor<2x8x48xf32> -> tensor<2x8x4x4xf32>
+  %d = ptc.causal_attention_qkv_grad %qkv, %g {scale = 0.25 : f64} : tensor<2x8x48xf32>, tensor<2x8x4x4xf32>
+  %r = ptc.reshape %o : tensor<2x8x4x4xf32> -> tensor<2x8x16xf32>
+  return %r, %d : tensor<2x8x16xf32>, tensor<2x8x48xf32>
+}
