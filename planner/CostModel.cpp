@@ -149,7 +149,8 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
     } else if (isa<RingAttentionOp, RingAttentionGradOp>(op)) {
       // A rank's causal share of the whole sequence's attention (the ring is
       // balanced): n blocks of its local size; the gradient runs the forward
-      // ring again. Each of the n - 1 steps passes the key and value blocks
+      // ring again unless it reads the forward's saved statistics. Each of the
+      // n - 1 steps passes the key and value blocks
       // (f32: the executor's working copies) on; the gradient's steps pass
       // their gradients too, and one last move brings them home.
       Value q = op.getOperand(0);
@@ -160,7 +161,8 @@ std::map<int, Costs> aggregate(func::FuncOp func, const Pricer &price) {
           n *= static_cast<double>(mesh->sizes[static_cast<size_t>(
               mesh->axisIndex(cast<StringAttr>(a).getValue()))]);
       bool grad = isa<RingAttentionGradOp>(op);
-      double f = (grad ? 3.5 : 1.0) * n * attentionFlopsOf(q);
+      const bool recomputes = grad && !cast<RingAttentionGradOp>(op).getSavedStats();
+      double f = (grad ? (recomputes ? 3.5 : 2.5) : 1.0) * n * attentionFlopsOf(q);
       double s = price.attention(f, elementTypeName(cast<RankedTensorType>(q.getType()).getElementType()));
       pc.seconds += s;
       pc.attentionSeconds += s;

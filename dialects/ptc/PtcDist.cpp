@@ -506,36 +506,46 @@ FailureOr<Sharding> mlir::ptc::getSharding(Attribute attr, const MeshInfo &mesh,
 namespace {
 /// Ring attention's transfers per call on a ring of `ranks` (the executor's
 /// runRingAttention): n - 1 moves of the key and value blocks forward; the
-/// gradient runs that ring again, then n - 1 moves of the blocks with their
-/// gradients and one last move of the gradients home. Around them, the
-/// causal balancing moves: each tensor in (q, k, v; and g) and out (o; dq,
-/// dk, dv) travels as two halves when the block splits in two.
+/// gradient runs that ring again unless it has the forward's saved result and
+/// statistics (`saved`), then n - 1 moves of the blocks with their gradients
+/// and one last move of the gradients home. Around them, the causal balancing
+/// moves: each tensor in (q, k, v; and g, and the saved result and statistics)
+/// and out (o and the forward's statistics `stats`; dq, dk, dv) travels as
+/// two halves when the block splits in two.
 std::pair<double, double> ringTransfersOf(RankedTensorType query, RankedTensorType key,
-                                          int64_t ranks, bool grad) {
+                                          int64_t ranks, bool grad, bool stats) {
   if (ranks <= 1)
     return {0.0, 0.0};
   const double n = static_cast<double>(ranks);
   const double q = 4.0 * static_cast<double>(query.getNumElements()),
                k = 4.0 * static_cast<double>(key.getNumElements()), kv = 2 * k;
+  const double rows = q / static_cast<double>(query.getDimSize(3)); // f32 per query row
   const bool halves = query.getDimSize(2) % 2 == 0;
-  double bytes = (n - 1) * kv, messages = n - 1;
+  const bool forwardRing = !grad || !stats;
+  double bytes = forwardRing ? (n - 1) * kv : 0, messages = forwardRing ? n - 1 : 0;
   if (grad) {
     bytes += (n - 1) * 2 * kv + kv;
     messages += 2 * (n - 1) + 1;
   }
   if (halves) {
+    // Tensors moved whole: q, k, v, o (forward); q, k, v, g, dq, dk, dv (gradient).
     bytes += grad ? 2 * q + 2 * k + q + 2 * k : 2 * q + 2 * k;
     messages += grad ? 2 * 7 : 2 * 4;
+    if (stats) { // the statistics out; the gradient's saved result and statistics in
+      bytes += grad ? q + rows : rows;
+      messages += grad ? 2 * 2 : 2;
+    }
   }
   return {bytes, messages};
 }
 } // namespace
 
 std::pair<double, double> RingAttentionOp::ringTransfers(int64_t ranks) {
-  return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/false);
+  return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/false,
+                         static_cast<bool>(getStats()));
 }
-std::pair<double, double> RingAttentionGradOp::ringTransfers(int64_t ranks) {
-  return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/true);
+std::pair<double, double> RingAttentionGradOp::ringTransfers(int64_t ranks, bool saved) {
+  return ringTransfersOf(getQuery().getType(), getKey().getType(), ranks, /*grad=*/true, saved);
 }
 
 namespace {
@@ -554,11 +564,17 @@ LogicalResult verifyRingAttention(Operation *op, ArrayAttr axes, RankedTensorTyp
 } // namespace
 
 LogicalResult RingAttentionOp::verify() {
-  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType(),
-                             getPositions());
+  RankedTensorType q = getQuery().getType();
+  if (failed(verifyRingAttention(*this, getAxes(), q, getKey().getType(), getPositions())))
+    return failure();
+  return verifyAttentionStats(*this, getStats(), Value(), q, q.getDimSize(0), q.getDimSize(1),
+                              q.getDimSize(2));
 }
 
 LogicalResult RingAttentionGradOp::verify() {
-  return verifyRingAttention(*this, getAxes(), getQuery().getType(), getKey().getType(),
-                             getPositions());
+  RankedTensorType q = getQuery().getType();
+  if (failed(verifyRingAttention(*this, getAxes(), q, getKey().getType(), getPositions())))
+    return failure();
+  return verifyAttentionStats(*this, getSavedStats(), getSavedResult(), q, q.getDimSize(0),
+                              q.getDimSize(1), q.getDimSize(2));
 }

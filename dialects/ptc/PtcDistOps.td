@@ -271,17 +271,21 @@ def Ptc_RingAttentionOp : Ptc_Op<"ring_attention", [DeclareOpInterfaceMethods<Pt
     device holds more than two key/value blocks. `positions` (the device's
     block of `[batch, seq]`) is `ptc.causal_attention`'s document mask: a
     query sees the keys of every block from its document's start, and a block
-    pair that the mask empties is not computed.
+    pair that the mask empties is not computed. The optional second result
+    `stats` (f32 `[batch, heads, seq]`, the device's block of rows) is each
+    query row's log-sum-exp over every block it saw, for the gradient
+    (`ptc-save-attention-stats`).
 
     ```mlir
     %o = ptc.ring_attention %q, %k, %v {axes = ["cp"]} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    %o2, %lse = ptc.ring_attention %q, %k, %v {axes = ["cp"]} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32> stats tensor<2x4x8xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
                        Optional<Ptc_IdTensor>:$positions, StrArrayAttr:$axes, F64Attr:$scale);
-  let results = (outs Ptc_FloatTensor:$result);
+  let results = (outs Ptc_FloatTensor:$result, Optional<Ptc_TensorOf<[F32]>>:$stats);
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($query) `,` type($key) (`stats` type($stats)^)?
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -293,32 +297,43 @@ def Ptc_RingAttentionOp : Ptc_Op<"ring_attention", [DeclareOpInterfaceMethods<Pt
 }
 
 def Ptc_RingAttentionGradOp : Ptc_Op<"ring_attention_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
+    AttrSizedOperandSegments,
     AllTypesMatch<["query", "grad", "query_grad"]>, AllTypesMatch<["key", "value", "key_grad", "value_grad"]>]> {
   let summary = "gradient of `ptc.ring_attention`";
   let description = [{
     Runs the ring once for the rows' softmax statistics and once more with
     the key/value blocks and their gradients travelling together, which come
-    home after a full turn.
+    home after a full turn. With `saved`, the forward's result and row
+    statistics (its `stats`; `ptc-save-attention-stats`), the first ring is
+    not run: the backward's ring alone passes blocks.
 
     ```mlir
     %dq, %dk, %dv = ptc.ring_attention_grad %q, %k, %v, %g {axes = ["cp"]}
         : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    %dq2, %dk2, %dv2 = ptc.ring_attention_grad %q, %k, %v, %g saved(%o, %lse : tensor<2x4x8x16xf32>, tensor<2x4x8xf32>) {axes = ["cp"]}
+        : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$query, Ptc_FloatTensor:$key, Ptc_FloatTensor:$value,
-                       Ptc_FloatTensor:$grad, Optional<Ptc_IdTensor>:$positions,
+                       Ptc_FloatTensor:$grad, Optional<Ptc_FloatTensor>:$saved_result,
+                       Optional<Ptc_TensorOf<[F32]>>:$saved_stats,
+                       Optional<Ptc_IdTensor>:$positions,
                        StrArrayAttr:$axes, F64Attr:$scale);
   let results = (outs Ptc_FloatTensor:$query_grad, Ptc_FloatTensor:$key_grad,
                       Ptc_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $grad (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value `,` $grad (`saved` `(` $saved_result^ `,` $saved_stats `:` type($saved_result) `,` type($saved_stats) `)`)? (`positions` `(` $positions^ `:` type($positions) `)`)? attr-dict `:` type($query) `,` type($key)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// What one call sends on a ring of `ranks`: bytes (the executor's f32
     /// key/value blocks and their gradients to the next device, and the causal
-    /// balancing moves) and messages.
-    std::pair<double, double> ringTransfers(int64_t ranks);
+    /// balancing moves) and messages; with the forward's statistics or without
+    /// (`saved`), or as it stands.
+    std::pair<double, double> ringTransfers(int64_t ranks, bool saved);
+    std::pair<double, double> ringTransfers(int64_t ranks) {
+      return ringTransfers(ranks, static_cast<bool>(getSavedStats()));
+    }
   }];
 }
 

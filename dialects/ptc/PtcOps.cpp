@@ -351,7 +351,9 @@ LogicalResult mlir::ptc::verifyAttentionStats(Operation *op, Value stats, Value 
                                              int64_t seq) {
   if (!stats && !savedResult)
     return success();
-  if (!stats || (op->getNumResults() == 0 && !savedResult))
+  // A forward returns the statistics; a gradient reads them with the result.
+  const bool forward = stats && stats.getDefiningOp() == op;
+  if (!stats || (!forward && !savedResult))
     return op->emitOpError() << "takes the forward's saved result and row statistics together";
   // The forward's result or a reshape of it (the same elements in the same
   // order: the output projection's input, which the backward keeps anyway).

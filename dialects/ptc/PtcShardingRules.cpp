@@ -769,8 +769,9 @@ Operation *CausalAttentionOp::partition(OpBuilder &b) {
   auto axis = (*this)->getAttrOfType<StringAttr>(PtcDialect::kPartitionedFormAttrName);
   if (!axis)
     return nullptr;
-  return RingAttentionOp::create(b, getLoc(), getResult().getType(), getQuery(), getKey(), getValue(),
-                                 getPositions(), b.getStrArrayAttr({axis.getValue()}),
+  return RingAttentionOp::create(b, getLoc(), getResult().getType(),
+                                 getStats() ? getStats().getType() : Type(), getQuery(), getKey(),
+                                 getValue(), getPositions(), b.getStrArrayAttr({axis.getValue()}),
                                  b.getF64FloatAttr(getScaleOrDefault()));
 }
 Operation *CausalAttentionGradOp::partition(OpBuilder &b) {
@@ -778,7 +779,8 @@ Operation *CausalAttentionGradOp::partition(OpBuilder &b) {
   if (!axis)
     return nullptr;
   return RingAttentionGradOp::create(b, getLoc(), getResultTypes(), getOperand(0), getOperand(1),
-                                     getOperand(2), getOperand(3), getPositions(),
+                                     getOperand(2), getOperand(3), getSavedResult(),
+                                     getSavedStats(), getPositions(),
                                      b.getStrArrayAttr({axis.getValue()}),
                                      b.getF64FloatAttr(getScaleOrDefault()));
 }

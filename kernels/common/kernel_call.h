@@ -178,14 +178,23 @@ inline size_t attentionBaseInputs(OpKind op) {
     return 3;
   }
 }
+/// The attention forwards that may return their rows' softmax statistics
+/// (ptc-save-attention-stats) as a second output.
+inline bool attentionReturnsStats(OpKind op) {
+  return op == OpKind::CausalAttention || op == OpKind::CausalAttentionQkv ||
+         op == OpKind::RingAttention;
+}
+/// The attention gradients that may read them with the forward's result.
+inline bool attentionReadsStats(OpKind op) {
+  return op == OpKind::CausalAttentionGrad || op == OpKind::CausalAttentionQkvGrad ||
+         op == OpKind::RingAttentionGrad;
+}
 /// Whether an attention gradient of `numInputs` inputs reads the forward's
-/// saved result and row statistics (ptc-save-attention-stats): CausalAttention
-/// Grad and CausalAttentionQkvGrad take them after the incoming gradient,
-/// (..., grad, result, stats[, positions]), so that the counts tell them from
-/// the document positions.
+/// saved result and row statistics (ptc-save-attention-stats): they come
+/// after the incoming gradient, (..., grad, result, stats[, positions]), so
+/// that the counts tell them from the document positions.
 inline bool hasSavedAttentionStats(OpKind op, size_t numInputs) {
-  return (op == OpKind::CausalAttentionGrad || op == OpKind::CausalAttentionQkvGrad) &&
-         numInputs >= attentionBaseInputs(op) + 2;
+  return attentionReadsStats(op) && numInputs >= attentionBaseInputs(op) + 2;
 }
 /// The float inputs of an attention call before its optional document
 /// positions: the base ones and, for a gradient, the saved result and stats.
@@ -219,10 +228,7 @@ inline SavedAttentionStats savedAttentionStats(const KernelCall &c) {
 /// The row statistics a forward attention call writes (its optional second
 /// output), or null.
 inline float *attentionStatsOutput(const KernelCall &c) {
-  return (c.op == OpKind::CausalAttention || c.op == OpKind::CausalAttentionQkv) &&
-                 c.numOutputs > 1
-             ? c.output(1).f32()
-             : nullptr;
+  return attentionReturnsStats(c.op) && c.numOutputs > 1 ? c.output(1).f32() : nullptr;
 }
 
 /// Whether a Rotary / RotaryAt's input is [batch, seq, heads, head_dim] (else [batch, heads,

@@ -329,6 +329,8 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
         stats = a.getStats();
       else if (auto a = dyn_cast<CausalAttentionQkvOp>(op))
         stats = a.getStats();
+      else if (auto a = dyn_cast<RingAttentionOp>(op))
+        stats = a.getStats();
       if (stats)
         statsBytes += getTensorBytes(cast<RankedTensorType>(stats.getType()));
     });

@@ -38,6 +38,12 @@ bool samePair(CausalAttentionQkvOp fwd, CausalAttentionQkvGradOp grad) {
          fwd.getResult().getType() == grad.getGrad().getType();
 }
 
+bool samePair(RingAttentionOp fwd, RingAttentionGradOp grad) {
+  return fwd.getQuery() == grad.getQuery() && fwd.getKey() == grad.getKey() &&
+         fwd.getValue() == grad.getValue() && fwd.getPositions() == grad.getPositions() &&
+         fwd.getAxes() == grad.getAxes() && fwd.getScale() == grad.getScale();
+}
+
 /// The forward `grad` pairs with: of the same operands, in its block, before
 /// it (the latest such, nearest the gradient: a recomputation's under
 /// `recompute`).
@@ -82,6 +88,20 @@ Value withStats(CausalAttentionQkvOp fwd) {
   return now.getStats();
 }
 
+Value withStats(RingAttentionOp fwd) {
+  if (fwd.getStats())
+    return fwd.getStats();
+  OpBuilder b(fwd);
+  auto now = RingAttentionOp::create(b, fwd.getLoc(), fwd.getResult().getType(),
+                                     statsType(fwd.getResult().getType(), false),
+                                     fwd.getQuery(), fwd.getKey(), fwd.getValue(),
+                                     fwd.getPositions(), fwd.getAxesAttr(), fwd.getScaleAttr());
+  now->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
+  fwd.getResult().replaceAllUsesWith(now.getResult());
+  fwd.erase();
+  return now.getStats();
+}
+
 /// What gradient `grad` reads as the forward's result, given the statistics
 /// `stats` the forward returns: a reshape of the result before the gradient
 /// where it has one (the output projection's input, kept for its weight
@@ -115,12 +135,16 @@ struct SaveAttentionStatsPass
         grads.push_back(op);
       if (auto g = dyn_cast<CausalAttentionQkvGradOp>(op); g && !g.getSavedStats())
         grads.push_back(op);
+      if (auto g = dyn_cast<RingAttentionGradOp>(op); g && !g.getSavedStats())
+        grads.push_back(op);
     });
     for (Operation *op : grads) {
       if (auto grad = dyn_cast<CausalAttentionGradOp>(op))
         pairWithForward<CausalAttentionOp>(grad);
+      else if (auto qkvGrad = dyn_cast<CausalAttentionQkvGradOp>(op))
+        pairWithForward<CausalAttentionQkvOp>(qkvGrad);
       else
-        pairWithForward<CausalAttentionQkvOp>(cast<CausalAttentionQkvGradOp>(op));
+        pairWithForward<RingAttentionOp>(cast<RingAttentionGradOp>(op));
     }
   }
 };

@@ -51,8 +51,16 @@ void printReport(func::FuncOp func, const MeshInfo &meshInfo, double alphaUs, do
                                       : "ring attention gradient: the key/value blocks travel around the "
                                         "ring twice, the second time with their gradients, which a "
                                         "last move brings home")
-         << "; the sequence is balanced in halves on the way in and back on the way out"
-         << "\n";
+         << "; the sequence is balanced in halves on the way in and back on the way out";
+      if (auto grad = dyn_cast<RingAttentionGradOp>(op); grad && !grad.getSavedStats()) {
+        // ptc-save-attention-stats, later in the pipeline, may leave the first ring out.
+        auto [savedBytes, savedMessages] = grad.ringTransfers(p, /*saved=*/true);
+        os << " (with its forward's softmax statistics, save-attention-stats=true, the first "
+              "ring is left out and the forward's result and statistics come in: "
+           << llvm::format("%.0f", savedBytes) << " bytes in "
+           << llvm::format("%.0f", savedMessages) << " messages)";
+      }
+      os << "\n";
       return;
     }
     auto cause = op->getAttrOfType<StringAttr>(PtcDialect::kCollectiveCauseAttrName);

@@ -28,7 +28,9 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   // then every rank's key/value halves move one rank on. The gradient runs
   // the ring twice: once for the rows' statistics (o, log-sum-exp), once with
   // the halves' dk, dv travelling along, which a last move brings home; the
-  // results go back to the contiguous blocks.
+  // results go back to the contiguous blocks. Given the forward's result and
+  // statistics (ptc-save-attention-stats: the forward's second output), the
+  // gradient reads them and runs the second ring only.
   const auto &in = inputsOf(inst);
   const auto &out = outputsOf(inst);
   const bool grad = inst.op() == OpCode::RingAttentionGrad;
@@ -139,9 +141,14 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     return inPlace ? Status::ok() : d.copy(dst, hostB.data(), bytes, CopyKind::HostToDevice);
   };
 
-  // Packed documents: the block's positions (input 3, the gradient's 4).
-  const size_t positionsInput =
-      kernels::attentionBaseInputs(static_cast<kernels::OpKind>(inst.op()));
+  // The forward's saved result and statistics (the gradient's inputs 4 and
+  // 5), the forward's statistics output; packed documents: the block's
+  // positions (the input after the float ones).
+  const auto kind = static_cast<kernels::OpKind>(inst.op());
+  const bool saved = kernels::hasSavedAttentionStats(kind, in.size());
+  const size_t savedAt = kernels::attentionBaseInputs(kind);
+  const bool returnsStats = !grad && out.size() > 1;
+  const size_t positionsInput = kernels::attentionFloatInputs(kind, in.size());
   const bool documents = in.size() > positionsInput;
   const int64_t positionBytes = batch * block * 4, firstKeyBytes = batch * len * 4;
   // q, (g), acc, o, dq | row max, sum, lse | k, v x2 | dk, dv x2 | balanced k, v copies
@@ -302,8 +309,12 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   PTC_RETURN_IF_ERROR(rearrange(f32(in[0]), q, heads, true, 9000, dim));
   PTC_RETURN_IF_ERROR(rearrange(f32(in[1]), home[0], kvHeads, true, 9002, dim));
   PTC_RETURN_IF_ERROR(rearrange(f32(in[2]), home[1], kvHeads, true, 9004, dim));
-  // Forward: the rows' online softmax over the parts they see.
-  {
+  if (saved) {
+    // The forward's o and log-sum-exp, moved like q (the statistics as rows of width 1).
+    PTC_RETURN_IF_ERROR(rearrange(f32(in[savedAt]), o, heads, true, 9018, dim));
+    PTC_RETURN_IF_ERROR(rearrange(f32(in[savedAt + 1]), lse, heads, true, 9020, 1));
+  } else {
+    // Forward: the rows' online softmax over the parts they see.
     PTC_RETURN_IF_ERROR(d.zero(acc, qBytes));
     PTC_RETURN_IF_ERROR(d.zero(sum, rowBytes));
     std::vector<float> minusInf(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
@@ -342,6 +353,8 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
   }
   if (!grad) {
     PTC_RETURN_IF_ERROR(rearrange(o, f32(out[0]), heads, false, 9006, dim));
+    if (returnsStats)
+      PTC_RETURN_IF_ERROR(rearrange(lse, f32(out[1]), heads, false, 9022, 1));
     return n > 1 ? comm_->flushSends() : Status::ok();
   }
   // Backward: dq here; each part's dk, dv travel with it.

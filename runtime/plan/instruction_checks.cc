@@ -180,8 +180,7 @@ private:
   Status attentionInputs() {
     const auto op = static_cast<kernels::OpKind>(inst_.op());
     const size_t base = kernels::attentionBaseInputs(op);
-    const bool saves = op == kernels::OpKind::CausalAttentionGrad ||
-                       op == kernels::OpKind::CausalAttentionQkvGrad;
+    const bool saves = kernels::attentionReadsStats(op);
     if (in_.size() < base || in_.size() > base + (saves ? 3 : 1))
       return fail("expects ", base, " inputs, or ", base + 1, " with the document positions",
                   saves ? ", " + std::to_string(base + 2) +
@@ -189,9 +188,7 @@ private:
                               std::to_string(base + 3) + " with both"
                         : std::string(),
                   "; has ", in_.size());
-    const bool forward = op == kernels::OpKind::CausalAttention ||
-                         op == kernels::OpKind::CausalAttentionQkv;
-    if (forward && out_.size() != 1 && out_.size() != 2)
+    if (kernels::attentionReturnsStats(op) && out_.size() != 1 && out_.size() != 2)
       return fail("expects 1 output, or 2 with the row statistics, has ", out_.size());
     return Status::ok();
   }
@@ -199,7 +196,7 @@ private:
   /// optional second output, a gradient's input after the saved result.
   int32_t attentionStats() const {
     const auto op = static_cast<kernels::OpKind>(inst_.op());
-    if (op == kernels::OpKind::CausalAttention || op == kernels::OpKind::CausalAttentionQkv)
+    if (kernels::attentionReturnsStats(op))
       return out_.size() == 2 ? out_[1] : -1;
     if (!kernels::hasSavedAttentionStats(op, in_.size()))
       return -1;
@@ -209,8 +206,7 @@ private:
   /// saved result, of the forward's result shape `result`.
   Status attentionStatsShapes(int64_t batch, int64_t heads, int64_t seq, const Shape &result) {
     const auto op = static_cast<kernels::OpKind>(inst_.op());
-    const bool forward =
-        op == kernels::OpKind::CausalAttention || op == kernels::OpKind::CausalAttentionQkv;
+    const bool forward = kernels::attentionReturnsStats(op);
     const int32_t stats = attentionStats();
     if (stats < 0)
       return Status::ok();
@@ -489,9 +485,8 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(dtypes({positionsInput()}, {}, attentionStats()));
     PTC_RETURN_IF_ERROR(attentionOperands());
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "result"));
-    if (op == OpCode::RingAttention)
-      return Status::ok();
-    const bool sm = get(attr::Attention::seq_major) == 1;
+    // Ring attention is heads-major (no layout attribute).
+    const bool sm = op != OpCode::RingAttention && get(attr::Attention::seq_major) == 1;
     return attentionStatsShapes(in(0)[0], in(0)[sm ? 2 : 1], in(0)[sm ? 1 : 2], in(0));
   }
   case ShapeRule::AttentionQkv:
@@ -739,9 +734,7 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(out(0), in(0), "query gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(1), in(1), "key gradient"));
     PTC_RETURN_IF_ERROR(expectShape(out(2), in(1), "value gradient"));
-    if (op == OpCode::RingAttentionGrad)
-      return Status::ok();
-    const bool sm = get(attr::Attention::seq_major) == 1;
+    const bool sm = op != OpCode::RingAttentionGrad && get(attr::Attention::seq_major) == 1;
     return attentionStatsShapes(in(0)[0], in(0)[sm ? 2 : 1], in(0)[sm ? 1 : 2], in(0));
   }
   case ShapeRule::EmbeddingGrad: {

@@ -208,6 +208,48 @@ TEST(PlanLoader, ChecksSavedAttentionStatistics) {
       << outputs;
 }
 
+// Ring attention (context parallelism) returns and reads the statistics like
+// the causal attention ops: the forward's optional second output, f32 [batch,
+// heads, block]; the gradient's two inputs after the incoming gradient,
+// before the document positions.
+TEST(PlanLoader, ChecksRingAttentionStatistics) {
+  std::vector<TensorDesc> tensors = {{"q", plan::TensorKind::Input, {1, 2, 4, 8}},
+                                     {"lse", plan::TensorKind::Temporary, {1, 2, 4}, 256},
+                                     {"o", plan::TensorKind::Temporary, {1, 2, 4, 8}, 0},
+                                     {"g", plan::TensorKind::Input, {1, 2, 4, 8}},
+                                     {"dq", plan::TensorKind::Temporary, {1, 2, 4, 8}, 512},
+                                     {"dk", plan::TensorKind::Temporary, {1, 2, 4, 8}, 768},
+                                     {"dv", plan::TensorKind::Temporary, {1, 2, 4, 8}, 1024},
+                                     {"positions", plan::TensorKind::Input, {1, 4}, -1,
+                                      plan::DType::I32},
+                                     {"swapped", plan::TensorKind::Temporary, {1, 4, 2}, 1280}};
+  using plan::OpCode;
+  auto load = [&](std::vector<int32_t> fwdOut, std::vector<int32_t> gradIn) {
+    return loadError(buildPlan(tensors,
+                               {{OpCode::RingAttention, {0, 0, 0}, fwdOut, {0}, {0.35}},
+                                {OpCode::RingAttentionGrad, gradIn, {4, 5, 6}, {0}, {0.35}}},
+                               2048, plan::kFormatVersion, {{"cp", 2}}));
+  };
+  EXPECT_EQ(load({2}, {0, 0, 0, 3}), "");
+  EXPECT_EQ(load({2, 1}, {0, 0, 0, 3, 2, 1}), "");
+  EXPECT_EQ(load({2, 1}, {0, 0, 0, 3, 2, 1, 7}), ""); // and the document positions
+  std::string shape = load({2, 8}, {0, 0, 0, 3});
+  EXPECT_NE(shape.find("row statistics has shape 1x4x2, expected 1x2x4"), std::string::npos)
+      << shape;
+  std::string saved = load({2, 1}, {0, 0, 0, 3, 2, 8});
+  EXPECT_NE(saved.find("row statistics has shape 1x4x2, expected 1x2x4"), std::string::npos)
+      << saved;
+  std::string count = load({2, 1}, {0, 0, 0, 3, 2, 1, 7, 7});
+  EXPECT_NE(count.find("expects 4 inputs, or 5 with the document positions, 6 with the forward's "
+                       "saved result and row statistics, 7 with both; has 8"),
+            std::string::npos)
+      << count;
+  std::string outputs = load({2, 1, 1}, {0, 0, 0, 3});
+  EXPECT_NE(outputs.find("expects 1 output, or 2 with the row statistics, has 3"),
+            std::string::npos)
+      << outputs;
+}
+
 // CausalAttentionQkv reads [batch, seq, (heads + 2 kv_heads) * head_dim]
 // (here 2 query heads over 1 kv head of 8: 32 columns) and gives [batch, seq,
 // heads, head_dim]; its gradient maps (qkv, result gradient) to qkv's shape.

@@ -233,6 +233,35 @@ func.func @attention_qkv_saved_stats(%qkv: tensor<2x16x96xbf16>, %g: tensor<2x16
 
 // -----
 
+func.func @attention_stats_without_result(%q: tensor<2x4x16x8xf32>, %lse: tensor<2x4x16xf32>) -> tensor<2x4x16x8xf32> {
+  // A gradient reads the statistics with the forward's result, never alone.
+  // expected-error @+1 {{'ptc.causal_attention_grad' op takes the forward's saved result and row statistics together}}
+  %dq, %dk, %dv = "ptc.causal_attention_grad"(%q, %q, %q, %q, %lse) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 1, 0>}> : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return %dq : tensor<2x4x16x8xf32>
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["cp"], shape = array<i64: 2>}} {
+  func.func @ring_stats_shape(%q: tensor<2x4x8x16xf32>) -> tensor<2x8x4xf32> {
+    // expected-error @+1 {{'ptc.ring_attention' op expects row statistics of shape [batch, heads, seq] = [2, 4, 8], got 2x8x4}}
+    %o, %lse = ptc.ring_attention %q, %q, %q {axes = ["cp"], scale = 0.25 : f64} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> stats tensor<2x8x4xf32>
+    return %lse : tensor<2x8x4xf32>
+  }
+}
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["cp"], shape = array<i64: 2>}} {
+  func.func @ring_saved_result(%q: tensor<2x4x8x16xbf16>, %o: tensor<2x4x8x16xf32>, %lse: tensor<2x4x8xf32>) -> tensor<2x4x8x16xbf16> {
+    // expected-error @+1 {{'ptc.ring_attention_grad' op expects the saved result to be the forward result 'tensor<2x4x8x16xbf16>' or a reshape of it, got 'tensor<2x4x8x16xf32>'}}
+    %dq, %dk, %dv = ptc.ring_attention_grad %q, %q, %q, %q saved(%o, %lse : tensor<2x4x8x16xf32>, tensor<2x4x8xf32>) {axes = ["cp"], scale = 0.25 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>
+    return %dq : tensor<2x4x8x16xbf16>
+  }
+}
+
+// -----
+
 func.func @embedding_table(%t: tensor<256xf32>, %ids: tensor<8xi32>) -> tensor<8x1xf32> {
   // expected-error @+1 {{'ptc.embedding' op table must have rank 2 ([rows, dim]), got rank 1}}
   %0 = ptc.embedding %t, %ids : tensor<256xf32>, tensor<8xi32> -> tensor<8x1xf32>

@@ -63,3 +63,21 @@ func.func @reshape_after(%qkv: tensor<2x8x48xf32>, %g: tensor<2x8x4x4xf32>) -> (
   %r = ptc.reshape %o : tensor<2x8x4x4xf32> -> tensor<2x8x16xf32>
   return %r, %d : tensor<2x8x16xf32>, tensor<2x8x48xf32>
 }
+
+// -----
+
+// Ring attention (context parallelism): the forward returns its rows'
+// log-sum-exp over the ring, the gradient of the same blocks, axis, scale and
+// positions reads them with the result; one of another scale is left alone.
+// CHECK-LABEL: func.func @ring
+// CHECK: %[[O:.+]], %[[LSE:.+]] = ptc.ring_attention %arg0, %arg1, %arg2 positions(%arg4 : tensor<2x8xi32>) {axes = ["cp"], scale = 2.500000e-01 : f64} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32> stats tensor<2x4x8xf32>
+// CHECK: ptc.ring_attention_grad %arg0, %arg1, %arg2, %arg3 saved(%[[O]], %[[LSE]] : tensor<2x4x8x16xf32>, tensor<2x4x8xf32>) positions(%arg4 : tensor<2x8xi32>) {axes = ["cp"], scale = 2.500000e-01 : f64}
+// CHECK: ptc.ring_attention_grad %arg0, %arg1, %arg2, %arg3 positions(%arg4 : tensor<2x8xi32>) {axes = ["cp"], scale = 5.000000e-01 : f64}
+module attributes {ptc.mesh = {axes = ["cp"], shape = array<i64: 2>}} {
+  func.func @ring(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2x2x8x16xf32>, %g: tensor<2x4x8x16xf32>, %pos: tensor<2x8xi32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) {
+    %o = ptc.ring_attention %q, %k, %v positions(%pos : tensor<2x8xi32>) {axes = ["cp"], scale = 0.25 : f64} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    %dq, %dk, %dv = ptc.ring_attention_grad %q, %k, %v, %g positions(%pos : tensor<2x8xi32>) {axes = ["cp"], scale = 0.25 : f64} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    %dq2, %dk2, %dv2 = ptc.ring_attention_grad %q, %k, %v, %g positions(%pos : tensor<2x8xi32>) {axes = ["cp"], scale = 0.5 : f64} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>
+    return %o, %dq, %dq2 : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>
+  }
+}
