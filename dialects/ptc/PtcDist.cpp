@@ -386,14 +386,14 @@ LogicalResult VocabParallelCrossEntropyOp::verify() {
   if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
     return failure();
   return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(), getType(),
-                                "result");
+                                "result", /*f32OverNarrowLogits=*/true);
 }
 
 LogicalResult VocabParallelCrossEntropyGradOp::verify() {
   if (failed(resolveAxes(*this, getAxes(), /*single=*/true)))
     return failure();
   return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
-                                getGrad().getType(), "grad");
+                                getGrad().getType(), "grad", /*f32OverNarrowLogits=*/true);
 }
 
 /// The mesh axis of a vocabulary-parallel table must exist.

@@ -54,29 +54,6 @@ static KernelResult embeddingGrad(const int32_t *ids, int64_t count, const float
   return KernelResult::ok();
 }
 
-void rowMax(const float *logits, int64_t rows, int64_t classes, float *out) {
-#pragma omp parallel for if (rows * classes > 16384)
-  for (int64_t r = 0; r < rows; ++r)
-    out[r] = maxOf(logits + r * classes, classes);
-}
-
-void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out) {
-#pragma omp parallel for if (rows * classes > 16384)
-  for (int64_t r = 0; r < rows; ++r)
-    out[r] = sumExpShifted(logits + r * classes, classes, max[r]);
-}
-
-KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                   int64_t offset, int64_t totalClasses, float *out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    if (targets[r] < 0 || targets[r] >= totalClasses)
-      return badId("target", targets[r], r, totalClasses);
-    int64_t c = static_cast<int64_t>(targets[r]) - offset;
-    out[r] = c >= 0 && c < classes ? logits[r * classes + c] : 0.0f;
-  }
-  return KernelResult::ok();
-}
-
 namespace {
 /// Row `r` of `logits` as f32: the row itself, or (bf16 storage, `T` =
 /// uint16_t) widened into `buffer` (exact).
@@ -180,6 +157,101 @@ KernelResult crossEntropyGradOf(const T *logits, const int32_t *targets, const f
   return KernelResult::ok();
 }
 
+// The vocabulary-parallel cross-entropy's pieces over this device's block of
+// classes [offset, offset + classes) of `totalClasses`, on f32 or bf16
+// logits (each row widened once, exact: the f32 pieces' numbers).
+template <typename T> void rowMax(const T *logits, int64_t rows, int64_t classes, float *out) {
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    static thread_local std::vector<float> widened;
+    out[r] = maxOf(f32Row(logits, r, classes, widened), classes);
+  }
+}
+
+template <typename T>
+void rowSumExp(const T *logits, int64_t rows, int64_t classes, const float *max, float *out) {
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    static thread_local std::vector<float> widened;
+    out[r] = sumExpShifted(f32Row(logits, r, classes, widened), classes, max[r]);
+  }
+}
+
+/// Each row's target logit, 0 where another device holds it.
+template <typename T>
+KernelResult targetLogit(const T *logits, const int32_t *targets, int64_t rows, int64_t classes,
+                         int64_t offset, int64_t totalClasses, float *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] < 0 || targets[r] >= totalClasses)
+      return badId("target", targets[r], r, totalClasses);
+    int64_t c = static_cast<int64_t>(targets[r]) - offset;
+    float x = 0.0f;
+    if (c >= 0 && c < classes) {
+      if constexpr (std::is_same_v<T, float>)
+        x = logits[r * classes + c];
+      else
+        x = bf16ToF32(logits[r * classes + c]);
+    }
+    out[r] = x;
+  }
+  return KernelResult::ok();
+}
+
+/// `g * (softmax - onehot) / rows` of the block, the softmax from the group's
+/// row maxima and sums; bf16 computed in f32 and rounded once.
+template <typename T>
+KernelResult vocabParallelGrad(const T *logits, const int32_t *targets, float g, const float *max,
+                               const float *sumExp, int64_t rows, int64_t classes, int64_t offset,
+                               int64_t totalClasses, T *out) {
+  if (KernelResult r = checkTargets(targets, rows, totalClasses); !r.isOk())
+    return r;
+  const float scale = g / static_cast<float>(rows);
+#pragma omp parallel for if (rows * classes > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    static thread_local std::vector<float> widened, computed;
+    const float *x = f32Row(logits, r, classes, widened);
+    float *o;
+    if constexpr (std::is_same_v<T, float>) {
+      o = out + r * classes;
+    } else {
+      computed.resize(static_cast<size_t>(classes));
+      o = computed.data();
+    }
+    const float inv = scale / sumExp[r];
+    for (int64_t k = 0; k < classes; ++k)
+      o[k] = std::exp(x[k] - max[r]) * inv;
+    const int64_t local = static_cast<int64_t>(targets[r]) - offset;
+    if (local >= 0 && local < classes)
+      o[local] -= scale;
+    if constexpr (!std::is_same_v<T, float>) {
+#pragma omp simd
+      for (int64_t k = 0; k < classes; ++k)
+        out[r * classes + k] = f32ToBf16(o[k]);
+    }
+  }
+  return KernelResult::ok();
+}
+
+/// The pieces' types: f32 or bf16 logits (input 0), and VocabParallelGrad's
+/// gradient (output 0) in their type; the rest f32 (and i32 targets).
+bool vocabPieceTypes(const KernelCall &c) {
+  const DType logits = c.input(0).dtype;
+  if (logits != DType::F32 && logits != DType::BF16)
+    return false;
+  for (size_t i = 1; i < c.numInputs; ++i)
+    if (c.input(i).dtype != (c.op != OpKind::RowSumExp && i == 1 ? DType::I32 : DType::F32))
+      return false;
+  const DType out = c.op == OpKind::VocabParallelGrad ? logits : DType::F32;
+  return c.numOutputs == 1 && c.output(0).dtype == out;
+}
+
+/// Calls `fn` with the logits (input 0) as `const T *` for their storage.
+template <typename Fn> KernelResult withLogits(const KernelCall &c, Fn fn) {
+  if (c.input(0).dtype == DType::BF16)
+    return fn(static_cast<const uint16_t *>(c.input(0).data));
+  return fn(c.input(0).f32());
+}
+
 /// The loss's types computed natively: f32 or bf16 logits, i32 targets, an
 /// f32 scalar (the loss, or its gradient), the gradient in the logits' type.
 /// (A bf16 loss over bf16 logits is widened by the executor.)
@@ -201,21 +273,35 @@ KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t r
 
 void addEmbeddingAndLossKernels(KernelTable &t) {
   // The vocabulary-parallel cross-entropy's pieces (kernel_call.h).
-  t.add(OpKind::RowMax, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rowMax(x.f32(), x.rows(), x.dim(-1), c.output(0).f32());
-    return KernelResult::ok();
-  });
-  t.add(OpKind::RowSumExp, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rowSumExp(x.f32(), x.rows(), x.dim(-1), c.input(1).f32(), c.output(0).f32());
-    return KernelResult::ok();
-  });
-  t.add(OpKind::TargetLogit, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    return targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.attr(attr::ClassBlock::first_class),
-                       c.attr(attr::ClassBlock::classes), c.output(0).f32());
-  });
+  t.add(
+      OpKind::RowMax,
+      [](const KernelCall &c) {
+        return withLogits(c, [&](const auto *x) {
+          rowMax(x, c.input(0).rows(), c.input(0).dim(-1), c.output(0).f32());
+          return KernelResult::ok();
+        });
+      },
+      vocabPieceTypes);
+  t.add(
+      OpKind::RowSumExp,
+      [](const KernelCall &c) {
+        return withLogits(c, [&](const auto *x) {
+          rowSumExp(x, c.input(0).rows(), c.input(0).dim(-1), c.input(1).f32(),
+                    c.output(0).f32());
+          return KernelResult::ok();
+        });
+      },
+      vocabPieceTypes);
+  t.add(
+      OpKind::TargetLogit,
+      [](const KernelCall &c) {
+        return withLogits(c, [&](const auto *x) {
+          return targetLogit(x, c.input(1).i32(), c.input(0).rows(), c.input(0).dim(-1),
+                             c.attr(attr::ClassBlock::first_class),
+                             c.attr(attr::ClassBlock::classes), c.output(0).f32());
+        });
+      },
+      vocabPieceTypes);
   t.add(OpKind::LossFromParts, [](const KernelCall &c) {
     const float *max = c.input(0).f32(), *sumExp = c.input(1).f32(), *target = c.input(2).f32();
     const int64_t rows = c.input(0).elements;
@@ -225,27 +311,19 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
     *c.output(0).f32() = static_cast<float>(sum / static_cast<double>(rows));
     return KernelResult::ok();
   });
-  t.add(OpKind::VocabParallelGrad, [](const KernelCall &c) {
-    const TensorView &logits = c.input(0);
-    const float *x = logits.f32(), *max = c.input(3).f32(), *sumExp = c.input(4).f32();
-    const int32_t *targets = c.input(1).i32();
-    const int64_t rows = logits.rows(), classes = logits.dim(-1);
-    const int64_t offset = c.attr(attr::ClassBlock::first_class),
-                  total = c.attr(attr::ClassBlock::classes);
-    float *out = c.output(0).f32();
-    const float scale = *c.input(2).f32() / static_cast<float>(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (targets[r] < 0 || targets[r] >= total)
-        return badId("target", targets[r], r, total);
-      const float inv = scale / sumExp[r];
-      for (int64_t k = 0; k < classes; ++k)
-        out[r * classes + k] = std::exp(x[r * classes + k] - max[r]) * inv;
-      const int64_t local = static_cast<int64_t>(targets[r]) - offset;
-      if (local >= 0 && local < classes)
-        out[r * classes + local] -= scale;
-    }
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::VocabParallelGrad,
+      [](const KernelCall &c) {
+        return withLogits(c, [&](const auto *x) {
+          using T = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+          return vocabParallelGrad(x, c.input(1).i32(), *c.input(2).f32(), c.input(3).f32(),
+                                   c.input(4).f32(), c.input(0).rows(), c.input(0).dim(-1),
+                                   c.attr(attr::ClassBlock::first_class),
+                                   c.attr(attr::ClassBlock::classes),
+                                   static_cast<T *>(c.output(0).data));
+        });
+      },
+      vocabPieceTypes);
   // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
   t.add(OpKind::Embedding, [](const KernelCall &c) {
     const TensorView &table = c.input(0), &ids = c.input(1);

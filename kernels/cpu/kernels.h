@@ -177,14 +177,6 @@ void causalAttentionGrad(const uint16_t *q, const uint16_t *k, const uint16_t *v
                          int64_t qkvStride = 0, const int32_t *positions = nullptr,
                          const uint16_t *out = nullptr, const float *lse = nullptr);
 
-/// Pieces of the vocabulary-parallel cross-entropy (classes [offset, offset +
-/// classes) of `totalClasses` on this device): row maxima, row sums of
-/// exp(x - max), and the target logit (0 where another device holds it).
-void rowMax(const float *logits, int64_t rows, int64_t classes, float *out);
-void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out);
-KernelResult targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                   int64_t offset, int64_t totalClasses, float *out);
-
 /// Mean cross-entropy over `rows` rows of `classes` logits.
 KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
                     float *loss);

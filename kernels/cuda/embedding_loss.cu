@@ -101,27 +101,29 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *targets, 
     o[c] = fromFloat<T>(expf(toFloat(row[c]) - m) * inv - (c == t ? scale : 0.0f));
 }
 
-__global__ void rowMaxKernel(const float *x, int64_t cols, float *out) {
-  const float *row = x + blockIdx.x * cols;
+template <typename T> __global__ void rowMaxKernel(const T *x, int64_t cols, float *out) {
+  const T *row = x + blockIdx.x * cols;
   float m = -INFINITY;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    m = fmaxf(m, row[c]);
+    m = fmaxf(m, toFloat(row[c]));
   m = blockMax(m);
   if (threadIdx.x == 0)
     out[blockIdx.x] = m;
 }
 
-__global__ void rowSumExpKernel(const float *x, int64_t cols, const float *max, float *out) {
-  const float *row = x + blockIdx.x * cols;
+template <typename T>
+__global__ void rowSumExpKernel(const T *x, int64_t cols, const float *max, float *out) {
+  const T *row = x + blockIdx.x * cols;
   float s = 0.0f, m = max[blockIdx.x];
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    s += expf(row[c] - m);
+    s += expf(toFloat(row[c]) - m);
   s = blockSum(s);
   if (threadIdx.x == 0)
     out[blockIdx.x] = s;
 }
 
-__global__ void targetLogitKernel(const float *x, const int32_t *targets, int64_t rows,
+template <typename T>
+__global__ void targetLogitKernel(const T *x, const int32_t *targets, int64_t rows,
                                   int64_t classes, int64_t offset, int64_t total, float *out,
                                   ErrorRecord *err) {
   PTC_GRID_LOOP(r, rows) {
@@ -129,7 +131,7 @@ __global__ void targetLogitKernel(const float *x, const int32_t *targets, int64_
     if (t < 0 || t >= total)
       recordError(err, kBadTarget, t, r, total);
     int64_t c = t - offset;
-    out[r] = c >= 0 && c < classes ? x[r * classes + c] : 0.0f;
+    out[r] = c >= 0 && c < classes ? toFloat(x[r * classes + c]) : 0.0f;
   }
 }
 
@@ -143,10 +145,11 @@ __global__ void lossFromPartsKernel(const float *max, const float *sum, const fl
     *loss = s / static_cast<float>(rows);
 }
 
-__global__ void vocabParallelGradKernel(const float *x, const int32_t *targets, const float *g,
+template <typename T>
+__global__ void vocabParallelGradKernel(const T *x, const int32_t *targets, const float *g,
                                         const float *max, const float *sum, int64_t rows,
-                                        int64_t classes, int64_t offset, int64_t total,
-                                        float *out, ErrorRecord *err) {
+                                        int64_t classes, int64_t offset, int64_t total, T *out,
+                                        ErrorRecord *err) {
   int64_t r = blockIdx.x;
   int64_t t = targets[r];
   if (threadIdx.x == 0 && (t < 0 || t >= total))
@@ -154,7 +157,8 @@ __global__ void vocabParallelGradKernel(const float *x, const int32_t *targets, 
   float scale = *g / static_cast<float>(rows), inv = scale / sum[r], m = max[r];
   int64_t local = t - offset;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    out[r * classes + c] = expf(x[r * classes + c] - m) * inv - (c == local ? scale : 0.0f);
+    out[r * classes + c] =
+        fromFloat<T>(expf(toFloat(x[r * classes + c]) - m) * inv - (c == local ? scale : 0.0f));
 }
 
 } // namespace
@@ -264,72 +268,119 @@ bool crossEntropyTypes(const KernelCall &c) {
          (!grad || c.output(0).dtype == logits) &&
          (c.numOutputs < 2 || c.output(1).dtype == DType::F32);
 }
-} // namespace
 
-void rowMax(const float *logits, int64_t rows, int64_t classes, float *out, void *stream) {
+template <typename T>
+void rowMax(const T *logits, int64_t rows, int64_t classes, float *out, void *stream) {
   if (rows > 0)
     rowMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(logits, classes, out);
 }
 
-void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out,
+template <typename T>
+void rowSumExp(const T *logits, int64_t rows, int64_t classes, const float *max, float *out,
                void *stream) {
   if (rows > 0)
     rowSumExpKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(logits, classes, max,
                                                                              out);
 }
 
-void targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
+template <typename T>
+void targetLogit(const T *logits, const int32_t *targets, int64_t rows, int64_t classes,
                  int64_t offset, int64_t total, float *out, ErrorRecord *err, void *stream) {
   targetLogitKernel<<<gridFor(rows), kThreads, 0, S(stream)>>>(logits, targets, rows, classes,
                                                                offset, total, out, err);
 }
+
+template <typename T>
+void vocabParallelGrad(const T *logits, const int32_t *targets, const float *g, const float *max,
+                       const float *sumExp, int64_t rows, int64_t classes, int64_t offset,
+                       int64_t total, T *out, ErrorRecord *err, void *stream) {
+  if (rows > 0)
+    vocabParallelGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
+        logits, targets, g, max, sumExp, rows, classes, offset, total, out, err);
+}
+
+/// The vocabulary-parallel pieces' types: f32, bf16 or f16 logits (input 0)
+/// and VocabParallelGrad's gradient (output 0) in their type; the rest f32
+/// (and i32 targets).
+bool vocabPieceTypes(const KernelCall &c) {
+  const DType logits = c.input(0).dtype;
+  if (logits == DType::I32)
+    return false;
+  for (size_t i = 1; i < c.numInputs; ++i)
+    if (c.input(i).dtype != (c.op != OpKind::RowSumExp && i == 1 ? DType::I32 : DType::F32))
+      return false;
+  const DType out = c.op == OpKind::VocabParallelGrad ? logits : DType::F32;
+  return c.numOutputs == 1 && c.output(0).dtype == out;
+}
+} // namespace
 
 void lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
                    float *loss, void *stream) {
   lossFromPartsKernel<<<1, 1024, 0, S(stream)>>>(max, sumExp, target, rows, loss);
 }
 
-void vocabParallelGrad(const float *logits, const int32_t *targets, const float *g,
-                       const float *max, const float *sumExp, int64_t rows, int64_t classes,
-                       int64_t offset, int64_t total, float *out, ErrorRecord *err,
-                       void *stream) {
-  if (rows > 0)
-    vocabParallelGradKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(
-        logits, targets, g, max, sumExp, rows, classes, offset, total, out, err);
-}
-
 void addEmbeddingAndLossKernels(KernelTable &t) {
   // The vocabulary-parallel cross-entropy's pieces (kernel_call.h).
-  t.add(OpKind::RowMax, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rowMax(x.f32(), x.rows(), x.dim(-1), c.output(0).f32(), streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::RowSumExp, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    rowSumExp(x.f32(), x.rows(), x.dim(-1), c.input(1).f32(), c.output(0).f32(), streamOf(c));
-    return KernelResult::ok();
-  });
-  t.add(OpKind::TargetLogit, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    targetLogit(x.f32(), c.input(1).i32(), x.rows(), x.dim(-1), c.attr(attr::ClassBlock::first_class),
-                c.attr(attr::ClassBlock::classes),
-                c.output(0).f32(), context(c).err, streamOf(c));
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::RowMax,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        withFloatType(x.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          rowMax(inputAs<T>(c, 0), x.rows(), x.dim(-1), c.output(0).f32(), streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      vocabPieceTypes);
+  t.add(
+      OpKind::RowSumExp,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        withFloatType(x.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          rowSumExp(inputAs<T>(c, 0), x.rows(), x.dim(-1), c.input(1).f32(), c.output(0).f32(),
+                    streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      vocabPieceTypes);
+  t.add(
+      OpKind::TargetLogit,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        withFloatType(x.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          targetLogit(inputAs<T>(c, 0), c.input(1).i32(), x.rows(), x.dim(-1),
+                      c.attr(attr::ClassBlock::first_class), c.attr(attr::ClassBlock::classes),
+                      c.output(0).f32(), context(c).err, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      vocabPieceTypes);
   t.add(OpKind::LossFromParts, [](const KernelCall &c) {
     lossFromParts(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(0).elements,
                   c.output(0).f32(), streamOf(c));
     return KernelResult::ok();
   });
-  t.add(OpKind::VocabParallelGrad, [](const KernelCall &c) {
-    const TensorView &x = c.input(0);
-    vocabParallelGrad(x.f32(), c.input(1).i32(), c.input(2).f32(), c.input(3).f32(),
-                      c.input(4).f32(), x.rows(), x.dim(-1), c.attr(attr::ClassBlock::first_class),
-                c.attr(attr::ClassBlock::classes),
-                      c.output(0).f32(), context(c).err, streamOf(c));
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::VocabParallelGrad,
+      [](const KernelCall &c) {
+        const TensorView &x = c.input(0);
+        withFloatType(x.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          vocabParallelGrad(inputAs<T>(c, 0), c.input(1).i32(), c.input(2).f32(),
+                            c.input(3).f32(), c.input(4).f32(), x.rows(), x.dim(-1),
+                            c.attr(attr::ClassBlock::first_class),
+                            c.attr(attr::ClassBlock::classes), outputAs<T>(c, 0),
+                            context(c).err, streamOf(c));
+          return 0;
+        });
+        return KernelResult::ok();
+      },
+      vocabPieceTypes);
   // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.
   // The table and the rows in f32, bf16 or f16 (one type), i32 ids.
   t.add(

@@ -94,17 +94,10 @@ void attentionBlockGrad(const float *q, const float *k, const float *v, const fl
                         int64_t kvHeads, int64_t sq, int64_t keys, int64_t dim, float scale,
                         bool causal, float *dq, float *dk, float *dv, void *stream,
                         const int32_t *firstKey = nullptr);
-void rowMax(const float *logits, int64_t rows, int64_t classes, float *out, void *stream);
-void rowSumExp(const float *logits, int64_t rows, int64_t classes, const float *max, float *out,
-               void *stream);
-void targetLogit(const float *logits, const int32_t *targets, int64_t rows, int64_t classes,
-                 int64_t offset, int64_t total, float *out, ErrorRecord *err, void *stream);
+/// The vocabulary-parallel loss's mean from its rows' parts (the other pieces,
+/// on f32, bf16 or f16 logits, are kernel-table entries only).
 void lossFromParts(const float *max, const float *sumExp, const float *target, int64_t rows,
                    float *loss, void *stream);
-void vocabParallelGrad(const float *logits, const int32_t *targets, const float *g,
-                       const float *max, const float *sumExp, int64_t rows, int64_t classes,
-                       int64_t offset, int64_t total, float *out, ErrorRecord *err,
-                       void *stream);
 
 // ---- Layout -------------------------------------------------------------------
 /// Copies the box `box` at `srcOffsets` of `src` to `dstOffsets` of `dst`.

@@ -204,7 +204,9 @@ def FuseLossWideningPass : Pass<"ptc-fuse-loss-widening", "::mlir::func::FuncOp"
     widened logits and the f32 gradient go: at GPT-2's 50257 classes they are
     the step's two largest tensors (1.6 GB each at 8 x 1024 tokens), and the
     step no longer writes and reads them. The vocabulary-parallel
-    cross-entropy (tensor parallelism over the classes) keeps its f32 logits.
+    cross-entropy (`ptc.vocab_parallel_cross_entropy[_grad]`: tensor
+    parallelism over the classes) likewise reads each rank's block of
+    low-precision logits and writes its gradient in their type.
 
     Input:
     ```mlir

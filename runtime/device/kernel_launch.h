@@ -34,6 +34,15 @@ public:
     return *this;
   }
 
+  /// Whether `device` has an entry for the op that accepts the views' element
+  /// types.
+  bool acceptedBy(Device &device) const {
+    std::vector<kernels::TensorView> in = views(inputs_), out = views(outputs_);
+    const kernels::KernelEntry &entry = device.kernelTable()[op_];
+    return entry.run &&
+           entry.accepts(kernels::makeKernelCall(op_, in, out, attrs_.ints(), attrs_.floats()));
+  }
+
   /// Runs the call with `device`'s entry for the op, which must have one and
   /// accept the views' element types.
   Status launch(Device &device) {

@@ -244,26 +244,32 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   // Row maxima, sums and target logits: three rows-long device vectors.
   PTC_RETURN_IF_ERROR(rowScratch_.reserve(3 * rows * 4));
   float *mx = static_cast<float *>(rowScratch_.data()), *sum = mx + rows, *target = sum + rows;
-  const float *x = f32(in[0]);
+  // The logits (and the gradient) in their storage type, or f32 copies of
+  // them (runWidened) where the pieces do not take it.
+  const void *x = data(in[0]);
+  const kernels::DType type = widening_ ? kernels::DType::F32
+                                        : static_cast<kernels::DType>(logits.dtype);
   const int32_t *t = i32(in[1]);
   Device &d = *dev_;
   const Shape rowsShape{rows};
   const kernels::DType i32 = kernels::DType::I32;
-  PTC_RETURN_IF_ERROR(
-      KernelLaunch(kernels::OpKind::RowMax).in(x, logits.shape).out(mx, rowsShape).launch(d));
+  PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::RowMax)
+                          .in(x, logits.shape, type)
+                          .out(mx, rowsShape)
+                          .launch(d));
   if (comm_)
     PTC_RETURN_IF_ERROR(allReduceSmall(mx, rows, {axis}, /*max=*/true, what));
   PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::RowSumExp)
-                          .in(x, logits.shape)
+                          .in(x, logits.shape, type)
                           .in(mx, rowsShape)
                           .out(sum, rowsShape)
                           .launch(d));
   if (comm_)
     PTC_RETURN_IF_ERROR(allReduceSmall(sum, rows, {axis}, /*max=*/false, what));
-  float *out = f32((outputsOf(inst))[0]);
+  void *out = data(outputsOf(inst)[0]);
   if (inst.op() == OpCode::VocabParallelCrossEntropy) {
     PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::TargetLogit)
-                            .in(x, logits.shape)
+                            .in(x, logits.shape, type)
                             .in(t, rowsShape, i32)
                             .out(target, rowsShape)
                             .set(kernels::attr::ClassBlock::first_class, offset)
@@ -279,15 +285,53 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
         .launch(d);
   }
   return KernelLaunch(kernels::OpKind::VocabParallelGrad)
-      .in(x, logits.shape)
+      .in(x, logits.shape, type)
       .in(t, rowsShape, i32)
       .in(f32(in[2]), {1})
       .in(mx, rowsShape)
       .in(sum, rowsShape)
-      .out(out, logits.shape)
+      .out(out, logits.shape, type)
       .set(kernels::attr::ClassBlock::first_class, offset)
       .set(kernels::attr::ClassBlock::classes, total)
       .launch(d);
+}
+
+bool Executor::vocabLossNative(const plan::Instruction &inst) {
+  const auto &in = inputsOf(inst);
+  const auto &out = outputsOf(inst);
+  const TensorInfo &logits = plan_->tensor(in[0]);
+  const auto type = static_cast<kernels::DType>(logits.dtype);
+  if (!kernels::isLowPrecision(type))
+    return false;
+  const bool grad = inst.op() == OpCode::VocabParallelCrossEntropyGrad;
+  // The loss, or the loss's gradient: f32 (a 16-bit one is widened).
+  if (plan_->tensor(grad ? in[2] : out[0]).dtype != plan::DType::F32)
+    return false;
+  const int64_t classes = logits.shape.back(), rows = logits.numElements / classes;
+  const Shape rowsShape{rows};
+  // Probes (no data): the pieces' entries for the logits' type.
+  return KernelLaunch(kernels::OpKind::RowMax)
+             .in(nullptr, logits.shape, type)
+             .out(nullptr, rowsShape)
+             .acceptedBy(*dev_) &&
+         KernelLaunch(kernels::OpKind::RowSumExp)
+             .in(nullptr, logits.shape, type)
+             .in(nullptr, rowsShape)
+             .out(nullptr, rowsShape)
+             .acceptedBy(*dev_) &&
+         (grad ? KernelLaunch(kernels::OpKind::VocabParallelGrad)
+                     .in(nullptr, logits.shape, type)
+                     .in(nullptr, rowsShape, kernels::DType::I32)
+                     .in(nullptr, {1})
+                     .in(nullptr, rowsShape)
+                     .in(nullptr, rowsShape)
+                     .out(nullptr, logits.shape, type)
+                     .acceptedBy(*dev_)
+               : KernelLaunch(kernels::OpKind::TargetLogit)
+                     .in(nullptr, logits.shape, type)
+                     .in(nullptr, rowsShape, kernels::DType::I32)
+                     .out(nullptr, rowsShape)
+                     .acceptedBy(*dev_));
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {

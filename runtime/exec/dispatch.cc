@@ -213,7 +213,10 @@ Status Executor::runKernel(const plan::Instruction &inst) {
       PTC_RETURN_IF_ERROR(runWidened(inst, [&] { return d.launch(call()); }));
     return reduceFlag(inst);
   }
-  if (movesStoredBytes(inst.op()))
+  if (movesStoredBytes(inst.op()) ||
+      ((inst.op() == OpCode::VocabParallelCrossEntropy ||
+        inst.op() == OpCode::VocabParallelCrossEntropyGrad) &&
+       vocabLossNative(inst)))
     return runHostOp(inst);
   return runWidened(inst, [&] { return runHostOp(inst); });
 }

@@ -327,6 +327,10 @@ private:
   DeviceBuffer rowScratch_;
   Status runCollective(const plan::Instruction &inst);
   Status runVocabParallelCrossEntropy(const plan::Instruction &inst);
+  /// Whether the vocabulary-parallel loss (or its gradient) runs on its
+  /// low-precision logits as they are: bf16 / f16 logits, f32 scalars, and the
+  /// device's pieces take the logits' type (else runWidened widens them).
+  bool vocabLossNative(const plan::Instruction &inst);
   /// Ring attention (context parallelism) and its gradient: key/value blocks
   /// passed around the ring of the instruction's mesh axis (see collectives.cc).
   Status runRingAttention(const plan::Instruction &inst);

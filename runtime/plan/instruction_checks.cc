@@ -560,10 +560,10 @@ Status InstructionChecker::check() {
                   ", has ", out_.size());
     if (vocab)
       PTC_RETURN_IF_ERROR(meshAxis(get(attr::VocabAxis::axis), "the classes' mesh axis"));
-    // The whole-vocabulary loss over bf16 / f16 logits may keep its scalar
-    // (the loss, or its gradient) in f32 (ptc-fuse-loss-widening); the fused
-    // one both (the loss is checked apart).
-    PTC_RETURN_IF_ERROR(dtypes({1}, {}, vocab ? -1 : grad ? in_[2] : out_[0], withLoss ? 1 : 0));
+    // The loss over bf16 / f16 logits (whole or vocabulary-parallel) may keep
+    // its scalar (the loss, or its gradient) in f32 (ptc-fuse-loss-widening);
+    // the fused one both (the loss is checked apart).
+    PTC_RETURN_IF_ERROR(dtypes({1}, {}, grad ? in_[2] : out_[0], withLoss ? 1 : 0));
     const Shape &logits = in(0);
     if (auto loss = kernels::shapes::crossEntropy(logits, in(1)); !loss.ok())
       return fail(loss.error);

@@ -1526,6 +1526,42 @@ TEST_F(CudaConformance, CrossEntropyReadsBf16Logits) {
         return out;
       },
       1e-2f);
+  // The vocabulary-parallel pieces on a block of bf16 logits (classes [3001,
+  // 6002) of 6002; half the targets another rank's): the gradient in bf16.
+  compare(
+      [&](Device &d, Mem &m) {
+        const auto bf16 = kernels::DType::BF16;
+        const Shape ls{rows, classes}, r1{rows};
+        uint16_t *x16 = m.zeros<uint16_t>(x.size()), *dx16 = m.zeros<uint16_t>(x.size());
+        OK(d.convertFloat(m.put(x), FloatType::F32, x16, FloatType::BF16, rows * classes));
+        std::vector<int32_t> shifted(t);
+        for (size_t i = 0; i < shifted.size(); i += 2)
+          shifted[i] += static_cast<int32_t>(classes);
+        const int32_t *pt = m.put(shifted);
+        float *mx = m.zeros(rows), *sum = m.zeros(rows), *tl = m.zeros(rows),
+              *dx = m.zeros(rows * classes);
+        const std::vector<int64_t> block{classes, 2 * classes};
+        OK(run(d, kernels::OpKind::RowMax, {{x16, ls, bf16}}, {{mx, r1}}));
+        OK(run(d, kernels::OpKind::RowSumExp, {{x16, ls, bf16}, {mx, r1}}, {{sum, r1}}));
+        OK(run(d, kernels::OpKind::TargetLogit, {{x16, ls, bf16}, ids(pt, r1)}, {{tl, r1}},
+               block));
+        OK(run(d, kernels::OpKind::VocabParallelGrad,
+               {{x16, ls, bf16}, ids(pt, r1), {m.put(std::vector<float>{0.5f}), {1}}, {mx, r1},
+                {sum, r1}},
+               {{dx16, ls, bf16}}, block));
+        OK(d.convertFloat(dx16, FloatType::BF16, dx, FloatType::F32, rows * classes));
+        std::vector<float> out;
+        for (auto [p, k] : {std::pair{mx, rows}, std::pair{sum, rows}, std::pair{tl, rows}}) {
+          auto v = m.get(p, static_cast<size_t>(k));
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        auto grad = m.get(dx, rows * classes);
+        for (float &g : grad)
+          g *= static_cast<float>(rows * 2 * classes);
+        out.insert(out.end(), grad.begin(), grad.end());
+        return out;
+      },
+      1e-2f);
 }
 
 TEST_F(CudaConformance, LayoutOps) {

@@ -1801,6 +1801,62 @@ TEST(Kernels, Bf16CrossEntropyIsWidenedF32RoundedOnce) {
   EXPECT_FALSE(kernelTable()[OpKind::CrossEntropy].accepts(call));
 }
 
+// The vocabulary-parallel loss's pieces on a rank's block of bf16 logits
+// (ptc-fuse-loss-widening under tp): bitwise the f32 pieces on the widened
+// block, the gradient the f32 gradient rounded once; a block of classes
+// [257, 514) of 514, so that some targets are another rank's.
+TEST(Kernels, Bf16VocabParallelPiecesAreWidenedF32RoundedOnce) {
+  using ptc::kernels::DType;
+  using ptc::kernels::OpKind;
+  const int64_t rows = 96, classes = 257, first = 257, total = 514;
+  const Shape ls{2, rows / 2, classes}, rs{rows}, scalar{1};
+  std::vector<uint16_t> l16;
+  auto logits = roundToBf16(randomVector(rows * classes, 23), l16);
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[r] = static_cast<int32_t>((r * 41) % total);
+  ptc::kernels::TensorView t{targets.data(), DType::I32, &rs, rows};
+  const std::vector<int64_t> block{first, total};
+  std::vector<float> mx(rows), mx16(rows), sum(rows), sum16(rows), tl(rows), tl16(rows);
+  ASSERT_TRUE(runKernel(OpKind::RowMax, {view(logits, ls)}, {view(mx, rs)}).isOk());
+  ASSERT_TRUE(runKernel(OpKind::RowMax, {bf(l16, ls)}, {view(mx16, rs)}).isOk());
+  EXPECT_TRUE(mx16 == mx);
+  ASSERT_TRUE(
+      runKernel(OpKind::RowSumExp, {view(logits, ls), view(mx, rs)}, {view(sum, rs)}).isOk());
+  ASSERT_TRUE(
+      runKernel(OpKind::RowSumExp, {bf(l16, ls), view(mx, rs)}, {view(sum16, rs)}).isOk());
+  EXPECT_TRUE(sum16 == sum);
+  ASSERT_TRUE(
+      runKernel(OpKind::TargetLogit, {view(logits, ls), t}, {view(tl, rs)}, block).isOk());
+  ASSERT_TRUE(runKernel(OpKind::TargetLogit, {bf(l16, ls), t}, {view(tl16, rs)}, block).isOk());
+  EXPECT_TRUE(tl16 == tl);
+  int held = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    held += targets[r] >= first;
+  EXPECT_GT(held, 0);
+  EXPECT_LT(held, rows);
+  std::vector<float> seed{0.75f}, g(logits.size());
+  std::vector<uint16_t> g16(logits.size());
+  ASSERT_TRUE(runKernel(OpKind::VocabParallelGrad,
+                        {view(logits, ls), t, view(seed, scalar), view(mx, rs), view(sum, rs)},
+                        {view(g, ls)}, block)
+                  .isOk());
+  ASSERT_TRUE(runKernel(OpKind::VocabParallelGrad,
+                        {bf(l16, ls), t, view(seed, scalar), view(mx, rs), view(sum, rs)},
+                        {bf(g16, ls)}, block)
+                  .isOk());
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_EQ(g16[i], f32ToBf16(g[i])) << "gradient at " << i;
+  // A gradient in another type than the logits' is not taken natively.
+  std::vector<ptc::kernels::TensorView> in{bf(l16, ls), t, view(seed, scalar), view(mx, rs),
+                                           view(sum, rs)},
+      out{view(g, ls)};
+  std::vector<int64_t> ints = block;
+  std::vector<double> floats;
+  EXPECT_FALSE(kernelTable()[OpKind::VocabParallelGrad].accepts(
+      ptc::kernels::makeKernelCall(OpKind::VocabParallelGrad, in, out, ints, floats)));
+}
+
 // Rotary on bf16 storage: each result is the f32 rotation of the widened
 // input rounded once (bitwise what widening the tensor gives), forward and
 // inverse, on a tensor large enough for the kernel to split it over threads.

@@ -61,3 +61,23 @@ func.func @unchanged(%l: tensor<8x16xf32>, %t: tensor<8xi32>) -> (tensor<f32>, t
   %loss16 = ptc.cross_entropy %n, %t : tensor<8x16xbf16>, tensor<8xi32> -> tensor<bf16>
   return %loss, %loss16 : tensor<f32>, tensor<bf16>
 }
+
+// -----
+
+// The vocabulary-parallel loss (tp over the classes) and its gradient read
+// each rank's block of bf16 logits; the gradient is produced in bf16.
+// CHECK-LABEL: func.func @vocab_parallel
+// CHECK-NOT: ptc.convert
+// CHECK: %[[L:.*]] = ptc.vocab_parallel_cross_entropy %arg0, %arg1 {axes = ["tp"]} : tensor<2x4x16xbf16>, tensor<2x4xi32> -> tensor<f32>
+// CHECK: %[[G:.*]] = ptc.vocab_parallel_cross_entropy_grad %arg0, %arg1, %arg2 {axes = ["tp"], ptc.backward} : tensor<2x4x16xbf16>, tensor<2x4xi32>, tensor<f32>
+// CHECK-NOT: ptc.convert
+// CHECK: return %[[L]], %[[G]]
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @vocab_parallel(%logits: tensor<2x4x16xbf16>, %t: tensor<2x4xi32>, %seed: tensor<f32>) -> (tensor<f32>, tensor<2x4x16xbf16>) {
+    %w = ptc.convert %logits : tensor<2x4x16xbf16> -> tensor<2x4x16xf32>
+    %l = ptc.vocab_parallel_cross_entropy %w, %t {axes = ["tp"]} : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
+    %g = ptc.vocab_parallel_cross_entropy_grad %w, %t, %seed {axes = ["tp"], ptc.backward} : tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<f32>
+    %g16 = ptc.convert %g {ptc.backward} : tensor<2x4x16xf32> -> tensor<2x4x16xbf16>
+    return %l, %g16 : tensor<f32>, tensor<2x4x16xbf16>
+  }
+}
