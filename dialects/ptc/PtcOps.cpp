@@ -258,6 +258,26 @@ static void printAttentionTypes(OpAsmPrinter &printer, Operation *, Type queryTy
     printer << ", " << keyType;
 }
 
+// A variadic operand list's types, none at all allowed (`: -> T` for an
+// empty ptc.any_nonfinite: a pipeline rank that joins the flag only).
+static ParseResult parseTypesOrNone(OpAsmParser &parser, SmallVectorImpl<Type> &types) {
+  Type first;
+  OptionalParseResult got = parser.parseOptionalType(first);
+  if (!got.has_value())
+    return success();
+  if (failed(*got))
+    return failure();
+  types.push_back(first);
+  while (succeeded(parser.parseOptionalComma()))
+    if (parser.parseType(types.emplace_back()))
+      return failure();
+  return success();
+}
+
+static void printTypesOrNone(OpAsmPrinter &printer, Operation *, TypeRange types) {
+  llvm::interleaveComma(types, printer);
+}
+
 // An optimizer update's types: `type(param)` when the gradient has it, else
 // `type(param) grad(type)` (a narrower float gradient for an f32 parameter).
 static ParseResult parseOptimizerTypes(OpAsmParser &parser, Type &paramType, Type &gradType) {

@@ -136,7 +136,9 @@ LogicalResult UnscaleGradsOp::verify() {
 }
 
 LogicalResult AnyNonfiniteOp::verify() {
-  if (getTensors().empty())
-    return emitOpError() << "needs at least one tensor to check";
+  // An empty check joins its axes' reduction only (the flag of a pipeline
+  // rank whose stages hold no parameter).
+  if (getTensors().empty() && (!getAxes() || getAxes()->empty()))
+    return emitOpError() << "needs at least one tensor to check, or mesh axes whose flag it joins";
   return success();
 }

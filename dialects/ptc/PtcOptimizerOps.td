@@ -196,7 +196,7 @@ def Ptc_AnyNonfiniteOp : Ptc_Op<"any_nonfinite", [DeclareOpInterfaceMethods<Ptc_
   }];
   let arguments = (ins Variadic<Ptc_FloatTensor>:$tensors, OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs 0DTensorOf<[F32]>:$flag);
-  let assemblyFormat = "$tensors attr-dict `:` type($tensors) `->` type($flag)";
+  let assemblyFormat = "$tensors attr-dict `:` custom<TypesOrNone>(type($tensors)) `->` type($flag)";
   let hasVerifier = 1;
 }
 

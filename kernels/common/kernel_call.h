@@ -231,6 +231,18 @@ inline float *attentionStatsOutput(const KernelCall &c) {
   return attentionReturnsStats(c.op) && c.numOutputs > 1 ? c.output(1).f32() : nullptr;
 }
 
+/// A vocabulary-parallel loss piece's operand types apart from the logits'
+/// own (input 0): the i32 targets (input 1, except RowSumExp's f32 maxima),
+/// the rest f32, one output, VocabParallelGrad's gradient in the logits' type.
+inline bool vocabPieceOperandTypes(const KernelCall &c) {
+  const DType logits = c.input(0).dtype;
+  for (size_t i = 1; i < c.numInputs; ++i)
+    if (c.input(i).dtype != (c.op != OpKind::RowSumExp && i == 1 ? DType::I32 : DType::F32))
+      return false;
+  const DType out = c.op == OpKind::VocabParallelGrad ? logits : DType::F32;
+  return c.numOutputs == 1 && c.output(0).dtype == out;
+}
+
 /// Whether a Rotary / RotaryAt's input is [batch, seq, heads, head_dim] (else [batch, heads,
 /// seq, head_dim]).
 inline bool rotarySeqMajor(const KernelCall &c) {

@@ -236,13 +236,7 @@ KernelResult vocabParallelGrad(const T *logits, const int32_t *targets, float g,
 /// gradient (output 0) in their type; the rest f32 (and i32 targets).
 bool vocabPieceTypes(const KernelCall &c) {
   const DType logits = c.input(0).dtype;
-  if (logits != DType::F32 && logits != DType::BF16)
-    return false;
-  for (size_t i = 1; i < c.numInputs; ++i)
-    if (c.input(i).dtype != (c.op != OpKind::RowSumExp && i == 1 ? DType::I32 : DType::F32))
-      return false;
-  const DType out = c.op == OpKind::VocabParallelGrad ? logits : DType::F32;
-  return c.numOutputs == 1 && c.output(0).dtype == out;
+  return (logits == DType::F32 || logits == DType::BF16) && vocabPieceOperandTypes(c);
 }
 
 /// Calls `fn` with the logits (input 0) as `const T *` for their storage.

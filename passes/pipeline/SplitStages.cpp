@@ -576,6 +576,12 @@ LogicalResult Splitter::placeStepOps() {
         byRank[rankOfChunk(stepChunk(v))].push_back(static_cast<unsigned>(i));
       if (byRank.size() > 1 && byRank.count(-1))
         return op->emitOpError() << "mixes values of no pipeline stage with staged ones";
+      // The checks reduce over pp: every pipeline rank takes part, one whose
+      // stages hold none of their gradients (all of its layers' parameters on
+      // other ranks: a stage of the LM head alone) with an empty part.
+      if (ranks > 1 && isa<ClipGradNormOp, AnyNonfiniteOp>(op) && !byRank.count(-1))
+        for (int r = 0; r < ranks; ++r)
+          byRank[r];
       if (byRank.size() == 1) {
         chunk[op] = stepChunk(op->getOperand(byRank.begin()->second.front()));
         if (auto clip = dyn_cast<ClipGradNormOp>(op); clip && ranks > 1)
@@ -590,7 +596,7 @@ LogicalResult Splitter::placeStepOps() {
       bool first = true;
       for (auto &[rank, idx] : byRank) {
         SmallVector<Value> operands;
-        int c = INT_MAX;
+        int c = idx.empty() ? rank : INT_MAX; // an empty part: the rank's first chunk
         for (unsigned i : idx) {
           operands.push_back(op->getOperand(i));
           c = std::min(c, stepChunk(op->getOperand(i)));

@@ -866,8 +866,10 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(expectShape(in(in_.size() - 1), {}, "scale"));
     return expectShape(out(out_.size() - 1), {}, "overflow flag");
   case ShapeRule::AnyNonfinite:
-    if (in_.empty())
-      return fail("expects at least one tensor to check");
+    // None: the flag of a rank that holds no gradient, joining its axes'
+    // maximum (a pipeline rank without parameters).
+    if (in_.empty() && get(attr::MeshAxes::axes).empty())
+      return fail("expects at least one tensor to check, or mesh axes whose flag it joins");
     // Any float tensors (a bf16 model's bf16 gradients), an f32 flag.
     for (size_t i = 0; i < in_.size(); ++i)
       if (tensors_[in_[i]].dtype == DType::I32)
@@ -885,8 +887,12 @@ Status InstructionChecker::check() {
     return expectShape(out(0), in(0), "result");
   case ShapeRule::ClipGradNorm: {
     const std::vector<double> weights = get(attr::ClipGradNorm::weights);
-    if (in_.empty() || out_.size() != in_.size() + 1 || (!weights.empty() && weights.size() != in_.size()))
-      return fail("expects n gradients, n + 1 results and max_norm (and a weight per gradient)");
+    // n = 0: a rank that holds no gradient joins its axes' sum (a pipeline
+    // rank without parameters).
+    if ((in_.empty() && get(attr::ClipGradNorm::axes).empty()) || out_.size() != in_.size() + 1 ||
+        (!weights.empty() && weights.size() != in_.size()))
+      return fail("expects n gradients (at least one without mesh axes), n + 1 results and "
+                  "max_norm (and a weight per gradient)");
     for (size_t i = 0; i < weights.size(); ++i)
       if (!(weights[i] > 0.0 && weights[i] <= 1.0))
         return fail("weight #", i, " is ", weights[i], ", not in (0, 1]");

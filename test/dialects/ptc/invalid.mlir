@@ -698,7 +698,7 @@ func.func @attention_qkv_grad_batch(%qkv: tensor<2x16x64xf32>, %g: tensor<2x8x4x
 // -----
 
 func.func @nonfinite_check_nothing() -> tensor<f32> {
-  // expected-error @+1 {{'ptc.any_nonfinite' op needs at least one tensor to check}}
+  // expected-error @+1 {{'ptc.any_nonfinite' op needs at least one tensor to check, or mesh axes whose flag it joins}}
   %0 = "ptc.any_nonfinite"() : () -> tensor<f32>
   return %0 : tensor<f32>
 }
