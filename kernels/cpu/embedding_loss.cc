@@ -239,13 +239,6 @@ bool vocabPieceTypes(const KernelCall &c) {
   return (logits == DType::F32 || logits == DType::BF16) && vocabPieceOperandTypes(c);
 }
 
-/// Calls `fn` with the logits (input 0) as `const T *` for their storage.
-template <typename Fn> KernelResult withLogits(const KernelCall &c, Fn fn) {
-  if (c.input(0).dtype == DType::BF16)
-    return fn(static_cast<const uint16_t *>(c.input(0).data));
-  return fn(c.input(0).f32());
-}
-
 /// The loss's types computed natively: f32 or bf16 logits, i32 targets, an
 /// f32 scalar (the loss, or its gradient), the gradient in the logits' type.
 /// (A bf16 loss over bf16 logits is widened by the executor.)
@@ -267,33 +260,37 @@ KernelResult crossEntropy(const float *logits, const int32_t *targets, int64_t r
 
 void addEmbeddingAndLossKernels(KernelTable &t) {
   // The vocabulary-parallel cross-entropy's pieces (kernel_call.h).
+  // The logits (input 0) read as stored (vocabPieceTypes).
   t.add(
       OpKind::RowMax,
       [](const KernelCall &c) {
-        return withLogits(c, [&](const auto *x) {
-          rowMax(x, c.input(0).rows(), c.input(0).dim(-1), c.output(0).f32());
-          return KernelResult::ok();
+        const TensorView &x = c.input(0);
+        return onStorage(x.dtype, [&](auto t) {
+          rowMax(as<const decltype(t)>(x), x.rows(), x.dim(-1), c.output(0).f32());
         });
       },
       vocabPieceTypes);
   t.add(
       OpKind::RowSumExp,
       [](const KernelCall &c) {
-        return withLogits(c, [&](const auto *x) {
-          rowSumExp(x, c.input(0).rows(), c.input(0).dim(-1), c.input(1).f32(),
+        const TensorView &x = c.input(0);
+        return onStorage(x.dtype, [&](auto t) {
+          rowSumExp(as<const decltype(t)>(x), x.rows(), x.dim(-1), c.input(1).f32(),
                     c.output(0).f32());
-          return KernelResult::ok();
         });
       },
       vocabPieceTypes);
   t.add(
       OpKind::TargetLogit,
       [](const KernelCall &c) {
-        return withLogits(c, [&](const auto *x) {
-          return targetLogit(x, c.input(1).i32(), c.input(0).rows(), c.input(0).dim(-1),
-                             c.attr(attr::ClassBlock::first_class),
-                             c.attr(attr::ClassBlock::classes), c.output(0).f32());
+        const TensorView &x = c.input(0);
+        KernelResult r = KernelResult::ok();
+        (void)onStorage(x.dtype, [&](auto t) {
+          r = targetLogit(as<const decltype(t)>(x), c.input(1).i32(), x.rows(), x.dim(-1),
+                          c.attr(attr::ClassBlock::first_class), c.attr(attr::ClassBlock::classes),
+                          c.output(0).f32());
         });
+        return r;
       },
       vocabPieceTypes);
   t.add(OpKind::LossFromParts, [](const KernelCall &c) {
@@ -308,14 +305,16 @@ void addEmbeddingAndLossKernels(KernelTable &t) {
   t.add(
       OpKind::VocabParallelGrad,
       [](const KernelCall &c) {
-        return withLogits(c, [&](const auto *x) {
-          using T = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
-          return vocabParallelGrad(x, c.input(1).i32(), *c.input(2).f32(), c.input(3).f32(),
-                                   c.input(4).f32(), c.input(0).rows(), c.input(0).dim(-1),
-                                   c.attr(attr::ClassBlock::first_class),
-                                   c.attr(attr::ClassBlock::classes),
-                                   static_cast<T *>(c.output(0).data));
+        const TensorView &x = c.input(0);
+        KernelResult r = KernelResult::ok();
+        (void)onStorage(x.dtype, [&](auto t) { // the gradient has the logits' storage
+          using T = decltype(t);
+          r = vocabParallelGrad(as<const T>(x), c.input(1).i32(), *c.input(2).f32(),
+                                c.input(3).f32(), c.input(4).f32(), x.rows(), x.dim(-1),
+                                c.attr(attr::ClassBlock::first_class),
+                                c.attr(attr::ClassBlock::classes), as<T>(c.output(0)));
         });
+        return r;
       },
       vocabPieceTypes);
   // A vocabulary-parallel table (ints: its mesh axis) is this rank's block of rows.

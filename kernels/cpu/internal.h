@@ -95,14 +95,18 @@ inline float sumExpShifted(const float *x, int64_t n, float mx) {
 /// A view's data as T (the entry checked its element type).
 template <typename T> T *as(const TensorView &v) { return static_cast<T *>(v.data); }
 
-/// Runs `body` with a value of the call's storage type (its first output's):
-/// float, or uint16_t for bf16 (entries that accept f32OrBf16).
-template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) {
-  if (c.output(0).dtype == DType::BF16)
+/// Runs `body` with a value of storage type `t`: float, or uint16_t for bf16.
+template <typename Body> KernelResult onStorage(DType t, Body body) {
+  if (t == DType::BF16)
     body(uint16_t{});
   else
     body(float{});
   return KernelResult::ok();
+}
+/// The same with the call's storage type (its first output's; entries that
+/// accept f32OrBf16).
+template <typename Body> KernelResult onStorage(const KernelCall &c, Body body) {
+  return onStorage(c.output(0).dtype, body);
 }
 
 inline const uint16_t *bf16In(const TensorView &v) { return static_cast<const uint16_t *>(v.data); }

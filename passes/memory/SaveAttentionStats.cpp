@@ -60,43 +60,26 @@ template <typename Fwd, typename Grad> Fwd forwardOf(Grad grad) {
   return found;
 }
 
-/// `fwd` again with its statistics as a second result (the same attributes;
-/// its uses move over); the statistics, or those it already returns.
-Value withStats(CausalAttentionOp fwd) {
-  if (fwd.getStats())
-    return fwd.getStats();
-  OpBuilder b(fwd);
-  auto now = CausalAttentionOp::create(
-      b, fwd.getLoc(), fwd.getResult().getType(),
-      statsType(fwd.getResult().getType(), fwd.getSeqMajor()), fwd.getQuery(), fwd.getKey(),
-      fwd.getValue(), fwd.getPositions(), fwd.getScaleAttr(), fwd.getSeqMajor());
-  now->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
-  fwd.getResult().replaceAllUsesWith(now.getResult());
-  fwd.erase();
-  return now.getStats();
-}
-Value withStats(CausalAttentionQkvOp fwd) {
-  if (fwd.getStats())
-    return fwd.getStats();
-  OpBuilder b(fwd);
-  auto now = CausalAttentionQkvOp::create(b, fwd.getLoc(), fwd.getResult().getType(),
-                                          statsType(fwd.getResult().getType(), true),
-                                          fwd.getQkv(), fwd.getPositions(), fwd.getScaleAttr());
-  now->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
-  fwd.getResult().replaceAllUsesWith(now.getResult());
-  fwd.erase();
-  return now.getStats();
-}
+/// Whether a forward's result is [batch, seq, heads, head_dim] (its
+/// statistics are [batch, heads, seq] either way).
+bool seqMajorResult(CausalAttentionOp fwd) { return fwd.getSeqMajor(); }
+bool seqMajorResult(CausalAttentionQkvOp) { return true; }
+bool seqMajorResult(RingAttentionOp) { return false; }
 
-Value withStats(RingAttentionOp fwd) {
+/// `fwd` again with its statistics as a second result (the same operands and
+/// attributes; its uses move over); the statistics, or those it already
+/// returns.
+template <typename Fwd> Value withStats(Fwd fwd) {
   if (fwd.getStats())
     return fwd.getStats();
+  RankedTensorType result = fwd.getResult().getType();
   OpBuilder b(fwd);
-  auto now = RingAttentionOp::create(b, fwd.getLoc(), fwd.getResult().getType(),
-                                     statsType(fwd.getResult().getType(), false),
-                                     fwd.getQuery(), fwd.getKey(), fwd.getValue(),
-                                     fwd.getPositions(), fwd.getAxesAttr(), fwd.getScaleAttr());
-  now->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
+  OperationState state(fwd.getLoc(), fwd->getName());
+  state.addOperands(fwd->getOperands());
+  state.addTypes({result, statsType(result, seqMajorResult(fwd))});
+  state.propertiesAttr = fwd->getPropertiesAsAttribute();
+  state.addAttributes(fwd->getDiscardableAttrDictionary().getValue());
+  auto now = cast<Fwd>(b.create(state));
   fwd.getResult().replaceAllUsesWith(now.getResult());
   fwd.erase();
   return now.getStats();

@@ -137,6 +137,10 @@ void Executor::prepareKernels() {
     const auto &out = outputsOf(*inst);
     if (out.size() > 0 && !data(out[0]))
       continue;
+    if ((inst->op() == OpCode::VocabParallelCrossEntropy ||
+         inst->op() == OpCode::VocabParallelCrossEntropyGrad) &&
+        vocabLossNative(*inst))
+      nativeVocabLosses_.insert(inst);
     const kernels::KernelEntry &entry =
         deviceFor(*inst).kernelTable()[static_cast<kernels::OpKind>(inst->op())];
     if (entry.run)
@@ -213,10 +217,7 @@ Status Executor::runKernel(const plan::Instruction &inst) {
       PTC_RETURN_IF_ERROR(runWidened(inst, [&] { return d.launch(call()); }));
     return reduceFlag(inst);
   }
-  if (movesStoredBytes(inst.op()) ||
-      ((inst.op() == OpCode::VocabParallelCrossEntropy ||
-        inst.op() == OpCode::VocabParallelCrossEntropyGrad) &&
-       vocabLossNative(inst)))
+  if (movesStoredBytes(inst.op()) || nativeVocabLosses_.count(&inst))
     return runHostOp(inst);
   return runWidened(inst, [&] { return runHostOp(inst); });
 }

@@ -331,6 +331,8 @@ private:
   /// low-precision logits as they are: bf16 / f16 logits, f32 scalars, and the
   /// device's pieces take the logits' type (else runWidened widens them).
   bool vocabLossNative(const plan::Instruction &inst);
+  /// The vocabulary-parallel losses that do (decided once, by prepareKernels).
+  std::set<const plan::Instruction *> nativeVocabLosses_;
   /// Ring attention (context parallelism) and its gradient: key/value blocks
   /// passed around the ring of the instruction's mesh axis (see collectives.cc).
   Status runRingAttention(const plan::Instruction &inst);
