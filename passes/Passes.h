@@ -63,6 +63,12 @@ struct CompilePipelineOptions : public PassPipelineOptions<CompilePipelineOption
       llvm::cl::desc("Attention's backward reads the forward's softmax statistics "
                      "(ptc-save-attention-stats; false: it recomputes them)"),
       llvm::cl::init(true)};
+  PassOptions::Option<bool> keepWorkingCopies{
+      *this, "keep-working-copies",
+      llvm::cl::desc("Mixed precision: keep each parameter's bf16 / f16 working copy between "
+                     "steps, written by its update (ptc-keep-working-copies; false: convert "
+                     "the f32 master weights every step)"),
+      llvm::cl::init(true)};
   /// Not a command-line option: the layout planner compiles one micro-batch
   /// to price a layout that accumulates gradients over several, whose plan
   /// widens every micro-batch's gradients (ptc-fuse-gradient-widening applies

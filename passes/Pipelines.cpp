@@ -198,6 +198,8 @@ void mlir::ptc::buildCompilePipeline(OpPassManager &pm, const CompilePipelineOpt
   // keeps host updates f32).
   if (options.fuseGradientWidening)
     pm.addNestedPass<func::FuncOp>(createFuseGradientWideningPass());
+  if (options.keepWorkingCopies)
+    pm.addNestedPass<func::FuncOp>(createKeepWorkingCopiesPass());
   pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
   if (options.reportMemory || !options.deviceMemory.empty()) {
     ReportMemoryPassOptions report;

@@ -65,6 +65,12 @@ def Ptc_Dialect : Dialect {
     /// (Adafactor's row and column statistics). The sharding defaults split
     /// state like its parameter from it.
     static constexpr ::llvm::StringLiteral kStateOfAttrName = "ptc.state_of";
+    /// Argument attribute naming the parameter (a `ptc.param`) whose bf16 /
+    /// f16 rounding the argument holds across steps: its working copy, which
+    /// the forward pass reads instead of converting the f32 master weight and
+    /// the parameter's update rewrites (ptc-keep-working-copies). Not
+    /// checkpointed: ptc-run rounds the parameter again after loading it.
+    static constexpr ::llvm::StringLiteral kWorkingCopyAttrName = "ptc.working_copy";
     /// Argument attribute giving a parameter's initializer.
     static constexpr ::llvm::StringLiteral kInitAttrName = "ptc.init";
     /// Argument attribute on a parameter stacked over experts: the expert

@@ -353,6 +353,34 @@ LogicalResult PtcDialect::verifyRegionArgAttribute(Operation *op, unsigned regio
                              << " needs a 'ptc.state' on the same argument";
     return success();
   }
+  if (attrName == kWorkingCopyAttrName) {
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto param = dyn_cast<StringAttr>(attr.getValue());
+    if (!param || param.getValue().empty())
+      return op->emitError() << "'ptc.working_copy' on argument #" << argIndex
+                             << " must name a parameter";
+    if (!func)
+      return success();
+    for (StringRef role : roles)
+      if (func.getArgAttr(argIndex, role))
+        return op->emitError() << "argument #" << argIndex << " has both 'ptc.working_copy' and '"
+                               << role << "'";
+    auto copy = dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex]);
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttrName);
+      if (!name || name != param)
+        continue;
+      auto type = cast<RankedTensorType>(func.getArgumentTypes()[i]);
+      if (!copy || copy.getShape() != type.getShape() || !type.getElementType().isF32() ||
+          !(copy.getElementType().isBF16() || copy.getElementType().isF16()))
+        return op->emitError() << "'ptc.working_copy' argument #" << argIndex << " of type "
+                               << func.getArgumentTypes()[argIndex] << " must be parameter '"
+                               << param.getValue() << "' (" << type << ") in bf16 or f16";
+      return success();
+    }
+    return op->emitError() << "'ptc.working_copy' on argument #" << argIndex << " names '"
+                           << param.getValue() << "', which is not a parameter of the function";
+  }
   if (attrName == kOnHostAttrName) { // offloaded to host memory (ptc-offload-optimizer)
     auto func = dyn_cast<FunctionOpInterface>(op);
     if (!isa<UnitAttr>(attr.getValue()))
@@ -463,6 +491,20 @@ LogicalResult PtcDialect::verifyRegionResultAttribute(Operation *op, unsigned re
       return op->emitError() << "'ptc.logits' on result #" << resultIndex
                              << " must be a unit attribute on a float tensor [..., vocab]";
     return success();
+  }
+  if (attrName == kWorkingCopyAttrName) { // the new working copy of the named parameter
+    auto param = dyn_cast<StringAttr>(attr.getValue());
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (param && func.getArgAttr(i, kWorkingCopyAttrName) == param) {
+        if (func.getArgumentTypes()[i] != resultType)
+          return op->emitError() << "result #" << resultIndex << " ('ptc.working_copy' of '"
+                                 << param.getValue() << "') has type " << resultType
+                                 << " but the working copy argument has type "
+                                 << func.getArgumentTypes()[i];
+        return success();
+      }
+    return op->emitError() << "'ptc.working_copy' on result #" << resultIndex
+                           << " must name a parameter that has a working copy argument";
   }
   if (attrName != kGradAttrName && attrName != kUpdateAttrName)
     return op->emitError() << "unknown ptc result attribute '" << attrName << "' on result #"

@@ -147,7 +147,10 @@ def Ptc_FusedUpdateOpInterface : OpInterface<"FusedUpdateOpInterface"> {
     InterfaceMethod<"The gradient operand (to read or to replace).", "::mlir::OpOperand &",
                     "getGradMutable", (ins), [{}], [{ return $_op.getGradMutable(); }]>,
     InterfaceMethod<"The optimizer's name in the plan (`adamw`, `sgd`).", "::llvm::StringRef",
-                    "getOptimizerName", (ins)>
+                    "getOptimizerName", (ins)>,
+    InterfaceMethod<"The new parameter's low-precision working copy, if the update writes one "
+                    "(`ptc-keep-working-copies`).", "::mlir::Value", "getWorkingCopy", (ins), [{}],
+                    [{ return $_op.getWorkingCopy(); }]>
   ];
 }
 

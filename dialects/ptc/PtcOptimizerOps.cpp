@@ -52,11 +52,25 @@ static LogicalResult verifyOptimizerGrad(Operation *op, Value param, Value grad)
   return success();
 }
 
+/// A working copy (the optional last result) is the new f32 parameter's shape
+/// in bf16 or f16.
+static LogicalResult verifyWorkingCopy(Operation *op, Value param, Value copy) {
+  if (!copy)
+    return success();
+  auto p = cast<RankedTensorType>(param.getType()), c = cast<RankedTensorType>(copy.getType());
+  if (!p.getElementType().isF32() || c.getShape() != p.getShape() ||
+      !(c.getElementType().isBF16() || c.getElementType().isF16()))
+    return op->emitOpError() << "working copy " << c
+                             << " must be an f32 parameter's shape in bf16 or f16, for " << p;
+  return success();
+}
+
 StringRef AdamWUpdateOp::getOptimizerName() { return "adamw"; }
 StringRef SgdUpdateOp::getOptimizerName() { return "sgd"; }
 
 LogicalResult AdamWUpdateOp::verify() {
-  if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())))
+  if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())) ||
+      failed(verifyWorkingCopy(*this, getParam(), getWorkingCopy())))
     return failure();
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||
@@ -88,7 +102,8 @@ LogicalResult LrScheduleOp::verify() {
 }
 
 LogicalResult SgdUpdateOp::verify() {
-  if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())))
+  if (failed(verifyOptimizerGrad(*this, getParam(), getGrad())) ||
+      failed(verifyWorkingCopy(*this, getParam(), getWorkingCopy())))
     return failure();
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(checkHyperparameter(*this, "lr", getLr().convertToDouble(), 0, true, inf)) ||

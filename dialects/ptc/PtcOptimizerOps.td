@@ -56,6 +56,10 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Pl
     The gradient has the parameter's type, or (f32 master weights under
     mixed precision, `ptc-fuse-gradient-widening`) its shape in bf16 or f16,
     widened exactly as it is read: `grad(<type>)` after the parameter's type.
+    With the optional result `working_copy` (bf16 or f16, the parameter's
+    shape; `ptc-keep-working-copies`), the update also writes the new
+    parameter rounded to that type (exactly what a `ptc.convert` of it
+    gives; under `skip`, the old parameter's rounding).
 
     ```mlir
     %p2, %m2, %v2 = ptc.adamw_update %p, %g, %m, %v, %t
@@ -63,6 +67,9 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Pl
          weight_decay = 0.1 : f64} : tensor<384x128xf32>, tensor<f32>
     %q2, %n2, %w2 = ptc.adamw_update %q, %g16, %n, %w, %t {...}
         : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>
+    %r2, %o2, %u2, %r16 = ptc.adamw_update %r, %g16, %o, %u, %t {...}
+        : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>
+          working_copy(tensor<384x128xbf16>)
     ```
   }];
   let arguments = (ins Ptc_FloatTensor:$param, Ptc_FloatTensor:$grad, Ptc_FloatTensor:$exp_avg,
@@ -72,11 +79,12 @@ def Ptc_AdamWUpdateOp : Ptc_Op<"adamw_update", [DeclareOpInterfaceMethods<Ptc_Pl
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                        F64Attr:$weight_decay);
   let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_exp_avg,
-                      Ptc_FloatTensor:$new_exp_avg_sq);
+                      Ptc_FloatTensor:$new_exp_avg_sq, Optional<Ptc_FloatTensor>:$working_copy);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`skip` `(` $skip^ `:` type($skip) `)`)?
     (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:`
     custom<OptimizerTypes>(type($param), type($grad)) `,` type($step)
+    (`working_copy` `(` type($working_copy)^ `)`)?
   }];
   let hasVerifier = 1;
 }
@@ -91,8 +99,8 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanIn
     p = p - lr * b
     ```
     With `skip` (a scalar, dynamic loss scaling) non-zero, nothing changes.
-    The gradient may be bf16 or f16 for an f32 parameter, as in
-    `ptc.adamw_update`.
+    The gradient may be bf16 or f16 for an f32 parameter, and the update may
+    write the new parameter's `working_copy`, as in `ptc.adamw_update`.
 
     ```mlir
     %p2, %b2 = ptc.sgd_update %p, %g, %b {lr = 0.1 : f64, momentum = 0.9 : f64,
@@ -103,11 +111,13 @@ def Ptc_SgdUpdateOp : Ptc_Op<"sgd_update", [DeclareOpInterfaceMethods<Ptc_PlanIn
                        Ptc_FloatTensor:$momentum_buffer, Optional<0DTensorOf<[F32]>>:$skip,
                        Optional<0DTensorOf<[F32]>>:$scheduled_lr,
                        F64Attr:$lr, F64Attr:$momentum, F64Attr:$weight_decay);
-  let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_momentum_buffer);
+  let results = (outs Ptc_FloatTensor:$new_param, Ptc_FloatTensor:$new_momentum_buffer,
+                      Optional<Ptc_FloatTensor>:$working_copy);
   let assemblyFormat = [{
     $param `,` $grad `,` $momentum_buffer (`skip` `(` $skip^ `:` type($skip) `)`)?
     (`lr` `(` $scheduled_lr^ `:` type($scheduled_lr) `)`)? attr-dict `:`
     custom<OptimizerTypes>(type($param), type($grad))
+    (`working_copy` `(` type($working_copy)^ `)`)?
   }];
   let hasVerifier = 1;
 }

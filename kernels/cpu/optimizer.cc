@@ -14,15 +14,27 @@
 namespace ptc::kernels::cpu {
 using namespace internal;
 
-void adamwUpdate(const float *param, const float *grad, const float *m, const float *v, float step,
-                 const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV) {
+namespace {
+/// Element i of a gradient stored as f32 or bf16 (widened as read).
+struct GradReader {
+  const void *data;
+  bool bf16;
+  float operator()(int64_t i) const {
+    return bf16 ? bf16ToF32(static_cast<const uint16_t *>(data)[i])
+                : static_cast<const float *>(data)[i];
+  }
+};
+
+template <typename Grad>
+void adamwLoop(const float *param, Grad grad, const float *m, const float *v, float step,
+               const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step));
   const float stepSize = static_cast<float>(hp.lr / bc1);
   const float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - hp.lr * hp.weightDecay;
   vectorLoop(n, 32768, [&](int64_t i) {
-    float g = grad[i];
+    float g = grad(i);
     float mi = m[i] + (g - m[i]) * (1.0f - hp.beta1); // lerp, as torch
     float vi = v[i] * hp.beta2 + (1.0f - hp.beta2) * g * g;
     float denom = std::sqrt(vi) / bc2Sqrt + hp.eps;
@@ -33,14 +45,27 @@ void adamwUpdate(const float *param, const float *grad, const float *m, const fl
   });
 }
 
-void sgdUpdate(const float *param, const float *grad, const float *buf, float lr, float momentum,
-               float weightDecay, int64_t n, float *outParam, float *outBuf) {
+template <typename Grad>
+void sgdLoop(const float *param, Grad grad, const float *buf, float lr, float momentum,
+             float weightDecay, int64_t n, float *outParam, float *outBuf) {
   vectorLoop(n, 32768, [&](int64_t i) {
-    float g = grad[i] + weightDecay * param[i];
+    float g = grad(i) + weightDecay * param[i];
     float b = momentum * buf[i] + g;
     outBuf[i] = b;
     outParam[i] = param[i] - lr * b;
   });
+}
+} // namespace
+
+void adamwUpdate(const float *param, const float *grad, const float *m, const float *v, float step,
+                 const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV) {
+  adamwLoop(param, [grad](int64_t i) { return grad[i]; }, m, v, step, hp, n, outParam, outM, outV);
+}
+
+void sgdUpdate(const float *param, const float *grad, const float *buf, float lr, float momentum,
+               float weightDecay, int64_t n, float *outParam, float *outBuf) {
+  sgdLoop(param, [grad](int64_t i) { return grad[i]; }, buf, lr, momentum, weightDecay, n,
+          outParam, outBuf);
 }
 
 double sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes) {
@@ -111,31 +136,69 @@ void keepInputs(const KernelCall &c, std::initializer_list<size_t> from) {
       std::memcpy(out.data, in.data, static_cast<size_t>(in.bytes()));
   }
 }
+/// An update's working copy (the output after the parameter and state,
+/// ptc-keep-working-copies), if it has one: the new parameter rounded to bf16,
+/// or copied where the executor widened the copy (f16: rounded back after).
+void writeWorkingCopy(const KernelCall &c, size_t at) {
+  if (c.numOutputs <= at)
+    return;
+  const float *p = c.output(0).f32();
+  const TensorView &copy = c.output(at);
+  if (copy.dtype == DType::BF16) {
+    auto *out = static_cast<uint16_t *>(copy.data);
+    vectorLoop(copy.elements, 32768, [&](int64_t i) { out[i] = f32ToBf16(p[i]); });
+  } else {
+    std::memcpy(copy.data, p, static_cast<size_t>(copy.elements) * 4);
+  }
+}
+/// An update the CPU runs as stored: f32 but for a bf16 gradient and a bf16
+/// working copy (anything else arrives widened).
+bool updateTypes(const KernelCall &c, size_t state) {
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.in[i].dtype != DType::F32 && !(i == 1 && c.in[i].dtype == DType::BF16))
+      return false;
+  for (size_t i = 0; i < c.numOutputs; ++i)
+    if (c.out[i].dtype != DType::F32 && !(i == state && c.out[i].dtype == DType::BF16))
+      return false;
+  return true;
+}
+GradReader gradOf(const KernelCall &c) {
+  return {c.input(1).data, c.input(1).dtype == DType::BF16};
+}
 } // namespace
 
 void addOptimizerKernels(KernelTable &t) {
-  // (param, grad, exp_avg, exp_avg_sq, step[, skip][, lr]) -> (param, exp_avg, exp_avg_sq).
-  t.add(OpKind::AdamWUpdate, [](const KernelCall &c) {
-    if (skipped(c)) {
-      keepInputs(c, {0, 2, 3});
-      return KernelResult::ok();
-    }
-    adamwUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                *c.input(4).f32(), adamWOf(c),
-                c.input(0).elements, c.output(0).f32(), c.output(1).f32(), c.output(2).f32());
-    return KernelResult::ok();
-  });
-  // (param, grad, momentum[, skip][, lr]) -> (param, momentum).
-  t.add(OpKind::SgdUpdate, [](const KernelCall &c) {
-    if (skipped(c)) {
-      keepInputs(c, {0, 2});
-      return KernelResult::ok();
-    }
-    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), static_cast<float>(c.attr(attr::SgdUpdate::lr)),
-              static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
-              static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements, c.output(0).f32(), c.output(1).f32());
-    return KernelResult::ok();
-  });
+  // (param, grad, exp_avg, exp_avg_sq, step[, skip][, lr]) -> (param, exp_avg, exp_avg_sq[,
+  // working copy]).
+  t.add(
+      OpKind::AdamWUpdate,
+      [](const KernelCall &c) {
+        if (skipped(c))
+          keepInputs(c, {0, 2, 3});
+        else
+          adamwLoop(c.input(0).f32(), gradOf(c), c.input(2).f32(), c.input(3).f32(),
+                    *c.input(4).f32(), adamWOf(c), c.input(0).elements, c.output(0).f32(),
+                    c.output(1).f32(), c.output(2).f32());
+        writeWorkingCopy(c, 3);
+        return KernelResult::ok();
+      },
+      [](const KernelCall &c) { return updateTypes(c, 3); });
+  // (param, grad, momentum[, skip][, lr]) -> (param, momentum[, working copy]).
+  t.add(
+      OpKind::SgdUpdate,
+      [](const KernelCall &c) {
+        if (skipped(c))
+          keepInputs(c, {0, 2});
+        else
+          sgdLoop(c.input(0).f32(), gradOf(c), c.input(2).f32(),
+                  static_cast<float>(c.attr(attr::SgdUpdate::lr)),
+                  static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
+                  static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements,
+                  c.output(0).f32(), c.output(1).f32());
+        writeWorkingCopy(c, 2);
+        return KernelResult::ok();
+      },
+      [](const KernelCall &c) { return updateTypes(c, 2); });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
     *c.output(0).f32() = static_cast<float>(sumOfSquares(
         viewPointers<const float *>(c.in, c.numInputs), viewSizes(c.in, c.numInputs)));

@@ -109,10 +109,13 @@ void copyBox(const void *src, const Shape &srcShape, const Shape &srcOffsets, vo
 struct AdamW {
   float lr, beta1, beta2, eps, weightDecay;
 };
-/// `step` and `skip` (nullable) are device scalars.
-void adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
-                 const float *step, const AdamW &hp, int64_t n, const float *skip,
-                 float *outParam, float *outM, float *outV, void *stream);
+/// `step` and `skip` (nullable) are device scalars; `grad` f32, bf16 or f16
+/// (widened as read); `outCopy` (nullable) gets the new parameter rounded to
+/// `copyType` (its working copy, ptc-keep-working-copies).
+void adamwUpdate(const float *param, const void *grad, FloatType gradType, const float *m,
+                 const float *v, const float *step, const AdamW &hp, int64_t n, const float *skip,
+                 float *outParam, float *outM, float *outV, void *outCopy, FloatType copyType,
+                 void *stream);
 /// Multi-tensor AdamW: `table` (device memory) holds `count` descriptors;
 /// one launch covers every element of every tensor.
 struct AdamWTensor {
@@ -122,12 +125,14 @@ struct AdamWTensor {
   float *outParam, *outM, *outV;
   int64_t n, offset; // offset: elements before this tensor (prefix sum)
   int64_t gradType;
+  void *outCopy;     // the working copy (null: none), of copyType (a FloatType's value)
+  int64_t copyType;
 };
 void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const float *step,
                      const AdamW &hp, const float *skip, void *stream);
-void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
-               float momentum, float weightDecay, int64_t n, const float *skip, float *outParam,
-               float *outBuf, void *stream);
+void sgdUpdate(const float *param, const void *grad, FloatType gradType, const float *buf,
+               float lr, float momentum, float weightDecay, int64_t n, const float *skip,
+               float *outParam, float *outBuf, void *outCopy, FloatType copyType, void *stream);
 /// *out = sum of squares over all tensors (device scalar), in a fixed order
 /// (no atomics): `partials` holds sumOfSquaresPartials(sizes) floats.
 int64_t sumOfSquaresPartials(const std::vector<int64_t> &sizes);

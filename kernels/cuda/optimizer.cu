@@ -18,30 +18,37 @@ __device__ AdamWStep adamwStep(const float *step, float lr, float b1, float b2, 
           static_cast<float>(sqrt(1.0 - pow(static_cast<double>(b2), t))), 1.0f - lr * wd, b1,
           b2, eps, skip && *skip != 0.0f};
 }
-/// One element's update; `grad` f32, bf16 or f16 (`gradType`, widened as read).
+/// One element's update; `grad` f32, bf16 or f16 (`gradType`, widened as read);
+/// `outCopy` (nullable): the new parameter rounded to `copyType` (its working copy).
 __device__ void adamwElement(const AdamWStep &c, const float *param, const void *grad,
                              int gradType, const float *m, const float *v, float *outP,
-                             float *outM, float *outV, int64_t i) {
+                             float *outM, float *outV, void *outCopy, int copyType, int64_t i) {
+  float p;
   if (c.keep) {
-    outP[i] = param[i];
+    p = param[i];
     outM[i] = m[i];
     outV[i] = v[i];
-    return;
+  } else {
+    float g = loadFloat(grad, gradType, i);
+    float mi = m[i] + (g - m[i]) * (1.0f - c.b1);
+    float vi = v[i] * c.b2 + (1.0f - c.b2) * g * g;
+    float denom = sqrtf(vi) / c.bc2Sqrt + c.eps;
+    p = param[i] * c.decay - c.stepSize * mi / denom;
+    outM[i] = mi;
+    outV[i] = vi;
   }
-  float g = loadFloat(grad, gradType, i);
-  float mi = m[i] + (g - m[i]) * (1.0f - c.b1);
-  float vi = v[i] * c.b2 + (1.0f - c.b2) * g * g;
-  float denom = sqrtf(vi) / c.bc2Sqrt + c.eps;
-  outP[i] = param[i] * c.decay - c.stepSize * mi / denom;
-  outM[i] = mi;
-  outV[i] = vi;
+  outP[i] = p;
+  if (outCopy)
+    storeFloat(outCopy, copyType, i, p);
 }
 
-__global__ void adamwKernel(const float *param, const float *grad, const float *m, const float *v,
-                            const float *step, int64_t n, float lr, float b1, float b2, float eps,
-                            float wd, const float *skip, float *outP, float *outM, float *outV) {
+__global__ void adamwKernel(const float *param, const void *grad, int gradType, const float *m,
+                            const float *v, const float *step, int64_t n, float lr, float b1,
+                            float b2, float eps, float wd, const float *skip, float *outP,
+                            float *outM, float *outV, void *outCopy, int copyType) {
   AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
-  PTC_GRID_LOOP(i, n) adamwElement(c, param, grad, 0, m, v, outP, outM, outV, i);
+  PTC_GRID_LOOP(i, n)
+  adamwElement(c, param, grad, gradType, m, v, outP, outM, outV, outCopy, copyType, i);
 }
 
 /// One thread per element of the concatenated tensors (grid-stride, so a
@@ -69,24 +76,28 @@ __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t tot
     }
     const AdamWTensor &x = table[lo];
     adamwElement(c, x.param, x.grad, static_cast<int>(x.gradType), x.m, x.v, x.outParam, x.outM,
-                 x.outV, e - x.offset);
+                 x.outV, x.outCopy, static_cast<int>(x.copyType), e - x.offset);
   }
 }
 
-__global__ void sgdKernel(const float *param, const float *grad, const float *buf, float lr,
-                          float momentum, float wd, int64_t n, const float *skip, float *outP,
-                          float *outB) {
+__global__ void sgdKernel(const float *param, const void *grad, int gradType, const float *buf,
+                          float lr, float momentum, float wd, int64_t n, const float *skip,
+                          float *outP, float *outB, void *outCopy, int copyType) {
   bool keep = skip && *skip != 0.0f;
   PTC_GRID_LOOP(i, n) {
+    float p;
     if (keep) {
-      outP[i] = param[i];
+      p = param[i];
       outB[i] = buf[i];
-      continue;
+    } else {
+      float g = loadFloat(grad, gradType, i) + wd * param[i];
+      float b = momentum * buf[i] + g;
+      outB[i] = b;
+      p = param[i] - lr * b;
     }
-    float g = grad[i] + wd * param[i];
-    float b = momentum * buf[i] + g;
-    outB[i] = b;
-    outP[i] = param[i] - lr * b;
+    outP[i] = p;
+    if (outCopy)
+      storeFloat(outCopy, copyType, i, p);
   }
 }
 
@@ -135,12 +146,13 @@ __global__ void anyNonfiniteKernel(const Bits *x, int64_t n, Bits mask, float *f
 
 } // namespace
 
-void adamwUpdate(const float *param, const float *grad, const float *m, const float *v,
-                 const float *step, const AdamW &hp, int64_t n, const float *skip,
-                 float *outParam, float *outM, float *outV, void *stream) {
-  adamwKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, m, v, step, n, hp.lr, hp.beta1,
-                                                      hp.beta2, hp.eps, hp.weightDecay, skip,
-                                                      outParam, outM, outV);
+void adamwUpdate(const float *param, const void *grad, FloatType gradType, const float *m,
+                 const float *v, const float *step, const AdamW &hp, int64_t n, const float *skip,
+                 float *outParam, float *outM, float *outV, void *outCopy, FloatType copyType,
+                 void *stream) {
+  adamwKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(
+      param, grad, static_cast<int>(gradType), m, v, step, n, hp.lr, hp.beta1, hp.beta2, hp.eps,
+      hp.weightDecay, skip, outParam, outM, outV, outCopy, static_cast<int>(copyType));
 }
 
 void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const float *step,
@@ -150,11 +162,12 @@ void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const f
         table, count, total, step, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, skip);
 }
 
-void sgdUpdate(const float *param, const float *grad, const float *buf, float lr,
-               float momentum, float weightDecay, int64_t n, const float *skip, float *outParam,
-               float *outBuf, void *stream) {
-  sgdKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(param, grad, buf, lr, momentum, weightDecay, n,
-                                                    skip, outParam, outBuf);
+void sgdUpdate(const float *param, const void *grad, FloatType gradType, const float *buf,
+               float lr, float momentum, float weightDecay, int64_t n, const float *skip,
+               float *outParam, float *outBuf, void *outCopy, FloatType copyType, void *stream) {
+  sgdKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(
+      param, grad, static_cast<int>(gradType), buf, lr, momentum, weightDecay, n, skip, outParam,
+      outBuf, outCopy, static_cast<int>(copyType));
 }
 
 int64_t sumOfSquaresPartials(const std::vector<int64_t> &sizes) {
@@ -226,26 +239,39 @@ const float *skipOf(const KernelCall &c) {
   const UpdateInputs layout = updateInputs(c);
   return layout.skip >= 0 ? c.input(static_cast<size_t>(layout.skip)).f32() : nullptr;
 }
-/// A multi-tensor AdamW call: f32 but for the gradient, which may be bf16 or
-/// f16 (widened as read).
-bool adamwManyTypes(const KernelCall &c) {
+/// An update call (AdamW's state: 3 outputs, SGD's: 2): f32 but for the
+/// gradient, which may be bf16 or f16 (widened as read), and the working copy
+/// after the state (bf16 or f16).
+bool updateTypes(const KernelCall &c, size_t state) {
   for (size_t i = 0; i < c.numInputs; ++i)
     if (c.in[i].dtype != DType::F32 && !(i == 1 && isLowPrecision(c.in[i].dtype)))
       return false;
   for (size_t i = 0; i < c.numOutputs; ++i)
-    if (c.out[i].dtype != DType::F32)
+    if (c.out[i].dtype != DType::F32 && !(i == state && isLowPrecision(c.out[i].dtype)))
       return false;
   return true;
+}
+bool adamwTypes(const KernelCall &c) { return updateTypes(c, 3); }
+/// The call's working copy (output `at`), or null, and its type.
+void *copyOf(const KernelCall &c, size_t at) {
+  return c.numOutputs > at ? c.output(at).data : nullptr;
+}
+FloatType copyTypeOf(const KernelCall &c, size_t at) {
+  return c.numOutputs > at ? floatTypeOf(c.output(at).dtype) : FloatType::F32;
 }
 } // namespace
 
 void addOptimizerKernels(KernelTable &t) {
-  t.add(OpKind::AdamWUpdate, [](const KernelCall &c) {
-    adamwUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), c.input(3).f32(),
-                c.input(4).f32(), adamwOf(c), c.input(0).elements, skipOf(c), c.output(0).f32(),
-                c.output(1).f32(), c.output(2).f32(), streamOf(c));
-    return KernelResult::ok();
-  });
+  t.add(
+      OpKind::AdamWUpdate,
+      [](const KernelCall &c) {
+        adamwUpdate(c.input(0).f32(), c.input(1).data, floatTypeOf(c.input(1).dtype),
+                    c.input(2).f32(), c.input(3).f32(), c.input(4).f32(), adamwOf(c),
+                    c.input(0).elements, skipOf(c), c.output(0).f32(), c.output(1).f32(),
+                    c.output(2).f32(), copyOf(c, 3), copyTypeOf(c, 3), streamOf(c));
+        return KernelResult::ok();
+      },
+      adamwTypes);
   // One launch for a parameter group: its descriptors uploaded once (the
   // same every step) through the device's constant cache.
   t.addBatch(
@@ -259,7 +285,8 @@ void addOptimizerKernels(KernelTable &t) {
           table.push_back({c.input(0).f32(), c.input(1).data, c.input(2).f32(), c.input(3).f32(),
                            c.output(0).f32(), c.output(1).f32(), c.output(2).f32(),
                            c.input(0).elements, total,
-                           static_cast<int64_t>(floatTypeOf(c.input(1).dtype))});
+                           static_cast<int64_t>(floatTypeOf(c.input(1).dtype)), copyOf(c, 3),
+                           static_cast<int64_t>(copyTypeOf(c, 3))});
           total += c.input(0).elements;
         }
         const LaunchContext &ctx = context(head);
@@ -272,14 +299,19 @@ void addOptimizerKernels(KernelTable &t) {
                         head.input(4).f32(), adamwOf(head), skipOf(head), streamOf(head));
         return KernelResult::ok();
       },
-      adamwManyTypes);
-  t.add(OpKind::SgdUpdate, [](const KernelCall &c) {
-    sgdUpdate(c.input(0).f32(), c.input(1).f32(), c.input(2).f32(), static_cast<float>(c.attr(attr::SgdUpdate::lr)),
-              static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
-              static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements, skipOf(c), c.output(0).f32(), c.output(1).f32(),
-              streamOf(c));
-    return KernelResult::ok();
-  });
+      adamwTypes);
+  t.add(
+      OpKind::SgdUpdate,
+      [](const KernelCall &c) {
+        sgdUpdate(c.input(0).f32(), c.input(1).data, floatTypeOf(c.input(1).dtype),
+                  c.input(2).f32(), static_cast<float>(c.attr(attr::SgdUpdate::lr)),
+                  static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
+                  static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements,
+                  skipOf(c), c.output(0).f32(), c.output(1).f32(), copyOf(c, 2),
+                  copyTypeOf(c, 2), streamOf(c));
+        return KernelResult::ok();
+      },
+      [](const KernelCall &c) { return updateTypes(c, 2); });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
     const std::vector<int64_t> sizes = viewSizes(c.in, c.numInputs);
     const int64_t bytes = std::max<int64_t>(sumOfSquaresPartials(sizes), 1) * 4;

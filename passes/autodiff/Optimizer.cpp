@@ -375,7 +375,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
       } else if (adamw || muon) {
         BlockArgument m = addState(t, base + ".exp_avg");
         BlockArgument v = addState(t, base + ".exp_avg_sq");
-        auto op = AdamWUpdateOp::create(b, ploc, t, t, t, e.param, grads[i], m, v, step, skip,
+        auto op = AdamWUpdateOp::create(b, ploc, t, t, t, /*working_copy=*/Type(), e.param, grads[i], m, v, step, skip,
                                         scheduledLr, b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
                                         b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
                                         b.getF64FloatAttr(wd));
@@ -384,7 +384,7 @@ struct OptimizerPass : mlir::ptc::impl::OptimizerPassBase<OptimizerPass> {
         update(op.getNewExpAvgSq(), base + ".exp_avg_sq");
       } else {
         BlockArgument buf = addState(t, base + ".momentum_buffer");
-        auto op = SgdUpdateOp::create(b, ploc, t, t, e.param, grads[i], buf, skip, scheduledLr,
+        auto op = SgdUpdateOp::create(b, ploc, t, t, /*working_copy=*/Type(), e.param, grads[i], buf, skip, scheduledLr,
                                       b.getF64FloatAttr(lr), b.getF64FloatAttr(momentum),
                                       b.getF64FloatAttr(wd));
         update(op.getNewParam(), base);

@@ -211,7 +211,7 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     auto addTensor = [&](Value v, StringRef name, pp::TensorKind kind, int64_t offset,
                          pp::InitKind init, double initStd, ArrayRef<char> data,
                          ArrayRef<int> dimAxes = {}, ArrayRef<int> dimBlocks = {},
-                         int ppRank = -1) -> FailureOr<int32_t> {
+                         int ppRank = -1, int32_t copyOf = -1) -> FailureOr<int32_t> {
       auto type = cast<RankedTensorType>(v.getType());
       FailureOr<pp::DType> dtype = toDType(type.getElementType(), v.getLoc());
       if (failed(dtype))
@@ -242,6 +242,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       if (!data.empty())
         tb.add_data(dataOff);
       tb.add_pp_rank(ppRank);
+      if (copyOf >= 0)
+        tb.add_copy_of(copyOf);
       if (isOnHost(v))
         tb.add_host(true);
       tensors.push_back(tb.Finish());
@@ -250,13 +252,26 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       return id;
     };
 
-    // Arguments: parameters, optimizer state, inputs.
-    llvm::StringMap<BlockArgument> argByName;
+    // Arguments: parameters, optimizer state, inputs, working copies.
+    llvm::StringMap<BlockArgument> argByName, copyByParam;
     for (BlockArgument arg : block.getArguments()) {
       unsigned i = arg.getArgNumber();
       pp::TensorKind kind;
       StringAttr name;
-      if ((name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)))
+      int32_t copyOf = -1;
+      std::string copyName;
+      if (auto param = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kWorkingCopyAttrName)) {
+        // Named after its parameter and type: "w@bf16".
+        BlockArgument source = argByName.lookup(param.getValue());
+        if (!source || !tensorOf.count(source))
+          return func.emitError() << "working copy argument #" << i << " of '" << param.getValue()
+                                  << "' comes before its parameter";
+        kind = pp::TensorKind::WorkingCopy;
+        copyOf = tensorOf.at(source);
+        llvm::raw_string_ostream(copyName)
+            << param.getValue() << "@" << cast<RankedTensorType>(arg.getType()).getElementType();
+        copyByParam[param.getValue()] = arg;
+      } else if ((name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kParamAttrName)))
         kind = pp::TensorKind::Parameter;
       else if ((name = func.getArgAttrOfType<StringAttr>(i, PtcDialect::kStateAttrName)))
         kind = pp::TensorKind::OptimizerState;
@@ -280,7 +295,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       } else if (kind == pp::TensorKind::OptimizerState) {
         init = pp::InitKind::Zeros;
       }
-      argByName[name.getValue()] = arg;
+      if (kind != pp::TensorKind::WorkingCopy)
+        argByName[name.getValue()] = arg;
       SmallVector<int> dimAxes, dimBlocks;
       if (mesh) {
         dimAxes.assign(cast<RankedTensorType>(arg.getType()).getRank(), -1);
@@ -299,8 +315,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
       int ppRank = -1;
       if (auto stage = func.getArgAttrOfType<IntegerAttr>(i, PtcDialect::kStageAttrName); stage && ranks > 0)
         ppRank = static_cast<int>(stage.getInt() % ranks);
-      if (failed(addTensor(arg, name.getValue(), kind, -1, init, stddev, {}, dimAxes, dimBlocks,
-                           ppRank)))
+      if (failed(addTensor(arg, copyOf >= 0 ? StringRef(copyName) : name.getValue(), kind, -1,
+                           init, stddev, {}, dimAxes, dimBlocks, ppRank, copyOf)))
         return failure();
     }
 
@@ -309,6 +325,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
     for (auto [i, v] : llvm::enumerate(ret.getOperands()))
       if (auto name = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kUpdateAttrName))
         inPlace[v] = argByName.lookup(name.getValue());
+      else if (auto param = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kWorkingCopyAttrName))
+        inPlace[v] = copyByParam.lookup(param.getValue());
 
     std::vector<fb::Offset<pp::Instruction>> instructions;
     std::map<int64_t, std::pair<Operation *, int32_t>> sends, recvs; // channel -> (op, tensor)
@@ -418,7 +436,8 @@ struct ExportPlanPass : mlir::ptc::impl::ExportPlanPassBase<ExportPlanPass> {
         name = "metric:" + m.str();
       else if (auto p = func.getResultAttrOfType<StringAttr>(i, PtcDialect::kGradAttrName))
         name = "grad:" + p.str();
-      else if (func.getResultAttr(i, PtcDialect::kUpdateAttrName))
+      else if (func.getResultAttr(i, PtcDialect::kUpdateAttrName) ||
+               func.getResultAttr(i, PtcDialect::kWorkingCopyAttrName))
         continue; // written in place
       else
         return func.emitError() << "result #" << i << " has no role (ptc.loss, ptc.grad, "

@@ -30,7 +30,7 @@ Value narrowSourceOf(Value v);
 int64_t getTensorBytes(RankedTensorType type);
 
 /// Whether `result` (a function result value) is written in place into an
-/// argument: true for values returned with `ptc.update`.
+/// argument: true for values returned with `ptc.update` or `ptc.working_copy`.
 bool isInPlaceUpdate(Value value);
 
 /// The staging buffer ptc-run needs for a collective op (its bytes on the

@@ -190,6 +190,53 @@ def FuseGradientWideningPass : Pass<"ptc-fuse-gradient-widening", "::mlir::func:
   }];
 }
 
+def KeepWorkingCopiesPass : Pass<"ptc-keep-working-copies", "::mlir::func::FuncOp"> {
+  let summary = "The optimizer update writes each parameter's bf16 / f16 working copy";
+  let description = [{
+    After sharding, collectives, offload and ptc-fuse-gradient-widening,
+    before `ptc-plan-memory`. Mixed precision converts every f32 master
+    weight to bf16 (or f16) at the start of each step: one conversion per
+    parameter (292 for GPT-2 medium), reading 4 and writing 2 bytes per
+    parameter every step. Where a parameter's conversions to one low type
+    come before its `ptc.adamw_update` or `ptc.sgd_update` on the device,
+    and the update's new parameter is written back in place (`ptc.update`),
+    the function gets a new argument holding that rounding across steps
+    (`ptc.working_copy = "<parameter>"`, the parameter's sharding and
+    pipeline stage), the conversions are replaced by it, and the update also
+    returns the new parameter rounded to the low type (its optional
+    `working_copy` result), written back into the argument (a result with
+    `ptc.working_copy = "<parameter>"`). The numbers are the same: the update
+    rounds exactly as the conversion did. The copy is 2 bytes per parameter
+    (of the device's shard) held between steps; the arena no longer holds the
+    converted copies. The runtime rounds the parameter into it whenever it
+    sets the parameter from outside a step (initialization, checkpoints).
+    Updates on the host (`ptc.on_host`) and other optimizers (Adafactor,
+    Muon: built from primitive ops) keep their conversions, and so does a
+    conversion a pipeline `ptc.send` reads (a tied weight another stage
+    uses: the schedule sends what its micro-batch computes).
+
+    Input:
+    ```mlir
+    func.func @step(%p: tensor<64xf32> {ptc.param = "w"}, ...) -> (tensor<64xf32> {ptc.update = "w"}, ...) {
+      %w16 = ptc.convert %p : tensor<64xf32> -> tensor<64xbf16>
+      ...
+      %p2, %m2, %v2 = ptc.adamw_update %p, %g16, %m, %v, %t {...} : tensor<64xf32> grad(tensor<64xbf16>), tensor<f32>
+      return %p2, ... : ...
+    }
+    ```
+    Output:
+    ```mlir
+    func.func @step(%p: tensor<64xf32> {ptc.param = "w"}, ..., %w16: tensor<64xbf16> {ptc.working_copy = "w"})
+        -> (tensor<64xf32> {ptc.update = "w"}, ..., tensor<64xbf16> {ptc.working_copy = "w"}) {
+      ...
+      %p2, %m2, %v2, %c2 = ptc.adamw_update %p, %g16, %m, %v, %t {...}
+          : tensor<64xf32> grad(tensor<64xbf16>), tensor<f32> working_copy(tensor<64xbf16>)
+      return %p2, ..., %c2 : ...
+    }
+    ```
+  }];
+}
+
 def FuseLossWideningPass : Pass<"ptc-fuse-loss-widening", "::mlir::func::FuncOp"> {
   let summary = "The cross-entropy reads bf16 / f16 logits directly";
   let description = [{

@@ -33,7 +33,8 @@ bool mlir::ptc::isInPlaceUpdate(Value value) {
     if (!ret)
       continue;
     auto func = ret->getParentOfType<func::FuncOp>();
-    if (func.getResultAttr(use.getOperandNumber(), PtcDialect::kUpdateAttrName))
+    if (func.getResultAttr(use.getOperandNumber(), PtcDialect::kUpdateAttrName) ||
+        func.getResultAttr(use.getOperandNumber(), PtcDialect::kWorkingCopyAttrName))
       return true;
   }
   return false;

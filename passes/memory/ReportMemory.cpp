@@ -117,7 +117,10 @@ BlockArgument parameterBehind(func::FuncOp func, Value v) {
     v = def->getOperand(0);
   }
   auto arg = dyn_cast<BlockArgument>(v);
-  return arg && func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ? arg : BlockArgument();
+  return arg && (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName) ||
+                 func.getArgAttr(arg.getArgNumber(), PtcDialect::kWorkingCopyAttrName))
+             ? arg
+             : BlockArgument();
 }
 
 /// Bytes of the forward copies of parameters (converts and gathers, ops `on`
@@ -181,6 +184,8 @@ DeviceMemory mlir::ptc::computeDeviceMemory(func::FuncOp func, int r, int ranks)
       m.values += getNumElements(cast<RankedTensorType>(arg.getType()));
     } else if (func.getArgAttr(i, PtcDialect::kStateAttrName)) {
       m.state += bytes;
+    } else if (func.getArgAttr(i, PtcDialect::kWorkingCopyAttrName)) {
+      m.params += bytes; // the parameters' bf16 / f16 copies, kept between steps
     } else {
       m.inputs += bytes;
     }
@@ -632,9 +637,15 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
                                       activationBytes - gatheredParamBytes)))
       return failure();
     // Mixed precision: low-precision working copies of the fp32 master weights.
-    int64_t copyBytes = 0;
+    int64_t copyBytes = 0, keptBytes = 0;
     std::string copyType;
-    for (BlockArgument arg : block.getArguments())
+    for (BlockArgument arg : block.getArguments()) {
+      if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kWorkingCopyAttrName)) {
+        auto type = cast<RankedTensorType>(arg.getType());
+        keptBytes += getTensorBytes(type);
+        if (copyType.empty())
+          llvm::raw_string_ostream(copyType) << type.getElementType() << " ";
+      }
       if (func.getArgAttr(arg.getArgNumber(), PtcDialect::kParamAttrName))
         for (Operation *user : arg.getUsers())
           if (auto convert = dyn_cast<ConvertOp>(user)) {
@@ -642,13 +653,21 @@ struct ReportMemoryPass : mlir::ptc::impl::ReportMemoryPassBase<ReportMemoryPass
             if (copyType.empty())
               llvm::raw_string_ostream(copyType) << convert.getType().getElementType() << " ";
           }
+    }
+    if (keptBytes > 0)
+      os << "  mixed precision: " << copyType << "working copies of the parameters " << keptBytes
+         << " B kept between steps (2 bytes each, with the parameters; written by the update, "
+            "ptc-keep-working-copies)"
+         << (copyBytes > 0 ? ", " + std::to_string(copyBytes) + " B more converted every step"
+                           : std::string())
+         << "; master weights, gradients and AdamW state stay fp32\n";
     if (copyBytes > 0 && hostBytes > 0)
       os << "  mixed precision + offload: " << copyType << "working copies of the parameters "
          << copyBytes << " B (2 bytes each, converted on the host from the fp32 master weights "
          << "and copied to the device every step, in the arena); gradients cross to the host "
             "in "
          << copyType << "and are widened there\n";
-    else if (copyBytes > 0)
+    else if (copyBytes > 0 && keptBytes == 0)
       os << "  mixed precision: " << copyType << "working copies of the parameters " << copyBytes
          << " B (2 bytes each, in the arena, converted from the fp32 master weights every step); "
             "master weights, gradients and AdamW state stay fp32 (4 + 4 + 8 bytes per parameter, "

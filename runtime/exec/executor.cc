@@ -197,7 +197,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
       if (insts.Get(n)->op() == OpCode::Send || insts.Get(n)->op() == OpCode::Recv)
         break;
       TensorKind kind = plan->tensor(id).kind;
-      if (kind == TensorKind::Parameter || kind == TensorKind::OptimizerState)
+      if (kind == TensorKind::Parameter || kind == TensorKind::OptimizerState ||
+          kind == TensorKind::WorkingCopy)
         ex->writesState_[n] = true;
     }
   ex->prepareKernels();
@@ -215,7 +216,8 @@ void Executor::groupOptimizerUpdates() {
   for (uint32_t n : stepInstructions_)
     allowed[n] = true;
   // Every tensor f32, except a gradient in bf16 / f16 where the device reads
-  // it so (ptc-fuse-gradient-widening's updates under mixed precision).
+  // it so (ptc-fuse-gradient-widening's updates under mixed precision) and
+  // the working copy the update writes (ptc-keep-working-copies).
   auto isAdamF32 = [&](uint32_t n) {
     const plan::Instruction *i = insts.Get(n);
     if (!allowed[n] || i->op() != OpCode::AdamWUpdate)
@@ -229,7 +231,8 @@ void Executor::groupOptimizerUpdates() {
         if (t == plan::DType::F32)
           continue;
         const bool isGrad = ids == &inputsOf(*i) && inputsOf(*i).size() > 1 && id == inputsOf(*i)[1];
-        if (!(isGrad && lowGradOk && (t == plan::DType::BF16 || t == plan::DType::F16)))
+        const bool isCopy = plan_->tensor(id).kind == TensorKind::WorkingCopy;
+        if (!((isGrad || isCopy) && lowGradOk && (t == plan::DType::BF16 || t == plan::DType::F16)))
           return false;
       }
     // One launch runs the group's updates concurrently: only when they write

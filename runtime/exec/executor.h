@@ -62,7 +62,9 @@ public:
 
   const LoadedPlan &plan() const { return *plan_; }
 
-  /// Storage of tensor `id` (plan tensor index) in device memory.
+  /// Storage of tensor `id` (plan tensor index) in device memory. Writing a
+  /// parameter through it bypasses its working copy (WorkingCopy tensors):
+  /// set parameters with loadLocal / loadFromWhole.
   void *data(int32_t id) { return storage_[static_cast<size_t>(id)]; }
   float *f32(int32_t id) { return static_cast<float *>(data(id)); }
   int32_t *i32(int32_t id) { return static_cast<int32_t *>(data(id)); }
@@ -241,6 +243,9 @@ private:
   std::vector<std::vector<uint32_t>> fileUseAt_; // per tensor: the instructions using it
   void prefetchFileTensors(uint32_t from, uint32_t to);
   void afterFileWrite(int32_t id);
+  /// Rounds parameter `param` into its working copies, if it has any (after
+  /// the parameter was set from outside a step).
+  Status roundWorkingCopies(int32_t param);
   bool fileWritten_ = false; // a step ran: the file holds more than its zeros
   bool measureFile_ = false;
   void releaseFileTensors(uint32_t n, uint32_t end);

@@ -753,7 +753,18 @@ Status InstructionChecker::check() {
     PTC_RETURN_IF_ERROR(flag(adam ? attr::AdamWUpdate::scheduled_lr : attr::SgdUpdate::scheduled_lr));
     const plan::UpdateInputs layout = plan::updateInputs(inst_);
     const size_t expected = layout.fixed + (layout.skip >= 0) + (layout.lr >= 0);
-    PTC_RETURN_IF_ERROR(counts(expected, adam ? 3 : 2, ints_.size(), adam ? 5 : 3));
+    // One more output: the parameter's working copy (ptc-keep-working-copies).
+    const size_t base = adam ? 3 : 2;
+    const bool copies = out_.size() == base + 1;
+    PTC_RETURN_IF_ERROR(counts(expected, copies ? base + 1 : base, ints_.size(), adam ? 5 : 3));
+    if (copies) {
+      const TensorInfo &copy = tensors_[out_[base]];
+      if (copy.kind != TensorKind::WorkingCopy || copy.copyOf != in_[0])
+        return fail("output #", base, " ('", copy.name, "') is not the working copy of parameter '",
+                    tensors_[in_[0]].name, "'");
+      if (out_[0] != in_[0])
+        return fail("writes a working copy but not its parameter in place");
+    }
     if (layout.skip >= 0)
       PTC_RETURN_IF_ERROR(expectShape(in(static_cast<size_t>(layout.skip)), {}, "skip flag"));
     if (layout.lr >= 0)
@@ -774,7 +785,7 @@ Status InstructionChecker::check() {
     }
     if (tensors_[in_[0]].dtype == DType::I32)
       return fail("the parameter is i32, expected a float type");
-    for (size_t i = 0; i < out_.size(); ++i)
+    for (size_t i = 0; i < base; ++i)
       if (tensors_[out_[i]].dtype != tensors_[in_[0]].dtype)
         return fail("output #", i, " is ", dtypeName(tensors_[out_[i]].dtype), ", expected ",
                     dtypeName(tensors_[in_[0]].dtype));

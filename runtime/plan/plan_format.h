@@ -9,7 +9,7 @@ namespace ptc::plan {
 /// the schema — plan.fbs.in, or the op table's opcodes — needs a new version
 /// and a line in schema-versions.txt: a test compares the schema's hash with
 /// it). What each version changed: docs/plan-format.md, "Format versions".
-inline constexpr uint32_t kFormatVersion = 15;
+inline constexpr uint32_t kFormatVersion = 16;
 /// The oldest version this runtime reads: version 4 renumbered the opcodes,
 /// so an older plan would run other kernels than it names.
 inline constexpr uint32_t kOldestFormatVersion = 4;

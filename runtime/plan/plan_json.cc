@@ -45,6 +45,8 @@ std::string planToJson(const LoadedPlan &loaded) {
     }
     if (t.host)
       tj["host"] = true;
+    if (t.copyOf >= 0)
+      tj["copy_of"] = t.copyOf;
     else if (t.kind == plan::TensorKind::Temporary)
       tj["arena_offset"] = t.arenaOffset;
     const plan::Tensor *pt = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));

@@ -277,7 +277,7 @@ Status LoadedPlan::verify() {
     if (!checkedProduct(info.globalShape, kMaxGlobalElements))
       return invalidArgument(where(), "'s global shape ", shapeStr(info.globalShape), " is too large");
     bool persistent = info.kind == TensorKind::Parameter || info.kind == TensorKind::OptimizerState ||
-                      info.kind == TensorKind::Input;
+                      info.kind == TensorKind::Input || info.kind == TensorKind::WorkingCopy;
     if (persistent && info.name.empty())
       return invalidArgument(where(), " needs a name");
     if (persistent && !names.insert({static_cast<int>(info.kind), info.name}).second)
@@ -309,6 +309,33 @@ Status LoadedPlan::verify() {
     if (info.kind == TensorKind::Parameter && t->init() == plan::InitKind::Normal &&
         !(t->init_std() > 0))
       return invalidArgument(where(), " has a normal initializer with std ", t->init_std());
+    if ((info.kind == TensorKind::WorkingCopy) != (t->copy_of() >= 0))
+      return invalidArgument(where(), info.kind == TensorKind::WorkingCopy
+                                          ? " is a working copy of no parameter"
+                                          : " names a parameter it copies but is no working copy");
+    if (info.kind == TensorKind::WorkingCopy) {
+      // Rounds an earlier f32 parameter to bf16 / f16, with its local shape,
+      // split and pipeline rank, on the device.
+      const int32_t of = t->copy_of();
+      const TensorInfo *param =
+          of < static_cast<int32_t>(tensors_.size()) ? &tensors_[static_cast<size_t>(of)] : nullptr;
+      if (!param || param->kind != TensorKind::Parameter)
+        return invalidArgument(where(), " is a working copy of tensor #", of,
+                               ", which is no parameter before it");
+      const plan::Tensor *pt = plan_->tensors()->Get(static_cast<flatbuffers::uoffset_t>(of));
+      if (param->dtype != DType::F32 || (info.dtype != DType::BF16 && info.dtype != DType::F16))
+        return invalidArgument(where(), " is ", dtypeName(info.dtype), ", a working copy of ",
+                               dtypeName(param->dtype), " parameter '", param->name,
+                               "': expected bf16 or f16 of f32");
+      if (param->shape != info.shape || param->dimAxes != info.dimAxes ||
+          param->dimBlocks != info.dimBlocks || pt->pp_rank() != t->pp_rank() || info.host ||
+          param->host)
+        return invalidArgument(where(), " of shape ", shapeStr(info.shape),
+                               " does not lie like its parameter '", param->name, "' (",
+                               shapeStr(param->shape),
+                               "): the same local shape, split and pipeline rank, on the device");
+      info.copyOf = of;
+    }
     tensors_.push_back(std::move(info));
   }
 

@@ -69,6 +69,8 @@ struct TensorInfo {
   int64_t arenaOffset = -1;
   /// Lives in host memory (offload=optimizer); a host temporary has no arena offset.
   bool host = false;
+  /// A WorkingCopy: the Parameter it holds the rounding of (else -1).
+  int32_t copyOf = -1;
 };
 
 /// A verified plan: the raw bytes plus decoded tensor information.

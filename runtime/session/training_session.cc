@@ -655,6 +655,8 @@ std::string TrainingSession::describe() const {
       numParams += t.numElements;
       if (!t.host)
         paramBytes += t.bytes;
+    } else if (t.kind == plan::TensorKind::WorkingCopy) {
+      paramBytes += t.bytes; // the parameters' bf16 / f16 copies kept between steps
     } else if (t.kind == plan::TensorKind::OptimizerState && !t.host) {
       stateBytes += t.bytes;
     }

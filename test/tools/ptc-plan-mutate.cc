@@ -27,6 +27,10 @@
 //                                                   Reshape) takes that input's arena offset
 //   ptc-plan-mutate IN OUT move-to-chunk-0          the first chunk-1 instruction that reads a
 //                                                   temporary moves to chunk 0
+//   ptc-plan-mutate IN OUT copy-of-state            the first working copy names an optimizer
+//                                                   state tensor as its parameter
+//   ptc-plan-mutate IN OUT swap-copies              the first two updates that write working
+//                                                   copies write each other's
 
 #include "runtime/plan/plan_generated.h"
 
@@ -78,6 +82,27 @@ int main(int argc, char **argv) {
       plan->tensors.front()->kind = static_cast<TensorKind>(-1);
       done = true;
     }
+  } else if (what == "copy-of-state") {
+    int32_t state = -1;
+    for (size_t i = 0; i < plan->tensors.size(); ++i)
+      if (state < 0 && plan->tensors[i]->kind == TensorKind::OptimizerState)
+        state = static_cast<int32_t>(i);
+    for (auto &t : plan->tensors)
+      if (!done && t->kind == TensorKind::WorkingCopy && state >= 0) {
+        t->copy_of = state;
+        done = true;
+      }
+  } else if (what == "swap-copies") {
+    InstructionT *first = nullptr;
+    for (auto &inst : plan->instructions)
+      if (!done && inst->op == OpCode::AdamWUpdate && inst->outputs.size() == 4) {
+        if (!first) {
+          first = inst.get();
+        } else {
+          std::swap(first->outputs[3], inst->outputs[3]);
+          done = true;
+        }
+      }
   } else if (what == "unknown-init") {
     for (auto &t : plan->tensors)
       if (!done && t->kind == TensorKind::Parameter) {

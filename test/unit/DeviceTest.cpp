@@ -1707,8 +1707,24 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
              {{op, s}, {om, s}, {ov, s}}, {}, {1e-3, 0.9, 0.95, 1e-8, 0.1}));
       OK(run(d, kernels::OpKind::SgdUpdate, {{pp, s}, {pg, s}, {pm, s}, {skip, {}}},
              {{sp, s}, {sb, s}}, {}, {0.1, 0.9, 0.01}));
+      // With a bf16 gradient and the working copies (ptc-keep-working-copies),
+      // the copies widened to compare.
+      uint16_t *g16 = m.zeros<uint16_t>(n), *c16 = m.zeros<uint16_t>(n),
+               *s16 = m.zeros<uint16_t>(n);
+      float *cp = m.zeros(n), *cm = m.zeros(n), *cv = m.zeros(n), *csp = m.zeros(n),
+            *csb = m.zeros(n), *wc = m.zeros(n), *ws = m.zeros(n);
+      OK(d.convertFloat(pg, FloatType::F32, g16, FloatType::BF16, static_cast<int64_t>(n)));
+      const kernels::DType bf16 = kernels::DType::BF16;
+      OK(run(d, kernels::OpKind::AdamWUpdate,
+             {{pp, s}, {g16, s, bf16}, {pm, s}, {m.put(v), s}, {m.put(std::vector<float>{3.0f}), {}},
+              {skip, {}}},
+             {{cp, s}, {cm, s}, {cv, s}, {c16, s, bf16}}, {}, {1e-3, 0.9, 0.95, 1e-8, 0.1}));
+      OK(run(d, kernels::OpKind::SgdUpdate, {{pp, s}, {g16, s, bf16}, {pm, s}, {skip, {}}},
+             {{csp, s}, {csb, s}, {s16, s, bf16}}, {}, {0.1, 0.9, 0.01}));
+      OK(d.convertFloat(c16, FloatType::BF16, wc, FloatType::F32, static_cast<int64_t>(n)));
+      OK(d.convertFloat(s16, FloatType::BF16, ws, FloatType::F32, static_cast<int64_t>(n)));
       auto out = m.get(op, n);
-      for (float *q : {om, ov, sp, sb}) {
+      for (float *q : {om, ov, sp, sb, cp, cm, cv, csp, csb, wc, ws}) {
         auto t = m.get(q, n);
         out.insert(out.end(), t.begin(), t.end());
       }
@@ -1785,6 +1801,56 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
         return out;
       },
       1e-5f);
+}
+
+// ptc-keep-working-copies: AdamW and SGD read a bf16 gradient as stored and
+// write the new parameter's bf16 working copy, bitwise the f32 update on the
+// widened gradient followed by a conversion; a skipped update rounds the old
+// parameter.
+TEST(CpuDevice, UpdatesWriteWorkingCopies) {
+  auto dev = createCpuDevice();
+  Mem m(*dev);
+  const int64_t n = 40000; // over the kernels' parallel grain
+  const Shape s{n};
+  auto p = randomVector(n, 11), g = randomVector(n, 12), mm = randomVector(n, 13);
+  std::vector<float> v(static_cast<size_t>(n), 0.5f);
+  uint16_t *g16 = m.zeros<uint16_t>(static_cast<size_t>(n));
+  float *g32 = m.put(g);
+  OK(dev->convertFloat(g32, FloatType::F32, g16, FloatType::BF16, n));
+  OK(dev->convertFloat(g16, FloatType::BF16, g32, FloatType::F32, n));
+  float *step = m.put(std::vector<float>{2.0f}), *skip = m.put(std::vector<float>{0.0f});
+  const kernels::DType bf16 = kernels::DType::BF16;
+  for (float skipValue : {0.0f, 1.0f}) {
+    *skip = skipValue;
+    // The reference: f32 gradient, no copy; then the copy by conversion.
+    float *rp = m.zeros(n), *rm = m.zeros(n), *rv = m.zeros(n), *rs = m.zeros(n), *rb = m.zeros(n);
+    uint16_t *rc = m.zeros<uint16_t>(static_cast<size_t>(n)),
+             *rsc = m.zeros<uint16_t>(static_cast<size_t>(n));
+    OK(run(*dev, kernels::OpKind::AdamWUpdate,
+           {{m.put(p), s}, {g32, s}, {m.put(mm), s}, {m.put(v), s}, {step, {}}, {skip, {}}},
+           {{rp, s}, {rm, s}, {rv, s}}, {}, {1e-3, 0.9, 0.95, 1e-8, 0.1}));
+    OK(run(*dev, kernels::OpKind::SgdUpdate, {{m.put(p), s}, {g32, s}, {m.put(mm), s}, {skip, {}}},
+           {{rs, s}, {rb, s}}, {}, {0.1, 0.9, 0.01}));
+    OK(dev->convertFloat(rp, FloatType::F32, rc, FloatType::BF16, n));
+    OK(dev->convertFloat(rs, FloatType::F32, rsc, FloatType::BF16, n));
+    // In one pass, the gradient read as bf16.
+    float *op = m.zeros(n), *om = m.zeros(n), *ov = m.zeros(n), *sp = m.zeros(n), *sb = m.zeros(n);
+    uint16_t *oc = m.zeros<uint16_t>(static_cast<size_t>(n)),
+             *sc = m.zeros<uint16_t>(static_cast<size_t>(n));
+    OK(run(*dev, kernels::OpKind::AdamWUpdate,
+           {{m.put(p), s}, {g16, s, bf16}, {m.put(mm), s}, {m.put(v), s}, {step, {}}, {skip, {}}},
+           {{op, s}, {om, s}, {ov, s}, {oc, s, bf16}}, {}, {1e-3, 0.9, 0.95, 1e-8, 0.1}));
+    OK(run(*dev, kernels::OpKind::SgdUpdate,
+           {{m.put(p), s}, {g16, s, bf16}, {m.put(mm), s}, {skip, {}}},
+           {{sp, s}, {sb, s}, {sc, s, bf16}}, {}, {0.1, 0.9, 0.01}));
+    EXPECT_EQ(m.get(op, n), m.get(rp, n));
+    EXPECT_EQ(m.get(om, n), m.get(rm, n));
+    EXPECT_EQ(m.get(ov, n), m.get(rv, n));
+    EXPECT_EQ(m.get(sp, n), m.get(rs, n));
+    EXPECT_EQ(m.get(sb, n), m.get(rb, n));
+    EXPECT_EQ(std::memcmp(oc, rc, static_cast<size_t>(n) * 2), 0) << "AdamW, skip " << skipValue;
+    EXPECT_EQ(std::memcmp(sc, rsc, static_cast<size_t>(n) * 2), 0) << "SGD, skip " << skipValue;
+  }
 }
 
 // The non-finite check every AdamW/SGD update takes its skip flag from: f32,

@@ -330,3 +330,44 @@ func.func @update_unknown(%a: tensor<4xf32> {ptc.param = "a"}) -> (tensor<4xf32>
 func.func @grad_of_state(%s: tensor<4xf32> {ptc.state = "s"}) -> (tensor<4xf32> {ptc.grad = "s"}) {
   return %s : tensor<4xf32>
 }
+
+// -----
+
+// A working copy is the f32 parameter's shape in bf16 or f16.
+func.func @adamw_working_copy_shape(%p: tensor<4xf32>, %t: tensor<f32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ptc.adamw_update' op working copy 'tensor<5xbf16>' must be an f32 parameter's shape in bf16 or f16, for 'tensor<4xf32>'}}
+  %a, %b, %c, %w = ptc.adamw_update %p, %p, %p, %p, %t {lr = 1.0 : f64, beta1 = 0.9 : f64, beta2 = 0.9 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<4xf32>, tensor<f32> working_copy(tensor<5xbf16>)
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+func.func @sgd_working_copy_type(%p: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ptc.sgd_update' op working copy 'tensor<4xf32>' must be an f32 parameter's shape in bf16 or f16, for 'tensor<4xf32>'}}
+  %a, %b, %w = ptc.sgd_update %p, %p, %p {lr = 0.1 : f64, momentum = 0.9 : f64, weight_decay = 0.0 : f64} : tensor<4xf32> working_copy(tensor<4xf32>)
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// A working copy argument names a parameter of the function, whose type it
+// rounds.
+// expected-error @+1 {{'ptc.working_copy' on argument #1 names 'v', which is not a parameter of the function}}
+func.func @working_copy_of_nothing(%p: tensor<4xf32> {ptc.param = "w"}, %c: tensor<4xbf16> {ptc.working_copy = "v"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'ptc.working_copy' argument #1 of type 'tensor<2x2xbf16>' must be parameter 'w' ('tensor<4xf32>') in bf16 or f16}}
+func.func @working_copy_shape(%p: tensor<4xf32> {ptc.param = "w"}, %c: tensor<2x2xbf16> {ptc.working_copy = "w"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{result #0 ('ptc.working_copy' of 'w') has type 'tensor<4xf16>' but the working copy argument has type 'tensor<4xbf16>'}}
+func.func @working_copy_result(%p: tensor<4xf32> {ptc.param = "w"}, %c: tensor<4xbf16> {ptc.working_copy = "w"},
+                               %h: tensor<4xf16>) -> (tensor<4xf16> {ptc.working_copy = "w"}) {
+  return %h : tensor<4xf16>
+}

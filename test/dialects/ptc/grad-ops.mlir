@@ -57,6 +57,10 @@ func.func @optimizer(%p: tensor<384x128xf32>, %t: tensor<f32>, %b: tensor<384xf3
   %p2, %m2, %v2 = ptc.adamw_update %p, %p, %p, %p, %t {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64} : tensor<384x128xf32>, tensor<f32>
   // CHECK: %{{.*}}, %{{.*}} = ptc.sgd_update %{{.*}}, %{{.*}}, %{{.*}} {lr = 1.000000e-01 : f64, momentum = 9.000000e-01 : f64, weight_decay = 0.000000e+00 : f64} : tensor<384xf32>
   %b2, %mb = ptc.sgd_update %b, %b, %b {lr = 0.1 : f64, momentum = 0.9 : f64, weight_decay = 0.0 : f64} : tensor<384xf32>
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} = ptc.adamw_update {{.*}} : tensor<384x128xf32>, tensor<f32> working_copy(tensor<384x128xbf16>)
+  %pw, %mw, %vw, %ww = ptc.adamw_update %p, %p, %p, %p, %t {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64} : tensor<384x128xf32>, tensor<f32> working_copy(tensor<384x128xbf16>)
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = ptc.sgd_update {{.*}} : tensor<384xf32> working_copy(tensor<384xf16>)
+  %bw, %mbw, %wb = ptc.sgd_update %b, %b, %b {lr = 0.1 : f64, momentum = 0.9 : f64, weight_decay = 0.0 : f64} : tensor<384xf32> working_copy(tensor<384xf16>)
   // A bf16 gradient for an f32 parameter (ptc-fuse-gradient-widening).
   // CHECK: ptc.adamw_update %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {{{.*}}} : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>
   %q2, %n2, %w2 = ptc.adamw_update %p, %g16, %p, %p, %t {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64} : tensor<384x128xf32> grad(tensor<384x128xbf16>), tensor<f32>

@@ -3,7 +3,7 @@
 
 // The tensor table: parameters with their initializers, optimizer state,
 // inputs, arena temporaries, and the loss seed as a constant.
-// CHECK: "format_version": 15,
+// CHECK: "format_version": 16,
 // CHECK: "producer": "ptc-opt",
 // Model FLOPs per step: 3x the forward matmul's 2*M*N*K = 2*2*3*4.
 // CHECK: "model_flops": 144.0,
