@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace ptc::kernels::cuda {
 namespace {
@@ -722,6 +723,157 @@ bool acceptsAttention(const KernelCall &c) {
   return false;
 }
 
+// ---- Ring attention's blocks on cuDNN -------------------------------------------------
+// The ring carries its blocks in f32; in a bf16 / f16 plan (the call's
+// `storage`) they hold values of that type, so a block runs on cuDNN's fused
+// attention over narrowed copies (exact for q, k, v and the incoming
+// gradient; the forward's result rounded as the plan stores it), and its
+// output is merged into the f32 accumulators by the online-softmax rule.
+
+/// f32 -> bf16 / f16 (`type`: a FloatType's value), rounded to nearest even.
+__global__ void narrowKernel(const float *x, void *y, int type, int64_t n) {
+  PTC_GRID_LOOP(i, n) storeFloat(y, type, i, x[i]);
+}
+/// acc = acc * exp(mx - m') + o * exp(lse - m') with m' = max(mx, lse), per
+/// row of `dim` elements: a block's normalized output and log-sum-exp merged
+/// into the unnormalized accumulator (mx and sum follow in mergeRowsKernel).
+__global__ void mergeOutputKernel(const void *o, int type, const float *lse, const float *mx,
+                                  float *acc, int64_t n, int64_t dim) {
+  PTC_GRID_LOOP(i, n) {
+    const int64_t r = i / dim;
+    const float m = fmaxf(mx[r], lse[r]);
+    acc[i] = acc[i] * expf(mx[r] - m) + loadFloat(o, type, i) * expf(lse[r] - m);
+  }
+}
+/// sum = sum * exp(mx - m') + exp(lse - m'), mx = m', per row.
+__global__ void mergeRowsKernel(const float *lse, float *mx, float *sum, int64_t rows) {
+  PTC_GRID_LOOP(r, rows) {
+    const float m = fmaxf(mx[r], lse[r]);
+    sum[r] = sum[r] * expf(mx[r] - m) + expf(lse[r] - m);
+    mx[r] = m;
+  }
+}
+/// acc += x (x of `type`).
+__global__ void accumulateKernel(const void *x, int type, float *acc, int64_t n) {
+  PTC_GRID_LOOP(i, n) acc[i] += loadFloat(x, type, i);
+}
+
+/// A block call's cuDNN problem: packed [batch, heads, len, dim] parts in the
+/// plan's storage type, causal on the diagonal.
+cudnn::AttentionProblem blockProblemOf(const KernelCall &c) {
+  const TensorView &q = c.input(0), &k = c.input(1);
+  const int64_t b = q.dim(0), h = q.dim(1), hk = k.dim(1), len = q.dim(2), d = q.dim(3);
+  const FloatType type =
+      c.attr(attr::AttentionBlock::storage) == static_cast<int64_t>(DType::F16) ? FloatType::F16
+                                                                                : FloatType::BF16;
+  const cudnn::HeadStrides qs{h * len * d, len * d, d}, kvs{hk * len * d, len * d, d};
+  cudnn::AttentionProblem p{type, b, h, hk, len, d, qs, kvs, kvs, qs};
+  p.causal = c.attr(attr::AttentionBlock::causal) != 0;
+  return p;
+}
+
+/// Whether a ring block runs on cuDNN: a plan stored in bf16 / f16, no
+/// document mask (the rows' first keys), and cuDNN taking the problem (else
+/// it says once why, and the f32 warp kernel runs it).
+bool blockOnCudnn(const KernelCall &c, bool grad) {
+  const int64_t storage = c.attr(attr::AttentionBlock::storage);
+  if (storage != static_cast<int64_t>(DType::BF16) && storage != static_cast<int64_t>(DType::F16))
+    return false;
+  std::string why;
+  if (c.numInputs > (grad ? 6u : 3u))
+    why = "packed documents (each row's first key) are not wired to cuDNN";
+  else if (c.input(0).rank() != 4 || c.input(1).rank() != 4)
+    why = "a block that is not [batch, heads, rows, dim]";
+  else
+    why = cudnn::supports(blockProblemOf(c), grad);
+  if (why.empty())
+    return true;
+  std::ostringstream key;
+  key << opKindName(c.op) << " [";
+  for (size_t i = 0; i < c.input(0).rank(); ++i)
+    key << (i ? ", " : "") << c.input(0).dim(static_cast<int>(i));
+  key << "]" << (c.attr(attr::AttentionBlock::causal) ? " causal" : "");
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(key.str()).second)
+    std::fprintf(stderr,
+                 "ptc: ring attention's %s: cuDNN fused attention refused it (%s); it runs on the "
+                 "f32 warp kernel instead (slow)\n",
+                 key.str().c_str(), why.c_str());
+  return false;
+}
+
+/// Scratch carved in 256-byte aligned pieces.
+struct Carver {
+  char *next;
+  void *take(int64_t bytes) {
+    void *p = next;
+    next += (bytes + 255) / 256 * 256;
+    return p;
+  }
+};
+int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// A ring block forward on cuDNN: (q, k, v) -> (acc, mx, sum) merged.
+KernelResult runCudnnBlock(const KernelCall &c) {
+  const cudnn::AttentionProblem p = blockProblemOf(c);
+  const int64_t qn = c.input(0).elements, kvn = c.input(1).elements, rows = qn / p.dim;
+  const int type = static_cast<int>(p.type);
+  const int64_t bytes = 2 * aligned(qn * 2) + 2 * aligned(kvn * 2) + aligned(rows * 4) +
+                        cudnn::forwardScratchBytes(p, /*stats=*/true);
+  void *work = scratch(c, bytes);
+  if (!work)
+    return scratchFailure(c, bytes);
+  Carver carve{static_cast<char *>(work)};
+  void *q = carve.take(qn * 2), *k = carve.take(kvn * 2), *v = carve.take(kvn * 2),
+       *o = carve.take(qn * 2);
+  auto *lse = static_cast<float *>(carve.take(rows * 4));
+  cudaStream_t stream = S(streamOf(c));
+  narrowKernel<<<gridFor(qn), kThreads, 0, stream>>>(c.input(0).f32(), q, type, qn);
+  narrowKernel<<<gridFor(kvn), kThreads, 0, stream>>>(c.input(1).f32(), k, type, kvn);
+  narrowKernel<<<gridFor(kvn), kThreads, 0, stream>>>(c.input(2).f32(), v, type, kvn);
+  if (KernelResult r = cudnn::forward(p, q, k, v, o, lse, attentionScale(c), carve.next,
+                                      streamOf(c));
+      !r.isOk())
+    return r;
+  float *acc = c.output(0).f32(), *mx = c.output(1).f32(), *sum = c.output(2).f32();
+  mergeOutputKernel<<<gridFor(qn), kThreads, 0, stream>>>(o, type, lse, mx, acc, qn, p.dim);
+  mergeRowsKernel<<<gridFor(rows), kThreads, 0, stream>>>(lse, mx, sum, rows);
+  return KernelResult::ok();
+}
+
+/// A ring block's gradient on cuDNN: (q, k, v, o, g, lse) -> dq, dk, dv added
+/// to, from the rows' global result and log-sum-exp (cuDNN's deterministic
+/// backward alone).
+KernelResult runCudnnBlockGrad(const KernelCall &c) {
+  const cudnn::AttentionProblem p = blockProblemOf(c);
+  const int64_t qn = c.input(0).elements, kvn = c.input(1).elements;
+  const int type = static_cast<int>(p.type);
+  const int64_t bytes = 4 * aligned(qn * 2) + 4 * aligned(kvn * 2) +
+                        cudnn::backwardScratchBytes(p, /*stats=*/true);
+  void *work = scratch(c, bytes);
+  if (!work)
+    return scratchFailure(c, bytes);
+  Carver carve{static_cast<char *>(work)};
+  void *q = carve.take(qn * 2), *k = carve.take(kvn * 2), *v = carve.take(kvn * 2),
+       *o = carve.take(qn * 2), *g = carve.take(qn * 2), *dq = carve.take(qn * 2),
+       *dk = carve.take(kvn * 2), *dv = carve.take(kvn * 2);
+  cudaStream_t stream = S(streamOf(c));
+  for (auto [from, to, n] : {std::tuple{c.input(0).f32(), q, qn}, {c.input(1).f32(), k, kvn},
+                             {c.input(2).f32(), v, kvn}, {c.input(3).f32(), o, qn},
+                             {c.input(4).f32(), g, qn}})
+    narrowKernel<<<gridFor(n), kThreads, 0, stream>>>(from, to, type, n);
+  if (KernelResult r = cudnn::backward(p, q, k, v, o, c.input(5).f32(), g, dq, dk, dv,
+                                       attentionScale(c), carve.next, streamOf(c));
+      !r.isOk())
+    return r;
+  for (auto [from, to, n] : {std::tuple{dq, c.output(0).f32(), qn}, {dk, c.output(1).f32(), kvn},
+                             {dv, c.output(2).f32(), kvn}})
+    accumulateKernel<<<gridFor(n), kThreads, 0, stream>>>(from, type, to, n);
+  return KernelResult::ok();
+}
+
 /// A bf16 / f16 attention call on cuDNN.
 KernelResult runCudnnAttention(const KernelCall &c) {
   const cudnn::AttentionProblem problem = attentionProblemOf(c);
@@ -745,7 +897,10 @@ std::string attentionLibrary() { return cudnn::libraryDescription(); }
 void addAttentionKernels(KernelTable &t) {
   // Ring attention's blocks (kernel_call.h): the optional last input is the
   // rows' first keys.
+  // In a bf16 / f16 plan, cuDNN's fused attention where it takes the block.
   t.add(OpKind::AttentionBlock, [](const KernelCall &c) {
+    if (blockOnCudnn(c, /*grad=*/false))
+      return runCudnnBlock(c);
     const TensorView &q = c.input(0), &k = c.input(1);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
@@ -756,6 +911,8 @@ void addAttentionKernels(KernelTable &t) {
     return KernelResult::ok();
   });
   t.add(OpKind::AttentionBlockGrad, [](const KernelCall &c) {
+    if (blockOnCudnn(c, /*grad=*/true))
+      return runCudnnBlockGrad(c);
     const TensorView &q = c.input(0), &k = c.input(1);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace ptc::kernels::cuda::cudnn {
@@ -309,9 +310,11 @@ void buildForward(GraphBuilder &g, const AttentionProblem &p) {
   Tensor v = g.tensor({b, hk, s, d}, headStrides(p.v), io, false, kV);
   Tensor o = g.tensor({b, h, s, d}, headStrides(p.o), io, false, kO);
   Tensor stats = g.tensor(sh.rows, sh.rowStrides, CUDNN_DATA_FLOAT, false, kStats);
-  Tensor scale = g.scalar(kScale), negInf = g.scalar(kNegInf);
+  Tensor scale = g.scalar(kScale);
 
-  Tensor masked = causalMask(g, sh, scaledScores(g, sh, q, kT, scale), negInf);
+  // (-inf, the mask's fill, is a graph input only where there is a mask.)
+  Tensor scores = scaledScores(g, sh, q, kT, scale);
+  Tensor masked = p.causal ? causalMask(g, sh, scores, g.scalar(kNegInf)) : scores;
   Tensor max = g.tensor(sh.rows, sh.rowStrides, CUDNN_DATA_FLOAT, true);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
   Tensor shifted = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
@@ -343,7 +346,7 @@ void buildBackward(GraphBuilder &g, const AttentionProblem &p) {
   Tensor dQ = g.tensor({b, h, s, d}, headStrides(p.q), io, false, kGradQ);
   Tensor dK = g.tensor({b, hk, s, d}, headStrides(p.k), io, false, kGradK);
   Tensor dV = g.tensor({b, hk, s, d}, headStrides(p.v), io, false, kGradV);
-  Tensor scale = g.scalar(kScale), negInf = g.scalar(kNegInf), one = g.scalar(kOne);
+  Tensor scale = g.scalar(kScale), one = g.scalar(kOne);
 
   // D_i = dO_i . o_i, kept in device memory (scratch) for the kernel.
   Tensor prod = g.tensor({b, h, s, d}, {h * s * d, s * d, h * d, 1}, CUDNN_DATA_FLOAT, true);
@@ -356,7 +359,7 @@ void buildBackward(GraphBuilder &g, const AttentionProblem &p) {
   // P = exp(scale q k^T - lse) under the causal mask.
   Tensor shifted = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
   g.pointwise(CUDNN_POINTWISE_SUB, scaledScores(g, sh, q, kT, scale), &stats, nullptr, shifted);
-  Tensor masked = causalMask(g, sh, shifted, negInf);
+  Tensor masked = p.causal ? causalMask(g, sh, shifted, g.scalar(kNegInf)) : shifted;
   Tensor probs = g.tensor(sh.scores, sh.scoreStrides, CUDNN_DATA_FLOAT, true);
   g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, nullptr, probs);
 
@@ -486,11 +489,12 @@ void choosePlan(GraphBuilder &g, cudnnBackendDescriptor_t graph, bool determinis
   out.error = last;
 }
 
-using ProblemKey = std::tuple<int, bool, int, int64_t, int64_t, int64_t, int64_t, int64_t,
+using ProblemKey = std::tuple<int, bool, bool, int, int64_t, int64_t, int64_t, int64_t, int64_t,
                               std::vector<int64_t>>;
 ProblemKey keyOf(int device, const AttentionProblem &p, bool backward) {
   return {device,
           backward,
+          p.causal,
           static_cast<int>(p.type),
           p.batch,
           p.heads,
@@ -653,10 +657,14 @@ KernelResult forward(const AttentionProblem &p, const void *q, const void *k, co
     workspace += alignUp(rowBytes(p));
   }
   float negInf = -std::numeric_limits<float>::infinity();
-  return execute(*plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-                 {const_cast<void *>(q), const_cast<void *>(k), const_cast<void *>(v), o, rows,
-                  &scale, &negInf},
-                 workspace, stream, "forward");
+  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale};
+  std::vector<void *> pointers{const_cast<void *>(q), const_cast<void *>(k), const_cast<void *>(v),
+                               o, rows, &scale};
+  if (p.causal) {
+    uids.push_back(kNegInf);
+    pointers.push_back(&negInf);
+  }
+  return execute(*plan, uids, pointers, workspace, stream, "forward");
 }
 
 KernelResult backward(const AttentionProblem &p, const void *q, const void *k, const void *v,
@@ -679,18 +687,27 @@ KernelResult backward(const AttentionProblem &p, const void *q, const void *k, c
   }
   char *rowDot = next;
   void *workspace = rowDot + alignUp(rowBytes(p));
-  if (!stats)
-    if (KernelResult r = execute(*fwd, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-                                 {in[0], in[1], in[2], out, rows, &scale, &negInf}, workspace,
-                                 stream, "forward (recomputed for the backward)");
+  // (-inf, the mask's fill, is a graph input only where there is a mask.)
+  auto withMask = [&](std::vector<int64_t> uids, std::vector<void *> pointers) {
+    if (p.causal) {
+      uids.push_back(kNegInf);
+      pointers.push_back(&negInf);
+    }
+    return std::pair{std::move(uids), std::move(pointers)};
+  };
+  if (!stats) {
+    auto [uids, pointers] =
+        withMask({kQ, kK, kV, kO, kStats, kScale}, {in[0], in[1], in[2], out, rows, &scale});
+    if (KernelResult r = execute(*fwd, uids, pointers, workspace, stream,
+                                 "forward (recomputed for the backward)");
         !r.isOk())
       return r;
-  return execute(*bwd,
-                 {kQ, kK, kV, kO, kGradO, kStats, kGradQ, kGradK, kGradV, kRowDot, kScale, kNegInf,
-                  kOne},
-                 {in[0], in[1], in[2], out, const_cast<void *>(g), rows, dq, dk, dv, rowDot,
-                  &scale, &negInf, &one},
-                 workspace, stream, "backward");
+  }
+  auto [uids, pointers] =
+      withMask({kQ, kK, kV, kO, kGradO, kStats, kGradQ, kGradK, kGradV, kRowDot, kScale, kOne},
+               {in[0], in[1], in[2], out, const_cast<void *>(g), rows, dq, dk, dv, rowDot, &scale,
+                &one});
+  return execute(*bwd, uids, pointers, workspace, stream, "backward");
 }
 
 } // namespace ptc::kernels::cuda::cudnn

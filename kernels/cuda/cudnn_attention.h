@@ -38,12 +38,15 @@ struct HeadStrides {
   int64_t batch, head, seq;
 };
 
-/// One causal attention problem. The gradients dq, dk, dv have the strides of
-/// q, k, v; the incoming gradient those of o.
+/// One attention problem: causal (top-left: a query sees the keys at or before
+/// its own position), or with every key visible (a block of ring attention off
+/// the diagonal). The gradients dq, dk, dv have the strides of q, k, v; the
+/// incoming gradient those of o.
 struct AttentionProblem {
   FloatType type;
   int64_t batch, heads, kvHeads, seq, dim;
   HeadStrides q, k, v, o;
+  bool causal = true;
 };
 
 /// "cuDNN 9.19.0 fused attention" or why cuDNN cannot be used at all.

@@ -237,6 +237,7 @@ Status Executor::runRingAttention(const plan::Instruction &inst) {
     if (keysFrom)
       call.in(keysFrom, {batch, len}, kernels::DType::I32);
     return call.set(kernels::attr::AttentionBlock::causal, causal ? 1 : 0)
+        .set(kernels::attr::AttentionBlock::storage, static_cast<int>(qt.dtype))
         .set(kernels::attr::AttentionBlock::scale, scale)
         .launch(d);
   };

@@ -1352,6 +1352,64 @@ TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
       1e-4f);
 }
 
+TEST_F(CudaConformance, RingAttentionBlocksOnCudnnInBf16Plans) {
+  // A bf16 plan's ring (storage = bf16): its f32 blocks hold bf16 values, and
+  // the GPU runs each block on cuDNN's fused attention (the diagonal block
+  // causal, the other whole), merging into the f32 accumulators, and each
+  // block's gradient from the rows' global result and log-sum-exp. Against
+  // the CPU's f32 blocks on the same values, within bf16's rounding.
+  const int64_t B = 1, A = 4, KV = 2, S = 64, D = 64;
+  Shape qShape{B, A, S, D};
+  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D),
+               rows = static_cast<size_t>(B * A * S);
+  auto bf16Values = [](std::vector<float> x) {
+    for (float &e : x)
+      e = kernels::bf16ToF32(kernels::f32ToBf16(e));
+    return x;
+  };
+  auto q = bf16Values(randomVector(nq, 81)), k0 = bf16Values(randomVector(nkv, 82)),
+       v0 = bf16Values(randomVector(nkv, 83)), k1 = bf16Values(randomVector(nkv, 84)),
+       v1 = bf16Values(randomVector(nkv, 85)), g = bf16Values(randomVector(nq, 86));
+  const int64_t bf16 = static_cast<int64_t>(kernels::DType::BF16);
+  compare(
+      [&](Device &d, Mem &m) {
+        float *acc = m.zeros(nq), *sum = m.zeros(rows);
+        float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
+        const float *pq = m.put(q), *pk0 = m.put(k0), *pv0 = m.put(v0), *pk1 = m.put(k1),
+                    *pv1 = m.put(v1);
+        const Shape kvShape{B, KV, S, D}, rowShape{B, A, S};
+        for (auto [k, v, causal] : {std::tuple{pk0, pv0, 1}, std::tuple{pk1, pv1, 0}})
+          OK(run(d, kernels::OpKind::AttentionBlock, {{pq, qShape}, {k, kvShape}, {v, kvShape}},
+                 {{acc, qShape}, {mx, rowShape}, {sum, rowShape}}, {causal, bf16}, {0.125}));
+        auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
+        std::vector<float> o(nq), lse(rows);
+        for (size_t r = 0; r < rows; ++r) {
+          for (size_t c = 0; c < static_cast<size_t>(D); ++c)
+            o[r * D + c] = hAcc[r * D + c] / hSum[r];
+          lse[r] = hMx[r] + std::log(hSum[r]);
+        }
+        // The forward's result as the plan stores it (the gradient's input).
+        std::vector<float> stored = bf16Values(o);
+        float *dq = m.zeros(nq), *dk0 = m.zeros(nkv), *dv0 = m.zeros(nkv), *dk1 = m.zeros(nkv),
+              *dv1 = m.zeros(nkv);
+        const float *po = m.put(stored), *pg = m.put(g), *plse = m.put(lse);
+        for (auto [k, v, dk, dv, causal] :
+             {std::tuple{pk0, pv0, dk0, dv0, 1}, std::tuple{pk1, pv1, dk1, dv1, 0}})
+          OK(run(d, kernels::OpKind::AttentionBlockGrad,
+                 {{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
+                  {plse, rowShape}},
+                 {{dq, qShape}, {dk, kvShape}, {dv, kvShape}}, {causal, bf16}, {0.125}));
+        std::vector<float> out = o;
+        out.insert(out.end(), lse.begin(), lse.end());
+        for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
+          auto t = m.get(p, count);
+          out.insert(out.end(), t.begin(), t.end());
+        }
+        return out;
+      },
+      2e-2f);
+}
+
 TEST_F(CudaConformance, VocabularyParallelEmbeddingAndGradient) {
   auto table = randomVector(10 * 8, 19), g = randomVector(6 * 8, 20);
   std::vector<int32_t> tokenIds{0, 12, 5, 19, 12, 3}; // rows 0..9 live on the other rank
