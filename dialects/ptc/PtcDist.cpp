@@ -396,6 +396,15 @@ LogicalResult VocabParallelCrossEntropyGradOp::verify() {
                                 getGrad().getType(), "grad", /*f32OverNarrowLogits=*/true);
 }
 
+LogicalResult VocabParallelCrossEntropyWithGradOp::verify() {
+  if (failed(resolveAxes(*this, getAxes(), /*single=*/true)) ||
+      failed(verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
+                                    getLoss().getType(), "loss", /*f32OverNarrowLogits=*/true)))
+    return failure();
+  return verifyCrossEntropyLoss(*this, getLogits().getType(), getTargets().getType(),
+                                getGrad().getType(), "grad", /*f32OverNarrowLogits=*/true);
+}
+
 /// The mesh axis of a vocabulary-parallel table must exist.
 LogicalResult mlir::ptc::verifyVocabAxis(Operation *op, std::optional<StringRef> axis) {
   if (!axis)

@@ -154,6 +154,33 @@ def Ptc_VocabParallelCrossEntropyGradOp : Ptc_Op<"vocab_parallel_cross_entropy_g
   let hasVerifier = 1;
 }
 
+def Ptc_VocabParallelCrossEntropyWithGradOp : Ptc_Op<"vocab_parallel_cross_entropy_with_grad", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure,
+    AllTypesMatch<["logits", "logits_grad"]>]> {
+  let summary = "the vocabulary-parallel loss and its gradient in one pass over the logits";
+  let description = [{
+    `loss` is `ptc.vocab_parallel_cross_entropy %logits, %targets` and
+    `logits_grad` is `ptc.vocab_parallel_cross_entropy_grad %logits, %targets,
+    %grad` over the same `axes`, computed together: each row's maximum and sum
+    of exponentials, combined over the group once, serve both (the same
+    numbers as the two ops; half their reductions over the logits and of
+    their collectives). `ptc-fuse-cross-entropy-grad` forms it, as
+    `ptc.cross_entropy_with_grad` for whole logits.
+
+    ```mlir
+    %dl, %loss = ptc.vocab_parallel_cross_entropy_with_grad %logits, %t, %g {axes = ["tp"]}
+        : tensor<8x64x128xbf16>, tensor<8x64xi32>, tensor<f32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Ptc_FloatTensor:$logits, Ptc_IdTensor:$targets,
+                       0DTensorOf<[F32, BF16, F16]>:$grad, StrArrayAttr:$axes);
+  // In the plan instruction's order: VocabParallelCrossEntropyGrad's output, then the loss.
+  let results = (outs Ptc_FloatTensor:$logits_grad, 0DTensorOf<[F32, BF16, F16]>:$loss);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $grad attr-dict `:` type($logits) `,` type($targets) `,` type($grad) `->` type($loss)
+  }];
+  let hasVerifier = 1;
+}
+
 def Ptc_ShardSliceOp : Ptc_Op<"shard_slice", [DeclareOpInterfaceMethods<Ptc_PlanInstructionOpInterface>, Pure, SameOperandsAndResultElementType]> {
   let summary = "this device's block of a replicated tensor (no communication)";
   let description = [{

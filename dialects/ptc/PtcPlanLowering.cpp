@@ -248,6 +248,13 @@ PlanInstruction VocabParallelCrossEntropyGradOp::getPlanInstruction(MeshAxisInde
       .set(attr::VocabAxis::axis, axisIndices(axisIndex, getAxes())[0]);
 }
 
+// The plan's VocabParallelCrossEntropyGrad with its optional second output,
+// the loss: (logits, targets, grad) -> (logits grad, loss).
+PlanInstruction VocabParallelCrossEntropyWithGradOp::getPlanInstruction(MeshAxisIndexFn axisIndex) {
+  return PlanInstruction(OpKind::VocabParallelCrossEntropyGrad)
+      .set(attr::VocabAxis::axis, axisIndices(axisIndex, getAxes())[0]);
+}
+
 // The plan's CrossEntropyGrad with its optional second output, the loss:
 // (logits, targets, grad) -> (logits grad, loss).
 PlanInstruction CrossEntropyWithGradOp::getPlanInstruction(MeshAxisIndexFn) {

@@ -20,12 +20,14 @@ using namespace mlir;
 using namespace mlir::ptc;
 
 namespace {
-/// The loss of the same logits and targets as `grad`, before it in its block.
-CrossEntropyOp lossOf(CrossEntropyGradOp grad) {
+/// The loss of the same logits and targets as `grad` (and, vocabulary-parallel,
+/// over the same mesh axes), before it in its block.
+template <typename Loss, typename Grad> Loss lossOf(Grad grad) {
   for (Operation *user : grad.getLogits().getUsers())
-    if (auto loss = dyn_cast<CrossEntropyOp>(user);
+    if (auto loss = dyn_cast<Loss>(user);
         loss && loss->getBlock() == grad->getBlock() && loss->isBeforeInBlock(grad) &&
-        loss.getTargets() == grad.getTargets())
+        loss.getTargets() == grad.getTargets() &&
+        loss->getAttr("axes") == grad->getAttr("axes"))
       return loss;
   return {};
 }
@@ -86,35 +88,54 @@ void eraseIfDead(Value v) {
     eraseIfDead(operand);
 }
 
+/// Fuses the gradient `grad` (a Grad op) with the loss of the same logits
+/// into a Fused op, where there is one and the seed can be made before the
+/// fused op's place.
+template <typename Loss, typename Fused, typename Grad>
+void fuseWithLoss(Grad grad, DominanceInfo &dom) {
+  Loss loss = lossOf<Loss>(grad);
+  if (!loss)
+    return;
+  // At the gradient where the loss is read only after it; else at the loss,
+  // with the seed computed there.
+  Operation *at =
+      usedOnlyAfter(loss.getResult(), grad) ? grad.getOperation() : loss.getOperation();
+  Value seed = grad.getGrad();
+  if (!materializable(seed, at, dom))
+    return;
+  OpBuilder b(at);
+  Value seedHere = materializeBefore(seed, at, b, dom);
+  // The same operands with the seed made here, the gradient's attributes
+  // (a vocabulary-parallel one's axes) and the place's discardable ones.
+  OperationState state(at->getLoc(), Fused::getOperationName());
+  state.addOperands({grad.getLogits(), grad.getTargets(), seedHere});
+  state.addTypes({grad.getResult().getType(), loss.getResult().getType()});
+  state.propertiesAttr = grad->getPropertiesAsAttribute();
+  auto fused = cast<Fused>(b.create(state));
+  fused->setDiscardableAttrs(at->getDiscardableAttrDictionary());
+  loss.getResult().replaceAllUsesWith(fused.getLoss());
+  grad.getResult().replaceAllUsesWith(fused.getLogitsGrad());
+  loss.erase();
+  grad.erase();
+  if (seedHere != seed)
+    eraseIfDead(seed);
+}
+
 struct FuseCrossEntropyGradPass
     : public mlir::ptc::impl::FuseCrossEntropyGradPassBase<FuseCrossEntropyGradPass> {
   void runOnOperation() override {
-    SmallVector<CrossEntropyGradOp> grads;
-    getOperation().walk([&](CrossEntropyGradOp g) { grads.push_back(g); });
+    SmallVector<Operation *> grads;
+    getOperation().walk([&](Operation *op) {
+      if (isa<CrossEntropyGradOp, VocabParallelCrossEntropyGradOp>(op))
+        grads.push_back(op);
+    });
     DominanceInfo dom(getOperation());
-    for (CrossEntropyGradOp grad : grads) {
-      CrossEntropyOp loss = lossOf(grad);
-      if (!loss)
-        continue;
-      // At the gradient where the loss is read only after it; else at the
-      // loss, with the seed computed there.
-      Operation *at = usedOnlyAfter(loss.getResult(), grad) ? grad.getOperation()
-                                                              : loss.getOperation();
-      Value seed = grad.getGrad();
-      if (!materializable(seed, at, dom))
-        continue;
-      OpBuilder b(at);
-      Value seedHere = materializeBefore(seed, at, b, dom);
-      auto fused = CrossEntropyWithGradOp::create(
-          b, at->getLoc(), grad.getResult().getType(), loss.getResult().getType(),
-          grad.getLogits(), grad.getTargets(), seedHere);
-      fused->setDiscardableAttrs(at->getDiscardableAttrDictionary());
-      loss.getResult().replaceAllUsesWith(fused.getLoss());
-      grad.getResult().replaceAllUsesWith(fused.getLogitsGrad());
-      loss.erase();
-      grad.erase();
-      if (seedHere != seed)
-        eraseIfDead(seed);
+    for (Operation *op : grads) {
+      if (auto grad = dyn_cast<CrossEntropyGradOp>(op))
+        fuseWithLoss<CrossEntropyOp, CrossEntropyWithGradOp>(grad, dom);
+      else
+        fuseWithLoss<VocabParallelCrossEntropyOp, VocabParallelCrossEntropyWithGradOp>(
+            cast<VocabParallelCrossEntropyGradOp>(op), dom);
     }
   }
 };

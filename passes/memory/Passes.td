@@ -148,7 +148,12 @@ def FuseCrossEntropyGradPass : Pass<"ptc-fuse-cross-entropy-grad", "::mlir::func
     stage, and the old chain goes. A seed made otherwise keeps the two apart.
     The numbers are the same: the CPU and CUDA kernels compute the two
     results as the separate kernels do. The fused op carries the attributes
-    of the op whose place it takes.
+    of the op whose place it takes. The vocabulary-parallel pair
+    (`ptc.vocab_parallel_cross_entropy` and its gradient over the same mesh
+    axes: tensor parallelism over the classes) becomes one
+    `ptc.vocab_parallel_cross_entropy_with_grad` likewise: the rows' maxima
+    and sums, combined over the group once, serve both (two reductions over
+    each device's block of logits and two small all-reduces fewer).
 
     Input:
     ```mlir

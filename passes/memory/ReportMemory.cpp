@@ -81,7 +81,8 @@ int64_t stagingBytes(Operation &op) {
 /// loss where the loss is read before the backward pass; the gradient it
 /// gives is the backward's first).
 bool beginsBackward(Operation &op) {
-  return op.hasAttr(PtcDialect::kBackwardAttrName) || isa<CrossEntropyWithGradOp>(op);
+  return op.hasAttr(PtcDialect::kBackwardAttrName) ||
+         isa<CrossEntropyWithGradOp, VocabParallelCrossEntropyWithGradOp>(op);
 }
 
 /// (from `firstBackward` on, ops `on` accepts) reads.

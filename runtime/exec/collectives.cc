@@ -267,7 +267,12 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
   if (comm_)
     PTC_RETURN_IF_ERROR(allReduceSmall(sum, rows, {axis}, /*max=*/false, what));
   void *out = data(outputsOf(inst)[0]);
-  if (inst.op() == OpCode::VocabParallelCrossEntropy) {
+  // The loss: the forward's only output, or the gradient's second
+  // (ptc.vocab_parallel_cross_entropy_with_grad: the rows' maxima and sums
+  // serve both).
+  const bool forward = inst.op() == OpCode::VocabParallelCrossEntropy;
+  void *loss = forward ? out : outputsOf(inst).size() > 1 ? data(outputsOf(inst)[1]) : nullptr;
+  if (loss) {
     PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::TargetLogit)
                             .in(x, logits.shape, type)
                             .in(t, rowsShape, i32)
@@ -277,12 +282,14 @@ Status Executor::runVocabParallelCrossEntropy(const plan::Instruction &inst) {
                             .launch(d));
     if (comm_)
       PTC_RETURN_IF_ERROR(allReduceSmall(target, rows, {axis}, /*max=*/false, what));
-    return KernelLaunch(kernels::OpKind::LossFromParts)
-        .in(mx, rowsShape)
-        .in(sum, rowsShape)
-        .in(target, rowsShape)
-        .out(out, {1})
-        .launch(d);
+    PTC_RETURN_IF_ERROR(KernelLaunch(kernels::OpKind::LossFromParts)
+                            .in(mx, rowsShape)
+                            .in(sum, rowsShape)
+                            .in(target, rowsShape)
+                            .out(loss, {1})
+                            .launch(d));
+    if (forward)
+      return Status::ok();
   }
   return KernelLaunch(kernels::OpKind::VocabParallelGrad)
       .in(x, logits.shape, type)
@@ -304,12 +311,15 @@ bool Executor::vocabLossNative(const plan::Instruction &inst) {
   if (!kernels::isLowPrecision(type))
     return false;
   const bool grad = inst.op() == OpCode::VocabParallelCrossEntropyGrad;
-  // The loss, or the loss's gradient: f32 (a 16-bit one is widened).
-  if (plan_->tensor(grad ? in[2] : out[0]).dtype != plan::DType::F32)
+  // The loss, or the loss's gradient (and the loss given with it): f32 (a
+  // 16-bit one is widened).
+  if (plan_->tensor(grad ? in[2] : out[0]).dtype != plan::DType::F32 ||
+      (grad && out.size() > 1 && plan_->tensor(out[1]).dtype != plan::DType::F32))
     return false;
   const int64_t classes = logits.shape.back(), rows = logits.numElements / classes;
   const Shape rowsShape{rows};
   // Probes (no data): the pieces' entries for the logits' type.
+  const bool loss = !grad || out.size() > 1;
   return KernelLaunch(kernels::OpKind::RowMax)
              .in(nullptr, logits.shape, type)
              .out(nullptr, rowsShape)
@@ -319,19 +329,19 @@ bool Executor::vocabLossNative(const plan::Instruction &inst) {
              .in(nullptr, rowsShape)
              .out(nullptr, rowsShape)
              .acceptedBy(*dev_) &&
-         (grad ? KernelLaunch(kernels::OpKind::VocabParallelGrad)
-                     .in(nullptr, logits.shape, type)
-                     .in(nullptr, rowsShape, kernels::DType::I32)
-                     .in(nullptr, {1})
-                     .in(nullptr, rowsShape)
-                     .in(nullptr, rowsShape)
-                     .out(nullptr, logits.shape, type)
-                     .acceptedBy(*dev_)
-               : KernelLaunch(kernels::OpKind::TargetLogit)
-                     .in(nullptr, logits.shape, type)
-                     .in(nullptr, rowsShape, kernels::DType::I32)
-                     .out(nullptr, rowsShape)
-                     .acceptedBy(*dev_));
+         (!grad || KernelLaunch(kernels::OpKind::VocabParallelGrad)
+                       .in(nullptr, logits.shape, type)
+                       .in(nullptr, rowsShape, kernels::DType::I32)
+                       .in(nullptr, {1})
+                       .in(nullptr, rowsShape)
+                       .in(nullptr, rowsShape)
+                       .out(nullptr, logits.shape, type)
+                       .acceptedBy(*dev_)) &&
+         (!loss || KernelLaunch(kernels::OpKind::TargetLogit)
+                       .in(nullptr, logits.shape, type)
+                       .in(nullptr, rowsShape, kernels::DType::I32)
+                       .out(nullptr, rowsShape)
+                       .acceptedBy(*dev_));
 }
 
 Status Executor::runCollective(const plan::Instruction &inst) {

@@ -552,12 +552,15 @@ Status InstructionChecker::check() {
  {
     // logits, targets[, the loss gradient]; a vocabulary-parallel one names
     // the mesh axis of its classes. CrossEntropyGrad may give the loss too,
-    // as its second output (ptc.cross_entropy_with_grad).
+    // as its second output (ptc.cross_entropy_with_grad), and so may
+    // VocabParallelCrossEntropyGrad (ptc.vocab_parallel_cross_entropy_with_grad).
     bool grad = in_.size() == 3, vocab = info->attrs == kernels::AttrSet::VocabAxis;
-    const bool withLoss = op == OpCode::CrossEntropyGrad && out_.size() == 2;
+    const bool lossToo =
+        op == OpCode::CrossEntropyGrad || op == OpCode::VocabParallelCrossEntropyGrad;
+    const bool withLoss = lossToo && out_.size() == 2;
     if (out_.size() != 1 && !withLoss)
-      return fail("expects 1 output", op == OpCode::CrossEntropyGrad ? ", or 2 with the loss" : "",
-                  ", has ", out_.size());
+      return fail("expects 1 output", lossToo ? ", or 2 with the loss" : "", ", has ",
+                  out_.size());
     if (vocab)
       PTC_RETURN_IF_ERROR(meshAxis(get(attr::VocabAxis::axis), "the classes' mesh axis"));
     // The loss over bf16 / f16 logits (whole or vocabulary-parallel) may keep

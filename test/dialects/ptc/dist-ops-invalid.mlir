@@ -298,3 +298,13 @@ func.func @action_channel() attributes {ptc.schedule = {actions = [[#ptc.action<
 func.func @action_kind() attributes {ptc.schedule = {actions = [[#ptc.action<jump chunk 0 mb 0>]]}} {
   return
 }
+
+// -----
+
+module attributes {ptc.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @vpce_with_grad_loss(%l: tensor<4x16xf32>, %t: tensor<4xi32>, %g: tensor<f32>) -> tensor<4x16xf32> {
+    // expected-error @+1 {{'ptc.vocab_parallel_cross_entropy_with_grad' op loss type 'tensor<f16>' does not match the expected 'tensor<f32>'}}
+    %0, %1 = ptc.vocab_parallel_cross_entropy_with_grad %l, %t, %g {axes = ["tp"]} : tensor<4x16xf32>, tensor<4xi32>, tensor<f32> -> tensor<f16>
+    return %0 : tensor<4x16xf32>
+  }
+}

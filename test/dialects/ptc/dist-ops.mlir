@@ -51,6 +51,8 @@ module attributes {ptc.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}} {
     %2 = ptc.vocab_parallel_cross_entropy %l, %ids {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32> -> tensor<f32>
     // CHECK: ptc.vocab_parallel_cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32>, tensor<f32>
     %3 = ptc.vocab_parallel_cross_entropy_grad %l, %ids, %g {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32>, tensor<f32>
+    // CHECK: ptc.vocab_parallel_cross_entropy_with_grad %{{.*}}, %{{.*}}, %{{.*}} {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32>, tensor<f32> -> tensor<f32>
+    %4, %5 = ptc.vocab_parallel_cross_entropy_with_grad %l, %ids, %g {axes = ["tp"]} : tensor<4x6x16xf32>, tensor<4x6xi32>, tensor<f32> -> tensor<f32>
     return %0, %1, %2, %3 : tensor<4x6x8xf32>, tensor<16x8xf32>, tensor<f32>, tensor<4x6x16xf32>
   }
 }

@@ -92,3 +92,25 @@ func.func @half_a_chain(%logits: tensor<2x8x16xf32>, %t: tensor<2x8xi32>, %x: te
   %g = ptc.cross_entropy_grad %logits, %t, %seed : tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<f32>
   return %mean, %g : tensor<f32>, tensor<2x8x16xf32>
 }
+
+// -----
+
+// The vocabulary-parallel pair over the same axes: one
+// ptc.vocab_parallel_cross_entropy_with_grad at the gradient, with its axes.
+// A pair over other axes stays apart.
+// CHECK-LABEL: func.func @vocab_parallel
+// CHECK: %[[OTHER:.+]] = ptc.vocab_parallel_cross_entropy %arg0, %arg1 {axes = ["dp"]}
+// CHECK: %[[SEED:.+]] = arith.constant {ptc.backward, ptc.loss_seed}
+// CHECK-NEXT: %[[G:.+]], %[[LOSS:.+]] = ptc.vocab_parallel_cross_entropy_with_grad %arg0, %arg1, %[[SEED]] {axes = ["tp"], ptc.backward} : tensor<2x4x16xbf16>, tensor<2x4xi32>, tensor<f32> -> tensor<f32>
+// CHECK-NEXT: %[[G2:.+]] = ptc.vocab_parallel_cross_entropy_grad %arg0, %arg1, %[[SEED]] {axes = ["tp"]
+// CHECK: return %[[LOSS]], %[[G]], %[[OTHER]], %[[G2]]
+module attributes {ptc.mesh = {axes = ["tp", "dp"], shape = array<i64: 2, 2>}} {
+  func.func @vocab_parallel(%logits: tensor<2x4x16xbf16>, %t: tensor<2x4xi32>) -> (tensor<f32>, tensor<2x4x16xbf16>, tensor<f32>, tensor<2x4x16xbf16>) {
+    %l = ptc.vocab_parallel_cross_entropy %logits, %t {axes = ["tp"]} : tensor<2x4x16xbf16>, tensor<2x4xi32> -> tensor<f32>
+    %other = ptc.vocab_parallel_cross_entropy %logits, %t {axes = ["dp"]} : tensor<2x4x16xbf16>, tensor<2x4xi32> -> tensor<f32>
+    %seed = arith.constant {ptc.backward, ptc.loss_seed} dense<1.0> : tensor<f32>
+    %g = ptc.vocab_parallel_cross_entropy_grad %logits, %t, %seed {axes = ["tp"], ptc.backward} : tensor<2x4x16xbf16>, tensor<2x4xi32>, tensor<f32>
+    %g2 = ptc.vocab_parallel_cross_entropy_grad %logits, %t, %seed {axes = ["tp"], ptc.backward} : tensor<2x4x16xbf16>, tensor<2x4xi32>, tensor<f32>
+    return %l, %g, %other, %g2 : tensor<f32>, tensor<2x4x16xbf16>, tensor<f32>, tensor<2x4x16xbf16>
+  }
+}
