@@ -692,21 +692,31 @@ std::string cudnnRefusal(const KernelCall &c) {
   return cudnn::supports(attentionProblemOf(c), isAttentionGrad(c.op));
 }
 
-/// Says once per op and shape that cuDNN refused it and what runs instead.
-void reportFallback(const KernelCall &c, const std::string &why) {
-  std::ostringstream key;
-  key << opKindName(c.op) << " [";
+/// "Op [d0, d1, ...]": a call's op and its first input's shape (messages).
+std::string callText(const KernelCall &c) {
+  std::ostringstream text;
+  text << opKindName(c.op) << " [";
   for (size_t i = 0; i < c.input(0).rank(); ++i)
-    key << (i ? ", " : "") << c.input(0).dim(static_cast<int>(i));
-  key << "] " << (c.input(0).dtype == DType::BF16 ? "bf16" : "f16");
+    text << (i ? ", " : "") << c.input(0).dim(static_cast<int>(i));
+  text << "]";
+  return text.str();
+}
+
+/// Prints `message` on stderr the first time it comes (a fallback is named
+/// once per op and shape, not per call).
+void sayOnce(const std::string &message) {
   static std::mutex mutex;
   static std::set<std::string> said;
   std::lock_guard<std::mutex> lock(mutex);
-  if (said.insert(key.str()).second)
-    std::fprintf(stderr,
-                 "ptc: %s: cuDNN fused attention refused it (%s); it runs on the f32 warp kernel "
-                 "over widened copies instead (slow)\n",
-                 key.str().c_str(), why.c_str());
+  if (said.insert(message).second)
+    std::fprintf(stderr, "%s\n", message.c_str());
+}
+
+/// Says once per op and shape that cuDNN refused it and what runs instead.
+void reportFallback(const KernelCall &c, const std::string &why) {
+  sayOnce("ptc: " + callText(c) + (c.input(0).dtype == DType::BF16 ? " bf16" : " f16") +
+          ": cuDNN fused attention refused it (" + why +
+          "); it runs on the f32 warp kernel over widened copies instead (slow)");
 }
 
 /// The attention entries' element types: f32 (the warp kernels below), or
@@ -788,19 +798,10 @@ bool blockOnCudnn(const KernelCall &c, bool grad) {
     why = cudnn::supports(blockProblemOf(c), grad);
   if (why.empty())
     return true;
-  std::ostringstream key;
-  key << opKindName(c.op) << " [";
-  for (size_t i = 0; i < c.input(0).rank(); ++i)
-    key << (i ? ", " : "") << c.input(0).dim(static_cast<int>(i));
-  key << "]" << (c.attr(attr::AttentionBlock::causal) ? " causal" : "");
-  static std::mutex mutex;
-  static std::set<std::string> said;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (said.insert(key.str()).second)
-    std::fprintf(stderr,
-                 "ptc: ring attention's %s: cuDNN fused attention refused it (%s); it runs on the "
-                 "f32 warp kernel instead (slow)\n",
-                 key.str().c_str(), why.c_str());
+  sayOnce("ptc: ring attention's " + callText(c) +
+          (c.attr(attr::AttentionBlock::causal) ? " causal" : "") +
+          ": cuDNN fused attention refused it (" + why +
+          "); it runs on the f32 warp kernel instead (slow)");
   return false;
 }
 

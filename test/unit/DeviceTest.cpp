@@ -1304,108 +1304,96 @@ TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
       1e-2f);
 }
 
+/// Ring attention's two steps on device `d` (kernel_call.h's AttentionBlock
+/// and AttentionBlockGrad, as the executor composes them): queries [b, a, s,
+/// dim] against two key/value blocks [b, kv, s, dim], the diagonal one under
+/// the causal mask, then a whole one, merged by the online softmax; then each
+/// block's gradient from the rows' result and log-sum-exp. `storage`: the
+/// plan's type the ring says (bf16: the values are bf16, and the gradient
+/// reads the result rounded as the plan stores it). Returns the result, the
+/// log-sum-exp, dq and each block's dk, dv.
+std::vector<float> ringBlocks(Device &d, Mem &m, Shape qShape, int64_t kvHeads,
+                              const std::vector<std::vector<float>> &qkvkvg, double scale,
+                              kernels::DType storage) {
+  const int64_t B = qShape[0], A = qShape[1], S = qShape[2], D = qShape[3];
+  const size_t nq = static_cast<size_t>(B * A * S * D),
+               nkv = static_cast<size_t>(B * kvHeads * S * D), rows = static_cast<size_t>(B * A * S);
+  auto withCausal = [&](int causal) {
+    return std::vector<int64_t>{causal, static_cast<int64_t>(storage)};
+  };
+  float *acc = m.zeros(nq), *sum = m.zeros(rows);
+  float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
+  const float *pq = m.put(qkvkvg[0]), *pk0 = m.put(qkvkvg[1]), *pv0 = m.put(qkvkvg[2]),
+              *pk1 = m.put(qkvkvg[3]), *pv1 = m.put(qkvkvg[4]);
+  const Shape kvShape{B, kvHeads, S, D}, rowShape{B, A, S};
+  for (auto [k, v, causal] : {std::tuple{pk0, pv0, 1}, std::tuple{pk1, pv1, 0}})
+    OK(run(d, kernels::OpKind::AttentionBlock, {{pq, qShape}, {k, kvShape}, {v, kvShape}},
+           {{acc, qShape}, {mx, rowShape}, {sum, rowShape}}, withCausal(causal), {scale}));
+  auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
+  std::vector<float> o(nq), lse(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < static_cast<size_t>(D); ++c)
+      o[r * D + c] = hAcc[r * D + c] / hSum[r];
+    lse[r] = hMx[r] + std::log(hSum[r]);
+  }
+  // The forward's result as the plan stores it (the gradient's input).
+  std::vector<float> stored = o;
+  if (storage == kernels::DType::BF16)
+    for (float &e : stored)
+      e = kernels::bf16ToF32(kernels::f32ToBf16(e));
+  float *dq = m.zeros(nq), *dk0 = m.zeros(nkv), *dv0 = m.zeros(nkv), *dk1 = m.zeros(nkv),
+        *dv1 = m.zeros(nkv);
+  const float *po = m.put(stored), *pg = m.put(qkvkvg[5]), *plse = m.put(lse);
+  for (auto [k, v, dk, dv, causal] :
+       {std::tuple{pk0, pv0, dk0, dv0, 1}, std::tuple{pk1, pv1, dk1, dv1, 0}})
+    OK(run(d, kernels::OpKind::AttentionBlockGrad,
+           {{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
+            {plse, rowShape}},
+           {{dq, qShape}, {dk, kvShape}, {dv, kvShape}}, withCausal(causal), {scale}));
+  std::vector<float> out = o;
+  out.insert(out.end(), lse.begin(), lse.end());
+  for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
+    auto t = m.get(p, count);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
 TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
   // Grouped-query queries of 6 rows against two key/value blocks of 6 (the
-  // ring's steps): the diagonal block under the causal mask, then a whole
-  // one; the online softmax's accumulator, row max and row sum, then each
-  // block's gradient from the rows' log-sum-exp (as the executor forms it).
+  // ring's steps), in an f32 plan: the warp kernels.
   const int64_t B = 2, A = 4, KV = 2, S = 6, D = 16;
-  Shape qShape{B, A, S, D};
-  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D),
-               rows = static_cast<size_t>(B * A * S);
-  auto q = randomVector(nq, 91), k0 = randomVector(nkv, 92), v0 = randomVector(nkv, 93),
-       k1 = randomVector(nkv, 94), v1 = randomVector(nkv, 95), g = randomVector(nq, 96);
+  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D);
+  const std::vector<std::vector<float>> in{randomVector(nq, 91),  randomVector(nkv, 92),
+                                           randomVector(nkv, 93), randomVector(nkv, 94),
+                                           randomVector(nkv, 95), randomVector(nq, 96)};
   compare(
       [&](Device &d, Mem &m) {
-        float *acc = m.zeros(nq), *sum = m.zeros(rows);
-        float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
-        const float *pq = m.put(q), *pk0 = m.put(k0), *pv0 = m.put(v0), *pk1 = m.put(k1),
-                    *pv1 = m.put(v1);
-        const Shape kvShape{B, KV, S, D}, rowShape{B, A, S};
-        for (auto [k, v, causal] : {std::tuple{pk0, pv0, 1}, std::tuple{pk1, pv1, 0}})
-          OK(run(d, kernels::OpKind::AttentionBlock, {{pq, qShape}, {k, kvShape}, {v, kvShape}},
-                 {{acc, qShape}, {mx, rowShape}, {sum, rowShape}}, {causal}, {0.25}));
-        auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
-        std::vector<float> o(nq), lse(rows);
-        for (size_t r = 0; r < rows; ++r) {
-          for (size_t c = 0; c < static_cast<size_t>(D); ++c)
-            o[r * D + c] = hAcc[r * D + c] / hSum[r];
-          lse[r] = hMx[r] + std::log(hSum[r]);
-        }
-        float *dq = m.zeros(nq), *dk0 = m.zeros(nkv), *dv0 = m.zeros(nkv), *dk1 = m.zeros(nkv),
-              *dv1 = m.zeros(nkv);
-        const float *po = m.put(o), *pg = m.put(g), *plse = m.put(lse);
-        for (auto [k, v, dk, dv, causal] :
-             {std::tuple{pk0, pv0, dk0, dv0, 1}, std::tuple{pk1, pv1, dk1, dv1, 0}})
-          OK(run(d, kernels::OpKind::AttentionBlockGrad,
-                 {{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
-                  {plse, rowShape}},
-                 {{dq, qShape}, {dk, kvShape}, {dv, kvShape}}, {causal}, {0.25}));
-        std::vector<float> out = o;
-        out.insert(out.end(), lse.begin(), lse.end());
-        for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
-          auto t = m.get(p, count);
-          out.insert(out.end(), t.begin(), t.end());
-        }
-        return out;
+        return ringBlocks(d, m, {B, A, S, D}, KV, in, 0.25, kernels::DType::F32);
       },
       1e-4f);
 }
 
 TEST_F(CudaConformance, RingAttentionBlocksOnCudnnInBf16Plans) {
-  // A bf16 plan's ring (storage = bf16): its f32 blocks hold bf16 values, and
-  // the GPU runs each block on cuDNN's fused attention (the diagonal block
-  // causal, the other whole), merging into the f32 accumulators, and each
-  // block's gradient from the rows' global result and log-sum-exp. Against
-  // the CPU's f32 blocks on the same values, within bf16's rounding.
+  // A bf16 plan's ring: its f32 blocks hold bf16 values, and the GPU runs
+  // each block on cuDNN's fused attention (the diagonal block causal, the
+  // other whole), merging into the f32 accumulators, and each block's
+  // gradient from the rows' global result and log-sum-exp. Against the CPU's
+  // f32 blocks on the same values, within bf16's rounding.
   const int64_t B = 1, A = 4, KV = 2, S = 64, D = 64;
-  Shape qShape{B, A, S, D};
-  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D),
-               rows = static_cast<size_t>(B * A * S);
+  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D);
   auto bf16Values = [](std::vector<float> x) {
     for (float &e : x)
       e = kernels::bf16ToF32(kernels::f32ToBf16(e));
     return x;
   };
-  auto q = bf16Values(randomVector(nq, 81)), k0 = bf16Values(randomVector(nkv, 82)),
-       v0 = bf16Values(randomVector(nkv, 83)), k1 = bf16Values(randomVector(nkv, 84)),
-       v1 = bf16Values(randomVector(nkv, 85)), g = bf16Values(randomVector(nq, 86));
-  const int64_t bf16 = static_cast<int64_t>(kernels::DType::BF16);
+  const std::vector<std::vector<float>> in{
+      bf16Values(randomVector(nq, 81)),  bf16Values(randomVector(nkv, 82)),
+      bf16Values(randomVector(nkv, 83)), bf16Values(randomVector(nkv, 84)),
+      bf16Values(randomVector(nkv, 85)), bf16Values(randomVector(nq, 86))};
   compare(
       [&](Device &d, Mem &m) {
-        float *acc = m.zeros(nq), *sum = m.zeros(rows);
-        float *mx = m.put(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
-        const float *pq = m.put(q), *pk0 = m.put(k0), *pv0 = m.put(v0), *pk1 = m.put(k1),
-                    *pv1 = m.put(v1);
-        const Shape kvShape{B, KV, S, D}, rowShape{B, A, S};
-        for (auto [k, v, causal] : {std::tuple{pk0, pv0, 1}, std::tuple{pk1, pv1, 0}})
-          OK(run(d, kernels::OpKind::AttentionBlock, {{pq, qShape}, {k, kvShape}, {v, kvShape}},
-                 {{acc, qShape}, {mx, rowShape}, {sum, rowShape}}, {causal, bf16}, {0.125}));
-        auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
-        std::vector<float> o(nq), lse(rows);
-        for (size_t r = 0; r < rows; ++r) {
-          for (size_t c = 0; c < static_cast<size_t>(D); ++c)
-            o[r * D + c] = hAcc[r * D + c] / hSum[r];
-          lse[r] = hMx[r] + std::log(hSum[r]);
-        }
-        // The forward's result as the plan stores it (the gradient's input).
-        std::vector<float> stored = bf16Values(o);
-        float *dq = m.zeros(nq), *dk0 = m.zeros(nkv), *dv0 = m.zeros(nkv), *dk1 = m.zeros(nkv),
-              *dv1 = m.zeros(nkv);
-        const float *po = m.put(stored), *pg = m.put(g), *plse = m.put(lse);
-        for (auto [k, v, dk, dv, causal] :
-             {std::tuple{pk0, pv0, dk0, dv0, 1}, std::tuple{pk1, pv1, dk1, dv1, 0}})
-          OK(run(d, kernels::OpKind::AttentionBlockGrad,
-                 {{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
-                  {plse, rowShape}},
-                 {{dq, qShape}, {dk, kvShape}, {dv, kvShape}}, {causal, bf16}, {0.125}));
-        std::vector<float> out = o;
-        out.insert(out.end(), lse.begin(), lse.end());
-        for (auto [p, count] : {std::pair{dq, nq}, {dk0, nkv}, {dv0, nkv}, {dk1, nkv}, {dv1, nkv}}) {
-          auto t = m.get(p, count);
-          out.insert(out.end(), t.begin(), t.end());
-        }
-        return out;
+        return ringBlocks(d, m, {B, A, S, D}, KV, in, 0.125, kernels::DType::BF16);
       },
       2e-2f);
 }
