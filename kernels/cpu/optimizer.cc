@@ -15,16 +15,6 @@ namespace ptc::kernels::cpu {
 using namespace internal;
 
 namespace {
-/// Element i of a gradient stored as f32 or bf16 (widened as read).
-struct GradReader {
-  const void *data;
-  bool bf16;
-  float operator()(int64_t i) const {
-    return bf16 ? bf16ToF32(static_cast<const uint16_t *>(data)[i])
-                : static_cast<const float *>(data)[i];
-  }
-};
-
 template <typename Grad>
 void adamwLoop(const float *param, Grad grad, const float *m, const float *v, float step,
                const AdamW &hp, int64_t n, float *outParam, float *outM, float *outV) {
@@ -162,8 +152,14 @@ bool updateTypes(const KernelCall &c, size_t state) {
       return false;
   return true;
 }
-GradReader gradOf(const KernelCall &c) {
-  return {c.input(1).data, c.input(1).dtype == DType::BF16};
+/// `loop(grad)` with the update's gradient read as stored: f32, or bf16
+/// widened as read (the type chosen once per call, not per element).
+template <typename Loop> void withGradient(const KernelCall &c, Loop loop) {
+  const void *g = c.input(1).data;
+  if (c.input(1).dtype == DType::BF16)
+    loop([g](int64_t i) { return bf16ToF32(static_cast<const uint16_t *>(g)[i]); });
+  else
+    loop([g](int64_t i) { return static_cast<const float *>(g)[i]; });
 }
 } // namespace
 
@@ -176,9 +172,11 @@ void addOptimizerKernels(KernelTable &t) {
         if (skipped(c))
           keepInputs(c, {0, 2, 3});
         else
-          adamwLoop(c.input(0).f32(), gradOf(c), c.input(2).f32(), c.input(3).f32(),
-                    *c.input(4).f32(), adamWOf(c), c.input(0).elements, c.output(0).f32(),
-                    c.output(1).f32(), c.output(2).f32());
+          withGradient(c, [&](auto grad) {
+            adamwLoop(c.input(0).f32(), grad, c.input(2).f32(), c.input(3).f32(),
+                      *c.input(4).f32(), adamWOf(c), c.input(0).elements, c.output(0).f32(),
+                      c.output(1).f32(), c.output(2).f32());
+          });
         writeWorkingCopy(c, 3);
         return KernelResult::ok();
       },
@@ -190,11 +188,13 @@ void addOptimizerKernels(KernelTable &t) {
         if (skipped(c))
           keepInputs(c, {0, 2});
         else
-          sgdLoop(c.input(0).f32(), gradOf(c), c.input(2).f32(),
-                  static_cast<float>(c.attr(attr::SgdUpdate::lr)),
-                  static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
-                  static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements,
-                  c.output(0).f32(), c.output(1).f32());
+          withGradient(c, [&](auto grad) {
+            sgdLoop(c.input(0).f32(), grad, c.input(2).f32(),
+                    static_cast<float>(c.attr(attr::SgdUpdate::lr)),
+                    static_cast<float>(c.attr(attr::SgdUpdate::momentum)),
+                    static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)),
+                    c.input(0).elements, c.output(0).f32(), c.output(1).f32());
+          });
         writeWorkingCopy(c, 2);
         return KernelResult::ok();
       },

@@ -17,7 +17,6 @@ struct Candidate {
   StringAttr name;
   SmallVector<ConvertOp> converts;
   Operation *update = nullptr;
-  unsigned resultIndex = 0; ///< the return operand writing the new parameter back
 };
 
 /// The parameter `arg`'s conversions and update, where they qualify: every
@@ -31,7 +30,7 @@ std::optional<Candidate> candidateOf(func::FuncOp func, BlockArgument arg,
   if (!name || isOnHost(arg) ||
       !cast<RankedTensorType>(arg.getType()).getElementType().isF32())
     return std::nullopt;
-  Candidate c{arg, name, {}, nullptr, 0};
+  Candidate c{arg, name, {}, nullptr};
   Type low;
   for (Operation *user : arg.getUsers()) {
     if (auto convert = dyn_cast<ConvertOp>(user)) {
@@ -67,7 +66,6 @@ std::optional<Candidate> candidateOf(func::FuncOp func, BlockArgument arg,
   auto target = func.getResultAttrOfType<StringAttr>(back->second, PtcDialect::kUpdateAttrName);
   if (target != name)
     return std::nullopt;
-  c.resultIndex = back->second;
   return c;
 }
 

@@ -243,9 +243,9 @@ private:
   std::vector<std::vector<uint32_t>> fileUseAt_; // per tensor: the instructions using it
   void prefetchFileTensors(uint32_t from, uint32_t to);
   void afterFileWrite(int32_t id);
-  /// Rounds parameter `param` into its working copies, if it has any (after
-  /// the parameter was set from outside a step).
-  Status roundWorkingCopies(int32_t param);
+  /// Rounds parameter `param` into its working copy, if it has one (after the
+  /// parameter was set from outside a step).
+  Status roundWorkingCopy(int32_t param);
   bool fileWritten_ = false; // a step ran: the file holds more than its zeros
   bool measureFile_ = false;
   void releaseFileTensors(uint32_t n, uint32_t end);

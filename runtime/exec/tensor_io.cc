@@ -98,19 +98,16 @@ void Executor::afterFileWrite(int32_t id) {
   file_->drain();
 }
 
-Status Executor::roundWorkingCopies(int32_t param) {
-  // The working copies of parameter `param` (ptc-keep-working-copies): its
+Status Executor::roundWorkingCopy(int32_t param) {
+  // The working copy of parameter `param` (ptc-keep-working-copies): its
   // rounding, as the update writes it each step.
-  const auto &tensors = plan_->tensors();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorInfo &t = tensors[i];
-    if (t.copyOf != param || !holds(static_cast<int32_t>(i)) || !holds(param))
-      continue;
-    PTC_RETURN_IF_ERROR(deviceOf(param).convertFloat(
-        data(param), FloatType::F32, data(static_cast<int32_t>(i)),
-        kernels::floatTypeOf(static_cast<kernels::DType>(t.dtype)), t.numElements));
-  }
-  return Status::ok();
+  const int32_t copy = plan_->tensor(param).workingCopy;
+  if (copy < 0 || !holds(copy))
+    return Status::ok();
+  const TensorInfo &t = plan_->tensor(copy);
+  return deviceOf(param).convertFloat(data(param), FloatType::F32, data(copy),
+                                      kernels::floatTypeOf(static_cast<kernels::DType>(t.dtype)),
+                                      t.numElements);
 }
 
 Status Executor::loadLocal(int32_t id, const void *local) {
@@ -120,7 +117,7 @@ Status Executor::loadLocal(int32_t id, const void *local) {
   PTC_RETURN_IF_ERROR(
       deviceOf(id).copy(data(id), local, plan_->tensor(id).bytes, CopyKind::HostToDevice));
   afterFileWrite(id);
-  return roundWorkingCopies(id);
+  return roundWorkingCopy(id);
 }
 
 Status Executor::loadFromWhole(int32_t id, const void *whole) {
@@ -142,7 +139,7 @@ Status Executor::loadFromWhole(int32_t id, const void *whole) {
     PTC_RETURN_IF_ERROR(deviceOf(id).copy(data(id), host.data(), t.bytes, CopyKind::HostToDevice));
   }
   afterFileWrite(id);
-  return roundWorkingCopies(id);
+  return roundWorkingCopy(id);
 }
 
 Status Executor::readLocal(int32_t id, void *out) {

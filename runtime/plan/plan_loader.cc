@@ -322,6 +322,10 @@ Status LoadedPlan::verify() {
       if (!param || param->kind != TensorKind::Parameter)
         return invalidArgument(where(), " is a working copy of tensor #", of,
                                ", which is no parameter before it");
+      if (param->workingCopy >= 0)
+        return invalidArgument(where(), " is a second working copy of parameter '", param->name,
+                               "' (tensor #", param->workingCopy,
+                               " is one): its update writes one only");
       const plan::Tensor *pt = plan_->tensors()->Get(static_cast<flatbuffers::uoffset_t>(of));
       if (param->dtype != DType::F32 || (info.dtype != DType::BF16 && info.dtype != DType::F16))
         return invalidArgument(where(), " is ", dtypeName(info.dtype), ", a working copy of ",
@@ -335,6 +339,7 @@ Status LoadedPlan::verify() {
                                shapeStr(param->shape),
                                "): the same local shape, split and pipeline rank, on the device");
       info.copyOf = of;
+      tensors_[static_cast<size_t>(of)].workingCopy = static_cast<int32_t>(tensors_.size());
     }
     tensors_.push_back(std::move(info));
   }

@@ -71,6 +71,8 @@ struct TensorInfo {
   bool host = false;
   /// A WorkingCopy: the Parameter it holds the rounding of (else -1).
   int32_t copyOf = -1;
+  /// A Parameter: its WorkingCopy (else -1; at most one, which its update writes).
+  int32_t workingCopy = -1;
 };
 
 /// A verified plan: the raw bytes plus decoded tensor information.

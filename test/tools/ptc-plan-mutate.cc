@@ -31,6 +31,8 @@
 //                                                   state tensor as its parameter
 //   ptc-plan-mutate IN OUT swap-copies              the first two updates that write working
 //                                                   copies write each other's
+//   ptc-plan-mutate IN OUT second-copy              the second working copy rounds the first
+//                                                   one's parameter
 
 #include "runtime/plan/plan_generated.h"
 
@@ -91,6 +93,17 @@ int main(int argc, char **argv) {
       if (!done && t->kind == TensorKind::WorkingCopy && state >= 0) {
         t->copy_of = state;
         done = true;
+      }
+  } else if (what == "second-copy") {
+    int32_t first = -1;
+    for (auto &t : plan->tensors)
+      if (!done && t->kind == TensorKind::WorkingCopy) {
+        if (first < 0) {
+          first = t->copy_of;
+        } else {
+          t->copy_of = first;
+          done = true;
+        }
       }
   } else if (what == "swap-copies") {
     InstructionT *first = nullptr;
