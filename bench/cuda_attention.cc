@@ -2,14 +2,15 @@
 // device's kernel table, as ptc-run calls it: CausalAttentionQkv (forward)
 // with its rows' softmax statistics, and CausalAttentionQkvGrad (backward)
 // given the forward's result and those statistics, on a fused projection
-// [batch, seq, (heads + 2 kvHeads) * dim], bf16; and, last column, the
+// [batch, seq, (heads + 2 kvHeads) * dim], bf16 (with --f32: f32, which
+// runs on the tiled CUDA-core kernels); and, last column, the
 // backward without them (it recomputes the forward first). One line
 // per shape: the median time of `rounds` rounds of `repeats` calls each (the
 // device synchronized around a round) and the rate in TFLOP/s, counting the
 // causal half of the products (forward 2 products, backward 5, of 2 b h s^2 d
 // FLOPs each, halved) as FlashAttention's benchmarks do (the recomputing
 // backward's extra forward is not counted).
-//   ptc-bench-cuda-attention [NAME:BATCH:HEADS:KVHEADS:SEQ:DIM ...]
+//   ptc-bench-cuda-attention [--f32] [NAME:BATCH:HEADS:KVHEADS:SEQ:DIM ...]
 // Default shapes: GPT-2 medium's layer (8:16:16:1024:64) and a Llama-style
 // grouped-query layer (4:32:8:2048:128). The first line names what runs the
 // bf16 attention (cuDNN's fused attention, or why not).
@@ -63,11 +64,16 @@ int fail(const std::string &what, const Status &s) {
 
 int main(int argc, char **argv) {
   std::vector<Shape5> shapes;
+  bool f32 = false;
   for (int i = 1; i < argc; ++i) {
     Shape5 s;
+    if (std::string(argv[i]) == "--f32") {
+      f32 = true;
+      continue;
+    }
     if (!parseShape(argv[i], s)) {
       std::fprintf(stderr,
-                   "ptc-bench-cuda-attention: '%s' is not NAME:BATCH:HEADS:KVHEADS:SEQ:DIM "
+                   "ptc-bench-cuda-attention: '%s' is not --f32 or NAME:BATCH:HEADS:KVHEADS:SEQ:DIM "
                    "(positive sizes, kv heads dividing heads)\n",
                    argv[i]);
       return 2;
@@ -85,6 +91,9 @@ int main(int argc, char **argv) {
     return fail("creating the CUDA device", dev.status());
   Device &d = **dev;
   std::printf("device: %s\n", d.describe().c_str());
+  std::printf("element type: %s\n", f32 ? "f32" : "bf16");
+  const kernels::DType type = f32 ? kernels::DType::F32 : kernels::DType::BF16;
+  const int64_t elementBytes = f32 ? 4 : 2;
   std::printf("%-12s %5s %5s %4s %5s %4s  %10s %8s  %10s %8s  %10s  %14s\n", "shape", "batch",
               "heads", "kv", "seq", "dim", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s", "fwd+bwd ms",
               "bwd recomp. ms");
@@ -95,15 +104,15 @@ int main(int argc, char **argv) {
     const int64_t nQkv = s.batch * s.seq * width, nHeads = s.batch * s.seq * s.heads * s.dim;
     std::vector<void *> owned;
     auto alloc = [&](int64_t elements) -> void * {
-      auto p = d.allocate(elements * 2);
+      auto p = d.allocate(elements * elementBytes);
       if (!p.isOk())
         return nullptr;
       owned.push_back(*p);
       return *p;
     };
-    const int64_t nStats = s.batch * s.heads * s.seq; // f32: as two bf16 elements each
+    const int64_t nStats = s.batch * s.heads * s.seq; // f32 (bf16: two elements each)
     void *qkv = alloc(nQkv), *dqkv = alloc(nQkv), *out = alloc(nHeads), *g = alloc(nHeads),
-         *stats = alloc(2 * nStats);
+         *stats = alloc(f32 ? nStats : 2 * nStats);
     if (!qkv || !dqkv || !out || !g || !stats) {
       std::fprintf(stderr, "ptc-bench-cuda-attention: %s does not fit the GPU\n", s.name.c_str());
       return 1;
@@ -119,7 +128,8 @@ int main(int argc, char **argv) {
         auto tmp = d.allocate(n * 4);
         PTC_RETURN_IF_ERROR(tmp.status());
         PTC_RETURN_IF_ERROR(d.copy(*tmp, host.data(), n * 4, CopyKind::HostToDevice));
-        PTC_RETURN_IF_ERROR(d.convertFloat(*tmp, FloatType::F32, dst, FloatType::BF16, n));
+        PTC_RETURN_IF_ERROR(d.convertFloat(*tmp, FloatType::F32, dst,
+                                           f32 ? FloatType::F32 : FloatType::BF16, n));
         PTC_RETURN_IF_ERROR(d.synchronize());
         d.release(*tmp);
         return Status::ok();
@@ -128,10 +138,9 @@ int main(int argc, char **argv) {
         if (Status st = put(p, n); !st.isOk())
           return fail("filling the inputs", st);
     }
-    const kernels::DType bf16 = kernels::DType::BF16;
     const Shape statsShape{s.batch, s.heads, s.seq};
-    kernels::TensorView vQkv{qkv, bf16, &qkvShape, nQkv}, vOut{out, bf16, &headShape, nHeads},
-        vG{g, bf16, &headShape, nHeads}, vDqkv{dqkv, bf16, &qkvShape, nQkv},
+    kernels::TensorView vQkv{qkv, type, &qkvShape, nQkv}, vOut{out, type, &headShape, nHeads},
+        vG{g, type, &headShape, nHeads}, vDqkv{dqkv, type, &qkvShape, nQkv},
         vStats{stats, kernels::DType::F32, &statsShape, nStats};
     const std::vector<int64_t> ints;
     const std::vector<double> floats{1.0 / std::sqrt(static_cast<double>(s.dim))};
@@ -146,7 +155,7 @@ int main(int argc, char **argv) {
     bool refused = false;
     for (const kernels::KernelCall *c : {&fwd, &bwd, &recompute})
       if (!d.kernelTable()[c->op].accepts(*c)) {
-        std::printf("%s: cuDNN refused %s (the reason is above); not timed\n", s.name.c_str(),
+        std::printf("%s: %s runs widened (the reason is above); not timed\n", s.name.c_str(),
                     kernels::opKindName(c->op));
         refused = true;
       }

@@ -16,7 +16,7 @@
 #  4. times bf16 causal attention (ptc-bench-cuda-attention: cuDNN's fused attention
 #     through the CUDA device) beside PyTorch's scaled_dot_product_attention at its
 #     best backend (bench/gpu_torch_sdpa.py) on GPT-2 medium's and a Llama-style
-#     grouped-query layer,
+#     grouped-query layer, and f32 attention (the tiled CUDA-core kernels) alone,
 #  5. benchmarks training steps with ptc-run and with PyTorch at its best on the same GPU
 #     (eager with fused AdamW, and torch.compile; bench/gpu_torch_gpt.py): GPT-2 medium
 #     (24 layers, hidden 1024, seq 1024, batch 8, bf16; part bench) and a Llama-style
@@ -169,6 +169,10 @@ SHAPES="gpt2-medium:8:16:16:1024:64 llama-gqa:4:32:8:2048:128"
 $B/ptc-bench-cuda-attention $SHAPES > "$OUT/attention-ptc.txt" 2>&1 || { status=1; say "ptc-bench-cuda-attention: FAILED"; }
 $PY bench/gpu_torch_sdpa.py $SHAPES > "$OUT/attention-torch.jsonl" 2> "$OUT/attention-torch.log" || { status=1; say "gpu_torch_sdpa: FAILED"; tail -3 "$OUT/attention-torch.log"; }
 cat "$OUT/attention-ptc.txt" | tee -a "$SUMMARY"
+# fp32 plans' attention: the tiled CUDA-core kernels (no tensor cores), same shapes.
+$B/ptc-bench-cuda-attention --f32 $SHAPES > "$OUT/attention-ptc-f32.txt" 2>&1 || { status=1; say "ptc-bench-cuda-attention --f32: FAILED"; }
+say "f32 attention (the tiled CUDA-core kernels):"
+tail -n +3 "$OUT/attention-ptc-f32.txt" | tee -a "$SUMMARY"
 $PY - "$OUT/attention-ptc.txt" "$OUT/attention-torch.jsonl" <<'PY' | tee -a "$SUMMARY"
 import json, sys
 ptc = {}

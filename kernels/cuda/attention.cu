@@ -2,9 +2,11 @@
 
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/tiled_attention.h"
 
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -156,10 +158,7 @@ __device__ void storeRow(const float *acc, float l, int64_t dim, int lane, T *ou
   }
 }
 
-/// The key/value head (flat over batch) that query head `head` (flat) reads.
-__device__ int64_t kvHeadOf(int64_t head, int64_t heads, int64_t kvHeads) {
-  return (head / heads) * kvHeads + (head % heads) / (heads / kvHeads);
-}
+using tiled::kvHeadOf;
 
 /// Row `row` of flat head `head` (batch entry * heads + head): in a [batch,
 /// heads, seq, dim] tensor, or a seq-major [batch, seq, heads, dim] one.
@@ -169,15 +168,7 @@ __device__ int64_t headRow(int64_t head, int64_t row, int64_t heads, int64_t seq
                   : (head * seq + row) * dim;
 }
 
-/// The first key query `row` of batch entry `b` attends: 0, or with packed
-/// documents (positions [batch, seq]) its document's first token (clamped to
-/// [0, row]; the CPU kernels reject positions outside it).
-__device__ int64_t documentStart(const int32_t *positions, int64_t b, int64_t row, int64_t seq) {
-  if (!positions)
-    return 0;
-  const int64_t first = row - positions[b * seq + row];
-  return first < 0 ? 0 : first > row ? row : first;
-}
+using tiled::firstKey; // the first key a query row attends (packed documents)
 
 /// With `lse`, each row's log-sum-exp of its scaled scores goes to lse[i]
 /// ([batch, heads, seq]: the statistics the gradient reads when saved).
@@ -191,7 +182,7 @@ __global__ void causalAttentionKernel(const float *q, const float *k, const floa
     int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
     const int64_t kv0 = headRow(kvh, 0, kvHeads, seq, dim, seqMajor);
     const int64_t qRow = headRow(head, row, heads, seq, dim, seqMajor);
-    const int64_t first = documentStart(positions, head / heads, row, seq);
+    const int64_t first = firstKey(positions, head / heads, row, seq);
     const float *kh = k + kv0 + first * ldkv, *vh = v + kv0 + first * ldkv;
     float qi[kAttentionPerLane], acc[kAttentionPerLane] = {};
     loadRow(q + qRow, dim, w.lane, qi);
@@ -220,7 +211,7 @@ __global__ void causalAttentionGradQKernel(const float *q, const float *k, const
     int64_t head = i / seq, row = i % seq, kvh = kvHeadOf(head, heads, kvHeads);
     const int64_t kv0 = headRow(kvh, 0, kvHeads, seq, dim, seqMajor);
     const int64_t qRow = headRow(head, row, heads, seq, dim, seqMajor);
-    const int64_t first = documentStart(positions, head / heads, row, seq);
+    const int64_t first = firstKey(positions, head / heads, row, seq);
     const float *kh = k + kv0 + first * ldkv, *vh = v + kv0 + first * ldkv;
     float qi[kAttentionPerLane], gi[kAttentionPerLane], o[kAttentionPerLane] = {},
         dqi[kAttentionPerLane] = {};
@@ -277,7 +268,7 @@ __global__ void causalAttentionGradKVKernel(const float *q, const float *k, cons
       const float *qh = q + q0, *gh = g + q0;
       const float *st = stats + 3 * head * seq;
       for (int64_t i = j; i < seq; ++i) {
-        if (documentStart(positions, kvh / kvHeads, i, seq) > j)
+        if (firstKey(positions, kvh / kvHeads, i, seq) > j)
           continue; // key j is in an earlier document than query i
         const float *qi = qh + i * ldq, *gi = gh + i * ldq;
         float s = rowDot(kj, qi, dim, w.lane);
@@ -664,24 +655,34 @@ AttentionPointers attentionPointersOf(const KernelCall &c) {
   return p;
 }
 
-/// Why cuDNN cannot take this low-precision call (empty when it can): the
-/// views' types and alignment, then cuDNN's own answer for the problem.
-std::string cudnnRefusal(const KernelCall &c) {
+/// Why the call's operands do not fit one attention problem in their stored
+/// type (empty when they do): one element type (the f32 statistics aside), a
+/// rank-4 query view.
+std::string operandRefusal(const KernelCall &c) {
   const DType type = c.input(0).dtype;
-  // Packed documents would take cuDNN's ragged (THD) offsets per document;
-  // until they are wired, the warp kernels apply the document mask.
-  if (documentPositions(c))
-    return "document positions (packed documents) are not wired to cuDNN's ragged layout yet";
   // The row statistics are f32 whatever the operands' type.
   const float *savedLse = savedAttentionStats(c).lse;
   for (size_t i = 0; i < c.numInputs; ++i)
-    if (c.input(i).dtype != type && c.input(i).data != savedLse)
+    if (c.input(i).dtype != type && c.input(i).data != savedLse &&
+        c.input(i).data != documentPositions(c))
       return "operands of different element types";
   for (size_t i = 0; i < c.numOutputs; ++i)
     if (c.output(i).dtype != type && c.output(i).data != attentionStatsOutput(c))
       return "operands of different element types";
   if (const TensorView &heads = isFusedQkv(c.op) ? headsView(c) : c.input(0); heads.rank() != 4)
     return "a rank-" + std::to_string(heads.rank()) + " query";
+  return {};
+}
+
+/// Why cuDNN cannot take this low-precision call (empty when it can): the
+/// views' types and alignment, then cuDNN's own answer for the problem.
+std::string cudnnRefusal(const KernelCall &c) {
+  // Packed documents would take cuDNN's ragged (THD) offsets per document;
+  // until they are wired, the tiled kernels apply the document mask.
+  if (documentPositions(c))
+    return "document positions (packed documents) are not wired to cuDNN's ragged layout yet";
+  if (std::string why = operandRefusal(c); !why.empty())
+    return why;
   const AttentionPointers p = attentionPointersOf(c);
   for (const void *ptr : {p.q, p.k, p.v, p.g, static_cast<const void *>(p.o),
                           static_cast<const void *>(p.dq), static_cast<const void *>(p.dk),
@@ -712,25 +713,223 @@ void sayOnce(const std::string &message) {
     std::fprintf(stderr, "%s\n", message.c_str());
 }
 
-/// Says once per op and shape that cuDNN refused it and what runs instead.
-void reportFallback(const KernelCall &c, const std::string &why) {
-  sayOnce("ptc: " + callText(c) + (c.input(0).dtype == DType::BF16 ? " bf16" : " f16") +
-          ": cuDNN fused attention refused it (" + why +
-          "); it runs on the f32 warp kernel over widened copies instead (slow)");
+// ---- Causal attention on CUDA cores, tiled (tiled_attention.h) ----------------------
+/// CUDA's threads as tiled_attention.h's bodies ask for them.
+struct CudaThreads {
+  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ int lane() const { return static_cast<int>(threadIdx.x) & 31; }
+  __device__ int warp() const { return static_cast<int>(threadIdx.x) >> 5; }
+  __device__ int64_t block() const { return blockIdx.x; }
+  __device__ int64_t blocks() const { return gridDim.x; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ void syncWarp() const { __syncwarp(); }
+  __device__ float shflXor(float v, int mask) const {
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+  }
+};
+/// f32 math on f32, bf16 or f16 storage.
+template <typename T> struct CudaIo {
+  using Elem = T;
+  __device__ static float load(const T *p) { return toFloat(*p); }
+  __device__ static void store(T *p, float x) { *p = fromFloat<T>(x); }
+};
+
+template <int kSlots, typename T>
+__global__ void __launch_bounds__(tiled::kThreads) tiledForwardKernel(const tiled::Problem<T> a) {
+  extern __shared__ float shared[];
+  tiled::forward<kSlots, CudaIo<T>>(CudaThreads{}, a, shared);
+}
+template <int kSlots, typename T>
+__global__ void __launch_bounds__(tiled::kThreads)
+    tiledQueryGradKernel(const tiled::Problem<T> a) {
+  extern __shared__ float shared[];
+  tiled::backwardQuery<kSlots, CudaIo<T>>(CudaThreads{}, a, shared);
+}
+template <int kSlots, typename T>
+__global__ void __launch_bounds__(tiled::kThreads) tiledKeyGradKernel(const tiled::Problem<T> a) {
+  extern __shared__ float shared[];
+  tiled::backwardKeys<kSlots, CudaIo<T>>(CudaThreads{}, a, shared);
 }
 
-/// The attention entries' element types: f32 (the warp kernels below), or
-/// bf16 / f16 where cuDNN's fused attention takes the problem (checked, and
-/// its plans built, when the plan loads); other low-precision calls are
-/// widened to f32 by the runtime, and say so once.
-bool acceptsAttention(const KernelCall &c) {
-  if (onlyF32(c))
-    return true;
-  std::string why = cudnnRefusal(c);
+/// The shared memory the tiled kernels' blocks take for head dimension `dim`.
+int64_t tiledSharedBytes(int64_t dim) {
+  return std::max(tiled::forwardSharedBytes(dim), tiled::backwardSharedBytes(dim));
+}
+/// Why the tiled kernels cannot run head dimension `dim` on the current
+/// device (empty when they can): its blocks' shared memory limit (opt-in).
+std::string tiledRefusal(int64_t dim) {
+  if (dim < 1 || dim > tiled::kMaxDim)
+    return "head dimension " + std::to_string(dim) + " (the tiled kernels take 1 to " +
+           std::to_string(tiled::kMaxDim) + ")";
+  int device = 0, limit = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess)
+    return "no current CUDA device";
+  if (tiledSharedBytes(dim) > limit)
+    return std::to_string(tiledSharedBytes(dim)) + " bytes of shared memory a block (this GPU's "
+           "limit is " + std::to_string(limit) + ")";
+  return {};
+}
+
+/// The call as the tiled kernels' problem: its views in place (the fused
+/// projection's column blocks too), in their stored type T.
+template <typename T> tiled::Problem<T> tiledProblemOf(const KernelCall &c) {
+  const AttentionPointers p = attentionPointersOf(c);
+  tiled::Problem<T> a;
+  AttentionDims d{};
+  if (isFusedQkv(c.op)) {
+    const FusedQkvDims f = fusedQkvDims(c.input(0), headsView(c));
+    d = f.dims;
+    a.qLayout = a.kvLayout = {d.seq * f.width, d.dim, f.width};
+    a.oLayout = {d.seq * d.heads * d.dim, d.dim, d.heads * d.dim};
+  } else {
+    d = attentionDims(c);
+    auto layout = [&](int64_t heads) {
+      return d.seqMajor ? tiled::HeadLayout{d.seq * heads * d.dim, d.dim, heads * d.dim}
+                        : tiled::HeadLayout{heads * d.seq * d.dim, d.seq * d.dim, d.dim};
+    };
+    a.qLayout = a.oLayout = layout(d.heads);
+    a.kvLayout = layout(d.kvHeads);
+  }
+  a.batch = d.batch;
+  a.heads = d.heads;
+  a.kvHeads = d.kvHeads;
+  a.seq = d.seq;
+  a.dim = d.dim;
+  a.scale = static_cast<float>(attentionScale(c));
+  a.positions = documentPositions(c);
+  a.q = static_cast<const T *>(p.q);
+  a.k = static_cast<const T *>(p.k);
+  a.v = static_cast<const T *>(p.v);
+  a.g = static_cast<const T *>(p.g);
+  a.out = static_cast<T *>(p.o);
+  a.dq = static_cast<T *>(p.dq);
+  a.dk = static_cast<T *>(p.dk);
+  a.dv = static_cast<T *>(p.dv);
+  if (isAttentionGrad(c.op)) {
+    a.savedO = static_cast<const T *>(p.savedO);
+    a.savedLse = p.savedO ? p.stats : nullptr;
+  } else {
+    a.lse = p.stats;
+  }
+  return a;
+}
+
+/// Launches one tiled kernel over `items` (32-row tiles of a head), its
+/// dynamic shared memory allowed past the default 48 KiB first.
+template <typename T>
+KernelResult launchTiled(void (*kernel)(tiled::Problem<T>), const tiled::Problem<T> &a,
+                         int64_t items, int64_t sharedBytes, const KernelCall &c,
+                         const char *what) {
+  if (items == 0)
+    return KernelResult::ok();
+  if (sharedBytes > 48 * 1024)
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(sharedBytes));
+        e != cudaSuccess)
+      return KernelResult::error("tiled attention ", what, ": ", sharedBytes,
+                                 " bytes of shared memory: ", cudaGetErrorString(e));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, 1 << 20));
+  kernel<<<grid, tiled::kThreads, static_cast<size_t>(sharedBytes), S(streamOf(c))>>>(a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return KernelResult::error("launching the tiled attention ", what, ": ",
+                               cudaGetErrorString(e));
+  return KernelResult::ok();
+}
+
+/// A causal attention call (any of the four ops) on the tiled kernels, in
+/// its stored type: the forward, or the backward's query then key pass.
+KernelResult runTiledAttention(const KernelCall &c) {
+  return withFloatType(c.input(0).dtype, [&](auto tag) -> KernelResult {
+    using T = decltype(tag);
+    tiled::Problem<T> a = tiledProblemOf<T>(c);
+    const int64_t tiles = (a.seq + tiled::kTile - 1) / tiled::kTile;
+    const int64_t queryItems = a.batch * a.heads * tiles, keyItems = a.batch * a.kvHeads * tiles;
+    if (!isAttentionGrad(c.op))
+      return tiled::withSlots(a.dim, [&](auto slots) {
+        return launchTiled(tiledForwardKernel<decltype(slots)::value, T>, a, queryItems,
+                           tiled::forwardSharedBytes(a.dim), c, "forward");
+      });
+    const int64_t bytes = 2 * a.batch * a.heads * a.seq * 4; // (log-sum-exp, D) per row
+    a.stats = static_cast<float *>(scratch(c, bytes));
+    if (!a.stats)
+      return scratchFailure(c, bytes);
+    return tiled::withSlots(a.dim, [&](auto slots) {
+      constexpr int kSlots = decltype(slots)::value;
+      const int64_t shared = tiled::backwardSharedBytes(a.dim);
+      if (KernelResult r = launchTiled(tiledQueryGradKernel<kSlots, T>, a, queryItems, shared, c,
+                                       "backward (queries)");
+          !r.isOk())
+        return r;
+      return launchTiled(tiledKeyGradKernel<kSlots, T>, a, keyItems, shared, c,
+                         "backward (keys)");
+    });
+  });
+}
+
+/// The head dimension of an attention call (any of the four ops).
+int64_t headDimOf(const KernelCall &c) {
+  const TensorView &heads = isFusedQkv(c.op) ? headsView(c) : c.input(0);
+  return heads.rank() == 4 ? heads.dim(3) : 0;
+}
+
+/// How an attention call runs: cuDNN's fused attention (bf16 / f16 it
+/// takes), the tiled kernels in the call's stored type (f32, and bf16 / f16
+/// that cuDNN refuses: packed documents, a head size or alignment it does not
+/// take), the f32 warp kernels (where the tiled kernels' shared memory
+/// exceeds the GPU's), or widened to f32 by the runtime (then one of those).
+/// Each fallback is said once per op and shape, with why.
+enum class AttentionRoute { Cudnn, Tiled, Warp, Widened };
+AttentionRoute attentionRoute(const KernelCall &c) {
+  const std::string tiledWhy = tiledRefusal(headDimOf(c));
+  if (onlyF32(c)) {
+    // (A head no kernel takes: the warp entry's shape check names it.)
+    if (const int64_t dim = headDimOf(c); tiledWhy.empty() || dim < 1 || dim > tiled::kMaxDim)
+      return tiledWhy.empty() ? AttentionRoute::Tiled : AttentionRoute::Warp;
+    sayOnce("ptc: " + callText(c) + " f32: the tiled attention kernels cannot take it (" +
+            tiledWhy + "); it runs on the f32 warp kernels instead (slow)");
+    return AttentionRoute::Warp;
+  }
+  const std::string why = cudnnRefusal(c);
   if (why.empty())
-    return true;
-  reportFallback(c, why);
-  return false;
+    return AttentionRoute::Cudnn;
+  const char *type = c.input(0).dtype == DType::BF16 ? " bf16" : " f16";
+  const std::string operandWhy = operandRefusal(c);
+  if (tiledWhy.empty() && operandWhy.empty()) {
+    sayOnce("ptc: " + callText(c) + type + ": cuDNN fused attention refused it (" + why +
+            "); it runs on the tiled CUDA-core kernels (f32 math on the" + type +
+            " storage, no tensor cores) instead");
+    return AttentionRoute::Tiled;
+  }
+  sayOnce("ptc: " + callText(c) + type + ": cuDNN fused attention refused it (" + why +
+          ") and the tiled kernels too (" + (operandWhy.empty() ? tiledWhy : operandWhy) +
+          "); it runs widened to f32 instead (slow)");
+  return AttentionRoute::Widened;
+}
+
+/// The attention entries' element types: what attentionRoute runs natively.
+bool acceptsAttention(const KernelCall &c) {
+  return attentionRoute(c) != AttentionRoute::Widened;
+}
+
+KernelResult runCudnnAttention(const KernelCall &c);
+
+/// Runs an attention call on cuDNN or the tiled kernels as attentionRoute
+/// says; nothing when it takes the f32 warp kernels (the entry's own code).
+std::optional<KernelResult> runRouted(const KernelCall &c) {
+  switch (attentionRoute(c)) {
+  case AttentionRoute::Cudnn:
+    return runCudnnAttention(c);
+  case AttentionRoute::Tiled:
+    return runTiledAttention(c);
+  case AttentionRoute::Widened:
+    return KernelResult::error(callText(c), ": the CUDA attention kernels do not take its "
+                                            "operands as stored (the runtime widens them)");
+  case AttentionRoute::Warp:
+    break;
+  }
+  return std::nullopt;
 }
 
 // ---- Ring attention's blocks on cuDNN -------------------------------------------------
@@ -893,7 +1092,10 @@ KernelResult runCudnnAttention(const KernelCall &c) {
 }
 } // namespace
 
-std::string attentionLibrary() { return cudnn::libraryDescription(); }
+std::string attentionLibrary() {
+  return cudnn::libraryDescription() +
+         " for bf16 / f16, tiled CUDA-core kernels for f32 and what cuDNN refuses";
+}
 
 void addAttentionKernels(KernelTable &t) {
   // Ring attention's blocks (kernel_call.h): the optional last input is the
@@ -936,11 +1138,12 @@ void addAttentionKernels(KernelTable &t) {
   });
   // q [batch, heads, seq, dim], k / v [batch, kvHeads, seq, dim]; with the
   // optional integer seq_major = 1, [batch, seq, heads (kvHeads), dim].
-  // bf16 / f16: cuDNN's fused attention on the views in place; f32: the warp
-  // kernels above.
+  // attentionRoute picks the kernels: cuDNN's fused attention (bf16 / f16 on
+  // the views in place), the tiled kernels (f32, and bf16 / f16 cuDNN
+  // refuses, on the views in place), else the f32 warp kernels below.
   t.add(OpKind::CausalAttention, [](const KernelCall &c) {
-    if (isLowPrecision(c.input(0).dtype))
-      return runCudnnAttention(c);
+    if (std::optional<KernelResult> routed = runRouted(c))
+      return *routed;
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
@@ -951,8 +1154,8 @@ void addAttentionKernels(KernelTable &t) {
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionGrad, [](const KernelCall &c) {
-    if (isLowPrecision(c.input(0).dtype))
-      return runCudnnAttention(c);
+    if (std::optional<KernelResult> routed = runRouted(c))
+      return *routed;
     const TensorView &q = c.input(0);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
@@ -968,13 +1171,13 @@ void addAttentionKernels(KernelTable &t) {
                         documentPositions(c), saved ? saved.result->f32() : nullptr, saved.lse);
     return KernelResult::ok();
   }, acceptsAttention);
-  // The fused projection's layout (qkv [batch, seq, width]): in bf16 / f16,
-  // cuDNN reads the column blocks in place (and writes the gradients into
-  // theirs); in f32 they are copied out to seq-major q, k, v in scratch (and
-  // the gradients back in), around the seq-major warp kernels.
+  // The fused projection's layout (qkv [batch, seq, width]): cuDNN and the
+  // tiled kernels read the column blocks in place (and write the gradients
+  // into theirs); for the warp kernels they are copied out to seq-major q,
+  // k, v in scratch (and the gradients back in).
   t.add(OpKind::CausalAttentionQkv, [](const KernelCall &c) {
-    if (isLowPrecision(c.input(0).dtype))
-      return runCudnnAttention(c);
+    if (std::optional<KernelResult> routed = runRouted(c))
+      return *routed;
     const TensorView &qkv = c.input(0);
     // The result [batch, seq, heads, dim] carries the head size.
     if (KernelResult r = attentionShapeSupported(c.output(0)); !r.isOk())
@@ -995,8 +1198,8 @@ void addAttentionKernels(KernelTable &t) {
     return KernelResult::ok();
   }, acceptsAttention);
   t.add(OpKind::CausalAttentionQkvGrad, [](const KernelCall &c) {
-    if (isLowPrecision(c.input(0).dtype))
-      return runCudnnAttention(c);
+    if (std::optional<KernelResult> routed = runRouted(c))
+      return *routed;
     const TensorView &qkv = c.input(0);
     // The incoming gradient [batch, seq, heads, dim] carries the head size.
     if (KernelResult r = attentionShapeSupported(c.input(1)); !r.isOk())

@@ -88,7 +88,7 @@ public:
   }
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
-  std::string describe() const override { return name_ + "; bf16 attention: " + attention_; }
+  std::string describe() const override { return name_ + "; attention: " + attention_; }
 
   StatusOr<void *> allocate(int64_t bytes) override {
     void *p = nullptr;
