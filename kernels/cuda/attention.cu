@@ -795,7 +795,7 @@ template <typename T> tiled::Problem<T> tiledProblemOf(const KernelCall &c) {
   a.batch = d.batch;
   a.heads = d.heads;
   a.kvHeads = d.kvHeads;
-  a.seq = d.seq;
+  a.seq = a.keys = d.seq;
   a.dim = d.dim;
   a.scale = static_cast<float>(attentionScale(c));
   a.positions = documentPositions(c);
@@ -838,34 +838,91 @@ KernelResult launchTiled(void (*kernel)(tiled::Problem<T>), const tiled::Problem
   return KernelResult::ok();
 }
 
-/// A causal attention call (any of the four ops) on the tiled kernels, in
-/// its stored type: the forward, or the backward's query then key pass.
-KernelResult runTiledAttention(const KernelCall &c) {
-  return withFloatType(c.input(0).dtype, [&](auto tag) -> KernelResult {
-    using T = decltype(tag);
-    tiled::Problem<T> a = tiledProblemOf<T>(c);
-    const int64_t tiles = (a.seq + tiled::kTile - 1) / tiled::kTile;
-    const int64_t queryItems = a.batch * a.heads * tiles, keyItems = a.batch * a.kvHeads * tiles;
-    if (!isAttentionGrad(c.op))
-      return tiled::withSlots(a.dim, [&](auto slots) {
-        return launchTiled(tiledForwardKernel<decltype(slots)::value, T>, a, queryItems,
-                           tiled::forwardSharedBytes(a.dim), c, "forward");
-      });
-    const int64_t bytes = 2 * a.batch * a.heads * a.seq * 4; // (log-sum-exp, D) per row
-    a.stats = static_cast<float *>(scratch(c, bytes));
-    if (!a.stats)
-      return scratchFailure(c, bytes);
+/// The tiled kernels on `a`: the forward, or the backward's query then key
+/// pass (`grad`), with the backward's row statistics in kernel scratch.
+template <typename T>
+KernelResult launchTiledPasses(tiled::Problem<T> a, bool grad, const KernelCall &c) {
+  const int64_t queryItems = a.batch * a.heads * ((a.seq + tiled::kTile - 1) / tiled::kTile),
+                keyItems = a.batch * a.kvHeads * ((a.keys + tiled::kTile - 1) / tiled::kTile);
+  if (!grad)
     return tiled::withSlots(a.dim, [&](auto slots) {
-      constexpr int kSlots = decltype(slots)::value;
-      const int64_t shared = tiled::backwardSharedBytes(a.dim);
-      if (KernelResult r = launchTiled(tiledQueryGradKernel<kSlots, T>, a, queryItems, shared, c,
-                                       "backward (queries)");
-          !r.isOk())
-        return r;
-      return launchTiled(tiledKeyGradKernel<kSlots, T>, a, keyItems, shared, c,
-                         "backward (keys)");
+      return launchTiled(tiledForwardKernel<decltype(slots)::value, T>, a, queryItems,
+                         tiled::forwardSharedBytes(a.dim), c, "forward");
     });
+  const int64_t bytes = 2 * a.batch * a.heads * a.seq * 4; // (log-sum-exp, D) per row
+  a.stats = static_cast<float *>(scratch(c, bytes));
+  if (!a.stats)
+    return scratchFailure(c, bytes);
+  return tiled::withSlots(a.dim, [&](auto slots) {
+    constexpr int kSlots = decltype(slots)::value;
+    const int64_t shared = tiled::backwardSharedBytes(a.dim);
+    if (KernelResult r = launchTiled(tiledQueryGradKernel<kSlots, T>, a, queryItems, shared, c,
+                                     "backward (queries)");
+        !r.isOk())
+      return r;
+    return launchTiled(tiledKeyGradKernel<kSlots, T>, a, keyItems, shared, c, "backward (keys)");
   });
+}
+
+/// A causal attention call (any of the four ops) on the tiled kernels, in
+/// its stored type.
+KernelResult runTiledAttention(const KernelCall &c) {
+  return withFloatType(c.input(0).dtype, [&](auto tag) {
+    return launchTiledPasses(tiledProblemOf<decltype(tag)>(c), isAttentionGrad(c.op), c);
+  });
+}
+
+/// A ring attention block (f32, kernel_call.h's AttentionBlock(Grad)) on the
+/// tiled kernels: the forward continues the rows' online softmax in acc,
+/// rowMax, rowSum; the gradient, from the rows' global result and
+/// log-sum-exp, adds to dq, dk and dv.
+KernelResult runTiledBlock(const KernelCall &c, bool grad) {
+  const TensorView &q = c.input(0), &k = c.input(1);
+  tiled::Problem<float> a;
+  a.batch = q.dim(0);
+  a.heads = q.dim(1);
+  a.kvHeads = k.dim(1);
+  a.seq = q.dim(2);
+  a.keys = k.dim(2);
+  a.dim = q.dim(3);
+  a.scale = static_cast<float>(c.attr(attr::AttentionBlock::scale));
+  a.causal = c.attr(attr::AttentionBlock::causal) != 0;
+  a.qLayout = a.oLayout = {a.heads * a.seq * a.dim, a.seq * a.dim, a.dim};
+  a.kvLayout = {a.kvHeads * a.keys * a.dim, a.keys * a.dim, a.dim};
+  a.q = q.f32();
+  a.k = k.f32();
+  a.v = c.input(2).f32();
+  if (!grad) {
+    a.out = c.output(0).f32();
+    a.rowMax = c.output(1).f32();
+    a.rowSum = c.output(2).f32();
+    a.firstKeys = c.numInputs > 3 ? c.input(3).i32() : nullptr;
+  } else {
+    a.savedO = c.input(3).f32();
+    a.g = c.input(4).f32();
+    a.savedLse = c.input(5).f32();
+    a.dq = c.output(0).f32();
+    a.dk = c.output(1).f32();
+    a.dv = c.output(2).f32();
+    a.accumulate = true;
+    a.firstKeys = c.numInputs > 6 ? c.input(6).i32() : nullptr;
+  }
+  return launchTiledPasses(a, grad, c);
+}
+
+/// Whether a ring block (f32, off cuDNN) runs on the tiled kernels: a
+/// [batch, heads, rows, dim] block they take on this GPU (else the warp
+/// kernels, said once).
+bool blockTiled(const KernelCall &c) {
+  if (c.input(0).rank() != 4 || c.input(1).rank() != 4)
+    return false;
+  const std::string why = tiledRefusal(c.input(0).dim(3));
+  if (why.empty())
+    return true;
+  if (c.input(0).dim(3) <= tiled::kMaxDim)
+    sayOnce("ptc: ring attention's " + callText(c) + ": the tiled attention kernels cannot take "
+            "it (" + why + "); it runs on the f32 warp kernels instead (slow)");
+  return false;
 }
 
 /// The head dimension of an attention call (any of the four ops).
@@ -983,7 +1040,7 @@ cudnn::AttentionProblem blockProblemOf(const KernelCall &c) {
 
 /// Whether a ring block runs on cuDNN: a plan stored in bf16 / f16, no
 /// document mask (the rows' first keys), and cuDNN taking the problem (else
-/// it says once why, and the f32 warp kernel runs it).
+/// it says once why, and the f32 tiled kernels run it).
 bool blockOnCudnn(const KernelCall &c, bool grad) {
   const int64_t storage = c.attr(attr::AttentionBlock::storage);
   if (storage != static_cast<int64_t>(DType::BF16) && storage != static_cast<int64_t>(DType::F16))
@@ -1000,7 +1057,7 @@ bool blockOnCudnn(const KernelCall &c, bool grad) {
   sayOnce("ptc: ring attention's " + callText(c) +
           (c.attr(attr::AttentionBlock::causal) ? " causal" : "") +
           ": cuDNN fused attention refused it (" + why +
-          "); it runs on the f32 warp kernel instead (slow)");
+          "); it runs on the f32 tiled CUDA-core kernels instead");
   return false;
 }
 
@@ -1100,10 +1157,14 @@ std::string attentionLibrary() {
 void addAttentionKernels(KernelTable &t) {
   // Ring attention's blocks (kernel_call.h): the optional last input is the
   // rows' first keys.
-  // In a bf16 / f16 plan, cuDNN's fused attention where it takes the block.
+  // In a bf16 / f16 plan, cuDNN's fused attention where it takes the block;
+  // else the f32 tiled kernels (the warp kernels where their shared memory
+  // does not fit the GPU).
   t.add(OpKind::AttentionBlock, [](const KernelCall &c) {
     if (blockOnCudnn(c, /*grad=*/false))
       return runCudnnBlock(c);
+    if (blockTiled(c))
+      return runTiledBlock(c, /*grad=*/false);
     const TensorView &q = c.input(0), &k = c.input(1);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;
@@ -1116,6 +1177,8 @@ void addAttentionKernels(KernelTable &t) {
   t.add(OpKind::AttentionBlockGrad, [](const KernelCall &c) {
     if (blockOnCudnn(c, /*grad=*/true))
       return runCudnnBlockGrad(c);
+    if (blockTiled(c))
+      return runTiledBlock(c, /*grad=*/true);
     const TensorView &q = c.input(0), &k = c.input(1);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
       return r;

@@ -1,6 +1,9 @@
 // Causal attention on CUDA cores, tiled: the kernel bodies of the f32 plans'
 // attention (and of bf16 / f16 calls cuDNN's fused attention refuses, read
-// and written in their stored type with f32 math), forward and backward.
+// and written in their stored type with f32 math), forward and backward, and
+// of ring attention's f32 blocks (a block of queries against a block of keys,
+// causal or whole, continuing the rows' online softmax and adding to the
+// gradients).
 //
 // A block of 8 warps takes 32 query rows (or, for the keys' gradients, 32 key
 // rows) of one head; the other side's rows pass through shared memory 32 at a
@@ -55,15 +58,23 @@ struct HeadLayout {
 /// forward's, given to the backward with `savedO`; else the backward
 /// recomputes them), `stats` (backward scratch: 2 floats per query row).
 /// `positions` ([batch, seq], packed documents) or null.
+/// `seq` query rows see `keys` key rows: with `causal`, key j is visible to
+/// query i for j <= i only (the same positions). Ring blocks: `firstKeys`
+/// ([batch, seq], packed documents: each query row's first key in the block,
+/// clamped to what it sees) instead of positions; given `rowMax` and
+/// `rowSum`, the forward continues each row's online softmax from them and
+/// `out` (unnormalized) and writes them back; with `accumulate`, the backward
+/// (given the saved statistics) adds to dq, dk and dv.
 template <typename E> struct Problem {
   const E *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *savedO = nullptr;
   E *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
-  float *lse = nullptr, *stats = nullptr;
+  float *lse = nullptr, *stats = nullptr, *rowMax = nullptr, *rowSum = nullptr;
   const float *savedLse = nullptr;
-  const int32_t *positions = nullptr;
+  const int32_t *positions = nullptr, *firstKeys = nullptr;
   HeadLayout qLayout{}, kvLayout{}, oLayout{};
-  int64_t batch = 0, heads = 0, kvHeads = 0, seq = 0, dim = 0;
+  int64_t batch = 0, heads = 0, kvHeads = 0, seq = 0, keys = 0, dim = 0;
   float scale = 1.0f;
+  bool causal = true, accumulate = false;
 };
 
 /// Shared memory rows are `pitch` floats apart (odd: the lanes' reads of
@@ -108,6 +119,24 @@ PTC_SIMT int64_t firstKey(const int32_t *positions, int64_t b, int64_t row, int6
     return 0;
   const int64_t first = row - positions[b * seq + row];
   return first < 0 ? 0 : first > row ? row : first;
+}
+
+/// The first key query row `i` of batch entry `b` sees: from the document
+/// positions, or a ring block's first keys (clamped to the keys it sees).
+template <typename E> PTC_SIMT int64_t firstKeyOf(const Problem<E> &a, int64_t b, int64_t i) {
+  if (!a.firstKeys)
+    return firstKey(a.positions, b, i, a.seq);
+  const int64_t n = a.causal && i + 1 < a.keys ? i + 1 : a.keys, f = a.firstKeys[b * a.seq + i];
+  return f < 0 ? 0 : f > n ? n : f;
+}
+/// Whether query row i sees key j (its first key `start`).
+template <typename E>
+PTC_SIMT bool sees(const Problem<E> &a, int64_t i, int64_t j, int64_t start) {
+  return j < a.keys && (!a.causal || j <= i) && j >= start;
+}
+/// The key rows a query tile from row i0 (`rows` of them) may see end here.
+template <typename E> PTC_SIMT int64_t keyEnd(const Problem<E> &a, int64_t i0, int64_t rows) {
+  return a.causal && i0 + rows < a.keys ? i0 + rows : a.keys;
 }
 
 template <class Threads> PTC_SIMT float warpSum(const Threads &t, float v) {
@@ -157,15 +186,22 @@ PTC_SIMT void attendTiles(const Threads &t, const Problem<typename Io::Elem> &a,
                           *vh = a.v + rowAt(a.kvLayout, kvh, a.kvHeads, 0);
   PTC_UNROLL
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    m[rr] = -INFINITY;
-    l[rr] = 0.0f;
+    // A ring block continues the row's softmax (and its output) so far.
+    const int64_t i = i0 + warp * kRowsPerWarp + rr;
+    const bool carried = a.rowMax && i < a.seq;
+    const int64_t row = head * a.seq + i;
+    m[rr] = carried ? a.rowMax[row] : -INFINITY;
+    l[rr] = carried ? a.rowSum[row] : 0.0f;
+    const typename Io::Elem *o = carried ? a.out + rowAt(a.oLayout, head, a.heads, i) : nullptr;
     PTC_UNROLL
-    for (int s = 0; s < kSlots; ++s)
-      acc[rr][s] = 0.0f;
+    for (int s = 0; s < kSlots; ++s) {
+      const int64_t d = lane + 32 * s;
+      acc[rr][s] = o && d < a.dim ? Io::load(o + d) : 0.0f;
+    }
   }
-  const int64_t last = (i0 + kTile < a.seq ? i0 + kTile : a.seq) - 1;
-  for (int64_t j0 = lo - lo % kTile; j0 <= last; j0 += kTile) {
-    const int64_t keys = j0 + kTile < a.seq ? kTile : a.seq - j0;
+  const int64_t rows = i0 + kTile < a.seq ? kTile : a.seq - i0, end = keyEnd(a, i0, rows);
+  for (int64_t j0 = lo - lo % kTile; j0 < end; j0 += kTile) {
+    const int64_t keys = j0 + kTile < a.keys ? kTile : a.keys - j0;
     t.sync(); // every warp is done with the previous tiles
     loadTile<Io>(t, kh, a.kvLayout.row, j0, keys, a.dim, ks);
     loadTile<Io>(t, vh, a.kvLayout.row, j0, keys, a.dim, vs);
@@ -174,9 +210,9 @@ PTC_SIMT void attendTiles(const Threads &t, const Problem<typename Io::Elem> &a,
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp * kRowsPerWarp + rr;
       const int64_t i = i0 + r, j = j0 + lane;
-      if (i >= a.seq || j0 > i)
+      if (i >= a.seq || (a.causal && j0 > i) || j0 + kTile <= start[rr])
         continue; // the whole warp: its row sees no key of this tile
-      const bool visible = j <= i && j >= start[rr];
+      const bool visible = sees(a, i, j, start[rr]);
       const float s = visible ? dot(qs + r * ld, ks + lane * ld, a.dim) * a.scale : -INFINITY;
       const float tileMax = warpMax(t, s);
       if (tileMax == -INFINITY)
@@ -203,12 +239,12 @@ PTC_SIMT void attendTiles(const Threads &t, const Problem<typename Io::Elem> &a,
 
 /// The earliest first key of the block's query rows i0 .. (every thread
 /// computes the same; 0 without documents).
-PTC_SIMT int64_t tileFirstKey(const int32_t *positions, int64_t b, int64_t i0, int64_t seq) {
-  if (!positions)
+template <typename E> PTC_SIMT int64_t tileFirstKey(const Problem<E> &a, int64_t b, int64_t i0) {
+  if (!a.positions && !a.firstKeys)
     return 0;
-  int64_t lo = i0;
-  for (int64_t i = i0; i < i0 + kTile && i < seq; ++i) {
-    const int64_t f = firstKey(positions, b, i, seq);
+  int64_t lo = a.keys;
+  for (int64_t i = i0; i < i0 + kTile && i < a.seq; ++i) {
+    const int64_t f = firstKeyOf(a, b, i);
     lo = f < lo ? f : lo;
   }
   return lo;
@@ -230,23 +266,28 @@ PTC_SIMT void forward(const Threads &t, const Problem<typename Io::Elem> &a, flo
     PTC_UNROLL
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int64_t i = i0 + warp * kRowsPerWarp + rr;
-      start[rr] = i < a.seq ? firstKey(a.positions, b, i, a.seq) : 0;
+      start[rr] = i < a.seq ? firstKeyOf(a, b, i) : 0;
     }
     float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kSlots];
-    attendTiles<kSlots, Io>(t, a, head, i0, tileFirstKey(a.positions, b, i0, a.seq), start, qs,
-                            ks, vs, ps, m, l, acc);
+    attendTiles<kSlots, Io>(t, a, head, i0, tileFirstKey(a, b, i0), start, qs, ks, vs, ps, m, l,
+                            acc);
     PTC_UNROLL
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int64_t i = i0 + warp * kRowsPerWarp + rr;
       if (i >= a.seq)
         continue;
       typename Io::Elem *o = a.out + rowAt(a.oLayout, head, a.heads, i);
+      // A ring block: the continued state, unnormalized; else the result.
       PTC_UNROLL
       for (int sl = 0; sl < kSlots; ++sl)
         if (const int64_t d = lane + 32 * sl; d < a.dim)
-          Io::store(o + d, acc[rr][sl] / l[rr]);
-      if (a.lse && lane == 0)
+          Io::store(o + d, a.rowMax ? acc[rr][sl] : acc[rr][sl] / l[rr]);
+      if (lane == 0 && a.rowMax) {
+        a.rowMax[head * a.seq + i] = m[rr];
+        a.rowSum[head * a.seq + i] = l[rr];
+      } else if (lane == 0 && a.lse) {
         a.lse[head * a.seq + i] = m[rr] + logf(l[rr]);
+      }
     }
   }
 }
@@ -274,9 +315,9 @@ PTC_SIMT void backwardQuery(const Threads &t, const Problem<typename Io::Elem> &
     PTC_UNROLL
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int64_t i = i0 + warp * kRowsPerWarp + rr;
-      start[rr] = i < a.seq ? firstKey(a.positions, b, i, a.seq) : 0;
+      start[rr] = i < a.seq ? firstKeyOf(a, b, i) : 0;
     }
-    const int64_t lo = tileFirstKey(a.positions, b, i0, a.seq);
+    const int64_t lo = tileFirstKey(a, b, i0);
     // Each row's log-sum-exp and D = g . o.
     float lse[kRowsPerWarp], rowD[kRowsPerWarp];
     if (a.savedLse) {
@@ -325,8 +366,8 @@ PTC_SIMT void backwardQuery(const Threads &t, const Problem<typename Io::Elem> &
         dq[rr][sl] = 0.0f;
     const E *kh = a.k + rowAt(a.kvLayout, kvh, a.kvHeads, 0),
             *vh = a.v + rowAt(a.kvLayout, kvh, a.kvHeads, 0);
-    for (int64_t j0 = lo - lo % kTile; j0 < i0 + rows; j0 += kTile) {
-      const int64_t keys = j0 + kTile < a.seq ? kTile : a.seq - j0;
+    for (int64_t j0 = lo - lo % kTile; j0 < keyEnd(a, i0, rows); j0 += kTile) {
+      const int64_t keys = j0 + kTile < a.keys ? kTile : a.keys - j0;
       t.sync();
       loadTile<Io>(t, kh, a.kvLayout.row, j0, keys, a.dim, ks);
       loadTile<Io>(t, vh, a.kvLayout.row, j0, keys, a.dim, vs);
@@ -335,10 +376,10 @@ PTC_SIMT void backwardQuery(const Threads &t, const Problem<typename Io::Elem> &
       for (int rr = 0; rr < kRowsPerWarp; ++rr) {
         const int r = warp * kRowsPerWarp + rr;
         const int64_t i = i0 + r, j = j0 + lane;
-        if (i >= a.seq || j0 > i || j0 + kTile <= start[rr])
+        if (i >= a.seq || (a.causal && j0 > i) || j0 + kTile <= start[rr])
           continue;
         float ds = 0.0f;
-        if (j <= i && j >= start[rr]) {
+        if (sees(a, i, j, start[rr])) {
           const float s = dot(qs + r * ld, ks + lane * ld, a.dim) * a.scale;
           const float dp = dot(gs + r * ld, vs + lane * ld, a.dim);
           ds = expf(s - lse[rr]) * (dp - rowD[rr]) * a.scale;
@@ -364,7 +405,7 @@ PTC_SIMT void backwardQuery(const Threads &t, const Problem<typename Io::Elem> &
       PTC_UNROLL
       for (int sl = 0; sl < kSlots; ++sl)
         if (const int64_t d = lane + 32 * sl; d < a.dim)
-          Io::store(out + d, dq[rr][sl]);
+          Io::store(out + d, a.accumulate ? Io::load(out + d) + dq[rr][sl] : dq[rr][sl]);
       if (lane == 0) {
         a.stats[2 * (head * a.seq + i)] = lse[rr];
         a.stats[2 * (head * a.seq + i) + 1] = rowD[rr];
@@ -381,7 +422,7 @@ template <int kSlots, class Io, class Threads>
 PTC_SIMT void backwardKeys(const Threads &t, const Problem<typename Io::Elem> &a,
                            float *shared) {
   using E = typename Io::Elem;
-  const int64_t ld = pitch(a.dim), tiles = (a.seq + kTile - 1) / kTile,
+  const int64_t ld = pitch(a.dim), tiles = (a.keys + kTile - 1) / kTile,
                 group = a.heads / a.kvHeads;
   float *ks = shared, *vs = ks + kTile * ld, *qs = vs + kTile * ld, *gs = qs + kTile * ld,
         *warpPart = gs + kTile * ld, *ps = warpPart + t.warp() * 2 * kTile, *dss = ps + kTile,
@@ -390,7 +431,7 @@ PTC_SIMT void backwardKeys(const Threads &t, const Problem<typename Io::Elem> &a
   const int lane = t.lane(), warp = t.warp();
   for (int64_t item = t.block(); item < a.batch * a.kvHeads * tiles; item += t.blocks()) {
     const int64_t kvh = item / tiles, j0 = item % tiles * kTile, b = kvh / a.kvHeads;
-    const int64_t keys = j0 + kTile < a.seq ? kTile : a.seq - j0;
+    const int64_t keys = j0 + kTile < a.keys ? kTile : a.keys - j0;
     t.sync();
     loadTile<Io>(t, a.k + rowAt(a.kvLayout, kvh, a.kvHeads, 0), a.kvLayout.row, j0, keys, a.dim, ks);
     loadTile<Io>(t, a.v + rowAt(a.kvLayout, kvh, a.kvHeads, 0), a.kvLayout.row, j0, keys, a.dim, vs);
@@ -402,7 +443,7 @@ PTC_SIMT void backwardKeys(const Threads &t, const Problem<typename Io::Elem> &a
         dk[rr][sl] = dv[rr][sl] = 0.0f;
     for (int64_t gi = 0; gi < group; ++gi) {
       const int64_t head = b * a.heads + (kvh % a.kvHeads) * group + gi;
-      for (int64_t i0 = j0; i0 < a.seq; i0 += kTile) {
+      for (int64_t i0 = a.causal ? j0 : 0; i0 < a.seq; i0 += kTile) {
         const int64_t rows = i0 + kTile < a.seq ? kTile : a.seq - i0;
         t.sync();
         loadTile<Io>(t, a.q + rowAt(a.qLayout, head, a.heads, 0), a.qLayout.row, i0, rows, a.dim, qs);
@@ -412,13 +453,12 @@ PTC_SIMT void backwardKeys(const Threads &t, const Problem<typename Io::Elem> &a
           const bool row = i < a.seq;
           rowLse[t.thread()] = row ? a.stats[2 * (head * a.seq + i)] : 0.0f;
           rowD[t.thread()] = row ? a.stats[2 * (head * a.seq + i) + 1] : 0.0f;
-          rowStart[t.thread()] =
-              static_cast<int32_t>(row ? firstKey(a.positions, b, i, a.seq) : a.seq);
+          rowStart[t.thread()] = static_cast<int32_t>(row ? firstKeyOf(a, b, i) : a.keys);
         }
         t.sync();
         // Packed documents: past the key tile's document ends, no row sees it
         // (every thread reads the same starts: the block skips together).
-        if (a.positions) {
+        if (a.positions || a.firstKeys) {
           int32_t earliest = rowStart[0];
           for (int r = 1; r < kTile; ++r)
             earliest = rowStart[r] < earliest ? rowStart[r] : earliest;
@@ -429,10 +469,10 @@ PTC_SIMT void backwardKeys(const Threads &t, const Problem<typename Io::Elem> &a
         for (int rr = 0; rr < kRowsPerWarp; ++rr) {
           const int r = warp * kRowsPerWarp + rr;
           const int64_t j = j0 + r, i = i0 + lane;
-          if (j >= a.seq || i0 + kTile <= j)
+          if (j >= a.keys || (a.causal && i0 + kTile <= j))
             continue;
           float p = 0.0f, ds = 0.0f;
-          if (i < a.seq && i >= j && rowStart[lane] <= j) {
+          if (i < a.seq && sees(a, i, j, rowStart[lane])) {
             const float s = dot(ks + r * ld, qs + lane * ld, a.dim) * a.scale;
             const float dp = dot(vs + r * ld, gs + lane * ld, a.dim);
             p = expf(s - rowLse[lane]);
@@ -463,15 +503,15 @@ PTC_SIMT void backwardKeys(const Threads &t, const Problem<typename Io::Elem> &a
     PTC_UNROLL
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int64_t j = j0 + warp * kRowsPerWarp + rr;
-      if (j >= a.seq)
+      if (j >= a.keys)
         continue;
       E *dkRow = a.dk + rowAt(a.kvLayout, kvh, a.kvHeads, j),
         *dvRow = a.dv + rowAt(a.kvLayout, kvh, a.kvHeads, j);
       PTC_UNROLL
       for (int sl = 0; sl < kSlots; ++sl)
         if (const int64_t d = lane + 32 * sl; d < a.dim) {
-          Io::store(dkRow + d, dk[rr][sl]);
-          Io::store(dvRow + d, dv[rr][sl]);
+          Io::store(dkRow + d, a.accumulate ? Io::load(dkRow + d) + dk[rr][sl] : dk[rr][sl]);
+          Io::store(dvRow + d, a.accumulate ? Io::load(dvRow + d) + dv[rr][sl] : dv[rr][sl]);
         }
     }
   }

@@ -1328,11 +1328,13 @@ TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
 /// the causal mask, then a whole one, merged by the online softmax; then each
 /// block's gradient from the rows' result and log-sum-exp. `storage`: the
 /// plan's type the ring says (bf16: the values are bf16, and the gradient
-/// reads the result rounded as the plan stores it). Returns the result, the
-/// log-sum-exp, dq and each block's dk, dv.
+/// reads the result rounded as the plan stores it). `firstKeys` ([b, s],
+/// packed documents): each row's first key in both blocks. Returns the result,
+/// the log-sum-exp, dq and each block's dk, dv.
 std::vector<float> ringBlocks(Device &d, Mem &m, Shape qShape, int64_t kvHeads,
                               const std::vector<std::vector<float>> &qkvkvg, double scale,
-                              kernels::DType storage) {
+                              kernels::DType storage,
+                              const std::vector<int32_t> *firstKeys = nullptr) {
   const int64_t B = qShape[0], A = qShape[1], S = qShape[2], D = qShape[3];
   const size_t nq = static_cast<size_t>(B * A * S * D),
                nkv = static_cast<size_t>(B * kvHeads * S * D), rows = static_cast<size_t>(B * A * S);
@@ -1344,8 +1346,15 @@ std::vector<float> ringBlocks(Device &d, Mem &m, Shape qShape, int64_t kvHeads,
   const float *pq = m.put(qkvkvg[0]), *pk0 = m.put(qkvkvg[1]), *pv0 = m.put(qkvkvg[2]),
               *pk1 = m.put(qkvkvg[3]), *pv1 = m.put(qkvkvg[4]);
   const Shape kvShape{B, kvHeads, S, D}, rowShape{B, A, S};
+  const int32_t *first = firstKeys ? m.put(*firstKeys) : nullptr;
+  auto withFirstKeys = [&](std::vector<Arg> in) {
+    if (first)
+      in.push_back(ids(first, {B, S}));
+    return in;
+  };
   for (auto [k, v, causal] : {std::tuple{pk0, pv0, 1}, std::tuple{pk1, pv1, 0}})
-    OK(run(d, kernels::OpKind::AttentionBlock, {{pq, qShape}, {k, kvShape}, {v, kvShape}},
+    OK(run(d, kernels::OpKind::AttentionBlock,
+           withFirstKeys({{pq, qShape}, {k, kvShape}, {v, kvShape}}),
            {{acc, qShape}, {mx, rowShape}, {sum, rowShape}}, withCausal(causal), {scale}));
   auto hAcc = m.get(acc, nq), hMx = m.get(mx, rows), hSum = m.get(sum, rows);
   std::vector<float> o(nq), lse(rows);
@@ -1365,8 +1374,8 @@ std::vector<float> ringBlocks(Device &d, Mem &m, Shape qShape, int64_t kvHeads,
   for (auto [k, v, dk, dv, causal] :
        {std::tuple{pk0, pv0, dk0, dv0, 1}, std::tuple{pk1, pv1, dk1, dv1, 0}})
     OK(run(d, kernels::OpKind::AttentionBlockGrad,
-           {{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
-            {plse, rowShape}},
+           withFirstKeys({{pq, qShape}, {k, kvShape}, {v, kvShape}, {po, qShape}, {pg, qShape},
+                          {plse, rowShape}}),
            {{dq, qShape}, {dk, kvShape}, {dv, kvShape}}, withCausal(causal), {scale}));
   std::vector<float> out = o;
   out.insert(out.end(), lse.begin(), lse.end());
@@ -1378,18 +1387,33 @@ std::vector<float> ringBlocks(Device &d, Mem &m, Shape qShape, int64_t kvHeads,
 }
 
 TEST_F(CudaConformance, RingAttentionBlocksAndGradient) {
-  // Grouped-query queries of 6 rows against two key/value blocks of 6 (the
-  // ring's steps), in an f32 plan: the warp kernels.
-  const int64_t B = 2, A = 4, KV = 2, S = 6, D = 16;
-  const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D);
-  const std::vector<std::vector<float>> in{randomVector(nq, 91),  randomVector(nkv, 92),
-                                           randomVector(nkv, 93), randomVector(nkv, 94),
-                                           randomVector(nkv, 95), randomVector(nq, 96)};
-  compare(
-      [&](Device &d, Mem &m) {
-        return ringBlocks(d, m, {B, A, S, D}, KV, in, 0.25, kernels::DType::F32);
-      },
-      1e-4f);
+  // Grouped-query queries against two key/value blocks (the ring's steps), in
+  // an f32 plan: the tiled kernels. Blocks of 6 rows, of 45 (two tiles, head
+  // size 80), and of 45 with each row's first key (packed documents: rows
+  // that see none of the earlier block, or part of it, or of the diagonal one).
+  const int64_t B = 2, A = 4, KV = 2;
+  struct Config {
+    int64_t S, D;
+    bool documents;
+  };
+  for (Config c : {Config{6, 16, false}, Config{45, 80, false}, Config{45, 80, true}}) {
+    const int64_t S = c.S, D = c.D;
+    const size_t nq = static_cast<size_t>(B * A * S * D), nkv = static_cast<size_t>(B * KV * S * D);
+    const std::vector<std::vector<float>> in{randomVector(nq, 91),  randomVector(nkv, 92),
+                                             randomVector(nkv, 93), randomVector(nkv, 94),
+                                             randomVector(nkv, 95), randomVector(nq, 96)};
+    // (Each row still sees itself in the diagonal block: a first key up to its own row.)
+    std::vector<int32_t> first(static_cast<size_t>(B * S));
+    for (size_t i = 0; i < first.size(); ++i)
+      first[i] = std::min(static_cast<int32_t>(i * 11 % (S + 4)) - 2,
+                          static_cast<int32_t>(i % static_cast<size_t>(S)));
+    compare(
+        [&](Device &d, Mem &m) {
+          return ringBlocks(d, m, {B, A, S, D}, KV, in, 0.25, kernels::DType::F32,
+                            c.documents ? &first : nullptr);
+        },
+        1e-4f);
+  }
 }
 
 TEST_F(CudaConformance, RingAttentionBlocksOnCudnnInBf16Plans) {

@@ -4,7 +4,9 @@
 // forward or given its saved statistics, per-head, seq-major and fused
 // projection layouts, grouped-query heads, head dims up to 256, sequences
 // that are not a multiple of the 32-row tiles, packed documents, bf16
-// storage, and a grid smaller than the work (the grid-stride loops).
+// storage, and a grid smaller than the work (the grid-stride loops); and ring
+// attention's blocks (causal or whole, keys fewer or more than the queries,
+// first keys per row) against the CPU's block kernels.
 
 #include "kernels/common/types.h"
 #include "kernels/cpu/kernels.h"
@@ -164,7 +166,7 @@ template <class Io> void checkCase(const Case &c) {
   a.batch = B;
   a.heads = H;
   a.kvHeads = KV;
-  a.seq = S;
+  a.seq = a.keys = S;
   a.dim = D;
   a.scale = scale;
   a.positions = pos;
@@ -232,6 +234,101 @@ TEST(TiledAttention, ReadsAndWritesBf16Storage) {
   };
   for (const Case &c : cases)
     checkCase<Bf16Io>(c);
+}
+
+struct BlockCase {
+  int64_t B, H, KV, rows, keys, D;
+  bool causal, documents;
+};
+
+/// One ring block: the forward continuing a state that an earlier block left
+/// (acc, row max, row sum), then the gradient adding to earlier gradients,
+/// against the CPU's attentionBlock / attentionBlockGrad.
+void checkBlock(const BlockCase &c) {
+  SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + "/" +
+               std::to_string(c.KV) + " rows " + std::to_string(c.rows) + " keys " +
+               std::to_string(c.keys) + " D " + std::to_string(c.D) +
+               (c.causal ? " causal" : " whole") + (c.documents ? " documents" : ""));
+  const int64_t B = c.B, H = c.H, KV = c.KV, R = c.rows, K = c.keys, D = c.D;
+  const size_t nq = B * H * R * D, nkv = B * KV * K * D, nrows = B * H * R;
+  auto q = randomVector(nq, 61), k = randomVector(nkv, 62), v = randomVector(nkv, 63),
+       k0 = randomVector(nkv, 64), v0 = randomVector(nkv, 65), g = randomVector(nq, 66),
+       o = randomVector(nq, 67);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const ptc::kernels::Shape qShape{B, H, R, D};
+  // Each row's first key: before, inside and past the block (clamped by both).
+  std::vector<int32_t> first(static_cast<size_t>(B * R));
+  for (size_t i = 0; i < first.size(); ++i)
+    first[i] = static_cast<int32_t>(static_cast<int64_t>(i * 7 % (K + 6)) - 3);
+  const int32_t *firstKeys = c.documents ? first.data() : nullptr;
+
+  // The state an earlier whole block of other keys left.
+  std::vector<float> acc(nq, 0.0f), mx(nrows, -INFINITY), sum(nrows, 0.0f);
+  ptc::kernels::cpu::attentionBlock(q.data(), k0.data(), v0.data(), qShape, KV, K, scale, false,
+                                    acc.data(), mx.data(), sum.data());
+  std::vector<float> tAcc = acc, tMx = mx, tSum = sum;
+  ptc::kernels::cpu::attentionBlock(q.data(), k.data(), v.data(), qShape, KV, K, scale, c.causal,
+                                    acc.data(), mx.data(), sum.data(), firstKeys);
+  tiled::Problem<float> a;
+  a.batch = B;
+  a.heads = H;
+  a.kvHeads = KV;
+  a.seq = R;
+  a.keys = K;
+  a.dim = D;
+  a.scale = scale;
+  a.causal = c.causal;
+  a.firstKeys = firstKeys;
+  a.qLayout = a.oLayout = {H * R * D, R * D, D};
+  a.kvLayout = {KV * K * D, K * D, D};
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.out = tAcc.data();
+  a.rowMax = tMx.data();
+  a.rowSum = tSum.data();
+  forward<F32Io>(a, 3);
+  EXPECT_LT(relativeError(tAcc, acc), 2e-5) << "acc";
+  EXPECT_LT(relativeError(tMx, mx), 2e-6) << "row max";
+  EXPECT_LT(relativeError(tSum, sum), 2e-5) << "row sum";
+
+  // The gradient from the rows' (here: the state's) log-sum-exp, added to
+  // earlier gradients.
+  std::vector<float> lse(nrows);
+  for (size_t i = 0; i < nrows; ++i)
+    lse[i] = mx[i] + std::log(sum[i]);
+  auto dq = randomVector(nq, 68), dk = randomVector(nkv, 69), dv = randomVector(nkv, 70);
+  std::vector<float> tdq = dq, tdk = dk, tdv = dv, stats(2 * nrows, NAN);
+  ptc::kernels::cpu::attentionBlockGrad(q.data(), k.data(), v.data(), o.data(), g.data(),
+                                        lse.data(), qShape, KV, K, scale, c.causal, dq.data(),
+                                        dk.data(), dv.data(), firstKeys);
+  tiled::Problem<float> b = a;
+  b.out = nullptr;
+  b.rowMax = b.rowSum = nullptr;
+  b.g = g.data();
+  b.savedO = o.data();
+  b.savedLse = lse.data();
+  b.dq = tdq.data();
+  b.dk = tdk.data();
+  b.dv = tdv.data();
+  b.stats = stats.data();
+  b.accumulate = true;
+  backward<F32Io>(b, 4);
+  EXPECT_LT(relativeError(tdq, dq), 2e-5) << "dq";
+  EXPECT_LT(relativeError(tdk, dk), 2e-5) << "dk";
+  EXPECT_LT(relativeError(tdv, dv), 2e-5) << "dv";
+}
+
+TEST(TiledAttention, RingBlocksMatchTheCpuBlockKernels) {
+  const BlockCase cases[] = {
+      {1, 2, 1, 40, 40, 24, true, false},  // the diagonal pair
+      {2, 4, 2, 37, 37, 48, false, false}, // an earlier pair: every key visible
+      {1, 2, 2, 33, 70, 16, false, true},  // more keys than rows, first keys per row
+      {1, 4, 2, 45, 45, 64, true, true},
+      {1, 2, 1, 20, 9, 80, false, false},  // fewer keys than a tile
+  };
+  for (const BlockCase &c : cases)
+    checkBlock(c);
 }
 
 } // namespace
