@@ -1149,6 +1149,48 @@ KernelResult runCudnnAttention(const KernelCall &c) {
 }
 } // namespace
 
+namespace {
+/// Whether a CachedAttention call is a prefill from position 0: several
+/// tokens, each batch entry's at positions 0, 1, ... (read from the device:
+/// one small copy per prefill call, none per decoded token).
+bool prefillFromZero(const KernelCall &c) {
+  const int64_t batch = c.input(0).dim(0), tokens = c.input(0).dim(2);
+  if (tokens < 2)
+    return false;
+  std::vector<int32_t> pos(static_cast<size_t>(batch * tokens));
+  if (cudaMemcpyAsync(pos.data(), c.input(5).data, pos.size() * 4, cudaMemcpyDeviceToHost,
+                      S(streamOf(c))) != cudaSuccess ||
+      cudaStreamSynchronize(S(streamOf(c))) != cudaSuccess)
+    return false;
+  for (size_t i = 0; i < pos.size(); ++i)
+    if (pos[i] != static_cast<int32_t>(i % static_cast<size_t>(tokens)))
+      return false;
+  return true;
+}
+
+/// A prefill from position 0 reads exactly its own keys and values from the
+/// cache: it is causal attention over q, k, v [batch, (kv)heads, tokens,
+/// dim], run as a CausalAttention call (cuDNN's fused kernels on the tensor
+/// cores in bf16 / f16, the tiled kernels in f32). Nothing when neither takes
+/// it (the warp kernel over the cache runs it).
+std::optional<KernelResult> runPrefill(const KernelCall &c) {
+  if (!prefillFromZero(c))
+    return std::nullopt;
+  const TensorView in[3] = {c.input(0), c.input(1), c.input(2)};
+  TensorView out[1] = {c.output(0)};
+  const double floats[1] = {attentionScale(c)};
+  const int64_t ints[1] = {0}; // seq_major = 0: [batch, heads, tokens, dim]
+  KernelCall causal = makeKernelCall(OpKind::CausalAttention, in, out, ints, floats);
+  causal.backend = c.backend;
+  const AttentionRoute route = attentionRoute(causal);
+  if (route == AttentionRoute::Cudnn)
+    return runCudnnAttention(causal);
+  if (route == AttentionRoute::Tiled)
+    return runTiledAttention(causal);
+  return std::nullopt;
+}
+} // namespace
+
 std::string attentionLibrary() {
   return cudnn::libraryDescription() +
          " for bf16 / f16, tiled CUDA-core kernels for f32 and what cuDNN refuses";
@@ -1286,8 +1328,11 @@ void addAttentionKernels(KernelTable &t) {
   }, acceptsAttention);
   // Decode plans: q [batch, heads, tokens, dim], k / v [batch, kvHeads, tokens,
   // dim], caches [batch, kvHeads, context, dim] (outputs 1, 2; in place of
-  // inputs 3, 4 in a plan), positions [batch, tokens]. One warp per query row
-  // (no tensor cores), on the stored type: bf16 caches are read as bf16.
+  // inputs 3, 4 in a plan), positions [batch, tokens]. The new keys and values
+  // are written into the caches; a prefill from position 0 is then causal
+  // attention over them (runPrefill: cuDNN's tensor cores in bf16 / f16);
+  // else one warp per query row over the cache (no tensor cores), on the
+  // stored type: bf16 caches are read as bf16.
   t.add(OpKind::CachedAttention, [](const KernelCall &c) {
     const TensorView &q = c.input(0), &k = c.input(1), &kcIn = c.input(3);
     if (KernelResult r = attentionShapeSupported(q); !r.isOk())
@@ -1306,6 +1351,12 @@ void addAttentionKernels(KernelTable &t) {
         cacheWriteKernel<<<gridFor(n), kThreads, 0, S(streamOf(c))>>>(
             inputAs<T>(c, 1), inputAs<T>(c, 2), outputAs<T>(c, 1), outputAs<T>(c, 2), pos, batch,
             kvHeads, tokens, positions, dim, context(c).err);
+      return 0;
+    });
+    if (std::optional<KernelResult> prefilled = runPrefill(c))
+      return *prefilled;
+    withFloatType(q.dtype, [&](auto tag) {
+      using T = decltype(tag);
       if (int64_t rows = batch * q.dim(1) * tokens; rows > 0)
         cachedAttentionKernel<<<warpBlocksFor(rows), 4 * kAttentionLanes, 0, S(streamOf(c))>>>(
             inputAs<T>(c, 0), outputAs<T>(c, 1), outputAs<T>(c, 2), pos, outputAs<T>(c, 0),

@@ -1223,9 +1223,11 @@ struct DecodeMemory {
 };
 
 /// A grouped-query decode through CachedAttention: a `prefill`-token prefill
-/// then one token, the caches [B, KV, C, D] written in place; returns both
-/// calls' outputs, then the caches.
-std::vector<float> decodeTwice(Device &d, Mem &m, const DecodeMemory &dm, int64_t B, int64_t A,
+/// from position 0 (on the GPU: causal attention over its own keys, cuDNN in
+/// bf16, the tiled kernels in f32), one token, then two more tokens (a
+/// prefill chunk not from 0: the kernel over the cache), the caches [B, KV,
+/// C, D] written in place; returns the calls' outputs, then the caches.
+std::vector<float> decodeSteps(Device &d, Mem &m, const DecodeMemory &dm, int64_t B, int64_t A,
                                int64_t KV, int64_t C, int64_t D, int64_t prefill,
                                const std::vector<float> &q, const std::vector<float> &k,
                                const std::vector<float> &v, double scale) {
@@ -1233,7 +1235,8 @@ std::vector<float> decodeTwice(Device &d, Mem &m, const DecodeMemory &dm, int64_
   const size_t nc = static_cast<size_t>(B * KV * C * D);
   void *kc = dm.zeros(nc), *vc = dm.zeros(nc);
   std::vector<float> out;
-  for (auto [from, n] : {std::pair<int64_t, int64_t>{0, prefill}, {prefill, 1}}) {
+  for (auto [from, n] :
+       {std::pair<int64_t, int64_t>{0, prefill}, {prefill, 1}, {prefill + 1, 2}}) {
     std::vector<int32_t> pos;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < n; ++t)
@@ -1260,7 +1263,7 @@ std::vector<float> decodeTwice(Device &d, Mem &m, const DecodeMemory &dm, int64_
 }
 
 TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
-  // Grouped-query decode: a 3-token prefill then one token, caches written in place.
+  // Grouped-query decode: a 3-token prefill, one token, two more; caches written in place.
   const int64_t B = 2, A = 4, KV = 2, C = 10, D = 16;
   auto q = randomVector(B * A * 4 * D, 81), k = randomVector(B * KV * 4 * D, 82),
        v = randomVector(B * KV * 4 * D, 83), xr = randomVector(B * A * 3 * D, 84);
@@ -1270,7 +1273,7 @@ TEST_F(CudaConformance, CachedAttentionAndRotaryAtPositions) {
                         [&](size_t n) -> void * { return m.zeros(n); },
                         [&](void *p, size_t n) { return m.get(static_cast<float *>(p), n); },
                         kernels::DType::F32};
-        std::vector<float> out = decodeTwice(d, m, dm, B, A, KV, C, D, 3, q, k, v, 0.25);
+        std::vector<float> out = decodeSteps(d, m, dm, B, A, KV, C, D, 3, q, k, v, 0.25);
         std::vector<int32_t> at{7, 0, 3, 2, 9, 1};
         float *r = m.zeros(xr.size());
         OK(run(d, kernels::OpKind::RotaryAt, {{m.put(xr), {B, A, 3, D}}, ids(m.put(at), {B, 3})},
@@ -1316,7 +1319,7 @@ TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
           }
           return m.get(f, n);
         };
-        return decodeTwice(d, m, DecodeMemory{put, zeros, result, type}, B, A, KV, C, D, 32, q, k, v,
+        return decodeSteps(d, m, DecodeMemory{put, zeros, result, type}, B, A, KV, C, D, 32, q, k, v,
                            0.125);
       },
       1e-2f);
