@@ -133,19 +133,41 @@ void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const f
 void sgdUpdate(const float *param, const void *grad, FloatType gradType, const float *buf,
                float lr, float momentum, float weightDecay, int64_t n, const float *skip,
                float *outParam, float *outBuf, void *outCopy, FloatType copyType, void *stream);
-/// *out = sum of squares over all tensors (device scalar), in a fixed order
-/// (no atomics): `partials` holds sumOfSquaresPartials(sizes) floats.
-int64_t sumOfSquaresPartials(const std::vector<int64_t> &sizes);
-void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                  float *out, float *partials, void *stream);
-void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
-                float *norm, void *stream);
-void unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-             const std::vector<float *> &outs, const float *scale, float *found, void *stream);
+// Whole-gradient operations (the norm, clipping, unscaling, the non-finite
+// check) run as one launch over every tensor of the call, from a descriptor
+// table in device memory (uploaded once: the same every step), not a launch
+// per tensor.
+/// One tensor of an elementwise multi-tensor operation: `in` (f32, or for
+/// anyNonfinite of `type`, a FloatType's value), `out` (f32, may alias `in`),
+/// `offset`: elements before it (prefix sum).
+struct TensorSpan {
+  const void *in;
+  float *out;
+  int64_t n, offset, type;
+};
+/// One tensor of the sum of squares: its `blocks` partial sums (each block's
+/// grid-stride share, as a launch of that many blocks over the tensor alone
+/// would sum it) start at partial `first`.
+struct SquaresSpan {
+  const float *x;
+  int64_t n, blocks, first;
+};
+/// The sum-of-squares table of these tensor sizes (pointers from `grads`;
+/// empty tensors left out) and its partial count.
+std::vector<SquaresSpan> squaresTable(const std::vector<const float *> &grads,
+                                      const std::vector<int64_t> &sizes, int64_t &partials);
+/// *out = the sum of squares over the tensors (device scalar) in a fixed
+/// order (no atomics): `partials` holds the table's partial count of floats.
+void sumOfSquares(const SquaresSpan *table, int count, int64_t partialCount, float *out,
+                  float *partials, void *stream);
+/// out = g * min(1, maxNorm / (sqrt(*sumSquares) + 1e-6)), then *norm = the norm.
+void clipByNorm(const TensorSpan *table, int count, int64_t total, float maxNorm,
+                const float *sumSquares, float *norm, void *stream);
+/// out = g / *scale where finite (else 0, and *found = 1).
+void unscale(const TensorSpan *table, int count, int64_t total, const float *scale,
+             float *found, void *stream);
 /// *found = 1 when any element of the tensors is not finite, else 0.
-void anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
-                  const std::vector<FloatType> &types, float *found, void *stream);
+void anyNonfinite(const TensorSpan *table, int count, int64_t total, float *found, void *stream);
 
 } // namespace ptc::kernels::cuda
 

@@ -51,30 +51,44 @@ __global__ void adamwKernel(const float *param, const void *grad, int gradType, 
   adamwElement(c, param, grad, gradType, m, v, outP, outM, outV, outCopy, copyType, i);
 }
 
-/// One thread per element of the concatenated tensors (grid-stride, so a
-/// thread's elements increase): the tensor is found by binary search over the
-/// prefix offsets for a thread's first element, then by stepping forward.
+// ---- Multi-tensor launches: a descriptor table over the concatenated tensors ----------
+/// The last entry of `table` (`count` of them, `Key` ascending from 0) whose
+/// key is at most `value`.
+template <typename Entry, int64_t Entry::*Key>
+__device__ int findEntry(const Entry *table, int count, int64_t value) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table[mid].*Key <= value)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+/// The entry holding element e of the concatenated tensors (`offset`: prefix
+/// sums), for one thread's grid-stride elements (increasing): a binary search
+/// for its first element, then steps forward.
+template <typename Entry> struct TableCursor {
+  const Entry *table;
+  int count, at = -1;
+  __device__ const Entry &operator()(int64_t e) {
+    if (at < 0)
+      at = findEntry<Entry, &Entry::offset>(table, count, e);
+    while (at + 1 < count && table[at + 1].offset <= e)
+      ++at;
+    return table[at];
+  }
+};
+
+/// One thread per element of the concatenated tensors.
 __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t total,
                                 const float *step, float lr, float b1, float b2, float eps,
                                 float wd, const float *skip) {
   AdamWStep c = adamwStep(step, lr, b1, b2, eps, wd, skip);
-  int lo = -1;
+  TableCursor<AdamWTensor> at{table, count};
   PTC_GRID_LOOP(e, total) {
-    if (lo < 0) {
-      lo = 0;
-      int hi = count - 1;
-      while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (table[mid].offset <= e)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-    } else {
-      while (lo + 1 < count && table[lo + 1].offset <= e)
-        ++lo;
-    }
-    const AdamWTensor &x = table[lo];
+    const AdamWTensor &x = at(e);
     adamwElement(c, x.param, x.grad, static_cast<int>(x.gradType), x.m, x.v, x.outParam, x.outM,
                  x.outV, x.outCopy, static_cast<int>(x.copyType), e - x.offset);
   }
@@ -101,45 +115,70 @@ __global__ void sgdKernel(const float *param, const void *grad, int gradType, co
   }
 }
 
-/// Each block's sum of squares of its grid-stride share of x, into
-/// partial[blockIdx.x]; orderedSumKernel adds the partials in order. The grid
-/// depends only on the sizes, so the sum is the same on every run.
-__global__ void sumSquaresKernel(const float *x, int64_t n, float *partial) {
+/// Each block's sum of squares of its share of one tensor (block b of the
+/// tensor's `blocks`: elements b * 256 + thread, stepping by blocks * 256),
+/// into partial[blockIdx.x]; orderedSumKernel adds the partials in order. The
+/// table depends only on the sizes, so the sum is the same on every run.
+__global__ void sumSquaresManyKernel(const SquaresSpan *table, int count, float *partial) {
+  const SquaresSpan &x = table[findEntry<SquaresSpan, &SquaresSpan::first>(table, count,
+                                                                           blockIdx.x)];
+  const int64_t stride = x.blocks * blockDim.x;
   float s = 0.0f;
-  PTC_GRID_LOOP(i, n) s += x[i] * x[i];
+  for (int64_t i = (blockIdx.x - x.first) * blockDim.x + threadIdx.x; i < x.n; i += stride)
+    s += x.x[i] * x.x[i];
   s = blockSum(s);
   if (threadIdx.x == 0)
     partial[blockIdx.x] = s;
 }
 /// Blocks of a tensor's sum of squares.
-unsigned sumSquaresBlocks(int64_t n) { return std::min<unsigned>(gridFor(n), 1024u); }
+int64_t sumSquaresBlocks(int64_t n) { return std::min<unsigned>(gridFor(n), 1024u); }
 
-__global__ void clipKernel(const float *g, float *out, int64_t n, float maxNorm,
-                           const float *sumSquares) {
-  float coef = fminf(1.0f, maxNorm / (sqrtf(*sumSquares) + 1e-6f));
-  PTC_GRID_LOOP(i, n) out[i] = g[i] * coef;
+__global__ void clipManyKernel(const TensorSpan *table, int count, int64_t total, float maxNorm,
+                               const float *sumSquares) {
+  const float coef = fminf(1.0f, maxNorm / (sqrtf(*sumSquares) + 1e-6f));
+  TableCursor<TensorSpan> at{table, count};
+  PTC_GRID_LOOP(e, total) {
+    const TensorSpan &x = at(e);
+    const int64_t i = e - x.offset;
+    x.out[i] = static_cast<const float *>(x.in)[i] * coef;
+  }
 }
 
 __global__ void normKernel(const float *sumSquares, float *norm) { *norm = sqrtf(*sumSquares); }
 
-__global__ void unscaleKernel(const float *g, float *out, int64_t n, const float *scale,
-                              float *found) {
-  float inv = 1.0f / *scale;
+__global__ void unscaleManyKernel(const TensorSpan *table, int count, int64_t total,
+                                  const float *scale, float *found) {
+  const float inv = 1.0f / *scale;
   bool bad = false;
-  PTC_GRID_LOOP(i, n) {
-    bool finite = isfinite(g[i]);
+  TableCursor<TensorSpan> at{table, count};
+  PTC_GRID_LOOP(e, total) {
+    const TensorSpan &x = at(e);
+    const int64_t i = e - x.offset;
+    const float g = static_cast<const float *>(x.in)[i];
+    const bool finite = isfinite(g);
     bad |= !finite;
-    out[i] = finite ? g[i] * inv : 0.0f;
+    x.out[i] = finite ? g * inv : 0.0f;
   }
   if (bad)
     *found = 1.0f;
 }
 
 /// Infinite or NaN: every exponent bit set in the stored bits (f32, bf16, f16).
-template <typename Bits>
-__global__ void anyNonfiniteKernel(const Bits *x, int64_t n, Bits mask, float *found) {
+__global__ void anyNonfiniteManyKernel(const TensorSpan *table, int count, int64_t total,
+                                       float *found) {
   bool bad = false;
-  PTC_GRID_LOOP(i, n) { bad |= (x[i] & mask) == mask; }
+  TableCursor<TensorSpan> at{table, count};
+  PTC_GRID_LOOP(e, total) {
+    const TensorSpan &x = at(e);
+    const int64_t i = e - x.offset;
+    if (x.type == static_cast<int64_t>(FloatType::F32)) {
+      const uint32_t bits = static_cast<const uint32_t *>(x.in)[i];
+      bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    } else {
+      const uint16_t mask = x.type == static_cast<int64_t>(FloatType::BF16) ? 0x7f80u : 0x7c00u;
+      bad |= (static_cast<const uint16_t *>(x.in)[i] & mask) == mask;
+    }
+  }
   if (bad)
     *found = 1.0f; // every writer writes the same value: the result is deterministic
 }
@@ -170,62 +209,53 @@ void sgdUpdate(const float *param, const void *grad, FloatType gradType, const f
       outBuf, outCopy, static_cast<int>(copyType));
 }
 
-int64_t sumOfSquaresPartials(const std::vector<int64_t> &sizes) {
-  int64_t n = 0;
-  for (int64_t size : sizes)
-    if (size > 0)
-      n += sumSquaresBlocks(size);
-  return n;
-}
-
-void sumOfSquares(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                  float *out, float *partials, void *stream) {
-  int64_t next = 0;
+std::vector<SquaresSpan> squaresTable(const std::vector<const float *> &grads,
+                                      const std::vector<int64_t> &sizes, int64_t &partials) {
+  std::vector<SquaresSpan> table;
+  partials = 0;
   for (size_t t = 0; t < grads.size(); ++t)
     if (sizes[t] > 0) {
-      const unsigned blocks = sumSquaresBlocks(sizes[t]);
-      sumSquaresKernel<<<blocks, kThreads, 0, S(stream)>>>(grads[t], sizes[t], partials + next);
-      next += blocks;
+      const int64_t blocks = sumSquaresBlocks(sizes[t]);
+      table.push_back({grads[t], sizes[t], blocks, partials});
+      partials += blocks;
     }
-  if (next == 0)
-    cudaMemsetAsync(out, 0, sizeof(float), S(stream));
-  else
-    orderedSumKernel<<<1, 1024, 0, S(stream)>>>(partials, next, 1.0f, out);
+  return table;
 }
 
-void clipByNorm(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-                const std::vector<float *> &outs, float maxNorm, const float *sumSquares,
-                float *norm, void *stream) {
-  for (size_t t = 0; t < grads.size(); ++t)
-    clipKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t], maxNorm,
-                                                              sumSquares);
+void sumOfSquares(const SquaresSpan *table, int count, int64_t partialCount, float *out,
+                  float *partials, void *stream) {
+  if (partialCount == 0) {
+    cudaMemsetAsync(out, 0, sizeof(float), S(stream));
+    return;
+  }
+  sumSquaresManyKernel<<<static_cast<unsigned>(partialCount), kThreads, 0, S(stream)>>>(
+      table, count, partials);
+  orderedSumKernel<<<1, 1024, 0, S(stream)>>>(partials, partialCount, 1.0f, out);
+}
+
+void clipByNorm(const TensorSpan *table, int count, int64_t total, float maxNorm,
+                const float *sumSquares, float *norm, void *stream) {
+  if (total > 0)
+    clipManyKernel<<<gridFor(total), kThreads, 0, S(stream)>>>(table, count, total, maxNorm,
+                                                               sumSquares);
   // After every scale (norm may be the sum-of-squares scalar itself).
   normKernel<<<1, 1, 0, S(stream)>>>(sumSquares, norm);
 }
 
-void unscale(const std::vector<const float *> &grads, const std::vector<int64_t> &sizes,
-             const std::vector<float *> &outs, const float *scale, float *found, void *stream) {
+void unscale(const TensorSpan *table, int count, int64_t total, const float *scale,
+             float *found, void *stream) {
   // `found` may alias nothing read here; cleared first, set by any block that sees inf / nan.
   cudaMemsetAsync(found, 0, sizeof(float), S(stream));
-  for (size_t t = 0; t < grads.size(); ++t)
-    unscaleKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(grads[t], outs[t], sizes[t],
-                                                                 scale, found);
+  if (total > 0)
+    unscaleManyKernel<<<gridFor(total), kThreads, 0, S(stream)>>>(table, count, total, scale,
+                                                                  found);
 }
 
-void anyNonfinite(const std::vector<const void *> &tensors, const std::vector<int64_t> &sizes,
-                  const std::vector<FloatType> &types, float *found, void *stream) {
+void anyNonfinite(const TensorSpan *table, int count, int64_t total, float *found, void *stream) {
   cudaMemsetAsync(found, 0, sizeof(float), S(stream));
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    if (sizes[t] <= 0)
-      continue;
-    if (types[t] == FloatType::F32)
-      anyNonfiniteKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(
-          static_cast<const uint32_t *>(tensors[t]), sizes[t], 0x7f800000u, found);
-    else
-      anyNonfiniteKernel<<<gridFor(sizes[t]), kThreads, 0, S(stream)>>>(
-          static_cast<const uint16_t *>(tensors[t]), sizes[t],
-          static_cast<uint16_t>(types[t] == FloatType::BF16 ? 0x7f80u : 0x7c00u), found);
-  }
+  if (total > 0)
+    anyNonfiniteManyKernel<<<gridFor(total), kThreads, 0, S(stream)>>>(table, count, total,
+                                                                       found);
 }
 
 namespace {
@@ -259,6 +289,34 @@ void *copyOf(const KernelCall &c, size_t at) {
 FloatType copyTypeOf(const KernelCall &c, size_t at) {
   return c.numOutputs > at ? floatTypeOf(c.output(at).dtype) : FloatType::F32;
 }
+
+/// The call's first `n` inputs (and their outputs, where it has them) as a
+/// multi-tensor table, empty tensors left out; `total`: their elements.
+std::vector<TensorSpan> spanTable(const KernelCall &c, size_t n, int64_t &total) {
+  std::vector<TensorSpan> table;
+  total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TensorView &in = c.input(i);
+    if (in.elements <= 0)
+      continue;
+    table.push_back({in.data, c.numOutputs > n ? c.output(i).f32() : nullptr, in.elements, total,
+                     static_cast<int64_t>(floatTypeOf(in.dtype))});
+    total += in.elements;
+  }
+  return table;
+}
+/// A table's device copy (uploaded once per distinct content), or null.
+template <typename Entry>
+const Entry *uploadTable(const KernelCall &c, const std::vector<Entry> &table) {
+  const LaunchContext &ctx = context(c);
+  return static_cast<const Entry *>(ctx.constants(
+      ctx.owner, table.data(), static_cast<int64_t>(table.size() * sizeof(Entry))));
+}
+template <typename Entry>
+KernelResult tableFailure(const KernelCall &c, const std::vector<Entry> &table) {
+  return KernelResult::error("cannot upload the ", table.size() * sizeof(Entry),
+                             " bytes of a multi-tensor ", opKindName(c.op), "'s descriptors");
+}
 } // namespace
 
 void addOptimizerKernels(KernelTable &t) {
@@ -289,13 +347,10 @@ void addOptimizerKernels(KernelTable &t) {
                            static_cast<int64_t>(copyTypeOf(c, 3))});
           total += c.input(0).elements;
         }
-        const LaunchContext &ctx = context(head);
-        const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(AdamWTensor));
-        const void *device = ctx.constants(ctx.owner, table.data(), bytes);
+        const AdamWTensor *device = uploadTable(head, table);
         if (!device)
-          return KernelResult::error("cannot upload the ", bytes,
-                                     " bytes of a multi-tensor AdamW's descriptors");
-        adamwUpdateMany(static_cast<const AdamWTensor *>(device), static_cast<int>(count), total,
+          return tableFailure(head, table);
+        adamwUpdateMany(device, static_cast<int>(count), total,
                         head.input(4).f32(), adamwOf(head), skipOf(head), streamOf(head));
         return KernelResult::ok();
       },
@@ -313,35 +368,53 @@ void addOptimizerKernels(KernelTable &t) {
       },
       [](const KernelCall &c) { return updateTypes(c, 2); });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {
-    const std::vector<int64_t> sizes = viewSizes(c.in, c.numInputs);
-    const int64_t bytes = std::max<int64_t>(sumOfSquaresPartials(sizes), 1) * 4;
-    auto *partials = static_cast<float *>(scratch(c, bytes));
-    if (!partials)
+    int64_t partials = 0;
+    const std::vector<SquaresSpan> table = squaresTable(
+        viewPointers<const float *>(c.in, c.numInputs), viewSizes(c.in, c.numInputs), partials);
+    const int64_t bytes = std::max<int64_t>(partials, 1) * 4;
+    auto *partial = static_cast<float *>(scratch(c, bytes));
+    if (!partial)
       return scratchFailure(c, bytes);
-    sumOfSquares(viewPointers<const float *>(c.in, c.numInputs), sizes, c.output(0).f32(), partials,
+    const SquaresSpan *device = table.empty() ? nullptr : uploadTable(c, table);
+    if (!table.empty() && !device)
+      return tableFailure(c, table);
+    sumOfSquares(device, static_cast<int>(table.size()), partials, c.output(0).f32(), partial,
                  streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::ClipByNorm, [](const KernelCall &c) {
     const size_t n = c.numInputs - 1;
-    clipByNorm(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
-               viewPointers<float *>(c.out, n),
-               static_cast<float>(c.attr(attr::ClipByNorm::max_norm)), c.input(n).f32(), c.output(n).f32(),
-               streamOf(c));
+    int64_t total = 0;
+    const std::vector<TensorSpan> table = spanTable(c, n, total);
+    const TensorSpan *device = total ? uploadTable(c, table) : nullptr;
+    if (total && !device)
+      return tableFailure(c, table);
+    clipByNorm(device, static_cast<int>(table.size()), total,
+               static_cast<float>(c.attr(attr::ClipByNorm::max_norm)), c.input(n).f32(),
+               c.output(n).f32(), streamOf(c));
     return KernelResult::ok();
   });
   t.add(OpKind::UnscaleGrads, [](const KernelCall &c) {
     const size_t n = c.numInputs - 1;
-    unscale(viewPointers<const float *>(c.in, n), viewSizes(c.in, n),
-            viewPointers<float *>(c.out, n), c.input(n).f32(), c.output(n).f32(), streamOf(c));
+    int64_t total = 0;
+    const std::vector<TensorSpan> table = spanTable(c, n, total);
+    const TensorSpan *device = total ? uploadTable(c, table) : nullptr;
+    if (total && !device)
+      return tableFailure(c, table);
+    unscale(device, static_cast<int>(table.size()), total, c.input(n).f32(), c.output(n).f32(),
+            streamOf(c));
     return KernelResult::ok();
   });
   t.add(
       OpKind::AnyNonfinite,
       [](const KernelCall &c) {
-        const size_t n = c.numInputs;
-        anyNonfinite(viewPointers<const void *>(c.in, n), viewSizes(c.in, n),
-                     viewFloatTypes(c.in, n), c.output(0).f32(), streamOf(c));
+        int64_t total = 0;
+        const std::vector<TensorSpan> table = spanTable(c, c.numInputs, total);
+        const TensorSpan *device = total ? uploadTable(c, table) : nullptr;
+        if (total && !device)
+          return tableFailure(c, table);
+        anyNonfinite(device, static_cast<int>(table.size()), total, c.output(0).f32(),
+                     streamOf(c));
         return KernelResult::ok();
       },
       anyTypes);

@@ -1944,6 +1944,53 @@ TEST(CpuDevice, UpdatesWriteWorkingCopies) {
   }
 }
 
+// The whole-gradient operations as one launch over many tensors (a
+// descriptor table): the sum of squares over tensors of 1 to 300000 elements
+// (a tensor of more blocks than a launch gives one, each block's share as
+// before), run twice (the same bits: a fixed order of partial sums), the clip
+// by that norm, and the unscaling of them with an infinity in one.
+TEST_F(CudaConformance, MultiTensorNormClipAndUnscale) {
+  const std::vector<size_t> sizes{1, 1000, 300000, 7};
+  std::vector<std::vector<float>> grads;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    grads.push_back(randomVector(sizes[i], static_cast<unsigned>(140 + i)));
+  grads[3][5] = INFINITY;
+  compare(
+      [&](Device &d, Mem &m) {
+        std::vector<Arg> in, clipIn, clipOut, unscaleIn, unscaleOut;
+        float *sum = m.zeros(1), *again = m.zeros(1), *found = m.zeros(1);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const Shape s{static_cast<int64_t>(sizes[i])};
+          const float *g = m.put(grads[i]);
+          if (i < 3) { // the finite ones
+            in.push_back({g, s});
+            clipIn.push_back({g, s});
+            clipOut.push_back({m.zeros(sizes[i]), s});
+          }
+          unscaleIn.push_back({g, s});
+          unscaleOut.push_back({m.zeros(sizes[i]), s});
+        }
+        OK(run(d, kernels::OpKind::SumOfSquares, in, {{sum, {1}}}));
+        OK(run(d, kernels::OpKind::SumOfSquares, in, {{again, {1}}}));
+        clipIn.push_back({sum, {1}});
+        clipOut.push_back({m.zeros(1), {1}});
+        OK(run(d, kernels::OpKind::ClipByNorm, clipIn, clipOut, {}, {1.0}));
+        unscaleIn.push_back({m.put(std::vector<float>{512.0f}), {1}});
+        unscaleOut.push_back({found, {1}});
+        OK(run(d, kernels::OpKind::UnscaleGrads, unscaleIn, unscaleOut));
+        auto out = m.get(sum, 1), twice = m.get(again, 1);
+        EXPECT_EQ(0, std::memcmp(out.data(), twice.data(), sizeof(float)))
+            << "the sum of squares differs between two runs";
+        for (const std::vector<Arg> *args : {&clipOut, &unscaleOut})
+          for (const Arg &a : *args) {
+            auto v = m.get(static_cast<const float *>(a.data), static_cast<size_t>(a.shape[0]));
+            out.insert(out.end(), v.begin(), v.end());
+          }
+        return out;
+      },
+      1e-5f);
+}
+
 // The non-finite check every AdamW/SGD update takes its skip flag from: f32,
 // bf16 and f16 tensors read as stored, infinities and NaNs of either sign
 // anywhere (the last element of a long tensor, a short one), the largest
