@@ -133,6 +133,18 @@ void adamwUpdateMany(const AdamWTensor *table, int count, int64_t total, const f
 void sgdUpdate(const float *param, const void *grad, FloatType gradType, const float *buf,
                float lr, float momentum, float weightDecay, int64_t n, const float *skip,
                float *outParam, float *outBuf, void *outCopy, FloatType copyType, void *stream);
+/// Multi-tensor SGD: as AdamW's, one launch over every tensor of a group.
+struct SgdTensor {
+  const float *param;
+  const void *grad; // f32, bf16 or f16 (gradType: a FloatType's value)
+  const float *buf;
+  float *outParam, *outBuf;
+  int64_t n, offset, gradType;
+  void *outCopy; // the working copy (null: none), of copyType
+  int64_t copyType;
+};
+void sgdUpdateMany(const SgdTensor *table, int count, int64_t total, float lr, float momentum,
+                   float weightDecay, const float *skip, void *stream);
 // Whole-gradient operations (the norm, clipping, unscaling, the non-finite
 // check) run as one launch over every tensor of the call, from a descriptor
 // table in device memory (uploaded once: the same every step), not a launch

@@ -94,24 +94,41 @@ __global__ void adamwManyKernel(const AdamWTensor *table, int count, int64_t tot
   }
 }
 
+/// One element's SGD update (torch's order); `keep`: the skip flag's.
+__device__ void sgdElement(bool keep, const float *param, const void *grad, int gradType,
+                           const float *buf, float lr, float momentum, float wd, float *outP,
+                           float *outB, void *outCopy, int copyType, int64_t i) {
+  float p;
+  if (keep) {
+    p = param[i];
+    outB[i] = buf[i];
+  } else {
+    float g = loadFloat(grad, gradType, i) + wd * param[i];
+    float b = momentum * buf[i] + g;
+    outB[i] = b;
+    p = param[i] - lr * b;
+  }
+  outP[i] = p;
+  if (outCopy)
+    storeFloat(outCopy, copyType, i, p);
+}
+
 __global__ void sgdKernel(const float *param, const void *grad, int gradType, const float *buf,
                           float lr, float momentum, float wd, int64_t n, const float *skip,
                           float *outP, float *outB, void *outCopy, int copyType) {
-  bool keep = skip && *skip != 0.0f;
-  PTC_GRID_LOOP(i, n) {
-    float p;
-    if (keep) {
-      p = param[i];
-      outB[i] = buf[i];
-    } else {
-      float g = loadFloat(grad, gradType, i) + wd * param[i];
-      float b = momentum * buf[i] + g;
-      outB[i] = b;
-      p = param[i] - lr * b;
-    }
-    outP[i] = p;
-    if (outCopy)
-      storeFloat(outCopy, copyType, i, p);
+  const bool keep = skip && *skip != 0.0f;
+  PTC_GRID_LOOP(i, n)
+  sgdElement(keep, param, grad, gradType, buf, lr, momentum, wd, outP, outB, outCopy, copyType, i);
+}
+
+__global__ void sgdManyKernel(const SgdTensor *table, int count, int64_t total, float lr,
+                              float momentum, float wd, const float *skip) {
+  const bool keep = skip && *skip != 0.0f;
+  TableCursor<SgdTensor> at{table, count};
+  PTC_GRID_LOOP(e, total) {
+    const SgdTensor &x = at(e);
+    sgdElement(keep, x.param, x.grad, static_cast<int>(x.gradType), x.buf, lr, momentum, wd,
+               x.outParam, x.outBuf, x.outCopy, static_cast<int>(x.copyType), e - x.offset);
   }
 }
 
@@ -207,6 +224,13 @@ void sgdUpdate(const float *param, const void *grad, FloatType gradType, const f
   sgdKernel<<<gridFor(n), kThreads, 0, S(stream)>>>(
       param, grad, static_cast<int>(gradType), buf, lr, momentum, weightDecay, n, skip, outParam,
       outBuf, outCopy, static_cast<int>(copyType));
+}
+
+void sgdUpdateMany(const SgdTensor *table, int count, int64_t total, float lr, float momentum,
+                   float weightDecay, const float *skip, void *stream) {
+  if (total > 0)
+    sgdManyKernel<<<gridFor(total), kThreads, 0, S(stream)>>>(table, count, total, lr, momentum,
+                                                              weightDecay, skip);
 }
 
 std::vector<SquaresSpan> squaresTable(const std::vector<const float *> &grads,
@@ -364,6 +388,31 @@ void addOptimizerKernels(KernelTable &t) {
                   static_cast<float>(c.attr(attr::SgdUpdate::weight_decay)), c.input(0).elements,
                   skipOf(c), c.output(0).f32(), c.output(1).f32(), copyOf(c, 2),
                   copyTypeOf(c, 2), streamOf(c));
+        return KernelResult::ok();
+      },
+      [](const KernelCall &c) { return updateTypes(c, 2); });
+  t.addBatch(
+      OpKind::SgdUpdate,
+      [](const KernelCall *calls, size_t count) {
+        const KernelCall &head = calls[0];
+        std::vector<SgdTensor> table;
+        int64_t total = 0;
+        for (size_t i = 0; i < count; ++i) {
+          const KernelCall &c = calls[i];
+          table.push_back({c.input(0).f32(), c.input(1).data, c.input(2).f32(),
+                           c.output(0).f32(), c.output(1).f32(), c.input(0).elements, total,
+                           static_cast<int64_t>(floatTypeOf(c.input(1).dtype)), copyOf(c, 2),
+                           static_cast<int64_t>(copyTypeOf(c, 2))});
+          total += c.input(0).elements;
+        }
+        const SgdTensor *device = uploadTable(head, table);
+        if (!device)
+          return tableFailure(head, table);
+        sgdUpdateMany(device, static_cast<int>(count), total,
+                      static_cast<float>(head.attr(attr::SgdUpdate::lr)),
+                      static_cast<float>(head.attr(attr::SgdUpdate::momentum)),
+                      static_cast<float>(head.attr(attr::SgdUpdate::weight_decay)), skipOf(head),
+                      streamOf(head));
         return KernelResult::ok();
       },
       [](const KernelCall &c) { return updateTypes(c, 2); });

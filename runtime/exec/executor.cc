@@ -206,8 +206,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Loade
 }
 
 void Executor::groupOptimizerUpdates() {
-  // Runs of consecutive f32 AdamW instructions with the same hyperparameters,
-  // step and skip flag become one device call (multi-tensor apply).
+  // Runs of consecutive f32 AdamW (or SGD) instructions with the same
+  // hyperparameters, step, skip flag and scheduled learning rate become one
+  // device call (multi-tensor apply).
   const auto &insts = *plan_->plan().instructions();
   uint32_t count = insts.size();
   groupEnd_.assign(count, 0);
@@ -218,12 +219,13 @@ void Executor::groupOptimizerUpdates() {
   // Every tensor f32, except a gradient in bf16 / f16 where the device reads
   // it so (ptc-fuse-gradient-widening's updates under mixed precision) and
   // the working copy the update writes (ptc-keep-working-copies).
-  auto isAdamF32 = [&](uint32_t n) {
+  auto isBatchableUpdate = [&](uint32_t n) {
     const plan::Instruction *i = insts.Get(n);
-    if (!allowed[n] || i->op() != OpCode::AdamWUpdate)
+    if (!allowed[n] || (i->op() != OpCode::AdamWUpdate && i->op() != OpCode::SgdUpdate))
       return false;
-    // A device whose batched AdamW reads bf16 / f16 gradients (widened as read).
-    const kernels::KernelEntry &entry = deviceFor(*i).kernelTable()[kernels::OpKind::AdamWUpdate];
+    // A device whose batched update reads bf16 / f16 gradients (widened as read).
+    const kernels::KernelEntry &entry =
+        deviceFor(*i).kernelTable()[static_cast<kernels::OpKind>(i->op())];
     const bool lowGradOk = !i->on_host() && entry.runBatch && entry.batchAccepts(typedCall(*i));
     for (const auto *ids : {&inputsOf(*i), &outputsOf(*i)})
       for (int32_t id : *ids) {
@@ -244,14 +246,16 @@ void Executor::groupOptimizerUpdates() {
   };
   auto sameGroup = [&](uint32_t a, uint32_t b) {
     const plan::Instruction *x = insts.Get(a), *y = insts.Get(b);
-    if (x->on_host() != y->on_host())
+    if (x->on_host() != y->on_host() || x->op() != y->op())
       return false;
-    // The same step, skip flag and scheduled learning rate (inputs 4 on), and
-    // the same attributes (hyperparameters).
+    // The same step (AdamW's input 4), skip flag and scheduled learning rate
+    // (the inputs after each tensor's own), and the same attributes
+    // (hyperparameters).
     const auto &xi = inputsOf(*x), &yi = inputsOf(*y);
     if (xi.size() != yi.size())
       return false;
-    for (flatbuffers::uoffset_t k = 4; k < xi.size(); ++k)
+    const flatbuffers::uoffset_t own = x->op() == OpCode::AdamWUpdate ? 4 : 3;
+    for (flatbuffers::uoffset_t k = own; k < xi.size(); ++k)
       if (xi.Get(k) != yi.Get(k))
         return false;
     auto ints = [](const plan::Instruction *i) {
@@ -265,10 +269,10 @@ void Executor::groupOptimizerUpdates() {
     return ints(x) == ints(y) && floats(x) == floats(y);
   };
   for (uint32_t n = 0; n < count; ++n) {
-    if (!isAdamF32(n))
+    if (!isBatchableUpdate(n))
       continue;
     uint32_t m = n + 1;
-    while (m < count && isAdamF32(m) && sameGroup(n, m))
+    while (m < count && isBatchableUpdate(m) && sameGroup(n, m))
       ++m;
     if (m - n >= 2) {
       groupEnd_[n] = m;
@@ -281,7 +285,7 @@ void Executor::groupOptimizerUpdates() {
 
 Status Executor::runOptimizerGroup(uint32_t first, uint32_t end) {
   // With the model state in a file: element ranges of at most
-  // kFileBucketBytes of it (AdamW is elementwise, so a large tensor splits
+  // kFileBucketBytes of it (the updates are elementwise, so a large tensor splits
   // too), each read ahead while the previous one updates and released after
   // its update, at most kFileBucketsInFlight being written back at a time.
   if (file_) {
@@ -370,17 +374,20 @@ void Executor::releaseFileTensors(uint32_t n, uint32_t end) {
 }
 
 Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin, int64_t stop) {
-  // One AdamWUpdate call per instruction, launched together: its parameter,
-  // gradient and moments as views of elements [begin, stop) (stop < 0: all
-  // of each), the step, skip flag and learning rate the group shares.
+  // One AdamWUpdate (SgdUpdate) call per instruction, launched together: its
+  // parameter, gradient and moments (momentum) as views of elements [begin,
+  // stop) (stop < 0: all of each), the step, skip flag and learning rate the
+  // group shares.
   const auto &insts = *plan_->plan().instructions();
   const plan::Instruction *head = insts.Get(first);
+  const auto op = static_cast<kernels::OpKind>(head->op());
+  const flatbuffers::uoffset_t own = op == kernels::OpKind::AdamWUpdate ? 4 : 3;
   std::vector<double> floats(head->floats()->begin(), head->floats()->end());
   StatusOr<std::optional<double>> lr = scheduledLr(*head);
   if (!lr.isOk())
     return lr.status();
   if (*lr)
-    floats[kernels::learningRateSlot(kernels::OpKind::AdamWUpdate)] = **lr;
+    floats[kernels::learningRateSlot(op)] = **lr;
   const size_t count = end - first;
   std::vector<Shape> ranges(count);
   std::vector<std::vector<kernels::TensorView>> ins(count), outs(count);
@@ -403,13 +410,12 @@ Status Executor::runOptimizerBucket(uint32_t first, uint32_t end, int64_t begin,
     };
     const auto &in = inputsOf(*i);
     for (flatbuffers::uoffset_t j = 0; j < in.size(); ++j)
-      ins[k].push_back(view(in[j], j < 4));
+      ins[k].push_back(view(in[j], j < own));
     for (int32_t id : outputsOf(*i))
       outs[k].push_back(view(id, true));
     if (i->ints())
       ints[k].assign(i->ints()->begin(), i->ints()->end());
-    calls.push_back(kernels::makeKernelCall(kernels::OpKind::AdamWUpdate, ins[k], outs[k], ints[k],
-                                            floats));
+    calls.push_back(kernels::makeKernelCall(op, ins[k], outs[k], ints[k], floats));
   }
   return deviceFor(*head).launchBatch(calls.data(), calls.size());
 }

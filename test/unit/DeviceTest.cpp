@@ -1872,6 +1872,46 @@ TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
       }
       return out;
     });
+  // Multi-tensor SGD with momentum and weight decay, writing bf16 working
+  // copies: one launch on the GPU (its batched entry), calls in order on the CPU.
+  compare([&](Device &d, Mem &m) {
+    const std::vector<size_t> sizes{1000, 3, 4097};
+    std::vector<Shape> shapes(sizes.size());
+    std::vector<std::vector<kernels::TensorView>> ins(sizes.size()), outViews(sizes.size());
+    const std::vector<int64_t> noInts;
+    const std::vector<double> hp{0.05, 0.9, 0.01};
+    std::vector<kernels::KernelCall> calls;
+    std::vector<std::pair<const void *, size_t>> f32Outs, copies;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t k = sizes[i];
+      shapes[i] = {static_cast<int64_t>(k)};
+      auto view = [&](void *data, kernels::DType t = kernels::DType::F32) {
+        return kernels::TensorView{data, t, &shapes[i], static_cast<int64_t>(k)};
+      };
+      float *op = m.zeros(k), *ob = m.zeros(k);
+      uint16_t *copy = m.zeros<uint16_t>(k);
+      ins[i] = {view(m.put(randomVector(k, 110 + i))), view(m.put(randomVector(k, 120 + i))),
+                view(m.put(randomVector(k, 130 + i)))};
+      outViews[i] = {view(op), view(ob), view(copy, kernels::DType::BF16)};
+      calls.push_back(
+          kernels::makeKernelCall(kernels::OpKind::SgdUpdate, ins[i], outViews[i], noInts, hp));
+      f32Outs.insert(f32Outs.end(), {{op, k}, {ob, k}});
+      copies.push_back({copy, k});
+    }
+    OK(d.launchBatch(calls.data(), calls.size()));
+    std::vector<float> out;
+    for (auto [p, k] : f32Outs) {
+      auto v = m.get(static_cast<const float *>(p), k);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    for (auto [p, k] : copies) {
+      float *f = m.zeros(k);
+      OK(d.convertFloat(p, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(k)));
+      auto v = m.get(f, k);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  });
   auto g2 = randomVector(300, 35);
   g2[17] = INFINITY;
   compare(
