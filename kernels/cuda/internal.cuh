@@ -239,6 +239,9 @@ __device__ inline float rowExpSum(const T *row, int64_t cols, float &max) {
 /// A reduction of f32 `in` over `axes` (one thread per result).
 void reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes, float *out,
             void *stream);
+/// The same on f32, bf16 or f16 storage (`type`; f32 sums, one rounding).
+void reduce(ReduceOp op, const void *in, DType type, const Shape &is, const Shape &axes,
+            void *out, void *stream);
 /// `in` viewed as [rows, elements / rows]: its column sums times `scale`
 /// into `out` of its type (f32, bf16, f16), in two deterministic passes (a
 /// bias gradient: ReduceSum over leading axes, a Matmul's second output).

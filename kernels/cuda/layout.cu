@@ -34,8 +34,11 @@ __global__ void copyBoxKernel(const T *src, T *dst, int64_t n, Dims box, Dims sr
 
 /// Reduction: `kept` enumerates the output, `red` the reduced positions (both
 /// with input strides).
-__global__ void reduceKernel(int op, const float *in, float *out, int64_t outN, Dims kept,
-                             Dims red, int64_t count) {
+/// One thread per output element, the reduced elements in a fixed order, in
+/// f32 on the stored type T (the result rounded once).
+template <typename T>
+__global__ void reduceKernel(int op, const T *in, T *out, int64_t outN, Dims kept, Dims red,
+                             int64_t count) {
   PTC_GRID_LOOP(o, outN) {
     int64_t rest = o, base = 0;
     for (int d = kept.rank - 1; d >= 0; --d) {
@@ -49,9 +52,10 @@ __global__ void reduceKernel(int op, const float *in, float *out, int64_t outN, 
         off += (rr % red.size[d]) * red.stride[d];
         rr /= red.size[d];
       }
-      acc = op == 2 ? fmaxf(acc, in[off]) : acc + in[off];
+      const float x = toFloat(in[off]);
+      acc = op == 2 ? fmaxf(acc, x) : acc + x;
     }
-    out[o] = op == 1 ? acc / static_cast<float>(count) : acc;
+    out[o] = fromFloat<T>(op == 1 ? acc / static_cast<float>(count) : acc);
   }
 }
 
@@ -254,13 +258,23 @@ KernelResult columnSums(const KernelCall &c, const TensorView &in, int64_t rows,
   return KernelResult::ok();
 }
 
-void reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes, float *out,
-            void *stream) {
+void reduce(ReduceOp op, const void *in, DType type, const Shape &is, const Shape &axes,
+            void *out, void *stream) {
   Dims kept, red;
   int64_t outN, count;
   splitAxes(is, axes, kept, red, outN, count);
-  reduceKernel<<<gridFor(outN), kThreads, 0, S(stream)>>>(static_cast<int>(op), in, out, outN,
-                                                          kept, red, count);
+  withFloatType(type, [&](auto tag) {
+    using T = decltype(tag);
+    reduceKernel<<<gridFor(outN), kThreads, 0, S(stream)>>>(
+        static_cast<int>(op), static_cast<const T *>(in), static_cast<T *>(out), outN, kept, red,
+        count);
+    return 0;
+  });
+}
+
+void reduce(ReduceOp op, const float *in, const Shape &is, const Shape &axes, float *out,
+            void *stream) {
+  reduce(op, in, DType::F32, is, axes, out, stream);
 }
 
 void reduceMaxGrad(const float *in, const Shape &is, const Shape &axes, const float *g,
@@ -338,13 +352,11 @@ void addLayoutKernels(KernelTable &t) {
     if (const int64_t rows = leadingRows(c); rows > 0)
       return columnSums(c, in, rows, c.output(0),
                         kind == ReduceOp::Mean ? 1.0f / static_cast<float>(rows) : 1.0f);
-    reduce(kind, in.f32(), *in.shape, axes, c.output(0).f32(), streamOf(c));
+    reduce(kind, in.data, in.dtype, *in.shape, axes, c.output(0).data, streamOf(c));
     return KernelResult::ok();
   };
-  // f32 always; bf16 / f16 natively where the column sums run (else widened).
-  auto reduceTypes = [](const KernelCall &c) {
-    return onlyF32(c) || (oneFloatType(c) && leadingRows(c) > 0);
-  };
+  // f32, bf16 or f16, one type (f32 math, each result rounded once).
+  auto reduceTypes = [](const KernelCall &c) { return oneFloatType(c); };
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMean, OpKind::ReduceMax})
     t.add(op, reduceKernel, reduceTypes);
   t.add(OpKind::ReduceMaxGrad, [](const KernelCall &c) {

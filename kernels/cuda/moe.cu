@@ -129,9 +129,12 @@ __global__ void expertLoadKernel(const int32_t *indices, int64_t groups, int64_t
   }
 }
 
-__global__ void moeDispatchKernel(const float *x, const int32_t *indices, const int32_t *slots,
-                                  int64_t n, int64_t k, int64_t dim, int64_t capacity,
-                                  float *out) {
+// The dispatch and combine kernels run on the stored type T (f32, bf16, f16):
+// copies, or f32 sums and products rounded once, as the widened f32 kernels
+// gave.
+template <typename T>
+__global__ void moeDispatchKernel(const T *x, const int32_t *indices, const int32_t *slots,
+                                  int64_t n, int64_t k, int64_t dim, int64_t capacity, T *out) {
   PTC_GRID_LOOP(i, n * dim) {
     int64_t a = i / dim, c = i % dim;
     if (slots[a] >= 0)
@@ -139,36 +142,40 @@ __global__ void moeDispatchKernel(const float *x, const int32_t *indices, const 
   }
 }
 
-__global__ void moeGatherKernel(const float *src, const float *weights, const int32_t *indices,
+template <typename T>
+__global__ void moeGatherKernel(const T *src, const T *weights, const int32_t *indices,
                                 const int32_t *slots, int64_t tokens, int64_t k, int64_t dim,
-                                int64_t capacity, float *out) {
+                                int64_t capacity, T *out) {
   PTC_GRID_LOOP(i, tokens * dim) {
     int64_t t = i / dim, c = i % dim;
     float acc = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
       int64_t a = t * k + j;
       if (slots[a] >= 0)
-        acc += (weights ? weights[a] : 1.0f) * src[(indices[a] * capacity + slots[a]) * dim + c];
+        acc += (weights ? toFloat(weights[a]) : 1.0f) *
+               toFloat(src[(indices[a] * capacity + slots[a]) * dim + c]);
     }
-    out[i] = acc;
+    out[i] = fromFloat<T>(acc);
   }
 }
 
-__global__ void moeCombineGradKernel(const float *expertOut, const float *weights,
-                                     const int32_t *indices, const int32_t *slots, const float *g,
-                                     int64_t n, int64_t k, int64_t dim, int64_t capacity,
-                                     float *dExpertOut, float *dWeights) {
+template <typename T>
+__global__ void moeCombineGradKernel(const T *expertOut, const T *weights, const int32_t *indices,
+                                     const int32_t *slots, const T *g, int64_t n, int64_t k,
+                                     int64_t dim, int64_t capacity, T *dExpertOut, T *dWeights) {
   PTC_GRID_LOOP(a, n) {
     float dot = 0.0f;
     if (slots[a] >= 0) {
       int64_t off = (indices[a] * capacity + slots[a]) * dim;
-      const float *gt = g + (a / k) * dim;
+      const T *gt = g + (a / k) * dim;
+      const float w = toFloat(weights[a]);
       for (int64_t c = 0; c < dim; ++c) {
-        dExpertOut[off + c] = weights[a] * gt[c];
-        dot += gt[c] * expertOut[off + c];
+        const float gc = toFloat(gt[c]);
+        dExpertOut[off + c] = fromFloat<T>(w * gc);
+        dot += gc * toFloat(expertOut[off + c]);
       }
     }
-    dWeights[a] = dot;
+    dWeights[a] = fromFloat<T>(dot);
   }
 }
 
@@ -200,38 +207,57 @@ void expertLoad(const int32_t *indices, int64_t groups, int64_t tokens, int64_t 
                                                                          k, experts, out, err);
 }
 
-void moeDispatch(const float *x, const int32_t *indices, const int32_t *slots, int64_t tokens,
-                 int64_t k, int64_t dim, int64_t experts, int64_t capacity, float *out,
+namespace {
+template <typename T>
+void moeDispatch(const T *x, const int32_t *indices, const int32_t *slots, int64_t tokens,
+                 int64_t k, int64_t dim, int64_t experts, int64_t capacity, T *out,
                  void *stream) {
-  cudaMemsetAsync(out, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(float),
-                  S(stream));
+  cudaMemsetAsync(out, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(T), S(stream));
   moeDispatchKernel<<<gridFor(tokens * k * dim), kThreads, 0, S(stream)>>>(
       x, indices, slots, tokens * k, k, dim, capacity, out);
 }
 
-void moeDispatchGrad(const float *g, const int32_t *indices, const int32_t *slots,
-                     int64_t tokens, int64_t k, int64_t dim, int64_t capacity, float *out,
-                     void *stream) {
+template <typename T>
+void moeDispatchGrad(const T *g, const int32_t *indices, const int32_t *slots, int64_t tokens,
+                     int64_t k, int64_t dim, int64_t capacity, T *out, void *stream) {
   moeGatherKernel<<<gridFor(tokens * dim), kThreads, 0, S(stream)>>>(
-      g, nullptr, indices, slots, tokens, k, dim, capacity, out);
+      g, static_cast<const T *>(nullptr), indices, slots, tokens, k, dim, capacity, out);
 }
 
-void moeCombine(const float *expertOut, const float *weights, const int32_t *indices,
+template <typename T>
+void moeCombine(const T *expertOut, const T *weights, const int32_t *indices,
                 const int32_t *slots, int64_t tokens, int64_t k, int64_t dim, int64_t capacity,
-                float *out, void *stream) {
+                T *out, void *stream) {
   moeGatherKernel<<<gridFor(tokens * dim), kThreads, 0, S(stream)>>>(
       expertOut, weights, indices, slots, tokens, k, dim, capacity, out);
 }
 
-void moeCombineGrad(const float *expertOut, const float *weights, const int32_t *indices,
-                    const int32_t *slots, const float *g, int64_t tokens, int64_t k, int64_t dim,
-                    int64_t experts, int64_t capacity, float *dExpertOut, float *dWeights,
+template <typename T>
+void moeCombineGrad(const T *expertOut, const T *weights, const int32_t *indices,
+                    const int32_t *slots, const T *g, int64_t tokens, int64_t k, int64_t dim,
+                    int64_t experts, int64_t capacity, T *dExpertOut, T *dWeights,
                     void *stream) {
-  cudaMemsetAsync(dExpertOut, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(float),
+  cudaMemsetAsync(dExpertOut, 0, static_cast<size_t>(experts * capacity * dim) * sizeof(T),
                   S(stream));
   moeCombineGradKernel<<<gridFor(tokens * k), kThreads, 0, S(stream)>>>(
       expertOut, weights, indices, slots, g, tokens * k, k, dim, capacity, dExpertOut, dWeights);
 }
+
+/// A dispatch / combine call's float views of one type (f32, bf16 or f16),
+/// the indices (input `ids`) i32.
+bool moeTypes(const KernelCall &c, size_t ids) {
+  const DType t = c.input(0).dtype;
+  if (t != DType::F32 && !isLowPrecision(t))
+    return false;
+  for (size_t i = 0; i < c.numInputs; ++i)
+    if (c.input(i).dtype != (i == ids ? DType::I32 : t))
+      return false;
+  for (size_t i = 0; i < c.numOutputs; ++i)
+    if (c.output(i).dtype != t)
+      return false;
+  return true;
+}
+} // namespace
 
 namespace {
 /// Every assignment's slot in its expert's rows (scratch), or null.
@@ -274,37 +300,54 @@ void addMoeKernels(KernelTable &t) {
     const int32_t *slots = slotsFor(c, c.input(1).i32(), m);
     if (!slots)
       return scratchFailure(c, m.groups * m.tokens * m.k * 4);
-    moeDispatch(c.input(0).f32(), c.input(1).i32(), slots, m.groups * m.tokens, m.k, m.dim,
-                m.experts, m.groups * m.capacity, c.output(0).f32(), streamOf(c));
+    withFloatType(c.input(0).dtype, [&](auto tag) {
+      using T = decltype(tag);
+      moeDispatch(inputAs<T>(c, 0), c.input(1).i32(), slots, m.groups * m.tokens, m.k, m.dim,
+                  m.experts, m.groups * m.capacity, outputAs<T>(c, 0), streamOf(c));
+      return 0;
+    });
     return KernelResult::ok();
-  });
+  }, [](const KernelCall &c) { return moeTypes(c, 1); });
   t.add(OpKind::MoeDispatchGrad, [](const KernelCall &c) {
     MoeRouting m = moeRouting(c.input(1), c.input(0));
     const int32_t *slots = slotsFor(c, c.input(1).i32(), m);
     if (!slots)
       return scratchFailure(c, m.groups * m.tokens * m.k * 4);
-    moeDispatchGrad(c.input(0).f32(), c.input(1).i32(), slots, m.groups * m.tokens, m.k, m.dim,
-                    m.groups * m.capacity, c.output(0).f32(), streamOf(c));
+    withFloatType(c.input(0).dtype, [&](auto tag) {
+      using T = decltype(tag);
+      moeDispatchGrad(inputAs<T>(c, 0), c.input(1).i32(), slots, m.groups * m.tokens, m.k, m.dim,
+                      m.groups * m.capacity, outputAs<T>(c, 0), streamOf(c));
+      return 0;
+    });
     return KernelResult::ok();
-  });
+  }, [](const KernelCall &c) { return moeTypes(c, 1); });
   t.add(OpKind::MoeCombine, [](const KernelCall &c) {
     MoeRouting m = moeRouting(c.input(2), c.input(0));
     const int32_t *slots = slotsFor(c, c.input(2).i32(), m);
     if (!slots)
       return scratchFailure(c, m.groups * m.tokens * m.k * 4);
-    moeCombine(c.input(0).f32(), c.input(1).f32(), c.input(2).i32(), slots, m.groups * m.tokens,
-               m.k, m.dim, m.groups * m.capacity, c.output(0).f32(), streamOf(c));
+    withFloatType(c.input(0).dtype, [&](auto tag) {
+      using T = decltype(tag);
+      moeCombine(inputAs<T>(c, 0), inputAs<T>(c, 1), c.input(2).i32(), slots,
+                 m.groups * m.tokens, m.k, m.dim, m.groups * m.capacity, outputAs<T>(c, 0),
+                 streamOf(c));
+      return 0;
+    });
     return KernelResult::ok();
-  });
+  }, [](const KernelCall &c) { return moeTypes(c, 2); });
   t.add(OpKind::MoeCombineGrad, [](const KernelCall &c) {
     MoeRouting m = moeRouting(c.input(2), c.input(0));
     const int32_t *slots = slotsFor(c, c.input(2).i32(), m);
     if (!slots)
       return scratchFailure(c, m.groups * m.tokens * m.k * 4);
-    moeCombineGrad(c.input(0).f32(), c.input(1).f32(), c.input(2).i32(), slots, c.input(3).f32(),
-                   m.groups * m.tokens, m.k, m.dim, m.experts, m.groups * m.capacity,
-                   c.output(0).f32(), c.output(1).f32(), streamOf(c));
+    withFloatType(c.input(0).dtype, [&](auto tag) {
+      using T = decltype(tag);
+      moeCombineGrad(inputAs<T>(c, 0), inputAs<T>(c, 1), c.input(2).i32(), slots,
+                     inputAs<T>(c, 3), m.groups * m.tokens, m.k, m.dim, m.experts,
+                     m.groups * m.capacity, outputAs<T>(c, 0), outputAs<T>(c, 1), streamOf(c));
+      return 0;
+    });
     return KernelResult::ok();
-  });
+  }, [](const KernelCall &c) { return moeTypes(c, 2); });
 }
 } // namespace ptc::kernels::cuda

@@ -1781,6 +1781,71 @@ TEST_F(CudaConformance, MixtureOfExpertsRoutingWithDrops) {
         1e-5f);
 }
 
+// The expert dispatch and combine on bf16 tensors (a bf16 plan's MoE layer):
+// the GPU reads and writes bf16 as stored (f32 sums and products, each result
+// rounded once); the CPU runs the f32 kernels on the same bf16 values and
+// rounds its results once, as the runtime's widening does.
+TEST_F(CudaConformance, Bf16MoeDispatchAndCombine) {
+  const int64_t groups = 2, perGroup = 5, tokens = groups * perGroup, experts = 4, k = 2,
+                dim = 6, capacity = 3, slots = experts * groups * capacity;
+  std::vector<int32_t> indices(static_cast<size_t>(tokens * k));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      indices[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t + 3 * j) % experts);
+  auto x = randomVector(tokens * dim, 41), w = randomVector(tokens * k, 42),
+       eo = randomVector(slots * dim, 43), g = randomVector(tokens * dim, 44),
+       ge = randomVector(slots * dim, 45);
+  compare(
+      [&](Device &d, Mem &m) {
+        const bool native = d.kind() == DeviceKind::Cuda;
+        const auto type = native ? kernels::DType::BF16 : kernels::DType::F32;
+        auto put = [&](const std::vector<float> &host) -> void * {
+          float *f = m.put(host);
+          uint16_t *h = m.zeros<uint16_t>(host.size());
+          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(host.size())));
+          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(host.size())));
+          return native ? static_cast<void *>(h) : static_cast<void *>(f);
+        };
+        auto zeros = [&](int64_t n) -> void * {
+          return native ? static_cast<void *>(m.zeros<uint16_t>(static_cast<size_t>(n)))
+                        : static_cast<void *>(m.zeros(static_cast<size_t>(n)));
+        };
+        auto result = [&](void *p, int64_t n) {
+          float *f = m.zeros(static_cast<size_t>(n));
+          if (native) {
+            OK(d.convertFloat(p, FloatType::BF16, f, FloatType::F32, n));
+          } else {
+            uint16_t *h = m.zeros<uint16_t>(static_cast<size_t>(n));
+            OK(d.convertFloat(p, FloatType::F32, h, FloatType::BF16, n));
+            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, n));
+          }
+          return m.get(f, static_cast<size_t>(n));
+        };
+        const Arg routed = ids(m.put(indices), {groups, perGroup, k});
+        const Shape tok{groups, perGroup, dim}, buf{experts, groups, capacity, dim},
+            wts{groups, perGroup, k};
+        void *disp = zeros(slots * dim), *dd = zeros(tokens * dim), *comb = zeros(tokens * dim),
+             *dexp = zeros(slots * dim), *dwt = zeros(tokens * k), *pe = put(eo), *pw = put(w);
+        OK(run(d, kernels::OpKind::MoeDispatch, {{put(x), tok, type}, routed}, {{disp, buf, type}}));
+        OK(run(d, kernels::OpKind::MoeDispatchGrad, {{put(ge), buf, type}, routed},
+               {{dd, tok, type}}));
+        OK(run(d, kernels::OpKind::MoeCombine, {{pe, buf, type}, {pw, wts, type}, routed},
+               {{comb, tok, type}}));
+        OK(run(d, kernels::OpKind::MoeCombineGrad,
+               {{pe, buf, type}, {pw, wts, type}, routed, {put(g), tok, type}},
+               {{dexp, buf, type}, {dwt, wts, type}}));
+        std::vector<float> out;
+        for (auto [p, n] : {std::pair{disp, slots * dim}, std::pair{dd, tokens * dim},
+                            std::pair{comb, tokens * dim}, std::pair{dexp, slots * dim},
+                            std::pair{dwt, tokens * k}}) {
+          auto v = result(p, n);
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      },
+      1e-2f);
+}
+
 TEST_F(CudaConformance, OptimizersNormsAndLossScaling) {
   size_t n = 5000;
   auto p = randomVector(n, 32), g = randomVector(n, 33), mm = randomVector(n, 34);
