@@ -341,6 +341,24 @@ KernelResult tableFailure(const KernelCall &c, const std::vector<Entry> &table) 
   return KernelResult::error("cannot upload the ", table.size() * sizeof(Entry),
                              " bytes of a multi-tensor ", opKindName(c.op), "'s descriptors");
 }
+/// A group of updates as one launch: `entry(call, offset)` describes each
+/// call's tensors (elements before it: `offset`), the table goes to the
+/// device once, `launch(table, count, total)` runs them.
+template <typename Entry, typename Describe, typename Launch>
+KernelResult runUpdateGroup(const KernelCall *calls, size_t count, Describe entry,
+                            Launch launch) {
+  std::vector<Entry> table;
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    table.push_back(entry(calls[i], total));
+    total += calls[i].input(0).elements;
+  }
+  const Entry *device = uploadTable(calls[0], table);
+  if (!device)
+    return tableFailure(calls[0], table);
+  launch(device, static_cast<int>(count), total);
+  return KernelResult::ok();
+}
 } // namespace
 
 void addOptimizerKernels(KernelTable &t) {
@@ -360,23 +378,19 @@ void addOptimizerKernels(KernelTable &t) {
       OpKind::AdamWUpdate,
       [](const KernelCall *calls, size_t count) {
         const KernelCall &head = calls[0];
-        std::vector<AdamWTensor> table;
-        int64_t total = 0;
-        for (size_t i = 0; i < count; ++i) {
-          const KernelCall &c = calls[i];
-          table.push_back({c.input(0).f32(), c.input(1).data, c.input(2).f32(), c.input(3).f32(),
-                           c.output(0).f32(), c.output(1).f32(), c.output(2).f32(),
-                           c.input(0).elements, total,
-                           static_cast<int64_t>(floatTypeOf(c.input(1).dtype)), copyOf(c, 3),
-                           static_cast<int64_t>(copyTypeOf(c, 3))});
-          total += c.input(0).elements;
-        }
-        const AdamWTensor *device = uploadTable(head, table);
-        if (!device)
-          return tableFailure(head, table);
-        adamwUpdateMany(device, static_cast<int>(count), total,
-                        head.input(4).f32(), adamwOf(head), skipOf(head), streamOf(head));
-        return KernelResult::ok();
+        return runUpdateGroup<AdamWTensor>(
+            calls, count,
+            [](const KernelCall &c, int64_t offset) {
+              return AdamWTensor{c.input(0).f32(), c.input(1).data, c.input(2).f32(),
+                                 c.input(3).f32(), c.output(0).f32(), c.output(1).f32(),
+                                 c.output(2).f32(), c.input(0).elements, offset,
+                                 static_cast<int64_t>(floatTypeOf(c.input(1).dtype)),
+                                 copyOf(c, 3), static_cast<int64_t>(copyTypeOf(c, 3))};
+            },
+            [&](const AdamWTensor *table, int n, int64_t total) {
+              adamwUpdateMany(table, n, total, head.input(4).f32(), adamwOf(head), skipOf(head),
+                              streamOf(head));
+            });
       },
       adamwTypes);
   t.add(
@@ -395,25 +409,20 @@ void addOptimizerKernels(KernelTable &t) {
       OpKind::SgdUpdate,
       [](const KernelCall *calls, size_t count) {
         const KernelCall &head = calls[0];
-        std::vector<SgdTensor> table;
-        int64_t total = 0;
-        for (size_t i = 0; i < count; ++i) {
-          const KernelCall &c = calls[i];
-          table.push_back({c.input(0).f32(), c.input(1).data, c.input(2).f32(),
-                           c.output(0).f32(), c.output(1).f32(), c.input(0).elements, total,
-                           static_cast<int64_t>(floatTypeOf(c.input(1).dtype)), copyOf(c, 2),
-                           static_cast<int64_t>(copyTypeOf(c, 2))});
-          total += c.input(0).elements;
-        }
-        const SgdTensor *device = uploadTable(head, table);
-        if (!device)
-          return tableFailure(head, table);
-        sgdUpdateMany(device, static_cast<int>(count), total,
-                      static_cast<float>(head.attr(attr::SgdUpdate::lr)),
-                      static_cast<float>(head.attr(attr::SgdUpdate::momentum)),
-                      static_cast<float>(head.attr(attr::SgdUpdate::weight_decay)), skipOf(head),
-                      streamOf(head));
-        return KernelResult::ok();
+        return runUpdateGroup<SgdTensor>(
+            calls, count,
+            [](const KernelCall &c, int64_t offset) {
+              return SgdTensor{c.input(0).f32(), c.input(1).data, c.input(2).f32(),
+                               c.output(0).f32(), c.output(1).f32(), c.input(0).elements, offset,
+                               static_cast<int64_t>(floatTypeOf(c.input(1).dtype)), copyOf(c, 2),
+                               static_cast<int64_t>(copyTypeOf(c, 2))};
+            },
+            [&](const SgdTensor *table, int n, int64_t total) {
+              sgdUpdateMany(table, n, total, static_cast<float>(head.attr(attr::SgdUpdate::lr)),
+                            static_cast<float>(head.attr(attr::SgdUpdate::momentum)),
+                            static_cast<float>(head.attr(attr::SgdUpdate::weight_decay)),
+                            skipOf(head), streamOf(head));
+            });
       },
       [](const KernelCall &c) { return updateTypes(c, 2); });
   t.add(OpKind::SumOfSquares, [](const KernelCall &c) {

@@ -170,6 +170,37 @@ PTC_SIMT float dot(const float *a, const float *b, int64_t dim) {
   return s;
 }
 
+/// The key tiles the block's query tile (rows i0 .. of flat head `head`)
+/// sees, from the tile of its earliest first key `lo`: each loaded into `ks`
+/// and `vs` (block barriers around the loads), then `row(rr, r, i, j)` for
+/// each of this warp's rows that sees a key of it (the whole warp skips the
+/// others): `rr` the warp's row, `r` the tile's, `i` the query's index, `j`
+/// this lane's key.
+template <class Io, class Threads, class Row>
+PTC_SIMT void forKeyTiles(const Threads &t, const Problem<typename Io::Elem> &a, int64_t head,
+                          int64_t i0, int64_t lo, const int64_t *start, float *ks, float *vs,
+                          Row &&row) {
+  const int64_t kvh = kvHeadOf(head, a.heads, a.kvHeads);
+  const typename Io::Elem *kh = a.k + rowAt(a.kvLayout, kvh, a.kvHeads, 0),
+                          *vh = a.v + rowAt(a.kvLayout, kvh, a.kvHeads, 0);
+  const int64_t rows = i0 + kTile < a.seq ? kTile : a.seq - i0, end = keyEnd(a, i0, rows);
+  for (int64_t j0 = lo - lo % kTile; j0 < end; j0 += kTile) {
+    const int64_t keys = j0 + kTile < a.keys ? kTile : a.keys - j0;
+    t.sync(); // every warp is done with the previous tiles
+    loadTile<Io>(t, kh, a.kvLayout.row, j0, keys, a.dim, ks);
+    loadTile<Io>(t, vh, a.kvLayout.row, j0, keys, a.dim, vs);
+    t.sync();
+    PTC_UNROLL
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = t.warp() * kRowsPerWarp + rr;
+      const int64_t i = i0 + r, j = j0 + t.lane();
+      if (i >= a.seq || (a.causal && j0 > i) || j0 + kTile <= start[rr])
+        continue;
+      row(rr, r, i, j);
+    }
+  }
+}
+
 /// The online softmax of this warp's query rows of the block's tile (i0 ..)
 /// over the key tiles from `lo` on: m (max score), l (normalizer) and acc
 /// (unnormalized output, this lane's slots) per row. `qs` holds the query
@@ -181,9 +212,7 @@ PTC_SIMT void attendTiles(const Threads &t, const Problem<typename Io::Elem> &a,
                           float *ks, float *vs, float *ps, float (&m)[kRowsPerWarp],
                           float (&l)[kRowsPerWarp], float (&acc)[kRowsPerWarp][kSlots]) {
   const int lane = t.lane(), warp = t.warp();
-  const int64_t ld = pitch(a.dim), kvh = kvHeadOf(head, a.heads, a.kvHeads);
-  const typename Io::Elem *kh = a.k + rowAt(a.kvLayout, kvh, a.kvHeads, 0),
-                          *vh = a.v + rowAt(a.kvLayout, kvh, a.kvHeads, 0);
+  const int64_t ld = pitch(a.dim);
   PTC_UNROLL
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     // A ring block continues the row's softmax (and its output) so far.
@@ -199,42 +228,29 @@ PTC_SIMT void attendTiles(const Threads &t, const Problem<typename Io::Elem> &a,
       acc[rr][s] = o && d < a.dim ? Io::load(o + d) : 0.0f;
     }
   }
-  const int64_t rows = i0 + kTile < a.seq ? kTile : a.seq - i0, end = keyEnd(a, i0, rows);
-  for (int64_t j0 = lo - lo % kTile; j0 < end; j0 += kTile) {
-    const int64_t keys = j0 + kTile < a.keys ? kTile : a.keys - j0;
-    t.sync(); // every warp is done with the previous tiles
-    loadTile<Io>(t, kh, a.kvLayout.row, j0, keys, a.dim, ks);
-    loadTile<Io>(t, vh, a.kvLayout.row, j0, keys, a.dim, vs);
-    t.sync();
+  forKeyTiles<Io>(t, a, head, i0, lo, start, ks, vs, [&](int rr, int r, int64_t i, int64_t j) {
+    const bool visible = sees(a, i, j, start[rr]);
+    const float s = visible ? dot(qs + r * ld, ks + lane * ld, a.dim) * a.scale : -INFINITY;
+    const float tileMax = warpMax(t, s);
+    if (tileMax == -INFINITY)
+      return;
+    const float mNew = fmaxf(m[rr], tileMax), correction = expf(m[rr] - mNew);
+    const float p = visible ? expf(s - mNew) : 0.0f;
+    l[rr] = l[rr] * correction + warpSum(t, p);
+    ps[lane] = p;
+    t.syncWarp();
     PTC_UNROLL
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp * kRowsPerWarp + rr;
-      const int64_t i = i0 + r, j = j0 + lane;
-      if (i >= a.seq || (a.causal && j0 > i) || j0 + kTile <= start[rr])
-        continue; // the whole warp: its row sees no key of this tile
-      const bool visible = sees(a, i, j, start[rr]);
-      const float s = visible ? dot(qs + r * ld, ks + lane * ld, a.dim) * a.scale : -INFINITY;
-      const float tileMax = warpMax(t, s);
-      if (tileMax == -INFINITY)
-        continue;
-      const float mNew = fmaxf(m[rr], tileMax), correction = expf(m[rr] - mNew);
-      const float p = visible ? expf(s - mNew) : 0.0f;
-      l[rr] = l[rr] * correction + warpSum(t, p);
-      ps[lane] = p;
-      t.syncWarp();
-      PTC_UNROLL
-      for (int sl = 0; sl < kSlots; ++sl) {
-        const int64_t d = lane + 32 * sl;
-        float x = acc[rr][sl] * correction;
-        if (d < a.dim)
-          for (int jj = 0; jj < kTile; ++jj)
-            x += ps[jj] * vs[jj * ld + d];
-        acc[rr][sl] = x;
-      }
-      t.syncWarp(); // ps is rewritten by the next row
-      m[rr] = mNew;
+    for (int sl = 0; sl < kSlots; ++sl) {
+      const int64_t d = lane + 32 * sl;
+      float x = acc[rr][sl] * correction;
+      if (d < a.dim)
+        for (int jj = 0; jj < kTile; ++jj)
+          x += ps[jj] * vs[jj * ld + d];
+      acc[rr][sl] = x;
     }
-  }
+    t.syncWarp(); // ps is rewritten by the next row
+    m[rr] = mNew;
+  });
 }
 
 /// The earliest first key of the block's query rows i0 .. (every thread
@@ -306,7 +322,6 @@ PTC_SIMT void backwardQuery(const Threads &t, const Problem<typename Io::Elem> &
   for (int64_t item = t.block(); item < a.batch * a.heads * tiles; item += t.blocks()) {
     const int64_t head = item / tiles, i0 = item % tiles * kTile, b = head / a.heads;
     const int64_t rows = i0 + kTile < a.seq ? kTile : a.seq - i0;
-    const int64_t kvh = kvHeadOf(head, a.heads, a.kvHeads);
     t.sync();
     loadTile<Io>(t, a.q + rowAt(a.qLayout, head, a.heads, 0), a.qLayout.row, i0, rows, a.dim, qs);
     loadTile<Io>(t, a.g + rowAt(a.oLayout, head, a.heads, 0), a.oLayout.row, i0, rows, a.dim, gs);
@@ -364,38 +379,24 @@ PTC_SIMT void backwardQuery(const Threads &t, const Problem<typename Io::Elem> &
       PTC_UNROLL
       for (int sl = 0; sl < kSlots; ++sl)
         dq[rr][sl] = 0.0f;
-    const E *kh = a.k + rowAt(a.kvLayout, kvh, a.kvHeads, 0),
-            *vh = a.v + rowAt(a.kvLayout, kvh, a.kvHeads, 0);
-    for (int64_t j0 = lo - lo % kTile; j0 < keyEnd(a, i0, rows); j0 += kTile) {
-      const int64_t keys = j0 + kTile < a.keys ? kTile : a.keys - j0;
-      t.sync();
-      loadTile<Io>(t, kh, a.kvLayout.row, j0, keys, a.dim, ks);
-      loadTile<Io>(t, vh, a.kvLayout.row, j0, keys, a.dim, vs);
-      t.sync();
-      PTC_UNROLL
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        const int r = warp * kRowsPerWarp + rr;
-        const int64_t i = i0 + r, j = j0 + lane;
-        if (i >= a.seq || (a.causal && j0 > i) || j0 + kTile <= start[rr])
-          continue;
-        float ds = 0.0f;
-        if (sees(a, i, j, start[rr])) {
-          const float s = dot(qs + r * ld, ks + lane * ld, a.dim) * a.scale;
-          const float dp = dot(gs + r * ld, vs + lane * ld, a.dim);
-          ds = expf(s - lse[rr]) * (dp - rowD[rr]) * a.scale;
-        }
-        ps[lane] = ds;
-        t.syncWarp();
-        PTC_UNROLL
-        for (int sl = 0; sl < kSlots; ++sl) {
-          const int64_t d = lane + 32 * sl;
-          if (d < a.dim)
-            for (int jj = 0; jj < kTile; ++jj)
-              dq[rr][sl] += ps[jj] * ks[jj * ld + d];
-        }
-        t.syncWarp();
+    forKeyTiles<Io>(t, a, head, i0, lo, start, ks, vs, [&](int rr, int r, int64_t i, int64_t j) {
+      float ds = 0.0f;
+      if (sees(a, i, j, start[rr])) {
+        const float s = dot(qs + r * ld, ks + lane * ld, a.dim) * a.scale;
+        const float dp = dot(gs + r * ld, vs + lane * ld, a.dim);
+        ds = expf(s - lse[rr]) * (dp - rowD[rr]) * a.scale;
       }
-    }
+      ps[lane] = ds;
+      t.syncWarp();
+      PTC_UNROLL
+      for (int sl = 0; sl < kSlots; ++sl) {
+        const int64_t d = lane + 32 * sl;
+        if (d < a.dim)
+          for (int jj = 0; jj < kTile; ++jj)
+            dq[rr][sl] += ps[jj] * ks[jj * ld + d];
+      }
+      t.syncWarp();
+    });
     PTC_UNROLL
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int64_t i = i0 + warp * kRowsPerWarp + rr;

@@ -1213,6 +1213,39 @@ TEST_F(CudaConformance, RmsNormRotaryAndGradients) {
       1e-4f);
 }
 
+/// bf16 tensors of a test that runs natively in bf16 on the GPU and in f32 on
+/// the CPU on the same values: `put` rounds host values to bf16 on the device
+/// (kept as bf16 natively, widened back to f32 otherwise), `result` reads a
+/// result as f32 (widened natively; rounded once through bf16 otherwise, as
+/// the runtime's widening rounds).
+struct Bf16OrF32 {
+  Device &d;
+  Mem &m;
+  bool native = d.kind() == DeviceKind::Cuda;
+  kernels::DType type() const { return native ? kernels::DType::BF16 : kernels::DType::F32; }
+  void *put(const std::vector<float> &host) const {
+    float *f = m.put(host);
+    uint16_t *h = m.zeros<uint16_t>(host.size());
+    OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(host.size())));
+    OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(host.size())));
+    return native ? static_cast<void *>(h) : static_cast<void *>(f);
+  }
+  void *zeros(size_t n) const {
+    return native ? static_cast<void *>(m.zeros<uint16_t>(n)) : static_cast<void *>(m.zeros(n));
+  }
+  std::vector<float> result(void *p, size_t n) const {
+    float *f = m.zeros(n);
+    if (native) {
+      OK(d.convertFloat(p, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+    } else {
+      uint16_t *h = m.zeros<uint16_t>(n);
+      OK(d.convertFloat(p, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(n)));
+      OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
+    }
+    return m.get(f, n);
+  }
+};
+
 /// Device memory as a decode call sees it: `put` uploads host values,
 /// `zeros` allocates, `result` reads a tensor back as f32.
 struct DecodeMemory {
@@ -1294,33 +1327,11 @@ TEST_F(CudaConformance, Bf16CachedAttentionReadsBf16Caches) {
        v = randomVector(B * KV * 33 * D, 87);
   compare(
       [&](Device &d, Mem &m) {
-        const bool native = d.kind() == DeviceKind::Cuda;
-        const auto type = native ? kernels::DType::BF16 : kernels::DType::F32;
-        // Device values of `host` rounded to bf16: as bf16 (native) or f32.
-        auto put = [&](const std::vector<float> &host) -> void * {
-          float *f = m.put(host);
-          uint16_t *h = m.zeros<uint16_t>(host.size());
-          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(host.size())));
-          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(host.size())));
-          return native ? static_cast<void *>(h) : static_cast<void *>(f);
-        };
-        auto zeros = [&](size_t n) -> void * {
-          return native ? static_cast<void *>(m.zeros<uint16_t>(n)) : static_cast<void *>(m.zeros(n));
-        };
-        // f32 values of a result: widened (native) or rounded through bf16.
-        auto result = [&](void *p, size_t n) {
-          float *f = m.zeros(n);
-          if (native) {
-            OK(d.convertFloat(p, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
-          } else {
-            uint16_t *h = m.zeros<uint16_t>(n);
-            OK(d.convertFloat(p, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(n)));
-            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(n)));
-          }
-          return m.get(f, n);
-        };
-        return decodeSteps(d, m, DecodeMemory{put, zeros, result, type}, B, A, KV, C, D, 32, q, k, v,
-                           0.125);
+        const Bf16OrF32 b{d, m};
+        DecodeMemory dm{[&](const std::vector<float> &h) { return b.put(h); },
+                        [&](size_t n) { return b.zeros(n); },
+                        [&](void *p, size_t n) { return b.result(p, n); }, b.type()};
+        return decodeSteps(d, m, dm, B, A, KV, C, D, 32, q, k, v, 0.125);
       },
       1e-2f);
 }
@@ -1797,30 +1808,10 @@ TEST_F(CudaConformance, Bf16MoeDispatchAndCombine) {
        ge = randomVector(slots * dim, 45);
   compare(
       [&](Device &d, Mem &m) {
-        const bool native = d.kind() == DeviceKind::Cuda;
-        const auto type = native ? kernels::DType::BF16 : kernels::DType::F32;
-        auto put = [&](const std::vector<float> &host) -> void * {
-          float *f = m.put(host);
-          uint16_t *h = m.zeros<uint16_t>(host.size());
-          OK(d.convertFloat(f, FloatType::F32, h, FloatType::BF16, static_cast<int64_t>(host.size())));
-          OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, static_cast<int64_t>(host.size())));
-          return native ? static_cast<void *>(h) : static_cast<void *>(f);
-        };
-        auto zeros = [&](int64_t n) -> void * {
-          return native ? static_cast<void *>(m.zeros<uint16_t>(static_cast<size_t>(n)))
-                        : static_cast<void *>(m.zeros(static_cast<size_t>(n)));
-        };
-        auto result = [&](void *p, int64_t n) {
-          float *f = m.zeros(static_cast<size_t>(n));
-          if (native) {
-            OK(d.convertFloat(p, FloatType::BF16, f, FloatType::F32, n));
-          } else {
-            uint16_t *h = m.zeros<uint16_t>(static_cast<size_t>(n));
-            OK(d.convertFloat(p, FloatType::F32, h, FloatType::BF16, n));
-            OK(d.convertFloat(h, FloatType::BF16, f, FloatType::F32, n));
-          }
-          return m.get(f, static_cast<size_t>(n));
-        };
+        const Bf16OrF32 b{d, m};
+        const auto type = b.type();
+        auto put = [&](const std::vector<float> &host) { return b.put(host); };
+        auto zeros = [&](int64_t n) { return b.zeros(static_cast<size_t>(n)); };
         const Arg routed = ids(m.put(indices), {groups, perGroup, k});
         const Shape tok{groups, perGroup, dim}, buf{experts, groups, capacity, dim},
             wts{groups, perGroup, k};
@@ -1838,7 +1829,7 @@ TEST_F(CudaConformance, Bf16MoeDispatchAndCombine) {
         for (auto [p, n] : {std::pair{disp, slots * dim}, std::pair{dd, tokens * dim},
                             std::pair{comb, tokens * dim}, std::pair{dexp, slots * dim},
                             std::pair{dwt, tokens * k}}) {
-          auto v = result(p, n);
+          auto v = b.result(p, static_cast<size_t>(n));
           out.insert(out.end(), v.begin(), v.end());
         }
         return out;
