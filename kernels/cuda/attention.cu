@@ -830,12 +830,12 @@ KernelResult launchTiled(void (*kernel)(tiled::Problem<T>), const tiled::Problem
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(sharedBytes));
         e != cudaSuccess)
-      return KernelResult::error("tiled attention ", what, ": ", sharedBytes,
+      return KernelResult::error(callText(c), ": the tiled attention ", what, ": ", sharedBytes,
                                  " bytes of shared memory: ", cudaGetErrorString(e));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, 1 << 20));
   kernel<<<grid, tiled::kThreads, static_cast<size_t>(sharedBytes), S(streamOf(c))>>>(a);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return KernelResult::error("launching the tiled attention ", what, ": ",
+    return KernelResult::error(callText(c), ": launching the tiled attention ", what, ": ",
                                cudaGetErrorString(e));
   return KernelResult::ok();
 }
@@ -1154,7 +1154,8 @@ KernelResult runCudnnAttention(const KernelCall &c) {
 namespace {
 /// Whether a CachedAttention call is a prefill from position 0: several
 /// tokens, each batch entry's at positions 0, 1, ... (read from the device:
-/// one small copy per prefill call, none per decoded token).
+/// one small copy and stream synchronization per layer of a prefill call,
+/// none per decoded token).
 bool prefillFromZero(const KernelCall &c) {
   const int64_t batch = c.input(0).dim(0), tokens = c.input(0).dim(2);
   if (tokens < 2)
